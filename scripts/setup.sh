@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Install every Debian package backpropagate needs, then configure and build.
+# Idempotent and non-interactive; run as root on a fresh Debian 12 machine.
+#   scripts/setup.sh            -> packages for building and running
+#   scripts/setup.sh --test     -> also the test oracles (python3-torch, npm packages)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_tests=0
+build_type=${BACKPROP_BUILD_TYPE:-Release}
+for arg in "$@"; do
+  case "$arg" in
+    --test) want_tests=1 ;;
+    --no-build) no_build=1 ;;
+    *) echo "setup.sh: unknown argument $arg" >&2; exit 1 ;;
+  esac
+done
+
+pkgs=(build-essential cmake pkg-config git
+      libopenblas-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
+      libtomlplusplus-dev libcpp-httplib-dev libpcre2-dev libssl-dev
+      libgtest-dev libgmock-dev libbenchmark-dev clang-format-14 libomp-dev)
+if [ "$want_tests" = 1 ]; then
+  pkgs+=(python3-torch python3-numpy)
+  # Node may already come from elsewhere (its npm then conflicts with Debian's); only add it when absent.
+  command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
+  command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ "$want_tests" = 1 ] && [ -f tests/oracles/package.json ]; then
+  (cd tests/oracles && { [ -d node_modules ] && [ node_modules -nt package-lock.json ] || npm ci --no-audit --no-fund --loglevel=error; })
+fi
+
+[ "${no_build:-0}" = 1 ] && exit 0
+jobs=$(nproc)
+cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" ${BACKPROP_CMAKE_ARGS:-} >/dev/null
+cmake --build build -j"$jobs"

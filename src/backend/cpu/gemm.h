@@ -1,0 +1,14 @@
+// The one GEMM entry point of the CPU backend: row-major C = alpha * op(A) * op(B) + beta * C
+// through OpenBLAS. Never call it inside an OpenMP parallel region (BLAS has its own threads).
+#pragma once
+
+#include <cstdint>
+
+namespace bp::cpu {
+
+// op(A) is [M, K], op(B) is [K, N], C is [M, N]; lda/ldb/ldc are row strides of the stored
+// (untransposed) matrices.
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+}  // namespace bp::cpu

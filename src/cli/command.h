@@ -1,0 +1,47 @@
+// Subcommand registry. Each src/cli/cmd_<name>.cpp registers itself with BP_REGISTER_COMMAND;
+// main.cpp builds the CLI11 app from the registry, so adding a command touches no other file.
+//
+// A command's setup function adds its options to `sub` and returns the function that runs it.
+// Run functions return an exit code (0 ok, 3 partial success) and throw bp::Error for failures;
+// main.cpp prints errors ([ERROR] [CODE] message / Run id / Suggestion, or a JSON envelope with
+// --json) and maps them to exit codes (1 user error, 2 runtime error, 130 interrupted).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace bp::cli {
+
+// Options every command shares (set by main before the command runs).
+struct GlobalOptions {
+  bool json = false;             // --json: machine-readable output and error envelope
+  std::string config_path;       // --config FILE (TOML)
+  std::string log_level;         // --log-level
+  std::string log_format;        // --log-format console|json
+  std::string log_file;          // --log-file
+};
+GlobalOptions& global_options();
+
+using RunFn = std::function<int()>;
+using SetupFn = RunFn (*)(CLI::App& sub);
+
+struct CommandSpec {
+  const char* name;
+  const char* help;
+  SetupFn setup;
+};
+
+std::vector<CommandSpec>& command_registry();
+
+struct CommandRegistrar {
+  CommandRegistrar(const char* name, const char* help, SetupFn setup) {
+    command_registry().push_back({name, help, setup});
+  }
+};
+
+#define BP_REGISTER_COMMAND(name, help, setup) \
+  static ::bp::cli::CommandRegistrar bp_command_registrar_##setup(name, help, setup)
+
+}  // namespace bp::cli

@@ -1,0 +1,117 @@
+#include "core/allocator.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <new>
+
+#include "core/error.h"
+
+namespace bp {
+
+std::string Device::name() const {
+  return type == DeviceType::CPU ? std::string("CPU") : fmt::format("CUDA device {}", index);
+}
+
+MemoryStats Allocator::stats() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return stats_;
+}
+
+void Allocator::set_limit(size_t bytes_limit) {
+  std::lock_guard<std::mutex> g(mu_);
+  stats_.bytes_limit = bytes_limit;
+}
+
+size_t Allocator::limit() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return stats_.bytes_limit;
+}
+
+void Allocator::reset_peak() {
+  std::lock_guard<std::mutex> g(mu_);
+  stats_.bytes_peak = stats_.bytes_in_use;
+}
+
+void Allocator::fail_after_allocations(uint64_t n) {
+  std::lock_guard<std::mutex> g(mu_);
+  fail_countdown_ = n;
+}
+
+void Allocator::reserve(size_t bytes) {
+  std::lock_guard<std::mutex> g(mu_);
+  bool injected = false;
+  if (fail_countdown_ > 0 && --fail_countdown_ == 0) injected = true;
+  bool over = stats_.bytes_limit != kNoLimit &&
+              (bytes > stats_.bytes_limit || stats_.bytes_in_use > stats_.bytes_limit - bytes);
+  if (injected || over) {
+    ++stats_.num_ooms;
+    throw OutOfMemoryError(device().name(), bytes, stats_.bytes_in_use, stats_.bytes_cached,
+                           stats_.bytes_limit == kNoLimit ? stats_.bytes_total : stats_.bytes_limit,
+                           stats_.bytes_total);
+  }
+  stats_.bytes_in_use += bytes;
+  ++stats_.num_allocs;
+  if (stats_.bytes_in_use > stats_.bytes_peak) stats_.bytes_peak = stats_.bytes_in_use;
+}
+
+void Allocator::release(size_t bytes) {
+  std::lock_guard<std::mutex> g(mu_);
+  stats_.bytes_in_use -= bytes;
+}
+
+void Allocator::set_cached(size_t bytes) {
+  std::lock_guard<std::mutex> g(mu_);
+  stats_.bytes_cached = bytes;
+}
+
+void Allocator::set_total(size_t bytes) {
+  std::lock_guard<std::mutex> g(mu_);
+  stats_.bytes_total = bytes;
+}
+
+size_t physical_memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+}
+
+namespace {
+
+class CpuAllocator final : public Allocator {
+ public:
+  CpuAllocator() { set_total(physical_memory_bytes()); }
+  void* allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    reserve(bytes);
+    size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p) {
+      release(bytes);
+      throw std::bad_alloc();  // OOM-adjacent: the trainer maps it to RUNTIME_OOM_ADJACENT
+    }
+    return p;
+  }
+  void deallocate(void* ptr, size_t bytes) override {
+    if (!ptr) return;
+    std::free(ptr);
+    release(bytes);
+  }
+  Device device() const override { return Device{DeviceType::CPU, 0}; }
+};
+
+}  // namespace
+
+Allocator& cpu_allocator() {
+  static CpuAllocator a;
+  return a;
+}
+
+Allocator* cuda_allocator(int index);  // backend/cuda (or its stub)
+
+Allocator& allocator_for(Device device) {
+  if (device.type == DeviceType::CPU) return cpu_allocator();
+  return *cuda_allocator(device.index);
+}
+
+}  // namespace bp

@@ -1,0 +1,154 @@
+#include "core/tensor.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace bp {
+
+Shape::Shape(std::initializer_list<int64_t> d) {
+  BP_CHECK(d.size() <= 4, "[tensor] rank {} > 4", d.size());
+  rank = static_cast<int>(d.size());
+  std::copy(d.begin(), d.end(), dims.begin());
+}
+
+Shape::Shape(const std::vector<int64_t>& d) {
+  BP_CHECK(d.size() <= 4, "[tensor] rank {} > 4", d.size());
+  rank = static_cast<int>(d.size());
+  std::copy(d.begin(), d.end(), dims.begin());
+}
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= dims[static_cast<size_t>(i)];
+  return n;
+}
+
+bool Shape::operator==(const Shape& o) const {
+  if (rank != o.rank) return false;
+  for (int i = 0; i < rank; ++i)
+    if (dims[static_cast<size_t>(i)] != o.dims[static_cast<size_t>(i)]) return false;
+  return true;
+}
+
+std::string Shape::str() const {
+  std::string s = "[";
+  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(dims[static_cast<size_t>(i)]);
+  return s + "]";
+}
+
+Storage::Storage(Allocator* allocator, size_t bytes)
+    : allocator_(allocator), data_(allocator->allocate(bytes)), bytes_(bytes) {}
+
+Storage::Storage(void* external, size_t bytes, std::shared_ptr<void> keep_alive)
+    : allocator_(nullptr), data_(external), bytes_(bytes), keep_alive_(std::move(keep_alive)) {}
+
+Storage::~Storage() {
+  if (allocator_) allocator_->deallocate(data_, bytes_);
+}
+
+Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
+  for (int i = 0; i < shape.rank; ++i)
+    BP_CHECK(shape[i] >= 0, "[tensor] negative dimension in {}", shape.str());
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.device_ = device;
+  t.storage_ = std::make_shared<Storage>(&allocator_for(device), t.nbytes());
+  return t;
+}
+
+Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.zero();
+  return t;
+}
+
+Tensor Tensor::from_vector(const std::vector<float>& v, Shape shape) {
+  BP_CHECK(static_cast<int64_t>(v.size()) == shape.numel(), "[tensor] {} values for shape {}", v.size(),
+           shape.str());
+  Tensor t = empty(shape, DType::F32);
+  if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * 4);
+  return t;
+}
+
+Tensor Tensor::from_vector(const std::vector<int32_t>& v, Shape shape) {
+  BP_CHECK(static_cast<int64_t>(v.size()) == shape.numel(), "[tensor] {} values for shape {}", v.size(),
+           shape.str());
+  Tensor t = empty(shape, DType::I32);
+  if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * 4);
+  return t;
+}
+
+Tensor Tensor::borrow(void* data, Shape shape, DType dtype, std::shared_ptr<void> keep_alive) {
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(data, t.nbytes(), std::move(keep_alive));
+  return t;
+}
+
+Tensor Tensor::rows(int64_t begin, int64_t end) const {
+  BP_CHECK(rank() >= 1 && begin >= 0 && begin <= end && end <= dim(0), "[tensor] rows({}, {}) of {}", begin, end,
+           shape_.str());
+  Tensor t = *this;
+  int64_t row_elems = dim(0) ? numel() / dim(0) : 0;
+  t.offset_ = offset_ + static_cast<size_t>(begin * row_elems) * dtype_size(dtype_);
+  t.shape_.dims[0] = end - begin;
+  return t;
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  BP_CHECK(shape.numel() == numel(), "[tensor] reshape {} to {}", shape_.str(), shape.str());
+  Tensor t = *this;
+  t.shape_ = shape;
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(shape_, dtype_, device_);
+  if (nbytes()) std::memcpy(t.raw(), raw(), nbytes());
+  return t;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  if (dtype == dtype_) return clone();
+  Tensor t = empty(shape_, dtype, device_);
+  convert(raw(), dtype_, t.raw(), dtype, static_cast<size_t>(numel()));
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  BP_CHECK(src.shape() == shape_, "[tensor] copy_from {} into {}", src.shape().str(), shape_.str());
+  convert(src.raw(), src.dtype(), raw(), dtype_, static_cast<size_t>(numel()));
+}
+
+void Tensor::fill(float value) {
+  size_t n = static_cast<size_t>(numel());
+  switch (dtype_) {
+    case DType::F32: std::fill_n(data<float>(), n, value); break;
+    case DType::BF16: std::fill_n(data<uint16_t>(), n, f32_to_bf16(value)); break;
+    case DType::F16: std::fill_n(data<uint16_t>(), n, f32_to_f16(value)); break;
+    case DType::I32: std::fill_n(data<int32_t>(), n, static_cast<int32_t>(value)); break;
+  }
+}
+
+void Tensor::zero() {
+  if (nbytes()) std::memset(raw(), 0, nbytes());
+}
+
+std::vector<float> Tensor::to_vector() const {
+  std::vector<float> v(static_cast<size_t>(numel()));
+  if (dtype_ == DType::I32) {
+    const int32_t* p = data<int32_t>();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(p[i]);
+  } else {
+    convert(raw(), dtype_, v.data(), DType::F32, v.size());
+  }
+  return v;
+}
+
+std::string Tensor::describe() const {
+  return fmt::format("{}{} on {}", dtype_name(dtype_), shape_.str(), device_.name());
+}
+
+}  // namespace bp

@@ -1,0 +1,124 @@
+// Tensor: shape (rank <= 4), dtype, device and storage from that device's allocator
+// (DESIGN.md "Tensor"). Always row-major and contiguous. Views share storage: `rows(a, b)`
+// slices the first dimension, `reshape` reinterprets the shape. Copies are explicit (clone, to).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace bp {
+
+struct Shape {
+  std::array<int64_t, 4> dims{0, 0, 0, 0};
+  int rank = 0;
+
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> d);
+  explicit Shape(const std::vector<int64_t>& d);
+  int64_t operator[](int i) const { return dims[static_cast<size_t>(i < 0 ? i + rank : i)]; }
+  int64_t numel() const;
+  bool operator==(const Shape& o) const;
+  std::string str() const;  // "[512, 576]"
+  std::vector<int64_t> vec() const { return {dims.begin(), dims.begin() + rank}; }
+};
+
+// Memory owned by an allocator (or borrowed: allocator == nullptr, with a keep-alive handle).
+class Storage {
+ public:
+  Storage(Allocator* allocator, size_t bytes);
+  Storage(void* external, size_t bytes, std::shared_ptr<void> keep_alive);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Allocator* allocator() const { return allocator_; }
+
+ private:
+  Allocator* allocator_;
+  void* data_;
+  size_t bytes_;
+  std::shared_ptr<void> keep_alive_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // Uninitialised memory from the device's allocator (throws OutOfMemoryError past its limit).
+  static Tensor empty(Shape shape, DType dtype = DType::F32, Device device = {});
+  static Tensor zeros(Shape shape, DType dtype = DType::F32, Device device = {});
+  static Tensor from_vector(const std::vector<float>& v, Shape shape);
+  static Tensor from_vector(const std::vector<int32_t>& v, Shape shape);
+  // Wraps memory owned elsewhere (an mmap'd file); not counted by any allocator.
+  static Tensor borrow(void* data, Shape shape, DType dtype, std::shared_ptr<void> keep_alive);
+
+  bool defined() const { return storage_ != nullptr || shape_.rank > 0; }
+  const Shape& shape() const { return shape_; }
+  int rank() const { return shape_.rank; }
+  int64_t dim(int i) const { return shape_[i]; }
+  int64_t numel() const { return shape_.numel(); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+
+  void* raw() { return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr; }
+  const void* raw() const { return storage_ ? static_cast<const char*>(storage_->data()) + offset_ : nullptr; }
+  // Typed access; checks the dtype matches T (float = f32, int32_t = i32, uint16_t = bf16/f16).
+  template <class T>
+  T* data();
+  template <class T>
+  const T* data() const;
+
+  // Views (share storage).
+  Tensor rows(int64_t begin, int64_t end) const;  // slice of the first dimension
+  Tensor reshape(Shape shape) const;
+  // Copies.
+  Tensor clone() const;
+  Tensor to(DType dtype) const;
+  void copy_from(const Tensor& src);  // same shape; converts dtype
+  void fill(float value);             // float types only
+  void zero();
+  std::vector<float> to_vector() const;  // converts to f32
+  std::string describe() const;          // "f32[512, 576] on CPU"
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  size_t offset_ = 0;  // bytes
+  Shape shape_;
+  DType dtype_ = DType::F32;
+  Device device_;
+};
+
+template <class T>
+inline constexpr bool kAlwaysFalse = false;
+
+template <class T>
+T* Tensor::data() {
+  return const_cast<T*>(static_cast<const Tensor*>(this)->data<T>());
+}
+
+template <class T>
+const T* Tensor::data() const {
+  if constexpr (std::is_same_v<T, float>) {
+    BP_CHECK(dtype_ == DType::F32, "[tensor] data<float>() on a {} tensor", dtype_name(dtype_));
+  } else if constexpr (std::is_same_v<T, int32_t>) {
+    BP_CHECK(dtype_ == DType::I32, "[tensor] data<int32_t>() on a {} tensor", dtype_name(dtype_));
+  } else if constexpr (std::is_same_v<T, uint16_t>) {
+    BP_CHECK(dtype_ == DType::BF16 || dtype_ == DType::F16, "[tensor] data<uint16_t>() on a {} tensor",
+             dtype_name(dtype_));
+  } else {
+    static_assert(kAlwaysFalse<T>, "unsupported element type");
+  }
+  return static_cast<const T*>(raw());
+}
+
+}  // namespace bp

@@ -1,0 +1,54 @@
+// ModelConfig: the Hugging Face config.json of a Llama-family model (DESIGN.md "Model").
+// Supported architectures: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v bias),
+// Qwen3ForCausalLM (per-head q_norm/k_norm). Anything else -> DEP_MODEL_LOAD_FAILED listing these.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "ops/rope.h"
+
+namespace bp {
+
+enum class Arch { Llama, Mistral, Qwen2, Qwen3 };
+
+struct ModelConfig {
+  Arch arch = Arch::Llama;
+  std::string architecture_name = "LlamaForCausalLM";  // as in config.json
+  std::string model_type = "llama";
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;  // hidden_size / num_heads unless config.json says otherwise
+  int64_t max_position_embeddings = 2048;
+  float rms_norm_eps = 1e-6f;
+  RopeConfig rope;                  // theta, head_dim, llama3 scaling
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;      // q/k/v bias (Qwen2 always true)
+  bool qk_norm = false;             // Qwen3
+  int64_t sliding_window = 0;       // Mistral; 0 = none (recorded, not yet applied)
+  int32_t bos_token_id = -1;
+  std::vector<int32_t> eos_token_ids;
+  DType torch_dtype = DType::F32;   // dtype of the stored weights
+  nlohmann::json raw;               // the original config.json, written back on export
+
+  // Parses config.json contents; `source` names the file in errors.
+  static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
+  static ModelConfig from_file(const std::string& config_json_path);
+  nlohmann::json to_json() const;  // HF config.json (raw, updated with our fields)
+
+  int64_t q_dim() const { return num_heads * head_dim; }
+  int64_t kv_dim() const { return num_kv_heads * head_dim; }
+  int64_t num_parameters() const;
+};
+
+const char* arch_name(Arch a);
+std::vector<std::string> supported_architectures();
+
+}  // namespace bp

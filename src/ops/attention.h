@@ -1,0 +1,30 @@
+// Causal attention with grouped KV heads over packed variable-length sequences.
+//
+// q [T, Hq·d], k [T, Hkv·d], v [T, Hkv·d], o [T, Hq·d]; query head h reads KV head h / (Hq/Hkv).
+// cu_seqlens [S+1] (i32, cu_seqlens[0] = 0, cu_seqlens[S] = T): token t of sample s attends to
+// tokens of the same sample at positions <= t only — never across samples. Scale 1/sqrt(d).
+// Tiled (flash-attention style, online softmax): memory never grows with T², only with the tile
+// sizes; nothing [T × T] is materialised.
+// Saved for backward: q, k, v, o (kept by the caller) and lse [Hq, T] (log-sum-exp of each row).
+// Gradients: dq, dk, dv overwritten (=).
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace bp {
+
+struct AttentionShape {
+  int n_heads = 0;     // Hq
+  int n_kv_heads = 0;  // Hkv, divides Hq
+  int head_dim = 0;    // d
+};
+
+Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                         const AttentionShape& shape, Tensor* lse /* out [Hq, T], may be null */);
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& cu_seqlens, const AttentionShape& shape, Tensor& dq,
+                        Tensor& dk, Tensor& dv);
+
+}  // namespace bp

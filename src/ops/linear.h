@@ -1,0 +1,48 @@
+// linear: y = x·Wᵀ (+ b) (+ LoRA path scale·(dropout(x)·Aᵀ)·Bᵀ)   (DESIGN.md "Ops", "LoRA")
+//
+// Shapes: x [T, in], W [out, in], b [out], A [r, in], B [out, r], y [T, out]. All f32.
+// LoRA follows PEFT: dropout applies to the LoRA input only; scale = alpha/r (or alpha/sqrt(r)).
+// Dropout is deterministic: the mask comes from `dropout_seed` (same seed -> same mask), so a
+// recomputed forward (gradient checkpointing) and a resumed run see the same mask.
+//
+// Saved for backward (LinearSaved): the dropped LoRA input xd (only when dropout > 0; otherwise
+// x itself is used) and xa = xd·Aᵀ [T, r]. The caller keeps x.
+// Gradients: dx is overwritten (=); dW, db, dA, dB accumulate (+=). Null gradient pointers are
+// skipped: frozen W gets no dW (LoRA mode), dW only when W is trainable (full mode).
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace bp {
+
+struct LoraWeights {
+  const Tensor* A = nullptr;  // [r, in]
+  const Tensor* B = nullptr;  // [out, r]
+  float scale = 1.0f;
+  float dropout = 0.0f;       // probability in [0, 1)
+  uint64_t dropout_seed = 0;  // per layer and per micro-batch
+  bool training = true;       // dropout only when training
+};
+
+struct LinearSaved {
+  Tensor xd;  // dropout(x) for the LoRA path, defined only when dropout was applied
+  Tensor xa;  // [T, r] = xd·Aᵀ, defined when a LoRA path exists
+};
+
+struct LinearGrads {
+  Tensor* dx = nullptr;  // [T, in]  (=)
+  Tensor* dW = nullptr;  // [out, in] (+=)
+  Tensor* db = nullptr;  // [out]     (+=)
+  Tensor* dA = nullptr;  // [r, in]   (+=)
+  Tensor* dB = nullptr;  // [out, r]  (+=)
+};
+
+// saved may be null (inference). bias and lora may be null.
+Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, const LoraWeights* lora,
+                      LinearSaved* saved);
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const LoraWeights* lora,
+                     const LinearSaved* saved, const LinearGrads& grads);
+
+}  // namespace bp

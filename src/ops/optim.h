@@ -1,0 +1,32 @@
+// Optimizer ops: AdamW, global gradient norm and clipping, non-finite detection.
+//
+// AdamW (decoupled weight decay, bias correction, f32 state), step t counted from 1:
+//   m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²
+//   m̂ = m/(1−β1^t);  v̂ = v/(1−β2^t)
+//   p = p − lr·wd·p − lr·m̂/(sqrt(v̂)+eps)          (PyTorch torch.optim.AdamW order)
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace bp {
+
+struct AdamWConfig {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+};
+
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& cfg, int64_t step);
+
+// sqrt(Σ over all tensors of Σ g²), accumulated in double. Non-finite if any value is.
+double global_grad_norm(const std::vector<const Tensor*>& grads);
+// Scales every gradient by max_norm/norm when norm > max_norm; returns the norm before clipping.
+double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm);
+bool all_finite(const Tensor& t);
+
+}  // namespace bp

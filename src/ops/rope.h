@@ -1,0 +1,31 @@
+// Rotary position embedding in Hugging Face's rotate_half layout:
+//   for head h, pair i in [0, d/2):  (x[i], x[i+d/2]) rotated by angle pos·inv_freq[i]
+//   out[i]       = x[i]·cos − x[i+d/2]·sin
+//   out[i+d/2]   = x[i+d/2]·cos + x[i]·sin
+// inv_freq[i] = theta^(−2i/d), optionally rescaled by Llama-3's rope_scaling (rope_type "llama3":
+// factor, low_freq_factor, high_freq_factor, original_max_position_embeddings).
+// Applied in place to x [T, n_heads·head_dim] with per-token positions (i32 [T], restarting per
+// packed sample). Backward is the inverse rotation of dy, also in place (= semantics).
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace bp {
+
+struct RopeConfig {
+  int head_dim = 0;
+  float theta = 10000.0f;
+  bool llama3_scaling = false;
+  float factor = 8.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_position = 8192;
+};
+
+std::vector<float> rope_inv_freq(const RopeConfig& cfg);  // [head_dim/2]
+void rope_forward(Tensor& x, const Tensor& positions, int n_heads, const RopeConfig& cfg);
+void rope_backward(Tensor& dx, const Tensor& positions, int n_heads, const RopeConfig& cfg);
+
+}  // namespace bp
