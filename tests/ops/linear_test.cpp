@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/cpu/linear.h"
+#include "op_test_util.h"
 #include "support/finite_diff.h"
 #include "support/test_util.h"
 
@@ -276,35 +277,25 @@ TEST(Linear, EvalModeAppliesNoDropout) {
   EXPECT_TRUE(all_close(y.to_vector(), linear_forward(s.x, s.W, &s.b, &s.lora, nullptr).to_vector(), {0, 0}));
 }
 
-template <class F>
-void expect_error(F&& f, ErrorCode code, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
-
 TEST(Linear, ErrorsNameTheShapes) {
   Tensor x = random_tensor({4, 576}, 1), W = random_tensor({8, 512}, 2);
-  expect_error([&] { linear_forward(x, W, nullptr, nullptr, nullptr); }, ErrorCode::RUNTIME_INTERNAL,
-               {"[linear]", "576", "512"});
+  test::expect_op_error([&] { linear_forward(x, W, nullptr, nullptr, nullptr); }, ErrorCode::RUNTIME_INTERNAL,
+                        {"[linear]", "576", "512"});
   Tensor W2 = random_tensor({8, 576}, 3), A = random_tensor({2, 576}, 4), B = random_tensor({8, 2}, 5);
   LoraWeights lora{&A, &B, 1.0f, 1.0f, 0, true};
-  expect_error([&] { linear_forward(x, W2, nullptr, &lora, nullptr); }, ErrorCode::INPUT_VALIDATION_FAILED,
-               {"[linear]", "dropout"});
+  test::expect_op_error([&] { linear_forward(x, W2, nullptr, &lora, nullptr); }, ErrorCode::INPUT_VALIDATION_FAILED,
+                        {"[linear]", "dropout"});
   Tensor B_bad = random_tensor({8, 3}, 6);
   lora = {&A, &B_bad, 1.0f, 0.0f, 0, true};
-  expect_error([&] { linear_forward(x, W2, nullptr, &lora, nullptr); }, ErrorCode::RUNTIME_INTERNAL,
-               {"lora B", "[8, 3]", "[8, 2]"});
+  test::expect_op_error([&] { linear_forward(x, W2, nullptr, &lora, nullptr); }, ErrorCode::RUNTIME_INTERNAL,
+                        {"lora B", "[8, 3]", "[8, 2]"});
   Tensor xi = Tensor::zeros({4, 576}, DType::BF16);
-  expect_error([&] { linear_forward(xi, W2, nullptr, nullptr, nullptr); }, ErrorCode::RUNTIME_INTERNAL, {"bf16"});
+  test::expect_op_error([&] { linear_forward(xi, W2, nullptr, nullptr, nullptr); }, ErrorCode::RUNTIME_INTERNAL,
+                        {"bf16"});
   // LoRA backward without the saved activations.
   lora = {&A, &B, 1.0f, 0.0f, 0, true};
   Tensor dy = random_tensor({4, 8}, 7), dx = Tensor::empty({4, 576});
-  expect_error(
+  test::expect_op_error(
       [&] {
         linear_backward(dy, x, W2, &lora, nullptr, {&dx, nullptr, nullptr, nullptr, nullptr});
       },
