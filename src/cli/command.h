@@ -16,11 +16,11 @@ namespace bp::cli {
 
 // Options every command shares (set by main before the command runs).
 struct GlobalOptions {
-  bool json = false;             // --json: machine-readable output and error envelope
-  std::string config_path;       // --config FILE (TOML)
-  std::string log_level;         // --log-level
-  std::string log_format;        // --log-format console|json
-  std::string log_file;          // --log-file
+  bool json = false;        // --json: machine-readable output and error envelope
+  std::string config_path;  // --config FILE (TOML)
+  std::string log_level;    // --log-level
+  std::string log_format;   // --log-format console|json
+  std::string log_file;     // --log-file
 };
 GlobalOptions& global_options();
 
