@@ -17,6 +17,13 @@ namespace {
   throw JinjaError(JinjaError::Kind::Unsupported, fmt::format("template line {}: unsupported {}", line, msg));
 }
 
+// Builtins throw without a position; add the template line once.
+JinjaError with_line(const JinjaError& e, int line) {
+  const std::string msg = e.what();
+  if (msg.rfind("template line", 0) == 0 || e.kind() == JinjaError::Kind::Raised) return e;
+  return JinjaError(e.kind(), fmt::format("template line {}: {}", line, msg));
+}
+
 enum class Flow { Normal, Break, Continue };
 
 class Interpreter {
@@ -267,12 +274,20 @@ class Interpreter {
       case Expr::Kind::Filter: {
         Value operand = eval(*e.a);
         CallArgs args = eval_args(e);
-        return apply_filter(e.name, operand, args);
+        try {
+          return apply_filter(e.name, operand, args);
+        } catch (const JinjaError& err) {
+          throw with_line(err, e.line);
+        }
       }
       case Expr::Kind::Test: {
         Value operand = eval(*e.a);
         CallArgs args = eval_args(e);
-        return Value::boolean(apply_test(e.name, operand, args) != e.negate);
+        try {
+          return Value::boolean(apply_test(e.name, operand, args) != e.negate);
+        } catch (const JinjaError& err) {
+          throw with_line(err, e.line);
+        }
       }
       case Expr::Kind::Unary: {
         Value v = eval(*e.a);
