@@ -55,7 +55,10 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
   Tensor y = Tensor::empty({T, out});
   cpu::linear_base_forward(x.data<float>(), W.data<float>(), bias ? bias->data<float>() : nullptr, y.data<float>(), T,
                            in, out);
-  if (!lora) return y;
+  if (!lora) {
+    if (saved) *saved = LinearSaved{};  // nothing to keep; drop anything from an earlier call
+    return y;
+  }
 
   // The LoRA input: dropout(x) in training with p > 0 (kept for backward), else x itself.
   Tensor xd;
