@@ -50,9 +50,11 @@ void dropout_backward_accumulate(const float* g, const float* x, const float* xd
   {
     // Pass 1 (vectorised): every element whose mask shows in xd.
 #pragma omp for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) dx[i] += xd[i] != 0.0f ? g[i] * inv_keep : 0.0f;
-      // Pass 2: x == 0 exactly hides the mask; rehash those (rare) elements. The barrier at the
-      // end of pass 1 orders the two updates of an element.
+    for (int64_t i = 0; i < n; ++i) {
+      dx[i] += xd[i] != 0.0f ? g[i] * inv_keep : 0.0f;
+    }
+    // Pass 2: x == 0 exactly hides the mask; rehash those (rare) elements. The barrier at the
+    // end of pass 1 orders the two updates of an element.
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < n; ++i)
       if (x[i] == 0.0f && keep_mixed(mixed, static_cast<uint64_t>(i), p)) dx[i] += g[i] * inv_keep;
