@@ -176,7 +176,8 @@ TEST(Attention, NoAttentionCrossesSamples) {
 }
 
 TEST(Attention, TiledKernelsMatchThePlainKernels) {
-  for (auto [hq, hkv, d] : {std::array<int, 3>{9, 3, 64}, std::array<int, 3>{4, 4, 5}}) {
+  for (auto [hq, hkv, d] : {std::array<int, 3>{9, 3, 64}, std::array<int, 3>{4, 2, 128}, std::array<int, 3>{4, 4, 5}}) {
+    // 64 and 128 take the compile-time head_dim kernels, 5 the generic one.
     Problem p = make_problem({1, 64, 65, 200}, hq, hkv, d, 13);
     const cpu::AttentionDims dims{p.T, 4, hq, hkv, d};
     const size_t nq = p.q.size(), nkv = p.k.size(), nl = size_t(hq * p.T);

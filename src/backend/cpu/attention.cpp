@@ -228,7 +228,11 @@ void transpose_tile(const float* src, int64_t stride, int64_t n, int d, float* d
 }
 
 // out[jj] = Σ_c a[c] · t[c·64 + jj]: one query row against a transposed 64-key tile.
-inline void row_times_tile(const float* a, const float* t, int d, float* out) {
+// D > 0 is the head dimension known at compile time (64, 128: loops fully unrolled, accumulators
+// in registers); D == 0 is the generic path with the runtime d_rt.
+template <int D>
+inline void row_times_tile(const float* a, const float* t, int d_rt, float* out) {
+  const int d = D > 0 ? D : d_rt;
   alignas(64) float acc[kB] = {};
   for (int c = 0; c < d; ++c) {
     const float ac = a[c];
@@ -242,16 +246,36 @@ inline void row_times_tile(const float* a, const float* t, int d, float* out) {
 
 // Probabilities of one query row over a key tile: p = exp(scale·s − lse) for the nv visible
 // keys, 0 beyond; then ds = scale · p · (dp − delta) with dp = dO·v.
+template <int D>
 inline void row_grads(const float* qi, const float* doi, const float* kt, const float* vt, int d, int64_t nv,
                       float scale, float lse_i, float delta_i, float* p, float* ds) {
   alignas(64) float s[kB], dp[kB];
-  row_times_tile(qi, kt, d, s);
-  row_times_tile(doi, vt, d, dp);
+  row_times_tile<D>(qi, kt, d, s);
+  row_times_tile<D>(doi, vt, d, dp);
 #pragma omp simd
   for (int64_t jj = 0; jj < kB; ++jj) {
     const float e = exp_approx(scale * s[jj] - lse_i);
     p[jj] = jj < nv ? e : 0.0f;
     ds[jj] = scale * p[jj] * (dp[jj] - delta_i);
+  }
+}
+
+// acc[0..d) += Σ_{jj < n} w[jj] · rows[jj·stride + 0..d): the P·V product of one query row
+// (and ds·K for dq). With D known the accumulator stays in registers across the keys.
+template <int D>
+inline void weighted_row_sum(float* acc, const float* w, const float* rows, int64_t stride, int64_t n, int d_rt) {
+  if constexpr (D > 0) {
+    alignas(64) float a[D];
+    for (int c = 0; c < D; ++c) a[c] = acc[c];
+    for (int64_t jj = 0; jj < n; ++jj) {
+      const float wj = w[jj];
+      const float* r = rows + jj * stride;
+#pragma omp simd aligned(a : 64)
+      for (int c = 0; c < D; ++c) a[c] += wj * r[c];
+    }
+    for (int c = 0; c < D; ++c) acc[c] = a[c];
+  } else {
+    for (int64_t jj = 0; jj < n; ++jj) axpy(acc, w[jj], rows + jj * stride, d_rt);
   }
 }
 
@@ -266,9 +290,12 @@ size_t attention_scratch_bytes(int head_dim) {
   return static_cast<size_t>(omp_get_max_threads() * scratch_floats(head_dim)) * sizeof(float);
 }
 
-void attention_forward(const float* q, const float* k, const float* v, const int32_t* cu, const AttentionDims& dims,
-                       float* o, float* lse) {
-  const int d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
+namespace {
+
+template <int D>
+void forward_tiled(const float* q, const float* k, const float* v, const int32_t* cu, const AttentionDims& dims,
+                   float* o, float* lse) {
+  const int d = D > 0 ? D : dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
   const int64_t q_stride = int64_t{dims.n_heads} * d, kv_stride = int64_t{dims.n_kv_heads} * d, T = dims.tokens;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const auto tasks =
@@ -301,7 +328,7 @@ void attention_forward(const float* q, const float* k, const float* v, const int
         const int64_t nv = std::min(n, i + 1 - j0);  // causal: keys j <= i
         if (nv <= 0) continue;
         float* acc = o + (base + i) * q_stride + int64_t{h} * d;
-        row_times_tile(q + (base + i) * q_stride + int64_t{h} * d, kt, d, sc);
+        row_times_tile<D>(q + (base + i) * q_stride + int64_t{h} * d, kt, d, sc);
         float tile_max = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : tile_max)
         for (int64_t jj = 0; jj < kB; ++jj) {
@@ -324,7 +351,7 @@ void attention_forward(const float* q, const float* k, const float* v, const int
           sum += p[jj];
         }
         l[r] += sum;
-        for (int64_t jj = 0; jj < nv; ++jj) axpy(acc, p[jj], vj0 + jj * kv_stride, d);
+        weighted_row_sum<D>(acc, p, vj0, kv_stride, nv, d);
       }
     }
     for (int64_t r = 0; r < rows; ++r) {
@@ -338,10 +365,10 @@ void attention_forward(const float* q, const float* k, const float* v, const int
   }
 }
 
-void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* o,
-                        const float* lse, const int32_t* cu, const AttentionDims& dims, float* delta, float* dq,
-                        float* dk, float* dv) {
-  const int d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
+template <int D>
+void backward_tiled(const float* dout, const float* q, const float* k, const float* v, const float* o, const float* lse,
+                    const int32_t* cu, const AttentionDims& dims, float* delta, float* dq, float* dk, float* dv) {
+  const int d = D > 0 ? D : dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
   const int64_t q_stride = int64_t{dims.n_heads} * d, kv_stride = int64_t{dims.n_kv_heads} * d, T = dims.tokens;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int threads = omp_get_max_threads();
@@ -379,8 +406,8 @@ void attention_backward(const float* dout, const float* q, const float* k, const
       for (int64_t i = j0; i < len; ++i) {
         const int64_t qoff = (base + i) * q_stride + int64_t{h} * d;
         const int64_t nv = std::min(n, i + 1 - j0);
-        row_grads(q + qoff, dout + qoff, kt, vt, d, nv, scale, lse[int64_t{h} * T + base + i],
-                  delta[int64_t{h} * T + base + i], p, ds);
+        row_grads<D>(q + qoff, dout + qoff, kt, vt, d, nv, scale, lse[int64_t{h} * T + base + i],
+                     delta[int64_t{h} * T + base + i], p, ds);
         for (int64_t jj = 0; jj < nv; ++jj) {
           axpy(dv + koff0 + jj * kv_stride, p[jj], dout + qoff, d);
           axpy(dk + koff0 + jj * kv_stride, ds[jj], q + qoff, d);
@@ -409,11 +436,32 @@ void attention_backward(const float* dout, const float* q, const float* k, const
       for (int64_t i = std::max(task.begin, j0); i < task.end; ++i) {
         const int64_t qoff = (base + i) * q_stride + int64_t{h} * d;
         const int64_t nv = std::min(n, i + 1 - j0);
-        row_grads(q + qoff, dout + qoff, kt, vt, d, nv, scale, lse[int64_t{h} * T + base + i],
-                  delta[int64_t{h} * T + base + i], p, ds);
-        for (int64_t jj = 0; jj < nv; ++jj) axpy(dq + qoff, ds[jj], k + koff0 + jj * kv_stride, d);
+        row_grads<D>(q + qoff, dout + qoff, kt, vt, d, nv, scale, lse[int64_t{h} * T + base + i],
+                     delta[int64_t{h} * T + base + i], p, ds);
+        weighted_row_sum<D>(dq + qoff, ds, k + koff0, kv_stride, nv, d);
       }
     }
+  }
+}
+
+}  // namespace
+
+void attention_forward(const float* q, const float* k, const float* v, const int32_t* cu, const AttentionDims& dims,
+                       float* o, float* lse) {
+  switch (dims.head_dim) {
+    case 64: return forward_tiled<64>(q, k, v, cu, dims, o, lse);
+    case 128: return forward_tiled<128>(q, k, v, cu, dims, o, lse);
+    default: return forward_tiled<0>(q, k, v, cu, dims, o, lse);
+  }
+}
+
+void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* o,
+                        const float* lse, const int32_t* cu, const AttentionDims& dims, float* delta, float* dq,
+                        float* dk, float* dv) {
+  switch (dims.head_dim) {
+    case 64: return backward_tiled<64>(dout, q, k, v, o, lse, cu, dims, delta, dq, dk, dv);
+    case 128: return backward_tiled<128>(dout, q, k, v, o, lse, cu, dims, delta, dq, dk, dv);
+    default: return backward_tiled<0>(dout, q, k, v, o, lse, cu, dims, delta, dq, dk, dv);
   }
 }
 
