@@ -196,6 +196,21 @@ TEST(Attention, TiledKernelsMatchThePlainKernels) {
   }
 }
 
+TEST(Attention, LseOutputIsReusedOrReallocated) {
+  Problem p = make_problem({3, 5}, 2, 1, 4, 17);
+  Tensor q = Tensor::from_vector(p.q, {8, 8}), k = Tensor::from_vector(p.k, {8, 4}),
+         v = Tensor::from_vector(p.v, {8, 4});
+  Tensor cu = Tensor::from_vector(p.cu, {3});
+  Tensor lse = Tensor::zeros({2, 8});
+  const void* storage = lse.raw();
+  attention_forward(q, k, v, cu, p.shape, &lse);
+  EXPECT_EQ(lse.raw(), storage);         // right shape: written in place
+  Tensor stale = Tensor::zeros({2, 5});  // from a step with another token count
+  attention_forward(q, k, v, cu, p.shape, &stale);
+  EXPECT_EQ(stale.shape(), Shape({2, 8}));
+  EXPECT_EQ(stale.to_vector(), lse.to_vector());
+}
+
 TEST(Attention, DeterministicAcrossRuns) {
   Problem p = make_problem({100, 157}, 4, 1, 16, 9);
   OpOut a = run_op(p), b = run_op(p);
