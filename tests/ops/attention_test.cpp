@@ -222,7 +222,7 @@ TEST(Attention, DeterministicAcrossRuns) {
 
 TEST(Attention, MemoryGrowsLinearlyNotWithTheSquareOfTheLength) {
   // One 1024-token sample: T² floats would be 4 MiB per head; the op may only allocate its
-  // outputs, lse, the [Hq, T] delta scratch and two [d × 64] tiles per thread.
+  // outputs, lse, the [Hq, T] delta scratch and four [d × 64] tiles per thread.
   const int hq = 2, hkv = 1, d = 8;
   Problem p = make_problem({1024}, hq, hkv, d, 3);
   Tensor q = Tensor::from_vector(p.q, {p.T, hq * d}), k = Tensor::from_vector(p.k, {p.T, hkv * d}),
@@ -234,7 +234,7 @@ TEST(Attention, MemoryGrowsLinearlyNotWithTheSquareOfTheLength) {
   Tensor lse;
   Tensor o = attention_forward(q, k, v, cu, p.shape, &lse);
   const size_t tiles = cpu::attention_scratch_bytes(d);
-  EXPECT_EQ(tiles, size_t(omp_get_max_threads()) * 2 * d * 64 * 4);
+  EXPECT_EQ(tiles, size_t(omp_get_max_threads()) * 4 * d * 64 * 4);
   EXPECT_EQ(a.stats().bytes_peak - before, o.nbytes() + lse.nbytes() + tiles);
   Tensor dq = Tensor::empty({p.T, hq * d}), dk = Tensor::empty({p.T, hkv * d}), dv = Tensor::empty({p.T, hkv * d});
   before = a.stats().bytes_in_use;

@@ -21,7 +21,8 @@
 // every score as its own dot product; the default (tiled) version copies each 64-key tile of K
 // and V transposed to [d × 64] scratch so a row of 64 scores is d broadcast-FMAs over contiguous
 // lanes, with exp, masking and softmax vectorised over the 64 lanes. Tests hold one to the other.
-// The scratch (two [d × 64] tiles per thread) comes from the CPU allocator.
+// The scratch (four [d × 64] tiles per thread) comes from the CPU allocator. The dk/dv pass
+// accumulates transposed and updates with 4 query rows at a time (rank-4 products).
 #include "backend/cpu/attention.h"
 
 #include <omp.h>
@@ -279,9 +280,25 @@ inline void weighted_row_sum(float* acc, const float* w, const float* rows, int6
   }
 }
 
-// Scratch floats per thread: transposed K and V tiles.
+// Query rows per rank update in the dk/dv pass.
+constexpr int kRows = 4;
+
+// t[c·64 + jj] += Σ_r x[r][c] · w[r][jj]: kRows query rows' contributions to a transposed
+// [d × 64] dk or dv accumulator; the kRows weight rows stay in registers across c.
+template <int D>
+inline void rank_update(float* __restrict t, const float (*__restrict w)[kB], const float* const* x, int d_rt) {
+  const int d = D > 0 ? D : d_rt;
+  for (int c = 0; c < d; ++c) {
+    const float x0 = x[0][c], x1 = x[1][c], x2 = x[2][c], x3 = x[3][c];
+    float* __restrict tr = t + int64_t{c} * kB;
+#pragma omp simd
+    for (int64_t jj = 0; jj < kB; ++jj) tr[jj] += x0 * w[0][jj] + x1 * w[1][jj] + x2 * w[2][jj] + x3 * w[3][jj];
+  }
+}
+
+// Scratch floats per thread: transposed K and V tiles, and transposed dk and dv accumulators.
 int64_t scratch_floats(int d) {
-  return 2 * int64_t{d} * kB;
+  return 4 * int64_t{d} * kB;
 }
 
 }  // namespace
@@ -397,21 +414,38 @@ void backward_tiled(const float* dout, const float* q, const float* k, const flo
     const int64_t koff0 = (base + j0) * kv_stride + int64_t{g} * d;
     transpose_tile(k + koff0, kv_stride, n, d, kt);
     transpose_tile(v + koff0, kv_stride, n, d, vt);
-    for (int64_t jj = 0; jj < n; ++jj) {
-      std::fill_n(dk + koff0 + jj * kv_stride, d, 0.0f);
-      std::fill_n(dv + koff0 + jj * kv_stride, d, 0.0f);
-    }
-    alignas(64) float p[kB], ds[kB];
+    // dk, dv accumulate transposed ([d × 64], like kt/vt) so that 4 query rows at a time update
+    // them with a rank-4 product instead of one store per (row, key) pair.
+    float* dkt = vt + int64_t{d} * kB;
+    float* dvt = dkt + int64_t{d} * kB;
+    std::fill_n(dkt, 2 * int64_t{d} * kB, 0.0f);
+    alignas(64) float p[kRows][kB], ds[kRows][kB];
     for (int h = g * group; h < (g + 1) * group; ++h)
-      for (int64_t i = j0; i < len; ++i) {
-        const int64_t qoff = (base + i) * q_stride + int64_t{h} * d;
-        const int64_t nv = std::min(n, i + 1 - j0);
-        row_grads<D>(q + qoff, dout + qoff, kt, vt, d, nv, scale, lse[int64_t{h} * T + base + i],
-                     delta[int64_t{h} * T + base + i], p, ds);
-        for (int64_t jj = 0; jj < nv; ++jj) {
-          axpy(dv + koff0 + jj * kv_stride, p[jj], dout + qoff, d);
-          axpy(dk + koff0 + jj * kv_stride, ds[jj], q + qoff, d);
+      for (int64_t i0 = j0; i0 < len; i0 += kRows) {
+        const float* qr[kRows];
+        const float* dr[kRows];
+        for (int r = 0; r < kRows; ++r) {
+          const int64_t i = i0 + r;
+          if (i >= len) {  // padding row: zero weights, any finite row as its vector
+            std::fill_n(p[r], kB, 0.0f);
+            std::fill_n(ds[r], kB, 0.0f);
+            qr[r] = qr[0];
+            dr[r] = dr[0];
+            continue;
+          }
+          const int64_t qoff = (base + i) * q_stride + int64_t{h} * d;
+          qr[r] = q + qoff;
+          dr[r] = dout + qoff;
+          row_grads<D>(qr[r], dr[r], kt, vt, d, std::min(n, i + 1 - j0), scale, lse[int64_t{h} * T + base + i],
+                       delta[int64_t{h} * T + base + i], p[r], ds[r]);
         }
+        rank_update<D>(dvt, p, dr, d);
+        rank_update<D>(dkt, ds, qr, d);
+      }
+    for (int64_t jj = 0; jj < n; ++jj)
+      for (int c = 0; c < d; ++c) {
+        dk[koff0 + jj * kv_stride + c] = dkt[int64_t{c} * kB + jj];
+        dv[koff0 + jj * kv_stride + c] = dvt[int64_t{c} * kB + jj];
       }
   }
 
