@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -245,19 +246,52 @@ inline void row_times_tile(const float* a, const float* t, int d_rt, float* out)
   for (int64_t jj = 0; jj < kB; ++jj) out[jj] = acc[jj];
 }
 
-// Probabilities of one query row over a key tile: p = exp(scale·s − lse) for the nv visible
-// keys, 0 beyond; then ds = scale · p · (dp − delta) with dp = dO·v.
+// Query rows handled together against one key tile.
+constexpr int kRows = 4;
+
+// 16 floats; GCC/Clang vector extension (a zmm register with AVX-512, two ymm with AVX2).
+typedef float Vec16 __attribute__((vector_size(64)));
+
+// out[r][jj] = Σ_c a[r][c] · t[c·64 + jj] for kRows query rows at once: each loaded tile row
+// feeds 4 rows' accumulators, which stay in registers (register blocking).
 template <int D>
-inline void row_grads(const float* qi, const float* doi, const float* kt, const float* vt, int d, int64_t nv,
-                      float scale, float lse_i, float delta_i, float* p, float* ds) {
-  alignas(64) float s[kB], dp[kB];
-  row_times_tile<D>(qi, kt, d, s);
-  row_times_tile<D>(doi, vt, d, dp);
+inline void rows_times_tile(const float* const* a, const float* t, int d_rt, float (*out)[kB]) {
+  if constexpr (D > 0) {
+    Vec16 acc[kRows][kB / 16] = {};
+    for (int c = 0; c < D; ++c) {
+      Vec16 tv[kB / 16];
+      std::memcpy(tv, t + int64_t{c} * kB, sizeof tv);
+#pragma GCC unroll 4
+      for (int r = 0; r < kRows; ++r) {
+        const float x = a[r][c];
+#pragma GCC unroll 4
+        for (int b = 0; b < int(kB / 16); ++b) acc[r][b] += x * tv[b];
+      }
+    }
+    for (int r = 0; r < kRows; ++r) std::memcpy(out[r], acc[r], sizeof acc[r]);
+  } else {
+    for (int r = 0; r < kRows; ++r) row_times_tile<0>(a[r], t, d_rt, out[r]);
+  }
+}
+
+// Probabilities of kRows query rows over a key tile: p = exp(scale·s − lse) for the nv[r]
+// visible keys, 0 beyond; then ds = scale · p · (dp − delta) with dp = dO·v.
+template <int D>
+inline void rows_grads(const float* const* qr, const float* const* dr, const float* kt, const float* vt, int d,
+                       const int64_t* nv, float scale, const float* lse_r, const float* delta_r, float (*p)[kB],
+                       float (*ds)[kB]) {
+  alignas(64) float s[kRows][kB], dp[kRows][kB];
+  rows_times_tile<D>(qr, kt, d, s);
+  rows_times_tile<D>(dr, vt, d, dp);
+  for (int r = 0; r < kRows; ++r) {
+    const float lse_i = lse_r[r], delta_i = delta_r[r];
+    const int64_t n = nv[r];
 #pragma omp simd
-  for (int64_t jj = 0; jj < kB; ++jj) {
-    const float e = exp_approx(scale * s[jj] - lse_i);
-    p[jj] = jj < nv ? e : 0.0f;
-    ds[jj] = scale * p[jj] * (dp[jj] - delta_i);
+    for (int64_t jj = 0; jj < kB; ++jj) {
+      const float e = exp_approx(scale * s[r][jj] - lse_i);
+      p[r][jj] = jj < n ? e : 0.0f;
+      ds[r][jj] = scale * p[r][jj] * (dp[r][jj] - delta_i);
+    }
   }
 }
 
@@ -279,9 +313,6 @@ inline void weighted_row_sum(float* acc, const float* w, const float* rows, int6
     for (int64_t jj = 0; jj < n; ++jj) axpy(acc, w[jj], rows + jj * stride, d_rt);
   }
 }
-
-// Query rows per rank update in the dk/dv pass.
-constexpr int kRows = 4;
 
 // t[c·64 + jj] += Σ_r x[r][c] · w[r][jj]: kRows query rows' contributions to a transposed
 // [d × 64] dk or dv accumulator; the kRows weight rows stay in registers across c.
@@ -330,7 +361,7 @@ void forward_tiled(const float* q, const float* k, const float* v, const int32_t
     const int h = static_cast<int>(task.head), g = h / group;
     const int64_t rows = task.end - task.begin;
     float m[kB], l[kB];
-    alignas(64) float sc[kB], p[kB];
+    alignas(64) float sc4[kRows][kB], p[kB];
     for (int64_t r = 0; r < rows; ++r) {
       m[r] = -std::numeric_limits<float>::infinity();
       l[r] = 0.0f;
@@ -340,35 +371,43 @@ void forward_tiled(const float* q, const float* k, const float* v, const int32_t
       const int64_t n = std::min(kB, task.end - j0);
       transpose_tile(k + (base + j0) * kv_stride + int64_t{g} * d, kv_stride, n, d, kt);
       const float* vj0 = v + (base + j0) * kv_stride + int64_t{g} * d;
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t i = task.begin + r;
-        const int64_t nv = std::min(n, i + 1 - j0);  // causal: keys j <= i
-        if (nv <= 0) continue;
-        float* acc = o + (base + i) * q_stride + int64_t{h} * d;
-        row_times_tile<D>(q + (base + i) * q_stride + int64_t{h} * d, kt, d, sc);
-        float tile_max = -std::numeric_limits<float>::infinity();
+      for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+        // Scores of up to kRows rows at once (a short last group repeats its last row).
+        const float* qr[kRows];
+        for (int r = 0; r < kRows; ++r)
+          qr[r] = q + (base + task.begin + std::min(r0 + r, rows - 1)) * q_stride + int64_t{h} * d;
+        if (task.begin + std::min(r0 + kRows, rows) - 1 < j0) continue;  // no row of the group sees this tile
+        rows_times_tile<D>(qr, kt, d, sc4);
+        for (int64_t row = r0; row < std::min(r0 + kRows, rows); ++row) {
+          const int64_t i = task.begin + row;
+          const int64_t nv = std::min(n, i + 1 - j0);  // causal: keys j <= i
+          if (nv <= 0) continue;
+          float* sc = sc4[row - r0];
+          float* acc = o + (base + i) * q_stride + int64_t{h} * d;
+          float tile_max = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : tile_max)
-        for (int64_t jj = 0; jj < kB; ++jj) {
-          sc[jj] *= scale;
-          tile_max = std::max(tile_max, jj < nv ? sc[jj] : -std::numeric_limits<float>::infinity());
-        }
-        const float m_new = std::max(m[r], tile_max);
-        if (m_new > m[r]) {
-          const float alpha = l[r] > 0.0f ? exp_approx(m[r] - m_new) : 0.0f;
-          l[r] *= alpha;
+          for (int64_t jj = 0; jj < kB; ++jj) {
+            sc[jj] *= scale;
+            tile_max = std::max(tile_max, jj < nv ? sc[jj] : -std::numeric_limits<float>::infinity());
+          }
+          const float m_new = std::max(m[row], tile_max);
+          if (m_new > m[row]) {
+            const float alpha = l[row] > 0.0f ? exp_approx(m[row] - m_new) : 0.0f;
+            l[row] *= alpha;
 #pragma omp simd
-          for (int c = 0; c < d; ++c) acc[c] *= alpha;
-          m[r] = m_new;
-        }
-        float sum = 0.0f;
+            for (int c = 0; c < d; ++c) acc[c] *= alpha;
+            m[row] = m_new;
+          }
+          float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t jj = 0; jj < kB; ++jj) {
-          const float e = exp_approx(sc[jj] - m_new);
-          p[jj] = jj < nv ? e : 0.0f;
-          sum += p[jj];
+          for (int64_t jj = 0; jj < kB; ++jj) {
+            const float e = exp_approx(sc[jj] - m_new);
+            p[jj] = jj < nv ? e : 0.0f;
+            sum += p[jj];
+          }
+          l[row] += sum;
+          weighted_row_sum<D>(acc, p, vj0, kv_stride, nv, d);
         }
-        l[r] += sum;
-        weighted_row_sum<D>(acc, p, vj0, kv_stride, nv, d);
       }
     }
     for (int64_t r = 0; r < rows; ++r) {
@@ -424,21 +463,18 @@ void backward_tiled(const float* dout, const float* q, const float* k, const flo
       for (int64_t i0 = j0; i0 < len; i0 += kRows) {
         const float* qr[kRows];
         const float* dr[kRows];
-        for (int r = 0; r < kRows; ++r) {
-          const int64_t i = i0 + r;
-          if (i >= len) {  // padding row: zero weights, any finite row as its vector
-            std::fill_n(p[r], kB, 0.0f);
-            std::fill_n(ds[r], kB, 0.0f);
-            qr[r] = qr[0];
-            dr[r] = dr[0];
-            continue;
-          }
+        int64_t nv[kRows];
+        float lse_r[kRows], delta_r[kRows];
+        for (int r = 0; r < kRows; ++r) {  // rows past the sample repeat the last one with no keys
+          const int64_t i = std::min(i0 + r, len - 1);
           const int64_t qoff = (base + i) * q_stride + int64_t{h} * d;
           qr[r] = q + qoff;
           dr[r] = dout + qoff;
-          row_grads<D>(qr[r], dr[r], kt, vt, d, std::min(n, i + 1 - j0), scale, lse[int64_t{h} * T + base + i],
-                       delta[int64_t{h} * T + base + i], p[r], ds[r]);
+          nv[r] = i0 + r < len ? std::min(n, i + 1 - j0) : 0;
+          lse_r[r] = lse[int64_t{h} * T + base + i];
+          delta_r[r] = delta[int64_t{h} * T + base + i];
         }
+        rows_grads<D>(qr, dr, kt, vt, d, nv, scale, lse_r, delta_r, p, ds);
         rank_update<D>(dvt, p, dr, d);
         rank_update<D>(dkt, ds, qr, d);
       }
@@ -461,18 +497,29 @@ void backward_tiled(const float* dout, const float* q, const float* k, const flo
     const int64_t base = cu[task.sample];
     const int h = static_cast<int>(task.head), g = h / group;
     for (int64_t i = task.begin; i < task.end; ++i) std::fill_n(dq + (base + i) * q_stride + int64_t{h} * d, d, 0.0f);
-    alignas(64) float p[kB], ds[kB];
+    alignas(64) float p[kRows][kB], ds[kRows][kB];
     for (int64_t j0 = 0; j0 < task.end; j0 += kB) {
       const int64_t n = std::min(kB, task.end - j0);
       const int64_t koff0 = (base + j0) * kv_stride + int64_t{g} * d;
       transpose_tile(k + koff0, kv_stride, n, d, kt);
       transpose_tile(v + koff0, kv_stride, n, d, vt);
-      for (int64_t i = std::max(task.begin, j0); i < task.end; ++i) {
-        const int64_t qoff = (base + i) * q_stride + int64_t{h} * d;
-        const int64_t nv = std::min(n, i + 1 - j0);
-        row_grads<D>(q + qoff, dout + qoff, kt, vt, d, nv, scale, lse[int64_t{h} * T + base + i],
-                     delta[int64_t{h} * T + base + i], p, ds);
-        weighted_row_sum<D>(dq + qoff, ds, k + koff0, kv_stride, nv, d);
+      for (int64_t i0 = std::max(task.begin, j0); i0 < task.end; i0 += kRows) {
+        const float* qr[kRows];
+        const float* dr[kRows];
+        int64_t nv[kRows];
+        float lse_r[kRows], delta_r[kRows];
+        for (int r = 0; r < kRows; ++r) {  // rows past the tile repeat the last one with no keys
+          const int64_t i = std::min(i0 + r, task.end - 1);
+          const int64_t qoff = (base + i) * q_stride + int64_t{h} * d;
+          qr[r] = q + qoff;
+          dr[r] = dout + qoff;
+          nv[r] = i0 + r < task.end ? std::min(n, i + 1 - j0) : 0;
+          lse_r[r] = lse[int64_t{h} * T + base + i];
+          delta_r[r] = delta[int64_t{h} * T + base + i];
+        }
+        rows_grads<D>(qr, dr, kt, vt, d, nv, scale, lse_r, delta_r, p, ds);
+        for (int r = 0; r < kRows && i0 + r < task.end; ++r)
+          weighted_row_sum<D>(dq + (base + i0 + r) * q_stride + int64_t{h} * d, ds[r], k + koff0, kv_stride, nv[r], d);
       }
     }
   }
