@@ -7,7 +7,7 @@
 // Forward, one task per (sample, query head, tile of 64 query rows), tasks in parallel: key tiles
 // are visited in order; per query row an online softmax keeps the running max m and sum l,
 // rescaling the accumulator (kept in the output rows, which the task owns) when m grows.
-// Finally o = acc / l and lse = m + log l. Scratch is a few 64-float arrays on the stack.
+// Finally o = acc / l and lse = m + log l. Per-row state is a few 64-float stack arrays.
 //
 // Backward recomputes probabilities from lse: p_ij = exp(s_ij − lse_i), with
 // delta_i = Σ_c dO_ic·O_ic, dp_ij = dO_i·v_j, ds_ij = p_ij (dp_ij − delta_i):
@@ -20,9 +20,11 @@
 // Two versions of each (CONVENTIONS.md: the plain kernel is the reference): *_plain computes
 // every score as its own dot product; the default (tiled) version copies each 64-key tile of K
 // and V transposed to [d × 64] scratch so a row of 64 scores is d broadcast-FMAs over contiguous
-// lanes, with exp, masking and softmax vectorised over the 64 lanes. Tests hold one to the other.
-// The scratch (four [d × 64] tiles per thread) comes from the CPU allocator. The dk/dv pass
-// accumulates transposed and updates with 4 query rows at a time (rank-4 products).
+// lanes, with exp, masking and softmax vectorised over the 64 lanes; 4 query rows share each
+// loaded tile row (register blocking), and the dk/dv pass accumulates transposed with rank-4
+// updates. Head dims 64 and 128 get compile-time kernels, others a generic path. Tests hold the
+// tiled kernels to the plain ones. The scratch (four [d × 64] tiles per thread) comes from the
+// CPU allocator.
 #include "backend/cpu/attention.h"
 
 #include <omp.h>
