@@ -211,9 +211,13 @@ TEST(Attention, LseOutputIsReusedOrReallocated) {
   EXPECT_EQ(stale.to_vector(), lse.to_vector());
 }
 
-TEST(Attention, DeterministicAcrossRuns) {
+TEST(Attention, DeterministicAcrossRunsAndThreadCounts) {
   Problem p = make_problem({100, 157}, 4, 1, 16, 9);
-  OpOut a = run_op(p), b = run_op(p);
+  OpOut a = run_op(p);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);  // also independent of the thread count: no cross-thread sums
+  OpOut b = run_op(p);
+  omp_set_num_threads(threads);
   EXPECT_EQ(a.o, b.o);
   EXPECT_EQ(a.dq, b.dq);
   EXPECT_EQ(a.dk, b.dk);
