@@ -3,10 +3,12 @@
 #include "ops/attention.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <numeric>
 
+#include "backend/cpu/attention.h"
 #include "support/finite_diff_b.h"
 #include "support/test_util.h"
 
@@ -173,6 +175,26 @@ TEST(Attention, NoAttentionCrossesSamples) {
   EXPECT_NE(rows(ra.o, cq, s2, e2), rows(rb.o, cq, s2, e2));  // the change did reach sample 2
 }
 
+TEST(Attention, TiledKernelsMatchThePlainKernels) {
+  for (auto [hq, hkv, d] : {std::array<int, 3>{9, 3, 64}, std::array<int, 3>{4, 4, 5}}) {
+    Problem p = make_problem({1, 64, 65, 200}, hq, hkv, d, 13);
+    const cpu::AttentionDims dims{p.T, 4, hq, hkv, d};
+    const size_t nq = p.q.size(), nkv = p.k.size(), nl = size_t(hq * p.T);
+    std::vector<float> o1(nq), o2(nq), l1(nl), l2(nl), dl(nl), dq1(nq), dq2(nq), dk1(nkv), dk2(nkv), dv1(nkv), dv2(nkv);
+    cpu::attention_forward(p.q.data(), p.k.data(), p.v.data(), p.cu.data(), dims, o1.data(), l1.data());
+    cpu::attention_forward_plain(p.q.data(), p.k.data(), p.v.data(), p.cu.data(), dims, o2.data(), l2.data());
+    EXPECT_TRUE(all_close(o1, o2, test::kTolF32));
+    EXPECT_TRUE(all_close(l1, l2, test::kTolF32));
+    cpu::attention_backward(p.dout.data(), p.q.data(), p.k.data(), p.v.data(), o1.data(), l1.data(), p.cu.data(), dims,
+                            dl.data(), dq1.data(), dk1.data(), dv1.data());
+    cpu::attention_backward_plain(p.dout.data(), p.q.data(), p.k.data(), p.v.data(), o1.data(), l1.data(), p.cu.data(),
+                                  dims, dl.data(), dq2.data(), dk2.data(), dv2.data());
+    EXPECT_TRUE(all_close(dq1, dq2, kTolGrad));
+    EXPECT_TRUE(all_close(dk1, dk2, kTolGrad));
+    EXPECT_TRUE(all_close(dv1, dv2, kTolGrad));
+  }
+}
+
 TEST(Attention, DeterministicAcrossRuns) {
   Problem p = make_problem({100, 157}, 4, 1, 16, 9);
   OpOut a = run_op(p), b = run_op(p);
@@ -184,7 +206,7 @@ TEST(Attention, DeterministicAcrossRuns) {
 
 TEST(Attention, MemoryGrowsLinearlyNotWithTheSquareOfTheLength) {
   // One 1024-token sample: T² floats would be 4 MiB per head; the op may only allocate its
-  // outputs, lse and the [Hq, T] delta scratch.
+  // outputs, lse, the [Hq, T] delta scratch and two [d × 64] tiles per thread.
   const int hq = 2, hkv = 1, d = 8;
   Problem p = make_problem({1024}, hq, hkv, d, 3);
   Tensor q = Tensor::from_vector(p.q, {p.T, hq * d}), k = Tensor::from_vector(p.k, {p.T, hkv * d}),
@@ -195,12 +217,14 @@ TEST(Attention, MemoryGrowsLinearlyNotWithTheSquareOfTheLength) {
   a.reset_peak();
   Tensor lse;
   Tensor o = attention_forward(q, k, v, cu, p.shape, &lse);
-  EXPECT_EQ(a.stats().bytes_peak - before, o.nbytes() + lse.nbytes());
+  const size_t tiles = cpu::attention_scratch_bytes(d);
+  EXPECT_EQ(tiles, size_t(omp_get_max_threads()) * 2 * d * 64 * 4);
+  EXPECT_EQ(a.stats().bytes_peak - before, o.nbytes() + lse.nbytes() + tiles);
   Tensor dq = Tensor::empty({p.T, hq * d}), dk = Tensor::empty({p.T, hkv * d}), dv = Tensor::empty({p.T, hkv * d});
   before = a.stats().bytes_in_use;
   a.reset_peak();
   attention_backward(dout, q, k, v, o, lse, cu, p.shape, dq, dk, dv);
-  EXPECT_EQ(a.stats().bytes_peak - before, size_t(hq * p.T * 4));
+  EXPECT_EQ(a.stats().bytes_peak - before, size_t(hq * p.T * 4) + tiles);
 }
 
 TEST(Attention, MatchesTorchOracle) {

@@ -15,8 +15,16 @@
 // To stay race-free and deterministic without atomics it runs two passes: one task per
 // (sample, KV head, key tile) owns those dk/dv rows and sums over every query head of the group
 // and every later query in a fixed order; then one task per (sample, query head, query tile) owns
-// its dq rows. Each pass recomputes s and dp (7 instead of 5 tile products, no reductions).
+// its dq rows. Each pass recomputes s and dp (7 instead of 5 tile products, no atomics).
+//
+// Two versions of each (CONVENTIONS.md: the plain kernel is the reference): *_plain computes
+// every score as its own dot product; the default (tiled) version copies each 64-key tile of K
+// and V transposed to [d × 64] scratch so a row of 64 scores is d broadcast-FMAs over contiguous
+// lanes, with exp, masking and softmax vectorised over the 64 lanes. Tests hold one to the other.
+// The scratch (two [d × 64] tiles per thread) comes from the CPU allocator.
 #include "backend/cpu/attention.h"
+
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -24,6 +32,7 @@
 #include <vector>
 
 #include "backend/cpu/cross_entropy.h"  // exp_approx
+#include "core/tensor.h"
 
 namespace bp::cpu {
 
@@ -64,8 +73,8 @@ std::vector<Task> make_tasks(const int32_t* cu, int64_t n_samples, int n_heads, 
 
 }  // namespace
 
-void attention_forward(const float* q, const float* k, const float* v, const int32_t* cu, const AttentionDims& dims,
-                       float* o, float* lse) {
+void attention_forward_plain(const float* q, const float* k, const float* v, const int32_t* cu,
+                             const AttentionDims& dims, float* o, float* lse) {
   const int d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
   const int64_t q_stride = int64_t{dims.n_heads} * d, kv_stride = int64_t{dims.n_kv_heads} * d, T = dims.tokens;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -128,9 +137,9 @@ void attention_forward(const float* q, const float* k, const float* v, const int
   }
 }
 
-void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* o,
-                        const float* lse, const int32_t* cu, const AttentionDims& dims, float* delta, float* dq,
-                        float* dk, float* dv) {
+void attention_backward_plain(const float* dout, const float* q, const float* k, const float* v, const float* o,
+                              const float* lse, const int32_t* cu, const AttentionDims& dims, float* delta, float* dq,
+                              float* dk, float* dv) {
   const int d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
   const int64_t q_stride = int64_t{dims.n_heads} * d, kv_stride = int64_t{dims.n_kv_heads} * d, T = dims.tokens;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -200,6 +209,209 @@ void attention_backward(const float* dout, const float* q, const float* k, const
           const float ds = p * (dot(doi, v + koff, d) - delta_i);
           axpy(dqi, scale * ds, k + koff, d);
         }
+      }
+    }
+  }
+}
+
+namespace {
+
+constexpr int64_t kB = kAttentionTile;
+
+// dst[c·64 + jj] = src row jj, column c, for jj < n; zero for n <= jj < 64.
+void transpose_tile(const float* src, int64_t stride, int64_t n, int d, float* dst) {
+  for (int c = 0; c < d; ++c) {
+    float* row = dst + int64_t{c} * kB;
+    for (int64_t jj = 0; jj < n; ++jj) row[jj] = src[jj * stride + c];
+    for (int64_t jj = n; jj < kB; ++jj) row[jj] = 0.0f;
+  }
+}
+
+// out[jj] = Σ_c a[c] · t[c·64 + jj]: one query row against a transposed 64-key tile.
+inline void row_times_tile(const float* a, const float* t, int d, float* out) {
+  alignas(64) float acc[kB] = {};
+  for (int c = 0; c < d; ++c) {
+    const float ac = a[c];
+    const float* tr = t + int64_t{c} * kB;
+#pragma omp simd aligned(acc : 64)
+    for (int64_t jj = 0; jj < kB; ++jj) acc[jj] += ac * tr[jj];
+  }
+#pragma omp simd
+  for (int64_t jj = 0; jj < kB; ++jj) out[jj] = acc[jj];
+}
+
+// Probabilities of one query row over a key tile: p = exp(scale·s − lse) for the nv visible
+// keys, 0 beyond; then ds = scale · p · (dp − delta) with dp = dO·v.
+inline void row_grads(const float* qi, const float* doi, const float* kt, const float* vt, int d, int64_t nv,
+                      float scale, float lse_i, float delta_i, float* p, float* ds) {
+  alignas(64) float s[kB], dp[kB];
+  row_times_tile(qi, kt, d, s);
+  row_times_tile(doi, vt, d, dp);
+#pragma omp simd
+  for (int64_t jj = 0; jj < kB; ++jj) {
+    const float e = exp_approx(scale * s[jj] - lse_i);
+    p[jj] = jj < nv ? e : 0.0f;
+    ds[jj] = scale * p[jj] * (dp[jj] - delta_i);
+  }
+}
+
+// Scratch floats per thread: transposed K and V tiles.
+int64_t scratch_floats(int d) {
+  return 2 * int64_t{d} * kB;
+}
+
+}  // namespace
+
+size_t attention_scratch_bytes(int head_dim) {
+  return static_cast<size_t>(omp_get_max_threads() * scratch_floats(head_dim)) * sizeof(float);
+}
+
+void attention_forward(const float* q, const float* k, const float* v, const int32_t* cu, const AttentionDims& dims,
+                       float* o, float* lse) {
+  const int d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
+  const int64_t q_stride = int64_t{dims.n_heads} * d, kv_stride = int64_t{dims.n_kv_heads} * d, T = dims.tokens;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const auto tasks =
+      make_tasks(cu, dims.n_samples, dims.n_heads, [](int64_t, int64_t b, int64_t e) { return (e - b) * e; });
+  const int64_t n_tasks = static_cast<int64_t>(tasks.size());
+  const int threads = omp_get_max_threads();
+  Tensor scratch = Tensor::empty({threads, scratch_floats(d)});
+  float* scratch_base = scratch.data<float>();
+
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t ti = 0; ti < n_tasks; ++ti) {
+    const Task& task = tasks[static_cast<size_t>(ti)];
+    float* kt = scratch_base + omp_get_thread_num() * scratch_floats(d);
+    const int64_t base = cu[task.sample];
+    const int h = static_cast<int>(task.head), g = h / group;
+    const int64_t rows = task.end - task.begin;
+    float m[kB], l[kB];
+    alignas(64) float sc[kB], p[kB];
+    for (int64_t r = 0; r < rows; ++r) {
+      m[r] = -std::numeric_limits<float>::infinity();
+      l[r] = 0.0f;
+      std::fill_n(o + (base + task.begin + r) * q_stride + int64_t{h} * d, d, 0.0f);
+    }
+    for (int64_t j0 = 0; j0 < task.end; j0 += kB) {
+      const int64_t n = std::min(kB, task.end - j0);
+      transpose_tile(k + (base + j0) * kv_stride + int64_t{g} * d, kv_stride, n, d, kt);
+      const float* vj0 = v + (base + j0) * kv_stride + int64_t{g} * d;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = task.begin + r;
+        const int64_t nv = std::min(n, i + 1 - j0);  // causal: keys j <= i
+        if (nv <= 0) continue;
+        float* acc = o + (base + i) * q_stride + int64_t{h} * d;
+        row_times_tile(q + (base + i) * q_stride + int64_t{h} * d, kt, d, sc);
+        float tile_max = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : tile_max)
+        for (int64_t jj = 0; jj < kB; ++jj) {
+          sc[jj] *= scale;
+          tile_max = std::max(tile_max, jj < nv ? sc[jj] : -std::numeric_limits<float>::infinity());
+        }
+        const float m_new = std::max(m[r], tile_max);
+        if (m_new > m[r]) {
+          const float alpha = l[r] > 0.0f ? exp_approx(m[r] - m_new) : 0.0f;
+          l[r] *= alpha;
+#pragma omp simd
+          for (int c = 0; c < d; ++c) acc[c] *= alpha;
+          m[r] = m_new;
+        }
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t jj = 0; jj < kB; ++jj) {
+          const float e = exp_approx(sc[jj] - m_new);
+          p[jj] = jj < nv ? e : 0.0f;
+          sum += p[jj];
+        }
+        l[r] += sum;
+        for (int64_t jj = 0; jj < nv; ++jj) axpy(acc, p[jj], vj0 + jj * kv_stride, d);
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = task.begin + r;
+      float* acc = o + (base + i) * q_stride + int64_t{h} * d;
+      const float inv = 1.0f / l[r];
+#pragma omp simd
+      for (int c = 0; c < d; ++c) acc[c] *= inv;
+      if (lse) lse[int64_t{h} * T + base + i] = m[r] + std::log(l[r]);
+    }
+  }
+}
+
+void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* o,
+                        const float* lse, const int32_t* cu, const AttentionDims& dims, float* delta, float* dq,
+                        float* dk, float* dv) {
+  const int d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
+  const int64_t q_stride = int64_t{dims.n_heads} * d, kv_stride = int64_t{dims.n_kv_heads} * d, T = dims.tokens;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const int threads = omp_get_max_threads();
+  Tensor scratch = Tensor::empty({threads, scratch_floats(d)});
+  float* scratch_base = scratch.data<float>();
+
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t)
+    for (int h = 0; h < dims.n_heads; ++h) {
+      const int64_t off = t * q_stride + int64_t{h} * d;
+      delta[int64_t{h} * T + t] = dot(dout + off, o + off, d);
+    }
+
+  // Pass 1: dk, dv; a task owns KV head g's rows of one key tile of one sample.
+  const auto kv_tasks = make_tasks(cu, dims.n_samples, dims.n_kv_heads,
+                                   [](int64_t len, int64_t b, int64_t e) { return (e - b) * (len - b); });
+  const int64_t n_kv_tasks = static_cast<int64_t>(kv_tasks.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t ti = 0; ti < n_kv_tasks; ++ti) {
+    const Task& task = kv_tasks[static_cast<size_t>(ti)];
+    float* kt = scratch_base + omp_get_thread_num() * scratch_floats(d);
+    float* vt = kt + int64_t{d} * kB;
+    const int64_t base = cu[task.sample], len = cu[task.sample + 1] - base;
+    const int g = static_cast<int>(task.head);
+    const int64_t j0 = task.begin, n = task.end - task.begin;
+    const int64_t koff0 = (base + j0) * kv_stride + int64_t{g} * d;
+    transpose_tile(k + koff0, kv_stride, n, d, kt);
+    transpose_tile(v + koff0, kv_stride, n, d, vt);
+    for (int64_t jj = 0; jj < n; ++jj) {
+      std::fill_n(dk + koff0 + jj * kv_stride, d, 0.0f);
+      std::fill_n(dv + koff0 + jj * kv_stride, d, 0.0f);
+    }
+    alignas(64) float p[kB], ds[kB];
+    for (int h = g * group; h < (g + 1) * group; ++h)
+      for (int64_t i = j0; i < len; ++i) {
+        const int64_t qoff = (base + i) * q_stride + int64_t{h} * d;
+        const int64_t nv = std::min(n, i + 1 - j0);
+        row_grads(q + qoff, dout + qoff, kt, vt, d, nv, scale, lse[int64_t{h} * T + base + i],
+                  delta[int64_t{h} * T + base + i], p, ds);
+        for (int64_t jj = 0; jj < nv; ++jj) {
+          axpy(dv + koff0 + jj * kv_stride, p[jj], dout + qoff, d);
+          axpy(dk + koff0 + jj * kv_stride, ds[jj], q + qoff, d);
+        }
+      }
+  }
+
+  // Pass 2: dq; a task owns query head h's rows of one query tile of one sample.
+  const auto q_tasks =
+      make_tasks(cu, dims.n_samples, dims.n_heads, [](int64_t, int64_t b, int64_t e) { return (e - b) * e; });
+  const int64_t n_q_tasks = static_cast<int64_t>(q_tasks.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t ti = 0; ti < n_q_tasks; ++ti) {
+    const Task& task = q_tasks[static_cast<size_t>(ti)];
+    float* kt = scratch_base + omp_get_thread_num() * scratch_floats(d);
+    float* vt = kt + int64_t{d} * kB;
+    const int64_t base = cu[task.sample];
+    const int h = static_cast<int>(task.head), g = h / group;
+    for (int64_t i = task.begin; i < task.end; ++i) std::fill_n(dq + (base + i) * q_stride + int64_t{h} * d, d, 0.0f);
+    alignas(64) float p[kB], ds[kB];
+    for (int64_t j0 = 0; j0 < task.end; j0 += kB) {
+      const int64_t n = std::min(kB, task.end - j0);
+      const int64_t koff0 = (base + j0) * kv_stride + int64_t{g} * d;
+      transpose_tile(k + koff0, kv_stride, n, d, kt);
+      transpose_tile(v + koff0, kv_stride, n, d, vt);
+      for (int64_t i = std::max(task.begin, j0); i < task.end; ++i) {
+        const int64_t qoff = (base + i) * q_stride + int64_t{h} * d;
+        const int64_t nv = std::min(n, i + 1 - j0);
+        row_grads(q + qoff, dout + qoff, kt, vt, d, nv, scale, lse[int64_t{h} * T + base + i],
+                  delta[int64_t{h} * T + base + i], p, ds);
+        for (int64_t jj = 0; jj < nv; ++jj) axpy(dq + qoff, ds[jj], k + koff0 + jj * kv_stride, d);
       }
     }
   }

@@ -1,6 +1,7 @@
 // CPU kernels of causal grouped-query attention over packed sequences (contract: ops/attention.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace bp::cpu {
@@ -16,12 +17,24 @@ struct AttentionDims {
 // Query rows and key columns per tile. Memory per task is O(tile), never O(T²).
 constexpr int64_t kAttentionTile = 64;
 
-// o [T, Hq·d] (overwritten); lse [Hq, T] written when non-null.
+// o [T, Hq·d] (overwritten); lse [Hq, T] written when non-null. Per-thread scratch (two
+// [d × 64] tiles) comes from the CPU allocator.
 void attention_forward(const float* q, const float* k, const float* v, const int32_t* cu_seqlens,
                        const AttentionDims& dims, float* o, float* lse);
 // delta is scratch [Hq, T]; dq, dk, dv overwritten.
 void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* o,
                         const float* lse, const int32_t* cu_seqlens, const AttentionDims& dims, float* delta, float* dq,
                         float* dk, float* dv);
+
+// Bytes of that scratch for the current OpenMP thread count.
+size_t attention_scratch_bytes(int head_dim);
+
+// The plain kernels (one dot product per score, no scratch): the reference the tiled ones above
+// are tested against.
+void attention_forward_plain(const float* q, const float* k, const float* v, const int32_t* cu_seqlens,
+                             const AttentionDims& dims, float* o, float* lse);
+void attention_backward_plain(const float* dout, const float* q, const float* k, const float* v, const float* o,
+                              const float* lse, const int32_t* cu_seqlens, const AttentionDims& dims, float* delta,
+                              float* dq, float* dk, float* dv);
 
 }  // namespace bp::cpu
