@@ -82,6 +82,8 @@ TrainOptions TrainOptions::from_settings(const Settings& s) {
   if (int64_t k = s.get_int("training.fault_inject_nan_step"); k > 0)
     for (int64_t i = 0; i < s.get_int("training.fault_inject_nan_count"); ++i) o.fault_nan_steps.push_back(k + i);
   o.fault_crash_after_step = s.get_int("training.fault_inject_crash_step");
+  o.fault_crash_at = s.get_string("training.fault_inject_crash_at");
+  o.fault_enospc_after_bytes = s.get_int("training.fault_inject_enospc_after_bytes");
   if (o.model_dir.empty() && o.init_from_config.empty())
     throw Error(ErrorCode::CONFIG_INVALID, "[train] no model: pass --model DIR (a local Hugging Face folder) or "
                                            "--init-from-config config.json to train from scratch");

@@ -168,6 +168,8 @@ TrainSummary Trainer::run() {
   TrainOptions& o = s.opt;
   auto t0 = std::chrono::steady_clock::now();
   set_num_threads(o.threads);
+  if (!o.fault_crash_at.empty()) io_faults().crash_at = o.fault_crash_at;
+  if (o.fault_enospc_after_bytes >= 0) io_faults().enospc_after_bytes = o.fault_enospc_after_bytes;
   Allocator& alloc = cpu_allocator();
 
   // Resume target first: it decides the run id and the output folder.

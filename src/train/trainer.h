@@ -67,6 +67,8 @@ struct TrainOptions {
   std::vector<int64_t> fault_nan_steps;
   int64_t fault_eval_throw_at = -1;     // throw inside the eval after this step (tests)
   int64_t fault_crash_after_step = 0;   // SIGKILL self after this step (and its checkpoint); 0 = off
+  std::string fault_crash_at;              // io_faults().crash_at for checkpoint writes
+  int64_t fault_enospc_after_bytes = -1;   // io_faults().enospc_after_bytes
   int64_t stop_after_step_for_tests = 0;  // behave as if SIGINT arrived during this step
 
   static TrainOptions from_settings(const Settings& s);
