@@ -81,7 +81,19 @@ TEST(PreTokenizer, Metaspace) {
                                                       "b"}));
   EXPECT_EQ(pre_tokenize(first, "a b", false), (Pieces{"a\xE2\x96\x81"
                                                        "b"}));
-  EXPECT_THROW(text::make_pre_tokenizer(json{{"type", "Whitespace"}}), std::invalid_argument);
+  EXPECT_THROW(text::make_pre_tokenizer(json{{"type", "BertPreTokenizer"}}), std::invalid_argument);
+}
+
+TEST(PreTokenizer, DigitsAndWhitespace) {
+  // SmolLM's Sequence: Digits(individual) then ByteLevel.
+  const json smollm = json::parse(R"({"type": "Sequence", "pretokenizers": [
+      {"type": "Digits", "individual_digits": true},
+      {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}]})");
+  EXPECT_EQ(pre_tokenize(smollm, "ab 123"), (Pieces{"ab", "\xC4\xA0", "1", "2", "3"}));
+  EXPECT_EQ(pre_tokenize(json{{"type", "Digits"}, {"individual_digits", false}}, "a12b3"),
+            (Pieces{"a", "12", "b", "3"}));
+  EXPECT_EQ(pre_tokenize(json{{"type", "Whitespace"}}, "Hey  man!! ok"), (Pieces{"Hey", "man", "!!", "ok"}));
+  EXPECT_EQ(pre_tokenize(json{{"type", "WhitespaceSplit"}}, " Hey  man!! "), (Pieces{"Hey", "man!!"}));
 }
 
 TEST(Unicode, LossyUtf8UsesMaximalSubparts) {
