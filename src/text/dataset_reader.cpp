@@ -146,8 +146,8 @@ std::vector<RawRecord> split_records(std::string_view content, bool plain_text, 
         } else if (c == '{' || c == '[') {
           ++depth;
         } else if (c == '}' || c == ']') {
-          if (depth == 0) break;  // the array's closing bracket
-          --depth;
+          if (depth == 0 && c == ']') break;  // the array's closing bracket
+          if (depth > 0) --depth;             // a stray '}' stays in this (broken) element
         } else if (c == ',' && depth == 0) {
           break;
         }

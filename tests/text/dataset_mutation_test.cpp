@@ -43,7 +43,10 @@ std::string mutate(std::string s, Rng& r) {
   const int edits = 1 + static_cast<int>(r.below(4));
   for (int e = 0; e < edits; ++e) {
     const size_t pos = r.below(s.size() + 1);
-    switch (r.below(7)) {
+    switch (r.below(8)) {
+      case 7:  // turn the file into a (usually broken) JSON array
+        s.insert(0, "[");
+        break;
       case 0:  // flip a byte
         if (!s.empty()) s[r.below(s.size())] = static_cast<char>(r.next());
         break;

@@ -199,6 +199,17 @@ TEST(Dataset, JsonArrayElementsKeepTheirLineNumbers) {
   EXPECT_EQ(ds.issues[1].problem, RowProblem::EmptyTurn);
 }
 
+TEST(Dataset, StrayClosingBracesInAJsonArrayDoNotHang) {
+  // Found by tests/fuzz/jsonl_fuzz.cpp: a '}' at the top level of an array made the element
+  // scanner stop without progress and loop forever.
+  for (const char* content : {"[}", "[{\"text\": \"a\"}}]", "[}}},{\"text\": \"b\"}]", "[\"x\"A}]"}) {
+    SCOPED_TRACE(content);
+    const LoadedDataset ds = parse_dataset(content, "a.json");
+    EXPECT_EQ(static_cast<int64_t>(ds.rows.size() + ds.issues.size()), ds.total_rows);
+    EXPECT_LE(ds.total_rows, 2);
+  }
+}
+
 TEST(Dataset, MissingEmptyAllBadAndUnknownFiles) {
   TempDir dir;
   EXPECT_EQ(code_of([&] { load_dataset(dir.path + "/nope.jsonl"); }), ErrorCode::INPUT_DATASET_NOT_FOUND);
