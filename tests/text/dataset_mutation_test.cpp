@@ -45,7 +45,7 @@ std::string mutate(std::string s, Rng& r) {
     const size_t pos = r.below(s.size() + 1);
     switch (r.below(8)) {
       case 7:  // turn the file into a (usually broken) JSON array
-        s.insert(0, "[");
+        s.insert(s.begin(), '[');
         break;
       case 0:  // flip a byte
         if (!s.empty()) s[r.below(s.size())] = static_cast<char>(r.next());
