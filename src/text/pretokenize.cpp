@@ -254,6 +254,24 @@ class MetaspacePre : public PreTokenizer {
   std::unique_ptr<Pattern> splitter_;
 };
 
+// A fixed regex with a fixed behaviour: Digits, Whitespace and WhitespaceSplit are all
+// Split in disguise (Rust: char::is_numeric runs, \w+|[^\w\s]+ kept, whitespace removed).
+class RegexPre : public PreTokenizer {
+ public:
+  RegexPre(const std::string& regex, Behavior behavior, bool invert)
+      : pattern_(json{{"Regex", regex}}), behavior_(behavior), invert_(invert) {}
+  void split(std::vector<std::string>& pieces, bool) const override {
+    std::vector<std::string> out;
+    for (const auto& p : pieces) split_by(pattern_, behavior_, invert_, p, out);
+    pieces.swap(out);
+  }
+
+ private:
+  Pattern pattern_;
+  Behavior behavior_;
+  bool invert_;
+};
+
 class SequencePre : public PreTokenizer {
  public:
   explicit SequencePre(const json& spec) {
@@ -277,8 +295,15 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& spec) {
   if (type == "Split") return std::make_unique<SplitPre>(spec);
   if (type == "ByteLevel") return std::make_unique<ByteLevelPre>(spec);
   if (type == "Metaspace") return std::make_unique<MetaspacePre>(spec);
+  if (type == "Digits") {  // SmolLM: individual_digits splits 123 into 1 2 3
+    return spec.value("individual_digits", false) ? std::make_unique<RegexPre>("\\p{N}", Behavior::Isolated, false)
+                                                  : std::make_unique<RegexPre>("\\p{N}+", Behavior::Isolated, false);
+  }
+  if (type == "Whitespace") return std::make_unique<RegexPre>("\\w+|[^\\w\\s]+", Behavior::Removed, true);
+  if (type == "WhitespaceSplit") return std::make_unique<RegexPre>("\\s+", Behavior::Removed, false);
   throw std::invalid_argument("unsupported pre_tokenizer type \"" + type +
-                              "\" (supported: Sequence, Split, ByteLevel, Metaspace)");
+                              "\" (supported: Sequence, Split, ByteLevel, Metaspace, Digits, Whitespace, "
+                              "WhitespaceSplit)");
 }
 
 }  // namespace bp::text

@@ -1,6 +1,7 @@
 // Pre-tokenizers of tokenizer.json: they cut normalized text into pieces that BPE encodes
 // one by one. Supported: Sequence, Split (Regex or String pattern, every split behaviour,
-// invert), ByteLevel (GPT-2 regex when use_regex, byte -> unicode alphabet), Metaspace.
+// invert), ByteLevel (GPT-2 regex when use_regex, byte -> unicode alphabet), Metaspace, Digits
+// (SmolLM), Whitespace, WhitespaceSplit.
 // Regexes run through PCRE2 in UTF + UCP mode (JIT when available); Hugging Face writes them
 // for Oniguruma, whose syntax agrees with PCRE2 on everything these files use.
 #pragma once
