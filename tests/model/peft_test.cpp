@@ -164,6 +164,9 @@ TEST(Peft, DamagedOrUnsupportedAdapters) {
   EXPECT_NE(with("rank_pattern", {{"q_proj", 4}}).find("rank_pattern"), std::string::npos);
   EXPECT_NE(with("modules_to_save", {"lm_head"}).find("modules_to_save"), std::string::npos);
   EXPECT_NE(with("r", "two").find("'r'"), std::string::npos);
+  EXPECT_NE(with("r", 0).find("out of range"), std::string::npos);
+  EXPECT_NE(with("lora_alpha", 1e300).find("out of range"), std::string::npos);
+  EXPECT_NE(with("lora_dropout", 1.5).find("out of range"), std::string::npos);
   std::ofstream(dir.path + "/adapter_config.json") << good.dump();
 
   // One half missing, and a foreign tensor.
