@@ -13,6 +13,10 @@
 namespace bp {
 namespace {
 
+// Below this many elements a tensor is converted on one thread: waking a team costs more than it
+// saves, and on a loaded machine a descheduled team member stalls the rest.
+constexpr int64_t kParallelMinElements = int64_t{1} << 18;
+
 using QuantFn = void (*)(const float*, uint8_t*);
 using DequantFn = void (*)(const uint8_t*, float*);
 
@@ -92,7 +96,7 @@ void quantize_rows(GGMLType t, const float* src, void* dst, int64_t nrows, int64
       const int64_t n = static_cast<int64_t>(total);
       const int64_t chunk = 1 << 16;
       const DType dt = t == GGMLType::F16 ? DType::F16 : DType::BF16;
-#pragma omp parallel for schedule(static) if (n > chunk)
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
       for (int64_t c = 0; c < (n + chunk - 1) / chunk; ++c) {
         const int64_t b = c * chunk, e = std::min(n, b + chunk);
         convert(src + b, DType::F32, out + b * 2, dt, static_cast<size_t>(e - b));
@@ -106,7 +110,7 @@ void quantize_rows(GGMLType t, const float* src, void* dst, int64_t nrows, int64
   const int64_t blocks_per_row = n_per_row / info.block_size;
   const int64_t nblocks = nrows * blocks_per_row;
   // Parallel over blocks (a block never spans rows), so few long rows still use every thread.
-#pragma omp parallel for schedule(static) if (nblocks >= 64)
+#pragma omp parallel for schedule(static) if (nblocks * info.block_size >= kParallelMinElements)
   for (int64_t b = 0; b < nblocks; ++b)
     k.quant(src + b * info.block_size, out + b * static_cast<int64_t>(info.block_bytes));
 }
@@ -124,7 +128,7 @@ void dequantize_rows(GGMLType t, const void* src, float* dst, int64_t nrows, int
   const Kernels k = kernels_for(t);
   const auto& info = ggml_type_info(t);
   const int64_t nblocks = nrows * (n_per_row / info.block_size);
-#pragma omp parallel for schedule(static) if (nblocks >= 64)
+#pragma omp parallel for schedule(static) if (nblocks * info.block_size >= kParallelMinElements)
   for (int64_t b = 0; b < nblocks; ++b)
     k.dequant(in + b * static_cast<int64_t>(info.block_bytes), dst + b * info.block_size);
 }

@@ -265,7 +265,7 @@ TEST(Quantize, QualityOnGaussianWeights) {
 }
 
 TEST(Quantize, SameBytesForAnyThreadCount) {
-  const int rows = 7, cols = 512;
+  const int rows = 65, cols = 4096;  // above the size where quantize_rows goes parallel
   const auto x = test::random_vector(rows * cols, 5);
   for (const auto& c : cases()) {
     std::vector<uint8_t> a(rows * ggml_row_bytes(c.type, cols)), b(a.size());
