@@ -240,9 +240,13 @@ GGUFExportResult export_gguf(const ModelWeights& weights, const std::string& tok
   GGUFWriter w;
   const std::string name = model_name.empty() ? std::filesystem::path(output_path).stem().string() : model_name;
   add_model_to_gguf(w, weights, quant, name);
-  add_tokenizer_metadata(w, read_gguf_tokenizer(tokenizer_dir, weights.config));
+  const GGUFTokenizer tok = read_gguf_tokenizer(tokenizer_dir, weights.config);
+  add_tokenizer_metadata(w, tok);
   w.write(output_path);
   GGUFExportResult r;
+  r.chat_template = tok.chat_template;
+  r.end_tokens = tok.end_tokens;
+  r.context_length = weights.config.max_position_embeddings;
   r.path = output_path;
   r.bytes = w.expected_file_bytes();
   r.file_type = gguf_quant_name(quant);

@@ -54,6 +54,10 @@ struct GGUFExportResult {
   std::string file_type;                                          // e.g. "q4_k_m"
   std::vector<std::pair<std::string, std::string>> tensor_types;  // name, ggml type name
   double seconds = 0;
+  // From the tokenizer, for the Ollama Modelfile (io/ollama.h: ollama_template_from_jinja).
+  std::string chat_template;
+  std::vector<std::string> end_tokens;
+  int64_t context_length = 0;  // max_position_embeddings, a default for num_ctx
 };
 
 // Writes `output_path` atomically (io/gguf_writer.h). model_name defaults to the output file's stem.
