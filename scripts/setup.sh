@@ -18,7 +18,7 @@ done
 
 pkgs=(build-essential cmake pkg-config git
       libopenblas-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
-      libtomlplusplus-dev libcpp-httplib-dev libpcre2-dev libssl-dev
+      libtomlplusplus-dev libcpp-httplib-dev libpcre2-dev libicu-dev libssl-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang-format-14 libomp-dev)
 if [ "$want_tests" = 1 ]; then
   pkgs+=(python3-torch python3-numpy)

@@ -29,7 +29,7 @@ class Tokenizer {
   virtual int32_t token_to_id(std::string_view token) const = 0;  // -1 when absent
   virtual bool is_special(int32_t id) const = 0;
 
-  int32_t bos_id() const { return bos_id_; }            // -1 when none
+  int32_t bos_id() const { return bos_id_; }  // -1 when none
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
   int32_t pad_id() const { return pad_id_; }
   const std::string& chat_template() const { return chat_template_; }  // "" when none
