@@ -107,6 +107,16 @@ TEST(CliDocs, ErrorsMarkdownIsUpToDate) {
                                 << "  ./build/backprop info --error-codes --markdown > docs/errors.md";
 }
 
+TEST(CliDocs, SettingsMarkdownIsUpToDate) {
+  Result r = backprop("info --env-vars --markdown", "", true);
+  ASSERT_EQ(r.rc, 0);
+  for (const auto& spec : settings_registry())
+    EXPECT_NE(r.out.find(setting_env_var(spec)), std::string::npos) << spec.key;
+  std::string on_disk = slurp(test::source_dir() + "/docs/settings.md");
+  EXPECT_TRUE(on_disk == r.out) << "docs/settings.md is stale: regenerate it with\n"
+                                << "  ./build/backprop info --env-vars --markdown > docs/settings.md";
+}
+
 TEST(CliErrors, TextFormatAndExitCodeForUserErrors) {
   Result r = backprop("info", "BACKPROPAGATE_TRAINING__LR=fast");
   EXPECT_EQ(r.rc, 1);
