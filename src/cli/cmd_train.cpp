@@ -33,15 +33,41 @@ int run_train() {
 }
 
 bp::cli::RunFn setup_train(CLI::App& sub) {
-  bp::cli::bind_settings(
-      sub, {"model.path", "data.path", "training.output", "training.steps", "training.epochs", "training.batch_size",
-            "training.micro_batch_size", "training.grad_accum", "training.lr", "training.lr_scheduler",
-            "training.warmup_steps", "training.weight_decay", "training.max_grad_norm", "training.max_seq_length",
-            "training.mode", "lora.r", "lora.alpha", "lora.dropout", "lora.target_modules", "lora.use_rslora",
-            "training.gradient_checkpointing", "training.seed", "training.eval_every", "data.holdout",
-            "training.save_every", "training.keep_checkpoints", "training.resume", "training.max_memory",
-            "training.threads", "training.oom_recovery", "training.init_from_config", "data.format", "data.strict",
-            "data.train_on_all", "training.nan_guard_max_consecutive"});
+  bp::cli::bind_settings(sub, {"model.path",
+                               "data.path",
+                               "training.output",
+                               "training.steps",
+                               "training.epochs",
+                               "training.batch_size",
+                               "training.micro_batch_size",
+                               "training.grad_accum",
+                               "training.lr",
+                               "training.lr_scheduler",
+                               "training.warmup_steps",
+                               "training.weight_decay",
+                               "training.max_grad_norm",
+                               "training.max_seq_length",
+                               "training.mode",
+                               "lora.r",
+                               "lora.alpha",
+                               "lora.dropout",
+                               "lora.target_modules",
+                               "lora.use_rslora",
+                               "training.gradient_checkpointing",
+                               "training.seed",
+                               "training.eval_every",
+                               "data.holdout",
+                               "training.save_every",
+                               "training.keep_checkpoints",
+                               "training.resume",
+                               "training.max_memory",
+                               "training.threads",
+                               "training.oom_recovery",
+                               "training.init_from_config",
+                               "data.format",
+                               "data.strict",
+                               "data.train_on_all",
+                               "training.nan_guard_max_consecutive"});
   return run_train;
 }
 

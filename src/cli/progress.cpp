@@ -23,9 +23,10 @@ std::string format_duration(double s) {
 
 std::string format_progress_line(const StepRecord& r, int64_t total, double tps, size_t in_use, size_t peak,
                                  double eta_s, int width) {
-  int filled = total > 0 ? static_cast<int>(static_cast<double>(width) * static_cast<double>(r.step) /
-                                            static_cast<double>(total))
-                         : 0;
+  int filled =
+      total > 0
+          ? static_cast<int>(static_cast<double>(width) * static_cast<double>(r.step) / static_cast<double>(total))
+          : 0;
   std::string bar(static_cast<size_t>(std::clamp(filled, 0, width)), '=');
   if (filled < width) bar += '>';
   bar.resize(static_cast<size_t>(width), ' ');

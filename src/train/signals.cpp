@@ -20,7 +20,8 @@ static void on_signal(int sig) {
   }
   int expected = 0;
   g_stop_signal.compare_exchange_strong(expected, sig);
-  static const char msg[] = "\n[backprop] stopping after this step (checkpoint will be saved); interrupt again to exit now\n";
+  static const char msg[] =
+      "\n[backprop] stopping after this step (checkpoint will be saved); interrupt again to exit now\n";
   ssize_t r = ::write(2, msg, sizeof msg - 1);
   (void)r;
 }
@@ -41,8 +42,14 @@ void uninstall_stop_handlers() {
   g_sigint_count = 0;
 }
 
-bool stop_requested() { return g_stop_signal.load() != 0; }
-void request_stop() { g_stop_signal = SIGTERM; }
-int stop_signal() { return g_stop_signal.load(); }
+bool stop_requested() {
+  return g_stop_signal.load() != 0;
+}
+void request_stop() {
+  g_stop_signal = SIGTERM;
+}
+int stop_signal() {
+  return g_stop_signal.load();
+}
 
 }  // namespace bp

@@ -85,8 +85,9 @@ TrainOptions TrainOptions::from_settings(const Settings& s) {
   o.fault_crash_at = s.get_string("training.fault_inject_crash_at");
   o.fault_enospc_after_bytes = s.get_int("training.fault_inject_enospc_after_bytes");
   if (o.model_dir.empty() && o.init_from_config.empty())
-    throw Error(ErrorCode::CONFIG_INVALID, "[train] no model: pass --model DIR (a local Hugging Face folder) or "
-                                           "--init-from-config config.json to train from scratch");
+    throw Error(ErrorCode::CONFIG_INVALID,
+                "[train] no model: pass --model DIR (a local Hugging Face folder) or "
+                "--init-from-config config.json to train from scratch");
   if (o.data_path.empty())
     throw Error(ErrorCode::CONFIG_INVALID, "[train] no data: pass --data FILE (JSONL, JSON or .txt)");
   if (!o.init_from_config.empty() && o.mode != TrainMode::Full)

@@ -30,7 +30,8 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
   std::sort(lens.begin(), lens.end(), std::greater<>());
   auto tokens_for = [&](int64_t k) {
     int64_t t = 0;
-    for (int64_t i = 0; i < std::min<int64_t>(k, static_cast<int64_t>(lens.size())); ++i) t += lens[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < std::min<int64_t>(k, static_cast<int64_t>(lens.size())); ++i)
+      t += lens[static_cast<size_t>(i)];
     return std::max<int64_t>(t, 1);
   };
   auto plan_for = [&](int64_t k) {
@@ -45,13 +46,12 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
   tp.limit_bytes = limit;
   MemoryPlan one = plan_for(1);
   if (enforced && one.total() > limit) {
-    std::string what = fmt::format(
-        "one sequence of {} tokens needs {} but the limit is {}", tokens_for(1), format_bytes(one.total()),
-        format_bytes(limit));
-    throw Error(ErrorCode::RUNTIME_GPU_OOM,
-                fmt::format("[train] the run cannot fit before the first step: {}. Plan: {}", what,
-                            describe_memory_plan(one)),
-                {{"plan", one.to_json()}, {"limit_bytes", limit}, {"tokens", tokens_for(1)}})
+    std::string what = fmt::format("one sequence of {} tokens needs {} but the limit is {}", tokens_for(1),
+                                   format_bytes(one.total()), format_bytes(limit));
+    throw Error(
+        ErrorCode::RUNTIME_GPU_OOM,
+        fmt::format("[train] the run cannot fit before the first step: {}. Plan: {}", what, describe_memory_plan(one)),
+        {{"plan", one.to_json()}, {"limit_bytes", limit}, {"tokens", tokens_for(1)}})
         .with_suggestion(fmt::format(
             "Raise --max-memory (at least {}), shorten --max-seq-length (now {}), keep --gradient-checkpointing on, "
             "use --mode lora or a lower --lora-r; `backprop estimate-vram` shows what fits.",

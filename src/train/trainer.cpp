@@ -1,9 +1,8 @@
 // The training loop. See trainer.h for the contract and the output layout.
 #include "train/trainer.h"
 
-#include <spdlog/spdlog.h>
-
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -93,8 +92,12 @@ Trainer::Trainer(TrainOptions options, TrainCallbacks callbacks) : s_(std::make_
   s_->cb = std::move(callbacks);
 }
 Trainer::~Trainer() = default;
-Model& Trainer::model() { return *s_->model; }
-LoraAdapter* Trainer::adapter() { return s_->adapter.get(); }
+Model& Trainer::model() {
+  return *s_->model;
+}
+LoraAdapter* Trainer::adapter() {
+  return s_->adapter.get();
+}
 
 // ---- resume -----------------------------------------------------------------------------------
 
@@ -352,7 +355,8 @@ TrainSummary Trainer::run() {
             alloc.fail_after_allocations(1);  // the micro-batch's first allocation fails
           }
           std::vector<const Sample*> batch;
-          for (int64_t i = b; i < e; ++i) batch.push_back(&s.data.train[static_cast<size_t>(ids[static_cast<size_t>(i)])]);
+          for (int64_t i = b; i < e; ++i)
+            batch.push_back(&s.data.train[static_cast<size_t>(ids[static_cast<size_t>(i)])]);
           uint64_t dropout_seed = o.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(s.step) * 1000003ull +
                                   static_cast<uint64_t>(ids[static_cast<size_t>(b)]);
           loss_sum += s.model->forward_backward(make_batch(batch), grad_scale, dropout_seed).loss_sum;
@@ -395,8 +399,11 @@ TrainSummary Trainer::run() {
       ++s.consecutive_nonfinite;
       std::vector<int64_t> rows;
       for (int64_t id : ids) rows.push_back(s.data.train[static_cast<size_t>(id)].source_line);
-      s.record({{"type", "nonfinite"}, {"step", rec.step}, {"loss", std::isfinite(rec.loss) ? rec.loss : -1.0},
-                {"grad_norm_finite", std::isfinite(rec.grad_norm)}, {"dataset_rows", rows}});
+      s.record({{"type", "nonfinite"},
+                {"step", rec.step},
+                {"loss", std::isfinite(rec.loss) ? rec.loss : -1.0},
+                {"grad_norm_finite", std::isfinite(rec.grad_norm)},
+                {"dataset_rows", rows}});
       s.event("warn", fmt::format("non-finite {} at step {}: update skipped (dataset rows {})",
                                   std::isfinite(rec.loss) ? "gradient norm" : "loss", rec.step, fmt::join(rows, ", ")));
       if (s.consecutive_nonfinite >= o.nan_max_consecutive)
@@ -471,7 +478,9 @@ TrainSummary Trainer::run() {
     s.summary.final_artifact = dir;
   } else {
     std::string dir = (fs::path(o.output_dir) / "model").string();
-    save_hf_model(s.model->weights(), dir, tok_dir);
+    SaveModelOptions so;
+    so.copy_files_from = tok_dir;
+    save_hf_model(s.model->weights(), dir, so);
     s.summary.final_artifact = dir;
   }
   s.summary.micro_batch_size = s.oom->micro_seqs();

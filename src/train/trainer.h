@@ -34,8 +34,8 @@ struct TrainOptions {
   std::string data_format = "auto";
   std::string output_root = "runs";  // runs folder: a new run writes to <output_root>/<run id>
   std::string output_dir;            // set explicitly (tests) to write exactly there
-  std::string resume;      // "" | "latest" | run id | path
-  int64_t steps = 0;       // 0 -> from epochs
+  std::string resume;                // "" | "latest" | run id | path
+  int64_t steps = 0;                 // 0 -> from epochs
   int64_t epochs = 1;
   int64_t batch_size = 8;        // sequences per optimizer step
   int64_t micro_batch_size = 0;  // 0 = auto (memory plan)
@@ -65,10 +65,10 @@ struct TrainOptions {
   int64_t fault_oom_step = -1;
   int64_t fault_oom_repeat = 1;  // how many consecutive attempts of that step fail
   std::vector<int64_t> fault_nan_steps;
-  int64_t fault_eval_throw_at = -1;     // throw inside the eval after this step (tests)
-  int64_t fault_crash_after_step = 0;   // SIGKILL self after this step (and its checkpoint); 0 = off
-  std::string fault_crash_at;              // io_faults().crash_at for checkpoint writes
-  int64_t fault_enospc_after_bytes = -1;   // io_faults().enospc_after_bytes
+  int64_t fault_eval_throw_at = -1;       // throw inside the eval after this step (tests)
+  int64_t fault_crash_after_step = 0;     // SIGKILL self after this step (and its checkpoint); 0 = off
+  std::string fault_crash_at;             // io_faults().crash_at for checkpoint writes
+  int64_t fault_enospc_after_bytes = -1;  // io_faults().enospc_after_bytes
   int64_t stop_after_step_for_tests = 0;  // behave as if SIGINT arrived during this step
 
   static TrainOptions from_settings(const Settings& s);

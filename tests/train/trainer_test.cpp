@@ -13,7 +13,9 @@ namespace bp {
 
 namespace fs = std::filesystem;
 
-static std::string model_dir() { return test::shared_dir() + "/models/stories260K"; }
+static std::string model_dir() {
+  return test::shared_dir() + "/models/stories260K";
+}
 
 // A small text dataset whose sentences the model can learn quickly.
 static std::string write_dataset(const std::string& dir, int rows = 24) {
@@ -74,7 +76,7 @@ TEST(Trainer, OomRecoveryKeepsStepsSamplesAndLosses) {
   test::TempDir a_dir, b_dir;
   TrainOptions a = base_options(a_dir.path);
   TrainOptions b = base_options(b_dir.path);
-  b.fault_oom_step = 2;  // the third step's first micro-batch runs out of memory
+  b.fault_oom_step = 2;    // the third step's first micro-batch runs out of memory
   b.fault_oom_repeat = 2;  // twice: 4 -> 2 -> 1 sequences per micro-batch
   TrainSummary sa = Trainer(a).run();
   TrainSummary sb = Trainer(b).run();
