@@ -262,7 +262,26 @@ INSTANTIATE_TEST_SUITE_P(Texts, DoctorRealText,
                                            Case{"nan_loss_cookbook_300.txt", "nan-loss"},
                                            Case{"fp16_overflow_apex_715.txt", "fp16-overflow"},
                                            Case{"xla_recompile_xla_2511.txt", "xla-recompilation"},
-                                           Case{"xla_compile_slow_xla_3354.txt", "xla-recompilation"}));
+                                           Case{"xla_compile_slow_xla_3354.txt", "xla-recompilation"},
+                                           Case{"cuda_runtime_oom_unsloth_1552.txt", "cuda-runtime-oom"},
+                                           Case{"cublas_not_initialized_tf_9489.txt", "cublas-not-initialized"},
+                                           Case{"hf_401_not_found_nerzh_1.txt", "hf-unauthorized"},
+                                           Case{"nccl_system_error_nccl_375.txt", "nccl-system-error"}));
+
+// Every entry of the data file is recognised by at least one real text (plus one constructed text
+// for the generic CUDA fallback, which by design gives way to every specific CUDA entry).
+TEST(Doctor, EveryDataEntryHasATest) {
+  std::set<std::string> hit;
+  for (const auto& f : std::filesystem::directory_iterator(test::source_dir() + "/tests/cli/data/doctor")) {
+    if (f.path().extension() != ".txt") continue;
+    for (const auto& id : ids(doctor_json("'" + f.path().string() + "'"))) hit.insert(id);
+  }
+  auto generic = doctor_text("RuntimeError: CUDA error: no kernel image is available for execution on the device\n");
+  EXPECT_EQ(num_text(first(generic), "message"), "no kernel image is available for execution on the device");
+  for (const auto& id : ids(generic)) hit.insert(id);
+  auto data = nlohmann::json::parse(read_file(test::source_dir() + "/data/troubleshooting.json"));
+  for (const auto& e : data.at("entries")) EXPECT_TRUE(hit.count(e.at("id").get<std::string>())) << e.at("id");
+}
 
 TEST(Doctor, CublasExecutionFailedReadsDtype) {  // isl-org/DPT#4
   auto m = first(doctor_file("cublas_execution_failed_dpt_4.txt"));
