@@ -1,16 +1,105 @@
-// `backprop info`: version, build, machine and feature matrix. (Expanded in issue 2.)
+// `backprop info`: version, build, machine, GPUs and the feature matrix (--json for programs);
+// `--env-vars` lists every setting with its variable, default and current value; `--error-codes`
+// prints the error catalog (`--markdown` prints docs/errors.md, which is generated this way).
+#include <fmt/format.h>
+
 #include <iostream>
 
-#include "build_info.h"
 #include "cli/command.h"
+#include "core/error_report.h"
+#include "core/settings.h"
+#include "core/sysinfo.h"
 
 namespace {
+
+struct InfoOptions {
+  bool env_vars = false;
+  bool error_codes = false;
+  bool markdown = false;
+};
+
+void print_env_vars(bool json) {
+  const auto& s = bp::cli::settings();
+  nlohmann::json arr = nlohmann::json::array();
+  std::string section;
+  for (const auto& spec : bp::settings_registry()) {
+    std::string def = spec.default_value;
+    std::string cur = s.text(spec.key);
+    if (json) {
+      arr.push_back({{"variable", bp::setting_env_var(spec)},
+                     {"key", spec.key},
+                     {"type", bp::setting_type_name(spec.type)},
+                     {"default", def},
+                     {"current", cur},
+                     {"source", bp::setting_source_name(s.source(spec.key))},
+                     {"allowed", bp::setting_allowed_text(spec)},
+                     {"flag", spec.flag},
+                     {"secret", spec.secret},
+                     {"help", spec.help}});
+      continue;
+    }
+    std::string sec = std::string(spec.key).substr(0, std::string(spec.key).find('.'));
+    if (sec != section) {
+      section = sec;
+      std::cout << (section == "model" ? "" : "\n") << "[" << section << "]\n";
+    }
+    std::cout << fmt::format("{}  ({}{}{})\n", bp::setting_env_var(spec), bp::setting_type_name(spec.type),
+                             spec.flag[0] ? ", flag " : "", spec.flag);
+    std::cout << fmt::format("    default: {}   current: {} ({})\n", def.empty() ? "\"\"" : def,
+                             cur.empty() ? "\"\"" : cur, bp::setting_source_name(s.source(spec.key)));
+    std::cout << fmt::format("    allowed: {}\n    {}\n", bp::setting_allowed_text(spec), spec.help);
+  }
+  if (json) std::cout << arr.dump(2) << std::endl;
+}
+
+void print_error_codes(bool json, bool markdown) {
+  if (markdown) {
+    std::cout << bp::error_catalog_markdown();
+    return;
+  }
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& e : bp::error_catalog()) {
+    if (json) {
+      arr.push_back({{"code", e.name},
+                     {"category", e.category},
+                     {"retryable", bp::retryable_name(e.retryable)},
+                     {"exit_code", bp::exit_code_for(e.code)},
+                     {"trigger", e.trigger},
+                     {"suggestion", e.suggestion}});
+      continue;
+    }
+    std::cout << fmt::format("{}  ({}, retryable: {}, exit code {})\n    {}\n    Suggestion: {}\n", e.name, e.category,
+                             bp::retryable_name(e.retryable), bp::exit_code_for(e.code), e.trigger, e.suggestion);
+  }
+  if (json) std::cout << arr.dump(2) << std::endl;
+}
+
 bp::cli::RunFn setup_info(CLI::App& sub) {
-  return [] {
-    std::cout << "backprop " << BP_VERSION << " (" << BP_BUILD_TYPE << ", " << BP_CXX_COMPILER << ")\n";
+  auto o = std::make_shared<InfoOptions>();
+  sub.add_flag("--env-vars", o->env_vars, "List every setting: variable, flag, type, default, current value");
+  sub.add_flag("--error-codes", o->error_codes, "Print the error catalog");
+  sub.add_flag("--markdown", o->markdown, "With --error-codes: print the catalog as Markdown (docs/errors.md)");
+  return [o] {
+    bool json = bp::cli::global_options().json;
+    if (o->markdown && !o->error_codes)
+      throw bp::Error(bp::ErrorCode::CONFIG_INVALID, "[info] --markdown only applies to --error-codes");
+    if (o->env_vars) {
+      print_env_vars(json);
+      return 0;
+    }
+    if (o->error_codes) {
+      print_error_codes(json, o->markdown);
+      return 0;
+    }
+    bp::SystemInfo info = bp::system_info();
+    if (json)
+      std::cout << bp::to_json(info).dump(2) << std::endl;
+    else
+      std::cout << bp::to_text(info);
     return 0;
   };
 }
+
 }  // namespace
 
 BP_REGISTER_COMMAND("info", "Version, build, hardware and available features", setup_info);

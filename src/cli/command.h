@@ -12,17 +12,26 @@
 #include <string>
 #include <vector>
 
+#include "core/settings.h"
+
 namespace bp::cli {
 
 // Options every command shares (set by main before the command runs).
 struct GlobalOptions {
-  bool json = false;             // --json: machine-readable output and error envelope
-  std::string config_path;       // --config FILE (TOML)
-  std::string log_level;         // --log-level
-  std::string log_format;        // --log-format console|json
-  std::string log_file;          // --log-file
+  bool json = false;        // --json: machine-readable output and error envelope
+  std::string config_path;  // --config FILE (TOML)
+  std::string log_level;    // --log-level
+  std::string log_format;   // --log-format console|json
+  std::string log_file;     // --log-file
 };
 GlobalOptions& global_options();
+
+// The settings of this invocation, loaded by main after parsing (defaults < --config TOML <
+// BACKPROPAGATE_* environment < flags). Valid inside run functions.
+const Settings& settings();
+// Adds flags for these settings to a subcommand (names, types and help come from the settings
+// table): `bind_settings(sub, {"training.lr", "training.steps"})` gives --lr and --steps.
+void bind_settings(CLI::App& sub, std::initializer_list<std::string_view> keys);
 
 using RunFn = std::function<int()>;
 using SetupFn = RunFn (*)(CLI::App& sub);

@@ -1,10 +1,19 @@
-// backprop: the command-line entry point. Builds the CLI11 app from the command registry,
-// runs the chosen subcommand and turns bp::Error into the printed message and exit code.
+// backprop: the command-line entry point. Builds the CLI11 app from the command registry, loads the
+// settings (defaults < --config < BACKPROPAGATE_* < flags), starts logging, runs the chosen
+// subcommand and turns bp::Error into the printed message and the exit code:
+//   0 ok, 1 user error (config/input codes, bad command line), 2 runtime error, 3 partial success
+//   (returned by commands), 130 interrupted (RUNTIME_TRAINING_ABORTED).
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/error_report.h"
+#include "core/log.h"
+#include "core/redact.h"
 
 namespace bp::cli {
 
@@ -18,20 +27,38 @@ std::vector<CommandSpec>& command_registry() {
   return r;
 }
 
-static void print_error(const Error& e) {
-  const auto& info = e.info();
+namespace {
+Settings& mutable_settings() {
+  static Settings s;
+  return s;
+}
+std::vector<SettingOverride>& flag_overrides() {
+  static std::vector<SettingOverride> v;
+  return v;
+}
+
+void print_error(const Error& e) {
+  std::string run_id = log::run_started() ? log::run_id() : "";
   if (global_options().json) {
-    nlohmann::json j = {{"code", info.name},
-                        {"message", e.what()},
-                        {"retryable", retryable_name(info.retryable)},
-                        {"suggestion", e.suggestion()},
-                        {"details", e.details()},
-                        {"run_id", nullptr}};
-    std::cout << j.dump(2) << std::endl;
+    std::cout << render_error_json(e, run_id).dump(2) << std::endl;
     return;
   }
-  std::fprintf(stderr, "[ERROR] [%s] %s\n", info.name, e.what());
-  std::fprintf(stderr, "Suggestion: %s\n", e.suggestion().c_str());
+  std::fflush(stderr);
+  std::cerr << render_error_text(e, run_id) << std::flush;
+}
+
+int fail(const Error& e) {
+  print_error(e);
+  return exit_code_for(e.code());
+}
+}  // namespace
+
+const Settings& settings() {
+  return mutable_settings();
+}
+
+void bind_settings(CLI::App& sub, std::initializer_list<std::string_view> keys) {
+  bind_setting_flags(sub, flag_overrides(), keys);
 }
 
 }  // namespace bp::cli
@@ -40,9 +67,11 @@ int main(int argc, char** argv) {
   using namespace bp::cli;
   CLI::App app{"backprop: fine-tune Llama-family models on the machine you have"};
   app.require_subcommand(1);
+  app.fallthrough();  // global options may follow the subcommand: `backprop info --json`
   auto& g = global_options();
   app.add_flag("--json", g.json, "Machine-readable output (and a JSON error envelope)");
-  app.add_option("--config", g.config_path, "TOML settings file");
+  app.add_option("--config", g.config_path, "TOML settings file ([section] key = value; see info --env-vars)");
+  bind_settings(app, {"logging.level", "logging.format", "logging.file"});
   std::vector<std::pair<CLI::App*, RunFn>> runs;
   for (auto& spec : command_registry()) {
     CLI::App* sub = app.add_subcommand(spec.name, spec.help);
@@ -50,18 +79,37 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 1;
+    for (int i = 1; i < argc; ++i)
+      if (std::strcmp(argv[i], "--json") == 0) g.json = true;
+    return fail(bp::Error(bp::ErrorCode::CONFIG_INVALID, std::string("[cli] ") + e.what())
+                    .with_suggestion("Run `backprop --help` or `backprop <command> --help` for the accepted options."));
   }
   try {
+    mutable_settings() = bp::Settings::load(g.config_path, bp::current_environment(), flag_overrides());
+    const auto& s = settings();
+    bp::log::init_from_settings(s);
+    g.log_level = s.get_string("logging.level");
+    g.log_format = s.get_string("logging.format");
+    g.log_file = s.get_string("logging.file");
+    std::string cmdline;
+    for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
+    spdlog::debug("command line: {}", cmdline);
+    int rc = 0;
     for (auto& [sub, run] : runs)
-      if (sub->parsed()) return run();
+      if (sub->parsed()) rc = run();
+    bp::log::flush();
+    return rc;
   } catch (const bp::Error& e) {
-    print_error(e);
-    return bp::exit_code_for(e.code());
+    spdlog::debug("error {}: {}", e.info().name, e.what());
+    return fail(e);
+  } catch (const std::bad_alloc& e) {
+    return fail(bp::Error(bp::ErrorCode::RUNTIME_OOM_ADJACENT, std::string("[cli] std::bad_alloc: ") + e.what()));
   } catch (const std::exception& e) {
-    print_error(bp::Error(bp::ErrorCode::RUNTIME_INTERNAL, e.what()));
-    return 2;
+    return fail(bp::Error(bp::ErrorCode::RUNTIME_INTERNAL, std::string("[cli] ") + e.what()));
   }
-  return 0;
 }

@@ -28,13 +28,13 @@ struct Device {
 };
 
 struct MemoryStats {
-  size_t bytes_in_use = 0;   // live allocations
-  size_t bytes_peak = 0;     // max of bytes_in_use since the last reset_peak()
-  size_t bytes_cached = 0;   // freed but kept by the allocator
-  size_t bytes_limit = 0;    // allocations beyond this throw; SIZE_MAX = no limit
-  size_t bytes_total = 0;    // device capacity (physical RAM on the CPU)
-  uint64_t num_allocs = 0;   // successful allocations since start
-  uint64_t num_ooms = 0;     // OutOfMemoryErrors thrown
+  size_t bytes_in_use = 0;  // live allocations
+  size_t bytes_peak = 0;    // max of bytes_in_use since the last reset_peak()
+  size_t bytes_cached = 0;  // freed but kept by the allocator
+  size_t bytes_limit = 0;   // allocations beyond this throw; SIZE_MAX = no limit
+  size_t bytes_total = 0;   // device capacity (physical RAM on the CPU)
+  uint64_t num_allocs = 0;  // successful allocations since start
+  uint64_t num_ooms = 0;    // OutOfMemoryErrors thrown
 };
 
 constexpr size_t kNoLimit = SIZE_MAX;

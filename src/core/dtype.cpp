@@ -40,12 +40,12 @@ uint16_t f32_to_f16(float f) {
   uint32_t x = f32_bits(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t absx = x & 0x7fffffffu;
-  if (absx > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (absx > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf
   if (absx < 0x38800000u) {
     // Result is subnormal or zero: value * 2^24 rounded to nearest even integer.
     float a = f32_from_bits(absx);
-    float scaled = a * 16777216.0f;  // exact (power of two)
+    float scaled = a * 16777216.0f;    // exact (power of two)
     float r = std::nearbyint(scaled);  // default rounding mode: nearest even
     return static_cast<uint16_t>(sign | static_cast<uint32_t>(r));
   }

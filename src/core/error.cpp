@@ -14,9 +14,13 @@ constexpr ErrorInfo kCatalog[] = {
 };
 }  // namespace
 
-std::span<const ErrorInfo> error_catalog() { return kCatalog; }
+std::span<const ErrorInfo> error_catalog() {
+  return kCatalog;
+}
 
-const ErrorInfo& error_info(ErrorCode code) { return kCatalog[static_cast<size_t>(code)]; }
+const ErrorInfo& error_info(ErrorCode code) {
+  return kCatalog[static_cast<size_t>(code)];
+}
 
 const ErrorInfo* find_error(std::string_view name) {
   for (const auto& e : kCatalog)

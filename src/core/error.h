@@ -25,8 +25,8 @@ enum class ErrorCode {
 
 struct ErrorInfo {
   ErrorCode code;
-  const char* name;        // "RUNTIME_GPU_OOM"
-  const char* category;    // "config", "input", "dependency", "runtime", "state"
+  const char* name;      // "RUNTIME_GPU_OOM"
+  const char* category;  // "config", "input", "dependency", "runtime", "state"
   Retryable retryable;
   const char* trigger;     // what makes it happen
   const char* suggestion;  // what the user should do
@@ -81,8 +81,8 @@ class OutOfMemoryError : public Error {
 std::string format_bytes(size_t bytes);
 
 // Throws bp::Error(RUNTIME_INTERNAL) — for invariants between components, never for user input.
-#define BP_CHECK(cond, ...)                                                                         \
-  do {                                                                                              \
+#define BP_CHECK(cond, ...)                                                                        \
+  do {                                                                                             \
     if (!(cond)) throw ::bp::Error(::bp::ErrorCode::RUNTIME_INTERNAL, ::fmt::format(__VA_ARGS__)); \
   } while (0)
 

@@ -47,8 +47,7 @@ Storage::~Storage() {
 }
 
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
-  for (int i = 0; i < shape.rank; ++i)
-    BP_CHECK(shape[i] >= 0, "[tensor] negative dimension in {}", shape.str());
+  for (int i = 0; i < shape.rank; ++i) BP_CHECK(shape[i] >= 0, "[tensor] negative dimension in {}", shape.str());
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
@@ -64,16 +63,14 @@ Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::from_vector(const std::vector<float>& v, Shape shape) {
-  BP_CHECK(static_cast<int64_t>(v.size()) == shape.numel(), "[tensor] {} values for shape {}", v.size(),
-           shape.str());
+  BP_CHECK(static_cast<int64_t>(v.size()) == shape.numel(), "[tensor] {} values for shape {}", v.size(), shape.str());
   Tensor t = empty(shape, DType::F32);
   if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * 4);
   return t;
 }
 
 Tensor Tensor::from_vector(const std::vector<int32_t>& v, Shape shape) {
-  BP_CHECK(static_cast<int64_t>(v.size()) == shape.numel(), "[tensor] {} values for shape {}", v.size(),
-           shape.str());
+  BP_CHECK(static_cast<int64_t>(v.size()) == shape.numel(), "[tensor] {} values for shape {}", v.size(), shape.str());
   Tensor t = empty(shape, DType::I32);
   if (!v.empty()) std::memcpy(t.raw(), v.data(), v.size() * 4);
   return t;

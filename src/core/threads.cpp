@@ -25,10 +25,16 @@ void set_num_threads(int n) {
   openblas_set_num_threads(g_threads);
 }
 
-int num_threads() { return g_threads > 0 ? g_threads : hardware_threads(); }
+int num_threads() {
+  return g_threads > 0 ? g_threads : hardware_threads();
+}
 
-const char* blas_name() { return openblas_get_config(); }
+const char* blas_name() {
+  return openblas_get_config();
+}
 
-int blas_num_threads() { return openblas_get_num_threads(); }
+int blas_num_threads() {
+  return openblas_get_num_threads();
+}
 
 }  // namespace bp

@@ -28,15 +28,15 @@ struct ModelConfig {
   int64_t head_dim = 0;  // hidden_size / num_heads unless config.json says otherwise
   int64_t max_position_embeddings = 2048;
   float rms_norm_eps = 1e-6f;
-  RopeConfig rope;                  // theta, head_dim, llama3 scaling
+  RopeConfig rope;  // theta, head_dim, llama3 scaling
   bool tie_word_embeddings = false;
-  bool attention_bias = false;      // q/k/v bias (Qwen2 always true)
-  bool qk_norm = false;             // Qwen3
-  int64_t sliding_window = 0;       // Mistral; 0 = none (recorded, not yet applied)
+  bool attention_bias = false;  // q/k/v bias (Qwen2 always true)
+  bool qk_norm = false;         // Qwen3
+  int64_t sliding_window = 0;   // Mistral; 0 = none (recorded, not yet applied)
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;
-  DType torch_dtype = DType::F32;   // dtype of the stored weights
-  nlohmann::json raw;               // the original config.json, written back on export
+  DType torch_dtype = DType::F32;  // dtype of the stored weights
+  nlohmann::json raw;              // the original config.json, written back on export
 
   // Parses config.json contents; `source` names the file in errors.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);

@@ -14,20 +14,20 @@
 namespace bp {
 
 struct LayerWeights {
-  Tensor input_norm;       // [D]   input_layernorm
-  Tensor q, k, v, o;       // attention projections
+  Tensor input_norm;              // [D]   input_layernorm
+  Tensor q, k, v, o;              // attention projections
   Tensor q_bias, k_bias, v_bias;  // [Hq·d], [Hkv·d] (Qwen2 / attention_bias only)
-  Tensor q_norm, k_norm;   // [d] (Qwen3 only)
-  Tensor post_norm;        // [D]   post_attention_layernorm
-  Tensor gate, up, down;   // MLP projections
+  Tensor q_norm, k_norm;          // [d] (Qwen3 only)
+  Tensor post_norm;               // [D]   post_attention_layernorm
+  Tensor gate, up, down;          // MLP projections
 };
 
 struct ModelWeights {
   ModelConfig config;
-  Tensor embed;            // [V, D]
+  Tensor embed;  // [V, D]
   std::vector<LayerWeights> layers;
-  Tensor final_norm;       // [D]
-  Tensor lm_head;          // [V, D]; undefined when tie_word_embeddings
+  Tensor final_norm;  // [D]
+  Tensor lm_head;     // [V, D]; undefined when tie_word_embeddings
   const Tensor& output_weight() const { return config.tie_word_embeddings ? embed : lm_head; }
 };
 

@@ -20,8 +20,8 @@
 namespace bp {
 
 struct CrossEntropyResult {
-  double loss_sum = 0.0;   // summed over counted tokens
-  int64_t n_counted = 0;   // labels != −100
+  double loss_sum = 0.0;  // summed over counted tokens
+  int64_t n_counted = 0;  // labels != −100
   double mean() const { return n_counted ? loss_sum / static_cast<double>(n_counted) : 0.0; }
 };
 

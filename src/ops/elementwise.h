@@ -5,9 +5,9 @@
 
 namespace bp {
 
-void add_inplace(Tensor& y, const Tensor& x);              // y += x
-void axpy_inplace(Tensor& y, float a, const Tensor& x);    // y += a·x
-void scale_inplace(Tensor& y, float a);                    // y *= a
+void add_inplace(Tensor& y, const Tensor& x);            // y += x
+void axpy_inplace(Tensor& y, float a, const Tensor& x);  // y += a·x
+void scale_inplace(Tensor& y, float a);                  // y *= a
 void add_bias_inplace(Tensor& y /* [T, N] */, const Tensor& b /* [N] */);
 void bias_grad_accumulate(const Tensor& dy /* [T, N] */, Tensor& db /* [N] */);  // db += Σ_t dy[t]
 

@@ -9,7 +9,6 @@
 namespace bp {
 
 Tensor rms_norm_forward(const Tensor& x, const Tensor& w, float eps, Tensor* rstd /* out [N], may be null */);
-void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx,
-                       Tensor* dw);
+void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx, Tensor* dw);
 
 }  // namespace bp

@@ -1,4 +1,5 @@
 #include "core/allocator.h"
+
 #include "core/tensor.h"
 #include "support/test_util.h"
 

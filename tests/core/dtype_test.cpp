@@ -1,7 +1,8 @@
+#include "core/dtype.h"
+
 #include <cmath>
 #include <limits>
 
-#include "core/dtype.h"
 #include "support/test_util.h"
 
 namespace bp {
@@ -23,9 +24,9 @@ TEST(DType, F16RoundTripAndRounding) {
   // Halfway between 1 and 1+2^-10 goes to even (1.0); 1 + 3*2^-11 goes up to 1 + 2^-9.
   EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);
   EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
-  EXPECT_EQ(f32_to_f16(70000.0f), 0x7c00);                            // overflow -> inf
+  EXPECT_EQ(f32_to_f16(70000.0f), 0x7c00);                                          // overflow -> inf
   EXPECT_EQ(f16_to_f32(f32_to_f16(std::ldexp(1.0f, -24))), std::ldexp(1.0f, -24));  // smallest subnormal
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -26)), 0);                    // underflows to zero
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -26)), 0);                                  // underflows to zero
   EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(NAN))));
 }
 

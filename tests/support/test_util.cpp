@@ -20,8 +20,7 @@ Tensor random_tensor(Shape shape, uint64_t seed, float lo, float hi) {
 
 template <class T>
 static ::testing::AssertionResult close_impl(const std::vector<T>& a, const std::vector<T>& e, Tolerance tol) {
-  if (a.size() != e.size())
-    return ::testing::AssertionFailure() << "sizes differ: " << a.size() << " vs " << e.size();
+  if (a.size() != e.size()) return ::testing::AssertionFailure() << "sizes differ: " << a.size() << " vs " << e.size();
   size_t bad = 0, first = 0;
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -34,9 +33,9 @@ static ::testing::AssertionResult close_impl(const std::vector<T>& a, const std:
     }
   }
   if (!bad) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << a.size() << " values differ; first at " << first
-                                       << ": " << a[first] << " vs " << e[first] << " (worst |diff| " << worst
-                                       << ", atol " << tol.atol << ", rtol " << tol.rtol << ")";
+  return ::testing::AssertionFailure() << bad << " of " << a.size() << " values differ; first at " << first << ": "
+                                       << a[first] << " vs " << e[first] << " (worst |diff| " << worst << ", atol "
+                                       << tol.atol << ", rtol " << tol.rtol << ")";
 }
 
 ::testing::AssertionResult all_close(const std::vector<float>& a, const std::vector<float>& e, Tolerance tol) {
@@ -46,9 +45,15 @@ static ::testing::AssertionResult close_impl(const std::vector<T>& a, const std:
   return close_impl(a, e, tol);
 }
 
-std::string source_dir() { return BP_SOURCE_DIR; }
-std::string binary_dir() { return BP_BINARY_DIR; }
-std::string backprop_exe() { return BP_BACKPROP_EXE; }
+std::string source_dir() {
+  return BP_SOURCE_DIR;
+}
+std::string binary_dir() {
+  return BP_BINARY_DIR;
+}
+std::string backprop_exe() {
+  return BP_BACKPROP_EXE;
+}
 std::string shared_dir() {
   const char* env = std::getenv("BP_SHARED_DIR");
   if (env && *env) return env;

@@ -17,7 +17,9 @@ namespace bp {
 
 namespace {
 
-size_t round_size(size_t bytes) { return (bytes + 511) / 512 * 512; }
+size_t round_size(size_t bytes) {
+  return (bytes + 511) / 512 * 512;
+}
 
 class CudaAllocator final : public Allocator {
  public:
@@ -53,8 +55,7 @@ class CudaAllocator final : public Allocator {
         cudaGetLastError();
         release(bytes);
         auto s = stats();
-        throw OutOfMemoryError(device().name(), bytes, s.bytes_in_use, s.bytes_cached, s.bytes_limit,
-                               s.bytes_total);
+        throw OutOfMemoryError(device().name(), bytes, s.bytes_in_use, s.bytes_cached, s.bytes_limit, s.bytes_total);
       }
     }
     return p;

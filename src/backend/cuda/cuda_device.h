@@ -19,9 +19,9 @@ struct CudaDeviceInfo {
 };
 
 struct CudaStatus {
-  bool compiled = false;      // the CUDA backend is built in
-  int runtime_version = 0;    // e.g. 13000
-  int driver_version = 0;     // 0 when no driver is loaded
+  bool compiled = false;        // the CUDA backend is built in
+  int runtime_version = 0;      // e.g. 13000
+  int driver_version = 0;       // 0 when no driver is loaded
   std::string why_unavailable;  // empty when at least one device is usable
   std::vector<CudaDeviceInfo> devices;
 };

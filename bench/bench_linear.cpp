@@ -1,0 +1,161 @@
+// linear forward/backward throughput next to raw sgemm on the same shapes, in the same run
+// (CONVENTIONS.md "Performance method": the machine is noisy, so only ratios hold).
+//
+// Shapes: T tokens × in × out = 512×576×1536 (an MLP projection of a 576-wide model) and
+// 512×576×49152 (a vocabulary-sized projection). LoRA rank 16, dropout 0.05 (training).
+// Counters are GFLOP/s, counting 2·M·N·K per GEMM including the LoRA products.
+//
+// Threads: BP_BENCH_THREADS=n (default: all cores) sets OpenMP and OpenBLAS threads. With one
+// thread the rates use CPU time, which stays stable on a loaded shared machine; with more they
+// use wall time (CPU time of the main thread would miss the BLAS worker threads).
+//
+// Run: BP_BENCH_THREADS=1 ./build/bench/bench_linear --benchmark_min_time=0.2
+//      ./build/bench/bench_linear --benchmark_min_time=0.2 --benchmark_repetitions=3
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+
+#include "backend/cpu/gemm.h"
+#include "core/threads.h"
+#include "ops/linear.h"
+
+namespace {
+
+using bp::Tensor;
+constexpr int64_t kRank = 16;
+
+Tensor filled(bp::Shape s, float v) {
+  Tensor t = Tensor::empty(s);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = v * static_cast<float>((i * 7919) % 1000 - 500) / 500.0f;
+  return t;
+}
+
+void set_gflops(benchmark::State& state, double flops) {
+  state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+struct Problem {
+  int64_t T, in, out;
+  Tensor x, W, A, B, dy;
+  bp::LoraWeights lora;
+  explicit Problem(const benchmark::State& s) : T(s.range(0)), in(s.range(1)), out(s.range(2)) {
+    x = filled({T, in}, 1.0f);
+    W = filled({out, in}, 0.05f);
+    A = filled({kRank, in}, 0.05f);
+    B = filled({out, kRank}, 0.05f);
+    dy = filled({T, out}, 0.01f);
+    lora = {&A, &B, 2.0f, 0.05f, 1234, true};
+  }
+  double base_flops() const { return 2.0 * T * in * out; }
+  double lora_fwd_flops() const { return 2.0 * T * kRank * (in + out); }
+};
+
+// Raw sgemm y = x·Wᵀ: the forward's floor.
+void BM_sgemm_xWt(benchmark::State& state) {
+  Problem p(state);
+  Tensor y = Tensor::empty({p.T, p.out});
+  for (auto _ : state) {
+    bp::cpu::sgemm(false, true, p.T, p.out, p.in, 1.0f, p.x.data<float>(), p.in, p.W.data<float>(), p.in, 0.0f,
+                   y.data<float>(), p.out);
+    benchmark::DoNotOptimize(y.data<float>());
+  }
+  set_gflops(state, p.base_flops());
+}
+
+// Raw sgemm dx = dy·W and dW += dyᵀ·x: the backward's floor.
+void BM_sgemm_dx(benchmark::State& state) {
+  Problem p(state);
+  Tensor dx = Tensor::empty({p.T, p.in});
+  for (auto _ : state) {
+    bp::cpu::sgemm(false, false, p.T, p.in, p.out, 1.0f, p.dy.data<float>(), p.out, p.W.data<float>(), p.in, 0.0f,
+                   dx.data<float>(), p.in);
+    benchmark::DoNotOptimize(dx.data<float>());
+  }
+  set_gflops(state, p.base_flops());
+}
+
+void BM_sgemm_dW(benchmark::State& state) {
+  Problem p(state);
+  Tensor dW = Tensor::zeros({p.out, p.in});
+  for (auto _ : state) {
+    bp::cpu::sgemm(true, false, p.out, p.in, p.T, 1.0f, p.dy.data<float>(), p.out, p.x.data<float>(), p.in, 1.0f,
+                   dW.data<float>(), p.in);
+    benchmark::DoNotOptimize(dW.data<float>());
+  }
+  set_gflops(state, p.base_flops());
+}
+
+void BM_linear_forward_lora(benchmark::State& state) {
+  Problem p(state);
+  for (auto _ : state) {
+    bp::LinearSaved saved;
+    Tensor y = bp::linear_forward(p.x, p.W, nullptr, &p.lora, &saved);
+    benchmark::DoNotOptimize(y.raw());
+  }
+  set_gflops(state, p.base_flops() + p.lora_fwd_flops());
+}
+
+// LoRA training backward: dx (base + LoRA path through the dropout mask), dA, dB; W frozen.
+void BM_linear_backward_lora(benchmark::State& state) {
+  Problem p(state);
+  bp::LinearSaved saved;
+  bp::linear_forward(p.x, p.W, nullptr, &p.lora, &saved);
+  Tensor dx = Tensor::empty({p.T, p.in}), dA = Tensor::zeros({kRank, p.in}), dB = Tensor::zeros({p.out, kRank});
+  for (auto _ : state) {
+    bp::linear_backward(p.dy, p.x, p.W, &p.lora, &saved, {&dx, nullptr, nullptr, &dA, &dB});
+    benchmark::DoNotOptimize(dx.raw());
+  }
+  // dx base + dB + dxa + dA + dxd
+  set_gflops(state, p.base_flops() + 2.0 * p.lora_fwd_flops());
+}
+
+void BM_linear_forward_full(benchmark::State& state) {
+  Problem p(state);
+  for (auto _ : state) {
+    Tensor y = bp::linear_forward(p.x, p.W, nullptr, nullptr, nullptr);
+    benchmark::DoNotOptimize(y.raw());
+  }
+  set_gflops(state, p.base_flops());
+}
+
+// Full fine-tuning backward: dx and dW.
+void BM_linear_backward_full(benchmark::State& state) {
+  Problem p(state);
+  Tensor dx = Tensor::empty({p.T, p.in}), dW = Tensor::zeros({p.out, p.in});
+  for (auto _ : state) {
+    bp::linear_backward(p.dy, p.x, p.W, nullptr, nullptr, {&dx, &dW, nullptr, nullptr, nullptr});
+    benchmark::DoNotOptimize(dx.raw());
+  }
+  set_gflops(state, 2.0 * p.base_flops());
+}
+
+int bench_threads() {
+  const char* env = std::getenv("BP_BENCH_THREADS");
+  return env ? std::atoi(env) : 0;  // 0: all cores
+}
+
+void shapes(benchmark::internal::Benchmark* b) {
+  b->Args({512, 576, 1536})->Args({512, 576, 49152})->Unit(benchmark::kMillisecond);
+  if (bench_threads() != 1) b->UseRealTime();
+}
+
+BENCHMARK(BM_sgemm_xWt)->Apply(shapes);
+BENCHMARK(BM_linear_forward_full)->Apply(shapes);
+BENCHMARK(BM_linear_forward_lora)->Apply(shapes);
+BENCHMARK(BM_sgemm_dx)->Apply(shapes);
+BENCHMARK(BM_sgemm_dW)->Apply(shapes);
+BENCHMARK(BM_linear_backward_lora)->Apply(shapes);
+BENCHMARK(BM_linear_backward_full)->Apply(shapes);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bp::set_num_threads(bench_threads());
+  benchmark::AddCustomContext("threads", std::to_string(bp::num_threads()));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,88 @@
+// Fused linear + cross-entropy on the CPU.
+//
+// Tokens are walked in windows of at most `chunk` rows. A window starts at the next token with a
+// label (ignored tokens before it are skipped outright) and is trimmed after its last labelled
+// token, so spans of −100 labels (prompts in SFT) cost no GEMM work. For each window:
+//   1. logits[c, V] = x_w · Wᵀ                       (sgemm, the only [c × V] buffer)
+//   2. per row (OpenMP): max, lse = max + log Σ exp(l − max), loss = lse − l[label];
+//      with gradients the row becomes grad_scale·(softmax − onehot) in place (zero if ignored)
+//   3. dx_w = G · W  (sgemm, beta 0)   and   dW += Gᵀ · x_w  (sgemm, beta 1)
+// The per-row losses are summed in row order in double, so results do not depend on threads.
+#include "backend/cpu/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/gemm.h"
+
+namespace bp::cpu {
+
+// One row of logits -> its loss, and (when make_grad) the gradient row in place.
+static double softmax_row(float* row, int64_t V, int32_t label, float grad_scale, bool make_grad) {
+  if (label < 0) {  // ignored token inside a window: no loss, zero gradient row
+    if (make_grad) std::memset(row, 0, static_cast<size_t>(V) * sizeof(float));
+    return 0.0;
+  }
+  const double label_logit = row[label];
+  float mx = row[0];
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < V; ++j) mx = std::max(mx, row[j]);
+  float sum = 0.0f;
+  if (make_grad) {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < V; ++j) {
+      const float e = exp_approx(row[j] - mx);
+      row[j] = e;
+      sum += e;
+    }
+  } else {
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < V; ++j) sum += exp_approx(row[j] - mx);
+  }
+  const double lse = static_cast<double>(mx) + std::log(static_cast<double>(sum));
+  if (make_grad) {
+    const float k = grad_scale / sum;
+#pragma omp simd
+    for (int64_t j = 0; j < V; ++j) row[j] *= k;
+    row[label] -= grad_scale;
+  }
+  return lse - label_logit;
+}
+
+CrossEntropyTotals linear_cross_entropy(const float* x, const float* W, const int32_t* labels, int64_t T, int64_t D,
+                                        int64_t V, int64_t chunk, float* logits, float grad_scale, float* dx,
+                                        float* dW) {
+  CrossEntropyTotals totals;
+  const bool make_grad = dx != nullptr || dW != nullptr;
+  std::vector<double> row_loss(static_cast<size_t>(std::min(chunk, T)));
+  int64_t t = 0;
+  while (t < T) {
+    // Skip ignored tokens (their dx rows are zero), then take a window of at most `chunk` rows
+    // trimmed after its last labelled token.
+    int64_t begin = t;
+    while (begin < T && labels[begin] < 0) ++begin;
+    if (dx) std::memset(dx + t * D, 0, static_cast<size_t>((begin - t) * D) * sizeof(float));
+    if (begin == T) break;
+    int64_t end = std::min(begin + chunk, T);
+    while (labels[end - 1] < 0) --end;
+    const int64_t c = end - begin;
+    const float* xw = x + begin * D;
+
+    sgemm(false, true, c, V, D, 1.0f, xw, D, W, D, 0.0f, logits, V);
+#pragma omp parallel for schedule(static) if (c * V >= (int64_t{1} << 16))
+    for (int64_t i = 0; i < c; ++i)
+      row_loss[static_cast<size_t>(i)] = softmax_row(logits + i * V, V, labels[begin + i], grad_scale, make_grad);
+    for (int64_t i = 0; i < c; ++i) {
+      totals.loss_sum += row_loss[static_cast<size_t>(i)];
+      totals.n_counted += labels[begin + i] >= 0 ? 1 : 0;
+    }
+    if (dx) sgemm(false, false, c, D, V, 1.0f, logits, V, W, D, 0.0f, dx + begin * D, D);
+    if (dW) sgemm(true, false, V, D, c, 1.0f, logits, V, xw, D, 1.0f, dW, D);
+    t = end;
+  }
+  return totals;
+}
+
+}  // namespace bp::cpu

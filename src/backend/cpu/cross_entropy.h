@@ -1,0 +1,45 @@
+// CPU kernel of fused linear + cross-entropy (contract: ops/cross_entropy.h).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace bp::cpu {
+
+struct CrossEntropyTotals {
+  double loss_sum = 0.0;
+  int64_t n_counted = 0;
+};
+
+// x [T, D], W [V, D], labels [T] (already validated: −100 or in [0, V)). logits_chunk is the
+// workspace, at least min(chunk, T)·V floats. When dx is non-null it is overwritten with
+// grad_scale·(softmax − onehot)·W (zero rows for ignored tokens); when dW is non-null it gets
+// grad_scale·(softmax − onehot)ᵀ·x added.
+CrossEntropyTotals linear_cross_entropy(const float* x, const float* W, const int32_t* labels, int64_t T, int64_t D,
+                                        int64_t V, int64_t chunk, float* logits_chunk, float grad_scale, float* dx,
+                                        float* dW);
+
+// exp(x) for x <= 0-ish arguments in softmax loops: Cephes-style range reduction and a degree-6
+// polynomial (relative error ~2e-7), written so the compiler vectorises it. Inputs below −87
+// return ~1e-38 instead of an underflowing 0.
+inline float exp_approx(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  // x − n·ln2 with ln2 split in a high part exact in f32 and a low correction.
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return p * scale;
+}
+
+}  // namespace bp::cpu

@@ -1,0 +1,54 @@
+// CPU elementwise kernels: plain loops, OpenMP over elements (rows for the bias ops). The
+// reductions (bias_grad_accumulate) split work by column so every sum runs in a fixed order
+// and results do not depend on the thread count.
+#include "backend/cpu/elementwise.h"
+
+namespace bp::cpu {
+
+namespace {
+// Below this many elements a parallel region costs more than it saves.
+constexpr int64_t kParallelMin = 1 << 14;
+}  // namespace
+
+void add_inplace(float* y, const float* x, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void axpy_inplace(float* y, float a, const float* x, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void scale_inplace(float* y, float a, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] *= a;
+}
+
+void add_bias_inplace(float* y, const float* b, int64_t T, int64_t N) {
+#pragma omp parallel for schedule(static) if (T * N >= kParallelMin)
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = y + t * N;
+#pragma omp simd
+    for (int64_t j = 0; j < N; ++j) row[j] += b[j];
+  }
+}
+
+void bias_grad_accumulate(const float* dy, float* db, int64_t T, int64_t N) {
+  // Column blocks of 64 floats: each thread owns whole columns and walks the tokens in order.
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (N + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (T * N >= kParallelMin)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t j0 = blk * kBlock, j1 = j0 + kBlock < N ? j0 + kBlock : N;
+    float acc[kBlock] = {};
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = dy + t * N;
+#pragma omp simd
+      for (int64_t j = j0; j < j1; ++j) acc[j - j0] += row[j];
+    }
+    for (int64_t j = j0; j < j1; ++j) db[j] += acc[j - j0];
+  }
+}
+
+}  // namespace bp::cpu

@@ -1,0 +1,15 @@
+// CPU kernels for the small elementwise ops (contract: ops/elementwise.h). OpenMP loops.
+#pragma once
+
+#include <cstdint>
+
+namespace bp::cpu {
+
+void add_inplace(float* y, const float* x, int64_t n);            // y += x
+void axpy_inplace(float* y, float a, const float* x, int64_t n);  // y += a·x
+void scale_inplace(float* y, float a, int64_t n);                 // y *= a
+void add_bias_inplace(float* y, const float* b, int64_t T, int64_t N);
+// db[N] += Σ_t dy[t, :]. Parallel over columns, each column summed in token order: deterministic.
+void bias_grad_accumulate(const float* dy, float* db, int64_t T, int64_t N);
+
+}  // namespace bp::cpu

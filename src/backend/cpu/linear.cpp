@@ -1,0 +1,101 @@
+// CPU linear: y = x·Wᵀ (+ b) (+ scale·(dropout(x)·Aᵀ)·Bᵀ). Every product is one sgemm call on the
+// caller's buffers (no transposed copies: OpenBLAS takes the transpose flags), so forward and
+// backward run at the BLAS rate; the LoRA products are skinny (rank r) GEMMs.
+//
+// Dropout mask: element i of the [T, in] LoRA input is kept when
+//   u = top 24 bits of splitmix64(splitmix64(seed) ^ i) / 2^24  >=  p,
+// and kept values are scaled by 1/(1-p) (inverted dropout, as torch.nn.Dropout). Mixing the seed
+// first means seeds s and s^1 do not give shifted copies of one mask.
+#include "backend/cpu/linear.h"
+
+#include "backend/cpu/gemm.h"
+
+namespace bp::cpu {
+
+namespace {
+
+inline uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+inline bool keep_mixed(uint64_t mixed_seed, uint64_t index, float p) {
+  const uint64_t h = splitmix64(mixed_seed ^ index);
+  const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // [0, 1) in 2^-24 steps
+  return u >= p;
+}
+
+constexpr int64_t kParallelMin = 1 << 14;
+
+}  // namespace
+
+bool dropout_keep(uint64_t seed, uint64_t index, float p) {
+  return keep_mixed(splitmix64(seed), index, p);
+}
+
+void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed) {
+  const uint64_t mixed = splitmix64(seed);
+  const float inv_keep = 1.0f / (1.0f - p);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) xd[i] = keep_mixed(mixed, static_cast<uint64_t>(i), p) ? x[i] * inv_keep : 0.0f;
+}
+
+void dropout_backward_accumulate(const float* g, const float* x, const float* xd, float* dx, int64_t n, float p,
+                                 uint64_t seed) {
+  const uint64_t mixed = splitmix64(seed);
+  const float inv_keep = 1.0f / (1.0f - p);
+#pragma omp parallel if (n >= kParallelMin)
+  {
+    // Pass 1 (vectorised): every element whose mask shows in xd.
+#pragma omp for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      dx[i] += xd[i] != 0.0f ? g[i] * inv_keep : 0.0f;
+    }
+    // Pass 2: x == 0 exactly hides the mask; rehash those (rare) elements. The barrier at the
+    // end of pass 1 orders the two updates of an element.
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i)
+      if (x[i] == 0.0f && keep_mixed(mixed, static_cast<uint64_t>(i), p)) dx[i] += g[i] * inv_keep;
+  }
+}
+
+void linear_base_forward(const float* x, const float* W, const float* bias, float* y, int64_t T, int64_t in,
+                         int64_t out) {
+  float beta = 0.0f;
+  if (bias) {
+    // Start from the bias rows and let the GEMM accumulate (beta = 1): one pass over y, not two.
+#pragma omp parallel for schedule(static) if (T * out >= kParallelMin)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < out; ++j) y[t * out + j] = bias[j];
+    beta = 1.0f;
+  }
+  if (in == 0) {
+    if (!bias)
+      for (int64_t i = 0; i < T * out; ++i) y[i] = 0.0f;
+    return;
+  }
+  sgemm(false, true, T, out, in, 1.0f, x, in, W, in, beta, y, out);
+}
+
+void lora_forward(const float* xd, const float* A, const float* B, float scale, float* xa, float* y, int64_t T,
+                  int64_t in, int64_t out, int64_t r) {
+  sgemm(false, true, T, r, in, 1.0f, xd, in, A, in, 0.0f, xa, r);
+  sgemm(false, true, T, out, r, scale, xa, r, B, r, 1.0f, y, out);
+}
+
+void linear_dx(const float* dy, const float* W, float* dx, int64_t T, int64_t in, int64_t out) {
+  if (out == 0) {
+    for (int64_t i = 0; i < T * in; ++i) dx[i] = 0.0f;
+    return;
+  }
+  sgemm(false, false, T, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in);
+}
+
+void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out) {
+  if (T == 0) return;
+  sgemm(true, false, out, in, T, 1.0f, dy, out, x, in, 1.0f, dW, in);
+}
+
+}  // namespace bp::cpu

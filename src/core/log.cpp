@@ -1,0 +1,181 @@
+// The logger and its sinks. Both sink kinds derive from RedactingSink, whose sink_it_ redacts the
+// formatted payload before the concrete sink sees it, so no sink can forget to redact.
+#include "core/log.h"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/redact.h"
+#include "core/settings.h"
+#include "core/uuid.h"
+
+namespace bp::log {
+
+namespace {
+
+std::mutex g_run_mu;
+std::string g_run_id;
+bool g_run_started = false;
+
+std::string iso_time(spdlog::log_clock::time_point tp) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(tp.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:03d}Z", tm, static_cast<int>(ms % 1000));
+}
+
+std::string json_record(const spdlog::details::log_msg& msg, const std::string& text) {
+  nlohmann::json j = {{"ts", iso_time(msg.time)},
+                      {"level", std::string(spdlog::level::to_string_view(msg.level).data(),
+                                            spdlog::level::to_string_view(msg.level).size())},
+                      {"run_id", run_id()},
+                      {"msg", text}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+// Redacts the message, then hands the clean text to write().
+class RedactingSink : public spdlog::sinks::base_sink<std::mutex> {
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    write(msg, redact(std::string_view(msg.payload.data(), msg.payload.size())));
+  }
+  virtual void write(const spdlog::details::log_msg& msg, const std::string& clean_text) = 0;
+};
+
+class ConsoleSink final : public RedactingSink {
+ public:
+  ConsoleSink(FILE* out, bool json) : out_(out), json_(json) {}
+
+ protected:
+  void write(const spdlog::details::log_msg& msg, const std::string& text) override {
+    std::string line;
+    if (json_) {
+      line = json_record(msg, text);
+    } else {
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(msg.time.time_since_epoch()).count();
+      std::time_t secs = static_cast<std::time_t>(ms / 1000);
+      std::tm tm{};
+      localtime_r(&secs, &tm);
+      auto lvl = spdlog::level::to_string_view(msg.level);
+      line = fmt::format("{:%H:%M:%S}.{:03d} [{}] {}\n", tm, static_cast<int>(ms % 1000),
+                         std::string_view(lvl.data(), lvl.size()), text);
+    }
+    std::fwrite(line.data(), 1, line.size(), out_);
+  }
+  void flush_() override { std::fflush(out_); }
+
+ private:
+  FILE* out_;
+  bool json_;
+};
+
+class JsonlFileSink final : public RedactingSink {
+ public:
+  explicit JsonlFileSink(const std::string& path) : path_(path) {
+    f_ = std::fopen(path.c_str(), "a");
+    if (!f_)
+      throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                  fmt::format("[log] cannot open log file {}: {}", path, std::strerror(errno)), {{"path", path}});
+  }
+  ~JsonlFileSink() override {
+    if (f_) std::fclose(f_);
+  }
+
+ protected:
+  void write(const spdlog::details::log_msg& msg, const std::string& text) override {
+    std::string line = json_record(msg, text);
+    std::fwrite(line.data(), 1, line.size(), f_);
+    std::fflush(f_);  // a crash must not lose the lines before it
+  }
+  void flush_() override { std::fflush(f_); }
+
+ private:
+  std::string path_;
+  FILE* f_ = nullptr;
+};
+
+spdlog::level::level_enum parse_level(const std::string& level) {
+  static const char* kNames[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+  for (int i = 0; i < 7; ++i)
+    if (level == kNames[i]) return static_cast<spdlog::level::level_enum>(i);
+  throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+              fmt::format("[log] unknown log level '{}'; allowed: trace|debug|info|warn|error|off", level),
+              {{"key", "logging.level"}, {"value", level}});
+}
+
+std::shared_ptr<spdlog::logger> make_logger(const LogOptions& o) {
+  if (o.format != "console" && o.format != "json")
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[log] unknown log format '{}'; allowed: console|json", o.format),
+                {{"key", "logging.format"}, {"value", o.format}});
+  auto level = parse_level(o.level);
+  std::vector<spdlog::sink_ptr> sinks;
+  sinks.push_back(std::make_shared<ConsoleSink>(o.console ? o.console : stderr, o.format == "json"));
+  if (!o.file.empty()) sinks.push_back(std::make_shared<JsonlFileSink>(o.file));
+  auto logger = std::make_shared<spdlog::logger>("backprop", sinks.begin(), sinks.end());
+  logger->set_level(level);
+  logger->flush_on(spdlog::level::warn);
+  return logger;
+}
+
+}  // namespace
+
+void init(const LogOptions& options) {
+  auto logger = make_logger(options);  // throws before anything is replaced
+  spdlog::set_default_logger(logger);
+}
+
+void init_from_settings(const Settings& s) {
+  set_redaction_enabled(s.get_bool("security.redact_secrets"));
+  for (const auto& spec : settings_registry()) {
+    if (!spec.secret) continue;
+    std::string v = s.text(spec.key, /*reveal_secrets=*/true);
+    size_t colon = v.find(':');
+    if (spec.rule == StringRule::UserPass && colon != std::string::npos) v = v.substr(colon + 1);
+    if (!v.empty()) redact_add_secret(v);
+  }
+  LogOptions o;
+  o.level = s.get_string("logging.level");
+  o.format = s.get_string("logging.format");
+  o.file = s.get_string("logging.file");
+  init(o);
+}
+
+void add_file(const std::string& path) {
+  auto sink = std::make_shared<JsonlFileSink>(path);
+  spdlog::default_logger()->sinks().push_back(sink);
+}
+
+void flush() {
+  spdlog::default_logger()->flush();
+}
+
+std::string run_id() {
+  std::lock_guard<std::mutex> lock(g_run_mu);
+  if (g_run_id.empty()) g_run_id = uuid4();
+  return g_run_id;
+}
+
+void begin_run(const std::string& id) {
+  std::lock_guard<std::mutex> lock(g_run_mu);
+  if (!id.empty()) g_run_id = id;
+  if (g_run_id.empty()) g_run_id = uuid4();
+  g_run_started = true;
+}
+
+bool run_started() {
+  std::lock_guard<std::mutex> lock(g_run_mu);
+  return g_run_started;
+}
+
+}  // namespace bp::log

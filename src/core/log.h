@@ -1,0 +1,46 @@
+// Logging (DESIGN.md "Logs"): one process-wide spdlog logger (also spdlog's default, so library
+// code just calls spdlog::info(...)) with
+//   - a console sink on stderr: human lines ("12:00:01.234 [info] message") or, with
+//     logging.format=json, the same JSON records as the file;
+//   - optional JSON-lines file sinks (--log-file, and the run folder's log once a run starts):
+//     {"ts": "...Z", "level": "info", "run_id": "<uuid4>", "msg": "..."} on every line.
+// Every sink passes the message through redact() before writing it.
+//
+// The run id is a UUID4 made when logging starts (it identifies this invocation in every record);
+// begin_run() marks that a training run exists (optionally adopting a resumed run's id), after
+// which errors print "Run id: ...".
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+namespace bp {
+class Settings;
+}
+
+namespace bp::log {
+
+struct LogOptions {
+  std::string level = "info";      // trace|debug|info|warn|error|off
+  std::string format = "console";  // console|json
+  std::string file;                // JSON-lines file; empty = none
+  FILE* console = stderr;          // console sink target (tests pass a temporary file)
+};
+
+// (Re)configures the logger. Throws CONFIG_INVALID_SETTING for an unknown level or format and
+// INPUT_VALIDATION_FAILED when the log file cannot be opened.
+void init(const LogOptions& options);
+// logging.level/format/file from settings; security.redact_secrets; registers secret settings
+// (the password of ui.auth) with the redactor.
+void init_from_settings(const Settings& settings);
+// Adds another JSON-lines file sink (a run folder's log). Same errors as init.
+void add_file(const std::string& path);
+void flush();
+
+// This invocation's run id (a UUID4, created on first use).
+std::string run_id();
+// Marks that a run exists; with a non-empty id (a resumed run) that id becomes the run id.
+void begin_run(const std::string& id = "");
+bool run_started();
+
+}  // namespace bp::log

@@ -1,0 +1,478 @@
+// Settings: parsing, validation and layering of the values in settings_registry.cpp.
+// Every layer goes through parse_text() (or a typed TOML path that ends in the same checks), so a
+// value is accepted or rejected the same way whether it came from TOML, the environment or a flag.
+#include "core/settings.h"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+extern char** environ;
+
+namespace bp {
+
+namespace {
+
+constexpr std::string_view kEnvPrefix = "BACKPROPAGATE_";
+
+std::string lower(std::string_view s) {
+  std::string r(s);
+  for (auto& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return r;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+[[noreturn]] void unknown_key(std::string_view key, const std::string& where) {
+  std::string best;
+  size_t best_d = 4;
+  for (const auto& s : settings_registry()) {
+    size_t d = edit_distance(key, s.key);
+    if (d < best_d) best_d = d, best = s.key;
+  }
+  std::string hint = best.empty() ? "" : fmt::format("; did you mean {}?", best);
+  throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+              fmt::format("[settings] unknown setting '{}' in {}{} (`backprop info --env-vars` lists every setting)",
+                          key, where, hint),
+              {{"key", std::string(key)}, {"source", where}, {"did_you_mean", best}});
+}
+
+std::string source_text(SettingSource source, const SettingSpec& spec, const std::string& origin) {
+  switch (source) {
+    case SettingSource::Default: return "the built-in default";
+    case SettingSource::Toml: return "config file " + origin;
+    case SettingSource::Env: return "environment variable " + setting_env_var(spec);
+    case SettingSource::Flag: return spec.flag[0] ? fmt::format("flag {}", spec.flag) : "the command line";
+  }
+  return "?";
+}
+
+[[noreturn]] void bad_value(const SettingSpec& spec, std::string_view text, SettingSource source,
+                            const std::string& origin, const std::string& reason = "") {
+  std::string shown = spec.secret ? "***" : std::string(text);
+  throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+              fmt::format("[settings] invalid value '{}' for {} (from {}): {}{}", shown, spec.key,
+                          source_text(source, spec, origin), reason.empty() ? "" : reason + "; ",
+                          "allowed: " + setting_allowed_text(spec)),
+              {{"key", spec.key},
+               {"value", shown},
+               {"allowed", setting_allowed_text(spec)},
+               {"source", setting_source_name(source)}});
+}
+
+std::optional<bool> parse_bool(std::string_view text) {
+  std::string t = lower(text);
+  if (t == "true" || t == "1" || t == "yes") return true;
+  if (t == "false" || t == "0" || t == "no") return false;
+  return std::nullopt;
+}
+
+std::optional<int64_t> parse_int(std::string_view text) {
+  if (!text.empty() && text[0] == '+') text.remove_prefix(1);
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size() || text.empty()) return std::nullopt;
+  return v;
+}
+
+std::optional<double> parse_float(std::string_view text) {
+  std::string t(text);
+  if (t.empty()) return std::nullopt;
+  char* end = nullptr;
+  double v = std::strtod(t.c_str(), &end);
+  if (end != t.c_str() + t.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+bool in_choices(const SettingSpec& spec, std::string_view v) {
+  std::string_view c = spec.choices;
+  while (!c.empty()) {
+    size_t bar = c.find('|');
+    if (c.substr(0, bar) == v) return true;
+    if (bar == std::string_view::npos) break;
+    c.remove_prefix(bar + 1);
+  }
+  return false;
+}
+
+std::optional<uint64_t> try_parse_bytes(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  uint64_t mult = 1;
+  char last = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
+  if (last == 'B' && text.size() >= 2 && std::isalpha(static_cast<unsigned char>(text[text.size() - 2]))) {
+    text.remove_suffix(1);  // "8GB" == "8G"
+    last = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
+  }
+  const char* units = "KMGT";
+  if (const char* u = std::strchr(units, last); u && last) {
+    mult = uint64_t{1} << (10 * (u - units + 1));
+    text.remove_suffix(1);
+  }
+  auto f = parse_float(text);
+  if (!f || *f < 0 || *f * static_cast<double>(mult) > 1.8e19) return std::nullopt;
+  return static_cast<uint64_t>(std::llround(*f * static_cast<double>(mult)));
+}
+
+}  // namespace
+
+const SettingSpec* find_setting(std::string_view key) {
+  for (const auto& s : settings_registry())
+    if (key == s.key) return &s;
+  return nullptr;
+}
+
+std::string setting_env_var(const SettingSpec& spec) {
+  std::string k = spec.key;
+  size_t dot = k.find('.');
+  std::string name = std::string(kEnvPrefix) + k.substr(0, dot) + "__" + k.substr(dot + 1);
+  for (auto& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
+
+const char* setting_type_name(SettingType t) {
+  switch (t) {
+    case SettingType::Bool: return "bool";
+    case SettingType::Int: return "int";
+    case SettingType::Float: return "float";
+    case SettingType::String: return "string";
+    case SettingType::Enum: return "enum";
+  }
+  return "?";
+}
+
+const char* setting_source_name(SettingSource s) {
+  switch (s) {
+    case SettingSource::Default: return "default";
+    case SettingSource::Toml: return "toml";
+    case SettingSource::Env: return "env";
+    case SettingSource::Flag: return "flag";
+  }
+  return "?";
+}
+
+std::string setting_allowed_text(const SettingSpec& spec) {
+  switch (spec.type) {
+    case SettingType::Bool: return "true|false|1|0|yes|no";
+    case SettingType::Int:
+      if (spec.max >= 9e18) return fmt::format("an integer >= {}", spec.min);
+      return fmt::format("an integer from {} to {}", spec.min, static_cast<int64_t>(spec.max));
+    case SettingType::Float: return fmt::format("a number from {} to {}", spec.min, spec.max);
+    case SettingType::Enum: return fmt::format("one of {}", spec.choices);
+    case SettingType::String:
+      switch (spec.rule) {
+        case StringRule::Any: return "any text";
+        case StringRule::AutoOrPositiveInt: return "auto or an integer >= 1";
+        case StringRule::AutoOrBytes: return "auto, none or a size such as 512M, 8G, 1073741824";
+        case StringRule::Device: return "auto, cpu, cuda or cuda:N";
+        case StringRule::UserPass: return "empty or user:password";
+      }
+  }
+  return "?";
+}
+
+uint64_t parse_byte_size(std::string_view text, std::string_view key) {
+  auto v = try_parse_bytes(text);
+  if (!v)
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[settings] '{}' for {} is not a size (use e.g. 512M, 8G, 1073741824)", text, key),
+                {{"key", std::string(key)}, {"value", std::string(text)}});
+  return *v;
+}
+
+Environment current_environment() {
+  Environment env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view kv(*e);
+    size_t eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+  }
+  return env;
+}
+
+// ---- Settings ------------------------------------------------------------------------------------
+
+namespace {
+// Parses and checks one value. `origin` names the file for TOML values (used in messages).
+void parse_into(const SettingSpec& spec, std::string_view text, SettingSource source, const std::string& origin,
+                bool& b, int64_t& i, double& f, std::string& s) {
+  switch (spec.type) {
+    case SettingType::Bool: {
+      auto v = parse_bool(text);
+      if (!v) bad_value(spec, text, source, origin, "not a boolean");
+      b = *v;
+      return;
+    }
+    case SettingType::Int: {
+      auto v = parse_int(text);
+      if (!v) bad_value(spec, text, source, origin, "not an integer");
+      if (static_cast<double>(*v) < spec.min || static_cast<double>(*v) > spec.max)
+        bad_value(spec, text, source, origin, "out of range");
+      i = *v;
+      return;
+    }
+    case SettingType::Float: {
+      auto v = parse_float(text);
+      if (!v) bad_value(spec, text, source, origin, "not a number");
+      if (*v < spec.min || *v > spec.max) bad_value(spec, text, source, origin, "out of range");
+      f = *v;
+      return;
+    }
+    case SettingType::Enum:
+      if (!in_choices(spec, text)) bad_value(spec, text, source, origin, "not a known choice");
+      s = std::string(text);
+      return;
+    case SettingType::String: {
+      bool ok = true;
+      switch (spec.rule) {
+        case StringRule::Any: break;
+        case StringRule::AutoOrPositiveInt: {
+          auto v = parse_int(text);
+          ok = text == "auto" || (v && *v >= 1);
+          break;
+        }
+        case StringRule::AutoOrBytes: ok = text == "auto" || text == "none" || try_parse_bytes(text).has_value(); break;
+        case StringRule::Device: {
+          ok = text == "auto" || text == "cpu" || text == "cuda";
+          if (!ok && text.substr(0, 5) == "cuda:") {
+            auto n = parse_int(text.substr(5));
+            ok = n && *n >= 0;
+          }
+          break;
+        }
+        case StringRule::UserPass: {
+          size_t colon = text.find(':');
+          ok = text.empty() || (colon != std::string_view::npos && colon > 0 && colon + 1 < text.size());
+          break;
+        }
+      }
+      if (!ok) bad_value(spec, text, source, origin);
+      s = std::string(text);
+      return;
+    }
+  }
+}
+}  // namespace
+
+Settings::Settings() {
+  for (const auto& spec : settings_registry()) set(spec.key, spec.default_value, SettingSource::Default);
+}
+
+Settings Settings::load(const std::string& config_path, const Environment& env,
+                        const std::vector<SettingOverride>& flags) {
+  Settings s;
+  if (!config_path.empty()) s.apply_toml_file(config_path);
+  s.apply_environment(env);
+  for (const auto& o : flags) s.set(o.key, o.text, SettingSource::Flag);
+  return s;
+}
+
+void Settings::set(std::string_view key, std::string_view text, SettingSource source) {
+  const SettingSpec* spec = find_setting(key);
+  if (!spec) unknown_key(key, source == SettingSource::Flag ? "the command line" : setting_source_name(source));
+  Value v;
+  parse_into(*spec, text, source, "", v.b, v.i, v.f, v.s);
+  v.source = source;
+  store(*spec, std::move(v));
+}
+
+void Settings::store(const SettingSpec& spec, Value v) {
+  values_[spec.key] = std::move(v);
+}
+
+void Settings::apply_environment(const Environment& env) {
+  for (const auto& [name, text] : env) {
+    if (name.compare(0, kEnvPrefix.size(), kEnvPrefix) != 0) continue;
+    std::string rest = name.substr(kEnvPrefix.size());
+    size_t sep = rest.find("__");
+    std::string key =
+        sep == std::string::npos ? lower(rest) : lower(rest.substr(0, sep)) + "." + lower(rest.substr(sep + 2));
+    const SettingSpec* spec = find_setting(key);
+    if (!spec || setting_env_var(*spec) != name)
+      unknown_key(key, "environment variable " + name + " (expected BACKPROPAGATE_<SECTION>__<KEY>)");
+    Value v;
+    parse_into(*spec, text, SettingSource::Env, "", v.b, v.i, v.f, v.s);
+    v.source = SettingSource::Env;
+    store(*spec, std::move(v));
+  }
+}
+
+void Settings::apply_toml_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error(ErrorCode::CONFIG_INVALID,
+                fmt::format("[settings] cannot read config file {}: {}", path, std::strerror(errno)), {{"file", path}});
+  std::stringstream ss;
+  ss << in.rdbuf();
+  apply_toml_string(ss.str(), path);
+}
+
+namespace {
+// A TOML value as text for parse_into, after checking that its TOML type fits the setting's type.
+std::string toml_value_text(const SettingSpec& spec, const toml::node& node, const std::string& origin) {
+  auto wrong_type = [&](const char* got) {
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[settings] {} in {} is a TOML {}, but it must be {} ({})", spec.key, origin, got,
+                            setting_type_name(spec.type), setting_allowed_text(spec)),
+                {{"key", spec.key}, {"value_type", got}, {"allowed", setting_allowed_text(spec)}, {"source", "toml"}});
+  };
+  if (auto v = node.as_string()) return v->get();
+  if (auto v = node.as_boolean()) {
+    if (spec.type != SettingType::Bool) wrong_type("boolean");
+    return v->get() ? "true" : "false";
+  }
+  if (auto v = node.as_integer()) {
+    if (spec.type == SettingType::Enum || (spec.type == SettingType::String && spec.rule == StringRule::Any))
+      wrong_type("integer");
+    return std::to_string(v->get());
+  }
+  if (auto v = node.as_floating_point()) {
+    if (spec.type != SettingType::Float) wrong_type("float");
+    return fmt::format("{}", v->get());
+  }
+  wrong_type(node.is_table() ? "table" : node.is_array() ? "array" : "date/time");
+  return {};
+}
+}  // namespace
+
+void Settings::apply_toml_string(std::string_view toml_text, const std::string& origin) {
+  toml::table tbl;
+  try {
+    tbl = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    throw Error(ErrorCode::CONFIG_INVALID,
+                fmt::format("[settings] {}:{}:{}: {}", origin, where.line, where.column, std::string(e.description())),
+                {{"file", origin}, {"line", where.line}, {"column", where.column}});
+  }
+  for (const auto& [section_key, section_node] : tbl) {
+    std::string section(section_key.str());
+    const toml::table* section_tbl = section_node.as_table();
+    if (!section_tbl) unknown_key(section, "config file " + origin + " (settings live in [section] tables)");
+    for (const auto& [k, node] : *section_tbl) {
+      std::string key = section + "." + std::string(k.str());
+      const SettingSpec* spec = find_setting(key);
+      if (!spec) unknown_key(key, "config file " + origin);
+      Value v;
+      parse_into(*spec, toml_value_text(*spec, node, origin), SettingSource::Toml, origin, v.b, v.i, v.f, v.s);
+      v.source = SettingSource::Toml;
+      store(*spec, std::move(v));
+    }
+  }
+}
+
+const Settings::Value& Settings::value(std::string_view key, SettingType want) const {
+  const SettingSpec* spec = find_setting(key);
+  BP_CHECK(spec, "[settings] no setting named '{}' in the registry", key);
+  bool ok = spec->type == want || (want == SettingType::String && spec->type == SettingType::Enum);
+  BP_CHECK(ok, "[settings] {} is a {}, read as {}", key, setting_type_name(spec->type), setting_type_name(want));
+  auto it = values_.find(key);
+  BP_CHECK(it != values_.end(), "[settings] {} has no value", key);
+  return it->second;
+}
+
+bool Settings::get_bool(std::string_view key) const {
+  return value(key, SettingType::Bool).b;
+}
+int64_t Settings::get_int(std::string_view key) const {
+  return value(key, SettingType::Int).i;
+}
+double Settings::get_float(std::string_view key) const {
+  return value(key, SettingType::Float).f;
+}
+const std::string& Settings::get_string(std::string_view key) const {
+  return value(key, SettingType::String).s;
+}
+
+SettingSource Settings::source(std::string_view key) const {
+  auto it = values_.find(key);
+  BP_CHECK(it != values_.end(), "[settings] no setting named '{}' in the registry", key);
+  return it->second.source;
+}
+
+std::string Settings::text(std::string_view key, bool reveal_secrets) const {
+  const SettingSpec* spec = find_setting(key);
+  BP_CHECK(spec, "[settings] no setting named '{}' in the registry", key);
+  const Value& v = values_.find(key)->second;
+  switch (spec->type) {
+    case SettingType::Bool: return v.b ? "true" : "false";
+    case SettingType::Int: return std::to_string(v.i);
+    case SettingType::Float: return fmt::format("{}", v.f);
+    default: return spec->secret && !reveal_secrets && !v.s.empty() ? "***" : v.s;
+  }
+}
+
+nlohmann::json Settings::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& spec : settings_registry()) {
+    std::string key = spec.key;
+    size_t dot = key.find('.');
+    auto& slot = j[key.substr(0, dot)][key.substr(dot + 1)];
+    switch (spec.type) {
+      case SettingType::Bool: slot = get_bool(key); break;
+      case SettingType::Int: slot = get_int(key); break;
+      case SettingType::Float: slot = get_float(key); break;
+      default: slot = text(key); break;
+    }
+  }
+  return j;
+}
+
+// ---- command-line binding ------------------------------------------------------------------------
+
+void bind_setting_flags(CLI::App& app, std::vector<SettingOverride>& out,
+                        std::initializer_list<std::string_view> keys) {
+  for (std::string_view key : keys) {
+    const SettingSpec* spec = find_setting(key);
+    BP_CHECK(spec, "[settings] bind_setting_flags: no setting named '{}'", key);
+    BP_CHECK(spec->flag[0], "[settings] bind_setting_flags: {} has no flag", key);
+    std::string flag = spec->flag;
+    std::string help =
+        fmt::format("{} [{}; default: {}; {} / {}]", spec->help, setting_allowed_text(*spec),
+                    spec->default_value[0] ? spec->default_value : "\"\"", spec->key, setting_env_var(*spec));
+    std::string k(key);
+    if (spec->type == SettingType::Bool) {
+      std::string names = flag + ",!--no-" + flag.substr(2);
+      app.add_flag_function(
+          names,
+          [&out, k](int64_t n) {
+            out.push_back({k, n > 0 ? "true" : "false"});
+          },
+          help);
+    } else {
+      const char* type_name = spec->type == SettingType::Int     ? "INT"
+                              : spec->type == SettingType::Float ? "FLOAT"
+                              : spec->type == SettingType::Enum  ? "CHOICE"
+                                                                 : "TEXT";
+      app.add_option_function<std::string>(
+             flag,
+             [&out, k](const std::string& v) {
+               out.push_back({k, v});
+             },
+             help)
+          ->type_name(type_name);
+    }
+  }
+}
+
+}  // namespace bp

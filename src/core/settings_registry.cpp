@@ -1,0 +1,164 @@
+// THE settings table (DESIGN.md "Settings"; CONVENTIONS.md "One table, not many lists").
+// Every setting backprop reads is one row here: TOML key, environment variable, command-line flag,
+// `backprop info --env-vars` and the docs all come from this table. Add a row, never a private flag.
+// Columns: key, type, default (text), min, max, enum choices, string rule, flag, secret, help.
+#include <limits>
+
+#include "core/settings.h"
+
+namespace bp {
+
+namespace {
+using T = SettingType;
+using R = StringRule;
+constexpr double kNoMin = 0, kNoMax = 0;
+constexpr double kI64Max = 9.2e18;
+
+// clang-format off
+constexpr SettingSpec kSettings[] = {
+  // ---- model ----------------------------------------------------------------------------------
+  {"model.path", T::String, "", kNoMin, kNoMax, "", R::Any, "--model", false,
+   "Hugging Face model folder (config.json, *.safetensors, tokenizer.json)."},
+  {"model.dtype", T::Enum, "auto", kNoMin, kNoMax, "auto|f32|bf16|f16", R::Any, "--dtype", false,
+   "Compute dtype of the frozen base weights; auto = f32 on the CPU, bf16 on a GPU."},
+  {"model.device", T::String, "auto", kNoMin, kNoMax, "", R::Device, "--device", false,
+   "Where to train: auto (a GPU when one is usable, else the CPU), cpu, cuda or cuda:N."},
+
+  // ---- lora -----------------------------------------------------------------------------------
+  {"lora.r", T::Int, "16", 1, 4096, "", R::Any, "--lora-r", false,
+   "LoRA rank r (lora_A is [r, in], lora_B is [out, r])."},
+  {"lora.alpha", T::Float, "32", 1e-6, 1e6, "", R::Any, "--lora-alpha", false,
+   "LoRA alpha; the update is scaled by alpha / r (alpha / sqrt(r) with rsLoRA)."},
+  {"lora.dropout", T::Float, "0.05", 0, 0.99, "", R::Any, "--lora-dropout", false,
+   "Dropout probability on the LoRA input during training."},
+  {"lora.target_modules", T::String, "all-linear", kNoMin, kNoMax, "", R::Any, "--target-modules", false,
+   "Comma-separated module names to adapt (q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj) or all-linear."},
+  {"lora.use_rslora", T::Bool, "false", kNoMin, kNoMax, "", R::Any, "--use-rslora", false,
+   "Rank-stabilised LoRA: scale by alpha / sqrt(r) instead of alpha / r."},
+
+  // ---- training -------------------------------------------------------------------------------
+  {"training.mode", T::Enum, "lora", kNoMin, kNoMax, "lora|full", R::Any, "--mode", false,
+   "lora trains adapters on frozen weights; full trains every weight."},
+  {"training.steps", T::Int, "0", 0, kI64Max, "", R::Any, "--steps", false,
+   "Optimizer steps to run; 0 = as many as `epochs` passes over the data take."},
+  {"training.epochs", T::Float, "1", 0.001, 1e6, "", R::Any, "--epochs", false,
+   "Passes over the training data (fractions allowed) when steps is 0."},
+  {"training.batch_size", T::Int, "8", 1, 1 << 20, "", R::Any, "--batch-size", false,
+   "Sequences per optimizer step (micro_batch_size x grad_accum); OOM recovery keeps it unchanged."},
+  {"training.micro_batch_size", T::String, "auto", kNoMin, kNoMax, "", R::AutoOrPositiveInt, "--micro-batch-size", false,
+   "Sequences per forward/backward pass: auto (the largest the memory plan fits) or a number."},
+  {"training.grad_accum", T::Int, "0", 0, 1 << 20, "", R::Any, "--grad-accum", false,
+   "Micro-batches accumulated per optimizer step; 0 = batch_size / micro_batch_size."},
+  {"training.lr", T::Float, "0.0002", 0, 10, "", R::Any, "--lr", false,
+   "Peak learning rate (AdamW)."},
+  {"training.lr_scheduler", T::Enum, "cosine", kNoMin, kNoMax, "cosine|linear|constant", R::Any, "--lr-scheduler", false,
+   "Learning-rate schedule after warm-up."},
+  {"training.warmup_steps", T::Int, "10", 0, kI64Max, "", R::Any, "--warmup-steps", false,
+   "Steps of linear warm-up from 0 to lr."},
+  {"training.weight_decay", T::Float, "0", 0, 10, "", R::Any, "--weight-decay", false,
+   "AdamW decoupled weight decay."},
+  {"training.max_grad_norm", T::Float, "1", 0, 1e6, "", R::Any, "--max-grad-norm", false,
+   "Clip the global gradient norm to this value; 0 = no clipping."},
+  {"training.max_seq_length", T::Int, "2048", 1, 1 << 24, "", R::Any, "--max-seq-length", false,
+   "Longest sequence in tokens; longer samples are truncated (and reported)."},
+  {"training.gradient_checkpointing", T::Bool, "true", kNoMin, kNoMax, "", R::Any, "--gradient-checkpointing", false,
+   "Recompute activations in backward instead of keeping them (less memory, ~30% more compute)."},
+  {"training.seed", T::Int, "42", 0, kI64Max, "", R::Any, "--seed", false,
+   "Seed for initialisation, dropout and shuffling; a resumed run continues its RNG state."},
+  {"training.eval_every", T::Int, "0", 0, kI64Max, "", R::Any, "--eval-every", false,
+   "Evaluate on the held-out split every N steps; 0 = only at the end (when a holdout exists)."},
+  {"training.save_every", T::Int, "100", 0, kI64Max, "", R::Any, "--save-every", false,
+   "Write a checkpoint every N steps; 0 = only at the end."},
+  {"training.keep_checkpoints", T::Int, "3", 0, 1 << 20, "", R::Any, "--keep-checkpoints", false,
+   "How many recent checkpoints to keep; 0 = keep all."},
+  {"training.output", T::String, "runs", kNoMin, kNoMax, "", R::Any, "--output", false,
+   "Folder for runs: <output>/<run id>/ holds checkpoints, logs and the final adapter."},
+  {"training.resume", T::String, "", kNoMin, kNoMax, "", R::Any, "--resume", false,
+   "Resume from a checkpoint folder, a run id, or latest; empty = start a new run."},
+  {"training.max_memory", T::String, "auto", kNoMin, kNoMax, "", R::AutoOrBytes, "--max-memory", false,
+   "Memory budget of the training device (e.g. 8G, 512M): auto = the GPU's free memory, no limit on the CPU; none = no limit."},
+  {"training.threads", T::Int, "0", 0, 4096, "", R::Any, "--threads", false,
+   "CPU threads for OpenMP and BLAS; 0 = all cores."},
+  {"training.oom_recovery", T::Bool, "true", kNoMin, kNoMax, "", R::Any, "--oom-recovery", false,
+   "On out-of-memory, halve the micro-batch, double accumulation and redo the step."},
+  {"training.nan_guard_max_consecutive", T::Int, "3", 1, 1000000, "", R::Any, "--nan-guard-max-consecutive", false,
+   "Skip steps with non-finite loss or gradients; fail after this many in a row."},
+  {"training.init_from_config", T::Bool, "false", kNoMin, kNoMax, "", R::Any, "--init-from-config", false,
+   "Create randomly initialised weights from the model's config.json instead of loading weight files."},
+  {"training.fault_inject_oom_step", T::Int, "0", 0, kI64Max, "", R::Any, "--fault-inject-oom-step", false,
+   "Testing: raise an out-of-memory error once in optimizer step N (1-based); 0 = off."},
+  {"training.fault_inject_nan_step", T::Int, "0", 0, kI64Max, "", R::Any, "--fault-inject-nan-step", false,
+   "Testing: make the loss of optimizer step N (1-based) NaN; 0 = off."},
+  {"training.fault_inject_crash_step", T::Int, "0", 0, kI64Max, "", R::Any, "--fault-inject-crash-step", false,
+   "Testing: kill the process while the checkpoint of step N is being written; 0 = off."},
+
+  // ---- data -----------------------------------------------------------------------------------
+  {"data.path", T::String, "", kNoMin, kNoMax, "", R::Any, "--data", false,
+   "Training data: a JSONL/JSON file of conversations or instructions, or a .txt file."},
+  {"data.format", T::Enum, "auto", kNoMin, kNoMax, "auto|sharegpt|openai|alpaca|text|txt", R::Any, "--format", false,
+   "Dataset format; auto detects it from the first rows."},
+  {"data.holdout", T::Float, "0", 0, 0.9, "", R::Any, "--holdout", false,
+   "Fraction of samples held out for evaluation."},
+  {"data.strict", T::Bool, "false", kNoMin, kNoMax, "", R::Any, "--strict", false,
+   "Fail on the first bad row instead of skipping it (and reporting it)."},
+  {"data.train_on_all", T::Bool, "false", kNoMin, kNoMax, "", R::Any, "--train-on-all", false,
+   "Take the loss on every token, not only on assistant replies."},
+  {"data.max_errors", T::Int, "100", 0, kI64Max, "", R::Any, "--max-errors", false,
+   "Give up when more rows than this are bad; 0 = no limit."},
+  {"data.shuffle", T::Bool, "true", kNoMin, kNoMax, "", R::Any, "--shuffle", false,
+   "Shuffle samples every epoch (seeded by training.seed)."},
+
+  // ---- export ---------------------------------------------------------------------------------
+  {"export.format", T::Enum, "lora", kNoMin, kNoMax, "lora|merged|gguf", R::Any, "--format", false,
+   "lora = PEFT adapter folder, merged = HF model with LoRA merged in, gguf = one GGUF file."},
+  {"export.quantization", T::Enum, "f16", kNoMin, kNoMax, "f32|f16|bf16|q8_0|q4_0|q4_k_m|q5_k_m|q6_k", R::Any,
+   "--quantization", false, "Tensor type of a GGUF export."},
+  {"export.output", T::String, "", kNoMin, kNoMax, "", R::Any, "--output", false,
+   "Where to write the export; empty = next to the checkpoint it comes from."},
+  {"export.ollama", T::Bool, "false", kNoMin, kNoMax, "", R::Any, "--ollama", false,
+   "Register the GGUF export with the Ollama server at ollama_host."},
+  {"export.ollama_name", T::String, "", kNoMin, kNoMax, "", R::Any, "--ollama-name", false,
+   "Model name in Ollama; empty = derived from the run."},
+  {"export.ollama_host", T::String, "http://127.0.0.1:11434", kNoMin, kNoMax, "", R::Any, "--ollama-host", false,
+   "Address of the Ollama server."},
+
+  // ---- monitor --------------------------------------------------------------------------------
+  {"monitor.gpu_temp_critical_c", T::Float, "90", 40, 130, "", R::Any, "--gpu-temp-critical", false,
+   "GPU temperature (Celsius) at which training pauses, checkpoints and stops."},
+  {"monitor.poll_interval_s", T::Float, "5", 0.1, 3600, "", R::Any, "--poll-interval", false,
+   "Seconds between GPU temperature and memory readings."},
+
+  // ---- ui -------------------------------------------------------------------------------------
+  {"ui.host", T::String, "127.0.0.1", kNoMin, kNoMax, "", R::Any, "--host", false,
+   "Address the web dashboard listens on; anything beyond localhost requires auth."},
+  {"ui.port", T::Int, "7860", 1, 65535, "", R::Any, "--port", false,
+   "Port of the web dashboard."},
+  {"ui.auth", T::String, "", kNoMin, kNoMax, "", R::UserPass, "--auth", true,
+   "Basic authentication for the dashboard as user:password (the password is never logged)."},
+
+  // ---- security -------------------------------------------------------------------------------
+  {"security.redact_secrets", T::Bool, "true", kNoMin, kNoMax, "", R::Any, "--redact-secrets", false,
+   "Replace tokens and passwords with *** in every log line and printed message."},
+
+  // ---- logging --------------------------------------------------------------------------------
+  {"logging.level", T::Enum, "info", kNoMin, kNoMax, "trace|debug|info|warn|error|off", R::Any, "--log-level", false,
+   "Least severe log level shown and written."},
+  {"logging.format", T::Enum, "console", kNoMin, kNoMax, "console|json", R::Any, "--log-format", false,
+   "Console log lines for people (console) or as JSON lines (json)."},
+  {"logging.file", T::String, "", kNoMin, kNoMax, "", R::Any, "--log-file", false,
+   "Also write the log as JSON lines (the run id on every record) to this file."},
+};
+// clang-format on
+
+constexpr const char* kSections[] = {"model",   "lora", "training", "data",   "export",
+                                     "monitor", "ui",   "security", "logging"};
+}  // namespace
+
+std::span<const SettingSpec> settings_registry() {
+  return kSettings;
+}
+std::span<const char* const> setting_sections() {
+  return kSections;
+}
+
+}  // namespace bp

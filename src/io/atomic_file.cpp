@@ -1,0 +1,129 @@
+#include "io/atomic_file.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace bp {
+
+namespace fs = std::filesystem;
+
+IoFaults& io_faults() {
+  static IoFaults f;
+  return f;
+}
+
+void io_faults_from_env() {
+  if (const char* v = std::getenv("BACKPROPAGATE_FAULT_ENOSPC_AFTER_BYTES"); v && *v)
+    io_faults().enospc_after_bytes = std::strtoll(v, nullptr, 10);
+  if (const char* v = std::getenv("BACKPROPAGATE_FAULT_CRASH_AT"); v && *v) io_faults().crash_at = v;
+}
+
+void crash_point(std::string_view name) {
+  if (!io_faults().crash_at.empty() && io_faults().crash_at == name) {
+    std::fprintf(stderr, "[fault] crash injected at %.*s\n", static_cast<int>(name.size()), name.data());
+    std::fflush(stderr);
+    ::kill(::getpid(), SIGKILL);
+  }
+}
+
+static Error io_error(int err, const std::string& path, const char* what) {
+  if (err == ENOSPC || err == EDQUOT)
+    return Error(ErrorCode::STATE_DISK_FULL, fmt::format("[io] no space left on device while {} {}", what, path),
+                 {{"path", path}});
+  return Error(ErrorCode::RUNTIME_EXPORT_FAILED, fmt::format("[io] {} {}: {}", what, path, std::strerror(err)),
+               {{"path", path}, {"errno", err}});
+}
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_path_(path_ + ".tmp") {
+  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw io_error(errno, tmp_path_, "creating");
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_path_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    size_t chunk = bytes;
+    auto& f = io_faults();
+    if (f.enospc_after_bytes >= 0) {
+      if (f.enospc_after_bytes == 0) throw io_error(ENOSPC, tmp_path_, "writing");
+      chunk = std::min<size_t>(chunk, static_cast<size_t>(f.enospc_after_bytes));
+      f.enospc_after_bytes -= static_cast<int64_t>(chunk);
+    }
+    ssize_t n = ::write(fd_, p, chunk);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw io_error(errno, tmp_path_, "writing");
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+    written_ += static_cast<size_t>(n);
+  }
+}
+
+void AtomicFile::commit() {
+  if (::fsync(fd_) != 0) throw io_error(errno, tmp_path_, "syncing");
+  ::close(fd_);
+  fd_ = -1;
+  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) throw io_error(errno, path_, "renaming to");
+  committed_ = true;
+  fsync_dir(fs::path(path_).parent_path().string());
+}
+
+void write_file_atomic(const std::string& path, std::string_view contents) {
+  AtomicFile f(path);
+  f.write(contents);
+  f.commit();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[io] cannot read {}: {}", path, std::strerror(errno)),
+                {{"path", path}});
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+uint64_t free_disk_bytes(const std::string& path) {
+  fs::path p = fs::absolute(path);
+  while (!p.empty() && p != p.root_path() && !fs::exists(p)) p = p.parent_path();
+  struct statvfs st {};
+  if (::statvfs(p.empty() ? "/" : p.c_str(), &st) != 0) return UINT64_MAX;
+  return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+}
+
+void require_free_space(const std::string& path, uint64_t bytes_needed, std::string_view what) {
+  uint64_t free_b = free_disk_bytes(path);
+  if (free_b < bytes_needed)
+    throw Error(ErrorCode::STATE_DISK_FULL,
+                fmt::format("[io] {} needs {} but only {} is free at {}", what, format_bytes(bytes_needed),
+                            format_bytes(free_b), path),
+                {{"bytes_needed", bytes_needed}, {"bytes_free", free_b}, {"path", path}});
+}
+
+}  // namespace bp

@@ -1,0 +1,62 @@
+// Crash-safe file output (DESIGN.md "Checkpoints").
+//
+// AtomicFile writes to "<path>.tmp", fsyncs, and renames over <path> on commit(); if it is
+// destroyed without commit() (an exception, a crash) the temporary is removed and <path> is
+// untouched. Write failures throw: ENOSPC/EDQUOT -> STATE_DISK_FULL, anything else ->
+// RUNTIME_EXPORT_FAILED (callers may rethrow with their own code).
+//
+// Fault injection for tests (io_faults()): fail writes with ENOSPC once a byte budget is spent,
+// or SIGKILL the process at a named point ("checkpoint:after_weights", ...), to prove that
+// nothing half-written is ever taken for a finished file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace bp {
+
+struct IoFaults {
+  // Writes fail with ENOSPC after this many more bytes (-1 = never).
+  int64_t enospc_after_bytes = -1;
+  // kill -9 self when crash_point(name) is reached with this name ("" = never).
+  std::string crash_at;
+};
+IoFaults& io_faults();
+// Reads BACKPROPAGATE_FAULT_ENOSPC_AFTER_BYTES and BACKPROPAGATE_FAULT_CRASH_AT (test hooks).
+void io_faults_from_env();
+// Called at named points of multi-file writes; kills the process if io_faults().crash_at matches.
+void crash_point(std::string_view name);
+
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t bytes);
+  void write(std::string_view s) { write(s.data(), s.size()); }
+  size_t bytes_written() const { return written_; }
+  // fsync + rename + fsync of the parent folder.
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, tmp_path_;
+  int fd_ = -1;
+  size_t written_ = 0;
+  bool committed_ = false;
+};
+
+// Whole-file helpers.
+void write_file_atomic(const std::string& path, std::string_view contents);
+std::string read_file(const std::string& path);  // throws INPUT_VALIDATION_FAILED when unreadable
+void fsync_dir(const std::string& dir);
+// Free bytes on the file system holding `path` (or its nearest existing parent).
+uint64_t free_disk_bytes(const std::string& path);
+// Throws STATE_DISK_FULL when fewer than `bytes_needed` are free at `path`.
+void require_free_space(const std::string& path, uint64_t bytes_needed, std::string_view what);
+
+}  // namespace bp

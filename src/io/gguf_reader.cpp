@@ -1,0 +1,202 @@
+// GGUF v3 reader (contract in io/gguf_reader.h).
+#include "io/gguf_reader.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace bp {
+namespace {
+
+// Bounds-checked little-endian cursor over the mapping.
+class Cursor {
+ public:
+  Cursor(const uint8_t* base, uint64_t size, const std::string& path) : base_(base), size_(size), path_(path) {}
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
+                fmt::format("[gguf] {} is not a valid GGUF file: {} at byte {} of {}", path_, what, pos_, size_));
+  }
+  void need(uint64_t n, const char* what) const {
+    if (n > size_ - pos_) fail(fmt::format("{} needs {} bytes but the file ends", what, n));
+  }
+  template <class T>
+  T get(const char* what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, base_ + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  std::string str(const char* what) {
+    const uint64_t n = get<uint64_t>(what);
+    need(n, what);
+    std::string s(reinterpret_cast<const char*>(base_ + pos_), n);
+    pos_ += n;
+    return s;
+  }
+  uint64_t pos() const { return pos_; }
+
+ private:
+  const uint8_t* base_;
+  uint64_t size_;
+  uint64_t pos_ = 0;
+  const std::string& path_;
+};
+
+nlohmann::json read_scalar(Cursor& c, GGUFValueType t) {
+  switch (t) {
+    case GGUFValueType::UINT8: return c.get<uint8_t>("uint8");
+    case GGUFValueType::INT8: return c.get<int8_t>("int8");
+    case GGUFValueType::UINT16: return c.get<uint16_t>("uint16");
+    case GGUFValueType::INT16: return c.get<int16_t>("int16");
+    case GGUFValueType::UINT32: return c.get<uint32_t>("uint32");
+    case GGUFValueType::INT32: return c.get<int32_t>("int32");
+    case GGUFValueType::FLOAT32: return static_cast<double>(c.get<float>("float32"));
+    case GGUFValueType::BOOL: {
+      const uint8_t b = c.get<uint8_t>("bool");
+      if (b > 1) c.fail(fmt::format("bool value {}", b));
+      return b == 1;
+    }
+    case GGUFValueType::STRING: return c.str("string");
+    case GGUFValueType::UINT64: return c.get<uint64_t>("uint64");
+    case GGUFValueType::INT64: return c.get<int64_t>("int64");
+    case GGUFValueType::FLOAT64: return c.get<double>("float64");
+    case GGUFValueType::ARRAY: break;
+  }
+  c.fail(fmt::format("value type {}", static_cast<uint32_t>(t)));
+}
+
+GGUFValueType value_type(Cursor& c, uint32_t raw) {
+  if (raw > static_cast<uint32_t>(GGUFValueType::FLOAT64)) c.fail(fmt::format("unknown value type {}", raw));
+  return static_cast<GGUFValueType>(raw);
+}
+
+}  // namespace
+
+int64_t GGUFTensorInfo::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+GGUFReader::GGUFReader(const std::string& path) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, fmt::format("[gguf] cannot open {}: {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, fmt::format("[gguf] cannot stat {}: {}", path, std::strerror(errno)));
+  }
+  size_ = static_cast<uint64_t>(st.st_size);
+  if (size_ > 0) {
+    map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map_ == MAP_FAILED) {
+      map_ = nullptr;
+      ::close(fd);
+      throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
+                  fmt::format("[gguf] cannot map {}: {}", path, std::strerror(errno)));
+    }
+  }
+  ::close(fd);
+  const auto* base = static_cast<const uint8_t*>(map_);
+  try {
+    Cursor c(base, size_, path_);
+    if (c.get<uint32_t>("magic") != kGGUFMagic) c.fail("bad magic (expected \"GGUF\")");
+    version_ = c.get<uint32_t>("version");
+    if (version_ != 3 && version_ != 2) c.fail(fmt::format("unsupported version {}", version_));
+    const uint64_t n_tensors = c.get<uint64_t>("tensor count");
+    const uint64_t n_kv = c.get<uint64_t>("metadata count");
+    // Each entry takes at least 8 bytes: reject absurd counts before reserving.
+    if (n_kv > size_ / 8 || n_tensors > size_ / 8)
+      c.fail(fmt::format("{} keys / {} tensors in a file this small", n_kv, n_tensors));
+    for (uint64_t i = 0; i < n_kv; ++i) {
+      std::string key = c.str("key");
+      GGUFValue v;
+      v.type = value_type(c, c.get<uint32_t>("value type"));
+      if (v.type == GGUFValueType::ARRAY) {
+        v.elem_type = value_type(c, c.get<uint32_t>("array type"));
+        if (v.elem_type == GGUFValueType::ARRAY) c.fail("nested array in '" + key + "'");
+        const uint64_t n = c.get<uint64_t>("array length");
+        if (n > size_) c.fail(fmt::format("array '{}' of {} elements", key, n));
+        v.value = nlohmann::json::array();
+        for (uint64_t k = 0; k < n; ++k) v.value.push_back(read_scalar(c, v.elem_type));
+      } else {
+        v.value = read_scalar(c, v.type);
+      }
+      if (key == "general.alignment") {
+        if (v.type != GGUFValueType::UINT32 || v.value.get<uint32_t>() == 0 || v.value.get<uint32_t>() % 8 != 0)
+          c.fail("general.alignment must be a uint32 multiple of 8");
+        alignment_ = v.value.get<uint32_t>();
+      }
+      kv_.emplace_back(std::move(key), std::move(v));
+    }
+    for (uint64_t i = 0; i < n_tensors; ++i) {
+      GGUFTensorInfo t;
+      t.name = c.str("tensor name");
+      const uint32_t n_dims = c.get<uint32_t>("n_dims");
+      if (n_dims == 0 || n_dims > 4) c.fail(fmt::format("tensor '{}' has {} dimensions", t.name, n_dims));
+      std::vector<int64_t> ne(n_dims);
+      for (auto& d : ne) {
+        const uint64_t v = c.get<uint64_t>("dimension");
+        if (v > (uint64_t{1} << 40)) c.fail(fmt::format("tensor '{}' dimension {}", t.name, v));
+        d = static_cast<int64_t>(v);
+      }
+      t.shape.assign(ne.rbegin(), ne.rend());
+      const uint32_t type = c.get<uint32_t>("tensor type");
+      if (!ggml_type_known(type))
+        c.fail(fmt::format("tensor '{}' has ggml type {} which backprop does not read", t.name, type));
+      t.type = static_cast<GGMLType>(type);
+      t.offset = c.get<uint64_t>("tensor offset");
+      if (t.offset % alignment_ != 0)
+        c.fail(fmt::format("tensor '{}' offset {} is not aligned to {}", t.name, t.offset, alignment_));
+      const auto& info = ggml_type_info(t.type);
+      if (ne[0] % info.block_size != 0)
+        c.fail(fmt::format("tensor '{}' rows of {} do not fit {} blocks", t.name, ne[0], info.name));
+      t.nbytes = static_cast<size_t>(t.numel() / info.block_size) * info.block_bytes;
+      tensors_.push_back(std::move(t));
+    }
+    data_offset_ = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
+    for (auto& t : tensors_) {
+      if (t.offset > size_ || data_offset_ > size_ - t.offset || t.nbytes > size_ - data_offset_ - t.offset)
+        c.fail(fmt::format("tensor '{}' ({} bytes at data offset {}) runs past the end of the file", t.name, t.nbytes,
+                           t.offset));
+      t.data = base + data_offset_ + t.offset;
+    }
+  } catch (...) {
+    if (map_) ::munmap(map_, size_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+GGUFReader::~GGUFReader() {
+  if (map_) ::munmap(map_, size_);
+}
+
+const GGUFValue* GGUFReader::find(const std::string& key) const {
+  for (const auto& [k, v] : kv_)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+const GGUFTensorInfo* GGUFReader::find_tensor(const std::string& name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+std::vector<float> GGUFReader::dequantize(const GGUFTensorInfo& t) const {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  const int64_t n = t.shape.back();
+  dequantize_rows(t.type, t.data, out.data(), n > 0 ? t.numel() / n : 0, n);
+  return out;
+}
+
+}  // namespace bp

@@ -1,0 +1,196 @@
+// safetensors writing: atomic files (temp name, fsync, rename, fsync of the folder) and sharded
+// model folders with model.safetensors.index.json (see safetensors.h).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace bp {
+
+namespace {
+
+[[noreturn]] void io_fail(const std::string& path, const char* what, int err) {
+  const ErrorCode code =
+      (err == ENOSPC || err == EDQUOT) ? ErrorCode::STATE_DISK_FULL : ErrorCode::RUNTIME_EXPORT_FAILED;
+  throw Error(code, fmt::format("[safetensors] {}: {} failed: {}", path, what, std::strerror(err)));
+}
+
+const char* safetensors_dtype(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::BF16: return "BF16";
+    case DType::F16: return "F16";
+    case DType::I32: return "I32";
+  }
+  return "?";
+}
+
+bool is_float(DType t) {
+  return t != DType::I32;
+}
+
+DType output_dtype(const Tensor& t, const SafetensorsWriteOptions& o) {
+  return (o.dtype && is_float(t.dtype())) ? *o.dtype : t.dtype();
+}
+
+// A file written under a temporary name and renamed over `path` on commit().
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path) : path_(std::move(path)) {
+    tmp_ = fmt::format("{}.tmp.{}", path_, ::getpid());
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) io_fail(tmp_, "open", errno);
+  }
+  ~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+  void write(const void* data, size_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const ssize_t w = ::write(fd_, p, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        io_fail(path_, "write", errno);
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+  void commit() {
+    if (::fsync(fd_) != 0) io_fail(path_, "fsync", errno);
+    if (::close(fd_) != 0) {
+      fd_ = -1;
+      io_fail(path_, "close", errno);
+    }
+    fd_ = -1;
+    if (::rename(tmp_.c_str(), path_.c_str()) != 0) io_fail(path_, "rename", errno);
+    committed_ = true;
+    // fsync the folder so the rename itself survives a crash.
+    const std::string dir = std::filesystem::path(path_).parent_path().string();
+    const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  }
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+bool is_shard_name(const std::string& n) {
+  return n.rfind("model-", 0) == 0 && n.find("-of-") != std::string::npos && n.size() > 12 &&
+         n.substr(n.size() - 12) == ".safetensors";
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& contents) {
+  AtomicFile f(path);
+  f.write(contents.data(), contents.size());
+  f.commit();
+}
+
+void write_safetensors(const std::string& path, const NamedTensors& tensors, const SafetensorsWriteOptions& options) {
+  nlohmann::json header = nlohmann::json::object();
+  if (!options.metadata.empty()) header["__metadata__"] = options.metadata;
+  uint64_t offset = 0;
+  std::set<std::string> seen;
+  for (const auto& [name, t] : tensors) {
+    BP_CHECK(seen.insert(name).second, "[safetensors] {}: tensor '{}' given twice", path, name);
+    BP_CHECK(name != "__metadata__", "[safetensors] {}: reserved tensor name '__metadata__'", path);
+    BP_CHECK(t.defined() && t.device().type == DeviceType::CPU, "[safetensors] {}: tensor '{}' is {}", path, name,
+             t.defined() ? t.describe() : "undefined");
+    const DType dt = output_dtype(t, options);
+    const uint64_t nbytes = static_cast<uint64_t>(t.numel()) * dtype_size(dt);
+    header[name] = {
+        {"dtype", safetensors_dtype(dt)}, {"shape", t.shape().vec()}, {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+  }
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8 != 0) h.push_back(' ');  // data section starts 8-byte aligned
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(h.size()) >> (8 * i));
+
+  AtomicFile f(path);
+  f.write(len, 8);
+  f.write(h.data(), h.size());
+  std::vector<uint8_t> buf;
+  for (const auto& [name, t] : tensors) {
+    const DType dt = output_dtype(t, options);
+    const size_t n = static_cast<size_t>(t.numel());
+    if (dt == t.dtype()) {
+      f.write(t.raw(), t.nbytes());
+      continue;
+    }
+    constexpr size_t kChunk = 1 << 18;  // elements converted at a time
+    buf.resize(kChunk * dtype_size(dt));
+    const uint8_t* src = static_cast<const uint8_t*>(t.raw());
+    for (size_t i = 0; i < n; i += kChunk) {
+      const size_t m = std::min(kChunk, n - i);
+      convert(src + i * dtype_size(t.dtype()), t.dtype(), buf.data(), dt, m);
+      f.write(buf.data(), m * dtype_size(dt));
+    }
+  }
+  f.commit();
+}
+
+std::vector<std::string> write_safetensors_model(const std::string& dir, const NamedTensors& tensors,
+                                                 size_t max_shard_bytes, const SafetensorsWriteOptions& options) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) io_fail(dir, "create folder", ec.value());
+
+  // Greedy split in the given order: a new shard starts when the next tensor would not fit.
+  std::vector<NamedTensors> shards(1);
+  uint64_t shard_bytes = 0, total_bytes = 0;
+  for (const auto& nt : tensors) {
+    const uint64_t b = static_cast<uint64_t>(nt.second.numel()) * dtype_size(output_dtype(nt.second, options));
+    if (max_shard_bytes > 0 && !shards.back().empty() && shard_bytes + b > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(nt);
+    shard_bytes += b;
+    total_bytes += b;
+  }
+
+  std::vector<std::string> written;
+  if (shards.size() == 1) {
+    write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, options);
+    written.push_back("model.safetensors");
+  } else {
+    nlohmann::json weight_map = nlohmann::json::object();
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+      write_safetensors((fs::path(dir) / name).string(), shards[i], options);
+      for (const auto& nt : shards[i]) weight_map[nt.first] = name;
+      written.push_back(name);
+    }
+    nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+    write_file_atomic((fs::path(dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+    written.push_back("model.safetensors.index.json");
+  }
+  // Remove files of a previous, different layout so loading is never ambiguous.
+  const std::set<std::string> keep(written.begin(), written.end());
+  for (const auto& de : fs::directory_iterator(dir, ec)) {
+    const std::string n = de.path().filename().string();
+    if (keep.count(n)) continue;
+    if (n == "model.safetensors" || n == "model.safetensors.index.json" || is_shard_name(n)) fs::remove(de.path(), ec);
+  }
+  return written;
+}
+
+}  // namespace bp

@@ -1,0 +1,272 @@
+// ModelConfig from Hugging Face config.json (see config.h).
+//
+// Defaults follow transformers' config classes for the four architectures: num_key_value_heads
+// = num_attention_heads, head_dim = hidden_size / num_attention_heads, rope_theta 10000,
+// rms_norm_eps 1e-6, tie_word_embeddings false. Qwen2 always has q/k/v bias; Qwen3 always has
+// per-head q_norm/k_norm. Every problem is DEP_MODEL_LOAD_FAILED naming the file and the key.
+#include "model/config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace bp {
+
+namespace {
+
+struct ArchEntry {
+  Arch arch;
+  const char* architecture;
+  const char* model_type;
+};
+constexpr ArchEntry kArchs[] = {
+    {Arch::Llama, "LlamaForCausalLM", "llama"},
+    {Arch::Mistral, "MistralForCausalLM", "mistral"},
+    {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2"},
+    {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3"},
+};
+
+[[noreturn]] void fail(const std::string& source, const std::string& what) {
+  throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, fmt::format("[config] {}: {}", source, what));
+}
+
+std::string supported_list() {
+  std::string s;
+  for (const ArchEntry& a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.architecture);
+  return s;
+}
+
+// Reads an integer field; `def` < 0 with the key missing means required.
+int64_t get_int(const nlohmann::json& j, const char* key, const std::string& source, int64_t def, bool required) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (required) fail(source, fmt::format("required field '{}' is missing", key));
+    return def;
+  }
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+  }
+  fail(source, fmt::format("field '{}' must be an integer, got {}", key, it->dump()));
+}
+
+double get_number(const nlohmann::json& j, const char* key, const std::string& source, double def) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return def;
+  if (!it->is_number()) fail(source, fmt::format("field '{}' must be a number, got {}", key, it->dump()));
+  return it->get<double>();
+}
+
+bool get_bool(const nlohmann::json& j, const char* key, const std::string& source, bool def) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return def;
+  if (!it->is_boolean()) fail(source, fmt::format("field '{}' must be true or false, got {}", key, it->dump()));
+  return it->get<bool>();
+}
+
+// Token ids: an int, a list of ints, or null.
+std::vector<int32_t> get_token_ids(const nlohmann::json& j, const char* key, const std::string& source) {
+  std::vector<int32_t> ids;
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return ids;
+  auto one = [&](const nlohmann::json& v) {
+    if (!v.is_number_integer()) fail(source, fmt::format("field '{}' must be an integer or a list of integers", key));
+    ids.push_back(v.get<int32_t>());
+  };
+  if (it->is_array()) {
+    for (const auto& v : *it) one(v);
+  } else {
+    one(*it);
+  }
+  return ids;
+}
+
+// A float as JSON in its shortest decimal form (1e-05, not 9.99999974737875e-06).
+double float_for_json(float f) {
+  return std::stod(fmt::format("{}", f));
+}
+
+const char* torch_dtype_name(DType t) {
+  switch (t) {
+    case DType::BF16: return "bfloat16";
+    case DType::F16: return "float16";
+    default: return "float32";
+  }
+}
+
+}  // namespace
+
+const char* arch_name(Arch a) {
+  for (const ArchEntry& e : kArchs)
+    if (e.arch == a) return e.architecture;
+  return "?";
+}
+
+std::vector<std::string> supported_architectures() {
+  std::vector<std::string> v;
+  for (const ArchEntry& e : kArchs) v.emplace_back(e.architecture);
+  return v;
+}
+
+ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& source) {
+  if (!j.is_object()) fail(source, "config.json must be a JSON object");
+  ModelConfig c;
+  c.raw = j;
+
+  // Architecture: architectures[0], or model_type when `architectures` is absent.
+  std::string arch_str, model_type = j.value("model_type", std::string());
+  if (auto it = j.find("architectures"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || it->empty() || !(*it)[0].is_string())
+      fail(source, "field 'architectures' must be a non-empty list of names");
+    arch_str = (*it)[0].get<std::string>();
+  }
+  const ArchEntry* entry = nullptr;
+  for (const ArchEntry& e : kArchs)
+    if ((!arch_str.empty() && arch_str == e.architecture) || (arch_str.empty() && model_type == e.model_type))
+      entry = &e;
+  if (!entry) {
+    const std::string name = !arch_str.empty() ? arch_str : (model_type.empty() ? "(none given)" : model_type);
+    fail(source, fmt::format("unsupported architecture '{}'; supported architectures: {}", name, supported_list()));
+  }
+  c.arch = entry->arch;
+  c.architecture_name = entry->architecture;
+  c.model_type = model_type.empty() ? entry->model_type : model_type;
+
+  c.vocab_size = get_int(j, "vocab_size", source, 0, true);
+  c.hidden_size = get_int(j, "hidden_size", source, 0, true);
+  c.intermediate_size = get_int(j, "intermediate_size", source, 0, true);
+  c.num_layers = get_int(j, "num_hidden_layers", source, 0, true);
+  c.num_heads = get_int(j, "num_attention_heads", source, 0, true);
+  c.num_kv_heads = get_int(j, "num_key_value_heads", source, c.num_heads, false);
+  for (auto [key, v] : {std::pair{"vocab_size", c.vocab_size},
+                        {"hidden_size", c.hidden_size},
+                        {"intermediate_size", c.intermediate_size},
+                        {"num_hidden_layers", c.num_layers},
+                        {"num_attention_heads", c.num_heads},
+                        {"num_key_value_heads", c.num_kv_heads}})
+    if (v < 1) fail(source, fmt::format("field '{}' must be >= 1, got {}", key, v));
+  if (c.num_heads % c.num_kv_heads != 0)
+    fail(source, fmt::format("num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", c.num_heads,
+                             c.num_kv_heads));
+  if (j.contains("head_dim") && !j["head_dim"].is_null()) {
+    c.head_dim = get_int(j, "head_dim", source, 0, true);
+  } else {
+    if (c.hidden_size % c.num_heads != 0)
+      fail(source, fmt::format("hidden_size ({}) is not divisible by num_attention_heads ({}) and no head_dim is given",
+                               c.hidden_size, c.num_heads));
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  if (c.head_dim < 2 || c.head_dim % 2 != 0)
+    fail(source, fmt::format("head_dim must be even and >= 2 for rotary embeddings, got {}", c.head_dim));
+  c.max_position_embeddings = get_int(j, "max_position_embeddings", source, 2048, false);
+  c.rms_norm_eps = static_cast<float>(get_number(j, "rms_norm_eps", source, 1e-6));
+  if (!(c.rms_norm_eps > 0)) fail(source, fmt::format("rms_norm_eps must be > 0, got {}", c.rms_norm_eps));
+
+  const std::string act = j.value("hidden_act", std::string("silu"));
+  if (act != "silu" && act != "swish")
+    fail(source, fmt::format("hidden_act '{}' is not supported (only silu, the SwiGLU MLP)", act));
+  if (get_bool(j, "mlp_bias", source, false)) fail(source, "mlp_bias = true is not supported");
+
+  c.rope.head_dim = static_cast<int>(c.head_dim);
+  c.rope.theta = static_cast<float>(get_number(j, "rope_theta", source, 10000.0));
+  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) fail(source, "field 'rope_scaling' must be an object or null");
+    std::string type = it->value("rope_type", it->value("type", std::string()));
+    if (type == "llama3") {
+      c.rope.llama3_scaling = true;
+      c.rope.factor = static_cast<float>(get_number(*it, "factor", source, 8.0));
+      c.rope.low_freq_factor = static_cast<float>(get_number(*it, "low_freq_factor", source, 1.0));
+      c.rope.high_freq_factor = static_cast<float>(get_number(*it, "high_freq_factor", source, 4.0));
+      c.rope.original_max_position =
+          static_cast<int>(get_int(*it, "original_max_position_embeddings", source, 8192, false));
+      if (!(c.rope.factor > 0) || !(c.rope.high_freq_factor > c.rope.low_freq_factor))
+        fail(source, "rope_scaling llama3 needs factor > 0 and high_freq_factor > low_freq_factor");
+    } else if (type != "default") {
+      fail(source, fmt::format("rope_scaling type '{}' is not supported (supported: llama3, default)", type));
+    }
+  }
+
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", source, false);
+  c.attention_bias = c.arch == Arch::Qwen2 ? true : get_bool(j, "attention_bias", source, false);
+  c.qk_norm = c.arch == Arch::Qwen3;
+  if (c.arch == Arch::Mistral) {
+    c.sliding_window = get_int(j, "sliding_window", source, 0, false);
+  } else if (c.arch == Arch::Qwen2 || c.arch == Arch::Qwen3) {
+    if (get_bool(j, "use_sliding_window", source, false))
+      c.sliding_window = get_int(j, "sliding_window", source, 0, false);
+  }
+
+  const std::vector<int32_t> bos = get_token_ids(j, "bos_token_id", source);
+  c.bos_token_id = bos.empty() ? -1 : bos[0];
+  c.eos_token_ids = get_token_ids(j, "eos_token_id", source);
+
+  // transformers >= 4.56 writes "dtype"; older versions "torch_dtype".
+  std::string dt = j.value("torch_dtype", j.value("dtype", std::string("float32")));
+  if (dt == "float32" || dt == "bfloat16" || dt == "float16") {
+    c.torch_dtype = parse_dtype(dt);
+  } else {
+    fail(source, fmt::format("torch_dtype '{}' is not supported (float32, bfloat16, float16)", dt));
+  }
+  return c;
+}
+
+ModelConfig ModelConfig::from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open the file (a Hugging Face model folder has a config.json)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded()) fail(path, "not valid JSON");
+  return from_json(j, path);
+}
+
+nlohmann::json ModelConfig::to_json() const {
+  nlohmann::json j = raw.is_object() ? raw : nlohmann::json::object();
+  j["architectures"] = nlohmann::json::array({architecture_name});
+  j["model_type"] = model_type;
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_hidden_layers"] = num_layers;
+  j["num_attention_heads"] = num_heads;
+  j["num_key_value_heads"] = num_kv_heads;
+  j["head_dim"] = head_dim;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["rms_norm_eps"] = float_for_json(rms_norm_eps);
+  j["rope_theta"] = float_for_json(rope.theta);
+  if (rope.llama3_scaling) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", float_for_json(rope.factor)},
+                         {"low_freq_factor", float_for_json(rope.low_freq_factor)},
+                         {"high_freq_factor", float_for_json(rope.high_freq_factor)},
+                         {"original_max_position_embeddings", rope.original_max_position}};
+  } else if (!j.contains("rope_scaling")) {
+    j["rope_scaling"] = nullptr;
+  }
+  if (!j.contains("hidden_act")) j["hidden_act"] = "silu";
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  if (arch == Arch::Llama || arch == Arch::Qwen3) j["attention_bias"] = attention_bias;
+  if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
+  if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
+  if (eos_token_ids.size() > 1) j["eos_token_id"] = eos_token_ids;
+  if (j.contains("dtype")) j["dtype"] = torch_dtype_name(torch_dtype);
+  j["torch_dtype"] = torch_dtype_name(torch_dtype);
+  return j;
+}
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t D = hidden_size, F = intermediate_size;
+  int64_t per_layer = 2 * D                             // input/post norms
+                      + q_dim() * D + 2 * kv_dim() * D  // q, k, v
+                      + D * q_dim()                     // o
+                      + 3 * D * F;                      // gate, up, down
+  if (attention_bias) per_layer += q_dim() + 2 * kv_dim();
+  if (qk_norm) per_layer += 2 * head_dim;
+  int64_t n = vocab_size * D + num_layers * per_layer + D;
+  if (!tie_word_embeddings) n += vocab_size * D;
+  return n;
+}
+
+}  // namespace bp

@@ -1,0 +1,203 @@
+// Generation over a KV cache (see generate.h).
+//
+// decode_step runs the same layer math as Model::forward_layer (transformer.cpp) for the n new
+// tokens only. Attention of new token i (absolute position p = start + i) reads cached rows
+// [0, p]; it is a plain loop here because the training attention op takes equal-length q and k.
+// Its agreement with the full forward is tested (generate_test.cpp: cached logits == Model::logits
+// at every step, and stories260K's golden greedy continuations).
+#include "model/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/rms_norm.h"
+#include "ops/rope.h"
+#include "ops/swiglu.h"
+
+namespace bp {
+
+void SamplingOptions::validate() const {
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature))
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[generate] temperature must be >= 0, got {}", temperature));
+  if (!(top_p > 0.0f && top_p <= 1.0f))
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[generate] top_p must be in (0, 1], got {}", top_p));
+  if (top_k < 0)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[generate] top_k must be >= 0, got {}", top_k));
+}
+
+KvCache::KvCache(const ModelConfig& cfg, int64_t capacity_tokens) : capacity_(capacity_tokens) {
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    k_.push_back(Tensor::empty({capacity_tokens, cfg.kv_dim()}));
+    v_.push_back(Tensor::empty({capacity_tokens, cfg.kv_dim()}));
+  }
+}
+
+namespace {
+
+// o[i] = softmax(q[i]·K[0..start+i]ᵀ / sqrt(d))·V[0..start+i], per query head (GQA).
+void cached_attention(const Tensor& q, const Tensor& K, const Tensor& V, int64_t start, int Hq, int Hkv, int64_t d,
+                      Tensor& o) {
+  const int64_t n = q.dim(0), qd = Hq * d, kvd = Hkv * d;
+  const float* qp = q.data<float>();
+  const float* kp = K.data<float>();
+  const float* vp = V.data<float>();
+  float* op = o.data<float>();
+  const int group = Hq / Hkv;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    for (int h = 0; h < Hq; ++h) {
+      const int64_t len = start + i + 1;
+      const float* qi = qp + i * qd + h * d;
+      const int64_t kvo = static_cast<int64_t>(h / group) * d;
+      std::vector<double> s(static_cast<size_t>(len));
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < len; ++j) {
+        const float* kj = kp + j * kvd + kvo;
+        double acc = 0;
+        for (int64_t e = 0; e < d; ++e) acc += static_cast<double>(qi[e]) * kj[e];
+        s[static_cast<size_t>(j)] = acc * scale;
+        mx = std::max(mx, s[static_cast<size_t>(j)]);
+      }
+      double sum = 0;
+      for (auto& x : s) sum += (x = std::exp(x - mx));
+      float* oi = op + i * qd + h * d;
+      for (int64_t e = 0; e < d; ++e) {
+        double acc = 0;
+        for (int64_t j = 0; j < len; ++j) acc += s[static_cast<size_t>(j)] * vp[j * kvd + kvo + e];
+        oi[e] = static_cast<float>(acc / sum);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<float> decode_step(const Model& model, KvCache& cache, const std::vector<int32_t>& tokens) {
+  const auto& c = model.config();
+  const auto& W = model.weights();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t start = cache.length();
+  if (n == 0) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[generate] no tokens to decode");
+  if (start + n > cache.capacity())
+    throw Error(
+        ErrorCode::INPUT_VALIDATION_FAILED,
+        fmt::format("[generate] {} tokens do not fit the context of {} ({} already used)", n, cache.capacity(), start));
+  const int Hq = static_cast<int>(c.num_heads), Hkv = static_cast<int>(c.num_kv_heads);
+  const int64_t d = c.head_dim;
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  std::iota(pos.begin(), pos.end(), static_cast<int32_t>(start));
+  Tensor ids = Tensor::from_vector(tokens, {n});
+  Tensor positions = Tensor::from_vector(pos, {n});
+  auto opt = [](const Tensor& t) { return t.defined() ? &t : nullptr; };
+
+  Tensor x = embedding_forward(ids, W.embed);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const auto& w = W.layers[static_cast<size_t>(l)];
+    LoraWeights ls[kNumLinearRoles];
+    auto lora = [&](LinearRole r) { return model.lora_for(l, r, &ls[static_cast<int>(r)]); };
+    Tensor xn = rms_norm_forward(x, w.input_norm, c.rms_norm_eps, nullptr);
+    Tensor q = linear_forward(xn, w.q, opt(w.q_bias), lora(LinearRole::Q), nullptr);
+    Tensor k = linear_forward(xn, w.k, opt(w.k_bias), lora(LinearRole::K), nullptr);
+    Tensor v = linear_forward(xn, w.v, opt(w.v_bias), lora(LinearRole::V), nullptr);
+    if (c.qk_norm) {
+      q = rms_norm_forward(q.reshape({n * Hq, d}), w.q_norm, c.rms_norm_eps, nullptr).reshape({n, Hq * d});
+      k = rms_norm_forward(k.reshape({n * Hkv, d}), w.k_norm, c.rms_norm_eps, nullptr).reshape({n, Hkv * d});
+    }
+    rope_forward(q, positions, Hq, c.rope);
+    rope_forward(k, positions, Hkv, c.rope);
+    cache.k(l).rows(start, start + n).copy_from(k);
+    cache.v(l).rows(start, start + n).copy_from(v);
+    Tensor attn = Tensor::empty({n, Hq * d});
+    cached_attention(q, cache.k(l), cache.v(l), start, Hq, Hkv, d, attn);
+    Tensor h = linear_forward(attn, w.o, nullptr, lora(LinearRole::O), nullptr);
+    add_inplace(h, x);
+    Tensor hn = rms_norm_forward(h, w.post_norm, c.rms_norm_eps, nullptr);
+    Tensor g = linear_forward(hn, w.gate, nullptr, lora(LinearRole::Gate), nullptr);
+    Tensor u = linear_forward(hn, w.up, nullptr, lora(LinearRole::Up), nullptr);
+    x = linear_forward(swiglu_forward(g, u), w.down, nullptr, lora(LinearRole::Down), nullptr);
+    add_inplace(x, h);
+  }
+  cache.advance(n);
+  Tensor last = rms_norm_forward(x.rows(n - 1, n), W.final_norm, c.rms_norm_eps, nullptr);
+  return lm_head_logits(last, W.output_weight()).to_vector();
+}
+
+int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& opts, std::mt19937_64& rng) {
+  const int64_t V = static_cast<int64_t>(logits.size());
+  BP_CHECK(V > 0, "[generate] empty logits");
+  if (opts.temperature == 0.0f || opts.top_k == 1) {
+    // Greedy: first maximum (run.c's argmax).
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  // Candidates sorted by logit (descending, lower id first on ties).
+  std::vector<int32_t> idx(static_cast<size_t>(V));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  size_t keep = idx.size();
+  if (opts.top_k > 0) keep = std::min(keep, static_cast<size_t>(opts.top_k));
+  // Softmax at the temperature over the kept candidates.
+  std::vector<double> p(keep);
+  const double mx = logits[idx[0]];
+  double sum = 0;
+  for (size_t i = 0; i < keep; ++i) sum += (p[i] = std::exp((logits[idx[i]] - mx) / opts.temperature));
+  for (auto& x : p) x /= sum;
+  if (opts.top_p < 1.0f) {
+    // Smallest prefix whose mass reaches top_p (always at least one token).
+    double cum = 0;
+    size_t n = 0;
+    while (n < keep) {
+      cum += p[n++];
+      if (cum >= opts.top_p) break;
+    }
+    keep = n;
+    p.resize(keep);
+    sum = cum;
+    for (auto& x : p) x /= sum;
+  }
+  // Inverse-CDF draw from a uniform in [0, 1).
+  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+  double cum = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    cum += p[i];
+    if (u < cum) return idx[i];
+  }
+  return idx[keep - 1];
+}
+
+GenerateResult generate(const Model& model, const std::vector<int32_t>& prompt, const GenerateOptions& opts,
+                        const std::function<void(int32_t)>& on_token) {
+  opts.sampling.validate();
+  if (prompt.empty()) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[generate] the prompt has no tokens");
+  if (opts.max_new_tokens < 0)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[generate] max_new_tokens must be >= 0, got {}", opts.max_new_tokens));
+  const int64_t ctx = model.config().max_position_embeddings;
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  if (P > ctx)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[generate] the prompt has {} tokens but the model's context is {}", P, ctx));
+  GenerateResult res;
+  if (opts.max_new_tokens == 0) return res;
+  KvCache cache(model.config(), std::min(ctx, P + opts.max_new_tokens));
+  std::mt19937_64 rng(opts.sampling.seed);
+  std::vector<float> logits = decode_step(model, cache, prompt);
+  for (int64_t i = 0; i < opts.max_new_tokens; ++i) {
+    const int32_t t = sample_token(logits, opts.sampling, rng);
+    res.tokens.push_back(t);
+    if (on_token) on_token(t);
+    if (std::find(opts.stop_ids.begin(), opts.stop_ids.end(), t) != opts.stop_ids.end()) {
+      res.stopped = true;
+      break;
+    }
+    if (i + 1 == opts.max_new_tokens || cache.length() >= cache.capacity()) break;
+    logits = decode_step(model, cache, {t});
+  }
+  return res;
+}
+
+}  // namespace bp

@@ -1,0 +1,149 @@
+// Model folder loading and random initialisation (see loader.h).
+#include "model/loader.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "model/weight_names.h"
+
+namespace bp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what) {
+  throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, "[model] " + what);
+}
+
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// normal(0, std) by Box-Muller on a splitmix64 stream (portable, unlike std distributions).
+void fill_normal(Tensor& t, float std_dev, uint64_t seed) {
+  uint64_t s = seed;
+  float* p = t.data<float>();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; i += 2) {
+    const double u1 = (static_cast<double>(splitmix64(s) >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    const double u2 = static_cast<double>(splitmix64(s) >> 11) * 0x1.0p-53;
+    const double r = std::sqrt(-2.0 * std::log(u1)), th = 2.0 * M_PI * u2;
+    p[i] = static_cast<float>(std_dev * r * std::cos(th));
+    if (i + 1 < n) p[i + 1] = static_cast<float>(std_dev * r * std::sin(th));
+  }
+}
+
+bool is_norm(WeightRole r) {
+  return r == WeightRole::InputNorm || r == WeightRole::PostNorm || r == WeightRole::FinalNorm ||
+         r == WeightRole::QNorm || r == WeightRole::KNorm;
+}
+bool is_bias(WeightRole r) {
+  return r == WeightRole::QBias || r == WeightRole::KBias || r == WeightRole::VBias;
+}
+
+}  // namespace
+
+bool looks_like_hub_name(const std::string& s) {
+  static const std::regex re(R"(^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$)");
+  return std::regex_match(s, re);
+}
+
+void check_model_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    if (looks_like_hub_name(dir)) {
+      const std::string local = dir.substr(dir.find('/') + 1);
+      throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
+                  fmt::format("[model] '{}' is not a local folder. backprop reads models from local folders in "
+                              "Hugging Face format (config.json, *.safetensors, tokenizer.json) and does not "
+                              "download them. On a machine with internet access run "
+                              "`huggingface-cli download {} --local-dir ./{}`, copy the folder here and pass "
+                              "its path (e.g. ./{}).",
+                              dir, dir, local, local))
+          .with_suggestion(fmt::format("huggingface-cli download {} --local-dir ./{}", dir, local));
+    }
+    fail(
+        fmt::format("model folder '{}' does not exist (expected a local Hugging Face folder with config.json and "
+                    "*.safetensors)",
+                    dir));
+  }
+  if (!fs::is_directory(dir, ec))
+    fail(fmt::format("'{}' is a file; pass the model folder that holds config.json and the *.safetensors files", dir));
+  if (!fs::exists(fs::path(dir) / "config.json", ec))
+    fail(fmt::format("'{}' is not a Hugging Face model folder: it has no config.json", dir));
+}
+
+ModelConfig load_model_config(const std::string& dir) {
+  check_model_dir(dir);
+  ModelConfig cfg = ModelConfig::from_file((fs::path(dir) / "config.json").string());
+  const fs::path gen = fs::path(dir) / "generation_config.json";
+  if (cfg.eos_token_ids.empty() && fs::exists(gen)) {
+    std::ifstream in(gen);
+    nlohmann::json g = nlohmann::json::parse(in, nullptr, false);
+    if (!g.is_discarded() && g.is_object()) {
+      if (auto it = g.find("eos_token_id"); it != g.end()) {
+        if (it->is_number_integer()) cfg.eos_token_ids = {it->get<int32_t>()};
+        if (it->is_array())
+          for (const auto& v : *it)
+            if (v.is_number_integer()) cfg.eos_token_ids.push_back(v.get<int32_t>());
+      }
+    }
+  }
+  return cfg;
+}
+
+ModelWeights load_model(const std::string& dir) {
+  ModelWeights w;
+  w.config = load_model_config(dir);
+  const ModelConfig& cfg = w.config;
+  SafetensorsReader reader = SafetensorsReader::open_model(dir);
+  w.layers.resize(static_cast<size_t>(cfg.num_layers));
+  for (const auto& [role, layer] : model_roles(cfg)) {
+    const std::string name = hf_name(role, layer);
+    if (!reader.contains(name)) {
+      std::string why = fmt::format("{} with {} layers needs it", cfg.architecture_name, cfg.num_layers);
+      if (role == WeightRole::LmHead) why += " (tie_word_embeddings is false)";
+      if (is_bias(role)) why += " (attention_bias / Qwen2 q/k/v bias)";
+      fail(fmt::format("{}: tensor '{}' is missing; {}", reader.file_of(name), name, why));
+    }
+    weight_ref(w, role, layer) = reader.read(name, role_shape(cfg, role));
+  }
+  // torch_dtype decides the dtype of merged exports; take the stored one when config.json is silent.
+  if (!cfg.raw.contains("torch_dtype") && !cfg.raw.contains("dtype")) {
+    const SafetensorsEntry& e = reader.entry(hf_name(WeightRole::Embed));
+    if (e.dtype && *e.dtype != DType::I32) w.config.torch_dtype = *e.dtype;
+  }
+  return w;
+}
+
+ModelWeights init_random_weights(const ModelConfig& cfg, uint64_t seed) {
+  float std_dev = 0.02f;
+  if (cfg.raw.is_object())
+    if (auto it = cfg.raw.find("initializer_range"); it != cfg.raw.end() && it->is_number()) std_dev = it->get<float>();
+  ModelWeights w;
+  w.config = cfg;
+  w.layers.resize(static_cast<size_t>(cfg.num_layers));
+  for (const auto& [role, layer] : model_roles(cfg)) {
+    Tensor t = Tensor::empty(role_shape(cfg, role));
+    if (is_norm(role)) {
+      t.fill(1.0f);
+    } else if (is_bias(role)) {
+      t.zero();
+    } else {
+      const uint64_t stream = static_cast<uint64_t>(role) * 1000003ull + static_cast<uint64_t>(layer + 1);
+      fill_normal(t, std_dev, seed * 0x9e3779b97f4a7c15ull + stream * 0xd1b54a32d192ed03ull);
+    }
+    weight_ref(w, role, layer) = std::move(t);
+  }
+  return w;
+}
+
+}  // namespace bp

@@ -1,0 +1,107 @@
+// Saving Hugging Face model folders and merging LoRA adapters (see merge.h).
+#include "model/merge.h"
+
+#include <filesystem>
+
+#include "backend/cpu/gemm.h"
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "model/weight_names.h"
+
+namespace bp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what) {
+  throw Error(ErrorCode::RUNTIME_EXPORT_FAILED, "[merge] " + what);
+}
+
+}  // namespace
+
+const std::vector<std::string>& tokenizer_file_names() {
+  static const std::vector<std::string> names = {"tokenizer.json",
+                                                 "tokenizer_config.json",
+                                                 "special_tokens_map.json",
+                                                 "tokenizer.model",
+                                                 "vocab.json",
+                                                 "merges.txt",
+                                                 "added_tokens.json",
+                                                 "chat_template.jinja",
+                                                 "chat_template.json",
+                                                 "generation_config.json"};
+  return names;
+}
+
+std::vector<std::string> save_hf_model(const ModelWeights& w, const std::string& dir, const SaveModelOptions& o) {
+  const DType dtype = o.dtype.value_or(w.config.torch_dtype);
+  if (dtype == DType::I32) fail("cannot save model weights as i32");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail(fmt::format("cannot create folder {}: {}", dir, ec.message()));
+
+  SafetensorsWriteOptions wo;
+  wo.dtype = dtype;
+  std::vector<std::string> written = write_safetensors_model(dir, named_hf_weights(w), o.max_shard_bytes, wo);
+
+  ModelConfig cfg = w.config;
+  cfg.torch_dtype = dtype;
+  write_file_atomic((fs::path(dir) / "config.json").string(), cfg.to_json().dump(2) + "\n");
+  written.push_back("config.json");
+
+  if (!o.copy_files_from.empty() && fs::weakly_canonical(o.copy_files_from, ec) != fs::weakly_canonical(dir, ec)) {
+    for (const std::string& name : tokenizer_file_names()) {
+      const fs::path src = fs::path(o.copy_files_from) / name;
+      if (!fs::exists(src)) continue;
+      fs::copy_file(src, fs::path(dir) / name, fs::copy_options::overwrite_existing, ec);
+      if (ec) fail(fmt::format("cannot copy {} to {}: {}", src.string(), dir, ec.message()));
+      written.push_back(name);
+    }
+  }
+  return written;
+}
+
+void merge_lora_into(ModelWeights& w, const LoraAdapter& adapter) {
+  const ModelConfig& cfg = w.config;
+  if (adapter.layers.size() != w.layers.size())
+    fail(fmt::format("the adapter has {} layers but the model has {}", adapter.layers.size(), w.layers.size()));
+  const float scale = adapter.config.scale();
+  for (size_t li = 0; li < w.layers.size(); ++li) {
+    const LoraLayer& l = adapter.layers[li];
+    for (LoraTarget t : kAllLoraTargets) {
+      if (!l.has(t)) continue;
+      Tensor& W = weight_ref(w, lora_target_role(t), static_cast<int64_t>(li));
+      const Tensor &A = l.a(t), &B = l.b(t);
+      const int64_t out = lora_target_out(cfg, t), in = lora_target_in(cfg, t);
+      const int64_t r = A.rank() == 2 ? A.dim(0) : -1;
+      if (W.shape() != Shape({out, in}) || A.shape() != Shape({r, in}) || B.shape() != Shape({out, r}) ||
+          W.dtype() != DType::F32 || A.dtype() != DType::F32 || B.dtype() != DType::F32)
+        fail(fmt::format("layer {} {}: W {} with lora_A {} and lora_B {} do not fit (expected A [r, {}], B [{}, r])",
+                         li, lora_target_name(t), W.describe(), A.describe(), B.describe(), in, out));
+      // W[out, in] += scale · B[out, r] · A[r, in]
+      cpu::sgemm(false, false, out, in, r, scale, B.data<float>(), r, A.data<float>(), in, 1.0f, W.data<float>(), in);
+    }
+  }
+}
+
+ModelWeights merge_lora(const ModelWeights& base, const LoraAdapter& adapter) {
+  ModelWeights w = base;  // shares every tensor
+  for (size_t li = 0; li < w.layers.size() && li < adapter.layers.size(); ++li)
+    for (LoraTarget t : kAllLoraTargets)
+      if (adapter.layers[li].has(t)) {
+        Tensor& W = weight_ref(w, lora_target_role(t), static_cast<int64_t>(li));
+        W = W.clone();
+      }
+  merge_lora_into(w, adapter);
+  return w;
+}
+
+std::vector<std::string> export_merged_model(const ModelWeights& base, const LoraAdapter& adapter,
+                                             const std::string& base_dir, const std::string& out_dir,
+                                             SaveModelOptions options) {
+  if (options.copy_files_from.empty()) options.copy_files_from = base_dir;
+  return save_hf_model(merge_lora(base, adapter), out_dir, options);
+}
+
+}  // namespace bp

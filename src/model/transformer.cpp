@@ -1,0 +1,362 @@
+// Transformer forward pass, batches, gradients group and trainable parameters
+// (see transformer.h for the layer math; backward lives in transformer_backward.cpp).
+#include "model/transformer.h"
+
+#include <cmath>
+
+#include "model/transformer_acts.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/rms_norm.h"
+#include "ops/rope.h"
+#include "ops/swiglu.h"
+
+namespace bp {
+
+namespace {
+constexpr int32_t kIgnore = -100;
+
+Error bad_batch(const std::string& msg) {
+  return Error(ErrorCode::INPUT_VALIDATION_FAILED, "[model] " + msg);
+}
+}  // namespace
+
+const char* linear_role_name(LinearRole r) {
+  static const char* names[kNumLinearRoles] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                               "gate_proj", "up_proj", "down_proj"};
+  return names[static_cast<int>(r)];
+}
+
+uint64_t lora_dropout_seed(uint64_t seed, int64_t layer, LinearRole role) {
+  uint64_t z =
+      seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(layer * kNumLinearRoles + static_cast<int>(role) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+bool LoraView::any() const {
+  for (const auto& l : layers)
+    for (const auto& m : l)
+      if (m.A) return true;
+  return false;
+}
+
+// ---- batches ---------------------------------------------------------------------------------
+
+int64_t Batch::num_label_tokens() const {
+  if (!labels.defined()) return 0;
+  const int32_t* l = labels.data<int32_t>();
+  int64_t n = 0;
+  for (int64_t i = 0; i < labels.numel(); ++i) n += l[i] != kIgnore;
+  return n;
+}
+
+Batch Batch::pack(const std::vector<std::vector<int32_t>>& tokens, const std::vector<std::vector<int32_t>>& labels) {
+  if (tokens.empty()) throw bad_batch("a batch needs at least one sample");
+  if (tokens.size() != labels.size())
+    throw bad_batch(fmt::format("{} token samples but {} label samples", tokens.size(), labels.size()));
+  std::vector<int32_t> ids, pos, lab, cu{0};
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    if (tokens[s].empty()) throw bad_batch(fmt::format("sample {} is empty", s));
+    if (tokens[s].size() != labels[s].size())
+      throw bad_batch(fmt::format("sample {} has {} tokens but {} labels", s, tokens[s].size(), labels[s].size()));
+    for (size_t i = 0; i < tokens[s].size(); ++i) {
+      ids.push_back(tokens[s][i]);
+      pos.push_back(static_cast<int32_t>(i));
+      lab.push_back(labels[s][i]);
+    }
+    cu.push_back(static_cast<int32_t>(ids.size()));
+  }
+  const int64_t T = static_cast<int64_t>(ids.size());
+  Batch b;
+  b.tokens = Tensor::from_vector(ids, {T});
+  b.positions = Tensor::from_vector(pos, {T});
+  b.labels = Tensor::from_vector(lab, {T});
+  b.cu_seqlens = Tensor::from_vector(cu, {static_cast<int64_t>(cu.size())});
+  return b;
+}
+
+Batch Batch::causal_lm(const std::vector<std::vector<int32_t>>& samples) {
+  std::vector<std::vector<int32_t>> labels;
+  for (const auto& s : samples) {
+    std::vector<int32_t> l(s.size(), kIgnore);
+    for (size_t i = 0; i + 1 < s.size(); ++i) l[i] = s[i + 1];
+    labels.push_back(std::move(l));
+  }
+  return pack(samples, labels);
+}
+
+// ---- model ------------------------------------------------------------------------------------
+
+Model::Model(ModelWeights weights, ModelOptions options) : weights_(std::move(weights)), options_(options) {
+  const auto& c = weights_.config;
+  BP_CHECK(static_cast<int64_t>(weights_.layers.size()) == c.num_layers, "[model] {} layers loaded, config says {}",
+           weights_.layers.size(), c.num_layers);
+  lora_.layers.resize(weights_.layers.size());
+  allocate_grads();
+}
+
+void Model::attach_lora(const LoraView& lora) {
+  const auto& c = weights_.config;
+  if (static_cast<int64_t>(lora.layers.size()) != c.num_layers)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[lora] adapter has {} layers but the model has {}", lora.layers.size(), c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    for (int r = 0; r < kNumLinearRoles; ++r) {
+      const auto& m = lora.layers[static_cast<size_t>(l)][static_cast<size_t>(r)];
+      if (!m.A) continue;
+      const Tensor& W = [&]() -> const Tensor& {
+        const auto& lw = weights_.layers[static_cast<size_t>(l)];
+        const Tensor* ws[kNumLinearRoles] = {&lw.q, &lw.k, &lw.v, &lw.o, &lw.gate, &lw.up, &lw.down};
+        return *ws[r];
+      }();
+      if (!m.B || m.A->rank() != 2 || m.B->rank() != 2 || m.A->dim(1) != W.dim(1) || m.B->dim(0) != W.dim(0) ||
+          m.A->dim(0) != m.B->dim(1))
+        throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                    fmt::format("[lora] layer {} {}: A {} and B {} do not fit the weight {}", l,
+                                linear_role_name(static_cast<LinearRole>(r)), m.A->shape().str(),
+                                m.B ? m.B->shape().str() : "missing", W.shape().str()));
+    }
+  }
+  lora_ = lora;
+  allocate_grads();
+}
+
+const LoraWeights* Model::lora_for(int64_t layer, LinearRole role, LoraWeights* storage) const {
+  *storage = lora_weights(layer, role, false, 0);
+  return storage->A ? storage : nullptr;
+}
+
+LoraWeights Model::lora_weights(int64_t l, LinearRole role, bool train, uint64_t seed) const {
+  LoraWeights w;
+  const auto& m = lora_.layers[static_cast<size_t>(l)][static_cast<size_t>(role)];
+  if (!m.A) return w;
+  w.A = m.A;
+  w.B = m.B;
+  w.scale = lora_.scale;
+  w.dropout = train ? lora_.dropout : 0.0f;
+  w.training = train;
+  w.dropout_seed = lora_dropout_seed(seed, l, role);
+  return w;
+}
+
+void Model::allocate_grads() {
+  grads_ = ModelGrads{};
+  grads_.layers.resize(weights_.layers.size());
+  auto like = [](const Tensor& t) { return t.defined() ? Tensor::zeros(t.shape()) : Tensor(); };
+  if (options_.mode == TrainMode::Full) {
+    grads_.embed = like(weights_.embed);
+    grads_.final_norm = like(weights_.final_norm);
+    if (!weights_.config.tie_word_embeddings) grads_.lm_head = like(weights_.lm_head);
+    for (size_t l = 0; l < weights_.layers.size(); ++l) {
+      const auto& w = weights_.layers[l];
+      auto& g = grads_.layers[l].w;
+      g.input_norm = like(w.input_norm);
+      g.q = like(w.q), g.k = like(w.k), g.v = like(w.v), g.o = like(w.o);
+      g.q_bias = like(w.q_bias), g.k_bias = like(w.k_bias), g.v_bias = like(w.v_bias);
+      g.q_norm = like(w.q_norm), g.k_norm = like(w.k_norm);
+      g.post_norm = like(w.post_norm);
+      g.gate = like(w.gate), g.up = like(w.up), g.down = like(w.down);
+    }
+  } else if (options_.mode == TrainMode::Lora) {
+    for (size_t l = 0; l < lora_.layers.size(); ++l)
+      for (size_t r = 0; r < kNumLinearRoles; ++r) {
+        const auto& m = lora_.layers[l][r];
+        if (!m.A) continue;
+        grads_.layers[l].lora[r].dA = Tensor::zeros(m.A->shape());
+        grads_.layers[l].lora[r].dB = Tensor::zeros(m.B->shape());
+      }
+  }
+}
+
+namespace {
+// Every base tensor with its HF name, paired with the same field of a second LayerWeights-shaped
+// set (the full-mode gradients), so names are written once.
+template <class Fn>
+void for_each_weight(ModelWeights& w, ModelGrads* g, Fn&& fn) {
+  static Tensor none;
+  auto G = [&](Tensor& t) -> Tensor& { return g ? t : none; };
+  fn("model.embed_tokens.weight", w.embed, g ? g->embed : none);
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    auto& lw = w.layers[l];
+    LayerWeights dummy;
+    auto& lg = g ? g->layers[l].w : dummy;
+    const std::string p = fmt::format("model.layers.{}.", l);
+    fn(p + "input_layernorm.weight", lw.input_norm, G(lg.input_norm));
+    fn(p + "self_attn.q_proj.weight", lw.q, G(lg.q));
+    fn(p + "self_attn.k_proj.weight", lw.k, G(lg.k));
+    fn(p + "self_attn.v_proj.weight", lw.v, G(lg.v));
+    fn(p + "self_attn.o_proj.weight", lw.o, G(lg.o));
+    fn(p + "self_attn.q_proj.bias", lw.q_bias, G(lg.q_bias));
+    fn(p + "self_attn.k_proj.bias", lw.k_bias, G(lg.k_bias));
+    fn(p + "self_attn.v_proj.bias", lw.v_bias, G(lg.v_bias));
+    fn(p + "self_attn.q_norm.weight", lw.q_norm, G(lg.q_norm));
+    fn(p + "self_attn.k_norm.weight", lw.k_norm, G(lg.k_norm));
+    fn(p + "post_attention_layernorm.weight", lw.post_norm, G(lg.post_norm));
+    fn(p + "mlp.gate_proj.weight", lw.gate, G(lg.gate));
+    fn(p + "mlp.up_proj.weight", lw.up, G(lg.up));
+    fn(p + "mlp.down_proj.weight", lw.down, G(lg.down));
+  }
+  fn("model.norm.weight", w.final_norm, g ? g->final_norm : none);
+  fn("lm_head.weight", w.lm_head, g ? g->lm_head : none);
+}
+}  // namespace
+
+std::vector<std::pair<std::string, Tensor*>> Model::named_weights() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  for_each_weight(weights_, nullptr, [&](std::string name, Tensor& p, Tensor&) {
+    if (p.defined()) out.emplace_back(std::move(name), &p);
+  });
+  return out;
+}
+
+std::vector<TrainableParam> Model::trainable_parameters() {
+  std::vector<TrainableParam> out;
+  auto add = [&](std::string name, Tensor& p, Tensor& g) {
+    if (g.defined()) out.push_back({std::move(name), &p, &g});
+  };
+  if (options_.mode == TrainMode::Full) {
+    for_each_weight(weights_, &grads_, add);
+  } else if (options_.mode == TrainMode::Lora) {
+    for (size_t l = 0; l < lora_.layers.size(); ++l)
+      for (size_t r = 0; r < kNumLinearRoles; ++r) {
+        auto& m = lora_.layers[l][r];
+        if (!m.A) continue;
+        const char* module = r < 4 ? "self_attn" : "mlp";
+        const std::string p = fmt::format("base_model.model.model.layers.{}.{}.{}.", l, module,
+                                          linear_role_name(static_cast<LinearRole>(r)));
+        add(p + "lora_A.weight", *m.A, grads_.layers[l].lora[r].dA);
+        add(p + "lora_B.weight", *m.B, grads_.layers[l].lora[r].dB);
+      }
+  }
+  return out;
+}
+
+int64_t Model::num_trainable_parameters() const {
+  int64_t n = 0;
+  for (auto& p : const_cast<Model*>(this)->trainable_parameters()) n += p.param->numel();
+  return n;
+}
+
+void Model::zero_grads() {
+  for (auto& p : trainable_parameters()) p.grad->zero();
+}
+
+void Model::check_batch(const Batch& b) const {
+  if (!b.tokens.defined() || b.tokens.rank() != 1 || b.tokens.dtype() != DType::I32 || b.tokens.dim(0) == 0)
+    throw bad_batch("tokens must be a non-empty i32 [T] tensor");
+  const int64_t T = b.tokens.dim(0);
+  auto check_t = [&](const Tensor& t, const char* name) {
+    if (!t.defined() || t.rank() != 1 || t.dtype() != DType::I32 || t.dim(0) != T)
+      throw bad_batch(
+          fmt::format("{} must be i32 [{}] like the tokens, got {}", name, T, t.defined() ? t.describe() : "nothing"));
+  };
+  check_t(b.positions, "positions");
+  if (b.labels.defined()) check_t(b.labels, "labels");
+  if (!b.cu_seqlens.defined() || b.cu_seqlens.rank() != 1 || b.cu_seqlens.dtype() != DType::I32 ||
+      b.cu_seqlens.dim(0) < 2)
+    throw bad_batch("cu_seqlens must be i32 [S+1] with S >= 1");
+  const int32_t* cu = b.cu_seqlens.data<int32_t>();
+  const int64_t S = b.cu_seqlens.dim(0) - 1;
+  if (cu[0] != 0 || cu[S] != T)
+    throw bad_batch(fmt::format("cu_seqlens must run from 0 to {} tokens, got {}..{}", T, cu[0], cu[S]));
+  for (int64_t s = 0; s < S; ++s)
+    if (cu[s + 1] <= cu[s]) throw bad_batch(fmt::format("cu_seqlens is not increasing at sample {}", s));
+  const int32_t* pos = b.positions.data<int32_t>();
+  for (int64_t t = 0; t < T; ++t)
+    if (pos[t] < 0) throw bad_batch(fmt::format("position {} at token {} is negative", pos[t], t));
+}
+
+// ---- forward ----------------------------------------------------------------------------------
+
+Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool train, uint64_t seed, LayerActs* acts) {
+  const auto& c = weights_.config;
+  const auto& w = weights_.layers[static_cast<size_t>(l)];
+  const int64_t T = x.dim(0);
+  const int Hq = static_cast<int>(c.num_heads), Hkv = static_cast<int>(c.num_kv_heads);
+  const int64_t d = c.head_dim;
+  LayerActs local;
+  LayerActs& a = acts ? *acts : local;
+  auto saved = [&](LinearRole r) { return acts ? &a.lin[static_cast<size_t>(r)] : nullptr; };
+  LoraWeights lw[kNumLinearRoles];
+  const LoraWeights* lp[kNumLinearRoles];
+  for (int r = 0; r < kNumLinearRoles; ++r) {
+    lw[r] = lora_weights(l, static_cast<LinearRole>(r), train, seed);
+    lp[r] = lw[r].A ? &lw[r] : nullptr;
+  }
+  auto opt = [](const Tensor& t) { return t.defined() ? &t : nullptr; };
+
+  a.x = x;
+  a.xn = rms_norm_forward(x, w.input_norm, c.rms_norm_eps, acts ? &a.rstd1 : nullptr);
+  Tensor q = linear_forward(a.xn, w.q, opt(w.q_bias), lp[0], saved(LinearRole::Q));
+  Tensor k = linear_forward(a.xn, w.k, opt(w.k_bias), lp[1], saved(LinearRole::K));
+  a.v = linear_forward(a.xn, w.v, opt(w.v_bias), lp[2], saved(LinearRole::V));
+  if (c.qk_norm) {
+    a.q_pre = q;
+    a.k_pre = k;
+    q = rms_norm_forward(q.reshape({T * Hq, d}), w.q_norm, c.rms_norm_eps, acts ? &a.rstd_q : nullptr)
+            .reshape({T, Hq * d});
+    k = rms_norm_forward(k.reshape({T * Hkv, d}), w.k_norm, c.rms_norm_eps, acts ? &a.rstd_k : nullptr)
+            .reshape({T, Hkv * d});
+  }
+  rope_forward(q, b.positions, Hq, c.rope);
+  rope_forward(k, b.positions, Hkv, c.rope);
+  a.q = q;
+  a.k = k;
+  AttentionShape shape{Hq, Hkv, static_cast<int>(d)};
+  a.attn = attention_forward(a.q, a.k, a.v, b.cu_seqlens, shape, acts ? &a.lse : nullptr);
+  if (!acts) a.q = a.k = a.v = a.q_pre = a.k_pre = Tensor();
+  a.h = linear_forward(a.attn, w.o, nullptr, lp[3], saved(LinearRole::O));
+  add_inplace(a.h, x);
+  if (!acts) a.attn = a.xn = Tensor();
+  a.hn = rms_norm_forward(a.h, w.post_norm, c.rms_norm_eps, acts ? &a.rstd2 : nullptr);
+  a.gate = linear_forward(a.hn, w.gate, nullptr, lp[4], saved(LinearRole::Gate));
+  a.up = linear_forward(a.hn, w.up, nullptr, lp[5], saved(LinearRole::Up));
+  a.m = swiglu_forward(a.gate, a.up);
+  if (!acts) a.gate = a.up = a.hn = Tensor();
+  Tensor out = linear_forward(a.m, w.down, nullptr, lp[6], saved(LinearRole::Down));
+  add_inplace(out, a.h);
+  return out;
+}
+
+Tensor Model::forward_trunk(const Batch& b, bool train, uint64_t seed, std::vector<Tensor>* layer_inputs,
+                            std::vector<LayerActs>* acts) {
+  Tensor x = embedding_forward(b.tokens, weights_.embed);
+  const int64_t L = config().num_layers;
+  if (layer_inputs) layer_inputs->assign(static_cast<size_t>(L + 1), Tensor());
+  if (acts) acts->resize(static_cast<size_t>(L));
+  for (int64_t l = 0; l < L; ++l) {
+    if (layer_inputs) (*layer_inputs)[static_cast<size_t>(l)] = x;
+    x = forward_layer(l, x, b, train, seed, acts ? &(*acts)[static_cast<size_t>(l)] : nullptr);
+  }
+  if (layer_inputs) (*layer_inputs)[static_cast<size_t>(L)] = x;
+  return x;
+}
+
+Tensor Model::hidden_states(const Batch& batch) {
+  check_batch(batch);
+  Tensor x = forward_trunk(batch, false, 0, nullptr, nullptr);
+  return rms_norm_forward(x, weights_.final_norm, config().rms_norm_eps, nullptr);
+}
+
+Tensor Model::logits(const Batch& batch) {
+  return lm_head_logits(hidden_states(batch), weights_.output_weight());
+}
+
+Tensor Model::logits(const Tensor& tokens, const Tensor& positions) {
+  Batch b;
+  b.tokens = tokens;
+  b.positions = positions;
+  b.cu_seqlens = Tensor::from_vector(std::vector<int32_t>{0, static_cast<int32_t>(tokens.dim(0))}, {2});
+  return logits(b);
+}
+
+CrossEntropyResult Model::forward_loss(const Batch& batch) {
+  if (!batch.labels.defined()) throw bad_batch("forward_loss needs labels");
+  Tensor xf = hidden_states(batch);
+  return linear_cross_entropy_forward(xf, weights_.output_weight(), batch.labels, options_.ce_chunk_tokens);
+}
+
+}  // namespace bp

@@ -1,0 +1,162 @@
+// The Llama-family transformer: forward, backward and recompute over packed micro-batches
+// (DESIGN.md "Model", "Batches are packed", "LoRA").
+//
+// One decoder layer, in Hugging Face's order (x is the layer input [T, D]):
+//   xn = rms_norm(x, input_norm)
+//   q, k, v = linear(xn, Wq/Wk/Wv (+bias, +LoRA))        (Qwen2: bias; Qwen3: per-head q/k norm)
+//   q, k = rope(q_norm(q)), rope(k_norm(k))              positions restart per packed sample
+//   a = causal_attention(q, k, v, cu_seqlens)            never across samples, GQA
+//   h = x + linear(a, Wo)
+//   hn = rms_norm(h, post_norm)
+//   out = h + linear(swiglu(linear(hn, Wg), linear(hn, Wu)), Wd)
+// Then rms_norm(final_norm) and the LM head (W = lm_head, or embed when tied), which only ever
+// runs inside the fused linear_cross_entropy op: full [T × V] logits are never held in training.
+//
+// Trainable sets: TrainMode::Lora (only LoRA A/B, frozen base weights get no gradient) or
+// TrainMode::Full (every tensor: embeddings, norms, linears, biases, lm_head). With tied
+// embeddings the embedding gradient is the sum of the lookup and the LM-head contributions.
+//
+// Gradient checkpointing (on by default): forward keeps only each layer's input; backward
+// recomputes one layer at a time, so saved activations are [L+1, T, D] plus one layer's full
+// set. Without it every layer's activations are kept from forward to backward. The exact bytes
+// of each group are what train/memory_plan predicts; keep the two in step.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/weights.h"
+#include "ops/cross_entropy.h"
+#include "ops/linear.h"
+
+namespace bp {
+
+// A packed micro-batch (all i32, CPU).
+struct Batch {
+  Tensor tokens;      // [T]
+  Tensor positions;   // [T], restarting at 0 for each sample
+  Tensor labels;      // [T], −100 = no loss; label[t] is the target predicted at position t
+  Tensor cu_seqlens;  // [S+1], 0 = cu[0] < cu[1] < ... < cu[S] = T
+  int64_t num_tokens() const { return tokens.defined() ? tokens.dim(0) : 0; }
+  int64_t num_samples() const { return cu_seqlens.defined() ? cu_seqlens.dim(0) - 1 : 0; }
+  int64_t num_label_tokens() const;  // labels != −100
+
+  // Packs samples: each is (input ids, labels of the same length, −100 = ignore). Positions
+  // restart per sample.
+  static Batch pack(const std::vector<std::vector<int32_t>>& tokens, const std::vector<std::vector<int32_t>>& labels);
+  // Causal LM convenience: labels[t] = ids[t+1] inside each sample, −100 at each sample's end.
+  static Batch causal_lm(const std::vector<std::vector<int32_t>>& samples);
+};
+
+// The seven linear projections of a layer, in PEFT's naming (target_modules).
+enum class LinearRole : int { Q = 0, K, V, O, Gate, Up, Down };
+constexpr int kNumLinearRoles = 7;
+const char* linear_role_name(LinearRole r);  // "q_proj", ..., "down_proj"
+
+enum class TrainMode { Frozen, Lora, Full };
+
+// The LoRA tensors the transformer reads. The adapter object (model/lora.h) owns the tensors;
+// attach it with Model::attach_lora. A/B undefined (null) = module not targeted.
+struct LoraModuleView {
+  Tensor* A = nullptr;  // [r, in]
+  Tensor* B = nullptr;  // [out, r]
+};
+struct LoraView {
+  float scale = 1.0f;    // alpha / r, or alpha / sqrt(r) with rsLoRA
+  float dropout = 0.0f;  // on the LoRA input only, training only
+  int64_t rank = 0;
+  std::vector<std::array<LoraModuleView, kNumLinearRoles>> layers;
+  bool any() const;
+};
+
+// Gradients, in the same layout as the weights. Undefined tensors = not trainable.
+struct LoraGradPair {
+  Tensor dA, dB;
+};
+struct LayerGrads {
+  LayerWeights w;  // full mode: same fields as the weights
+  std::array<LoraGradPair, kNumLinearRoles> lora;
+};
+struct ModelGrads {
+  Tensor embed, final_norm, lm_head;
+  std::vector<LayerGrads> layers;
+};
+
+// A trainable tensor with its gradient, named as in the saved file (HF name in full mode,
+// PEFT name for LoRA), for optimizers, clipping and checkpoints.
+struct TrainableParam {
+  std::string name;
+  Tensor* param = nullptr;
+  Tensor* grad = nullptr;
+};
+
+struct ModelOptions {
+  TrainMode mode = TrainMode::Lora;
+  bool gradient_checkpointing = true;
+  int64_t ce_chunk_tokens = kDefaultCrossEntropyChunk;
+};
+
+class Model {
+ public:
+  // Takes the weights (moved in). Mode Lora needs attach_lora before forward_backward.
+  Model(ModelWeights weights, ModelOptions options);
+
+  const ModelConfig& config() const { return weights_.config; }
+  ModelWeights& weights() { return weights_; }
+  const ModelWeights& weights() const { return weights_; }
+  ModelGrads& grads() { return grads_; }
+  const ModelOptions& options() const { return options_; }
+  void set_gradient_checkpointing(bool on) { options_.gradient_checkpointing = on; }
+  void set_training(bool on) { training_ = on; }  // dropout on/off
+  bool training() const { return training_; }
+
+  // Installs LoRA tensors (owned by the caller, must outlive the model) and allocates their
+  // gradients when mode is Lora. Shapes are checked against the config.
+  void attach_lora(const LoraView& lora);
+  const LoraView& lora() const { return lora_; }
+
+  // Allocates the gradient group of the current mode (done by the constructor / attach_lora).
+  void allocate_grads();
+  void zero_grads();
+  std::vector<TrainableParam> trainable_parameters();
+  // Every base weight with its Hugging Face name (model.layers.0.self_attn.q_proj.weight, ...).
+  std::vector<std::pair<std::string, Tensor*>> named_weights();
+  int64_t num_trainable_parameters() const;
+
+  // Forward + backward of one micro-batch. Gradients accumulate (+=) scaled by grad_scale
+  // (normally 1 / label tokens of the whole optimizer step). Returns the micro-batch's summed
+  // loss and label count. dropout_seed makes LoRA dropout masks reproducible.
+  CrossEntropyResult forward_backward(const Batch& batch, float grad_scale, uint64_t dropout_seed);
+  // Loss only, dropout off (evaluation).
+  CrossEntropyResult forward_loss(const Batch& batch);
+  // Full logits [T, V] (tests, generation prefill). positions i32 [T]; one causal sample.
+  Tensor logits(const Tensor& tokens, const Tensor& positions);
+  // Full logits of a packed batch (per-sample attention).
+  Tensor logits(const Batch& batch);
+  // Final hidden states after final_norm [T, D].
+  Tensor hidden_states(const Batch& batch);
+
+  // Used by generation: the layer's LoRA for inference (dropout off).
+  const LoraWeights* lora_for(int64_t layer, LinearRole role, LoraWeights* storage) const;
+
+ private:
+  struct LayerActs;
+  Tensor forward_layer(int64_t l, const Tensor& x, const Batch& b, bool train, uint64_t seed, LayerActs* acts);
+  Tensor backward_layer(int64_t l, const Tensor& dout, const Batch& b, uint64_t seed, LayerActs& acts);
+  Tensor forward_trunk(const Batch& b, bool train, uint64_t seed, std::vector<Tensor>* layer_inputs,
+                       std::vector<LayerActs>* acts);
+  LoraWeights lora_weights(int64_t l, LinearRole role, bool train, uint64_t seed) const;
+  void check_batch(const Batch& b) const;
+
+  ModelWeights weights_;
+  ModelOptions options_;
+  LoraView lora_;
+  ModelGrads grads_;
+  bool training_ = true;
+};
+
+}  // namespace bp

@@ -1,0 +1,35 @@
+// Internal to the transformer (transformer.cpp, transformer_backward.cpp): what one layer's
+// forward keeps for its backward. Not a public contract.
+//
+// Per layer, [T] tokens, D hidden, F intermediate, Hq/Hkv heads of d:
+//   xn [T,D], q/k/v [T,Hq·d]/[T,Hkv·d] (after q/k norm and RoPE), attn [T,Hq·d], lse [Hq,T],
+//   h [T,D], hn [T,D], gate/up/m [T,F], rstd1/rstd2 [T];
+//   Qwen3: q_pre/k_pre (before q/k norm) and rstd_q [T·Hq], rstd_k [T·Hkv];
+//   LoRA: per targeted module xa [T,r] (+ xd [T,in] when dropout > 0), see ops/linear.h.
+// The layer input x is referenced (it is the previous layer's output or a checkpoint).
+#pragma once
+
+#include <array>
+
+#include "core/tensor.h"
+#include "model/transformer.h"
+#include "ops/linear.h"
+
+namespace bp {
+
+struct Model::LayerActs {
+  Tensor x;
+  Tensor rstd1, xn;
+  Tensor q_pre, k_pre, rstd_q, rstd_k;
+  Tensor q, k, v;
+  Tensor attn, lse;
+  Tensor h, rstd2, hn;
+  Tensor gate, up, m;
+  std::array<LinearSaved, kNumLinearRoles> lin;
+};
+
+// Deterministic per-(layer, module) dropout seed from the micro-batch seed (splitmix64), so the
+// recomputed forward of gradient checkpointing sees the same masks.
+uint64_t lora_dropout_seed(uint64_t seed, int64_t layer, LinearRole role);
+
+}  // namespace bp

@@ -1,0 +1,160 @@
+// Transformer backward pass and gradient checkpointing (see transformer.h).
+//
+// forward_backward order, with checkpointing (default):
+//   1. forward every layer keeping only its input (L+1 tensors [T, D]);
+//   2. final norm + fused linear cross-entropy: loss and dx in one pass, no [T × V] logits;
+//   3. for l = L−1 … 0: recompute layer l keeping its activations, backpropagate through it,
+//      drop its activations and its output checkpoint.
+// Without checkpointing step 1 keeps every layer's activations and step 3 skips the recompute.
+// Activation gradients are fresh tensors (=); parameter gradients accumulate (+=).
+#include "model/transformer.h"
+#include "model/transformer_acts.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/rms_norm.h"
+#include "ops/rope.h"
+#include "ops/swiglu.h"
+
+namespace bp {
+
+namespace {
+Tensor* opt(Tensor& t) {
+  return t.defined() ? &t : nullptr;
+}
+}  // namespace
+
+Tensor Model::backward_layer(int64_t l, const Tensor& dout, const Batch& b, uint64_t seed, LayerActs& a) {
+  const auto& c = weights_.config;
+  const auto& w = weights_.layers[static_cast<size_t>(l)];
+  auto& g = grads_.layers[static_cast<size_t>(l)];
+  const int64_t T = dout.dim(0);
+  const int Hq = static_cast<int>(c.num_heads), Hkv = static_cast<int>(c.num_kv_heads);
+  const int64_t d = c.head_dim, D = c.hidden_size, F = c.intermediate_size;
+  const bool full = options_.mode == TrainMode::Full;
+
+  // Linear backward for one role: dx (=) into *dx, weight/bias/LoRA grads (+=).
+  auto lin_back = [&](LinearRole role, const Tensor& dy, const Tensor& x, const Tensor& W, Tensor* dx, Tensor* dW,
+                      Tensor* db) {
+    const auto r = static_cast<size_t>(role);
+    LoraWeights lw = lora_weights(l, role, training_, seed);
+    LinearGrads lg;
+    lg.dx = dx;
+    lg.dW = full ? dW : nullptr;
+    lg.db = full ? db : nullptr;
+    if (lw.A) {
+      lg.dA = opt(g.lora[r].dA);
+      lg.dB = opt(g.lora[r].dB);
+    }
+    linear_backward(dy, x, W, lw.A ? &lw : nullptr, &a.lin[r], lg);
+  };
+
+  // ---- MLP: out = h + down(swiglu(gate(hn), up(hn)))
+  Tensor dm = Tensor::empty({T, F});
+  lin_back(LinearRole::Down, dout, a.m, w.down, &dm, &g.w.down, nullptr);
+  a.m = Tensor();
+  Tensor dgate = Tensor::empty({T, F}), dup = Tensor::empty({T, F});
+  swiglu_backward(dm, a.gate, a.up, dgate, dup);
+  dm = Tensor();
+  a.gate = a.up = Tensor();
+  Tensor dhn = Tensor::empty({T, D});
+  lin_back(LinearRole::Gate, dgate, a.hn, w.gate, &dhn, &g.w.gate, nullptr);
+  dgate = Tensor();
+  Tensor tmp = Tensor::empty({T, D});
+  lin_back(LinearRole::Up, dup, a.hn, w.up, &tmp, &g.w.up, nullptr);
+  dup = Tensor();
+  add_inplace(dhn, tmp);
+  a.hn = Tensor();
+  Tensor dh = Tensor::empty({T, D});
+  rms_norm_backward(dhn, a.h, w.post_norm, a.rstd2, dh, full ? &g.w.post_norm : nullptr);
+  dhn = Tensor();
+  add_inplace(dh, dout);  // residual h -> out
+  a.h = Tensor();
+
+  // ---- attention: h = x + o(attn(rope(q), rope(k), v))
+  Tensor dattn = Tensor::empty({T, Hq * d});
+  lin_back(LinearRole::O, dh, a.attn, w.o, &dattn, &g.w.o, nullptr);
+  Tensor dq = Tensor::empty({T, Hq * d}), dk = Tensor::empty({T, Hkv * d}), dv = Tensor::empty({T, Hkv * d});
+  AttentionShape shape{Hq, Hkv, static_cast<int>(d)};
+  attention_backward(dattn, a.q, a.k, a.v, a.attn, a.lse, b.cu_seqlens, shape, dq, dk, dv);
+  dattn = Tensor();
+  a.q = a.k = a.v = a.attn = a.lse = Tensor();
+  rope_backward(dq, b.positions, Hq, c.rope);
+  rope_backward(dk, b.positions, Hkv, c.rope);
+  if (c.qk_norm) {
+    Tensor dq_pre = Tensor::empty({T * Hq, d});
+    rms_norm_backward(dq.reshape({T * Hq, d}), a.q_pre.reshape({T * Hq, d}), w.q_norm, a.rstd_q, dq_pre,
+                      full ? &g.w.q_norm : nullptr);
+    dq = dq_pre.reshape({T, Hq * d});
+    Tensor dk_pre = Tensor::empty({T * Hkv, d});
+    rms_norm_backward(dk.reshape({T * Hkv, d}), a.k_pre.reshape({T * Hkv, d}), w.k_norm, a.rstd_k, dk_pre,
+                      full ? &g.w.k_norm : nullptr);
+    dk = dk_pre.reshape({T, Hkv * d});
+    a.q_pre = a.k_pre = Tensor();
+  }
+  Tensor dxn = Tensor::empty({T, D});
+  lin_back(LinearRole::Q, dq, a.xn, w.q, &dxn, &g.w.q, opt(g.w.q_bias));
+  dq = Tensor();
+  lin_back(LinearRole::K, dk, a.xn, w.k, &tmp, &g.w.k, opt(g.w.k_bias));
+  dk = Tensor();
+  add_inplace(dxn, tmp);
+  lin_back(LinearRole::V, dv, a.xn, w.v, &tmp, &g.w.v, opt(g.w.v_bias));
+  dv = Tensor();
+  add_inplace(dxn, tmp);
+  tmp = Tensor();
+  a.xn = Tensor();
+  for (auto& s : a.lin) s = LinearSaved{};
+  Tensor dx = Tensor::empty({T, D});
+  rms_norm_backward(dxn, a.x, w.input_norm, a.rstd1, dx, full ? &g.w.input_norm : nullptr);
+  add_inplace(dx, dh);  // residual x -> h
+  return dx;
+}
+
+CrossEntropyResult Model::forward_backward(const Batch& batch, float grad_scale, uint64_t dropout_seed) {
+  check_batch(batch);
+  if (!batch.labels.defined()) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[model] forward_backward needs labels");
+  if (options_.mode == TrainMode::Frozen)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[model] forward_backward on a model with nothing to train");
+  if (options_.mode == TrainMode::Lora && !lora_.any())
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[model] LoRA mode but no adapter is attached");
+  const auto& c = weights_.config;
+  const int64_t L = c.num_layers, T = batch.num_tokens(), D = c.hidden_size;
+  const bool full = options_.mode == TrainMode::Full;
+  const bool ckpt = options_.gradient_checkpointing;
+  const bool train = training_;
+
+  std::vector<Tensor> inputs;   // checkpointing: layer inputs (+ final output)
+  std::vector<LayerActs> acts;  // no checkpointing: every layer's activations
+  Tensor x = forward_trunk(batch, train, dropout_seed, &inputs, ckpt ? nullptr : &acts);
+  if (ckpt) inputs.resize(static_cast<size_t>(L));  // x holds the last output
+
+  // Final norm + fused LM head / cross-entropy (dx and the head's dW in the same pass).
+  Tensor rstd;
+  Tensor xf = rms_norm_forward(x, weights_.final_norm, c.rms_norm_eps, &rstd);
+  Tensor dxf = Tensor::empty({T, D});
+  Tensor* dW_head = nullptr;
+  if (full) dW_head = c.tie_word_embeddings ? &grads_.embed : &grads_.lm_head;
+  CrossEntropyResult res = linear_cross_entropy_forward_backward(xf, weights_.output_weight(), batch.labels, grad_scale,
+                                                                 dxf, dW_head, options_.ce_chunk_tokens);
+  xf = Tensor();
+  Tensor dx = Tensor::empty({T, D});
+  rms_norm_backward(dxf, x, weights_.final_norm, rstd, dx, full ? &grads_.final_norm : nullptr);
+  dxf = rstd = x = Tensor();
+
+  for (int64_t l = L - 1; l >= 0; --l) {
+    const auto li = static_cast<size_t>(l);
+    if (ckpt) {
+      LayerActs a;
+      forward_layer(l, inputs[li], batch, train, dropout_seed, &a);  // recompute; output dropped
+      inputs[li] = Tensor();
+      dx = backward_layer(l, dx, batch, dropout_seed, a);
+    } else {
+      dx = backward_layer(l, dx, batch, dropout_seed, acts[li]);
+      acts[li] = LayerActs{};
+    }
+  }
+  if (full) embedding_backward(dx, batch.tokens, grads_.embed);
+  return res;
+}
+
+}  // namespace bp

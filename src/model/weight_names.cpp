@@ -1,0 +1,215 @@
+// The weight-name table and the functions that read it (see weight_names.h).
+#include "model/weight_names.h"
+
+#include <charconv>
+
+#include "core/error.h"
+
+namespace bp {
+
+namespace {
+
+using R = WeightRole;
+
+// THE table. Order = canonical save order (matches transformers' state_dict order per layer).
+const std::vector<WeightNameEntry> kTable = {
+    {R::Embed, false, "model.embed_tokens.weight", "base_model.model.model.embed_tokens", "token_embd.weight", "embed"},
+    {R::InputNorm, true, "model.layers.{}.input_layernorm.weight", "base_model.model.model.layers.{}.input_layernorm",
+     "blk.{}.attn_norm.weight", "input_norm"},
+    {R::Q, true, "model.layers.{}.self_attn.q_proj.weight", "base_model.model.model.layers.{}.self_attn.q_proj",
+     "blk.{}.attn_q.weight", "q"},
+    {R::QBias, true, "model.layers.{}.self_attn.q_proj.bias", "base_model.model.model.layers.{}.self_attn.q_proj",
+     "blk.{}.attn_q.bias", "q_bias"},
+    {R::K, true, "model.layers.{}.self_attn.k_proj.weight", "base_model.model.model.layers.{}.self_attn.k_proj",
+     "blk.{}.attn_k.weight", "k"},
+    {R::KBias, true, "model.layers.{}.self_attn.k_proj.bias", "base_model.model.model.layers.{}.self_attn.k_proj",
+     "blk.{}.attn_k.bias", "k_bias"},
+    {R::V, true, "model.layers.{}.self_attn.v_proj.weight", "base_model.model.model.layers.{}.self_attn.v_proj",
+     "blk.{}.attn_v.weight", "v"},
+    {R::VBias, true, "model.layers.{}.self_attn.v_proj.bias", "base_model.model.model.layers.{}.self_attn.v_proj",
+     "blk.{}.attn_v.bias", "v_bias"},
+    {R::O, true, "model.layers.{}.self_attn.o_proj.weight", "base_model.model.model.layers.{}.self_attn.o_proj",
+     "blk.{}.attn_output.weight", "o"},
+    {R::QNorm, true, "model.layers.{}.self_attn.q_norm.weight", "base_model.model.model.layers.{}.self_attn.q_norm",
+     "blk.{}.attn_q_norm.weight", "q_norm"},
+    {R::KNorm, true, "model.layers.{}.self_attn.k_norm.weight", "base_model.model.model.layers.{}.self_attn.k_norm",
+     "blk.{}.attn_k_norm.weight", "k_norm"},
+    {R::PostNorm, true, "model.layers.{}.post_attention_layernorm.weight",
+     "base_model.model.model.layers.{}.post_attention_layernorm", "blk.{}.ffn_norm.weight", "post_norm"},
+    {R::Gate, true, "model.layers.{}.mlp.gate_proj.weight", "base_model.model.model.layers.{}.mlp.gate_proj",
+     "blk.{}.ffn_gate.weight", "gate"},
+    {R::Up, true, "model.layers.{}.mlp.up_proj.weight", "base_model.model.model.layers.{}.mlp.up_proj",
+     "blk.{}.ffn_up.weight", "up"},
+    {R::Down, true, "model.layers.{}.mlp.down_proj.weight", "base_model.model.model.layers.{}.mlp.down_proj",
+     "blk.{}.ffn_down.weight", "down"},
+    {R::FinalNorm, false, "model.norm.weight", "base_model.model.model.norm", "output_norm.weight", "final_norm"},
+    {R::LmHead, false, "lm_head.weight", "base_model.model.lm_head", "output.weight", "lm_head"},
+};
+
+std::string fill(const char* tmpl, bool per_layer, int64_t layer) {
+  if (!per_layer) return tmpl;
+  BP_CHECK(layer >= 0, "[weights] per-layer name '{}' needs a layer index", tmpl);
+  return fmt::format(fmt::runtime(tmpl), layer);
+}
+
+// Matches `name` against a template; returns the layer (-1 for global) or nullopt.
+std::optional<int64_t> match(std::string_view tmpl, bool per_layer, std::string_view name) {
+  if (!per_layer) return name == tmpl ? std::optional<int64_t>(-1) : std::nullopt;
+  const size_t at = tmpl.find("{}");
+  const std::string_view pre = tmpl.substr(0, at), post = tmpl.substr(at + 2);
+  if (name.size() <= pre.size() + post.size() || name.substr(0, pre.size()) != pre ||
+      name.substr(name.size() - post.size()) != post)
+    return std::nullopt;
+  const std::string_view digits = name.substr(pre.size(), name.size() - pre.size() - post.size());
+  int64_t layer = 0;
+  auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), layer);
+  if (ec != std::errc() || p != digits.data() + digits.size() || layer < 0 || digits.size() > 9) return std::nullopt;
+  return layer;
+}
+
+}  // namespace
+
+const std::vector<WeightNameEntry>& weight_name_table() {
+  return kTable;
+}
+
+const WeightNameEntry& weight_entry(WeightRole role) {
+  for (const WeightNameEntry& e : kTable)
+    if (e.role == role) return e;
+  BP_CHECK(false, "[weights] role {} missing from the name table", static_cast<int>(role));
+  return kTable[0];
+}
+
+std::string hf_name(WeightRole role, int64_t layer) {
+  const WeightNameEntry& e = weight_entry(role);
+  return fill(e.hf, e.per_layer, layer);
+}
+std::string peft_module_name(WeightRole role, int64_t layer) {
+  const WeightNameEntry& e = weight_entry(role);
+  return fill(e.peft, e.per_layer, layer);
+}
+std::string gguf_name(WeightRole role, int64_t layer) {
+  const WeightNameEntry& e = weight_entry(role);
+  return fill(e.gguf, e.per_layer, layer);
+}
+
+std::optional<std::pair<WeightRole, int64_t>> parse_hf_name(std::string_view name) {
+  for (const WeightNameEntry& e : kTable)
+    if (auto l = match(e.hf, e.per_layer, name)) return std::pair{e.role, *l};
+  return std::nullopt;
+}
+
+std::optional<std::pair<WeightRole, int64_t>> parse_gguf_name(std::string_view name) {
+  for (const WeightNameEntry& e : kTable)
+    if (auto l = match(e.gguf, e.per_layer, name)) return std::pair{e.role, *l};
+  return std::nullopt;
+}
+
+bool role_present(const ModelConfig& cfg, WeightRole role) {
+  switch (role) {
+    case R::QBias:
+    case R::KBias:
+    case R::VBias: return cfg.attention_bias;
+    case R::QNorm:
+    case R::KNorm: return cfg.qk_norm;
+    case R::LmHead: return !cfg.tie_word_embeddings;
+    default: return true;
+  }
+}
+
+Shape role_shape(const ModelConfig& c, WeightRole role) {
+  const int64_t D = c.hidden_size, F = c.intermediate_size;
+  switch (role) {
+    case R::Embed:
+    case R::LmHead: return {c.vocab_size, D};
+    case R::FinalNorm:
+    case R::InputNorm:
+    case R::PostNorm: return {D};
+    case R::Q: return {c.q_dim(), D};
+    case R::K:
+    case R::V: return {c.kv_dim(), D};
+    case R::O: return {D, c.q_dim()};
+    case R::QBias: return {c.q_dim()};
+    case R::KBias:
+    case R::VBias: return {c.kv_dim()};
+    case R::QNorm:
+    case R::KNorm: return {c.head_dim};
+    case R::Gate:
+    case R::Up: return {F, D};
+    case R::Down: return {D, F};
+  }
+  return {};
+}
+
+const Tensor& weight_ref(const ModelWeights& w, WeightRole role, int64_t layer) {
+  return weight_ref(const_cast<ModelWeights&>(w), role, layer);
+}
+
+Tensor& weight_ref(ModelWeights& w, WeightRole role, int64_t layer) {
+  switch (role) {
+    case R::Embed: return w.embed;
+    case R::FinalNorm: return w.final_norm;
+    case R::LmHead: return w.lm_head;
+    default: break;
+  }
+  BP_CHECK(layer >= 0 && layer < static_cast<int64_t>(w.layers.size()), "[weights] layer {} of {}", layer,
+           w.layers.size());
+  LayerWeights& l = w.layers[static_cast<size_t>(layer)];
+  switch (role) {
+    case R::InputNorm: return l.input_norm;
+    case R::Q: return l.q;
+    case R::K: return l.k;
+    case R::V: return l.v;
+    case R::O: return l.o;
+    case R::QBias: return l.q_bias;
+    case R::KBias: return l.k_bias;
+    case R::VBias: return l.v_bias;
+    case R::QNorm: return l.q_norm;
+    case R::KNorm: return l.k_norm;
+    case R::PostNorm: return l.post_norm;
+    case R::Gate: return l.gate;
+    case R::Up: return l.up;
+    case R::Down: return l.down;
+    default: break;
+  }
+  BP_CHECK(false, "[weights] unknown role {}", static_cast<int>(role));
+  return w.embed;
+}
+
+std::vector<std::pair<WeightRole, int64_t>> model_roles(const ModelConfig& cfg) {
+  std::vector<std::pair<WeightRole, int64_t>> out;
+  for (const WeightNameEntry& e : kTable)
+    if (!e.per_layer && e.role == R::Embed && role_present(cfg, e.role)) out.emplace_back(e.role, -1);
+  for (int64_t l = 0; l < cfg.num_layers; ++l)
+    for (const WeightNameEntry& e : kTable)
+      if (e.per_layer && role_present(cfg, e.role)) out.emplace_back(e.role, l);
+  for (const WeightNameEntry& e : kTable)
+    if (!e.per_layer && e.role != R::Embed && role_present(cfg, e.role)) out.emplace_back(e.role, -1);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> named_hf_weights(const ModelWeights& w) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [role, layer] : model_roles(w.config))
+    out.emplace_back(hf_name(role, layer), weight_ref(w, role, layer));
+  return out;
+}
+
+WeightRole lora_target_role(LoraTarget t) {
+  switch (t) {
+    case LoraTarget::Q: return R::Q;
+    case LoraTarget::K: return R::K;
+    case LoraTarget::V: return R::V;
+    case LoraTarget::O: return R::O;
+    case LoraTarget::Gate: return R::Gate;
+    case LoraTarget::Up: return R::Up;
+    case LoraTarget::Down: return R::Down;
+  }
+  return R::Q;
+}
+
+std::string peft_lora_name(int64_t layer, LoraTarget t, bool is_a) {
+  return peft_module_name(lora_target_role(t), layer) + (is_a ? ".lora_A.weight" : ".lora_B.weight");
+}
+
+}  // namespace bp

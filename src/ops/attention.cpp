@@ -1,0 +1,90 @@
+// Front-end of causal grouped-query attention over packed samples (contract: ops/attention.h):
+// checks shapes, dtypes and cu_seqlens, allocates outputs and the backward's [Hq, T] delta
+// scratch from the CPU allocator, and runs the tiled CPU kernels.
+#include "ops/attention.h"
+
+#include "backend/cpu/attention.h"
+#include "backend/cuda/cuda_device.h"
+
+namespace bp {
+
+namespace {
+
+void check_cpu(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (t->device().type == DeviceType::CUDA) cuda_op_unavailable("attention");
+}
+
+void check_matrix(const Tensor& t, const char* name, int64_t T, int64_t cols) {
+  BP_CHECK(t.dtype() == DType::F32 && t.rank() == 2 && t.dim(0) == T && t.dim(1) == cols,
+           "[attention] {} must be f32 [{}, {}], got {}", name, T, cols, t.describe());
+}
+
+// Checks everything and returns the kernel's dimensions.
+cpu::AttentionDims check_operands(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                                  const AttentionShape& shape) {
+  check_cpu({&q, &k, &v, &cu_seqlens});
+  BP_CHECK(shape.n_heads > 0 && shape.n_kv_heads > 0 && shape.head_dim > 0 && shape.n_heads % shape.n_kv_heads == 0,
+           "[attention] need n_heads > 0, n_kv_heads > 0 dividing it and head_dim > 0; got {} heads, {} kv heads, "
+           "head_dim {}",
+           shape.n_heads, shape.n_kv_heads, shape.head_dim);
+  BP_CHECK(q.rank() == 2, "[attention] q must be [T, Hq*d], got {}", q.describe());
+  const int64_t T = q.dim(0);
+  check_matrix(q, "q", T, int64_t{shape.n_heads} * shape.head_dim);
+  check_matrix(k, "k", T, int64_t{shape.n_kv_heads} * shape.head_dim);
+  check_matrix(v, "v", T, int64_t{shape.n_kv_heads} * shape.head_dim);
+  BP_CHECK(cu_seqlens.dtype() == DType::I32 && cu_seqlens.rank() == 1 && cu_seqlens.dim(0) >= 2,
+           "[attention] cu_seqlens must be i32 [S+1] with S >= 1, got {}", cu_seqlens.describe());
+  const int32_t* cu = cu_seqlens.data<int32_t>();
+  const int64_t S = cu_seqlens.dim(0) - 1;
+  if (cu[0] != 0 || cu[S] != T)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[attention] cu_seqlens must start at 0 and end at the token count {}; got {} and {}", T,
+                            cu[0], cu[S]));
+  for (int64_t s = 0; s < S; ++s)
+    if (cu[s + 1] < cu[s])
+      throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                  fmt::format("[attention] cu_seqlens decreases at sample {}: {} then {}", s, cu[s], cu[s + 1]));
+  return {T, S, shape.n_heads, shape.n_kv_heads, shape.head_dim};
+}
+
+}  // namespace
+
+Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
+                         const AttentionShape& shape, Tensor* lse) {
+  const auto dims = check_operands(q, k, v, cu_seqlens, shape);
+  Tensor out = Tensor::empty(q.shape());
+  float* lse_ptr = nullptr;
+  if (lse) {
+    // An output: reuse the caller's tensor when it already has the right shape, else allocate.
+    const Shape want{shape.n_heads, dims.tokens};
+    if (!lse->defined() || lse->shape() != want || lse->dtype() != DType::F32 || lse->device().type != DeviceType::CPU)
+      *lse = Tensor::empty(want);
+    lse_ptr = lse->data<float>();
+  }
+  if (dims.tokens == 0) return out;
+  cpu::attention_forward(q.data<float>(), k.data<float>(), v.data<float>(), cu_seqlens.data<int32_t>(), dims,
+                         out.data<float>(), lse_ptr);
+  return out;
+}
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& cu_seqlens, const AttentionShape& shape, Tensor& dq,
+                        Tensor& dk, Tensor& dv) {
+  const auto dims = check_operands(q, k, v, cu_seqlens, shape);
+  check_cpu({&dout, &out, &lse, &dq, &dk, &dv});
+  const int64_t T = dims.tokens;
+  check_matrix(dout, "dout", T, q.dim(1));
+  check_matrix(out, "out", T, q.dim(1));
+  check_matrix(lse, "lse", shape.n_heads, T);
+  check_matrix(dq, "dq", T, q.dim(1));
+  check_matrix(dk, "dk", T, k.dim(1));
+  check_matrix(dv, "dv", T, v.dim(1));
+  if (T == 0) return;
+  Tensor delta = Tensor::empty({shape.n_heads, T});
+  cpu::attention_backward(dout.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(), out.data<float>(),
+                          lse.data<float>(), cu_seqlens.data<int32_t>(), dims, delta.data<float>(), dq.data<float>(),
+                          dk.data<float>(), dv.data<float>());
+}
+
+}  // namespace bp

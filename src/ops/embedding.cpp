@@ -1,0 +1,44 @@
+// embedding front-end: shape/dtype checks, the id range check (user data: a tokenizer and a
+// model that disagree on the vocabulary), dispatch to backend/cpu/embedding.cpp.
+#include "ops/embedding.h"
+
+#include "backend/cpu/embedding.h"
+#include "ops/op_checks.h"
+
+namespace bp {
+
+namespace {
+
+constexpr const char* kOp = "embedding";
+
+void check_ids(const Tensor& ids, int64_t vocab) {
+  ops::require_tensor(kOp, "ids", ids, DType::I32, 1);
+  const int32_t* p = ids.data<int32_t>();
+  for (int64_t t = 0; t < ids.numel(); ++t)
+    if (p[t] < 0 || p[t] >= vocab)
+      throw Error(
+          ErrorCode::INPUT_VALIDATION_FAILED,
+          fmt::format("[embedding] token id {} at position {} is outside the vocabulary [0, {})", p[t], t, vocab),
+          {{"position", t}, {"id", p[t]}, {"vocab_size", vocab}});
+}
+
+}  // namespace
+
+Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
+  ops::require_tensor(kOp, "table", table, DType::F32, 2);
+  check_ids(ids, table.dim(0));
+  const int64_t T = ids.dim(0), D = table.dim(1);
+  Tensor y = Tensor::empty({T, D});
+  cpu::embedding_forward(ids.data<int32_t>(), table.data<float>(), y.data<float>(), T, D);
+  return y;
+}
+
+void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable) {
+  ops::require_tensor(kOp, "dtable", dtable, DType::F32, 2);
+  check_ids(ids, dtable.dim(0));
+  const int64_t T = ids.dim(0), D = dtable.dim(1);
+  ops::require_shape(kOp, "dy", dy, Shape{T, D});
+  cpu::embedding_backward(dy.data<float>(), ids.data<int32_t>(), dtable.data<float>(), T, D);
+}
+
+}  // namespace bp

@@ -1,0 +1,147 @@
+// linear front-end: checks shapes and dtypes, allocates outputs and the LoRA workspace, and
+// dispatches to the CPU kernels (backend/cpu/linear.cpp). Contract: ops/linear.h.
+//
+// Backward, with g = dy [T, out], s = lora.scale, xd = dropout(x) (or x), xa = xd·Aᵀ:
+//   dx  = g·W + dropout'(s·(g·B)·A)       (=)
+//   dW += gᵀ·x,  db += Σ_t g              (full mode only: non-null pointers)
+//   dB += s·gᵀ·xa                          (+=)
+//   dA += (s·g·B)ᵀ·xd                      (+=)
+#include "ops/linear.h"
+
+#include "backend/cpu/elementwise.h"
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/linear.h"
+#include "ops/op_checks.h"
+
+namespace bp {
+
+namespace {
+
+constexpr const char* kOp = "linear";
+
+bool dropout_active(const LoraWeights& lora) {
+  return lora.training && lora.dropout > 0.0f;
+}
+
+// Checks x, W, bias and the LoRA tensors against each other; returns r (0 without LoRA).
+int64_t check_linear_args(const Tensor& x, const Tensor& W, const Tensor* bias, const LoraWeights* lora) {
+  ops::require_tensor(kOp, "x", x, DType::F32, 2);
+  ops::require_tensor(kOp, "W", W, DType::F32, 2);
+  const int64_t in = x.dim(1), out = W.dim(0);
+  BP_CHECK(in > 0 && out > 0, "[linear] x is {} and W is {}: a linear layer needs features", x.shape().str(),
+           W.shape().str());
+  BP_CHECK(W.dim(1) == in, "[linear] x has {} columns but W has {} (W is {})", in, W.dim(1), W.shape().str());
+  if (bias) ops::require_shape(kOp, "bias", *bias, Shape{out});
+  if (!lora) return 0;
+  BP_CHECK(lora->A && lora->B, "[linear] LoRA weights given without {}", lora->A ? "B" : "A");
+  ops::require_tensor(kOp, "lora A", *lora->A, DType::F32, 2);
+  const int64_t r = lora->A->dim(0);
+  BP_CHECK(r > 0, "[linear] LoRA rank must be positive, A is {}", lora->A->shape().str());
+  BP_CHECK(lora->A->dim(1) == in, "[linear] x has {} columns but lora A has {} (A is {})", in, lora->A->dim(1),
+           lora->A->shape().str());
+  ops::require_shape(kOp, "lora B", *lora->B, Shape{out, r});
+  if (!(lora->dropout >= 0.0f && lora->dropout < 1.0f))
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[linear] LoRA dropout must be in [0, 1) but is {}", lora->dropout));
+  return r;
+}
+
+// The LoRA part of linear_backward (see the file comment): dB, dA and the LoRA term of dx,
+// which is added to the dx the base GEMM already wrote.
+void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, const LinearSaved* saved,
+                   const LinearGrads& grads, int64_t T, int64_t in, int64_t out, int64_t r) {
+  BP_CHECK(saved && saved->xa.defined(), "[linear] LoRA backward needs the xa saved by linear_forward");
+  ops::require_shape(kOp, "saved xa", saved->xa, Shape{T, r});
+  const bool dropped = dropout_active(lora);
+  const float* xd = x.data<float>();
+  if (dropped) {
+    BP_CHECK(saved->xd.defined(), "[linear] LoRA dropout was active but forward saved no dropped input");
+    ops::require_shape(kOp, "saved xd", saved->xd, Shape{T, in});
+    xd = saved->xd.data<float>();
+  }
+  const float* A = lora.A->data<float>();
+  const float* B = lora.B->data<float>();
+  const float s = lora.scale;
+
+  if (grads.dB)
+    cpu::sgemm(true, false, out, r, T, s, g, out, saved->xa.data<float>(), r, 1.0f, grads.dB->data<float>(), r);
+  if (!grads.dA && !grads.dx) return;
+  // dxa = s·g·B  [T, r]
+  Tensor dxa = Tensor::empty({T, r});
+  cpu::sgemm(false, false, T, r, out, s, g, out, B, r, 0.0f, dxa.data<float>(), r);
+  if (grads.dA)
+    cpu::sgemm(true, false, r, in, T, 1.0f, dxa.data<float>(), r, xd, in, 1.0f, grads.dA->data<float>(), in);
+  if (!grads.dx) return;
+  if (!dropped) {
+    // dx += dxa·A straight into dx.
+    cpu::sgemm(false, false, T, in, r, 1.0f, dxa.data<float>(), r, A, in, 1.0f, grads.dx->data<float>(), in);
+  } else {
+    // dxd = dxa·A, then dx += dxd through the same mask (read off x and xd, see dropout_backward_accumulate).
+    Tensor dxd = Tensor::empty({T, in});
+    cpu::sgemm(false, false, T, in, r, 1.0f, dxa.data<float>(), r, A, in, 0.0f, dxd.data<float>(), in);
+    cpu::dropout_backward_accumulate(dxd.data<float>(), x.data<float>(), xd, grads.dx->data<float>(), T * in,
+                                     lora.dropout, lora.dropout_seed);
+  }
+}
+
+}  // namespace
+
+Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, const LoraWeights* lora,
+                      LinearSaved* saved) {
+  const int64_t r = check_linear_args(x, W, bias, lora);
+  const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
+  Tensor y = Tensor::empty({T, out});
+  if (!lora) {
+    cpu::linear_base_forward(x.data<float>(), W.data<float>(), bias ? bias->data<float>() : nullptr, y.data<float>(), T,
+                             in, out);
+    if (saved) *saved = LinearSaved{};  // nothing to keep; drop anything from an earlier call
+    return y;
+  }
+
+  // The LoRA input: dropout(x) in training with p > 0 (kept for backward), else x itself.
+  // Done before the base GEMM so the three GEMMs run back to back: OpenBLAS's worker threads
+  // keep spinning after a call, and an OpenMP loop squeezed between two calls competes with them.
+  Tensor xd;
+  const float* xd_ptr = x.data<float>();
+  if (dropout_active(*lora)) {
+    xd = Tensor::empty({T, in});
+    cpu::dropout_forward(x.data<float>(), xd.data<float>(), T * in, lora->dropout, lora->dropout_seed);
+    xd_ptr = xd.data<float>();
+  }
+  cpu::linear_base_forward(x.data<float>(), W.data<float>(), bias ? bias->data<float>() : nullptr, y.data<float>(), T,
+                           in, out);
+  Tensor xa = Tensor::empty({T, r});
+  cpu::lora_forward(xd_ptr, lora->A->data<float>(), lora->B->data<float>(), lora->scale, xa.data<float>(),
+                    y.data<float>(), T, in, out, r);
+  if (saved) {
+    saved->xd = std::move(xd);
+    saved->xa = std::move(xa);
+  }
+  return y;
+}
+
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const LoraWeights* lora,
+                     const LinearSaved* saved, const LinearGrads& grads) {
+  const int64_t r = check_linear_args(x, W, nullptr, lora);
+  const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
+  ops::require_shape(kOp, "dy", dy, Shape{T, out});
+  if (grads.dx) ops::require_shape(kOp, "dx", *grads.dx, Shape{T, in});
+  if (grads.dW) ops::require_shape(kOp, "dW", *grads.dW, Shape{out, in});
+  if (grads.db) ops::require_shape(kOp, "db", *grads.db, Shape{out});
+  if (!lora) {
+    BP_CHECK(!grads.dA && !grads.dB, "[linear] dA/dB requested but no LoRA weights were given");
+  } else {
+    if (grads.dA) ops::require_shape(kOp, "dA", *grads.dA, Shape{r, in});
+    if (grads.dB) ops::require_shape(kOp, "dB", *grads.dB, Shape{out, r});
+  }
+
+  // All GEMMs first, back to back; the OpenMP loops (dropout mask, db) last: OpenBLAS's workers
+  // keep spinning after a call and would compete with an OpenMP loop placed between two calls.
+  const float* g = dy.data<float>();
+  if (grads.dx) cpu::linear_dx(g, W.data<float>(), grads.dx->data<float>(), T, in, out);
+  if (grads.dW) cpu::linear_dW_accumulate(g, x.data<float>(), grads.dW->data<float>(), T, in, out);
+  if (lora && T > 0 && (grads.dx || grads.dA || grads.dB)) lora_backward(g, x, *lora, saved, grads, T, in, out, r);
+  if (grads.db) cpu::bias_grad_accumulate(g, grads.db->data<float>(), T, out);
+}
+
+}  // namespace bp

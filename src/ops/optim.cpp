@@ -1,0 +1,71 @@
+// Front-end of the optimizer ops (contract: ops/optim.h): checks, then the CPU kernels.
+// Parameters, gradients and AdamW state are f32 (DESIGN.md: f32 optimizer state).
+#include "ops/optim.h"
+
+#include <cmath>
+
+#include "backend/cpu/optim.h"
+#include "backend/cuda/cuda_device.h"
+
+namespace bp {
+
+static void require_cpu_f32(const Tensor& t, const char* op, const char* name) {
+  if (t.device().type == DeviceType::CUDA) cuda_op_unavailable(op);
+  BP_CHECK(t.dtype() == DType::F32, "[{}] {} must be f32, got {}", op, name, t.describe());
+}
+
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& cfg, int64_t step) {
+  require_cpu_f32(param, "adamw", "param");
+  require_cpu_f32(grad, "adamw", "grad");
+  require_cpu_f32(m, "adamw", "m (first moment)");
+  require_cpu_f32(v, "adamw", "v (second moment)");
+  BP_CHECK(grad.shape() == param.shape() && m.shape() == param.shape() && v.shape() == param.shape(),
+           "[adamw] shapes differ: param {}, grad {}, m {}, v {}", param.shape().str(), grad.shape().str(),
+           m.shape().str(), v.shape().str());
+  if (step < 1) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[adamw] step must be >= 1, got {}", step));
+  const bool betas_ok = cfg.beta1 >= 0.0f && cfg.beta1 < 1.0f && cfg.beta2 >= 0.0f && cfg.beta2 < 1.0f;
+  if (!betas_ok || !(cfg.lr >= 0.0f) || !(cfg.eps > 0.0f) || !(cfg.weight_decay >= 0.0f))
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[adamw] invalid hyper-parameters: lr {} (>= 0), beta1 {} and beta2 {} (in [0, 1)), "
+                            "eps {} (> 0), weight_decay {} (>= 0)",
+                            cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay));
+  cpu::adamw_step(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), param.numel(), cfg.lr,
+                  cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step);
+}
+
+double global_grad_norm(const std::vector<const Tensor*>& grads) {
+  double total = 0.0;
+  for (const Tensor* g : grads) {
+    BP_CHECK(g != nullptr, "[grad_norm] null gradient tensor in the list");
+    require_cpu_f32(*g, "grad_norm", "gradient");
+    total += cpu::sum_squares(g->data<float>(), g->numel());
+  }
+  return std::sqrt(total);
+}
+
+double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm) {
+  if (!(max_norm > 0.0) || !std::isfinite(max_norm))
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[clip_grad_norm] max_norm must be a finite number > 0, got {}", max_norm));
+  std::vector<const Tensor*> view(grads.begin(), grads.end());
+  const double norm = global_grad_norm(view);
+  // A non-finite norm is left for the caller's non-finite check: scaling would only spread NaN.
+  if (std::isfinite(norm) && norm > max_norm) {
+    const float s = static_cast<float>(max_norm / norm);
+    for (Tensor* g : grads) cpu::scale_inplace(g->data<float>(), g->numel(), s);
+  }
+  return norm;
+}
+
+bool all_finite(const Tensor& t) {
+  if (t.device().type == DeviceType::CUDA) cuda_op_unavailable("all_finite");
+  switch (t.dtype()) {
+    case DType::F32: return cpu::all_finite_f32(t.data<float>(), t.numel());
+    case DType::BF16:
+    case DType::F16: return cpu::all_finite_16(t.data<uint16_t>(), t.numel(), t.dtype() == DType::BF16);
+    case DType::I32: return true;
+  }
+  return true;
+}
+
+}  // namespace bp

@@ -1,0 +1,48 @@
+// RMSNorm front-end: shape/dtype checks and dispatch to backend/cpu/rms_norm.cpp.
+// Contract: ops/rms_norm.h.
+#include "ops/rms_norm.h"
+
+#include <cmath>
+
+#include "backend/cpu/rms_norm.h"
+#include "ops/op_checks.h"
+
+namespace bp {
+
+namespace {
+constexpr const char* kOp = "rms_norm";
+
+void check_x_w(const Tensor& x, const Tensor& w) {
+  ops::require_tensor(kOp, "x", x, DType::F32, 2);
+  ops::require_tensor(kOp, "w", w, DType::F32, 1);
+  BP_CHECK(w.dim(0) == x.dim(1), "[rms_norm] x has {} columns but w has {}", x.dim(1), w.dim(0));
+}
+}  // namespace
+
+Tensor rms_norm_forward(const Tensor& x, const Tensor& w, float eps, Tensor* rstd) {
+  check_x_w(x, w);
+  if (!(eps > 0.0f) || !std::isfinite(eps))
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[rms_norm] eps must be positive but is {}", eps));
+  const int64_t N = x.dim(0), D = x.dim(1);
+  if (rstd) {
+    if (!rstd->defined()) *rstd = Tensor::empty({N});
+    ops::require_shape(kOp, "rstd", *rstd, Shape{N});
+  }
+  Tensor y = Tensor::empty({N, D});
+  cpu::rms_norm_forward(x.data<float>(), w.data<float>(), eps, y.data<float>(), rstd ? rstd->data<float>() : nullptr, N,
+                        D);
+  return y;
+}
+
+void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx, Tensor* dw) {
+  check_x_w(x, w);
+  const int64_t N = x.dim(0), D = x.dim(1);
+  ops::require_shape(kOp, "dy", dy, Shape{N, D});
+  ops::require_shape(kOp, "rstd", rstd, Shape{N});
+  ops::require_shape(kOp, "dx", dx, Shape{N, D});
+  if (dw) ops::require_shape(kOp, "dw", *dw, Shape{D});
+  cpu::rms_norm_backward(dy.data<float>(), x.data<float>(), w.data<float>(), rstd.data<float>(), dx.data<float>(),
+                         dw ? dw->data<float>() : nullptr, N, D);
+}
+
+}  // namespace bp

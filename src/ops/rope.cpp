@@ -1,0 +1,107 @@
+// RoPE front-end: inverse frequencies (with Llama-3 scaling) and dispatch to
+// backend/cpu/rope.cpp. Contract: ops/rope.h.
+//
+// rope_inv_freq follows Hugging Face transformers:
+//   _compute_default_rope_parameters: inv_freq[i] = 1 / theta^(2i/d)
+//   _compute_llama3_parameters (rope_type "llama3"), with L = original_max_position:
+//     wavelen = 2π / inv_freq
+//     wavelen > L/low_freq_factor  (low frequencies)  -> inv_freq / factor
+//     wavelen < L/high_freq_factor (high frequencies) -> inv_freq unchanged
+//     otherwise (medium), smooth = (L/wavelen − low) / (high − low):
+//                                  -> (1 − smooth)·inv_freq/factor + smooth·inv_freq
+#include "ops/rope.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "backend/cpu/rope.h"
+#include "ops/op_checks.h"
+
+namespace bp {
+
+namespace {
+
+constexpr const char* kOp = "rope";
+
+void check_config(const RopeConfig& cfg) {
+  if (cfg.head_dim <= 0 || cfg.head_dim % 2 != 0)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[rope] head_dim must be positive and even but is {}", cfg.head_dim));
+  if (!(cfg.theta > 0.0f))
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[rope] rope_theta must be positive but is {}", cfg.theta));
+  if (cfg.llama3_scaling) {
+    if (!(cfg.factor > 0.0f) || !(cfg.low_freq_factor > 0.0f) || !(cfg.high_freq_factor > cfg.low_freq_factor) ||
+        cfg.original_max_position <= 0)
+      throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                  fmt::format("[rope] invalid llama3 rope_scaling: factor {}, low_freq_factor {}, high_freq_factor {}, "
+                              "original_max_position_embeddings {} (need factor > 0, 0 < low < high, max > 0)",
+                              cfg.factor, cfg.low_freq_factor, cfg.high_freq_factor, cfg.original_max_position));
+  }
+}
+
+void check_x_positions(Tensor& x, const Tensor& positions, int n_heads, const RopeConfig& cfg) {
+  check_config(cfg);
+  ops::require_tensor(kOp, "x", x, DType::F32, 2);
+  ops::require_tensor(kOp, "positions", positions, DType::I32, 1);
+  BP_CHECK(n_heads > 0 && x.dim(1) == static_cast<int64_t>(n_heads) * cfg.head_dim,
+           "[rope] x has {} columns but {} heads × head_dim {} = {}", x.dim(1), n_heads, cfg.head_dim,
+           static_cast<int64_t>(n_heads) * cfg.head_dim);
+  BP_CHECK(positions.dim(0) == x.dim(0), "[rope] x has {} rows but positions has {}", x.dim(0), positions.dim(0));
+  const int32_t* p = positions.data<int32_t>();
+  for (int64_t t = 0; t < positions.dim(0); ++t)
+    if (p[t] < 0)
+      throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                  fmt::format("[rope] position {} at token {} is negative", p[t], t));
+}
+
+void apply(Tensor& x, const Tensor& positions, int n_heads, const RopeConfig& cfg, bool inverse) {
+  check_x_positions(x, positions, n_heads, cfg);
+  const std::vector<float> inv_freq = rope_inv_freq(cfg);
+  cpu::rope_apply(x.data<float>(), positions.data<int32_t>(), inv_freq.data(), x.dim(0), n_heads, cfg.head_dim,
+                  inverse);
+}
+
+}  // namespace
+
+std::vector<float> rope_inv_freq(const RopeConfig& cfg) {
+  check_config(cfg);
+  // f32 throughout, in HF's operation order (torch evaluates these in f32; `a / t` for a Python
+  // scalar a is reciprocal(t)·a). The unscaled frequencies must match HF bit for bit: angles are
+  // f32 products pos·inv_freq, so one ulp of inv_freq moves the angle of token 8000 by ~5e-4.
+  // theta^e is evaluated in double and rounded once: the correctly rounded f32 power.
+  const int half = cfg.head_dim / 2;
+  std::vector<float> out(static_cast<size_t>(half));
+  const float two_pi = static_cast<float>(2.0 * std::numbers::pi);
+  const float L = static_cast<float>(cfg.original_max_position);
+  const float low_wavelen = static_cast<float>(static_cast<double>(cfg.original_max_position) / cfg.low_freq_factor);
+  const float high_wavelen = static_cast<float>(static_cast<double>(cfg.original_max_position) / cfg.high_freq_factor);
+  const float band = static_cast<float>(static_cast<double>(cfg.high_freq_factor) - cfg.low_freq_factor);
+  for (int i = 0; i < half; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(cfg.head_dim);
+    const float p = static_cast<float>(std::pow(static_cast<double>(cfg.theta), static_cast<double>(e)));
+    float f = 1.0f / p;
+    if (cfg.llama3_scaling) {
+      const float wavelen = (1.0f / f) * two_pi;
+      if (wavelen > low_wavelen) {
+        f = f / cfg.factor;  // low frequencies: slowed down by `factor`
+      } else if (!(wavelen < high_wavelen)) {
+        // medium: interpolate between scaled and unscaled
+        const float smooth = ((1.0f / wavelen) * L - cfg.low_freq_factor) / band;
+        f = (1.0f - smooth) * f / cfg.factor + smooth * f;
+      }  // high frequencies: unchanged
+    }
+    out[static_cast<size_t>(i)] = f;
+  }
+  return out;
+}
+
+void rope_forward(Tensor& x, const Tensor& positions, int n_heads, const RopeConfig& cfg) {
+  apply(x, positions, n_heads, cfg, false);
+}
+
+void rope_backward(Tensor& dx, const Tensor& positions, int n_heads, const RopeConfig& cfg) {
+  apply(dx, positions, n_heads, cfg, true);
+}
+
+}  // namespace bp

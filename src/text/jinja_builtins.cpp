@@ -1,0 +1,427 @@
+// Built-in filters, tests and methods of the Jinja subset, with Python/Jinja2 semantics.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <ctime>
+
+#include "text/jinja_eval.h"
+
+namespace bp::jinja {
+
+namespace {
+
+[[noreturn]] void unsupported(const std::string& what) {
+  throw JinjaError(JinjaError::Kind::Unsupported, "unsupported " + what);
+}
+[[noreturn]] void type_error(const std::string& msg) {
+  throw JinjaError(JinjaError::Kind::Runtime, msg);
+}
+
+const std::string kWhitespace = " \t\n\r\f\v";
+
+std::string strip_chars(const std::string& s, const std::string& chars, bool left, bool right) {
+  size_t b = 0, e = s.size();
+  if (left)
+    while (b < e && chars.find(s[b]) != std::string::npos) ++b;
+  if (right)
+    while (e > b && chars.find(s[e - 1]) != std::string::npos) --e;
+  return s.substr(b, e - b);
+}
+
+std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+  std::string out;
+  if (from.empty()) {  // Python inserts `to` between every character
+    for (size_t k = 0; k < s.size(); ++k) {
+      if (count < 0 || static_cast<int64_t>(k) < count) out += to;
+      out += s[k];
+    }
+    if (count < 0 || static_cast<int64_t>(s.size()) < count) out += to;
+    return out;
+  }
+  size_t pos = 0;
+  int64_t done = 0;
+  for (;;) {
+    size_t f = s.find(from, pos);
+    if (f == std::string::npos || (count >= 0 && done >= count)) break;
+    out += s.substr(pos, f - pos) + to;
+    pos = f + from.size();
+    ++done;
+  }
+  return out + s.substr(pos);
+}
+
+Value split(const std::string& s, const Value& sep, int64_t maxsplit) {
+  Array parts;
+  if (sep.is_undefined() || sep.is_none()) {  // split on runs of whitespace
+    size_t k = 0;
+    while (k < s.size()) {
+      while (k < s.size() && kWhitespace.find(s[k]) != std::string::npos) ++k;
+      if (k >= s.size()) break;
+      if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) {
+        parts.push_back(Value::string(strip_chars(s.substr(k), kWhitespace, false, true)));
+        break;
+      }
+      size_t e = k;
+      while (e < s.size() && kWhitespace.find(s[e]) == std::string::npos) ++e;
+      parts.push_back(Value::string(s.substr(k, e - k)));
+      k = e;
+    }
+    return Value::array(std::move(parts));
+  }
+  if (!sep.is_string() || sep.s.empty()) type_error("split() separator must be a non-empty string");
+  size_t pos = 0;
+  for (;;) {
+    size_t f = s.find(sep.s, pos);
+    if (f == std::string::npos || (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit)) break;
+    parts.push_back(Value::string(s.substr(pos, f - pos)));
+    pos = f + sep.s.size();
+  }
+  parts.push_back(Value::string(s.substr(pos)));
+  return Value::array(std::move(parts));
+}
+
+bool affix_match(const std::string& s, const Value& pat, bool prefix) {
+  auto one = [&](const std::string& p) {
+    if (p.size() > s.size()) return false;
+    return prefix ? s.compare(0, p.size(), p) == 0 : s.compare(s.size() - p.size(), p.size(), p) == 0;
+  };
+  if (pat.is_string()) return one(pat.s);
+  if (pat.is_array()) {
+    for (const auto& p : *pat.arr)
+      if (p.is_string() && one(p.s)) return true;
+    return false;
+  }
+  type_error(fmt::format("{}() argument must be a string or tuple", prefix ? "startswith" : "endswith"));
+}
+
+std::string title_case(std::string s) {
+  bool start = true;
+  for (char& c : s) {
+    if (std::isalpha(static_cast<unsigned char>(c))) {
+      c = start ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
+                : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      start = false;
+    } else {
+      start = true;
+    }
+  }
+  return s;
+}
+
+std::string map_chars(std::string s, int (*f)(int)) {
+  for (char& c : s) c = static_cast<char>(f(static_cast<unsigned char>(c)));
+  return s;
+}
+
+Value items_of(const Value& v) {
+  Array out;
+  for (const auto& [k, x] : *v.obj) out.push_back(Value::array({Value::string(k), x}));
+  return Value::array(std::move(out));
+}
+
+Array as_list(const Value& v) {
+  if (v.is_array()) return *v.arr;
+  Array out;
+  if (v.is_string())
+    for (char c : v.s) out.push_back(Value::string(std::string(1, c)));
+  else if (v.is_mapping())
+    for (const auto& [k, x] : *v.obj) out.push_back(Value::string(k));
+  else if (!v.is_undefined() && !v.is_none())
+    type_error(fmt::format("a {} is not iterable", v.type_name()));
+  return out;
+}
+
+// attribute "a.b" of an item (selectattr/map/sort).
+Value attribute_of(const Value& item, const std::string& path) {
+  Value cur = item;
+  size_t pos = 0;
+  while (pos <= path.size()) {
+    size_t dot = path.find('.', pos);
+    std::string part = path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
+    if (cur.is_mapping())
+      cur = cur.get(part);
+    else
+      return Value::undefined();
+    if (dot == std::string::npos) break;
+    pos = dot + 1;
+  }
+  return cur;
+}
+
+int64_t length_of(const Value& v) {
+  if (v.is_string()) {  // characters, not bytes (UTF-8 continuation bytes are not counted)
+    int64_t n = 0;
+    for (unsigned char c : v.s) n += (c & 0xC0) != 0x80;
+    return n;
+  }
+  if (v.is_array()) return static_cast<int64_t>(v.arr->size());
+  if (v.is_mapping()) return static_cast<int64_t>(v.obj->size());
+  if (v.is_undefined()) return 0;
+  type_error(fmt::format("object of type {} has no length", v.type_name()));
+}
+
+Value select_items(const Value& operand, CallArgs& args, bool by_attr, bool keep) {
+  Array out;
+  for (const auto& item : as_list(operand)) {
+    Value subject = item;
+    size_t first_test_arg = 0;
+    if (by_attr) {
+      subject = attribute_of(item, args.arg(0, "attribute").to_output());
+      first_test_arg = 1;
+    }
+    bool ok;
+    if (args.positional.size() <= first_test_arg) {
+      ok = subject.truthy();
+    } else {
+      CallArgs test_args;
+      std::string test = args.positional[first_test_arg].to_output();
+      for (size_t k = first_test_arg + 1; k < args.positional.size(); ++k)
+        test_args.positional.push_back(args.positional[k]);
+      ok = apply_test(test, subject, test_args);
+    }
+    if (ok == keep) out.push_back(item);
+  }
+  return Value::array(std::move(out));
+}
+
+}  // namespace
+
+Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
+  if (name == "trim" || name == "strip") {
+    Value chars = a.arg(0, "chars");
+    return Value::string(strip_chars(v.to_output(), chars.is_string() ? chars.s : kWhitespace, true, true));
+  }
+  if (name == "length" || name == "count") return Value::integer(length_of(v));
+  if (name == "tojson") {
+    Value indent = a.arg(0, "indent");
+    return Value::string(v.to_json(indent.type == Value::Type::Int ? static_cast<int>(indent.i) : -1));
+  }
+  if (name == "upper") return Value::string(map_chars(v.to_output(), ::toupper));
+  if (name == "lower") return Value::string(map_chars(v.to_output(), ::tolower));
+  if (name == "title") return Value::string(title_case(v.to_output()));
+  if (name == "capitalize") {
+    std::string s = map_chars(v.to_output(), ::tolower);
+    if (!s.empty()) s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
+    return Value::string(s);
+  }
+  if (name == "replace") {
+    Value count = a.arg(2, "count");
+    return Value::string(replace_all(v.to_output(), a.arg(0, "old").to_output(), a.arg(1, "new").to_output(),
+                                     count.type == Value::Type::Int ? count.i : -1));
+  }
+  if (name == "default" || name == "d") {
+    const bool boolean = a.arg(1, "boolean", Value::boolean(false)).truthy();
+    if (v.is_undefined() || (boolean && !v.truthy())) return a.arg(0, "default_value", Value::string(""));
+    return v;
+  }
+  if (name == "first" || name == "last") {
+    Array l = as_list(v);
+    if (l.empty()) return Value::undefined();
+    return name == "first" ? l.front() : l.back();
+  }
+  if (name == "join") {
+    std::string sep = a.arg(0, "d", Value::string("")).to_output();
+    Value attr = a.arg(1, "attribute");
+    std::string out;
+    bool first = true;
+    for (const auto& x : as_list(v)) {
+      if (!first) out += sep;
+      first = false;
+      out += (attr.is_undefined() ? x : attribute_of(x, attr.to_output())).to_output();
+    }
+    return Value::string(out);
+  }
+  if (name == "list") return Value::array(as_list(v));
+  if (name == "items") {
+    if (!v.is_mapping()) type_error(fmt::format("items filter needs a dict, not {}", v.type_name()));
+    return items_of(v);
+  }
+  if (name == "string") return Value::string(v.to_output());
+  if (name == "int") {
+    if (v.type == Value::Type::Int) return v;
+    if (v.type == Value::Type::Float) return Value::integer(static_cast<int64_t>(v.f));
+    if (v.type == Value::Type::Bool) return Value::integer(v.b);
+    try {
+      return Value::integer(std::stoll(v.to_output()));
+    } catch (...) {
+      return a.arg(0, "default", Value::integer(0));
+    }
+  }
+  if (name == "float") {
+    if (v.type == Value::Type::Int) return Value::number(static_cast<double>(v.i));
+    if (v.type == Value::Type::Float) return v;
+    try {
+      return Value::number(std::stod(v.to_output()));
+    } catch (...) {
+      return a.arg(0, "default", Value::number(0.0));
+    }
+  }
+  if (name == "abs") {
+    if (v.type == Value::Type::Int) return Value::integer(v.i < 0 ? -v.i : v.i);
+    if (v.type == Value::Type::Float) return Value::number(v.f < 0 ? -v.f : v.f);
+    type_error("abs needs a number");
+  }
+  if (name == "reverse") {
+    if (v.is_string()) return Value::string(std::string(v.s.rbegin(), v.s.rend()));
+    Array l = as_list(v);
+    std::reverse(l.begin(), l.end());
+    return Value::array(std::move(l));
+  }
+  if (name == "selectattr" || name == "rejectattr") return select_items(v, a, true, name == "selectattr");
+  if (name == "select" || name == "reject") return select_items(v, a, false, name == "select");
+  if (name == "map") {
+    Value attr = a.arg(99, "attribute");
+    Array out;
+    for (const auto& x : as_list(v)) {
+      if (!attr.is_undefined()) {
+        Value got = attribute_of(x, attr.to_output());
+        out.push_back(got.is_undefined() ? a.arg(99, "default") : got);
+      } else {
+        CallArgs sub;
+        std::string filter = a.arg(0, "name").to_output();
+        for (size_t k = 1; k < a.positional.size(); ++k) sub.positional.push_back(a.positional[k]);
+        out.push_back(apply_filter(filter, x, sub));
+      }
+    }
+    return Value::array(std::move(out));
+  }
+  if (name == "unique") {
+    Array out;
+    for (const auto& x : as_list(v)) {
+      bool seen = false;
+      for (const auto& y : out) seen = seen || values_equal(x, y);
+      if (!seen) out.push_back(x);
+    }
+    return Value::array(std::move(out));
+  }
+  if (name == "safe") return v;
+  if (name == "dictsort") {
+    if (!v.is_mapping()) type_error("dictsort needs a dict");
+    Object o = *v.obj;
+    std::stable_sort(o.begin(), o.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    return items_of(Value::object(std::move(o)));
+  }
+  if (name == "indent") {
+    int64_t width = a.arg(0, "width", Value::integer(4)).i;
+    const bool first = a.arg(1, "first", Value::boolean(false)).truthy();
+    const std::string pad(static_cast<size_t>(std::max<int64_t>(0, width)), ' ');
+    std::string s = v.to_output(), out;
+    for (size_t k = 0; k < s.size(); ++k) {
+      out += s[k];
+      if (s[k] == '\n' && k + 1 < s.size() && s[k + 1] != '\n') out += pad;
+    }
+    return Value::string(first ? pad + out : out);
+  }
+  unsupported(fmt::format("filter '{}'", name));
+}
+
+bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
+  using T = Value::Type;
+  if (name == "defined") return !v.is_undefined();
+  if (name == "undefined") return v.is_undefined();
+  if (name == "none") return v.is_none();
+  if (name == "string") return v.is_string();
+  if (name == "number") return v.is_number();
+  if (name == "integer") return v.type == T::Int;
+  if (name == "float") return v.type == T::Float;
+  if (name == "boolean") return v.type == T::Bool;
+  if (name == "true") return v.type == T::Bool && v.b;
+  if (name == "false") return v.type == T::Bool && !v.b;
+  if (name == "mapping") return v.is_mapping();
+  if (name == "iterable") return v.is_array() || v.is_string() || v.is_mapping();
+  if (name == "sequence") return v.is_array() || v.is_string() || v.is_mapping();
+  if (name == "callable") return v.type == T::Function;
+  if (name == "odd" || name == "even") {
+    if (v.type != T::Int) type_error(fmt::format("'{}' test needs an integer", name));
+    return (v.i % 2 != 0) == (name == "odd");
+  }
+  if (name == "divisibleby") {
+    Value d = a.arg(0, "num");
+    if (v.type != T::Int || d.type != T::Int || d.i == 0) type_error("divisibleby needs non-zero integers");
+    return v.i % d.i == 0;
+  }
+  if (name == "equalto" || name == "eq" || name == "sameas") return values_equal(v, a.arg(0, "other"));
+  if (name == "ne") return !values_equal(v, a.arg(0, "other"));
+  if (name == "in") {
+    Value seq = a.arg(0, "seq");
+    if (seq.is_array())
+      return std::any_of(seq.arr->begin(), seq.arr->end(), [&](const Value& x) { return values_equal(x, v); });
+    if (seq.is_string() && v.is_string()) return seq.s.find(v.s) != std::string::npos;
+    if (seq.is_mapping() && v.is_string()) return !seq.get(v.s).is_undefined();
+    return false;
+  }
+  if (name == "lower" || name == "upper") {
+    if (!v.is_string()) return false;
+    return v.s == map_chars(v.s, name == "lower" ? ::tolower : ::toupper);
+  }
+  unsupported(fmt::format("test '{}'", name));
+}
+
+Value method_value(const Value& v, const std::string& name) {
+  if (v.is_string()) {
+    const std::string s = v.s;
+    if (name == "strip" || name == "lstrip" || name == "rstrip")
+      return Value::function([s, name](CallArgs& a) {
+        Value chars = a.arg(0, "chars");
+        return Value::string(
+            strip_chars(s, chars.is_string() ? chars.s : kWhitespace, name != "rstrip", name != "lstrip"));
+      });
+    if (name == "split")
+      return Value::function([s](CallArgs& a) {
+        Value maxsplit = a.arg(1, "maxsplit", Value::integer(-1));
+        return split(s, a.arg(0, "sep"), maxsplit.type == Value::Type::Int ? maxsplit.i : -1);
+      });
+    if (name == "startswith" || name == "endswith")
+      return Value::function(
+          [s, name](CallArgs& a) { return Value::boolean(affix_match(s, a.arg(0, "prefix"), name == "startswith")); });
+    if (name == "upper" || name == "lower" || name == "title" || name == "capitalize")
+      return Value::function([v, name](CallArgs& a) { return apply_filter(name, v, a); });
+    if (name == "replace") return Value::function([v](CallArgs& a) { return apply_filter("replace", v, a); });
+    return Value::undefined();
+  }
+  if (v.is_mapping()) {
+    if (name == "items") return Value::function([v](CallArgs&) { return items_of(v); });
+    if (name == "keys")
+      return Value::function([v](CallArgs&) {
+        Array out;
+        for (const auto& [k, x] : *v.obj) out.push_back(Value::string(k));
+        return Value::array(std::move(out));
+      });
+    if (name == "values")
+      return Value::function([v](CallArgs&) {
+        Array out;
+        for (const auto& [k, x] : *v.obj) out.push_back(x);
+        return Value::array(std::move(out));
+      });
+    if (name == "get")
+      return Value::function([v](CallArgs& a) {
+        Value got = v.get(a.arg(0, "key").to_output());
+        return got.is_undefined() ? a.arg(1, "default", Value::none()) : got;
+      });
+    return Value::undefined();
+  }
+  if (v.is_array()) {
+    if (name == "append")
+      return Value::function([v](CallArgs& a) {
+        v.arr->push_back(a.arg(0, "item"));
+        return Value::none();
+      });
+    return Value::undefined();
+  }
+  return Value::undefined();
+}
+
+Value strftime_value(int64_t now_epoch_s) {
+  return Value::function([now_epoch_s](CallArgs& a) {
+    std::time_t t = now_epoch_s >= 0 ? static_cast<std::time_t>(now_epoch_s) : std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    std::string fmt_s = a.arg(0, "format").to_output();
+    char buf[256];
+    size_t n = std::strftime(buf, sizeof buf, fmt_s.c_str(), &tm);
+    return Value::string(std::string(buf, n));
+  });
+}
+
+}  // namespace bp::jinja

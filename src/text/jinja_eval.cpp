@@ -1,0 +1,440 @@
+// Tree-walking evaluator for the Jinja subset: scopes, statements, operators, calls, macros.
+#include "text/jinja_eval.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+
+namespace bp::jinja {
+
+namespace {
+
+[[noreturn]] void runtime_error(int line, const std::string& msg) {
+  throw JinjaError(JinjaError::Kind::Runtime, fmt::format("template line {}: {}", line, msg));
+}
+[[noreturn]] void unsupported(int line, const std::string& msg) {
+  throw JinjaError(JinjaError::Kind::Unsupported, fmt::format("template line {}: unsupported {}", line, msg));
+}
+
+// Builtins throw without a position; add the template line once.
+JinjaError with_line(const JinjaError& e, int line) {
+  const std::string msg = e.what();
+  if (msg.rfind("template line", 0) == 0 || e.kind() == JinjaError::Kind::Raised) return e;
+  return JinjaError(e.kind(), fmt::format("template line {}: {}", line, msg));
+}
+
+enum class Flow { Normal, Break, Continue };
+
+class Interpreter {
+ public:
+  Interpreter(const Value& context, int64_t now_epoch_s) {
+    scopes_.emplace_back();
+    auto& g = scopes_.back();
+    g["true"] = g["True"] = Value::boolean(true);
+    g["false"] = g["False"] = Value::boolean(false);
+    g["none"] = g["None"] = Value::none();
+    g["raise_exception"] = Value::function(
+        [](CallArgs& a) -> Value { throw JinjaError(JinjaError::Kind::Raised, a.arg(0, "message").to_output()); });
+    g["range"] = Value::function([](CallArgs& a) -> Value {
+      auto as_int = [](const Value& v) { return v.type == Value::Type::Int ? v.i : static_cast<int64_t>(v.f); };
+      int64_t start = 0, stop = 0, step = 1;
+      if (a.positional.size() == 1) {
+        stop = as_int(a.positional[0]);
+      } else if (a.positional.size() >= 2) {
+        start = as_int(a.positional[0]);
+        stop = as_int(a.positional[1]);
+        if (a.positional.size() >= 3) step = as_int(a.positional[2]);
+      }
+      if (step == 0) throw JinjaError(JinjaError::Kind::Runtime, "range() step must not be zero");
+      Array out;
+      for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
+        out.push_back(Value::integer(k));
+        if (out.size() > 10000000) throw JinjaError(JinjaError::Kind::Runtime, "range() too large");
+      }
+      return Value::array(std::move(out));
+    });
+    g["namespace"] = Value::function([](CallArgs& a) -> Value {
+      Value ns = Value::ns();
+      if (!a.positional.empty() && a.positional[0].is_mapping())
+        for (const auto& [k, v] : *a.positional[0].obj) ns.set(k, v);
+      for (const auto& [k, v] : a.keyword) ns.set(k, v);
+      return ns;
+    });
+    g["strftime_now"] = strftime_value(now_epoch_s);
+    if (context.is_mapping())
+      for (const auto& [k, v] : *context.obj) g[k] = v;
+  }
+
+  std::string run(const Body& body) {
+    std::string out;
+    exec_body(body, out);
+    return out;
+  }
+
+ private:
+  std::vector<std::map<std::string, Value>> scopes_;
+  int depth_ = 0;
+
+  Value lookup(const std::string& name) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto f = it->find(name);
+      if (f != it->end()) return f->second;
+    }
+    return Value::undefined();
+  }
+  void assign(const std::string& name, Value v) { scopes_.back()[name] = std::move(v); }
+
+  Flow exec_body(const Body& body, std::string& out) {
+    for (const auto& s : body) {
+      Flow f = exec(*s, out);
+      if (f != Flow::Normal) return f;
+    }
+    return Flow::Normal;
+  }
+
+  Flow exec(const Stmt& s, std::string& out) {
+    switch (s.kind) {
+      case Stmt::Kind::Text: out += s.text; return Flow::Normal;
+      case Stmt::Kind::Output: out += eval(*s.expr).to_output(); return Flow::Normal;
+      case Stmt::Kind::If: return exec_body(eval(*s.expr).truthy() ? s.body : s.else_body, out);
+      case Stmt::Kind::For: return exec_for(s, out);
+      case Stmt::Kind::Set: {
+        Value v = eval(*s.expr);
+        if (!s.attr.empty()) {
+          Value target = lookup(s.text);
+          if (target.type != Value::Type::Namespace)
+            runtime_error(s.line, fmt::format("cannot set attribute '{}' of a {} (only namespace objects)", s.attr,
+                                              target.type_name()));
+          target.set(s.attr, std::move(v));
+        } else if (s.targets.size() > 1) {
+          if (!v.is_array() || v.arr->size() != s.targets.size())
+            runtime_error(s.line, fmt::format("cannot unpack into {} names", s.targets.size()));
+          for (size_t k = 0; k < s.targets.size(); ++k) assign(s.targets[k], (*v.arr)[k]);
+        } else {
+          assign(s.text, std::move(v));
+        }
+        return Flow::Normal;
+      }
+      case Stmt::Kind::SetBlock: {
+        std::string captured;
+        scopes_.emplace_back();
+        exec_body(s.body, captured);
+        scopes_.pop_back();
+        assign(s.text, Value::string(captured));
+        return Flow::Normal;
+      }
+      case Stmt::Kind::Macro: {
+        const Stmt* macro = &s;
+        assign(s.text, Value::function([this, macro](CallArgs& a) -> Value {
+                 std::map<std::string, Value> frame;
+                 for (size_t k = 0; k < macro->params.size(); ++k) {
+                   const auto& [pname, def] = macro->params[k];
+                   Value v = a.arg(k, pname);
+                   if (v.is_undefined() && def) v = eval(*def);
+                   frame[pname] = v;
+                 }
+                 scopes_.push_back(std::move(frame));
+                 std::string body_out;
+                 exec_body(macro->body, body_out);
+                 scopes_.pop_back();
+                 return Value::string(body_out);
+               }));
+        return Flow::Normal;
+      }
+      case Stmt::Kind::Break: return Flow::Break;
+      case Stmt::Kind::Continue: return Flow::Continue;
+    }
+    return Flow::Normal;
+  }
+
+  Flow exec_for(const Stmt& s, std::string& out) {
+    Value iterable = eval(*s.expr);
+    Array items;
+    if (iterable.is_array()) {
+      items = *iterable.arr;
+    } else if (iterable.is_mapping()) {
+      for (const auto& [k, v] : *iterable.obj) items.push_back(Value::string(k));
+    } else if (iterable.is_string()) {
+      for (char c : iterable.s) items.push_back(Value::string(std::string(1, c)));
+    } else if (!iterable.is_undefined() && !iterable.is_none()) {
+      runtime_error(s.line, fmt::format("cannot iterate over a {}", iterable.type_name()));
+    }
+    scopes_.emplace_back();
+    auto bind = [&](const Value& item) {
+      if (s.targets.size() == 1) {
+        assign(s.targets[0], item);
+      } else {
+        if (!item.is_array() || item.arr->size() != s.targets.size())
+          runtime_error(s.line, fmt::format("cannot unpack loop item into {} names", s.targets.size()));
+        for (size_t k = 0; k < s.targets.size(); ++k) assign(s.targets[k], (*item.arr)[k]);
+      }
+    };
+    if (s.filter) {
+      Array kept;
+      for (const auto& item : items) {
+        bind(item);
+        if (eval(*s.filter).truthy()) kept.push_back(item);
+      }
+      items.swap(kept);
+    }
+    const int64_t n = static_cast<int64_t>(items.size());
+    for (int64_t k = 0; k < n; ++k) {
+      bind(items[k]);
+      Value loop = Value::object();
+      loop.set("index0", Value::integer(k));
+      loop.set("index", Value::integer(k + 1));
+      loop.set("revindex0", Value::integer(n - k - 1));
+      loop.set("revindex", Value::integer(n - k));
+      loop.set("first", Value::boolean(k == 0));
+      loop.set("last", Value::boolean(k == n - 1));
+      loop.set("length", Value::integer(n));
+      loop.set("previtem", k > 0 ? items[k - 1] : Value::undefined());
+      loop.set("nextitem", k + 1 < n ? items[k + 1] : Value::undefined());
+      assign("loop", loop);
+      if (exec_body(s.body, out) == Flow::Break) break;
+    }
+    if (n == 0) exec_body(s.else_body, out);
+    scopes_.pop_back();
+    return Flow::Normal;
+  }
+
+  CallArgs eval_args(const Expr& e) {
+    CallArgs a;
+    for (const auto& it : e.items) a.positional.push_back(eval(*it));
+    for (const auto& [k, v] : e.kwargs) a.keyword.emplace_back(k, eval(*v));
+    return a;
+  }
+
+  static int64_t to_index(const Value& v, int line) {
+    if (v.type == Value::Type::Int) return v.i;
+    if (v.type == Value::Type::Bool) return v.b;
+    runtime_error(line, fmt::format("index must be an integer, not {}", v.type_name()));
+  }
+
+  Value eval(const Expr& e) {
+    if (++depth_ > 500) runtime_error(e.line, "expression nesting too deep");
+    struct Guard {
+      int& d;
+      ~Guard() { --d; }
+    } guard{depth_};
+    switch (e.kind) {
+      case Expr::Kind::Literal: return e.literal;
+      case Expr::Kind::Name: return lookup(e.name);
+      case Expr::Kind::List: {
+        Array a;
+        for (const auto& it : e.items) a.push_back(eval(*it));
+        return Value::array(std::move(a));
+      }
+      case Expr::Kind::Dict: {
+        Value o = Value::object();
+        for (size_t k = 0; k + 1 < e.items.size(); k += 2) o.set(eval(*e.items[k]).to_output(), eval(*e.items[k + 1]));
+        return o;
+      }
+      case Expr::Kind::Member: {
+        Value obj = eval(*e.a);
+        if (obj.is_undefined()) runtime_error(e.line, fmt::format("'{}' of an undefined value", e.name));
+        if (obj.is_mapping()) {
+          Value v = obj.get(e.name);
+          if (!v.is_undefined()) return v;
+        }
+        return method_value(obj, e.name);
+      }
+      case Expr::Kind::Index: {
+        Value obj = eval(*e.a);
+        Value key = eval(*e.b);
+        if (obj.is_undefined()) runtime_error(e.line, "subscript of an undefined value");
+        if (obj.is_mapping()) {
+          if (!key.is_string()) key = Value::string(key.to_output());
+          Value v = obj.get(key.s);
+          return v.is_undefined() ? method_value(obj, key.s) : v;
+        }
+        if (obj.is_array() || obj.is_string()) {
+          const int64_t len =
+              obj.is_array() ? static_cast<int64_t>(obj.arr->size()) : static_cast<int64_t>(obj.s.size());
+          int64_t idx = to_index(key, e.line);
+          if (idx < 0) idx += len;
+          if (idx < 0 || idx >= len) return Value::undefined();
+          return obj.is_array() ? (*obj.arr)[idx] : Value::string(std::string(1, obj.s[idx]));
+        }
+        runtime_error(e.line, fmt::format("cannot subscript a {}", obj.type_name()));
+      }
+      case Expr::Kind::Slice: return eval_slice(e);
+      case Expr::Kind::Call: {
+        Value callee = eval(*e.a);
+        CallArgs args = eval_args(e);
+        if (callee.type != Value::Type::Function) {
+          std::string what =
+              e.a->kind == Expr::Kind::Name || e.a->kind == Expr::Kind::Member ? e.a->name : "expression";
+          if (callee.is_undefined()) unsupported(e.line, fmt::format("function or method '{}'", what));
+          runtime_error(e.line, fmt::format("'{}' is a {}, not callable", what, callee.type_name()));
+        }
+        return (*callee.fn)(args);
+      }
+      case Expr::Kind::Filter: {
+        Value operand = eval(*e.a);
+        CallArgs args = eval_args(e);
+        try {
+          return apply_filter(e.name, operand, args);
+        } catch (const JinjaError& err) {
+          throw with_line(err, e.line);
+        }
+      }
+      case Expr::Kind::Test: {
+        Value operand = eval(*e.a);
+        CallArgs args = eval_args(e);
+        try {
+          return Value::boolean(apply_test(e.name, operand, args) != e.negate);
+        } catch (const JinjaError& err) {
+          throw with_line(err, e.line);
+        }
+      }
+      case Expr::Kind::Unary: {
+        Value v = eval(*e.a);
+        if (e.name == "not") return Value::boolean(!v.truthy());
+        if (v.type == Value::Type::Int) return Value::integer(e.name == "-" ? -v.i : v.i);
+        if (v.type == Value::Type::Float) return Value::number(e.name == "-" ? -v.f : v.f);
+        runtime_error(e.line, fmt::format("bad operand type for unary {}: {}", e.name, v.type_name()));
+      }
+      case Expr::Kind::Binary: return eval_binary(e);
+      case Expr::Kind::Ternary:
+        if (eval(*e.c).truthy()) return eval(*e.a);
+        return e.b ? eval(*e.b) : Value::undefined();
+    }
+    return Value::undefined();
+  }
+
+  Value eval_slice(const Expr& e) {
+    Value obj = eval(*e.a);
+    const int64_t len = obj.is_array()    ? static_cast<int64_t>(obj.arr->size())
+                        : obj.is_string() ? static_cast<int64_t>(obj.s.size())
+                                          : -1;
+    if (len < 0) runtime_error(e.line, fmt::format("cannot slice a {}", obj.type_name()));
+    int64_t step = 1;
+    if (!e.items.empty() && e.items[0]) step = to_index(eval(*e.items[0]), e.line);
+    if (step == 0) runtime_error(e.line, "slice step cannot be zero");
+    auto clamp = [&](const ExprPtr& x, int64_t dflt) {
+      if (!x) return dflt;
+      int64_t v = to_index(eval(*x), e.line);
+      if (v < 0) v += len;
+      if (step > 0) return std::clamp<int64_t>(v, 0, len);
+      return std::clamp<int64_t>(v, -1, len - 1);
+    };
+    const int64_t start = clamp(e.b, step > 0 ? 0 : len - 1);
+    const int64_t stop = clamp(e.c, step > 0 ? len : -1);
+    Array out;
+    std::string sout;
+    for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
+      if (obj.is_array())
+        out.push_back((*obj.arr)[k]);
+      else
+        sout += obj.s[k];
+    }
+    return obj.is_array() ? Value::array(std::move(out)) : Value::string(sout);
+  }
+
+  Value eval_binary(const Expr& e) {
+    const std::string& op = e.name;
+    if (op == "and") {
+      Value l = eval(*e.a);
+      return l.truthy() ? eval(*e.b) : l;
+    }
+    if (op == "or") {
+      Value l = eval(*e.a);
+      return l.truthy() ? l : eval(*e.b);
+    }
+    Value l = eval(*e.a), r = eval(*e.b);
+    using T = Value::Type;
+    if (op == "==") return Value::boolean(values_equal(l, r));
+    if (op == "!=") return Value::boolean(!values_equal(l, r));
+    if (op == "~") return Value::string(l.to_output() + r.to_output());
+    if (op == "in" || op == "not in") {
+      bool found = false;
+      if (r.is_string() && l.is_string()) {
+        found = r.s.find(l.s) != std::string::npos;
+      } else if (r.is_array()) {
+        for (const auto& x : *r.arr) found = found || values_equal(x, l);
+      } else if (r.is_mapping()) {
+        found = l.is_string() && !r.get(l.s).is_undefined();
+      } else if (!r.is_undefined() && !r.is_none()) {
+        runtime_error(e.line, fmt::format("'in' needs a string, list or dict on the right, not {}", r.type_name()));
+      }
+      return Value::boolean(op == "in" ? found : !found);
+    }
+    const bool nums = (l.is_number() || l.type == T::Bool) && (r.is_number() || r.type == T::Bool);
+    auto d = [](const Value& v) {
+      return v.type == T::Int ? static_cast<double>(v.i) : v.type == T::Bool ? double(v.b) : v.f;
+    };
+    const bool ints = nums && l.type != T::Float && r.type != T::Float;
+    auto iv = [](const Value& v) { return v.type == T::Int ? v.i : static_cast<int64_t>(v.b); };
+    if (op == "<" || op == ">" || op == "<=" || op == ">=") {
+      int cmp;
+      if (nums)
+        cmp = d(l) < d(r) ? -1 : d(l) > d(r) ? 1 : 0;
+      else if (l.is_string() && r.is_string())
+        cmp = l.s.compare(r.s) < 0 ? -1 : l.s == r.s ? 0 : 1;
+      else
+        runtime_error(e.line, fmt::format("cannot compare {} with {}", l.type_name(), r.type_name()));
+      bool res = op == "<" ? cmp < 0 : op == ">" ? cmp > 0 : op == "<=" ? cmp <= 0 : cmp >= 0;
+      return Value::boolean(res);
+    }
+    if (op == "+") {
+      if (nums) return ints ? Value::integer(iv(l) + iv(r)) : Value::number(d(l) + d(r));
+      if (l.is_array() && r.is_array()) {
+        Array a = *l.arr;
+        a.insert(a.end(), r.arr->begin(), r.arr->end());
+        return Value::array(std::move(a));
+      }
+      if (l.is_string() || r.is_string()) return Value::string(l.to_output() + r.to_output());
+      runtime_error(e.line, fmt::format("cannot add {} and {}", l.type_name(), r.type_name()));
+    }
+    if (op == "*" && (l.is_string() || r.is_string())) {
+      const Value& str = l.is_string() ? l : r;
+      const Value& cnt = l.is_string() ? r : l;
+      if (cnt.type != T::Int) runtime_error(e.line, "a string can only be multiplied by an integer");
+      std::string out;
+      for (int64_t k = 0; k < cnt.i && out.size() < (1u << 24); ++k) out += str.s;
+      return Value::string(out);
+    }
+    if (!nums) {
+      if (op == "%" && l.is_string()) unsupported(e.line, "string formatting with '%'");
+      runtime_error(e.line,
+                    fmt::format("unsupported operand types for {}: {} and {}", op, l.type_name(), r.type_name()));
+    }
+    if (op == "-") return ints ? Value::integer(iv(l) - iv(r)) : Value::number(d(l) - d(r));
+    if (op == "*") return ints ? Value::integer(iv(l) * iv(r)) : Value::number(d(l) * d(r));
+    if (op == "/") {
+      if (d(r) == 0) runtime_error(e.line, "division by zero");
+      return Value::number(d(l) / d(r));
+    }
+    if (op == "//" || op == "%") {
+      if (d(r) == 0) runtime_error(e.line, "division by zero");
+      if (ints) {
+        int64_t a = iv(l), b = iv(r), q = a / b;
+        if ((a % b != 0) && ((a < 0) != (b < 0))) --q;  // floor division, as Python
+        return op == "//" ? Value::integer(q) : Value::integer(a - q * b);
+      }
+      double q = std::floor(d(l) / d(r));
+      return op == "//" ? Value::number(q) : Value::number(d(l) - q * d(r));
+    }
+    if (op == "**")
+      return ints && iv(r) >= 0 ? Value::integer(static_cast<int64_t>(std::pow(d(l), d(r))))
+                                : Value::number(std::pow(d(l), d(r)));
+    unsupported(e.line, fmt::format("operator '{}'", op));
+  }
+};
+
+}  // namespace
+
+Template::Template(const std::string& source) : body_(parse_template(source)) {}
+
+std::string Template::render(const Value& context, int64_t now_epoch_s) const {
+  Interpreter in(context, now_epoch_s);
+  return in.run(body_);
+}
+
+std::string Template::render_json(const nlohmann::ordered_json& context, int64_t now_epoch_s) const {
+  return render(Value::from_json(context), now_epoch_s);
+}
+
+}  // namespace bp::jinja

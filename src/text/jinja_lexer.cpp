@@ -1,0 +1,190 @@
+// Jinja lexer: preprocessing (trim/lstrip blocks), text/tag split, whitespace control, tag tokens.
+#include "text/jinja_lexer.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+
+#include "text/jinja_value.h"
+
+namespace bp::jinja {
+
+namespace {
+
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+[[noreturn]] void syntax_error(int line, const std::string& msg) {
+  throw JinjaError(JinjaError::Kind::Syntax, fmt::format("template line {}: {}", line, msg));
+}
+
+}  // namespace
+
+std::string preprocess_template(const std::string& source) {
+  std::string t = source;
+  if (!t.empty() && t.back() == '\n') t.pop_back();
+  // lstrip_blocks: spaces/tabs at the start of a line before "{%", "{#" (or "{-") are removed.
+  std::string out;
+  out.reserve(t.size());
+  size_t i = 0;
+  while (i < t.size()) {
+    const bool line_start = i == 0 || t[i - 1] == '\n';
+    if (line_start) {
+      size_t j = i;
+      while (j < t.size() && (t[j] == ' ' || t[j] == '\t')) ++j;
+      if (j + 1 < t.size() && t[j] == '{' && (t[j + 1] == '%' || t[j + 1] == '#' || t[j + 1] == '-')) i = j;
+    }
+    // Copy up to and including the next newline.
+    while (i < t.size()) {
+      out += t[i];
+      if (t[i++] == '\n') break;
+    }
+  }
+  // trim_blocks: the first newline after "%}", "#}" (or "-}") is removed.
+  std::string res;
+  res.reserve(out.size());
+  for (size_t k = 0; k < out.size(); ++k) {
+    res += out[k];
+    if (out[k] == '}' && k > 0 && (out[k - 1] == '%' || out[k - 1] == '#' || out[k - 1] == '-') && k + 1 < out.size() &&
+        out[k + 1] == '\n')
+      ++k;
+  }
+  return res;
+}
+
+std::vector<Token> tokenize(const std::string& source) {
+  const std::string src = preprocess_template(source);
+  std::vector<Token> toks;
+  size_t pos = 0;
+  int line = 1;
+  bool strip_next_text = false;
+  auto count_lines = [&](size_t from, size_t to) {
+    for (size_t k = from; k < to && k < src.size(); ++k)
+      if (src[k] == '\n') ++line;
+  };
+  while (pos < src.size()) {
+    // Next tag opening.
+    size_t open = pos;
+    while (open + 1 < src.size() &&
+           !(src[open] == '{' && (src[open + 1] == '{' || src[open + 1] == '%' || src[open + 1] == '#')))
+      ++open;
+    if (open + 1 >= src.size()) open = src.size();
+    std::string text = src.substr(pos, open - pos);
+    const bool rstrip = open + 2 < src.size() && src[open + 2] == '-';
+    if (strip_next_text) {
+      size_t k = 0;
+      while (k < text.size() && is_space(text[k])) ++k;
+      text.erase(0, k);
+    }
+    if (rstrip)
+      while (!text.empty() && is_space(text.back())) text.pop_back();
+    if (!text.empty()) toks.push_back({TokType::Text, text, line});
+    count_lines(pos, open);
+    strip_next_text = false;
+    if (open >= src.size()) break;
+    const char kind = src[open + 1];
+    pos = open + 2 + (rstrip ? 1 : 0);
+    if (kind == '#') {
+      size_t close = src.find("#}", pos);
+      if (close == std::string::npos) syntax_error(line, "unterminated comment");
+      strip_next_text = close > 0 && src[close - 1] == '-';
+      count_lines(pos, close);
+      pos = close + 2;
+      continue;
+    }
+    const std::string closer = kind == '{' ? "}}" : "%}";
+    toks.push_back({kind == '{' ? TokType::VarOpen : TokType::BlockOpen, "", line});
+    int depth = 0;  // brackets opened inside the tag, so "}}" of a dict literal does not close it
+    for (;;) {
+      while (pos < src.size() && is_space(src[pos])) {
+        if (src[pos] == '\n') ++line;
+        ++pos;
+      }
+      if (pos >= src.size()) syntax_error(line, "unterminated tag (missing '" + closer + "')");
+      if (depth == 0) {
+        if (src[pos] == '-' && src.compare(pos + 1, 2, closer) == 0) {
+          strip_next_text = true;
+          pos += 3;
+          break;
+        }
+        if (src.compare(pos, 2, closer) == 0) {
+          pos += 2;
+          break;
+        }
+      }
+      const char c = src[pos];
+      if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+        size_t e = pos;
+        while (e < src.size() && (std::isalnum(static_cast<unsigned char>(src[e])) || src[e] == '_')) ++e;
+        toks.push_back({TokType::Name, src.substr(pos, e - pos), line});
+        pos = e;
+      } else if (std::isdigit(static_cast<unsigned char>(c))) {
+        size_t e = pos;
+        while (e < src.size() && std::isdigit(static_cast<unsigned char>(src[e]))) ++e;
+        bool is_float = false;
+        if (e + 1 < src.size() && src[e] == '.' && std::isdigit(static_cast<unsigned char>(src[e + 1]))) {
+          is_float = true;
+          ++e;
+          while (e < src.size() && std::isdigit(static_cast<unsigned char>(src[e]))) ++e;
+        }
+        toks.push_back({is_float ? TokType::Float : TokType::Int, src.substr(pos, e - pos), line});
+        pos = e;
+      } else if (c == '\'' || c == '"') {
+        std::string val;
+        size_t e = pos + 1;
+        for (;;) {
+          if (e >= src.size()) syntax_error(line, "unterminated string literal");
+          char d = src[e];
+          if (d == c) break;
+          if (d == '\\' && e + 1 < src.size()) {
+            char n = src[++e];
+            switch (n) {
+              case 'n': val += '\n'; break;
+              case 't': val += '\t'; break;
+              case 'r': val += '\r'; break;
+              case 'b': val += '\b'; break;
+              case 'f': val += '\f'; break;
+              case 'v': val += '\v'; break;
+              case '0': val += '\0'; break;
+              case '\\': val += '\\'; break;
+              case '\'': val += '\''; break;
+              case '"': val += '"'; break;
+              case '\n': break;
+              default: val += '\\'; val += n;
+            }
+            ++e;
+            continue;
+          }
+          if (d == '\n') ++line;
+          val += d;
+          ++e;
+        }
+        toks.push_back({TokType::String, val, line});
+        pos = e + 1;
+      } else {
+        static const char* kOps[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
+                                     ">",  "=",  ".",  ",",  ":",  "|",  "(", ")", "[", "]", "{", "}"};
+        bool matched = false;
+        for (const char* op : kOps) {
+          const size_t n = std::char_traits<char>::length(op);
+          if (src.compare(pos, n, op) == 0) {
+            std::string s(op);
+            if (s == "(" || s == "[" || s == "{") ++depth;
+            if (s == ")" || s == "]" || s == "}") --depth;
+            toks.push_back({TokType::Op, s, line});
+            pos += n;
+            matched = true;
+            break;
+          }
+        }
+        if (!matched) syntax_error(line, fmt::format("unexpected character '{}' inside a tag", c));
+      }
+    }
+    toks.push_back({kind == '{' ? TokType::VarClose : TokType::BlockClose, "", line});
+  }
+  toks.push_back({TokType::End, "", line});
+  return toks;
+}
+
+}  // namespace bp::jinja

@@ -1,0 +1,90 @@
+// Runtime values of the Jinja-subset interpreter (jinja_lexer / jinja_parser / jinja_eval).
+//
+// A Value is undefined, none, bool, int, float, string, array, object (insertion-ordered, as
+// Python dicts and @huggingface/jinja objects are), a namespace (a mutable object created by
+// namespace()) or a callable. Arrays and objects are shared by pointer so `set ns.x = ...`
+// mutates the namespace every scope sees. Values convert from/to nlohmann::json so a chat
+// conversation can be handed to the template as-is.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace bp::jinja {
+
+// Every failure of the interpreter. kind tells the chat-template layer whether to fall back to
+// ChatML (Syntax / Unsupported: the template uses something we do not implement) or to report a
+// bad conversation (Raised: the template called raise_exception) or a type error (Runtime).
+class JinjaError : public std::runtime_error {
+ public:
+  enum class Kind { Syntax, Unsupported, Runtime, Raised };
+  JinjaError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
+};
+
+struct Value;
+using Array = std::vector<Value>;
+using Object = std::vector<std::pair<std::string, Value>>;
+struct CallArgs;
+using Function = std::function<Value(CallArgs&)>;
+
+struct Value {
+  enum class Type { Undefined, None, Bool, Int, Float, String, Array, Object, Namespace, Function };
+  Type type = Type::Undefined;
+  bool b = false;
+  int64_t i = 0;
+  double f = 0.0;
+  std::string s;
+  std::shared_ptr<Array> arr;
+  std::shared_ptr<Object> obj;  // Object and Namespace
+  std::shared_ptr<Function> fn;
+
+  static Value undefined() { return Value{}; }
+  static Value none();
+  static Value boolean(bool v);
+  static Value integer(int64_t v);
+  static Value number(double v);
+  static Value string(std::string v);
+  static Value array(Array v = {});
+  static Value object(Object v = {});
+  static Value ns(Object v = {});
+  static Value function(Function f);
+  static Value from_json(const nlohmann::ordered_json& j);
+
+  bool is_undefined() const { return type == Type::Undefined; }
+  bool is_none() const { return type == Type::None; }
+  bool is_string() const { return type == Type::String; }
+  bool is_number() const { return type == Type::Int || type == Type::Float; }
+  bool is_array() const { return type == Type::Array; }
+  bool is_mapping() const { return type == Type::Object || type == Type::Namespace; }
+
+  bool truthy() const;
+  // Python-ish str(): what {{ value }} prints.
+  std::string to_output() const;
+  // tojson with Python's default separators (", " and ": ") or an indent.
+  std::string to_json(int indent = -1, int depth = 0) const;
+  // Attribute/key lookup on objects; Undefined when absent.
+  Value get(const std::string& key) const;
+  void set(const std::string& key, Value v);
+  const char* type_name() const;
+};
+
+bool values_equal(const Value& a, const Value& b);
+
+struct CallArgs {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keyword;
+  // positional[i], else keyword `name`, else fallback.
+  Value arg(size_t index, const std::string& name, Value fallback = Value{}) const;
+};
+
+}  // namespace bp::jinja

@@ -1,0 +1,174 @@
+// ModelConfig parsing for each supported architecture, defaults, and clear failures.
+#include "model/config.h"
+
+#include <fstream>
+
+#include "support/test_util.h"
+
+namespace bp {
+namespace {
+
+nlohmann::json base_json(const char* arch, const char* model_type) {
+  return {{"architectures", {arch}},  {"model_type", model_type},  {"vocab_size", 100},
+          {"hidden_size", 64},        {"intermediate_size", 160},  {"num_hidden_layers", 2},
+          {"num_attention_heads", 8}, {"num_key_value_heads", 2},  {"rms_norm_eps", 1e-5},
+          {"rope_theta", 500000.0},   {"torch_dtype", "bfloat16"}, {"bos_token_id", 1},
+          {"eos_token_id", 2}};
+}
+
+ModelConfig parse_file(const nlohmann::json& j, test::TempDir& dir) {
+  const std::string path = dir.path + "/config.json";
+  std::ofstream(path) << j.dump(2);
+  return ModelConfig::from_file(path);
+}
+
+std::string error_of(const nlohmann::json& j) {
+  try {
+    ModelConfig::from_json(j, "cfg.json");
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::DEP_MODEL_LOAD_FAILED);
+    return e.what();
+  }
+  ADD_FAILURE() << "expected DEP_MODEL_LOAD_FAILED for " << j.dump();
+  return "";
+}
+
+}  // namespace
+
+TEST(ModelConfig, LlamaWithDefaultsFromFile) {
+  test::TempDir dir;
+  nlohmann::json j = base_json("LlamaForCausalLM", "llama");
+  j.erase("num_key_value_heads");
+  ModelConfig c = parse_file(j, dir);
+  EXPECT_EQ(c.arch, Arch::Llama);
+  EXPECT_EQ(c.num_kv_heads, 8);  // defaults to num_attention_heads
+  EXPECT_EQ(c.head_dim, 8);      // hidden / heads
+  EXPECT_EQ(c.rope.head_dim, 8);
+  EXPECT_FLOAT_EQ(c.rope.theta, 500000.0f);
+  EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-5f);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_FALSE(c.rope.llama3_scaling);
+  EXPECT_EQ(c.torch_dtype, DType::BF16);
+  EXPECT_EQ(c.bos_token_id, 1);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{2});
+  EXPECT_EQ(c.q_dim(), 64);
+  EXPECT_EQ(c.kv_dim(), 64);
+}
+
+TEST(ModelConfig, Llama3RopeScalingAndEosList) {
+  nlohmann::json j = base_json("LlamaForCausalLM", "llama");
+  j["rope_scaling"] = {{"rope_type", "llama3"},
+                       {"factor", 32.0},
+                       {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  j["eos_token_id"] = {128001, 128008, 128009};
+  j["tie_word_embeddings"] = true;
+  ModelConfig c = ModelConfig::from_json(j, "cfg");
+  EXPECT_TRUE(c.rope.llama3_scaling);
+  EXPECT_FLOAT_EQ(c.rope.factor, 32.0f);
+  EXPECT_FLOAT_EQ(c.rope.high_freq_factor, 4.0f);
+  EXPECT_EQ(c.rope.original_max_position, 8192);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int32_t>{128001, 128008, 128009}));
+  EXPECT_TRUE(c.tie_word_embeddings);
+  // to_json keeps the scaling, the list and short float spellings; it parses back the same.
+  nlohmann::json out = c.to_json();
+  EXPECT_EQ(out["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(out["eos_token_id"].size(), 3u);
+  EXPECT_EQ(out["rms_norm_eps"].get<double>(), 1e-5);
+  ModelConfig back = ModelConfig::from_json(out, "out");
+  EXPECT_EQ(back.num_parameters(), c.num_parameters());
+  EXPECT_FLOAT_EQ(back.rope.factor, 32.0f);
+}
+
+TEST(ModelConfig, MistralRecordsSlidingWindow) {
+  nlohmann::json j = base_json("MistralForCausalLM", "mistral");
+  j["sliding_window"] = 4096;
+  ModelConfig c = ModelConfig::from_json(j, "cfg");
+  EXPECT_EQ(c.arch, Arch::Mistral);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_FALSE(c.attention_bias);
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(ModelConfig::from_json(j, "cfg").sliding_window, 0);
+}
+
+TEST(ModelConfig, Qwen2AlwaysHasQkvBias) {
+  nlohmann::json j = base_json("Qwen2ForCausalLM", "qwen2");
+  j["tie_word_embeddings"] = true;
+  ModelConfig c = ModelConfig::from_json(j, "cfg");
+  EXPECT_EQ(c.arch, Arch::Qwen2);
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_FALSE(c.qk_norm);
+  const int64_t D = 64, F = 160, V = 100, kv = 16;
+  EXPECT_EQ(c.num_parameters(), V * D + 2 * (2 * D + D * D + 2 * kv * D + D * D + 3 * D * F + D + 2 * kv) + D);
+}
+
+TEST(ModelConfig, Qwen3HasQkNormAndExplicitHeadDim) {
+  nlohmann::json j = base_json("Qwen3ForCausalLM", "qwen3");
+  j["head_dim"] = 16;  // != hidden / heads, as in real Qwen3 models
+  ModelConfig c = ModelConfig::from_json(j, "cfg");
+  EXPECT_EQ(c.arch, Arch::Qwen3);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.q_dim(), 128);
+  EXPECT_EQ(c.kv_dim(), 32);
+}
+
+TEST(ModelConfig, ArchitectureFromModelTypeWhenListMissing) {
+  nlohmann::json j = base_json("x", "qwen2");
+  j.erase("architectures");
+  EXPECT_EQ(ModelConfig::from_json(j, "cfg").arch, Arch::Qwen2);
+}
+
+TEST(ModelConfig, UnsupportedArchitectureListsSupportedOnes) {
+  const std::string msg = error_of(base_json("GPT2LMHeadModel", "gpt2"));
+  EXPECT_NE(msg.find("GPT2LMHeadModel"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cfg.json"), std::string::npos) << msg;
+  for (const std::string& a : supported_architectures()) EXPECT_NE(msg.find(a), std::string::npos) << msg;
+  EXPECT_EQ(supported_architectures().size(), 4u);
+}
+
+TEST(ModelConfig, BadFieldsNameTheKey) {
+  nlohmann::json j = base_json("LlamaForCausalLM", "llama");
+  j.erase("hidden_size");
+  EXPECT_NE(error_of(j).find("hidden_size"), std::string::npos);
+  j = base_json("LlamaForCausalLM", "llama");
+  j["num_attention_heads"] = "eight";
+  EXPECT_NE(error_of(j).find("num_attention_heads"), std::string::npos);
+  j = base_json("LlamaForCausalLM", "llama");
+  j["num_key_value_heads"] = 3;
+  EXPECT_NE(error_of(j).find("num_key_value_heads (3)"), std::string::npos);
+  j = base_json("LlamaForCausalLM", "llama");
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}};
+  EXPECT_NE(error_of(j).find("yarn"), std::string::npos);
+  j = base_json("LlamaForCausalLM", "llama");
+  j["hidden_act"] = "gelu";
+  EXPECT_NE(error_of(j).find("gelu"), std::string::npos);
+  EXPECT_NE(error_of(nlohmann::json::array()).find("object"), std::string::npos);
+}
+
+TEST(ModelConfig, MissingOrInvalidFile) {
+  test::TempDir dir;
+  try {
+    ModelConfig::from_file(dir.path + "/nope.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::DEP_MODEL_LOAD_FAILED);
+    EXPECT_NE(std::string(e.what()).find("nope.json"), std::string::npos);
+  }
+  std::ofstream(dir.path + "/bad.json") << "{\"hidden_size\": 64,";
+  EXPECT_THROW(ModelConfig::from_file(dir.path + "/bad.json"), Error);
+}
+
+TEST(ModelConfig, Stories260K) {
+  ModelConfig c = ModelConfig::from_file(test::shared_dir() + "/models/stories260K/config.json");
+  EXPECT_EQ(c.num_parameters(), 260032);  // README.md of the model
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_EQ(c.torch_dtype, DType::F32);
+}
+
+}  // namespace bp

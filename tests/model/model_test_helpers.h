@@ -1,0 +1,249 @@
+// Helpers for the transformer tests: tiny random models of each architecture, LoRA tensors,
+// packed batches, and the bridge to the PyTorch oracle (tests/oracles/torch_llama.py).
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/transformer.h"
+#include "support/test_util.h"
+
+namespace bp::test {
+
+struct TinySpec {
+  Arch arch = Arch::Llama;
+  int64_t vocab = 67, hidden = 32, inter = 48, layers = 2, heads = 4, kv_heads = 2, head_dim = 8;
+  bool tied = true, bias = false, qk_norm = false, llama3_rope = false;
+  float theta = 10000.0f;
+};
+
+inline ModelConfig tiny_config(const TinySpec& s) {
+  ModelConfig c;
+  c.arch = s.arch;
+  c.vocab_size = s.vocab;
+  c.hidden_size = s.hidden;
+  c.intermediate_size = s.inter;
+  c.num_layers = s.layers;
+  c.num_heads = s.heads;
+  c.num_kv_heads = s.kv_heads;
+  c.head_dim = s.head_dim;
+  c.max_position_embeddings = 128;
+  c.rms_norm_eps = 1e-5f;
+  c.rope.head_dim = static_cast<int>(s.head_dim);
+  c.rope.theta = s.theta;
+  if (s.llama3_rope) {
+    c.rope.llama3_scaling = true;
+    c.rope.factor = 8.0f;
+    c.rope.low_freq_factor = 1.0f;
+    c.rope.high_freq_factor = 4.0f;
+    c.rope.original_max_position = 64;  // small, so all three frequency bands occur at d = 8
+  }
+  c.tie_word_embeddings = s.tied;
+  c.attention_bias = s.bias;
+  c.qk_norm = s.qk_norm;
+  return c;
+}
+
+// Random weights with sensible scales (linears ~ U(±1/sqrt(in)), norms ~ 1 ± 0.2).
+inline ModelWeights tiny_weights(const ModelConfig& c, uint64_t seed) {
+  ModelWeights w;
+  w.config = c;
+  auto lin = [&](int64_t out, int64_t in) {
+    const float b = 1.0f / std::sqrt(static_cast<float>(in));
+    return random_tensor({out, in}, seed++, -b, b);
+  };
+  auto norm = [&](int64_t n) { return random_tensor({n}, seed++, 0.8f, 1.2f); };
+  const int64_t D = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
+  w.embed = random_tensor({c.vocab_size, D}, seed++, -1.0f, 1.0f);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    LayerWeights L;
+    L.input_norm = norm(D);
+    L.q = lin(qd, D), L.k = lin(kvd, D), L.v = lin(kvd, D), L.o = lin(D, qd);
+    if (c.attention_bias) {
+      L.q_bias = random_tensor({qd}, seed++, -0.2f, 0.2f);
+      L.k_bias = random_tensor({kvd}, seed++, -0.2f, 0.2f);
+      L.v_bias = random_tensor({kvd}, seed++, -0.2f, 0.2f);
+    }
+    if (c.qk_norm) L.q_norm = norm(c.head_dim), L.k_norm = norm(c.head_dim);
+    L.post_norm = norm(D);
+    L.gate = lin(F, D), L.up = lin(F, D), L.down = lin(D, F);
+    w.layers.push_back(std::move(L));
+  }
+  w.final_norm = norm(D);
+  if (!c.tie_word_embeddings) w.lm_head = lin(c.vocab_size, D);
+  return w;
+}
+
+// LoRA tensors owned by the test; B is random (not PEFT's zero init) so every gradient is non-zero.
+struct TinyLora {
+  std::vector<std::array<Tensor, kNumLinearRoles>> A, B;
+  LoraView view;
+  float alpha = 8.0f;
+  bool rslora = false;
+  std::vector<std::string> targets;
+};
+
+inline void make_tiny_lora(TinyLora& t, const ModelConfig& c, int64_t r, float alpha, bool rslora,
+                           const std::vector<LinearRole>& roles, float dropout, uint64_t seed) {
+  t.A.assign(static_cast<size_t>(c.num_layers), {});
+  t.B.assign(static_cast<size_t>(c.num_layers), {});
+  t.view = LoraView{};
+  t.view.layers.resize(static_cast<size_t>(c.num_layers));
+  t.view.rank = r;
+  t.view.scale = rslora ? alpha / std::sqrt(static_cast<float>(r)) : alpha / static_cast<float>(r);
+  t.view.dropout = dropout;
+  t.alpha = alpha;
+  t.rslora = rslora;
+  t.targets.clear();
+  for (auto role : roles) t.targets.push_back(linear_role_name(role));
+  const int64_t D = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t outs[kNumLinearRoles] = {qd, kvd, kvd, D, F, F, D};
+  const int64_t ins[kNumLinearRoles] = {D, D, D, qd, D, D, F};
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    for (auto role : roles) {
+      const auto ri = static_cast<size_t>(role);
+      const auto li = static_cast<size_t>(l);
+      const float b = 1.0f / std::sqrt(static_cast<float>(ins[ri]));
+      t.A[li][ri] = random_tensor({r, ins[ri]}, seed++, -b, b);
+      t.B[li][ri] = random_tensor({outs[ri], r}, seed++, -0.2f, 0.2f);
+      t.view.layers[li][ri] = {&t.A[li][ri], &t.B[li][ri]};
+    }
+}
+
+inline std::vector<LinearRole> all_roles() {
+  return {LinearRole::Q,    LinearRole::K,  LinearRole::V,   LinearRole::O,
+          LinearRole::Gate, LinearRole::Up, LinearRole::Down};
+}
+
+// Three packed samples (lengths 5, 7, 4): causal LM labels, the first two tokens of sample 1
+// masked as a "prompt", so −100 appears inside and at the end of samples.
+inline Batch tiny_batch(int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab - 1));
+  std::vector<std::vector<int32_t>> ids(3), labels(3);
+  const int lens[3] = {5, 7, 4};
+  for (int s = 0; s < 3; ++s) {
+    for (int i = 0; i < lens[s]; ++i) ids[s].push_back(tok(rng));
+    labels[s].assign(ids[s].size(), -100);
+    for (size_t i = 0; i + 1 < ids[s].size(); ++i) labels[s][i] = ids[s][i + 1];
+  }
+  labels[1][0] = labels[1][1] = -100;
+  return Batch::pack(ids, labels);
+}
+
+inline nlohmann::json vec_json(const Tensor& t) {
+  auto v = t.to_vector();
+  nlohmann::json j = nlohmann::json::array();
+  for (float x : v) j.push_back(static_cast<int64_t>(std::lround(x)));
+  return j;
+}
+
+struct OracleResult {
+  double loss = 0;
+  int64_t n_counted = 0;
+  std::vector<double> adamw_losses;
+  std::map<std::string, std::vector<double>> arrays;  // "logits", "grad:<name>"
+};
+
+struct OracleAdamW {
+  int steps = 0;
+  float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
+};
+
+// Writes the model, LoRA tensors and batch of one case for the oracle into `dir`.
+inline void write_oracle_case(const std::string& dir, Model& model, const TinyLora* lora, const Batch& batch,
+                              const OracleAdamW& adam) {
+  std::filesystem::create_directories(dir);
+  const auto& c = model.config();
+  nlohmann::json spec;
+  spec["config"] = {{"num_layers", c.num_layers},     {"num_heads", c.num_heads},
+                    {"num_kv_heads", c.num_kv_heads}, {"head_dim", c.head_dim},
+                    {"rms_norm_eps", c.rms_norm_eps}, {"rope_theta", c.rope.theta},
+                    {"qk_norm", c.qk_norm},           {"tie_word_embeddings", c.tie_word_embeddings}};
+  if (c.rope.llama3_scaling)
+    spec["config"]["rope_scaling"] = {{"rope_type", "llama3"},
+                                      {"factor", c.rope.factor},
+                                      {"low_freq_factor", c.rope.low_freq_factor},
+                                      {"high_freq_factor", c.rope.high_freq_factor},
+                                      {"original_max_position_embeddings", c.rope.original_max_position}};
+  else
+    spec["config"]["rope_scaling"] = nullptr;
+  spec["mode"] = model.options().mode == TrainMode::Full ? "full" : "lora";
+  std::ofstream bin(dir + "/tensors.bin", std::ios::binary);
+  int64_t off = 0;
+  nlohmann::json table = nlohmann::json::array();
+  auto put = [&](const std::string& name, const Tensor& t) {
+    auto v = t.to_vector();
+    bin.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+    table.push_back({{"name", name}, {"shape", t.shape().vec()}, {"offset", off}});
+    off += static_cast<int64_t>(v.size());
+  };
+  for (auto& [name, t] : model.named_weights()) put(name, *t);
+  if (lora) {
+    spec["lora"] = {{"r", lora->view.rank}, {"alpha", lora->alpha}, {"use_rslora", lora->rslora}};
+    for (auto& p : model.trainable_parameters())
+      if (p.name.find("lora_") != std::string::npos) put(p.name, *p.param);
+  }
+  bin.close();
+  spec["tensors"] = table;
+  spec["batch"] = {{"tokens", vec_json(batch.tokens)},
+                   {"positions", vec_json(batch.positions)},
+                   {"labels", vec_json(batch.labels)},
+                   {"cu_seqlens", vec_json(batch.cu_seqlens)}};
+  if (adam.steps > 0)
+    spec["adamw"] = {{"steps", adam.steps}, {"lr", adam.lr},   {"beta1", adam.beta1},
+                     {"beta2", adam.beta2}, {"eps", adam.eps}, {"weight_decay", adam.weight_decay}};
+  std::ofstream(dir + "/spec.json") << spec.dump();
+}
+
+inline OracleResult read_oracle_result(const std::string& dir) {
+  OracleResult out;
+  std::ifstream rj(dir + "/result.json");
+  nlohmann::json r = nlohmann::json::parse(rj);
+  out.loss = r["loss"].get<double>();
+  out.n_counted = r["n_counted"].get<int64_t>();
+  if (r.contains("adamw_losses")) out.adamw_losses = r["adamw_losses"].get<std::vector<double>>();
+  std::ifstream rb(dir + "/result.bin", std::ios::binary);
+  std::vector<char> raw((std::istreambuf_iterator<char>(rb)), std::istreambuf_iterator<char>());
+  const double* vals = reinterpret_cast<const double*>(raw.data());
+  for (auto& a : r["arrays"]) {
+    int64_t n = 1;
+    for (auto s : a["shape"]) n *= s.get<int64_t>();
+    const int64_t o = a["offset"].get<int64_t>();
+    out.arrays[a["name"].get<std::string>()] = std::vector<double>(vals + o, vals + o + n);
+  }
+  return out;
+}
+
+// Runs the oracle once over several prepared case folders (torch starts once: it takes seconds).
+// Returns false and sets *error (with the oracle's output) when python/torch is missing or fails.
+inline bool run_torch_oracle(const std::vector<std::string>& case_dirs, std::string* error) {
+  std::string cmd = "/usr/bin/python3 " + source_dir() + "/tests/oracles/torch_llama.py";
+  for (const auto& d : case_dirs) cmd += " " + d + " " + d + "/out";
+  std::string log;
+  const int rc = run_command(cmd, &log);
+  if (rc == 0) return true;
+  *error = "The PyTorch oracle failed (exit " + std::to_string(rc) +
+           "). It needs /usr/bin/python3 with torch (Debian package python3-torch). Command: " + cmd + "\nOutput:\n" +
+           log;
+  return false;
+}
+
+inline std::vector<double> to_double(const Tensor& t) {
+  auto v = t.to_vector();
+  return {v.begin(), v.end()};
+}
+
+inline double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+}  // namespace bp::test

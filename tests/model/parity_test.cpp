@@ -1,0 +1,220 @@
+// Whole-model parity with an independent implementation: tests/oracles/torch_llama.py (plain
+// PyTorch, float64) computes loss, logits and every trainable gradient of tiny random models of
+// each architecture on a packed batch of three samples; the C++ transformer (float32) must agree.
+//
+// Tolerances (f32 against an f64 reference, stated once here):
+//   loss:       |Δ| <= 1e-5 · |loss|
+//   logits:     |Δ| <= 1e-4 + 1e-4 · |ref|
+//   gradients:  |Δ| <= 1e-4 · max|ref of that tensor| + 1e-3 · |ref|   (scale-aware: gradients of
+//               different tensors differ by orders of magnitude)
+//   AdamW:      10 steps of torch.optim.AdamW vs ops/optim adamw_step, per-step loss |Δ| <= 1e-4
+// If /usr/bin/python3 or torch is missing these tests FAIL (never skip).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+
+#include "model/model_test_helpers.h"
+#include "ops/optim.h"
+
+namespace bp::test {
+namespace {
+
+// One parity case: a tiny model (architecture spec, mode, seeds), optional LoRA, a packed batch.
+struct ParityCase {
+  std::string name;
+  TinySpec spec;
+  TrainMode mode = TrainMode::Lora;
+  bool checkpointing = true;
+  int64_t lora_r = 4;
+  float lora_alpha = 8.0f;
+  bool rslora = false;
+  std::vector<LinearRole> targets = all_roles();
+  int adamw_steps = 0;
+  uint64_t seed = 1;
+};
+
+struct Built {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<TinyLora> lora;
+  Batch batch;
+};
+
+Built build(const ParityCase& pc) {
+  Built b;
+  ModelConfig cfg = tiny_config(pc.spec);
+  b.model = std::make_unique<Model>(tiny_weights(cfg, pc.seed * 100), ModelOptions{pc.mode, pc.checkpointing});
+  if (pc.mode == TrainMode::Lora) {
+    b.lora = std::make_unique<TinyLora>();
+    make_tiny_lora(*b.lora, cfg, pc.lora_r, pc.lora_alpha, pc.rslora, pc.targets, 0.0f, pc.seed * 100 + 50);
+    b.model->attach_lora(b.lora->view);
+  }
+  b.batch = tiny_batch(cfg.vocab_size, pc.seed);
+  return b;
+}
+
+OracleAdamW adamw_settings(const ParityCase& pc) {
+  OracleAdamW a;
+  a.steps = pc.adamw_steps;
+  a.lr = 1e-2f;
+  a.weight_decay = 0.01f;
+  return a;
+}
+
+std::vector<ParityCase> parity_cases() {
+  TinySpec llama_tied;    // GQA 4/2, tied head
+  TinySpec llama_untied;  // MHA, untied, llama3 rope scaling
+  llama_untied.tied = false;
+  llama_untied.kv_heads = 4;
+  llama_untied.llama3_rope = true;
+  TinySpec qwen2;  // q/k/v bias, untied, GQA 4/1
+  qwen2.arch = Arch::Qwen2;
+  qwen2.bias = true;
+  qwen2.tied = false;
+  qwen2.kv_heads = 1;
+  qwen2.theta = 1000000.0f;
+  TinySpec qwen3;  // q/k norm, tied, head_dim 16 so Hq·d (64) != hidden (32)
+  qwen3.arch = Arch::Qwen3;
+  qwen3.qk_norm = true;
+  qwen3.head_dim = 16;
+  std::vector<ParityCase> v;
+  uint64_t seed = 1;
+  for (auto [name, spec] : {std::pair{"llama_tied_gqa", llama_tied}, std::pair{"llama_untied_llama3rope", llama_untied},
+                            std::pair{"qwen2_bias", qwen2}, std::pair{"qwen3_qknorm", qwen3}}) {
+    ParityCase lora{std::string("lora_") + name, spec};
+    lora.seed = seed++;
+    v.push_back(lora);
+    ParityCase full{std::string("full_") + name, spec, TrainMode::Full, false};
+    full.seed = seed++;
+    v.push_back(full);
+  }
+  // rsLoRA scale and a subset of target modules (q_proj, v_proj, down_proj), no checkpointing.
+  ParityCase rs{"lora_rslora_subset",
+                llama_tied,
+                TrainMode::Lora,
+                false,
+                8,
+                16.0f,
+                true,
+                {LinearRole::Q, LinearRole::V, LinearRole::Down}};
+  rs.seed = seed++;
+  v.push_back(rs);
+  // 10-step AdamW trajectories.
+  ParityCase adam_lora{"adamw_lora", llama_tied};
+  adam_lora.adamw_steps = 10;
+  adam_lora.seed = seed++;
+  v.push_back(adam_lora);
+  ParityCase adam_full{"adamw_full_qwen2", qwen2, TrainMode::Full, true};
+  adam_full.adamw_steps = 10;
+  adam_full.seed = seed++;
+  v.push_back(adam_full);
+  return v;
+}
+
+// The oracle's answers for every case, computed once (one torch start-up for the whole suite).
+const std::map<std::string, OracleResult>& oracle_results(std::string* error) {
+  static std::map<std::string, OracleResult> results;
+  static std::string err;
+  static bool done = false;
+  if (!done) {
+    done = true;
+    static TempDir dir;
+    std::vector<std::string> dirs;
+    for (const auto& pc : parity_cases()) {
+      Built b = build(pc);
+      dirs.push_back(dir.path + "/" + pc.name);
+      write_oracle_case(dirs.back(), *b.model, b.lora.get(), b.batch, adamw_settings(pc));
+    }
+    if (run_torch_oracle(dirs, &err)) {
+      size_t i = 0;
+      for (const auto& pc : parity_cases()) results[pc.name] = read_oracle_result(dirs[i++] + "/out");
+    }
+  }
+  *error = err;
+  return results;
+}
+
+void expect_grads_close(const std::string& name, const std::vector<double>& got, const std::vector<double>& ref) {
+  const double scale = max_abs(ref);
+  ASSERT_GT(scale, 0.0) << name << ": the oracle's gradient is all zeros, the test would prove nothing";
+  EXPECT_TRUE(all_close(got, ref, Tolerance{1e-4 * scale, 1e-3})) << name << " (max|ref| " << scale << ")";
+}
+
+// Loss, logits and every trainable gradient of one case against the oracle.
+void check_case(const ParityCase& pc, const OracleResult& ref) {
+  Built b = build(pc);
+  Model& model = *b.model;
+  ASSERT_EQ(ref.n_counted, b.batch.num_label_tokens());
+
+  // Logits of the packed batch (per-sample attention).
+  Tensor logits = model.logits(b.batch);
+  EXPECT_TRUE(all_close(to_double(logits), ref.arrays.at("logits"), Tolerance{1e-4, 1e-4})) << "logits";
+
+  // Loss and gradients of the mean loss (grad_scale = 1 / label tokens).
+  model.zero_grads();
+  const int64_t n = b.batch.num_label_tokens();
+  CrossEntropyResult res = model.forward_backward(b.batch, 1.0f / static_cast<float>(n), 1234);
+  EXPECT_EQ(res.n_counted, n);
+  EXPECT_NEAR(res.mean(), ref.loss, 1e-5 * std::fabs(ref.loss)) << "loss";
+  const auto params = model.trainable_parameters();
+  ASSERT_FALSE(params.empty());
+  size_t compared = 0;
+  for (const auto& p : params) {
+    auto it = ref.arrays.find("grad:" + p.name);
+    ASSERT_NE(it, ref.arrays.end()) << "the oracle has no gradient for " << p.name;
+    expect_grads_close(p.name, to_double(*p.grad), it->second);
+    ++compared;
+  }
+  // Every oracle gradient was compared (nothing trainable is missing on the C++ side).
+  size_t oracle_grads = 0;
+  for (auto& [k, v] : ref.arrays) oracle_grads += k.rfind("grad:", 0) == 0;
+  EXPECT_EQ(compared, oracle_grads);
+  if (pc.mode == TrainMode::Lora) {
+    EXPECT_EQ(compared, 2 * pc.targets.size() * static_cast<size_t>(model.config().num_layers));
+  }
+}
+
+// A 10-step AdamW trajectory: per-step losses of our forward_backward + adamw_step against
+// torch.optim.AdamW on the oracle.
+void check_trajectory(const ParityCase& pc, const OracleResult& ref) {
+  ASSERT_EQ(ref.adamw_losses.size(), 10u);
+  Built b = build(pc);
+  Model& model = *b.model;
+  const OracleAdamW adam = adamw_settings(pc);
+  auto params = model.trainable_parameters();
+  std::vector<Tensor> m, v;
+  for (auto& p : params) {
+    m.push_back(Tensor::zeros(p.param->shape()));
+    v.push_back(Tensor::zeros(p.param->shape()));
+  }
+  AdamWConfig cfg{adam.lr, adam.beta1, adam.beta2, adam.eps, adam.weight_decay};
+  const float scale = 1.0f / static_cast<float>(b.batch.num_label_tokens());
+  for (int step = 1; step <= 10; ++step) {
+    model.zero_grads();
+    const double loss = model.forward_backward(b.batch, scale, 99).mean();
+    EXPECT_NEAR(loss, ref.adamw_losses[static_cast<size_t>(step - 1)], 1e-4) << "step " << step;
+    for (size_t i = 0; i < params.size(); ++i) adamw_step(*params[i].param, *params[i].grad, m[i], v[i], cfg, step);
+  }
+  // The trajectory must actually move (a learning rate that does nothing proves nothing).
+  EXPECT_LT(ref.adamw_losses.back(), ref.adamw_losses.front() - 0.05);
+}
+
+// One test for all cases: the oracle (torch start-up takes seconds) runs once per process, and
+// CTest runs every TEST in its own process.
+TEST(Parity, EveryArchitectureAndModeMatchesTorch) {
+  std::string error;
+  const auto& results = oracle_results(&error);
+  ASSERT_TRUE(error.empty()) << error;
+  for (const auto& pc : parity_cases()) {
+    SCOPED_TRACE("case " + pc.name);
+    const auto it = results.find(pc.name);
+    ASSERT_NE(it, results.end());
+    if (pc.adamw_steps)
+      check_trajectory(pc, it->second);
+    else
+      check_case(pc, it->second);
+  }
+}
+
+}  // namespace
+}  // namespace bp::test

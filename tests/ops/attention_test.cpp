@@ -1,0 +1,304 @@
+// Causal GQA attention over packed samples against a naive per-sample full-softmax reference in
+// double written here, finite differences in f64, and the PyTorch oracle (per-sample mask).
+#include "ops/attention.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "backend/cpu/attention.h"
+#include "support/finite_diff_b.h"
+#include "support/test_util.h"
+
+namespace bp {
+namespace {
+
+using test::all_close;
+
+struct Problem {
+  std::vector<int32_t> cu;
+  int64_t T = 0;
+  AttentionShape shape;
+  std::vector<float> q, k, v, dout;
+};
+
+Problem make_problem(const std::vector<int32_t>& lengths, int hq, int hkv, int d, uint64_t seed) {
+  Problem p;
+  p.cu = {0};
+  for (int32_t l : lengths) p.cu.push_back(p.cu.back() + l);
+  p.T = p.cu.back();
+  p.shape = {hq, hkv, d};
+  p.q = test::random_vector(p.T * hq * d, seed, -2, 2);
+  p.k = test::random_vector(p.T * hkv * d, seed + 1, -2, 2);
+  p.v = test::random_vector(p.T * hkv * d, seed + 2);
+  p.dout = test::random_vector(p.T * hq * d, seed + 3);
+  return p;
+}
+
+struct RefOut {
+  std::vector<double> o, lse, dq, dk, dv;
+};
+
+// Naive reference: for each sample and head, the full causal softmax of that sample alone.
+RefOut reference(const Problem& p, const std::vector<double>& q, const std::vector<double>& k,
+                 const std::vector<double>& v, const std::vector<double>& dout) {
+  const int hq = p.shape.n_heads, hkv = p.shape.n_kv_heads, d = p.shape.head_dim, group = hq / hkv;
+  const double scale = 1.0 / std::sqrt(double(d));
+  RefOut r;
+  r.o.assign(q.size(), 0);
+  r.dq.assign(q.size(), 0);
+  r.dk.assign(k.size(), 0);
+  r.dv.assign(v.size(), 0);
+  r.lse.assign(size_t(hq * p.T), 0);
+  auto Q = [&](int64_t t, int h, int c) { return q[(t * hq + h) * d + c]; };
+  auto K = [&](int64_t t, int g, int c) { return k[(t * hkv + g) * d + c]; };
+  auto Vv = [&](int64_t t, int g, int c) { return v[(t * hkv + g) * d + c]; };
+  auto dO = [&](int64_t t, int h, int c) { return dout[(t * hq + h) * d + c]; };
+  for (size_t s = 0; s + 1 < p.cu.size(); ++s) {
+    const int64_t b = p.cu[s], e = p.cu[s + 1];
+    for (int h = 0; h < hq; ++h) {
+      const int g = h / group;
+      for (int64_t i = b; i < e; ++i) {
+        std::vector<double> sc(size_t(i - b + 1)), P(sc.size()), dP(sc.size());
+        double mx = -INFINITY;
+        for (int64_t j = b; j <= i; ++j) {
+          double x = 0;
+          for (int c = 0; c < d; ++c) x += Q(i, h, c) * K(j, g, c);
+          sc[j - b] = x * scale;
+          mx = std::max(mx, sc[j - b]);
+        }
+        double sum = 0;
+        for (double x : sc) sum += std::exp(x - mx);
+        r.lse[h * p.T + i] = mx + std::log(sum);
+        double dot_pdp = 0;
+        for (int64_t j = b; j <= i; ++j) {
+          P[j - b] = std::exp(sc[j - b] - mx) / sum;
+          double x = 0;
+          for (int c = 0; c < d; ++c) {
+            r.o[(i * hq + h) * d + c] += P[j - b] * Vv(j, g, c);
+            x += dO(i, h, c) * Vv(j, g, c);
+          }
+          dP[j - b] = x;
+          dot_pdp += P[j - b] * x;
+        }
+        for (int64_t j = b; j <= i; ++j) {
+          const double dS = P[j - b] * (dP[j - b] - dot_pdp);
+          for (int c = 0; c < d; ++c) {
+            r.dq[(i * hq + h) * d + c] += scale * dS * K(j, g, c);
+            r.dk[(j * hkv + g) * d + c] += scale * dS * Q(i, h, c);
+            r.dv[(j * hkv + g) * d + c] += P[j - b] * dO(i, h, c);
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+struct OpOut {
+  std::vector<float> o, lse, dq, dk, dv;
+};
+
+OpOut run_op(const Problem& p) {
+  const int64_t cq = int64_t{p.shape.n_heads} * p.shape.head_dim, ckv = int64_t{p.shape.n_kv_heads} * p.shape.head_dim;
+  Tensor q = Tensor::from_vector(p.q, {p.T, cq}), k = Tensor::from_vector(p.k, {p.T, ckv}),
+         v = Tensor::from_vector(p.v, {p.T, ckv}), dout = Tensor::from_vector(p.dout, {p.T, cq});
+  Tensor cu = Tensor::from_vector(p.cu, {int64_t(p.cu.size())});
+  Tensor lse;
+  Tensor o = attention_forward(q, k, v, cu, p.shape, &lse);
+  Tensor dq = Tensor::empty({p.T, cq}), dk = Tensor::empty({p.T, ckv}), dv = Tensor::empty({p.T, ckv});
+  dq.fill(NAN), dk.fill(NAN), dv.fill(NAN);  // overwritten (=)
+  attention_backward(dout, q, k, v, o, lse, cu, p.shape, dq, dk, dv);
+  return {o.to_vector(), lse.to_vector(), dq.to_vector(), dk.to_vector(), dv.to_vector()};
+}
+
+constexpr test::Tolerance kTolGrad{2e-5, 1e-4};  // sums over up to Hq/Hkv · 257 terms in f32
+
+TEST(Attention, MatchesNaiveReferenceAtOddSizesAndGqaRatios) {
+  const std::vector<std::vector<int32_t>> packs = {{1}, {31}, {32}, {33}, {257}, {5, 1, 64, 65, 1, 129}};
+  const std::vector<std::array<int, 3>> shapes = {{2, 2, 16}, {4, 2, 8}, {4, 1, 7}};
+  uint64_t seed = 1;
+  for (const auto& lengths : packs)
+    for (const auto& [hq, hkv, d] : shapes) {
+      Problem p = make_problem(lengths, hq, hkv, d, seed += 10);
+      RefOut ref =
+          reference(p, test::to_double(p.q), test::to_double(p.k), test::to_double(p.v), test::to_double(p.dout));
+      OpOut got = run_op(p);
+      SCOPED_TRACE(::testing::Message() << "T=" << p.T << " samples=" << lengths.size() << " Hq=" << hq
+                                        << " Hkv=" << hkv << " d=" << d);
+      EXPECT_TRUE(all_close(got.o, test::to_float(ref.o), test::kTolF32));
+      EXPECT_TRUE(all_close(got.lse, test::to_float(ref.lse), test::kTolF32));
+      EXPECT_TRUE(all_close(got.dq, test::to_float(ref.dq), kTolGrad));
+      EXPECT_TRUE(all_close(got.dk, test::to_float(ref.dk), kTolGrad));
+      EXPECT_TRUE(all_close(got.dv, test::to_float(ref.dv), kTolGrad));
+    }
+}
+
+TEST(Attention, BackwardMatchesFiniteDifferencesInF64) {
+  Problem p = make_problem({3, 1, 4}, 4, 2, 3, 77);
+  auto q = test::to_double(p.q), k = test::to_double(p.k), v = test::to_double(p.v), dout = test::to_double(p.dout);
+  // L = Σ dout · out, so dL/dx is what attention_backward returns for that dout.
+  auto loss = [&](const std::vector<double>& qq, const std::vector<double>& kk, const std::vector<double>& vv) {
+    auto o = reference(p, qq, kk, vv, dout).o;
+    return std::inner_product(o.begin(), o.end(), dout.begin(), 0.0);
+  };
+  auto gq = test::finite_diff_grad([&](const std::vector<double>& x) { return loss(x, k, v); }, q);
+  auto gk = test::finite_diff_grad([&](const std::vector<double>& x) { return loss(q, x, v); }, k);
+  auto gv = test::finite_diff_grad([&](const std::vector<double>& x) { return loss(q, k, x); }, v);
+  OpOut got = run_op(p);
+  EXPECT_TRUE(all_close(test::to_double(got.dq), gq, {1e-5, 1e-4}));
+  EXPECT_TRUE(all_close(test::to_double(got.dk), gk, {1e-5, 1e-4}));
+  EXPECT_TRUE(all_close(test::to_double(got.dv), gv, {1e-5, 1e-4}));
+}
+
+TEST(Attention, NoAttentionCrossesSamples) {
+  // Changing sample 2 (q, k, v and its upstream gradient) leaves sample 1 bit-identical.
+  Problem a = make_problem({70, 33, 5}, 4, 2, 8, 5);
+  Problem b = a;
+  const int64_t cq = 4 * 8, ckv = 2 * 8, s2 = a.cu[1], e2 = a.cu[2];
+  for (int64_t t = s2; t < e2; ++t) {
+    for (int64_t c = 0; c < ckv; ++c) b.k[t * ckv + c] += 0.5f, b.v[t * ckv + c] -= 0.25f;
+    for (int64_t c = 0; c < cq; ++c) b.q[t * cq + c] *= 1.5f, b.dout[t * cq + c] += 0.3f;
+  }
+  OpOut ra = run_op(a), rb = run_op(b);
+  auto rows = [](const std::vector<float>& x, int64_t cols, int64_t r0, int64_t r1) {
+    return std::vector<float>(x.begin() + r0 * cols, x.begin() + r1 * cols);
+  };
+  for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, s2}, {e2, a.T}}) {
+    EXPECT_EQ(rows(ra.o, cq, r0, r1), rows(rb.o, cq, r0, r1));
+    EXPECT_EQ(rows(ra.dq, cq, r0, r1), rows(rb.dq, cq, r0, r1));
+    EXPECT_EQ(rows(ra.dk, ckv, r0, r1), rows(rb.dk, ckv, r0, r1));
+    EXPECT_EQ(rows(ra.dv, ckv, r0, r1), rows(rb.dv, ckv, r0, r1));
+  }
+  EXPECT_NE(rows(ra.o, cq, s2, e2), rows(rb.o, cq, s2, e2));  // the change did reach sample 2
+}
+
+TEST(Attention, TiledKernelsMatchThePlainKernels) {
+  for (auto [hq, hkv, d] : {std::array<int, 3>{9, 3, 64}, std::array<int, 3>{4, 2, 128}, std::array<int, 3>{4, 4, 5}}) {
+    // 64 and 128 take the compile-time head_dim kernels, 5 the generic one.
+    Problem p = make_problem({1, 64, 65, 200}, hq, hkv, d, 13);
+    const cpu::AttentionDims dims{p.T, 4, hq, hkv, d};
+    const size_t nq = p.q.size(), nkv = p.k.size(), nl = size_t(hq * p.T);
+    std::vector<float> o1(nq), o2(nq), l1(nl), l2(nl), dl(nl), dq1(nq), dq2(nq), dk1(nkv), dk2(nkv), dv1(nkv), dv2(nkv);
+    cpu::attention_forward(p.q.data(), p.k.data(), p.v.data(), p.cu.data(), dims, o1.data(), l1.data());
+    cpu::attention_forward_plain(p.q.data(), p.k.data(), p.v.data(), p.cu.data(), dims, o2.data(), l2.data());
+    EXPECT_TRUE(all_close(o1, o2, test::kTolF32));
+    EXPECT_TRUE(all_close(l1, l2, test::kTolF32));
+    cpu::attention_backward(p.dout.data(), p.q.data(), p.k.data(), p.v.data(), o1.data(), l1.data(), p.cu.data(), dims,
+                            dl.data(), dq1.data(), dk1.data(), dv1.data());
+    cpu::attention_backward_plain(p.dout.data(), p.q.data(), p.k.data(), p.v.data(), o1.data(), l1.data(), p.cu.data(),
+                                  dims, dl.data(), dq2.data(), dk2.data(), dv2.data());
+    EXPECT_TRUE(all_close(dq1, dq2, kTolGrad));
+    EXPECT_TRUE(all_close(dk1, dk2, kTolGrad));
+    EXPECT_TRUE(all_close(dv1, dv2, kTolGrad));
+  }
+}
+
+TEST(Attention, LseOutputIsReusedOrReallocated) {
+  Problem p = make_problem({3, 5}, 2, 1, 4, 17);
+  Tensor q = Tensor::from_vector(p.q, {8, 8}), k = Tensor::from_vector(p.k, {8, 4}),
+         v = Tensor::from_vector(p.v, {8, 4});
+  Tensor cu = Tensor::from_vector(p.cu, {3});
+  Tensor lse = Tensor::zeros({2, 8});
+  const void* storage = lse.raw();
+  attention_forward(q, k, v, cu, p.shape, &lse);
+  EXPECT_EQ(lse.raw(), storage);         // right shape: written in place
+  Tensor stale = Tensor::zeros({2, 5});  // from a step with another token count
+  attention_forward(q, k, v, cu, p.shape, &stale);
+  EXPECT_EQ(stale.shape(), Shape({2, 8}));
+  EXPECT_EQ(stale.to_vector(), lse.to_vector());
+}
+
+TEST(Attention, DeterministicAcrossRunsAndThreadCounts) {
+  Problem p = make_problem({100, 157}, 4, 1, 16, 9);
+  OpOut a = run_op(p);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);  // also independent of the thread count: no cross-thread sums
+  OpOut b = run_op(p);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(a.o, b.o);
+  EXPECT_EQ(a.dq, b.dq);
+  EXPECT_EQ(a.dk, b.dk);
+  EXPECT_EQ(a.dv, b.dv);
+}
+
+TEST(Attention, MemoryGrowsLinearlyNotWithTheSquareOfTheLength) {
+  // One 1024-token sample: T² floats would be 4 MiB per head; the op may only allocate its
+  // outputs, lse, the [Hq, T] delta scratch and four [d × 64] tiles per thread.
+  const int hq = 2, hkv = 1, d = 8;
+  Problem p = make_problem({1024}, hq, hkv, d, 3);
+  Tensor q = Tensor::from_vector(p.q, {p.T, hq * d}), k = Tensor::from_vector(p.k, {p.T, hkv * d}),
+         v = Tensor::from_vector(p.v, {p.T, hkv * d}), dout = Tensor::from_vector(p.dout, {p.T, hq * d});
+  Tensor cu = Tensor::from_vector(p.cu, {2});
+  Allocator& a = cpu_allocator();
+  size_t before = a.stats().bytes_in_use;
+  a.reset_peak();
+  Tensor lse;
+  Tensor o = attention_forward(q, k, v, cu, p.shape, &lse);
+  const size_t tiles = cpu::attention_scratch_bytes(d);
+  EXPECT_EQ(tiles, size_t(omp_get_max_threads()) * 4 * d * 64 * 4);
+  EXPECT_EQ(a.stats().bytes_peak - before, o.nbytes() + lse.nbytes() + tiles);
+  Tensor dq = Tensor::empty({p.T, hq * d}), dk = Tensor::empty({p.T, hkv * d}), dv = Tensor::empty({p.T, hkv * d});
+  before = a.stats().bytes_in_use;
+  a.reset_peak();
+  attention_backward(dout, q, k, v, o, lse, cu, p.shape, dq, dk, dv);
+  EXPECT_EQ(a.stats().bytes_peak - before, size_t(hq * p.T * 4) + tiles);
+}
+
+TEST(Attention, MatchesTorchOracle) {
+  for (auto [hq, hkv] : {std::pair{4, 2}}) {  // ratios 1 and 4 are covered by the reference test
+    Problem p = make_problem({7, 1, 70, 33}, hq, hkv, 16, 40 + hkv);
+    test::TempDir dir;
+    test::write_raw(dir.path + "/q.f32", p.q);
+    test::write_raw(dir.path + "/k.f32", p.k);
+    test::write_raw(dir.path + "/v.f32", p.v);
+    test::write_raw(dir.path + "/dout.f32", p.dout);
+    test::write_raw(dir.path + "/cu_seqlens.i32", p.cu);
+    auto res = test::run_torch_oracle("attention", dir.path,
+                                      {{"tokens", p.T}, {"n_heads", hq}, {"n_kv_heads", hkv}, {"head_dim", 16}});
+    ASSERT_FALSE(res.is_null());
+    OpOut got = run_op(p);
+    SCOPED_TRACE(::testing::Message() << "Hq=" << hq << " Hkv=" << hkv);
+    EXPECT_TRUE(all_close(got.o, test::read_raw_f32(dir.path + "/out.out.f32"), test::kTolF32));
+    EXPECT_TRUE(all_close(got.lse, test::read_raw_f32(dir.path + "/lse.out.f32"), test::kTolF32));
+    EXPECT_TRUE(all_close(got.dq, test::read_raw_f32(dir.path + "/dq.out.f32"), kTolGrad));
+    EXPECT_TRUE(all_close(got.dk, test::read_raw_f32(dir.path + "/dk.out.f32"), kTolGrad));
+    EXPECT_TRUE(all_close(got.dv, test::read_raw_f32(dir.path + "/dv.out.f32"), kTolGrad));
+  }
+}
+
+TEST(Attention, RejectsBadSeqlensAndShapes) {
+  Problem p = make_problem({4, 4}, 2, 1, 4, 1);
+  Tensor q = Tensor::from_vector(p.q, {8, 8}), k = Tensor::from_vector(p.k, {8, 4}),
+         v = Tensor::from_vector(p.v, {8, 4});
+  auto expect_code = [&](std::vector<int32_t> cu, ErrorCode code, const std::string& needle) {
+    try {
+      attention_forward(q, k, v, Tensor::from_vector(cu, {int64_t(cu.size())}), p.shape, nullptr);
+      ADD_FAILURE() << "accepted cu_seqlens ending " << cu.back();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_code({0, 4, 7}, ErrorCode::INPUT_VALIDATION_FAILED, "token count 8");
+  expect_code({1, 4, 8}, ErrorCode::INPUT_VALIDATION_FAILED, "got 1 and 8");
+  expect_code({0, 5, 4, 8}, ErrorCode::INPUT_VALIDATION_FAILED, "decreases at sample 1");
+  try {
+    attention_forward(q, k, v, Tensor::from_vector(p.cu, {3}), {2, 2, 4}, nullptr);
+    FAIL() << "k with 1 kv head accepted as 2";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::RUNTIME_INTERNAL);
+    EXPECT_NE(std::string(e.what()).find("k must be f32 [8, 8]"), std::string::npos) << e.what();
+  }
+  try {
+    attention_forward(q, k, v, Tensor::from_vector(p.cu, {3}), {3, 2, 4}, nullptr);
+    FAIL() << "3 heads over 2 kv heads accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::RUNTIME_INTERNAL);
+  }
+}
+
+}  // namespace
+}  // namespace bp

@@ -1,0 +1,224 @@
+// RoPE: against an independent PyTorch oracle (tests/oracles/torch_rope.py, HF's code path incl.
+// Llama-3 scaling, gradients by autograd), against a plain double reference at odd sizes,
+// backward against finite differences, and the error paths.
+#include "ops/rope.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numbers>
+
+#include "op_test_util.h"
+#include "support/finite_diff.h"
+#include "support/test_util.h"
+
+namespace bp {
+namespace {
+
+using test::all_close;
+using test::random_tensor;
+using test::to_double;
+
+// Plain reference: angle as HF forms it (f32 product pos·inv_freq), everything else in double.
+std::vector<double> ref_rope(const std::vector<double>& x, const std::vector<int32_t>& pos,
+                             const std::vector<float>& inv_freq, int64_t H, int64_t D) {
+  std::vector<double> y(x.size());
+  const int64_t T = static_cast<int64_t>(pos.size()), half = D / 2;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = static_cast<float>(static_cast<float>(pos[t]) * inv_freq[i]);
+        const double c = std::cos(angle), s = std::sin(angle);
+        const int64_t lo = t * H * D + h * D + i, hi = lo + half;
+        y[lo] = x[lo] * c - x[hi] * s;
+        y[hi] = x[hi] * c + x[lo] * s;
+      }
+  return y;
+}
+
+// Packed-batch positions: samples of random lengths, positions restarting at 0 in each.
+std::vector<int32_t> packed_positions(int64_t T, uint64_t seed, int32_t start = 0) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> p(static_cast<size_t>(T));
+  int32_t cur = start;
+  for (auto& v : p) {
+    v = cur++;
+    if (rng() % 11 == 0) cur = 0;
+  }
+  return p;
+}
+
+// One oracle case: config, sizes and inputs; the oracle answers inv_freq, y and dx (autograd).
+struct OracleCase {
+  RopeConfig cfg;
+  int64_t T, H;
+  std::vector<int32_t> pos;
+  Tensor x, dy;
+};
+
+OracleCase make_case(const RopeConfig& cfg, int64_t T, int64_t H, uint64_t seed, int32_t start) {
+  return {cfg,
+          T,
+          H,
+          packed_positions(T, seed, start),
+          random_tensor({T, H * cfg.head_dim}, seed + 1),
+          random_tensor({T, H * cfg.head_dim}, seed + 2)};
+}
+
+// Runs all cases through tests/oracles/torch_rope.py in one interpreter; empty on failure (which
+// is reported as a test failure, never a skip).
+nlohmann::json run_oracle(const std::vector<OracleCase>& cases) {
+  const std::string python = "/usr/bin/python3";
+  if (!std::filesystem::exists(python)) {
+    ADD_FAILURE() << "RoPE oracle needs " << python << " with PyTorch (Debian python3-torch); it is missing";
+    return {};
+  }
+  nlohmann::json in = nlohmann::json::array();
+  for (const OracleCase& c : cases) {
+    nlohmann::json j = {{"head_dim", c.cfg.head_dim}, {"n_heads", c.H},       {"theta", c.cfg.theta},
+                        {"positions", c.pos},         {"x", c.x.to_vector()}, {"dy", c.dy.to_vector()}};
+    j["llama3"] = nullptr;
+    if (c.cfg.llama3_scaling)
+      j["llama3"] = {{"factor", c.cfg.factor},
+                     {"low_freq_factor", c.cfg.low_freq_factor},
+                     {"high_freq_factor", c.cfg.high_freq_factor},
+                     {"original_max_position_embeddings", c.cfg.original_max_position}};
+    in.push_back(j);
+  }
+  test::TempDir dir;
+  const std::string in_path = dir.path + "/in.json", out_path = dir.path + "/out.json";
+  std::ofstream(in_path) << in.dump();
+  const std::string script = test::source_dir() + "/tests/oracles/torch_rope.py";
+  std::string output;
+  const int rc = test::run_command(python + " " + script + " " + in_path + " " + out_path, &output);
+  if (rc != 0) {
+    ADD_FAILURE() << "RoPE oracle failed (exit " << rc << "): " << output;
+    return {};
+  }
+  return nlohmann::json::parse(std::ifstream(out_path));
+}
+
+void check_against_oracle(const OracleCase& c, const nlohmann::json& o) {
+  SCOPED_TRACE("head_dim " + std::to_string(c.cfg.head_dim) + ", T " + std::to_string(c.T) +
+               (c.cfg.llama3_scaling ? ", llama3" : ""));
+  const std::vector<float> inv = rope_inv_freq(c.cfg);
+  // Bit-identical frequencies: the angle pos·inv_freq is an f32 product, so any ulp here would
+  // show up as ~1e-4 errors at large positions.
+  EXPECT_TRUE(all_close(to_double(inv), o["inv_freq"].get<std::vector<double>>(), {0, 0})) << "inv_freq";
+  Tensor pt = Tensor::from_vector(c.pos, {c.T});
+  Tensor y = c.x.clone();
+  rope_forward(y, pt, static_cast<int>(c.H), c.cfg);
+  // Remaining differences: torch's f32 cos/sin (~1 ulp) and product rounding.
+  EXPECT_TRUE(all_close(to_double(y.to_vector()), o["y"].get<std::vector<double>>(), {2e-6, 1e-6})) << "forward";
+  Tensor dx = c.dy.clone();
+  rope_backward(dx, pt, static_cast<int>(c.H), c.cfg);
+  EXPECT_TRUE(all_close(to_double(dx.to_vector()), o["dx"].get<std::vector<double>>(), {2e-6, 1e-6})) << "backward";
+}
+
+TEST(Rope, MatchesTorchOracle) {
+  std::vector<OracleCase> cases;
+  RopeConfig cfg;
+  cfg.head_dim = 32;
+  cfg.theta = 10000.0f;
+  cases.push_back(make_case(cfg, 33, 3, 1, 0));
+  cfg.head_dim = 6;
+  cases.push_back(make_case(cfg, 1, 1, 2, 7));
+
+  // Llama 3.1's rope_scaling; head_dim 64 puts frequencies in all three bands (checked below).
+  cfg.head_dim = 64;
+  cfg.theta = 500000.0f;
+  cfg.llama3_scaling = true;
+  cfg.factor = 8.0f;
+  cfg.low_freq_factor = 1.0f;
+  cfg.high_freq_factor = 4.0f;
+  cfg.original_max_position = 8192;
+  int low = 0, mid = 0, high = 0;
+  for (float f : rope_inv_freq(cfg)) {
+    const double wavelen = 2 * std::numbers::pi / f;
+    if (wavelen < 8192.0 / 4.0)
+      ++high;
+    else if (wavelen > 8192.0 * 8.0)  // scaled by 1/8: original wavelen > 8192
+      ++low;
+    else
+      ++mid;
+  }
+  EXPECT_GT(low, 0);
+  EXPECT_GT(mid, 0);
+  EXPECT_GT(high, 0);
+  // Positions beyond 8000 (long context) as well as small ones.
+  cases.push_back(make_case(cfg, 257, 2, 3, 8000));
+  // A second scaling setting with a short original context, so a small head_dim hits all bands.
+  cfg.head_dim = 16;
+  cfg.theta = 10000.0f;
+  cfg.factor = 4.0f;
+  cfg.low_freq_factor = 1.5f;
+  cfg.high_freq_factor = 6.0f;
+  cfg.original_max_position = 128;
+  cases.push_back(make_case(cfg, 31, 5, 4, 100));
+
+  const nlohmann::json out = run_oracle(cases);
+  if (out.empty()) return;  // already a failure
+  ASSERT_EQ(out.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) check_against_oracle(cases[i], out[i]);
+}
+
+TEST(Rope, ForwardMatchesPlainReferenceAtOddSizes) {
+  uint64_t seed = 10;
+  for (auto [T, H, D] :
+       {std::tuple<int64_t, int64_t, int>{1, 1, 2}, {31, 3, 62}, {32, 1, 64}, {33, 2, 66}, {257, 1, 32}}) {
+    RopeConfig cfg;
+    cfg.head_dim = D;
+    cfg.theta = 10000.0f;
+    const auto pos = packed_positions(T, ++seed, 3);
+    Tensor x = random_tensor({T, H * D}, ++seed);
+    Tensor y = x.clone();
+    rope_forward(y, Tensor::from_vector(pos, {T}), static_cast<int>(H), cfg);
+    const auto ref = ref_rope(to_double(x.to_vector()), pos, rope_inv_freq(cfg), H, D);
+    EXPECT_TRUE(all_close(to_double(y.to_vector()), ref, {1e-6, 1e-6})) << T << " " << H << " " << D;
+  }
+}
+
+TEST(Rope, BackwardMatchesFiniteDifferencesAndInvertsForward) {
+  RopeConfig cfg;
+  cfg.head_dim = 8;
+  const int64_t T = 5, H = 2;
+  const auto pos = packed_positions(T, 5, 1);
+  Tensor pt = Tensor::from_vector(pos, {T});
+  Tensor dy = random_tensor({T, H * 8}, 6), x = random_tensor({T, H * 8}, 7);
+  Tensor dx = dy.clone();
+  rope_backward(dx, pt, H, cfg);
+  std::vector<double> xd = to_double(x.to_vector());
+  const std::vector<double> g = to_double(dy.to_vector());
+  const auto inv = rope_inv_freq(cfg);
+  auto loss = [&] { return test::dot(g, ref_rope(xd, pos, inv, H, 8)); };
+  EXPECT_TRUE(all_close(to_double(dx.to_vector()), test::numeric_gradient(&xd, loss), {1e-6, 1e-5}));
+  // The rotation is orthogonal: backward(forward(x)) = x.
+  Tensor r = x.clone();
+  rope_forward(r, pt, H, cfg);
+  rope_backward(r, pt, H, cfg);
+  EXPECT_TRUE(all_close(r.to_vector(), x.to_vector(), {1e-6, 1e-6}));
+}
+
+TEST(Rope, Errors) {
+  RopeConfig cfg;
+  cfg.head_dim = 8;
+  Tensor x = random_tensor({2, 16}, 1);
+  test::expect_op_error(
+      [&] {
+        rope_forward(x, Tensor::from_vector(std::vector<int32_t>{0, -3}, {2}), 2, cfg);
+      },
+      ErrorCode::INPUT_VALIDATION_FAILED, {"[rope]", "-3", "token 1"});
+  test::expect_op_error(
+      [&] {
+        rope_forward(x, Tensor::from_vector(std::vector<int32_t>{0, 1}, {2}), 3, cfg);
+      },
+      ErrorCode::RUNTIME_INTERNAL, {"[rope]", "16", "3 heads"});
+  cfg.head_dim = 7;
+  test::expect_op_error([&] { rope_inv_freq(cfg); }, ErrorCode::INPUT_VALIDATION_FAILED, {"head_dim", "7"});
+}
+
+}  // namespace
+}  // namespace bp

@@ -1,0 +1,208 @@
+#!/usr/bin/python3
+"""Independent PyTorch oracle for the transformer (tests/model/parity_test.cpp).
+
+A plain-torch re-implementation of the Hugging Face Llama / Mistral / Qwen2 / Qwen3 forward pass
+(modeling_llama.py conventions: RMSNorm, rotate_half RoPE with optional llama3 scaling, grouped
+KV heads, SwiGLU MLP, q/k/v bias, per-head q/k norm, tied or untied LM head) plus PEFT-style
+LoRA (y = x W^T + b + scale * B(A(dropout(x))), dropout 0 here). It shares no code with the C++
+implementation. It runs in float64 so its numbers are a reference for the f32 C++ ones.
+
+Packed batches: tokens of several samples are concatenated; cu_seqlens gives the boundaries,
+positions restart per sample, labels == -100 are ignored. Attention uses an explicit [T, T] mask
+(same sample and key <= query), which is fine for the tiny models of the tests.
+
+Usage: torch_llama.py IN_DIR OUT_DIR [IN_DIR OUT_DIR ...]   (several cases share one torch start-up)
+  IN_DIR/spec.json    config, tensor table, batch, mode, lora settings, optional adamw settings
+  IN_DIR/tensors.bin  little-endian float32 values of every tensor in the table, back to back
+  OUT_DIR/result.json loss, counts, adamw losses and a table of output arrays
+  OUT_DIR/result.bin  float64 values of those arrays (logits, gradients)
+Only the standard library, torch and json are needed (no safetensors, no transformers).
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+
+DT = torch.float64
+
+
+def load_spec(in_dir):
+    with open(os.path.join(in_dir, "spec.json")) as f:
+        spec = json.load(f)
+    raw = open(os.path.join(in_dir, "tensors.bin"), "rb").read()
+    tensors = {}
+    for t in spec["tensors"]:
+        n = 1
+        for s in t["shape"]:
+            n *= s
+        off = t["offset"] * 4
+        vals = struct.unpack_from("<%df" % n, raw, off)
+        tensors[t["name"]] = torch.tensor(vals, dtype=DT).reshape(t["shape"])
+    return spec, tensors
+
+
+def rope_inv_freq(cfg):
+    d = cfg["head_dim"]
+    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, d, 2, dtype=DT) / d))
+    sc = cfg.get("rope_scaling")
+    if sc and sc.get("rope_type", sc.get("type")) == "llama3":
+        factor = sc["factor"]
+        lo, hi = sc["low_freq_factor"], sc["high_freq_factor"]
+        old = sc["original_max_position_embeddings"]
+        low_wavelen, high_wavelen = old / lo, old / hi
+        wavelen = 2 * math.pi / inv
+        inv_l = torch.where(wavelen > low_wavelen, inv / factor, inv)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        smoothed = (1 - smooth) * inv_l / factor + smooth * inv_l
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        inv = torch.where(medium, smoothed, inv_l)
+    return inv
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def rms_norm(x, w, eps):
+    var = x.pow(2).mean(-1, keepdim=True)
+    return x * torch.rsqrt(var + eps) * w
+
+
+class Llama:
+    def __init__(self, spec, tensors):
+        self.cfg = spec["config"]
+        self.w = tensors
+        self.lora = spec.get("lora")
+        if self.lora:
+            r, alpha = self.lora["r"], self.lora["alpha"]
+            self.scale = alpha / math.sqrt(r) if self.lora.get("use_rslora") else alpha / r
+
+    def linear(self, x, prefix, module):
+        name = "%s.%s" % (prefix, module)
+        y = x @ self.w[name + ".weight"].T
+        if name + ".bias" in self.w:
+            y = y + self.w[name + ".bias"]
+        a = "base_model.model." + name + ".lora_A.weight"
+        if self.lora and a in self.w:
+            b = "base_model.model." + name + ".lora_B.weight"
+            y = y + (x @ self.w[a].T) @ self.w[b].T * self.scale
+        return y
+
+    def forward(self, tokens, positions, cu_seqlens):
+        c, w = self.cfg, self.w
+        T = tokens.shape[0]
+        H, Hkv, d = c["num_heads"], c["num_kv_heads"], c["head_dim"]
+        eps = c["rms_norm_eps"]
+        sample = torch.zeros(T, dtype=torch.long)
+        for s in range(len(cu_seqlens) - 1):
+            sample[cu_seqlens[s]:cu_seqlens[s + 1]] = s
+        idx = torch.arange(T)
+        allowed = (sample[:, None] == sample[None, :]) & (idx[None, :] <= idx[:, None])
+        freqs = positions.to(DT)[:, None] * rope_inv_freq(c)[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+
+        x = w["model.embed_tokens.weight"][tokens]
+        for l in range(c["num_layers"]):
+            p = "model.layers.%d" % l
+            xn = rms_norm(x, w[p + ".input_layernorm.weight"], eps)
+            q = self.linear(xn, p + ".self_attn", "q_proj").view(T, H, d)
+            k = self.linear(xn, p + ".self_attn", "k_proj").view(T, Hkv, d)
+            v = self.linear(xn, p + ".self_attn", "v_proj").view(T, Hkv, d)
+            if c["qk_norm"]:
+                q = rms_norm(q, w[p + ".self_attn.q_norm.weight"], eps)
+                k = rms_norm(k, w[p + ".self_attn.k_norm.weight"], eps)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            rep = H // Hkv
+            k = k.repeat_interleave(rep, dim=1)  # query head h reads kv head h // rep
+            v = v.repeat_interleave(rep, dim=1)
+            scores = torch.einsum("thd,shd->hts", q, k) / math.sqrt(d)
+            scores = scores.masked_fill(~allowed[None], float("-inf"))
+            attn = torch.einsum("hts,shd->thd", torch.softmax(scores, dim=-1), v).reshape(T, H * d)
+            h = x + self.linear(attn, p + ".self_attn", "o_proj")
+            hn = rms_norm(h, w[p + ".post_attention_layernorm.weight"], eps)
+            gate = self.linear(hn, p + ".mlp", "gate_proj")
+            up = self.linear(hn, p + ".mlp", "up_proj")
+            x = h + self.linear(torch.nn.functional.silu(gate) * up, p + ".mlp", "down_proj")
+        x = rms_norm(x, w["model.norm.weight"], eps)
+        head = w["model.embed_tokens.weight"] if c["tie_word_embeddings"] else w["lm_head.weight"]
+        return x @ head.T
+
+
+def loss_of(model, batch):
+    logits = model.forward(batch["tokens"], batch["positions"], batch["cu_seqlens"])
+    labels = batch["labels"]
+    mask = labels != -100
+    lp = torch.log_softmax(logits, dim=-1)
+    nll = -lp[mask].gather(1, labels[mask][:, None]).squeeze(1)
+    return nll.mean(), logits, int(mask.sum())
+
+
+def trainable_names(spec, tensors):
+    if spec["mode"] == "full":
+        return [t["name"] for t in spec["tensors"] if "lora_" not in t["name"]]
+    return [t["name"] for t in spec["tensors"] if "lora_" in t["name"]]
+
+
+def run_case(in_dir, out_dir):
+    spec, tensors = load_spec(in_dir)
+    b = spec["batch"]
+    batch = {k: torch.tensor(b[k], dtype=torch.long) for k in ("tokens", "positions", "labels")}
+    batch["cu_seqlens"] = list(b["cu_seqlens"])
+    names = trainable_names(spec, tensors)
+    for n in names:
+        tensors[n].requires_grad_(True)
+    model = Llama(spec, tensors)
+
+    loss, logits, n_counted = loss_of(model, batch)
+    loss.backward()
+    arrays = [("logits", logits.detach())]
+    for n in names:
+        g = tensors[n].grad
+        arrays.append(("grad:" + n, g if g is not None else torch.zeros_like(tensors[n])))
+
+    result = {"loss": loss.item(), "n_counted": n_counted, "arrays": []}
+    adam = spec.get("adamw")
+    if adam:
+        # Fresh copies so the trajectory starts from the same weights as the C++ run.
+        for n in names:
+            tensors[n] = tensors[n].detach().clone().requires_grad_(True)
+        model = Llama(spec, tensors)
+        opt = torch.optim.AdamW([tensors[n] for n in names], lr=adam["lr"], betas=(adam["beta1"], adam["beta2"]),
+                                eps=adam["eps"], weight_decay=adam["weight_decay"])
+        losses = []
+        for _ in range(adam["steps"]):
+            opt.zero_grad()
+            l, _, _ = loss_of(model, batch)
+            l.backward()
+            opt.step()
+            losses.append(l.item())
+        result["adamw_losses"] = losses
+
+    os.makedirs(out_dir, exist_ok=True)
+    off = 0
+    with open(os.path.join(out_dir, "result.bin"), "wb") as f:
+        for name, a in arrays:
+            flat = a.detach().reshape(-1).to(DT).tolist()
+            f.write(struct.pack("<%dd" % len(flat), *flat))
+            result["arrays"].append({"name": name, "shape": list(a.shape), "offset": off})
+            off += len(flat)
+    with open(os.path.join(out_dir, "result.json"), "w") as f:
+        json.dump(result, f)
+
+
+def main():
+    args = sys.argv[1:]
+    if not args or len(args) % 2:
+        sys.exit("usage: torch_llama.py IN_DIR OUT_DIR [IN_DIR OUT_DIR ...]")
+    for i in range(0, len(args), 2):
+        run_case(args[i], args[i + 1])
+
+
+if __name__ == "__main__":
+    main()
