@@ -9,6 +9,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
+#include <ctime>
 #include <random>
 #include <vector>
 
@@ -51,8 +52,18 @@ Setup make(int n_samples, int len) {
   return s;
 }
 
-void report(benchmark::State& state, const Setup& s, double flops_per_pair_head) {
+// CPU seconds of the whole process (all threads). On a shared, loaded machine wall time includes
+// time the threads spent descheduled; GFLOP per CPU-second tracks the kernel's own efficiency.
+double process_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+void report(benchmark::State& state, const Setup& s, double flops_per_pair_head, double cpu_s) {
   const double T = double(s.q.dim(0));
+  state.counters["GFLOP/cpu_s"] =
+      s.pairs * s.shape.n_heads * flops_per_pair_head * 1e-9 * double(state.iterations()) / cpu_s;
   state.counters["tokens/s"] = benchmark::Counter(T, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP/s"] = benchmark::Counter(s.pairs * s.shape.n_heads * flops_per_pair_head * 1e-9,
                                                  benchmark::Counter::kIsIterationInvariantRate);
@@ -60,20 +71,22 @@ void report(benchmark::State& state, const Setup& s, double flops_per_pair_head)
 
 void BM_AttentionForward(benchmark::State& state) {
   Setup s = make(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  const double c0 = process_cpu_s();
   for (auto _ : state) {
     Tensor o = bp::attention_forward(s.q, s.k, s.v, s.cu, s.shape, &s.lse);
     benchmark::DoNotOptimize(o.raw());
   }
-  report(state, s, 4.0 * 64);
+  report(state, s, 4.0 * 64, process_cpu_s() - c0);
 }
 
 void BM_AttentionBackward(benchmark::State& state) {
   Setup s = make(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  const double c0 = process_cpu_s();
   for (auto _ : state) {
     bp::attention_backward(s.dout, s.q, s.k, s.v, s.o, s.lse, s.cu, s.shape, s.dq, s.dk, s.dv);
     benchmark::DoNotOptimize(s.dq.raw());
   }
-  report(state, s, 8.0 * 64);
+  report(state, s, 8.0 * 64, process_cpu_s() - c0);
 }
 
 BENCHMARK(BM_AttentionForward)

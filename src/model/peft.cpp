@@ -55,11 +55,15 @@ LoraConfig parse_adapter_config(const std::string& path) {
   c.r = j["r"].get<int64_t>();
   if (!j.contains("lora_alpha") || !j["lora_alpha"].is_number())
     fail(path, "field 'lora_alpha' is missing or not a number");
-  c.alpha = j["lora_alpha"].get<float>();
-  if (j.contains("lora_dropout") && j["lora_dropout"].is_number()) c.dropout = j["lora_dropout"].get<float>();
+  // Range-check as double before narrowing: a float cannot hold every JSON number.
+  const double alpha = j["lora_alpha"].get<double>();
+  const double dropout =
+      (j.contains("lora_dropout") && j["lora_dropout"].is_number()) ? j["lora_dropout"].get<double>() : 0.0;
+  if (!(alpha > 0 && alpha < 1e30) || !(dropout >= 0 && dropout < 1) || c.r < 1 || c.r > (int64_t{1} << 22))
+    fail(path, fmt::format("r = {}, lora_alpha = {}, lora_dropout = {} are out of range", c.r, alpha, dropout));
+  c.alpha = static_cast<float>(alpha);
+  c.dropout = static_cast<float>(dropout);
   if (j.contains("use_rslora") && j["use_rslora"].is_boolean()) c.use_rslora = j["use_rslora"].get<bool>();
-  if (c.r < 1 || !(c.alpha > 0) || !(c.dropout >= 0 && c.dropout < 1))
-    fail(path, fmt::format("r = {}, lora_alpha = {}, lora_dropout = {} are out of range", c.r, c.alpha, c.dropout));
   return c;
 }
 

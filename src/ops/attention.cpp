@@ -56,9 +56,10 @@ Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
   Tensor out = Tensor::empty(q.shape());
   float* lse_ptr = nullptr;
   if (lse) {
-    if (!lse->defined()) *lse = Tensor::empty({shape.n_heads, dims.tokens});
-    check_cpu({lse});
-    check_matrix(*lse, "lse", shape.n_heads, dims.tokens);
+    // An output: reuse the caller's tensor when it already has the right shape, else allocate.
+    const Shape want{shape.n_heads, dims.tokens};
+    if (!lse->defined() || lse->shape() != want || lse->dtype() != DType::F32 || lse->device().type != DeviceType::CPU)
+      *lse = Tensor::empty(want);
     lse_ptr = lse->data<float>();
   }
   if (dims.tokens == 0) return out;

@@ -76,11 +76,11 @@ void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, con
     // dx += dxa·A straight into dx.
     cpu::sgemm(false, false, T, in, r, 1.0f, dxa.data<float>(), r, A, in, 1.0f, grads.dx->data<float>(), in);
   } else {
-    // dxd = dxa·A, then dx += dxd through the same mask (regenerated from the seed).
+    // dxd = dxa·A, then dx += dxd through the same mask (read off x and xd, see dropout_backward_accumulate).
     Tensor dxd = Tensor::empty({T, in});
     cpu::sgemm(false, false, T, in, r, 1.0f, dxa.data<float>(), r, A, in, 0.0f, dxd.data<float>(), in);
-    cpu::dropout_backward_accumulate(dxd.data<float>(), grads.dx->data<float>(), T * in, lora.dropout,
-                                     lora.dropout_seed);
+    cpu::dropout_backward_accumulate(dxd.data<float>(), x.data<float>(), xd, grads.dx->data<float>(), T * in,
+                                     lora.dropout, lora.dropout_seed);
   }
 }
 

@@ -164,6 +164,9 @@ TEST(Peft, DamagedOrUnsupportedAdapters) {
   EXPECT_NE(with("rank_pattern", {{"q_proj", 4}}).find("rank_pattern"), std::string::npos);
   EXPECT_NE(with("modules_to_save", {"lm_head"}).find("modules_to_save"), std::string::npos);
   EXPECT_NE(with("r", "two").find("'r'"), std::string::npos);
+  EXPECT_NE(with("r", 0).find("out of range"), std::string::npos);
+  EXPECT_NE(with("lora_alpha", 1e300).find("out of range"), std::string::npos);
+  EXPECT_NE(with("lora_dropout", 1.5).find("out of range"), std::string::npos);
   std::ofstream(dir.path + "/adapter_config.json") << good.dump();
 
   // One half missing, and a foreign tensor.
@@ -187,6 +190,37 @@ TEST(Peft, DamagedOrUnsupportedAdapters) {
   fs::remove(dir.path + "/adapter_config.json");
   EXPECT_NE(load_error([&] { load_peft_adapter(dir.path, c); }).find("adapter_config.json"), std::string::npos);
   EXPECT_NE(load_error([&] { load_peft_adapter(dir.path + "/nope", c); }).find("does not exist"), std::string::npos);
+}
+
+TEST(Peft, LoadsWhatPeftWrites) {
+  // adapter_config.json as written by PEFT 0.13 (every field it emits), with bf16 tensors as a
+  // model trained in bf16 saves them; only q_proj/v_proj, listed in PEFT's (set) order.
+  ModelConfig c = tiny_config();
+  test::TempDir dir;
+  std::ofstream(dir.path + "/adapter_config.json") << R"({
+  "alpha_pattern": {}, "auto_mapping": null, "base_model_name_or_path": "Qwen/Qwen2.5-0.5B",
+  "bias": "none", "fan_in_fan_out": false, "inference_mode": true, "init_lora_weights": true,
+  "layer_replication": null, "layers_pattern": null, "layers_to_transform": null, "loftq_config": {},
+  "lora_alpha": 32, "lora_dropout": 0.05, "megatron_config": null, "megatron_core": "megatron.core",
+  "modules_to_save": null, "peft_type": "LORA", "r": 8, "rank_pattern": {}, "revision": null,
+  "target_modules": ["v_proj", "q_proj"], "task_type": "CAUSAL_LM", "use_dora": false, "use_rslora": false})";
+  NamedTensors ts;
+  for (int64_t l = 0; l < 2; ++l) {
+    ts.emplace_back(peft_lora_name(l, LoraTarget::Q, true), test::random_tensor({8, 16}, 1 + l).to(DType::BF16));
+    ts.emplace_back(peft_lora_name(l, LoraTarget::Q, false), test::random_tensor({16, 8}, 3 + l).to(DType::BF16));
+    ts.emplace_back(peft_lora_name(l, LoraTarget::V, true), test::random_tensor({8, 16}, 5 + l).to(DType::BF16));
+    ts.emplace_back(peft_lora_name(l, LoraTarget::V, false), test::random_tensor({8, 8}, 7 + l).to(DType::BF16));
+  }
+  write_safetensors(dir.path + "/adapter_model.safetensors", ts);
+  LoraAdapter ad = load_peft_adapter(dir.path, c);
+  EXPECT_EQ(ad.config.r, 8);
+  EXPECT_FLOAT_EQ(ad.config.scale(), 4.0f);
+  EXPECT_FLOAT_EQ(ad.config.dropout, 0.05f);
+  EXPECT_EQ(ad.config.target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(ad.base_model_name_or_path, "Qwen/Qwen2.5-0.5B");
+  EXPECT_FALSE(ad.layers[1].has(LoraTarget::K));
+  EXPECT_EQ(ad.layers[1].b(LoraTarget::V).dtype(), DType::F32);
+  EXPECT_EQ(ad.layers[1].b(LoraTarget::V).to_vector(), ts[7].second.to_vector());
 }
 
 }  // namespace bp

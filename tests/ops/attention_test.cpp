@@ -176,7 +176,8 @@ TEST(Attention, NoAttentionCrossesSamples) {
 }
 
 TEST(Attention, TiledKernelsMatchThePlainKernels) {
-  for (auto [hq, hkv, d] : {std::array<int, 3>{9, 3, 64}, std::array<int, 3>{4, 4, 5}}) {
+  for (auto [hq, hkv, d] : {std::array<int, 3>{9, 3, 64}, std::array<int, 3>{4, 2, 128}, std::array<int, 3>{4, 4, 5}}) {
+    // 64 and 128 take the compile-time head_dim kernels, 5 the generic one.
     Problem p = make_problem({1, 64, 65, 200}, hq, hkv, d, 13);
     const cpu::AttentionDims dims{p.T, 4, hq, hkv, d};
     const size_t nq = p.q.size(), nkv = p.k.size(), nl = size_t(hq * p.T);
@@ -195,9 +196,28 @@ TEST(Attention, TiledKernelsMatchThePlainKernels) {
   }
 }
 
-TEST(Attention, DeterministicAcrossRuns) {
+TEST(Attention, LseOutputIsReusedOrReallocated) {
+  Problem p = make_problem({3, 5}, 2, 1, 4, 17);
+  Tensor q = Tensor::from_vector(p.q, {8, 8}), k = Tensor::from_vector(p.k, {8, 4}),
+         v = Tensor::from_vector(p.v, {8, 4});
+  Tensor cu = Tensor::from_vector(p.cu, {3});
+  Tensor lse = Tensor::zeros({2, 8});
+  const void* storage = lse.raw();
+  attention_forward(q, k, v, cu, p.shape, &lse);
+  EXPECT_EQ(lse.raw(), storage);         // right shape: written in place
+  Tensor stale = Tensor::zeros({2, 5});  // from a step with another token count
+  attention_forward(q, k, v, cu, p.shape, &stale);
+  EXPECT_EQ(stale.shape(), Shape({2, 8}));
+  EXPECT_EQ(stale.to_vector(), lse.to_vector());
+}
+
+TEST(Attention, DeterministicAcrossRunsAndThreadCounts) {
   Problem p = make_problem({100, 157}, 4, 1, 16, 9);
-  OpOut a = run_op(p), b = run_op(p);
+  OpOut a = run_op(p);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);  // also independent of the thread count: no cross-thread sums
+  OpOut b = run_op(p);
+  omp_set_num_threads(threads);
   EXPECT_EQ(a.o, b.o);
   EXPECT_EQ(a.dq, b.dq);
   EXPECT_EQ(a.dk, b.dk);
@@ -206,7 +226,7 @@ TEST(Attention, DeterministicAcrossRuns) {
 
 TEST(Attention, MemoryGrowsLinearlyNotWithTheSquareOfTheLength) {
   // One 1024-token sample: T² floats would be 4 MiB per head; the op may only allocate its
-  // outputs, lse, the [Hq, T] delta scratch and two [d × 64] tiles per thread.
+  // outputs, lse, the [Hq, T] delta scratch and four [d × 64] tiles per thread.
   const int hq = 2, hkv = 1, d = 8;
   Problem p = make_problem({1024}, hq, hkv, d, 3);
   Tensor q = Tensor::from_vector(p.q, {p.T, hq * d}), k = Tensor::from_vector(p.k, {p.T, hkv * d}),
@@ -218,7 +238,7 @@ TEST(Attention, MemoryGrowsLinearlyNotWithTheSquareOfTheLength) {
   Tensor lse;
   Tensor o = attention_forward(q, k, v, cu, p.shape, &lse);
   const size_t tiles = cpu::attention_scratch_bytes(d);
-  EXPECT_EQ(tiles, size_t(omp_get_max_threads()) * 2 * d * 64 * 4);
+  EXPECT_EQ(tiles, size_t(omp_get_max_threads()) * 4 * d * 64 * 4);
   EXPECT_EQ(a.stats().bytes_peak - before, o.nbytes() + lse.nbytes() + tiles);
   Tensor dq = Tensor::empty({p.T, hq * d}), dk = Tensor::empty({p.T, hkv * d}), dv = Tensor::empty({p.T, hkv * d});
   before = a.stats().bytes_in_use;

@@ -3,6 +3,7 @@
 #include "ops/optim.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <limits>
@@ -180,6 +181,13 @@ TEST(Optim, LargeTensorsTakeTheParallelPathWithTheSameResults) {
   double ref = 0;
   for (float x : g.to_vector()) ref += double(x) * x;
   EXPECT_NEAR(global_grad_norm({&g}), std::sqrt(ref), 1e-10 * std::sqrt(ref));
+  // Bit-identical whatever the thread count (clipping must not make resumed runs diverge).
+  const double norm_all = global_grad_norm({&g});
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const double norm_one = global_grad_norm({&g});
+  omp_set_num_threads(threads);
+  EXPECT_EQ(norm_all, norm_one);
   EXPECT_TRUE(all_finite(g));
   g.data<float>()[n - 1] = std::numeric_limits<float>::infinity();
   EXPECT_FALSE(all_finite(g));

@@ -62,6 +62,17 @@ TEST(PreTokenizer, RegexIsUnicodeAware) {
   EXPECT_EQ(pre_tokenize(spec, std::string(100000, ' ') + "x").size(), 2u);
 }
 
+TEST(PreTokenizer, OnigurumaEscapesBecomeUnicodeProperties) {
+  EXPECT_EQ(
+      text::onig_to_pcre2(R"([^\s\p{L}]\s+\S\h[\h\w]\w\d)"),
+      R"([^\p{White_Space}\p{L}]\p{White_Space}+\P{White_Space}[0-9A-Fa-f][0-9A-Fa-f\p{Alphabetic}\p{M}\p{Nd}\p{Pc}])"
+      R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}]\p{Nd})");
+  EXPECT_EQ(text::onig_to_pcre2(R"([]\s][[:alpha:]\s]\\s)"), R"([]\p{White_Space}][[:alpha:]\p{White_Space}]\\s)");
+  // U+180E is not White_Space (PCRE2's own \s would take it): it stays glued to the letter.
+  const json spec = {{"type", "Split"}, {"pattern", {{"Regex", "\\s+|\\S+"}}}, {"behavior", "Isolated"}};
+  EXPECT_EQ(pre_tokenize(spec, "a\xE1\xA0\x8E \xC2\x85"), (Pieces{"a\xE1\xA0\x8E", " \xC2\x85"}));
+}
+
 TEST(PreTokenizer, ByteLevelWithGpt2Regex) {
   const json spec = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", true}};
   EXPECT_EQ(pre_tokenize(spec, "Hello my friend"), (Pieces{"\xC4\xA0Hello", "\xC4\xA0my",
@@ -81,7 +92,19 @@ TEST(PreTokenizer, Metaspace) {
                                                       "b"}));
   EXPECT_EQ(pre_tokenize(first, "a b", false), (Pieces{"a\xE2\x96\x81"
                                                        "b"}));
-  EXPECT_THROW(text::make_pre_tokenizer(json{{"type", "Whitespace"}}), std::invalid_argument);
+  EXPECT_THROW(text::make_pre_tokenizer(json{{"type", "BertPreTokenizer"}}), std::invalid_argument);
+}
+
+TEST(PreTokenizer, DigitsAndWhitespace) {
+  // SmolLM's Sequence: Digits(individual) then ByteLevel.
+  const json smollm = json::parse(R"({"type": "Sequence", "pretokenizers": [
+      {"type": "Digits", "individual_digits": true},
+      {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}]})");
+  EXPECT_EQ(pre_tokenize(smollm, "ab 123"), (Pieces{"ab", "\xC4\xA0", "1", "2", "3"}));
+  EXPECT_EQ(pre_tokenize(json{{"type", "Digits"}, {"individual_digits", false}}, "a12b3"),
+            (Pieces{"a", "12", "b", "3"}));
+  EXPECT_EQ(pre_tokenize(json{{"type", "Whitespace"}}, "Hey  man!! ok"), (Pieces{"Hey", "man", "!!", "ok"}));
+  EXPECT_EQ(pre_tokenize(json{{"type", "WhitespaceSplit"}}, " Hey  man!! "), (Pieces{"Hey", "man!!"}));
 }
 
 TEST(Unicode, LossyUtf8UsesMaximalSubparts) {
@@ -237,6 +260,10 @@ TEST(Tokenizer, InvalidUtf8InputIsRepairedNotFatal) {
   EXPECT_EQ(tok->decode(ids),
             "a\xEF\xBF\xBD"
             "b");
+  // A byte-fallback BOM survives decoding, as with Rust's String::from_utf8. (The oracle's
+  // TextDecoder drops a BOM at the start of each byte run, so the parity corpus has no BOM.)
+  const std::string bom = "x\xEF\xBB\xBFy";
+  EXPECT_EQ(tok->decode(tok->encode(bom)), bom);
   // Unknown ids (e.g. padded embedding rows) decode to nothing instead of throwing.
   EXPECT_EQ(tok->decode({403, 100000, -1}), tok->decode({403}));
 }

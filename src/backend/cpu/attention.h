@@ -17,7 +17,7 @@ struct AttentionDims {
 // Query rows and key columns per tile. Memory per task is O(tile), never O(T²).
 constexpr int64_t kAttentionTile = 64;
 
-// o [T, Hq·d] (overwritten); lse [Hq, T] written when non-null. Per-thread scratch (two
+// o [T, Hq·d] (overwritten); lse [Hq, T] written when non-null. Per-thread scratch (four
 // [d × 64] tiles) comes from the CPU allocator.
 void attention_forward(const float* q, const float* k, const float* v, const int32_t* cu_seqlens,
                        const AttentionDims& dims, float* o, float* lse);

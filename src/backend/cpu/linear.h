@@ -15,7 +15,11 @@ bool dropout_keep(uint64_t seed, uint64_t index, float p);
 // xd[i] = keep(i) ? x[i] / (1 - p) : 0 for i < n.
 void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed);
 // dx[i] += keep(i) ? g[i] / (1 - p) : 0 (the backward of dropout_forward, accumulated into dx).
-void dropout_backward_accumulate(const float* g, float* dx, int64_t n, float p, uint64_t seed);
+// x and xd are the forward's input and output: xd[i] != 0 means kept and x[i] != 0 == xd[i]
+// means dropped (scaling by 1/(1-p) >= 1 cannot underflow), so the hash is only re-evaluated
+// where x[i] == 0 exactly.
+void dropout_backward_accumulate(const float* g, const float* x, const float* xd, float* dx, int64_t n, float p,
+                                 uint64_t seed);
 
 // y[T,out] = x[T,in]·W[out,in]ᵀ (+ bias[out] when non-null).
 void linear_base_forward(const float* x, const float* W, const float* bias, float* y, int64_t T, int64_t in,

@@ -10,8 +10,10 @@
 //   p ← p − (lr/(1−β1^t)) · m / denom
 #include "backend/cpu/optim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace bp::cpu {
 
@@ -43,9 +45,21 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
 }
 
 double sum_squares(const float* x, int64_t n) {
+  // Fixed blocks summed in order: the result is bit-identical for any thread count and any run
+  // (an OpenMP reduction combines partial sums in whatever order threads finish), so clipping and
+  // a resumed run stay deterministic.
+  constexpr int64_t kBlock = 1 << 14;
+  const int64_t n_blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(static_cast<size_t>(n_blocks));
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    double s = 0.0;
+    const int64_t end = std::min(n, (b + 1) * kBlock);
+    for (int64_t i = b * kBlock; i < end; ++i) s += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+    partial[static_cast<size_t>(b)] = s;
+  }
   double total = 0.0;
-#pragma omp parallel for schedule(static) if (n >= kParallelMin) reduction(+ : total)
-  for (int64_t i = 0; i < n; ++i) total += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  for (double s : partial) total += s;
   return total;
 }
 

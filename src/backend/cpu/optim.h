@@ -8,7 +8,7 @@ namespace bp::cpu {
 // One AdamW update of n values in PyTorch's order (see ops/optim.h). step counts from 1.
 void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
                 float eps, float weight_decay, int64_t step);
-// Σ x² in double (deterministic for a fixed thread count).
+// Σ x² in double; bit-identical for any thread count (fixed blocks summed in order).
 double sum_squares(const float* x, int64_t n);
 void scale_inplace(float* x, int64_t n, float s);
 bool all_finite_f32(const float* x, int64_t n);
