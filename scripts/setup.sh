@@ -25,6 +25,7 @@ if [ "$want_tests" = 1 ]; then
   # Node may already come from elsewhere (its npm then conflicts with Debian's); only add it when absent.
   command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
   command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+  pkgs+=(ca-certificates)
 fi
 
 missing=()

@@ -1,6 +1,7 @@
 // `backprop info`: version, build, machine, GPUs and the feature matrix (--json for programs);
 // `--env-vars` lists every setting with its variable, default and current value; `--error-codes`
-// prints the error catalog (`--markdown` prints docs/errors.md, which is generated this way).
+// prints the error catalog; with `--markdown` they print docs/settings.md and docs/errors.md, which
+// are generated this way.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -78,11 +79,16 @@ bp::cli::RunFn setup_info(CLI::App& sub) {
   auto o = std::make_shared<InfoOptions>();
   sub.add_flag("--env-vars", o->env_vars, "List every setting: variable, flag, type, default, current value");
   sub.add_flag("--error-codes", o->error_codes, "Print the error catalog");
-  sub.add_flag("--markdown", o->markdown, "With --error-codes: print the catalog as Markdown (docs/errors.md)");
+  sub.add_flag("--markdown", o->markdown,
+               "With --error-codes or --env-vars: print Markdown (docs/errors.md, docs/settings.md)");
   return [o] {
     bool json = bp::cli::global_options().json;
-    if (o->markdown && !o->error_codes)
-      throw bp::Error(bp::ErrorCode::CONFIG_INVALID, "[info] --markdown only applies to --error-codes");
+    if (o->markdown && !o->error_codes && !o->env_vars)
+      throw bp::Error(bp::ErrorCode::CONFIG_INVALID, "[info] --markdown only applies to --error-codes and --env-vars");
+    if (o->env_vars && o->markdown) {
+      std::cout << bp::settings_markdown();
+      return 0;
+    }
     if (o->env_vars) {
       print_env_vars(json);
       return 0;

@@ -190,6 +190,35 @@ std::string setting_allowed_text(const SettingSpec& spec) {
   return "?";
 }
 
+std::string settings_markdown() {
+  std::string md =
+      "# Settings\n\n"
+      "<!-- Generated from src/core/settings_registry.cpp by `backprop info --env-vars --markdown`;\n"
+      "     do not edit by hand (a test fails when this file is stale). -->\n\n"
+      "Every setting has a key (`section.key`, used in the TOML file given with `--config`), an\n"
+      "environment variable and usually a command-line flag. Later layers win: defaults < TOML file <\n"
+      "environment < flags. Booleans accept true/false/1/0/yes/no (flags: `--x`, `--x=false`, `--no-x`).\n"
+      "Unknown keys, wrong types and out-of-range values fail with `CONFIG_INVALID_SETTING`.\n";
+  std::string section;
+  for (const auto& s : settings_registry()) {
+    std::string key = s.key;
+    std::string sec = key.substr(0, key.find('.'));
+    if (sec != section) {
+      section = sec;
+      md += fmt::format(
+          "\n## [{}]\n\n| Key | Variable | Flag | Type | Default | Allowed | Description |\n"
+          "|---|---|---|---|---|---|---|\n",
+          section);
+    }
+    std::string allowed = setting_allowed_text(s);
+    for (size_t p = 0; (p = allowed.find('|', p)) != std::string::npos; p += 2) allowed.replace(p, 1, "\\|");
+    md += fmt::format("| `{}` | `{}` | {} | {} | `{}` | {} | {} |\n", key.substr(key.find('.') + 1), setting_env_var(s),
+                      s.flag[0] ? fmt::format("`{}`", s.flag) : "", setting_type_name(s.type), s.default_value, allowed,
+                      s.help);
+  }
+  return md;
+}
+
 uint64_t parse_byte_size(std::string_view text, std::string_view key) {
   auto v = try_parse_bytes(text);
   if (!v)

@@ -60,6 +60,9 @@ const char* setting_type_name(SettingType t);
 // Human description of the allowed values: "0 to 10", "one of cosine|linear|constant", ...
 std::string setting_allowed_text(const SettingSpec& spec);
 
+// Every setting as a Markdown page (docs/settings.md is this text).
+std::string settings_markdown();
+
 enum class SettingSource { Default, Toml, Env, Flag };
 const char* setting_source_name(SettingSource s);  // "default" / "toml" / "env" / "flag"
 

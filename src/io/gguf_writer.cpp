@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <set>
 
 #include "core/error.h"
@@ -287,24 +288,46 @@ void GGUFWriter::write(const std::string& path) const {
     OutFile out(tmp);
     out.put(header.data(), header.size());
     out.zeros(data_start - header.size());
-    std::vector<uint8_t> buf;
+    // Two slice buffers: slice k+1 is converted (quantized, permuted) while slice k is written by
+    // a second thread, so an f16/q8 export runs at max(convert, disk) rather than their sum.
+    // Slices of at most 16 MiB bound the extra memory a tensor needs.
+    std::vector<uint8_t> bufs[2];
+    std::future<void> pending;  // declared after `out` and `bufs`: destroyed (waited for) first
+    int cur = 0;
+    uint64_t pos = data_start;
     for (size_t i = 0; i < tensors_.size(); ++i) {
       const auto& t = tensors_[i];
-      BP_CHECK(out.position() == data_start + offsets[i], "[gguf] tensor '{}' lands at {} instead of {}", t.name,
-               out.position(), data_start + offsets[i]);
-      // Slices of at most ~32 MiB bound the memory a tensor needs while it is converted.
+      BP_CHECK(pos == data_start + offsets[i], "[gguf] tensor '{}' lands at {} instead of {}", t.name, pos,
+               data_start + offsets[i]);
       const size_t row_bytes = t.row_bytes();
       const int64_t rows = t.num_rows();
       const int64_t rows_per_slice =
-          std::max<int64_t>(1, static_cast<int64_t>((32u << 20) / std::max<size_t>(1, row_bytes)));
+          std::max<int64_t>(1, static_cast<int64_t>((16u << 20) / std::max<size_t>(1, row_bytes)));
       for (int64_t r = 0; r < rows; r += rows_per_slice) {
         const int64_t r1 = std::min(rows, r + rows_per_slice);
+        std::vector<uint8_t>& buf = bufs[cur];
         buf.resize(static_cast<size_t>(r1 - r) * row_bytes);
         t.produce(buf.data(), r, r1);
-        out.put(buf.data(), buf.size());
+        pos += buf.size();
+        size_t pad = 0;
+        if (r1 == rows && i + 1 < tensors_.size()) {
+          pad = data_start + offsets[i + 1] - pos;
+          pos += pad;
+        }
+        if (pending.valid()) pending.get();  // rethrows the previous write's error
+        pending = std::async(std::launch::async, [&out, &buf, pad] {
+          out.put(buf.data(), buf.size());
+          out.zeros(pad);
+        });
+        cur ^= 1;
       }
-      if (i + 1 < tensors_.size()) out.zeros(data_start + offsets[i + 1] - out.position());
+      if (rows == 0 && i + 1 < tensors_.size()) {
+        if (pending.valid()) pending.get();
+        out.zeros(data_start + offsets[i + 1] - pos);
+        pos = data_start + offsets[i + 1];
+      }
     }
+    if (pending.valid()) pending.get();
     BP_CHECK(out.position() == total, "[gguf] wrote {} bytes, expected {}", out.position(), total);
     out.finish();
     if (::rename(tmp.c_str(), path.c_str()) != 0) throw_io(errno, "renaming the finished file to", path);

@@ -6,12 +6,19 @@
 #include <omp.h>
 
 #include <cstring>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #include "core/dtype.h"
 #include "core/error.h"
 
 namespace bp {
 namespace {
+
+// Below this many elements a tensor is converted on one thread: waking a team costs more than it
+// saves, and on a loaded machine a descheduled team member stalls the rest.
+constexpr int64_t kParallelMinElements = int64_t{1} << 18;
 
 using QuantFn = void (*)(const float*, uint8_t*);
 using DequantFn = void (*)(const uint8_t*, float*);
@@ -32,6 +39,19 @@ Kernels kernels_for(GGMLType t) {
     case GGMLType::Q6_K: return {quantize_block_q6_k, dequantize_block_q6_k};
     default: return {nullptr, nullptr};
   }
+}
+
+// f32 -> f16, round to nearest even. With F16C (x86 -march=native) 8 values per instruction; the
+// scalar tail and other CPUs use core/dtype's f32_to_f16, which rounds the same way (tested).
+void f32_to_f16_span(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+#endif
+  for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
 
 void check_rows(GGMLType t, int64_t nrows, int64_t n_per_row) {
@@ -92,10 +112,13 @@ void quantize_rows(GGMLType t, const float* src, void* dst, int64_t nrows, int64
       const int64_t n = static_cast<int64_t>(total);
       const int64_t chunk = 1 << 16;
       const DType dt = t == GGMLType::F16 ? DType::F16 : DType::BF16;
-#pragma omp parallel for schedule(static) if (n > chunk)
+#pragma omp parallel for schedule(static) if (n >= kParallelMinElements)
       for (int64_t c = 0; c < (n + chunk - 1) / chunk; ++c) {
         const int64_t b = c * chunk, e = std::min(n, b + chunk);
-        convert(src + b, DType::F32, out + b * 2, dt, static_cast<size_t>(e - b));
+        if (dt == DType::F16)
+          f32_to_f16_span(src + b, reinterpret_cast<uint16_t*>(out) + b, e - b);
+        else
+          convert(src + b, DType::F32, out + b * 2, dt, static_cast<size_t>(e - b));
       }
       return;
     }
@@ -106,7 +129,7 @@ void quantize_rows(GGMLType t, const float* src, void* dst, int64_t nrows, int64
   const int64_t blocks_per_row = n_per_row / info.block_size;
   const int64_t nblocks = nrows * blocks_per_row;
   // Parallel over blocks (a block never spans rows), so few long rows still use every thread.
-#pragma omp parallel for schedule(static) if (nblocks >= 64)
+#pragma omp parallel for schedule(static) if (nblocks * info.block_size >= kParallelMinElements)
   for (int64_t b = 0; b < nblocks; ++b)
     k.quant(src + b * info.block_size, out + b * static_cast<int64_t>(info.block_bytes));
 }
@@ -124,7 +147,7 @@ void dequantize_rows(GGMLType t, const void* src, float* dst, int64_t nrows, int
   const Kernels k = kernels_for(t);
   const auto& info = ggml_type_info(t);
   const int64_t nblocks = nrows * (n_per_row / info.block_size);
-#pragma omp parallel for schedule(static) if (nblocks >= 64)
+#pragma omp parallel for schedule(static) if (nblocks * info.block_size >= kParallelMinElements)
   for (int64_t b = 0; b < nblocks; ++b)
     k.dequant(in + b * static_cast<int64_t>(info.block_bytes), dst + b * info.block_size);
 }

@@ -278,7 +278,7 @@ Tensor SafetensorsReader::read(const std::string& name, const std::optional<Shap
   if (!e.dtype || (*e.dtype == DType::I32) != (dtype == DType::I32))
     fail(f.path(), fmt::format("tensor '{}': cannot read dtype {} as {}", name, e.dtype_str, dtype_name(dtype)));
   Tensor t = Tensor::empty(Shape(e.shape), dtype);
-  convert_from_unaligned(f.bytes(e), *e.dtype, t.raw(), dtype, static_cast<size_t>(t.numel()));
+  if (t.numel() > 0) convert_from_unaligned(f.bytes(e), *e.dtype, t.raw(), dtype, static_cast<size_t>(t.numel()));
   return t;
 }
 

@@ -6,6 +6,7 @@
 // per-head q_norm/k_norm. Every problem is DEP_MODEL_LOAD_FAILED naming the file and the key.
 #include "model/config.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -27,6 +28,11 @@ constexpr ArchEntry kArchs[] = {
     {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3"},
 };
 
+// Bounds far above any real model (Llama 3.1 405B: hidden 16384, intermediate 53248, 126 layers)
+// that keep every size product, e.g. num_parameters(), inside int64.
+constexpr int64_t kMaxDim = int64_t{1} << 22;
+constexpr int64_t kMaxLayers = 4096;
+
 [[noreturn]] void fail(const std::string& source, const std::string& what) {
   throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, fmt::format("[config] {}: {}", source, what));
 }
@@ -47,7 +53,7 @@ int64_t get_int(const nlohmann::json& j, const char* key, const std::string& sou
   if (it->is_number_integer()) return it->get<int64_t>();
   if (it->is_number_float()) {
     const double d = it->get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+    if (std::fabs(d) < 9.0e18 && d == std::floor(d)) return static_cast<int64_t>(d);
   }
   fail(source, fmt::format("field '{}' must be an integer, got {}", key, it->dump()));
 }
@@ -56,7 +62,11 @@ double get_number(const nlohmann::json& j, const char* key, const std::string& s
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return def;
   if (!it->is_number()) fail(source, fmt::format("field '{}' must be a number, got {}", key, it->dump()));
-  return it->get<double>();
+  const double d = it->get<double>();
+  // Every number here ends up in a float: reject what a float cannot hold instead of overflowing.
+  if (!std::isfinite(d) || std::fabs(d) > 3.0e38)
+    fail(source, fmt::format("field '{}' = {} is out of range", key, it->dump()));
+  return d;
 }
 
 bool get_bool(const nlohmann::json& j, const char* key, const std::string& source, bool def) {
@@ -64,6 +74,14 @@ bool get_bool(const nlohmann::json& j, const char* key, const std::string& sourc
   if (it == j.end() || it->is_null()) return def;
   if (!it->is_boolean()) fail(source, fmt::format("field '{}' must be true or false, got {}", key, it->dump()));
   return it->get<bool>();
+}
+
+// A string field; null or missing gives `def`, another type is an error naming the key.
+std::string get_string(const nlohmann::json& j, const char* key, const std::string& source, const std::string& def) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return def;
+  if (!it->is_string()) fail(source, fmt::format("field '{}' must be a string, got {}", key, it->dump()));
+  return it->get<std::string>();
 }
 
 // Token ids: an int, a list of ints, or null.
@@ -116,7 +134,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
   c.raw = j;
 
   // Architecture: architectures[0], or model_type when `architectures` is absent.
-  std::string arch_str, model_type = j.value("model_type", std::string());
+  std::string arch_str, model_type = get_string(j, "model_type", source, "");
   if (auto it = j.find("architectures"); it != j.end() && !it->is_null()) {
     if (!it->is_array() || it->empty() || !(*it)[0].is_string())
       fail(source, "field 'architectures' must be a non-empty list of names");
@@ -146,7 +164,9 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
                         {"num_hidden_layers", c.num_layers},
                         {"num_attention_heads", c.num_heads},
                         {"num_key_value_heads", c.num_kv_heads}})
-    if (v < 1) fail(source, fmt::format("field '{}' must be >= 1, got {}", key, v));
+    if (v < 1 || v > kMaxDim) fail(source, fmt::format("field '{}' must be in [1, {}], got {}", key, kMaxDim, v));
+  if (c.num_layers > kMaxLayers)
+    fail(source, fmt::format("num_hidden_layers = {} is implausibly large (limit {})", c.num_layers, kMaxLayers));
   if (c.num_heads % c.num_kv_heads != 0)
     fail(source, fmt::format("num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", c.num_heads,
                              c.num_kv_heads));
@@ -158,13 +178,14 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
                                c.hidden_size, c.num_heads));
     c.head_dim = c.hidden_size / c.num_heads;
   }
-  if (c.head_dim < 2 || c.head_dim % 2 != 0)
-    fail(source, fmt::format("head_dim must be even and >= 2 for rotary embeddings, got {}", c.head_dim));
+  if (c.head_dim < 2 || c.head_dim % 2 != 0 || c.head_dim > kMaxDim)
+    fail(source,
+         fmt::format("head_dim must be even and in [2, {}] for rotary embeddings, got {}", kMaxDim, c.head_dim));
   c.max_position_embeddings = get_int(j, "max_position_embeddings", source, 2048, false);
   c.rms_norm_eps = static_cast<float>(get_number(j, "rms_norm_eps", source, 1e-6));
   if (!(c.rms_norm_eps > 0)) fail(source, fmt::format("rms_norm_eps must be > 0, got {}", c.rms_norm_eps));
 
-  const std::string act = j.value("hidden_act", std::string("silu"));
+  const std::string act = get_string(j, "hidden_act", source, "silu");
   if (act != "silu" && act != "swish")
     fail(source, fmt::format("hidden_act '{}' is not supported (only silu, the SwiGLU MLP)", act));
   if (get_bool(j, "mlp_bias", source, false)) fail(source, "mlp_bias = true is not supported");
@@ -173,7 +194,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
   c.rope.theta = static_cast<float>(get_number(j, "rope_theta", source, 10000.0));
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) fail(source, "field 'rope_scaling' must be an object or null");
-    std::string type = it->value("rope_type", it->value("type", std::string()));
+    std::string type = get_string(*it, "rope_type", source, get_string(*it, "type", source, ""));
     if (type == "llama3") {
       c.rope.llama3_scaling = true;
       c.rope.factor = static_cast<float>(get_number(*it, "factor", source, 8.0));
@@ -203,7 +224,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
   c.eos_token_ids = get_token_ids(j, "eos_token_id", source);
 
   // transformers >= 4.56 writes "dtype"; older versions "torch_dtype".
-  std::string dt = j.value("torch_dtype", j.value("dtype", std::string("float32")));
+  std::string dt = get_string(j, "torch_dtype", source, get_string(j, "dtype", source, "float32"));
   if (dt == "float32" || dt == "bfloat16" || dt == "float16") {
     c.torch_dtype = parse_dtype(dt);
   } else {

@@ -48,7 +48,7 @@ void cached_attention(const Tensor& q, const Tensor& K, const Tensor& V, int64_t
   float* op = o.data<float>();
   const int group = Hq / Hkv;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (n * Hq * (start + n) * d > 65536)
   for (int64_t i = 0; i < n; ++i) {
     for (int h = 0; h < Hq; ++h) {
       const int64_t len = start + i + 1;

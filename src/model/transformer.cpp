@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "model/lora.h"
 #include "model/transformer_acts.h"
 #include "ops/attention.h"
 #include "ops/elementwise.h"
@@ -122,6 +123,28 @@ void Model::attach_lora(const LoraView& lora) {
   }
   lora_ = lora;
   allocate_grads();
+}
+
+static_assert(kNumLoraTargets == kNumLinearRoles &&
+                  static_cast<int>(LoraTarget::Down) == static_cast<int>(LinearRole::Down),
+              "LoraTarget and LinearRole must list the projections in the same order");
+
+LoraView LoraView::of(LoraAdapter& adapter) {
+  LoraView v;
+  v.scale = adapter.config.scale();
+  v.dropout = adapter.config.dropout;
+  v.rank = adapter.config.r;
+  v.layers.resize(adapter.layers.size());
+  for (size_t l = 0; l < adapter.layers.size(); ++l)
+    for (size_t r = 0; r < kNumLinearRoles; ++r) {
+      auto& layer = adapter.layers[l];
+      if (layer.enabled[r] && layer.A[r].defined()) v.layers[l][r] = {&layer.A[r], &layer.B[r]};
+    }
+  return v;
+}
+
+void Model::attach_lora(LoraAdapter& adapter) {
+  attach_lora(LoraView::of(adapter));
 }
 
 const LoraWeights* Model::lora_for(int64_t layer, LinearRole role, LoraWeights* storage) const {
@@ -264,6 +287,18 @@ void Model::check_batch(const Batch& b) const {
     throw bad_batch(fmt::format("cu_seqlens must run from 0 to {} tokens, got {}..{}", T, cu[0], cu[S]));
   for (int64_t s = 0; s < S; ++s)
     if (cu[s + 1] <= cu[s]) throw bad_batch(fmt::format("cu_seqlens is not increasing at sample {}", s));
+  const int64_t V = weights_.config.vocab_size;
+  const int32_t* ids = b.tokens.data<int32_t>();
+  for (int64_t t = 0; t < T; ++t)
+    if (ids[t] < 0 || ids[t] >= V)
+      throw bad_batch(fmt::format("token id {} at position {} is outside the vocabulary of {}", ids[t], t, V));
+  if (b.labels.defined()) {
+    const int32_t* lab = b.labels.data<int32_t>();
+    for (int64_t t = 0; t < T; ++t)
+      if (lab[t] != kIgnore && (lab[t] < 0 || lab[t] >= V))
+        throw bad_batch(
+            fmt::format("label {} at position {} is outside the vocabulary of {} (use -100 to ignore)", lab[t], t, V));
+  }
   const int32_t* pos = b.positions.data<int32_t>();
   for (int64_t t = 0; t < T; ++t)
     if (pos[t] < 0) throw bad_batch(fmt::format("position {} at token {} is negative", pos[t], t));
@@ -288,35 +323,39 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   }
   auto opt = [](const Tensor& t) { return t.defined() ? &t : nullptr; };
 
+  // Without `acts` (checkpointed forward, inference) each intermediate is dropped as soon as
+  // nothing needs it; train/memory_plan.cpp mirrors this order.
   a.x = x;
   a.xn = rms_norm_forward(x, w.input_norm, c.rms_norm_eps, acts ? &a.rstd1 : nullptr);
-  Tensor q = linear_forward(a.xn, w.q, opt(w.q_bias), lp[0], saved(LinearRole::Q));
-  Tensor k = linear_forward(a.xn, w.k, opt(w.k_bias), lp[1], saved(LinearRole::K));
+  a.q = linear_forward(a.xn, w.q, opt(w.q_bias), lp[0], saved(LinearRole::Q));
+  a.k = linear_forward(a.xn, w.k, opt(w.k_bias), lp[1], saved(LinearRole::K));
   a.v = linear_forward(a.xn, w.v, opt(w.v_bias), lp[2], saved(LinearRole::V));
   if (c.qk_norm) {
-    a.q_pre = q;
-    a.k_pre = k;
-    q = rms_norm_forward(q.reshape({T * Hq, d}), w.q_norm, c.rms_norm_eps, acts ? &a.rstd_q : nullptr)
-            .reshape({T, Hq * d});
-    k = rms_norm_forward(k.reshape({T * Hkv, d}), w.k_norm, c.rms_norm_eps, acts ? &a.rstd_k : nullptr)
-            .reshape({T, Hkv * d});
+    a.q_pre = std::move(a.q);
+    a.q = rms_norm_forward(a.q_pre.reshape({T * Hq, d}), w.q_norm, c.rms_norm_eps, acts ? &a.rstd_q : nullptr)
+              .reshape({T, Hq * d});
+    if (!acts) a.q_pre = Tensor();
+    a.k_pre = std::move(a.k);
+    a.k = rms_norm_forward(a.k_pre.reshape({T * Hkv, d}), w.k_norm, c.rms_norm_eps, acts ? &a.rstd_k : nullptr)
+              .reshape({T, Hkv * d});
+    if (!acts) a.k_pre = Tensor();
   }
-  rope_forward(q, b.positions, Hq, c.rope);
-  rope_forward(k, b.positions, Hkv, c.rope);
-  a.q = q;
-  a.k = k;
+  rope_forward(a.q, b.positions, Hq, c.rope);
+  rope_forward(a.k, b.positions, Hkv, c.rope);
   AttentionShape shape{Hq, Hkv, static_cast<int>(d)};
   a.attn = attention_forward(a.q, a.k, a.v, b.cu_seqlens, shape, acts ? &a.lse : nullptr);
-  if (!acts) a.q = a.k = a.v = a.q_pre = a.k_pre = Tensor();
+  if (!acts) a.q = a.k = a.v = Tensor();
   a.h = linear_forward(a.attn, w.o, nullptr, lp[3], saved(LinearRole::O));
   add_inplace(a.h, x);
   if (!acts) a.attn = a.xn = Tensor();
   a.hn = rms_norm_forward(a.h, w.post_norm, c.rms_norm_eps, acts ? &a.rstd2 : nullptr);
   a.gate = linear_forward(a.hn, w.gate, nullptr, lp[4], saved(LinearRole::Gate));
   a.up = linear_forward(a.hn, w.up, nullptr, lp[5], saved(LinearRole::Up));
+  if (!acts) a.hn = Tensor();
   a.m = swiglu_forward(a.gate, a.up);
-  if (!acts) a.gate = a.up = a.hn = Tensor();
+  if (!acts) a.gate = a.up = Tensor();
   Tensor out = linear_forward(a.m, w.down, nullptr, lp[6], saved(LinearRole::Down));
+  if (!acts) a.m = Tensor();
   add_inplace(out, a.h);
   return out;
 }

@@ -35,6 +35,8 @@
 
 namespace bp {
 
+struct LoraAdapter;  // model/lora.h
+
 // A packed micro-batch (all i32, CPU).
 struct Batch {
   Tensor tokens;      // [T]
@@ -66,6 +68,7 @@ struct LoraModuleView {
   Tensor* B = nullptr;  // [out, r]
 };
 struct LoraView {
+  static LoraView of(LoraAdapter& adapter);
   float scale = 1.0f;    // alpha / r, or alpha / sqrt(r) with rsLoRA
   float dropout = 0.0f;  // on the LoRA input only, training only
   int64_t rank = 0;
@@ -117,6 +120,9 @@ class Model {
   // Installs LoRA tensors (owned by the caller, must outlive the model) and allocates their
   // gradients when mode is Lora. Shapes are checked against the config.
   void attach_lora(const LoraView& lora);
+  // The same for an adapter from model/lora.h (init_lora or loaded from PEFT files): scale,
+  // dropout and targets come from its LoraConfig.
+  void attach_lora(LoraAdapter& adapter);
   const LoraView& lora() const { return lora_; }
 
   // Allocates the gradient group of the current mode (done by the constructor / attach_lora).

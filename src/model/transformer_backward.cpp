@@ -47,6 +47,7 @@ Tensor Model::backward_layer(int64_t l, const Tensor& dout, const Batch& b, uint
       lg.dB = opt(g.lora[r].dB);
     }
     linear_backward(dy, x, W, lw.A ? &lw : nullptr, &a.lin[r], lg);
+    a.lin[r] = LinearSaved{};  // this projection's LoRA activations are no longer needed
   };
 
   // ---- MLP: out = h + down(swiglu(gate(hn), up(hn)))
@@ -103,7 +104,6 @@ Tensor Model::backward_layer(int64_t l, const Tensor& dout, const Batch& b, uint
   add_inplace(dxn, tmp);
   tmp = Tensor();
   a.xn = Tensor();
-  for (auto& s : a.lin) s = LinearSaved{};
   Tensor dx = Tensor::empty({T, D});
   rms_norm_backward(dxn, a.x, w.input_norm, a.rstd1, dx, full ? &g.w.input_norm : nullptr);
   add_inplace(dx, dh);  // residual x -> h
@@ -125,7 +125,7 @@ CrossEntropyResult Model::forward_backward(const Batch& batch, float grad_scale,
 
   std::vector<Tensor> inputs;   // checkpointing: layer inputs (+ final output)
   std::vector<LayerActs> acts;  // no checkpointing: every layer's activations
-  Tensor x = forward_trunk(batch, train, dropout_seed, &inputs, ckpt ? nullptr : &acts);
+  Tensor x = forward_trunk(batch, train, dropout_seed, ckpt ? &inputs : nullptr, ckpt ? nullptr : &acts);
   if (ckpt) inputs.resize(static_cast<size_t>(L));  // x holds the last output
 
   // Final norm + fused LM head / cross-entropy (dx and the head's dW in the same pass).

@@ -105,6 +105,12 @@ std::optional<std::pair<WeightRole, int64_t>> parse_gguf_name(std::string_view n
   return std::nullopt;
 }
 
+std::optional<std::pair<WeightRole, int64_t>> parse_peft_module_name(std::string_view name) {
+  for (const WeightNameEntry& e : kTable)  // weights come before their biases in the table
+    if (auto l = match(e.peft, e.per_layer, name)) return std::pair{e.role, *l};
+  return std::nullopt;
+}
+
 bool role_present(const ModelConfig& cfg, WeightRole role) {
   switch (role) {
     case R::QBias:

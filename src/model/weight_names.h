@@ -64,6 +64,8 @@ std::string gguf_name(WeightRole role, int64_t layer = -1);
 // Parses a name back to (role, layer); layer = -1 for global roles. nullopt when unknown.
 std::optional<std::pair<WeightRole, int64_t>> parse_hf_name(std::string_view name);
 std::optional<std::pair<WeightRole, int64_t>> parse_gguf_name(std::string_view name);
+// PEFT module paths are shared by a weight and its bias; this returns the weight's role.
+std::optional<std::pair<WeightRole, int64_t>> parse_peft_module_name(std::string_view name);
 
 // Does this model have the role (bias only with attention_bias, q/k norm only for Qwen3,
 // lm_head only when untied)? And its shape per the config.

@@ -1,6 +1,8 @@
 // BPE model and merge loop (see bpe.h).
 #include "text/bpe.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <queue>
 #include <stdexcept>
@@ -20,17 +22,43 @@ std::string optional_string(const json& model, const char* key) {
 
 }  // namespace
 
-BpeModel::BpeModel(const json& model) {
+BpeModel::Vocab BpeModel::vocab_from_json(const json& model) {
   const json& vocab = model.at("vocab");
   if (!vocab.is_object()) throw std::invalid_argument("model.vocab must be an object of token -> id");
+  BpeModel::Vocab out;
+  out.reserve(vocab.size());
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) out.emplace_back(it.key(), it.value().get<int64_t>());
+  return out;
+}
+
+BpeModel::Merges BpeModel::merges_from_json(const json& model) {
+  BpeModel::Merges out;
+  for (const auto& m : model.at("merges")) {
+    if (m.is_string()) {
+      const std::string& s = m.get_ref<const std::string&>();
+      const size_t sp = s.find(' ');
+      if (sp == std::string::npos) throw std::invalid_argument("merge \"" + s + "\" has no space");
+      out.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+    } else if (m.is_array() && m.size() == 2) {
+      out.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    } else {
+      throw std::invalid_argument("merge " + m.dump() + " is neither \"a b\" nor [a, b]");
+    }
+  }
+  return out;
+}
+
+BpeModel::BpeModel(const json& model, Vocab vocab, Merges merges) {
+  if (model.contains("vocab") && !model["vocab"].is_object())
+    throw std::invalid_argument("model.vocab must be an object of token -> id");
   vocab_.reserve(vocab.size() * 2);
   int64_t max_id = -1;
-  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    const int64_t id = it.value().get<int64_t>();
+  for (auto& [tok, id] : vocab) {
     if (id < 0 || id > INT32_MAX) throw std::invalid_argument("token id " + std::to_string(id) + " out of range");
     max_id = std::max(max_id, id);
-    vocab_.emplace(it.key(), static_cast<int32_t>(id));
+    vocab_.emplace(std::move(tok), static_cast<int32_t>(id));
   }
+  vocab = Vocab();
   tokens_.resize(static_cast<size_t>(max_id + 1));
   has_token_.assign(tokens_.size(), false);
   for (const auto& [tok, id] : vocab_) {
@@ -51,32 +79,18 @@ BpeModel::BpeModel(const json& model) {
     byte_ids_[b] = token_to_id(name);
   }
 
-  const json& merges = model.at("merges");
   merges_.reserve(merges.size() * 2);
-  int32_t rank = 0;
-  std::string left, right;
-  for (const auto& m : merges) {
-    if (m.is_string()) {
-      const std::string& s = m.get_ref<const std::string&>();
-      const size_t sp = s.find(' ');
-      if (sp == std::string::npos) throw std::invalid_argument("merge \"" + s + "\" has no space");
-      left.assign(s, 0, sp);
-      right.assign(s, sp + 1, std::string::npos);
-    } else if (m.is_array() && m.size() == 2) {
-      left = m[0].get<std::string>();
-      right = m[1].get<std::string>();
-    } else {
-      throw std::invalid_argument("merge #" + std::to_string(rank) + " is neither \"a b\" nor [a, b]");
-    }
+  std::string merged;
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto& [left, right] = merges[rank];
     const int32_t a = token_to_id(left), b = token_to_id(right);
-    std::string merged = left;
-    merged.append(right,
-                  right.compare(0, continuing_prefix_.size(), continuing_prefix_) == 0 ? continuing_prefix_.size() : 0,
-                  std::string::npos);
+    if (a < 0 || b < 0) continue;  // a merge whose parts are missing can never apply
+    merged.assign(left);
+    const bool prefixed =
+        !continuing_prefix_.empty() && right.compare(0, continuing_prefix_.size(), continuing_prefix_) == 0;
+    merged.append(right, prefixed ? continuing_prefix_.size() : 0, std::string::npos);
     const int32_t c = token_to_id(merged);
-    // A merge whose parts or result are missing from the vocab can never apply; skip it.
-    if (a >= 0 && b >= 0 && c >= 0) merges_.try_emplace(pair_key(a, b), Merge{rank, c});
-    ++rank;
+    if (c >= 0) merges_.try_emplace(pair_key(a, b), Merge{static_cast<int32_t>(rank), c});
   }
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace bp::text {
@@ -28,8 +29,14 @@ using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal
 
 class BpeModel {
  public:
-  // Throws std::invalid_argument on a malformed model object.
-  explicit BpeModel(const nlohmann::json& model);
+  using Vocab = std::vector<std::pair<std::string, int64_t>>;
+  using Merges = std::vector<std::pair<std::string, std::string>>;
+  // `model` gives the options (unk_token, byte_fallback, ...); vocab and merges come separately
+  // (see tokenizer_json.h). Throws std::invalid_argument on malformed input.
+  BpeModel(const nlohmann::json& model, Vocab vocab, Merges merges);
+  // Readers for vocab / merges left inside the model object.
+  static Vocab vocab_from_json(const nlohmann::json& model);
+  static Merges merges_from_json(const nlohmann::json& model);
 
   // Appends the ids of one pre-token (text already normalized and pre-tokenized).
   void encode(std::string_view piece, std::vector<int32_t>& out) const;

@@ -16,7 +16,64 @@ namespace bp::text {
 using nlohmann::json;
 using Ranges = std::vector<std::pair<size_t, size_t>>;
 
-Regex::Regex(const std::string& pattern) {
+// Oniguruma (what Hugging Face compiles these patterns with) and PCRE2 disagree on a few
+// escapes: Onig's \s is the White_Space property (PCRE2's also takes U+180E), \w is
+// Alphabetic + marks + decimal digits + connector punctuation, \d is \p{Nd}, and \h is a hex
+// digit (PCRE2: horizontal space). Rewrite them to explicit properties; everything else
+// (\p{..}, (?i:..), lookarounds, quantifiers) means the same in both.
+std::string onig_to_pcre2(const std::string& p) {
+  static const char* kWord = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}";
+  std::string out;
+  out.reserve(p.size() + 32);
+  int class_depth = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '\\' && i + 1 < p.size()) {
+      const char e = p[++i];
+      const bool in = class_depth > 0;
+      switch (e) {
+        case 's': out += "\\p{White_Space}"; break;
+        case 'S': out += "\\P{White_Space}"; break;
+        case 'd': out += "\\p{Nd}"; break;
+        case 'D': out += "\\P{Nd}"; break;
+        case 'w': out += in ? std::string(kWord) : "[" + std::string(kWord) + "]"; break;
+        case 'W':
+          if (in) {
+            out += "\\W";  // a complement inside a class has no property form; keep PCRE2's
+          } else {
+            out += "[^" + std::string(kWord) + "]";
+          }
+          break;
+        case 'h': out += in ? "0-9A-Fa-f" : "[0-9A-Fa-f]"; break;
+        case 'H': out += in ? "\\H" : "[^0-9A-Fa-f]"; break;
+        default: out.push_back('\\'); out.push_back(e);
+      }
+      continue;
+    }
+    if (c == '[') {
+      if (class_depth > 0 && p.compare(i, 2, "[:") == 0) {  // POSIX class inside a class
+        const size_t end = p.find(":]", i + 2);
+        if (end != std::string::npos) {
+          out.append(p, i, end + 2 - i);
+          i = end + 1;
+          continue;
+        }
+      }
+      ++class_depth;
+      out.push_back(c);
+      // A ']' right after '[' or '[^' is a literal.
+      if (i + 1 < p.size() && p[i + 1] == '^') out.push_back(p[++i]);
+      if (i + 1 < p.size() && p[i + 1] == ']') out.push_back(p[++i]);
+      continue;
+    }
+    if (c == ']' && class_depth > 0) --class_depth;
+    out.push_back(c);
+  }
+  return out;
+}
+
+Regex::Regex(const std::string& onig_pattern) {
+  const std::string pattern = onig_to_pcre2(onig_pattern);
   int err = 0;
   PCRE2_SIZE err_off = 0;
   auto* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err,
@@ -24,7 +81,8 @@ Regex::Regex(const std::string& pattern) {
   if (code == nullptr) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof(msg));
-    throw std::invalid_argument("regex /" + pattern + "/ does not compile at offset " + std::to_string(err_off) + ": " +
+    throw std::invalid_argument("regex /" + onig_pattern + "/ (as PCRE2: /" + pattern +
+                                "/) does not compile at offset " + std::to_string(err_off) + ": " +
                                 reinterpret_cast<const char*>(msg));
   }
   jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
@@ -254,6 +312,24 @@ class MetaspacePre : public PreTokenizer {
   std::unique_ptr<Pattern> splitter_;
 };
 
+// A fixed regex with a fixed behaviour: Digits, Whitespace and WhitespaceSplit are all
+// Split in disguise (Rust: char::is_numeric runs, \w+|[^\w\s]+ kept, whitespace removed).
+class RegexPre : public PreTokenizer {
+ public:
+  RegexPre(const std::string& regex, Behavior behavior, bool invert)
+      : pattern_(json{{"Regex", regex}}), behavior_(behavior), invert_(invert) {}
+  void split(std::vector<std::string>& pieces, bool) const override {
+    std::vector<std::string> out;
+    for (const auto& p : pieces) split_by(pattern_, behavior_, invert_, p, out);
+    pieces.swap(out);
+  }
+
+ private:
+  Pattern pattern_;
+  Behavior behavior_;
+  bool invert_;
+};
+
 class SequencePre : public PreTokenizer {
  public:
   explicit SequencePre(const json& spec) {
@@ -277,8 +353,15 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const json& spec) {
   if (type == "Split") return std::make_unique<SplitPre>(spec);
   if (type == "ByteLevel") return std::make_unique<ByteLevelPre>(spec);
   if (type == "Metaspace") return std::make_unique<MetaspacePre>(spec);
+  if (type == "Digits") {  // SmolLM: individual_digits splits 123 into 1 2 3
+    return spec.value("individual_digits", false) ? std::make_unique<RegexPre>("\\p{N}", Behavior::Isolated, false)
+                                                  : std::make_unique<RegexPre>("\\p{N}+", Behavior::Isolated, false);
+  }
+  if (type == "Whitespace") return std::make_unique<RegexPre>("\\w+|[^\\w\\s]+", Behavior::Removed, true);
+  if (type == "WhitespaceSplit") return std::make_unique<RegexPre>("\\s+", Behavior::Removed, false);
   throw std::invalid_argument("unsupported pre_tokenizer type \"" + type +
-                              "\" (supported: Sequence, Split, ByteLevel, Metaspace)");
+                              "\" (supported: Sequence, Split, ByteLevel, Metaspace, Digits, Whitespace, "
+                              "WhitespaceSplit)");
 }
 
 }  // namespace bp::text

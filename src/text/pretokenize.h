@@ -1,8 +1,10 @@
 // Pre-tokenizers of tokenizer.json: they cut normalized text into pieces that BPE encodes
 // one by one. Supported: Sequence, Split (Regex or String pattern, every split behaviour,
-// invert), ByteLevel (GPT-2 regex when use_regex, byte -> unicode alphabet), Metaspace.
-// Regexes run through PCRE2 in UTF + UCP mode (JIT when available); Hugging Face writes them
-// for Oniguruma, whose syntax agrees with PCRE2 on everything these files use.
+// invert), ByteLevel (GPT-2 regex when use_regex, byte -> unicode alphabet), Metaspace, Digits
+// (SmolLM), Whitespace, WhitespaceSplit.
+// Regexes run through PCRE2 in UTF + UCP mode (JIT when available). Hugging Face writes them
+// for Oniguruma; the escapes whose meaning differs (\s \S \w \W \d \D \h \H) are rewritten to
+// Oniguruma's Unicode definitions, the rest of the syntax agrees.
 #pragma once
 
 #include <memory>
@@ -14,7 +16,10 @@
 
 namespace bp::text {
 
-// A compiled PCRE2 pattern. Safe to use from several threads (match data is per call).
+// Oniguruma pattern -> PCRE2 pattern with the same meaning (see above).
+std::string onig_to_pcre2(const std::string& pattern);
+
+// A compiled PCRE2 pattern (given in Oniguruma syntax). Safe to use from several threads (match data is per call).
 class Regex {
  public:
   // Throws std::invalid_argument with PCRE2's message when the pattern does not compile.

@@ -22,6 +22,7 @@
 #include "text/pretokenize.h"
 #include "text/tokenizer_added.h"
 #include "text/tokenizer_decode.h"
+#include "text/tokenizer_json.h"
 #include "text/unicode.h"
 
 namespace bp {
@@ -35,11 +36,16 @@ namespace {
   throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, "[tokenizer] " + path + ": " + what, json{{"file", path}});
 }
 
-json read_json_file(const std::string& path) {
+std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) load_error(path, "cannot open file (missing or unreadable)");
-  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  json j = json::parse(data, nullptr, /*allow_exceptions=*/false);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+json read_json_file(const std::string& path) {
+  json j = json::parse(read_file(path), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) load_error(path, "not valid JSON");
   return j;
 }
@@ -53,7 +59,7 @@ std::string token_content(const json& v) {
 
 class HfTokenizer final : public Tokenizer {
  public:
-  HfTokenizer(const json& j, const std::string& path);
+  HfTokenizer(TokenizerFile file, const std::string& path);
   void apply_config(const json& config);
   void apply_generation_config(const json& gen);
 
@@ -82,7 +88,8 @@ class HfTokenizer final : public Tokenizer {
   int64_t vocab_size_ = 0;
 };
 
-HfTokenizer::HfTokenizer(const json& j, const std::string& path) {
+HfTokenizer::HfTokenizer(TokenizerFile file, const std::string& path) {
+  const json& j = file.root;
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) load_error(path, "no \"model\" object");
   const json& m = j["model"];
   const std::string type = m.value("type", std::string(m.contains("merges") ? "BPE" : ""));
@@ -91,7 +98,10 @@ HfTokenizer::HfTokenizer(const json& j, const std::string& path) {
                          "\"; supported: BPE (byte-level as in GPT-2/Llama-3/Qwen, or SentencePiece-style "
                          "with byte fallback as in Llama-2/Mistral/Gemma)");
   try {
-    model_ = std::make_unique<BpeModel>(m);
+    // The SAX reader took vocab and merges out of the DOM unless their layout was unusual.
+    auto vocab = file.vocab_taken ? std::move(file.vocab) : BpeModel::vocab_from_json(m);
+    auto merges = file.merges_taken ? std::move(file.merges) : BpeModel::merges_from_json(m);
+    model_ = std::make_unique<BpeModel>(m, std::move(vocab), std::move(merges));
     normalizer_ = make_normalizer(j.value("normalizer", json()));
     pre_tokenizer_ = make_pre_tokenizer(j.value("pre_tokenizer", json()));
   } catch (const std::exception& e) {
@@ -291,9 +301,9 @@ int32_t HfTokenizer::token_to_id(std::string_view token) const {
 // Builds the tokenizer; malformed fields (wrong JSON types, missing keys) become
 // DEP_MODEL_LOAD_FAILED naming the file.
 std::unique_ptr<HfTokenizer> load_tokenizer(const std::string& path) {
-  const json j = read_json_file(path);
+  const std::string text = read_file(path);
   try {
-    return std::make_unique<HfTokenizer>(j, path);
+    return std::make_unique<HfTokenizer>(parse_tokenizer_json(text), path);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

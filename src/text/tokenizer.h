@@ -2,7 +2,8 @@
 // Two BPE flavours: byte-level (GPT-2, Llama-3, Qwen, SmolLM: pre-tokenizer regex via PCRE2)
 // and SentencePiece style (Llama-2, Mistral, TinyLlama, Gemma: ▁ metaspace, byte fallback).
 // Added/special tokens are matched before BPE and never split. Ids equal the reference
-// implementation (tested against @huggingface/tokenizers).
+// implementation (tested against @huggingface/tokenizers). encode/decode are const and keep no
+// mutable state, so one Tokenizer may be shared by several threads.
 #pragma once
 
 #include <cstdint>

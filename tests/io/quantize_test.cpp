@@ -265,7 +265,7 @@ TEST(Quantize, QualityOnGaussianWeights) {
 }
 
 TEST(Quantize, SameBytesForAnyThreadCount) {
-  const int rows = 7, cols = 512;
+  const int rows = 65, cols = 4096;  // above the size where quantize_rows goes parallel
   const auto x = test::random_vector(rows * cols, 5);
   for (const auto& c : cases()) {
     std::vector<uint8_t> a(rows * ggml_row_bytes(c.type, cols)), b(a.size());
@@ -280,7 +280,19 @@ TEST(Quantize, SameBytesForAnyThreadCount) {
 }
 
 TEST(Quantize, FloatTypesRoundTrip) {
-  const auto x = test::random_vector(257, 9);
+  auto x = test::random_vector(257, 9);
+  // Rounding ties, subnormals, overflow and NaN go through the vector path (first 8s) and the tail.
+  const float special[] = {1.0f + std::ldexp(1.0f, -11),
+                           1.0f + 3 * std::ldexp(1.0f, -11),
+                           std::ldexp(1.0f, -24),
+                           std::ldexp(1.0f, -26),
+                           70000.0f,
+                           -65504.0f,
+                           1e-7f,
+                           -0.0f,
+                           3.0e-5f,
+                           65520.0f};
+  for (size_t i = 0; i < 10; ++i) x[i] = x[250 - i] = special[i];
   std::vector<uint8_t> buf(257 * 4);
   std::vector<float> y(257);
   quantize_rows(GGMLType::F16, x.data(), buf.data(), 1, 257);

@@ -148,6 +148,61 @@ TEST(ModelConfig, BadFieldsNameTheKey) {
   j["hidden_act"] = "gelu";
   EXPECT_NE(error_of(j).find("gelu"), std::string::npos);
   EXPECT_NE(error_of(nlohmann::json::array()).find("object"), std::string::npos);
+  // Wrong JSON types anywhere are load errors, never a JSON library exception.
+  for (const char* key : {"model_type", "hidden_act", "torch_dtype", "rope_theta", "tie_word_embeddings",
+                          "eos_token_id", "rope_scaling", "architectures", "vocab_size"}) {
+    j = base_json("LlamaForCausalLM", "llama");
+    j[key] = nlohmann::json::array({nlohmann::json::object()});
+    EXPECT_NE(error_of(j).find(key), std::string::npos) << key;
+  }
+  j = base_json("LlamaForCausalLM", "llama");
+  j["rope_scaling"] = {{"rope_type", 3}};
+  EXPECT_NE(error_of(j).find("rope_type"), std::string::npos);
+  j = base_json("LlamaForCausalLM", "llama");
+  j["hidden_size"] = int64_t{1} << 40;  // would overflow parameter counts
+  EXPECT_NE(error_of(j).find("hidden_size"), std::string::npos);
+  j = base_json("LlamaForCausalLM", "llama");
+  j["rope_theta"] = 1e300;  // does not fit a float
+  EXPECT_NE(error_of(j).find("rope_theta"), std::string::npos);
+}
+
+TEST(ModelConfig, AnyValueOfAnyKeyIsHandled) {
+  // Every key set to every kind of JSON value: parsing succeeds or throws bp::Error, nothing else.
+  const std::vector<nlohmann::json> values = {nullptr,
+                                              true,
+                                              -1,
+                                              0,
+                                              3,
+                                              1e300,
+                                              -0.5,
+                                              "x",
+                                              nlohmann::json::array(),
+                                              nlohmann::json::object(),
+                                              {1, 2},
+                                              {{"rope_type", "llama3"}}};
+  nlohmann::json full = base_json("Qwen3ForCausalLM", "qwen3");
+  full["head_dim"] = 8;
+  full["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  full["sliding_window"] = 128;
+  full["use_sliding_window"] = true;
+  full["max_position_embeddings"] = 64;
+  int ok = 0, failed = 0;
+  for (const auto& [key, unused] : full.items())
+    for (const nlohmann::json& v : values) {
+      nlohmann::json j = full;
+      j[key] = v;
+      try {
+        ModelConfig::from_json(j, "cfg");
+        ++ok;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::DEP_MODEL_LOAD_FAILED);
+        ++failed;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << key << " = " << v.dump() << " threw a non-bp exception: " << e.what();
+      }
+    }
+  EXPECT_GT(ok, 10);
+  EXPECT_GT(failed, 50);
 }
 
 TEST(ModelConfig, MissingOrInvalidFile) {

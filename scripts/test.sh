@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh Debian 12 machine (run as root, or as a user with sudo):
+#   1. scripts/setup.sh --test: installs every package (and the npm oracles), builds build/;
+#   2. a second build with AddressSanitizer + UBSan (build-asan/, CPU only) running the layers
+#      where outside data enters and memory bugs hide best: core, cli, text, io (test labels);
+#      BACKPROP_ASAN_LAYERS="all" runs every layer under the sanitizers (slower: the model and op
+#      tests do real arithmetic), BACKPROP_ASAN_LAYERS="" skips the sanitizer run;
+#   3. the full suite in build/ last, so the closing lines are its ctest summary.
+# BACKPROP_JOBS overrides the parallelism (default: all cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh --test
+jobs=${BACKPROP_JOBS:-$(nproc)}
+layers=${BACKPROP_ASAN_LAYERS-core cli text io}
+status=0
+
+if [ -n "$layers" ]; then
+  echo "== sanitizer build (build-asan: ASan + UBSan, CPU only; layers: $layers) =="
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBACKPROP_SANITIZE=ON -DBACKPROP_CUDA=OFF \
+        -DBACKPROP_BUILD_BENCH=OFF >/dev/null
+  if [ "$layers" = all ]; then
+    cmake --build build-asan -j"$jobs"
+    label_args=()
+  else
+    targets=(backprop)
+    regex=""
+    for l in $layers; do
+      [ -d "tests/$l" ] || continue
+      targets+=("test_$l")
+      regex="${regex:+$regex|}^$l\$"
+    done
+    cmake --build build-asan -j"$jobs" --target "${targets[@]}"
+    label_args=(-L "$regex")
+  fi
+  ( cd build-asan && ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      ctest -j"$jobs" --output-on-failure --timeout 900 "${label_args[@]}" ) || status=1
+fi
+
+echo "== test suite (build) =="
+( cd build && ctest -j"$jobs" --output-on-failure --timeout 900 ) || status=1
+exit $status

@@ -1,0 +1,15 @@
+// Cooperative interruption (exit code 130). A command that can stop cleanly (train) calls
+// install_interrupt_handler(); the first SIGINT/SIGTERM only sets a flag that its loop polls
+// (finish the step, save, then throw RUNTIME_TRAINING_ABORTED, which main maps to exit code 130);
+// a second signal ends the process at once with exit code 130.
+#pragma once
+
+namespace bp {
+
+void install_interrupt_handler();
+bool interrupt_requested();
+// The signal number that requested the interrupt (0 when none).
+int interrupt_signal();
+void clear_interrupt();  // for tests and for a resumed loop
+
+}  // namespace bp

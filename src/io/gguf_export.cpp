@@ -1,0 +1,258 @@
+// ModelWeights -> GGUF (contract in io/gguf_export.h).
+#include "io/gguf_export.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace bp {
+namespace {
+
+// llama.cpp's choice of layers that get more bits in the _M mixtures.
+bool use_more_bits(int i_layer, int n_layers) {
+  return i_layer < n_layers / 8 || i_layer >= 7 * n_layers / 8 || (i_layer - n_layers / 8) % 3 == 2;
+}
+
+GGMLType base_type(GGUFQuant q) {
+  switch (q) {
+    case GGUFQuant::F32: return GGMLType::F32;
+    case GGUFQuant::F16: return GGMLType::F16;
+    case GGUFQuant::BF16: return GGMLType::BF16;
+    case GGUFQuant::Q8_0: return GGMLType::Q8_0;
+    case GGUFQuant::Q4_0: return GGMLType::Q4_0;
+    case GGUFQuant::Q4_K_M: return GGMLType::Q4_K;
+    case GGUFQuant::Q5_K_M: return GGMLType::Q5_K;
+    case GGUFQuant::Q6_K: return GGMLType::Q6_K;
+  }
+  return GGMLType::F32;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Row order llama.cpp expects for q/k of the llama architecture: within each head, HF's rotate_half
+// rows [j·d/2 + i] (j = 0, 1) move to Meta's interleaved position [2i + j].
+int64_t permuted_source_row(int64_t out_row, int64_t head_dim) {
+  const int64_t h = out_row / head_dim, r = out_row % head_dim;
+  const int64_t i = r / 2, j = r % 2;
+  return h * head_dim + j * (head_dim / 2) + i;
+}
+
+GGUFTensorSpec permuted_spec(const std::string& name, const Tensor& t, GGMLType type, int64_t head_dim) {
+  BP_CHECK(t.rank() == 2 && t.dim(0) % head_dim == 0 && head_dim % 2 == 0,
+           "[gguf] cannot permute {} {} with head_dim {}", name, t.describe(), head_dim);
+  GGUFTensorSpec s = gguf_tensor_from(name, t, type);
+  const int64_t n = t.dim(1);
+  s.produce = [t, type, n, head_dim](uint8_t* dst, int64_t r0, int64_t r1) {
+    std::vector<float> rows(static_cast<size_t>((r1 - r0) * n));
+    const float* src = t.data<float>();
+    for (int64_t r = r0; r < r1; ++r)
+      std::copy_n(src + permuted_source_row(r, head_dim) * n, n, rows.data() + (r - r0) * n);
+    quantize_rows(type, rows.data(), dst, r1 - r0, n);
+  };
+  return s;
+}
+
+Tensor permuted_vector(const Tensor& b, int64_t head_dim) {
+  std::vector<float> v(static_cast<size_t>(b.numel()));
+  const float* src = b.data<float>();
+  for (int64_t r = 0; r < b.numel(); ++r) v[static_cast<size_t>(r)] = src[permuted_source_row(r, head_dim)];
+  return Tensor::from_vector(v, Shape{b.numel()});
+}
+
+// Llama-3 rope scaling as llama.cpp stores it: one divisor per rotary frequency.
+std::vector<float> llama3_rope_factors(const RopeConfig& r) {
+  std::vector<float> f;
+  const double low_wavelen = r.original_max_position / r.low_freq_factor;
+  const double high_wavelen = r.original_max_position / r.high_freq_factor;
+  for (int i = 0; i < r.head_dim; i += 2) {
+    const double freq = 1.0 / std::pow(static_cast<double>(r.theta), static_cast<double>(i) / r.head_dim);
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < high_wavelen) {
+      f.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      f.push_back(r.factor);
+    } else {
+      const double smooth =
+          (r.original_max_position / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      f.push_back(static_cast<float>(1.0 / ((1 - smooth) / r.factor + smooth)));
+    }
+  }
+  return f;
+}
+
+}  // namespace
+
+GGUFQuant parse_gguf_quant(std::string_view name) {
+  std::string n(name);
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (GGUFQuant q : {GGUFQuant::F32, GGUFQuant::F16, GGUFQuant::BF16, GGUFQuant::Q8_0, GGUFQuant::Q4_0,
+                      GGUFQuant::Q4_K_M, GGUFQuant::Q5_K_M, GGUFQuant::Q6_K})
+    if (n == gguf_quant_name(q)) return q;
+  throw Error(
+      ErrorCode::INPUT_VALIDATION_FAILED,
+      fmt::format("[export] unknown --quantization '{}'; allowed: f32, f16, bf16, q8_0, q4_0, q4_k_m, q5_k_m, q6_k",
+                  name));
+}
+
+const char* gguf_quant_name(GGUFQuant q) {
+  switch (q) {
+    case GGUFQuant::F32: return "f32";
+    case GGUFQuant::F16: return "f16";
+    case GGUFQuant::BF16: return "bf16";
+    case GGUFQuant::Q8_0: return "q8_0";
+    case GGUFQuant::Q4_0: return "q4_0";
+    case GGUFQuant::Q4_K_M: return "q4_k_m";
+    case GGUFQuant::Q5_K_M: return "q5_k_m";
+    case GGUFQuant::Q6_K: return "q6_k";
+  }
+  return "?";
+}
+
+uint32_t gguf_file_type(GGUFQuant q) {
+  switch (q) {
+    case GGUFQuant::F32: return 0;
+    case GGUFQuant::F16: return 1;
+    case GGUFQuant::Q4_0: return 2;
+    case GGUFQuant::Q8_0: return 7;
+    case GGUFQuant::Q4_K_M: return 15;
+    case GGUFQuant::Q5_K_M: return 17;
+    case GGUFQuant::Q6_K: return 18;
+    case GGUFQuant::BF16: return 32;
+  }
+  return 0;
+}
+
+const char* gguf_arch_name(Arch a) {
+  switch (a) {
+    case Arch::Llama:
+    case Arch::Mistral: return "llama";
+    case Arch::Qwen2: return "qwen2";
+    case Arch::Qwen3: return "qwen3";
+  }
+  return "llama";
+}
+
+GGMLType gguf_tensor_type(GGUFQuant q, const std::string& name, int64_t row_length, int n_dims, int layer, int n_layers,
+                          bool tied) {
+  if (n_dims < 2 || !ends_with(name, ".weight") || name.find("_norm.weight") != std::string::npos) return GGMLType::F32;
+  const GGMLType base = base_type(q);
+  if (!ggml_is_quantized(base)) return base;
+  GGMLType t = base;
+  const bool is_output = name == "output.weight" || (tied && name == "token_embd.weight");
+  if (is_output) {
+    if (row_length % ggml_type_info(base).block_size != 0)
+      t = GGMLType::Q8_0;
+    else if (base != GGMLType::Q8_0)
+      t = GGMLType::Q6_K;
+  } else if ((q == GGUFQuant::Q4_K_M || q == GGUFQuant::Q5_K_M) && layer >= 0 &&
+             (ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight")) &&
+             use_more_bits(layer, n_layers)) {
+    t = GGMLType::Q6_K;
+  }
+  if (row_length % ggml_type_info(t).block_size != 0) {
+    switch (t) {
+      case GGMLType::Q4_K: t = GGMLType::Q5_0; break;
+      case GGMLType::Q5_K: t = GGMLType::Q5_1; break;
+      case GGMLType::Q6_K: t = GGMLType::Q8_0; break;
+      default: break;
+    }
+    if (row_length % ggml_type_info(t).block_size != 0) t = GGMLType::F16;
+  }
+  return t;
+}
+
+void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const std::string& model_name) {
+  const ModelConfig& c = mw.config;
+  const std::string arch = gguf_arch_name(c.arch);
+  const int n_layers = static_cast<int>(c.num_layers);
+  BP_CHECK(static_cast<int64_t>(mw.layers.size()) == c.num_layers, "[gguf] {} layers of weights for num_layers {}",
+           mw.layers.size(), c.num_layers);
+  w.set("general.architecture", GGUFValue::str(arch));
+  w.set("general.name", GGUFValue::str(model_name));
+  w.set("general.file_type", GGUFValue::u32(gguf_file_type(q)));
+  w.set("general.quantization_version", GGUFValue::u32(2));
+  auto u32 = [](int64_t v) { return GGUFValue::u32(static_cast<uint32_t>(v)); };
+  w.set(arch + ".vocab_size", u32(c.vocab_size));
+  w.set(arch + ".context_length", u32(c.max_position_embeddings));
+  w.set(arch + ".embedding_length", u32(c.hidden_size));
+  w.set(arch + ".block_count", u32(c.num_layers));
+  w.set(arch + ".feed_forward_length", u32(c.intermediate_size));
+  w.set(arch + ".attention.head_count", u32(c.num_heads));
+  w.set(arch + ".attention.head_count_kv", u32(c.num_kv_heads));
+  w.set(arch + ".rope.freq_base", GGUFValue::f32(c.rope.theta));
+  w.set(arch + ".rope.dimension_count", u32(c.head_dim));
+  w.set(arch + ".attention.layer_norm_rms_epsilon", GGUFValue::f32(c.rms_norm_eps));
+  if (c.head_dim * c.num_heads != c.hidden_size) {
+    w.set(arch + ".attention.key_length", u32(c.head_dim));
+    w.set(arch + ".attention.value_length", u32(c.head_dim));
+  }
+
+  const bool tied = c.tie_word_embeddings;
+  const bool permute = arch == "llama";
+  auto add = [&](const std::string& name, const Tensor& t, int layer, int64_t permute_head_dim = 0) {
+    if (!t.defined()) return;
+    const GGMLType type = gguf_tensor_type(q, name, t.dim(t.rank() - 1), t.rank(), layer, n_layers, tied);
+    if (permute_head_dim > 0 && t.rank() == 2)
+      w.add_tensor(permuted_spec(name, t, type, permute_head_dim));
+    else if (permute_head_dim > 0)
+      w.add_tensor(gguf_tensor_from(name, permuted_vector(t, permute_head_dim), type));
+    else
+      w.add_tensor(gguf_tensor_from(name, t, type));
+  };
+  add("token_embd.weight", mw.embed, -1);
+  if (c.rope.llama3_scaling) {
+    RopeConfig r = c.rope;
+    r.head_dim = static_cast<int>(c.head_dim);
+    const auto f = llama3_rope_factors(r);
+    add("rope_freqs.weight", Tensor::from_vector(f, Shape{static_cast<int64_t>(f.size())}), -1);
+  }
+  const int64_t qk_perm = permute ? c.head_dim : 0;
+  for (int i = 0; i < n_layers; ++i) {
+    const LayerWeights& l = mw.layers[static_cast<size_t>(i)];
+    const std::string p = "blk." + std::to_string(i) + ".";
+    add(p + "attn_norm.weight", l.input_norm, i);
+    add(p + "attn_q.weight", l.q, i, qk_perm);
+    add(p + "attn_k.weight", l.k, i, qk_perm);
+    add(p + "attn_v.weight", l.v, i);
+    add(p + "attn_output.weight", l.o, i);
+    add(p + "attn_q.bias", l.q_bias, i, qk_perm);
+    add(p + "attn_k.bias", l.k_bias, i, qk_perm);
+    add(p + "attn_v.bias", l.v_bias, i);
+    add(p + "attn_q_norm.weight", l.q_norm, i);
+    add(p + "attn_k_norm.weight", l.k_norm, i);
+    add(p + "ffn_norm.weight", l.post_norm, i);
+    add(p + "ffn_gate.weight", l.gate, i);
+    add(p + "ffn_up.weight", l.up, i);
+    add(p + "ffn_down.weight", l.down, i);
+  }
+  add("output_norm.weight", mw.final_norm, -1);
+  if (!tied) add("output.weight", mw.lm_head, -1);
+}
+
+GGUFExportResult export_gguf(const ModelWeights& weights, const std::string& tokenizer_dir, GGUFQuant quant,
+                             const std::string& output_path, const std::string& model_name) {
+  const auto t0 = std::chrono::steady_clock::now();
+  GGUFWriter w;
+  const std::string name = model_name.empty() ? std::filesystem::path(output_path).stem().string() : model_name;
+  add_model_to_gguf(w, weights, quant, name);
+  const GGUFTokenizer tok = read_gguf_tokenizer(tokenizer_dir, weights.config);
+  add_tokenizer_metadata(w, tok);
+  w.write(output_path);
+  GGUFExportResult r;
+  r.chat_template = tok.chat_template;
+  r.end_tokens = tok.end_tokens;
+  r.context_length = weights.config.max_position_embeddings;
+  r.path = output_path;
+  r.bytes = w.expected_file_bytes();
+  r.file_type = gguf_quant_name(quant);
+  for (const auto& t : w.tensors()) r.tensor_types.emplace_back(t.name, ggml_type_name(t.type));
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace bp

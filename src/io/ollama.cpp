@@ -1,0 +1,177 @@
+// Registration of a GGUF file with an Ollama server over its HTTP API (protocol in io/ollama.h).
+#include "io/ollama.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/error.h"
+#include "io/sha256.h"
+
+namespace bp {
+namespace {
+
+constexpr const char* kServeHint =
+    "Start Ollama with `ollama serve` (or point OLLAMA_HOST at a running server), then run the export again with "
+    "--ollama.";
+
+struct Attempt {
+  int status = 0;  // HTTP status, 0 when no answer
+  httplib::Error error = httplib::Error::Success;
+  std::string body;
+};
+
+bool retryable(const Attempt& a) {
+  if (a.status == 0) return true;  // connection refused/reset, timeout
+  return a.status == 429 || a.status >= 500;
+}
+
+std::string describe(const Attempt& a) {
+  if (a.status == 0) return "no answer (" + httplib::to_string(a.error) + ")";
+  std::string msg;
+  try {
+    const auto j = nlohmann::json::parse(a.body);
+    if (j.is_object() && j.contains("error"))
+      msg = j["error"].is_string() ? j["error"].get<std::string>() : j["error"].dump();
+  } catch (const std::exception&) {
+    msg = a.body.substr(0, 200);
+  }
+  return fmt::format("HTTP {}{}{}", a.status, msg.empty() ? "" : ": ", msg);
+}
+
+class Session {
+ public:
+  Session(const OllamaEndpoint& ep, const OllamaOptions& o) : ep_(ep), o_(o), cli_(ep.host, ep.port) {
+    auto split = [](double s, time_t* sec, time_t* usec) {
+      *sec = static_cast<time_t>(s);
+      *usec = static_cast<time_t>((s - static_cast<double>(*sec)) * 1e6);
+    };
+    time_t s, us;
+    split(o.connect_timeout_s, &s, &us);
+    cli_.set_connection_timeout(s, us);
+    split(o.request_timeout_s, &s, &us);
+    cli_.set_read_timeout(s, us);
+    cli_.set_write_timeout(s, us);
+    cli_.set_keep_alive(false);
+  }
+
+  // Sends with retries; returns the last attempt (the caller judges the status).
+  template <class Send>
+  Attempt with_retries(const char* what, Send send) {
+    Attempt a;
+    for (int i = 0; i < std::max(1, o_.max_attempts); ++i) {
+      if (i > 0) {
+        const double wait = std::min(o_.backoff_max_s, o_.backoff_initial_s * std::pow(2.0, i - 1));
+        std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+      }
+      ++requests;
+      httplib::Result r = send(cli_);
+      a = Attempt{};
+      if (r) {
+        a.status = r->status;
+        a.body = r->body;
+      } else {
+        a.error = r.error();
+      }
+      if (!retryable(a)) return a;
+    }
+    last_what_ = what;
+    return a;
+  }
+
+  [[noreturn]] void fail(const char* what, const Attempt& a, bool after_retries) const {
+    const std::string msg =
+        fmt::format("[ollama] {} at {} failed: {}{}", what, ep_.str(), describe(a),
+                    after_retries ? fmt::format(" (after {} attempts)", std::max(1, o_.max_attempts)) : "");
+    Error e(ErrorCode::DEP_OLLAMA_REGISTRATION_FAILED, msg, {{"endpoint", ep_.str()}, {"status", a.status}});
+    if (a.status == 0) e.with_suggestion(kServeHint);
+    throw e;
+  }
+
+  int requests = 0;
+
+ private:
+  OllamaEndpoint ep_;
+  OllamaOptions o_;
+  httplib::Client cli_;
+  std::string last_what_;
+};
+
+}  // namespace
+
+OllamaResult register_with_ollama(const std::string& gguf_path, const std::string& model_name, const OllamaTemplate& t,
+                                  int64_t num_ctx, const OllamaOptions& options) {
+  validate_ollama_model_name(model_name);
+  std::string host = options.host;
+  if (host.empty()) {
+    const char* env = std::getenv("OLLAMA_HOST");
+    host = env ? env : "";
+  }
+  const OllamaEndpoint ep = parse_ollama_host(host);
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(gguf_path, ec);
+  if (ec)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[ollama] cannot read {}: {}", gguf_path, ec.message()));
+
+  OllamaResult res;
+  res.model = model_name;
+  res.endpoint = ep.str();
+  res.digest = "sha256:" + sha256_file_hex(gguf_path);
+  const std::string blob_path = "/api/blobs/" + res.digest;
+  Session s(ep, options);
+
+  // 1. Does the server have the blob already?
+  Attempt head = s.with_retries("checking the blob", [&](httplib::Client& c) { return c.Head(blob_path.c_str()); });
+  if (head.status != 200 && head.status != 404) s.fail("checking the blob", head, retryable(head));
+
+  // 2. Upload it (streamed from the file).
+  if (head.status == 404) {
+    Attempt up = s.with_retries("uploading the GGUF blob", [&](httplib::Client& c) {
+      auto file = std::make_shared<std::ifstream>(gguf_path, std::ios::binary);
+      auto buf = std::make_shared<std::vector<char>>(1 << 20);
+      return c.Post(
+          blob_path.c_str(), static_cast<size_t>(size),
+          [file, buf](size_t offset, size_t length, httplib::DataSink& sink) {
+            file->seekg(static_cast<std::streamoff>(offset));
+            const size_t n = std::min(length, buf->size());
+            file->read(buf->data(), static_cast<std::streamsize>(n));
+            if (file->gcount() <= 0) return false;
+            sink.write(buf->data(), static_cast<size_t>(file->gcount()));
+            return true;
+          },
+          "application/octet-stream");
+    });
+    if (up.status != 201 && up.status != 200) s.fail("uploading the GGUF blob", up, retryable(up));
+    res.blob_uploaded = true;
+  }
+
+  // 3. Create the model from the blob.
+  nlohmann::json params = {{"stop", t.stops}};
+  if (num_ctx > 0) params["num_ctx"] = num_ctx;
+  const nlohmann::json body = {{"model", model_name},
+                               {"files", {{std::filesystem::path(gguf_path).filename().string(), res.digest}}},
+                               {"template", t.go_template},
+                               {"parameters", params},
+                               {"stream", false}};
+  const std::string text = body.dump();
+  Attempt cr = s.with_retries("creating the model",
+                              [&](httplib::Client& c) { return c.Post("/api/create", text, "application/json"); });
+  if (cr.status != 200) s.fail("creating the model", cr, retryable(cr));
+  try {
+    const auto j = nlohmann::json::parse(cr.body);
+    if (j.contains("error")) s.fail("creating the model", cr, false);
+  } catch (const nlohmann::json::exception&) {
+    // A non-JSON 200 is unusual but not a failure of the creation itself.
+  }
+  res.requests = s.requests;
+  return res;
+}
+
+}  // namespace bp

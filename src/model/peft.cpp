@@ -1,0 +1,186 @@
+// PEFT adapter save/load (see peft.h).
+#include "model/peft.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "model/weight_names.h"
+
+namespace bp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& where, const std::string& what) {
+  throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, fmt::format("[peft] {}: {}", where, what));
+}
+
+// Numbers as PEFT writes them: integral values as integers (lora_alpha 16), others shortest.
+nlohmann::json number_json(float v) {
+  if (std::floor(v) == v && std::fabs(v) < 1e9f) return static_cast<int64_t>(v);
+  return std::stod(fmt::format("{}", v));
+}
+
+constexpr const char* kWeightsFile = "adapter_model.safetensors";
+constexpr const char* kConfigFile = "adapter_config.json";
+
+LoraConfig parse_adapter_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(path, "cannot open the file; a PEFT adapter folder has adapter_config.json");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) fail(path, "not a valid JSON object");
+  auto str = [&](const char* k, const std::string& def) {
+    auto it = j.find(k);
+    return (it == j.end() || it->is_null()) ? def : (it->is_string() ? it->get<std::string>() : std::string("?"));
+  };
+  if (str("peft_type", "LORA") != "LORA")
+    fail(path, fmt::format("peft_type '{}' is not supported (only LORA)", str("peft_type", "")));
+  if (str("bias", "none") != "none")
+    fail(path, fmt::format("bias '{}' is not supported (only \"none\")", str("bias", "")));
+  for (const char* k : {"use_dora", "fan_in_fan_out"})
+    if (j.contains(k) && j[k].is_boolean() && j[k].get<bool>())
+      fail(path, fmt::format("{} = true is not supported", k));
+  for (const char* k : {"rank_pattern", "alpha_pattern"})
+    if (j.contains(k) && j[k].is_object() && !j[k].empty())
+      fail(path, fmt::format("{} (per-module ranks or alphas) is not supported", k));
+  if (j.contains("modules_to_save") && j["modules_to_save"].is_array() && !j["modules_to_save"].empty())
+    fail(path, "modules_to_save (fully trained extra modules) is not supported");
+
+  LoraConfig c;
+  if (!j.contains("r") || !j["r"].is_number_integer()) fail(path, "field 'r' is missing or not an integer");
+  c.r = j["r"].get<int64_t>();
+  if (!j.contains("lora_alpha") || !j["lora_alpha"].is_number())
+    fail(path, "field 'lora_alpha' is missing or not a number");
+  // Range-check as double before narrowing: a float cannot hold every JSON number.
+  const double alpha = j["lora_alpha"].get<double>();
+  const double dropout =
+      (j.contains("lora_dropout") && j["lora_dropout"].is_number()) ? j["lora_dropout"].get<double>() : 0.0;
+  if (!(alpha > 0 && alpha < 1e30) || !(dropout >= 0 && dropout < 1) || c.r < 1 || c.r > (int64_t{1} << 22))
+    fail(path, fmt::format("r = {}, lora_alpha = {}, lora_dropout = {} are out of range", c.r, alpha, dropout));
+  c.alpha = static_cast<float>(alpha);
+  c.dropout = static_cast<float>(dropout);
+  if (j.contains("use_rslora") && j["use_rslora"].is_boolean()) c.use_rslora = j["use_rslora"].get<bool>();
+  return c;
+}
+
+}  // namespace
+
+nlohmann::json peft_adapter_config(const LoraAdapter& a) {
+  const LoraConfig& c = a.config;
+  nlohmann::json base =
+      a.base_model_name_or_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.base_model_name_or_path);
+  return {{"peft_type", "LORA"},
+          {"task_type", "CAUSAL_LM"},
+          {"base_model_name_or_path", base},
+          {"r", c.r},
+          {"lora_alpha", number_json(c.alpha)},
+          {"lora_dropout", number_json(c.dropout)},
+          {"target_modules", c.resolved_targets()},
+          {"bias", "none"},
+          {"use_rslora", c.use_rslora},
+          {"use_dora", false},
+          {"fan_in_fan_out", false},
+          {"init_lora_weights", true},
+          {"inference_mode", true},
+          {"modules_to_save", nullptr},
+          {"layers_to_transform", nullptr},
+          {"layers_pattern", nullptr},
+          {"rank_pattern", nlohmann::json::object()},
+          {"alpha_pattern", nlohmann::json::object()},
+          {"revision", nullptr}};
+}
+
+std::vector<std::string> save_peft_adapter(const LoraAdapter& a, const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    throw Error(ErrorCode::RUNTIME_EXPORT_FAILED, fmt::format("[peft] cannot create folder {}: {}", dir, ec.message()));
+  NamedTensors ts;
+  for (size_t li = 0; li < a.layers.size(); ++li) {
+    const LoraLayer& l = a.layers[li];
+    for (LoraTarget t : kAllLoraTargets) {
+      if (!l.has(t)) continue;
+      BP_CHECK(l.a(t).rank() == 2 && l.b(t).rank() == 2 && l.a(t).dim(0) == a.config.r && l.b(t).dim(1) == a.config.r,
+               "[peft] layer {} {}: A {} / B {} do not match r = {}", li, lora_target_name(t), l.a(t).describe(),
+               l.b(t).describe(), a.config.r);
+      ts.emplace_back(peft_lora_name(static_cast<int64_t>(li), t, true), l.a(t));
+      ts.emplace_back(peft_lora_name(static_cast<int64_t>(li), t, false), l.b(t));
+    }
+  }
+  write_safetensors((fs::path(dir) / kWeightsFile).string(), ts);
+  write_file_atomic((fs::path(dir) / kConfigFile).string(), peft_adapter_config(a).dump(2) + "\n");
+  return {kWeightsFile, kConfigFile};
+}
+
+LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
+  if (!fs::is_directory(dir)) fail(dir, "adapter folder does not exist");
+  const std::string config_path = (fs::path(dir) / kConfigFile).string();
+  const std::string weights_path = (fs::path(dir) / kWeightsFile).string();
+  LoraAdapter ad;
+  ad.config = parse_adapter_config(config_path);
+  {
+    std::ifstream in(config_path);
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (auto it = j.find("base_model_name_or_path"); it != j.end() && it->is_string())
+      ad.base_model_name_or_path = it->get<std::string>();
+  }
+  if (!fs::exists(weights_path)) {
+    if (fs::exists(fs::path(dir) / "adapter_model.bin"))
+      fail(dir, "only adapter_model.safetensors is supported; adapter_model.bin (pickle) is not read");
+    fail(weights_path, "file does not exist");
+  }
+  SafetensorsReader reader = SafetensorsReader::open_file(weights_path);
+  const int64_t r = ad.config.r;
+  ad.layers.resize(static_cast<size_t>(cfg.num_layers));
+  for (const std::string& name : reader.names()) {
+    const bool is_a = name.ends_with(".lora_A.weight"), is_b = name.ends_with(".lora_B.weight");
+    std::optional<std::pair<WeightRole, int64_t>> parsed;
+    if (is_a || is_b) parsed = parse_peft_module_name(std::string_view(name).substr(0, name.size() - 14));
+    std::optional<LoraTarget> target;
+    if (parsed)
+      for (LoraTarget t : kAllLoraTargets)
+        if (lora_target_role(t) == parsed->first) target = t;
+    if (!target)
+      fail(weights_path, fmt::format("tensor '{}' is not a lora_A/lora_B weight of {} (other PEFT modules are "
+                                     "not supported)",
+                                     name, "q/k/v/o/gate/up/down_proj"));
+    const int64_t layer = parsed->second;
+    if (layer >= cfg.num_layers)
+      fail(weights_path, fmt::format("tensor '{}' is for layer {} but the model has {} layers: the adapter was "
+                                     "trained for a different base model",
+                                     name, layer, cfg.num_layers));
+    const Shape want = is_a ? Shape{r, lora_target_in(cfg, *target)} : Shape{lora_target_out(cfg, *target), r};
+    const std::vector<int64_t>& got = reader.entry(name).shape;
+    if (got != want.vec())
+      fail(weights_path,
+           fmt::format("tensor '{}' has shape [{}] but {} (hidden_size {}, r = {}) needs {}: the "
+                       "adapter does not fit this base model",
+                       name, fmt::join(got, ", "), cfg.architecture_name, cfg.hidden_size, r, want.str()));
+    LoraLayer& l = ad.layers[static_cast<size_t>(layer)];
+    (is_a ? l.a(*target) : l.b(*target)) = reader.read(name, want);
+  }
+  // Every adapted projection needs both halves; targets are the projections found.
+  std::vector<bool> seen(kNumLoraTargets, false);
+  for (size_t li = 0; li < ad.layers.size(); ++li) {
+    LoraLayer& l = ad.layers[li];
+    for (LoraTarget t : kAllLoraTargets) {
+      const bool a = l.a(t).defined(), b = l.b(t).defined();
+      if (a != b)
+        fail(weights_path, fmt::format("tensor '{}' is missing (its {} is present)",
+                                       peft_lora_name(static_cast<int64_t>(li), t, !a), a ? "lora_A" : "lora_B"));
+      l.enabled[static_cast<size_t>(t)] = a;
+      if (a) seen[static_cast<size_t>(t)] = true;
+    }
+  }
+  ad.config.target_modules.clear();
+  for (LoraTarget t : kAllLoraTargets)
+    if (seen[static_cast<size_t>(t)]) ad.config.target_modules.emplace_back(lora_target_name(t));
+  if (ad.config.target_modules.empty()) fail(weights_path, "the adapter holds no LoRA weights");
+  return ad;
+}
+
+}  // namespace bp

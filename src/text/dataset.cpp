@@ -1,0 +1,257 @@
+// Dataset loading (detection, per-row validation, length check), the strict/skip policy the
+// trainer applies, and tokenization with truncation.
+#include "text/dataset.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "text/dataset_internal.h"
+
+namespace bp {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+bool has_txt_extension(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return ext == ".txt";
+}
+
+std::string issue_summary(const std::vector<RowIssue>& issues, size_t max_listed) {
+  std::string out;
+  for (size_t k = 0; k < issues.size() && k < max_listed; ++k)
+    out += fmt::format("{}line {}: {}", k ? "; " : "", issues[k].line, issues[k].message);
+  if (issues.size() > max_listed) out += fmt::format("; and {} more", issues.size() - max_listed);
+  return out;
+}
+
+json issues_json(const std::vector<RowIssue>& issues, size_t max_listed) {
+  json arr = json::array();
+  for (size_t k = 0; k < issues.size() && k < max_listed; ++k)
+    arr.push_back(
+        {{"line", issues[k].line}, {"reason", row_problem_name(issues[k].problem)}, {"message", issues[k].message}});
+  return arr;
+}
+
+// Length of a good row in tokens (exact with a tokenizer, else estimated); may add an issue.
+std::optional<RowIssue> check_length(const DatasetRow& row, const DatasetLoadOptions& opts) {
+  if (opts.max_length <= 0) return std::nullopt;
+  if (opts.tokenizer) {
+    int64_t n;
+    if (row.is_text) {
+      n = static_cast<int64_t>(opts.tokenizer->encode(row.text, true).size()) +
+          (opts.tokenizer->eos_ids().empty() ? 0 : 1);
+    } else {
+      ChatTemplate fallback("", "", "");
+      const ChatTemplate& t = opts.chat_template ? *opts.chat_template : fallback;
+      try {
+        n = static_cast<int64_t>(opts.tokenizer->encode(t.render(row.conv, false), false).size());
+      } catch (const Error& e) {
+        return RowIssue{row.line, RowProblem::RejectedByTemplate, e.what()};
+      }
+    }
+    if (n > opts.max_length)
+      return RowIssue{row.line, RowProblem::TooLong,
+                      fmt::format("{} tokens, longer than the maximum length {}", n, opts.max_length)};
+    return std::nullopt;
+  }
+  size_t bytes = row.text.size();
+  for (const auto& m : row.conv) bytes += m.content.size();
+  const int64_t est = static_cast<int64_t>((bytes + 3) / 4);
+  if (est > opts.max_length)
+    return RowIssue{row.line, RowProblem::TooLong,
+                    fmt::format("about {} tokens (estimated from {} bytes at 4 bytes per token; pass --model for exact "
+                                "counts), longer than the maximum length {}",
+                                est, bytes, opts.max_length)};
+  return std::nullopt;
+}
+
+}  // namespace
+
+DatasetFormat parse_dataset_format(std::string_view name) {
+  if (name == "auto" || name.empty()) return DatasetFormat::Auto;
+  if (name == "sharegpt") return DatasetFormat::ShareGPT;
+  if (name == "openai" || name == "messages") return DatasetFormat::OpenAI;
+  if (name == "alpaca") return DatasetFormat::Alpaca;
+  if (name == "text" || name == "raw") return DatasetFormat::Text;
+  throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+              fmt::format("[dataset] unknown format '{}' (use auto, sharegpt, openai, alpaca or text)", name));
+}
+
+const char* dataset_format_name(DatasetFormat f) {
+  switch (f) {
+    case DatasetFormat::Auto: return "auto";
+    case DatasetFormat::ShareGPT: return "sharegpt";
+    case DatasetFormat::OpenAI: return "openai";
+    case DatasetFormat::Alpaca: return "alpaca";
+    case DatasetFormat::Text: return "text";
+  }
+  return "?";
+}
+
+const char* row_problem_name(RowProblem p) {
+  switch (p) {
+    case RowProblem::NotJson: return "not_json";
+    case RowProblem::NotObject: return "not_object";
+    case RowProblem::MissingField: return "missing_field";
+    case RowProblem::WrongType: return "wrong_type";
+    case RowProblem::EmptyTurn: return "empty_turn";
+    case RowProblem::WrongRoleOrder: return "wrong_role_order";
+    case RowProblem::UnknownRole: return "unknown_role";
+    case RowProblem::TooLong: return "too_long";
+    case RowProblem::InvalidUtf8: return "invalid_utf8";
+    case RowProblem::RejectedByTemplate: return "rejected_by_template";
+  }
+  return "?";
+}
+
+bool is_valid_utf8(std::string_view s) {
+  return data::valid_utf8(s, nullptr);
+}
+
+LoadedDataset parse_dataset(std::string_view content, const std::string& path, const DatasetLoadOptions& opts) {
+  LoadedDataset ds;
+  ds.path = path;
+  const bool plain =
+      has_txt_extension(path) && (opts.format == DatasetFormat::Auto || opts.format == DatasetFormat::Text);
+  bool json_array = false;
+  const std::vector<data::RawRecord> records = data::split_records(content, plain, &json_array);
+  ds.total_rows = static_cast<int64_t>(records.size());
+  ds.format = plain ? DatasetFormat::Text : opts.format;
+  json obj;
+  if (ds.format == DatasetFormat::Auto) {
+    // Detect from the first object that matches a known format.
+    std::string first_keys;
+    bool saw_object = false;
+    for (const auto& rec : records) {
+      if (data::parse_record(rec, &obj)) continue;
+      if (!saw_object) {
+        saw_object = true;
+        for (auto it = obj.begin(); it != obj.end(); ++it) first_keys += (first_keys.empty() ? "" : ", ") + it.key();
+        first_keys = fmt::format("line {} has keys [{}]", rec.line, first_keys);
+      }
+      ds.format = data::detect_format(obj);
+      if (ds.format != DatasetFormat::Auto) break;
+    }
+    if (ds.format == DatasetFormat::Auto && saw_object)
+      throw Error(ErrorCode::INPUT_DATASET_PARSE_FAILED,
+                  fmt::format("[dataset] {}: no row matches a known format ({}); expected 'conversations' (ShareGPT), "
+                              "'messages' (OpenAI), 'instruction'/'output' (Alpaca) or 'text'",
+                              path, first_keys));
+  }
+  for (size_t k = 0; k < records.size(); ++k) {
+    DatasetRow row;
+    row.line = records[k].line;
+    row.index = static_cast<int64_t>(k);
+    if (auto bad = data::parse_record(records[k], &obj)) {
+      ds.issues.push_back(*bad);
+      continue;
+    }
+    if (ds.format == DatasetFormat::Auto) continue;  // nothing parsed as an object: unreachable
+    if (auto bad = data::convert_row(obj, ds.format, row)) {
+      ds.issues.push_back(*bad);
+      continue;
+    }
+    if (auto bad = check_length(row, opts)) {
+      ds.issues.push_back(*bad);
+      continue;
+    }
+    ds.rows.push_back(std::move(row));
+  }
+  return ds;
+}
+
+LoadedDataset load_dataset(const std::string& path, const DatasetLoadOptions& opts) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw Error(ErrorCode::INPUT_DATASET_NOT_FOUND,
+                fmt::format("[dataset] {} {}", path,
+                            std::filesystem::exists(path, ec) ? "is not a regular file" : "does not exist"));
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(ErrorCode::INPUT_DATASET_NOT_FOUND, fmt::format("[dataset] cannot open {}", path));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string content = ss.str();
+  return parse_dataset(content, path, opts);
+}
+
+int64_t check_dataset(const LoadedDataset& ds, bool strict) {
+  const int64_t bad = static_cast<int64_t>(ds.issues.size());
+  json details = {
+      {"path", ds.path}, {"total_rows", ds.total_rows}, {"bad_rows", bad}, {"issues", issues_json(ds.issues, 20)}};
+  if (ds.total_rows == 0)
+    throw Error(ErrorCode::INPUT_DATASET_INVALID, fmt::format("[dataset] {} is empty (no rows)", ds.path), details);
+  if (ds.rows.empty())
+    throw Error(
+        ErrorCode::INPUT_DATASET_INVALID,
+        fmt::format("[dataset] all {} rows of {} are bad: {}", ds.total_rows, ds.path, issue_summary(ds.issues, 3)),
+        details);
+  if (bad > 0 && strict)
+    throw Error(ErrorCode::INPUT_DATASET_INVALID,
+                fmt::format("[dataset] --strict: {} of {} rows of {} are bad: {}", bad, ds.total_rows, ds.path,
+                            issue_summary(ds.issues, 3)),
+                details);
+  if (bad > 0)
+    spdlog::warn("[dataset] skipping {} bad rows of {} in {} ({}); `backprop validate {}` lists them all", bad,
+                 ds.total_rows, ds.path, issue_summary(ds.issues, 1), ds.path);
+  return bad;
+}
+
+TokenizedDataset tokenize_dataset(const LoadedDataset& ds, const Tokenizer& tok, const ChatTemplate& tmpl,
+                                  const TokenizeOptions& opts) {
+  BP_CHECK(opts.max_seq_length > 0, "[dataset] max_seq_length must be positive, got {}", opts.max_seq_length);
+  TokenizedDataset out;
+  for (const auto& row : ds.rows) {
+    Sample s;
+    s.source_line = row.line;
+    if (row.is_text) {
+      s.ids = tok.encode(row.text, true);
+      if (!tok.eos_ids().empty()) s.ids.push_back(tok.eos_ids().front());
+      s.loss_mask.assign(s.ids.size(), 1);
+    } else {
+      try {
+        TokenizedConversation tc = tokenize_conversation(tmpl, tok, row.conv, opts.train_on_all);
+        s.ids = std::move(tc.ids);
+        s.loss_mask = std::move(tc.loss_mask);
+      } catch (const Error& e) {
+        out.issues.push_back({row.line, RowProblem::RejectedByTemplate, e.what()});
+        continue;
+      }
+    }
+    if (static_cast<int64_t>(s.ids.size()) > opts.max_seq_length) {
+      ++out.truncated;
+      out.tokens_dropped += static_cast<int64_t>(s.ids.size()) - opts.max_seq_length;
+      s.ids.resize(static_cast<size_t>(opts.max_seq_length));
+      s.loss_mask.resize(static_cast<size_t>(opts.max_seq_length));
+    }
+    // A target at position 0 has no context to predict it from, so at least one later one is needed.
+    if (std::count(s.loss_mask.begin() + (s.loss_mask.empty() ? 0 : 1), s.loss_mask.end(), 1) == 0) {
+      out.issues.push_back({row.line, RowProblem::TooLong,
+                            fmt::format("no trainable tokens left within max_seq_length {} ({} tokens)",
+                                        opts.max_seq_length, s.ids.size())});
+      continue;
+    }
+    s.id = static_cast<int64_t>(out.samples.size());
+    out.samples.push_back(std::move(s));
+  }
+  if (out.truncated > 0)
+    spdlog::warn(
+        "[dataset] {} of {} samples were longer than max_seq_length {} and were truncated (kept the start; {} "
+        "tokens dropped)",
+        out.truncated, ds.rows.size(), opts.max_seq_length, out.tokens_dropped);
+  if (!out.issues.empty())
+    spdlog::warn("[dataset] skipped {} samples after tokenization ({})", out.issues.size(),
+                 issue_summary(out.issues, 1));
+  return out;
+}
+
+}  // namespace bp

@@ -1,0 +1,65 @@
+// prepare_training_data: dataset file -> tokenized samples, splits and cursors (see header).
+#include "text/dataset_pipeline.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace bp {
+
+DataCursor TrainingData::make_cursor(CursorState state) const {
+  return DataCursor(static_cast<int64_t>(train.size()), seed, shuffle, state);
+}
+
+std::vector<const Sample*> TrainingData::next_train_samples(DataCursor& cursor, int64_t n) const {
+  BP_CHECK(cursor.num_samples() == static_cast<int64_t>(train.size()),
+           "[dataset] cursor over {} samples used with a training split of {}", cursor.num_samples(), train.size());
+  std::vector<const Sample*> out;
+  for (int64_t k : cursor.next(n))
+    out.push_back(&tokenized.samples[static_cast<size_t>(train[static_cast<size_t>(k)])]);
+  return out;
+}
+
+std::vector<const Sample*> TrainingData::eval_samples() const {
+  std::vector<const Sample*> out;
+  for (int64_t id : eval) out.push_back(&tokenized.samples[static_cast<size_t>(id)]);
+  return out;
+}
+
+TrainingData prepare_training_data(const DataSettings& s, const Tokenizer& tok) {
+  if (!(s.holdout >= 0.0 && s.holdout < 1.0))
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[dataset] --holdout must be in [0, 1), got {}", s.holdout));
+  DatasetLoadOptions lo;
+  lo.format = s.format;
+  const LoadedDataset ds = load_dataset(s.path, lo);
+  TrainingData data;
+  data.format = ds.format;
+  data.rows_total = ds.total_rows;
+  data.seed = s.seed;
+  data.shuffle = s.shuffle;
+  data.rows_skipped = check_dataset(ds, s.strict);
+  const ChatTemplate tmpl = ChatTemplate::from_tokenizer(tok);
+  data.template_warning = tmpl.warning();
+  data.tokenized =
+      tokenize_dataset(ds, tok, tmpl, {.max_seq_length = s.max_seq_length, .train_on_all = s.train_on_all});
+  const auto dropped = static_cast<int64_t>(data.tokenized.issues.size());
+  if (dropped > 0 && s.strict) {
+    const RowIssue& first = data.tokenized.issues.front();
+    throw Error(ErrorCode::INPUT_DATASET_INVALID,
+                fmt::format("[dataset] --strict: {} rows of {} cannot be trained on (first: line {}: {})", dropped,
+                            s.path, first.line, first.message));
+  }
+  data.rows_skipped += dropped;
+  const auto n = static_cast<int64_t>(data.tokenized.samples.size());
+  if (n == 0)
+    throw Error(ErrorCode::INPUT_DATASET_INVALID,
+                fmt::format("[dataset] no sample of {} is left for training ({} rows, {} skipped)", s.path,
+                            ds.total_rows, data.rows_skipped));
+  HoldoutSplit split = split_holdout(n, s.holdout, s.seed);
+  data.train = std::move(split.train);
+  data.eval = std::move(split.eval);
+  return data;
+}
+
+}  // namespace bp

@@ -1,0 +1,54 @@
+// The one call the trainer makes to turn a dataset file into training data (issue 5):
+//   load_dataset -> check_dataset (skip bad rows and say how many, or --strict fails)
+//   -> chat template of the model -> tokenize_dataset (loss masks, truncation)
+//   -> seeded held-out split -> a DataCursor over the training samples -> pack_by_token_budget.
+//
+//   TrainingData data = prepare_training_data(settings, tokenizer);
+//   DataCursor cursor = data.make_cursor(state_from_checkpoint_or_default);
+//   std::vector<const Sample*> next = data.next_train_samples(cursor, sequences_per_step);
+//   for (PackedBatch& mb : pack_by_token_budget(next, tokens_per_micro_batch)) ...
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "text/data_cursor.h"
+#include "text/dataset.h"
+#include "text/packing.h"
+
+namespace bp {
+
+struct DataSettings {
+  std::string path;
+  DatasetFormat format = DatasetFormat::Auto;
+  bool strict = false;  // any bad row (or a row the template rejects) -> INPUT_DATASET_INVALID
+  int64_t max_seq_length = 2048;
+  bool train_on_all = false;  // loss on every token, not only assistant turns
+  double holdout = 0.0;       // fraction of samples held out for evaluation, [0, 1)
+  uint64_t seed = 0;          // shuffling and the holdout split
+  bool shuffle = true;
+};
+
+struct TrainingData {
+  DatasetFormat format = DatasetFormat::Auto;
+  TokenizedDataset tokenized;        // all usable samples; Sample::id indexes tokenized.samples
+  std::vector<int64_t> train, eval;  // sample ids of the two splits (disjoint)
+  int64_t rows_total = 0;
+  int64_t rows_skipped = 0;      // bad rows + rows dropped at tokenization
+  std::string template_warning;  // non-empty when the model's template fell back to ChatML
+  uint64_t seed = 0;
+  bool shuffle = true;
+
+  // A cursor over the training split; state comes from a checkpoint when resuming.
+  DataCursor make_cursor(CursorState state = {}) const;
+  // The next n training samples in the cursor's deterministic order.
+  std::vector<const Sample*> next_train_samples(DataCursor& cursor, int64_t n) const;
+  std::vector<const Sample*> eval_samples() const;
+};
+
+// Errors: INPUT_DATASET_NOT_FOUND, INPUT_DATASET_PARSE_FAILED, INPUT_DATASET_INVALID (empty, all
+// bad, strict with a bad row, or no sample left for training), CONFIG_INVALID_SETTING (holdout).
+TrainingData prepare_training_data(const DataSettings& settings, const Tokenizer& tok);
+
+}  // namespace bp

@@ -1,0 +1,43 @@
+// Padding-free packing of samples into micro-batches (DESIGN.md "Batches are packed").
+//
+// A PackedBatch is one flat run of T tokens holding B samples back to back:
+//   tokens[t]      token ids of all samples, concatenated
+//   positions[t]   position within its own sample: 0, 1, ... restarting at every sample
+//   cu_seqlens     B + 1 offsets: sample b occupies [cu_seqlens[b], cu_seqlens[b+1]); cu_seqlens[0] = 0,
+//                  cu_seqlens[B] = T
+//   labels[t]      the target predicted FROM position t: labels[t] = tokens[t + 1] when t + 1 is in
+//                  the same sample and that token is a training target (loss_mask[t + 1] = 1);
+//                  otherwise -100 (ignored). So the last token of every sample has label -100 and
+//                  no label ever crosses a sample boundary. The model computes the loss of
+//                  predicting labels[t] from the hidden state at position t (no further shift).
+//   sample_ids     the Sample::id of each packed sample (for logs, resume checks and OOM replay)
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "text/dataset.h"
+
+namespace bp {
+
+inline constexpr int32_t kIgnoreLabel = -100;
+
+struct PackedBatch {
+  std::vector<int32_t> tokens, positions, labels, cu_seqlens;
+  std::vector<int64_t> sample_ids;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t num_samples() const { return static_cast<int64_t>(sample_ids.size()); }
+  int64_t num_loss_tokens() const;  // labels != -100
+};
+
+// Packs the given samples, in order, into one batch.
+PackedBatch pack_samples(const std::vector<const Sample*>& samples);
+
+// Greedy, order-preserving split into micro-batches of at most token_budget tokens each; a sample
+// longer than the budget goes alone into its own batch (samples are already truncated to
+// max_seq_length, so this only happens when the budget is below it). Throws
+// CONFIG_INVALID_SETTING when token_budget < 1.
+std::vector<PackedBatch> pack_by_token_budget(const std::vector<const Sample*>& samples, int64_t token_budget);
+
+}  // namespace bp

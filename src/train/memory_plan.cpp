@@ -1,0 +1,384 @@
+// Memory plan: replays the allocations of Model::forward_backward (see memory_plan.h).
+//
+// The replay mirrors, in order, every Tensor the transformer allocates and frees
+// (model/transformer.cpp forward_layer, model/transformer_backward.cpp backward_layer and
+// forward_backward) and the allocations inside the ops it calls:
+//   rms_norm_forward   rstd [N] (when kept) then y [N, D]
+//   linear_forward     y [T, out]; LoRA: xd [T, in] (dropout > 0), xa [T, r]; both freed at the
+//                      end unless saved for backward
+//   linear_backward    LoRA: dxa [T, r], plus dxd [T, in] with dropout (both transient)
+//   attention_forward  out [T, Hq·d], lse [Hq, T] (when kept), per-thread scratch (transient)
+//   attention_backward delta [Hq, T] and per-thread scratch (transient)
+//   linear_cross_entropy: one logits chunk [min(chunk, T), V] (transient)
+// When one of those changes, change the replay with it; the test against the allocator's
+// measured peak (tests/train/memory_plan_test.cpp) says when they disagree.
+#include "train/memory_plan.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <vector>
+
+#include "backend/cpu/attention.h"
+
+namespace bp {
+
+namespace {
+
+enum Group { kSaved, kRecompute, kChunk, kWork, kNumGroups };
+
+// A timeline of live bytes per group; remembers the split at the highest total.
+class Replay {
+ public:
+  using Id = int;
+  Id alloc(Group g, int64_t floats) {
+    const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+    sizes_.push_back({g, bytes});
+    live_[g] += bytes;
+    total_ += bytes;
+    if (total_ > peak_) {
+      peak_ = total_;
+      at_peak_ = live_;
+      peak_phase_ = phase_;
+    }
+    return static_cast<Id>(sizes_.size() - 1);
+  }
+  void free(Id& id) {
+    if (id < 0) return;
+    auto& s = sizes_[static_cast<size_t>(id)];
+    live_[s.first] -= s.second;
+    total_ -= s.second;
+    s.second = 0;
+    id = -1;
+  }
+  // An allocation that lives only inside one op call.
+  void transient(Group g, int64_t floats) {
+    Id id = alloc(g, floats);
+    free(id);
+  }
+  void set_phase(std::string p) { phase_ = std::move(p); }
+  const std::array<size_t, kNumGroups>& at_peak() const { return at_peak_; }
+  const std::string& peak_phase() const { return peak_phase_; }
+
+ private:
+  std::vector<std::pair<Group, size_t>> sizes_;
+  std::array<size_t, kNumGroups> live_{}, at_peak_{};
+  size_t total_ = 0, peak_ = 0;
+  std::string phase_, peak_phase_;
+};
+
+using Id = Replay::Id;
+
+struct Dims {
+  int64_t T, D, F, V, qd, kvd, Hq, Hkv, d, L, r, chunk, scratch_floats;
+  bool qk_norm;
+  bool ckpt;
+  float dropout;
+  std::array<bool, kNumLinearRoles> lora{};
+  int64_t in(LinearRole role) const {
+    switch (role) {
+      case LinearRole::O: return qd;
+      case LinearRole::Down: return F;
+      default: return D;
+    }
+  }
+  int64_t out(LinearRole role) const {
+    switch (role) {
+      case LinearRole::Q: return qd;
+      case LinearRole::K:
+      case LinearRole::V: return kvd;
+      case LinearRole::Gate:
+      case LinearRole::Up: return F;
+      default: return D;
+    }
+  }
+  bool has_lora(LinearRole role) const { return lora[static_cast<size_t>(role)]; }
+};
+
+// What one layer's forward keeps (ids into the replay), as Model::LayerActs.
+struct Acts {
+  Id x = -1;  // the layer input (owned by the caller's bookkeeping, freed with the acts)
+  Id rstd1 = -1, xn = -1, q_pre = -1, k_pre = -1, rstd_q = -1, rstd_k = -1, q = -1, k = -1, v = -1;
+  Id attn = -1, lse = -1, h = -1, rstd2 = -1, hn = -1, gate = -1, up = -1, m = -1;
+  std::array<Id, kNumLinearRoles> xd{-1, -1, -1, -1, -1, -1, -1}, xa{-1, -1, -1, -1, -1, -1, -1};
+};
+
+// linear_forward: y, then (LoRA) xd and xa, kept in `keep` or freed at the end of the op.
+Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* keep, Group keep_group) {
+  Id y = R.alloc(y_group, m.T * m.out(role));
+  if (m.has_lora(role)) {
+    const auto ri = static_cast<size_t>(role);
+    Id xd = m.dropout > 0 ? R.alloc(keep ? keep_group : kWork, m.T * m.in(role)) : -1;
+    Id xa = R.alloc(keep ? keep_group : kWork, m.T * m.r);
+    if (keep) {
+      keep->xd[ri] = xd;
+      keep->xa[ri] = xa;
+    } else {
+      R.free(xd);
+      R.free(xa);
+    }
+  }
+  return y;
+}
+
+// linear_backward's own temporaries (dx is allocated by the caller), then the transformer drops
+// that projection's saved LoRA activations.
+void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a) {
+  const auto ri = static_cast<size_t>(role);
+  if (m.has_lora(role)) {
+    Id dxa = R.alloc(kWork, m.T * m.r);
+    if (m.dropout > 0) R.transient(kWork, m.T * m.in(role));
+    R.free(dxa);
+  }
+  R.free(a.xd[ri]);
+  R.free(a.xa[ri]);
+}
+
+// Model::forward_layer. keep = null: the checkpointed/inference path that frees as it goes.
+// Returns the output, allocated in out_group.
+Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group) {
+  const bool k = keep != nullptr;
+  Acts local;
+  Acts& a = k ? *keep : local;
+  if (k) a.rstd1 = R.alloc(g, m.T);
+  a.xn = R.alloc(g, m.T * m.D);
+  a.q = linear_fwd(R, m, LinearRole::Q, g, keep, g);
+  a.k = linear_fwd(R, m, LinearRole::K, g, keep, g);
+  a.v = linear_fwd(R, m, LinearRole::V, g, keep, g);
+  if (m.qk_norm) {
+    a.q_pre = a.q;
+    if (k) a.rstd_q = R.alloc(g, m.T * m.Hq);
+    a.q = R.alloc(g, m.T * m.qd);
+    if (!k) R.free(a.q_pre);
+    a.k_pre = a.k;
+    if (k) a.rstd_k = R.alloc(g, m.T * m.Hkv);
+    a.k = R.alloc(g, m.T * m.kvd);
+    if (!k) R.free(a.k_pre);
+  }
+  a.attn = R.alloc(g, m.T * m.qd);
+  if (k) a.lse = R.alloc(g, m.Hq * m.T);
+  R.transient(kWork, m.scratch_floats);
+  if (!k) R.free(a.q), R.free(a.k), R.free(a.v);
+  a.h = linear_fwd(R, m, LinearRole::O, g, keep, g);
+  if (!k) R.free(a.attn), R.free(a.xn);
+  if (k) a.rstd2 = R.alloc(g, m.T);
+  a.hn = R.alloc(g, m.T * m.D);
+  a.gate = linear_fwd(R, m, LinearRole::Gate, g, keep, g);
+  a.up = linear_fwd(R, m, LinearRole::Up, g, keep, g);
+  if (!k) R.free(a.hn);
+  a.m = R.alloc(g, m.T * m.F);
+  if (!k) R.free(a.gate), R.free(a.up);
+  Id out = linear_fwd(R, m, LinearRole::Down, out_group, keep, g);
+  if (!k) R.free(a.m), R.free(a.h);
+  return out;
+}
+
+// Model::backward_layer: dout live; returns dx. Frees the activations as the code does; what
+// the code leaves in LayerActs until the caller drops it (x, rstd1, rstd2, rstd_q, rstd_k) stays.
+Id backward_layer(Replay& R, const Dims& m, Acts& a) {
+  Id dm = R.alloc(kWork, m.T * m.F);
+  linear_bwd(R, m, LinearRole::Down, a);
+  R.free(a.m);
+  Id dgate = R.alloc(kWork, m.T * m.F), dup = R.alloc(kWork, m.T * m.F);
+  R.free(dm);
+  R.free(a.gate), R.free(a.up);
+  Id dhn = R.alloc(kWork, m.T * m.D);
+  linear_bwd(R, m, LinearRole::Gate, a);
+  R.free(dgate);
+  Id tmp = R.alloc(kWork, m.T * m.D);
+  linear_bwd(R, m, LinearRole::Up, a);
+  R.free(dup);
+  R.free(a.hn);
+  Id dh = R.alloc(kWork, m.T * m.D);
+  R.free(dhn);
+  R.free(a.h);
+  Id dattn = R.alloc(kWork, m.T * m.qd);
+  linear_bwd(R, m, LinearRole::O, a);
+  Id dq = R.alloc(kWork, m.T * m.qd), dk = R.alloc(kWork, m.T * m.kvd), dv = R.alloc(kWork, m.T * m.kvd);
+  {
+    Id delta = R.alloc(kWork, m.Hq * m.T);
+    R.transient(kWork, m.scratch_floats);
+    R.free(delta);
+  }
+  R.free(dattn);
+  R.free(a.q), R.free(a.k), R.free(a.v), R.free(a.attn), R.free(a.lse);
+  if (m.qk_norm) {
+    Id dq_pre = R.alloc(kWork, m.T * m.qd);
+    R.free(dq);
+    dq = dq_pre;
+    Id dk_pre = R.alloc(kWork, m.T * m.kvd);
+    R.free(dk);
+    dk = dk_pre;
+    R.free(a.q_pre), R.free(a.k_pre);
+  }
+  Id dxn = R.alloc(kWork, m.T * m.D);
+  linear_bwd(R, m, LinearRole::Q, a);
+  R.free(dq);
+  linear_bwd(R, m, LinearRole::K, a);
+  R.free(dk);
+  linear_bwd(R, m, LinearRole::V, a);
+  R.free(dv);
+  R.free(tmp);
+  R.free(a.xn);
+  Id dx = R.alloc(kWork, m.T * m.D);
+  R.free(dxn);
+  R.free(dh);
+  return dx;
+}
+
+void drop_acts(Replay& R, Acts& a) {
+  R.free(a.x), R.free(a.rstd1), R.free(a.rstd2), R.free(a.rstd_q), R.free(a.rstd_k);
+}
+
+// Model::forward_backward.
+std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::string* peak_phase) {
+  Replay R;
+  R.set_phase("forward");
+  Id x = R.alloc(kSaved, m.T * m.D);  // embedding output = input of layer 0
+  std::vector<Id> inputs;
+  std::vector<Acts> acts(static_cast<size_t>(m.L));
+  for (int64_t l = 0; l < m.L; ++l) {
+    R.set_phase(fmt::format("forward layer {}", l));
+    if (m.ckpt) {
+      inputs.push_back(x);
+      x = forward_layer(R, m, nullptr, kWork, kSaved);
+    } else {
+      acts[static_cast<size_t>(l)].x = x;
+      x = forward_layer(R, m, &acts[static_cast<size_t>(l)], kSaved, kSaved);
+    }
+  }
+  R.set_phase("final norm and loss");
+  Id rstd = R.alloc(kWork, m.T);
+  Id xf = R.alloc(kWork, m.T * m.D);
+  Id dxf = R.alloc(kWork, m.T * m.D);
+  R.transient(kChunk, std::min(m.chunk, m.T) * m.V);
+  R.free(xf);
+  Id dx = R.alloc(kWork, m.T * m.D);
+  R.free(dxf), R.free(rstd), R.free(x);
+  for (int64_t l = m.L - 1; l >= 0; --l) {
+    R.set_phase(fmt::format("backward layer {}", l));
+    if (m.ckpt) {
+      Acts a;
+      a.x = inputs[static_cast<size_t>(l)];
+      Id out = forward_layer(R, m, &a, kRecompute, kWork);
+      R.free(out);
+      Id ndx = backward_layer(R, m, a);
+      R.free(dx);
+      dx = ndx;
+      drop_acts(R, a);
+    } else {
+      Id ndx = backward_layer(R, m, acts[static_cast<size_t>(l)]);
+      R.free(dx);
+      dx = ndx;
+      drop_acts(R, acts[static_cast<size_t>(l)]);
+    }
+  }
+  R.free(dx);
+  *peak_phase = R.peak_phase();
+  return R.at_peak();
+}
+
+int64_t base_parameters(const ModelConfig& c) {
+  const int64_t D = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
+  int64_t layer = 2 * D + qd * D + 2 * kvd * D + D * qd + 3 * F * D;
+  if (c.attention_bias) layer += qd + 2 * kvd;
+  if (c.qk_norm) layer += 2 * c.head_dim;
+  int64_t n = c.vocab_size * D + c.num_layers * layer + D;
+  if (!c.tie_word_embeddings) n += c.vocab_size * D;
+  return n;
+}
+
+Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
+  Dims m{};
+  m.T = s.micro_batch_tokens;
+  m.D = c.hidden_size;
+  m.F = c.intermediate_size;
+  m.V = c.vocab_size;
+  m.qd = c.q_dim();
+  m.kvd = c.kv_dim();
+  m.Hq = c.num_heads;
+  m.Hkv = c.num_kv_heads;
+  m.d = c.head_dim;
+  m.L = c.num_layers;
+  m.chunk = s.ce_chunk_tokens;
+  m.qk_norm = c.qk_norm;
+  m.ckpt = s.gradient_checkpointing;
+  const bool lora = s.mode == TrainMode::Lora;
+  m.r = lora ? s.lora.r : 0;
+  m.dropout = lora ? s.lora.dropout : 0.0f;
+  for (int t = 0; t < kNumLinearRoles; ++t)
+    m.lora[static_cast<size_t>(t)] = lora && s.lora.targets(static_cast<LoraTarget>(t));
+  const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
+  // Per-thread attention scratch: two [d × tile] tiles (backend/cpu/attention.cpp).
+  m.scratch_floats = int64_t{threads} * 2 * m.d * cpu::kAttentionTile;
+  return m;
+}
+
+}  // namespace
+
+nlohmann::json MemoryPlan::to_json() const {
+  return {{"weights", weights},
+          {"trainable", trainable},
+          {"gradients", gradients},
+          {"optimizer_state", optimizer_state},
+          {"saved_activations", saved_activations},
+          {"recompute_buffers", recompute_buffers},
+          {"cross_entropy_chunk", cross_entropy_chunk},
+          {"workspace", workspace},
+          {"activations", activations()},
+          {"total", total()},
+          {"trainable_parameters", trainable_parameters},
+          {"peak_phase", peak_phase}};
+}
+
+MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
+  if (s.micro_batch_tokens < 1)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[memory_plan] micro-batch tokens must be >= 1, got {}", s.micro_batch_tokens));
+  if (s.ce_chunk_tokens < 1)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[memory_plan] cross-entropy chunk must be >= 1 token, got {}", s.ce_chunk_tokens));
+  if (s.mode == TrainMode::Lora) s.lora.validate();
+  MemoryPlan p;
+  const int64_t base = base_parameters(cfg);
+  int64_t trainable = 0;
+  if (s.mode == TrainMode::Full) {
+    trainable = base;
+  } else if (s.mode == TrainMode::Lora) {
+    for (auto t : kAllLoraTargets)
+      if (s.lora.targets(t)) trainable += s.lora.r * (lora_target_in(cfg, t) + lora_target_out(cfg, t));
+    trainable *= cfg.num_layers;
+  }
+  const size_t f = sizeof(float);
+  p.trainable_parameters = trainable;
+  p.weights = static_cast<size_t>(s.mode == TrainMode::Full ? 0 : base) * f;
+  p.trainable = static_cast<size_t>(trainable) * f;
+  p.gradients = p.trainable;
+  p.optimizer_state = s.optimizer ? 2 * p.trainable : 0;
+  const auto groups = replay_forward_backward(dims_of(cfg, s), &p.peak_phase);
+  p.saved_activations = groups[kSaved];
+  p.recompute_buffers = groups[kRecompute];
+  p.cross_entropy_chunk = groups[kChunk];
+  p.workspace = groups[kWork];
+  return p;
+}
+
+int64_t max_micro_batch_tokens(const ModelConfig& cfg, const MemorySettings& settings, size_t limit_bytes,
+                               int64_t max_tokens) {
+  MemorySettings s = settings;
+  auto fits = [&](int64_t T) {
+    s.micro_batch_tokens = T;
+    return plan_memory(cfg, s).total() <= limit_bytes;
+  };
+  if (max_tokens < 1 || !fits(1)) return 0;
+  int64_t lo = 1, hi = max_tokens;  // fits(lo) holds
+  if (fits(hi)) return hi;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+}  // namespace bp

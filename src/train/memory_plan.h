@@ -1,0 +1,68 @@
+// The memory plan (DESIGN.md "Memory plan"): bytes of every group for one training step, made
+// before the first step, and the largest micro-batch that fits a limit.
+//
+// Groups:
+//   weights             frozen base weights (LoRA mode; 0 in full mode where all are trainable)
+//   trainable           trainable parameters (LoRA A/B, or every weight in full mode)
+//   gradients           one f32 gradient per trainable parameter
+//   optimizer_state     AdamW m and v: 2 × trainable, f32
+//   saved_activations   what forward keeps for backward: the layer inputs with gradient
+//                       checkpointing, every layer's activations without it
+//   recompute_buffers   with checkpointing: the recomputed activations of the one layer in backward
+//   cross_entropy_chunk the fused LM-head/loss op's logits chunk [min(chunk, T), V]
+//   workspace           everything transient: activation gradients, temporaries, op scratch
+// The activation groups are not simply summed maxima: the plan replays the allocation order of
+// Model::forward_backward (model/transformer*.cpp) and of the ops it calls, tensor by tensor,
+// and reports each group's bytes at the moment the total peaks. That is the number the CPU
+// allocator measures (tests/train/memory_plan_test.cpp holds them within 10%).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/config.h"
+#include "model/lora.h"
+#include "model/transformer.h"
+#include "ops/cross_entropy.h"
+
+namespace bp {
+
+struct MemorySettings {
+  TrainMode mode = TrainMode::Lora;
+  LoraConfig lora;  // r, dropout, target_modules (LoRA mode)
+  bool gradient_checkpointing = true;
+  int64_t micro_batch_tokens = 512;  // packed tokens per micro-batch
+  int64_t ce_chunk_tokens = kDefaultCrossEntropyChunk;
+  bool optimizer = true;  // count AdamW state (the trainer allocates it before the first step)
+  int threads = 0;        // OpenMP threads for per-thread op scratch; 0 = omp_get_max_threads()
+};
+
+struct MemoryPlan {
+  size_t weights = 0;
+  size_t trainable = 0;
+  size_t gradients = 0;
+  size_t optimizer_state = 0;
+  size_t saved_activations = 0;
+  size_t recompute_buffers = 0;
+  size_t cross_entropy_chunk = 0;
+  size_t workspace = 0;
+  std::string peak_phase;  // where the activation peak happens ("backward layer 3", ...)
+  int64_t trainable_parameters = 0;
+
+  size_t persistent() const { return weights + trainable + gradients + optimizer_state; }
+  size_t activations() const { return saved_activations + recompute_buffers + cross_entropy_chunk + workspace; }
+  size_t total() const { return persistent() + activations(); }
+  nlohmann::json to_json() const;
+};
+
+// Validates the settings (INPUT_VALIDATION_FAILED / CONFIG_INVALID_SETTING with the value).
+MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& settings);
+
+// The largest micro_batch_tokens (<= max_tokens) whose plan total fits limit_bytes; 0 when not
+// even one token fits.
+int64_t max_micro_batch_tokens(const ModelConfig& cfg, const MemorySettings& settings, size_t limit_bytes,
+                               int64_t max_tokens);
+
+}  // namespace bp

@@ -1,0 +1,235 @@
+// The built `backprop` binary: info (text and --json), --env-vars, --error-codes, the error
+// format and envelope, exit codes, redaction in printed errors and log sinks, docs/errors.md.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/settings.h"
+#include "support/test_util.h"
+
+namespace bp {
+namespace {
+
+struct Result {
+  int rc;
+  std::string out;
+};
+
+// Runs backprop with `args`; stdout_only drops stderr (for JSON parsing).
+Result backprop(const std::string& args, const std::string& env = "", bool stdout_only = false) {
+  std::string cmd =
+      "{ env " + env + " " + test::backprop_exe() + " " + args + (stdout_only ? " 2>/dev/null; }" : "; }");
+  Result r;
+  r.rc = test::run_command(cmd, &r.out);
+  return r;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(CliInfo, TextReportsBuildMachineGpuAndFeatures) {
+  Result r = backprop("info");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const char* s :
+       {"backprop 0.1.0", "BLAS:", "CUDA:", "CPU:", "cores:", "RAM:", "Features:", "cuda_backend", "gpu_training"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  // either GPUs are listed or the plain no-GPU line is there
+  bool gpu_line = r.out.find("GPU 0:") != std::string::npos;
+  bool no_gpu = r.out.find("no GPU found: training runs on the CPU") != std::string::npos;
+  EXPECT_TRUE(gpu_line != no_gpu) << r.out;
+}
+
+TEST(CliInfo, JsonIsMachineReadable) {
+  for (std::string args : {"info --json", "--json info"}) {
+    Result r = backprop(args, "", true);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["version"], "0.1.0");
+    EXPECT_TRUE(j["build"]["blas_threads"].get<int>() >= 1);
+    EXPECT_TRUE(j["build"].contains("cuda_compiled"));
+    EXPECT_TRUE(j["cpu"]["logical_cores"].get<int>() >= 1);
+    EXPECT_TRUE(j["memory"]["bytes_total"].get<uint64_t>() > 0);
+    EXPECT_TRUE(j["gpus"].is_array());
+    EXPECT_TRUE(j["cuda"].contains("driver_version"));
+    EXPECT_GE(j["features"].size(), 4u);
+  }
+}
+
+TEST(CliInfo, EnvVarsListsEverySettingWithDefaultAndCurrentValue) {
+  Result r = backprop("info --env-vars --json --log-level warn", "BACKPROPAGATE_TRAINING__LR=0.125", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), settings_registry().size());
+  for (const auto& row : j) {
+    const SettingSpec* spec = find_setting(row["key"].get<std::string>());
+    ASSERT_NE(spec, nullptr);
+    EXPECT_EQ(row["variable"], setting_env_var(*spec));
+    EXPECT_EQ(row["default"], spec->default_value);
+    if (row["key"] == "training.lr") {
+      EXPECT_EQ(row["current"], "0.125");
+      EXPECT_EQ(row["source"], "env");
+    } else if (row["key"] == "logging.level") {
+      EXPECT_EQ(row["current"], "warn");
+      EXPECT_EQ(row["source"], "flag");
+    } else {
+      EXPECT_EQ(row["source"], "default");
+    }
+  }
+  Result text = backprop("info --env-vars");
+  ASSERT_EQ(text.rc, 0);
+  for (const auto& spec : settings_registry())
+    EXPECT_NE(text.out.find(setting_env_var(spec)), std::string::npos) << spec.key;
+}
+
+TEST(CliInfo, ErrorCodesPrintTheCatalog) {
+  Result r = backprop("info --error-codes --json", "", true);
+  ASSERT_EQ(r.rc, 0);
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), error_catalog().size());
+  EXPECT_EQ(j[0]["code"], error_catalog()[0].name);
+  Result text = backprop("info --error-codes");
+  for (const auto& e : error_catalog()) EXPECT_NE(text.out.find(e.name), std::string::npos) << e.name;
+}
+
+TEST(CliDocs, ErrorsMarkdownIsUpToDate) {
+  Result r = backprop("info --error-codes --markdown", "", true);
+  ASSERT_EQ(r.rc, 0);
+  std::string on_disk = slurp(test::source_dir() + "/docs/errors.md");
+  EXPECT_TRUE(on_disk == r.out) << "docs/errors.md is stale: regenerate it with\n"
+                                << "  ./build/backprop info --error-codes --markdown > docs/errors.md";
+}
+
+TEST(CliDocs, SettingsMarkdownIsUpToDate) {
+  Result r = backprop("info --env-vars --markdown", "", true);
+  ASSERT_EQ(r.rc, 0);
+  for (const auto& spec : settings_registry())
+    EXPECT_NE(r.out.find(setting_env_var(spec)), std::string::npos) << spec.key;
+  std::string on_disk = slurp(test::source_dir() + "/docs/settings.md");
+  EXPECT_TRUE(on_disk == r.out) << "docs/settings.md is stale: regenerate it with\n"
+                                << "  ./build/backprop info --env-vars --markdown > docs/settings.md";
+}
+
+TEST(CliErrors, TextFormatAndExitCodeForUserErrors) {
+  Result r = backprop("info", "BACKPROPAGATE_TRAINING__LR=fast");
+  EXPECT_EQ(r.rc, 1);
+  size_t err = r.out.find("[ERROR] [CONFIG_INVALID_SETTING] ");
+  size_t sug = r.out.find("\nSuggestion: ");
+  ASSERT_NE(err, std::string::npos) << r.out;
+  EXPECT_NE(sug, std::string::npos) << r.out;
+  EXPECT_LT(err, sug);
+  EXPECT_EQ(r.out.find("Run id:"), std::string::npos);  // no run exists for `info`
+  for (const char* s : {"training.lr", "'fast'", "0 to 10"}) EXPECT_NE(r.out.find(s), std::string::npos) << s;
+
+  Result unknown = backprop("info", "BACKPROPAGATE_TRAINING__LEARNING_RATE=1");
+  EXPECT_EQ(unknown.rc, 1);
+  EXPECT_NE(unknown.out.find("BACKPROPAGATE_TRAINING__LEARNING_RATE"), std::string::npos) << unknown.out;
+
+  Result flag = backprop("info --no-such-flag");
+  EXPECT_EQ(flag.rc, 1);
+  EXPECT_NE(flag.out.find("[ERROR] [CONFIG_INVALID]"), std::string::npos) << flag.out;
+
+  EXPECT_EQ(backprop("--help").rc, 0);
+  EXPECT_EQ(backprop("info --markdown").rc, 1);
+}
+
+TEST(CliErrors, JsonEnvelope) {
+  Result r = backprop("--json info --log-level loud", "", true);
+  EXPECT_EQ(r.rc, 1);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["code"], "CONFIG_INVALID_SETTING");
+  EXPECT_EQ(j["retryable"], "no");
+  EXPECT_TRUE(j["run_id"].is_null());
+  EXPECT_EQ(j["details"]["key"], "logging.level");
+  EXPECT_EQ(j["details"]["value"], "loud");
+  EXPECT_FALSE(j["suggestion"].get<std::string>().empty());
+  EXPECT_NE(j["message"].get<std::string>().find("loud"), std::string::npos);
+}
+
+TEST(CliErrors, SecretsAreRedactedInPrintedErrors) {
+  std::string token = "hf_AbCdEfGhIjKlMnOpQr";
+  for (std::string json : {"", "--json "}) {
+    Result r = backprop(json + "--config /nonexistent/" + token + ".toml info");
+    EXPECT_EQ(r.rc, 1);
+    EXPECT_NE(r.out.find("CONFIG_INVALID"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find(token), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("hf_***"), std::string::npos) << r.out;
+  }
+}
+
+TEST(CliLogs, ConsoleAndFileSinksRedactAndCarryTheRunId) {
+  test::TempDir dir;
+  std::string secret_dir = dir.path + "/password=Hunter22xyz";
+  std::filesystem::create_directories(secret_dir);
+  std::string config = secret_dir + "/c.toml";
+  std::ofstream(config) << "[ui]\nauth = \"dave:Another-Secret-5\"\n";
+  std::string log_file = dir.path + "/log.jsonl";
+  Result r = backprop("--config '" + config + "' --log-level debug --log-file " + log_file + " info --env-vars");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::string file = slurp(log_file);
+  for (const std::string& text : {r.out, file}) {
+    EXPECT_EQ(text.find("Hunter22xyz"), std::string::npos) << text;
+    EXPECT_EQ(text.find("Another-Secret-5"), std::string::npos) << text;
+    EXPECT_NE(text.find("password=***"), std::string::npos) << text;
+  }
+  std::istringstream lines(file);
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    auto rec = nlohmann::json::parse(line);
+    EXPECT_EQ(rec["run_id"].get<std::string>().size(), 36u);
+    ++n;
+  }
+  EXPECT_GE(n, 1);
+  // --log-format json: the console lines are JSON records too
+  Result j = backprop("--log-level debug --log-format json info --error-codes --json", "", false);
+  ASSERT_EQ(j.rc, 0);
+  EXPECT_NE(j.out.find("\"run_id\":"), std::string::npos) << j.out.substr(0, 400);
+}
+
+TEST(Repo, CodeIsClangFormatted) {
+  std::string files;
+  for (const char* top : {"src", "tests", "bench"}) {
+    std::filesystem::path root = std::filesystem::path(test::source_dir()) / top;
+    if (!std::filesystem::exists(root)) continue;
+    for (auto it = std::filesystem::recursive_directory_iterator(root); it != decltype(it)(); ++it) {
+      if (it->is_directory() && it->path().filename() == "node_modules") {
+        it.disable_recursion_pending();
+        continue;
+      }
+      std::string ext = it->path().extension().string();
+      if (it->is_regular_file() && (ext == ".cpp" || ext == ".h" || ext == ".cu" || ext == ".cuh"))
+        files += " '" + it->path().string() + "'";
+    }
+  }
+  ASSERT_FALSE(files.empty());
+  std::string out;
+  int rc = test::run_command("clang-format-14 --version", &out);
+  ASSERT_EQ(rc, 0) << "clang-format-14 is missing (scripts/setup.sh installs it): " << out;
+  rc = test::run_command("clang-format-14 --style=file --dry-run -Werror" + files, &out);
+  EXPECT_EQ(rc, 0) << "unformatted code; fix with clang-format-14 -i on the files named:\n" << out.substr(0, 4000);
+}
+
+TEST(Repo, CiRunsTheReadmeTestCommandVerbatim) {
+  std::string readme = slurp(test::source_dir() + "/README.md");
+  std::string ci = slurp(test::source_dir() + "/.ci/run");
+  const std::string marker = "<!-- test-command -->";
+  size_t m = readme.find(marker);
+  ASSERT_NE(m, std::string::npos) << "README.md lost its " << marker << " marker";
+  size_t start = readme.find("```sh\n", m);
+  ASSERT_NE(start, std::string::npos);
+  start += 6;
+  std::string command = readme.substr(start, readme.find('\n', start) - start);
+  EXPECT_FALSE(command.empty());
+  EXPECT_NE(ci.find("\n" + command + "\n"), std::string::npos) << ".ci/run must run `" << command << "` verbatim";
+}
+
+}  // namespace
+}  // namespace bp

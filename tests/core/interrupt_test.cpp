@@ -1,0 +1,29 @@
+#include "core/interrupt.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include "core/error.h"
+
+namespace bp {
+namespace {
+
+TEST(Interrupt, FirstSignalSetsTheFlagSecondExitsWith130) {
+  EXPECT_EXIT(
+      {
+        install_interrupt_handler();
+        if (interrupt_requested()) _exit(1);
+        raise(SIGINT);
+        if (!interrupt_requested() || interrupt_signal() != SIGINT) _exit(2);
+        raise(SIGTERM);  // second signal
+        _exit(3);
+      },
+      ::testing::ExitedWithCode(130), "Interrupt received");
+}
+
+TEST(Interrupt, AbortedTrainingMapsToExitCode130) {
+  EXPECT_EQ(exit_code_for(ErrorCode::RUNTIME_TRAINING_ABORTED), 130);
+}
+
+}  // namespace
+}  // namespace bp

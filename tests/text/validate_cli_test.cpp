@@ -1,0 +1,101 @@
+// `backprop validate`: text and --json reports, exit codes, missing / empty / all-bad files.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "support/test_util.h"
+
+namespace bp::test {
+namespace {
+
+std::string validate(const std::string& args, int* rc) {
+  std::string out;
+  *rc = run_command(backprop_exe() + " validate " + args, &out);
+  return out;
+}
+
+// The JSON document in the output (spdlog lines may precede it).
+nlohmann::json json_of(const std::string& out) {
+  const size_t start = out.find('{');
+  EXPECT_NE(start, std::string::npos) << out;
+  return nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start));
+}
+
+TEST(ValidateCli, ReportsEveryBadRowWithLineAndReason) {
+  TempDir dir;
+  const std::string path = dir.path + "/d.jsonl";
+  std::ofstream(path) << R"({"conversations": [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}]})"
+                         "\n"
+                      << "not json\n"
+                      << R"({"conversations": [{"from": "human", "value": "Q"}, {"from": "bot", "value": "A"}]})"
+                         "\n"
+                      << R"({"conversations": [{"from": "gpt", "value": "A"}]})"
+                         "\n"
+                      << R"({"conversations": [{"from": "human", "value": ""}, {"from": "gpt", "value": "A"}]})"
+                         "\n";
+  int rc = 0;
+  std::string out = validate("'" + path + "'", &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("format sharegpt, 5 rows, 1 good, 4 bad"), std::string::npos) << out;
+  EXPECT_NE(out.find("line 2: not_json"), std::string::npos) << out;
+  EXPECT_NE(out.find("line 3: unknown_role"), std::string::npos) << out;
+  EXPECT_NE(out.find("line 4: wrong_role_order"), std::string::npos) << out;
+  EXPECT_NE(out.find("line 5: empty_turn"), std::string::npos) << out;
+  EXPECT_NE(out.find("estimated at 4 bytes per token"), std::string::npos) << out;
+
+  out = validate("'" + path + "' --json --max-errors 2", &rc);
+  EXPECT_EQ(rc, 1);
+  const nlohmann::json j = json_of(out);
+  EXPECT_EQ(j["format"], "sharegpt");
+  EXPECT_EQ(j["total_rows"], 5);
+  EXPECT_EQ(j["bad_rows"], 4);
+  ASSERT_EQ(j["issues"].size(), 2u);
+  EXPECT_EQ(j["issues"][0]["line"], 2);
+  EXPECT_EQ(j["issues"][0]["reason"], "not_json");
+  EXPECT_EQ(j["issues"][1]["line"], 3);
+  EXPECT_EQ(j["issues_truncated"], true);
+  EXPECT_EQ(j["valid"], false);
+  EXPECT_EQ(j["length_check"], "estimate");
+
+  // Forcing another format makes every row miss its field.
+  out = validate("'" + path + "' --json --format alpaca", &rc);
+  EXPECT_EQ(json_of(out)["issues"][0]["reason"], "missing_field");
+}
+
+TEST(ValidateCli, CleanFileExactLengthsWithModel) {
+  TempDir dir;
+  const std::string path = dir.path + "/ok.jsonl";
+  std::ofstream(path) << "{\"text\": \"Once upon a time\"}\n{\"text\": \"" << std::string(300, 'a') << "\"}\n";
+  int rc = 0;
+  std::string out = validate("'" + path + "' --model '" + shared_dir() + "/models/stories260K' --max-length 100", &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("line 2: too_long"), std::string::npos) << out;
+  EXPECT_NE(out.find("exact token counts"), std::string::npos) << out;
+  out = validate("'" + path + "' --max-length 0", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("OK: every row is valid"), std::string::npos) << out;
+}
+
+TEST(ValidateCli, MissingEmptyAndAllBadFiles) {
+  TempDir dir;
+  int rc = 0;
+  std::string out = validate("'" + dir.path + "/missing.jsonl' --json", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(json_of(out)["code"], "INPUT_DATASET_NOT_FOUND");
+  out = validate("'" + dir.path + "/missing.jsonl'", &rc);
+  EXPECT_NE(out.find("[INPUT_DATASET_NOT_FOUND]"), std::string::npos) << out;
+
+  std::ofstream(dir.path + "/empty.jsonl") << "\n";
+  out = validate("'" + dir.path + "/empty.jsonl' --json", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(json_of(out)["error_code"], "INPUT_DATASET_INVALID");
+
+  std::ofstream(dir.path + "/bad.jsonl") << "x\ny\n";
+  out = validate("'" + dir.path + "/bad.jsonl'", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("[INPUT_DATASET_INVALID] every row is bad"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace bp::test

@@ -1,0 +1,195 @@
+// The memory plan against the CPU allocator's measured peak of a real forward_backward, for
+// several sizes, LoRA/full, checkpointing on/off, dropout and q/k norm; and the largest
+// micro-batch that fits a limit, checked by running it under that limit.
+#include "train/memory_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "core/allocator.h"
+#include "model/model_test_helpers.h"
+
+namespace bp::test {
+namespace {
+
+struct PlanCase {
+  const char* name;
+  TinySpec spec;
+  TrainMode mode;
+  bool ckpt;
+  int64_t tokens;
+  float dropout = 0.0f;
+  std::vector<std::string> targets = {"all-linear"};
+  int64_t chunk = 64;
+};
+
+std::vector<PlanCase> plan_cases() {
+  TinySpec small;  // D 32, F 48, V 67, L 2
+  TinySpec wide;
+  wide.vocab = 300, wide.hidden = 64, wide.inter = 160, wide.layers = 3, wide.heads = 6, wide.kv_heads = 2,
+  wide.head_dim = 8, wide.tied = false;
+  TinySpec qwen3 = wide;
+  qwen3.arch = Arch::Qwen3, qwen3.qk_norm = true, qwen3.bias = false, qwen3.layers = 2, qwen3.head_dim = 16;
+  return {
+      {"small_lora_ckpt", small, TrainMode::Lora, true, 40},
+      {"small_full_nockpt", small, TrainMode::Full, false, 40},
+      {"wide_lora_ckpt", wide, TrainMode::Lora, true, 120},
+      {"wide_lora_nockpt_dropout", wide, TrainMode::Lora, false, 120, 0.1f, {"q_proj", "v_proj", "down_proj"}},
+      {"wide_full_ckpt", wide, TrainMode::Full, true, 150, 0.0f, {"all-linear"}, 128},
+      {"wide_full_nockpt", wide, TrainMode::Full, false, 100},
+      {"qwen3_lora_ckpt_dropout", qwen3, TrainMode::Lora, true, 110, 0.2f},
+      {"qwen3_full_nockpt", qwen3, TrainMode::Full, false, 90},
+  };
+}
+
+MemorySettings settings_of(const PlanCase& pc) {
+  MemorySettings s;
+  s.mode = pc.mode;
+  s.lora.r = 8;
+  s.lora.alpha = 16;
+  s.lora.dropout = pc.dropout;
+  s.lora.target_modules = pc.targets;
+  s.gradient_checkpointing = pc.ckpt;
+  s.micro_batch_tokens = pc.tokens;
+  s.ce_chunk_tokens = pc.chunk;
+  return s;
+}
+
+// Samples of 50 tokens (the last one shorter), causal LM labels.
+Batch batch_of(int64_t tokens, int64_t vocab) {
+  std::vector<std::vector<int32_t>> samples;
+  std::mt19937_64 rng(tokens);
+  for (int64_t done = 0; done < tokens;) {
+    const int64_t n = std::min<int64_t>(50, tokens - done);
+    std::vector<int32_t> s;
+    for (int64_t i = 0; i < n; ++i) s.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)));
+    samples.push_back(s);
+    done += n;
+  }
+  return Batch::causal_lm(samples);
+}
+
+struct Measured {
+  size_t persistent = 0;   // bytes of weights + trainable + grads + optimizer state
+  size_t activations = 0;  // allocator peak during forward_backward minus what was in use before
+};
+
+// Builds the model the settings describe (weights, LoRA via init_lora, grads, AdamW m/v) and
+// measures one forward_backward.
+Measured measure(const PlanCase& pc, const MemorySettings& s, size_t limit = kNoLimit) {
+  ModelConfig cfg = tiny_config(pc.spec);
+  Allocator& A = cpu_allocator();
+  const size_t start = A.stats().bytes_in_use;
+  Model model(tiny_weights(cfg, 3), ModelOptions{pc.mode, pc.ckpt, pc.chunk});
+  LoraAdapter adapter;
+  if (pc.mode == TrainMode::Lora) {
+    adapter = init_lora(cfg, s.lora, 5);
+    model.attach_lora(adapter);
+  }
+  std::vector<Tensor> adam;
+  for (auto& p : model.trainable_parameters()) {
+    adam.push_back(Tensor::zeros(p.param->shape()));
+    adam.push_back(Tensor::zeros(p.param->shape()));
+  }
+  Measured m;
+  m.persistent = A.stats().bytes_in_use - start;
+  Batch batch = batch_of(pc.tokens, cfg.vocab_size);
+  const size_t before = A.stats().bytes_in_use;
+  A.reset_peak();
+  const size_t old_limit = A.limit();
+  if (limit != kNoLimit) A.set_limit(before + limit);
+  try {
+    model.forward_backward(batch, 1.0f, 1);
+  } catch (...) {
+    A.set_limit(old_limit);
+    throw;
+  }
+  A.set_limit(old_limit);
+  m.activations = A.stats().bytes_peak - before;
+  EXPECT_EQ(A.stats().bytes_in_use, before) << "forward_backward leaked activations";
+  return m;
+}
+
+TEST(MemoryPlan, PredictionMatchesMeasuredPeakWithin10Percent) {
+  for (const auto& pc : plan_cases()) {
+    SCOPED_TRACE(pc.name);
+    const MemorySettings s = settings_of(pc);
+    const MemoryPlan plan = plan_memory(tiny_config(pc.spec), s);
+    const Measured m = measure(pc, s);
+    std::cout << "[memory plan] " << pc.name << ": predicted activations " << plan.activations() << " B, measured "
+              << m.activations << " B (peak at " << plan.peak_phase << "); persistent predicted " << plan.persistent()
+              << " B, measured " << m.persistent << " B\n";
+    // The persistent groups are exact: they are tensor sizes.
+    EXPECT_EQ(plan.persistent(), m.persistent);
+    const double act_ratio = static_cast<double>(plan.activations()) / static_cast<double>(m.activations);
+    EXPECT_NEAR(act_ratio, 1.0, 0.10) << plan.to_json().dump();
+    const double total_ratio = static_cast<double>(plan.total()) / static_cast<double>(m.persistent + m.activations);
+    EXPECT_NEAR(total_ratio, 1.0, 0.10);
+  }
+}
+
+TEST(MemoryPlan, GroupsFollowTheSettings) {
+  TinySpec wide;
+  wide.hidden = 96, wide.inter = 256, wide.layers = 4, wide.vocab = 500;
+  const ModelConfig cfg = tiny_config(wide);
+  MemorySettings s;
+  s.micro_batch_tokens = 256;
+  s.lora.r = 8;
+  const MemoryPlan lora = plan_memory(cfg, s);
+  EXPECT_GT(lora.weights, 0u);
+  EXPECT_EQ(lora.gradients, lora.trainable);
+  EXPECT_EQ(lora.optimizer_state, 2 * lora.trainable);
+  EXPECT_GT(lora.recompute_buffers, 0u);
+  // Groups are split at the moment of the peak: here the backward of the last layer, after the
+  // loss chunk was freed. With a large vocabulary the loss phase is the peak and holds the chunk.
+  EXPECT_EQ(lora.cross_entropy_chunk, 0u);
+  TinySpec big_vocab = wide;
+  big_vocab.vocab = 50000;
+  const MemoryPlan bv = plan_memory(tiny_config(big_vocab), s);
+  EXPECT_EQ(bv.peak_phase, "final norm and loss");
+  EXPECT_EQ(bv.cross_entropy_chunk, linear_cross_entropy_workspace_bytes(256, 50000, s.ce_chunk_tokens));
+  s.gradient_checkpointing = false;
+  const MemoryPlan nockpt = plan_memory(cfg, s);
+  EXPECT_EQ(nockpt.recompute_buffers, 0u);
+  EXPECT_GT(nockpt.saved_activations, lora.saved_activations);
+  s.mode = TrainMode::Full;
+  const MemoryPlan full = plan_memory(cfg, s);
+  EXPECT_EQ(full.weights, 0u);
+  EXPECT_EQ(full.trainable, lora.weights);  // every base weight becomes trainable
+  s.lora.r = 0;                             // ignored in full mode
+  EXPECT_NO_THROW(plan_memory(cfg, s));
+  s.mode = TrainMode::Lora;
+  EXPECT_THROW(plan_memory(cfg, s), Error);
+  s.lora.r = 8;
+  s.micro_batch_tokens = 0;
+  EXPECT_THROW(plan_memory(cfg, s), Error);
+}
+
+TEST(MemoryPlan, LargestMicroBatchFitsAndOneMoreDoesNot) {
+  const PlanCase pc = plan_cases()[2];  // wide, LoRA, checkpointing
+  MemorySettings s = settings_of(pc);
+  const ModelConfig cfg = tiny_config(pc.spec);
+  // A limit: what 120 tokens need.
+  s.micro_batch_tokens = 120;
+  const MemoryPlan at120 = plan_memory(cfg, s);
+  const size_t limit = at120.total();
+  const int64_t best = max_micro_batch_tokens(cfg, s, limit, 1024);
+  EXPECT_GE(best, 120);
+  s.micro_batch_tokens = best + 1;
+  EXPECT_GT(plan_memory(cfg, s).total(), limit);
+  EXPECT_EQ(max_micro_batch_tokens(cfg, s, at120.persistent(), 1024), 0);  // nothing left for activations
+  // Running the largest batch under its predicted activation budget (+2% for the plan's
+  // rounding) works; a batch 50% larger under the same budget runs out of memory.
+  PlanCase run = pc;
+  run.tokens = best;
+  s.micro_batch_tokens = best;
+  const size_t budget = plan_memory(cfg, s).activations() * 102 / 100;
+  EXPECT_NO_THROW(measure(run, s, budget));
+  run.tokens = best * 3 / 2;
+  s.micro_batch_tokens = run.tokens;
+  EXPECT_THROW(measure(run, s, budget), OutOfMemoryError);
+}
+
+}  // namespace
+}  // namespace bp::test
