@@ -36,6 +36,24 @@ std::vector<TaskExample> task_examples_from_conversations(const std::vector<Conv
   return out;
 }
 
+std::vector<TaskExample> load_task_examples(const std::string& path, DatasetFormat format, bool strict) {
+  DatasetLoadOptions lo;
+  lo.format = format;
+  const LoadedDataset ds = load_dataset(path, lo);
+  check_dataset(ds, strict);
+  std::vector<Conversation> convs;
+  convs.reserve(ds.rows.size());
+  for (const DatasetRow& row : ds.rows) {
+    if (row.is_text)
+      throw Error(ErrorCode::INPUT_DATASET_INVALID,
+                  fmt::format("[task_eval] {} line {}: a plain-text row has no answer to compare with; held-out "
+                              "files for the task metric need conversations (ShareGPT, OpenAI or Alpaca rows)",
+                              path, row.line));
+    convs.push_back(row.conv);
+  }
+  return task_examples_from_conversations(convs);
+}
+
 std::string normalize_answer(std::string_view s) {
   std::string out;
   out.reserve(s.size());

@@ -18,6 +18,7 @@
 
 #include "model/transformer.h"
 #include "text/chat_template.h"
+#include "text/dataset.h"
 #include "text/tokenizer.h"
 
 namespace bp {
@@ -31,6 +32,12 @@ struct TaskExample {
 // A conversation without an assistant message, or whose last assistant message is first, throws
 // INPUT_VALIDATION_FAILED naming its index.
 std::vector<TaskExample> task_examples_from_conversations(const std::vector<Conversation>& conversations);
+
+// Reads a held-out file in any format load_dataset understands (ShareGPT, OpenAI, Alpaca) and
+// splits its conversations as above. Bad rows are skipped as check_dataset does (strict: an
+// error); plain-text rows have no answer to compare with: INPUT_DATASET_INVALID.
+std::vector<TaskExample> load_task_examples(const std::string& path, DatasetFormat format = DatasetFormat::Auto,
+                                            bool strict = false);
 
 struct TaskEvalOptions {
   int64_t max_new_tokens = 32;

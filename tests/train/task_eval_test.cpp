@@ -61,6 +61,42 @@ TEST(TaskEval, ConversationsWithoutAPromptOrAnAnswerAreInputErrors) {
   }
 }
 
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path);
+  f << text;
+}
+
+TEST(TaskEval, HeldOutFilesLoadInEveryConversationFormat) {
+  test::TempDir dir;
+  write_file(dir.path + "/s.jsonl",
+             R"({"conversations": [{"from": "human", "value": "Where is Tom?"}, {"from": "gpt", "value": "Answer: home."}]})"
+             "\n");
+  write_file(dir.path + "/a.jsonl", R"({"instruction": "Where is Tom?", "input": "Tom is home.", "output": "home"})"
+                                    "\n");
+  write_file(dir.path + "/t.jsonl", R"({"text": "Tom is home."})"
+                                    "\n");
+  const auto s = load_task_examples(dir.path + "/s.jsonl");
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].prompt.at(0).content, "Where is Tom?");
+  EXPECT_EQ(s[0].reference, "Answer: home.");
+  const auto a = load_task_examples(dir.path + "/a.jsonl");
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].prompt.at(0).content, "Where is Tom?\n\nTom is home.");
+  EXPECT_EQ(a[0].reference, "home");
+  try {
+    load_task_examples(dir.path + "/t.jsonl");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::INPUT_DATASET_INVALID);
+    EXPECT_NE(std::string(e.what()).find("line 1"), std::string::npos) << e.what();
+  }
+  // The shipped quick-start held-out files load, with one example per row.
+  for (const char* name : {"sharegpt", "alpaca"}) {
+    const auto ex = load_task_examples(test::source_dir() + "/examples/quickstart_" + std::string(name) + "_holdout.jsonl");
+    EXPECT_EQ(ex.size(), 50u) << name;
+  }
+}
+
 // A template that renders "<s>" + the user text, so the prompt ids equal run.c's (BOS first).
 const char* const kPlainTemplate = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}";
 
