@@ -17,7 +17,7 @@ for arg in "$@"; do
 done
 
 pkgs=(build-essential cmake pkg-config git
-      libopenblas-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
+      libopenblas-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
       libtomlplusplus-dev libcpp-httplib-dev libpcre2-dev libicu-dev libssl-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang-format-14 libomp-dev)
 if [ "$want_tests" = 1 ]; then

@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "cli/progress.h"
+#include "cli/train_quickstart.h"
 #include "core/log.h"
 #include "core/settings.h"
 #include "train/trainer.h"
@@ -15,6 +16,7 @@ namespace {
 int run_train() {
   using namespace bp;
   const Settings& st = cli::settings();
+  if (cli::is_quickstart(st)) return cli::run_quickstart(st, cli::global_options().json);
   TrainOptions o = TrainOptions::from_settings(st);
   bool json = cli::global_options().json;
   cli::ProgressBar bar(!json && !o.quiet);

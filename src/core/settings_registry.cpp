@@ -105,6 +105,8 @@ constexpr SettingSpec kSettings[] = {
    "Training data: a JSONL/JSON file of conversations or instructions, or a .txt file."},
   {"data.format", T::Enum, "auto", kNoMin, kNoMax, "auto|sharegpt|openai|alpaca|text|txt", R::Any, "--format", false,
    "Dataset format; auto detects it from the first rows."},
+  {"data.eval_path", T::String, "", kNoMin, kNoMax, "", R::Any, "--eval-data", false,
+   "A separate held-out file for evaluation (same formats as --data); when set, --holdout is not used."},
   {"data.holdout", T::Float, "0.1", 0, 0.9, "", R::Any, "--holdout", false,
    "Fraction of samples held out for evaluation."},
   {"data.strict", T::Bool, "false", kNoMin, kNoMax, "", R::Any, "--strict", false,

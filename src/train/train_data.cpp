@@ -34,6 +34,14 @@ TrainData build_train_data(const TrainOptions& o, const Tokenizer& tok) {
   if (td.samples.empty())
     throw Error(ErrorCode::INPUT_DATASET_INVALID,
                 fmt::format("[train] {} has no rows with trainable tokens ({} rows read)", o.data_path, d.rows_total));
+  if (!o.eval_data_path.empty()) {  // a separate held-out file: all of --data trains
+    LoadedDataset eds = load_dataset(o.eval_data_path, lo);
+    int64_t bad = check_dataset(eds, o.strict);
+    if (bad > 0) d.warnings.push_back(fmt::format("skipped {} bad rows of {}", bad, o.eval_data_path));
+    d.train = std::move(td.samples);
+    d.eval = tokenize_dataset(eds, tok, tmpl, to).samples;
+    return d;
+  }
   double frac = td.samples.size() >= 2 ? o.holdout : 0.0;
   HoldoutSplit split = split_holdout(static_cast<int64_t>(td.samples.size()), frac, o.seed);
   for (int64_t i : split.train) d.train.push_back(td.samples[static_cast<size_t>(i)]);

@@ -26,6 +26,7 @@ TrainOptions TrainOptions::from_settings(const Settings& s) {
   o.init_from_config = s.get_string("training.init_from_config");
   o.data_path = s.get_string("data.path");
   o.data_format = s.get_string("data.format");
+  o.eval_data_path = s.get_string("data.eval_path");
   // training.output is the runs folder; a run writes to <output>/<run id> unless resuming.
   o.output_root = s.get_string("training.output");
   o.resume = s.get_string("training.resume");
@@ -94,6 +95,7 @@ TrainOptions TrainOptions::from_settings(const Settings& s) {
     throw Error(ErrorCode::CONFIG_INVALID,
                 "[train] --init-from-config starts from random weights, which only makes sense with --mode full");
   o.lora.validate();
+  o.resolved_settings = s.to_json();
   return o;
 }
 

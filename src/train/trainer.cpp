@@ -194,6 +194,8 @@ TrainSummary Trainer::run() {
   fs::create_directories(o.output_dir);
   s.summary.output_dir = o.output_dir;
   s.metrics.open((fs::path(o.output_dir) / "metrics.jsonl").string(), std::ios::app);
+  if (!o.resolved_settings.is_null())
+    write_file_atomic((fs::path(o.output_dir) / "settings.json").string(), o.resolved_settings.dump(2));
   s.checkpoints = std::make_unique<CheckpointStore>((fs::path(o.output_dir) / "checkpoints").string());
   for (const auto& p : s.checkpoints->remove_stale_partials())
     s.event("info", fmt::format("removed the unfinished checkpoint {} left by an interrupted save", p));

@@ -136,6 +136,9 @@ TEST(TrainCli, EnvironmentAndTomlReachTheTrainer) {
   auto cfg = nlohmann::json::parse(slurp(j["final_artifact"].get<std::string>() + "/adapter_config.json"));
   EXPECT_EQ(cfg["lora_alpha"], 3);
   EXPECT_EQ(cfg["r"], 4);  // the flag wins over nothing else set
+  // The run records its resolved settings.
+  auto settings = nlohmann::json::parse(slurp(j["output_dir"].get<std::string>() + "/settings.json"));
+  EXPECT_EQ(settings["training"]["steps"], 2);
   // An unknown variable is an error, not ignored.
   rc = test::run_command("BACKPROPAGATE_TRAINING__LRR=1 " + train_cmd(tmp.path, "--steps 1"), &out);
   EXPECT_EQ(rc, 1) << out;
