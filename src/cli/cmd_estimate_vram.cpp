@@ -143,8 +143,10 @@ std::string render_text(const std::string& model_path, const bp::ModelConfig& cf
   }
   if (!e.fits) {
     if (e.has_fix && e.fix.fits)
-      t += fmt::format("Cheapest change that fits: {} ({}): total {}\n", e.fix.description, e.fix.flags,
-                       format_bytes(e.fix.total));
+      t += fmt::format(
+          "{}: {} ({}): total {}\n",
+          e.fix.kind == "combined" ? "No single change is enough; these together fit" : "Cheapest change that fits",
+          e.fix.description, e.fix.flags, format_bytes(e.fix.total));
     else if (e.has_fix)
       t += fmt::format("No change of these settings fits: even {} ({}) needs {}\n", e.fix.description, e.fix.flags,
                        format_bytes(e.fix.total));
@@ -209,6 +211,11 @@ bp::cli::RunFn setup_estimate_vram(CLI::App& sub) {
       sub, {"model.path", "training.mode", "lora.r", "lora.dropout", "lora.target_modules", "training.batch_size",
             "training.micro_batch_size", "training.max_seq_length", "training.gradient_checkpointing", "model.dtype",
             "training.vram_gb", "training.threads"});
+  sub.footer(
+      "The estimate is for one micro-batch of --micro-batch-size sequences (auto = all --batch-size sequences of an "
+      "optimizer step in one pass) of --max-seq-length tokens each, the worst case `backprop train` plans for. Only "
+      "config.json is read. The memory size is --vram-gb, else training.max_memory, else the GPU's free memory, else "
+      "this machine's RAM.");
   return run_estimate_vram;
 }
 

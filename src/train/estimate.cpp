@@ -100,6 +100,12 @@ int64_t largest_fitting_r(const Searcher& S, Setup s) {
   return 0;
 }
 
+// A shorter max sequence length is a cheap change only while it keeps at least half the requested
+// length (and kMinUsefulSeqLength tokens); below that, two earlier changes together are better.
+int64_t min_useful_seq_length(int64_t requested) {
+  return std::max(kMinUsefulSeqLength, requested / 2);
+}
+
 void check_request(const EstimateRequest& r) {
   auto bad = [](const std::string& what) { throw Error(ErrorCode::CONFIG_INVALID_SETTING, "[estimate] " + what); };
   if (r.batch_size < 1) bad(fmt::format("batch_size must be >= 1, got {}", r.batch_size));
@@ -164,7 +170,7 @@ Estimate estimate_memory(const ModelConfig& cfg, const EstimateRequest& req) {
     s.micro = std::clamp<int64_t>(e.max_micro_batch_size, 1, asked.micro - 1);
     e.tried.push_back(S.change("micro_batch_size", S.micro_text(s.micro), s));
   }
-  if (e.max_seq_length < asked.seq && e.max_seq_length >= std::min(kMinUsefulSeqLength, asked.seq)) {
+  if (e.max_seq_length < asked.seq && e.max_seq_length >= min_useful_seq_length(asked.seq)) {
     Setup s = asked;
     s.seq = e.max_seq_length;
     e.tried.push_back(
@@ -216,14 +222,14 @@ Estimate estimate_memory(const ModelConfig& cfg, const EstimateRequest& req) {
   }
   auto shorten = [&](int64_t min_seq) {
     const int64_t seq = S.max_tokens(s) / s.micro;
-    if (seq < s.seq && seq >= std::min(min_seq, s.seq) && seq >= 1) {
+    if (seq < s.seq && seq >= min_seq && seq >= 1) {
       what.push_back(fmt::format("max sequence length {}", seq));
       s.seq = seq;
       return true;
     }
     return false;
   };
-  if (shorten(kMinUsefulSeqLength)) {
+  if (shorten(min_useful_seq_length(asked.seq))) {
     finish();
     return e;
   }
@@ -235,21 +241,25 @@ Estimate estimate_memory(const ModelConfig& cfg, const EstimateRequest& req) {
       return e;
     }
   }
-  if (s.r > 1) {
-    const int64_t r = largest_fitting_r(S, s);
-    s.r = r > 0 ? r : 1;
-    what.push_back(fmt::format("LoRA r={}", s.r));
-    if (r > 0) {
+  if (s.r > 1) {  // only when a lower r is enough: it barely changes the activations
+    if (const int64_t r = largest_fitting_r(S, s); r > 0) {
+      s.r = r;
+      what.push_back(fmt::format("LoRA r={}", s.r));
       finish();
       return e;
     }
   }
-  if (shorten(1)) {
+  if (shorten(1)) {  // the last resort: as long as fits
     finish();
     return e;
   }
   // Nothing fits: the fix records the smallest setup tried (fits = false) so the caller can say
   // how far off it is.
+  if (s.r > 1) {
+    s.r = 1;
+    what.push_back("LoRA r=1");
+  }
+  if (what.empty()) what.push_back("the requested settings");
   finish();
   return e;
 }

@@ -15,13 +15,15 @@
 // activations the plan replays.
 //
 // Changes tried for a setup that does not fit, in this order (the first one that fits alone is
-// the cheapest; when none does, they are combined in the same order):
+// the cheapest):
 //   1. gradient checkpointing on              (when off)
 //   2. a smaller micro-batch, more accumulation (when micro_batch_size > 1): the largest that fits
-//   3. a shorter max sequence length           the longest that fits, if at least
-//                                              kMinUsefulSeqLength tokens
+//   3. a shorter max sequence length           the longest that fits, if it keeps at least half
+//                                              the requested length and kMinUsefulSeqLength tokens
 //   4. LoRA instead of full fine-tuning        (mode full), with the requested lora.r
 //   5. a lower LoRA r                          (mode lora) r/2, r/4, ... 1: the largest that fits
+// When none fits alone, they are combined in the same order, each as far as needed (a lower r only
+// when it is enough; as the last resort, the longest sequence length that fits however short).
 #pragma once
 
 #include <cstddef>
@@ -36,7 +38,7 @@
 
 namespace bp {
 
-// Shortening the sequences below this is not offered as a fix (it would train on fragments).
+// Shortening the sequences below this is not offered as a single fix (it would train on fragments).
 inline constexpr int64_t kMinUsefulSeqLength = 64;
 // Searches for the largest micro-batch stop here (16M tokens per micro-batch).
 inline constexpr int64_t kMaxSearchTokens = int64_t{1} << 24;

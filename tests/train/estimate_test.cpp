@@ -151,6 +151,30 @@ TEST(Estimate, PublishedModelShapesFromConfigJsonOnly) {
     EXPECT_EQ(f.plan.trainable_parameters, n);
     EXPECT_EQ(f.plan.persistent(), static_cast<size_t>(n) * 16);
   }
+  // Llama-3-8B LoRA with bf16 weights, no checkpointing, 8 × 4,096 tokens on a 24 GiB card: no
+  // single change is enough short of cutting sequences to a few dozen tokens; checkpointing plus a
+  // smaller micro-batch is.
+  {
+    TempDir dir;
+    const ModelConfig l3 = config_from_json(dir, models[3].config);
+    EstimateRequest r;
+    r.weights_dtype = DType::BF16;
+    r.gradient_checkpointing = false;
+    r.batch_size = 8;
+    r.max_seq_length = 4096;
+    r.limit_bytes = size_t{24} << 30;
+    const Estimate e = estimate_memory(l3, r);
+    EXPECT_FALSE(e.fits);
+    EXPECT_LT(e.max_seq_length, 2048);
+    ASSERT_TRUE(e.has_fix);
+    EXPECT_EQ(e.fix.kind, "combined");
+    EXPECT_TRUE(e.fix.fits);
+    EXPECT_TRUE(e.fix.gradient_checkpointing);
+    EXPECT_EQ(e.fix.max_seq_length, 4096);
+    EXPECT_GE(e.fix.micro_batch_size, 1);
+    EXPECT_LT(e.fix.micro_batch_size, 8);
+    EXPECT_EQ(e.fix.flags, fmt::format("--gradient-checkpointing --micro-batch-size {}", e.fix.micro_batch_size));
+  }
   // Llama-3-8B full fine-tuning does not fit 80 GiB (128 GB of persistent state); LoRA does.
   TempDir dir;
   const ModelConfig l3 = config_from_json(dir, models[3].config);
@@ -392,6 +416,23 @@ TEST(Estimate, EachChangeInOrder) {
     EXPECT_TRUE(e.fix.fits);
     EXPECT_EQ(e.fix.flags, "--gradient-checkpointing --micro-batch-size 1 --mode lora --lora-r 16");
     EXPECT_EQ(e.fix.total, f.r.limit_bytes);
+  }
+  {  // A sequence length cut below half is not a cheap single change; combined, it is the last resort
+    Fixture f;
+    f.r.batch_size = 1;
+    f.r.max_seq_length = 1024;
+    f.r.limit_bytes = f.total(TrainMode::Lora, true, 1, 300);
+    const Estimate e = estimate_memory(f.cfg, f.r);
+    ASSERT_GE(e.max_seq_length, 300);
+    ASSERT_LT(e.max_seq_length, 512);
+    for (const auto& c : e.tried) EXPECT_NE(c.kind, "max_seq_length");
+    ASSERT_EQ(e.tried.size(), 1u);
+    EXPECT_EQ(e.tried[0].kind, "lora_r");
+    EXPECT_FALSE(e.tried[0].fits);
+    ASSERT_TRUE(e.has_fix);
+    EXPECT_EQ(e.fix.kind, "combined");
+    EXPECT_TRUE(e.fix.fits);
+    EXPECT_EQ(e.fix.flags, fmt::format("--max-seq-length {}", e.max_seq_length));
   }
   {  // Nothing fits: a limit below the weights
     Fixture f;
