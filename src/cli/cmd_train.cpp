@@ -67,7 +67,14 @@ bp::cli::RunFn setup_train(CLI::App& sub) {
                                "data.format",
                                "data.strict",
                                "data.train_on_all",
-                               "training.nan_guard_max_consecutive"});
+                               "training.nan_guard_max_consecutive",
+                               "training.fault_inject_oom_step",
+                               "training.fault_inject_oom_count",
+                               "training.fault_inject_nan_step",
+                               "training.fault_inject_nan_count",
+                               "training.fault_inject_crash_step",
+                               "training.fault_inject_crash_at",
+                               "training.fault_inject_enospc_after_bytes"});
   return run_train;
 }
 

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "core/allocator.h"
+#include "core/interrupt.h"
 #include "core/log.h"
 #include "core/threads.h"
 #include "io/atomic_file.h"
@@ -24,7 +25,6 @@
 #include "train/checkpoint.h"
 #include "train/oom_recovery.h"
 #include "train/optimizer.h"
-#include "train/signals.h"
 #include "train/train_data.h"
 #include "train/train_plan.h"
 
@@ -327,10 +327,10 @@ TrainSummary Trainer::run() {
     }
   }
 
-  install_stop_handlers();
-  struct Uninstall {
-    ~Uninstall() { uninstall_stop_handlers(); }
-  } uninstall;
+  install_interrupt_handler();
+  struct ClearInterrupt {
+    ~ClearInterrupt() { clear_interrupt(); }
+  } clear_on_exit;
   alloc.reset_peak();
   auto params = s.model->trainable_parameters();
   std::vector<Tensor*> grads;
@@ -446,7 +446,7 @@ TrainSummary Trainer::run() {
       eval_loss = evaluate();
       if (eval_loss) s.record({{"type", "eval"}, {"step", s.step}, {"eval_loss", *eval_loss}});
     }
-    bool stopping = stop_requested() || (o.stop_after_step_for_tests > 0 && s.step == o.stop_after_step_for_tests);
+    bool stopping = interrupt_requested() || (o.stop_after_step_for_tests > 0 && s.step == o.stop_after_step_for_tests);
     if ((o.save_every > 0 && s.step % o.save_every == 0) || stopping) save_checkpoint(eval_loss);
     if (o.fault_crash_after_step > 0 && s.step == o.fault_crash_after_step) {
       spdlog::warn("[fault] crash injected after step {}", s.step);
@@ -456,7 +456,7 @@ TrainSummary Trainer::run() {
     if (stopping)
       throw Error(ErrorCode::RUNTIME_TRAINING_ABORTED,
                   fmt::format("[train] interrupted by signal {} after step {} of {}; checkpoint saved in {}",
-                              stop_signal(), s.step, s.total_steps, s.checkpoints->root()));
+                              interrupt_signal(), s.step, s.total_steps, s.checkpoints->root()));
   }
 
   s.summary.final_eval_loss = evaluate();
@@ -470,7 +470,19 @@ TrainSummary Trainer::run() {
   // Final artifact.
   if (o.mode == TrainMode::Lora) {
     std::string dir = (fs::path(o.output_dir) / "adapter").string();
-    if (s.summary.steps_done == 0 || s.summary.skipped_steps == s.summary.steps_done)
+    bool untouched = true;  // every lora_B still zero: the adapter is the identity
+    for (const auto& layer : s.adapter->layers)
+      for (int t = 0; t < kNumLoraTargets && untouched; ++t)
+        if (layer.enabled[static_cast<size_t>(t)]) {
+          const Tensor& b = layer.B[static_cast<size_t>(t)];
+          const float* p = b.data<float>();
+          for (int64_t i = 0; i < b.numel(); ++i)
+            if (p[i] != 0.0f) {
+              untouched = false;
+              break;
+            }
+        }
+    if (untouched)
       s.event("warn", fmt::format("the adapter saved to {} was never trained (no successful update): it leaves the "
                                   "base model unchanged",
                                   dir));
