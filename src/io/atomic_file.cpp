@@ -24,12 +24,6 @@ IoFaults& io_faults() {
   return f;
 }
 
-void io_faults_from_env() {
-  if (const char* v = std::getenv("BACKPROPAGATE_FAULT_ENOSPC_AFTER_BYTES"); v && *v)
-    io_faults().enospc_after_bytes = std::strtoll(v, nullptr, 10);
-  if (const char* v = std::getenv("BACKPROPAGATE_FAULT_CRASH_AT"); v && *v) io_faults().crash_at = v;
-}
-
 void crash_point(std::string_view name) {
   if (!io_faults().crash_at.empty() && io_faults().crash_at == name) {
     std::fprintf(stderr, "[fault] crash injected at %.*s\n", static_cast<int>(name.size()), name.data());

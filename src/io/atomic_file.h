@@ -24,8 +24,6 @@ struct IoFaults {
   std::string crash_at;
 };
 IoFaults& io_faults();
-// Reads BACKPROPAGATE_FAULT_ENOSPC_AFTER_BYTES and BACKPROPAGATE_FAULT_CRASH_AT (test hooks).
-void io_faults_from_env();
 // Called at named points of multi-file writes; kills the process if io_faults().crash_at matches.
 void crash_point(std::string_view name);
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "model/weight_names.h"
 
 namespace bp {
 namespace {
@@ -204,34 +205,19 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
     else
       w.add_tensor(gguf_tensor_from(name, t, type));
   };
-  add("token_embd.weight", mw.embed, -1);
-  if (c.rope.llama3_scaling) {
-    RopeConfig r = c.rope;
-    r.head_dim = static_cast<int>(c.head_dim);
-    const auto f = llama3_rope_factors(r);
-    add("rope_freqs.weight", Tensor::from_vector(f, Shape{static_cast<int64_t>(f.size())}), -1);
-  }
+  // Names come from the one weight-name table (model/weight_names.h); rope_freqs is GGUF-only.
   const int64_t qk_perm = permute ? c.head_dim : 0;
-  for (int i = 0; i < n_layers; ++i) {
-    const LayerWeights& l = mw.layers[static_cast<size_t>(i)];
-    const std::string p = "blk." + std::to_string(i) + ".";
-    add(p + "attn_norm.weight", l.input_norm, i);
-    add(p + "attn_q.weight", l.q, i, qk_perm);
-    add(p + "attn_k.weight", l.k, i, qk_perm);
-    add(p + "attn_v.weight", l.v, i);
-    add(p + "attn_output.weight", l.o, i);
-    add(p + "attn_q.bias", l.q_bias, i, qk_perm);
-    add(p + "attn_k.bias", l.k_bias, i, qk_perm);
-    add(p + "attn_v.bias", l.v_bias, i);
-    add(p + "attn_q_norm.weight", l.q_norm, i);
-    add(p + "attn_k_norm.weight", l.k_norm, i);
-    add(p + "ffn_norm.weight", l.post_norm, i);
-    add(p + "ffn_gate.weight", l.gate, i);
-    add(p + "ffn_up.weight", l.up, i);
-    add(p + "ffn_down.weight", l.down, i);
+  for (const auto& [role, layer] : model_roles(c)) {
+    const bool qk =
+        role == WeightRole::Q || role == WeightRole::K || role == WeightRole::QBias || role == WeightRole::KBias;
+    add(gguf_name(role, layer), weight_ref(mw, role, layer), static_cast<int>(layer), qk ? qk_perm : 0);
+    if (role == WeightRole::Embed && c.rope.llama3_scaling) {
+      RopeConfig r = c.rope;
+      r.head_dim = static_cast<int>(c.head_dim);
+      const auto f = llama3_rope_factors(r);
+      add("rope_freqs.weight", Tensor::from_vector(f, Shape{static_cast<int64_t>(f.size())}), -1);
+    }
   }
-  add("output_norm.weight", mw.final_norm, -1);
-  if (!tied) add("output.weight", mw.lm_head, -1);
 }
 
 GGUFExportResult export_gguf(const ModelWeights& weights, const std::string& tokenizer_dir, GGUFQuant quant,

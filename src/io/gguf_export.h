@@ -3,10 +3,10 @@
 //
 // Metadata: general.* (architecture, name, file_type, quantization_version 2, alignment 32);
 // <arch>.* hyper-parameters; tokenizer.ggml.* (io/gguf_tokenizer.h). Tensor names are llama.cpp's
-// (token_embd, blk.N.attn_norm/attn_q/attn_k/attn_v/attn_output/attn_q_norm/attn_k_norm/ffn_norm/
-// ffn_gate/ffn_up/ffn_down, output_norm, output, rope_freqs for Llama-3 rope scaling). For the llama
-// architecture the q/k rows are permuted back to Meta's interleaved rotary layout, as llama.cpp's
-// converter does: rows of each head [2, d/2] -> [d/2, 2].
+// (from model/weight_names.h: token_embd,
+// blk.N.attn_norm/attn_q/attn_k/attn_v/attn_output/attn_q_norm/attn_k_norm/ffn_norm/ ffn_gate/ffn_up/ffn_down,
+// output_norm, output, rope_freqs for Llama-3 rope scaling). For the llama architecture the q/k rows are permuted back
+// to Meta's interleaved rotary layout, as llama.cpp's converter does: rows of each head [2, d/2] -> [d/2, 2].
 //
 // Quantization (--quantization): f32, f16, bf16 store every matrix in that type; q8_0, q4_0, q6_k,
 // q4_k_m and q5_k_m follow llama.cpp's llama-quantize mixtures (see gguf_tensor_type). 1-D tensors

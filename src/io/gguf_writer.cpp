@@ -290,7 +290,8 @@ void GGUFWriter::write(const std::string& path) const {
     out.zeros(data_start - header.size());
     // Two slice buffers: slice k+1 is converted (quantized, permuted) while slice k is written by
     // a second thread, so an f16/q8 export runs at max(convert, disk) rather than their sum.
-    // Slices of at most 16 MiB bound the extra memory a tensor needs.
+    // Slices of about 4 MiB (small enough to overlap, large enough for big writes) bound the extra memory a tensor
+    // needs.
     std::vector<uint8_t> bufs[2];
     std::future<void> pending;  // declared after `out` and `bufs`: destroyed (waited for) first
     int cur = 0;
@@ -302,7 +303,7 @@ void GGUFWriter::write(const std::string& path) const {
       const size_t row_bytes = t.row_bytes();
       const int64_t rows = t.num_rows();
       const int64_t rows_per_slice =
-          std::max<int64_t>(1, static_cast<int64_t>((16u << 20) / std::max<size_t>(1, row_bytes)));
+          std::max<int64_t>(1, static_cast<int64_t>((4u << 20) / std::max<size_t>(1, row_bytes)));
       for (int64_t r = 0; r < rows; r += rows_per_slice) {
         const int64_t r1 = std::min(rows, r + rows_per_slice);
         std::vector<uint8_t>& buf = bufs[cur];

@@ -20,6 +20,15 @@ class Parser {
  private:
   std::vector<Token> t_;
   size_t p_ = 0;
+  int depth_ = 0;  // recursion guard: a hostile template must not overflow the stack
+
+  struct DepthGuard {
+    Parser& p;
+    explicit DepthGuard(Parser& parser) : p(parser) {
+      if (++p.depth_ > 200) p.fail("template nested deeper than 200 levels");
+    }
+    ~DepthGuard() { --p.depth_; }
+  };
   std::string stop_word_;
 
   const Token& peek(size_t k = 0) const { return t_[std::min(p_ + k, t_.size() - 1)]; }
@@ -88,6 +97,7 @@ class Parser {
   }
 
   StmtPtr parse_statement() {
+    DepthGuard guard(*this);
     const int line = peek().line;
     const std::string word = expect_name();
     auto s = std::make_unique<Stmt>();
@@ -200,6 +210,7 @@ class Parser {
   }
 
   ExprPtr parse_ternary(bool allow_cond) {
+    DepthGuard guard(*this);
     ExprPtr value = parse_or();
     if (allow_cond && is_name("if")) {
       ++p_;
@@ -240,6 +251,7 @@ class Parser {
     return l;
   }
   ExprPtr parse_not() {
+    DepthGuard guard(*this);
     if (is_name("not")) {
       ++p_;
       auto e = make(Expr::Kind::Unary);
@@ -300,6 +312,7 @@ class Parser {
     return l;
   }
   ExprPtr parse_unary() {
+    DepthGuard guard(*this);
     if (is_op("-") || is_op("+")) {
       auto e = make(Expr::Kind::Unary);
       e->name = next().text;

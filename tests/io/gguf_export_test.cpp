@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "io/gguf_reader.h"
+#include "model/loader.h"
 #include "support/test_util.h"
 
 namespace bp {
@@ -409,6 +410,26 @@ TEST(GGUFExport, QuantizationNamesAndDiskFull) {
       Error);
   gguf_set_free_space_for_testing(-1);
   EXPECT_TRUE(std::filesystem::is_empty(dir.path));
+}
+
+}  // namespace
+}  // namespace bp
+
+namespace bp {
+namespace {
+
+// The real stories260K weights (loaded by model/loader.h) survive an f32 export exactly, q/k permuted.
+TEST(GGUFExport, RealStoriesWeights) {
+  const ModelWeights w = load_model(stories_dir());
+  test::TempDir dir;
+  export_gguf(w, stories_dir(), GGUFQuant::F32, dir.path + "/s.gguf", "stories260K");
+  GGUFReader r(dir.path + "/s.gguf");
+  for (const auto& [name, t] : source_tensors(w)) {
+    const GGUFTensorInfo* g = r.find_tensor(name);
+    ASSERT_NE(g, nullptr) << name;
+    EXPECT_EQ(r.dequantize(*g), expected_values(name, *t, "llama", w.config.head_dim)) << name;
+  }
+  EXPECT_EQ(r.tensors().size(), source_tensors(w).size());
 }
 
 }  // namespace

@@ -177,6 +177,30 @@ TEST(Dataset, TooLongIsExactWithATokenizer) {
   EXPECT_NE(over.issues[0].message.find(std::to_string(n) + " tokens"), std::string::npos) << over.issues[0].message;
 }
 
+TEST(Dataset, RowsTheModelsTemplateRejectsAreReported) {
+  TempDir dir;
+  // Mistral-v0.1's template raises on a system message (roles must alternate from user); with --model that row is bad.
+  FakeTokenizer tok({"<s>", "</s>"});
+  ChatTemplate tmpl(read_text_file(template_path("mistral")), "<s>", "</s>");
+  const std::string path = write_file(
+      dir, "m.jsonl",
+      R"({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]})"
+      "\n"
+      R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}]})"
+      "\n");
+  LoadedDataset ds = load_dataset(path, {.max_length = 1000, .tokenizer = &tok, .chat_template = &tmpl});
+  ASSERT_EQ(ds.rows.size(), 1u);
+  ASSERT_EQ(ds.issues.size(), 1u);
+  EXPECT_EQ(ds.issues[0].line, 2);
+  EXPECT_EQ(ds.issues[0].problem, RowProblem::RejectedByTemplate);
+  EXPECT_NE(ds.issues[0].message.find("must alternate"), std::string::npos) << ds.issues[0].message;
+  // Training reports it too (the template is applied at tokenization).
+  TokenizedDataset td = tokenize_dataset(load_dataset(path), tok, tmpl, {});
+  EXPECT_EQ(td.samples.size(), 1u);
+  ASSERT_EQ(td.issues.size(), 1u);
+  EXPECT_EQ(td.issues[0].problem, RowProblem::RejectedByTemplate);
+}
+
 TEST(Dataset, JsonArrayElementsKeepTheirLineNumbers) {
   TempDir dir;
   const std::string path = write_file(dir, "a.json",

@@ -47,6 +47,21 @@ TEST(Jinja, ErrorsHaveKinds) {
   EXPECT_EQ(kind_of("{{ 1 / 0 }}"), static_cast<int>(JinjaError::Kind::Runtime));
 }
 
+TEST(Jinja, DeepNestingIsASyntaxErrorNotACrash) {
+  for (const std::string& src : {"{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}",
+                                 "{{ " + std::string(5000, '-') + "1 }}", "{{ " + std::string(5000, '[') + " }}"}) {
+    try {
+      render(src);
+      FAIL() << "expected an error";
+    } catch (const JinjaError& e) {
+      EXPECT_EQ(e.kind(), JinjaError::Kind::Syntax) << e.what();
+    }
+  }
+  std::string nested_ifs;
+  for (int k = 0; k < 1000; ++k) nested_ifs += "{% if true %}";
+  EXPECT_THROW(render(nested_ifs), JinjaError);
+}
+
 TEST(Jinja, ErrorMessageNamesTheConstruct) {
   try {
     render("line one\n{% filter upper %}x{% endfilter %}");

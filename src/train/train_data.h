@@ -1,0 +1,35 @@
+// The trainer's view of the data; text/ does the work (dataset.h, chat_template.h, packing.h,
+// data_cursor.h). This file only strings those together with the training options and turns
+// packed batches into model tensors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/transformer.h"
+#include "text/dataset.h"
+#include "text/packing.h"
+
+namespace bp {
+
+class Tokenizer;
+struct TrainOptions;
+
+struct TrainData {
+  std::vector<Sample> train, eval;
+  int64_t rows_total = 0, rows_skipped = 0, samples_truncated = 0;
+  std::string format;  // detected or forced
+  std::vector<std::string> warnings;
+};
+
+// Loads, validates (skipping bad rows unless strict), renders with the tokenizer's chat template,
+// masks (assistant-only unless train_on_all), truncates and splits off the holdout (seeded).
+TrainData build_train_data(const TrainOptions& options, const Tokenizer& tokenizer);
+
+// Label tokens a sample contributes once packed (its loss-mask positions after the first).
+int64_t sample_label_tokens(const Sample& s);
+// Packs samples and makes the model's tensors.
+Batch make_batch(const std::vector<const Sample*>& samples);
+
+}  // namespace bp

@@ -1,0 +1,85 @@
+#include "train/train_plan.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "core/error.h"
+#include "train/train_data.h"
+#include "train/trainer.h"
+
+namespace bp {
+
+std::string describe_memory_plan(const MemoryPlan& p) {
+  return fmt::format(
+      "weights {}, trainable {}, gradients {}, optimizer {}, saved activations {}, recompute {}, cross-entropy "
+      "chunk {}, workspace {} = total {}",
+      format_bytes(p.weights), format_bytes(p.trainable), format_bytes(p.gradients), format_bytes(p.optimizer_state),
+      format_bytes(p.saved_activations), format_bytes(p.recompute_buffers), format_bytes(p.cross_entropy_chunk),
+      format_bytes(p.workspace), format_bytes(p.total()));
+}
+
+TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainData& data, const Allocator& alloc) {
+  MemorySettings ms;
+  ms.mode = o.mode;
+  ms.lora = o.lora;
+  ms.gradient_checkpointing = o.gradient_checkpointing;
+  ms.threads = o.threads;
+  // Tokens of the k longest samples: the worst micro-batch of k sequences.
+  std::vector<int64_t> lens;
+  for (const auto& s : data.train) lens.push_back(static_cast<int64_t>(s.ids.size()));
+  std::sort(lens.begin(), lens.end(), std::greater<>());
+  auto tokens_for = [&](int64_t k) {
+    int64_t t = 0;
+    for (int64_t i = 0; i < std::min<int64_t>(k, static_cast<int64_t>(lens.size())); ++i)
+      t += lens[static_cast<size_t>(i)];
+    return std::max<int64_t>(t, 1);
+  };
+  auto plan_for = [&](int64_t k) {
+    ms.micro_batch_tokens = tokens_for(k);
+    return plan_memory(model.config(), ms);
+  };
+  size_t limit = alloc.limit();
+  bool enforced = limit != kNoLimit;
+  if (!enforced) limit = alloc.stats().bytes_total;  // plan against RAM when no budget is set
+
+  TrainPlan tp;
+  tp.limit_bytes = limit;
+  MemoryPlan one = plan_for(1);
+  if (enforced && one.total() > limit) {
+    std::string what = fmt::format("one sequence of {} tokens needs {} but the limit is {}", tokens_for(1),
+                                   format_bytes(one.total()), format_bytes(limit));
+    throw Error(
+        ErrorCode::RUNTIME_GPU_OOM,
+        fmt::format("[train] the run cannot fit before the first step: {}. Plan: {}", what, describe_memory_plan(one)),
+        {{"plan", one.to_json()}, {"limit_bytes", limit}, {"tokens", tokens_for(1)}})
+        .with_suggestion(fmt::format(
+            "Raise --max-memory (at least {}), shorten --max-seq-length (now {}), keep --gradient-checkpointing on, "
+            "use --mode lora or a lower --lora-r; `backprop estimate-vram` shows what fits.",
+            format_bytes(one.total()), o.max_seq_length));
+  }
+  int64_t k;
+  if (o.micro_batch_size > 0) {
+    k = std::min(o.micro_batch_size, o.batch_size);
+  } else {
+    k = 1;
+    for (int64_t c = o.batch_size; c >= 1; c = (c == 1 ? 0 : std::max<int64_t>(1, c / 2))) {
+      if (plan_for(c).total() <= limit) {
+        k = c;
+        break;
+      }
+      if (c == 1) break;
+    }
+  }
+  tp.micro_batch_size = k;
+  tp.micro_batch_tokens = tokens_for(k);
+  tp.plan = plan_for(k);
+  int64_t accum = (o.batch_size + k - 1) / k;
+  tp.description = fmt::format(
+      "memory plan for {} sequences per micro-batch (up to {} tokens): {}; limit {}{}; micro-batch {} x "
+      "accumulation {} = batch {}",
+      k, tp.micro_batch_tokens, describe_memory_plan(tp.plan), format_bytes(limit),
+      enforced ? "" : " (machine RAM, not enforced)", k, accum, o.batch_size);
+  return tp;
+}
+
+}  // namespace bp

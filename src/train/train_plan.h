@@ -1,0 +1,32 @@
+// Choosing the micro-batch before step 1 (DESIGN.md "Memory plan", issue "Memory"): the largest
+// number of sequences per micro-batch, up to the batch size, whose memory plan fits the limit
+// (--max-memory; with no limit, the machine's RAM), sized for the longest samples so no step can
+// need more. When even one sequence cannot fit, training does not start: RUNTIME_GPU_OOM with
+// the plan's breakdown and what to change.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/allocator.h"
+#include "train/memory_plan.h"
+
+namespace bp {
+
+struct TrainOptions;
+struct TrainData;
+class Model;
+
+struct TrainPlan {
+  int64_t micro_batch_size = 1;  // sequences
+  int64_t micro_batch_tokens = 0;
+  MemoryPlan plan;
+  size_t limit_bytes = 0;
+  std::string description;  // the breakdown and the choice, for the log
+};
+
+TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainData& data, const Allocator& allocator);
+// "weights 1.2 MiB, trainable ..., total 3.4 MiB" (one line).
+std::string describe_memory_plan(const MemoryPlan& p);
+
+}  // namespace bp

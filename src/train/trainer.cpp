@@ -1,0 +1,507 @@
+// The training loop. See trainer.h for the contract and the output layout.
+#include "train/trainer.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/allocator.h"
+#include "core/interrupt.h"
+#include "core/log.h"
+#include "core/threads.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "model/loader.h"
+#include "model/merge.h"
+#include "model/peft.h"
+#include "ops/optim.h"
+#include "text/data_cursor.h"
+#include "text/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/oom_recovery.h"
+#include "train/optimizer.h"
+#include "train/train_data.h"
+#include "train/train_plan.h"
+
+namespace bp {
+
+namespace fs = std::filesystem;
+
+nlohmann::json TrainSummary::to_json() const {
+  auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  return {{"run_id", run_id},
+          {"output_dir", output_dir},
+          {"final_artifact", final_artifact},
+          {"steps", steps_done},
+          {"tokens", tokens},
+          {"seconds", seconds},
+          {"final_loss", final_loss},
+          {"initial_eval_loss", opt(initial_eval_loss)},
+          {"final_eval_loss", opt(final_eval_loss)},
+          {"best_eval_loss", opt(best_eval_loss)},
+          {"peak_memory_bytes", peak_memory_bytes},
+          {"oom_recoveries", oom_recoveries},
+          {"skipped_steps", skipped_steps},
+          {"micro_batch_size", micro_batch_size},
+          {"grad_accum", grad_accum}};
+}
+
+struct Trainer::State {
+  TrainOptions opt;
+  TrainCallbacks cb;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<LoraAdapter> adapter;
+  TrainData data;
+  AdamW adamw;
+  std::unique_ptr<DataCursor> cursor;
+  std::unique_ptr<OomRecovery> oom;
+  std::unique_ptr<CheckpointStore> checkpoints;
+  TrainSummary summary;
+  int64_t total_steps = 0;
+  int64_t step = 0;  // optimizer steps done
+  std::string best_checkpoint;
+  std::ofstream metrics;
+  int consecutive_nonfinite = 0;
+  int64_t fault_oom_left = 0;
+
+  void event(const std::string& level, const std::string& msg) {
+    if (level == "warn")
+      spdlog::warn("{}", msg);
+    else
+      spdlog::info("{}", msg);
+    if (cb.on_event) cb.on_event(level, msg);
+    record({{"type", "event"}, {"level", level}, {"message", msg}});
+  }
+  void record(nlohmann::json j) {
+    j["run_id"] = summary.run_id;
+    if (metrics.is_open()) {
+      metrics << j.dump() << "\n";
+      metrics.flush();
+    }
+  }
+};
+
+Trainer::Trainer(TrainOptions options, TrainCallbacks callbacks) : s_(std::make_unique<State>()) {
+  s_->opt = std::move(options);
+  s_->cb = std::move(callbacks);
+}
+Trainer::~Trainer() = default;
+Model& Trainer::model() {
+  return *s_->model;
+}
+LoraAdapter* Trainer::adapter() {
+  return s_->adapter.get();
+}
+
+// ---- resume -----------------------------------------------------------------------------------
+
+// Finds the checkpoint folder a --resume value names: "latest" (newest valid one under the
+// output folder, or under runs/), a run id (runs/<id>), a run folder or a checkpoint folder.
+static std::optional<CheckpointInfo> find_resume_checkpoint(const TrainOptions& o, std::string* run_dir,
+                                                            const std::function<void(const std::string&)>& warn) {
+  auto newest_in_run = [&](const std::string& dir) -> std::optional<CheckpointInfo> {
+    CheckpointStore store((fs::path(dir) / "checkpoints").string());
+    return store.latest_valid([&](const std::string& p, const Error& e) {
+      warn(fmt::format("skipping damaged checkpoint {}: {}", p, e.what()));
+    });
+  };
+  const std::string& r = o.resume;
+  if (r == "latest") {
+    if (!o.output_dir.empty()) {
+      *run_dir = o.output_dir;
+      return newest_in_run(o.output_dir);
+    }
+    std::vector<fs::path> runs;
+    std::error_code ec;
+    if (fs::is_directory(o.output_root, ec))
+      for (const auto& e : fs::directory_iterator(o.output_root, ec))
+        if (e.is_directory()) runs.push_back(e.path());
+    std::sort(runs.begin(), runs.end(),
+              [](const fs::path& a, const fs::path& b) { return fs::last_write_time(a) > fs::last_write_time(b); });
+    for (const auto& d : runs)
+      if (auto c = newest_in_run(d.string())) {
+        *run_dir = d.string();
+        return c;
+      }
+    return std::nullopt;
+  }
+  fs::path p(r);
+  if (!fs::exists(p) && fs::exists(fs::path(o.output_root) / r)) p = fs::path(o.output_root) / r;
+  if (fs::exists(p / "manifest.json")) {  // a checkpoint folder
+    *run_dir = p.parent_path().parent_path().string();
+    int64_t step = 0;
+    nlohmann::json st = CheckpointStore::verify(p.string());
+    step = st.value("step", int64_t{0});
+    return CheckpointInfo{p.string(), step, st};
+  }
+  if (fs::is_directory(p)) {
+    *run_dir = p.string();
+    return newest_in_run(p.string());
+  }
+  return std::nullopt;
+}
+
+// ---- checkpoint contents ----------------------------------------------------------------------
+
+static NamedTensors trainable_tensors(Model& m) {
+  NamedTensors out;
+  for (auto& p : m.trainable_parameters()) out.emplace_back(p.name, *p.param);
+  return out;
+}
+
+static void restore_trainable(Model& m, const std::string& file) {
+  auto reader = SafetensorsReader::open_file(file);
+  for (auto& p : m.trainable_parameters()) {
+    if (!reader.contains(p.name))
+      throw Error(ErrorCode::STATE_CHECKPOINT_INVALID, fmt::format("[checkpoint] {} has no tensor {}", file, p.name));
+    p.param->copy_from(reader.read(p.name, p.param->shape()));
+  }
+}
+
+// ---- the run ----------------------------------------------------------------------------------
+
+TrainSummary Trainer::run() {
+  State& s = *s_;
+  TrainOptions& o = s.opt;
+  auto t0 = std::chrono::steady_clock::now();
+  set_num_threads(o.threads);
+  if (!o.fault_crash_at.empty()) io_faults().crash_at = o.fault_crash_at;
+  if (o.fault_enospc_after_bytes >= 0) io_faults().enospc_after_bytes = o.fault_enospc_after_bytes;
+  Allocator& alloc = cpu_allocator();
+
+  // Resume target first: it decides the run id and the output folder.
+  std::optional<CheckpointInfo> resume_from;
+  if (!o.resume.empty()) {
+    std::string run_dir;
+    resume_from = find_resume_checkpoint(o, &run_dir, [&](const std::string& m) { spdlog::warn("{}", m); });
+    if (!resume_from)
+      throw Error(ErrorCode::INPUT_RESUME_NOT_FOUND,
+                  fmt::format("[train] --resume {}: no valid checkpoint found{}", o.resume,
+                              o.output_dir.empty() ? " under " + o.output_root : " under " + o.output_dir));
+    if (o.output_dir.empty()) o.output_dir = run_dir;
+    log::begin_run(resume_from->trainer_state.value("run_id", std::string()));
+  } else {
+    log::begin_run();
+  }
+  s.summary.run_id = log::run_id();
+  if (o.output_dir.empty()) o.output_dir = (fs::path(o.output_root) / s.summary.run_id).string();
+  fs::create_directories(o.output_dir);
+  s.summary.output_dir = o.output_dir;
+  s.metrics.open((fs::path(o.output_dir) / "metrics.jsonl").string(), std::ios::app);
+  s.checkpoints = std::make_unique<CheckpointStore>((fs::path(o.output_dir) / "checkpoints").string());
+  for (const auto& p : s.checkpoints->remove_stale_partials())
+    s.event("info", fmt::format("removed the unfinished checkpoint {} left by an interrupted save", p));
+
+  // Data.
+  std::string tok_dir = !o.tokenizer_dir.empty() ? o.tokenizer_dir
+                        : !o.model_dir.empty()   ? o.model_dir
+                                                 : fs::path(o.init_from_config).parent_path().string();
+  s.tokenizer = Tokenizer::from_dir(tok_dir);
+  s.data = build_train_data(o, *s.tokenizer);
+  for (const auto& w : s.data.warnings) s.event("warn", w);
+  if (s.data.train.empty())
+    throw Error(ErrorCode::INPUT_DATASET_INVALID,
+                fmt::format("[train] {} has no usable training samples ({} rows, {} skipped)", o.data_path,
+                            s.data.rows_total, s.data.rows_skipped));
+
+  // Model.
+  ModelOptions mopt;
+  mopt.mode = o.mode;
+  mopt.gradient_checkpointing = o.gradient_checkpointing;
+  ModelWeights weights = !o.init_from_config.empty()
+                             ? init_random_weights(ModelConfig::from_file(o.init_from_config), o.seed)
+                             : load_model(o.model_dir);
+  s.model = std::make_unique<Model>(std::move(weights), mopt);
+  if (o.mode == TrainMode::Lora) {
+    s.adapter = std::make_unique<LoraAdapter>(init_lora(s.model->config(), o.lora, o.seed));
+    s.adapter->base_model_name_or_path = o.model_dir;
+    s.model->attach_lora(*s.adapter);
+  }
+  s.model->set_training(true);
+
+  // Schedule.
+  int64_t steps_per_epoch =
+      std::max<int64_t>(1, (static_cast<int64_t>(s.data.train.size()) + o.batch_size - 1) / o.batch_size);
+  s.total_steps = o.steps > 0 ? o.steps : steps_per_epoch * std::max<int64_t>(1, o.epochs);
+  s.cursor = std::make_unique<DataCursor>(static_cast<int64_t>(s.data.train.size()), o.seed);
+
+  // Memory plan: pick the micro-batch before step 1 (fails here when one sequence cannot fit).
+  alloc.set_limit(o.max_memory_bytes);
+  TrainPlan plan = plan_training(o, *s.model, s.data, alloc);
+  s.event("info", plan.description);
+  s.oom = std::make_unique<OomRecovery>(o.batch_size, plan.micro_batch_size, o.oom_recovery, alloc);
+
+  s.adamw.init(s.model->trainable_parameters());
+  if (resume_from) {
+    const auto& st = resume_from->trainer_state;
+    restore_trainable(*s.model, (fs::path(resume_from->path) / "trainable.safetensors").string());
+    auto opt_reader = SafetensorsReader::open_file((fs::path(resume_from->path) / "optimizer.safetensors").string());
+    std::vector<std::pair<std::string, Tensor>> state;
+    for (const auto& n : opt_reader.names()) state.emplace_back(n, opt_reader.read(n));
+    s.adamw.load_state(state, st.at("optimizer_step").get<int64_t>());
+    s.step = st.at("step").get<int64_t>();
+    s.cursor = std::make_unique<DataCursor>(static_cast<int64_t>(s.data.train.size()), o.seed, true,
+                                            CursorState::from_json(st.at("cursor")));
+    s.oom->set_micro_seqs(st.at("micro_batch_size").get<int64_t>());
+    if (st.contains("best_eval_loss") && !st["best_eval_loss"].is_null())
+      s.summary.best_eval_loss = st["best_eval_loss"].get<double>();
+    s.best_checkpoint = st.value("best_checkpoint", std::string());
+    s.summary.oom_recoveries = st.value("oom_recoveries", int64_t{0});
+    s.summary.skipped_steps = st.value("skipped_steps", int64_t{0});
+    s.summary.tokens = st.value("tokens", int64_t{0});
+    s.event("info", fmt::format("resumed from {} at step {} of {}", resume_from->path, s.step, s.total_steps));
+  }
+
+  auto evaluate = [&]() -> std::optional<double> {
+    if (s.data.eval.empty()) return std::nullopt;
+    struct RestoreTraining {  // evaluation always gives training mode back, even when it throws
+      Model& m;
+      ~RestoreTraining() { m.set_training(true); }
+    } restore{*s.model};
+    s.model->set_training(false);
+    double loss_sum = 0;
+    int64_t count = 0;
+    int64_t mb = std::max<int64_t>(1, s.oom->micro_seqs());
+    for (size_t b = 0; b < s.data.eval.size(); b += static_cast<size_t>(mb)) {
+      std::vector<const Sample*> batch;
+      for (size_t i = b; i < std::min(s.data.eval.size(), b + static_cast<size_t>(mb)); ++i)
+        batch.push_back(&s.data.eval[i]);
+      if (o.fault_eval_throw_at >= 0 && s.step == o.fault_eval_throw_at)
+        throw Error(ErrorCode::RUNTIME_TRAINING_FAILED, "[train] injected failure inside evaluation");
+      auto r = s.model->forward_loss(make_batch(batch));
+      loss_sum += r.loss_sum;
+      count += r.n_counted;
+    }
+    return count ? std::optional<double>(loss_sum / static_cast<double>(count)) : std::nullopt;
+  };
+
+  auto save_checkpoint = [&](std::optional<double> eval_loss) {
+    nlohmann::json st = {{"step", s.step},
+                         {"optimizer_step", s.adamw.steps_taken()},
+                         {"micro_batch_size", s.oom->micro_seqs()},
+                         {"grad_accum", s.oom->accumulation()},
+                         {"cursor", s.cursor->state().to_json()},
+                         {"run_id", s.summary.run_id},
+                         {"seed", o.seed},
+                         {"tokens", s.summary.tokens},
+                         {"oom_recoveries", s.summary.oom_recoveries},
+                         {"skipped_steps", s.summary.skipped_steps},
+                         {"eval_loss", eval_loss ? nlohmann::json(*eval_loss) : nlohmann::json(nullptr)},
+                         {"best_eval_loss", s.summary.best_eval_loss ? nlohmann::json(*s.summary.best_eval_loss)
+                                                                     : nlohmann::json(nullptr)},
+                         {"best_checkpoint", s.best_checkpoint}};
+    nlohmann::json losses = nlohmann::json::array();
+    for (const auto& h : s.summary.history) losses.push_back({{"step", h.step}, {"loss", h.loss}});
+    st["loss_history"] = losses;
+    Model& m = *s.model;
+    std::string path = s.checkpoints->write(
+        s.step,
+        {{"trainable.safetensors", [&](const std::string& p) { write_safetensors(p, trainable_tensors(m)); }},
+         {"optimizer.safetensors",
+          [&](const std::string& p) {
+            NamedTensors t;
+            for (auto& [n, v] : s.adamw.state_tensors()) t.emplace_back(n, v);
+            write_safetensors(p, t);
+          }}},
+        st);
+    if (eval_loss && (!s.summary.best_eval_loss || *eval_loss <= *s.summary.best_eval_loss)) {
+      s.summary.best_eval_loss = *eval_loss;
+      s.best_checkpoint = path;
+    }
+    s.checkpoints->prune(o.keep_checkpoints, s.best_checkpoint);
+    s.record({{"type", "checkpoint"}, {"step", s.step}, {"path", path}});
+    return path;
+  };
+
+  if (!resume_from) {
+    s.summary.initial_eval_loss = evaluate();
+    if (s.summary.initial_eval_loss) {
+      s.record({{"type", "eval"}, {"step", 0}, {"eval_loss", *s.summary.initial_eval_loss}});
+      s.event("info", fmt::format("eval loss before training: {:.4f}", *s.summary.initial_eval_loss));
+    }
+  }
+
+  install_interrupt_handler();
+  struct ClearInterrupt {
+    ~ClearInterrupt() { clear_interrupt(); }
+  } clear_on_exit;
+  alloc.reset_peak();
+  auto params = s.model->trainable_parameters();
+  std::vector<Tensor*> grads;
+  for (auto& p : params) grads.push_back(p.grad);
+  s.fault_oom_left = o.fault_oom_repeat;
+
+  while (s.step < s.total_steps) {
+    std::vector<int64_t> ids = s.cursor->next(o.batch_size);
+    int64_t n_labels = 0, n_tokens = 0;
+    for (int64_t id : ids) {
+      n_labels += sample_label_tokens(s.data.train[static_cast<size_t>(id)]);
+      n_tokens += static_cast<int64_t>(s.data.train[static_cast<size_t>(id)].ids.size());
+    }
+    float grad_scale = n_labels ? 1.0f / static_cast<float>(n_labels) : 0.0f;
+    double loss_sum = 0;
+    s.model->zero_grads();
+    s.oom->run_step(
+        static_cast<int64_t>(ids.size()),
+        [&](int64_t b, int64_t e) {
+          if (s.step == o.fault_oom_step && s.fault_oom_left > 0) {
+            --s.fault_oom_left;
+            alloc.fail_after_allocations(1);  // the micro-batch's first allocation fails
+          }
+          std::vector<const Sample*> batch;
+          for (int64_t i = b; i < e; ++i)
+            batch.push_back(&s.data.train[static_cast<size_t>(ids[static_cast<size_t>(i)])]);
+          uint64_t dropout_seed = o.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(s.step) * 1000003ull +
+                                  static_cast<uint64_t>(ids[static_cast<size_t>(b)]);
+          loss_sum += s.model->forward_backward(make_batch(batch), grad_scale, dropout_seed).loss_sum;
+        },
+        [&] {
+          alloc.fail_after_allocations(0);
+          s.model->zero_grads();
+          loss_sum = 0;
+        },
+        [&](const OomEvent& ev) {
+          ++s.summary.oom_recoveries;
+          s.record({{"type", "oom_recovery"},
+                    {"step", s.step + 1},
+                    {"code", ev.kind == OomKind::Adjacent ? "RUNTIME_OOM_ADJACENT" : "RUNTIME_GPU_OOM"},
+                    {"micro_batch_before", ev.micro_seqs_before},
+                    {"micro_batch_after", ev.micro_seqs_after},
+                    {"grad_accum_after", ev.accum_after},
+                    {"bytes_in_use", ev.memory.bytes_in_use},
+                    {"message", ev.message}});
+          s.event("warn", fmt::format("{}out of memory at step {}: micro-batch {} -> {} sequences, gradient "
+                                      "accumulation {}; redoing the step with the same samples",
+                                      ev.kind == OomKind::Adjacent ? "[RUNTIME_OOM_ADJACENT] " : "", s.step + 1,
+                                      ev.micro_seqs_before, ev.micro_seqs_after, ev.accum_after));
+        });
+
+    StepRecord rec;
+    rec.step = s.step + 1;
+    rec.tokens = n_tokens;
+    rec.sample_ids = ids;
+    rec.loss = n_labels ? loss_sum / static_cast<double>(n_labels) : 0.0;
+    if (std::find(o.fault_nan_steps.begin(), o.fault_nan_steps.end(), rec.step) != o.fault_nan_steps.end() &&
+        !grads.empty() && grads[0]->numel() > 0)
+      grads[0]->data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+    rec.grad_norm = o.max_grad_norm > 0 ? clip_grad_norm(grads, o.max_grad_norm)
+                                        : global_grad_norm(std::vector<const Tensor*>(grads.begin(), grads.end()));
+    rec.lr = lr_at_step(o.lr_scheduler, o.lr, s.step, o.warmup_steps, s.total_steps);
+    if (!std::isfinite(rec.loss) || !std::isfinite(rec.grad_norm)) {
+      rec.skipped = true;
+      ++s.summary.skipped_steps;
+      ++s.consecutive_nonfinite;
+      std::vector<int64_t> rows;
+      for (int64_t id : ids) rows.push_back(s.data.train[static_cast<size_t>(id)].source_line);
+      s.record({{"type", "nonfinite"},
+                {"step", rec.step},
+                {"loss", std::isfinite(rec.loss) ? rec.loss : -1.0},
+                {"grad_norm_finite", std::isfinite(rec.grad_norm)},
+                {"dataset_rows", rows}});
+      s.event("warn", fmt::format("non-finite {} at step {}: update skipped (dataset rows {})",
+                                  std::isfinite(rec.loss) ? "gradient norm" : "loss", rec.step, fmt::join(rows, ", ")));
+      if (s.consecutive_nonfinite >= o.nan_max_consecutive)
+        throw Error(ErrorCode::RUNTIME_TRAINING_FAILED,
+                    fmt::format("[train] {} consecutive steps with non-finite loss or gradients (last at step {}, "
+                                "dataset rows {})",
+                                s.consecutive_nonfinite, rec.step, fmt::join(rows, ", ")),
+                    {{"step", rec.step}, {"dataset_rows", rows}})
+            .with_suggestion(fmt::format("Lower the learning rate (now {}), keep --max-grad-norm on, and look at the "
+                                         "data at the dataset rows named; resume with --resume latest.",
+                                         o.lr));
+    } else {
+      s.consecutive_nonfinite = 0;
+      AdamWConfig acfg;
+      acfg.lr = static_cast<float>(rec.lr);
+      acfg.weight_decay = static_cast<float>(o.weight_decay);
+      s.adamw.step(params, acfg);
+    }
+    ++s.step;
+    s.summary.tokens += n_tokens;
+    s.summary.steps_done = s.step;
+    s.summary.final_loss = rec.loss;
+    s.summary.history.push_back(rec);
+    s.record({{"type", "step"},
+              {"step", rec.step},
+              {"loss", rec.skipped ? nlohmann::json(nullptr) : nlohmann::json(rec.loss)},
+              {"grad_norm", std::isfinite(rec.grad_norm) ? nlohmann::json(rec.grad_norm) : nlohmann::json(nullptr)},
+              {"lr", rec.lr},
+              {"tokens", rec.tokens},
+              {"micro_batch_size", s.oom->micro_seqs()},
+              {"grad_accum", s.oom->accumulation()},
+              {"bytes_in_use", alloc.stats().bytes_in_use},
+              {"bytes_peak", alloc.stats().bytes_peak},
+              {"samples", ids}});
+    if (s.cb.on_step) s.cb.on_step(rec, s.summary, s.total_steps);
+
+    std::optional<double> eval_loss;
+    bool last = s.step == s.total_steps;
+    if (o.eval_every > 0 && s.step % o.eval_every == 0 && !last) {
+      eval_loss = evaluate();
+      if (eval_loss) s.record({{"type", "eval"}, {"step", s.step}, {"eval_loss", *eval_loss}});
+    }
+    bool stopping = interrupt_requested() || (o.stop_after_step_for_tests > 0 && s.step == o.stop_after_step_for_tests);
+    if ((o.save_every > 0 && s.step % o.save_every == 0) || stopping) save_checkpoint(eval_loss);
+    if (o.fault_crash_after_step > 0 && s.step == o.fault_crash_after_step) {
+      spdlog::warn("[fault] crash injected after step {}", s.step);
+      log::flush();
+      ::kill(::getpid(), SIGKILL);
+    }
+    if (stopping)
+      throw Error(ErrorCode::RUNTIME_TRAINING_ABORTED,
+                  fmt::format("[train] interrupted by signal {} after step {} of {}; checkpoint saved in {}",
+                              interrupt_signal(), s.step, s.total_steps, s.checkpoints->root()));
+  }
+
+  s.summary.final_eval_loss = evaluate();
+  if (s.summary.final_eval_loss) {
+    s.record({{"type", "eval"}, {"step", s.step}, {"eval_loss", *s.summary.final_eval_loss}});
+    if (!s.summary.best_eval_loss || *s.summary.final_eval_loss < *s.summary.best_eval_loss)
+      s.summary.best_eval_loss = s.summary.final_eval_loss;
+  }
+  save_checkpoint(s.summary.final_eval_loss);
+
+  // Final artifact.
+  if (o.mode == TrainMode::Lora) {
+    std::string dir = (fs::path(o.output_dir) / "adapter").string();
+    bool untouched = true;  // every lora_B still zero: the adapter is the identity
+    for (const auto& layer : s.adapter->layers)
+      for (int t = 0; t < kNumLoraTargets && untouched; ++t)
+        if (layer.enabled[static_cast<size_t>(t)]) {
+          const Tensor& b = layer.B[static_cast<size_t>(t)];
+          const float* p = b.data<float>();
+          for (int64_t i = 0; i < b.numel(); ++i)
+            if (p[i] != 0.0f) {
+              untouched = false;
+              break;
+            }
+        }
+    if (untouched)
+      s.event("warn", fmt::format("the adapter saved to {} was never trained (no successful update): it leaves the "
+                                  "base model unchanged",
+                                  dir));
+    save_peft_adapter(*s.adapter, dir);
+    s.summary.final_artifact = dir;
+  } else {
+    std::string dir = (fs::path(o.output_dir) / "model").string();
+    SaveModelOptions so;
+    so.copy_files_from = tok_dir;
+    save_hf_model(s.model->weights(), dir, so);
+    s.summary.final_artifact = dir;
+  }
+  s.summary.micro_batch_size = s.oom->micro_seqs();
+  s.summary.grad_accum = s.oom->accumulation();
+  s.summary.peak_memory_bytes = alloc.stats().bytes_peak;
+  s.summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  write_file_atomic((fs::path(o.output_dir) / "summary.json").string(), s.summary.to_json().dump(2));
+  alloc.set_limit(kNoLimit);
+  return s.summary;
+}
+
+}  // namespace bp

@@ -1,0 +1,175 @@
+// End-to-end tests of the training loop on the real stories260K model (tiny: runs in a second).
+// Failure paths are made to happen: injected OOM, injected NaN, a throw inside evaluation.
+#include "train/trainer.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/allocator.h"
+#include "io/safetensors.h"
+#include "support/test_util.h"
+
+namespace bp {
+
+namespace fs = std::filesystem;
+
+static std::string model_dir() {
+  return test::shared_dir() + "/models/stories260K";
+}
+
+// A small text dataset whose sentences the model can learn quickly.
+static std::string write_dataset(const std::string& dir, int rows = 24) {
+  std::string path = dir + "/data.jsonl";
+  std::ofstream f(path);
+  const char* names[] = {"Lily", "Tom", "Ben", "Sue", "Max", "Mia"};
+  const char* things[] = {"a red ball", "a big dog", "a small cat", "a blue car"};
+  for (int i = 0; i < rows; ++i)
+    f << "{\"text\": \"" << names[i % 6] << " had " << things[i % 4] << ". " << names[(i + 1) % 6]
+      << " liked it very much.\"}\n";
+  return path;
+}
+
+static TrainOptions base_options(const std::string& dir) {
+  TrainOptions o;
+  o.model_dir = model_dir();
+  o.data_path = write_dataset(dir);
+  o.output_dir = dir + "/run";
+  o.steps = 6;
+  o.batch_size = 4;
+  o.micro_batch_size = 4;
+  o.lr = 5e-3;
+  o.warmup_steps = 0;
+  o.lr_scheduler = LrScheduler::Constant;
+  o.max_seq_length = 64;
+  o.holdout = 0.25;
+  o.lora.r = 4;
+  o.lora.alpha = 8;
+  o.lora.dropout = 0.0f;
+  o.lora.target_modules = {"all-linear"};
+  o.threads = 1;
+  o.quiet = true;
+  return o;
+}
+
+TEST(Trainer, LoraRunLearnsAndWritesOutputs) {
+  test::TempDir tmp;
+  TrainOptions o = base_options(tmp.path);
+  o.steps = 12;
+  Trainer t(o);
+  TrainSummary s = t.run();
+  EXPECT_EQ(s.steps_done, 12);
+  ASSERT_TRUE(s.initial_eval_loss && s.final_eval_loss);
+  EXPECT_LT(*s.final_eval_loss, *s.initial_eval_loss) << "held-out loss must fall";
+  EXPECT_LT(s.history.back().loss, s.history.front().loss);
+  EXPECT_TRUE(fs::exists(o.output_dir + "/adapter/adapter_model.safetensors"));
+  EXPECT_TRUE(fs::exists(o.output_dir + "/adapter/adapter_config.json"));
+  EXPECT_TRUE(fs::exists(o.output_dir + "/summary.json"));
+  EXPECT_TRUE(fs::exists(o.output_dir + "/metrics.jsonl"));
+  EXPECT_TRUE(fs::exists(o.output_dir + "/checkpoints/checkpoint-12/manifest.json"));
+  EXPECT_GT(s.peak_memory_bytes, 0u);
+  EXPECT_EQ(s.oom_recoveries, 0);
+}
+
+// An OOM in the middle of training is recovered: same steps, same samples in the same order,
+// and the same losses as an uninterrupted run with the same effective batch.
+TEST(Trainer, OomRecoveryKeepsStepsSamplesAndLosses) {
+  test::TempDir a_dir, b_dir;
+  TrainOptions a = base_options(a_dir.path);
+  TrainOptions b = base_options(b_dir.path);
+  b.fault_oom_step = 2;    // the third step's first micro-batch runs out of memory
+  b.fault_oom_repeat = 2;  // twice: 4 -> 2 -> 1 sequences per micro-batch
+  TrainSummary sa = Trainer(a).run();
+  TrainSummary sb = Trainer(b).run();
+  EXPECT_EQ(sb.oom_recoveries, 2);
+  EXPECT_EQ(sb.micro_batch_size, 1);
+  EXPECT_EQ(sb.grad_accum, 4);
+  ASSERT_EQ(sa.history.size(), sb.history.size());
+  for (size_t i = 0; i < sa.history.size(); ++i) {
+    EXPECT_EQ(sa.history[i].sample_ids, sb.history[i].sample_ids) << "step " << i + 1;
+    EXPECT_NEAR(sa.history[i].loss, sb.history[i].loss, 1e-5 * std::max(1.0, std::fabs(sa.history[i].loss)))
+        << "step " << i + 1;
+  }
+}
+
+TEST(Trainer, NanStepIsSkippedAndRunContinues) {
+  test::TempDir tmp;
+  TrainOptions o = base_options(tmp.path);
+  o.fault_nan_steps = {3};
+  TrainSummary s = Trainer(o).run();
+  EXPECT_EQ(s.steps_done, 6);
+  EXPECT_EQ(s.skipped_steps, 1);
+  EXPECT_TRUE(s.history[2].skipped);
+  EXPECT_FALSE(s.history[3].skipped);
+  std::ifstream m(o.output_dir + "/metrics.jsonl");
+  std::string all((std::istreambuf_iterator<char>(m)), {});
+  EXPECT_NE(all.find("\"type\":\"nonfinite\""), std::string::npos);
+  EXPECT_NE(all.find("dataset_rows"), std::string::npos);
+}
+
+TEST(Trainer, ConsecutiveNanStopsWithTrainingFailed) {
+  test::TempDir tmp;
+  TrainOptions o = base_options(tmp.path);
+  o.fault_nan_steps = {2, 3, 4};
+  try {
+    Trainer(o).run();
+    FAIL() << "expected RUNTIME_TRAINING_FAILED";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::RUNTIME_TRAINING_FAILED) << e.what();
+    EXPECT_NE(std::string(e.what()).find("3 consecutive"), std::string::npos) << e.what();
+    EXPECT_NE(e.suggestion().find("Lower the learning rate"), std::string::npos);
+  }
+}
+
+TEST(Trainer, EvaluationRestoresTrainingModeWhenItThrows) {
+  test::TempDir tmp;
+  TrainOptions o = base_options(tmp.path);
+  o.eval_every = 2;
+  o.fault_eval_throw_at = 2;
+  Trainer t(o);
+  EXPECT_THROW(t.run(), Error);
+  EXPECT_TRUE(t.model().training());
+}
+
+TEST(Trainer, ResumeContinuesBitIdentically) {
+  test::TempDir a_dir, b_dir;
+  TrainOptions straight = base_options(a_dir.path);
+  straight.steps = 6;
+  Trainer(straight).run();
+
+  TrainOptions first = base_options(b_dir.path);
+  first.steps = 6;
+  first.save_every = 3;
+  first.fault_eval_throw_at = -1;
+  // Stop after step 3 as an interrupt would: a checkpoint exists at 3.
+  first.stop_after_step_for_tests = 3;
+  EXPECT_THROW(Trainer(first).run(), Error);
+  TrainOptions resumed = base_options(b_dir.path);
+  resumed.steps = 6;
+  resumed.resume = "latest";
+  TrainSummary s = Trainer(resumed).run();
+  EXPECT_EQ(s.steps_done, 6);
+  auto a = SafetensorsReader::open_file(straight.output_dir + "/checkpoints/checkpoint-6/trainable.safetensors");
+  auto b = SafetensorsReader::open_file(resumed.output_dir + "/checkpoints/checkpoint-6/trainable.safetensors");
+  ASSERT_EQ(a.names(), b.names());
+  for (const auto& n : a.names()) {
+    Tensor ta = a.read(n), tb = b.read(n);
+    ASSERT_EQ(ta.nbytes(), tb.nbytes());
+    EXPECT_EQ(std::memcmp(ta.raw(), tb.raw(), ta.nbytes()), 0) << n << " differs after resume";
+  }
+}
+
+TEST(Trainer, MemoryLimitTooSmallFailsBeforeTrainingWithBreakdown) {
+  test::TempDir tmp;
+  TrainOptions o = base_options(tmp.path);
+  o.max_memory_bytes = 1 << 20;  // 1 MiB: the weights alone need more
+  try {
+    Trainer(o).run();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::RUNTIME_GPU_OOM) << e.what();
+    EXPECT_TRUE(e.details().contains("plan")) << e.details().dump();
+  }
+  cpu_allocator().set_limit(kNoLimit);
+}
+
+}  // namespace bp
