@@ -20,12 +20,12 @@ BACKPROP=${BACKPROP:-build/backprop}
 WORK=${WORK:-build/tiny-chat-work}
 SEED=${SEED:-1234}
 ROWS=${ROWS:-40000}
-STEPS=${STEPS:-1500}
-BATCH=${BATCH:-16}
+STEPS=${STEPS:-1100}
+BATCH=${BATCH:-8}
 LR=${LR:-3e-3}
 WARMUP=${WARMUP:-60}
-THREADS=${THREADS:-2}
-INSTALL=${INSTALL:-$([ "$STEPS" = 1500 ] && echo 1 || echo 0)}
+THREADS=${THREADS:-1}
+INSTALL=${INSTALL:-$([ "$STEPS" = 1100 ] && echo 1 || echo 0)}
 
 # Debian's OpenBLAS 0.3.21 reads this VM's CPU as "Prescott" (SSE3 kernels); on an AVX-512 CPU
 # the SkylakeX kernels do the same sums about twice as fast. Only a speed setting.
@@ -41,7 +41,7 @@ echo "corpus: $corpus ($(wc -c <"$corpus") bytes, sha256 $(sha256sum "$corpus" |
 "$BACKPROP" train --mode full --init-from-config models/tiny-chat/config.json \
   --data "$corpus" --steps "$STEPS" --batch-size "$BATCH" --max-seq-length 512 \
   --lr "$LR" --lr-scheduler cosine --warmup-steps "$WARMUP" --weight-decay 0.01 \
-  --holdout 0.005 --eval-every 500 --save-every 500 --seed 1 --threads "$THREADS" \
+  --holdout 0.0025 --eval-every 400 --save-every 200 --seed 1 --threads "$THREADS" \
   --output "$WORK/runs" --json >"$WORK/summary.json"
 
 run_dir=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["output_dir"])' "$WORK/summary.json")

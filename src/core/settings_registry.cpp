@@ -77,6 +77,8 @@ constexpr SettingSpec kSettings[] = {
    "Resume from a checkpoint folder, a run id, or latest; empty = start a new run."},
   {"training.max_memory", T::String, "auto", kNoMin, kNoMax, "", R::AutoOrBytes, "--max-memory", false,
    "Memory budget of the training device (e.g. 8G, 512M): auto = the GPU's free memory, no limit on the CPU; none = no limit."},
+  {"training.vram_gb", T::Float, "0", 0, 1e6, "", R::Any, "--vram-gb", false,
+   "Memory size in GiB (2^30 bytes) that `backprop estimate-vram` fits the plan into; 0 = training.max_memory when it is a size, else the GPU's free memory, else this machine's RAM."},
   {"training.threads", T::Int, "0", 0, 4096, "", R::Any, "--threads", false,
    "CPU threads for OpenMP and BLAS; 0 = all cores."},
   {"training.oom_recovery", T::Bool, "true", kNoMin, kNoMax, "", R::Any, "--oom-recovery", false,

@@ -3,7 +3,8 @@
 //
 // Build and run (clang with libFuzzer), from the repository root after a normal build:
 //   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Isrc -Ibuild/generated \
-//     tests/fuzz/jsonl_fuzz.cpp src/text/dataset*.cpp src/text/data_cursor.cpp src/text/packing.cpp src/text/chat_template.cpp \
+//     tests/fuzz/jsonl_fuzz.cpp src/text/dataset*.cpp src/text/data_cursor.cpp src/text/packing.cpp
+//     src/text/chat_template.cpp \
 //     src/text/jinja_*.cpp -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL \
 //     src/core/error.cpp -lfmt -lspdlog -o build/jsonl_fuzz
 //   ./build/jsonl_fuzz -max_total_time=60

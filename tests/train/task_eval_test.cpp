@@ -68,9 +68,10 @@ void write_file(const std::string& path, const std::string& text) {
 
 TEST(TaskEval, HeldOutFilesLoadInEveryConversationFormat) {
   test::TempDir dir;
-  write_file(dir.path + "/s.jsonl",
-             R"({"conversations": [{"from": "human", "value": "Where is Tom?"}, {"from": "gpt", "value": "Answer: home."}]})"
-             "\n");
+  write_file(
+      dir.path + "/s.jsonl",
+      R"({"conversations": [{"from": "human", "value": "Where is Tom?"}, {"from": "gpt", "value": "Answer: home."}]})"
+      "\n");
   write_file(dir.path + "/a.jsonl", R"({"instruction": "Where is Tom?", "input": "Tom is home.", "output": "home"})"
                                     "\n");
   write_file(dir.path + "/t.jsonl", R"({"text": "Tom is home."})"
@@ -92,7 +93,8 @@ TEST(TaskEval, HeldOutFilesLoadInEveryConversationFormat) {
   }
   // The shipped quick-start held-out files load, with one example per row.
   for (const char* name : {"sharegpt", "alpaca"}) {
-    const auto ex = load_task_examples(test::source_dir() + "/examples/quickstart_" + std::string(name) + "_holdout.jsonl");
+    const auto ex =
+        load_task_examples(test::source_dir() + "/examples/quickstart_" + std::string(name) + "_holdout.jsonl");
     EXPECT_EQ(ex.size(), 50u) << name;
   }
 }

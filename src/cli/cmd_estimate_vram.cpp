@@ -1,0 +1,227 @@
+// `backprop estimate-vram` (issue 9): the memory plan of a training setup as a breakdown, what
+// fits a memory size, and the cheapest change for a setup that does not fit (train/estimate.h).
+//
+// --model reads config.json only (a folder or the file itself): no weights are needed, so a
+// 7B/8B config can be estimated on a laptop. Every flag is a setting, so TOML and
+// BACKPROPAGATE_* variables work too. The setup is the trainer's: --batch-size sequences per
+// optimizer step, --micro-batch-size sequences per forward/backward pass (auto = the whole batch
+// in one pass), every sequence --max-seq-length tokens (the worst case the trainer plans for).
+// The memory size is --vram-gb, else training.max_memory, else the GPU's free memory, else RAM.
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "backend/cuda/cuda_device.h"
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/sysinfo.h"
+#include "model/loader.h"
+#include "train/estimate.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto b = item.find_first_not_of(" \t");
+    auto e = item.find_last_not_of(" \t");
+    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+  }
+  return out;
+}
+
+bool gpu_usable(const bp::CudaStatus& c) {
+  return c.compiled && c.why_unavailable.empty() && !c.devices.empty();
+}
+
+struct Limit {
+  size_t bytes = 0;
+  std::string source;  // for the text and JSON output
+};
+
+Limit memory_limit(const bp::Settings& st, const bp::CudaStatus& cuda) {
+  const double gb = st.get_float("training.vram_gb");
+  if (gb > 0) return {static_cast<size_t>(gb * 1024.0 * 1024.0 * 1024.0), fmt::format("--vram-gb {}", gb)};
+  const std::string& mm = st.get_string("training.max_memory");
+  if (mm != "auto" && mm != "none")
+    return {static_cast<size_t>(bp::parse_byte_size(mm, "training.max_memory")), "training.max_memory " + mm};
+  if (gpu_usable(cuda))
+    return {cuda.devices[0].bytes_free, fmt::format("free memory of GPU 0 ({})", cuda.devices[0].name)};
+  return {static_cast<size_t>(bp::mem_info().bytes_total), "this machine's RAM"};
+}
+
+std::string row(const std::string& name, const std::string& arithmetic, size_t bytes, const std::string& note = "") {
+  return fmt::format("  {:<28}{:<46}{:>12}{}\n", name, arithmetic, bp::format_bytes(bytes),
+                     note.empty() ? "" : "  " + note);
+}
+
+// What the estimate assumes about dtypes, when that differs from a CPU run.
+std::vector<std::string> notes(const bp::Estimate& e, const std::string& dtype_setting) {
+  const bp::EstimateRequest& r = e.request;
+  std::vector<std::string> out;
+  if (r.weights_dtype == bp::DType::F32) return out;
+  if (r.mode == bp::TrainMode::Full) {
+    out.push_back(
+        fmt::format("--dtype {}: in full fine-tuning every weight is trainable and kept in f32 (master "
+                    "weights), so the dtype changes nothing here; the CPU backend computes in f32.",
+                    dtype_setting));
+    return out;
+  }
+  out.push_back(fmt::format(
+      "weights dtype {} (--dtype {}): the frozen weights are counted at {} bytes each, as a GPU run holds them. The "
+      "CPU backend computes in f32 and holds them in f32 ({} instead of {}).",
+      bp::dtype_name(r.weights_dtype), dtype_setting, bp::dtype_size(r.weights_dtype), bp::format_bytes(e.weights_f32),
+      bp::format_bytes(e.plan.weights)));
+  return out;
+}
+
+std::string render_text(const std::string& model_path, const bp::ModelConfig& cfg, const bp::Estimate& e,
+                        const Limit& limit, const std::string& dtype_setting) {
+  using bp::format_bytes;
+  using bp::group_digits;
+  const bp::EstimateRequest& r = e.request;
+  const bp::MemoryPlan& p = e.plan;
+  const bool lora = r.mode == bp::TrainMode::Lora;
+  std::string t;
+  t += fmt::format("Model: {} ({}, {} layers, hidden {}, vocab {}; {} parameters)\n", model_path, cfg.architecture_name,
+                   cfg.num_layers, group_digits(cfg.hidden_size), group_digits(cfg.vocab_size),
+                   group_digits(e.base_parameters));
+  if (lora) {
+    std::string targets;
+    for (const auto& n : r.lora.resolved_targets()) targets += (targets.empty() ? "" : ",") + n;
+    t += fmt::format("Setup: LoRA r={} on {} (dropout {})", r.lora.r, targets, r.lora.dropout);
+  } else {
+    t += "Setup: full fine-tuning";
+  }
+  t += fmt::format(", gradient checkpointing {}\n", r.gradient_checkpointing ? "on" : "off");
+  t += fmt::format("Micro-batch: {} sequences × {} tokens = {} tokens; batch {} = micro-batch {} × accumulation {}\n",
+                   e.micro_batch_size, group_digits(r.max_seq_length), group_digits(e.micro_batch_tokens), r.batch_size,
+                   e.micro_batch_size, e.grad_accum);
+  for (const auto& n : notes(e, dtype_setting)) t += "Note: " + n + "\n";
+  t += fmt::format("\nMemory plan (peak during {}):\n", p.peak_phase);
+  const std::string n_train = group_digits(p.trainable_parameters);
+  if (lora)
+    t += row(fmt::format("weights (frozen, {})", bp::dtype_name(r.weights_dtype)),
+             fmt::format("{} × {} bytes", group_digits(e.base_parameters), bp::dtype_size(r.weights_dtype)), p.weights);
+  else
+    t += row("weights (frozen)", "none: every weight is trainable", p.weights);
+  t += row("trainable parameters", fmt::format("{} × 4 bytes", n_train), p.trainable);
+  t += row("gradients", fmt::format("{} × 4 bytes", n_train), p.gradients);
+  t += row("optimizer state (AdamW)", fmt::format("2 × {} × 4 bytes (m, v)", n_train), p.optimizer_state);
+  t += row("saved activations",
+           r.gradient_checkpointing ? "layer inputs (gradient checkpointing)" : "every layer's activations",
+           p.saved_activations);
+  t += row("recompute buffers", r.gradient_checkpointing ? "one layer's activations in backward" : "none",
+           p.recompute_buffers);
+  const std::string ce = bp::cross_entropy_chunk_arithmetic(e.micro_batch_tokens, cfg.vocab_size, r.ce_chunk_tokens);
+  t += row("cross-entropy chunk", ce, p.cross_entropy_chunk, p.cross_entropy_chunk ? "" : "(freed before the peak)");
+  t += row("workspace", "activation gradients, temporaries", p.workspace);
+  t += row("total", "", p.total());
+
+  t += fmt::format("\nMemory to fit: {} ({})\n", format_bytes(limit.bytes), limit.source);
+  if (e.fits)
+    t += fmt::format("Fits: yes, {} to spare\n", format_bytes(limit.bytes - p.total()));
+  else
+    t += fmt::format("Fits: no, {} more than {} is needed\n", format_bytes(p.total() - limit.bytes),
+                     format_bytes(limit.bytes));
+  const std::string at_least = e.max_micro_batch_tokens >= bp::kMaxSearchTokens ? "at least " : "";
+  if (e.max_micro_batch_tokens == 0) {
+    t += fmt::format(
+        "Not even one token per micro-batch fits: weights, trainable parameters, gradients and optimizer state alone "
+        "need {}\n",
+        format_bytes(p.persistent()));
+  } else {
+    t += fmt::format("Largest micro-batch at {} tokens per sequence: {}{} sequences ({} tokens)\n",
+                     group_digits(r.max_seq_length), at_least, group_digits(e.max_micro_batch_size),
+                     group_digits(e.max_micro_batch_size * r.max_seq_length));
+    t += fmt::format("Largest max sequence length at {} sequences per micro-batch: {}{} tokens\n", e.micro_batch_size,
+                     at_least, group_digits(e.max_seq_length));
+  }
+  if (!e.fits) {
+    if (e.has_fix && e.fix.fits)
+      t += fmt::format(
+          "{}: {} ({}): total {}\n",
+          e.fix.kind == "combined" ? "No single change is enough; these together fit" : "Cheapest change that fits",
+          e.fix.description, e.fix.flags, format_bytes(e.fix.total));
+    else if (e.has_fix)
+      t += fmt::format("No change of these settings fits: even {} ({}) needs {}\n", e.fix.description, e.fix.flags,
+                       format_bytes(e.fix.total));
+    if (!e.tried.empty()) {
+      t += "Changes tried, in order:\n";
+      for (const auto& c : e.tried)
+        t += fmt::format("  {:<80} {:>12}  {}\n", c.description, format_bytes(c.total),
+                         c.fits ? "fits" : "does not fit");
+    }
+  }
+  return t;
+}
+
+int run_estimate_vram() {
+  using namespace bp;
+  const Settings& st = cli::settings();
+  const std::string model = st.get_string("model.path");
+  if (model.empty())
+    throw Error(ErrorCode::CONFIG_INVALID,
+                "[estimate-vram] no model: pass --model DIR (a folder with config.json) or --model path/config.json");
+  const ModelConfig cfg = fs::is_regular_file(model) ? ModelConfig::from_file(model) : load_model_config(model);
+
+  EstimateRequest r;
+  r.mode = st.get_string("training.mode") == "full" ? TrainMode::Full : TrainMode::Lora;
+  r.lora.r = st.get_int("lora.r");
+  r.lora.alpha = static_cast<float>(st.get_float("lora.alpha"));
+  r.lora.dropout = static_cast<float>(st.get_float("lora.dropout"));
+  r.lora.target_modules = split_list(st.get_string("lora.target_modules"));
+  r.gradient_checkpointing = st.get_bool("training.gradient_checkpointing");
+  r.batch_size = st.get_int("training.batch_size");
+  const std::string& mb = st.get_string("training.micro_batch_size");
+  r.micro_batch_size = mb == "auto" ? 0 : std::stoll(mb);
+  r.max_seq_length = st.get_int("training.max_seq_length");
+  r.threads = static_cast<int>(st.get_int("training.threads"));
+  const CudaStatus cuda = cuda_status();
+  const std::string dtype_setting = st.get_string("model.dtype");
+  r.weights_dtype =
+      dtype_setting == "auto" ? (gpu_usable(cuda) ? DType::BF16 : DType::F32) : parse_dtype(dtype_setting);
+  const Limit limit = memory_limit(st, cuda);
+  r.limit_bytes = limit.bytes;
+
+  const Estimate e = estimate_memory(cfg, r);
+  if (cli::global_options().json) {
+    nlohmann::json j = e.to_json();
+    j["model"] = {{"path", model},
+                  {"architecture", cfg.architecture_name},
+                  {"num_layers", cfg.num_layers},
+                  {"hidden_size", cfg.hidden_size},
+                  {"vocab_size", cfg.vocab_size}};
+    j["limit_source"] = limit.source;
+    j["dtype_setting"] = dtype_setting;
+    j["notes"] = notes(e, dtype_setting);
+    std::cout << j.dump(2) << std::endl;
+  } else {
+    std::cout << render_text(model, cfg, e, limit, dtype_setting);
+  }
+  return 0;
+}
+
+bp::cli::RunFn setup_estimate_vram(CLI::App& sub) {
+  bp::cli::bind_settings(
+      sub, {"model.path", "training.mode", "lora.r", "lora.dropout", "lora.target_modules", "training.batch_size",
+            "training.micro_batch_size", "training.max_seq_length", "training.gradient_checkpointing", "model.dtype",
+            "training.vram_gb", "training.threads"});
+  sub.footer(
+      "The estimate is for one micro-batch of --micro-batch-size sequences (auto = all --batch-size sequences of an "
+      "optimizer step in one pass) of --max-seq-length tokens each, the worst case `backprop train` plans for. Only "
+      "config.json is read. The memory size is --vram-gb, else training.max_memory, else the GPU's free memory, else "
+      "this machine's RAM.");
+  return run_estimate_vram;
+}
+
+}  // namespace
+
+BP_REGISTER_COMMAND("estimate-vram",
+                    "Predict training memory from config.json (weights, gradients, optimizer, activations) and what "
+                    "fits a memory size",
+                    setup_estimate_vram);

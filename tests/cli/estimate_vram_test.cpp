@@ -1,0 +1,241 @@
+// `backprop estimate-vram` end to end: a folder with only config.json (SmolLM-135M's shape),
+// the text breakdown with the cross-entropy arithmetic, --json against the library's estimate,
+// --dtype bf16, the fix for a setup that does not fit, settings from the environment, errors;
+// and the prediction against the peak that `backprop train` measures on stories260K.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "backend/cuda/cuda_device.h"
+#include "core/sysinfo.h"
+#include "model/config.h"
+#include "support/test_util.h"
+#include "train/estimate.h"
+
+namespace bp {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int rc;
+  std::string out;
+};
+
+Result backprop(const std::string& args, const std::string& env = "", bool stdout_only = false) {
+  std::string cmd = "{ env -u BACKPROPAGATE_TRAINING__MAX_MEMORY -u BACKPROPAGATE_TRAINING__VRAM_GB " + env + " " +
+                    test::backprop_exe() + " " + args + (stdout_only ? " 2>/dev/null; }" : " 2>&1; }");
+  Result r;
+  r.rc = test::run_command(cmd, &r.out);
+  return r;
+}
+
+bool has(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+// SmolLM-135M's config.json (no weights next to it).
+struct SmolDir {
+  test::TempDir dir;
+  SmolDir() {
+    nlohmann::json j = {{"architectures", {"LlamaForCausalLM"}},
+                        {"model_type", "llama"},
+                        {"vocab_size", 49152},
+                        {"hidden_size", 576},
+                        {"intermediate_size", 1536},
+                        {"num_hidden_layers", 30},
+                        {"num_attention_heads", 9},
+                        {"num_key_value_heads", 3},
+                        {"max_position_embeddings", 2048},
+                        {"rms_norm_eps", 1e-5},
+                        {"rope_theta", 10000.0},
+                        {"hidden_act", "silu"},
+                        {"tie_word_embeddings", true},
+                        {"torch_dtype", "bfloat16"}};
+    std::ofstream(fs::path(dir.path) / "config.json") << j.dump(2);
+  }
+  std::string path() const { return dir.path; }
+};
+constexpr int64_t kSmolParameters = 134515008;
+
+TEST(EstimateVramCli, TextBreakdownWithTheCrossEntropyArithmetic) {
+  SmolDir m;
+  Result r = backprop("estimate-vram --model " + m.path() + " --batch-size 4 --max-seq-length 512 --vram-gb 8");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const char* s :
+       {"LlamaForCausalLM", "134,515,008 parameters", "Micro-batch: 4 sequences × 512 tokens = 2,048",
+        "weights (frozen, f32)", "134,515,008 × 4 bytes", "trainable parameters", "gradients",
+        "optimizer state (AdamW)", "saved activations", "recompute buffers",
+        "256 tokens × 49,152 vocab × 4 bytes = 48.00 MiB", "workspace", "total",
+        "Memory to fit: 8.00 GiB (--vram-gb 8)", "Fits: yes", "Largest micro-batch at 512 tokens per sequence:",
+        "Largest max sequence length at 4 sequences per micro-batch:"})
+    EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
+  EXPECT_FALSE(has(r.out, "Note:")) << r.out;  // f32 on the CPU: nothing to explain
+}
+
+TEST(EstimateVramCli, JsonIsTheLibraryEstimate) {
+  SmolDir m;
+  Result r = backprop("estimate-vram --json --model " + m.path() +
+                          " --batch-size 8 --micro-batch-size 2 --max-seq-length 1024 --lora-r 8 --vram-gb 4",
+                      "", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EstimateRequest q;  // the same settings, defaults as in the settings table
+  q.lora.r = 8;
+  q.lora.dropout = 0.05f;
+  q.lora.target_modules = {"all-linear"};
+  q.batch_size = 8;
+  q.micro_batch_size = 2;
+  q.max_seq_length = 1024;
+  q.limit_bytes = size_t{4} << 30;
+  const Estimate e = estimate_memory(ModelConfig::from_file(m.path() + "/config.json"), q);
+  EXPECT_EQ(j["limit_bytes"].get<size_t>(), q.limit_bytes);
+  EXPECT_EQ(j["settings"]["micro_batch_size"], 2);
+  EXPECT_EQ(j["settings"]["grad_accum"], 4);
+  EXPECT_EQ(j["settings"]["micro_batch_tokens"], 2048);
+  EXPECT_EQ(j["plan"]["weights"].get<size_t>(), size_t{kSmolParameters} * 4);
+  for (const char* g : {"weights", "trainable", "gradients", "optimizer_state", "saved_activations",
+                        "recompute_buffers", "cross_entropy_chunk", "workspace", "total"})
+    EXPECT_EQ(j["plan"][g].get<size_t>(), e.plan.to_json()[g].get<size_t>()) << g;
+  EXPECT_EQ(j["fits"], e.fits);
+  EXPECT_EQ(j["max_fit"]["micro_batch_tokens"], e.max_micro_batch_tokens);
+  EXPECT_EQ(j["max_fit"]["micro_batch_size"], e.max_micro_batch_size);
+  EXPECT_EQ(j["max_fit"]["max_seq_length"], e.max_seq_length);
+  EXPECT_EQ(j["model"]["architecture"], "LlamaForCausalLM");
+  EXPECT_TRUE(j["notes"].empty());
+}
+
+TEST(EstimateVramCli, Bf16CountsFrozenWeightsAtTwoBytesAndSaysTheCpuUsesF32) {
+  SmolDir m;
+  Result r = backprop("estimate-vram --json --dtype bf16 --model " + m.path() + " --vram-gb 16", "", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["plan"]["weights"].get<size_t>(), size_t{kSmolParameters} * 2);
+  EXPECT_EQ(j["plan"]["weights_f32"].get<size_t>(), size_t{kSmolParameters} * 4);
+  EXPECT_EQ(j["settings"]["weights_dtype"], "bf16");
+  ASSERT_EQ(j["notes"].size(), 1u);
+  EXPECT_TRUE(has(j["notes"][0].get<std::string>(), "CPU backend computes in f32"));
+  Result t = backprop("estimate-vram --dtype bf16 --model " + m.path() + " --vram-gb 16");
+  EXPECT_TRUE(has(t.out, "Note: weights dtype bf16")) << t.out;
+  EXPECT_TRUE(has(t.out, "weights (frozen, bf16)")) << t.out;
+  EXPECT_TRUE(has(t.out, "134,515,008 × 2 bytes")) << t.out;
+}
+
+TEST(EstimateVramCli, NonFittingRunGetsTheCheapestChange) {
+  SmolDir m;
+  // Full fine-tuning needs 16 bytes per parameter (2.0 GiB) before any activation: 1 GiB is too
+  // little; LoRA at 512 tokens fits.
+  Result r = backprop("estimate-vram --model " + m.path() +
+                      " --mode full --batch-size 1 --max-seq-length 512 "
+                      "--vram-gb 1");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "Fits: no")) << r.out;
+  EXPECT_TRUE(has(r.out, "Not even one token per micro-batch fits")) << r.out;
+  EXPECT_TRUE(
+      has(r.out, "Cheapest change that fits: LoRA (r=16) instead of full fine-tuning (--mode lora --lora-r 16)"))
+      << r.out;
+  Result j = backprop(
+      "estimate-vram --json --model " + m.path() + " --mode full --batch-size 1 --max-seq-length 512 --vram-gb 1", "",
+      true);
+  const auto jj = nlohmann::json::parse(j.out);
+  EXPECT_EQ(jj["fix"]["kind"], "mode");
+  EXPECT_EQ(jj["fix"]["fits"], true);
+  EXPECT_LE(jj["fix"]["total_bytes"].get<size_t>(), size_t{1} << 30);
+  EXPECT_GT(jj["plan"]["total"].get<size_t>(), size_t{1} << 30);
+}
+
+TEST(EstimateVramCli, SettingsFromEnvironmentAndConfigFileAndDefaultLimit) {
+  SmolDir m;
+  // The config.json path itself works as --model; vram_gb from the environment.
+  Result r =
+      backprop("estimate-vram --json --model " + m.path() + "/config.json", "BACKPROPAGATE_TRAINING__VRAM_GB=2", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["limit_bytes"].get<size_t>(), size_t{2} << 30);
+  // training.max_memory is the next source of the limit.
+  r = backprop("estimate-vram --json --model " + m.path(), "BACKPROPAGATE_TRAINING__MAX_MEMORY=3G", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["limit_bytes"].get<size_t>(), size_t{3} << 30);
+  // Without either: the GPU's free memory, or this machine's RAM.
+  r = backprop("estimate-vram --json --model " + m.path(), "", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  j = nlohmann::json::parse(r.out);
+  const CudaStatus cuda = cuda_status();
+  if (cuda.compiled && cuda.why_unavailable.empty() && !cuda.devices.empty()) {
+    EXPECT_TRUE(has(j["limit_source"].get<std::string>(), "GPU")) << j["limit_source"];
+  } else {
+    EXPECT_EQ(j["limit_source"], "this machine's RAM");
+    EXPECT_EQ(j["limit_bytes"].get<uint64_t>(), mem_info().bytes_total);
+    EXPECT_EQ(j["settings"]["weights_dtype"], "f32");  // dtype auto on the CPU
+  }
+  // Defaults: batch 8 in one micro-batch of 2,048-token sequences.
+  EXPECT_EQ(j["settings"]["micro_batch_tokens"], 8 * 2048);
+}
+
+TEST(EstimateVramCli, BadInputIsAnErrorWithACode) {
+  Result r = backprop("estimate-vram");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "CONFIG_INVALID")) << r.out;
+  r = backprop("estimate-vram --model /nonexistent/model-dir");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_TRUE(has(r.out, "/nonexistent/model-dir")) << r.out;
+  SmolDir m;
+  r = backprop("estimate-vram --model " + m.path() + " --vram-gb -1");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_TRUE(has(r.out, "vram_gb")) << r.out;
+  r = backprop("estimate-vram --model " + m.path() + " --lora-r 0");
+  EXPECT_EQ(r.rc, 1) << r.out;
+}
+
+// The prediction against what `backprop train` measures (summary.json peak_memory_bytes: the
+// allocator's peak over the training steps, weights and optimizer state included) on the real
+// stories260K model. Every sample is longer than --max-seq-length, so each micro-batch is exactly
+// micro-batch × max-seq-length tokens, the case the estimate plans for.
+TEST(EstimateVramCli, PredictionMatchesThePeakOfARealTrainingRun) {
+  const std::string model = test::shared_dir() + "/models/stories260K";
+  ASSERT_TRUE(fs::exists(model + "/model.safetensors")) << "stories260K is missing at " << model;
+  test::TempDir tmp;
+  {
+    std::ofstream f(tmp.path + "/data.jsonl");
+    std::string text;
+    for (int i = 0; i < 40; ++i) text += "Lily and Tom went to the park to play with a big red ball. ";
+    for (int i = 0; i < 8; ++i) f << nlohmann::json{{"text", text}}.dump() << "\n";
+  }
+  struct Case {
+    const char* name;
+    std::string flags;
+  };
+  const std::vector<Case> cases = {
+      {"lora_ckpt", "--mode lora --lora-r 8 --batch-size 4 --micro-batch-size 4 --max-seq-length 64"},
+      {"lora_nockpt",
+       "--mode lora --lora-r 4 --no-gradient-checkpointing --batch-size 2 --micro-batch-size 2 "
+       "--max-seq-length 128"},
+      {"full_ckpt", "--mode full --batch-size 2 --micro-batch-size 2 --max-seq-length 96"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string common = " --model " + model + " --threads 1 " + c.flags;
+    const std::string out = tmp.path + "/run_" + c.name;
+    Result t = backprop(
+        "train --json --data " + tmp.path + "/data.jsonl --steps 2 --holdout 0 --save-every 0 --output " + out + common,
+        "", true);
+    ASSERT_EQ(t.rc, 0) << t.out;
+    const auto summary = nlohmann::json::parse(t.out);
+    const size_t measured = summary["peak_memory_bytes"].get<size_t>();
+    Result e = backprop("estimate-vram --json --vram-gb 1" + common, "", true);
+    ASSERT_EQ(e.rc, 0) << e.out;
+    const auto est = nlohmann::json::parse(e.out);
+    const size_t predicted = est["plan"]["total"].get<size_t>();
+    std::cout << "[estimate-vram vs train] " << c.name << ": predicted " << predicted << " B, measured " << measured
+              << " B\n";
+    EXPECT_NEAR(static_cast<double>(predicted) / static_cast<double>(measured), 1.0, 0.10) << est.dump(2);
+  }
+}
+
+}  // namespace
+}  // namespace bp
