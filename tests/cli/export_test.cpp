@@ -301,6 +301,18 @@ TEST(Export, OllamaRegistersTheGguf) {
   EXPECT_TRUE(fs::is_regular_file(d.path + "/Modelfile"));
 }
 
+TEST(Export, OllamaHostFallsBackToOllamaHostVariable) {
+  TempDir d;
+  FakeOllama server;
+  // export.ollama_host not set anywhere: OLLAMA_HOST (Ollama's own variable) is used.
+  CliRun r = export_json(model_dir() + " --format gguf --output " + d.path + "/m.gguf --ollama",
+                         "OLLAMA_HOST=http://127.0.0.1:" + std::to_string(server.port));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  ASSERT_EQ(server.created.size(), 1u);
+  EXPECT_EQ(server.created[0]["model"], "stories260k");  // derived from the folder name
+  EXPECT_EQ(r.json["ollama"]["endpoint"], "127.0.0.1:" + std::to_string(server.port));
+}
+
 // A local port with nothing listening on it.
 int closed_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
