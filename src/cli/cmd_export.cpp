@@ -2,7 +2,9 @@
 // something to ship (issue 7). Only wiring: every format is a library call.
 //
 //   RUN_OR_DIR  a run folder (its adapter/ or model/, see train/trainer.h), a PEFT adapter folder
-//               (adapter_config.json) or a Hugging Face model folder (config.json).
+//               (adapter_config.json), a Hugging Face model folder (config.json), or a checkpoint
+//               folder of a finished LoRA run (checkpoints/checkpoint-N: its trainable.safetensors
+//               holds PEFT-named tensors; the run's adapter_config.json gives r, alpha, targets).
 //   lora        load_peft_adapter against the base's config (a shape check), save_peft_adapter.
 //   merged      load_model(base) + load_peft_adapter + export_merged_model (base dtype, sharded,
 //               tokenizer files copied); a full model is re-saved with save_hf_model.
@@ -14,6 +16,8 @@
 // adapter folder. Default outputs: <run>/export/model-<quant>.gguf (+ Modelfile),
 // <run>/merged/, <run>/export/adapter/; for a folder outside a run, <folder>-export/ next to it.
 // Every flag is a setting (export.*), so TOML and BACKPROPAGATE_EXPORT__* work too.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -21,6 +25,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -32,6 +37,7 @@
 #include "model/loader.h"
 #include "model/merge.h"
 #include "model/peft.h"
+#include "train/checkpoint.h"
 
 namespace {
 
@@ -41,8 +47,20 @@ using bp::ErrorCode;
 
 enum class InputKind { Adapter, Model };
 
+// A LoRA checkpoint seen as an adapter folder: adapter_config.json of the run's final adapter and
+// a link to the checkpoint's trainable.safetensors (PEFT tensor names) in a temporary folder.
+struct CheckpointStaging {
+  fs::path dir;
+  ~CheckpointStaging() {
+    std::error_code ec;
+    if (!dir.empty()) fs::remove_all(dir, ec);
+  }
+};
+
 struct ExportInput {
   InputKind kind = InputKind::Adapter;
+  std::string shown;  // what the user named (a checkpoint is read through a staging folder)
+  std::shared_ptr<CheckpointStaging> staging;
   fs::path dir;       // the adapter or model folder
   fs::path run_dir;   // the run folder holding it; empty outside a run
   fs::path out_root;  // default outputs: <run>/export or <dir>-export
@@ -83,6 +101,24 @@ ExportInput resolve_input(const std::string& arg) {
     in.kind = is_adapter_dir(p / "adapter") ? InputKind::Adapter : InputKind::Model;
     in.dir = p / (in.kind == InputKind::Adapter ? "adapter" : "model");
     in.run_dir = p;
+  } else if (fs::is_regular_file(p / "manifest.json") && fs::is_regular_file(p / "trainer_state.json") &&
+             fs::is_regular_file(p / "trainable.safetensors") &&
+             is_adapter_dir(p.parent_path().parent_path() / "adapter")) {
+    // checkpoints/checkpoint-N of a LoRA run: its weights with the run's adapter_config.json.
+    bp::CheckpointStore::verify(p.string());  // STATE_CHECKPOINT_INVALID when damaged
+    const fs::path run = p.parent_path().parent_path();
+    in.staging = std::make_shared<CheckpointStaging>();
+    in.staging->dir = fs::temp_directory_path() / fmt::format("bp-export-{}-{}", ::getpid(), p.filename().string());
+    fs::create_directories(in.staging->dir);
+    fs::copy_file(run / "adapter" / "adapter_config.json", in.staging->dir / "adapter_config.json");
+    fs::create_symlink(p / "trainable.safetensors", in.staging->dir / "adapter_model.safetensors");
+    in.kind = InputKind::Adapter;
+    in.dir = in.staging->dir;
+    in.run_dir = run;
+    in.shown = p.string();
+    in.out_root = run / "export" / p.filename();
+    in.merged_default = run / ("merged-" + p.filename().string());
+    return in;
   } else if (fs::is_regular_file(p / "manifest.json") && fs::is_regular_file(p / "trainer_state.json")) {
     throw Error(
         ErrorCode::INPUT_VALIDATION_FAILED,
@@ -101,6 +137,7 @@ ExportInput resolve_input(const std::string& arg) {
                             "folder (config.json)",
                             p.string()));
   }
+  in.shown = in.dir.string();
   if (!in.run_dir.empty()) {
     in.out_root = in.run_dir / "export";
     in.merged_default = in.run_dir / "merged";
@@ -220,7 +257,7 @@ int run_export(const std::string& input_arg) {
   const fs::path source_dir = in.kind == InputKind::Adapter ? base_dir : in.dir;  // weights + tokenizer
 
   nlohmann::json result = {{"format", format},
-                           {"input", in.dir.string()},
+                           {"input", in.shown},
                            {"input_kind", in.kind == InputKind::Adapter ? "adapter" : "model"},
                            {"run_dir", in.run_dir.string()},
                            {"base_model", base_dir.string()}};
@@ -335,9 +372,9 @@ int run_export(const std::string& input_arg) {
     std::cout << result.dump(2) << std::endl;
     return 0;
   }
-  std::cout << fmt::format("Exported {} {} as {}{} in {:.1f} s{}\n", result["input_kind"].get<std::string>(),
-                           in.dir.string(), format, format == "gguf" ? std::string(" ") + gguf_quant_name(quant) : "",
-                           seconds, base_dir.empty() ? "" : fmt::format(" (base model {})", base_dir.string()));
+  std::cout << fmt::format("Exported {} {} as {}{} in {:.1f} s{}\n", result["input_kind"].get<std::string>(), in.shown,
+                           format, format == "gguf" ? std::string(" ") + gguf_quant_name(quant) : "", seconds,
+                           base_dir.empty() ? "" : fmt::format(" (base model {})", base_dir.string()));
   for (const auto& w : written) std::cout << "  wrote " << w << "\n";
   std::cout << fmt::format("  {} in total\n", format_bytes(result["bytes"].get<uint64_t>()));
   if (result.contains("ollama") && !result["ollama"].is_null())

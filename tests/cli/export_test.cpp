@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "io/gguf_reader.h"
+#include "io/safetensors.h"
 #include "io/sha256.h"
 #include "model/loader.h"
 #include "model/lora.h"
@@ -97,10 +98,11 @@ class ExportRun : public ::testing::Test {
       f << "{\"text\": \"" << names[i % 4] << " had a red ball. " << names[(i + 1) % 4] << " liked it.\"}\n";
     f.close();
     std::string out;
-    const int rc = run_command(fmt::format("({} train --json --model {} --data {} --output {}/runs --steps 2 "
-                                           "--batch-size 2 --threads 1 --lr 0.01 --lora-r 4 2>/dev/null)",
-                                           backprop_exe(), model_dir(), data, dir_->path),
-                               &out);
+    const int rc =
+        run_command(fmt::format("({} train --json --model {} --data {} --output {}/runs --steps 2 "
+                                "--batch-size 2 --threads 1 --lr 0.01 --lora-r 4 --save-every 1 2>/dev/null)",
+                                backprop_exe(), model_dir(), data, dir_->path),
+                    &out);
     ASSERT_EQ(rc, 0) << out;
     run_dir_ = nlohmann::json::parse(out).at("output_dir").get<std::string>();
     ASSERT_TRUE(fs::is_regular_file(run_dir_ + "/adapter/adapter_config.json")) << run_dir_;
@@ -171,6 +173,25 @@ TEST_F(ExportRun, MergedIsAModelFolderThatLoads) {
   EXPECT_TRUE(fs::is_regular_file(run_dir_ + "/merged/tokenizer.json"));
   ModelWeights m = load_model(run_dir_ + "/merged");
   EXPECT_EQ(m.config.num_layers, 5);
+}
+
+TEST_F(ExportRun, CheckpointOfALoraRunExportsItsWeights) {
+  // checkpoint-1 (the run saves every step) holds step-1 weights, not the final adapter's.
+  TempDir d;
+  const std::string ckpt = run_dir_ + "/checkpoints/checkpoint-1";
+  CliRun r = export_json(ckpt + " --format lora --output " + d.path + "/ck");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.json["input"], ckpt);
+  const ModelConfig cfg = load_model_config(model_dir());
+  LoraAdapter fin = load_peft_adapter(run_dir_ + "/adapter", cfg), got = load_peft_adapter(d.path + "/ck", cfg);
+  auto st = SafetensorsReader::open_file(ckpt + "/trainable.safetensors");
+  const std::string name = "base_model.model.model.layers.3.self_attn.v_proj.lora_B.weight";
+  EXPECT_EQ(got.layers[3].b(LoraTarget::V).to_vector(), st.read(name).to_vector());
+  EXPECT_NE(got.layers[3].b(LoraTarget::V).to_vector(), fin.layers[3].b(LoraTarget::V).to_vector());
+  r = export_json(ckpt + " --format gguf --quantization q8_0");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.json["output"], run_dir_ + "/export/checkpoint-1/model-q8_0.gguf");
+  EXPECT_EQ(GGUFReader(r.json["output"].get<std::string>()).tensors().size(), 47u);
 }
 
 TEST(Export, MergedGivesTheLogitsOfBasePlusAdapter) {
