@@ -335,8 +335,7 @@ int run_export(const std::string& input_arg) {
     result["ollama"] = nullptr;
     if (tmpl.fallback && !json)
       std::cerr << "[WARN] the chat template is none of the families the Modelfile knows (ChatML, Llama-3, "
-                   "Llama-2/Mistral, Gemma) "
-                   "cover; the Modelfile uses a plain {{ .Prompt }} template\n";
+                   "Llama-2/Mistral, Gemma); the Modelfile uses a plain {{ .Prompt }} template\n";
     const std::string create_cmd = fmt::format("ollama create {} -f {}", ollama_name, modelfile.string());
     if (ollama) {
       OllamaOptions oo;
@@ -387,7 +386,9 @@ int run_export(const std::string& input_arg) {
 
 bp::cli::RunFn setup_export(CLI::App& sub) {
   auto input = std::make_shared<std::string>();
-  sub.add_option("input", *input, "Run folder, PEFT adapter folder or Hugging Face model folder to export")->required();
+  sub.add_option("input", *input,
+                 "Run folder, PEFT adapter folder, Hugging Face model folder or LoRA checkpoint folder to export")
+      ->required();
   bp::cli::bind_settings(sub, {"export.format", "export.quantization", "export.output", "export.ollama",
                                "export.ollama_name", "export.ollama_host", "model.path"});
   return [input] { return run_export(*input); };
