@@ -1,0 +1,438 @@
+// `backprop export` end to end (the real binary) on stories260K:
+//   - a run folder made by a short `backprop train` exports as lora, merged and gguf with the
+//     default output paths, and the outputs load again (PEFT reader, model loader, GGUF reader);
+//   - a merged export of an adapter with large non-zero B gives the same logits as base + adapter
+//     through Model::attach_lora (and logits that differ from the base's, so the check can fail);
+//   - a GGUF export of an adapter holds the merged weights (f32 export, attn_v is not permuted);
+//   - --ollama registers with a fake Ollama server (cpp-httplib, 127.0.0.1, ephemeral port) that
+//     implements the blob and create endpoints; with nothing listening -> DEP_OLLAMA_REGISTRATION_FAILED;
+//   - bad inputs, a missing base model and a full disk give their catalog codes and exit codes.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "io/gguf_reader.h"
+#include "io/safetensors.h"
+#include "io/sha256.h"
+#include "model/loader.h"
+#include "model/lora.h"
+#include "model/merge.h"
+#include "model/peft.h"
+#include "model/transformer.h"
+#include "model/weight_names.h"
+#include "support/test_util.h"
+
+namespace bp::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string model_dir() {
+  return shared_dir() + "/models/stories260K";
+}
+
+struct CliRun {
+  int rc = -1;
+  std::string out;
+  nlohmann::json json;  // parsed stdout when it is JSON
+};
+
+// Runs `backprop export ... --json` (stderr dropped) with optional environment assignments.
+CliRun export_json(const std::string& args, const std::string& env = "") {
+  CliRun r;
+  // (...) keeps stderr out of the captured output (run_command appends 2>&1).
+  r.rc = run_command(fmt::format("({} {} export --json {} 2>/dev/null)", env, backprop_exe(), args), &r.out);
+  try {
+    r.json = nlohmann::json::parse(r.out);
+  } catch (const std::exception&) {
+  }
+  return r;
+}
+
+// An adapter for stories260K with B far from zero, so merged and base logits differ clearly.
+LoraAdapter strong_adapter(const ModelConfig& cfg, uint64_t seed) {
+  LoraConfig lc;
+  lc.r = 4;
+  lc.alpha = 8;
+  LoraAdapter ad = init_lora(cfg, lc, seed);
+  uint64_t s = seed * 100;
+  for (auto& layer : ad.layers)
+    for (auto& B : layer.B)
+      if (B.defined()) B = random_tensor(B.shape(), ++s, -0.3f, 0.3f);
+  ad.base_model_name_or_path = model_dir();
+  return ad;
+}
+
+std::vector<float> logits_of(Model& m) {
+  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 56, 424, 263, 300, 11, 92, 5};
+  std::vector<int32_t> pos(ids.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  const auto T = static_cast<int64_t>(ids.size());
+  return m.logits(Tensor::from_vector(ids, {T}), Tensor::from_vector(pos, {T})).to_vector();
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(double(a[i]) - b[i]));
+  return d;
+}
+
+// A run folder from a real 2-step `backprop train` (made once for the suite).
+class ExportRun : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir;
+    const std::string data = dir_->path + "/data.jsonl";
+    std::ofstream f(data);
+    const char* names[] = {"Lily", "Tom", "Ben", "Sue"};
+    for (int i = 0; i < 12; ++i)
+      f << "{\"text\": \"" << names[i % 4] << " had a red ball. " << names[(i + 1) % 4] << " liked it.\"}\n";
+    f.close();
+    std::string out;
+    const int rc =
+        run_command(fmt::format("({} train --json --model {} --data {} --output {}/runs --steps 2 "
+                                "--batch-size 2 --threads 1 --lr 0.01 --lora-r 4 --save-every 1 2>/dev/null)",
+                                backprop_exe(), model_dir(), data, dir_->path),
+                    &out);
+    ASSERT_EQ(rc, 0) << out;
+    run_dir_ = nlohmann::json::parse(out).at("output_dir").get<std::string>();
+    ASSERT_TRUE(fs::is_regular_file(run_dir_ + "/adapter/adapter_config.json")) << run_dir_;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static TempDir* dir_;
+  static std::string run_dir_;
+};
+TempDir* ExportRun::dir_ = nullptr;
+std::string ExportRun::run_dir_;
+
+TEST_F(ExportRun, LoraReSavesTheAdapterNextToTheRun) {
+  CliRun r = export_json(run_dir_ + " --format lora");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const std::string out = run_dir_ + "/export/adapter";
+  EXPECT_EQ(r.json["output"], out);
+  EXPECT_EQ(r.json["base_model"], fs::absolute(model_dir()).lexically_normal().string());
+  const ModelConfig cfg = load_model_config(model_dir());
+  LoraAdapter a = load_peft_adapter(run_dir_ + "/adapter", cfg), b = load_peft_adapter(out, cfg);
+  EXPECT_EQ(b.config.r, 4);
+  ASSERT_EQ(a.layers.size(), b.layers.size());
+  for (size_t l = 0; l < a.layers.size(); ++l)
+    for (LoraTarget t : kAllLoraTargets) {
+      ASSERT_EQ(a.layers[l].has(t), b.layers[l].has(t));
+      if (!a.layers[l].has(t)) continue;
+      EXPECT_EQ(a.layers[l].a(t).to_vector(), b.layers[l].a(t).to_vector());
+      EXPECT_EQ(a.layers[l].b(t).to_vector(), b.layers[l].b(t).to_vector());
+    }
+}
+
+TEST_F(ExportRun, GgufWithModelfileNextToTheRun) {
+  CliRun r = export_json(run_dir_ + " --format gguf");  // default quantization f16
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const std::string gguf = run_dir_ + "/export/model-f16.gguf";
+  EXPECT_EQ(r.json["output"], gguf);
+  GGUFReader rd(gguf);
+  // stories260K (tied): token_embd + output_norm + 5 layers x 9 tensors.
+  EXPECT_EQ(rd.tensors().size(), 47u);
+  EXPECT_EQ(r.json["tensor_count"], 47);
+  EXPECT_EQ(rd.find("general.architecture")->value, "llama");
+  EXPECT_EQ(rd.find("general.file_type")->value, 1);
+  EXPECT_EQ(rd.find("llama.block_count")->value, 5);
+  EXPECT_NE(rd.find("tokenizer.ggml.tokens"), nullptr);
+  EXPECT_EQ(rd.find_tensor("blk.0.attn_q.weight")->type, GGMLType::F16);
+  EXPECT_EQ(rd.find_tensor("blk.0.attn_norm.weight")->type, GGMLType::F32);
+
+  std::ifstream mf(run_dir_ + "/export/Modelfile");
+  std::stringstream ss;
+  ss << mf.rdbuf();
+  const std::string modelfile = ss.str();
+  EXPECT_NE(modelfile.find("FROM " + gguf), std::string::npos) << modelfile;
+  EXPECT_NE(modelfile.find("TEMPLATE"), std::string::npos) << modelfile;
+  EXPECT_NE(modelfile.find("PARAMETER num_ctx 512"), std::string::npos) << modelfile;
+  EXPECT_NE(modelfile.find("PARAMETER stop"), std::string::npos) << modelfile;
+  // Without --ollama it says how to register.
+  const std::string next = r.json["next"].dump();
+  EXPECT_NE(next.find("ollama create"), std::string::npos) << next;
+}
+
+TEST_F(ExportRun, MergedIsAModelFolderThatLoads) {
+  std::string out;
+  ASSERT_EQ(run_command(backprop_exe() + " export " + run_dir_ + " --format merged", &out), 0) << out;
+  EXPECT_NE(out.find("wrote " + run_dir_ + "/merged/config.json"), std::string::npos) << out;
+  EXPECT_NE(out.find("backprop generate --model " + run_dir_ + "/merged"), std::string::npos) << out;
+  EXPECT_TRUE(fs::is_regular_file(run_dir_ + "/merged/tokenizer.json"));
+  ModelWeights m = load_model(run_dir_ + "/merged");
+  EXPECT_EQ(m.config.num_layers, 5);
+}
+
+TEST_F(ExportRun, CheckpointOfALoraRunExportsItsWeights) {
+  // checkpoint-1 (the run saves every step) holds step-1 weights, not the final adapter's.
+  TempDir d;
+  const std::string ckpt = run_dir_ + "/checkpoints/checkpoint-1";
+  CliRun r = export_json(ckpt + " --format lora --output " + d.path + "/ck");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.json["input"], ckpt);
+  const ModelConfig cfg = load_model_config(model_dir());
+  LoraAdapter fin = load_peft_adapter(run_dir_ + "/adapter", cfg), got = load_peft_adapter(d.path + "/ck", cfg);
+  auto st = SafetensorsReader::open_file(ckpt + "/trainable.safetensors");
+  const std::string name = "base_model.model.model.layers.3.self_attn.v_proj.lora_B.weight";
+  EXPECT_EQ(got.layers[3].b(LoraTarget::V).to_vector(), st.read(name).to_vector());
+  EXPECT_NE(got.layers[3].b(LoraTarget::V).to_vector(), fin.layers[3].b(LoraTarget::V).to_vector());
+  r = export_json(ckpt + " --format gguf --quantization q8_0");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.json["output"], run_dir_ + "/export/checkpoint-1/model-q8_0.gguf");
+  EXPECT_EQ(GGUFReader(r.json["output"].get<std::string>()).tensors().size(), 47u);
+}
+
+TEST(Export, MergedGivesTheLogitsOfBasePlusAdapter) {
+  TempDir d;
+  ModelWeights base = load_model(model_dir());
+  const ModelConfig cfg = base.config;
+  LoraAdapter ad = strong_adapter(cfg, 5);
+  save_peft_adapter(ad, d.path + "/adapter");
+  CliRun r = export_json(d.path + "/adapter --format merged --output " + d.path + "/merged");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.json["dtype"], "f32");  // stories260K's torch_dtype
+
+  Model frozen(load_model(model_dir()), ModelOptions{TrainMode::Frozen});
+  frozen.set_training(false);
+  Model with_lora(std::move(base), ModelOptions{TrainMode::Lora});
+  with_lora.attach_lora(ad);
+  with_lora.set_training(false);
+  Model merged(load_model(d.path + "/merged"), ModelOptions{TrainMode::Frozen});
+  merged.set_training(false);
+  const auto want = logits_of(with_lora), got = logits_of(merged), plain = logits_of(frozen);
+  EXPECT_TRUE(all_close(got, want, {1e-4, 1e-4}));
+  EXPECT_GT(max_abs_diff(plain, want), 0.05) << "the adapter should change the logits";
+}
+
+TEST(Export, GgufOfAnAdapterHoldsTheMergedWeights) {
+  TempDir d;
+  ModelWeights base = load_model(model_dir());
+  LoraAdapter ad = strong_adapter(base.config, 9);
+  save_peft_adapter(ad, d.path + "/adapter");
+  CliRun r = export_json(d.path + "/adapter --format gguf --quantization f32");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  // Outside a run folder the default is <folder>-export/ next to it.
+  const std::string gguf = d.path + "/adapter-export/model-f32.gguf";
+  EXPECT_EQ(r.json["output"], gguf);
+  EXPECT_TRUE(fs::is_regular_file(d.path + "/adapter-export/Modelfile"));
+  GGUFReader rd(gguf);
+  const ModelWeights m = merge_lora(base, ad);
+  for (int l : {0, 4}) {  // attn_v is stored as is (only q/k rows are permuted for llama)
+    const auto* t = rd.find_tensor(fmt::format("blk.{}.attn_v.weight", l));
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(rd.dequantize(*t), m.layers[l].v.to_vector());
+    EXPECT_NE(rd.dequantize(*t), base.layers[l].v.to_vector());
+  }
+}
+
+TEST(Export, ModelFolderGoesStraightToGguf) {
+  TempDir d;
+  CliRun r = export_json(model_dir() + " --format gguf --quantization q8_0 --output " + d.path + "/out/");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.json["input_kind"], "model");
+  EXPECT_EQ(r.json["base_model"], "");
+  GGUFReader rd(d.path + "/out/model-q8_0.gguf");
+  EXPECT_EQ(rd.tensors().size(), 47u);
+  EXPECT_EQ(rd.find("general.file_type")->value, 7);
+  EXPECT_EQ(rd.find_tensor("blk.2.ffn_down.weight")->type, GGMLType::F16);  // rows of 172: not whole q8_0 blocks
+  EXPECT_EQ(rd.find_tensor("blk.2.ffn_up.weight")->type, GGMLType::Q8_0);
+  EXPECT_EQ(rd.find_tensor("blk.2.attn_q.weight")->type, GGMLType::Q8_0);
+}
+
+// ---- Ollama ---------------------------------------------------------------------------------
+
+// The blob and create endpoints as Ollama's API documentation describes them (as in tests/io/ollama_test.cpp).
+class FakeOllama {
+ public:
+  FakeOllama() {
+    srv_.Get(R"(/api/blobs/(sha256:[0-9a-f]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      std::lock_guard<std::mutex> l(mu_);
+      res.status = blobs.count(req.matches[1]) ? 200 : 404;
+    });
+    srv_.Post(R"(/api/blobs/(sha256:[0-9a-f]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      if ("sha256:" + sha256_hex(req.body) != req.matches[1].str()) {
+        res.status = 400;
+        res.set_content(R"({"error":"digest mismatch"})", "application/json");
+        return;
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      blobs[req.matches[1]] = req.body.size();
+      res.status = 201;
+    });
+    srv_.Post("/api/create", [this](const httplib::Request& req, httplib::Response& res) {
+      std::lock_guard<std::mutex> l(mu_);
+      const auto j = nlohmann::json::parse(req.body);
+      const nlohmann::json files = j.value("files", nlohmann::json::object());
+      for (const auto& [file, digest] : files.items())
+        if (!blobs.count(digest.get<std::string>())) {
+          res.status = 400;
+          res.set_content(R"({"error":"blob not found"})", "application/json");
+          return;
+        }
+      created.push_back(j);
+      res.set_content(R"({"status":"success"})", "application/json");
+    });
+    port = srv_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { srv_.listen_after_bind(); });
+    while (!srv_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~FakeOllama() {
+    srv_.stop();
+    thread_.join();
+  }
+  int port = 0;
+  std::map<std::string, size_t> blobs;
+  std::vector<nlohmann::json> created;
+
+ private:
+  httplib::Server srv_;
+  std::thread thread_;
+  std::mutex mu_;
+};
+
+TEST(Export, OllamaRegistersTheGguf) {
+  TempDir d;
+  FakeOllama server;
+  CliRun r =
+      export_json(model_dir() + " --format gguf --quantization q4_0 --output " + d.path +
+                  "/m.gguf --ollama --ollama-name stories:test --ollama-host 127.0.0.1:" + std::to_string(server.port));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  ASSERT_EQ(server.created.size(), 1u);
+  const auto& c = server.created[0];
+  EXPECT_EQ(c["model"], "stories:test");
+  const std::string digest = "sha256:" + sha256_file_hex(d.path + "/m.gguf");
+  EXPECT_EQ(c["files"]["m.gguf"], digest);
+  EXPECT_EQ(server.blobs.at(digest), fs::file_size(d.path + "/m.gguf"));
+  EXPECT_EQ(c["parameters"]["num_ctx"], 512);
+  EXPECT_EQ(r.json["ollama"]["model"], "stories:test");
+  EXPECT_EQ(r.json["ollama"]["digest"], digest);
+  EXPECT_EQ(r.json["next"][0], "ollama run stories:test");
+  EXPECT_TRUE(fs::is_regular_file(d.path + "/Modelfile"));
+}
+
+TEST(Export, OllamaHostFallsBackToOllamaHostVariable) {
+  TempDir d;
+  FakeOllama server;
+  // export.ollama_host not set anywhere: OLLAMA_HOST (Ollama's own variable) is used.
+  CliRun r = export_json(model_dir() + " --format gguf --output " + d.path + "/m.gguf --ollama",
+                         "OLLAMA_HOST=http://127.0.0.1:" + std::to_string(server.port));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  ASSERT_EQ(server.created.size(), 1u);
+  EXPECT_EQ(server.created[0]["model"], "stories260k");  // derived from the folder name
+  EXPECT_EQ(r.json["ollama"]["endpoint"], "127.0.0.1:" + std::to_string(server.port));
+}
+
+// A local port with nothing listening on it.
+int closed_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(Export, OllamaDownIsADependencyErrorWithTheFilesKept) {
+  TempDir d;
+  // Through the environment this time (BACKPROPAGATE_EXPORT__OLLAMA_HOST); the client retries
+  // with backoff (about 7.5 s) before it gives up.
+  CliRun r = export_json(model_dir() + " --format gguf --quantization q8_0 --output " + d.path + "/m.gguf --ollama",
+                         "BACKPROPAGATE_EXPORT__OLLAMA_HOST=127.0.0.1:" + std::to_string(closed_port()));
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_EQ(r.json["code"], "DEP_OLLAMA_REGISTRATION_FAILED") << r.out;
+  EXPECT_NE(r.json["suggestion"].get<std::string>().find("ollama create"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::is_regular_file(d.path + "/m.gguf"));
+  EXPECT_TRUE(fs::is_regular_file(d.path + "/Modelfile"));
+}
+
+// ---- errors ---------------------------------------------------------------------------------
+
+TEST(Export, BadInputsGiveCatalogCodes) {
+  TempDir d;
+  CliRun r = export_json(d.path + "/nope --format gguf");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.json["code"], "INPUT_VALIDATION_FAILED") << r.out;
+
+  fs::create_directories(d.path + "/empty");
+  r = export_json(d.path + "/empty --format gguf");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.json["code"], "INPUT_VALIDATION_FAILED") << r.out;
+  EXPECT_NE(r.out.find("not a run folder"), std::string::npos) << r.out;
+
+  r = export_json(model_dir() + " --format lora");  // a full model is not an adapter
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.json["code"], "INPUT_VALIDATION_FAILED") << r.out;
+
+  r = export_json(model_dir() + " --format merged --ollama");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.json["code"], "INPUT_VALIDATION_FAILED") << r.out;
+
+  r = export_json(model_dir() + " --format gguf --quantization q3_k");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.json["code"], "CONFIG_INVALID_SETTING") << r.out;
+
+  r = export_json(model_dir() + " --format gguf --ollama --ollama-name 'bad name!' --output " + d.path + "/x.gguf");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.json["code"], "INPUT_VALIDATION_FAILED") << r.out;
+  EXPECT_FALSE(fs::exists(d.path + "/x.gguf")) << "the name is checked before the export";
+}
+
+TEST(Export, MissingBaseModelSaysToPassIt) {
+  TempDir d;
+  ModelWeights base = load_model(model_dir());
+  LoraAdapter ad = strong_adapter(base.config, 3);
+  ad.base_model_name_or_path = d.path + "/moved-away";
+  save_peft_adapter(ad, d.path + "/adapter");
+  CliRun r = export_json(d.path + "/adapter --format merged --output " + d.path + "/merged");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.json["code"], "DEP_MODEL_LOAD_FAILED") << r.out;
+  EXPECT_NE(r.json["message"].get<std::string>().find("--model"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d.path + "/merged"));
+  // Passing the base fixes it; an adapter for another model fails the shape check.
+  r = export_json(d.path + "/adapter --format lora --output " + d.path + "/copy --model " + model_dir());
+  EXPECT_EQ(r.rc, 0) << r.out;
+  std::ifstream copied(d.path + "/copy/adapter_config.json");
+  EXPECT_EQ(nlohmann::json::parse(copied)["base_model_name_or_path"],
+            fs::absolute(model_dir()).lexically_normal().string())
+      << "a stale base path is replaced by the base actually used";
+  nlohmann::json cfg = {{"architectures", {"LlamaForCausalLM"}},
+                        {"vocab_size", 512},
+                        {"hidden_size", 32},
+                        {"intermediate_size", 64},
+                        {"num_hidden_layers", 5},
+                        {"num_attention_heads", 4},
+                        {"num_key_value_heads", 2}};
+  fs::create_directories(d.path + "/other");
+  std::ofstream(d.path + "/other/config.json") << cfg.dump();
+  r = export_json(d.path + "/adapter --format lora --output " + d.path + "/copy2 --model " + d.path + "/other");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.json["code"], "DEP_MODEL_LOAD_FAILED") << r.out;
+}
+
+TEST(Export, FullDiskIsStateDiskFullAndLeavesNoFile) {
+  TempDir d;
+  CliRun r = export_json(model_dir() + " --format gguf --output " + d.path + "/m.gguf",
+                         "BACKPROPAGATE_TRAINING__FAULT_INJECT_ENOSPC_AFTER_BYTES=4096");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.json["code"], "STATE_DISK_FULL") << r.out;
+  for (const auto& e : fs::directory_iterator(d.path)) ADD_FAILURE() << "left behind: " << e.path();
+}
+
+}  // namespace
+}  // namespace bp::test
