@@ -22,7 +22,8 @@
 // Environment: BP_BENCH_THREADS (default 2) sets OpenMP and OpenBLAS threads; BP_BENCH_STEPS (3);
 // BP_BENCH_SEQ (512); BP_BENCH_SMOL_LAYERS (30); BP_BENCH_QWEN_LAYERS (8 of Qwen's 24: same layer
 // shapes, full-size vocabulary head; the whole model is heavy on 2 cores).
-// `--profile` prints the per-op table instead of running the benchmarks.
+// `--profile` prints the per-op table (checkpointing on; BP_BENCH_PROFILE_NO_CKPT=1 adds off)
+// instead of running the benchmarks.
 //
 // Run: ./build/bench/bench_train --benchmark_counters_tabular=true
 //      ./build/bench/bench_train --profile
@@ -422,7 +423,9 @@ int main(int argc, char** argv) {
       args.push_back(argv[i]);
   }
   if (do_profile) {
+    // The default training configuration (checkpointing on); BP_BENCH_PROFILE_NO_CKPT=1 adds the other.
     for (bool ckpt : {true, false}) {
+      if (!ckpt && env_int("BP_BENCH_PROFILE_NO_CKPT", 0) == 0) continue;
       profile(smol_shape(), ckpt, steps);
       profile(qwen_shape(), ckpt, steps);
     }
