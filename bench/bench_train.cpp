@@ -1,0 +1,448 @@
+// End-to-end LoRA training speed (issue 6): tokens/s of full optimizer steps on SmolLM-135M- and
+// Qwen2.5-0.5B-shaped models with random weights, model-FLOPs utilisation against raw OpenBLAS
+// sgemm measured in the same run, and a per-op profile of where a step's time goes.
+// scripts/bench_train.sh runs this next to the PyTorch oracle (tests/oracles/torch_train_bench.py)
+// and prints the ratio.
+//
+// One step = zero_grads + Model::forward_backward (1 sequence of BP_BENCH_SEQ tokens, packed as
+// one sample) + AdamW::step over every LoRA tensor. LoRA r=16, alpha=32, all-linear, dropout 0
+// (the oracle has no dropout). Each benchmark does 1 untimed warm-up step, then BP_BENCH_STEPS
+// timed steps (Google Benchmark iterations, wall time).
+//
+// Model FLOPs of one step (T tokens, L layers, per-layer frozen linear parameters N_lin =
+// D·(q+2kv) + q·D + 3·D·F, head V·D, LoRA modules with (in, out), attention width q = H·d):
+//   frozen forward       2·T·(L·N_lin + V·D)
+//   frozen backward (dx) 2·T·(L·N_lin + V·D)          (no dW: base weights are frozen)
+//   LoRA fwd + bwd       6·T·r·Σ(in + out)            (forward 2, dx 2, dA + dB 2 per rank·(in+out))
+//   attention            3 · 4·T²·q·L / 2              (QKᵀ and PV, causal half, backward = 2× forward)
+// The recomputed forward of gradient checkpointing, norms, RoPE, SwiGLU, softmax and AdamW are not
+// counted (they are overhead, as in the usual MFU definition). MFU = model FLOPs / step time /
+// sgemm rate, the rate of OpenBLAS on the layer's MLP shape T×D×F, measured right after the steps.
+//
+// Environment: BP_BENCH_THREADS (default 2) sets OpenMP and OpenBLAS threads; BP_BENCH_STEPS (3);
+// BP_BENCH_SEQ (512); BP_BENCH_SMOL_LAYERS (30); BP_BENCH_QWEN_LAYERS (8 of Qwen's 24: same layer
+// shapes, full-size vocabulary head; the whole model is heavy on 2 cores).
+// `--profile` prints the per-op table (checkpointing on; BP_BENCH_PROFILE_NO_CKPT=1 adds off)
+// instead of running the benchmarks.
+//
+// Run: ./build/bench/bench_train --benchmark_counters_tabular=true
+//      ./build/bench/bench_train --profile
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/gemm.h"
+#include "core/threads.h"
+#include "model/loader.h"
+#include "model/lora.h"
+#include "model/transformer.h"
+#include "ops/attention.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/optim.h"
+#include "ops/rms_norm.h"
+#include "ops/rope.h"
+#include "ops/swiglu.h"
+#include "train/optimizer.h"
+
+namespace {
+
+using bp::Tensor;
+using Clock = std::chrono::steady_clock;
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+constexpr int64_t kRank = 16;
+constexpr float kAlpha = 32.0f;
+
+struct Shape {
+  const char* name;
+  bp::Arch arch;
+  int64_t hidden, inter, layers, heads, kv_heads, vocab;
+  bool bias;
+  float theta, eps;
+};
+
+Shape smol_shape() {
+  return {"smollm135m", bp::Arch::Llama, 576,      1536, env_int("BP_BENCH_SMOL_LAYERS", 30), 9, 3,
+          49152,        false,           10000.0f, 1e-5f};
+}
+Shape qwen_shape() {
+  return {"qwen2.5-0.5b", bp::Arch::Qwen2, 896,  4864, env_int("BP_BENCH_QWEN_LAYERS", 8), 14, 2, 151936,
+          true,           1000000.0f,      1e-6f};
+}
+
+bp::ModelConfig make_config(const Shape& s) {
+  bp::ModelConfig c;
+  c.arch = s.arch;
+  c.architecture_name = s.arch == bp::Arch::Qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  c.model_type = s.arch == bp::Arch::Qwen2 ? "qwen2" : "llama";
+  c.vocab_size = s.vocab;
+  c.hidden_size = s.hidden;
+  c.intermediate_size = s.inter;
+  c.num_layers = s.layers;
+  c.num_heads = s.heads;
+  c.num_kv_heads = s.kv_heads;
+  c.head_dim = s.hidden / s.heads;
+  c.max_position_embeddings = 4096;
+  c.rms_norm_eps = s.eps;
+  c.rope.head_dim = static_cast<int>(c.head_dim);
+  c.rope.theta = s.theta;
+  c.tie_word_embeddings = true;
+  c.attention_bias = s.bias;
+  return c;
+}
+
+// The FLOP model of the header comment.
+struct StepFlops {
+  double frozen_fwd = 0, frozen_bwd = 0, lora = 0, attention = 0;
+  double total() const { return frozen_fwd + frozen_bwd + lora + attention; }
+};
+StepFlops step_flops(const bp::ModelConfig& c, int64_t T) {
+  const double D = static_cast<double>(c.hidden_size), F = static_cast<double>(c.intermediate_size);
+  const double q = static_cast<double>(c.q_dim()), kv = static_cast<double>(c.kv_dim());
+  const double L = static_cast<double>(c.num_layers), V = static_cast<double>(c.vocab_size);
+  const double t = static_cast<double>(T), r = static_cast<double>(kRank);
+  const double n_lin = D * (q + 2 * kv) + q * D + 3 * D * F;
+  const double lora_in_out = (D + q) + (D + kv) * 2 + (q + D) + (D + F) * 2 + (F + D);
+  StepFlops f;
+  f.frozen_fwd = 2 * t * (L * n_lin + V * D);
+  f.frozen_bwd = f.frozen_fwd;
+  f.lora = 6 * t * r * lora_in_out * L;
+  f.attention = 3 * 4 * t * t * q * L / 2;
+  return f;
+}
+
+// Raw OpenBLAS rate on y[T×F] = x[T×D]·W[F×D]ᵀ, in GFLOP/s of wall time, over >= min_s seconds.
+double sgemm_rate(int64_t M, int64_t K, int64_t N, double min_s) {
+  std::vector<float> a(static_cast<size_t>(M * K), 0.01f), b(static_cast<size_t>(N * K), 0.02f),
+      y(static_cast<size_t>(M * N));
+  bp::cpu::sgemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, y.data(), N);  // warm-up
+  int calls = 0;
+  const auto t0 = Clock::now();
+  double s = 0;
+  do {
+    bp::cpu::sgemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, y.data(), N);
+    ++calls;
+    s = std::chrono::duration<double>(Clock::now() - t0).count();
+  } while (s < min_s);
+  return 2.0 * M * N * K * calls / s / 1e9;
+}
+
+// Process CPU seconds (all threads, user + system) and minor page faults so far.
+struct Usage {
+  double cpu_s;
+  double minor_faults;
+};
+Usage usage_now() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& tv) { return static_cast<double>(tv.tv_sec) + 1e-6 * static_cast<double>(tv.tv_usec); };
+  return {sec(ru.ru_utime) + sec(ru.ru_stime), static_cast<double>(ru.ru_minflt)};
+}
+
+bp::Batch make_batch(int64_t T, int64_t vocab) {
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(T));
+  for (auto& i : ids) i = tok(rng);
+  return bp::Batch::causal_lm({ids});
+}
+
+struct Trainer {
+  bp::ModelConfig cfg;
+  bp::LoraAdapter adapter;
+  bp::Model model;
+  bp::AdamW adam;
+  std::vector<bp::TrainableParam> params;
+  bp::Batch batch;
+  float grad_scale;
+  bp::AdamWConfig opt{1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f};
+
+  Trainer(const bp::ModelConfig& c, bool ckpt, int64_t T)
+      : cfg(c), adapter(make_adapter(c)), model(bp::init_random_weights(c, 42), options(ckpt)) {
+    model.attach_lora(adapter);
+    params = model.trainable_parameters();
+    adam.init(params);
+    batch = make_batch(T, c.vocab_size);
+    grad_scale = 1.0f / static_cast<float>(batch.num_label_tokens());
+  }
+  static bp::LoraAdapter make_adapter(const bp::ModelConfig& c) {
+    bp::LoraConfig lc;
+    lc.r = kRank;
+    lc.alpha = kAlpha;
+    lc.target_modules = {"all-linear"};
+    return bp::init_lora(c, lc, 7);
+  }
+  static bp::ModelOptions options(bool ckpt) {
+    bp::ModelOptions o;
+    o.mode = bp::TrainMode::Lora;
+    o.gradient_checkpointing = ckpt;
+    return o;
+  }
+  float step(uint64_t seed) {
+    model.zero_grads();
+    auto res = model.forward_backward(batch, grad_scale, seed);
+    adam.step(params, opt);
+    return static_cast<float>(res.loss_sum);
+  }
+};
+
+void BM_train(benchmark::State& state, Shape shape, bool ckpt) {
+  const int64_t T = env_int("BP_BENCH_SEQ", 512);
+  const bp::ModelConfig cfg = make_config(shape);
+  Trainer tr(cfg, ckpt, T);
+  uint64_t seed = 1;
+  tr.step(seed++);  // warm-up: first-touch page faults, BLAS thread start-up
+  float loss = 0;
+  const Usage u0 = usage_now();
+  for (auto _ : state) loss = tr.step(seed++);
+  const Usage u1 = usage_now();
+  const double n = static_cast<double>(state.iterations());
+  const StepFlops f = step_flops(cfg, T);
+  const double gemm = sgemm_rate(T, cfg.hidden_size, cfg.intermediate_size, 1.0);
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["modelGF/s"] = benchmark::Counter(f.total() / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["model_GF"] = f.total() / 1e9;
+  state.counters["sgemmGF/s"] = gemm;
+  state.counters["cpu_s/step"] = (u1.cpu_s - u0.cpu_s) / n;  // vs wall step time: threads busy (or spinning)
+  state.counters["faults/step"] = (u1.minor_faults - u0.minor_faults) / n;
+  state.counters["layers"] = static_cast<double>(cfg.num_layers);
+  state.counters["loss"] = loss / static_cast<float>(tr.batch.num_label_tokens());
+  state.SetLabel(std::string(shape.name) + (ckpt ? " ckpt" : " no-ckpt") + " (MFU = modelGF/s / sgemmGF/s)");
+}
+
+void BM_sgemm(benchmark::State& state) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  std::vector<float> a(static_cast<size_t>(M * K), 0.01f), b(static_cast<size_t>(N * K), 0.02f),
+      y(static_cast<size_t>(M * N));
+  for (auto _ : state) {
+    bp::cpu::sgemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, y.data(), N);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---- per-op profile -----------------------------------------------------------------------------
+// Runs one decoder layer's op sequence (the same calls, in the same order, as Model::forward_layer
+// and Model::backward_layer with LoRA on every projection) at the model's shapes with a scoped
+// timer around each op, plus the LM head, AdamW and a measured full step, and prints per step:
+// time per op type = measured layer time × L (× 2 for forward with checkpointing), and the rest of
+// the measured step (allocation, bookkeeping) as "unaccounted".
+
+std::map<std::string, double>* g_times = nullptr;
+struct ScopedTimer {
+  const char* name;
+  Clock::time_point t0 = Clock::now();
+  explicit ScopedTimer(const char* n) : name(n) {}
+  ~ScopedTimer() { (*g_times)[name] += std::chrono::duration<double>(Clock::now() - t0).count(); }
+};
+#define TIMED(name, expr)     \
+  [&]() -> decltype(auto) {   \
+    ScopedTimer timer_(name); \
+    return expr;              \
+  }()
+
+struct LayerRun {
+  const bp::ModelConfig& c;
+  const bp::LayerWeights& w;
+  bp::LoraLayer& lora;
+  const bp::Batch& b;
+  std::array<bp::LinearSaved, bp::kNumLinearRoles> saved;
+  std::array<bp::LoraGradPair, bp::kNumLinearRoles> grads;
+  Tensor x, xn, rstd1, q, k, v, lse, attn, h, hn, rstd2, gate, up, m;
+
+  LayerRun(const bp::ModelConfig& cfg, const bp::LayerWeights& lw, bp::LoraLayer& ll, const bp::Batch& batch)
+      : c(cfg), w(lw), lora(ll), b(batch) {
+    for (int r = 0; r < bp::kNumLinearRoles; ++r) {
+      grads[static_cast<size_t>(r)].dA = Tensor::zeros(ll.A[static_cast<size_t>(r)].shape());
+      grads[static_cast<size_t>(r)].dB = Tensor::zeros(ll.B[static_cast<size_t>(r)].shape());
+    }
+  }
+  bp::LoraWeights lw(int r) {
+    return {&lora.A[static_cast<size_t>(r)], &lora.B[static_cast<size_t>(r)], kAlpha / kRank, 0.0f, 0, true};
+  }
+  Tensor lin(int r, const Tensor& in, const Tensor& W, const Tensor* bias) {
+    auto l = lw(r);
+    return TIMED("linear+lora fwd", bp::linear_forward(in, W, bias, &l, &saved[static_cast<size_t>(r)]));
+  }
+  void lin_back(int r, const Tensor& dy, const Tensor& in, const Tensor& W, Tensor& dx) {
+    auto l = lw(r);
+    bp::LinearGrads g;
+    g.dx = &dx;
+    g.dA = &grads[static_cast<size_t>(r)].dA;
+    g.dB = &grads[static_cast<size_t>(r)].dB;
+    TIMED("linear+lora bwd", bp::linear_backward(dy, in, W, &l, &saved[static_cast<size_t>(r)], g));
+  }
+  const Tensor* opt(const Tensor& t) { return t.defined() ? &t : nullptr; }
+
+  Tensor forward(const Tensor& xin) {
+    const int Hq = static_cast<int>(c.num_heads), Hkv = static_cast<int>(c.num_kv_heads);
+    x = xin;
+    xn = TIMED("rms_norm fwd", bp::rms_norm_forward(x, w.input_norm, c.rms_norm_eps, &rstd1));
+    q = lin(0, xn, w.q, opt(w.q_bias));
+    k = lin(1, xn, w.k, opt(w.k_bias));
+    v = lin(2, xn, w.v, opt(w.v_bias));
+    TIMED("rope fwd", bp::rope_forward(q, b.positions, Hq, c.rope));
+    TIMED("rope fwd", bp::rope_forward(k, b.positions, Hkv, c.rope));
+    bp::AttentionShape shape{Hq, Hkv, static_cast<int>(c.head_dim)};
+    attn = TIMED("attention fwd", bp::attention_forward(q, k, v, b.cu_seqlens, shape, &lse));
+    h = lin(3, attn, w.o, nullptr);
+    TIMED("add (residual)", bp::add_inplace(h, x));
+    hn = TIMED("rms_norm fwd", bp::rms_norm_forward(h, w.post_norm, c.rms_norm_eps, &rstd2));
+    gate = lin(4, hn, w.gate, nullptr);
+    up = lin(5, hn, w.up, nullptr);
+    m = TIMED("swiglu fwd", bp::swiglu_forward(gate, up));
+    Tensor out = lin(6, m, w.down, nullptr);
+    TIMED("add (residual)", bp::add_inplace(out, h));
+    return out;
+  }
+
+  Tensor backward(const Tensor& dout) {
+    const int64_t T = dout.dim(0), D = c.hidden_size, F = c.intermediate_size;
+    const int Hq = static_cast<int>(c.num_heads), Hkv = static_cast<int>(c.num_kv_heads);
+    Tensor dm = Tensor::empty({T, F});
+    lin_back(6, dout, m, w.down, dm);
+    Tensor dgate = Tensor::empty({T, F}), dup = Tensor::empty({T, F});
+    TIMED("swiglu bwd", bp::swiglu_backward(dm, gate, up, dgate, dup));
+    Tensor dhn = Tensor::empty({T, D}), tmp = Tensor::empty({T, D});
+    lin_back(4, dgate, hn, w.gate, dhn);
+    lin_back(5, dup, hn, w.up, tmp);
+    TIMED("add (residual)", bp::add_inplace(dhn, tmp));
+    Tensor dh = Tensor::empty({T, D});
+    TIMED("rms_norm bwd", bp::rms_norm_backward(dhn, h, w.post_norm, rstd2, dh, nullptr));
+    TIMED("add (residual)", bp::add_inplace(dh, dout));
+    Tensor dattn = Tensor::empty({T, c.q_dim()});
+    lin_back(3, dh, attn, w.o, dattn);
+    Tensor dq = Tensor::empty({T, c.q_dim()}), dk = Tensor::empty({T, c.kv_dim()}), dv = Tensor::empty({T, c.kv_dim()});
+    bp::AttentionShape shape{Hq, Hkv, static_cast<int>(c.head_dim)};
+    TIMED("attention bwd", bp::attention_backward(dattn, q, k, v, attn, lse, b.cu_seqlens, shape, dq, dk, dv));
+    TIMED("rope bwd", bp::rope_backward(dq, b.positions, Hq, c.rope));
+    TIMED("rope bwd", bp::rope_backward(dk, b.positions, Hkv, c.rope));
+    Tensor dxn = Tensor::empty({T, D});
+    lin_back(0, dq, xn, w.q, dxn);
+    lin_back(1, dk, xn, w.k, tmp);
+    TIMED("add (residual)", bp::add_inplace(dxn, tmp));
+    lin_back(2, dv, xn, w.v, tmp);
+    TIMED("add (residual)", bp::add_inplace(dxn, tmp));
+    Tensor dx = Tensor::empty({T, D});
+    TIMED("rms_norm bwd", bp::rms_norm_backward(dxn, x, w.input_norm, rstd1, dx, nullptr));
+    TIMED("add (residual)", bp::add_inplace(dx, dh));
+    return dx;
+  }
+};
+
+void profile(const Shape& shape, bool ckpt, int reps) {
+  const int64_t T = env_int("BP_BENCH_SEQ", 512);
+  const bp::ModelConfig cfg = make_config(shape);
+  Trainer tr(cfg, ckpt, T);
+  const double L = static_cast<double>(cfg.num_layers);
+  tr.step(1);  // warm-up
+  // Measured full steps.
+  const auto t0 = Clock::now();
+  const Usage u0 = usage_now();
+  for (int i = 0; i < reps; ++i) tr.step(2 + static_cast<uint64_t>(i));
+  const Usage u1 = usage_now();
+  const double step_s = std::chrono::duration<double>(Clock::now() - t0).count() / reps;
+
+  std::map<std::string, double> layer_fwd, layer_bwd, once;
+  const auto& w = tr.model.weights();
+  const bp::Batch& b = tr.batch;
+  Tensor x = bp::embedding_forward(b.tokens, w.embed);
+  for (int i = 0; i < reps; ++i) {
+    LayerRun run(cfg, w.layers[0], tr.adapter.layers[0], b);
+    g_times = &layer_fwd;
+    Tensor out = run.forward(x);
+    g_times = &layer_bwd;
+    run.backward(out);
+  }
+  {
+    g_times = &once;
+    for (int i = 0; i < reps; ++i) {
+      Tensor xe = TIMED("embedding fwd", bp::embedding_forward(b.tokens, w.embed));
+      Tensor rstd, dxf = Tensor::empty({T, cfg.hidden_size});
+      Tensor xf = TIMED("rms_norm fwd", bp::rms_norm_forward(xe, w.final_norm, cfg.rms_norm_eps, &rstd));
+      TIMED("lm head + cross-entropy fwd+bwd",
+            bp::linear_cross_entropy_forward_backward(xf, w.output_weight(), b.labels, tr.grad_scale, dxf, nullptr));
+      TIMED("zero_grads", tr.model.zero_grads());
+      TIMED("adamw", tr.adam.step(tr.params, tr.opt));
+    }
+  }
+  std::map<std::string, double> per_step;
+  const double fwd_times = ckpt ? 2.0 : 1.0;
+  for (auto& [k, v] : layer_fwd) per_step[k] += v / reps * L * fwd_times;
+  for (auto& [k, v] : layer_bwd) per_step[k] += v / reps * L;
+  for (auto& [k, v] : once) per_step[k] += v / reps;
+  double sum = 0;
+  for (auto& [k, v] : per_step) sum += v;
+  const double gemm = sgemm_rate(T, cfg.hidden_size, cfg.intermediate_size, 1.0);
+  const StepFlops f = step_flops(cfg, T);
+  std::printf("\n== profile %s, %lld layers, T=%lld, %s, %d threads ==\n", shape.name,
+              static_cast<long long>(cfg.num_layers), static_cast<long long>(T),
+              ckpt ? "checkpointing (forward counted twice)" : "no checkpointing", bp::num_threads());
+  std::printf(
+      "measured step %.3f s = %.0f tok/s; model %.1f GFLOP/step = %.1f GFLOP/s; sgemm %lldx%lldx%lld %.1f "
+      "GFLOP/s; MFU %.1f%%\n",
+      step_s, static_cast<double>(T) / step_s, f.total() / 1e9, f.total() / 1e9 / step_s, static_cast<long long>(T),
+      static_cast<long long>(cfg.hidden_size), static_cast<long long>(cfg.intermediate_size), gemm,
+      100.0 * f.total() / 1e9 / step_s / gemm);
+  std::printf("  process CPU %.3f s/step (%.2f cores busy or spinning), %.0f minor page faults/step\n",
+              (u1.cpu_s - u0.cpu_s) / reps, (u1.cpu_s - u0.cpu_s) / reps / step_s,
+              (u1.minor_faults - u0.minor_faults) / reps);
+  std::printf("  frozen fwd %.1f + frozen bwd(dx) %.1f + LoRA %.1f + attention %.1f GFLOP\n", f.frozen_fwd / 1e9,
+              f.frozen_bwd / 1e9, f.lora / 1e9, f.attention / 1e9);
+  std::printf("%-34s %10s %8s\n", "op (per step)", "seconds", "% step");
+  for (auto& [k, v] : per_step) std::printf("%-34s %10.3f %7.1f%%\n", k.c_str(), v, 100.0 * v / step_s);
+  std::printf("%-34s %10.3f %7.1f%%\n", "sum of ops", sum, 100.0 * sum / step_s);
+  std::printf("%-34s %10.3f %7.1f%%\n", "unaccounted (step - ops)", step_s - sum, 100.0 * (step_s - sum) / step_s);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bp::set_num_threads(env_int("BP_BENCH_THREADS", 2));
+  const int steps = env_int("BP_BENCH_STEPS", 3);
+  bool do_profile = false;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--profile") == 0)
+      do_profile = true;
+    else
+      args.push_back(argv[i]);
+  }
+  if (do_profile) {
+    // The default training configuration (checkpointing on); BP_BENCH_PROFILE_NO_CKPT=1 adds the other.
+    for (bool ckpt : {true, false}) {
+      if (!ckpt && env_int("BP_BENCH_PROFILE_NO_CKPT", 0) == 0) continue;
+      profile(smol_shape(), ckpt, steps);
+      profile(qwen_shape(), ckpt, steps);
+    }
+    return 0;
+  }
+  int n = static_cast<int>(args.size());
+  for (const Shape& s : {smol_shape(), qwen_shape()})
+    for (bool ckpt : {true, false})
+      benchmark::RegisterBenchmark((std::string("train/") + s.name + (ckpt ? "/ckpt" : "/no_ckpt")).c_str(), BM_train,
+                                   s, ckpt)
+          ->Iterations(steps)
+          ->UseRealTime()
+          ->Unit(benchmark::kSecond);
+  for (auto [M, K, N] : {std::array<int64_t, 3>{512, 576, 1536}, {512, 896, 4864}})
+    benchmark::RegisterBenchmark("sgemm_xWt", BM_sgemm)->Args({M, K, N})->UseRealTime()->MinTime(0.5);
+  benchmark::Initialize(&n, args.data());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# End-to-end LoRA training speed: backprop (bench/bench_train.cpp) next to the PyTorch oracle
+# (tests/oracles/torch_train_bench.py) doing the same steps with the same threads, in the same run,
+# interleaved per model so both see the same machine load. Prints tokens/s, the ratio
+# backprop / torch, and model-FLOPs utilisation against OpenBLAS sgemm measured in the same run.
+#
+# Usage: scripts/bench_train.sh [smollm135m] [qwen2.5-0.5b]      (default: both)
+# Environment (passed to both sides):
+#   BUILD_DIR (build)  BP_BENCH_THREADS (2)  BP_BENCH_STEPS (3, after 1 warm-up)  BP_BENCH_SEQ (512)
+#   BP_BENCH_SMOL_LAYERS (30 = full)  BP_BENCH_QWEN_LAYERS (8 of 24; same layer shapes and head)
+# Needs a Release build of bench_train:
+#   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2 --target bench_train
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+export BP_BENCH_THREADS=${BP_BENCH_THREADS:-2}
+export BP_BENCH_STEPS=${BP_BENCH_STEPS:-3}
+export BP_BENCH_SEQ=${BP_BENCH_SEQ:-512}
+export BP_BENCH_SMOL_LAYERS=${BP_BENCH_SMOL_LAYERS:-30}
+export BP_BENCH_QWEN_LAYERS=${BP_BENCH_QWEN_LAYERS:-8}
+PY=/usr/bin/python3
+BIN="$BUILD_DIR/bench/bench_train"
+[[ -x "$BIN" ]] || { echo "missing $BIN (build the bench_train target first)" >&2; exit 1; }
+models=("$@")
+[[ ${#models[@]} -gt 0 ]] || models=(smollm135m qwen2.5-0.5b)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')  load: $(cut -d' ' -f1-3 /proc/loadavg)  threads: $BP_BENCH_THREADS" \
+  " steps: $BP_BENCH_STEPS (+1 warm-up)  seq: $BP_BENCH_SEQ"
+echo "env: OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-}" \
+  "GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-}"
+for m in "${models[@]}"; do
+  case "$m" in
+    smollm135m) layers=$BP_BENCH_SMOL_LAYERS ;;
+    qwen2.5-0.5b) layers=$BP_BENCH_QWEN_LAYERS ;;
+    *) echo "unknown model $m (smollm135m or qwen2.5-0.5b)" >&2; exit 1 ;;
+  esac
+  "$BIN" --benchmark_filter="^train/$m/" --benchmark_format=json >"$tmp/cpp_$m.json" 2>"$tmp/cpp_$m.err" ||
+    { cat "$tmp/cpp_$m.err" >&2; exit 1; }
+  $PY tests/oracles/torch_train_bench.py --model "$m" --layers "$layers" --seq "$BP_BENCH_SEQ" \
+    --steps "$BP_BENCH_STEPS" --threads "$BP_BENCH_THREADS" >"$tmp/torch_$m.json"
+  echo "load after $m: $(cut -d' ' -f1-3 /proc/loadavg)"
+  $PY - "$tmp/cpp_$m.json" "$tmp/torch_$m.json" <<'EOF'
+import json, sys
+cpp = json.load(open(sys.argv[1]))["benchmarks"]
+tor = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+print("%-28s %7s %7s %9s %9s %9s %7s %8s %8s" % ("%s, %d layers" % (tor["model"], tor["layers"]), "step s",
+      "cpu s", "tok/s", "model GF/s", "sgemm GF/s", "MFU", "vs torch", "faults"))
+for b in cpp:
+    mode = b["name"].split("/")[2]
+    step = b["real_time"]  # seconds (Unit kSecond)
+    mfu = b["modelGF/s"] / b["sgemmGF/s"]
+    print("%-28s %7.2f %7.2f %9.0f %9.1f %9.1f %6.1f%% %7.2fx %8.0f" % ("backprop " + mode, step, b["cpu_s/step"],
+          b["tok/s"], b["modelGF/s"], b["sgemmGF/s"], 100 * mfu, b["tok/s"] / tor["tokens_per_s"], b["faults/step"]))
+gf = cpp[0]["model_GF"]
+print("%-28s %7.2f %7.2f %9.0f %9.1f %9.1f %6.1f%% %7s %8.0f" % ("torch (eager, no ckpt)", tor["step_s"],
+      tor["cpu_s_per_step"], tor["tokens_per_s"], gf / tor["step_s"], tor["matmul_gflops"],
+      100 * gf / tor["step_s"] / tor["matmul_gflops"], "1.00x", tor["faults_per_step"]))
+print("  model FLOPs per step: %.1f GFLOP; torch MFU uses torch's own matmul rate on the same shape" % gf)
+EOF
+done
