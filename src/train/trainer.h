@@ -32,7 +32,7 @@ struct TrainOptions {
   std::string tokenizer_dir;     // defaults to model_dir (or the config's folder)
   std::string data_path;
   std::string data_format = "auto";
-  std::string eval_data_path;  // a separate held-out file; replaces the --holdout split
+  std::string eval_data_path;        // a separate held-out file; replaces the --holdout split
   std::string output_root = "runs";  // runs folder: a new run writes to <output_root>/<run id>
   std::string output_dir;            // set explicitly (tests) to write exactly there
   std::string resume;                // "" | "latest" | run id | path
@@ -61,7 +61,7 @@ struct TrainOptions {
   int nan_max_consecutive = 3;
   bool strict = false;
   bool train_on_all = false;
-  bool quiet = false;  // no progress bar (tests)
+  bool quiet = false;                // no progress bar (tests)
   nlohmann::json resolved_settings;  // written to <run>/settings.json (the CLI passes every setting)
   // Fault injection (tests): OOM at the first micro-batch of this step; NaN gradient at steps.
   int64_t fault_oom_step = -1;
