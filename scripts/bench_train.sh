@@ -5,6 +5,10 @@
 # backprop / torch, and model-FLOPs utilisation against OpenBLAS sgemm measured in the same run.
 #
 # Usage: scripts/bench_train.sh [smollm135m] [qwen2.5-0.5b]      (default: both)
+# Both sides run with scripts/runtime_env.sh (passive OpenMP waits, OpenBLAS kernels for this CPU)
+# and the same OpenBLAS build: backprop links Debian's OpenMP build; torch loads the system
+# libblas.so.3 (the pthread build by default), so it gets the OpenMP build's folder on
+# LD_LIBRARY_PATH too. TORCH_BLAS=system leaves torch on the system's choice.
 # Environment (passed to both sides):
 #   BUILD_DIR (build)  BP_BENCH_THREADS (2)  BP_BENCH_STEPS (3, after 1 warm-up)  BP_BENCH_SEQ (512)
 #   BP_BENCH_SMOL_LAYERS (30 = full)  BP_BENCH_QWEN_LAYERS (8 of 24; same layer shapes and head)
@@ -12,7 +16,14 @@
 #   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2 --target bench_train
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/runtime_env.sh
 BUILD_DIR=${BUILD_DIR:-build}
+TORCH_BLAS=${TORCH_BLAS:-same}
+OPENMP_BLAS_DIR=/usr/lib/x86_64-linux-gnu/openblas-openmp
+torch_env=()
+if [ "$TORCH_BLAS" = same ] && [ -d "$OPENMP_BLAS_DIR" ]; then
+  torch_env=(env "LD_LIBRARY_PATH=$OPENMP_BLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+fi
 export BP_BENCH_THREADS=${BP_BENCH_THREADS:-2}
 export BP_BENCH_STEPS=${BP_BENCH_STEPS:-3}
 export BP_BENCH_SEQ=${BP_BENCH_SEQ:-512}
@@ -28,8 +39,8 @@ trap 'rm -rf "$tmp"' EXIT
 
 echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')  load: $(cut -d' ' -f1-3 /proc/loadavg)  threads: $BP_BENCH_THREADS" \
   " steps: $BP_BENCH_STEPS (+1 warm-up)  seq: $BP_BENCH_SEQ"
-echo "env: OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-}" \
-  "GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-}"
+echo "env: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-}" \
+  "OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-} GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-} torch BLAS: $TORCH_BLAS"
 for m in "${models[@]}"; do
   case "$m" in
     smollm135m) layers=$BP_BENCH_SMOL_LAYERS ;;
@@ -38,7 +49,7 @@ for m in "${models[@]}"; do
   esac
   "$BIN" --benchmark_filter="^train/$m/" --benchmark_format=json >"$tmp/cpp_$m.json" 2>"$tmp/cpp_$m.err" ||
     { cat "$tmp/cpp_$m.err" >&2; exit 1; }
-  $PY tests/oracles/torch_train_bench.py --model "$m" --layers "$layers" --seq "$BP_BENCH_SEQ" \
+  "${torch_env[@]}" $PY tests/oracles/torch_train_bench.py --model "$m" --layers "$layers" --seq "$BP_BENCH_SEQ" \
     --steps "$BP_BENCH_STEPS" --threads "$BP_BENCH_THREADS" >"$tmp/torch_$m.json"
   echo "load after $m: $(cut -d' ' -f1-3 /proc/loadavg)"
   $PY - "$tmp/cpp_$m.json" "$tmp/torch_$m.json" <<'EOF'
@@ -58,5 +69,6 @@ print("%-28s %7.2f %7.2f %9.0f %9.1f %9.1f %6.1f%% %7s %8.0f" % ("torch (eager, 
       tor["cpu_s_per_step"], tor["tokens_per_s"], gf / tor["step_s"], tor["matmul_gflops"],
       100 * gf / tor["step_s"] / tor["matmul_gflops"], "1.00x", tor["faults_per_step"]))
 print("  model FLOPs per step: %.1f GFLOP; torch MFU uses torch's own matmul rate on the same shape" % gf)
+print("  torch %s, BLAS %s" % (tor.get("torch", "?"), tor.get("blas", "?")))
 EOF
 done

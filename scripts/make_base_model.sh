@@ -27,11 +27,9 @@ WARMUP=${WARMUP:-60}
 THREADS=${THREADS:-1}
 INSTALL=${INSTALL:-$([ "$STEPS" = 1100 ] && echo 1 || echo 0)}
 
-# Debian's OpenBLAS 0.3.21 reads this VM's CPU as "Prescott" (SSE3 kernels); on an AVX-512 CPU
-# the SkylakeX kernels do the same sums about twice as fast. Only a speed setting.
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -q avx512f /proc/cpuinfo 2>/dev/null; then
-  export OPENBLAS_CORETYPE=SkylakeX
-fi
+# backprop sets its runtime environment itself (src/cli/main.cpp); sourced here too so the
+# recipe's log shows it. Only speed settings.
+source scripts/runtime_env.sh
 
 mkdir -p "$WORK"
 corpus="$WORK/corpus.jsonl"

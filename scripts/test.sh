@@ -10,9 +10,9 @@
 # BACKPROP_JOBS overrides the parallelism (default: all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# In-process tests use OpenMP directly; waiting threads must not spin on a shared 2-core machine
-# (the backprop binary sets the same default for itself, see src/cli/main.cpp).
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+# In-process tests get the runtime environment the backprop binary gives itself (passive OpenMP
+# waits, OpenBLAS kernels for this CPU): scripts/runtime_env.sh.
+source scripts/runtime_env.sh
 
 bash scripts/setup.sh --test
 jobs=${BACKPROP_JOBS:-$(nproc)}

@@ -175,7 +175,8 @@ int run_estimate_vram() {
   r.lora.alpha = static_cast<float>(st.get_float("lora.alpha"));
   r.lora.dropout = static_cast<float>(st.get_float("lora.dropout"));
   r.lora.target_modules = split_list(st.get_string("lora.target_modules"));
-  r.gradient_checkpointing = st.get_bool("training.gradient_checkpointing");
+  const std::string& gc = st.get_string("training.gradient_checkpointing");
+  r.gradient_checkpointing = gc != "false";
   r.batch_size = st.get_int("training.batch_size");
   const std::string& mb = st.get_string("training.micro_batch_size");
   r.micro_batch_size = mb == "auto" ? 0 : std::stoll(mb);
@@ -188,7 +189,13 @@ int run_estimate_vram() {
   const Limit limit = memory_limit(st, cuda);
   r.limit_bytes = limit.bytes;
 
-  const Estimate e = estimate_memory(cfg, r);
+  Estimate e = estimate_memory(cfg, r);
+  if (gc == "auto" && e.fits) {  // as the trainer decides: off when the same micro-batch fits without it
+    EstimateRequest off = r;
+    off.gradient_checkpointing = false;
+    off.micro_batch_size = e.micro_batch_size;
+    if (Estimate e_off = estimate_memory(cfg, off); e_off.fits) e = std::move(e_off);
+  }
   if (cli::global_options().json) {
     nlohmann::json j = e.to_json();
     j["model"] = {{"path", model},

@@ -71,8 +71,10 @@ void bind_settings(CLI::App& sub, std::initializer_list<std::string_view> keys) 
 // policy we set "passive" and start the program again, once.
 //
 // Debian's OpenBLAS 0.3.21 does not know recent CPU models and falls back to SSE3 ("Prescott")
-// kernels; where the kernel reports AVX-512 (or AVX2) we name the matching core type, which
-// halved GEMM time here. Same rule: only when the user has not set OPENBLAS_CORETYPE.
+// kernels; where the kernel reports AVX-512 (or AVX2) we name the matching core type: sgemm
+// 512x576x1536 on one core went from 19-30 to 150 GFLOP/s here (docs/benchmarks.md). Same rule:
+// only when the user has not set OPENBLAS_CORETYPE. scripts/runtime_env.sh does the same for
+// the test and benchmark binaries.
 static const char* openblas_core_for_this_cpu() {
   FILE* f = std::fopen("/proc/cpuinfo", "r");
   if (!f) return nullptr;

@@ -104,6 +104,12 @@ std::optional<double> parse_float(std::string_view text) {
   return v;
 }
 
+// An Enum of exactly auto|true|false: a boolean with an automatic default. Its flag works like a
+// boolean's (--x, --no-x) and also takes =auto.
+bool is_auto_bool(const SettingSpec& spec) {
+  return spec.type == SettingType::Enum && std::string_view(spec.choices) == "auto|true|false";
+}
+
 bool in_choices(const SettingSpec& spec, std::string_view v) {
   std::string_view c = spec.choices;
   while (!c.empty()) {
@@ -268,6 +274,12 @@ void parse_into(const SettingSpec& spec, std::string_view text, SettingSource so
       return;
     }
     case SettingType::Enum:
+      if (is_auto_bool(spec) && !in_choices(spec, text)) {  // auto|true|false also takes 1/0/yes/no
+        if (auto v = parse_bool(text)) {
+          s = *v ? "true" : "false";
+          return;
+        }
+      }
       if (!in_choices(spec, text)) bad_value(spec, text, source, origin, "not a known choice");
       s = std::string(text);
       return;
@@ -367,7 +379,7 @@ std::string toml_value_text(const SettingSpec& spec, const toml::node& node, con
   };
   if (auto v = node.as_string()) return v->get();
   if (auto v = node.as_boolean()) {
-    if (spec.type != SettingType::Bool) wrong_type("boolean");
+    if (spec.type != SettingType::Bool && !is_auto_bool(spec)) wrong_type("boolean");
     return v->get() ? "true" : "false";
   }
   if (auto v = node.as_integer()) {
@@ -480,7 +492,22 @@ void bind_setting_flags(CLI::App& app, std::vector<SettingOverride>& out,
         fmt::format("{} [{}; default: {}; {} / {}]", spec->help, setting_allowed_text(*spec),
                     spec->default_value[0] ? spec->default_value : "\"\"", spec->key, setting_env_var(*spec));
     std::string k(key);
-    if (spec->type == SettingType::Bool) {
+    if (is_auto_bool(*spec)) {  // --x (= true), --x=auto|true|false, --no-x (= false)
+      app.add_option_function<std::string>(
+             flag,
+             [&out, k](const std::string& v) {
+               out.push_back({k, v.empty() ? "true" : v});  // bare --x
+             },
+             help)
+          ->expected(0, 1)
+          ->type_name("[auto|true|false]");
+      app.add_flag_function(
+          "--no-" + flag.substr(2),
+          [&out, k](int64_t) {
+            out.push_back({k, "false"});
+          },
+          fmt::format("Same as {}=false", flag));
+    } else if (spec->type == SettingType::Bool) {
       std::string names = flag + ",!--no-" + flag.substr(2);
       app.add_flag_function(
           names,

@@ -61,8 +61,10 @@ constexpr SettingSpec kSettings[] = {
    "Clip the global gradient norm to this value; 0 = no clipping."},
   {"training.max_seq_length", T::Int, "2048", 1, 1 << 24, "", R::Any, "--max-seq-length", false,
    "Longest sequence in tokens; longer samples are truncated (and reported)."},
-  {"training.gradient_checkpointing", T::Bool, "true", kNoMin, kNoMax, "", R::Any, "--gradient-checkpointing", false,
-   "Recompute activations in backward instead of keeping them (less memory, ~30% more compute)."},
+  {"training.gradient_checkpointing", T::Enum, "auto", kNoMin, kNoMax, "auto|true|false", R::Any,
+   "--gradient-checkpointing", false,
+   "Recompute activations in backward instead of keeping them (less memory, ~30% more compute); auto = only when "
+   "the memory plan says the micro-batch would not fit without it (and as the first OOM recovery)."},
   {"training.seed", T::Int, "42", 0, kI64Max, "", R::Any, "--seed", false,
    "Seed for initialisation, dropout and shuffling; a resumed run continues its RNG state."},
   {"training.eval_every", T::Int, "0", 0, kI64Max, "", R::Any, "--eval-every", false,

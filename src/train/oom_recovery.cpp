@@ -74,6 +74,14 @@ void OomRecovery::run_step(int64_t n_seqs, const std::function<void(int64_t, int
                         format_bytes(ev.memory.bytes_peak),
                         ev.memory.bytes_limit == kNoLimit ? std::string("none") : format_bytes(ev.memory.bytes_limit)),
             snapshot);
+      if (relief_) ev.relief = relief_();
+      if (!ev.relief.empty()) {
+        ++recoveries_;
+        ev.micro_seqs_after = micro_seqs_;
+        ev.accum_after = accumulation();
+        if (on_event) on_event(ev);
+        continue;
+      }
       if (micro_seqs_ == 1) {
         ++failures_at_one;
         if (failures_at_one >= max_failures_at_one_)

@@ -30,6 +30,7 @@ struct OomEvent {
   int64_t micro_seqs_before = 0;
   int64_t micro_seqs_after = 0;
   int64_t accum_after = 0;
+  std::string relief;  // non-empty: what the relief did instead of halving the micro-batch
   int consecutive_at_one = 0;
   MemoryStats memory;  // allocator snapshot at the failure
 };
@@ -43,6 +44,9 @@ class OomRecovery {
   int64_t recoveries() const { return recoveries_; }
   // Restores the micro-batch size from a checkpoint (resume keeps the recovered size).
   void set_micro_seqs(int64_t m);
+  // A cheaper remedy tried before halving (the trainer: turn gradient checkpointing back on). It
+  // returns what it did, or "" when it has nothing left to give; then the micro-batch is halved.
+  void set_relief(std::function<std::string()> relief) { relief_ = std::move(relief); }
 
   // Runs the step: run_micro(begin, end) over [0, n_seqs) in micro-batches. On OOM calls
   // reset() (drop the step's gradients), empties the allocator cache, tells on_event, halves and
@@ -56,6 +60,7 @@ class OomRecovery {
   Allocator& allocator_;
   int max_failures_at_one_;
   int64_t recoveries_ = 0;
+  std::function<std::string()> relief_;
 };
 
 }  // namespace bp

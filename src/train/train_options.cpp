@@ -63,7 +63,8 @@ TrainOptions TrainOptions::from_settings(const Settings& s) {
   o.lora.dropout = static_cast<float>(s.get_float("lora.dropout"));
   o.lora.use_rslora = s.get_bool("lora.use_rslora");
   o.lora.target_modules = split_list(s.get_string("lora.target_modules"));
-  o.gradient_checkpointing = s.get_bool("training.gradient_checkpointing");
+  if (const std::string& gc = s.get_string("training.gradient_checkpointing"); gc != "auto")
+    o.gradient_checkpointing = gc == "true";
   o.seed = static_cast<uint64_t>(s.get_int("training.seed"));
   o.eval_every = s.get_int("training.eval_every");
   o.holdout = s.get_float("data.holdout");

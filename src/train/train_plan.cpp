@@ -22,7 +22,7 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
   MemorySettings ms;
   ms.mode = o.mode;
   ms.lora = o.lora;
-  ms.gradient_checkpointing = o.gradient_checkpointing;
+  ms.gradient_checkpointing = o.gradient_checkpointing.value_or(true);
   ms.threads = o.threads;
   // Tokens of the k longest samples: the worst micro-batch of k sequences.
   std::vector<int64_t> lens;
@@ -73,12 +73,31 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
   tp.micro_batch_size = k;
   tp.micro_batch_tokens = tokens_for(k);
   tp.plan = plan_for(k);
+  tp.gradient_checkpointing = ms.gradient_checkpointing;
+  std::string ckpt_why = o.gradient_checkpointing ? "set" : "auto";
+  if (!o.gradient_checkpointing) {
+    MemorySettings off = ms;
+    off.gradient_checkpointing = false;
+    off.micro_batch_tokens = tp.micro_batch_tokens;
+    MemoryPlan p_off = plan_memory(model.config(), off);
+    const size_t budget = enforced ? limit : limit / 4 * 3;
+    if (p_off.total() <= budget) {
+      tp.gradient_checkpointing = false;
+      tp.plan = p_off;
+      ckpt_why = fmt::format("auto: every layer's activations fit, {} of {}", format_bytes(p_off.total()),
+                             format_bytes(budget));
+    } else {
+      ckpt_why = fmt::format("auto: without it the micro-batch needs {}, over {}", format_bytes(p_off.total()),
+                             format_bytes(budget));
+    }
+  }
   int64_t accum = (o.batch_size + k - 1) / k;
   tp.description = fmt::format(
       "memory plan for {} sequences per micro-batch (up to {} tokens): {}; limit {}{}; micro-batch {} x "
-      "accumulation {} = batch {}",
+      "accumulation {} = batch {}; gradient checkpointing {} ({})",
       k, tp.micro_batch_tokens, describe_memory_plan(tp.plan), format_bytes(limit),
-      enforced ? "" : " (machine RAM, not enforced)", k, accum, o.batch_size);
+      enforced ? "" : " (machine RAM, not enforced)", k, accum, o.batch_size, tp.gradient_checkpointing ? "on" : "off",
+      ckpt_why);
   return tp;
 }
 

@@ -48,7 +48,8 @@ nlohmann::json TrainSummary::to_json() const {
           {"oom_recoveries", oom_recoveries},
           {"skipped_steps", skipped_steps},
           {"micro_batch_size", micro_batch_size},
-          {"grad_accum", grad_accum}};
+          {"grad_accum", grad_accum},
+          {"gradient_checkpointing", gradient_checkpointing}};
 }
 
 struct Trainer::State {
@@ -215,7 +216,7 @@ TrainSummary Trainer::run() {
   // Model.
   ModelOptions mopt;
   mopt.mode = o.mode;
-  mopt.gradient_checkpointing = o.gradient_checkpointing;
+  mopt.gradient_checkpointing = o.gradient_checkpointing.value_or(true);
   ModelWeights weights = !o.init_from_config.empty()
                              ? init_random_weights(ModelConfig::from_file(o.init_from_config), o.seed)
                              : load_model(o.model_dir);
@@ -237,7 +238,14 @@ TrainSummary Trainer::run() {
   alloc.set_limit(o.max_memory_bytes);
   TrainPlan plan = plan_training(o, *s.model, s.data, alloc);
   s.event("info", plan.description);
+  s.model->set_gradient_checkpointing(plan.gradient_checkpointing);
   s.oom = std::make_unique<OomRecovery>(o.batch_size, plan.micro_batch_size, o.oom_recovery, alloc);
+  if (!o.gradient_checkpointing && !plan.gradient_checkpointing)
+    s.oom->set_relief([&s]() -> std::string {  // auto turned it off: the first OOM turns it back on
+      if (s.model->options().gradient_checkpointing) return {};
+      s.model->set_gradient_checkpointing(true);
+      return "gradient checkpointing turned on (auto)";
+    });
 
   s.adamw.init(s.model->trainable_parameters());
   if (resume_from) {
@@ -376,12 +384,18 @@ TrainSummary Trainer::run() {
                     {"micro_batch_before", ev.micro_seqs_before},
                     {"micro_batch_after", ev.micro_seqs_after},
                     {"grad_accum_after", ev.accum_after},
+                    {"relief", ev.relief},
                     {"bytes_in_use", ev.memory.bytes_in_use},
                     {"message", ev.message}});
-          s.event("warn", fmt::format("{}out of memory at step {}: micro-batch {} -> {} sequences, gradient "
-                                      "accumulation {}; redoing the step with the same samples",
-                                      ev.kind == OomKind::Adjacent ? "[RUNTIME_OOM_ADJACENT] " : "", s.step + 1,
-                                      ev.micro_seqs_before, ev.micro_seqs_after, ev.accum_after));
+          const char* tag = ev.kind == OomKind::Adjacent ? "[RUNTIME_OOM_ADJACENT] " : "";
+          if (!ev.relief.empty())
+            s.event("warn", fmt::format("{}out of memory at step {}: {}, micro-batch stays {} sequences; redoing "
+                                        "the step with the same samples",
+                                        tag, s.step + 1, ev.relief, ev.micro_seqs_after));
+          else
+            s.event("warn", fmt::format("{}out of memory at step {}: micro-batch {} -> {} sequences, gradient "
+                                        "accumulation {}; redoing the step with the same samples",
+                                        tag, s.step + 1, ev.micro_seqs_before, ev.micro_seqs_after, ev.accum_after));
         });
 
     StepRecord rec;
@@ -499,6 +513,7 @@ TrainSummary Trainer::run() {
   }
   s.summary.micro_batch_size = s.oom->micro_seqs();
   s.summary.grad_accum = s.oom->accumulation();
+  s.summary.gradient_checkpointing = s.model->options().gradient_checkpointing;
   s.summary.peak_memory_bytes = alloc.stats().bytes_peak;
   s.summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_file_atomic((fs::path(o.output_dir) / "summary.json").string(), s.summary.to_json().dump(2));

@@ -49,7 +49,7 @@ struct TrainOptions {
   int64_t max_seq_length = 512;
   TrainMode mode = TrainMode::Lora;
   LoraConfig lora;
-  bool gradient_checkpointing = true;
+  std::optional<bool> gradient_checkpointing;  // empty = auto: off when the memory plan says it fits
   uint64_t seed = 42;
   int64_t eval_every = 0;  // 0 = only at the end
   double holdout = 0.1;
@@ -90,6 +90,7 @@ struct TrainSummary {
   double seconds = 0, final_loss = 0;
   std::optional<double> initial_eval_loss, final_eval_loss, best_eval_loss;
   size_t peak_memory_bytes = 0;
+  bool gradient_checkpointing = false;  // at the end of the run (auto may turn it on after an OOM)
   std::vector<StepRecord> history;
   nlohmann::json to_json() const;
 };

@@ -92,7 +92,9 @@ TEST(EstimateVramCli, JsonIsTheLibraryEstimate) {
   q.micro_batch_size = 2;
   q.max_seq_length = 1024;
   q.limit_bytes = size_t{4} << 30;
+  q.gradient_checkpointing = false;  // auto (the default): this micro-batch fits 4 GiB without it
   const Estimate e = estimate_memory(ModelConfig::from_file(m.path() + "/config.json"), q);
+  EXPECT_EQ(j["settings"]["gradient_checkpointing"], false);
   EXPECT_EQ(j["limit_bytes"].get<size_t>(), q.limit_bytes);
   EXPECT_EQ(j["settings"]["micro_batch_size"], 2);
   EXPECT_EQ(j["settings"]["grad_accum"], 4);
@@ -107,6 +109,17 @@ TEST(EstimateVramCli, JsonIsTheLibraryEstimate) {
   EXPECT_EQ(j["max_fit"]["max_seq_length"], e.max_seq_length);
   EXPECT_EQ(j["model"]["architecture"], "LlamaForCausalLM");
   EXPECT_TRUE(j["notes"].empty());
+  // Asked for explicitly, checkpointing stays on, as the trainer keeps it.
+  Result on = backprop("estimate-vram --json --model " + m.path() +
+                           " --batch-size 8 --micro-batch-size 2 --max-seq-length 1024 --lora-r 8 --vram-gb 4"
+                           " --gradient-checkpointing",
+                       "", true);
+  ASSERT_EQ(on.rc, 0) << on.out;
+  q.gradient_checkpointing = true;
+  const auto jon = nlohmann::json::parse(on.out);
+  EXPECT_EQ(jon["settings"]["gradient_checkpointing"], true);
+  EXPECT_EQ(jon["plan"]["total"].get<size_t>(),
+            estimate_memory(ModelConfig::from_file(m.path() + "/config.json"), q).plan.total());
 }
 
 TEST(EstimateVramCli, Bf16CountsFrozenWeightsAtTwoBytesAndSaysTheCpuUsesF32) {

@@ -302,7 +302,7 @@ TEST(SettingFlags, FlagsComeFromTheTableAndOverrideEverything) {
   app.parse(args);
   Settings s = Settings::load("", {{"BACKPROPAGATE_TRAINING__LR", "0.5"}, {"BACKPROPAGATE_LORA__R", "32"}}, flags);
   EXPECT_DOUBLE_EQ(s.get_float("training.lr"), 0.01);
-  EXPECT_FALSE(s.get_bool("training.gradient_checkpointing"));
+  EXPECT_EQ(s.get_string("training.gradient_checkpointing"), "false");
   EXPECT_TRUE(s.get_bool("data.strict"));
   EXPECT_EQ(s.get_int("lora.r"), 4);
   EXPECT_EQ(s.source("lora.r"), SettingSource::Flag);
@@ -320,6 +320,33 @@ TEST(SettingFlags, FlagsComeFromTheTableAndOverrideEverything) {
   std::vector<SettingOverride> flags3;
   expect_error([&] { bind_setting_flags(app3, flags3, {"training.nope"}); }, ErrorCode::RUNTIME_INTERNAL,
                {"training.nope"});
+}
+
+// training.gradient_checkpointing is auto|true|false: default auto; flags --x, --x=VALUE, --no-x;
+// environment and TOML take the boolean spellings too; anything else fails with the setting named.
+TEST(SettingFlags, AutoBooleanTakesEveryForm) {
+  const std::string key = "training.gradient_checkpointing";
+  EXPECT_EQ(Settings::load("", {}, {}).get_string(key), "auto");
+  auto from_flags = [&](const std::string& line) {
+    CLI::App app;
+    std::vector<SettingOverride> flags;
+    bind_setting_flags(app, flags, {"training.gradient_checkpointing", "training.lr"});
+    app.parse(line, false);
+    return Settings::load("", {}, flags).get_string(key);
+  };
+  EXPECT_EQ(from_flags("--gradient-checkpointing"), "true");
+  EXPECT_EQ(from_flags("--gradient-checkpointing --lr 0.1"), "true");
+  EXPECT_EQ(from_flags("--gradient-checkpointing=auto"), "auto");
+  EXPECT_EQ(from_flags("--gradient-checkpointing false"), "false");
+  EXPECT_EQ(from_flags("--no-gradient-checkpointing"), "false");
+  EXPECT_EQ(Settings::load("", {{"BACKPROPAGATE_TRAINING__GRADIENT_CHECKPOINTING", "no"}}, {}).get_string(key),
+            "false");
+  EXPECT_EQ(Settings::load("", {{"BACKPROPAGATE_TRAINING__GRADIENT_CHECKPOINTING", "1"}}, {}).get_string(key), "true");
+  Settings t = Settings::load("", {}, {});
+  t.apply_toml_string("[training]\ngradient_checkpointing = false\n", "test.toml");
+  EXPECT_EQ(t.get_string(key), "false");
+  expect_error([&] { from_flags("--gradient-checkpointing=sometimes"); }, ErrorCode::CONFIG_INVALID_SETTING,
+               {key, "sometimes"});
 }
 
 }  // namespace

@@ -124,8 +124,17 @@ def main():
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / args.steps
     print(json.dumps({"impl": "torch", "model": args.model, "layers": layers, "seq": args.seq, "threads": args.threads,
                       "steps": args.steps, "step_s": step_s, "cpu_s_per_step": cpu_s, "faults_per_step": faults, "tokens_per_s": args.seq / step_s, "loss": loss,
-                      "torch": torch.__version__,
+                      "torch": torch.__version__, "blas": loaded_blas(),
                       "matmul_gflops": matmul_gflops(args.seq, shape["hidden"], shape["inter"])}))
+
+
+def loaded_blas():
+    """The BLAS library this process mapped (the system's libblas.so.3 choice, or LD_LIBRARY_PATH's)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "blas" in line:
+                return line.split()[-1]
+    return ""
 
 
 if __name__ == "__main__":

@@ -7,7 +7,11 @@
 
 #include "core/allocator.h"
 #include "io/safetensors.h"
+#include "model/loader.h"
 #include "support/test_util.h"
+#include "text/tokenizer.h"
+#include "train/train_data.h"
+#include "train/train_plan.h"
 
 namespace bp {
 
@@ -77,10 +81,12 @@ TEST(Trainer, OomRecoveryKeepsStepsSamplesAndLosses) {
   TrainOptions a = base_options(a_dir.path);
   TrainOptions b = base_options(b_dir.path);
   b.fault_oom_step = 2;    // the third step's first micro-batch runs out of memory
-  b.fault_oom_repeat = 2;  // twice: 4 -> 2 -> 1 sequences per micro-batch
+  b.fault_oom_repeat = 3;  // three times: checkpointing on (auto had it off), then 4 -> 2 -> 1 sequences
   TrainSummary sa = Trainer(a).run();
   TrainSummary sb = Trainer(b).run();
-  EXPECT_EQ(sb.oom_recoveries, 2);
+  EXPECT_FALSE(sa.gradient_checkpointing) << "auto: a tiny model's activations fit";
+  EXPECT_TRUE(sb.gradient_checkpointing) << "the first OOM turns checkpointing on";
+  EXPECT_EQ(sb.oom_recoveries, 3);
   EXPECT_EQ(sb.micro_batch_size, 1);
   EXPECT_EQ(sb.grad_accum, 4);
   ASSERT_EQ(sa.history.size(), sb.history.size());
@@ -156,6 +162,34 @@ TEST(Trainer, ResumeContinuesBitIdentically) {
     ASSERT_EQ(ta.nbytes(), tb.nbytes());
     EXPECT_EQ(std::memcmp(ta.raw(), tb.raw(), ta.nbytes()), 0) << n << " differs after resume";
   }
+}
+
+// Gradient checkpointing "auto": off when the chosen micro-batch fits without it, on when only
+// checkpointing makes it fit; an explicit setting is kept.
+TEST(Trainer, AutoCheckpointingFollowsTheMemoryPlan) {
+  test::TempDir tmp;
+  TrainOptions o = base_options(tmp.path);
+  auto tok = Tokenizer::from_dir(model_dir());
+  TrainData data = build_train_data(o, *tok);
+  Model model(load_model(model_dir()), ModelOptions{});
+  Allocator& alloc = cpu_allocator();
+  EXPECT_FALSE(plan_training(o, model, data, alloc).gradient_checkpointing) << "auto with plenty of memory";
+  o.gradient_checkpointing = true;
+  TrainPlan on = plan_training(o, model, data, alloc);
+  EXPECT_TRUE(on.gradient_checkpointing);
+  o.gradient_checkpointing = false;
+  TrainPlan off = plan_training(o, model, data, alloc);
+  EXPECT_FALSE(off.gradient_checkpointing);
+  ASSERT_EQ(on.micro_batch_size, 4);
+  ASSERT_EQ(off.micro_batch_size, 4);
+  ASSERT_LT(on.plan.total(), off.plan.total());
+  o.gradient_checkpointing.reset();
+  alloc.set_limit((on.plan.total() + off.plan.total()) / 2);  // fits with checkpointing only
+  TrainPlan mid = plan_training(o, model, data, alloc);
+  alloc.set_limit(kNoLimit);
+  EXPECT_TRUE(mid.gradient_checkpointing);
+  EXPECT_EQ(mid.micro_batch_size, 4);
+  EXPECT_NE(mid.description.find("gradient checkpointing on (auto: without it"), std::string::npos) << mid.description;
 }
 
 TEST(Trainer, MemoryLimitTooSmallFailsBeforeTrainingWithBreakdown) {

@@ -22,11 +22,18 @@ CrossEntropyTotals linear_cross_entropy(const float* x, const float* W, const in
                                         float* dW);
 
 // exp(x) for x <= 0-ish arguments in softmax loops: Cephes-style range reduction and a degree-6
-// polynomial (relative error ~2e-7), written so the compiler vectorises it. Inputs below −87
-// return ~1e-38 instead of an underflowing 0.
+// polynomial (relative error ~2e-7). Inputs below −87 return ~1e-38 instead of an underflowing 0.
+// Written so GCC vectorises it without -fno-trapping-math: n = round(x·log2 e) comes from adding
+// and subtracting 1.5·2^23 (the sum's low mantissa bits hold n), not from floor() and a float->int
+// conversion, which GCC does not vectorise when FP traps must be preserved (measured: the
+// floor() form compiled to scalar code in every loop that used it).
 inline float exp_approx(float x) {
   x = std::min(std::max(x, -87.0f), 88.0f);
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  constexpr float kShift = 12582912.0f;  // 1.5·2^23: adding it rounds to an integer in the low bits
+  const float t = x * 1.44269504088896341f + kShift;
+  const float n = t - kShift;
+  int32_t ti;
+  std::memcpy(&ti, &t, 4);
   // x − n·ln2 with ln2 split in a high part exact in f32 and a low correction.
   const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -36,7 +43,7 @@ inline float exp_approx(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  const int32_t bits = (ti - 0x4B400000 + 127) << 23;  // 2^n: n + 127 in the exponent field
   float scale;
   std::memcpy(&scale, &bits, 4);
   return p * scale;
