@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/atomic_file.h"  // write_file_atomic
 
 namespace bp {
 
@@ -114,7 +115,6 @@ std::vector<std::string> write_safetensors_model(const std::string& dir, const N
                                                  size_t max_shard_bytes = 0,
                                                  const SafetensorsWriteOptions& options = {});
 
-// Atomic whole-file write used for the JSON files next to weights (temp, fsync, rename).
-void write_file_atomic(const std::string& path, const std::string& contents);
+// write_file_atomic (the JSON files next to weights) is io/atomic_file.h's, included above.
 
 }  // namespace bp

@@ -1,9 +1,5 @@
-// safetensors writing: atomic files (temp name, fsync, rename, fsync of the folder) and sharded
-// model folders with model.safetensors.index.json (see safetensors.h).
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+// safetensors writing: through io/atomic_file (temp name, fsync, rename, fsync of the folder; and
+// its fault injection) and sharded model folders with model.safetensors.index.json (see safetensors.h).
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +7,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 
 namespace bp {
@@ -41,66 +38,12 @@ DType output_dtype(const Tensor& t, const SafetensorsWriteOptions& o) {
   return (o.dtype && is_float(t.dtype())) ? *o.dtype : t.dtype();
 }
 
-// A file written under a temporary name and renamed over `path` on commit().
-class AtomicFile {
- public:
-  explicit AtomicFile(std::string path) : path_(std::move(path)) {
-    tmp_ = fmt::format("{}.tmp.{}", path_, ::getpid());
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) io_fail(tmp_, "open", errno);
-  }
-  ~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  void write(const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t w = ::write(fd_, p, n);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        io_fail(path_, "write", errno);
-      }
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-  }
-  void commit() {
-    if (::fsync(fd_) != 0) io_fail(path_, "fsync", errno);
-    if (::close(fd_) != 0) {
-      fd_ = -1;
-      io_fail(path_, "close", errno);
-    }
-    fd_ = -1;
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) io_fail(path_, "rename", errno);
-    committed_ = true;
-    // fsync the folder so the rename itself survives a crash.
-    const std::string dir = std::filesystem::path(path_).parent_path().string();
-    const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-  }
-
- private:
-  std::string path_, tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
 bool is_shard_name(const std::string& n) {
   return n.rfind("model-", 0) == 0 && n.find("-of-") != std::string::npos && n.size() > 12 &&
          n.substr(n.size() - 12) == ".safetensors";
 }
 
 }  // namespace
-
-void write_file_atomic(const std::string& path, const std::string& contents) {
-  AtomicFile f(path);
-  f.write(contents.data(), contents.size());
-  f.commit();
-}
 
 void write_safetensors(const std::string& path, const NamedTensors& tensors, const SafetensorsWriteOptions& options) {
   nlohmann::json header = nlohmann::json::object();

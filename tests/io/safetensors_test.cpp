@@ -61,7 +61,9 @@ TEST(Safetensors, WriteReadRoundTripIsBitExact) {
   const std::string path = dir.path + "/x.safetensors";
   NamedTensors ts = sample_tensors();
   write_safetensors(path, ts);
-  EXPECT_FALSE(fs::exists(path + ".tmp." + std::to_string(::getpid())));
+  EXPECT_FALSE(fs::exists(path + ".tmp"));  // io/atomic_file's temporary is gone
+  for (const auto& e : fs::directory_iterator(dir.path))
+    EXPECT_EQ(e.path().filename(), "x.safetensors") << "stray file " << e.path();
   const std::string bytes = read_bytes(path);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(bytes[static_cast<size_t>(i)]);
