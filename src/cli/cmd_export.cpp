@@ -341,6 +341,7 @@ int run_export(const std::string& input_arg) {
       OllamaOptions oo;
       // export.ollama_host set anywhere (flag, env, TOML) wins; else OLLAMA_HOST, else 127.0.0.1:11434.
       if (st.source("export.ollama_host") != SettingSource::Default) oo.host = st.get_string("export.ollama_host");
+      oo.max_attempts = static_cast<int>(st.get_int("export.ollama_retries")) + 1;
       try {
         const OllamaResult r = register_with_ollama(out.string(), ollama_name, tmpl, num_ctx, oo);
         result["ollama"] = {{"model", r.model},
@@ -390,7 +391,7 @@ bp::cli::RunFn setup_export(CLI::App& sub) {
                  "Run folder, PEFT adapter folder, Hugging Face model folder or LoRA checkpoint folder to export")
       ->required();
   bp::cli::bind_settings(sub, {"export.format", "export.quantization", "export.output", "export.ollama",
-                               "export.ollama_name", "export.ollama_host", "model.path"});
+                               "export.ollama_name", "export.ollama_host", "export.ollama_retries", "model.path"});
   return [input] { return run_export(*input); };
 }
 

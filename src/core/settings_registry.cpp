@@ -135,6 +135,9 @@ constexpr SettingSpec kSettings[] = {
    "Model name in Ollama; empty = derived from the run."},
   {"export.ollama_host", T::String, "http://127.0.0.1:11434", kNoMin, kNoMax, "", R::Any, "--ollama-host", false,
    "Address of the Ollama server."},
+  {"export.ollama_retries", T::Int, "4", 0, 20, "", R::Any, "--ollama-retries", false,
+   "Retries of a failed request to the Ollama server (connection refused, timeout, 5xx), with exponential "
+   "backoff from 0.5 s; 0 = fail at the first error."},
 
   // ---- monitor --------------------------------------------------------------------------------
   {"monitor.gpu_temp_critical_c", T::Float, "90", 40, 130, "", R::Any, "--gpu-temp-critical", false,

@@ -352,11 +352,13 @@ int closed_port() {
 
 TEST(Export, OllamaDownIsADependencyErrorWithTheFilesKept) {
   TempDir d;
-  // Through the environment this time (BACKPROPAGATE_EXPORT__OLLAMA_HOST); the client retries
-  // with backoff (about 7.5 s) before it gives up.
-  CliRun r = export_json(model_dir() + " --format gguf --quantization q8_0 --output " + d.path + "/m.gguf --ollama",
-                         "BACKPROPAGATE_EXPORT__OLLAMA_HOST=127.0.0.1:" + std::to_string(closed_port()));
+  // Through the environment this time (BACKPROPAGATE_EXPORT__OLLAMA_HOST). One retry (0.5 s of
+  // backoff) instead of the default 4 (7.5 s); the message counts the attempts.
+  CliRun r = export_json(
+      model_dir() + " --format gguf --quantization q8_0 --output " + d.path + "/m.gguf --ollama --ollama-retries 1",
+      "BACKPROPAGATE_EXPORT__OLLAMA_HOST=127.0.0.1:" + std::to_string(closed_port()));
   EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("after 2 attempts"), std::string::npos) << r.out;
   EXPECT_EQ(r.json["code"], "DEP_OLLAMA_REGISTRATION_FAILED") << r.out;
   EXPECT_NE(r.json["suggestion"].get<std::string>().find("ollama create"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::is_regular_file(d.path + "/m.gguf"));
