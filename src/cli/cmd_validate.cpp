@@ -38,12 +38,23 @@ int run_validate(const ValidateOptions& o) {
     lo.tokenizer = tok.get();
     lo.chat_template = tmpl.get();
   }
-  const LoadedDataset ds = load_dataset(o.file, lo);
+  LoadedDataset ds = load_dataset(o.file, lo);
+  // Rows over the length are not bad: training keeps them, truncated to --max-seq-length (the
+  // trainer's tokenize step). They are listed apart so the exit status and the "bad" count mean
+  // "rows training skips".
+  std::vector<RowIssue> long_rows;
+  for (auto it = ds.issues.begin(); it != ds.issues.end();)
+    if (it->problem == RowProblem::TooLong) {
+      long_rows.push_back(*it);
+      it = ds.issues.erase(it);
+    } else {
+      ++it;
+    }
   const char* length_check = o.max_length <= 0 ? "off" : tok ? "tokens" : "estimate";
   std::string invalid_reason;
   if (ds.total_rows == 0)
     invalid_reason = "the file has no rows";
-  else if (ds.rows.empty())
+  else if (ds.rows.empty() && long_rows.empty())
     invalid_reason = "every row is bad";
   const auto shown = static_cast<size_t>(std::min<int64_t>(o.max_errors, static_cast<int64_t>(ds.issues.size())));
   if (json_out) {
@@ -51,7 +62,8 @@ int run_validate(const ValidateOptions& o) {
     j["path"] = ds.path;
     j["format"] = dataset_format_name(ds.format);
     j["total_rows"] = ds.total_rows;
-    j["good_rows"] = ds.rows.size();
+    j["good_rows"] = ds.rows.size() + long_rows.size();
+    j["long_rows"] = long_rows.size();
     j["bad_rows"] = ds.issues.size();
     j["length_check"] = length_check;
     j["max_length"] = o.max_length;
@@ -62,17 +74,27 @@ int run_validate(const ValidateOptions& o) {
                              {"reason", row_problem_name(ds.issues[k].problem)},
                              {"message", ds.issues[k].message}});
     j["issues_truncated"] = shown < ds.issues.size();
+    j["long"] = nlohmann::ordered_json::array();
+    for (size_t k = 0; k < std::min(long_rows.size(), static_cast<size_t>(o.max_errors)); ++k)
+      j["long"].push_back({{"line", long_rows[k].line}, {"message", long_rows[k].message}});
     j["valid"] = ds.issues.empty() && invalid_reason.empty();
     j["error_code"] = invalid_reason.empty() ? nullptr : nlohmann::ordered_json("INPUT_DATASET_INVALID");
     std::cout << j.dump(2) << std::endl;
   } else {
     std::cout << fmt::format("{}: format {}, {} rows, {} good, {} bad\n", ds.path, dataset_format_name(ds.format),
-                             ds.total_rows, ds.rows.size(), ds.issues.size());
+                             ds.total_rows, ds.rows.size() + long_rows.size(), ds.issues.size());
     for (size_t k = 0; k < shown; ++k)
       std::cout << fmt::format("line {}: {}: {}\n", ds.issues[k].line, row_problem_name(ds.issues[k].problem),
                                ds.issues[k].message);
     if (shown < ds.issues.size())
       std::cout << fmt::format("... {} more bad rows not shown (raise --max-errors)\n", ds.issues.size() - shown);
+    for (size_t k = 0; k < std::min(long_rows.size(), static_cast<size_t>(o.max_errors)); ++k)
+      std::cout << fmt::format("line {}: long: {}\n", long_rows[k].line, long_rows[k].message);
+    if (!long_rows.empty())
+      std::cout << fmt::format(
+          "{} rows are longer than {} tokens: training keeps their start (--max-seq-length); a row whose trainable "
+          "part lies past it is skipped\n",
+          long_rows.size(), o.max_length);
     if (std::string(length_check) == "tokens")
       std::cout << fmt::format("Length check: exact token counts with the tokenizer of {} (max {})\n", o.model_dir,
                                o.max_length);
@@ -94,7 +116,8 @@ bp::cli::RunFn setup_validate(CLI::App& sub) {
   sub.add_option("file", o->file, "Dataset file (JSONL, JSON array or .txt)")->required();
   sub.add_option("--format", o->format, "auto, sharegpt, openai, alpaca or text")->capture_default_str();
   sub.add_option("--max-errors", o->max_errors, "Bad rows to list (all are counted)")->capture_default_str();
-  sub.add_option("--max-length", o->max_length, "Rows longer than this many tokens are reported (0: no check)")
+  sub.add_option("--max-length,--max-seq-length", o->max_length,
+                 "Rows longer than this many tokens are listed: training truncates them (0: no check)")
       ->capture_default_str();
   sub.add_option("--model", o->model_dir, "Model folder whose tokenizer and chat template give exact lengths");
   sub.add_flag("--json", o->json, "Machine-readable report");

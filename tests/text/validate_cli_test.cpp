@@ -69,9 +69,18 @@ TEST(ValidateCli, CleanFileExactLengthsWithModel) {
   std::ofstream(path) << "{\"text\": \"Once upon a time\"}\n{\"text\": \"" << std::string(300, 'a') << "\"}\n";
   int rc = 0;
   std::string out = validate("'" + path + "' --model '" + shared_dir() + "/models/stories260K' --max-length 100", &rc);
-  EXPECT_EQ(rc, 1) << out;
-  EXPECT_NE(out.find("line 2: too_long"), std::string::npos) << out;
+  EXPECT_EQ(rc, 0) << "a long row is truncated by training, not skipped: " << out;
+  EXPECT_NE(out.find("2 rows, 2 good, 0 bad"), std::string::npos) << out;
+  EXPECT_NE(out.find("line 2: long: "), std::string::npos) << out;
+  EXPECT_NE(out.find("1 rows are longer than 100 tokens: training keeps their start"), std::string::npos) << out;
   EXPECT_NE(out.find("exact token counts"), std::string::npos) << out;
+  const auto j = json_of(
+      validate("'" + path + "' --json --model '" + shared_dir() + "/models/stories260K' --max-seq-length 100", &rc));
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(j["valid"], true);
+  EXPECT_EQ(j["long_rows"], 1);
+  EXPECT_EQ(j["long"][0]["line"], 2);
+  EXPECT_EQ(j["bad_rows"], 0);
   out = validate("'" + path + "' --max-length 0", &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("OK: every row is valid"), std::string::npos) << out;
