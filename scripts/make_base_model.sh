@@ -3,7 +3,7 @@
 # (models/README.md explains every choice). Needs a built `backprop` (build/backprop) and
 # /usr/bin/python3 (standard library only).
 #
-#   scripts/make_base_model.sh            full recipe (about 25 minutes on 2 CPU cores)
+#   scripts/make_base_model.sh            full recipe (about 35 minutes on one core of a 2-core machine)
 #   STEPS=20 scripts/make_base_model.sh   a short trial run (does not overwrite the model
 #                                         unless INSTALL=1)
 #
@@ -20,12 +20,12 @@ BACKPROP=${BACKPROP:-build/backprop}
 WORK=${WORK:-build/tiny-chat-work}
 SEED=${SEED:-1234}
 ROWS=${ROWS:-40000}
-STEPS=${STEPS:-1100}
+STEPS=${STEPS:-5000}
 BATCH=${BATCH:-8}
 LR=${LR:-3e-3}
 WARMUP=${WARMUP:-60}
 THREADS=${THREADS:-1}
-INSTALL=${INSTALL:-$([ "$STEPS" = 1100 ] && echo 1 || echo 0)}
+INSTALL=${INSTALL:-$([ "$STEPS" = 5000 ] && echo 1 || echo 0)}
 
 # backprop sets its runtime environment itself (src/cli/main.cpp); sourced here too so the
 # recipe's log shows it. Only speed settings.
