@@ -239,6 +239,91 @@ int64_t max_sample_length(const int32_t* cu, int64_t n_samples) {
   return m;
 }
 
+// The softmax rows, vectorised by hand: GCC does not vectorise exp_approx inside these loops (the
+// omp simd versions ran scalar and took 60% of the forward). 16 floats per vector (one zmm with
+// AVX-512, two ymm with AVX2); the last n % 16 elements take the scalar exp_approx.
+typedef float VecF __attribute__((vector_size(64)));
+typedef int32_t VecI __attribute__((vector_size(64)));
+constexpr int64_t kLanes = 16;
+
+inline VecF load(const float* p) {
+  VecF v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline void store(float* p, VecF v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// exp_approx's range reduction and polynomial on 16 lanes; n = round-to-nearest(x·log2 e) via the
+// 1.5·2^23 trick instead of floor(x·log2 e + 0.5) (they differ only at exact ties).
+inline VecF exp_vec(VecF x) {
+  const VecF zero{}, lo = zero - 87.0f, hi = zero + 88.0f;
+  x = x < lo ? lo : x;
+  x = x > hi ? hi : x;
+  const VecF n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const VecF r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  VecF p = zero + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const VecI bits = (__builtin_convertvector(n, VecI) + 127) << 23;
+  return p * (VecF)bits;  // same-size vector cast: reinterprets the bits
+}
+
+inline float hsum(VecF v) {
+  float s = 0.0f;
+  for (int64_t c = 0; c < kLanes; ++c) s += v[c];
+  return s;
+}
+
+float row_max(const float* row, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  int64_t j = 0;
+  if (n >= kLanes) {
+    VecF mv = load(row);
+    for (j = kLanes; j + kLanes <= n; j += kLanes) {
+      const VecF x = load(row + j);
+      mv = x > mv ? x : mv;
+    }
+    for (int64_t c = 0; c < kLanes; ++c) m = std::max(m, mv[c]);
+  }
+  for (; j < n; ++j) m = std::max(m, row[j]);
+  return m;
+}
+
+// row[j] = exp(row[j] − shift) for j < n; returns their sum.
+float exp_shifted_sum(float* row, int64_t n, float shift) {
+  VecF acc{};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    const VecF e = exp_vec(load(row + j) - shift);
+    store(row + j, e);
+    acc += e;
+  }
+  float sum = hsum(acc);
+  for (; j < n; ++j) sum += (row[j] = exp_approx(row[j] - shift));
+  return sum;
+}
+
+// p[j] = exp(p[j] − lse), ds[j] = scale · p[j] · (ds[j] − delta) for j < n (ds holds dP on entry).
+void probs_and_score_grads(float* p, float* ds, int64_t n, float lse, float delta, float scale) {
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    const VecF e = exp_vec(load(p + j) - lse);
+    store(p + j, e);
+    store(ds + j, scale * e * (load(ds + j) - delta));
+  }
+  for (; j < n; ++j) {
+    p[j] = exp_approx(p[j] - lse);
+    ds[j] = scale * p[j] * (ds[j] - delta);
+  }
+}
+
 // Rows of one block's [rows × keys] score matrix for samples of at most max_len tokens.
 int64_t block_floats(int64_t max_len) {
   return std::min(kB, max_len) * max_len;
@@ -284,15 +369,8 @@ void attention_forward(const float* q, const float* k, const float* v, const int
     for (int64_t r = 0; r < rows; ++r) {
       float* row = s + r * keys;
       const int64_t n = task.begin + r + 1;  // causal: keys j <= i
-      float m = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : m)
-      for (int64_t j = 0; j < n; ++j) m = std::max(m, row[j]);
-      float l = 0.0f;
-#pragma omp simd reduction(+ : l)
-      for (int64_t j = 0; j < n; ++j) {
-        row[j] = exp_approx(row[j] - m);
-        l += row[j];
-      }
+      const float m = row_max(row, n);
+      const float l = exp_shifted_sum(row, n, m);
       std::fill(row + n, row + keys, 0.0f);
       inv_l[r] = 1.0f / l;  // l >= 1: the row's max term contributes exp(0)
       if (lse) lse[int64_t{h} * T + base + task.begin + r] = m + std::log(l);
@@ -364,11 +442,7 @@ void attention_backward(const float* dout, const float* q, const float* k, const
         const float lse_i = lse[int64_t{h} * T + base + i], delta_i = delta[int64_t{h} * T + base + i];
         float* prow = p + r * keys;
         float* dsrow = ds + r * keys;
-#pragma omp simd
-        for (int64_t j = 0; j < n; ++j) {
-          prow[j] = exp_approx(prow[j] - lse_i);
-          dsrow[j] = scale * prow[j] * (dsrow[j] - delta_i);
-        }
+        probs_and_score_grads(prow, dsrow, n, lse_i, delta_i, scale);
         std::fill(prow + n, prow + keys, 0.0f);
         std::fill(dsrow + n, dsrow + keys, 0.0f);
       }
