@@ -256,13 +256,15 @@ inline void store(float* p, VecF v) {
   std::memcpy(p, &v, sizeof v);
 }
 
-// exp_approx's range reduction and polynomial on 16 lanes; n = round-to-nearest(x·log2 e) via the
-// 1.5·2^23 trick instead of floor(x·log2 e + 0.5) (they differ only at exact ties).
+// exp_approx's range reduction and polynomial on 16 lanes, same operations in the same order.
+// floor(t) = trunc(t), minus 1 where truncation rounded a negative t up.
 inline VecF exp_vec(VecF x) {
   const VecF zero{}, lo = zero - 87.0f, hi = zero + 88.0f;
   x = x < lo ? lo : x;
   x = x > hi ? hi : x;
-  const VecF n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const VecF t = x * 1.44269504088896341f + 0.5f;
+  const VecF tr = __builtin_convertvector(__builtin_convertvector(t, VecI), VecF);
+  const VecF n = tr > t ? tr - 1.0f : tr;
   const VecF r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
   VecF p = zero + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
