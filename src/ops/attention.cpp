@@ -1,6 +1,6 @@
 // Front-end of causal grouped-query attention over packed samples (contract: ops/attention.h):
 // checks shapes, dtypes and cu_seqlens, allocates outputs and the backward's [Hq, T] delta
-// scratch from the CPU allocator, and runs the tiled CPU kernels.
+// scratch from the CPU allocator, and runs the blocked CPU kernels.
 #include "ops/attention.h"
 
 #include "backend/cpu/attention.h"

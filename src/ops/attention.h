@@ -3,8 +3,9 @@
 // q [T, Hq·d], k [T, Hkv·d], v [T, Hkv·d], o [T, Hq·d]; query head h reads KV head h / (Hq/Hkv).
 // cu_seqlens [S+1] (i32, cu_seqlens[0] = 0, cu_seqlens[S] = T): token t of sample s attends to
 // tokens of the same sample at positions <= t only — never across samples. Scale 1/sqrt(d).
-// Tiled (flash-attention style, online softmax): memory never grows with T², only with the tile
-// sizes; nothing [T × T] is materialised.
+// Blocked (flash-attention style, GEMMs per block of 64 query rows): scratch grows with 64 × the
+// longest sample (plus per-head partial dk/dv in backward), never with T²; nothing [T × T] is
+// materialised.
 // Saved for backward: q, k, v, o (kept by the caller) and lse [Hq, T] (log-sum-exp of each row).
 // Gradients: dq, dk, dv overwritten (=).
 #pragma once

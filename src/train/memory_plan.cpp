@@ -8,7 +8,7 @@
 //                      end unless saved for backward
 //   linear_backward    LoRA: dxa [T, r], plus dxd [T, in] with dropout (both transient)
 //   attention_forward  out [T, Hq·d], lse [Hq, T] (when kept), per-thread scratch (transient)
-//   attention_backward delta [Hq, T] and per-thread scratch (transient)
+//   attention_backward delta [Hq, T], per-thread score blocks and per-head partial dk/dv (transient)
 //   linear_cross_entropy: one logits chunk [min(chunk, T), V] (transient)
 // When one of those changes, change the replay with it; the test against the allocator's
 // measured peak (tests/train/memory_plan_test.cpp) says when they disagree.
@@ -71,7 +71,7 @@ class Replay {
 using Id = Replay::Id;
 
 struct Dims {
-  int64_t T, D, F, V, qd, kvd, Hq, Hkv, d, L, r, chunk, scratch_floats;
+  int64_t T, D, F, V, qd, kvd, Hq, Hkv, d, L, r, chunk, attn_fwd_scratch, attn_bwd_scratch;
   bool qk_norm;
   bool ckpt;
   float dropout;
@@ -158,7 +158,7 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   }
   a.attn = R.alloc(g, m.T * m.qd);
   if (k) a.lse = R.alloc(g, m.Hq * m.T);
-  R.transient(kWork, m.scratch_floats);
+  R.transient(kWork, m.attn_fwd_scratch);
   if (!k) R.free(a.q), R.free(a.k), R.free(a.v);
   a.h = linear_fwd(R, m, LinearRole::O, g, keep, g);
   if (!k) R.free(a.attn), R.free(a.xn);
@@ -198,7 +198,7 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a) {
   Id dq = R.alloc(kWork, m.T * m.qd), dk = R.alloc(kWork, m.T * m.kvd), dv = R.alloc(kWork, m.T * m.kvd);
   {
     Id delta = R.alloc(kWork, m.Hq * m.T);
-    R.transient(kWork, m.scratch_floats);
+    R.transient(kWork, m.attn_bwd_scratch);
     R.free(delta);
   }
   R.free(dattn);
@@ -310,8 +310,10 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
   for (int t = 0; t < kNumLinearRoles; ++t)
     m.lora[static_cast<size_t>(t)] = lora && s.lora.targets(static_cast<LoraTarget>(t));
   const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
-  // Per-thread attention scratch: two [d × tile] tiles (backend/cpu/attention.cpp).
-  m.scratch_floats = int64_t{threads} * 2 * m.d * cpu::kAttentionTile;
+  // Attention scratch (backend/cpu/attention.h), bounded by one sample spanning the micro-batch.
+  const cpu::AttentionDims attn{m.T, 1, static_cast<int>(m.Hq), static_cast<int>(m.Hkv), static_cast<int>(m.d)};
+  m.attn_fwd_scratch = cpu::attention_forward_scratch_floats(m.T, threads);
+  m.attn_bwd_scratch = cpu::attention_backward_scratch_floats(m.T, attn, threads);
   return m;
 }
 

@@ -175,25 +175,35 @@ TEST(Attention, NoAttentionCrossesSamples) {
   EXPECT_NE(rows(ra.o, cq, s2, e2), rows(rb.o, cq, s2, e2));  // the change did reach sample 2
 }
 
-TEST(Attention, TiledKernelsMatchThePlainKernels) {
-  for (auto [hq, hkv, d] : {std::array<int, 3>{9, 3, 64}, std::array<int, 3>{4, 2, 128}, std::array<int, 3>{4, 4, 5}}) {
-    // 64 and 128 take the compile-time head_dim kernels, 5 the generic one.
-    Problem p = make_problem({1, 64, 65, 200}, hq, hkv, d, 13);
-    const cpu::AttentionDims dims{p.T, 4, hq, hkv, d};
-    const size_t nq = p.q.size(), nkv = p.k.size(), nl = size_t(hq * p.T);
-    std::vector<float> o1(nq), o2(nq), l1(nl), l2(nl), dl(nl), dq1(nq), dq2(nq), dk1(nkv), dk2(nkv), dv1(nkv), dv2(nkv);
-    cpu::attention_forward(p.q.data(), p.k.data(), p.v.data(), p.cu.data(), dims, o1.data(), l1.data());
-    cpu::attention_forward_plain(p.q.data(), p.k.data(), p.v.data(), p.cu.data(), dims, o2.data(), l2.data());
-    EXPECT_TRUE(all_close(o1, o2, test::kTolF32));
-    EXPECT_TRUE(all_close(l1, l2, test::kTolF32));
-    cpu::attention_backward(p.dout.data(), p.q.data(), p.k.data(), p.v.data(), o1.data(), l1.data(), p.cu.data(), dims,
-                            dl.data(), dq1.data(), dk1.data(), dv1.data());
-    cpu::attention_backward_plain(p.dout.data(), p.q.data(), p.k.data(), p.v.data(), o1.data(), l1.data(), p.cu.data(),
-                                  dims, dl.data(), dq2.data(), dk2.data(), dv2.data());
-    EXPECT_TRUE(all_close(dq1, dq2, kTolGrad));
-    EXPECT_TRUE(all_close(dk1, dk2, kTolGrad));
-    EXPECT_TRUE(all_close(dv1, dv2, kTolGrad));
-  }
+TEST(Attention, BlockedKernelsMatchThePlainKernels) {
+  // Head dims 64, 128 and odd ones; GQA ratios 3 (SmolLM), 7 (Qwen2.5), 2 and 1 (partial dk/dv
+  // buffers or direct writes); samples of length 1, exactly one block, one past a block, not a
+  // multiple of the block, and many short samples (blocks smaller than the 64-row block).
+  const std::vector<std::vector<int32_t>> packs = {
+      {1, 64, 65, 200}, {3, 1, 17, 1, 40, 2, 63, 5, 1, 9, 30, 1, 11}, {129}};
+  const std::vector<std::array<int, 3>> shapes = {{9, 3, 64}, {14, 2, 64}, {4, 2, 128}, {4, 4, 5}, {2, 1, 33}};
+  uint64_t seed = 13;
+  for (const auto& lengths : packs)
+    for (auto [hq, hkv, d] : shapes) {
+      Problem p = make_problem(lengths, hq, hkv, d, ++seed);
+      SCOPED_TRACE(::testing::Message() << "samples=" << lengths.size() << " T=" << p.T << " Hq=" << hq
+                                        << " Hkv=" << hkv << " d=" << d);
+      const cpu::AttentionDims dims{p.T, int64_t(lengths.size()), hq, hkv, d};
+      const size_t nq = p.q.size(), nkv = p.k.size(), nl = size_t(hq * p.T);
+      std::vector<float> o1(nq), o2(nq), l1(nl), l2(nl), dl(nl), dq1(nq, NAN), dq2(nq), dk1(nkv, NAN), dk2(nkv),
+          dv1(nkv, NAN), dv2(nkv);
+      cpu::attention_forward(p.q.data(), p.k.data(), p.v.data(), p.cu.data(), dims, o1.data(), l1.data());
+      cpu::attention_forward_plain(p.q.data(), p.k.data(), p.v.data(), p.cu.data(), dims, o2.data(), l2.data());
+      EXPECT_TRUE(all_close(o1, o2, test::kTolF32));
+      EXPECT_TRUE(all_close(l1, l2, test::kTolF32));
+      cpu::attention_backward(p.dout.data(), p.q.data(), p.k.data(), p.v.data(), o1.data(), l1.data(), p.cu.data(),
+                              dims, dl.data(), dq1.data(), dk1.data(), dv1.data());
+      cpu::attention_backward_plain(p.dout.data(), p.q.data(), p.k.data(), p.v.data(), o1.data(), l1.data(),
+                                    p.cu.data(), dims, dl.data(), dq2.data(), dk2.data(), dv2.data());
+      EXPECT_TRUE(all_close(dq1, dq2, kTolGrad));
+      EXPECT_TRUE(all_close(dk1, dk2, kTolGrad));
+      EXPECT_TRUE(all_close(dv1, dv2, kTolGrad));
+    }
 }
 
 TEST(Attention, LseOutputIsReusedOrReallocated) {
@@ -212,21 +222,33 @@ TEST(Attention, LseOutputIsReusedOrReallocated) {
 }
 
 TEST(Attention, DeterministicAcrossRunsAndThreadCounts) {
-  Problem p = make_problem({100, 157}, 4, 1, 16, 9);
-  OpOut a = run_op(p);
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);  // also independent of the thread count: no cross-thread sums
-  OpOut b = run_op(p);
-  omp_set_num_threads(threads);
-  EXPECT_EQ(a.o, b.o);
-  EXPECT_EQ(a.dq, b.dq);
-  EXPECT_EQ(a.dk, b.dk);
-  EXPECT_EQ(a.dv, b.dv);
+  // The blocked kernels call sgemm inside OpenMP regions (per-task GEMMs on the calling thread)
+  // and sum the per-query-head partial dk/dv in a fixed order: 1, 2 and 3 threads must give the
+  // same bits. Shapes: GQA 3 with head_dim 64 (partials) and GQA 1 (direct writes).
+  for (auto [hq, hkv, d] : {std::array<int, 3>{9, 3, 64}, std::array<int, 3>{4, 4, 16}}) {
+    Problem p = make_problem({100, 157, 1, 64}, hq, hkv, d, 9);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    OpOut a = run_op(p);
+    for (int n : {2, 3}) {
+      omp_set_num_threads(n);
+      OpOut b = run_op(p);
+      SCOPED_TRACE(::testing::Message() << n << " threads, Hq=" << hq << " Hkv=" << hkv);
+      EXPECT_EQ(a.o, b.o);
+      EXPECT_EQ(a.lse, b.lse);
+      EXPECT_EQ(a.dq, b.dq);
+      EXPECT_EQ(a.dk, b.dk);
+      EXPECT_EQ(a.dv, b.dv);
+    }
+    omp_set_num_threads(threads);
+    EXPECT_EQ(run_op(p).dk, a.dk);  // and across runs
+  }
 }
 
 TEST(Attention, MemoryGrowsLinearlyNotWithTheSquareOfTheLength) {
   // One 1024-token sample: T² floats would be 4 MiB per head; the op may only allocate its
-  // outputs, lse, the [Hq, T] delta scratch and four [d × 64] tiles per thread.
+  // outputs, lse, the [Hq, T] delta scratch, [64 × 1024] score blocks per thread (one forward,
+  // two backward) and, with grouped heads, per-query-head partial dk/dv ([T, Hq·d] each).
   const int hq = 2, hkv = 1, d = 8;
   Problem p = make_problem({1024}, hq, hkv, d, 3);
   Tensor q = Tensor::from_vector(p.q, {p.T, hq * d}), k = Tensor::from_vector(p.k, {p.T, hkv * d}),
@@ -237,14 +259,18 @@ TEST(Attention, MemoryGrowsLinearlyNotWithTheSquareOfTheLength) {
   a.reset_peak();
   Tensor lse;
   Tensor o = attention_forward(q, k, v, cu, p.shape, &lse);
-  const size_t tiles = cpu::attention_scratch_bytes(d);
-  EXPECT_EQ(tiles, size_t(omp_get_max_threads()) * 4 * d * 64 * 4);
-  EXPECT_EQ(a.stats().bytes_peak - before, o.nbytes() + lse.nbytes() + tiles);
+  const size_t threads = size_t(omp_get_max_threads()), block = 64 * 1024 * sizeof(float);
+  EXPECT_EQ(size_t(cpu::attention_forward_scratch_floats(p.T, int(threads))) * sizeof(float), threads * block);
+  EXPECT_EQ(a.stats().bytes_peak - before, o.nbytes() + lse.nbytes() + threads * block);
   Tensor dq = Tensor::empty({p.T, hq * d}), dk = Tensor::empty({p.T, hkv * d}), dv = Tensor::empty({p.T, hkv * d});
   before = a.stats().bytes_in_use;
   a.reset_peak();
   attention_backward(dout, q, k, v, o, lse, cu, p.shape, dq, dk, dv);
-  EXPECT_EQ(a.stats().bytes_peak - before, size_t(hq * p.T * 4) + tiles);
+  const size_t partials = 2 * size_t(p.T) * hq * d * sizeof(float);
+  const cpu::AttentionDims dims{p.T, 1, hq, hkv, d};
+  EXPECT_EQ(size_t(cpu::attention_backward_scratch_floats(p.T, dims, int(threads))) * sizeof(float),
+            2 * threads * block + partials);
+  EXPECT_EQ(a.stats().bytes_peak - before, size_t(hq * p.T * 4) + 2 * threads * block + partials);
 }
 
 TEST(Attention, MatchesTorchOracle) {

@@ -1,30 +1,40 @@
-// Causal grouped-query attention over packed samples, flash-attention style, on the CPU.
+// Causal grouped-query attention over packed samples on the CPU: the bulk of the work as sgemm.
 //
 // Layout: q/o/dq are [T, Hq·d], k/v/dk/dv are [T, Hkv·d] (token-major, heads side by side); query
-// head h reads KV head h / (Hq/Hkv). Sample s owns tokens [cu[s], cu[s+1]) and a query at
-// position i of its sample sees keys at positions 0..i of the same sample only.
+// head h reads KV head g = h / (Hq/Hkv). Sample s owns tokens [cu[s], cu[s+1]) and a query at
+// position i of its sample sees keys at positions 0..i of the same sample only. A head's slice of
+// q, k, v is a strided row-major matrix (leading dimension Hq·d or Hkv·d), so the GEMMs read and
+// write the tensors in place, without copies.
 //
-// Forward, one task per (sample, query head, tile of 64 query rows), tasks in parallel: key tiles
-// are visited in order; per query row an online softmax keeps the running max m and sum l,
-// rescaling the accumulator (kept in the output rows, which the task owns) when m grows.
-// Finally o = acc / l and lse = m + log l. Per-row state is a few 64-float stack arrays.
+// Forward, one task per (sample, query head, block of up to 64 query rows [i0, i1)), in parallel:
+//   S = scale · Q[i0:i1] · K[0:i1]ᵀ               (sgemm; keys past the block's last row are never
+//                                                  visible to it, so they are not computed)
+//   per row i: m = max_{j<=i} S_ij, P_ij = exp(S_ij − m) for j <= i, 0 beyond; l = Σ_j P_ij;
+//   lse_i = m + log l;  O[i0:i1] = P · V[0:i1] (sgemm), then each row divided by its l.
+// The scores of one block live in a [rows × i1] per-thread workspace: memory grows with the
+// sample length, never with its square.
 //
-// Backward recomputes probabilities from lse: p_ij = exp(s_ij − lse_i), with
-// delta_i = Σ_c dO_ic·O_ic, dp_ij = dO_i·v_j, ds_ij = p_ij (dp_ij − delta_i):
-//   dv_j = Σ_i p_ij dO_i,  dk_j = scale Σ_i ds_ij q_i,  dq_i = scale Σ_j ds_ij k_j.
-// To stay race-free and deterministic without atomics it runs two passes: one task per
-// (sample, KV head, key tile) owns those dk/dv rows and sums over every query head of the group
-// and every later query in a fixed order; then one task per (sample, query head, query tile) owns
-// its dq rows. Each pass recomputes s and dp (7 instead of 5 tile products, no atomics).
+// Backward (FlashAttention-2 math, probabilities recomputed from lse), one task per (sample,
+// query head), visiting its query blocks from the last to the first:
+//   P = exp(scale · Q_blk·Kᵀ − lse) (masked), dP = dO_blk · Vᵀ, delta_i = Σ_c dO_ic·O_ic,
+//   dS = scale · P ∘ (dP − delta);  dQ_blk = dS · K;  dK[0:i1] += dSᵀ · Q_blk;  dV[0:i1] += Pᵀ · dO_blk.
+// The last block spans every key of the sample, so it initialises dK/dV (beta 0) and the earlier
+// ones accumulate (beta 1). With grouped heads several query heads feed one KV head: rather than
+// one task per KV head (SmolLM: 3 tasks for 2 threads), each query head writes its own partial
+// dK/dV into a [T, Hq·d] buffer and a last pass sums the group in a fixed order, so results do
+// not depend on the thread count or the schedule. With Hq = Hkv the tasks write dk/dv directly.
+//
+// BLAS inside OpenMP regions: the project links Debian's OpenMP build of OpenBLAS. That build
+// checks omp_in_parallel() and runs a call made inside an active parallel region on the calling
+// thread only (no nested team, no shared BLAS thread pool to race on), which is what per-task
+// GEMMs want; outside a region (1 thread) it uses omp_get_max_threads() = 1. This file relies on
+// that; gemm.h's "never inside an OpenMP region" rule stands everywhere else. (With the pthread
+// build the calls would all go through one thread pool — serialised and slower, still correct.)
 //
 // Two versions of each (CONVENTIONS.md: the plain kernel is the reference): *_plain computes
-// every score as its own dot product; the default (tiled) version copies each 64-key tile of K
-// and V transposed to [d × 64] scratch so a row of 64 scores is d broadcast-FMAs over contiguous
-// lanes, with exp, masking and softmax vectorised over the 64 lanes; 4 query rows share each
-// loaded tile row (register blocking), and the dk/dv pass accumulates transposed with rank-4
-// updates. Head dims 64 and 128 get compile-time kernels, others a generic path. Tests hold the
-// tiled kernels to the plain ones. The scratch (four [d × 64] tiles per thread) comes from the
-// CPU allocator.
+// every score as its own dot product with an online softmax over 64-key tiles; the default
+// (blocked) version above. Tests hold the blocked kernels to the plain ones. The workspaces come
+// from the CPU allocator (sizes: attention_*_scratch_floats, used by the memory plan).
 #include "backend/cpu/attention.h"
 
 #include <omp.h>
@@ -36,6 +46,7 @@
 #include <vector>
 
 #include "backend/cpu/cross_entropy.h"  // exp_approx
+#include "backend/cpu/gemm.h"
 #include "core/tensor.h"
 
 namespace bp::cpu {
@@ -220,218 +231,176 @@ void attention_backward_plain(const float* dout, const float* q, const float* k,
 
 namespace {
 
-constexpr int64_t kB = kAttentionTile;
+constexpr int64_t kB = kAttentionTile;  // query rows per block
 
-// dst[c·64 + jj] = src row jj, column c, for jj < n; zero for n <= jj < 64.
-void transpose_tile(const float* src, int64_t stride, int64_t n, int d, float* dst) {
-  for (int c = 0; c < d; ++c) {
-    float* row = dst + int64_t{c} * kB;
-    for (int64_t jj = 0; jj < n; ++jj) row[jj] = src[jj * stride + c];
-    for (int64_t jj = n; jj < kB; ++jj) row[jj] = 0.0f;
-  }
+int64_t max_sample_length(const int32_t* cu, int64_t n_samples) {
+  int64_t m = 0;
+  for (int64_t s = 0; s < n_samples; ++s) m = std::max<int64_t>(m, cu[s + 1] - cu[s]);
+  return m;
 }
 
-// out[jj] = Σ_c a[c] · t[c·64 + jj]: one query row against a transposed 64-key tile.
-// D > 0 is the head dimension known at compile time (64, 128: loops fully unrolled, accumulators
-// in registers); D == 0 is the generic path with the runtime d_rt.
-template <int D>
-inline void row_times_tile(const float* a, const float* t, int d_rt, float* out) {
-  const int d = D > 0 ? D : d_rt;
-  alignas(64) float acc[kB] = {};
-  for (int c = 0; c < d; ++c) {
-    const float ac = a[c];
-    const float* tr = t + int64_t{c} * kB;
-#pragma omp simd aligned(acc : 64)
-    for (int64_t jj = 0; jj < kB; ++jj) acc[jj] += ac * tr[jj];
-  }
-#pragma omp simd
-  for (int64_t jj = 0; jj < kB; ++jj) out[jj] = acc[jj];
+// The softmax rows, vectorised by hand: GCC does not vectorise exp_approx inside these loops (the
+// omp simd versions ran scalar and took 60% of the forward). 16 floats per vector (one zmm with
+// AVX-512, two ymm with AVX2); the last n % 16 elements take the scalar exp_approx.
+typedef float VecF __attribute__((vector_size(64)));
+typedef int32_t VecI __attribute__((vector_size(64)));
+constexpr int64_t kLanes = 16;
+
+inline VecF load(const float* p) {
+  VecF v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
 
-// Query rows handled together against one key tile.
-constexpr int kRows = 4;
+inline void store(float* p, VecF v) {
+  std::memcpy(p, &v, sizeof v);
+}
 
-// 16 floats; GCC/Clang vector extension (a zmm register with AVX-512, two ymm with AVX2).
-typedef float Vec16 __attribute__((vector_size(64)));
+// exp_approx's range reduction and polynomial on 16 lanes, same operations in the same order.
+// floor(t) = trunc(t), minus 1 where truncation rounded a negative t up.
+inline VecF exp_vec(VecF x) {
+  const VecF zero{}, lo = zero - 87.0f, hi = zero + 88.0f;
+  x = x < lo ? lo : x;
+  x = x > hi ? hi : x;
+  const VecF t = x * 1.44269504088896341f + 0.5f;
+  const VecF tr = __builtin_convertvector(__builtin_convertvector(t, VecI), VecF);
+  const VecF n = tr > t ? tr - 1.0f : tr;
+  const VecF r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  VecF p = zero + 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const VecI bits = (__builtin_convertvector(n, VecI) + 127) << 23;
+  return p * (VecF)bits;  // same-size vector cast: reinterprets the bits
+}
 
-// out[r][jj] = Σ_c a[r][c] · t[c·64 + jj] for kRows query rows at once: each loaded tile row
-// feeds 4 rows' accumulators, which stay in registers (register blocking).
-template <int D>
-inline void rows_times_tile(const float* const* a, const float* t, int d_rt, float (*out)[kB]) {
-  if constexpr (D > 0) {
-    Vec16 acc[kRows][kB / 16] = {};
-    for (int c = 0; c < D; ++c) {
-      Vec16 tv[kB / 16];
-      std::memcpy(tv, t + int64_t{c} * kB, sizeof tv);
-#pragma GCC unroll 4
-      for (int r = 0; r < kRows; ++r) {
-        const float x = a[r][c];
-#pragma GCC unroll 4
-        for (int b = 0; b < int(kB / 16); ++b) acc[r][b] += x * tv[b];
-      }
+inline float hsum(VecF v) {
+  float s = 0.0f;
+  for (int64_t c = 0; c < kLanes; ++c) s += v[c];
+  return s;
+}
+
+float row_max(const float* row, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  int64_t j = 0;
+  if (n >= kLanes) {
+    VecF mv = load(row);
+    for (j = kLanes; j + kLanes <= n; j += kLanes) {
+      const VecF x = load(row + j);
+      mv = x > mv ? x : mv;
     }
-    for (int r = 0; r < kRows; ++r) std::memcpy(out[r], acc[r], sizeof acc[r]);
-  } else {
-    for (int r = 0; r < kRows; ++r) row_times_tile<0>(a[r], t, d_rt, out[r]);
+    for (int64_t c = 0; c < kLanes; ++c) m = std::max(m, mv[c]);
+  }
+  for (; j < n; ++j) m = std::max(m, row[j]);
+  return m;
+}
+
+// row[j] = exp(row[j] − shift) for j < n; returns their sum.
+float exp_shifted_sum(float* row, int64_t n, float shift) {
+  VecF acc{};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    const VecF e = exp_vec(load(row + j) - shift);
+    store(row + j, e);
+    acc += e;
+  }
+  float sum = hsum(acc);
+  for (; j < n; ++j) sum += (row[j] = exp_approx(row[j] - shift));
+  return sum;
+}
+
+// p[j] = exp(p[j] − lse), ds[j] = scale · p[j] · (ds[j] − delta) for j < n (ds holds dP on entry).
+void probs_and_score_grads(float* p, float* ds, int64_t n, float lse, float delta, float scale) {
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    const VecF e = exp_vec(load(p + j) - lse);
+    store(p + j, e);
+    store(ds + j, scale * e * (load(ds + j) - delta));
+  }
+  for (; j < n; ++j) {
+    p[j] = exp_approx(p[j] - lse);
+    ds[j] = scale * p[j] * (ds[j] - delta);
   }
 }
 
-// Probabilities of kRows query rows over a key tile: p = exp(scale·s − lse) for the nv[r]
-// visible keys, 0 beyond; then ds = scale · p · (dp − delta) with dp = dO·v.
-template <int D>
-inline void rows_grads(const float* const* qr, const float* const* dr, const float* kt, const float* vt, int d,
-                       const int64_t* nv, float scale, const float* lse_r, const float* delta_r, float (*p)[kB],
-                       float (*ds)[kB]) {
-  alignas(64) float s[kRows][kB], dp[kRows][kB];
-  rows_times_tile<D>(qr, kt, d, s);
-  rows_times_tile<D>(dr, vt, d, dp);
-  for (int r = 0; r < kRows; ++r) {
-    const float lse_i = lse_r[r], delta_i = delta_r[r];
-    const int64_t n = nv[r];
-#pragma omp simd
-    for (int64_t jj = 0; jj < kB; ++jj) {
-      const float e = exp_approx(scale * s[r][jj] - lse_i);
-      p[r][jj] = jj < n ? e : 0.0f;
-      ds[r][jj] = scale * p[r][jj] * (dp[r][jj] - delta_i);
-    }
-  }
-}
-
-// acc[0..d) += Σ_{jj < n} w[jj] · rows[jj·stride + 0..d): the P·V product of one query row
-// (and ds·K for dq). With D known the accumulator stays in registers across the keys.
-template <int D>
-inline void weighted_row_sum(float* acc, const float* w, const float* rows, int64_t stride, int64_t n, int d_rt) {
-  if constexpr (D > 0) {
-    alignas(64) float a[D];
-    for (int c = 0; c < D; ++c) a[c] = acc[c];
-    for (int64_t jj = 0; jj < n; ++jj) {
-      const float wj = w[jj];
-      const float* r = rows + jj * stride;
-#pragma omp simd aligned(a : 64)
-      for (int c = 0; c < D; ++c) a[c] += wj * r[c];
-    }
-    for (int c = 0; c < D; ++c) acc[c] = a[c];
-  } else {
-    for (int64_t jj = 0; jj < n; ++jj) axpy(acc, w[jj], rows + jj * stride, d_rt);
-  }
-}
-
-// t[c·64 + jj] += Σ_r x[r][c] · w[r][jj]: kRows query rows' contributions to a transposed
-// [d × 64] dk or dv accumulator; the kRows weight rows stay in registers across c.
-template <int D>
-inline void rank_update(float* __restrict t, const float (*__restrict w)[kB], const float* const* x, int d_rt) {
-  const int d = D > 0 ? D : d_rt;
-  for (int c = 0; c < d; ++c) {
-    const float x0 = x[0][c], x1 = x[1][c], x2 = x[2][c], x3 = x[3][c];
-    float* __restrict tr = t + int64_t{c} * kB;
-#pragma omp simd
-    for (int64_t jj = 0; jj < kB; ++jj) tr[jj] += x0 * w[0][jj] + x1 * w[1][jj] + x2 * w[2][jj] + x3 * w[3][jj];
-  }
-}
-
-// Scratch floats per thread: transposed K and V tiles, and transposed dk and dv accumulators.
-int64_t scratch_floats(int d) {
-  return 4 * int64_t{d} * kB;
+// Rows of one block's [rows × keys] score matrix for samples of at most max_len tokens.
+int64_t block_floats(int64_t max_len) {
+  return std::min(kB, max_len) * max_len;
 }
 
 }  // namespace
 
-size_t attention_scratch_bytes(int head_dim) {
-  return static_cast<size_t>(omp_get_max_threads() * scratch_floats(head_dim)) * sizeof(float);
+int64_t attention_forward_scratch_floats(int64_t max_len, int threads) {
+  return int64_t{threads} * block_floats(max_len);
 }
 
-namespace {
+int64_t attention_backward_scratch_floats(int64_t max_len, const AttentionDims& dims, int threads) {
+  const int64_t partials = dims.n_heads > dims.n_kv_heads ? 2 * dims.tokens * dims.n_heads * dims.head_dim : 0;
+  return int64_t{threads} * 2 * block_floats(max_len) + partials;
+}
 
-template <int D>
-void forward_tiled(const float* q, const float* k, const float* v, const int32_t* cu, const AttentionDims& dims,
-                   float* o, float* lse) {
-  const int d = D > 0 ? D : dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
+void attention_forward(const float* q, const float* k, const float* v, const int32_t* cu, const AttentionDims& dims,
+                       float* o, float* lse) {
+  const int d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
   const int64_t q_stride = int64_t{dims.n_heads} * d, kv_stride = int64_t{dims.n_kv_heads} * d, T = dims.tokens;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const auto tasks =
       make_tasks(cu, dims.n_samples, dims.n_heads, [](int64_t, int64_t b, int64_t e) { return (e - b) * e; });
   const int64_t n_tasks = static_cast<int64_t>(tasks.size());
+  const int64_t max_len = max_sample_length(cu, dims.n_samples), per_thread = block_floats(max_len);
   const int threads = omp_get_max_threads();
-  Tensor scratch = Tensor::empty({threads, scratch_floats(d)});
+  Tensor scratch = Tensor::empty({attention_forward_scratch_floats(max_len, threads)});
   float* scratch_base = scratch.data<float>();
 
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t ti = 0; ti < n_tasks; ++ti) {
     const Task& task = tasks[static_cast<size_t>(ti)];
-    float* kt = scratch_base + omp_get_thread_num() * scratch_floats(d);
+    float* s = scratch_base + omp_get_thread_num() * per_thread;
     const int64_t base = cu[task.sample];
     const int h = static_cast<int>(task.head), g = h / group;
-    const int64_t rows = task.end - task.begin;
-    float m[kB], l[kB];
-    alignas(64) float sc4[kRows][kB], p[kB];
+    const int64_t rows = task.end - task.begin, keys = task.end;  // keys 0..end-1 of the sample
+    const float* qb = q + (base + task.begin) * q_stride + int64_t{h} * d;
+    const float* kb = k + base * kv_stride + int64_t{g} * d;
+    const float* vb = v + base * kv_stride + int64_t{g} * d;
+    float* ob = o + (base + task.begin) * q_stride + int64_t{h} * d;
+    sgemm(false, true, rows, keys, d, scale, qb, q_stride, kb, kv_stride, 0.0f, s, keys);
+    float inv_l[kB];
     for (int64_t r = 0; r < rows; ++r) {
-      m[r] = -std::numeric_limits<float>::infinity();
-      l[r] = 0.0f;
-      std::fill_n(o + (base + task.begin + r) * q_stride + int64_t{h} * d, d, 0.0f);
+      float* row = s + r * keys;
+      const int64_t n = task.begin + r + 1;  // causal: keys j <= i
+      const float m = row_max(row, n);
+      const float l = exp_shifted_sum(row, n, m);
+      std::fill(row + n, row + keys, 0.0f);
+      inv_l[r] = 1.0f / l;  // l >= 1: the row's max term contributes exp(0)
+      if (lse) lse[int64_t{h} * T + base + task.begin + r] = m + std::log(l);
     }
-    for (int64_t j0 = 0; j0 < task.end; j0 += kB) {
-      const int64_t n = std::min(kB, task.end - j0);
-      transpose_tile(k + (base + j0) * kv_stride + int64_t{g} * d, kv_stride, n, d, kt);
-      const float* vj0 = v + (base + j0) * kv_stride + int64_t{g} * d;
-      for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
-        // Scores of up to kRows rows at once (a short last group repeats its last row).
-        const float* qr[kRows];
-        for (int r = 0; r < kRows; ++r)
-          qr[r] = q + (base + task.begin + std::min(r0 + r, rows - 1)) * q_stride + int64_t{h} * d;
-        if (task.begin + std::min(r0 + kRows, rows) - 1 < j0) continue;  // no row of the group sees this tile
-        rows_times_tile<D>(qr, kt, d, sc4);
-        for (int64_t row = r0; row < std::min(r0 + kRows, rows); ++row) {
-          const int64_t i = task.begin + row;
-          const int64_t nv = std::min(n, i + 1 - j0);  // causal: keys j <= i
-          if (nv <= 0) continue;
-          float* sc = sc4[row - r0];
-          float* acc = o + (base + i) * q_stride + int64_t{h} * d;
-          float tile_max = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : tile_max)
-          for (int64_t jj = 0; jj < kB; ++jj) {
-            sc[jj] *= scale;
-            tile_max = std::max(tile_max, jj < nv ? sc[jj] : -std::numeric_limits<float>::infinity());
-          }
-          const float m_new = std::max(m[row], tile_max);
-          if (m_new > m[row]) {
-            const float alpha = l[row] > 0.0f ? exp_approx(m[row] - m_new) : 0.0f;
-            l[row] *= alpha;
-#pragma omp simd
-            for (int c = 0; c < d; ++c) acc[c] *= alpha;
-            m[row] = m_new;
-          }
-          float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t jj = 0; jj < kB; ++jj) {
-            const float e = exp_approx(sc[jj] - m_new);
-            p[jj] = jj < nv ? e : 0.0f;
-            sum += p[jj];
-          }
-          l[row] += sum;
-          weighted_row_sum<D>(acc, p, vj0, kv_stride, nv, d);
-        }
-      }
-    }
+    sgemm(false, false, rows, d, keys, 1.0f, s, keys, vb, kv_stride, 0.0f, ob, q_stride);
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t i = task.begin + r;
-      float* acc = o + (base + i) * q_stride + int64_t{h} * d;
-      const float inv = 1.0f / l[r];
+      float* orow = ob + r * q_stride;
 #pragma omp simd
-      for (int c = 0; c < d; ++c) acc[c] *= inv;
-      if (lse) lse[int64_t{h} * T + base + i] = m[r] + std::log(l[r]);
+      for (int c = 0; c < d; ++c) orow[c] *= inv_l[r];
     }
   }
 }
 
-template <int D>
-void backward_tiled(const float* dout, const float* q, const float* k, const float* v, const float* o, const float* lse,
-                    const int32_t* cu, const AttentionDims& dims, float* delta, float* dq, float* dk, float* dv) {
-  const int d = D > 0 ? D : dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
+void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* o,
+                        const float* lse, const int32_t* cu, const AttentionDims& dims, float* delta, float* dq,
+                        float* dk, float* dv) {
+  const int d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
   const int64_t q_stride = int64_t{dims.n_heads} * d, kv_stride = int64_t{dims.n_kv_heads} * d, T = dims.tokens;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const int64_t max_len = max_sample_length(cu, dims.n_samples), per_thread = 2 * block_floats(max_len);
   const int threads = omp_get_max_threads();
-  Tensor scratch = Tensor::empty({threads, scratch_floats(d)});
+  Tensor scratch = Tensor::empty({attention_backward_scratch_floats(max_len, dims, threads)});
   float* scratch_base = scratch.data<float>();
+  // Partial dk/dv of each query head, [T, Hq·d] each, after the per-thread blocks; with Hq = Hkv
+  // the tasks write dk/dv themselves.
+  float* dk_part = group > 1 ? scratch_base + threads * per_thread : dk;
+  float* dv_part = group > 1 ? dk_part + T * q_stride : dv;
+  const int64_t part_stride = group > 1 ? q_stride : kv_stride;
 
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t)
@@ -440,111 +409,68 @@ void backward_tiled(const float* dout, const float* q, const float* k, const flo
       delta[int64_t{h} * T + t] = dot(dout + off, o + off, d);
     }
 
-  // Pass 1: dk, dv; a task owns KV head g's rows of one key tile of one sample.
-  const auto kv_tasks = make_tasks(cu, dims.n_samples, dims.n_kv_heads,
-                                   [](int64_t len, int64_t b, int64_t e) { return (e - b) * (len - b); });
-  const int64_t n_kv_tasks = static_cast<int64_t>(kv_tasks.size());
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t ti = 0; ti < n_kv_tasks; ++ti) {
-    const Task& task = kv_tasks[static_cast<size_t>(ti)];
-    float* kt = scratch_base + omp_get_thread_num() * scratch_floats(d);
-    float* vt = kt + int64_t{d} * kB;
-    const int64_t base = cu[task.sample], len = cu[task.sample + 1] - base;
-    const int g = static_cast<int>(task.head);
-    const int64_t j0 = task.begin, n = task.end - task.begin;
-    const int64_t koff0 = (base + j0) * kv_stride + int64_t{g} * d;
-    transpose_tile(k + koff0, kv_stride, n, d, kt);
-    transpose_tile(v + koff0, kv_stride, n, d, vt);
-    // dk, dv accumulate transposed ([d × 64], like kt/vt) so that 4 query rows at a time update
-    // them with a rank-4 product instead of one store per (row, key) pair.
-    float* dkt = vt + int64_t{d} * kB;
-    float* dvt = dkt + int64_t{d} * kB;
-    std::fill_n(dkt, 2 * int64_t{d} * kB, 0.0f);
-    alignas(64) float p[kRows][kB], ds[kRows][kB];
-    for (int h = g * group; h < (g + 1) * group; ++h)
-      for (int64_t i0 = j0; i0 < len; i0 += kRows) {
-        const float* qr[kRows];
-        const float* dr[kRows];
-        int64_t nv[kRows];
-        float lse_r[kRows], delta_r[kRows];
-        for (int r = 0; r < kRows; ++r) {  // rows past the sample repeat the last one with no keys
-          const int64_t i = std::min(i0 + r, len - 1);
-          const int64_t qoff = (base + i) * q_stride + int64_t{h} * d;
-          qr[r] = q + qoff;
-          dr[r] = dout + qoff;
-          nv[r] = i0 + r < len ? std::min(n, i + 1 - j0) : 0;
-          lse_r[r] = lse[int64_t{h} * T + base + i];
-          delta_r[r] = delta[int64_t{h} * T + base + i];
-        }
-        rows_grads<D>(qr, dr, kt, vt, d, nv, scale, lse_r, delta_r, p, ds);
-        rank_update<D>(dvt, p, dr, d);
-        rank_update<D>(dkt, ds, qr, d);
-      }
-    for (int64_t jj = 0; jj < n; ++jj)
-      for (int c = 0; c < d; ++c) {
-        dk[koff0 + jj * kv_stride + c] = dkt[int64_t{c} * kB + jj];
-        dv[koff0 + jj * kv_stride + c] = dvt[int64_t{c} * kB + jj];
-      }
+  // One task per (sample, query head); cost ~ len².
+  std::vector<Task> tasks;
+  for (int64_t s = 0; s < dims.n_samples; ++s) {
+    const int64_t len = cu[s + 1] - cu[s];
+    if (len > 0)
+      for (int h = 0; h < dims.n_heads; ++h) tasks.push_back({s, h, 0, len, len * len});
   }
+  std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) { return a.cost > b.cost; });
+  const int64_t n_tasks = static_cast<int64_t>(tasks.size());
 
-  // Pass 2: dq; a task owns query head h's rows of one query tile of one sample.
-  const auto q_tasks =
-      make_tasks(cu, dims.n_samples, dims.n_heads, [](int64_t, int64_t b, int64_t e) { return (e - b) * e; });
-  const int64_t n_q_tasks = static_cast<int64_t>(q_tasks.size());
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t ti = 0; ti < n_q_tasks; ++ti) {
-    const Task& task = q_tasks[static_cast<size_t>(ti)];
-    float* kt = scratch_base + omp_get_thread_num() * scratch_floats(d);
-    float* vt = kt + int64_t{d} * kB;
-    const int64_t base = cu[task.sample];
+  for (int64_t ti = 0; ti < n_tasks; ++ti) {
+    const Task& task = tasks[static_cast<size_t>(ti)];
+    float* p = scratch_base + omp_get_thread_num() * per_thread;
+    float* ds = p + per_thread / 2;
+    const int64_t base = cu[task.sample], len = task.end;
     const int h = static_cast<int>(task.head), g = h / group;
-    for (int64_t i = task.begin; i < task.end; ++i) std::fill_n(dq + (base + i) * q_stride + int64_t{h} * d, d, 0.0f);
-    alignas(64) float p[kRows][kB], ds[kRows][kB];
-    for (int64_t j0 = 0; j0 < task.end; j0 += kB) {
-      const int64_t n = std::min(kB, task.end - j0);
-      const int64_t koff0 = (base + j0) * kv_stride + int64_t{g} * d;
-      transpose_tile(k + koff0, kv_stride, n, d, kt);
-      transpose_tile(v + koff0, kv_stride, n, d, vt);
-      for (int64_t i0 = std::max(task.begin, j0); i0 < task.end; i0 += kRows) {
-        const float* qr[kRows];
-        const float* dr[kRows];
-        int64_t nv[kRows];
-        float lse_r[kRows], delta_r[kRows];
-        for (int r = 0; r < kRows; ++r) {  // rows past the tile repeat the last one with no keys
-          const int64_t i = std::min(i0 + r, task.end - 1);
-          const int64_t qoff = (base + i) * q_stride + int64_t{h} * d;
-          qr[r] = q + qoff;
-          dr[r] = dout + qoff;
-          nv[r] = i0 + r < task.end ? std::min(n, i + 1 - j0) : 0;
-          lse_r[r] = lse[int64_t{h} * T + base + i];
-          delta_r[r] = delta[int64_t{h} * T + base + i];
-        }
-        rows_grads<D>(qr, dr, kt, vt, d, nv, scale, lse_r, delta_r, p, ds);
-        for (int r = 0; r < kRows && i0 + r < task.end; ++r)
-          weighted_row_sum<D>(dq + (base + i0 + r) * q_stride + int64_t{h} * d, ds[r], k + koff0, kv_stride, nv[r], d);
+    const float* kb = k + base * kv_stride + int64_t{g} * d;
+    const float* vb = v + base * kv_stride + int64_t{g} * d;
+    // This head's partial dk/dv rows of the sample (or dk/dv themselves when group == 1).
+    float* dkb = dk_part + base * part_stride + int64_t{group > 1 ? h : g} * d;
+    float* dvb = dv_part + base * part_stride + int64_t{group > 1 ? h : g} * d;
+    const int64_t last = (len - 1) / kB * kB;
+    for (int64_t i0 = last; i0 >= 0; i0 -= kB) {
+      const int64_t rows = std::min(kB, len - i0), keys = i0 + rows;
+      const int64_t qoff = (base + i0) * q_stride + int64_t{h} * d;
+      const float* qb = q + qoff;
+      const float* dob = dout + qoff;
+      sgemm(false, true, rows, keys, d, scale, qb, q_stride, kb, kv_stride, 0.0f, p, keys);
+      sgemm(false, true, rows, keys, d, 1.0f, dob, q_stride, vb, kv_stride, 0.0f, ds, keys);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = i0 + r, n = i + 1;
+        const float lse_i = lse[int64_t{h} * T + base + i], delta_i = delta[int64_t{h} * T + base + i];
+        float* prow = p + r * keys;
+        float* dsrow = ds + r * keys;
+        probs_and_score_grads(prow, dsrow, n, lse_i, delta_i, scale);
+        std::fill(prow + n, prow + keys, 0.0f);
+        std::fill(dsrow + n, dsrow + keys, 0.0f);
       }
+      const float beta = i0 == last ? 0.0f : 1.0f;  // the last block covers every key of the sample
+      sgemm(false, false, rows, d, keys, 1.0f, ds, keys, kb, kv_stride, 0.0f, dq + qoff, q_stride);
+      sgemm(true, false, keys, d, rows, 1.0f, ds, keys, qb, q_stride, beta, dkb, part_stride);
+      sgemm(true, false, keys, d, rows, 1.0f, p, keys, dob, q_stride, beta, dvb, part_stride);
     }
   }
-}
 
-}  // namespace
-
-void attention_forward(const float* q, const float* k, const float* v, const int32_t* cu, const AttentionDims& dims,
-                       float* o, float* lse) {
-  switch (dims.head_dim) {
-    case 64: return forward_tiled<64>(q, k, v, cu, dims, o, lse);
-    case 128: return forward_tiled<128>(q, k, v, cu, dims, o, lse);
-    default: return forward_tiled<0>(q, k, v, cu, dims, o, lse);
-  }
-}
-
-void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* o,
-                        const float* lse, const int32_t* cu, const AttentionDims& dims, float* delta, float* dq,
-                        float* dk, float* dv) {
-  switch (dims.head_dim) {
-    case 64: return backward_tiled<64>(dout, q, k, v, o, lse, cu, dims, delta, dq, dk, dv);
-    case 128: return backward_tiled<128>(dout, q, k, v, o, lse, cu, dims, delta, dq, dk, dv);
-    default: return backward_tiled<0>(dout, q, k, v, o, lse, cu, dims, delta, dq, dk, dv);
+  if (group > 1) {
+    // dk/dv of KV head g = Σ of its query heads' partials, in head order.
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < T; ++t)
+      for (int g = 0; g < dims.n_kv_heads; ++g) {
+        float* dkt = dk + t * kv_stride + int64_t{g} * d;
+        float* dvt = dv + t * kv_stride + int64_t{g} * d;
+        const float* pk = dk_part + t * q_stride + int64_t{g} * group * d;
+        const float* pv = dv_part + t * q_stride + int64_t{g} * group * d;
+        std::copy(pk, pk + d, dkt);
+        std::copy(pv, pv + d, dvt);
+        for (int j = 1; j < group; ++j) {
+          axpy(dkt, 1.0f, pk + int64_t{j} * d, d);
+          axpy(dvt, 1.0f, pv + int64_t{j} * d, d);
+        }
+      }
   }
 }
 

@@ -14,11 +14,12 @@ struct AttentionDims {
   int head_dim = 0;       // d
 };
 
-// Query rows and key columns per tile. Memory per task is O(tile), never O(T²).
+// Query rows per block (blocked kernels) and per tile (plain kernels). Memory per task is
+// O(block rows × sample length), never O(T²).
 constexpr int64_t kAttentionTile = 64;
 
-// o [T, Hq·d] (overwritten); lse [Hq, T] written when non-null. Per-thread scratch (four
-// [d × 64] tiles) comes from the CPU allocator.
+// Blocked kernels, GEMMs through OpenBLAS (attention.cpp). o [T, Hq·d] (overwritten); lse [Hq, T]
+// written when non-null. Scratch comes from the CPU allocator, sizes below.
 void attention_forward(const float* q, const float* k, const float* v, const int32_t* cu_seqlens,
                        const AttentionDims& dims, float* o, float* lse);
 // delta is scratch [Hq, T]; dq, dk, dv overwritten.
@@ -26,10 +27,15 @@ void attention_backward(const float* dout, const float* q, const float* k, const
                         const float* lse, const int32_t* cu_seqlens, const AttentionDims& dims, float* delta, float* dq,
                         float* dk, float* dv);
 
-// Bytes of that scratch for the current OpenMP thread count.
-size_t attention_scratch_bytes(int head_dim);
+// Floats of scratch the blocked kernels allocate (one tensor each) for samples of at most max_len
+// tokens, with `threads` = omp_get_max_threads() at the call. Forward: one [min(64, max_len) ×
+// max_len] score block per thread. Backward: two such blocks per thread, plus per-query-head
+// partial dk and dv ([T, Hq·d] each) when Hq > Hkv. Monotone in max_len: the memory plan passes
+// the micro-batch token count as the bound.
+int64_t attention_forward_scratch_floats(int64_t max_len, int threads);
+int64_t attention_backward_scratch_floats(int64_t max_len, const AttentionDims& dims, int threads);
 
-// The plain kernels (one dot product per score, no scratch): the reference the tiled ones above
+// The plain kernels (one dot product per score, no scratch): the reference the blocked ones above
 // are tested against.
 void attention_forward_plain(const float* q, const float* k, const float* v, const int32_t* cu_seqlens,
                              const AttentionDims& dims, float* o, float* lse);

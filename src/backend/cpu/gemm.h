@@ -1,5 +1,7 @@
 // The one GEMM entry point of the CPU backend: row-major C = alpha * op(A) * op(B) + beta * C
-// through OpenBLAS. Never call it inside an OpenMP parallel region (BLAS has its own threads).
+// through OpenBLAS. Never call it inside an OpenMP parallel region (BLAS has its own threads);
+// the one exception is backend/cpu/attention.cpp, whose per-task GEMMs rely on the OpenMP build
+// of OpenBLAS running a call made inside a parallel region on the calling thread (see there).
 #pragma once
 
 #include <cstdint>
