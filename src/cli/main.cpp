@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
   auto& g = global_options();
   app.add_flag("--json", g.json, "Machine-readable output (and a JSON error envelope)");
   app.add_option("--config", g.config_path, "TOML settings file ([section] key = value; see info --env-vars)");
-  bind_settings(app, {"logging.level", "logging.format", "logging.file"});
+  bind_settings(app, {"logging.level", "logging.format", "logging.file", "security.redact_secrets"});
   std::vector<std::pair<CLI::App*, RunFn>> runs;
   for (auto& spec : command_registry()) {
     CLI::App* sub = app.add_subcommand(spec.name, spec.help);

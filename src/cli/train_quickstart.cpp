@@ -25,7 +25,7 @@ static constexpr const char* kEval = "examples/quickstart_sharegpt_holdout.jsonl
 
 // Quick-start values for settings the user left at their defaults.
 static const std::pair<const char*, const char*> kDefaults[] = {
-    {"training.steps", "150"},
+    {"training.steps", "300"},  // ~30 s on 2 idle cores; exact match 0% -> 48% (models/README.md)
     {"training.batch_size", "8"},
     {"training.lr", "3e-3"},
     {"training.warmup_steps", "5"},

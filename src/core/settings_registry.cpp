@@ -22,7 +22,8 @@ constexpr SettingSpec kSettings[] = {
   {"model.dtype", T::Enum, "auto", kNoMin, kNoMax, "auto|f32|bf16|f16", R::Any, "--dtype", false,
    "Compute dtype of the frozen base weights; auto = f32 on the CPU, bf16 on a GPU."},
   {"model.device", T::String, "auto", kNoMin, kNoMax, "", R::Device, "--device", false,
-   "Where to train: auto (a GPU when one is usable, else the CPU), cpu, cuda or cuda:N."},
+   "Where to train: auto, cpu, cuda or cuda:N. This version trains on the CPU: auto means the CPU, and cuda "
+   "stops with DEP_GPU_NOT_AVAILABLE and the reason."},
 
   // ---- lora -----------------------------------------------------------------------------------
   {"lora.r", T::Int, "16", 1, 4096, "", R::Any, "--lora-r", false,
@@ -118,7 +119,7 @@ constexpr SettingSpec kSettings[] = {
   {"data.train_on_all", T::Bool, "false", kNoMin, kNoMax, "", R::Any, "--train-on-all", false,
    "Take the loss on every token, not only on assistant replies."},
   {"data.max_errors", T::Int, "100", 0, kI64Max, "", R::Any, "--max-errors", false,
-   "Give up when more rows than this are bad; 0 = no limit."},
+   "Training stops before step 1 when more rows than this are bad (skipped); 0 = no limit."},
   {"data.shuffle", T::Bool, "true", kNoMin, kNoMax, "", R::Any, "--shuffle", false,
    "Shuffle samples every epoch (seeded by training.seed)."},
 
@@ -139,20 +140,6 @@ constexpr SettingSpec kSettings[] = {
    "Retries of a failed request to the Ollama server (connection refused, timeout, 5xx), with exponential "
    "backoff from 0.5 s; 0 = fail at the first error."},
 
-  // ---- monitor --------------------------------------------------------------------------------
-  {"monitor.gpu_temp_critical_c", T::Float, "90", 40, 130, "", R::Any, "--gpu-temp-critical", false,
-   "GPU temperature (Celsius) at which training pauses, checkpoints and stops."},
-  {"monitor.poll_interval_s", T::Float, "5", 0.1, 3600, "", R::Any, "--poll-interval", false,
-   "Seconds between GPU temperature and memory readings."},
-
-  // ---- ui -------------------------------------------------------------------------------------
-  {"ui.host", T::String, "127.0.0.1", kNoMin, kNoMax, "", R::Any, "--host", false,
-   "Address the web dashboard listens on; anything beyond localhost requires auth."},
-  {"ui.port", T::Int, "7860", 1, 65535, "", R::Any, "--port", false,
-   "Port of the web dashboard."},
-  {"ui.auth", T::String, "", kNoMin, kNoMax, "", R::UserPass, "--auth", true,
-   "Basic authentication for the dashboard as user:password (the password is never logged)."},
-
   // ---- security -------------------------------------------------------------------------------
   {"security.redact_secrets", T::Bool, "true", kNoMin, kNoMax, "", R::Any, "--redact-secrets", false,
    "Replace tokens and passwords with *** in every log line and printed message."},
@@ -167,8 +154,7 @@ constexpr SettingSpec kSettings[] = {
 };
 // clang-format on
 
-constexpr const char* kSections[] = {"model",   "lora", "training", "data",   "export",
-                                     "monitor", "ui",   "security", "logging"};
+constexpr const char* kSections[] = {"model", "lora", "training", "data", "export", "security", "logging"};
 }  // namespace
 
 std::span<const SettingSpec> settings_registry() {

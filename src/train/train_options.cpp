@@ -66,6 +66,9 @@ TrainOptions TrainOptions::from_settings(const Settings& s) {
   if (const std::string& gc = s.get_string("training.gradient_checkpointing"); gc != "auto")
     o.gradient_checkpointing = gc == "true";
   o.seed = static_cast<uint64_t>(s.get_int("training.seed"));
+  o.device = s.get_string("model.device");
+  o.shuffle = s.get_bool("data.shuffle");
+  o.max_bad_rows = s.get_int("data.max_errors");
   o.eval_every = s.get_int("training.eval_every");
   o.holdout = s.get_float("data.holdout");
   o.save_every = s.get_int("training.save_every");

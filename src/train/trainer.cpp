@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backend/cuda/cuda_device.h"
 #include "core/allocator.h"
 #include "core/interrupt.h"
 #include "core/log.h"
@@ -167,10 +168,25 @@ static void restore_trainable(Model& m, const std::string& file) {
 
 // ---- the run ----------------------------------------------------------------------------------
 
+// --device: this version trains on the CPU. "auto" and "cpu" run there; "cuda[:N]" stops before
+// any work with the reason (no CUDA backend in the build, no usable device, or no CUDA training
+// kernels yet) instead of quietly training on the CPU.
+static void check_device(const std::string& device) {
+  if (device.rfind("cuda", 0) != 0) return;
+  const CudaStatus cs = cuda_status();
+  const std::string why = !cs.compiled                  ? "this build has no CUDA backend"
+                          : !cs.why_unavailable.empty() ? cs.why_unavailable
+                                                        : "this version has no CUDA training kernels yet";
+  throw Error(ErrorCode::DEP_GPU_NOT_AVAILABLE, fmt::format("[train] --device {}: {}", device, why),
+              {{"device", device}, {"cuda_compiled", cs.compiled}})
+      .with_suggestion("Train on the CPU: --device cpu (or auto, the default).");
+}
+
 TrainSummary Trainer::run() {
   State& s = *s_;
   TrainOptions& o = s.opt;
   auto t0 = std::chrono::steady_clock::now();
+  check_device(o.device);
   set_num_threads(o.threads);
   if (!o.fault_crash_at.empty()) io_faults().crash_at = o.fault_crash_at;
   if (o.fault_enospc_after_bytes >= 0) io_faults().enospc_after_bytes = o.fault_enospc_after_bytes;
@@ -208,6 +224,14 @@ TrainSummary Trainer::run() {
   s.tokenizer = Tokenizer::from_dir(tok_dir);
   s.data = build_train_data(o, *s.tokenizer);
   for (const auto& w : s.data.warnings) s.event("warn", w);
+  if (o.max_bad_rows > 0 && s.data.rows_skipped > o.max_bad_rows)
+    throw Error(ErrorCode::INPUT_DATASET_INVALID,
+                fmt::format("[train] {} of {} rows of {} are bad, more than --max-errors {}", s.data.rows_skipped,
+                            s.data.rows_total, o.data_path, o.max_bad_rows),
+                {{"rows_skipped", s.data.rows_skipped}, {"rows_total", s.data.rows_total}})
+        .with_suggestion(fmt::format("`backprop validate {}` lists every bad row with its line number; raise "
+                                     "--max-errors (0 = no limit) to train on the good rows anyway.",
+                                     o.data_path));
   if (s.data.train.empty())
     throw Error(ErrorCode::INPUT_DATASET_INVALID,
                 fmt::format("[train] {} has no usable training samples ({} rows, {} skipped)", o.data_path,
@@ -232,7 +256,7 @@ TrainSummary Trainer::run() {
   int64_t steps_per_epoch =
       std::max<int64_t>(1, (static_cast<int64_t>(s.data.train.size()) + o.batch_size - 1) / o.batch_size);
   s.total_steps = o.steps > 0 ? o.steps : steps_per_epoch * std::max<int64_t>(1, o.epochs);
-  s.cursor = std::make_unique<DataCursor>(static_cast<int64_t>(s.data.train.size()), o.seed);
+  s.cursor = std::make_unique<DataCursor>(static_cast<int64_t>(s.data.train.size()), o.seed, o.shuffle);
 
   // Memory plan: pick the micro-batch before step 1 (fails here when one sequence cannot fit).
   alloc.set_limit(o.max_memory_bytes);
@@ -256,7 +280,7 @@ TrainSummary Trainer::run() {
     for (const auto& n : opt_reader.names()) state.emplace_back(n, opt_reader.read(n));
     s.adamw.load_state(state, st.at("optimizer_step").get<int64_t>());
     s.step = st.at("step").get<int64_t>();
-    s.cursor = std::make_unique<DataCursor>(static_cast<int64_t>(s.data.train.size()), o.seed, true,
+    s.cursor = std::make_unique<DataCursor>(static_cast<int64_t>(s.data.train.size()), o.seed, o.shuffle,
                                             CursorState::from_json(st.at("cursor")));
     s.oom->set_micro_seqs(st.at("micro_batch_size").get<int64_t>());
     if (st.contains("best_eval_loss") && !st["best_eval_loss"].is_null())

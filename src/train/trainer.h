@@ -36,6 +36,9 @@ struct TrainOptions {
   std::string output_root = "runs";  // runs folder: a new run writes to <output_root>/<run id>
   std::string output_dir;            // set explicitly (tests) to write exactly there
   std::string resume;                // "" | "latest" | run id | path
+  std::string device = "auto";       // auto | cpu | cuda[:N] (cuda: DEP_GPU_NOT_AVAILABLE for now)
+  bool shuffle = true;               // a new sample order each epoch (seeded); false = file order
+  int64_t max_bad_rows = 100;        // more skipped (bad) rows than this stop the run; 0 = no limit
   int64_t steps = 0;                 // 0 -> from epochs
   int64_t epochs = 1;
   int64_t batch_size = 8;        // sequences per optimizer step

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/redact.h"
 #include "core/settings.h"
 #include "core/uuid.h"
 #include "support/test_util.h"
@@ -100,19 +101,25 @@ TEST_F(LogTest, EverySinkRedactsAndFileRecordsCarryTheRunId) {
   }
 }
 
-TEST_F(LogTest, SettingsDriveLevelFormatFileAndSecretRegistration) {
+TEST_F(LogTest, SettingsDriveLevelFileAndRedaction) {
   std::string file_path = dir.path + "/s.jsonl";
-  Settings s = Settings::load("", {{"BACKPROPAGATE_UI__AUTH", "carol:Plain-Pass-9"}},
-                              {{"logging.level", "warn"}, {"logging.file", file_path}});
+  Settings s = Settings::load("", {}, {{"logging.level", "warn"}, {"logging.file", file_path}});
   log::init_from_settings(s);
   spdlog::info("not written");
-  spdlog::error("login with Plain-Pass-9 failed");  // the bare password, in no known pattern
+  spdlog::error("login with password=Plain-Pass-9 failed");
   log::flush();
-  log::init(log::LogOptions{});
   std::string text = slurp(file_path);
   EXPECT_EQ(text.find("not written"), std::string::npos);
   EXPECT_EQ(text.find("Plain-Pass-9"), std::string::npos) << text;
-  EXPECT_NE(text.find("login with *** failed"), std::string::npos) << text;
+  EXPECT_NE(text.find("login with password=*** failed"), std::string::npos) << text;
+  // security.redact_secrets = false turns redaction off (for debugging a redaction mistake)
+  const std::string off_path = dir.path + "/off.jsonl";
+  log::init_from_settings(Settings::load("", {}, {{"logging.file", off_path}, {"security.redact_secrets", "false"}}));
+  spdlog::error("login with password=Plain-Pass-9 failed");
+  log::flush();
+  log::init(log::LogOptions{});
+  EXPECT_NE(slurp(off_path).find("Plain-Pass-9"), std::string::npos);
+  set_redaction_enabled(true);
 }
 
 TEST_F(LogTest, BadOptionsThrowCatalogErrors) {

@@ -192,6 +192,59 @@ TEST(Trainer, AutoCheckpointingFollowsTheMemoryPlan) {
   EXPECT_NE(mid.description.find("gradient checkpointing on (auto: without it"), std::string::npos) << mid.description;
 }
 
+// Bad rows are skipped, up to --max-errors of them; more stop the run before training.
+TEST(Trainer, TooManyBadRowsStopTheRun) {
+  test::TempDir tmp;
+  TrainOptions o = base_options(tmp.path);
+  std::ofstream(o.data_path, std::ios::app) << "not json\n{\"nope\": 1}\n[1, 2\n";
+  o.max_bad_rows = 3;
+  EXPECT_EQ(Trainer(o).run().steps_done, 6) << "3 bad rows are within the limit";
+  test::TempDir tmp2;
+  TrainOptions p = base_options(tmp2.path);
+  std::ofstream(p.data_path, std::ios::app) << "not json\n{\"nope\": 1}\n[1, 2\n";
+  p.max_bad_rows = 2;
+  try {
+    Trainer(p).run();
+    FAIL() << "3 bad rows with --max-errors 2 must stop the run";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::INPUT_DATASET_INVALID) << e.what();
+    EXPECT_NE(std::string(e.what()).find("3 of 27 rows"), std::string::npos) << e.what();
+  }
+}
+
+// --no-shuffle takes the samples in file order; the default order is a seeded permutation.
+TEST(Trainer, ShuffleOffTakesSamplesInOrder) {
+  test::TempDir a_dir, b_dir;
+  TrainOptions a = base_options(a_dir.path);
+  a.steps = 2;
+  a.shuffle = false;
+  TrainSummary sa = Trainer(a).run();
+  ASSERT_EQ(sa.history.size(), 2u);
+  EXPECT_EQ(sa.history[0].sample_ids, (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(sa.history[1].sample_ids, (std::vector<int64_t>{4, 5, 6, 7}));
+  TrainOptions b = base_options(b_dir.path);
+  b.steps = 2;
+  TrainSummary sb = Trainer(b).run();
+  EXPECT_NE(sb.history[0].sample_ids, sa.history[0].sample_ids) << "the default shuffles";
+}
+
+// This version trains on the CPU only: asking for CUDA stops before any work, with the reason.
+TEST(Trainer, CudaDeviceIsRefusedWithTheReason) {
+  test::TempDir tmp;
+  TrainOptions o = base_options(tmp.path);
+  o.device = "cuda:0";
+  try {
+    Trainer(o).run();
+    FAIL() << "--device cuda must not quietly train on the CPU";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::DEP_GPU_NOT_AVAILABLE) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--device cuda:0"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(o.output_dir + "/summary.json"));
+  o.device = "cpu";
+  EXPECT_EQ(Trainer(o).run().steps_done, 6);
+}
+
 TEST(Trainer, MemoryLimitTooSmallFailsBeforeTrainingWithBreakdown) {
   test::TempDir tmp;
   TrainOptions o = base_options(tmp.path);
