@@ -85,7 +85,8 @@ constexpr SettingSpec kSettings[] = {
   {"training.threads", T::Int, "0", 0, 4096, "", R::Any, "--threads", false,
    "CPU threads for OpenMP and BLAS; 0 = all cores."},
   {"training.oom_recovery", T::Bool, "true", kNoMin, kNoMax, "", R::Any, "--oom-recovery", false,
-   "On out-of-memory, halve the micro-batch, double accumulation and redo the step."},
+   "On out-of-memory, turn gradient checkpointing on (when auto left it off), else halve the micro-batch and "
+   "double accumulation; redo the step with the same samples."},
   {"training.nan_guard_max_consecutive", T::Int, "3", 1, 1000000, "", R::Any, "--nan-guard-max-consecutive", false,
    "Skip steps with non-finite loss or gradients; fail after this many in a row."},
   {"training.init_from_config", T::String, "", kNoMin, kNoMax, "", R::Any, "--init-from-config", false,
