@@ -6,10 +6,11 @@
 // disguise (std::bad_alloc, CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_NOT_INITIALIZED, "out of
 // memory" from a library: RUNTIME_OOM_ADJACENT) — the step's partial gradients are dropped,
 // caches emptied, a cheaper relief tried first when one is set (the trainer's: turn gradient
-// checkpointing back on when "auto" had it off), else the micro-batch halved (so accumulation doubles and the effective batch never
-// changes) and the same step is redone with the same samples. Three consecutive failures at one
-// sequence per micro-batch end in RUNTIME_OOM_RECOVERY_EXHAUSTED. With recovery off the first
-// OOM is fatal (RUNTIME_GPU_OOM) with a memory snapshot.
+// checkpointing back on when "auto" had it off), else the micro-batch halved (so accumulation
+// doubles and the effective batch never changes), and the same step is redone with the same
+// samples. Three consecutive failures at one sequence per micro-batch end in
+// RUNTIME_OOM_RECOVERY_EXHAUSTED. With recovery off the first OOM is fatal (RUNTIME_GPU_OOM) with a
+// memory snapshot.
 #pragma once
 
 #include <cstdint>
