@@ -21,8 +21,10 @@ status=0
 
 if [ -n "$layers" ]; then
   echo "== sanitizer build (build-asan: ASan + UBSan, CPU only; layers: $layers) =="
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBACKPROP_SANITIZE=ON -DBACKPROP_CUDA=OFF \
-        -DBACKPROP_BUILD_BENCH=OFF >/dev/null
+  # -O1 -g1: half the compile time of RelWithDebInfo's -O2 -g (measured 61 s -> 30 s on
+  # cmd_export.cpp), still with line numbers in sanitizer reports.
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+        -DBACKPROP_SANITIZE=ON -DBACKPROP_CUDA=OFF -DBACKPROP_BUILD_BENCH=OFF >/dev/null
   if [ "$layers" = all ]; then
     cmake --build build-asan -j"$jobs"
     label_args=()
