@@ -256,25 +256,10 @@ inline void store(float* p, VecF v) {
   std::memcpy(p, &v, sizeof v);
 }
 
-// exp_approx's range reduction and polynomial on 16 lanes, same operations in the same order.
-// floor(t) = trunc(t), minus 1 where truncation rounded a negative t up.
+// exp_approx on 16 lanes: the same template (cross_entropy.h), so scalar tails and vector bodies
+// compute the same values.
 inline VecF exp_vec(VecF x) {
-  const VecF zero{}, lo = zero - 87.0f, hi = zero + 88.0f;
-  x = x < lo ? lo : x;
-  x = x > hi ? hi : x;
-  const VecF t = x * 1.44269504088896341f + 0.5f;
-  const VecF tr = __builtin_convertvector(__builtin_convertvector(t, VecI), VecF);
-  const VecF n = tr > t ? tr - 1.0f : tr;
-  const VecF r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-  VecF p = zero + 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const VecI bits = (__builtin_convertvector(n, VecI) + 127) << 23;
-  return p * (VecF)bits;  // same-size vector cast: reinterprets the bits
+  return exp_approx_t<VecF, VecI>(x);
 }
 
 inline float hsum(VecF v) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -23,30 +24,35 @@ CrossEntropyTotals linear_cross_entropy(const float* x, const float* W, const in
 
 // exp(x) for x <= 0-ish arguments in softmax loops: Cephes-style range reduction and a degree-6
 // polynomial (relative error ~2e-7). Inputs below −87 return ~1e-38 instead of an underflowing 0.
-// Written so GCC vectorises it without -fno-trapping-math: n = round(x·log2 e) comes from adding
+// F is float or a GCC vector of floats (attention's 16-lane VecF), I the int32 of the same width:
+// one formula for the scalar and the hand-vectorised loops. n = round(x·log2 e) comes from adding
 // and subtracting 1.5·2^23 (the sum's low mantissa bits hold n), not from floor() and a float->int
-// conversion, which GCC does not vectorise when FP traps must be preserved (measured: the
-// floor() form compiled to scalar code in every loop that used it).
-inline float exp_approx(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
+// conversion, which GCC does not vectorise while FP traps must be kept (measured: the floor()
+// form compiled to scalar code in every loop that used it). Needs IEEE arithmetic: -ffast-math
+// could fold (t − 1.5·2^23) back to x·log2 e.
+template <class F, class I>
+inline F exp_approx_t(F x) {
+  const F lo = F{} - 87.0f, hi = F{} + 88.0f;
+  x = x < lo ? lo : x;
+  x = x > hi ? hi : x;
   constexpr float kShift = 12582912.0f;  // 1.5·2^23: adding it rounds to an integer in the low bits
-  const float t = x * 1.44269504088896341f + kShift;
-  const float n = t - kShift;
-  int32_t ti;
-  std::memcpy(&ti, &t, 4);
+  const F t = x * 1.44269504088896341f + kShift;
+  const F n = t - kShift;
   // x − n·ln2 with ln2 split in a high part exact in f32 and a low correction.
-  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
+  const F r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  F p = F{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int32_t bits = (ti - 0x4B400000 + 127) << 23;  // 2^n: n + 127 in the exponent field
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return p * scale;
+  const I bits = (std::bit_cast<I>(t) - 0x4B400000 + 127) << 23;  // 2^n: n + 127 in the exponent field
+  return p * std::bit_cast<F>(bits);
+}
+
+inline float exp_approx(float x) {
+  return exp_approx_t<float, int32_t>(x);
 }
 
 }  // namespace bp::cpu
