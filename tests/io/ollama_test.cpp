@@ -227,6 +227,19 @@ TEST(Ollama, HostParsing) {
   EXPECT_EQ(parse_ollama_host("gpu-box").str(), "gpu-box:11434");
   EXPECT_THROW(parse_ollama_host("box:99999"), Error);
   EXPECT_THROW(parse_ollama_host("https://box"), Error);
+  // Credentials in the URL become basic auth and never reach str() or a message.
+  const OllamaEndpoint e = parse_ollama_host("http://alice:s3cretpw@box:8080/api");
+  EXPECT_EQ(e.str(), "box:8080");
+  EXPECT_EQ(e.user, "alice");
+  EXPECT_EQ(e.password, "s3cretpw");
+  for (const char* bad : {"alice:s3cretpw@box:99999", "https://alice:s3cretpw@box"}) {
+    try {
+      parse_ollama_host(bad);
+      ADD_FAILURE() << bad;
+    } catch (const Error& err) {
+      EXPECT_EQ(std::string(err.what()).find("s3cretpw"), std::string::npos) << err.what();
+    }
+  }
 }
 
 std::string chat_template_of(const std::string& family) {
