@@ -465,8 +465,10 @@ bool Settings::get_bool(std::string_view key) const {
 }
 int64_t Settings::get_int(std::string_view key) const {
   const SettingSpec* spec = find_setting(key);
-  BP_CHECK(!spec || !is_uint64_setting(*spec), "[settings] {} spans the uint64 range: read it with get_uint", key);
-  return value(key, SettingType::Int).i;
+  const int64_t v = value(key, SettingType::Int).i;
+  BP_CHECK(!spec || !is_uint64_setting(*spec) || v >= 0, "[settings] {} is {}, past int64: read it with get_uint", key,
+           static_cast<uint64_t>(v));
+  return v;
 }
 uint64_t Settings::get_uint(std::string_view key) const {
   return static_cast<uint64_t>(value(key, SettingType::Int).i);

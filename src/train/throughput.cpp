@@ -10,7 +10,9 @@ ThroughputReading ThroughputMeter::update(int64_t step, int64_t tokens_total, in
     first_step_ = step;
     first_tokens_ = tokens_total;
     first_time_ = now;
-    return {};
+    ThroughputReading r;
+    if (step >= total_steps) r.eta_s = 0;  // nothing left, even without a rate
+    return r;
   }
   ThroughputReading r;
   const double elapsed_s = std::chrono::duration<double>(now - first_time_).count();

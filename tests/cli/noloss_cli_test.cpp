@@ -180,9 +180,10 @@ TEST(NoLossCli, DiskFullSuggestionSaysWhatIsLeft) {
   write_data(tmp.path);
   std::string out;
   int rc = test::run_command(
-      train_cmd(tmp.path, "--steps 1 --fault-inject-enospc-after-bytes 100 --output " + tmp.path + "/run"), &out);
+      train_cmd(tmp.path, "--steps 1 --fault-inject-enospc-after-bytes 20000 --output " + tmp.path + "/run"), &out);
   EXPECT_EQ(rc, 2) << out;
   EXPECT_TRUE(has(out, "STATE_DISK_FULL")) << out;
+  EXPECT_TRUE(has(out, "checkpoint-1")) << "the first checkpoint's write ran out of space: " << out;
   EXPECT_TRUE(has(out, "No checkpoint of this run was saved yet")) << out;
   EXPECT_FALSE(has(out, "previous checkpoint is intact")) << out;
 }
@@ -248,7 +249,7 @@ TEST(NoLossCli, HubNameAsModelIsExplainedByEveryCommand) {
     EXPECT_EQ(rc, 2) << out;
     EXPECT_TRUE(has(out, "DEP_MODEL_LOAD_FAILED")) << out;
     EXPECT_TRUE(has(out, "huggingface-cli download Qwen/Qwen2.5-0.5B")) << out;
-    EXPECT_FALSE(has(out, "tokenizer.json")) << out;
+    EXPECT_FALSE(has(out, "cannot open file")) << out;
   }
 }
 

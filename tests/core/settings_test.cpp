@@ -281,6 +281,7 @@ TEST(Settings, SeedTakesTheFullUint64Range) {
       },
       ErrorCode::CONFIG_INVALID_SETTING, {"out of range"});
   expect_error([&] { s.get_int("training.seed"); }, ErrorCode::RUNTIME_INTERNAL, {"get_uint"});
+  EXPECT_EQ(Settings::load("", {}, {{"training.seed", "7"}}).get_int("training.seed"), 7);  // fits: int64 is fine
 }
 
 // A password inside a URL setting is masked when shown (info --env-vars) and in settings.json.

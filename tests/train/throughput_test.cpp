@@ -24,6 +24,8 @@ TEST(ThroughputMeter, RateCountsOnlyTokensProcessedAfterTheFirstUpdate) {
   EXPECT_DOUBLE_EQ(fourth.eta_s, 4.0 / 3.0 * 6.0);
   ThroughputReading last = m.update(10, 640, 10, t0 + 10s);
   EXPECT_DOUBLE_EQ(last.eta_s, 0.0);
+  ThroughputMeter one_step;
+  EXPECT_EQ(one_step.update(1, 64, 1, t0).eta_s, 0.0);  // a one-step run ends with nothing left
 }
 
 // A resumed run starts counting at its first step, with the tokens of the earlier run excluded.
