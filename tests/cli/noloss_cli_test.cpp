@@ -79,11 +79,9 @@ TEST(NoLossCli, KeepCheckpointsZeroKeepsAll) {
   test::TempDir tmp;
   write_data(tmp.path);
   std::string out;
-  ASSERT_EQ(test::run_command(
-                train_cmd(tmp.path, "--steps 3 --save-every 1 --keep-checkpoints 0 --output " + tmp.path + "/run") + "",
-                &out),
-            0)
-      << out;
+  const std::string cmd =
+      train_cmd(tmp.path, "--steps 3 --save-every 1 --keep-checkpoints 0 --output " + tmp.path + "/run");
+  ASSERT_EQ(test::run_command(cmd, &out), 0) << out;
   EXPECT_EQ(checkpoint_steps(only_run(tmp.path + "/run")), (std::vector<int64_t>{1, 2, 3})) << out;
 }
 
@@ -274,8 +272,10 @@ TEST(NoLossCli, CredentialsInUrlsAndRowsAreRedacted) {
   EXPECT_TRUE(has(out, "DEP_OLLAMA_REGISTRATION_FAILED")) << out;
   EXPECT_FALSE(has(out, "s3cretpw")) << out;
   std::ofstream(tmp.path + "/bad.jsonl")
-      << R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})" "\n"
-      << R"({"messages": [{"role": "hf_abcdefghijklmnopqrstuvwxyz0123", "content": "hi"}]})" "\n";
+      << R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})"
+         "\n"
+      << R"({"messages": [{"role": "hf_abcdefghijklmnopqrstuvwxyz0123", "content": "hi"}]})"
+         "\n";
   for (const char* fmt : {"", " --json"}) {
     rc = test::run_command(test::backprop_exe() + " validate " + tmp.path + "/bad.jsonl" + fmt, &out);
     EXPECT_EQ(rc, 1) << out;
