@@ -64,6 +64,7 @@ class FakeOllama {
           return;
         }
       created.push_back(j);
+      authorization = req.get_header_value("Authorization");
       res.set_content(R"({"status":"success"})", "application/json");
     });
     port = srv_.bind_to_any_port("127.0.0.1");
@@ -83,6 +84,7 @@ class FakeOllama {
   std::atomic<int> uploads{0};
   bool reject_create = false;
   std::vector<nlohmann::json> created;
+  std::string authorization;  // of the last /api/create
   std::map<std::string, std::string> blobs_;
 
  private:
@@ -217,6 +219,19 @@ TEST(Ollama, ModelNameRules) {
   }
   EXPECT_THROW(validate_ollama_model_name(std::string(81, 'a')), Error);
   EXPECT_NO_THROW(validate_ollama_model_name(std::string(80, 'a')));
+}
+
+// Credentials in the host URL are sent as HTTP basic auth (a proxy in front of Ollama) and
+// never appear in the result.
+TEST(Ollama, CredentialsInTheHostUrlAreSentAsBasicAuth) {
+  FakeOllama srv;
+  test::TempDir d;
+  const auto r =
+      register_with_ollama(make_file(d, "gguf"), "m", kChatML, 2048, fast("http://alice:s3cretpw@" + srv.host()));
+  EXPECT_EQ(srv.authorization, "Basic YWxpY2U6czNjcmV0cHc=");  // base64("alice:s3cretpw")
+  EXPECT_EQ(r.endpoint, srv.host());
+  register_with_ollama(make_file(d, "gguf"), "m", kChatML, 2048, fast(srv.host()));
+  EXPECT_EQ(srv.authorization, "");
 }
 
 TEST(Ollama, HostParsing) {
