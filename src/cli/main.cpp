@@ -6,7 +6,6 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -49,21 +48,6 @@ void print_error(const Error& e) {
   }
   std::fflush(stderr);
   std::cerr << render_error_text(e, run_id) << std::flush;
-}
-
-// A file-system error that escaped the library (a path that cannot be written or read) is the
-// user's to fix, not a bug: a full disk is STATE_DISK_FULL, a path in the way or without
-// permission INPUT_VALIDATION_FAILED naming it; only the rest stays RUNTIME_INTERNAL.
-Error filesystem_error_to_bp(const std::filesystem::filesystem_error& e) {
-  const int err = e.code().value();
-  const std::string path = e.path1().string();
-  if (err == ENOSPC || err == EDQUOT) return Error(ErrorCode::STATE_DISK_FULL, std::string("[cli] ") + e.what());
-  if (err == EACCES || err == EPERM || err == EROFS || err == ENOTDIR || err == EEXIST || err == EISDIR ||
-      err == ENOENT || err == ENAMETOOLONG)
-    return std::move(Error(ErrorCode::INPUT_VALIDATION_FAILED, std::string("[cli] ") + e.what(), {{"path", path}})
-                         .with_suggestion("Check the path named in the message: a folder you can write to, with no "
-                                          "file in the way."));
-  return Error(ErrorCode::RUNTIME_INTERNAL, std::string("[cli] ") + e.what());
 }
 
 int fail(const Error& e) {
@@ -166,7 +150,7 @@ int main(int argc, char** argv) {
     spdlog::debug("error {}: {}", e.info().name, e.what());
     return fail(e);
   } catch (const std::filesystem::filesystem_error& e) {
-    return fail(filesystem_error_to_bp(e));
+    return fail(bp::error_from_filesystem(e));
   } catch (const std::bad_alloc& e) {
     return fail(bp::Error(bp::ErrorCode::RUNTIME_OOM_ADJACENT, std::string("[cli] std::bad_alloc: ") + e.what()));
   } catch (const std::exception& e) {
