@@ -196,14 +196,7 @@ std::string derive_model_name(const ExportInput& in) {
 }
 
 void make_dirs(const fs::path& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    const int err = ec.value();
-    throw Error(err == ENOSPC || err == EDQUOT ? ErrorCode::STATE_DISK_FULL : ErrorCode::RUNTIME_EXPORT_FAILED,
-                fmt::format("[export] cannot create the folder {}: {}", dir.string(), ec.message()))
-        .with_suggestion("Pass a writable place with --output PATH.");
-  }
+  bp::ensure_writable_dir(dir.string(), "the export folder");
 }
 
 uint64_t folder_bytes(const fs::path& dir, const std::vector<std::string>& files) {
@@ -288,15 +281,26 @@ int run_export(const std::string& input_arg) {
     const fs::path out = output.empty() ? in.merged_default : fs::absolute(output).lexically_normal();
     check_not_input(out, {in.dir, base_dir});
     ModelWeights base = load_model(source_dir.string());
-    make_dirs(out);
+    // Written into <out>.partial and moved into place when complete: a failure (a full disk)
+    // leaves neither a half-written nor an empty folder, and an earlier export at <out> survives.
+    const std::string partial = out.string() + ".partial";
+    std::error_code ec;
+    fs::remove_all(partial, ec);
+    make_dirs(partial);
     std::vector<std::string> files;
-    if (in.kind == InputKind::Adapter) {
-      const LoraAdapter adapter = load_peft_adapter(in.dir.string(), base.config);
-      files = export_merged_model(base, adapter, base_dir.string(), out.string());
-    } else {
-      SaveModelOptions so;
-      so.copy_files_from = in.dir.string();
-      files = save_hf_model(base, out.string(), so);
+    try {
+      if (in.kind == InputKind::Adapter) {
+        const LoraAdapter adapter = load_peft_adapter(in.dir.string(), base.config);
+        files = export_merged_model(base, adapter, base_dir.string(), partial);
+      } else {
+        SaveModelOptions so;
+        so.copy_files_from = in.dir.string();
+        files = save_hf_model(base, partial, so);
+      }
+      promote_folder(partial, out.string(), "export");
+    } catch (...) {
+      fs::remove_all(partial, ec);
+      throw;
     }
     for (const auto& f : files) written.push_back((out / f).string());
     result["output"] = out.string();

@@ -33,6 +33,7 @@ int run_generate(const GenerateArgs& a) {
   if (a.max_new_tokens < 0)
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 fmt::format("[generate] --max-new-tokens must be >= 0, got {}", a.max_new_tokens));
+  check_model_dir(a.model_dir);  // a hub name gets the same explanation as in train and export
   auto tokenizer = Tokenizer::from_dir(a.model_dir);
   ModelWeights weights = load_model(a.model_dir);
   const ModelConfig cfg = weights.config;

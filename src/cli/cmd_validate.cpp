@@ -2,11 +2,14 @@
 // its line number and reason. Lengths are exact token counts with --model (the model's tokenizer
 // and chat template), otherwise estimated at 4 bytes per token; the report says which.
 // Exit code 0 when every row is good, 1 when any row is bad or the file has no usable row.
+// Messages quote rows, so each goes through redact() (tokens in a dataset stay out of terminals and CI logs).
 #include <iostream>
 #include <memory>
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/redact.h"
+#include "model/loader.h"
 #include "text/dataset.h"
 
 namespace {
@@ -33,6 +36,7 @@ int run_validate(const ValidateOptions& o) {
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<ChatTemplate> tmpl;
   if (!o.model_dir.empty()) {
+    check_model_dir(o.model_dir);  // a hub name is explained, as in every command
     tok = Tokenizer::from_dir(o.model_dir);
     tmpl = std::make_unique<ChatTemplate>(ChatTemplate::from_tokenizer(*tok));
     lo.tokenizer = tok.get();
@@ -72,11 +76,11 @@ int run_validate(const ValidateOptions& o) {
     for (size_t k = 0; k < shown; ++k)
       j["issues"].push_back({{"line", ds.issues[k].line},
                              {"reason", row_problem_name(ds.issues[k].problem)},
-                             {"message", ds.issues[k].message}});
+                             {"message", redact(ds.issues[k].message)}});
     j["issues_truncated"] = shown < ds.issues.size();
     j["long"] = nlohmann::ordered_json::array();
     for (size_t k = 0; k < std::min(long_rows.size(), static_cast<size_t>(o.max_errors)); ++k)
-      j["long"].push_back({{"line", long_rows[k].line}, {"message", long_rows[k].message}});
+      j["long"].push_back({{"line", long_rows[k].line}, {"message", redact(long_rows[k].message)}});
     j["valid"] = ds.issues.empty() && invalid_reason.empty();
     j["error_code"] = invalid_reason.empty() ? nullptr : nlohmann::ordered_json("INPUT_DATASET_INVALID");
     std::cout << j.dump(2) << std::endl;
@@ -85,11 +89,11 @@ int run_validate(const ValidateOptions& o) {
                              ds.total_rows, ds.rows.size() + long_rows.size(), ds.issues.size());
     for (size_t k = 0; k < shown; ++k)
       std::cout << fmt::format("line {}: {}: {}\n", ds.issues[k].line, row_problem_name(ds.issues[k].problem),
-                               ds.issues[k].message);
+                               redact(ds.issues[k].message));
     if (shown < ds.issues.size())
       std::cout << fmt::format("... {} more bad rows not shown (raise --max-errors)\n", ds.issues.size() - shown);
     for (size_t k = 0; k < std::min(long_rows.size(), static_cast<size_t>(o.max_errors)); ++k)
-      std::cout << fmt::format("line {}: long: {}\n", long_rows[k].line, long_rows[k].message);
+      std::cout << fmt::format("line {}: long: {}\n", long_rows[k].line, redact(long_rows[k].message));
     if (!long_rows.empty())
       std::cout << fmt::format(
           "{} rows are longer than {} tokens: training keeps their start (--max-seq-length); a row whose trainable "

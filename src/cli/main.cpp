@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 
 #include "cli/command.h"
@@ -148,6 +149,8 @@ int main(int argc, char** argv) {
   } catch (const bp::Error& e) {
     spdlog::debug("error {}: {}", e.info().name, e.what());
     return fail(e);
+  } catch (const std::filesystem::filesystem_error& e) {
+    return fail(bp::error_from_filesystem(e));
   } catch (const std::bad_alloc& e) {
     return fail(bp::Error(bp::ErrorCode::RUNTIME_OOM_ADJACENT, std::string("[cli] std::bad_alloc: ") + e.what()));
   } catch (const std::exception& e) {

@@ -10,8 +10,7 @@
 
 namespace bp::cli {
 
-ProgressBar::ProgressBar(bool enabled)
-    : enabled_(enabled), tty_(isatty(2) != 0), start_(std::chrono::steady_clock::now()) {}
+ProgressBar::ProgressBar(bool enabled) : enabled_(enabled), tty_(isatty(2) != 0) {}
 
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
@@ -37,18 +36,9 @@ std::string format_progress_line(const StepRecord& r, int64_t total, double tps,
 
 void ProgressBar::update(const StepRecord& r, const TrainSummary& s, int64_t total) {
   if (!enabled_) return;
-  auto now = std::chrono::steady_clock::now();
-  if (first_step_ < 0) {
-    first_step_ = r.step - 1;
-    tokens_at_start_ = s.tokens - r.tokens;
-    start_ = now;  // the first step's time is measured from construction below
-  }
-  double el = std::chrono::duration<double>(now - start_).count();
-  int64_t steps_here = r.step - first_step_;
-  double tps = el > 0 ? static_cast<double>(s.tokens - tokens_at_start_) / el : 0.0;
-  double eta = steps_here > 0 ? el / static_cast<double>(steps_here) * static_cast<double>(total - r.step) : 0.0;
+  const ThroughputReading rate = meter_.update(r.step, s.tokens, total, std::chrono::steady_clock::now());
   auto m = cpu_allocator().stats();
-  std::string line = format_progress_line(r, total, tps, m.bytes_in_use, m.bytes_peak, eta, 24);
+  std::string line = format_progress_line(r, total, rate.tokens_per_s, m.bytes_in_use, m.bytes_peak, rate.eta_s, 24);
   if (tty_) {
     std::fprintf(stderr, "\r\033[K%s", line.c_str());
     drawn_ = true;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <string>
 
+#include "train/throughput.h"
 #include "train/trainer.h"
 
 namespace bp::cli {
@@ -20,9 +21,7 @@ class ProgressBar {
  private:
   bool enabled_, tty_;
   bool drawn_ = false;
-  std::chrono::steady_clock::time_point start_;
-  int64_t first_step_ = -1;
-  int64_t tokens_at_start_ = 0;
+  ThroughputMeter meter_;
 };
 
 // "[========>     ] 12/50 loss 1.2345 lr 2.0e-04 | 1,234 tok/s | mem 1.2 GiB (peak 1.5 GiB) | ETA 1m05s"

@@ -76,6 +76,7 @@ int run_quickstart(Settings st, bool json) {
   say(fmt::format("Quick start: LoRA fine-tuning of {} on {} ({} steps), held-out set {}\n\n", o.model_dir, o.data_path,
                   o.steps, o.eval_data_path));
 
+  check_model_dir(o.model_dir);  // a hub name is explained, as in every command
   auto tok = Tokenizer::from_dir(o.model_dir);
   ChatTemplate tmpl = ChatTemplate::from_tokenizer(*tok);
   std::vector<TaskExample> examples = load_task_examples(o.eval_data_path);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+
 #include "core/redact.h"
 
 namespace bp {
@@ -17,6 +19,18 @@ nlohmann::json redact_json(const nlohmann::json& j) {
   return j;
 }
 }  // namespace
+
+Error error_from_filesystem(const std::filesystem::filesystem_error& e) {
+  const int err = e.code().value();
+  const std::string path = e.path1().string();
+  if (err == ENOSPC || err == EDQUOT) return Error(ErrorCode::STATE_DISK_FULL, std::string("[fs] ") + e.what());
+  if (err == EACCES || err == EPERM || err == EROFS || err == ENOTDIR || err == EEXIST || err == EISDIR ||
+      err == ENOENT || err == ENAMETOOLONG)
+    return std::move(Error(ErrorCode::INPUT_VALIDATION_FAILED, std::string("[fs] ") + e.what(), {{"path", path}})
+                         .with_suggestion("Check the path named in the message: a folder you can write to, with no "
+                                          "file in the way."));
+  return Error(ErrorCode::RUNTIME_INTERNAL, std::string("[fs] ") + e.what());
+}
 
 std::string render_error_text(const Error& e, const std::string& run_id) {
   std::string s = fmt::format("[ERROR] [{}] {}\n", e.info().name, redact(e.what()));

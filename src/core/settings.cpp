@@ -12,10 +12,12 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/redact.h"
 
 extern char** environ;
 
@@ -87,12 +89,25 @@ std::optional<bool> parse_bool(std::string_view text) {
   return std::nullopt;
 }
 
-std::optional<int64_t> parse_int(std::string_view text) {
+// The whole text as an integer of type T (an optional leading '+'); nullopt when malformed or out of T's range.
+template <class T>
+std::optional<T> parse_integer(std::string_view text) {
   if (!text.empty() && text[0] == '+') text.remove_prefix(1);
-  int64_t v = 0;
+  T v = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || p != text.data() + text.size() || text.empty()) return std::nullopt;
   return v;
+}
+std::optional<int64_t> parse_int(std::string_view text) {
+  return parse_integer<int64_t>(text);
+}
+std::optional<uint64_t> parse_uint(std::string_view text) {
+  return parse_integer<uint64_t>(text);
+}
+
+// An Int setting that spans the whole uint64 range (a seed): stored as the bits of Value::i.
+bool is_uint64_setting(const SettingSpec& spec) {
+  return spec.type == SettingType::Int && spec.min >= 0 && spec.max >= 1.8e19;
 }
 
 std::optional<double> parse_float(std::string_view text) {
@@ -180,6 +195,7 @@ std::string setting_allowed_text(const SettingSpec& spec) {
   switch (spec.type) {
     case SettingType::Bool: return "true|false|1|0|yes|no";
     case SettingType::Int:
+      if (is_uint64_setting(spec)) return fmt::format("an integer from {} to {}", spec.min, UINT64_MAX);
       if (spec.max >= 9e18) return fmt::format("an integer >= {}", spec.min);
       return fmt::format("an integer from {} to {}", spec.min, static_cast<int64_t>(spec.max));
     case SettingType::Float: return fmt::format("a number from {} to {}", spec.min, spec.max);
@@ -259,6 +275,13 @@ void parse_into(const SettingSpec& spec, std::string_view text, SettingSource so
       return;
     }
     case SettingType::Int: {
+      if (is_uint64_setting(spec)) {
+        auto u = parse_uint(text);
+        if (!u) bad_value(spec, text, source, origin, parse_int(text) ? "out of range" : "not an integer");
+        if (static_cast<double>(*u) < spec.min) bad_value(spec, text, source, origin, "out of range");
+        i = static_cast<int64_t>(*u);  // the bits; get_uint reads them back
+        return;
+      }
       auto v = parse_int(text);
       if (!v) bad_value(spec, text, source, origin, "not an integer");
       if (static_cast<double>(*v) < spec.min || static_cast<double>(*v) > spec.max)
@@ -359,6 +382,11 @@ void Settings::apply_environment(const Environment& env) {
 }
 
 void Settings::apply_toml_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))  // an ifstream opens a folder and reads nothing
+    throw Error(ErrorCode::CONFIG_INVALID, fmt::format("[settings] config file {} is a folder, not a TOML file", path),
+                {{"file", path}})
+        .with_suggestion("Pass the TOML file itself with --config FILE (see `backprop info --env-vars`).");
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw Error(ErrorCode::CONFIG_INVALID,
@@ -436,7 +464,14 @@ bool Settings::get_bool(std::string_view key) const {
   return value(key, SettingType::Bool).b;
 }
 int64_t Settings::get_int(std::string_view key) const {
-  return value(key, SettingType::Int).i;
+  const SettingSpec* spec = find_setting(key);
+  const int64_t v = value(key, SettingType::Int).i;
+  BP_CHECK(!spec || !is_uint64_setting(*spec) || v >= 0, "[settings] {} is {}, past int64: read it with get_uint", key,
+           static_cast<uint64_t>(v));
+  return v;
+}
+uint64_t Settings::get_uint(std::string_view key) const {
+  return static_cast<uint64_t>(value(key, SettingType::Int).i);
 }
 double Settings::get_float(std::string_view key) const {
   return value(key, SettingType::Float).f;
@@ -457,9 +492,14 @@ std::string Settings::text(std::string_view key, bool reveal_secrets) const {
   const Value& v = values_.find(key)->second;
   switch (spec->type) {
     case SettingType::Bool: return v.b ? "true" : "false";
-    case SettingType::Int: return std::to_string(v.i);
+    case SettingType::Int:
+      return is_uint64_setting(*spec) ? std::to_string(static_cast<uint64_t>(v.i)) : std::to_string(v.i);
     case SettingType::Float: return fmt::format("{}", v.f);
-    default: return spec->secret && !reveal_secrets && !v.s.empty() ? "***" : v.s;
+    default:
+      if (reveal_secrets) return v.s;
+      // Secrets are masked whole; any other text loses what redact() finds in it (a password in
+      // a URL such as --ollama-host http://user:pass@host), also in the run's settings.json.
+      return spec->secret && !v.s.empty() ? "***" : redact(v.s);
   }
 }
 
@@ -471,7 +511,12 @@ nlohmann::json Settings::to_json() const {
     auto& slot = j[key.substr(0, dot)][key.substr(dot + 1)];
     switch (spec.type) {
       case SettingType::Bool: slot = get_bool(key); break;
-      case SettingType::Int: slot = get_int(key); break;
+      case SettingType::Int:
+        if (is_uint64_setting(spec))
+          slot = get_uint(key);
+        else
+          slot = get_int(key);
+        break;
       case SettingType::Float: slot = get_float(key); break;
       default: slot = text(key); break;
     }

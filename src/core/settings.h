@@ -41,7 +41,7 @@ struct SettingSpec {
   const char* key;  // "training.lr" (section.key)
   SettingType type;
   const char* default_value;  // text form, parsed with the same rules as every other layer
-  double min, max;            // inclusive range for Int and Float
+  double min, max;            // inclusive range for Int and Float (max >= 1.8e19: a uint64, see get_uint)
   const char* choices;        // Enum: "cosine|linear|constant"; unused otherwise
   StringRule rule;            // String only
   const char* flag;           // command-line flag ("--lr"), or "" for none
@@ -96,6 +96,8 @@ class Settings {
 
   bool get_bool(std::string_view key) const;
   int64_t get_int(std::string_view key) const;
+  // An Int setting whose max is 2^64-1 (training.seed): the full uint64 range.
+  uint64_t get_uint(std::string_view key) const;
   double get_float(std::string_view key) const;
   const std::string& get_string(std::string_view key) const;  // String and Enum settings
   SettingSource source(std::string_view key) const;

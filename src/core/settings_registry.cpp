@@ -13,6 +13,7 @@ using T = SettingType;
 using R = StringRule;
 constexpr double kNoMin = 0, kNoMax = 0;
 constexpr double kI64Max = 9.2e18;
+constexpr double kU64Max = 18446744073709551615.0;  // an Int with this max is read as a uint64 (get_uint)
 
 // clang-format off
 constexpr SettingSpec kSettings[] = {
@@ -66,7 +67,7 @@ constexpr SettingSpec kSettings[] = {
    "--gradient-checkpointing", false,
    "Recompute activations in backward instead of keeping them (less memory, ~30% more compute); auto = only when "
    "the memory plan says the micro-batch would not fit without it (and as the first OOM recovery)."},
-  {"training.seed", T::Int, "42", 0, kI64Max, "", R::Any, "--seed", false,
+  {"training.seed", T::Int, "42", 0, kU64Max, "", R::Any, "--seed", false,
    "Seed for initialisation, dropout and shuffling; a resumed run continues its RNG state."},
   {"training.eval_every", T::Int, "0", 0, kI64Max, "", R::Any, "--eval-every", false,
    "Evaluate on the held-out split every N steps; 0 = only at the end (when a holdout exists)."},

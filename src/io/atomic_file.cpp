@@ -34,8 +34,9 @@ void crash_point(std::string_view name) {
 
 static Error io_error(int err, const std::string& path, const char* what) {
   if (err == ENOSPC || err == EDQUOT)
-    return Error(ErrorCode::STATE_DISK_FULL, fmt::format("[io] no space left on device while {} {}", what, path),
-                 {{"path", path}});
+    return std::move(Error(ErrorCode::STATE_DISK_FULL,
+                           fmt::format("[io] no space left on device while {} {}", what, path), {{"path", path}})
+                         .with_suggestion(kDiskFullFileSuggestion));
   return Error(ErrorCode::RUNTIME_EXPORT_FAILED, fmt::format("[io] {} {}: {}", what, path, std::strerror(err)),
                {{"path", path}, {"errno", err}});
 }
@@ -96,6 +97,56 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+void promote_folder(const std::string& partial, const std::string& final_dir, std::string_view crash_prefix) {
+  namespace fs = std::filesystem;
+  const std::string aside = final_dir + ".old";
+  const std::string parent = fs::path(final_dir).parent_path().string();
+  std::error_code ec;
+  bool set_aside = false;
+  try {
+    if (fs::exists(final_dir, ec)) {
+      fs::remove_all(aside, ec);
+      fs::rename(final_dir, aside);
+      set_aside = true;
+      fsync_dir(parent);
+      crash_point(fmt::format("{}:after_set_aside", crash_prefix));
+    }
+    fs::rename(partial, final_dir);
+    fsync_dir(parent);
+  } catch (...) {
+    if (set_aside && !fs::exists(final_dir, ec)) fs::rename(aside, final_dir, ec);
+    throw;
+  }
+  crash_point(fmt::format("{}:before_remove_aside", crash_prefix));
+  fs::remove_all(aside, ec);
+}
+
+void ensure_writable_dir(const std::string& dir, std::string_view what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  int err = ec ? ec.value() : 0;
+  if (!err && !fs::is_directory(dir, ec)) err = ENOTDIR;
+  if (!err) {  // permissions and read-only mounts show only when a file is created
+    const std::string probe = (fs::path(dir) / fmt::format(".backprop-write-check-{}", ::getpid())).string();
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      err = errno;
+    } else {
+      ::close(fd);
+      ::unlink(probe.c_str());
+    }
+  }
+  if (!err) return;
+  const bool full = err == ENOSPC || err == EDQUOT;
+  throw Error(full ? ErrorCode::STATE_DISK_FULL : ErrorCode::INPUT_VALIDATION_FAILED,
+              fmt::format("[io] {} {} cannot be written: {}", what, dir, std::strerror(err)),
+              {{"path", dir}, {"errno", err}})
+      .with_suggestion(full ? "Free disk space or pass --output a folder on another disk."
+                            : fmt::format("Pass --output a folder you can write to ({} is {}).", dir,
+                                          err == ENOTDIR || err == EEXIST ? "not a folder" : "not writable"));
+}
+
 void fsync_dir(const std::string& dir) {
   int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;
@@ -117,7 +168,8 @@ void require_free_space(const std::string& path, uint64_t bytes_needed, std::str
     throw Error(ErrorCode::STATE_DISK_FULL,
                 fmt::format("[io] {} needs {} but only {} is free at {}", what, format_bytes(bytes_needed),
                             format_bytes(free_b), path),
-                {{"bytes_needed", bytes_needed}, {"bytes_free", free_b}, {"path", path}});
+                {{"bytes_needed", bytes_needed}, {"bytes_free", free_b}, {"path", path}})
+        .with_suggestion(kDiskFullFileSuggestion);
 }
 
 }  // namespace bp

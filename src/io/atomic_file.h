@@ -48,6 +48,12 @@ class AtomicFile {
   bool committed_ = false;
 };
 
+// The suggestion of STATE_DISK_FULL raised by a file write (the catalog's default speaks of a
+// previous checkpoint, which a file write cannot know about; CheckpointStore words its own).
+inline constexpr const char* kDiskFullFileSuggestion =
+    "Free disk space (or point --output elsewhere) and run the command again; the unfinished file was removed, "
+    "files written before are untouched.";
+
 // Whole-file helpers.
 void write_file_atomic(const std::string& path, std::string_view contents);
 std::string read_file(const std::string& path);  // throws INPUT_VALIDATION_FAILED when unreadable
@@ -56,5 +62,15 @@ void fsync_dir(const std::string& dir);
 uint64_t free_disk_bytes(const std::string& path);
 // Throws STATE_DISK_FULL when fewer than `bytes_needed` are free at `path`.
 void require_free_space(const std::string& path, uint64_t bytes_needed, std::string_view what);
+// Moves the finished folder `partial` to `final_dir` so that a complete folder exists at every
+// moment: an existing final_dir is renamed to "<final_dir>.old" first and deleted only after the
+// new one is in place (a crash in between leaves both complete; see CheckpointStore's recovery).
+// Crash points "<crash_prefix>:after_set_aside" and "<crash_prefix>:before_remove_aside". If a
+// rename fails, the old folder is put back and the error propagates.
+void promote_folder(const std::string& partial, const std::string& final_dir, std::string_view crash_prefix);
+// Creates `dir` (and its parents) and proves a file can be created in it. Throws
+// INPUT_VALIDATION_FAILED (a user error) naming `what`, the path and the reason (read-only file system, no
+// permission, a file in the way), or STATE_DISK_FULL when the disk is full.
+void ensure_writable_dir(const std::string& dir, std::string_view what);
 
 }  // namespace bp

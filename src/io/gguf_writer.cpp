@@ -13,6 +13,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace bp {
 namespace {
@@ -24,7 +25,8 @@ std::atomic<int64_t> g_free_space{-1};
 [[noreturn]] void throw_io(int err, const std::string& what, const std::string& path) {
   if (err == ENOSPC || err == EDQUOT)
     throw Error(ErrorCode::STATE_DISK_FULL,
-                fmt::format("[gguf] no space left on the device while {} {}: {}", what, path, std::strerror(err)));
+                fmt::format("[gguf] no space left on the device while {} {}: {}", what, path, std::strerror(err)))
+        .with_suggestion(kDiskFullFileSuggestion);
   throw Error(ErrorCode::RUNTIME_GGUF_EXPORT_FAILED, fmt::format("[gguf] {} {}: {}", what, path, std::strerror(err)));
 }
 
@@ -309,7 +311,8 @@ void GGUFWriter::write(const std::string& path) const {
     throw Error(ErrorCode::STATE_DISK_FULL,
                 fmt::format("[gguf] {} needs {} but only {} are free on its file system", path, format_bytes(total),
                             format_bytes(free_bytes)),
-                {{"bytes_needed", total}, {"bytes_free", free_bytes}});
+                {{"bytes_needed", total}, {"bytes_free", free_bytes}})
+        .with_suggestion(kDiskFullFileSuggestion);
 
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   try {

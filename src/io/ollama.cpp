@@ -59,6 +59,7 @@ class Session {
     cli_.set_read_timeout(s, us);
     cli_.set_write_timeout(s, us);
     cli_.set_keep_alive(false);
+    if (!ep.user.empty()) cli_.set_basic_auth(ep.user, ep.password);
   }
 
   // Sends with retries; returns the last attempt (the caller judges the status).

@@ -41,9 +41,13 @@ void validate_ollama_model_name(const std::string& name);
 struct OllamaEndpoint {
   std::string host = "127.0.0.1";
   int port = 11434;
+  // Credentials given in the URL (http://user:pass@host): sent as HTTP basic auth, never part of
+  // str() (which messages print).
+  std::string user, password;
   std::string str() const { return host + ":" + std::to_string(port); }
 };
-// OLLAMA_HOST forms: "", "host", "host:port", "http://host[:port]", "0.0.0.0[:port]" (-> 127.0.0.1).
+// OLLAMA_HOST forms: "", "host", "host:port", "http://host[:port]", "0.0.0.0[:port]" (-> 127.0.0.1),
+// each optionally with "user[:password]@" before the host.
 // https and malformed ports -> INPUT_VALIDATION_FAILED.
 OllamaEndpoint parse_ollama_host(const std::string& value);
 

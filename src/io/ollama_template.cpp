@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "core/redact.h"
 #include "io/ollama.h"
 
 namespace bp {
@@ -146,16 +147,25 @@ OllamaEndpoint parse_ollama_host(const std::string& value) {
   while (!v.empty() && std::isspace(static_cast<unsigned char>(v.back()))) v.pop_back();
   if (v.empty()) return e;
   if (v.rfind("https://", 0) == 0)
-    bad_input(fmt::format("[ollama] OLLAMA_HOST '{}' uses https, which this build does not speak; use http://", value));
+    bad_input(fmt::format("[ollama] OLLAMA_HOST '{}' uses https, which this build does not speak; use http://",
+                          redact(value)));
   if (v.rfind("http://", 0) == 0) v = v.substr(7);
   if (const size_t p = v.find('/'); p != std::string::npos) v = v.substr(0, p);
+  if (const size_t at = v.rfind('@'); at != std::string::npos) {  // user[:password]@host
+    const std::string userinfo = v.substr(0, at);
+    const size_t colon = userinfo.find(':');
+    e.user = userinfo.substr(0, colon);
+    if (colon != std::string::npos) e.password = userinfo.substr(colon + 1);
+    v = v.substr(at + 1);
+  }
+  const std::string shown = e.user.empty() ? value : "***@" + v;  // messages never show credentials
   const size_t colon = v.rfind(':');
   if (colon != std::string::npos) {
     const std::string port = v.substr(colon + 1);
     v = v.substr(0, colon);
     if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), ::isdigit) || std::stoi(port) < 1 ||
         std::stoi(port) > 65535)
-      bad_input(fmt::format("[ollama] OLLAMA_HOST '{}' has an invalid port '{}'", value, port));
+      bad_input(fmt::format("[ollama] OLLAMA_HOST '{}' has an invalid port '{}'", shown, port));
     e.port = std::stoi(port);
   }
   if (!v.empty()) e.host = v;

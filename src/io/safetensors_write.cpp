@@ -17,7 +17,9 @@ namespace {
 [[noreturn]] void io_fail(const std::string& path, const char* what, int err) {
   const ErrorCode code =
       (err == ENOSPC || err == EDQUOT) ? ErrorCode::STATE_DISK_FULL : ErrorCode::RUNTIME_EXPORT_FAILED;
-  throw Error(code, fmt::format("[safetensors] {}: {} failed: {}", path, what, std::strerror(err)));
+  Error e(code, fmt::format("[safetensors] {}: {} failed: {}", path, what, std::strerror(err)));
+  if (code == ErrorCode::STATE_DISK_FULL) e.with_suggestion(kDiskFullFileSuggestion);
+  throw e;
 }
 
 const char* safetensors_dtype(DType t) {

@@ -65,7 +65,7 @@ TrainOptions TrainOptions::from_settings(const Settings& s) {
   o.lora.target_modules = split_list(s.get_string("lora.target_modules"));
   if (const std::string& gc = s.get_string("training.gradient_checkpointing"); gc != "auto")
     o.gradient_checkpointing = gc == "true";
-  o.seed = static_cast<uint64_t>(s.get_int("training.seed"));
+  o.seed = s.get_uint("training.seed");
   o.device = s.get_string("model.device");
   o.shuffle = s.get_bool("data.shuffle");
   o.max_bad_rows = s.get_int("data.max_errors");

@@ -26,6 +26,7 @@
 #include "train/checkpoint.h"
 #include "train/oom_recovery.h"
 #include "train/optimizer.h"
+#include "train/resume.h"
 #include "train/train_data.h"
 #include "train/train_plan.h"
 
@@ -107,11 +108,15 @@ LoraAdapter* Trainer::adapter() {
 // output folder, or under runs/), a run id (runs/<id>), a run folder or a checkpoint folder.
 static std::optional<CheckpointInfo> find_resume_checkpoint(const TrainOptions& o, std::string* run_dir,
                                                             const std::function<void(const std::string&)>& warn) {
+  auto check = [&](const CheckpointInfo& c) { check_resumable_checkpoint(c, o.mode); };
   auto newest_in_run = [&](const std::string& dir) -> std::optional<CheckpointInfo> {
     CheckpointStore store((fs::path(dir) / "checkpoints").string());
-    return store.latest_valid([&](const std::string& p, const Error& e) {
-      warn(fmt::format("skipping damaged checkpoint {}: {}", p, e.what()));
-    });
+    for (const auto& m : store.recover_interrupted_writes()) warn(m);
+    return store.latest_valid(
+        [&](const std::string& p, const Error& e) {
+          warn(fmt::format("skipping damaged checkpoint {}: {}", p, e.what()));
+        },
+        check);
   };
   const std::string& r = o.resume;
   if (r == "latest") {
@@ -140,7 +145,9 @@ static std::optional<CheckpointInfo> find_resume_checkpoint(const TrainOptions& 
     int64_t step = 0;
     nlohmann::json st = CheckpointStore::verify(p.string());
     step = st.value("step", int64_t{0});
-    return CheckpointInfo{p.string(), step, st};
+    CheckpointInfo info{p.string(), step, st};
+    check(info);
+    return info;
   }
   if (fs::is_directory(p)) {
     *run_dir = p.string();
@@ -187,6 +194,7 @@ TrainSummary Trainer::run() {
   TrainOptions& o = s.opt;
   auto t0 = std::chrono::steady_clock::now();
   check_device(o.device);
+  if (!o.model_dir.empty()) check_model_dir(o.model_dir);  // explains hub names before the tokenizer is read
   set_num_threads(o.threads);
   if (!o.fault_crash_at.empty()) io_faults().crash_at = o.fault_crash_at;
   if (o.fault_enospc_after_bytes >= 0) io_faults().enospc_after_bytes = o.fault_enospc_after_bytes;
@@ -208,14 +216,16 @@ TrainSummary Trainer::run() {
   }
   s.summary.run_id = log::run_id();
   if (o.output_dir.empty()) o.output_dir = (fs::path(o.output_root) / s.summary.run_id).string();
-  fs::create_directories(o.output_dir);
+  ensure_writable_dir(o.output_dir, "the run's output folder (--output)");
   s.summary.output_dir = o.output_dir;
+  if (resume_from)  // the steps after the checkpoint are trained (and recorded) again
+    truncate_metrics_after_step((fs::path(o.output_dir) / "metrics.jsonl").string(),
+                                resume_from->trainer_state.at("step").get<int64_t>());
   s.metrics.open((fs::path(o.output_dir) / "metrics.jsonl").string(), std::ios::app);
   if (!o.resolved_settings.is_null())
     write_file_atomic((fs::path(o.output_dir) / "settings.json").string(), o.resolved_settings.dump(2));
   s.checkpoints = std::make_unique<CheckpointStore>((fs::path(o.output_dir) / "checkpoints").string());
-  for (const auto& p : s.checkpoints->remove_stale_partials())
-    s.event("info", fmt::format("removed the unfinished checkpoint {} left by an interrupted save", p));
+  for (const auto& m : s.checkpoints->recover_interrupted_writes()) s.event("info", m);
 
   // Data.
   std::string tok_dir = !o.tokenizer_dir.empty() ? o.tokenizer_dir
@@ -323,6 +333,7 @@ TrainSummary Trainer::run() {
                          {"cursor", s.cursor->state().to_json()},
                          {"run_id", s.summary.run_id},
                          {"seed", o.seed},
+                         {"mode", train_mode_name(o.mode)},
                          {"tokens", s.summary.tokens},
                          {"oom_recoveries", s.summary.oom_recoveries},
                          {"skipped_steps", s.summary.skipped_steps},

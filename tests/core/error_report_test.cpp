@@ -16,6 +16,25 @@ TEST(ErrorReport, TextHasCodeRunIdAndSuggestionInOrder) {
   EXPECT_EQ(render_error_text(e, "").find("Run id"), std::string::npos);
 }
 
+// A file-system error reaching the CLI is the user's (a path) or a full disk, not "a bug".
+TEST(ErrorReport, FilesystemErrorsBecomeUserErrorsNamingThePath) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories("/dev/null/run", ec);
+  ASSERT_TRUE(ec);
+  Error e = error_from_filesystem(fs::filesystem_error("cannot create directories", "/dev/null/run", ec));
+  EXPECT_EQ(e.code(), ErrorCode::INPUT_VALIDATION_FAILED) << e.what();
+  EXPECT_NE(std::string(e.what()).find("/dev/null/run"), std::string::npos) << e.what();
+  EXPECT_EQ(e.details()["path"], "/dev/null/run");
+  auto with = [](std::errc c) {
+    return error_from_filesystem(fs::filesystem_error("x", "/p", std::make_error_code(c))).code();
+  };
+  EXPECT_EQ(with(std::errc::no_space_on_device), ErrorCode::STATE_DISK_FULL);
+  EXPECT_EQ(with(std::errc::read_only_file_system), ErrorCode::INPUT_VALIDATION_FAILED);
+  EXPECT_EQ(with(std::errc::permission_denied), ErrorCode::INPUT_VALIDATION_FAILED);
+  EXPECT_EQ(with(std::errc::io_error), ErrorCode::RUNTIME_INTERNAL);
+}
+
 TEST(ErrorReport, JsonEnvelopeIsCompleteAndRedacted) {
   Error e(ErrorCode::DEP_OLLAMA_REGISTRATION_FAILED, "[ollama] refused: Bearer abcdefghijkl",
           {{"url", "http://u:hunter22@host/api"}, {"n", 3}});

@@ -256,6 +256,44 @@ TEST(Settings, BadTomlAndMissingFileAreConfigInvalid) {
                {"missing.toml"});
 }
 
+// A folder given as --config was read as an empty file and silently ignored.
+TEST(Settings, ConfigNamingAFolderIsConfigInvalid) {
+  test::TempDir dir;
+  expect_error([&] { Settings::load(dir.path, {}, {}); }, ErrorCode::CONFIG_INVALID, {dir.path, "folder"});
+}
+
+// training.seed spans the whole uint64 range (it was "not an integer" past 2^63-1).
+TEST(Settings, SeedTakesTheFullUint64Range) {
+  Settings s = Settings::load("", {{"BACKPROPAGATE_TRAINING__SEED", "18446744073709551615"}}, {});
+  EXPECT_EQ(s.get_uint("training.seed"), UINT64_MAX);
+  EXPECT_EQ(s.text("training.seed"), "18446744073709551615");
+  EXPECT_EQ(s.to_json()["training"]["seed"].get<uint64_t>(), UINT64_MAX);
+  EXPECT_EQ(Settings::load("", {}, {{"training.seed", "9223372036854775808"}}).get_uint("training.seed"),
+            9223372036854775808ull);
+  expect_error(
+      [] {
+        Settings::load("", {}, {{"training.seed", "18446744073709551616"}});
+      },
+      ErrorCode::CONFIG_INVALID_SETTING, {"training.seed", "18446744073709551615"});
+  expect_error(
+      [] {
+        Settings::load("", {}, {{"training.seed", "-1"}});
+      },
+      ErrorCode::CONFIG_INVALID_SETTING, {"out of range"});
+  expect_error([&] { s.get_int("training.seed"); }, ErrorCode::RUNTIME_INTERNAL, {"get_uint"});
+  EXPECT_EQ(Settings::load("", {}, {{"training.seed", "7"}}).get_int("training.seed"), 7);  // fits: int64 is fine
+}
+
+// A password inside a URL setting is masked when shown (info --env-vars) and in settings.json.
+TEST(Settings, UrlCredentialsAreMaskedWhenShown) {
+  Settings s = Settings::load("", {}, {{"export.ollama_host", "http://alice:s3cretpw@box:8080"}});
+  EXPECT_EQ(s.get_string("export.ollama_host"), "http://alice:s3cretpw@box:8080");  // the value itself is intact
+  EXPECT_EQ(s.text("export.ollama_host").find("s3cretpw"), std::string::npos) << s.text("export.ollama_host");
+  EXPECT_NE(s.text("export.ollama_host").find("box:8080"), std::string::npos);
+  EXPECT_EQ(s.to_json().dump().find("s3cretpw"), std::string::npos);
+  EXPECT_EQ(s.text("export.ollama_host", /*reveal_secrets=*/true), "http://alice:s3cretpw@box:8080");
+}
+
 TEST(Settings, StringRulesAndTypedAccess) {
   Settings s = Settings::load(
       "", {}, {{"training.micro_batch_size", "4"}, {"training.max_memory", "8G"}, {"model.device", "cuda:1"}});

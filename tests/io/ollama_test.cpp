@@ -64,6 +64,7 @@ class FakeOllama {
           return;
         }
       created.push_back(j);
+      authorization = req.get_header_value("Authorization");
       res.set_content(R"({"status":"success"})", "application/json");
     });
     port = srv_.bind_to_any_port("127.0.0.1");
@@ -83,6 +84,7 @@ class FakeOllama {
   std::atomic<int> uploads{0};
   bool reject_create = false;
   std::vector<nlohmann::json> created;
+  std::string authorization;  // of the last /api/create
   std::map<std::string, std::string> blobs_;
 
  private:
@@ -219,6 +221,19 @@ TEST(Ollama, ModelNameRules) {
   EXPECT_NO_THROW(validate_ollama_model_name(std::string(80, 'a')));
 }
 
+// Credentials in the host URL are sent as HTTP basic auth (a proxy in front of Ollama) and
+// never appear in the result.
+TEST(Ollama, CredentialsInTheHostUrlAreSentAsBasicAuth) {
+  FakeOllama srv;
+  test::TempDir d;
+  const auto r =
+      register_with_ollama(make_file(d, "gguf"), "m", kChatML, 2048, fast("http://alice:s3cretpw@" + srv.host()));
+  EXPECT_EQ(srv.authorization, "Basic YWxpY2U6czNjcmV0cHc=");  // base64("alice:s3cretpw")
+  EXPECT_EQ(r.endpoint, srv.host());
+  register_with_ollama(make_file(d, "gguf"), "m", kChatML, 2048, fast(srv.host()));
+  EXPECT_EQ(srv.authorization, "");
+}
+
 TEST(Ollama, HostParsing) {
   EXPECT_EQ(parse_ollama_host("").str(), "127.0.0.1:11434");
   EXPECT_EQ(parse_ollama_host("0.0.0.0").str(), "127.0.0.1:11434");
@@ -227,6 +242,19 @@ TEST(Ollama, HostParsing) {
   EXPECT_EQ(parse_ollama_host("gpu-box").str(), "gpu-box:11434");
   EXPECT_THROW(parse_ollama_host("box:99999"), Error);
   EXPECT_THROW(parse_ollama_host("https://box"), Error);
+  // Credentials in the URL become basic auth and never reach str() or a message.
+  const OllamaEndpoint e = parse_ollama_host("http://alice:s3cretpw@box:8080/api");
+  EXPECT_EQ(e.str(), "box:8080");
+  EXPECT_EQ(e.user, "alice");
+  EXPECT_EQ(e.password, "s3cretpw");
+  for (const char* bad : {"alice:s3cretpw@box:99999", "https://alice:s3cretpw@box"}) {
+    try {
+      parse_ollama_host(bad);
+      ADD_FAILURE() << bad;
+    } catch (const Error& err) {
+      EXPECT_EQ(std::string(err.what()).find("s3cretpw"), std::string::npos) << err.what();
+    }
+  }
 }
 
 std::string chat_template_of(const std::string& family) {
