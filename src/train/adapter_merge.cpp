@@ -20,8 +20,8 @@ namespace {
 template <class M, class Fn>
 void for_each_pair(M& merged, const LoraAdapter& fresh, Fn&& fn) {
   if (merged.layers.size() != fresh.layers.size())
-    throw Error(ErrorCode::RUNTIME_INTERNAL, fmt::format("[merge] adapters have {} and {} layers",
-                                                         merged.layers.size(), fresh.layers.size()));
+    throw Error(ErrorCode::RUNTIME_INTERNAL,
+                fmt::format("[merge] adapters have {} and {} layers", merged.layers.size(), fresh.layers.size()));
   uint64_t index = 0;
   for (size_t l = 0; l < merged.layers.size(); ++l)
     for (LoraTarget t : kAllLoraTargets) {
@@ -110,7 +110,8 @@ double merge_adapter(LoraAdapter& merged, const LoraAdapter& fresh, int64_t run_
   if (opt.dare_drop < 0 || opt.dare_drop >= 1 || opt.ties_trim < 0 || opt.ties_trim >= 1)
     throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                 fmt::format("[merge] dare_drop {} and ties_trim {} must lie in [0, 1)", opt.dare_drop, opt.ties_trim));
-  const double lambda = opt.mode == AdapterMergeMode::Linear ? 1.0 / static_cast<double>(std::max<int64_t>(1, run_index))
+  const double lambda = opt.mode == AdapterMergeMode::Linear
+                            ? 1.0 / static_cast<double>(std::max<int64_t>(1, run_index))
                         : opt.mode == AdapterMergeMode::Ties ? 1.0
                                                              : slao_lambda(run_index);
   for_each_pair(merged, fresh, [&](uint64_t index, Tensor& x, const Tensor& y, bool is_b) {
@@ -143,9 +144,7 @@ double merge_adapter(LoraAdapter& merged, const LoraAdapter& fresh, int64_t run_
           xd[e] = static_cast<float>(static_cast<double>(xd[e]) +
                                      lambda * (static_cast<double>(yd[e]) - static_cast<double>(xd[e])));
         break;
-      case AdapterMergeMode::Ties:
-        ties_merge(x, y, opt.ties_trim);
-        break;
+      case AdapterMergeMode::Ties: ties_merge(x, y, opt.ties_trim); break;
     }
   });
   return lambda;

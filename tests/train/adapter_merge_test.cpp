@@ -71,7 +71,8 @@ TEST(AdapterMerge, EveryModeMatchesTheOracle) {
     merge_adapter(out, fresh, run_index, opt);
     auto ot = tensors(out);
     for (size_t k = 0; k < ot.size(); ++k) {
-      auto expect = test::read_raw_f32(dir.path + "/" + adapter_merge_mode_name(mode) + "_" + std::to_string(k) + ".out.f32");
+      auto expect =
+          test::read_raw_f32(dir.path + "/" + adapter_merge_mode_name(mode) + "_" + std::to_string(k) + ".out.f32");
       EXPECT_TRUE(test::all_close(ot[k]->to_vector(), expect, {1e-6, 1e-6}))
           << adapter_merge_mode_name(mode) << " tensor " << k;
     }
@@ -80,8 +81,8 @@ TEST(AdapterMerge, EveryModeMatchesTheOracle) {
   orthonormalize_rows(ortho);
   auto ot = tensors(ortho);
   for (size_t k = 0; k < ot.size(); k += 2)
-    EXPECT_TRUE(test::all_close(ot[k]->to_vector(), test::read_raw_f32(dir.path + "/ortho_" + std::to_string(k) + ".out.f32"),
-                                {1e-5, 1e-5}))
+    EXPECT_TRUE(test::all_close(
+        ot[k]->to_vector(), test::read_raw_f32(dir.path + "/ortho_" + std::to_string(k) + ".out.f32"), {1e-5, 1e-5}))
         << "A tensor " << k;
 }
 
