@@ -6,19 +6,20 @@
 
 #include "cli/command.h"
 #include "cli/progress.h"
+#include "cli/train_flags.h"
 #include "cli/train_quickstart.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "train/presets.h"
 #include "train/trainer.h"
 
 namespace {
 
 int run_train() {
   using namespace bp;
-  const Settings& st = cli::settings();
-  if (cli::is_quickstart(st)) return cli::run_quickstart(st, cli::global_options().json);
-  TrainOptions o = TrainOptions::from_settings(st);
+  if (cli::is_quickstart(cli::settings())) return cli::run_quickstart(cli::settings(), cli::global_options().json);
   bool json = cli::global_options().json;
+  TrainOptions o = cli::train_options_with_preset(json);
   cli::ProgressBar bar(!json && !o.quiet);
   TrainCallbacks cb;
   cb.on_step = [&](const StepRecord& r, const TrainSummary& s, int64_t total) { bar.update(r, s, total); };
@@ -34,56 +35,74 @@ int run_train() {
   return 0;
 }
 
-bp::cli::RunFn setup_train(CLI::App& sub) {
-  bp::cli::bind_settings(sub, {"model.path",
-                               "data.path",
-                               "training.output",
-                               "training.steps",
-                               "training.epochs",
-                               "training.batch_size",
-                               "training.micro_batch_size",
-                               "training.grad_accum",
-                               "training.lr",
-                               "training.lr_scheduler",
-                               "training.warmup_steps",
-                               "training.weight_decay",
-                               "training.max_grad_norm",
-                               "training.max_seq_length",
-                               "training.mode",
-                               "lora.r",
-                               "lora.alpha",
-                               "lora.dropout",
-                               "lora.target_modules",
-                               "lora.use_rslora",
-                               "training.gradient_checkpointing",
-                               "training.seed",
-                               "training.eval_every",
-                               "data.holdout",
-                               "data.eval_path",
-                               "data.shuffle",
-                               "data.max_errors",
-                               "model.device",
-                               "training.save_every",
-                               "training.keep_checkpoints",
-                               "training.resume",
-                               "training.max_memory",
-                               "training.threads",
-                               "training.oom_recovery",
-                               "training.init_from_config",
-                               "data.format",
-                               "data.strict",
-                               "data.train_on_all",
-                               "training.nan_guard_max_consecutive",
-                               "training.fault_inject_oom_step",
-                               "training.fault_inject_oom_count",
-                               "training.fault_inject_nan_step",
-                               "training.fault_inject_nan_count",
-                               "training.fault_inject_crash_step",
-                               "training.fault_inject_crash_at",
-                               "training.fault_inject_enospc_after_bytes"});
-  return run_train;
+}  // namespace
+
+namespace bp::cli {
+void bind_train_settings(CLI::App& sub) {
+  bind_settings(sub, {"model.path",
+                      "training.preset",
+                      "data.path",
+                      "training.output",
+                      "training.steps",
+                      "training.epochs",
+                      "training.batch_size",
+                      "training.micro_batch_size",
+                      "training.grad_accum",
+                      "training.lr",
+                      "training.lr_scheduler",
+                      "training.warmup_steps",
+                      "training.weight_decay",
+                      "training.max_grad_norm",
+                      "training.max_seq_length",
+                      "training.mode",
+                      "lora.r",
+                      "lora.alpha",
+                      "lora.dropout",
+                      "lora.target_modules",
+                      "lora.use_rslora",
+                      "training.gradient_checkpointing",
+                      "training.seed",
+                      "training.eval_every",
+                      "data.holdout",
+                      "data.eval_path",
+                      "data.shuffle",
+                      "data.max_errors",
+                      "model.device",
+                      "training.save_every",
+                      "training.keep_checkpoints",
+                      "training.resume",
+                      "training.max_memory",
+                      "training.threads",
+                      "training.oom_recovery",
+                      "training.init_from_config",
+                      "data.format",
+                      "data.strict",
+                      "data.train_on_all",
+                      "training.nan_guard_max_consecutive",
+                      "training.fault_inject_oom_step",
+                      "training.fault_inject_oom_count",
+                      "training.fault_inject_nan_step",
+                      "training.fault_inject_nan_count",
+                      "training.fault_inject_crash_step",
+                      "training.fault_inject_crash_at",
+                      "training.fault_inject_enospc_after_bytes"});
 }
 
+TrainOptions train_options_with_preset(bool json) {
+  Settings st = settings();  // a copy: the preset fills the settings left at their defaults
+  PresetApplied preset = apply_preset(st);
+  if (!preset.describe().empty()) (json ? std::cerr : std::cout) << preset.describe() << "\n";
+  TrainOptions o = TrainOptions::from_settings(st);
+  o.resolved_settings["preset"] = preset.to_json();
+  return o;
+}
+}  // namespace bp::cli
+
+namespace {
+bp::cli::RunFn setup_train(CLI::App& sub) {
+  bp::cli::bind_train_settings(sub);
+  return run_train;
+}
 }  // namespace
 
 BP_REGISTER_COMMAND("train", "Fine-tune a model (LoRA or full) on a JSONL/JSON/TXT dataset", setup_train);

@@ -62,6 +62,7 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 std::string source_text(SettingSource source, const SettingSpec& spec, const std::string& origin) {
   switch (source) {
     case SettingSource::Default: return "the built-in default";
+    case SettingSource::Preset: return "the preset";
     case SettingSource::Toml: return "config file " + origin;
     case SettingSource::Env: return "environment variable " + setting_env_var(spec);
     case SettingSource::Flag: return spec.flag[0] ? fmt::format("flag {}", spec.flag) : "the command line";
@@ -184,6 +185,7 @@ const char* setting_type_name(SettingType t) {
 const char* setting_source_name(SettingSource s) {
   switch (s) {
     case SettingSource::Default: return "default";
+    case SettingSource::Preset: return "preset";
     case SettingSource::Toml: return "toml";
     case SettingSource::Env: return "env";
     case SettingSource::Flag: return "flag";

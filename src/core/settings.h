@@ -63,8 +63,9 @@ std::string setting_allowed_text(const SettingSpec& spec);
 // Every setting as a Markdown page (docs/settings.md is this text).
 std::string settings_markdown();
 
-enum class SettingSource { Default, Toml, Env, Flag };
-const char* setting_source_name(SettingSource s);  // "default" / "toml" / "env" / "flag"
+// Preset: a value a --preset applied over the default (train/presets.h); any other layer beats it.
+enum class SettingSource { Default, Preset, Toml, Env, Flag };
+const char* setting_source_name(SettingSource s);  // "default" / "preset" / "toml" / "env" / "flag"
 
 // A value named by key, as given on a command line (text form).
 struct SettingOverride {

@@ -41,6 +41,11 @@ constexpr SettingSpec kSettings[] = {
   // ---- training -------------------------------------------------------------------------------
   {"training.mode", T::Enum, "lora", kNoMin, kNoMax, "lora|full", R::Any, "--mode", false,
    "lora trains adapters on frozen weights; full trains every weight."},
+  {"training.preset", T::Enum, "none", kNoMin, kNoMax, "none|fast|balanced|quality|auto", R::Any, "--preset", false,
+   "Starting values for settings left at their defaults (explicit flags, TOML and environment win): fast = r 8 on "
+   "q/v, lr 3e-4; balanced = r 16 all-linear, lr 2e-4; quality = r 64 all-linear rsLoRA, lr 1e-4, 2 epochs; auto = "
+   "rank, alpha, sequence length and learning rate by the model's parameter count. The applied values are printed "
+   "and saved in the run's settings.json."},
   {"training.steps", T::Int, "0", 0, kI64Max, "", R::Any, "--steps", false,
    "Optimizer steps to run; 0 = as many as `epochs` passes over the data take."},
   {"training.epochs", T::Float, "1", 0.001, 1e6, "", R::Any, "--epochs", false,
@@ -142,6 +147,38 @@ constexpr SettingSpec kSettings[] = {
    "Retries of a failed request to the Ollama server (connection refused, timeout, 5xx), with exponential "
    "backoff from 0.5 s; 0 = fail at the first error."},
 
+  // ---- multirun -------------------------------------------------------------------------------
+  {"multirun.runs", T::Int, "3", 1, 10000, "", R::Any, "--runs", false,
+   "multi-run: how many runs, each on a fresh window of the shuffled training pool."},
+  {"multirun.samples", T::Int, "0", 0, kI64Max, "", R::Any, "--samples", false,
+   "multi-run: training rows per run (K); 0 = the pool divided by --runs."},
+  {"multirun.replay", T::Float, "0", 0, 1, "", R::Any, "--replay", false,
+   "multi-run: fraction of K added to each run from earlier runs' rows (replay against forgetting)."},
+  {"multirun.lr_decay", T::Float, "1", 0.001, 1, "", R::Any, "--lr-decay", false,
+   "multi-run: run i trains at lr x lr_decay^(i-1)."},
+  {"multirun.merge_mode", T::Enum, "slao", kNoMin, kNoMax, "slao|linear|ties|dare", R::Any, "--merge-mode", false,
+   "multi-run: how each run's adapter joins the merge (docs: train/adapter_merge.h): slao = A replaced, B blended "
+   "by clamp(1/sqrt(i), 0.1, 1); linear = running mean; ties = trim, elect sign, disjoint mean; dare = drop and "
+   "rescale the B update."},
+  {"multirun.ties_trim", T::Float, "0.2", 0, 0.99, "", R::Any, "--ties-trim", false,
+   "multi-run, ties: fraction of the smallest-magnitude entries of each adapter zeroed before merging."},
+  {"multirun.dare_drop", T::Float, "0.5", 0, 0.99, "", R::Any, "--dare-drop", false,
+   "multi-run, dare: probability of dropping each entry of the B update (the rest scaled by 1/(1-p))."},
+  {"multirun.drift_threshold", T::Float, "-1", -1, 1, "", R::Any, "--drift-threshold", false,
+   "multi-run drift gate: a run whose B has a cosine similarity below this to the merged B is kept as a side "
+   "branch, not merged; -1 = off."},
+  {"multirun.eval_tolerance", T::Float, "0", 0, 1e6, "", R::Any, "--eval-tolerance", false,
+   "multi-run eval gate: a merge that raises the held-out loss by more than this is undone "
+   "(RUNTIME_EVAL_GATE_REGRESSED) and the next run starts from the previous merge."},
+  {"multirun.patience", T::Int, "0", 0, 10000, "", R::Any, "--patience", false,
+   "multi-run early stopping: stop after this many runs in a row without a better held-out loss; 0 = off."},
+  {"multirun.validation_split", T::Float, "0.1", 0, 0.9, "", R::Any, "--validation-split", false,
+   "multi-run: fraction of the data held out first (never trained on) for the gates and early stopping; "
+   "0 = none (then the eval gate and early stopping need --eval-data)."},
+  {"multirun.fault_inject", T::String, "", kNoMin, kNoMax, "", R::Any, "--fault-inject-multirun", false,
+   "Testing: crash_merge:<i> kills the process (SIGKILL) after writing merge i, before it is committed; "
+   "nan_merge:<i> makes merge i non-finite."},
+
   // ---- security -------------------------------------------------------------------------------
   {"security.redact_secrets", T::Bool, "true", kNoMin, kNoMax, "", R::Any, "--redact-secrets", false,
    "Replace tokens and passwords with *** in every log line and printed message."},
@@ -156,7 +193,7 @@ constexpr SettingSpec kSettings[] = {
 };
 // clang-format on
 
-constexpr const char* kSections[] = {"model", "lora", "training", "data", "export", "security", "logging"};
+constexpr const char* kSections[] = {"model", "lora", "training", "data", "export", "multirun", "security", "logging"};
 }  // namespace
 
 std::span<const SettingSpec> settings_registry() {

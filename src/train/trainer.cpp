@@ -27,6 +27,7 @@
 #include "train/oom_recovery.h"
 #include "train/optimizer.h"
 #include "train/resume.h"
+#include "train/run_history.h"
 #include "train/train_data.h"
 #include "train/train_plan.h"
 
@@ -100,6 +101,23 @@ Model& Trainer::model() {
 }
 LoraAdapter* Trainer::adapter() {
   return s_->adapter.get();
+}
+
+// Replaces the freshly initialised A/B by an adapter's (multi-run starts each run from the merge
+// so far). Its rank and targets must be the ones this run trains.
+static void start_from_adapter(LoraAdapter& adapter, const std::string& dir, const ModelConfig& cfg) {
+  LoraAdapter init = load_peft_adapter(dir, cfg);
+  if (init.config.r != adapter.config.r || init.config.resolved_targets() != adapter.config.resolved_targets())
+    throw Error(ErrorCode::CONFIG_INVALID,
+                fmt::format("[train] the adapter in {} has r={} on {}, this run trains r={} on {}", dir, init.config.r,
+                            fmt::join(init.config.resolved_targets(), ","), adapter.config.r,
+                            fmt::join(adapter.config.resolved_targets(), ",")));
+  for (size_t l = 0; l < adapter.layers.size(); ++l)
+    for (LoraTarget t : kAllLoraTargets)
+      if (adapter.layers[l].has(t)) {
+        adapter.layers[l].a(t).copy_from(init.layers[l].a(t));
+        adapter.layers[l].b(t).copy_from(init.layers[l].b(t));
+      }
 }
 
 // ---- resume -----------------------------------------------------------------------------------
@@ -189,7 +207,31 @@ static void check_device(const std::string& device) {
       .with_suggestion("Train on the CPU: --device cpu (or auto, the default).");
 }
 
+// run_impl with the run's status.json kept (train/run_history.h): running from the moment the
+// output folder exists, then finished, interrupted or failed with the error code.
 TrainSummary Trainer::run() {
+  auto end_status = [this](const char* status, const std::string& code, const std::string& message) {
+    if (s_->summary.output_dir.empty() || s_->opt.eval_only) return;
+    try {
+      write_run_status_end(s_->summary.output_dir, status, code, message);
+    } catch (const std::exception& e) {  // never hide the run's own outcome behind this one
+      spdlog::warn("could not update {}/status.json: {}", s_->summary.output_dir, e.what());
+    }
+  };
+  try {
+    TrainSummary sum = run_impl();
+    end_status("finished", "", "");
+    return sum;
+  } catch (const Error& e) {
+    end_status(e.code() == ErrorCode::RUNTIME_TRAINING_ABORTED ? "interrupted" : "failed", e.info().name, e.what());
+    throw;
+  } catch (const std::exception& e) {
+    end_status("failed", "RUNTIME_INTERNAL", e.what());
+    throw;
+  }
+}
+
+TrainSummary Trainer::run_impl() {
   State& s = *s_;
   TrainOptions& o = s.opt;
   auto t0 = std::chrono::steady_clock::now();
@@ -221,6 +263,7 @@ TrainSummary Trainer::run() {
   if (resume_from)  // the steps after the checkpoint are trained (and recorded) again
     truncate_metrics_after_step((fs::path(o.output_dir) / "metrics.jsonl").string(),
                                 resume_from->trainer_state.at("step").get<int64_t>());
+  if (!o.eval_only) write_run_status_running(o.output_dir);
   s.metrics.open((fs::path(o.output_dir) / "metrics.jsonl").string(), std::ios::app);
   if (!o.resolved_settings.is_null())
     write_file_atomic((fs::path(o.output_dir) / "settings.json").string(), o.resolved_settings.dump(2));
@@ -257,6 +300,7 @@ TrainSummary Trainer::run() {
   s.model = std::make_unique<Model>(std::move(weights), mopt);
   if (o.mode == TrainMode::Lora) {
     s.adapter = std::make_unique<LoraAdapter>(init_lora(s.model->config(), o.lora, o.seed));
+    if (!o.init_adapter.empty()) start_from_adapter(*s.adapter, o.init_adapter, s.model->config());
     s.adapter->base_model_name_or_path = o.model_dir;
     s.model->attach_lora(*s.adapter);
   }
@@ -370,6 +414,12 @@ TrainSummary Trainer::run() {
       s.record({{"type", "eval"}, {"step", 0}, {"eval_loss", *s.summary.initial_eval_loss}});
       s.event("info", fmt::format("eval loss before training: {:.4f}", *s.summary.initial_eval_loss));
     }
+  }
+
+  if (o.eval_only) {
+    s.summary.final_eval_loss = s.summary.best_eval_loss = s.summary.initial_eval_loss;
+    alloc.set_limit(kNoLimit);
+    return s.summary;
   }
 
   install_interrupt_handler();

@@ -36,6 +36,8 @@ struct TrainOptions {
   std::string output_root = "runs";  // runs folder: a new run writes to <output_root>/<run id>
   std::string output_dir;            // set explicitly (tests) to write exactly there
   std::string resume;                // "" | "latest" | run id | path
+  std::string init_adapter;          // LoRA: start from this PEFT adapter folder instead of A random, B zero
+  bool eval_only = false;            // set up, evaluate the held-out set once, return (multi-run's merge gate)
   std::string device = "auto";       // auto | cpu | cuda[:N] (cuda: DEP_GPU_NOT_AVAILABLE for now)
   bool shuffle = true;               // a new sample order each epoch (seeded); false = file order
   int64_t max_bad_rows = 100;        // more skipped (bad) rows than this stop the run; 0 = no limit
@@ -114,6 +116,7 @@ class Trainer {
   LoraAdapter* adapter();
 
  private:
+  TrainSummary run_impl();
   struct State;
   std::unique_ptr<State> s_;
 };

@@ -65,9 +65,10 @@ inline std::vector<float> read_raw_f32(const std::string& path) {
   return v;
 }
 
-// Runs `/usr/bin/python3 tests/oracles/torch_ops.py <op> <dir>` after writing dir/meta.json.
+// Runs `/usr/bin/python3 tests/oracles/<script> [op] <dir>` after writing dir/meta.json.
 // Returns the oracle's JSON result (dir/result.json); fails the test when the oracle cannot run.
-inline nlohmann::json run_torch_oracle(const std::string& op, const std::string& dir, const nlohmann::json& meta) {
+inline nlohmann::json run_python_oracle(const std::string& script_name, const std::string& op, const std::string& dir,
+                                        const nlohmann::json& meta) {
   {
     std::ofstream f(dir + "/meta.json");
     f << meta.dump();
@@ -78,9 +79,9 @@ inline nlohmann::json run_torch_oracle(const std::string& op, const std::string&
                   << " does not exist (install Debian's python3 and python3-torch)";
     return nullptr;
   }
-  const std::string script = source_dir() + "/tests/oracles/torch_ops.py";
+  const std::string script = source_dir() + "/tests/oracles/" + script_name;
   std::string out;
-  const int rc = run_command(python + " " + script + " " + op + " " + dir, &out);
+  const int rc = run_command(python + " " + script + (op.empty() ? "" : " " + op) + " " + dir, &out);
   if (rc != 0) {
     ADD_FAILURE() << "PyTorch oracle failed (exit " << rc << "); is python3-torch installed for " << python << "?\n"
                   << out;
@@ -92,6 +93,11 @@ inline nlohmann::json run_torch_oracle(const std::string& op, const std::string&
     return nullptr;
   }
   return nlohmann::json::parse(f);
+}
+
+// tests/oracles/torch_ops.py <op> <dir>.
+inline nlohmann::json run_torch_oracle(const std::string& op, const std::string& dir, const nlohmann::json& meta) {
+  return run_python_oracle("torch_ops.py", op, dir, meta);
 }
 
 }  // namespace bp::test

@@ -1,0 +1,177 @@
+// Run history: reading run folders (see run_history.h for the files).
+#include "train/run_history.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/settings.h"
+#include "io/atomic_file.h"
+
+namespace bp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::optional<nlohmann::json> read_json_file(const fs::path& p) {
+  std::ifstream f(p);
+  if (!f) return std::nullopt;
+  try {
+    return nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;  // half-written by a crash: treated as absent
+  }
+}
+
+std::string now_iso() {
+  std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+bool pid_alive(int64_t pid) {
+  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
+
+RunRecord read_run(const fs::path& dir) {
+  RunRecord r;
+  r.id = dir.filename().string();
+  r.path = dir.string();
+  r.settings = read_json_file(dir / "settings.json").value_or(nlohmann::json::object());
+  auto str = [&](const char* sec, const char* key) {
+    const auto& s = r.settings;
+    return s.contains(sec) && s[sec].contains(key) && s[sec][key].is_string() ? s[sec][key].get<std::string>() : "";
+  };
+  r.model = str("model", "path");
+  r.data = str("data", "path");
+  const auto status = read_json_file(dir / "status.json");
+  const auto summary = read_json_file(dir / "summary.json");
+  r.status = status ? status->value("status", "unknown") : summary ? "finished" : "unknown";
+  if (status) {
+    r.code = status->value("code", "");
+    r.started = status->value("started", "");
+    if (r.status == "running" && !pid_alive(status->value("pid", int64_t{0}))) r.status = "killed";
+  }
+  // Steps, losses and speed from the metrics (they exist for unfinished runs too).
+  std::ifstream m(dir / "metrics.jsonl");
+  for (std::string line; std::getline(m, line);) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) continue;
+    const std::string type = j.value("type", "");
+    if (type == "step") {
+      r.steps = std::max(r.steps, j.value("step", int64_t{0}));
+      if (j.contains("loss") && j["loss"].is_number()) r.final_loss = j["loss"].get<double>();
+    } else if (type == "eval" && j.contains("eval_loss") && j["eval_loss"].is_number()) {
+      const double v = j["eval_loss"].get<double>();
+      if (!r.best_eval_loss || v < *r.best_eval_loss) r.best_eval_loss = v;
+    }
+  }
+  if (summary) {
+    r.steps = summary->value("steps", r.steps);
+    if (summary->contains("best_eval_loss") && (*summary)["best_eval_loss"].is_number())
+      r.best_eval_loss = (*summary)["best_eval_loss"].get<double>();
+    const double secs = summary->value("seconds", 0.0);
+    if (secs > 0) r.tokens_per_second = summary->value("tokens", 0.0) / secs;
+  }
+  if (r.settings.contains("training") && r.settings["training"].contains("steps"))
+    r.total_steps = r.settings["training"]["steps"].get<int64_t>();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir / "checkpoints", ec))
+    if (e.is_directory() && e.path().filename().string().rfind("checkpoint-", 0) == 0 &&
+        e.path().extension() != ".partial")
+      r.checkpoints.push_back(e.path().filename().string());
+  std::sort(r.checkpoints.begin(), r.checkpoints.end());
+  return r;
+}
+
+}  // namespace
+
+nlohmann::json RunRecord::to_json() const {
+  auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  return {{"id", id},
+          {"path", path},
+          {"status", status},
+          {"code", code},
+          {"model", model},
+          {"data", data},
+          {"started", started},
+          {"steps", steps},
+          {"total_steps", total_steps},
+          {"best_eval_loss", opt(best_eval_loss)},
+          {"final_loss", opt(final_loss)},
+          {"tokens_per_second", opt(tokens_per_second)},
+          {"checkpoints", checkpoints}};
+}
+
+void write_run_status_running(const std::string& run_dir) {
+  write_file_atomic(
+      (fs::path(run_dir) / "status.json").string(),
+      nlohmann::json{{"status", "running"}, {"pid", static_cast<int64_t>(::getpid())}, {"started", now_iso()}}.dump(2));
+}
+
+void write_run_status_end(const std::string& run_dir, const std::string& status, const std::string& code,
+                          const std::string& message) {
+  const fs::path p = fs::path(run_dir) / "status.json";
+  nlohmann::json j = read_json_file(p).value_or(nlohmann::json::object());
+  j["status"] = status;
+  j["ended"] = now_iso();
+  if (!code.empty()) j["code"] = code;
+  if (!message.empty()) j["message"] = message;
+  write_file_atomic(p.string(), j.dump(2));
+}
+
+std::vector<RunRecord> list_runs(const std::string& runs_dir) {
+  std::vector<RunRecord> runs;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(runs_dir, ec))
+    if (e.is_directory() && fs::exists(e.path() / "settings.json")) runs.push_back(read_run(e.path()));
+  std::sort(runs.begin(), runs.end(), [](const RunRecord& a, const RunRecord& b) {
+    return a.started != b.started ? a.started > b.started : a.id > b.id;
+  });
+  return runs;
+}
+
+RunRecord find_run(const std::string& runs_dir, const std::string& ref) {
+  if (fs::exists(fs::path(ref) / "settings.json")) return read_run(fs::path(ref));
+  std::vector<fs::path> matches;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(runs_dir, ec))
+    if (e.is_directory() && e.path().filename().string().rfind(ref, 0) == 0 && fs::exists(e.path() / "settings.json"))
+      matches.push_back(e.path());
+  if (matches.empty())
+    throw Error(ErrorCode::INPUT_RESUME_NOT_FOUND,
+                fmt::format("[runs] no run '{}': neither a run folder nor a run id under {}", ref, runs_dir))
+        .with_suggestion("`backprop runs --output DIR` lists the runs in a runs folder.");
+  if (matches.size() > 1)
+    throw Error(
+        ErrorCode::INPUT_VALIDATION_FAILED,
+        fmt::format("[runs] '{}' matches {} runs under {}: give more of the run id", ref, matches.size(), runs_dir));
+  return read_run(matches.front());
+}
+
+std::vector<std::pair<std::string, std::string>> flatten_settings(const nlohmann::json& settings) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& spec : settings_registry()) {
+    const std::string key = spec.key;
+    const size_t dot = key.find('.');
+    const std::string sec = key.substr(0, dot), name = key.substr(dot + 1);
+    if (!settings.contains(sec) || !settings[sec].contains(name)) continue;
+    const auto& v = settings[sec][name];
+    out.emplace_back(key, v.is_string() ? v.get<std::string>() : v.dump());
+  }
+  return out;
+}
+
+}  // namespace bp

@@ -1,0 +1,47 @@
+// Run history (issue 21): what `backprop runs`, `show-run`, `diff-runs` and `replay` (and the web
+// UI) know about the runs in a runs folder, read from the files every `train` run writes:
+//   status.json     {"status": "running"|"finished"|"failed"|"interrupted", "pid", "code", "message"}
+//                   (written by the trainer at start and end; a "running" run whose pid is gone
+//                    is reported as "killed")
+//   settings.json   the resolved settings (section -> key -> value), plus "preset"
+//   summary.json    the final summary (finished runs)
+//   metrics.jsonl   step / eval records (steps done and best eval loss of unfinished runs)
+//   checkpoints/    checkpoint-<step> folders
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace bp {
+
+struct RunRecord {
+  std::string id, path, status, code;  // code: the error code of a failed run
+  std::string model, data, started;    // started: ISO time of status.json's "started"
+  int64_t steps = 0, total_steps = 0;
+  std::optional<double> best_eval_loss, final_loss, tokens_per_second;
+  std::vector<std::string> checkpoints;
+  nlohmann::json settings;  // settings.json as written
+  nlohmann::json to_json() const;
+};
+
+// Status files: the trainer calls these (train/trainer.cpp).
+void write_run_status_running(const std::string& run_dir);
+void write_run_status_end(const std::string& run_dir, const std::string& status, const std::string& code = "",
+                          const std::string& message = "");
+
+// Every run folder (one holding settings.json) directly under `runs_dir`, newest first.
+// A missing folder gives an empty list.
+std::vector<RunRecord> list_runs(const std::string& runs_dir);
+
+// `ref` is a run folder path, or a run id (or unique prefix of one) under `runs_dir`.
+// INPUT_RESUME_NOT_FOUND naming both when nothing matches; INPUT_VALIDATION_FAILED when a prefix
+// is ambiguous.
+RunRecord find_run(const std::string& runs_dir, const std::string& ref);
+
+// Settings as dotted key -> value text, for replay and diffs ("lora.r" -> "16").
+std::vector<std::pair<std::string, std::string>> flatten_settings(const nlohmann::json& settings);
+
+}  // namespace bp

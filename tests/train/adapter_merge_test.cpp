@@ -1,0 +1,151 @@
+// Adapter merging (train/adapter_merge.h) against the NumPy/PyTorch oracle
+// tests/oracles/adapter_merge.py on random adapters (every tensor random, B included), plus the
+// properties each mode promises.
+#include "train/adapter_merge.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "model/model_test_helpers.h"
+#include "support/finite_diff_b.h"
+#include "support/test_util.h"
+
+namespace bp {
+namespace {
+
+// A tiny adapter on q/v/down (odd shapes: in 32 or 48, out 32 or 16, r 3) with every tensor random.
+LoraAdapter random_adapter(uint64_t seed) {
+  LoraConfig lc;
+  lc.r = 3;
+  lc.alpha = 6;
+  lc.target_modules = {"q_proj", "v_proj", "down_proj"};
+  LoraAdapter a = init_lora(test::tiny_config({}), lc, seed);
+  uint64_t s = seed * 1000;
+  for (auto& layer : a.layers)
+    for (LoraTarget t : kAllLoraTargets)
+      if (layer.has(t)) {
+        layer.a(t) = test::random_tensor(layer.a(t).shape(), ++s);
+        layer.b(t) = test::random_tensor(layer.b(t).shape(), ++s, -0.5f, 0.5f);
+      }
+  return a;
+}
+
+std::vector<const Tensor*> tensors(const LoraAdapter& a) {  // the order merge_adapter documents
+  std::vector<const Tensor*> v;
+  for (const auto& layer : a.layers)
+    for (LoraTarget t : kAllLoraTargets)
+      if (layer.has(t)) {
+        v.push_back(&layer.a(t));
+        v.push_back(&layer.b(t));
+      }
+  return v;
+}
+
+TEST(AdapterMerge, EveryModeMatchesTheOracle) {
+  const LoraAdapter merged = random_adapter(1), fresh = random_adapter(2);
+  test::TempDir dir;
+  nlohmann::json list = nlohmann::json::array();
+  auto mt = tensors(merged), ft = tensors(fresh);
+  for (size_t k = 0; k < mt.size(); ++k) {
+    test::write_raw(dir.path + "/merged_" + std::to_string(k) + ".f32", mt[k]->to_vector());
+    test::write_raw(dir.path + "/fresh_" + std::to_string(k) + ".f32", ft[k]->to_vector());
+    list.push_back({{"shape", {mt[k]->dim(0), mt[k]->dim(1)}}, {"is_b", k % 2 == 1}});
+  }
+  const int64_t run_index = 3;
+  AdapterMergeOptions opt;
+  opt.ties_trim = 0.3;
+  opt.dare_drop = 0.4;
+  opt.seed = 7;
+  auto res = test::run_python_oracle(
+      "adapter_merge.py", "", dir.path,
+      {{"tensors", list}, {"run_index", run_index}, {"ties_trim", 0.3}, {"dare_drop", 0.4}, {"seed", 7}});
+  ASSERT_FALSE(res.is_null());
+  EXPECT_NEAR(adapter_b_cosine(merged, fresh), res["b_cosine"].get<double>(), 1e-9);
+  EXPECT_NEAR(slao_lambda(run_index), res["lambda"].get<double>(), 1e-15);
+
+  for (auto mode : {AdapterMergeMode::Slao, AdapterMergeMode::Linear, AdapterMergeMode::Ties, AdapterMergeMode::Dare}) {
+    opt.mode = mode;
+    LoraAdapter out = clone_adapter(merged);
+    merge_adapter(out, fresh, run_index, opt);
+    auto ot = tensors(out);
+    for (size_t k = 0; k < ot.size(); ++k) {
+      auto expect =
+          test::read_raw_f32(dir.path + "/" + adapter_merge_mode_name(mode) + "_" + std::to_string(k) + ".out.f32");
+      EXPECT_TRUE(test::all_close(ot[k]->to_vector(), expect, {1e-6, 1e-6}))
+          << adapter_merge_mode_name(mode) << " tensor " << k;
+    }
+  }
+  LoraAdapter ortho = clone_adapter(merged);
+  orthonormalize_rows(ortho);
+  auto ot = tensors(ortho);
+  for (size_t k = 0; k < ot.size(); k += 2)
+    EXPECT_TRUE(test::all_close(
+        ot[k]->to_vector(), test::read_raw_f32(dir.path + "/ortho_" + std::to_string(k) + ".out.f32"), {1e-5, 1e-5}))
+        << "A tensor " << k;
+}
+
+TEST(AdapterMerge, SlaoLambdaIsClampedInverseSquareRoot) {
+  EXPECT_DOUBLE_EQ(slao_lambda(1), 1.0);
+  EXPECT_DOUBLE_EQ(slao_lambda(4), 0.5);
+  EXPECT_DOUBLE_EQ(slao_lambda(100), 0.1);
+  EXPECT_DOUBLE_EQ(slao_lambda(10000), 0.1);  // 0.01 clamped up
+}
+
+TEST(AdapterMerge, FirstSlaoRunTakesTheFreshAdapterAndLaterRunsBlendB) {
+  LoraAdapter merged = random_adapter(3);
+  const LoraAdapter fresh = random_adapter(4), before = clone_adapter(merged);
+  merge_adapter(merged, fresh, 1, {});
+  for (size_t k = 0; k < tensors(merged).size(); ++k)
+    EXPECT_EQ(tensors(merged)[k]->to_vector(), tensors(fresh)[k]->to_vector());
+  LoraAdapter second = clone_adapter(before);
+  merge_adapter(second, fresh, 4, {});  // λ = 0.5: B halfway, A replaced
+  auto s = tensors(second), b = tensors(before), f = tensors(fresh);
+  EXPECT_EQ(s[0]->to_vector(), f[0]->to_vector());
+  EXPECT_NEAR(s[1]->to_vector()[5], 0.5f * (b[1]->to_vector()[5] + f[1]->to_vector()[5]), 1e-6);
+}
+
+TEST(AdapterMerge, OrthonormalizedRowsAreOrthonormalAndSpanTheSameSpace) {
+  LoraAdapter a = random_adapter(5);
+  const LoraAdapter original = clone_adapter(a);
+  orthonormalize_rows(a);
+  const Tensor& q = a.layers[0].a(LoraTarget::Q);
+  const Tensor& orig = original.layers[0].a(LoraTarget::Q);
+  const int64_t r = q.dim(0), in = q.dim(1);
+  const float* qd = q.data<float>();
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < r; ++j) {
+      double d = 0;
+      for (int64_t k = 0; k < in; ++k) d += double(qd[i * in + k]) * qd[j * in + k];
+      EXPECT_NEAR(d, i == j ? 1.0 : 0.0, 1e-5);
+    }
+  // Each original row is its own projection onto the new rows (same row space).
+  const float* od = orig.data<float>();
+  for (int64_t i = 0; i < r; ++i) {
+    std::vector<double> proj(static_cast<size_t>(in), 0.0);
+    for (int64_t j = 0; j < r; ++j) {
+      double c = 0;
+      for (int64_t k = 0; k < in; ++k) c += double(od[i * in + k]) * qd[j * in + k];
+      for (int64_t k = 0; k < in; ++k) proj[static_cast<size_t>(k)] += c * qd[j * in + k];
+    }
+    for (int64_t k = 0; k < in; ++k) EXPECT_NEAR(proj[static_cast<size_t>(k)], od[i * in + k], 1e-4);
+  }
+}
+
+TEST(AdapterMerge, FiniteCheckAndMismatchedAdapters) {
+  LoraAdapter a = random_adapter(6);
+  EXPECT_TRUE(adapter_is_finite(a));
+  a.layers[1].b(LoraTarget::V).data<float>()[2] = std::nanf("");
+  EXPECT_FALSE(adapter_is_finite(a));
+  LoraAdapter other = random_adapter(7);
+  other.layers.pop_back();
+  EXPECT_THROW(merge_adapter(a, other, 2, {}), Error);
+  AdapterMergeOptions bad;
+  bad.dare_drop = 1.0;
+  EXPECT_THROW(merge_adapter(a, random_adapter(8), 2, bad), Error);
+  EXPECT_THROW(parse_adapter_merge_mode("average"), Error);
+}
+
+}  // namespace
+}  // namespace bp
