@@ -69,6 +69,7 @@ bp::cli::RunFn setup_train(CLI::App& sub) {
                                "training.max_memory",
                                "training.threads",
                                "training.oom_recovery",
+                               "monitor.enabled",
                                "training.init_from_config",
                                "data.format",
                                "data.strict",
