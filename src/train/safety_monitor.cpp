@@ -128,7 +128,8 @@ SafetyMonitor::SafetyMonitor(MonitorOptions options, Sink sink, std::unique_ptr<
   headroom_ = opt_.memory_headroom_bytes >= 0 ? static_cast<uint64_t>(opt_.memory_headroom_bytes) : avail / 10;
   memory_low_ = opt_.memory_low_bytes >= 0 ? static_cast<uint64_t>(opt_.memory_low_bytes) : headroom_ / 2;
   check_gpu_monitoring(start_);
-  if (opt_.poll_period_s > 0) thread_ = std::thread([this] { thread_main(); });
+  if (opt_.poll_period_s <= 0) opt_.synchronous = true;
+  if (!opt_.synchronous) thread_ = std::thread([this] { thread_main(); });
 }
 
 SafetyMonitor::~SafetyMonitor() {
@@ -163,7 +164,7 @@ MonitorReadings SafetyMonitor::poll() {
 }
 
 MonitorReadings SafetyMonitor::latest() {
-  if (opt_.poll_period_s <= 0) return poll();
+  if (opt_.synchronous) return poll();
   std::lock_guard<std::mutex> lock(mu_);
   return snapshot_;
 }

@@ -56,6 +56,9 @@ struct MonitorOptions {
   int64_t disk_warn_checkpoints = 3;
   std::string system_root;  // "" = "/"
   std::string nvml_library = "libnvidia-ml.so.1";
+  // Read at each hook on the training thread, no thread (poll_period_s 0 implies it). Unit tests set
+  // it with a period, which is then the virtual time slept between readings while paused.
+  bool synchronous = false;
 
   static MonitorOptions from_settings(const Settings& s);
 };

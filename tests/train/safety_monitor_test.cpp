@@ -58,7 +58,8 @@ MonitorReadings gpu_at(double celsius, uint64_t available = 8192 * kMiB) {
 MonitorOptions sync_options() {
   MonitorOptions o;
   o.enabled = true;
-  o.poll_period_s = 0;  // synchronous: one reading per hook
+  o.poll_period_s = 0;  // one reading per hook
+  o.synchronous = true;  // also when a test sets a period (virtual seconds slept while paused)
   return o;
 }
 
@@ -292,6 +293,7 @@ TEST(SafetyMonitor, PollingThreadKeepsReading) {
   Harness h;
   h.script.readings = {gpu_at(40)};
   MonitorOptions o = sync_options();
+  o.synchronous = false;
   o.poll_period_s = 0.001;
   h.start(o);
   for (int i = 0; i < 20000 && h.monitor->polls() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
