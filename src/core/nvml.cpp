@@ -16,8 +16,8 @@ struct nvmlMemory_t {
   unsigned long long total, free, used;
 };
 constexpr nvmlReturn_t NVML_SUCCESS = 0;
-constexpr int NVML_TEMPERATURE_GPU = 0;                  // nvmlTemperatureSensors_t
-constexpr int NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0;   // nvmlTemperatureThresholds_t
+constexpr int NVML_TEMPERATURE_GPU = 0;                 // nvmlTemperatureSensors_t
+constexpr int NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0;  // nvmlTemperatureThresholds_t
 constexpr int NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1;
 
 // nvmlClocksThrottleReason* bits (nvml.h).
@@ -25,10 +25,9 @@ struct ThrottleBit {
   uint64_t bit;
   const char* name;
 };
-constexpr ThrottleBit kThrottleBits[] = {
-    {0x1, "gpu_idle"},     {0x2, "applications_clocks"}, {0x4, "sw_power_cap"},     {0x8, "hw_slowdown"},
-    {0x10, "sync_boost"},  {0x20, "sw_thermal"},         {0x40, "hw_thermal"},      {0x80, "hw_power_brake"},
-    {0x100, "display_clocks"}};
+constexpr ThrottleBit kThrottleBits[] = {{0x1, "gpu_idle"},    {0x2, "applications_clocks"}, {0x4, "sw_power_cap"},
+                                         {0x8, "hw_slowdown"}, {0x10, "sync_boost"},         {0x20, "sw_thermal"},
+                                         {0x40, "hw_thermal"}, {0x80, "hw_power_brake"},     {0x100, "display_clocks"}};
 constexpr uint64_t kThermalBits = 0x20 | 0x40;
 
 }  // namespace

@@ -23,10 +23,10 @@ struct GpuReading {
   double slowdown_c = 0;  // NVML_TEMPERATURE_THRESHOLD_SLOWDOWN; 0 = not reported
   double shutdown_c = 0;  // NVML_TEMPERATURE_THRESHOLD_SHUTDOWN; 0 = not reported
   uint64_t memory_total_bytes = 0, memory_used_bytes = 0;
-  double power_watts = 0;              // 0 when the card does not report it
-  uint64_t throttle_reasons = 0;       // nvmlClocksThrottleReason* bits
-  bool thermal_throttling() const;     // SW or HW thermal slowdown bits set
-  std::string throttle_text() const;   // "hw_thermal, sw_power_cap" or "none"
+  double power_watts = 0;             // 0 when the card does not report it
+  uint64_t throttle_reasons = 0;      // nvmlClocksThrottleReason* bits
+  bool thermal_throttling() const;    // SW or HW thermal slowdown bits set
+  std::string throttle_text() const;  // "hw_thermal, sw_power_cap" or "none"
 };
 
 class Nvml {

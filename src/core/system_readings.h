@@ -32,8 +32,8 @@ struct MemoryReading {
 MemoryReading read_memory(const std::string& root);
 
 struct TemperatureReading {
-  std::string sensor;    // "hwmon0/coretemp/temp1", "thermal_zone0/x86_pkg_temp", "gpu0"
-  double celsius = 0;    // current temperature
+  std::string sensor;     // "hwmon0/coretemp/temp1", "thermal_zone0/x86_pkg_temp", "gpu0"
+  double celsius = 0;     // current temperature
   double slowdown_c = 0;  // where the hardware starts to slow down (hwmon temp*_max, NVML slowdown); 0 = unknown
   double shutdown_c = 0;  // where it shuts down (hwmon temp*_crit, NVML shutdown); 0 = unknown
 };

@@ -188,15 +188,17 @@ size_t SafetyMonitor::memory_budget_bytes(size_t bytes_in_use) {
   if (avail == 0) return kNoLimit;  // nothing known about this machine's memory
   const uint64_t budget = bytes_in_use + (avail > headroom_ ? avail - headroom_ : 0);
   emit("memory_budget", "info",
-       fmt::format("[monitor] --max-memory auto: {} ({} available{}, minus {} headroom, plus {} already held)",
-                   format_bytes(budget), format_bytes(avail),
-                   start_.memory.cgroup_limited
-                       ? fmt::format(": MemAvailable {}, cgroup room {} of memory.max {}",
-                                     format_bytes(start_.memory.mem_available_bytes),
-                                     format_bytes(start_.memory.cgroup_max_bytes - std::min(start_.memory.cgroup_max_bytes, start_.memory.cgroup_current_bytes)),
-                                     format_bytes(start_.memory.cgroup_max_bytes))
-                       : "",
-                   format_bytes(headroom_), format_bytes(bytes_in_use)),
+       fmt::format(
+           "[monitor] --max-memory auto: {} ({} available{}, minus {} headroom, plus {} already held)",
+           format_bytes(budget), format_bytes(avail),
+           start_.memory.cgroup_limited
+               ? fmt::format(": MemAvailable {}, cgroup room {} of memory.max {}",
+                             format_bytes(start_.memory.mem_available_bytes),
+                             format_bytes(start_.memory.cgroup_max_bytes -
+                                          std::min(start_.memory.cgroup_max_bytes, start_.memory.cgroup_current_bytes)),
+                             format_bytes(start_.memory.cgroup_max_bytes))
+               : "",
+           format_bytes(headroom_), format_bytes(bytes_in_use)),
        {{"bytes_budget", budget},
         {"bytes_available", avail},
         {"bytes_mem_available", start_.memory.mem_available_bytes},
@@ -261,8 +263,7 @@ void SafetyMonitor::check_temperature(MonitorReadings r, int64_t step, const std
     std::pair<TemperatureLevel, const TemperatureReading*> worst{TemperatureLevel::Normal, nullptr};
     for (const auto& t : x.temperatures) {
       TemperatureLevel l = temperature_level(t, opt_);
-      if (!worst.second || l > worst.first || (l == worst.first && t.celsius > worst.second->celsius))
-        worst = {l, &t};
+      if (!worst.second || l > worst.first || (l == worst.first && t.celsius > worst.second->celsius)) worst = {l, &t};
     }
     return worst;
   };
@@ -277,7 +278,8 @@ void SafetyMonitor::check_temperature(MonitorReadings r, int64_t step, const std
   if (level == TemperatureLevel::Normal) warning_reported_ = false;
   if (level == TemperatureLevel::Warning && !warning_reported_) {
     warning_reported_ = true;
-    emit("temperature_warning", "warn", fmt::format("[monitor] temperature warning at step {}: {}", step, describe(sensor)),
+    emit("temperature_warning", "warn",
+         fmt::format("[monitor] temperature warning at step {}: {}", step, describe(sensor)),
          {{"step", step}, {"temperatures", temperatures_json(r)}});
   }
   if (level != TemperatureLevel::Critical) return;

@@ -270,8 +270,8 @@ TEST(MonitorRun, RealCgroupMonitoredRunFinishesWhereUnmonitoredIsKilled) {
   }
   const std::string group = "/sys/fs/cgroup/bp_monitor_test_" + std::to_string(getpid());
   if (controllers.find("memory") == std::string::npos)
-    GTEST_SKIP() << "/sys/fs/cgroup is not a cgroup v2 with the memory controller here (controllers: '"
-                 << controllers << "')";
+    GTEST_SKIP() << "/sys/fs/cgroup is not a cgroup v2 with the memory controller here (controllers: '" << controllers
+                 << "')";
   if (::mkdir(group.c_str(), 0755) != 0)
     GTEST_SKIP() << "cannot create a cgroup under /sys/fs/cgroup (needs root and a writable cgroup v2): "
                  << std::strerror(errno);

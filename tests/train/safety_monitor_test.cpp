@@ -58,7 +58,7 @@ MonitorReadings gpu_at(double celsius, uint64_t available = 8192 * kMiB) {
 MonitorOptions sync_options() {
   MonitorOptions o;
   o.enabled = true;
-  o.poll_period_s = 0;  // one reading per hook
+  o.poll_period_s = 0;   // one reading per hook
   o.synchronous = true;  // also when a test sets a period (virtual seconds slept while paused)
   return o;
 }
@@ -70,8 +70,7 @@ struct Harness {
   std::unique_ptr<SafetyMonitor> monitor;
   void start(MonitorOptions o) {
     monitor = std::make_unique<SafetyMonitor>(
-        o, [this](const nlohmann::json& r) { events.push_back(r); }, std::make_unique<ScriptedSource>(&script),
-        clock);
+        o, [this](const nlohmann::json& r) { events.push_back(r); }, std::make_unique<ScriptedSource>(&script), clock);
   }
   std::vector<std::string> event_names() const {
     std::vector<std::string> out;
@@ -167,7 +166,7 @@ TEST(SafetyMonitor, WarningIsLoggedOncePerRise) {
 // per new low; a reading back above the threshold re-arms it.
 TEST(SafetyMonitor, MemoryPressureActsOncePerNewLow) {
   Harness h;
-  h.script.readings = {gpu_at(40, 4000 * kMiB), gpu_at(40, 90 * kMiB), gpu_at(40, 90 * kMiB),
+  h.script.readings = {gpu_at(40, 4000 * kMiB), gpu_at(40, 90 * kMiB),  gpu_at(40, 90 * kMiB),
                        gpu_at(40, 80 * kMiB),   gpu_at(40, 500 * kMiB), gpu_at(40, 95 * kMiB)};
   MonitorOptions o = sync_options();
   o.memory_low_bytes = 100 * kMiB;
