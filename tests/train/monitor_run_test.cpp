@@ -259,6 +259,30 @@ TEST(MonitorRun, FallingAvailableMemoryShrinksTheMicroBatchBeforeAnyAllocationFa
   }
 }
 
+// `backprop train` runs the monitor by default (--max-memory auto becomes its budget, written to
+// metrics.jsonl); --no-monitor turns it off and the CPU plan is not enforced.
+TEST(MonitorRun, CliMonitorsByDefaultAndNoMonitorTurnsItOff) {
+  auto train = [](const std::string& dir, const std::string& extra) {
+    std::string out;
+    int rc = test::run_command(test::backprop_exe() + " train --model " + test::source_dir() +
+                                   "/models/tiny-chat --data " + test::source_dir() +
+                                   "/examples/quickstart_sharegpt.jsonl --steps 1 --batch-size 1 --max-seq-length 32 "
+                                   "--holdout 0 --lora-r 4 --threads 1 --output " +
+                                   dir + " " + extra,
+                               &out);
+    EXPECT_EQ(rc, 0) << out;
+    for (const auto& e : fs::directory_iterator(dir)) return read_file((e.path() / "metrics.jsonl").string());
+    return std::string();
+  };
+  test::TempDir on, off;
+  std::string with = train(on.path, "");
+  EXPECT_NE(with.find("\"event\":\"memory_budget\""), std::string::npos) << with;
+  EXPECT_EQ(with.find("not enforced"), std::string::npos) << "the plan is held to the monitor's budget";
+  std::string without = train(off.path, "--no-monitor");
+  EXPECT_EQ(without.find("\"type\":\"monitor\""), std::string::npos) << without;
+  EXPECT_NE(without.find("(machine RAM, not enforced)"), std::string::npos) << without;
+}
+
 // In a real cgroup v2 with memory.max, a run without the monitor plans against the machine's RAM
 // and is killed by the kernel; the monitored run plans against the cgroup and finishes. Needs root
 // and a writable cgroup v2 with the memory controller.
@@ -279,21 +303,22 @@ TEST(MonitorRun, RealCgroupMonitoredRunFinishesWhereUnmonitoredIsKilled) {
     std::string path;
     ~RemoveGroup() { ::rmdir(path.c_str()); }
   } remove_group{group};
-  test::write_text_file(group + "/memory.max", std::to_string(400 * kMiB));
+  test::write_text_file(group + "/memory.max", std::to_string(600 * kMiB));
   test::write_text_file(group + "/memory.swap.max", "0");
   test::TempDir tmp;
   auto train = [&](const std::string& extra) {
-    std::string cmd = "sh -c 'echo $$ > " + group + "/cgroup.procs && exec " + test::backprop_exe() +
-                      " train --model " + test::source_dir() + "/models/tiny-chat --data " + test::source_dir() +
-                      "/examples/quickstart_sharegpt.jsonl --mode full --steps 2 --batch-size 64 --max-seq-length 512 "
-                      "--holdout 0 --gradient-checkpointing false --output " +
-                      tmp.path + " " + extra + "'";
+    std::string cmd =
+        "sh -c 'echo $$ > " + group + "/cgroup.procs && exec " + test::backprop_exe() + " train --model " +
+        test::source_dir() + "/models/tiny-chat --data " + test::source_dir() +
+        "/examples/quickstart_sharegpt.jsonl --mode full --steps 2 --batch-size 128 --max-seq-length 512 --threads 1 "
+        "--holdout 0 --gradient-checkpointing false --output " +
+        tmp.path + " " + extra + "'";
     std::string out;
     int rc = test::run_command(cmd, &out);
     return std::make_pair(rc, out);
   };
   auto [rc_off, out_off] = train("--no-monitor --max-memory none");
-  EXPECT_NE(rc_off, 0) << "64 sequences of 512 tokens without checkpointing do not fit in 400 MiB:\n" << out_off;
+  EXPECT_NE(rc_off, 0) << "128 sequences in one micro-batch without checkpointing do not fit in 600 MiB:\n" << out_off;
   auto [rc_on, out_on] = train("--max-memory auto");
   EXPECT_EQ(rc_on, 0) << out_on;
 }
