@@ -266,7 +266,7 @@ TEST(MonitorRun, CliMonitorsByDefaultAndNoMonitorTurnsItOff) {
     std::string out;
     int rc = test::run_command(test::backprop_exe() + " train --model " + test::source_dir() +
                                    "/models/tiny-chat --data " + test::source_dir() +
-                                   "/examples/quickstart_sharegpt.jsonl --steps 1 --batch-size 1 --max-seq-length 32 "
+                                   "/examples/quickstart_sharegpt.jsonl --steps 1 --batch-size 1 --max-seq-length 128 "
                                    "--holdout 0 --lora-r 4 --threads 1 --output " +
                                    dir + " " + extra,
                                &out);
