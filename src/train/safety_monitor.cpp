@@ -41,6 +41,19 @@ class SystemReadingSource : public ReadingSource {
   Nvml nvml_;
 };
 
+// Readings from `inner`, free disk space from a test's function.
+class DiskOverride : public ReadingSource {
+ public:
+  DiskOverride(std::unique_ptr<ReadingSource> inner, std::function<uint64_t(const std::string&)> free_bytes)
+      : inner_(std::move(inner)), free_bytes_(std::move(free_bytes)) {}
+  MonitorReadings read() override { return inner_->read(); }
+  uint64_t free_disk_bytes(const std::string& dir) override { return free_bytes_(dir); }
+
+ private:
+  std::unique_ptr<ReadingSource> inner_;
+  std::function<uint64_t(const std::string&)> free_bytes_;
+};
+
 class SteadyClock : public MonitorClock {
  public:
   double now_s() override {
@@ -122,6 +135,8 @@ SafetyMonitor::SafetyMonitor(MonitorOptions options, Sink sink, std::unique_ptr<
     : opt_(std::move(options)), sink_(std::move(sink)), source_(std::move(source)), clock_(std::move(clock)) {
   if (!opt_.enabled) return;
   if (!source_) source_ = system_reading_source(opt_.system_root, opt_.nvml_library);
+  if (opt_.free_disk_bytes_for_tests)
+    source_ = std::make_unique<DiskOverride>(std::move(source_), opt_.free_disk_bytes_for_tests);
   if (!clock_) clock_ = steady_monitor_clock();
   start_ = poll();
   const uint64_t avail = start_.memory.available_bytes();

@@ -59,6 +59,8 @@ struct MonitorOptions {
   // Read at each hook on the training thread, no thread (poll_period_s 0 implies it). Unit tests set
   // it with a period, which is then the virtual time slept between readings while paused.
   bool synchronous = false;
+  // Tests: free bytes of a folder instead of statvfs (a disk that fills up on cue).
+  std::function<uint64_t(const std::string& dir)> free_disk_bytes_for_tests;
 
   static MonitorOptions from_settings(const Settings& s);
 };

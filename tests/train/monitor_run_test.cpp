@@ -259,6 +259,40 @@ TEST(MonitorRun, FallingAvailableMemoryShrinksTheMicroBatchBeforeAnyAllocationFa
   }
 }
 
+// Before each checkpoint the output folder's free space is checked against the checkpoint's size:
+// a warning while fewer than monitor.disk_warn_checkpoints fit, then STATE_DISK_FULL before writing,
+// with the earlier checkpoint intact and resumable.
+TEST(MonitorRun, DiskFillingUpWarnsThenStopsWithTheEarlierCheckpointIntact) {
+  test::TempDir tmp;
+  TrainOptions o = monitored(tiny_chat_options(tmp.path), tmp.path, "temps 40");
+  o.save_every = 2;
+  o.monitor.disk_warn_checkpoints = 3;
+  int checks = 0;
+  Trainer* trainer = nullptr;
+  o.monitor.free_disk_bytes_for_tests = [&](const std::string&) -> uint64_t {
+    const uint64_t needed = checkpoint_bytes_estimate(trainer->model());
+    ++checks;  // checkpoints of steps 2, 4, 6: plenty, room for two, not even one
+    return checks == 1 ? UINT64_MAX : checks == 2 ? 2 * needed : needed - 1;
+  };
+  Trainer t(o);
+  trainer = &t;
+  try {
+    t.run();
+    FAIL() << "the third checkpoint cannot fit";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::STATE_DISK_FULL) << e.what();
+  }
+  auto records = monitor_records(o.output_dir);
+  const nlohmann::json* low = find_event(records, "disk_low");
+  const nlohmann::json* full = find_event(records, "disk_full");
+  ASSERT_TRUE(low && full);
+  EXPECT_EQ(low->at("step"), 4);
+  EXPECT_EQ(full->at("step"), 6);
+  EXPECT_EQ(full->at("bytes_checkpoint"), checkpoint_bytes_estimate(t.model()));
+  EXPECT_EQ(CheckpointStore::verify(o.output_dir + "/checkpoints/checkpoint-4").at("step"), 4);
+  EXPECT_FALSE(fs::exists(o.output_dir + "/checkpoints/checkpoint-6"));
+}
+
 // `backprop train` runs the monitor by default (--max-memory auto becomes its budget, written to
 // metrics.jsonl); --no-monitor turns it off and the CPU plan is not enforced.
 TEST(MonitorRun, CliMonitorsByDefaultAndNoMonitorTurnsItOff) {
