@@ -74,6 +74,7 @@ void bind_train_settings(CLI::App& sub) {
                       "training.max_memory",
                       "training.threads",
                       "training.oom_recovery",
+                      "monitor.enabled",
                       "training.init_from_config",
                       "data.format",
                       "data.strict",

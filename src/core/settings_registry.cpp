@@ -85,7 +85,8 @@ constexpr SettingSpec kSettings[] = {
   {"training.resume", T::String, "", kNoMin, kNoMax, "", R::Any, "--resume", false,
    "Resume from a checkpoint folder, a run id, or latest; empty = start a new run."},
   {"training.max_memory", T::String, "auto", kNoMin, kNoMax, "", R::AutoOrBytes, "--max-memory", false,
-   "Memory budget of the training device (e.g. 8G, 512M): auto = the GPU's free memory, no limit on the CPU; none = no limit."},
+   "Memory budget of the training device (e.g. 8G, 512M): auto = the GPU's free memory; on the CPU the smaller of "
+   "MemAvailable and the cgroup's room, minus monitor.memory_headroom (no limit with --no-monitor); none = no limit."},
   {"training.vram_gb", T::Float, "0", 0, 1e6, "", R::Any, "--vram-gb", false,
    "Memory size in GiB (2^30 bytes) that `backprop estimate-vram` fits the plan into; 0 = training.max_memory when it is a size, else the GPU's free memory, else this machine's RAM."},
   {"training.threads", T::Int, "0", 0, 4096, "", R::Any, "--threads", false,
@@ -147,6 +148,42 @@ constexpr SettingSpec kSettings[] = {
    "Retries of a failed request to the Ollama server (connection refused, timeout, 5xx), with exponential "
    "backoff from 0.5 s; 0 = fail at the first error."},
 
+  // ---- monitor --------------------------------------------------------------------------------
+  {"monitor.enabled", T::Bool, "true", kNoMin, kNoMax, "", R::Any, "--monitor", false,
+   "Safety monitor in every training run: memory (MemAvailable, cgroup v2), CPU and GPU temperatures, disk space "
+   "before checkpoints; --no-monitor turns it off."},
+  {"monitor.poll_period_s", T::Float, "5", 0, 3600, "", R::Any, "", false,
+   "Seconds between readings (a background thread); also the wait between readings while paused. 0 = read at "
+   "every micro-batch boundary on the training thread."},
+  {"monitor.temperature_warning_c", T::Float, "80", 1, 200, "", R::Any, "", false,
+   "Warning level in degrees Celsius: logged; a paused run resumes once every sensor is below it."},
+  {"monitor.temperature_critical_c", T::Float, "90", 1, 200, "", R::Any, "", false,
+   "Critical level (or threshold_margin_c under the card's slowdown threshold): training pauses between "
+   "micro-batches until it cools down (RUNTIME_GPU_TEMPERATURE_CRITICAL)."},
+  {"monitor.temperature_emergency_c", T::Float, "95", 1, 200, "", R::Any, "", false,
+   "Emergency level (or threshold_margin_c under the card's shutdown threshold): the last finished step is saved "
+   "and training stops (RUNTIME_TEMPERATURE_EMERGENCY)."},
+  {"monitor.threshold_margin_c", T::Float, "3", 0, 50, "", R::Any, "", false,
+   "Degrees under a sensor's own slowdown / shutdown threshold (NVML, hwmon temp*_max / temp*_crit) at which "
+   "the critical / emergency level is reached, when that is lower than the fixed levels."},
+  {"monitor.cooldown_s", T::Float, "30", 0, 86400, "", R::Any, "", false,
+   "A paused run resumes after every sensor has stayed below the warning level this many seconds."},
+  {"monitor.max_pause_s", T::Float, "1800", 0, 1e7, "", R::Any, "", false,
+   "Longest pause; when it is still too hot after this, the last finished step is saved and training stops "
+   "(RUNTIME_GPU_TEMPERATURE_CRITICAL)."},
+  {"monitor.memory_headroom", T::String, "auto", kNoMin, kNoMax, "", R::AutoOrBytes, "", false,
+   "Memory kept free by --max-memory auto on the CPU (budget = the smaller of MemAvailable and the cgroup's "
+   "memory.max - memory.current, minus this): auto = 10% of that, none = 0."},
+  {"monitor.memory_low", T::String, "auto", kNoMin, kNoMax, "", R::AutoOrBytes, "", false,
+   "When the memory available to the run falls under this during training, it turns gradient checkpointing on, "
+   "then halves the micro-batch (same samples, same batch): auto = half the headroom, none = off."},
+  {"monitor.disk_warn_checkpoints", T::Int, "3", 0, 1000000, "", R::Any, "", false,
+   "Warn when the output folder's free space holds fewer than this many checkpoints; with less than one, "
+   "STATE_DISK_FULL before writing (the earlier checkpoint stays intact)."},
+  {"monitor.system_root", T::String, "", kNoMin, kNoMax, "", R::Any, "", false,
+   "Testing: read /proc and /sys under this folder instead of / (a fake meminfo, cgroup and hwmon tree)."},
+  {"monitor.nvml_library", T::String, "libnvidia-ml.so.1", kNoMin, kNoMax, "", R::Any, "", false,
+   "NVML library loaded with dlopen for GPU temperatures; empty = do not watch GPUs."},
   // ---- multirun -------------------------------------------------------------------------------
   {"multirun.runs", T::Int, "3", 1, 10000, "", R::Any, "--runs", false,
    "multi-run: how many runs, each on a fresh window of the shuffled training pool."},
@@ -193,7 +230,7 @@ constexpr SettingSpec kSettings[] = {
 };
 // clang-format on
 
-constexpr const char* kSections[] = {"model", "lora", "training", "data", "export", "multirun", "security", "logging"};
+constexpr const char* kSections[] = {"model", "lora", "training", "data", "export", "monitor", "multirun", "security", "logging"};
 }  // namespace
 
 std::span<const SettingSpec> settings_registry() {

@@ -19,7 +19,9 @@ OomKind classify_oom(const std::exception& e) {
   if (dynamic_cast<const OutOfMemoryError*>(&e)) return OomKind::OutOfMemory;
   if (dynamic_cast<const std::bad_alloc*>(&e)) return OomKind::Adjacent;
   if (auto* be = dynamic_cast<const Error*>(&e)) {
-    if (be->code() == ErrorCode::RUNTIME_OOM_ADJACENT) return OomKind::Adjacent;
+    // The safety monitor's low-memory signal: memory is running out, no allocation failed yet.
+    if (be->code() == ErrorCode::RUNTIME_OOM_ADJACENT || be->code() == ErrorCode::RUNTIME_MEMORY_PRESSURE)
+      return OomKind::Adjacent;
     if (be->code() == ErrorCode::RUNTIME_GPU_OOM) return OomKind::OutOfMemory;
   }
   std::string_view w = e.what();

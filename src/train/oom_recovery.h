@@ -4,7 +4,8 @@
 // micro-batches of `micro_seqs` sequences; accumulation = ceil(batch / micro). When a micro-batch
 // runs out of memory — an OutOfMemoryError from an allocator, or an error that is OOM in
 // disguise (std::bad_alloc, CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_NOT_INITIALIZED, "out of
-// memory" from a library: RUNTIME_OOM_ADJACENT) — the step's partial gradients are dropped,
+// memory" from a library: RUNTIME_OOM_ADJACENT; the safety monitor's RUNTIME_MEMORY_PRESSURE when
+// available memory runs low) — the step's partial gradients are dropped,
 // caches emptied, a cheaper relief tried first when one is set (the trainer's: turn gradient
 // checkpointing back on when "auto" had it off), else the micro-batch halved (so accumulation
 // doubles and the effective batch never changes), and the same step is redone with the same

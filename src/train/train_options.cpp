@@ -75,6 +75,8 @@ TrainOptions TrainOptions::from_settings(const Settings& s) {
   o.keep_checkpoints = static_cast<int>(s.get_int("training.keep_checkpoints"));
   const std::string& mm = s.get_string("training.max_memory");
   o.max_memory_bytes = (mm == "auto" || mm == "none") ? SIZE_MAX : parse_byte_size(mm, "training.max_memory");
+  o.max_memory_auto = mm == "auto";
+  o.monitor = MonitorOptions::from_settings(s);
   o.threads = static_cast<int>(s.get_int("training.threads"));
   o.oom_recovery = s.get_bool("training.oom_recovery");
   o.nan_max_consecutive = static_cast<int>(s.get_int("training.nan_guard_max_consecutive"));

@@ -66,6 +66,7 @@ struct Trainer::State {
   std::unique_ptr<DataCursor> cursor;
   std::unique_ptr<OomRecovery> oom;
   std::unique_ptr<CheckpointStore> checkpoints;
+  std::unique_ptr<SafetyMonitor> safety;
   TrainSummary summary;
   int64_t total_steps = 0;
   int64_t step = 0;  // optimizer steps done
@@ -77,6 +78,8 @@ struct Trainer::State {
   void event(const std::string& level, const std::string& msg) {
     if (level == "warn")
       spdlog::warn("{}", msg);
+    else if (level == "error")
+      spdlog::error("{}", msg);
     else
       spdlog::info("{}", msg);
     if (cb.on_event) cb.on_event(level, msg);
@@ -312,6 +315,13 @@ TrainSummary Trainer::run_impl() {
   s.total_steps = o.steps > 0 ? o.steps : steps_per_epoch * std::max<int64_t>(1, o.epochs);
   s.cursor = std::make_unique<DataCursor>(static_cast<int64_t>(s.data.train.size()), o.seed, o.shuffle);
 
+  // Safety monitor (train/safety_monitor.h); --max-memory auto on the CPU = its memory budget.
+  s.safety = std::make_unique<SafetyMonitor>(o.monitor, [&s](const nlohmann::json& r) {
+    s.event(r.at("level").get<std::string>(), r.at("message").get<std::string>());
+    s.record(r);
+  });
+  if (o.max_memory_auto) o.max_memory_bytes = s.safety->memory_budget_bytes(alloc.stats().bytes_in_use);
+
   // Memory plan: pick the micro-batch before step 1 (fails here when one sequence cannot fit).
   alloc.set_limit(o.max_memory_bytes);
   TrainPlan plan = plan_training(o, *s.model, s.data, alloc);
@@ -370,6 +380,7 @@ TrainSummary Trainer::run_impl() {
   };
 
   auto save_checkpoint = [&](std::optional<double> eval_loss) {
+    s.safety->before_checkpoint(s.checkpoints->root(), checkpoint_bytes_estimate(*s.model), s.step);
     nlohmann::json st = {{"step", s.step},
                          {"optimizer_step", s.adamw.steps_taken()},
                          {"micro_batch_size", s.oom->micro_seqs()},
@@ -433,6 +444,7 @@ TrainSummary Trainer::run_impl() {
   s.fault_oom_left = o.fault_oom_repeat;
 
   while (s.step < s.total_steps) {
+    const CursorState step_start = s.cursor->state();  // a monitor stop saves the last finished step
     std::vector<int64_t> ids = s.cursor->next(o.batch_size);
     int64_t n_labels = 0, n_tokens = 0;
     for (int64_t id : ids) {
@@ -445,6 +457,13 @@ TrainSummary Trainer::run_impl() {
     s.oom->run_step(
         static_cast<int64_t>(ids.size()),
         [&](int64_t b, int64_t e) {
+          s.safety->between_micro_batches(
+              s.step + 1, o.oom_recovery && (s.oom->micro_seqs() > 1 || !s.model->options().gradient_checkpointing),
+              [&] {
+                s.cursor = std::make_unique<DataCursor>(static_cast<int64_t>(s.data.train.size()), o.seed, o.shuffle,
+                                                        step_start);
+                save_checkpoint(std::nullopt);
+              });
           if (s.step == o.fault_oom_step && s.fault_oom_left > 0) {
             --s.fault_oom_left;
             alloc.fail_after_allocations(1);  // the micro-batch's first allocation fails

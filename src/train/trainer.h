@@ -21,6 +21,7 @@
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "train/lr_schedule.h"
+#include "train/safety_monitor.h"
 
 namespace bp {
 
@@ -61,6 +62,8 @@ struct TrainOptions {
   int64_t save_every = 0;  // 0 = only at the end
   int keep_checkpoints = 2;
   size_t max_memory_bytes = SIZE_MAX;
+  bool max_memory_auto = false;  // --max-memory auto: the safety monitor's CPU budget (when it is on)
+  MonitorOptions monitor;        // [monitor] settings (off unless from_settings or a test turns it on)
   int threads = 0;
   bool oom_recovery = true;
   int nan_max_consecutive = 3;

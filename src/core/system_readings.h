@@ -1,0 +1,45 @@
+// Live readings of the machine for the safety monitor (issue 20; DESIGN.md "Trainer"): available
+// memory of the machine and of the cgroup v2 the process runs in, and CPU temperatures from hwmon
+// and thermal zones. GPU readings come from core/nvml.h.
+//
+// Every path is read under `root` ("" = the real "/"), so tests point the readings at a fake
+// sysfs/procfs tree (monitor.system_root). Readings never throw: a file that is missing or
+// unreadable leaves its field unknown (0 / no limit / no sensor), because the monitor must keep
+// watching whatever it can and training must go on.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace bp {
+
+struct MemoryReading {
+  uint64_t mem_total_bytes = 0;      // /proc/meminfo MemTotal
+  uint64_t mem_available_bytes = 0;  // /proc/meminfo MemAvailable
+  // cgroup v2: the tightest memory.max on the path from the process's cgroup up to the root, and
+  // that cgroup's memory.current. cgroup_limited false when every level says "max" (or no cgroup).
+  bool cgroup_limited = false;
+  uint64_t cgroup_max_bytes = 0;
+  uint64_t cgroup_current_bytes = 0;
+  std::string cgroup_path;  // the folder whose memory.max is the tightest
+
+  // What can still be allocated before the kernel acts: MemAvailable, or less when the cgroup's
+  // room (memory.max - memory.current) is smaller. 0 when nothing is known.
+  uint64_t available_bytes() const;
+};
+
+MemoryReading read_memory(const std::string& root);
+
+struct TemperatureReading {
+  std::string sensor;     // "hwmon0/coretemp/temp1", "thermal_zone0/x86_pkg_temp", "gpu0"
+  double celsius = 0;     // current temperature
+  double slowdown_c = 0;  // where the hardware starts to slow down (hwmon temp*_max, NVML slowdown); 0 = unknown
+  double shutdown_c = 0;  // where it shuts down (hwmon temp*_crit, NVML shutdown); 0 = unknown
+};
+
+// hwmon (<root>/sys/class/hwmon/hwmon*/temp*_input, millidegrees) and thermal zones
+// (<root>/sys/class/thermal/thermal_zone*/temp).
+std::vector<TemperatureReading> read_cpu_temperatures(const std::string& root);
+
+}  // namespace bp
