@@ -72,7 +72,7 @@ std::vector<std::string> setting_flags(const json& settings, const char* const (
     if (std::find_if(std::begin(allowed), std::end(allowed), [&](const char* k) { return key == k; }) ==
         std::end(allowed))
       continue;
-    const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+    const std::string text = value.is_string() ? value.template get<std::string>() : value.dump();
     if (text.empty()) continue;
     check.set(key, text);
     out.push_back(fmt::format("{}={}", find_setting(key)->flag, text));
@@ -92,7 +92,7 @@ json run_json_command(const std::vector<std::string>& argv) {
 }  // namespace
 
 Api::Api(const UiOptions& opt, httplib::Server& svr, std::atomic<bool>& stopping)
-    : opt_(opt), stopping_(stopping), runs_(opt.runs_dir, self_exe()), data_dir_(opt.data_dir) {
+    : opt_(opt), stopping_(stopping), runs_(opt.runs_dir, self_exe()), data_dir_(fs::absolute(opt.data_dir)) {
   fs::create_directories(data_dir_);
   page_routes(svr);
   run_routes(svr);

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -23,18 +24,21 @@ using nlohmann::json;
 
 namespace {
 
+// The whole file (or its first max_bytes), empty when it cannot be read.
 std::string read_text(const fs::path& p, size_t max_bytes = 64 << 20) {
   std::ifstream in(p, std::ios::binary);
   if (!in) return {};
   std::string s;
-  s.resize(max_bytes);
-  in.read(s.data(), static_cast<std::streamsize>(max_bytes));
-  s.resize(static_cast<size_t>(in.gcount()));
+  char buf[65536];
+  while (s.size() < max_bytes && in.read(buf, sizeof buf).gcount() > 0)
+    s.append(buf, static_cast<size_t>(std::min<std::streamsize>(in.gcount(), max_bytes - s.size())));
   return s;
 }
 
+// The file's JSON, or null when it is missing or not JSON (a discarded value must never be sent).
 json read_json(const fs::path& p) {
-  return json::parse(read_text(p), nullptr, false);
+  json j = json::parse(read_text(p), nullptr, false);
+  return j.is_discarded() ? json() : j;
 }
 
 // The last JSON object printed on a launch's stdout (--json output: summary or error envelope).
@@ -132,7 +136,7 @@ fs::path resolve_inside(const fs::path& root, const std::string& name, bool allo
 }
 
 RunStore::RunStore(fs::path runs_root, std::string backprop_exe)
-    : root_(std::move(runs_root)), exe_(std::move(backprop_exe)) {
+    : root_(fs::absolute(runs_root)), exe_(std::move(backprop_exe)) {
   fs::create_directories(launches_dir());
 }
 
@@ -212,8 +216,8 @@ json RunStore::run_entry(const fs::path& dir) {
   }
   e["steps_done"] = steps;
   e["best_eval_loss"] = summary.is_object() ? summary.value("best_eval_loss", best_eval) : best_eval;
-  std::error_code ec;
-  e["updated"] = std::chrono::duration<double>(fs::last_write_time(dir, ec).time_since_epoch()).count();
+  struct stat st {};  // Unix seconds of the last change (metrics.jsonl grows with every step)
+  e["updated"] = ::stat((dir / "metrics.jsonl").c_str(), &st) == 0 ? static_cast<double>(st.st_mtime) : 0.0;
   return e;
 }
 

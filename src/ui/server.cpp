@@ -196,6 +196,12 @@ UiServer::UiServer(UiOptions options) : impl_(std::make_unique<Impl>(std::move(o
   Impl& m = *impl_;
   m.svr.new_task_queue = [] { return new httplib::ThreadPool(24); };
   m.svr.set_payload_max_length(m.opt.max_upload_bytes);
+  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which lets a second server (or another
+  // user's program) bind the same port and take over connections instead of failing.
+  m.svr.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof yes);
+  });
   m.svr.set_pre_routing_handler(
       [&m](const httplib::Request& req, httplib::Response& res) { return m.pre_route(req, res); });
   m.svr.set_error_handler([&m](const httplib::Request&, httplib::Response& res) {

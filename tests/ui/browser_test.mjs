@@ -32,7 +32,7 @@ const port = await freePort();
 const base = `http://127.0.0.1:${port}`;
 const ui = spawn(exe, ["ui", "--port", String(port), "--runs", path.join(work, "runs"), "--data-dir",
   path.join(work, "data"), "--auth", "tester:browser pass"], { stdio: ["ignore", "inherit", "inherit"] });
-let browser;
+let browser, runId;
 const problems = [];
 try {
   await waitReady(base + "/login");
@@ -75,7 +75,7 @@ try {
   // Start, and watch the loss chart gain points while the run trains.
   await page.click("#start");
   await page.waitForFunction(() => location.hash.startsWith("#/run/"));
-  const runId = decodeURIComponent((await page.evaluate(() => location.hash)).slice(6));
+  runId = decodeURIComponent((await page.evaluate(() => location.hash)).slice(6));
   log("run started: " + runId);
   const points = () => page.evaluate(() => Number(document.querySelector("#loss-chart").getAttribute("data-points")));
   await page.waitForFunction(() => Number(document.querySelector("#loss-chart")?.getAttribute("data-points")) >= 3);
@@ -121,5 +121,9 @@ try {
   process.exitCode = 1;
 } finally {
   if (browser) await browser.close();
+  if (runId) {  // a failure must not leave the 100000-step run training: Stop it (no-op when it ended)
+    await fetch(`${base}/api/runs/${runId}/stop`, { method: "POST",
+      headers: { Authorization: "Basic " + Buffer.from("tester:browser pass").toString("base64") } }).catch(() => {});
+  }
   ui.kill("SIGINT");
 }

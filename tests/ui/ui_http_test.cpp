@@ -336,7 +336,9 @@ TEST(UiRefusesToStart, HostAuthAndAuthFileMatrix) {
                                &out);
     EXPECT_EQ(rc, c.exit_code) << out;
     EXPECT_NE(out.find("[" + c.code + "]"), std::string::npos) << out;
-    if (c.code == "RUNTIME_UI_AUTH_NOT_ENFORCED") EXPECT_NE(out.find("ssh -L"), std::string::npos) << out;
+    if (c.code == "RUNTIME_UI_AUTH_NOT_ENFORCED") {
+      EXPECT_NE(out.find("ssh -L"), std::string::npos) << out;
+    }
   }
 }
 

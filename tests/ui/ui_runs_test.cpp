@@ -17,7 +17,9 @@ using nlohmann::json;
 json get_json(httplib::Client& c, const std::string& path) {
   auto r = c.Get(path.c_str());
   if (!r) return json();
-  return json::parse(r->body, nullptr, false);
+  json j = json::parse(r->body, nullptr, false);
+  if (j.is_discarded()) ADD_FAILURE() << path << " answered " << r->status << ": " << r->body.substr(0, 300);
+  return j;
 }
 
 // Polls `pred` on GET path for up to 120 s (the machine may be busy; the condition is what counts).
@@ -39,7 +41,7 @@ TEST(UiRuns, StartRestartTheUiStopResume) {
   fs::copy_file(source_dir() + "/examples/quickstart_sharegpt.jsonl", data + "/chat.jsonl");
   auto ui = std::make_unique<UiProcess>(runs, data, std::vector<std::string>{});
   ASSERT_TRUE(ui->alive());
-  auto c = ui->client();
+  auto c1 = ui->client();
   const json body = {{"model", source_dir() + "/models/tiny-chat"},
                      {"dataset", "chat.jsonl"},
                      {"settings",
@@ -47,18 +49,22 @@ TEST(UiRuns, StartRestartTheUiStopResume) {
                        {"training.max_seq_length", "128"},
                        {"training.batch_size", "2"},
                        {"training.eval_every", "0"}}}};
-  auto started = c.Post("/api/runs", body.dump(), "application/json");
+  auto started = c1.Post("/api/runs", body.dump(), "application/json");
   ASSERT_TRUE(started);
   ASSERT_EQ(started->status, 200) << started->body;
   const std::string launch = json::parse(started->body)["launch_id"];
-  json l = wait_for(c, "/api/launches/" + launch, [](const json& j) { return !j.value("run_id", "").empty(); });
+  json l = wait_for(c1, "/api/launches/" + launch, [](const json& j) { return !j.value("run_id", "").empty(); });
   const std::string id = l["run_id"];
-  wait_for(c, "/api/runs/" + id, [](const json& j) { return j["status"] == "running" && j["steps_done"] >= 1; });
+  struct KillOnExit {
+    std::string metrics;
+    ~KillOnExit() { kill_processes_holding(metrics); }
+  } guard{runs + "/" + id + "/metrics.jsonl"};
+  wait_for(c1, "/api/runs/" + id, [](const json& j) { return j["status"] == "running" && j["steps_done"] >= 1; });
 
   // The UI goes away and comes back: the run kept training and is found again.
   ui.reset();
   ui = std::make_unique<UiProcess>(runs, data, std::vector<std::string>{});
-  c = ui->client();
+  auto c = ui->client();
   json again = wait_for(c, "/api/runs", [&](const json& j) { return j.size() == 1 && j[0]["id"] == id; });
   EXPECT_EQ(again[0]["status"], "running");
   EXPECT_EQ(again[0]["model"], source_dir() + "/models/tiny-chat");

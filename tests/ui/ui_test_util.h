@@ -34,6 +34,22 @@ inline int free_port() {
   return ntohs(a.sin_port);
 }
 
+// Ends (SIGKILL) every process that holds `path` open: a test's training child left running after a
+// failed assertion must not outlive the test (the UI starts them in their own session).
+inline void kill_processes_holding(const std::string& path) {
+  std::error_code ec;
+  const auto want = std::filesystem::weakly_canonical(path, ec);
+  for (const auto& proc : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = proc.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::error_code ec2;
+    for (const auto& fd : std::filesystem::directory_iterator(proc.path() / "fd", ec2)) {
+      std::error_code ec3;
+      if (std::filesystem::read_symlink(fd.path(), ec3) == want) ::kill(std::stoi(name), SIGKILL);
+    }
+  }
+}
+
 class UiProcess {
  public:
   // Starts `backprop ui --port P --runs R --data-dir D <extra>` and waits (up to 60 s) until it answers.
