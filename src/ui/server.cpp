@@ -134,7 +134,7 @@ struct UiServer::Impl {
     res.set_header("Content-Security-Policy", kCsp);
     res.set_header("X-Content-Type-Options", "nosniff");
     res.set_header("X-Frame-Options", "DENY");
-    res.set_header("Referrer-Policy", "no-referrer");
+    res.set_header("Referrer-Policy", "same-origin");  // no-referrer would make form POSTs send "Origin: null"
     res.set_header("Cache-Control", "no-store");
     if (!host_allowed(req.get_header_value("Host"))) {
       send_error(res, 403, ErrorCode::RUNTIME_UI_FORBIDDEN_ORIGIN,

@@ -28,6 +28,16 @@ async function waitReady(url) {
   throw new Error("backprop ui did not answer at " + url);
 }
 
+// page.waitForFunction evaluates a string in the page, which the UI's CSP (rightly) forbids; poll
+// page.evaluate (run by the DevTools protocol, outside the page's CSP) instead.
+async function waitUntil(page, fn, arg, what) {
+  for (let i = 0; i < 600; i++) {
+    if (await page.evaluate(fn, arg)) return;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error("timed out waiting for " + what);
+}
+
 const port = await freePort();
 const base = `http://127.0.0.1:${port}`;
 const ui = spawn(exe, ["ui", "--port", String(port), "--runs", path.join(work, "runs"), "--data-dir",
@@ -41,7 +51,7 @@ try {
   const page = await browser.newPage({ viewport: { width: 1200, height: 1600 } });
   page.on("console", (m) => { if (m.type() === "error" || m.type() === "warning") problems.push(`console ${m.type()}: ${m.text()}`); });
   page.on("pageerror", (e) => problems.push("page error: " + e.message));
-  page.setDefaultTimeout(120000);
+  page.setDefaultTimeout(60000);
 
   // Login: every page redirects there first.
   await page.goto(base + "/");
@@ -69,18 +79,18 @@ try {
   await page.fill("#set-training-eval_every", "4");
   await page.fill("#set-training-batch_size", "4");
   await page.dispatchEvent("#set-training-batch_size", "change");
-  await page.waitForFunction((p) => document.querySelector("#plan-verdict")?.textContent !== p, plan1);
+  await waitUntil(page, (p) => document.querySelector("#plan-verdict")?.textContent !== p, plan1, "the plan to change");
   log("plan updated: " + (await page.textContent("#plan-verdict")));
 
   // Start, and watch the loss chart gain points while the run trains.
   await page.click("#start");
-  await page.waitForFunction(() => location.hash.startsWith("#/run/"));
+  await waitUntil(page, () => location.hash.startsWith("#/run/"), null, "the run page");
   runId = decodeURIComponent((await page.evaluate(() => location.hash)).slice(6));
   log("run started: " + runId);
   const points = () => page.evaluate(() => Number(document.querySelector("#loss-chart").getAttribute("data-points")));
-  await page.waitForFunction(() => Number(document.querySelector("#loss-chart")?.getAttribute("data-points")) >= 3);
+  await waitUntil(page, () => Number(document.querySelector("#loss-chart")?.getAttribute("data-points")) >= 3, null, "3 loss points");
   const p1 = await points();
-  await page.waitForFunction((n) => Number(document.querySelector("#loss-chart").getAttribute("data-points")) >= n + 2, p1);
+  await waitUntil(page, (n) => Number(document.querySelector("#loss-chart").getAttribute("data-points")) >= n + 2, p1, "more loss points");
   log(`loss chart grew from ${p1} to ${await points()} points while running`);
   await page.waitForSelector("#run-head[data-status=running]");
 

@@ -73,6 +73,7 @@
     const preview = h("div", { id: "preview" });
     const plan = h("div", { id: "plan", class: "card plan" }, h("span", { class: "muted", text: "Memory plan: choose a model." }));
     const fields = {};
+    let planSeq = 0;  // only the newest plan request may draw (answers can arrive out of order)
     const settingsBox = h("div", { class: "settings-grid" });
     main.append(
       h("div", { class: "card" },
@@ -134,7 +135,6 @@
       for (const k in fields) out[k] = fields[k].value;
       return out;
     }
-    let planSeq = 0;
     async function refreshPlan() {
       if (!model.value) return;
       const seq = ++planSeq;
