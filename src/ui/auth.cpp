@@ -140,10 +140,13 @@ Credentials Credentials::from_file(const std::string& path) {
 }
 
 bool Credentials::check(const std::string& user, const std::string& password) const {
-  static const PasswordHash kDummy = hash_password("not a password", kMemoryIterations);
+  if (users_.empty()) return false;
+  // An unknown user costs the same PBKDF2 work as a known one (checked against the first user's
+  // hash, then refused), so response times do not tell which user names exist.
   auto it = users_.find(user);
-  const bool ok = verify_password(password, it == users_.end() ? kDummy : it->second);
-  return ok && it != users_.end();
+  const bool found = it != users_.end();
+  const bool ok = verify_password(password, found ? it->second : users_.begin()->second);
+  return ok && found;
 }
 
 void set_password_in_file(const std::string& path, const std::string& user, const std::string& password) {
