@@ -121,8 +121,21 @@ try {
   await page.evaluate(() => window.scrollTo(0, 0));
   await page.screenshot({ path: shot, fullPage: true });
   log("screenshot " + shot);
-  // Keyboard: the main links are reachable with Tab.
-  await page.keyboard.press("Tab");
+  // System page: real numbers or "not available", never a placeholder.
+  await page.click("#nav-system");
+  await page.waitForSelector("#ram");
+  const ram = await page.textContent("#ram");
+  if (!/GiB used of .*GiB/.test(ram)) throw new Error("RAM reading: " + ram);
+  // Keyboard only: Tab reaches the main links and Enter follows one.
+  await page.focus("#nav-system");
+  await page.keyboard.press("Shift+Tab");
+  await page.keyboard.press("Shift+Tab");
+  await page.keyboard.press("Enter");
+  await page.waitForSelector("#runs-table");
+  // A phone-sized window: the runs list, kept as a second artifact.
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.screenshot({ path: shot.replace(/\.png$/, "_phone.png"), fullPage: true });
+  log("system page, keyboard navigation and phone layout checked");
   if (problems.length) throw new Error("console problems:\n" + problems.join("\n"));
   log("PASS");
 } catch (e) {
