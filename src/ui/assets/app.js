@@ -59,7 +59,7 @@
     for (const r of runs)
       body.append(h("tr", {},
         h("td", {}, h("a", { href: "#/run/" + encodeURIComponent(r.id), text: r.id.slice(0, 8) })),
-        h("td", {}, statusCell(r)), h("td", { text: r.model || "" }), h("td", { text: (r.data || "").split("/").pop() }),
+        h("td", {}, statusCell(r)), h("td", { class: "path", text: r.model || "" }), h("td", { class: "path", text: (r.data || "").split("/").pop() }),
         h("td", { text: r.steps_done + (r.steps_total ? " / " + r.steps_total : "") }), h("td", { text: num(r.best_eval_loss) })));
   }
 
