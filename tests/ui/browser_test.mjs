@@ -74,6 +74,7 @@ try {
   const summary = await page.textContent("#validate-summary");
   if (!/Format sharegpt: \d+ of \d+ rows good/.test(summary)) throw new Error("validate summary: " + summary);
   if (!(await page.textContent("#rows")).includes("conversations")) throw new Error("no first rows shown");
+  if ((await page.textContent("#preview")).includes("null")) throw new Error("the preview shows 'null'");
   await page.fill("#set-training-steps", "100000");
   await page.fill("#set-training-max_seq_length", "256");
   await page.fill("#set-training-eval_every", "4");

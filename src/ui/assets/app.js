@@ -97,11 +97,11 @@
       try {
         const p = await api("GET", "/api/datasets/" + encodeURIComponent(datasetSel.value) + "/preview");
         const v = p.validate;
-        preview.append(
+        preview.append(...[
           h("p", { id: "validate-summary", class: v.valid ? "ok" : "error",
             text: `Format ${v.format}: ${v.good_rows} of ${v.total_rows} rows good, ${v.bad_rows} bad, ${v.long_rows} over the length limit.` }),
           (v.issues || []).length ? h("ul", {}, v.issues.map((i) => h("li", { text: `line ${i.line}: ${i.problem} ${i.detail || i.message || ""}` }))) : null,
-          h("p", { class: "muted", text: "First rows:" }), h("pre", { id: "rows" }, p.rows.join("\n")));
+          h("p", { class: "muted", text: "First rows:" }), h("pre", { id: "rows" }, p.rows.join("\n"))].filter(Boolean));
       } catch (e) { preview.append(h("p", { class: "error", text: e.message })); }
     }
     datasetSel.addEventListener("change", showPreview);
