@@ -236,7 +236,15 @@ void Api::info_routes(httplib::Server& svr) {
              const std::string model = body.value("model", "");
              if (model.empty()) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[ui] choose a model folder");
              std::vector<std::string> argv = {self_exe(), "estimate-vram", "--json", "--model=" + model};
-             for (auto& f : setting_flags(body.value("settings", json()), kPlanSettings)) argv.push_back(f);
+             const json settings = body.value("settings", json());
+             for (auto& f : setting_flags(settings, kPlanSettings)) argv.push_back(f);
+             // The run's memory budget is the plan's limit (estimate-vram takes it as --vram-gb).
+             const std::string budget =
+                 settings.is_object() ? settings.value("training.max_memory", std::string("auto")) : "auto";
+             if (budget != "auto" && budget != "none" && !budget.empty())
+               argv.push_back(fmt::format(
+                   "--vram-gb={:.17g}",
+                   static_cast<double>(parse_byte_size(budget, "training.max_memory")) / (1024.0 * 1024.0 * 1024.0)));
              json plan = run_json_command(argv);
              if (plan.contains("code")) res.status = 400;
              send_json(res, plan);

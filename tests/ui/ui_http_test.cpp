@@ -192,6 +192,16 @@ TEST_F(UiServerTest, RightAuthServesTheData) {
   });
   EXPECT_NE(events.find("event: metrics"), std::string::npos);
   EXPECT_NE(events.find("\"eval_loss\":2.25"), std::string::npos);
+  // The memory plan follows the form's settings: the budget is the limit, the batch changes the total.
+  auto plan = [&](const std::string& budget, const std::string& batch) {
+    json req = {{"model", source_dir() + "/models/tiny-chat"},
+                {"settings", {{"training.max_memory", budget}, {"training.batch_size", batch}}}};
+    return json::parse(c.Post("/api/estimate", req.dump(), "application/json")->body);
+  };
+  json p1 = plan("1G", "2"), p2 = plan("512M", "4");
+  EXPECT_EQ(p1["limit_bytes"], 1073741824u) << p1.dump();
+  EXPECT_EQ(p2["limit_bytes"], 536870912u);
+  EXPECT_GT(plan("16G", "8")["plan"]["total"].get<double>(), plan("16G", "2")["plan"]["total"].get<double>());
   // The page has no inline script: every <script> names a file.
   const std::string index = c.Get("/")->body;
   size_t pos = 0, scripts = 0;
