@@ -22,6 +22,8 @@ pkgs=(build-essential cmake pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev clang-format-14 libomp-dev)
 if [ "$want_tests" = 1 ]; then
   pkgs+=(python3-torch python3-numpy)
+  # Browser test of `backprop ui` (tests/ui/browser_test.mjs drives it with playwright-core from npm).
+  pkgs+=(chromium)
   # Node may already come from elsewhere (its npm then conflicts with Debian's); only add it when absent.
   command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
   command -v npm >/dev/null 2>&1 || pkgs+=(npm)

@@ -215,6 +215,25 @@ constexpr SettingSpec kSettings[] = {
   {"multirun.fault_inject", T::String, "", kNoMin, kNoMax, "", R::Any, "--fault-inject-multirun", false,
    "Testing: crash_merge:<i> kills the process (SIGKILL) after writing merge i, before it is committed; "
    "nan_merge:<i> makes merge i non-finite."},
+  // ---- ui (backprop ui, the web dashboard) ------------------------------------------------------
+  {"ui.host", T::String, "127.0.0.1", kNoMin, kNoMax, "", R::Any, "--host", false,
+   "Address the web UI listens on. Anything but loopback (127.0.0.1, ::1, localhost) needs --auth or --auth-file."},
+  {"ui.port", T::Int, "7862", 1, 65535, "", R::Any, "--port", false, "TCP port of the web UI."},
+  {"ui.auth", T::String, "", kNoMin, kNoMax, "", R::UserPass, "--auth", true,
+   "user:password required by every page, asset, event stream and action (login page or HTTP basic auth)."},
+  {"ui.auth_file", T::String, "", kNoMin, kNoMax, "", R::Any, "--auth-file", false,
+   "File of user:pbkdf2-sha256$iterations$salt$hash lines (mode 0600), written by `backprop ui --set-password`."},
+  {"ui.runs", T::String, "runs", kNoMin, kNoMax, "", R::Any, "--runs", false,
+   "Runs folder the UI lists, starts runs in and exports from (training.output of its runs)."},
+  {"ui.data_dir", T::String, "datasets", kNoMin, kNoMax, "", R::Any, "--data-dir", false,
+   "Dataset folder: uploads are written here and datasets are picked from here. The UI reads and writes no "
+   "other files than these two folders."},
+  {"ui.allowed_hosts", T::String, "", kNoMin, kNoMax, "", R::Any, "--allowed-hosts", false,
+   "Extra Host names the UI answers to (comma-separated), besides localhost, IP addresses and --host."},
+  {"ui.max_upload_mb", T::Int, "256", 1, 1 << 20, "", R::Any, "--max-upload-mb", false,
+   "Largest dataset upload accepted, in MiB."},
+  {"ui.max_login_failures", T::Int, "5", 1, 1000, "", R::Any, "--max-login-failures", false,
+   "Failed logins from one address before its logins are refused for 5 minutes."},
 
   // ---- security -------------------------------------------------------------------------------
   {"security.redact_secrets", T::Bool, "true", kNoMin, kNoMax, "", R::Any, "--redact-secrets", false,
@@ -230,7 +249,7 @@ constexpr SettingSpec kSettings[] = {
 };
 // clang-format on
 
-constexpr const char* kSections[] = {"model", "lora", "training", "data", "export", "monitor", "multirun", "security", "logging"};
+constexpr const char* kSections[] = {"model", "lora", "training", "data", "export", "monitor", "multirun", "ui", "security", "logging"};
 }  // namespace
 
 std::span<const SettingSpec> settings_registry() {

@@ -87,6 +87,8 @@ struct Trainer::State {
   }
   void record(nlohmann::json j) {
     j["run_id"] = summary.run_id;
+    // Wall-clock seconds since the epoch: rates (tokens/s in `backprop ui`) come from the gaps.
+    j["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     if (metrics.is_open()) {
       metrics << j.dump() << "\n";
       metrics.flush();

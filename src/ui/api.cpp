@@ -1,0 +1,275 @@
+// Routes of `backprop ui` (api.h): the page and its assets, runs (list, detail, live metrics as
+// server-sent events, log tail, start, stop, resume, export), datasets (list, upload, preview and
+// validation report), the settings help, the memory plan and the system readings.
+//
+// Checks and plans come from the same code the command line uses, by running this executable
+// (`backprop validate --json`, `backprop estimate-vram --json`): the page shows exactly what the
+// commands say.
+#include "ui/api.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "core/settings.h"
+#include "core/sysinfo.h"
+#include "ui/assets.h"
+#include "ui/process.h"
+
+namespace bp::ui {
+
+namespace fs = std::filesystem;
+using httplib::Request;
+using httplib::Response;
+using nlohmann::json;
+
+namespace {
+
+// The settings the New-run form offers (help, defaults and ranges come from the settings table).
+constexpr const char* kFormSettings[] = {
+    "training.steps",        "training.epochs",         "training.batch_size", "training.lr",  "training.lr_scheduler",
+    "training.warmup_steps", "training.max_seq_length", "training.mode",       "lora.r",       "lora.alpha",
+    "lora.dropout",          "training.eval_every",     "training.save_every", "data.holdout", "training.max_memory"};
+// The ones estimate-vram takes (the rest do not change the memory plan).
+constexpr const char* kPlanSettings[] = {"training.batch_size", "training.max_seq_length", "training.mode", "lora.r"};
+
+template <class Fn>
+auto guarded(Fn fn) {
+  return [fn](const Request& req, Response& res) {
+    try {
+      fn(req, res);
+    } catch (const Error& e) {
+      const std::string_view cat = e.info().category;
+      send_error(res, (cat == "input" || cat == "config") ? 400 : 500, e.code(), e.what());
+    } catch (const std::exception& e) {
+      send_error(res, 500, ErrorCode::RUNTIME_INTERNAL, std::string("[ui] ") + e.what());
+    }
+  };
+}
+
+void send_json(Response& res, const json& j) {
+  res.set_content(j.dump(), "application/json");
+}
+
+json parse_body(const Request& req) {
+  json j = json::parse(req.body, nullptr, false);
+  if (!j.is_object()) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[ui] the request body must be a JSON object");
+  return j;
+}
+
+// {"training.steps": "20", ...} -> ["--steps=20", ...], each value checked against the settings
+// table first (CONFIG_INVALID_SETTING names the key); only keys in `allowed` are accepted.
+template <size_t N>
+std::vector<std::string> setting_flags(const json& settings, const char* const (&allowed)[N]) {
+  std::vector<std::string> out;
+  if (settings.is_null()) return out;
+  if (!settings.is_object()) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[ui] settings must be an object");
+  Settings check;
+  for (const auto& [key, value] : settings.items()) {
+    if (std::find_if(std::begin(allowed), std::end(allowed), [&](const char* k) { return key == k; }) ==
+        std::end(allowed))
+      continue;
+    const std::string text = value.is_string() ? value.template get<std::string>() : value.dump();
+    if (text.empty()) continue;
+    check.set(key, text);
+    out.push_back(fmt::format("{}={}", find_setting(key)->flag, text));
+  }
+  return out;
+}
+
+json run_json_command(const std::vector<std::string>& argv) {
+  std::string out;
+  run_capture(argv, &out);
+  json j = json::parse(out, nullptr, false);
+  if (!j.is_object())
+    throw Error(ErrorCode::RUNTIME_INTERNAL, fmt::format("[ui] `{} {}` printed no JSON", argv[0], argv[1]));
+  return j;
+}
+
+}  // namespace
+
+Api::Api(const UiOptions& opt, httplib::Server& svr, std::atomic<bool>& stopping)
+    : opt_(opt), stopping_(stopping), runs_(opt.runs_dir, self_exe()), data_dir_(fs::absolute(opt.data_dir)) {
+  fs::create_directories(data_dir_);
+  page_routes(svr);
+  run_routes(svr);
+  dataset_routes(svr);
+  info_routes(svr);
+}
+
+void Api::page_routes(httplib::Server& svr) {
+  svr.Get("/", [](const Request&, Response& res) {
+    const Asset* a = find_asset("index.html");
+    res.set_content(std::string(a->data), "text/html; charset=utf-8");
+  });
+  svr.Get(R"(/assets/([A-Za-z0-9_.-]+))", [](const Request& req, Response& res) {
+    const Asset* a = find_asset(req.matches[1].str());
+    if (a == nullptr || a->name == "login.html" || a->name == "index.html") {
+      send_error(res, 404, ErrorCode::INPUT_VALIDATION_FAILED, "[ui] no such asset");
+      return;
+    }
+    res.set_content(std::string(a->data), content_type_for(a->name));
+  });
+}
+
+void Api::run_routes(httplib::Server& svr) {
+  svr.Get("/api/runs", guarded([this](const Request&, Response& res) { send_json(res, runs_.list()); }));
+  svr.Get(R"(/api/runs/([^/]+))",
+          guarded([this](const Request& req, Response& res) { send_json(res, runs_.detail(req.matches[1])); }));
+  svr.Get(R"(/api/runs/([^/]+)/log)", guarded([this](const Request& req, Response& res) {
+            res.set_content(runs_.log_tail(req.matches[1], 64 << 10), "text/plain; charset=utf-8");
+          }));
+  svr.Get(R"(/api/runs/([^/]+)/events)", guarded([this](const Request& req, Response& res) {
+            const std::string id = req.matches[1];
+            runs_.detail(id);  // throws for a bad or unknown run before the stream starts
+            auto offset = std::make_shared<size_t>(0);
+            res.set_chunked_content_provider("text/event-stream", [this, id, offset](size_t, httplib::DataSink& sink) {
+              try {
+                return stream_events(id, offset.get(), sink);
+              } catch (const std::exception&) {  // the run folder went away: end the stream
+                sink.done();
+                return true;
+              }
+            });
+          }));
+  svr.Post("/api/runs", guarded([this](const Request& req, Response& res) {
+             const json body = parse_body(req);
+             const std::string model = body.value("model", "");
+             if (model.empty()) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[ui] choose a model folder");
+             const fs::path data = resolve_inside(data_dir_, body.value("dataset", ""));
+             std::vector<std::string> args = {"--model=" + model, "--data=" + data.string()};
+             for (auto& f : setting_flags(body.value("settings", json()), kFormSettings)) args.push_back(f);
+             send_json(res, {{"launch_id", runs_.start_train(args)}});
+           }));
+  svr.Post(R"(/api/runs/([^/]+)/stop)", guarded([this](const Request& req, Response& res) {
+             send_json(res, {{"stopped", runs_.stop(req.matches[1])}});
+           }));
+  svr.Post(R"(/api/runs/([^/]+)/resume)", guarded([this](const Request& req, Response& res) {
+             const json body = req.body.empty() ? json::object() : parse_body(req);
+             send_json(res, {{"launch_id", runs_.resume(req.matches[1], body.value("steps", int64_t{0}))}});
+           }));
+  svr.Post(R"(/api/runs/([^/]+)/export)", guarded([this](const Request& req, Response& res) {
+             const json body = parse_body(req);
+             Settings check;  // format and quantization are checked against the settings table
+             check.set("export.format", body.value("format", "lora"));
+             check.set("export.quantization", body.value("quantization", "f16"));
+             send_json(res, {{"launch_id", runs_.start_export(req.matches[1], check.get_string("export.format"),
+                                                              check.get_string("export.quantization"),
+                                                              body.value("ollama", false))}});
+           }));
+  svr.Get(R"(/api/launches/([0-9a-f]+))",
+          guarded([this](const Request& req, Response& res) { send_json(res, runs_.launch(req.matches[1])); }));
+}
+
+bool Api::stream_events(const std::string& id, size_t* offset, httplib::DataSink& sink) {
+  for (int idle = 0; !stopping_ && sink.is_writable(); ++idle) {
+    size_t next = 0;
+    auto records = runs_.metrics_since(id, *offset, &next);
+    *offset = next;
+    if (!records.empty()) {
+      const std::string msg = "event: metrics\ndata: " + json(records).dump() + "\n\n";
+      if (!sink.write(msg.data(), msg.size())) return false;
+    }
+    if (!records.empty() || idle % 8 == 0) {
+      const std::string status = "event: status\ndata: " + runs_.detail(id).dump() + "\n\n";
+      if (!sink.write(status.data(), status.size())) return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  sink.done();
+  return true;
+}
+
+void Api::dataset_routes(httplib::Server& svr) {
+  svr.Get("/api/datasets", guarded([this](const Request&, Response& res) {
+            json out = json::array();
+            std::error_code ec;
+            for (const auto& e : fs::directory_iterator(data_dir_, ec))
+              if (e.is_regular_file() && e.path().filename().string()[0] != '.')
+                out.push_back({{"name", e.path().filename().string()}, {"bytes", e.file_size()}});
+            send_json(res, out);
+          }));
+  svr.Put(R"(/api/datasets/([^/]+))", guarded([this](const Request& req, Response& res) {
+            const fs::path dest = resolve_inside(data_dir_, req.matches[1]);
+            const std::string ext = dest.extension().string();
+            if (ext != ".jsonl" && ext != ".json" && ext != ".txt")
+              throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[ui] datasets are .jsonl, .json or .txt files");
+            const fs::path tmp = dest.string() + ".upload";
+            std::ofstream(tmp, std::ios::binary | std::ios::trunc) << req.body;
+            fs::rename(tmp, dest);
+            send_json(res, {{"name", dest.filename().string()}, {"bytes", req.body.size()}});
+          }));
+  svr.Get(R"(/api/datasets/([^/]+)/preview)", guarded([this](const Request& req, Response& res) {
+            const fs::path file = resolve_inside(data_dir_, req.matches[1]);
+            if (!fs::is_regular_file(file))
+              throw Error(ErrorCode::INPUT_DATASET_NOT_FOUND, fmt::format("[ui] no dataset {}", file.string()));
+            json rows = json::array();
+            std::ifstream in(file);
+            std::string line;
+            while (rows.size() < 5 && std::getline(in, line))
+              if (!line.empty()) rows.push_back(line.size() > 2000 ? line.substr(0, 2000) + " ..." : line);
+            json report = run_json_command({self_exe(), "validate", file.string(), "--json", "--max-errors", "20"});
+            send_json(res, {{"name", file.filename().string()}, {"rows", rows}, {"validate", report}});
+          }));
+}
+
+void Api::info_routes(httplib::Server& svr) {
+  svr.Get("/api/settings", guarded([](const Request&, Response& res) {
+            json out = json::array();
+            for (const char* key : kFormSettings) {
+              const SettingSpec* s = find_setting(key);
+              out.push_back({{"key", s->key},
+                             {"flag", s->flag},
+                             {"type", setting_type_name(s->type)},
+                             {"default", s->default_value},
+                             {"choices", s->choices},
+                             {"allowed", setting_allowed_text(*s)},
+                             {"help", s->help}});
+            }
+            send_json(res, out);
+          }));
+  svr.Post("/api/estimate", guarded([](const Request& req, Response& res) {
+             const json body = parse_body(req);
+             const std::string model = body.value("model", "");
+             if (model.empty()) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[ui] choose a model folder");
+             std::vector<std::string> argv = {self_exe(), "estimate-vram", "--json", "--model=" + model};
+             const json settings = body.value("settings", json());
+             for (auto& f : setting_flags(settings, kPlanSettings)) argv.push_back(f);
+             // The run's memory budget is the plan's limit (estimate-vram takes it as --vram-gb).
+             const std::string budget =
+                 settings.is_object() ? settings.value("training.max_memory", std::string("auto")) : "auto";
+             if (budget != "auto" && budget != "none" && !budget.empty())
+               argv.push_back(fmt::format(
+                   "--vram-gb={:.17g}",
+                   static_cast<double>(parse_byte_size(budget, "training.max_memory")) / (1024.0 * 1024.0 * 1024.0)));
+             json plan = run_json_command(argv);
+             if (plan.contains("code")) res.status = 400;
+             send_json(res, plan);
+           }));
+  svr.Get("/api/system", guarded([](const Request&, Response& res) {
+            const CpuInfo cpu = cpu_info();
+            const MemInfo mem = mem_info();
+            const CudaStatus cuda = cuda_status();
+            json gpus = json::array();
+            for (const auto& d : cuda.devices)
+              gpus.push_back({{"index", d.index},
+                              {"name", d.name},
+                              {"bytes_total", d.bytes_total},
+                              {"bytes_free", d.bytes_free},
+                              {"temperature_c", nullptr}});
+            send_json(
+                res,
+                {{"cpu",
+                  {{"model", cpu.model}, {"logical_cores", cpu.logical_cores}, {"physical_cores", cpu.physical_cores}}},
+                 {"ram", {{"bytes_total", mem.bytes_total}, {"bytes_available", mem.bytes_available}}},
+                 {"gpus", gpus},
+                 {"gpu_unavailable_reason",
+                  cuda.devices.empty() ? (cuda.why_unavailable.empty() ? std::string("no GPU") : cuda.why_unavailable)
+                                       : std::string()}});
+          }));
+}
+
+}  // namespace bp::ui
