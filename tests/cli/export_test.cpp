@@ -255,7 +255,7 @@ TEST(Export, ModelFolderGoesStraightToGguf) {
 
 // ---- Ollama ---------------------------------------------------------------------------------
 
-// The blob and create endpoints as Ollama's API documentation describes them (as in tests/io/ollama_test.cpp).
+// The blob and create endpoints as Ollama's API documentation describes them (as in tests/export/ollama_test.cpp).
 class FakeOllama {
  public:
   FakeOllama() {

@@ -1,5 +1,5 @@
-// tokenizer.json -> tokenizer.ggml.* (contract and rules in io/gguf_tokenizer.h).
-#include "io/gguf_tokenizer.h"
+// tokenizer.json -> tokenizer.ggml.* (contract and rules in export/gguf_tokenizer.h).
+#include "export/gguf_tokenizer.h"
 
 #include <algorithm>
 #include <cctype>

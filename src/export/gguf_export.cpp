@@ -1,5 +1,5 @@
-// ModelWeights -> GGUF (contract in io/gguf_export.h).
-#include "io/gguf_export.h"
+// ModelWeights -> GGUF (contract in export/gguf_export.h).
+#include "export/gguf_export.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,9 +1,9 @@
-// Chat template conversion, Modelfile text, model-name and OLLAMA_HOST validation (io/ollama.h).
+// Chat template conversion, Modelfile text, model-name and OLLAMA_HOST validation (export/ollama.h).
 #include <algorithm>
 #include <cctype>
 
 #include "core/error.h"
-#include "io/ollama.h"
+#include "export/ollama.h"
 
 namespace bp {
 namespace {
