@@ -31,7 +31,7 @@ enum class GGUFQuant { F32, F16, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K };
 GGUFQuant parse_gguf_quant(std::string_view name);
 const char* gguf_quant_name(GGUFQuant q);
 uint32_t gguf_file_type(GGUFQuant q);  // llama_ftype: 0, 1, 32, 7, 2, 15, 17, 18
-const char* gguf_arch_name(Arch a);    // "llama", "qwen2", "qwen3"
+const char* gguf_arch_name(Arch a);    // arch_info(a).gguf_arch: "llama", "qwen2", "qwen3"
 
 // The ggml type llama.cpp's mixture gives a tensor. `name` is the GGUF name, `row_length` its ne[0],
 // `n_dims` its rank, `layer`/`n_layers` its block (or -1), `tied` whether output shares token_embd.
