@@ -81,6 +81,10 @@ bp::cli::RunFn setup_train(CLI::App& sub) {
                                "training.fault_inject_crash_step",
                                "training.fault_inject_crash_at",
                                "training.fault_inject_enospc_after_bytes"});
+  // Fault injection is for tests: still a setting and a flag (docs/settings.md), not in `train --help`.
+  for (CLI::Option* opt : sub.get_options())
+    for (const std::string& name : opt->get_lnames())
+      if (name.rfind("fault-inject-", 0) == 0) opt->group("");
   return run_train;
 }
 
