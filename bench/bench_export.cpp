@@ -16,7 +16,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "io/gguf_export.h"
+#include "export/gguf_export.h"
 #include "io/gguf_writer.h"
 #include "model/loader.h"
 

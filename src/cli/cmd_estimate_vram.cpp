@@ -9,10 +9,9 @@
 // The memory size is --vram-gb, else training.max_memory, else the GPU's free memory, else RAM.
 #include <filesystem>
 #include <iostream>
-#include <sstream>
 
-#include "backend/cuda/cuda_device.h"
 #include "cli/command.h"
+#include "core/device_info.h"
 #include "core/error.h"
 #include "core/sysinfo.h"
 #include "model/loader.h"
@@ -21,18 +20,6 @@
 namespace {
 
 namespace fs = std::filesystem;
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    auto b = item.find_first_not_of(" \t");
-    auto e = item.find_last_not_of(" \t");
-    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
-  }
-  return out;
-}
 
 bool gpu_usable(const bp::CudaStatus& c) {
   return c.compiled && c.why_unavailable.empty() && !c.devices.empty();

@@ -1,7 +1,7 @@
 // `backprop info`: version, build, machine, GPUs and the feature matrix (--json for programs);
 // `--env-vars` lists every setting with its variable, default and current value; `--error-codes`
 // prints the error catalog; with `--markdown` they print docs/settings.md and docs/errors.md, which
-// are generated this way.
+// are generated this way; `--ops` prints which backend has each kernel (docs/ops.md with --markdown).
 #include <fmt/format.h>
 
 #include <iostream>
@@ -10,6 +10,7 @@
 #include "core/error_report.h"
 #include "core/settings.h"
 #include "core/sysinfo.h"
+#include "ops/op_table.h"
 
 namespace {
 
@@ -17,6 +18,7 @@ struct InfoOptions {
   bool env_vars = false;
   bool error_codes = false;
   bool markdown = false;
+  bool ops = false;
 };
 
 void print_env_vars(bool json) {
@@ -53,6 +55,22 @@ void print_env_vars(bool json) {
   if (json) std::cout << arr.dump(2) << std::endl;
 }
 
+void print_ops(bool json, bool markdown) {
+  if (markdown) {
+    std::cout << bp::ops::kernel_support_markdown();
+    return;
+  }
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& r : bp::ops::kernel_support_table()) {
+    if (json)
+      arr.push_back({{"op", r.op}, {"kernel", r.kernel}, {"cpu", r.cpu}, {"cuda", r.cuda}});
+    else
+      std::cout << fmt::format("{:<14} {:<34} cpu:{:<4} cuda:{}\n", r.op, r.kernel, r.cpu ? "yes" : "no",
+                               r.cuda ? "yes" : "no");
+  }
+  if (json) std::cout << arr.dump(2) << std::endl;
+}
+
 void print_error_codes(bool json, bool markdown) {
   if (markdown) {
     std::cout << bp::error_catalog_markdown();
@@ -79,12 +97,19 @@ bp::cli::RunFn setup_info(CLI::App& sub) {
   auto o = std::make_shared<InfoOptions>();
   sub.add_flag("--env-vars", o->env_vars, "List every setting: variable, flag, type, default, current value");
   sub.add_flag("--error-codes", o->error_codes, "Print the error catalog");
+  sub.add_flag("--ops", o->ops, "List the kernels of the ops and which backend (cpu, cuda) has each");
   sub.add_flag("--markdown", o->markdown,
-               "With --error-codes or --env-vars: print Markdown (docs/errors.md, docs/settings.md)");
+               "With --error-codes, --env-vars or --ops: print Markdown (docs/errors.md, docs/settings.md, "
+               "docs/ops.md)");
   return [o] {
     bool json = bp::cli::global_options().json;
-    if (o->markdown && !o->error_codes && !o->env_vars)
-      throw bp::Error(bp::ErrorCode::CONFIG_INVALID, "[info] --markdown only applies to --error-codes and --env-vars");
+    if (o->markdown && !o->error_codes && !o->env_vars && !o->ops)
+      throw bp::Error(bp::ErrorCode::CONFIG_INVALID,
+                      "[info] --markdown only applies to --error-codes, --env-vars and --ops");
+    if (o->ops) {
+      print_ops(json, o->markdown);
+      return 0;
+    }
     if (o->env_vars && o->markdown) {
       std::cout << bp::settings_markdown();
       return 0;

@@ -87,6 +87,12 @@ void bind_train_settings(CLI::App& sub) {
                       "training.fault_inject_crash_step",
                       "training.fault_inject_crash_at",
                       "training.fault_inject_enospc_after_bytes"});
+  // Fault injection is for tests: still settings and flags (docs/settings.md), listed apart from the
+  // training options in `--help`. (Hiding them would break the rule that every flag of the
+  // settings table shows in some command's help, tests/cli/cli_test.cpp.)
+  for (CLI::Option* opt : sub.get_options())
+    for (const std::string& name : opt->get_lnames())
+      if (name.rfind("fault-inject-", 0) == 0) opt->group("Testing (fault injection, for tests only)");
 }
 
 TrainOptions train_options_with_preset(bool json) {

@@ -20,9 +20,6 @@ namespace bp::cli {
 struct GlobalOptions {
   bool json = false;        // --json: machine-readable output and error envelope
   std::string config_path;  // --config FILE (TOML)
-  std::string log_level;    // --log-level
-  std::string log_format;   // --log-format console|json
-  std::string log_file;     // --log-file
 };
 GlobalOptions& global_options();
 

@@ -135,9 +135,6 @@ int main(int argc, char** argv) {
     mutable_settings() = bp::Settings::load(g.config_path, bp::current_environment(), flag_overrides());
     const auto& s = settings();
     bp::log::init_from_settings(s);
-    g.log_level = s.get_string("logging.level");
-    g.log_format = s.get_string("logging.format");
-    g.log_file = s.get_string("logging.file");
     std::string cmdline;
     for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
     spdlog::debug("command line: {}", cmdline);

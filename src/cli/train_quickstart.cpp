@@ -7,7 +7,7 @@
 
 #include "cli/progress.h"
 #include "core/error.h"
-#include "io/gguf_export.h"
+#include "export/gguf_export.h"
 #include "model/loader.h"
 #include "model/merge.h"
 #include "text/chat_template.h"

@@ -189,8 +189,4 @@ void redact_clear_secrets() {
 void set_redaction_enabled(bool on) {
   g_enabled.store(on);
 }
-bool redaction_enabled() {
-  return g_enabled.load();
-}
-
 }  // namespace bp

@@ -19,6 +19,5 @@ void redact_add_secret(std::string secret);
 void redact_clear_secrets();
 // security.redact_secrets (default on).
 void set_redaction_enabled(bool on);
-bool redaction_enabled();
 
 }  // namespace bp

@@ -526,6 +526,18 @@ nlohmann::json Settings::to_json() const {
   return j;
 }
 
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto b = item.find_first_not_of(" \t");
+    auto e = item.find_last_not_of(" \t");
+    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+  }
+  return out;
+}
+
 // ---- command-line binding ------------------------------------------------------------------------
 
 void bind_setting_flags(CLI::App& app, std::vector<SettingOverride>& out,

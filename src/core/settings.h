@@ -120,6 +120,9 @@ class Settings {
   std::map<std::string, Value, std::less<>> values_;
 };
 
+// A comma-separated list setting ("q_proj, v_proj") as its items, blanks trimmed, empty items dropped.
+std::vector<std::string> split_list(const std::string& s);
+
 // Adds one option to `app` per key, named by the table's flag column, typed and documented from
 // the table. Values given on the command line are appended to `out` (text form) and take effect
 // when passed to Settings::load. Bool settings accept `--flag`, `--flag=false` and `--no-flag`.

@@ -1,5 +1,5 @@
 // Facts about this machine and build for `backprop info` and bug reports: CPU (from /proc/cpuinfo),
-// memory (/proc/meminfo), BLAS, CUDA (via backend/cuda/cuda_device.h; never throws, reports why a
+// memory (/proc/meminfo), BLAS, CUDA (via core/device_info.h; never throws, reports why a
 // GPU is not usable) and the feature matrix (which optional parts work here, and why not).
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/cuda_device.h"
+#include "core/device_info.h"
 
 namespace bp {
 

@@ -16,16 +16,15 @@ namespace bp {
 
 namespace {
 
-struct ArchEntry {
-  Arch arch;
-  const char* architecture;
-  const char* model_type;
-};
+using ArchEntry = ArchInfo;
+using SW = SlidingWindowKey;
+// arch, architecture, model_type, gguf_arch, gguf_tokenizer_pre, qkv_bias, qk_norm, tied_head_default,
+// gguf_permute_qk, sliding_window. (Llama-3's "llama-bpe" pre-tokenizer is recognised from its vocabulary.)
 constexpr ArchEntry kArchs[] = {
-    {Arch::Llama, "LlamaForCausalLM", "llama"},
-    {Arch::Mistral, "MistralForCausalLM", "mistral"},
-    {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2"},
-    {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3"},
+    {Arch::Llama, "LlamaForCausalLM", "llama", "llama", "", false, false, false, true, SW::None},
+    {Arch::Mistral, "MistralForCausalLM", "mistral", "llama", "", false, false, false, true, SW::Always},
+    {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2", "qwen2", "qwen2", true, false, false, false, SW::IfUseSlidingWindow},
+    {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3", "qwen3", "qwen2", false, true, false, false, SW::IfUseSlidingWindow},
 };
 
 // Bounds far above any real model (Llama 3.1 405B: hidden 16384, intermediate 53248, 126 layers)
@@ -115,6 +114,12 @@ const char* torch_dtype_name(DType t) {
 }
 
 }  // namespace
+
+const ArchInfo& arch_info(Arch a) {
+  for (const ArchEntry& e : kArchs)
+    if (e.arch == a) return e;
+  throw Error(ErrorCode::RUNTIME_INTERNAL, fmt::format("[config] no architecture row for {}", static_cast<int>(a)));
+}
 
 const char* arch_name(Arch a) {
   for (const ArchEntry& e : kArchs)
@@ -209,15 +214,12 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
     }
   }
 
-  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", source, false);
-  c.attention_bias = c.arch == Arch::Qwen2 ? true : get_bool(j, "attention_bias", source, false);
-  c.qk_norm = c.arch == Arch::Qwen3;
-  if (c.arch == Arch::Mistral) {
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", source, entry->tied_head_default);
+  c.attention_bias = entry->qkv_bias ? true : get_bool(j, "attention_bias", source, false);
+  c.qk_norm = entry->qk_norm;
+  if (entry->sliding_window == SW::Always ||
+      (entry->sliding_window == SW::IfUseSlidingWindow && get_bool(j, "use_sliding_window", source, false)))
     c.sliding_window = get_int(j, "sliding_window", source, 0, false);
-  } else if (c.arch == Arch::Qwen2 || c.arch == Arch::Qwen3) {
-    if (get_bool(j, "use_sliding_window", source, false))
-      c.sliding_window = get_int(j, "sliding_window", source, 0, false);
-  }
 
   const std::vector<int32_t> bos = get_token_ids(j, "bos_token_id", source);
   c.bos_token_id = bos.empty() ? -1 : bos[0];

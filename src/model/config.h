@@ -15,6 +15,25 @@ namespace bp {
 
 enum class Arch { Llama, Mistral, Qwen2, Qwen3 };
 
+// Where config.json's sliding window is read from.
+enum class SlidingWindowKey { None, Always, IfUseSlidingWindow };
+
+// Everything that differs between the supported architectures, one row each (kArchs in
+// config.cpp). Adding an architecture is one row here plus its genuinely new math.
+struct ArchInfo {
+  Arch arch;
+  const char* architecture;        // config.json architectures[0]
+  const char* model_type;          // config.json model_type (used when architectures is absent)
+  const char* gguf_arch;           // GGUF general.architecture (llama.cpp's name)
+  const char* gguf_tokenizer_pre;  // tokenizer.ggml.pre of a byte-level BPE vocabulary; "" = from the vocab
+  bool qkv_bias;                   // q/k/v projections always have a bias (else config's attention_bias)
+  bool qk_norm;                    // per-head RMSNorm on q and k
+  bool tied_head_default;          // tie_word_embeddings when config.json does not say
+  bool gguf_permute_qk;            // GGUF keeps q/k rows in Meta's interleaved rotary layout
+  SlidingWindowKey sliding_window;
+};
+const ArchInfo& arch_info(Arch a);
+
 struct ModelConfig {
   Arch arch = Arch::Llama;
   std::string architecture_name = "LlamaForCausalLM";  // as in config.json

@@ -43,10 +43,6 @@ std::optional<LoraTarget> parse_lora_target(std::string_view name) {
   return std::nullopt;
 }
 
-const char* lora_target_parent(LoraTarget t) {
-  return (t == LoraTarget::Gate || t == LoraTarget::Up || t == LoraTarget::Down) ? "mlp" : "self_attn";
-}
-
 int64_t lora_target_out(const ModelConfig& cfg, LoraTarget t) {
   switch (t) {
     case LoraTarget::Q: return cfg.q_dim();

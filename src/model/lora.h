@@ -29,8 +29,6 @@ inline constexpr std::array<LoraTarget, kNumLoraTargets> kAllLoraTargets = {
 // "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj".
 const char* lora_target_name(LoraTarget t);
 std::optional<LoraTarget> parse_lora_target(std::string_view name);
-// "self_attn" for q/k/v/o, "mlp" for gate/up/down (the PEFT/HF module path component).
-const char* lora_target_parent(LoraTarget t);
 // Shape of the base weight W [out, in] this projection adapts.
 int64_t lora_target_out(const ModelConfig& cfg, LoraTarget t);
 int64_t lora_target_in(const ModelConfig& cfg, LoraTarget t);

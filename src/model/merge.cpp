@@ -3,10 +3,10 @@
 
 #include <filesystem>
 
-#include "backend/cpu/gemm.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "model/weight_names.h"
+#include "ops/linear.h"
 
 namespace bp {
 
@@ -80,7 +80,7 @@ void merge_lora_into(ModelWeights& w, const LoraAdapter& adapter) {
         fail(fmt::format("layer {} {}: W {} with lora_A {} and lora_B {} do not fit (expected A [r, {}], B [{}, r])",
                          li, lora_target_name(t), W.describe(), A.describe(), B.describe(), in, out));
       // W[out, in] += scale · B[out, r] · A[r, in]
-      cpu::sgemm(false, false, out, in, r, scale, B.data<float>(), r, A.data<float>(), in, 1.0f, W.data<float>(), in);
+      matmul_accumulate(W, scale, B, A);
     }
   }
 }
@@ -95,13 +95,6 @@ ModelWeights merge_lora(const ModelWeights& base, const LoraAdapter& adapter) {
       }
   merge_lora_into(w, adapter);
   return w;
-}
-
-std::vector<std::string> export_merged_model(const ModelWeights& base, const LoraAdapter& adapter,
-                                             const std::string& base_dir, const std::string& out_dir,
-                                             SaveModelOptions options) {
-  if (options.copy_files_from.empty()) options.copy_files_from = base_dir;
-  return save_hf_model(merge_lora(base, adapter), out_dir, options);
 }
 
 }  // namespace bp

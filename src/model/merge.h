@@ -6,7 +6,8 @@
 // The folder loads again with load_model (identical weights for f32, the dtype's rounding else).
 //
 // Merging follows PEFT's merge_and_unload: W ← W + scale · B·A for every adapted projection,
-// computed in f32. Biases, norms and embeddings are untouched.
+// computed in f32. Biases, norms and embeddings are untouched. Exporting a merged model folder:
+// export/merged_model.h.
 #pragma once
 
 #include <cstddef>
@@ -37,11 +38,5 @@ std::vector<std::string> save_hf_model(const ModelWeights& w, const std::string&
 void merge_lora_into(ModelWeights& w, const LoraAdapter& adapter);
 // A merged copy: adapted weights are new tensors, everything else is shared with `base`.
 ModelWeights merge_lora(const ModelWeights& base, const LoraAdapter& adapter);
-
-// merge_lora + save_hf_model, copying tokenizer files from base_dir; the written config keeps the
-// base's torch_dtype unless options.dtype says otherwise.
-std::vector<std::string> export_merged_model(const ModelWeights& base, const LoraAdapter& adapter,
-                                             const std::string& base_dir, const std::string& out_dir,
-                                             SaveModelOptions options = {});
 
 }  // namespace bp

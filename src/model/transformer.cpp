@@ -7,6 +7,7 @@
 #include "model/lora.h"
 #include "model/transformer_acts.h"
 #include "ops/attention.h"
+#include "ops/cross_entropy.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/rms_norm.h"
@@ -16,7 +17,6 @@
 namespace bp {
 
 namespace {
-constexpr int32_t kIgnore = -100;
 
 Error bad_batch(const std::string& msg) {
   return Error(ErrorCode::INPUT_VALIDATION_FAILED, "[model] " + msg);
@@ -50,7 +50,7 @@ int64_t Batch::num_label_tokens() const {
   if (!labels.defined()) return 0;
   const int32_t* l = labels.data<int32_t>();
   int64_t n = 0;
-  for (int64_t i = 0; i < labels.numel(); ++i) n += l[i] != kIgnore;
+  for (int64_t i = 0; i < labels.numel(); ++i) n += l[i] != kIgnoreLabel;
   return n;
 }
 
@@ -82,7 +82,7 @@ Batch Batch::pack(const std::vector<std::vector<int32_t>>& tokens, const std::ve
 Batch Batch::causal_lm(const std::vector<std::vector<int32_t>>& samples) {
   std::vector<std::vector<int32_t>> labels;
   for (const auto& s : samples) {
-    std::vector<int32_t> l(s.size(), kIgnore);
+    std::vector<int32_t> l(s.size(), kIgnoreLabel);
     for (size_t i = 0; i + 1 < s.size(); ++i) l[i] = s[i + 1];
     labels.push_back(std::move(l));
   }
@@ -295,7 +295,7 @@ void Model::check_batch(const Batch& b) const {
   if (b.labels.defined()) {
     const int32_t* lab = b.labels.data<int32_t>();
     for (int64_t t = 0; t < T; ++t)
-      if (lab[t] != kIgnore && (lab[t] < 0 || lab[t] >= V))
+      if (lab[t] != kIgnoreLabel && (lab[t] < 0 || lab[t] >= V))
         throw bad_batch(
             fmt::format("label {} at position {} is outside the vocabulary of {} (use -100 to ignore)", lab[t], t, V));
   }

@@ -1,18 +1,17 @@
 // Front-end of causal grouped-query attention over packed samples (contract: ops/attention.h):
 // checks shapes, dtypes and cu_seqlens, allocates outputs and the backward's [Hq, T] delta
-// scratch from the CPU allocator, and runs the blocked CPU kernels.
+// scratch from the CPU allocator, and runs the blocked kernels of its device
+// (ops/dispatch.h).
 #include "ops/attention.h"
 
-#include "backend/cpu/attention.h"
-#include "backend/cuda/cuda_device.h"
+#include "ops/op_checks.h"
 
 namespace bp {
 
 namespace {
 
 void check_cpu(std::initializer_list<const Tensor*> ts) {
-  for (const Tensor* t : ts)
-    if (t->device().type == DeviceType::CUDA) cuda_op_unavailable("attention");
+  for (const Tensor* t : ts) ops::require_cpu("attention", *t);
 }
 
 void check_matrix(const Tensor& t, const char* name, int64_t T, int64_t cols) {
@@ -63,8 +62,8 @@ Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
     lse_ptr = lse->data<float>();
   }
   if (dims.tokens == 0) return out;
-  cpu::attention_forward(q.data<float>(), k.data<float>(), v.data<float>(), cu_seqlens.data<int32_t>(), dims,
-                         out.data<float>(), lse_ptr);
+  ops::kernels(q).attention_forward(q.data<float>(), k.data<float>(), v.data<float>(), cu_seqlens.data<int32_t>(), dims,
+                                    out.data<float>(), lse_ptr);
   return out;
 }
 
@@ -82,9 +81,18 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   check_matrix(dv, "dv", T, v.dim(1));
   if (T == 0) return;
   Tensor delta = Tensor::empty({shape.n_heads, T});
-  cpu::attention_backward(dout.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(), out.data<float>(),
-                          lse.data<float>(), cu_seqlens.data<int32_t>(), dims, delta.data<float>(), dq.data<float>(),
-                          dk.data<float>(), dv.data<float>());
+  ops::kernels(q).attention_backward(dout.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
+                                     out.data<float>(), lse.data<float>(), cu_seqlens.data<int32_t>(), dims,
+                                     delta.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>());
+}
+
+int64_t attention_forward_scratch_floats(int64_t T, int threads) {
+  return ops::kernels(DeviceType::CPU).attention_forward_scratch_floats(T, threads);
+}
+
+int64_t attention_backward_scratch_floats(int64_t T, const AttentionShape& shape, int threads) {
+  const cpu::AttentionDims dims{T, 1, shape.n_heads, shape.n_kv_heads, shape.head_dim};
+  return ops::kernels(DeviceType::CPU).attention_backward_scratch_floats(T, dims, threads);
 }
 
 }  // namespace bp

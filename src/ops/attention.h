@@ -28,4 +28,9 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         const Tensor& lse, const Tensor& cu_seqlens, const AttentionShape& shape, Tensor& dq,
                         Tensor& dk, Tensor& dv);
 
+// Floats of scratch forward / backward allocate for T packed tokens when one sample may span all
+// of them (the memory plan's bound), on a CPU with `threads` OpenMP threads.
+int64_t attention_forward_scratch_floats(int64_t T, int threads);
+int64_t attention_backward_scratch_floats(int64_t T, const AttentionShape& shape, int threads);
+
 }  // namespace bp

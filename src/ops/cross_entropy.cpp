@@ -1,22 +1,19 @@
 // Front-end of fused linear + cross-entropy (contract: ops/cross_entropy.h): checks shapes,
 // dtypes and labels, allocates the one logits-chunk workspace from the CPU allocator (so the
-// memory plan and the allocator's peak see it) and runs the CPU kernel.
+// memory plan and the allocator's peak see it) and runs the kernel of its device (ops/dispatch.h).
 #include "ops/cross_entropy.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cpu/cross_entropy.h"
-#include "backend/cpu/gemm.h"
-#include "backend/cuda/cuda_device.h"
+#include "ops/op_checks.h"
 
 namespace bp {
 
 namespace {
 
 void check_operands(const Tensor& x, const Tensor& W, const Tensor& labels, int64_t chunk_tokens) {
-  for (const Tensor* t : {&x, &W, &labels})
-    if (t->device().type == DeviceType::CUDA) cuda_op_unavailable("linear_cross_entropy");
+  for (const Tensor* t : {&x, &W, &labels}) ops::require_cpu("linear_cross_entropy", *t);
   BP_CHECK(x.rank() == 2 && x.dtype() == DType::F32, "[cross_entropy] x must be f32 [T, D], got {}", x.describe());
   BP_CHECK(W.rank() == 2 && W.dtype() == DType::F32, "[cross_entropy] W must be f32 [V, D], got {}", W.describe());
   BP_CHECK(x.dim(1) == W.dim(1), "[cross_entropy] x has {} columns but W has {}", x.dim(1), W.dim(1));
@@ -28,7 +25,7 @@ void check_operands(const Tensor& x, const Tensor& W, const Tensor& labels, int6
   const int64_t V = W.dim(0);
   const int32_t* lab = labels.data<int32_t>();
   for (int64_t t = 0; t < labels.dim(0); ++t)
-    if (lab[t] != -100 && (lab[t] < 0 || lab[t] >= V))
+    if (lab[t] != kIgnoreLabel && (lab[t] < 0 || lab[t] >= V))
       throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                   fmt::format("[cross_entropy] label {} at token {} is outside the vocabulary [0, {}) and is not "
                               "the ignore index -100",
@@ -42,9 +39,10 @@ CrossEntropyResult run(const Tensor& x, const Tensor& W, const Tensor& labels, i
   BP_CHECK(logits.nbytes() == linear_cross_entropy_workspace_bytes(T, V, chunk_tokens),
            "[cross_entropy] workspace {} bytes but the plan says {}", logits.nbytes(),
            linear_cross_entropy_workspace_bytes(T, V, chunk_tokens));
-  const auto totals = cpu::linear_cross_entropy(x.data<float>(), W.data<float>(), labels.data<int32_t>(), T, D, V,
-                                                chunk_tokens, T ? logits.data<float>() : nullptr, grad_scale,
-                                                dx ? dx->data<float>() : nullptr, dW ? dW->data<float>() : nullptr);
+  const auto totals =
+      ops::kernels(x).linear_cross_entropy(x.data<float>(), W.data<float>(), labels.data<int32_t>(), T, D, V,
+                                           chunk_tokens, T ? logits.data<float>() : nullptr, grad_scale,
+                                           dx ? dx->data<float>() : nullptr, dW ? dW->data<float>() : nullptr);
   return {totals.loss_sum, totals.n_counted};
 }
 
@@ -76,13 +74,13 @@ size_t linear_cross_entropy_workspace_bytes(int64_t tokens, int64_t vocab, int64
 }
 
 Tensor lm_head_logits(const Tensor& x, const Tensor& W) {
-  if (x.device().type == DeviceType::CUDA || W.device().type == DeviceType::CUDA) cuda_op_unavailable("lm_head");
+  for (const Tensor* t : {&x, &W}) ops::require_cpu("lm_head", *t);
   BP_CHECK(x.rank() == 2 && x.dtype() == DType::F32, "[lm_head] x must be f32 [T, D], got {}", x.describe());
   BP_CHECK(W.rank() == 2 && W.dtype() == DType::F32, "[lm_head] W must be f32 [V, D], got {}", W.describe());
   BP_CHECK(x.dim(1) == W.dim(1), "[lm_head] x has {} columns but W has {}", x.dim(1), W.dim(1));
   const int64_t T = x.dim(0), D = x.dim(1), V = W.dim(0);
   Tensor out = Tensor::empty({T, V});
-  cpu::sgemm(false, true, T, V, D, 1.0f, x.data<float>(), D, W.data<float>(), D, 0.0f, out.data<float>(), V);
+  ops::kernels(x).sgemm(false, true, T, V, D, 1.0f, x.data<float>(), D, W.data<float>(), D, 0.0f, out.data<float>(), V);
   return out;
 }
 

@@ -19,6 +19,9 @@
 
 namespace bp {
 
+// The label of a token that takes no loss (PyTorch's ignore_index): the one constant every layer uses.
+inline constexpr int32_t kIgnoreLabel = -100;
+
 struct CrossEntropyResult {
   double loss_sum = 0.0;  // summed over counted tokens
   int64_t n_counted = 0;  // labels != −100

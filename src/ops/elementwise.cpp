@@ -1,8 +1,7 @@
-// Elementwise front-ends: shape/dtype checks and dispatch to backend/cpu/elementwise.cpp.
+// Elementwise front-ends: shape/dtype checks and dispatch (ops/dispatch.h).
 // Contract: ops/elementwise.h.
 #include "ops/elementwise.h"
 
-#include "backend/cpu/elementwise.h"
 #include "ops/op_checks.h"
 
 namespace bp {
@@ -23,27 +22,27 @@ void check_rows(const char* name, const Tensor& y, const Tensor& b) {
 
 void add_inplace(Tensor& y, const Tensor& x) {
   check_same("add", y, x);
-  cpu::add_inplace(y.data<float>(), x.data<float>(), y.numel());
+  ops::kernels(y).add_inplace(y.data<float>(), x.data<float>(), y.numel());
 }
 
 void axpy_inplace(Tensor& y, float a, const Tensor& x) {
   check_same("axpy", y, x);
-  cpu::axpy_inplace(y.data<float>(), a, x.data<float>(), y.numel());
+  ops::kernels(y).axpy_inplace(y.data<float>(), a, x.data<float>(), y.numel());
 }
 
 void scale_inplace(Tensor& y, float a) {
   ops::require_tensor("scale", "y", y, DType::F32, y.rank());
-  cpu::scale_inplace(y.data<float>(), a, y.numel());
+  ops::kernels(y).scale_inplace(y.data<float>(), a, y.numel());
 }
 
 void add_bias_inplace(Tensor& y, const Tensor& b) {
   check_rows("add_bias", y, b);
-  cpu::add_bias_inplace(y.data<float>(), b.data<float>(), y.dim(0), y.dim(1));
+  ops::kernels(y).add_bias_inplace(y.data<float>(), b.data<float>(), y.dim(0), y.dim(1));
 }
 
 void bias_grad_accumulate(const Tensor& dy, Tensor& db) {
   check_rows("bias_grad", dy, db);
-  cpu::bias_grad_accumulate(dy.data<float>(), db.data<float>(), dy.dim(0), dy.dim(1));
+  ops::kernels(dy).bias_grad_accumulate(dy.data<float>(), db.data<float>(), dy.dim(0), dy.dim(1));
 }
 
 }  // namespace bp

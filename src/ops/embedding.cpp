@@ -2,7 +2,6 @@
 // model that disagree on the vocabulary), dispatch to backend/cpu/embedding.cpp.
 #include "ops/embedding.h"
 
-#include "backend/cpu/embedding.h"
 #include "ops/op_checks.h"
 
 namespace bp {
@@ -29,7 +28,7 @@ Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
   check_ids(ids, table.dim(0));
   const int64_t T = ids.dim(0), D = table.dim(1);
   Tensor y = Tensor::empty({T, D});
-  cpu::embedding_forward(ids.data<int32_t>(), table.data<float>(), y.data<float>(), T, D);
+  ops::kernels(table).embedding_forward(ids.data<int32_t>(), table.data<float>(), y.data<float>(), T, D);
   return y;
 }
 
@@ -38,7 +37,7 @@ void embedding_backward(const Tensor& dy, const Tensor& ids, Tensor& dtable) {
   check_ids(ids, dtable.dim(0));
   const int64_t T = ids.dim(0), D = dtable.dim(1);
   ops::require_shape(kOp, "dy", dy, Shape{T, D});
-  cpu::embedding_backward(dy.data<float>(), ids.data<int32_t>(), dtable.data<float>(), T, D);
+  ops::kernels(dy).embedding_backward(dy.data<float>(), ids.data<int32_t>(), dtable.data<float>(), T, D);
 }
 
 }  // namespace bp

@@ -1,5 +1,6 @@
 // linear front-end: checks shapes and dtypes, allocates outputs and the LoRA workspace, and
-// dispatches to the CPU kernels (backend/cpu/linear.cpp). Contract: ops/linear.h.
+// dispatches to the kernels of the tensors' device (ops/dispatch.h; CPU: backend/cpu/linear.cpp). Contract:
+// ops/linear.h.
 //
 // Backward, with g = dy [T, out], s = lora.scale, xd = dropout(x) (or x), xa = xd·Aᵀ:
 //   dx  = g·W + dropout'(s·(g·B)·A)       (=)
@@ -8,9 +9,6 @@
 //   dA += (s·g·B)ᵀ·xd                      (+=)
 #include "ops/linear.h"
 
-#include "backend/cpu/elementwise.h"
-#include "backend/cpu/gemm.h"
-#include "backend/cpu/linear.h"
 #include "ops/op_checks.h"
 
 namespace bp {
@@ -64,23 +62,24 @@ void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, con
   const float s = lora.scale;
 
   if (grads.dB)
-    cpu::sgemm(true, false, out, r, T, s, g, out, saved->xa.data<float>(), r, 1.0f, grads.dB->data<float>(), r);
+    ops::kernels(x).sgemm(true, false, out, r, T, s, g, out, saved->xa.data<float>(), r, 1.0f, grads.dB->data<float>(),
+                          r);
   if (!grads.dA && !grads.dx) return;
   // dxa = s·g·B  [T, r]
   Tensor dxa = Tensor::empty({T, r});
-  cpu::sgemm(false, false, T, r, out, s, g, out, B, r, 0.0f, dxa.data<float>(), r);
+  ops::kernels(x).sgemm(false, false, T, r, out, s, g, out, B, r, 0.0f, dxa.data<float>(), r);
   if (grads.dA)
-    cpu::sgemm(true, false, r, in, T, 1.0f, dxa.data<float>(), r, xd, in, 1.0f, grads.dA->data<float>(), in);
+    ops::kernels(x).sgemm(true, false, r, in, T, 1.0f, dxa.data<float>(), r, xd, in, 1.0f, grads.dA->data<float>(), in);
   if (!grads.dx) return;
   if (!dropped) {
     // dx += dxa·A straight into dx.
-    cpu::sgemm(false, false, T, in, r, 1.0f, dxa.data<float>(), r, A, in, 1.0f, grads.dx->data<float>(), in);
+    ops::kernels(x).sgemm(false, false, T, in, r, 1.0f, dxa.data<float>(), r, A, in, 1.0f, grads.dx->data<float>(), in);
   } else {
     // dxd = dxa·A, then dx += dxd through the same mask (read off x and xd, see dropout_backward_accumulate).
     Tensor dxd = Tensor::empty({T, in});
-    cpu::sgemm(false, false, T, in, r, 1.0f, dxa.data<float>(), r, A, in, 0.0f, dxd.data<float>(), in);
-    cpu::dropout_backward_accumulate(dxd.data<float>(), x.data<float>(), xd, grads.dx->data<float>(), T * in,
-                                     lora.dropout, lora.dropout_seed);
+    ops::kernels(x).sgemm(false, false, T, in, r, 1.0f, dxa.data<float>(), r, A, in, 0.0f, dxd.data<float>(), in);
+    ops::kernels(x).dropout_backward_accumulate(dxd.data<float>(), x.data<float>(), xd, grads.dx->data<float>(), T * in,
+                                                lora.dropout, lora.dropout_seed);
   }
 }
 
@@ -92,8 +91,8 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
   const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
   Tensor y = Tensor::empty({T, out});
   if (!lora) {
-    cpu::linear_base_forward(x.data<float>(), W.data<float>(), bias ? bias->data<float>() : nullptr, y.data<float>(), T,
-                             in, out);
+    ops::kernels(x).linear_base_forward(x.data<float>(), W.data<float>(), bias ? bias->data<float>() : nullptr,
+                                        y.data<float>(), T, in, out);
     if (saved) *saved = LinearSaved{};  // nothing to keep; drop anything from an earlier call
     return y;
   }
@@ -105,14 +104,14 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
   const float* xd_ptr = x.data<float>();
   if (dropout_active(*lora)) {
     xd = Tensor::empty({T, in});
-    cpu::dropout_forward(x.data<float>(), xd.data<float>(), T * in, lora->dropout, lora->dropout_seed);
+    ops::kernels(x).dropout_forward(x.data<float>(), xd.data<float>(), T * in, lora->dropout, lora->dropout_seed);
     xd_ptr = xd.data<float>();
   }
-  cpu::linear_base_forward(x.data<float>(), W.data<float>(), bias ? bias->data<float>() : nullptr, y.data<float>(), T,
-                           in, out);
+  ops::kernels(x).linear_base_forward(x.data<float>(), W.data<float>(), bias ? bias->data<float>() : nullptr,
+                                      y.data<float>(), T, in, out);
   Tensor xa = Tensor::empty({T, r});
-  cpu::lora_forward(xd_ptr, lora->A->data<float>(), lora->B->data<float>(), lora->scale, xa.data<float>(),
-                    y.data<float>(), T, in, out, r);
+  ops::kernels(x).lora_forward(xd_ptr, lora->A->data<float>(), lora->B->data<float>(), lora->scale, xa.data<float>(),
+                               y.data<float>(), T, in, out, r);
   if (saved) {
     saved->xd = std::move(xd);
     saved->xa = std::move(xa);
@@ -138,10 +137,21 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const L
   // All GEMMs first, back to back; the OpenMP loops (dropout mask, db) last: OpenBLAS's workers
   // keep spinning after a call and would compete with an OpenMP loop placed between two calls.
   const float* g = dy.data<float>();
-  if (grads.dx) cpu::linear_dx(g, W.data<float>(), grads.dx->data<float>(), T, in, out);
-  if (grads.dW) cpu::linear_dW_accumulate(g, x.data<float>(), grads.dW->data<float>(), T, in, out);
+  if (grads.dx) ops::kernels(x).linear_dx(g, W.data<float>(), grads.dx->data<float>(), T, in, out);
+  if (grads.dW) ops::kernels(x).linear_dW_accumulate(g, x.data<float>(), grads.dW->data<float>(), T, in, out);
   if (lora && T > 0 && (grads.dx || grads.dA || grads.dB)) lora_backward(g, x, *lora, saved, grads, T, in, out, r);
-  if (grads.db) cpu::bias_grad_accumulate(g, grads.db->data<float>(), T, out);
+  if (grads.db) ops::kernels(x).bias_grad_accumulate(g, grads.db->data<float>(), T, out);
+}
+
+void matmul_accumulate(Tensor& C, float alpha, const Tensor& A, const Tensor& B) {
+  constexpr const char* op = "matmul";
+  ops::require_tensor(op, "A", A, DType::F32, 2);
+  const int64_t M = A.dim(0), K = A.dim(1);
+  ops::require_tensor(op, "B", B, DType::F32, 2);
+  const int64_t N = B.dim(1);
+  ops::require_shape(op, "B", B, Shape{K, N});
+  ops::require_shape(op, "C", C, Shape{M, N});
+  ops::kernels(C).sgemm(false, false, M, N, K, alpha, A.data<float>(), K, B.data<float>(), N, 1.0f, C.data<float>(), N);
 }
 
 }  // namespace bp

@@ -45,4 +45,8 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const LoraWeights* lora,
                      const LinearSaved* saved, const LinearGrads& grads);
 
+// C += alpha·A·B for A [M, K], B [K, N], C [M, N], all f32 (merging LoRA into a weight:
+// W += scale·B·A, model/merge.cpp).
+void matmul_accumulate(Tensor& C, float alpha, const Tensor& A, const Tensor& B);
+
 }  // namespace bp

@@ -4,18 +4,18 @@
 // validates user-provided weights and configs before any op runs, so a mismatch here is a bug
 // between components. Data a user controls (token ids, positions, dropout) is checked in the
 // op front-ends themselves with INPUT_VALIDATION_FAILED.
-// CUDA tensors go to bp::cuda_op_unavailable (a clear "not built with CUDA" / "no kernel yet").
+// Tensors of a device without kernels are refused by the dispatch (ops/dispatch.h: require_backend).
 #pragma once
 
-#include "backend/cuda/cuda_device.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "ops/dispatch.h"
 
 namespace bp::ops {
 
-// Throws RUNTIME_NOT_BUILT_WITH_CUDA (via cuda_op_unavailable) when t lives on a CUDA device.
+// Throws RUNTIME_NOT_BUILT_WITH_CUDA (via the dispatch, ops/dispatch.h) when t's device has no kernels.
 inline void require_cpu(const char* op, const Tensor& t) {
-  if (t.device().type == DeviceType::CUDA) cuda_op_unavailable(op);
+  require_backend(op, t);
 }
 
 // t must be defined, on the CPU, of dtype `dtype` and rank `rank`.

@@ -1,16 +1,16 @@
-// Front-end of the optimizer ops (contract: ops/optim.h): checks, then the CPU kernels.
+// Front-end of the optimizer ops (contract: ops/optim.h): checks, then the kernels of the
+// tensors' device (ops/dispatch.h).
 // Parameters, gradients and AdamW state are f32 (DESIGN.md: f32 optimizer state).
 #include "ops/optim.h"
 
 #include <cmath>
 
-#include "backend/cpu/optim.h"
-#include "backend/cuda/cuda_device.h"
+#include "ops/op_checks.h"
 
 namespace bp {
 
 static void require_cpu_f32(const Tensor& t, const char* op, const char* name) {
-  if (t.device().type == DeviceType::CUDA) cuda_op_unavailable(op);
+  ops::require_cpu(op, t);
   BP_CHECK(t.dtype() == DType::F32, "[{}] {} must be f32, got {}", op, name, t.describe());
 }
 
@@ -29,8 +29,8 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
                 fmt::format("[adamw] invalid hyper-parameters: lr {} (>= 0), beta1 {} and beta2 {} (in [0, 1)), "
                             "eps {} (> 0), weight_decay {} (>= 0)",
                             cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay));
-  cpu::adamw_step(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), param.numel(), cfg.lr,
-                  cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step);
+  ops::kernels(param).adamw_step(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(),
+                                 param.numel(), cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step);
 }
 
 double global_grad_norm(const std::vector<const Tensor*>& grads) {
@@ -38,7 +38,7 @@ double global_grad_norm(const std::vector<const Tensor*>& grads) {
   for (const Tensor* g : grads) {
     BP_CHECK(g != nullptr, "[grad_norm] null gradient tensor in the list");
     require_cpu_f32(*g, "grad_norm", "gradient");
-    total += cpu::sum_squares(g->data<float>(), g->numel());
+    total += ops::kernels(*g).sum_squares(g->data<float>(), g->numel());
   }
   return std::sqrt(total);
 }
@@ -52,17 +52,17 @@ double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm) {
   // A non-finite norm is left for the caller's non-finite check: scaling would only spread NaN.
   if (std::isfinite(norm) && norm > max_norm) {
     const float s = static_cast<float>(max_norm / norm);
-    for (Tensor* g : grads) cpu::scale_inplace(g->data<float>(), g->numel(), s);
+    for (Tensor* g : grads) ops::kernels(*g).scale_inplace(g->data<float>(), s, g->numel());
   }
   return norm;
 }
 
 bool all_finite(const Tensor& t) {
-  if (t.device().type == DeviceType::CUDA) cuda_op_unavailable("all_finite");
+  ops::require_cpu("all_finite", t);
   switch (t.dtype()) {
-    case DType::F32: return cpu::all_finite_f32(t.data<float>(), t.numel());
+    case DType::F32: return ops::kernels(t).all_finite_f32(t.data<float>(), t.numel());
     case DType::BF16:
-    case DType::F16: return cpu::all_finite_16(t.data<uint16_t>(), t.numel(), t.dtype() == DType::BF16);
+    case DType::F16: return ops::kernels(t).all_finite_16(t.data<uint16_t>(), t.numel(), t.dtype() == DType::BF16);
     case DType::I32: return true;
   }
   return true;

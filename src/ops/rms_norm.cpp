@@ -1,10 +1,9 @@
-// RMSNorm front-end: shape/dtype checks and dispatch to backend/cpu/rms_norm.cpp.
+// RMSNorm front-end: shape/dtype checks and dispatch (ops/dispatch.h).
 // Contract: ops/rms_norm.h.
 #include "ops/rms_norm.h"
 
 #include <cmath>
 
-#include "backend/cpu/rms_norm.h"
 #include "ops/op_checks.h"
 
 namespace bp {
@@ -29,8 +28,8 @@ Tensor rms_norm_forward(const Tensor& x, const Tensor& w, float eps, Tensor* rst
     ops::require_shape(kOp, "rstd", *rstd, Shape{N});
   }
   Tensor y = Tensor::empty({N, D});
-  cpu::rms_norm_forward(x.data<float>(), w.data<float>(), eps, y.data<float>(), rstd ? rstd->data<float>() : nullptr, N,
-                        D);
+  ops::kernels(x).rms_norm_forward(x.data<float>(), w.data<float>(), eps, y.data<float>(),
+                                   rstd ? rstd->data<float>() : nullptr, N, D);
   return y;
 }
 
@@ -41,8 +40,8 @@ void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const
   ops::require_shape(kOp, "rstd", rstd, Shape{N});
   ops::require_shape(kOp, "dx", dx, Shape{N, D});
   if (dw) ops::require_shape(kOp, "dw", *dw, Shape{D});
-  cpu::rms_norm_backward(dy.data<float>(), x.data<float>(), w.data<float>(), rstd.data<float>(), dx.data<float>(),
-                         dw ? dw->data<float>() : nullptr, N, D);
+  ops::kernels(x).rms_norm_backward(dy.data<float>(), x.data<float>(), w.data<float>(), rstd.data<float>(),
+                                    dx.data<float>(), dw ? dw->data<float>() : nullptr, N, D);
 }
 
 }  // namespace bp

@@ -14,7 +14,6 @@
 #include <cmath>
 #include <numbers>
 
-#include "backend/cpu/rope.h"
 #include "ops/op_checks.h"
 
 namespace bp {
@@ -58,8 +57,8 @@ void check_x_positions(Tensor& x, const Tensor& positions, int n_heads, const Ro
 void apply(Tensor& x, const Tensor& positions, int n_heads, const RopeConfig& cfg, bool inverse) {
   check_x_positions(x, positions, n_heads, cfg);
   const std::vector<float> inv_freq = rope_inv_freq(cfg);
-  cpu::rope_apply(x.data<float>(), positions.data<int32_t>(), inv_freq.data(), x.dim(0), n_heads, cfg.head_dim,
-                  inverse);
+  ops::kernels(x).rope_apply(x.data<float>(), positions.data<int32_t>(), inv_freq.data(), x.dim(0), n_heads,
+                             cfg.head_dim, inverse);
 }
 
 }  // namespace

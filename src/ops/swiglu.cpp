@@ -1,7 +1,6 @@
 // SwiGLU front-end: shape/dtype checks and dispatch to backend/cpu/swiglu.cpp. Contract: ops/swiglu.h.
 #include "ops/swiglu.h"
 
-#include "backend/cpu/swiglu.h"
 #include "ops/op_checks.h"
 
 namespace bp {
@@ -14,7 +13,7 @@ Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
   ops::require_tensor(kOp, "gate", gate, DType::F32, gate.rank());
   ops::require_shape(kOp, "up", up, gate.shape());
   Tensor h = Tensor::empty(gate.shape());
-  cpu::swiglu_forward(gate.data<float>(), up.data<float>(), h.data<float>(), gate.numel());
+  ops::kernels(gate).swiglu_forward(gate.data<float>(), up.data<float>(), h.data<float>(), gate.numel());
   return h;
 }
 
@@ -24,8 +23,8 @@ void swiglu_backward(const Tensor& dh, const Tensor& gate, const Tensor& up, Ten
   ops::require_shape(kOp, "dh", dh, gate.shape());
   ops::require_shape(kOp, "dgate", dgate, gate.shape());
   ops::require_shape(kOp, "dup", dup, gate.shape());
-  cpu::swiglu_backward(dh.data<float>(), gate.data<float>(), up.data<float>(), dgate.data<float>(), dup.data<float>(),
-                       gate.numel());
+  ops::kernels(dh).swiglu_backward(dh.data<float>(), gate.data<float>(), up.data<float>(), dgate.data<float>(),
+                                   dup.data<float>(), gate.numel());
 }
 
 }  // namespace bp

@@ -16,11 +16,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "ops/cross_entropy.h"  // kIgnoreLabel
 #include "text/dataset.h"
 
 namespace bp {
-
-inline constexpr int32_t kIgnoreLabel = -100;
 
 struct PackedBatch {
   std::vector<int32_t> tokens, positions, labels, cu_seqlens;

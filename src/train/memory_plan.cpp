@@ -20,7 +20,7 @@
 #include <array>
 #include <vector>
 
-#include "backend/cpu/attention.h"
+#include "ops/attention.h"
 
 namespace bp {
 
@@ -310,10 +310,10 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
   for (int t = 0; t < kNumLinearRoles; ++t)
     m.lora[static_cast<size_t>(t)] = lora && s.lora.targets(static_cast<LoraTarget>(t));
   const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
-  // Attention scratch (backend/cpu/attention.h), bounded by one sample spanning the micro-batch.
-  const cpu::AttentionDims attn{m.T, 1, static_cast<int>(m.Hq), static_cast<int>(m.Hkv), static_cast<int>(m.d)};
-  m.attn_fwd_scratch = cpu::attention_forward_scratch_floats(m.T, threads);
-  m.attn_bwd_scratch = cpu::attention_backward_scratch_floats(m.T, attn, threads);
+  // Attention scratch (ops/attention.h), bounded by one sample spanning the micro-batch.
+  const AttentionShape attn{static_cast<int>(m.Hq), static_cast<int>(m.Hkv), static_cast<int>(m.d)};
+  m.attn_fwd_scratch = attention_forward_scratch_floats(m.T, threads);
+  m.attn_bwd_scratch = attention_backward_scratch_floats(m.T, attn, threads);
   return m;
 }
 

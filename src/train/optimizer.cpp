@@ -53,10 +53,4 @@ void AdamW::load_state(const std::vector<std::pair<std::string, Tensor>>& tensor
   step_ = step;
 }
 
-size_t AdamW::state_bytes() const {
-  size_t n = 0;
-  for (size_t i = 0; i < m_.size(); ++i) n += m_[i].nbytes() + v_[i].nbytes();
-  return n;
-}
-
 }  // namespace bp

@@ -30,7 +30,6 @@ class AdamW {
   // Restores from state_tensors() output; throws STATE_CHECKPOINT_INVALID on a missing or
   // mis-shaped entry.
   void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t step);
-  size_t state_bytes() const;
 
  private:
   std::vector<std::string> names_;

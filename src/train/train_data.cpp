@@ -3,7 +3,7 @@
 #include "text/chat_template.h"
 #include "text/data_cursor.h"
 #include "text/tokenizer.h"
-#include "train/trainer.h"
+#include "train/train_options.h"
 
 namespace bp {
 

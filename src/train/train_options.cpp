@@ -1,24 +1,12 @@
 // TrainOptions from the settings table (core/settings.h): the one place where setting keys
 // become trainer options, so every flag, TOML key and BACKPROPAGATE_* variable acts the same.
+#include "train/train_options.h"
+
 #include <cmath>
-#include <sstream>
 
 #include "core/settings.h"
-#include "train/trainer.h"
 
 namespace bp {
-
-static std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    auto b = item.find_first_not_of(" \t");
-    auto e = item.find_last_not_of(" \t");
-    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
-  }
-  return out;
-}
 
 TrainOptions TrainOptions::from_settings(const Settings& s) {
   TrainOptions o;

@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 #include "train/train_data.h"
-#include "train/trainer.h"
+#include "train/train_options.h"
 
 namespace bp {
 

@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "backend/cuda/cuda_device.h"
 #include "core/allocator.h"
+#include "core/device_info.h"
 #include "core/interrupt.h"
 #include "core/log.h"
 #include "core/threads.h"

@@ -149,6 +149,33 @@ TEST(CliDocs, SettingsMarkdownIsUpToDate) {
                                 << "  ./build/backprop info --env-vars --markdown > docs/settings.md";
 }
 
+// Fault injection is a testing aid: listed apart, after the training options, in `train --help`;
+// still accepted as a flag and a setting.
+TEST(CliHelp, FaultInjectionFlagsAreATestingSectionOfTrainHelp) {
+  Result r = backprop("train --help");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const size_t lr = r.out.find("--lr"), testing = r.out.find("Testing (fault injection");
+  ASSERT_NE(lr, std::string::npos) << r.out;
+  ASSERT_NE(testing, std::string::npos) << r.out;
+  EXPECT_LT(lr, testing);
+  for (size_t at = r.out.find("--fault-inject"); at != std::string::npos; at = r.out.find("--fault-inject", at + 1))
+    EXPECT_GT(at, testing) << "a fault-inject flag is listed among the training options";
+  // Still parsed: a bad value is refused by the settings table, not as an unknown flag.
+  r = backprop("train --fault-inject-nan-step notanumber");
+  EXPECT_NE(r.out.find("training.fault_inject_nan_step"), std::string::npos) << r.out;
+}
+
+// docs/ops.md is generated from the dispatch tables (src/ops/kernels.inc); every kernel is listed.
+TEST(CliDocs, OpsMarkdownIsUpToDate) {
+  Result r = backprop("info --ops --markdown", "", true);
+  ASSERT_EQ(r.rc, 0);
+  for (const char* kernel : {"rms_norm_forward", "attention_backward", "adamw_step", "sgemm"})
+    EXPECT_NE(r.out.find(std::string("`") + kernel + "`"), std::string::npos) << kernel;
+  std::string on_disk = slurp(test::source_dir() + "/docs/ops.md");
+  EXPECT_TRUE(on_disk == r.out) << "docs/ops.md is stale: regenerate it with\n"
+                                << "  ./build/backprop info --ops --markdown > docs/ops.md";
+}
+
 TEST(CliErrors, TextFormatAndExitCodeForUserErrors) {
   Result r = backprop("info", "BACKPROPAGATE_TRAINING__LR=fast");
   EXPECT_EQ(r.rc, 1);

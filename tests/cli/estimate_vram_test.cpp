@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "backend/cuda/cuda_device.h"
+#include "core/device_info.h"
 #include "core/sysinfo.h"
 #include "model/config.h"
 #include "support/test_util.h"

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -194,6 +195,42 @@ TEST_F(ExportRun, CheckpointOfALoraRunExportsItsWeights) {
   EXPECT_EQ(GGUFReader(r.json["output"].get<std::string>()).tensors().size(), 47u);
 }
 
+// What a new user types: `train ... --output runs` then `export runs --format gguf`. The folder
+// given to --output holds the run in runs/<run id>/: export takes its only run and says which.
+TEST_F(ExportRun, TheTrainOutputFolderExportsItsRun) {
+  TempDir d;
+  std::string out;
+  const std::string cmd =
+      fmt::format("{} export {}/runs --format gguf --output {}/m.gguf", backprop_exe(), dir_->path, d.path);
+  ASSERT_EQ(run_command(cmd, &out), 0) << out;
+  EXPECT_NE(out.find("holds one run: exporting " + run_dir_), std::string::npos) << out;
+  EXPECT_EQ(GGUFReader(d.path + "/m.gguf").tensors().size(), 47u);
+}
+
+// Several runs in the folder: the newest (by the run folder's time) is taken, and a run id names
+// one under training.output. Two copies of the run with set times make the choice visible.
+TEST_F(ExportRun, SeveralRunsTakeTheNewestAndARunIdNamesOne) {
+  TempDir d;
+  const fs::path runs = fs::path(d.path) / "runs";
+  fs::create_directories(runs);
+  for (const char* name : {"run-a", "run-b"}) fs::copy(run_dir_, runs / name, fs::copy_options::recursive);
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(runs / "run-a", now - std::chrono::hours(2));
+  fs::last_write_time(runs / "run-b", now - std::chrono::hours(1));
+  CliRun r = export_json(runs.string() + " --format lora --output " + d.path + "/o1");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.json["run_dir"], (runs / "run-b").string());
+  fs::last_write_time(runs / "run-a", now);
+  r = export_json(runs.string() + " --format lora --output " + d.path + "/o2");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.json["run_dir"], (runs / "run-a").string());
+  // A run id, looked up under training.output (here from the environment).
+  r = export_json("run-b --format lora --output " + d.path + "/o3", "BACKPROPAGATE_TRAINING__OUTPUT=" + runs.string());
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.json["run_dir"], (runs / "run-b").string());
+  EXPECT_NE(export_json("run-c --format lora", "BACKPROPAGATE_TRAINING__OUTPUT=" + runs.string()).rc, 0);
+}
+
 TEST(Export, MergedGivesTheLogitsOfBasePlusAdapter) {
   TempDir d;
   ModelWeights base = load_model(model_dir());
@@ -255,7 +292,7 @@ TEST(Export, ModelFolderGoesStraightToGguf) {
 
 // ---- Ollama ---------------------------------------------------------------------------------
 
-// The blob and create endpoints as Ollama's API documentation describes them (as in tests/io/ollama_test.cpp).
+// The blob and create endpoints as Ollama's API documentation describes them (as in tests/export/ollama_test.cpp).
 class FakeOllama {
  public:
   FakeOllama() {

@@ -1,11 +1,10 @@
 // LoRA merge (W + scale·B·A) against a plain reference and an independent numpy oracle; merged
 // folders reload with identical weights (f32) or the dtype's rounding (bf16), with tokenizer
 // files copied.
-#include "model/merge.h"
-
 #include <filesystem>
 #include <fstream>
 
+#include "export/merged_model.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
 #include "model/peft.h"

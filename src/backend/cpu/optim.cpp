@@ -63,11 +63,6 @@ double sum_squares(const float* x, int64_t n) {
   return total;
 }
 
-void scale_inplace(float* x, int64_t n, float s) {
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) x[i] *= s;
-}
-
 bool all_finite_f32(const float* x, int64_t n) {
   // Exponent bits all ones means inf or NaN; integer test so -ffast-math could never fold it away.
   int bad = 0;

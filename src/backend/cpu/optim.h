@@ -10,7 +10,6 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
                 float eps, float weight_decay, int64_t step);
 // Σ x² in double; bit-identical for any thread count (fixed blocks summed in order).
 double sum_squares(const float* x, int64_t n);
-void scale_inplace(float* x, int64_t n, float s);
 bool all_finite_f32(const float* x, int64_t n);
 // bf16 / f16 bit patterns: non-finite when the exponent bits are all ones.
 bool all_finite_16(const uint16_t* x, int64_t n, bool is_bf16);

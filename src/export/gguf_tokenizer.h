@@ -7,7 +7,8 @@
 //                  order HF's BPE applies); other tokens score 0 (single pieces) or below every merge.
 //                  token_type: 2 unknown, 3 control (special added tokens), 6 byte (<0xNN>), 1 normal.
 //   model "gpt2":  byte-level BPE (Llama-3, Qwen2/3): merges "a b" in rank order; scores 0;
-//                  pre: "llama-bpe" (Llama-3 vocab), "qwen2" (Qwen2/Qwen3), else "default".
+//                  pre: the architecture row's gguf_tokenizer_pre (model/config.h: "qwen2" for
+//                  Qwen2/Qwen3), else "llama-bpe" (Llama-3 vocab), else "default".
 // Vocabularies shorter than the model's vocab_size are padded with "[PAD<id>]" (type 5, unused) as
 // llama.cpp's converter does; a longer one is an error (DEP_MODEL_LOAD_FAILED).
 #pragma once

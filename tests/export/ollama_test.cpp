@@ -2,7 +2,7 @@
 // ephemeral port) implements the endpoints as Ollama's API documentation describes them — HEAD and
 // POST /api/blobs/sha256:<digest> (201, 400 on a digest mismatch), POST /api/create (200
 // {"status":"success"}, 4xx {"error": ...}) — plus injected 5xx answers and slow answers.
-#include "io/ollama.h"
+#include "export/ollama.h"
 
 #include <httplib.h>
 

@@ -2,7 +2,7 @@
 // q/k row permutation (checked against the numpy formula of llama.cpp's converter, written out
 // here), values within each stored type's error, tokenizer metadata from real tokenizer files, and
 // agreement with @huggingface/gguf.
-#include "io/gguf_export.h"
+#include "export/gguf_export.h"
 
 #include <cmath>
 #include <filesystem>
@@ -12,14 +12,10 @@
 #include "core/error.h"
 #include "io/gguf_reader.h"
 #include "model/loader.h"
+#include "support/gguf_oracle.h"
 #include "support/test_util.h"
 
 namespace bp {
-namespace gguf_testing {  // defined in gguf_test.cpp
-nlohmann::json oracle_read(const std::string& path);
-void expect_oracle_matches(const nlohmann::json& o, const GGUFReader& r);
-}  // namespace gguf_testing
-
 namespace {
 
 std::string stories_dir() {

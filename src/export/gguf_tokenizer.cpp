@@ -1,5 +1,5 @@
-// tokenizer.json -> tokenizer.ggml.* (contract and rules in io/gguf_tokenizer.h).
-#include "io/gguf_tokenizer.h"
+// tokenizer.json -> tokenizer.ggml.* (contract and rules in export/gguf_tokenizer.h).
+#include "export/gguf_tokenizer.h"
 
 #include <algorithm>
 #include <cctype>
@@ -161,8 +161,8 @@ GGUFTokenizer read_gguf_tokenizer(const std::string& dir, const ModelConfig& con
   }
   if (t.model == "gpt2") {
     t.merges = std::move(merges);
-    if (config.arch == Arch::Qwen2 || config.arch == Arch::Qwen3)
-      t.pre = "qwen2";
+    if (const char* pre = arch_info(config.arch).gguf_tokenizer_pre; pre[0] != '\0')
+      t.pre = pre;
     else if (n_tok >= 128000 && by_id.count(128000) && by_id[128000] == "<|begin_of_text|>")
       t.pre = "llama-bpe";
     else

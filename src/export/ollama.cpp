@@ -1,5 +1,5 @@
-// Registration of a GGUF file with an Ollama server over its HTTP API (protocol in io/ollama.h).
-#include "io/ollama.h"
+// Registration of a GGUF file with an Ollama server over its HTTP API (protocol in export/ollama.h).
+#include "export/ollama.h"
 
 #include <httplib.h>
 

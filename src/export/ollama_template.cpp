@@ -1,10 +1,10 @@
-// Chat template conversion, Modelfile text, model-name and OLLAMA_HOST validation (io/ollama.h).
+// Chat template conversion, Modelfile text, model-name and OLLAMA_HOST validation (export/ollama.h).
 #include <algorithm>
 #include <cctype>
 
 #include "core/error.h"
 #include "core/redact.h"
-#include "io/ollama.h"
+#include "export/ollama.h"
 
 namespace bp {
 namespace {

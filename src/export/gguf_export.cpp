@@ -1,5 +1,5 @@
-// ModelWeights -> GGUF (contract in io/gguf_export.h).
-#include "io/gguf_export.h"
+// ModelWeights -> GGUF (contract in export/gguf_export.h).
+#include "export/gguf_export.h"
 
 #include <algorithm>
 #include <chrono>
@@ -129,13 +129,7 @@ uint32_t gguf_file_type(GGUFQuant q) {
 }
 
 const char* gguf_arch_name(Arch a) {
-  switch (a) {
-    case Arch::Llama:
-    case Arch::Mistral: return "llama";
-    case Arch::Qwen2: return "qwen2";
-    case Arch::Qwen3: return "qwen3";
-  }
-  return "llama";
+  return arch_info(a).gguf_arch;
 }
 
 GGMLType gguf_tensor_type(GGUFQuant q, const std::string& name, int64_t row_length, int n_dims, int layer, int n_layers,
@@ -194,7 +188,7 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
   }
 
   const bool tied = c.tie_word_embeddings;
-  const bool permute = arch == "llama";
+  const bool permute = arch_info(c.arch).gguf_permute_qk;
   auto add = [&](const std::string& name, const Tensor& t, int layer, int64_t permute_head_dim = 0) {
     if (!t.defined()) return;
     const GGMLType type = gguf_tensor_type(q, name, t.dim(t.rank() - 1), t.rank(), layer, n_layers, tied);

@@ -2,7 +2,7 @@
 // llama.cpp and Ollama load, for the llama (Llama, Mistral), qwen2 and qwen3 architectures.
 //
 // Metadata: general.* (architecture, name, file_type, quantization_version 2, alignment 32);
-// <arch>.* hyper-parameters; tokenizer.ggml.* (io/gguf_tokenizer.h). Tensor names are llama.cpp's
+// <arch>.* hyper-parameters; tokenizer.ggml.* (export/gguf_tokenizer.h). Tensor names are llama.cpp's
 // (from model/weight_names.h: token_embd,
 // blk.N.attn_norm/attn_q/attn_k/attn_v/attn_output/attn_q_norm/attn_k_norm/ffn_norm/ ffn_gate/ffn_up/ffn_down,
 // output_norm, output, rope_freqs for Llama-3 rope scaling). For the llama architecture the q/k rows are permuted back
@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "io/gguf_tokenizer.h"
+#include "export/gguf_tokenizer.h"
 #include "io/gguf_writer.h"
 #include "model/weights.h"
 
@@ -31,7 +31,7 @@ enum class GGUFQuant { F32, F16, BF16, Q8_0, Q4_0, Q4_K_M, Q5_K_M, Q6_K };
 GGUFQuant parse_gguf_quant(std::string_view name);
 const char* gguf_quant_name(GGUFQuant q);
 uint32_t gguf_file_type(GGUFQuant q);  // llama_ftype: 0, 1, 32, 7, 2, 15, 17, 18
-const char* gguf_arch_name(Arch a);    // "llama", "qwen2", "qwen3"
+const char* gguf_arch_name(Arch a);    // arch_info(a).gguf_arch: "llama", "qwen2", "qwen3"
 
 // The ggml type llama.cpp's mixture gives a tensor. `name` is the GGUF name, `row_length` its ne[0],
 // `n_dims` its rank, `layer`/`n_layers` its block (or -1), `tied` whether output shares token_embd.
@@ -54,7 +54,7 @@ struct GGUFExportResult {
   std::string file_type;                                          // e.g. "q4_k_m"
   std::vector<std::pair<std::string, std::string>> tensor_types;  // name, ggml type name
   double seconds = 0;
-  // From the tokenizer, for the Ollama Modelfile (io/ollama.h: ollama_template_from_jinja).
+  // From the tokenizer, for the Ollama Modelfile (export/ollama.h: ollama_template_from_jinja).
   std::string chat_template;
   std::vector<std::string> end_tokens;
   int64_t context_length = 0;  // max_position_embeddings, a default for num_ctx
