@@ -30,6 +30,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/file_read.h"
 #include "io/atomic_file.h"
 #include "io/gguf_export.h"
 #include "io/gguf_writer.h"
@@ -156,13 +157,10 @@ fs::path resolve_base(const ExportInput& in, const std::string& model_flag) {
   }
   const fs::path cfg_path = in.dir / "adapter_config.json";
   std::string base;
-  try {
-    auto j = nlohmann::json::parse(bp::read_file(cfg_path.string()));
-    if (auto it = j.find("base_model_name_or_path"); it != j.end() && it->is_string()) base = it->get<std::string>();
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
-                fmt::format("[export] {} is not valid JSON: {}", cfg_path.string(), e.what()));
-  }
+  const nlohmann::json j = bp::parse_json_bounded(bp::read_file(cfg_path.string()), cfg_path.string(), "export");
+  if (j.is_discarded())
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[export] {} is not valid JSON", cfg_path.string()));
+  if (auto it = j.find("base_model_name_or_path"); it != j.end() && it->is_string()) base = it->get<std::string>();
   if (base.empty())
     throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
                 fmt::format("[export] {} names no base model (base_model_name_or_path is empty)", cfg_path.string()))
