@@ -332,7 +332,10 @@ long double plan_bytes_bound(const ModelConfig& c, const MemorySettings& s) {
   const long double threads = 4096;  // the settings' largest thread count
   const long double floats = T * widest * (128.0L * static_cast<long double>(c.num_layers) + 64.0L) +
                              chunk * static_cast<long double>(c.vocab_size) + threads * 4.0L * T * std::min(T, 4096.0L);
-  return 4.0L * floats + 16.0L * static_cast<long double>(base_parameters(c));
+  // Weights, gradients and AdamW state: 16 bytes a parameter at most; LoRA adds r x (in + out) per
+  // target (7 of them) and layer.
+  const long double lora = 14.0L * static_cast<long double>(s.lora.r) * widest * static_cast<long double>(c.num_layers);
+  return 4.0L * floats + 16.0L * (static_cast<long double>(base_parameters(c)) + lora);
 }
 
 }  // namespace

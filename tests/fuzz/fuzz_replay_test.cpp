@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "io/gguf_reader.h"
 #include "io/gguf_writer.h"
 #include "io/safetensors.h"
 #include "support/test_util.h"
@@ -142,6 +143,42 @@ TEST(FuzzReplay, GgufReader) {
   w.write(dir.path + "/seed.gguf");
   const std::string seed = slurp(dir.path + "/seed.gguf");
   replay(fuzz_gguf_reader, {seed}, 3000, 3);
+}
+
+// A GGUF image with one tensor of the given dims (ne order) and type F32, data zero-filled.
+std::string gguf_with_tensor(const std::vector<uint64_t>& ne, uint64_t data_bytes) {
+  std::string s = "GGUF";
+  auto put = [&](auto v) { s.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(uint32_t{3});
+  put(uint64_t{1});  // tensors
+  put(uint64_t{0});  // metadata keys
+  put(uint64_t{1});
+  s += "t";
+  put(static_cast<uint32_t>(ne.size()));
+  for (uint64_t d : ne) put(d);
+  put(uint32_t{0});  // F32
+  put(uint64_t{0});  // offset
+  s.resize((s.size() + 31) / 32 * 32 + data_bytes, '\0');
+  return s;
+}
+
+TEST(FuzzReplay, GgufElementCountOverflowAndZeroSizeTensors) {
+  // 2^40 per dimension passes the per-dimension check; the product overflowed int64 (UBSan).
+  const std::string huge = gguf_with_tensor({uint64_t{1} << 40, uint64_t{1} << 40, uint64_t{1} << 40, 4}, 64);
+  try {
+    GGUFReader r(reinterpret_cast<const uint8_t*>(huge.data()), huge.size(), "huge.gguf");
+    FAIL() << "accepted a tensor of 2^122 elements";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::DEP_MODEL_LOAD_FAILED);
+    EXPECT_NE(std::string(e.what()).find("more elements than"), std::string::npos) << e.what();
+  }
+  // A zero-size tensor parses and dequantizes to nothing (it once reached memcpy(NULL, ..., 0)).
+  const std::string empty = gguf_with_tensor({0, 3}, 0);
+  GGUFReader r(reinterpret_cast<const uint8_t*>(empty.data()), empty.size(), "empty.gguf");
+  ASSERT_EQ(r.tensors().size(), 1u);
+  EXPECT_EQ(r.tensors()[0].numel(), 0);
+  EXPECT_TRUE(r.dequantize(r.tensors()[0]).empty());
+  replay(fuzz_gguf_reader, {huge, empty}, 300, 8);
 }
 
 TEST(FuzzReplay, TokenizerJson) {
