@@ -60,28 +60,31 @@ void merge(json& target, const json& patch) {
 void set_up(const json& c, const std::string& tmp) {
   if (c.value("model", false))
     fs::copy(test::source_dir() + "/models/tiny-chat", tmp + "/model", fs::copy_options::recursive);
-  for (const json& d : c.value("dirs", json::array())) {
+  // Named copies: iterating items() of a temporary would dangle.
+  const json dirs = c.value("dirs", json::array()), files = c.value("files", json::object());
+  const json json_set = c.value("json_set", json::object()), truncate = c.value("truncate", json::object());
+  const json links = c.value("links", json::object()), fifos = c.value("fifos", json::array());
+  for (const json& d : dirs) {
     fs::remove_all(tmp + "/" + d.get<std::string>());  // may replace a file of the model
     fs::create_directories(tmp + "/" + d.get<std::string>());
   }
-  for (const auto& [path, spec] : c.value("files", json::object()).items()) {
+  for (const auto& [path, spec] : files.items()) {
     fs::remove_all(tmp + "/" + path);
     std::ofstream(tmp + "/" + path, std::ios::binary) << content_of(spec, tmp);
   }
-  for (const auto& [path, patch] : c.value("json_set", json::object()).items()) {
+  for (const auto& [path, patch] : json_set.items()) {
     std::ifstream in(tmp + "/" + path);
     json j = json::parse(in);
     in.close();
     merge(j, patch);
     std::ofstream(tmp + "/" + path, std::ios::binary) << j.dump();
   }
-  for (const auto& [path, bytes] : c.value("truncate", json::object()).items())
-    fs::resize_file(tmp + "/" + path, bytes.get<uint64_t>());
-  for (const auto& [path, target] : c.value("links", json::object()).items()) {
+  for (const auto& [path, bytes] : truncate.items()) fs::resize_file(tmp + "/" + path, bytes.get<uint64_t>());
+  for (const auto& [path, target] : links.items()) {
     fs::remove_all(tmp + "/" + path);
     fs::create_symlink(target.get<std::string>(), tmp + "/" + path);
   }
-  for (const json& f : c.value("fifos", json::array())) {
+  for (const json& f : fifos) {
     const std::string p = tmp + "/" + f.get<std::string>();
     fs::remove_all(p);
     ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0) << p;
@@ -104,7 +107,9 @@ TEST_P(Adversarial, EndsWithItsErrorCodeNeverASignalOrAHang) {
   EXPECT_EQ(rc, c["exit"].get<int>());
   EXPECT_NE(out.find("[" + c["code"].get<std::string>() + "]"), std::string::npos) << "expected " << c["code"];
   EXPECT_EQ(out.find("RUNTIME_INTERNAL"), std::string::npos);
-  if (c.contains("message")) EXPECT_NE(out.find(c["message"].get<std::string>()), std::string::npos);
+  if (c.contains("message")) {
+    EXPECT_NE(out.find(c["message"].get<std::string>()), std::string::npos) << "expected " << c["message"];
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Corpus, Adversarial, ::testing::ValuesIn(load_cases().get<std::vector<json>>()),
