@@ -2,8 +2,9 @@
 # The whole test suite on a fresh Debian 12 machine (run as root, or as a user with sudo):
 #   1. scripts/setup.sh --test: installs every package (and the npm oracles), builds build/;
 #   2. a second build with AddressSanitizer + UBSan (build-asan/, CPU only) running the layers
-#      core and cli by default (test labels; cli runs whole training runs, export, doctor and the
-#      quick start through the sanitized binary: 27 s of test time on 2 cores);
+#      core, cli and fuzz by default (test labels; cli runs whole training runs, export, doctor and
+#      the quick start through the sanitized binary: 27 s of test time on 2 cores; fuzz replays every
+#      libFuzzer target of tests/fuzz over its seeds and fixed mutations, docs/fuzzing.md);
 #      BACKPROP_ASAN_LAYERS="all" runs every layer under the sanitizers (slower: the model and op
 #      tests do real arithmetic), BACKPROP_ASAN_LAYERS="" skips the sanitizer run;
 #   3. the full suite in build/ last, so the closing lines are its ctest summary.
@@ -16,7 +17,7 @@ source scripts/runtime_env.sh
 
 bash scripts/setup.sh --test
 jobs=${BACKPROP_JOBS:-$(nproc)}
-layers=${BACKPROP_ASAN_LAYERS-core cli}
+layers=${BACKPROP_ASAN_LAYERS-core cli fuzz}
 status=0
 
 if [ -n "$layers" ]; then

@@ -2,10 +2,13 @@
 // formatted payload before the concrete sink sees it, so no sink can forget to redact.
 #include "core/log.h"
 
+#include <fcntl.h>
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -14,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_read.h"
 #include "core/redact.h"
 #include "core/settings.h"
 #include "core/uuid.h"
@@ -79,10 +83,33 @@ class ConsoleSink final : public RedactingSink {
   bool json_;
 };
 
+// Opens --log-file for appending without ever blocking: O_NONBLOCK makes a FIFO with no reader
+// fail at once (ENXIO) instead of hanging in open(). A directory, FIFO or socket is refused with
+// INPUT_FILE_NOT_REGULAR; regular files and character devices (/dev/null, a terminal) are kept.
+FILE* open_log_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644);
+  const int open_errno = errno;
+  struct stat st {};
+  const bool have_stat = fd >= 0 ? ::fstat(fd, &st) == 0 : ::stat(path.c_str(), &st) == 0;
+  if (have_stat && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode)) {
+    if (fd >= 0) ::close(fd);
+    check_not_special_file(path, "log");  // throws, naming the file type
+  }
+  if (fd < 0) {
+    errno = open_errno;
+    return nullptr;
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  FILE* f = ::fdopen(fd, "a");
+  if (!f) ::close(fd);
+  return f;
+}
+
 class JsonlFileSink final : public RedactingSink {
  public:
   explicit JsonlFileSink(const std::string& path) : path_(path) {
-    f_ = std::fopen(path.c_str(), "a");
+    f_ = open_log_file(path);
     if (!f_)
       throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                   fmt::format("[log] cannot open log file {}: {}", path, std::strerror(errno)), {{"path", path}});

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/redact.h"
+#include "core/file_read.h"
 
 extern char** environ;
 
@@ -209,6 +210,7 @@ std::string setting_allowed_text(const SettingSpec& spec) {
         case StringRule::AutoOrBytes: return "auto, none or a size such as 512M, 8G, 1073741824";
         case StringRule::Device: return "auto, cpu, cuda or cuda:N";
         case StringRule::UserPass: return "empty or user:password";
+        case StringRule::Bytes: return "a size such as 512K, 64M, 1G, 1073741824";
       }
   }
   return "?";
@@ -318,6 +320,7 @@ void parse_into(const SettingSpec& spec, std::string_view text, SettingSource so
           break;
         }
         case StringRule::AutoOrBytes: ok = text == "auto" || text == "none" || try_parse_bytes(text).has_value(); break;
+        case StringRule::Bytes: ok = try_parse_bytes(text).has_value(); break;
         case StringRule::Device: {
           ok = text == "auto" || text == "cpu" || text == "cuda";
           if (!ok && text.substr(0, 5) == "cuda:") {
@@ -346,11 +349,29 @@ Settings::Settings() {
 
 Settings Settings::load(const std::string& config_path, const Environment& env,
                         const std::vector<SettingOverride>& flags) {
+  {
+    // The --config file is read under the environment's caps (limits.*), before its own are known.
+    Settings env_only;
+    env_only.apply_environment(env);
+    apply_file_read_limits(env_only);
+  }
   Settings s;
   if (!config_path.empty()) s.apply_toml_file(config_path);
   s.apply_environment(env);
   for (const auto& o : flags) s.set(o.key, o.text, SettingSource::Flag);
+  apply_file_read_limits(s);
   return s;
+}
+
+void apply_file_read_limits(const Settings& s) {
+  FileReadLimits& l = file_read_limits();
+  for (FileKind kind : {FileKind::Config, FileKind::Tokenizer, FileKind::Dataset}) {
+    const char* key = file_read_cap_setting(kind);
+    const uint64_t bytes = parse_byte_size(s.get_string(key), key);
+    (kind == FileKind::Config      ? l.config_bytes
+     : kind == FileKind::Tokenizer ? l.tokenizer_bytes
+                                   : l.dataset_bytes) = bytes;
+  }
 }
 
 void Settings::set(std::string_view key, std::string_view text, SettingSource source) {
@@ -389,13 +410,7 @@ void Settings::apply_toml_file(const std::string& path) {
     throw Error(ErrorCode::CONFIG_INVALID, fmt::format("[settings] config file {} is a folder, not a TOML file", path),
                 {{"file", path}})
         .with_suggestion("Pass the TOML file itself with --config FILE (see `backprop info --env-vars`).");
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw Error(ErrorCode::CONFIG_INVALID,
-                fmt::format("[settings] cannot read config file {}: {}", path, std::strerror(errno)), {{"file", path}});
-  std::stringstream ss;
-  ss << in.rdbuf();
-  apply_toml_string(ss.str(), path);
+  apply_toml_string(read_file_capped(path, FileKind::Config, {"settings", ErrorCode::CONFIG_INVALID}), path);
 }
 
 namespace {

@@ -35,6 +35,7 @@ enum class StringRule {
   AutoOrBytes,        // "auto", "none" or a size: 123, 512K, 8M, 2G, 1T (powers of 1024)
   Device,             // auto | cpu | cuda | cuda:N
   UserPass,           // empty or "user:password"
+  Bytes,              // a size: 123, 512K, 8M, 2G, 1T (powers of 1024)
 };
 
 struct SettingSpec {
@@ -52,7 +53,7 @@ struct SettingSpec {
 // The whole table, in section order.
 std::span<const SettingSpec> settings_registry();
 const SettingSpec* find_setting(std::string_view key);
-// The sections, in order: model, lora, training, data, export, monitor, ui, security, logging.
+// The sections, in order (settings_registry.cpp's kSections).
 std::span<const char* const> setting_sections();
 // "BACKPROPAGATE_TRAINING__LR" for "training.lr".
 std::string setting_env_var(const SettingSpec& spec);
@@ -122,6 +123,9 @@ class Settings {
 
 // A comma-separated list setting ("q_proj, v_proj") as its items, blanks trimmed, empty items dropped.
 std::vector<std::string> split_list(const std::string& s);
+// Sets the process-wide file size caps (core/file_read.h) from the limits.* settings.
+// Settings::load calls it (with the environment alone before reading --config, then with all layers).
+void apply_file_read_limits(const Settings& s);
 
 // Adds one option to `app` per key, named by the table's flag column, typed and documented from
 // the table. Values given on the command line are appended to `out` (text form) and take effect

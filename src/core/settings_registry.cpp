@@ -239,6 +239,15 @@ constexpr SettingSpec kSettings[] = {
   {"security.redact_secrets", T::Bool, "true", kNoMin, kNoMax, "", R::Any, "--redact-secrets", false,
    "Replace tokens and passwords with *** in every log line and printed message."},
 
+  // ---- limits ---------------------------------------------------------------------------------
+  {"limits.max_config_bytes", T::String, "64M", kNoMin, kNoMax, "", R::Bytes, "", false,
+   "Largest settings/config file read (TOML --config, config.json, generation_config.json, adapter_config.json, "
+   "safetensors index); a bigger one is INPUT_FILE_TOO_LARGE. The environment's value also caps the --config file."},
+  {"limits.max_tokenizer_bytes", T::String, "1G", kNoMin, kNoMax, "", R::Bytes, "", false,
+   "Largest tokenizer file read (tokenizer.json, tokenizer_config.json, chat_template.jinja)."},
+  {"limits.max_dataset_bytes", T::String, "64G", kNoMin, kNoMax, "", R::Bytes, "", false,
+   "Largest dataset file read (--data, --eval-data; datasets are read into memory whole)."},
+
   // ---- logging --------------------------------------------------------------------------------
   {"logging.level", T::Enum, "info", kNoMin, kNoMax, "trace|debug|info|warn|error|off", R::Any, "--log-level", false,
    "Least severe log level shown and written."},
@@ -249,7 +258,7 @@ constexpr SettingSpec kSettings[] = {
 };
 // clang-format on
 
-constexpr const char* kSections[] = {"model", "lora", "training", "data", "export", "monitor", "multirun", "ui", "security", "logging"};
+constexpr const char* kSections[] = {"model", "lora", "training", "data", "export", "monitor", "multirun", "ui", "security", "limits", "logging"};
 }  // namespace
 
 std::span<const SettingSpec> settings_registry() {

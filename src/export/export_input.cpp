@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_read.h"
 #include "io/atomic_file.h"
 #include "model/loader.h"
 #include "train/checkpoint.h"
@@ -162,13 +163,10 @@ fs::path resolve_base_model(const ExportInput& in, const std::string& model_path
   }
   const fs::path cfg_path = in.dir / "adapter_config.json";
   std::string base;
-  try {
-    auto j = nlohmann::json::parse(read_file(cfg_path.string()));
-    if (auto it = j.find("base_model_name_or_path"); it != j.end() && it->is_string()) base = it->get<std::string>();
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
-                fmt::format("[export] {} is not valid JSON: {}", cfg_path.string(), e.what()));
-  }
+  const nlohmann::json j = parse_json_bounded(read_file(cfg_path.string()), cfg_path.string(), "export");
+  if (j.is_discarded())
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[export] {} is not valid JSON", cfg_path.string()));
+  if (auto it = j.find("base_model_name_or_path"); it != j.end() && it->is_string()) base = it->get<std::string>();
   if (base.empty())
     throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
                 fmt::format("[export] {} names no base model (base_model_name_or_path is empty)", cfg_path.string()))

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/file_read.h"
 
 namespace bp {
 namespace {
@@ -22,16 +23,14 @@ using json = nlohmann::json;
 }
 
 json read_json(const fs::path& p, bool required) {
-  std::ifstream f(p);
-  if (!f) {
+  std::error_code ec;
+  if (!fs::exists(p, ec)) {
     if (required) fail(fmt::format("cannot read {}", p.string()));
     return json::object();
   }
-  try {
-    return json::parse(f);
-  } catch (const json::exception& e) {
-    fail(fmt::format("{} is not valid JSON: {}", p.string(), e.what()));
-  }
+  json j = read_json_file_capped(p.string(), FileKind::Tokenizer, {"gguf tokenizer", ErrorCode::DEP_MODEL_LOAD_FAILED});
+  if (j.is_discarded()) fail(fmt::format("{} is not valid JSON", p.string()));
+  return j;
 }
 
 // "<s>" or {"content": "<s>", ...} or null.
@@ -205,12 +204,11 @@ GGUFTokenizer read_gguf_tokenizer(const std::string& dir, const ModelConfig& con
     if (t.chat_template.empty() && !ct.empty()) t.chat_template = ct[0].value("template", std::string());
   }
   if (t.chat_template.empty()) {
-    std::ifstream f(fs::path(dir) / "chat_template.jinja");
-    if (f) {
-      std::stringstream ss;
-      ss << f.rdbuf();
-      t.chat_template = ss.str();
-    }
+    const fs::path jinja = fs::path(dir) / "chat_template.jinja";
+    std::error_code ec;
+    if (fs::exists(jinja, ec))
+      t.chat_template =
+          read_file_capped(jinja.string(), FileKind::Tokenizer, {"gguf tokenizer", ErrorCode::DEP_MODEL_LOAD_FAILED});
   }
 
   auto add_end = [&](int64_t id) {

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_read.h"
 
 namespace bp {
 
@@ -88,13 +89,7 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
 }
 
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[io] cannot read {}: {}", path, std::strerror(errno)),
-                {{"path", path}});
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_file_capped(path, FileKind::Config, {"io", ErrorCode::INPUT_VALIDATION_FAILED});
 }
 
 void promote_folder(const std::string& partial, const std::string& final_dir, std::string_view crash_prefix) {

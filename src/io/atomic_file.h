@@ -56,7 +56,9 @@ inline constexpr const char* kDiskFullFileSuggestion =
 
 // Whole-file helpers.
 void write_file_atomic(const std::string& path, std::string_view contents);
-std::string read_file(const std::string& path);  // throws INPUT_VALIDATION_FAILED when unreadable
+// A small file whole (regular files only, capped at limits.max_config_bytes: core/file_read.h);
+// throws INPUT_VALIDATION_FAILED when unreadable.
+std::string read_file(const std::string& path);
 void fsync_dir(const std::string& dir);
 // Free bytes on the file system holding `path` (or its nearest existing parent).
 uint64_t free_disk_bytes(const std::string& path);

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/file_read.h"
 
 namespace bp {
 namespace {
@@ -86,27 +87,33 @@ int64_t GGUFTensorInfo::numel() const {
 }
 
 GGUFReader::GGUFReader(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, fmt::format("[gguf] cannot open {}: {}", path, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, fmt::format("[gguf] cannot stat {}: {}", path, std::strerror(errno)));
-  }
-  size_ = static_cast<uint64_t>(st.st_size);
-  if (size_ > 0) {
-    map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map_ == MAP_FAILED) {
-      map_ = nullptr;
-      ::close(fd);
-      throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
-                  fmt::format("[gguf] cannot map {}: {}", path, std::strerror(errno)));
+  {
+    const OpenFile file = open_regular_file(path, {"gguf", ErrorCode::DEP_MODEL_LOAD_FAILED});
+    size_ = file.size();
+    if (size_ > 0) {
+      map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, file.fd(), 0);
+      if (map_ == MAP_FAILED) {
+        map_ = nullptr;
+        throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
+                    fmt::format("[gguf] cannot map {}: {}", path, std::strerror(errno)));
+      }
     }
   }
-  ::close(fd);
-  const auto* base = static_cast<const uint8_t*>(map_);
   try {
+    parse(static_cast<const uint8_t*>(map_));
+  } catch (...) {
+    if (map_) ::munmap(map_, size_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+GGUFReader::GGUFReader(const uint8_t* data, uint64_t size, std::string name) : path_(std::move(name)), size_(size) {
+  parse(data);
+}
+
+void GGUFReader::parse(const uint8_t* base) {
+  {
     Cursor c(base, size_, path_);
     if (c.get<uint32_t>("magic") != kGGUFMagic) c.fail("bad magic (expected \"GGUF\")");
     version_ = c.get<uint32_t>("version");
@@ -159,7 +166,14 @@ GGUFReader::GGUFReader(const std::string& path) : path_(path) {
       const auto& info = ggml_type_info(t.type);
       if (ne[0] % info.block_size != 0)
         c.fail(fmt::format("tensor '{}' rows of {} do not fit {} blocks", t.name, ne[0], info.name));
-      t.nbytes = static_cast<size_t>(t.numel() / info.block_size) * info.block_bytes;
+      // Checked: four dimensions of up to 2^40 overflow 64 bits; the data must fit in the file anyway.
+      uint64_t numel = 1, nbytes = 0;
+      for (int64_t d : ne)
+        if (__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel) || numel > size_ * 8)
+          c.fail(fmt::format("tensor '{}' has more elements than a file of {} bytes can hold", t.name, size_));
+      if (__builtin_mul_overflow(numel / info.block_size, static_cast<uint64_t>(info.block_bytes), &nbytes))
+        c.fail(fmt::format("tensor '{}' byte size overflows", t.name));
+      t.nbytes = static_cast<size_t>(nbytes);
       tensors_.push_back(std::move(t));
     }
     data_offset_ = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
@@ -169,10 +183,6 @@ GGUFReader::GGUFReader(const std::string& path) : path_(path) {
                            t.offset));
       t.data = base + data_offset_ + t.offset;
     }
-  } catch (...) {
-    if (map_) ::munmap(map_, size_);
-    map_ = nullptr;
-    throw;
   }
 }
 
@@ -193,6 +203,7 @@ const GGUFTensorInfo* GGUFReader::find_tensor(const std::string& name) const {
 }
 
 std::vector<float> GGUFReader::dequantize(const GGUFTensorInfo& t) const {
+  if (t.numel() == 0) return {};  // a zero-size tensor: no rows to convert (and no buffers to copy)
   std::vector<float> out(static_cast<size_t>(t.numel()));
   const int64_t n = t.shape.back();
   dequantize_rows(t.type, t.data, out.data(), n > 0 ? t.numel() / n : 0, n);

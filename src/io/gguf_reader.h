@@ -27,6 +27,9 @@ struct GGUFTensorInfo {
 class GGUFReader {
  public:
   explicit GGUFReader(const std::string& path);
+  // Parses a GGUF image in memory (not copied: `data` must outlive the reader); `name` is for
+  // messages. Used by the fuzz target.
+  GGUFReader(const uint8_t* data, uint64_t size, std::string name);
   ~GGUFReader();
   GGUFReader(const GGUFReader&) = delete;
   GGUFReader& operator=(const GGUFReader&) = delete;
@@ -43,6 +46,7 @@ class GGUFReader {
   std::vector<float> dequantize(const GGUFTensorInfo& t) const;
 
  private:
+  void parse(const uint8_t* base);  // fills everything from size_ bytes at base
   std::string path_;
   void* map_ = nullptr;
   uint64_t size_ = 0;

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_read.h"
 
 namespace bp {
 
@@ -105,14 +106,6 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& v, u
   return e;
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open the file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, const std::string& source) {
@@ -125,6 +118,8 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
                              "safetensors file",
                              n, size));
   const char* begin = reinterpret_cast<const char*>(data + 8);
+  if (json_nesting_depth(std::string_view(begin, n)) > kMaxJsonFileDepth)
+    fail(source, fmt::format("header JSON is nested deeper than {} levels", kMaxJsonFileDepth));
   nlohmann::json j = nlohmann::json::parse(begin, begin + n, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) fail(source, "header is not a valid JSON object");
 
@@ -158,20 +153,10 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   std::shared_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, fmt::format("cannot open: {}", std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(path, "not a regular file");
-  }
-  f->size_ = static_cast<size_t>(st.st_size);
-  if (f->size_ < 8) {
-    ::close(fd);
-    fail(path, fmt::format("file is {} bytes, too small for a safetensors header", f->size_));
-  }
-  void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
+  const OpenFile file = open_regular_file(path, {"safetensors", ErrorCode::DEP_MODEL_LOAD_FAILED});
+  f->size_ = static_cast<size_t>(file.size());
+  if (f->size_ < 8) fail(path, fmt::format("file is {} bytes, too small for a safetensors header", f->size_));
+  void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, file.fd(), 0);
   if (p == MAP_FAILED) fail(path, fmt::format("mmap failed: {}", std::strerror(errno)));
   f->base_ = static_cast<const uint8_t*>(p);
   f->header_ = parse_safetensors_header(f->base_, f->size_, path);  // ~SafetensorsFile unmaps on throw
@@ -211,7 +196,8 @@ SafetensorsReader SafetensorsReader::open_file(const std::string& path) {
     return r;
   }
   // Sharded: the index maps every tensor to a shard file in the same folder.
-  nlohmann::json j = nlohmann::json::parse(read_text_file(path), nullptr, false);
+  const nlohmann::json j =
+      read_json_file_capped(path, FileKind::Config, {"safetensors", ErrorCode::DEP_MODEL_LOAD_FAILED});
   if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     fail(path, "not a safetensors index (a JSON object with a \"weight_map\" object)");
   std::map<std::string, size_t> shard_index;

@@ -1,6 +1,7 @@
 #include "io/sha256.h"
 
 #include <openssl/evp.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_read.h"
 
 namespace bp {
 
@@ -39,15 +41,18 @@ std::string sha256_hex(std::string_view data) {
 }
 
 std::string sha256_file_hex(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
-                fmt::format("[sha256] cannot read {}: {}", path, std::strerror(errno)), {{"path", path}});
+  // A regular file only: a FIFO or a device planted in a checkpoint folder must not block or run forever.
+  const OpenFile file = open_regular_file(path, {"sha256", ErrorCode::INPUT_VALIDATION_FAILED});
   Hasher h;
   std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    h.update(buf.data(), static_cast<size_t>(in.gcount()));
+  for (;;) {
+    const ssize_t n = ::read(file.fd(), buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                  fmt::format("[sha256] cannot read {}: {}", path, std::strerror(errno)), {{"path", path}});
+    if (n == 0) break;
+    h.update(buf.data(), static_cast<size_t>(n));
   }
   return h.hex();
 }

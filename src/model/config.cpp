@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_read.h"
 
 namespace bp {
 
@@ -31,6 +32,9 @@ constexpr ArchEntry kArchs[] = {
 // that keep every size product, e.g. num_parameters(), inside int64.
 constexpr int64_t kMaxDim = int64_t{1} << 22;
 constexpr int64_t kMaxLayers = 4096;
+// Largest parameter count accepted (2.8e14, a thousand times today's largest models): every size
+// derived from the config (bytes of weights, gradients, optimizer state) then fits in 64 bits.
+constexpr int64_t kMaxParameters = int64_t{1} << 48;
 
 [[noreturn]] void fail(const std::string& source, const std::string& what) {
   throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, fmt::format("[config] {}: {}", source, what));
@@ -98,6 +102,30 @@ std::vector<int32_t> get_token_ids(const nlohmann::json& j, const char* key, con
     one(*it);
   }
   return ids;
+}
+
+// Each field is within bounds, but their products may not be: computes the weight shapes and the
+// parameter count in 128 bits and rejects a config whose sizes pass kMaxParameters, naming the fields.
+void check_sizes(const ModelConfig& c, const std::string& source) {
+  using Wide = unsigned __int128;
+  const Wide D = static_cast<Wide>(c.hidden_size), F = static_cast<Wide>(c.intermediate_size);
+  const Wide qd = static_cast<Wide>(c.num_heads) * static_cast<Wide>(c.head_dim);
+  const Wide kvd = static_cast<Wide>(c.num_kv_heads) * static_cast<Wide>(c.head_dim);
+  const Wide per_layer =
+      2 * D + 2 * qd * D + 2 * kvd * D + 3 * F * D + qd + 2 * kvd + 2 * static_cast<Wide>(c.head_dim);
+  const Wide embed = static_cast<Wide>(c.vocab_size) * D;
+  const std::pair<const char*, Wide> sizes[] = {
+      {"num_attention_heads x head_dim x hidden_size (the q/o projections)", qd * D},
+      {"num_key_value_heads x head_dim x hidden_size (the k/v projections)", kvd * D},
+      {"intermediate_size x hidden_size (the MLP projections)", F * D},
+      {"vocab_size x hidden_size (the embeddings)", embed},
+      {"num_hidden_layers x the parameters of one layer", static_cast<Wide>(c.num_layers) * per_layer},
+      {"the total parameter count", static_cast<Wide>(c.num_layers) * per_layer + 2 * embed + D},
+  };
+  for (const auto& [what, n] : sizes)
+    if (n > static_cast<Wide>(kMaxParameters))
+      fail(source, fmt::format("{} is {:.3g} parameters, past the limit of {:.3g}: the config's sizes are too large",
+                               what, static_cast<double>(n), static_cast<double>(kMaxParameters)));
 }
 
 // A float as JSON in its shortest decimal form (1e-05, not 9.99999974737875e-06).
@@ -186,6 +214,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
   if (c.head_dim < 2 || c.head_dim % 2 != 0 || c.head_dim > kMaxDim)
     fail(source,
          fmt::format("head_dim must be even and in [2, {}] for rotary embeddings, got {}", kMaxDim, c.head_dim));
+  check_sizes(c, source);
   c.max_position_embeddings = get_int(j, "max_position_embeddings", source, 2048, false);
   c.rms_norm_eps = static_cast<float>(get_number(j, "rms_norm_eps", source, 1e-6));
   if (!(c.rms_norm_eps > 0)) fail(source, fmt::format("rms_norm_eps must be > 0, got {}", c.rms_norm_eps));
@@ -236,11 +265,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
 }
 
 ModelConfig ModelConfig::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open the file (a Hugging Face model folder has a config.json)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  const nlohmann::json j = read_json_file_capped(path, FileKind::Config, {"config", ErrorCode::DEP_MODEL_LOAD_FAILED});
   if (j.is_discarded()) fail(path, "not valid JSON");
   return from_json(j, path);
 }

@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "core/error.h"
+#include "core/file_read.h"
 #include "io/safetensors.h"
 #include "model/weight_names.h"
 
@@ -86,8 +87,8 @@ ModelConfig load_model_config(const std::string& dir) {
   ModelConfig cfg = ModelConfig::from_file((fs::path(dir) / "config.json").string());
   const fs::path gen = fs::path(dir) / "generation_config.json";
   if (cfg.eos_token_ids.empty() && fs::exists(gen)) {
-    std::ifstream in(gen);
-    nlohmann::json g = nlohmann::json::parse(in, nullptr, false);
+    const nlohmann::json g =
+        read_json_file_capped(gen.string(), FileKind::Config, {"model", ErrorCode::DEP_MODEL_LOAD_FAILED});
     if (!g.is_discarded() && g.is_object()) {
       if (auto it = g.find("eos_token_id"); it != g.end()) {
         if (it->is_number_integer()) cfg.eos_token_ids = {it->get<int32_t>()};

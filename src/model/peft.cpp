@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/file_read.h"
 #include "io/safetensors.h"
 #include "model/weight_names.h"
 
@@ -29,9 +30,8 @@ constexpr const char* kWeightsFile = "adapter_model.safetensors";
 constexpr const char* kConfigFile = "adapter_config.json";
 
 LoraConfig parse_adapter_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail(path, "cannot open the file; a PEFT adapter folder has adapter_config.json");
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!std::filesystem::exists(path)) fail(path, "cannot open the file; a PEFT adapter folder has adapter_config.json");
+  const nlohmann::json j = read_json_file_capped(path, FileKind::Config, {"peft", ErrorCode::DEP_MODEL_LOAD_FAILED});
   if (j.is_discarded() || !j.is_object()) fail(path, "not a valid JSON object");
   auto str = [&](const char* k, const std::string& def) {
     auto it = j.find(k);
@@ -123,10 +123,11 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
   LoraAdapter ad;
   ad.config = parse_adapter_config(config_path);
   {
-    std::ifstream in(config_path);
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (auto it = j.find("base_model_name_or_path"); it != j.end() && it->is_string())
-      ad.base_model_name_or_path = it->get<std::string>();
+    const nlohmann::json j =
+        read_json_file_capped(config_path, FileKind::Config, {"peft", ErrorCode::DEP_MODEL_LOAD_FAILED});
+    if (j.is_object())
+      if (auto it = j.find("base_model_name_or_path"); it != j.end() && it->is_string())
+        ad.base_model_name_or_path = it->get<std::string>();
   }
   if (!fs::exists(weights_path)) {
     if (fs::exists(fs::path(dir) / "adapter_model.bin"))

@@ -53,8 +53,14 @@ BpeModel::BpeModel(const json& model, Vocab vocab, Merges merges) {
     throw std::invalid_argument("model.vocab must be an object of token -> id");
   vocab_.reserve(vocab.size() * 2);
   int64_t max_id = -1;
+  // The table below is indexed by id: an id past the number of entries (1e9 in a 3-entry vocab)
+  // would allocate an id-sized table, so ids are checked against the vocabulary's size first.
+  const int64_t n_entries = static_cast<int64_t>(vocab.size());
   for (auto& [tok, id] : vocab) {
-    if (id < 0 || id > INT32_MAX) throw std::invalid_argument("token id " + std::to_string(id) + " out of range");
+    if (id < 0 || id >= n_entries)
+      throw std::invalid_argument("model.vocab gives \"" + tok.substr(0, 40) + "\" the id " + std::to_string(id) +
+                                  ", outside 0.." + std::to_string(n_entries - 1) + " (the vocabulary has " +
+                                  std::to_string(n_entries) + " entries)");
     max_id = std::max(max_id, id);
     vocab_.emplace(std::move(tok), static_cast<int32_t>(id));
   }

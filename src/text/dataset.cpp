@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_read.h"
 #include "text/dataset_internal.h"
 
 namespace bp {
@@ -124,7 +125,11 @@ LoadedDataset parse_dataset(std::string_view content, const std::string& path, c
   const bool plain =
       has_txt_extension(path) && (opts.format == DatasetFormat::Auto || opts.format == DatasetFormat::Text);
   bool json_array = false;
-  const std::vector<data::RawRecord> records = data::split_records(content, plain, &json_array);
+  std::string array_problem;
+  const std::vector<data::RawRecord> records = data::split_records(content, plain, &json_array, &array_problem);
+  if (!array_problem.empty())
+    throw Error(ErrorCode::INPUT_DATASET_PARSE_FAILED, fmt::format("[dataset] {}: {}", path, array_problem),
+                {{"path", path}});
   ds.total_rows = static_cast<int64_t>(records.size());
   ds.format = plain ? DatasetFormat::Text : opts.format;
   json obj;
@@ -176,11 +181,8 @@ LoadedDataset load_dataset(const std::string& path, const DatasetLoadOptions& op
     throw Error(ErrorCode::INPUT_DATASET_NOT_FOUND,
                 fmt::format("[dataset] {} {}", path,
                             std::filesystem::exists(path, ec) ? "is not a regular file" : "does not exist"));
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorCode::INPUT_DATASET_NOT_FOUND, fmt::format("[dataset] cannot open {}", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string content = ss.str();
+  const std::string content =
+      read_file_capped(path, FileKind::Dataset, {"dataset", ErrorCode::INPUT_DATASET_NOT_FOUND});
   return parse_dataset(content, path, opts);
 }
 

@@ -19,8 +19,10 @@ struct RawRecord {
 };
 
 bool valid_utf8(std::string_view s, size_t* bad_offset);
-// Splits a file into records; *json_array tells whether it was a JSON array.
-std::vector<RawRecord> split_records(std::string_view content, bool plain_text, bool* json_array);
+// Splits a file into records; *json_array tells whether it was a JSON array. Text after the
+// closing ']' of a JSON array sets *array_problem (the file is not JSON).
+std::vector<RawRecord> split_records(std::string_view content, bool plain_text, bool* json_array,
+                                     std::string* array_problem);
 // UTF-8 check + JSON parse; a plain-text record becomes {"text": ...}. nullopt when fine.
 std::optional<RowIssue> parse_record(const RawRecord& rec, nlohmann::ordered_json* out);
 

@@ -3,6 +3,7 @@
 // itself), or plain-text paragraphs. Also the UTF-8 check. Never throws on malformed content.
 #include <fmt/format.h>
 
+#include "core/file_read.h"
 #include "text/dataset_internal.h"
 
 namespace bp::data {
@@ -58,33 +59,13 @@ bool is_ws(char c) {
   return c == ' ' || c == '\t' || c == '\r' || c == '\n';
 }
 
-// Maximum bracket nesting outside strings (guards the JSON parser against pathological input).
-int max_depth(std::string_view s) {
-  int depth = 0, best = 0;
-  bool in_str = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_str) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_str = false;
-    } else if (c == '"') {
-      in_str = true;
-    } else if (c == '{' || c == '[') {
-      best = std::max(best, ++depth);
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return best;
-}
-
 }  // namespace
 
-std::vector<RawRecord> split_records(std::string_view content, bool plain_text, bool* json_array) {
+std::vector<RawRecord> split_records(std::string_view content, bool plain_text, bool* json_array,
+                                     std::string* array_problem) {
   std::vector<RawRecord> out;
   *json_array = false;
+  array_problem->clear();
   if (plain_text) {
     // Paragraphs separated by blank (whitespace-only) lines; each is a contiguous slice of content.
     size_t pos = 0, para_start = 0, para_end = 0;
@@ -127,7 +108,14 @@ std::vector<RawRecord> split_records(std::string_view content, bool plain_text, 
     size_t pos = first + 1;
     for (;;) {
       while (pos < content.size() && (is_ws(content[pos]) || content[pos] == ',')) line += content[pos++] == '\n';
-      if (pos >= content.size() || content[pos] == ']') break;
+      if (pos >= content.size()) break;  // never closed: the broken last element is a bad row
+      if (content[pos] == ']') {
+        size_t rest = pos + 1;
+        while (rest < content.size() && is_ws(content[rest])) line += content[rest++] == '\n';
+        if (rest < content.size())
+          *array_problem = fmt::format("line {} has text after the closing ']' of the JSON array", line);
+        break;
+      }
       const size_t start = pos;
       const int64_t start_line = line;
       int depth = 0;
@@ -182,7 +170,7 @@ std::optional<RowIssue> parse_record(const RawRecord& rec, nlohmann::ordered_jso
     *out = nlohmann::ordered_json{{"text", std::string(rec.text)}};
     return std::nullopt;
   }
-  if (max_depth(rec.text) > kMaxJsonDepth)
+  if (json_nesting_depth(rec.text) > kMaxJsonDepth)
     return RowIssue{rec.line, RowProblem::NotJson, fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth)};
   try {
     *out = nlohmann::ordered_json::parse(rec.text);

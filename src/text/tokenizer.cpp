@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/file_read.h"
 #include "text/bpe.h"
 #include "text/normalize.h"
 #include "text/pretokenize.h"
@@ -36,16 +37,15 @@ namespace {
   throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, "[tokenizer] " + path + ": " + what, json{{"file", path}});
 }
 
+constexpr FileReader kTokenizerReader{"tokenizer", ErrorCode::DEP_MODEL_LOAD_FAILED};
+
 std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) load_error(path, "cannot open file (missing or unreadable)");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  if (!std::filesystem::exists(path)) load_error(path, "cannot open file (missing or unreadable)");
+  return read_file_capped(path, FileKind::Tokenizer, kTokenizerReader);
 }
 
 json read_json_file(const std::string& path) {
-  json j = json::parse(read_file(path), nullptr, /*allow_exceptions=*/false);
+  json j = read_json_file_capped(path, FileKind::Tokenizer, kTokenizerReader);
   if (j.is_discarded()) load_error(path, "not valid JSON");
   return j;
 }
@@ -109,11 +109,20 @@ HfTokenizer::HfTokenizer(TokenizerFile file, const std::string& path) {
   }
   vocab_size_ = model_->max_id() + 1;
 
-  // Added tokens: content is looked up before the model vocab, in both directions.
-  for (const auto& a : j.value("added_tokens", json::array())) {
+  // Added tokens: content is looked up before the model vocab, in both directions. Their ids follow
+  // the model's (or reuse them): past vocab + added count the id-indexed tables would be id-sized.
+  const json added_json = j.value("added_tokens", json::array());
+  const int64_t max_added_id = vocab_size_ + static_cast<int64_t>(added_json.size()) - 1;
+  for (const auto& a : added_json) {
     AddedToken t;
     t.content = a.at("content").get<std::string>();
-    t.id = a.at("id").get<int32_t>();
+    const int64_t id = a.at("id").get<int64_t>();
+    if (id < 0 || id > max_added_id)
+      load_error(path, "added token \"" + t.content.substr(0, 40) + "\" has the id " + std::to_string(id) +
+                           ", outside 0.." + std::to_string(max_added_id) + " (model vocabulary of " +
+                           std::to_string(vocab_size_) + " plus " + std::to_string(added_json.size()) +
+                           " added tokens)");
+    t.id = static_cast<int32_t>(id);
     t.special = a.value("special", false);
     t.lstrip = a.value("lstrip", false);
     t.rstrip = a.value("rstrip", false);
@@ -300,8 +309,9 @@ int32_t HfTokenizer::token_to_id(std::string_view token) const {
 
 // Builds the tokenizer; malformed fields (wrong JSON types, missing keys) become
 // DEP_MODEL_LOAD_FAILED naming the file.
-std::unique_ptr<HfTokenizer> load_tokenizer(const std::string& path) {
-  const std::string text = read_file(path);
+std::unique_ptr<HfTokenizer> tokenizer_from_text(const std::string& text, const std::string& path) {
+  // The SAX reader builds a DOM of everything but vocab and merges: bound its depth first.
+  check_json_depth(text, path, "tokenizer");
   try {
     return std::make_unique<HfTokenizer>(parse_tokenizer_json(text), path);
   } catch (const Error&) {
@@ -311,7 +321,15 @@ std::unique_ptr<HfTokenizer> load_tokenizer(const std::string& path) {
   }
 }
 
+std::unique_ptr<HfTokenizer> load_tokenizer(const std::string& path) {
+  return tokenizer_from_text(read_file(path), path);
+}
+
 }  // namespace
+
+std::unique_ptr<Tokenizer> Tokenizer::from_json_text(const std::string& text, const std::string& source) {
+  return tokenizer_from_text(text, source);
+}
 
 std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::string& path) {
   return load_tokenizer(path);

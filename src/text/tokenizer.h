@@ -21,6 +21,8 @@ class Tokenizer {
   // template). Errors: DEP_MODEL_LOAD_FAILED naming the file.
   static std::unique_ptr<Tokenizer> from_dir(const std::string& model_dir);
   static std::unique_ptr<Tokenizer> from_file(const std::string& tokenizer_json_path);
+  // The contents of a tokenizer.json (`source` names it in errors); used by the fuzz targets.
+  static std::unique_ptr<Tokenizer> from_json_text(const std::string& text, const std::string& source);
 
   // add_special: apply the post-processor (e.g. BOS for Llama-2/3) as HF's encode() does.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special = false) const = 0;

@@ -317,6 +317,27 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
   return m;
 }
 
+// The replay adds up int64 sizes of T x (a model width) floats over every layer. ModelConfig keeps
+// the weights below 2^48 parameters, but T (micro-batch x sequence length, up to 2^44 from the
+// settings' bounds) times a width can still overflow 64 bits. This over-estimates, in long double,
+// the sum of every allocation the replay makes (about 128 per layer, none wider than T x widest);
+// past kMaxPlanBytes the plan is not computed. The answer is the estimate when too large, else 0.
+constexpr long double kMaxPlanBytes = 1.0e18L;  // ~2^60: far past any memory, far below 2^63
+
+long double plan_bytes_bound(const ModelConfig& c, const MemorySettings& s) {
+  const long double T = static_cast<long double>(s.micro_batch_tokens);
+  const long double widest = static_cast<long double>(
+      std::max({c.hidden_size, c.intermediate_size, c.q_dim(), c.kv_dim(), c.num_heads, s.lora.r}));
+  const long double chunk = std::min<long double>(T, static_cast<long double>(s.ce_chunk_tokens));
+  const long double threads = 4096;  // the settings' largest thread count
+  const long double floats = T * widest * (128.0L * static_cast<long double>(c.num_layers) + 64.0L) +
+                             chunk * static_cast<long double>(c.vocab_size) + threads * 4.0L * T * std::min(T, 4096.0L);
+  // Weights, gradients and AdamW state: 16 bytes a parameter at most; LoRA adds r x (in + out) per
+  // target (7 of them) and layer.
+  const long double lora = 14.0L * static_cast<long double>(s.lora.r) * widest * static_cast<long double>(c.num_layers);
+  return 4.0L * floats + 16.0L * (static_cast<long double>(base_parameters(c)) + lora);
+}
+
 }  // namespace
 
 nlohmann::json MemoryPlan::to_json() const {
@@ -342,6 +363,15 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 fmt::format("[memory_plan] cross-entropy chunk must be >= 1 token, got {}", s.ce_chunk_tokens));
   if (s.mode == TrainMode::Lora) s.lora.validate();
+  if (const long double bound = plan_bytes_bound(cfg, s); bound > kMaxPlanBytes)
+    throw Error(
+        ErrorCode::INPUT_VALIDATION_FAILED,
+        fmt::format("[memory_plan] a micro-batch of {} tokens (micro-batch size x max_seq_length) with a widest "
+                    "tensor of {} (hidden_size, intermediate_size or num_attention_heads x head_dim) over {} "
+                    "layers needs about {:.3g} bytes, past what the plan can count ({:.3g})",
+                    s.micro_batch_tokens, std::max({cfg.hidden_size, cfg.intermediate_size, cfg.q_dim(), cfg.kv_dim()}),
+                    cfg.num_layers, static_cast<double>(bound), static_cast<double>(kMaxPlanBytes)),
+        {{"micro_batch_tokens", s.micro_batch_tokens}});
   MemoryPlan p;
   const int64_t base = base_parameters(cfg);
   int64_t trainable = 0;
@@ -371,6 +401,7 @@ int64_t max_micro_batch_tokens(const ModelConfig& cfg, const MemorySettings& set
   MemorySettings s = settings;
   auto fits = [&](int64_t T) {
     s.micro_batch_tokens = T;
+    if (plan_bytes_bound(cfg, s) > kMaxPlanBytes) return false;  // far past any limit_bytes
     return plan_memory(cfg, s).total() <= limit_bytes;
   };
   if (max_tokens < 1 || !fits(1)) return 0;
