@@ -37,6 +37,7 @@
 #include "model/loader.h"
 #include "model/merge.h"
 #include "model/peft.h"
+#include "text/chat_template_source.h"
 #include "train/checkpoint.h"
 
 namespace {
@@ -316,7 +317,10 @@ int run_export(const std::string& input_arg) {
       const LoraAdapter adapter = load_peft_adapter(in.dir.string(), weights.config);
       merge_lora_into(weights, adapter);  // the base copy is ours: merge in place, no second model in memory
     }
-    const GGUFExportResult g = export_gguf(weights, source_dir.string(), quant, out.string(), ollama_name);
+    // The one reader of a model's chat template (the one training used): chat_template.jinja wins.
+    const ChatTemplateSource chat_template = read_model_chat_template(source_dir.string());
+    const GGUFExportResult g =
+        export_gguf(weights, source_dir.string(), quant, out.string(), ollama_name, chat_template.text);
     const OllamaTemplate tmpl = ollama_template_from_jinja(g.chat_template, g.end_tokens);
     // Ollama allocates the KV cache for num_ctx: cap a long-context model's default at 8192.
     const int64_t num_ctx = std::min<int64_t>(g.context_length > 0 ? g.context_length : 2048, 8192);

@@ -195,23 +195,8 @@ GGUFTokenizer read_gguf_tokenizer(const std::string& dir, const ModelConfig& con
   t.add_eos = cj.value("add_eos_token", false) && cj["add_eos_token"].is_boolean();
   if (t.bos_id < 0) t.add_bos = false;
 
-  // Chat template: tokenizer_config (a string, or a list of {name, template}), else chat_template.jinja.
-  const json& ct = cj.value("chat_template", json());
-  if (ct.is_string()) {
-    t.chat_template = ct.get<std::string>();
-  } else if (ct.is_array()) {
-    for (const auto& e : ct)
-      if (e.value("name", std::string()) == "default") t.chat_template = e.value("template", std::string());
-    if (t.chat_template.empty() && !ct.empty()) t.chat_template = ct[0].value("template", std::string());
-  }
-  if (t.chat_template.empty()) {
-    std::ifstream f(fs::path(dir) / "chat_template.jinja");
-    if (f) {
-      std::stringstream ss;
-      ss << f.rdbuf();
-      t.chat_template = ss.str();
-    }
-  }
+  // The chat template is not read here: the caller passes the one text/chat_template_source.h reads
+  // (the same reader training uses), so the exported model is served with what it was trained on.
 
   auto add_end = [&](int64_t id) {
     if (id < 0 || id >= n_vocab) return;

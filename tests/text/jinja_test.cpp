@@ -23,7 +23,7 @@ TEST(Jinja, PythonSemanticsWhereTheNpmOracleDiffers) {
 }
 
 TEST(Jinja, TrimAndLstripBlocksAsTransformers) {
-  EXPECT_EQ(preprocess_template("  {% if x %}\nA\n  {% endif %}\nB\n"), "{% if x %}A\n{% endif %}B");
+  EXPECT_EQ(preprocess_template("  {% if x %}\nA\n  {% endif %}\nB\n"), "{% if x %}\nA\n{% endif %}\nB");
   EXPECT_EQ(render("a\n    {%- if true %}\n  b  {% endif -%}  \nc"), "a  b  c");
 }
 
