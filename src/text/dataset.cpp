@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -54,8 +55,9 @@ std::optional<RowIssue> check_length(const DatasetRow& row, const DatasetLoadOpt
       n = static_cast<int64_t>(encode_prefix(*opts.tokenizer, row.text, true, keep, &cut).size()) +
           (opts.tokenizer->eos_ids().empty() ? 0 : 1);
     } else {
-      ChatTemplate fallback("", "", "");
-      const ChatTemplate& t = opts.chat_template ? *opts.chat_template : fallback;
+      std::optional<ChatTemplate> chatml;  // only without a template (its constructor warns)
+      if (!opts.chat_template) chatml.emplace("", "", "");
+      const ChatTemplate& t = opts.chat_template ? *opts.chat_template : *chatml;
       try {
         n = static_cast<int64_t>(encode_prefix(*opts.tokenizer, t.render(row.conv, false), false, keep, &cut).size());
       } catch (const Error& e) {
@@ -258,8 +260,8 @@ TokenizedDataset tokenize_dataset(const LoadedDataset& ds, const Tokenizer& tok,
     spdlog::warn(
         "[dataset] {} of {} samples were longer than max_seq_length {} and were truncated (kept the start; {}{} "
         "tokens dropped)",
-        out.truncated, ds.rows.size(), opts.max_seq_length, out.truncated_uncounted > 0 ? "more than " : "",
-        out.tokens_dropped);
+        out.truncated, ds.rows.size(), opts.max_seq_length, out.truncated_uncounted > 0 ? "at least " : "",
+        out.tokens_dropped + out.truncated_uncounted);
   if (!out.issues.empty())
     spdlog::warn("[dataset] skipped {} samples after tokenization ({})", out.issues.size(),
                  issue_summary(out.issues, 1));

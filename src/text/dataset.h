@@ -104,7 +104,7 @@ struct TokenizedDataset {
   std::vector<Sample> samples;
   int64_t truncated = 0;            // samples cut to max_seq_length
   int64_t tokens_dropped = 0;       // tokens removed by truncation (of rows tokenized whole)
-  int64_t truncated_uncounted = 0;  // truncated rows so long they were not tokenized past the limit
+  int64_t truncated_uncounted = 0;  // truncated rows not tokenized past the limit (each drops >= 1 more)
   std::vector<RowIssue> issues;     // rows the template rejected or left without loss tokens
 };
 

@@ -28,9 +28,9 @@ TrainData build_train_data(const TrainOptions& o, const Tokenizer& tok) {
   TokenizedDataset td = tokenize_dataset(ds, tok, tmpl, to);
   d.samples_truncated = td.truncated;
   if (td.truncated > 0)
-    d.warnings.push_back(
-        fmt::format("{} samples were longer than --max-seq-length {} and were cut ({}{} tokens dropped)", td.truncated,
-                    o.max_seq_length, td.truncated_uncounted > 0 ? "more than " : "", td.tokens_dropped));
+    d.warnings.push_back(fmt::format(
+        "{} samples were longer than --max-seq-length {} and were cut ({}{} tokens dropped)", td.truncated,
+        o.max_seq_length, td.truncated_uncounted > 0 ? "at least " : "", td.tokens_dropped + td.truncated_uncounted));
   if (!td.issues.empty())
     d.warnings.push_back(fmt::format("{} rows produced no trainable tokens and were skipped (first at line {})",
                                      td.issues.size(), td.issues.front().line));
