@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "io/gguf_reader.h"
 #include "support/test_util.h"
 
 namespace bp::test {
@@ -52,6 +53,31 @@ TEST(ChatTemplateCli, ChosenTemplateIsUsedNamedAndBudgeted) {
     EXPECT_NE(out.find("INPUT_CHAT_TEMPLATE_BUDGET"), std::string::npos) << out;
     EXPECT_NE(out.find("mine.jinja"), std::string::npos) << out;  // the message names the template
   }
+}
+
+// The train/serve mismatch of issue 15: a model folder whose template is only in
+// chat_template.jinja (current transformers) ships that template in the GGUF export, read by the
+// same reader training uses (and winning over a key left in tokenizer_config.json).
+TEST(ChatTemplateCli, ExportShipsTheJinjaFileTemplate) {
+  TempDir dir;
+  const std::string model = dir.path + "/model";
+  std::filesystem::copy(shared_dir() + "/models/stories260K", model, std::filesystem::copy_options::recursive);
+  const std::string tmpl = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}";
+  std::ofstream(model + "/chat_template.jinja") << tmpl;
+  // An older template left in tokenizer_config.json: the .jinja file wins, as in transformers.
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(model + "/tokenizer_config.json"));
+  config["chat_template"] = "{% for m in messages %}OLD{% endfor %}";
+  std::ofstream(model + "/tokenizer_config.json", std::ios::trunc) << config.dump();
+  std::string out;
+  ASSERT_EQ(run_command(backprop_exe() + " export " + model + " --format gguf --quantization f32 --output " + dir.path +
+                            "/m.gguf 2>&1",
+                        &out),
+            0)
+      << out;
+  GGUFReader r(dir.path + "/m.gguf");
+  const GGUFValue* v = r.find("tokenizer.chat_template");
+  ASSERT_NE(v, nullptr) << out;
+  EXPECT_EQ(v->value.get<std::string>(), tmpl);
 }
 
 }  // namespace
