@@ -79,6 +79,7 @@ void bind_train_settings(CLI::App& sub) {
                       "data.format",
                       "data.strict",
                       "data.train_on_all",
+                      "data.chat_template",
                       "training.nan_guard_max_consecutive",
                       "training.fault_inject_oom_step",
                       "training.fault_inject_oom_count",

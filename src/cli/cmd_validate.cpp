@@ -3,6 +3,8 @@
 // and chat template), otherwise estimated at 4 bytes per token; the report says which.
 // Exit code 0 when every row is good, 1 when any row is bad or the file has no usable row.
 // Messages quote rows, so each goes through redact() (tokens in a dataset stay out of terminals and CI logs).
+// --show N (with --model) prints the first N samples as training renders them, the trained spans
+// between [TRAIN] and [/TRAIN], so a person can see what the model will learn (issue 15).
 #include <iostream>
 #include <memory>
 
@@ -20,8 +22,37 @@ struct ValidateOptions {
   int64_t max_errors = 50;
   int64_t max_length = 2048;
   std::string model_dir;
+  std::string chat_template;  // --chat-template FILE|chatml, as training (setting data.chat_template)
+  int64_t show = 0;
   bool json = false;
 };
+
+// The first n samples as training sees them: decoded text with the trained spans marked.
+nlohmann::ordered_json rendered_samples(const bp::LoadedDataset& ds, const bp::Tokenizer& tok,
+                                        const bp::ChatTemplate& tmpl, int64_t max_length, int64_t n) {
+  using namespace bp;
+  LoadedDataset head;
+  for (size_t k = 0; k < ds.rows.size() && static_cast<int64_t>(head.rows.size()) < n; ++k)
+    head.rows.push_back(ds.rows[k]);
+  const TokenizedDataset td =
+      tokenize_dataset(head, tok, tmpl, {.max_seq_length = max_length > 0 ? max_length : 1 << 24});
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const Sample& s : td.samples) {
+    std::string marked;
+    nlohmann::ordered_json trained = nlohmann::ordered_json::array();
+    for (size_t b = 0; b < s.ids.size();) {
+      size_t e = b;
+      while (e < s.ids.size() && s.loss_mask[e] == s.loss_mask[b]) ++e;
+      const std::string piece = tok.decode(std::vector<int32_t>(s.ids.begin() + static_cast<std::ptrdiff_t>(b),
+                                                                s.ids.begin() + static_cast<std::ptrdiff_t>(e)));
+      if (s.loss_mask[b]) trained.push_back(piece);
+      marked += s.loss_mask[b] ? "[TRAIN]" + piece + "[/TRAIN]" : piece;
+      b = e;
+    }
+    out.push_back({{"line", s.source_line}, {"tokens", s.ids.size()}, {"text", marked}, {"trained", trained}});
+  }
+  return out;
+}
 
 int run_validate(const ValidateOptions& o) {
   using namespace bp;
@@ -38,11 +69,16 @@ int run_validate(const ValidateOptions& o) {
   if (!o.model_dir.empty()) {
     check_model_dir(o.model_dir);  // a hub name is explained, as in every command
     tok = Tokenizer::from_dir(o.model_dir);
-    tmpl = std::make_unique<ChatTemplate>(ChatTemplate::from_tokenizer(*tok));
+    tmpl = std::make_unique<ChatTemplate>(ChatTemplate::from_tokenizer(*tok, o.chat_template));
     lo.tokenizer = tok.get();
     lo.chat_template = tmpl.get();
   }
+  if (o.show > 0 && !tok)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                "[validate] --show needs --model: the samples are rendered with the model's tokenizer and template");
   LoadedDataset ds = load_dataset(o.file, lo);
+  const nlohmann::ordered_json samples =
+      o.show > 0 ? rendered_samples(ds, *tok, *tmpl, o.max_length, o.show) : nlohmann::ordered_json::array();
   // Rows over the length are not bad: training keeps them, truncated to --max-seq-length (the
   // trainer's tokenize step). They are listed apart so the exit status and the "bad" count mean
   // "rows training skips".
@@ -72,6 +108,8 @@ int run_validate(const ValidateOptions& o) {
     j["length_check"] = length_check;
     j["max_length"] = o.max_length;
     if (tmpl && tmpl->is_fallback()) j["chat_template_warning"] = tmpl->warning();
+    if (tmpl) j["chat_template"] = {{"source", tmpl->source().kind_name()}, {"origin", tmpl->source().origin}};
+    if (o.show > 0) j["samples"] = samples;
     j["issues"] = nlohmann::ordered_json::array();
     for (size_t k = 0; k < shown; ++k)
       j["issues"].push_back({{"line", ds.issues[k].line},
@@ -99,6 +137,10 @@ int run_validate(const ValidateOptions& o) {
           "{} rows are longer than {} tokens: training keeps their start (--max-seq-length); a row whose trainable "
           "part lies past it is skipped\n",
           long_rows.size(), o.max_length);
+    if (tmpl) std::cout << "Chat template: " << tmpl->source().describe() << "\n";
+    for (const auto& smp : samples)
+      std::cout << fmt::format("--- sample from line {} ({} tokens; trained spans in [TRAIN]...[/TRAIN]) ---\n{}\n",
+                               smp["line"].get<int64_t>(), smp["tokens"].get<size_t>(), smp["text"].get<std::string>());
     if (std::string(length_check) == "tokens")
       std::cout << fmt::format("Length check: exact token counts with the tokenizer of {} (max {})\n", o.model_dir,
                                o.max_length);
@@ -124,6 +166,10 @@ bp::cli::RunFn setup_validate(CLI::App& sub) {
                  "Rows longer than this many tokens are listed: training truncates them (0: no check)")
       ->capture_default_str();
   sub.add_option("--model", o->model_dir, "Model folder whose tokenizer and chat template give exact lengths");
+  sub.add_option("--chat-template", o->chat_template,
+                 "Chat template as training uses it: a Jinja file or 'chatml' (default: the model's own)");
+  sub.add_option("--show", o->show, "Print the first N samples as training renders them, trained spans marked")
+      ->check(CLI::NonNegativeNumber);
   sub.add_flag("--json", o->json, "Machine-readable report");
   return [o] { return run_validate(*o); };
 }

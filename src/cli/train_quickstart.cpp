@@ -108,7 +108,8 @@ int run_quickstart(Settings st, bool json) {
   ModelWeights merged = merge_lora(trainer.model().weights(), *trainer.adapter());
   std::string gguf_path = (fs::path(sum.output_dir) / "export" / "tiny-chat-q8_0.gguf").string();
   fs::create_directories(fs::path(gguf_path).parent_path());
-  GGUFExportResult gguf = export_gguf(merged, o.model_dir, GGUFQuant::Q8_0, gguf_path, "tiny-chat-quickstart");
+  GGUFExportResult gguf =
+      export_gguf(merged, o.model_dir, GGUFQuant::Q8_0, gguf_path, "tiny-chat-quickstart", tmpl.source().text);
 
   if (json) {
     nlohmann::json j = sum.to_json();

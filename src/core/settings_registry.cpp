@@ -126,6 +126,13 @@ constexpr SettingSpec kSettings[] = {
    "Fail on the first bad row instead of skipping it (and reporting it)."},
   {"data.train_on_all", T::Bool, "false", kNoMin, kNoMax, "", R::Any, "--train-on-all", false,
    "Take the loss on every token, not only on assistant replies."},
+  {"data.chat_template", T::String, "", kNoMin, kNoMax, "", R::Any, "--chat-template", false,
+   "Chat template to train with: empty = the model's own (chat_template.jinja, else tokenizer_config.json; ChatML with "
+   "a warning when it has none), a Jinja file, or 'chatml'."},
+  {"data.template_max_steps", T::Int, "50000000", 1000, kI64Max, "", R::Any, "", false,
+   "Most Jinja steps (statements, expressions, loop iterations) one chat-template render may take."},
+  {"data.template_max_bytes", T::Int, "268435456", 1024, kI64Max, "", R::Any, "", false,
+   "Largest string (bytes) or list (items) one chat-template render may build, its output included."},
   {"data.max_errors", T::Int, "100", 0, kI64Max, "", R::Any, "--max-errors", false,
    "Training stops before step 1 when more rows than this are bad (skipped); 0 = no limit."},
   {"data.shuffle", T::Bool, "true", kNoMin, kNoMax, "", R::Any, "--shuffle", false,

@@ -13,6 +13,7 @@
 #include "io/atomic_file.h"
 #include "model/loader.h"
 #include "model/peft.h"
+#include "text/chat_template_source.h"
 
 namespace bp {
 
@@ -154,7 +155,10 @@ void write_gguf(const ExportJob& job, ExportReport& r) {
     const LoraAdapter adapter = load_peft_adapter(job.input.dir.string(), weights.config);
     merge_lora_into(weights, adapter);  // the base copy is ours: merge in place, no second model in memory
   }
-  const GGUFExportResult g = export_gguf(weights, job.source_dir.string(), quant, out.string(), job.ollama_name);
+  // The one reader of a model's chat template (the one training used): chat_template.jinja wins.
+  const ChatTemplateSource chat_template = read_model_chat_template(job.source_dir.string());
+  const GGUFExportResult g =
+      export_gguf(weights, job.source_dir.string(), quant, out.string(), job.ollama_name, chat_template.text);
   const OllamaTemplate tmpl = ollama_template_from_jinja(g.chat_template, g.end_tokens);
   // Ollama allocates the KV cache for num_ctx: cap a long-context model's default at 8192.
   const int64_t num_ctx = std::min<int64_t>(g.context_length > 0 ? g.context_length : 2048, 8192);

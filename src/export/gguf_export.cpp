@@ -215,12 +215,14 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
 }
 
 GGUFExportResult export_gguf(const ModelWeights& weights, const std::string& tokenizer_dir, GGUFQuant quant,
-                             const std::string& output_path, const std::string& model_name) {
+                             const std::string& output_path, const std::string& model_name,
+                             const std::string& chat_template) {
   const auto t0 = std::chrono::steady_clock::now();
   GGUFWriter w;
   const std::string name = model_name.empty() ? std::filesystem::path(output_path).stem().string() : model_name;
   add_model_to_gguf(w, weights, quant, name);
-  const GGUFTokenizer tok = read_gguf_tokenizer(tokenizer_dir, weights.config);
+  GGUFTokenizer tok = read_gguf_tokenizer(tokenizer_dir, weights.config);
+  tok.chat_template = chat_template;
   add_tokenizer_metadata(w, tok);
   w.write(output_path);
   GGUFExportResult r;

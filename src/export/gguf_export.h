@@ -61,7 +61,9 @@ struct GGUFExportResult {
 };
 
 // Writes `output_path` atomically (io/gguf_writer.h). model_name defaults to the output file's stem.
+// chat_template: the Jinja text to ship (text/chat_template_source.h reads it; "" = none).
 GGUFExportResult export_gguf(const ModelWeights& weights, const std::string& tokenizer_dir, GGUFQuant quant,
-                             const std::string& output_path, const std::string& model_name = "");
+                             const std::string& output_path, const std::string& model_name = "",
+                             const std::string& chat_template = "");
 
 }  // namespace bp

@@ -194,22 +194,8 @@ GGUFTokenizer read_gguf_tokenizer(const std::string& dir, const ModelConfig& con
   t.add_eos = cj.value("add_eos_token", false) && cj["add_eos_token"].is_boolean();
   if (t.bos_id < 0) t.add_bos = false;
 
-  // Chat template: tokenizer_config (a string, or a list of {name, template}), else chat_template.jinja.
-  const json& ct = cj.value("chat_template", json());
-  if (ct.is_string()) {
-    t.chat_template = ct.get<std::string>();
-  } else if (ct.is_array()) {
-    for (const auto& e : ct)
-      if (e.value("name", std::string()) == "default") t.chat_template = e.value("template", std::string());
-    if (t.chat_template.empty() && !ct.empty()) t.chat_template = ct[0].value("template", std::string());
-  }
-  if (t.chat_template.empty()) {
-    const fs::path jinja = fs::path(dir) / "chat_template.jinja";
-    std::error_code ec;
-    if (fs::exists(jinja, ec))
-      t.chat_template =
-          read_file_capped(jinja.string(), FileKind::Tokenizer, {"gguf tokenizer", ErrorCode::DEP_MODEL_LOAD_FAILED});
-  }
+  // The chat template is not read here: the caller passes the one text/chat_template_source.h reads
+  // (the same reader training uses), so the exported model is served with what it was trained on.
 
   auto add_end = [&](int64_t id) {
     if (id < 0 || id >= n_vocab) return;

@@ -33,12 +33,12 @@ struct GGUFTokenizer {
   std::vector<std::string> merges;  // gpt2 only
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
   bool add_bos = false, add_eos = false;
-  std::string chat_template;
+  std::string chat_template;  // set by the caller (text/chat_template_source.h), not read here
   // Strings of every end-of-turn / end-of-sequence token (eos_token and config eos ids), for stops.
   std::vector<std::string> end_tokens;
 };
 
-// Reads `dir`/tokenizer.json (+ tokenizer_config.json, chat_template.jinja). `config` supplies the
+// Reads `dir`/tokenizer.json (+ tokenizer_config.json). `config` supplies the
 // vocab size to pad to, the architecture (for `pre`) and fallback bos/eos ids.
 GGUFTokenizer read_gguf_tokenizer(const std::string& dir, const ModelConfig& config);
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -48,21 +49,26 @@ std::optional<RowIssue> check_length(const DatasetRow& row, const DatasetLoadOpt
   if (opts.max_length <= 0) return std::nullopt;
   if (opts.tokenizer) {
     int64_t n;
+    // Only whether the row is longer matters: no need to tokenize past max_length (issue 13).
+    bool cut = false;
+    const auto keep = static_cast<size_t>(opts.max_length);
     if (row.is_text) {
-      n = static_cast<int64_t>(opts.tokenizer->encode(row.text, true).size()) +
+      n = static_cast<int64_t>(encode_prefix(*opts.tokenizer, row.text, true, keep, &cut).size()) +
           (opts.tokenizer->eos_ids().empty() ? 0 : 1);
     } else {
-      ChatTemplate fallback("", "", "");
-      const ChatTemplate& t = opts.chat_template ? *opts.chat_template : fallback;
+      std::optional<ChatTemplate> chatml;  // only without a template (its constructor warns)
+      if (!opts.chat_template) chatml.emplace("", "", "");
+      const ChatTemplate& t = opts.chat_template ? *opts.chat_template : *chatml;
       try {
-        n = static_cast<int64_t>(opts.tokenizer->encode(t.render(row.conv, false), false).size());
+        n = static_cast<int64_t>(encode_prefix(*opts.tokenizer, t.render(row.conv, false), false, keep, &cut).size());
       } catch (const Error& e) {
         return RowIssue{row.line, RowProblem::RejectedByTemplate, e.what()};
       }
     }
     if (n > opts.max_length)
       return RowIssue{row.line, RowProblem::TooLong,
-                      fmt::format("{} tokens, longer than the maximum length {}", n, opts.max_length)};
+                      fmt::format("{}{} tokens, longer than the maximum length {}", cut ? "more than " : "",
+                                  cut ? opts.max_length : n, opts.max_length)};
     return std::nullopt;
   }
   size_t bytes = row.text.size();
@@ -215,23 +221,30 @@ TokenizedDataset tokenize_dataset(const LoadedDataset& ds, const Tokenizer& tok,
   for (const auto& row : ds.rows) {
     Sample s;
     s.source_line = row.line;
+    // Work stops past what training keeps (issue 13): a row is tokenized only up to
+    // max_seq_length (+ 1 token to know it was longer); `cut` rows drop an unknown number more.
+    const auto keep = static_cast<size_t>(opts.max_seq_length);
+    bool cut = false;
     if (row.is_text) {
-      s.ids = tok.encode(row.text, true);
-      if (!tok.eos_ids().empty()) s.ids.push_back(tok.eos_ids().front());
+      s.ids = encode_prefix(tok, row.text, true, keep, &cut);
+      if (!cut && !tok.eos_ids().empty()) s.ids.push_back(tok.eos_ids().front());
       s.loss_mask.assign(s.ids.size(), 1);
     } else {
       try {
-        TokenizedConversation tc = tokenize_conversation(tmpl, tok, row.conv, opts.train_on_all);
+        TokenizedConversation tc = tokenize_conversation(tmpl, tok, row.conv, opts.train_on_all, keep);
         s.ids = std::move(tc.ids);
         s.loss_mask = std::move(tc.loss_mask);
+        cut = tc.cut;
       } catch (const Error& e) {
+        if (e.code() == ErrorCode::INPUT_CHAT_TEMPLATE_UNSUPPORTED) throw;
         out.issues.push_back({row.line, RowProblem::RejectedByTemplate, e.what()});
         continue;
       }
     }
     if (static_cast<int64_t>(s.ids.size()) > opts.max_seq_length) {
       ++out.truncated;
-      out.tokens_dropped += static_cast<int64_t>(s.ids.size()) - opts.max_seq_length;
+      out.truncated_uncounted += cut ? 1 : 0;
+      if (!cut) out.tokens_dropped += static_cast<int64_t>(s.ids.size()) - opts.max_seq_length;
       s.ids.resize(static_cast<size_t>(opts.max_seq_length));
       s.loss_mask.resize(static_cast<size_t>(opts.max_seq_length));
     }
@@ -247,9 +260,10 @@ TokenizedDataset tokenize_dataset(const LoadedDataset& ds, const Tokenizer& tok,
   }
   if (out.truncated > 0)
     spdlog::warn(
-        "[dataset] {} of {} samples were longer than max_seq_length {} and were truncated (kept the start; {} "
+        "[dataset] {} of {} samples were longer than max_seq_length {} and were truncated (kept the start; {}{} "
         "tokens dropped)",
-        out.truncated, ds.rows.size(), opts.max_seq_length, out.tokens_dropped);
+        out.truncated, ds.rows.size(), opts.max_seq_length, out.truncated_uncounted > 0 ? "at least " : "",
+        out.tokens_dropped + out.truncated_uncounted);
   if (!out.issues.empty())
     spdlog::warn("[dataset] skipped {} samples after tokenization ({})", out.issues.size(),
                  issue_summary(out.issues, 1));

@@ -102,9 +102,10 @@ struct TokenizeOptions {
 
 struct TokenizedDataset {
   std::vector<Sample> samples;
-  int64_t truncated = 0;         // samples cut to max_seq_length
-  int64_t tokens_dropped = 0;    // tokens removed by truncation
-  std::vector<RowIssue> issues;  // rows the template rejected or left without loss tokens
+  int64_t truncated = 0;            // samples cut to max_seq_length
+  int64_t tokens_dropped = 0;       // tokens removed by truncation (of rows tokenized whole)
+  int64_t truncated_uncounted = 0;  // truncated rows not tokenized past the limit (each drops >= 1 more)
+  std::vector<RowIssue> issues;     // rows the template rejected or left without loss tokens
 };
 
 // Text rows: encode(text, add_special=true) + the first eos id, all tokens trained. Chat rows:

@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "text/jinja_eval.h"
+#include "text/unicode.h"
 
 namespace bp::jinja {
 
@@ -18,14 +19,47 @@ namespace {
   throw JinjaError(JinjaError::Kind::Runtime, msg);
 }
 
-const std::string kWhitespace = " \t\n\r\f\v";
+// Python's str.strip()/split() and JavaScript's trim() remove Unicode whitespace (U+00A0, U+3000,
+// ...), not only ASCII. Returns the byte length of the whitespace code point at s[i], or 0.
+size_t space_at(const std::string& s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return (c == ' ' || (c >= '\t' && c <= '\r')) ? 1 : 0;
+  const size_t n = std::min(text::utf8_len(c), s.size() - i);
+  size_t k = i;
+  const char32_t cp = text::next_code_point(std::string_view(s).substr(0, i + n), k);
+  return text::is_unicode_whitespace(cp) ? n : 0;
+}
+// Byte length of the whitespace code point that ends at s[e - 1], or 0.
+size_t space_before(const std::string& s, size_t e) {
+  size_t b = e - 1;
+  while (b > 0 && e - b < 4 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80) --b;
+  return space_at(s, b) == e - b ? e - b : 0;
+}
 
-std::string strip_chars(const std::string& s, const std::string& chars, bool left, bool right) {
+std::string strip_whitespace(const std::string& s, bool left, bool right) {
   size_t b = 0, e = s.size();
   if (left)
-    while (b < e && chars.find(s[b]) != std::string::npos) ++b;
+    while (b < e) {
+      const size_t n = space_at(s, b);
+      if (n == 0) break;
+      b += n;
+    }
   if (right)
-    while (e > b && chars.find(s[e - 1]) != std::string::npos) --e;
+    while (e > b) {
+      const size_t n = space_before(s, e);
+      if (n == 0) break;
+      e -= n;
+    }
+  return s.substr(b, e - b);
+}
+
+std::string strip_chars(const std::string& s, const Value& chars, bool left, bool right) {
+  if (!chars.is_string()) return strip_whitespace(s, left, right);
+  size_t b = 0, e = s.size();
+  if (left)
+    while (b < e && chars.s.find(s[b]) != std::string::npos) ++b;
+  if (right)
+    while (e > b && chars.s.find(s[e - 1]) != std::string::npos) --e;
   return s.substr(b, e - b);
 }
 
@@ -35,6 +69,7 @@ std::string replace_all(const std::string& s, const std::string& from, const std
     for (size_t k = 0; k < s.size(); ++k) {
       if (count < 0 || static_cast<int64_t>(k) < count) out += to;
       out += s[k];
+      check_value_size(out.size(), "replace output");
     }
     if (count < 0 || static_cast<int64_t>(s.size()) < count) out += to;
     return out;
@@ -45,6 +80,7 @@ std::string replace_all(const std::string& s, const std::string& from, const std
     size_t f = s.find(from, pos);
     if (f == std::string::npos || (count >= 0 && done >= count)) break;
     out += s.substr(pos, f - pos) + to;
+    check_value_size(out.size(), "replace output");
     pos = f + from.size();
     ++done;
   }
@@ -53,17 +89,18 @@ std::string replace_all(const std::string& s, const std::string& from, const std
 
 Value split(const std::string& s, const Value& sep, int64_t maxsplit) {
   Array parts;
-  if (sep.is_undefined() || sep.is_none()) {  // split on runs of whitespace
+  if (sep.is_undefined() || sep.is_none()) {  // split on runs of (Unicode) whitespace
     size_t k = 0;
     while (k < s.size()) {
-      while (k < s.size() && kWhitespace.find(s[k]) != std::string::npos) ++k;
+      while (k < s.size() && space_at(s, k) > 0) k += space_at(s, k);
       if (k >= s.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) {
-        parts.push_back(Value::string(strip_chars(s.substr(k), kWhitespace, false, true)));
+        parts.push_back(Value::string(strip_whitespace(s.substr(k), false, true)));
         break;
       }
       size_t e = k;
-      while (e < s.size() && kWhitespace.find(s[e]) == std::string::npos) ++e;
+      while (e < s.size() && space_at(s, e) == 0)
+        e += std::min(text::utf8_len(static_cast<unsigned char>(s[e])), s.size() - e);
       parts.push_back(Value::string(s.substr(k, e - k)));
       k = e;
     }
@@ -109,11 +146,6 @@ std::string title_case(std::string s) {
   return s;
 }
 
-std::string map_chars(std::string s, int (*f)(int)) {
-  for (char& c : s) c = static_cast<char>(f(static_cast<unsigned char>(c)));
-  return s;
-}
-
 Value items_of(const Value& v) {
   Array out;
   for (const auto& [k, x] : *v.obj) out.push_back(Value::array({Value::string(k), x}));
@@ -124,7 +156,7 @@ Array as_list(const Value& v) {
   if (v.is_array()) return *v.arr;
   Array out;
   if (v.is_string())
-    for (char c : v.s) out.push_back(Value::string(std::string(1, c)));
+    for (auto& c : code_points(v.s)) out.push_back(Value::string(std::move(c)));
   else if (v.is_mapping())
     for (const auto& [k, x] : *v.obj) out.push_back(Value::string(k));
   else if (!v.is_undefined() && !v.is_none())
@@ -185,25 +217,51 @@ Value select_items(const Value& operand, CallArgs& args, bool by_attr, bool keep
   return Value::array(std::move(out));
 }
 
+// A copy of v with every dict's keys sorted (tojson(sort_keys=true)), recursively.
+Value sorted_keys(const Value& v) {
+  if (v.is_array()) {
+    Array out;
+    for (const auto& x : *v.arr) out.push_back(sorted_keys(x));
+    return Value::array(std::move(out));
+  }
+  if (!v.is_mapping()) return v;
+  Object o;
+  for (const auto& [k, x] : *v.obj) o.emplace_back(k, sorted_keys(x));
+  std::stable_sort(o.begin(), o.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  return Value::object(std::move(o));
+}
+
 }  // namespace
+
+std::vector<std::string> code_points(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = std::min(text::utf8_len(static_cast<unsigned char>(s[i])), s.size() - i);
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
 
 Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "trim" || name == "strip") {
     Value chars = a.arg(0, "chars");
-    return Value::string(strip_chars(v.to_output(), chars.is_string() ? chars.s : kWhitespace, true, true));
+    return Value::string(strip_chars(v.to_output(), chars, true, true));
   }
   if (name == "length" || name == "count") return Value::integer(length_of(v));
   if (name == "tojson") {
     Value indent = a.arg(0, "indent");
-    return Value::string(v.to_json(indent.type == Value::Type::Int ? static_cast<int>(indent.i) : -1));
+    const bool sort_keys = a.arg(99, "sort_keys", Value::boolean(false)).truthy();
+    return Value::string(
+        (sort_keys ? sorted_keys(v) : v).to_json(indent.type == Value::Type::Int ? static_cast<int>(indent.i) : -1));
   }
-  if (name == "upper") return Value::string(map_chars(v.to_output(), ::toupper));
-  if (name == "lower") return Value::string(map_chars(v.to_output(), ::tolower));
+  if (name == "upper") return Value::string(text::uppercase_unicode(v.to_output()));
+  if (name == "lower") return Value::string(text::lowercase_unicode(v.to_output()));
   if (name == "title") return Value::string(title_case(v.to_output()));
   if (name == "capitalize") {
-    std::string s = map_chars(v.to_output(), ::tolower);
-    if (!s.empty()) s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
-    return Value::string(s);
+    const std::string s = v.to_output();
+    const size_t first = s.empty() ? 0 : std::min(text::utf8_len(static_cast<unsigned char>(s[0])), s.size());
+    return Value::string(text::uppercase_unicode(s.substr(0, first)) + text::lowercase_unicode(s.substr(first)));
   }
   if (name == "replace") {
     Value count = a.arg(2, "count");
@@ -229,6 +287,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
       if (!first) out += sep;
       first = false;
       out += (attr.is_undefined() ? x : attribute_of(x, attr.to_output())).to_output();
+      check_value_size(out.size(), "join output");
     }
     return Value::string(out);
   }
@@ -263,7 +322,12 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     type_error("abs needs a number");
   }
   if (name == "reverse") {
-    if (v.is_string()) return Value::string(std::string(v.s.rbegin(), v.s.rend()));
+    if (v.is_string()) {
+      std::vector<std::string> cps = code_points(v.s);
+      std::string out;
+      for (auto it = cps.rbegin(); it != cps.rend(); ++it) out += *it;
+      return Value::string(out);
+    }
     Array l = as_list(v);
     std::reverse(l.begin(), l.end());
     return Value::array(std::move(l));
@@ -310,6 +374,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     for (size_t k = 0; k < s.size(); ++k) {
       out += s[k];
       if (s[k] == '\n' && k + 1 < s.size() && s[k + 1] != '\n') out += pad;
+      check_value_size(out.size(), "indent output");
     }
     return Value::string(first ? pad + out : out);
   }
@@ -353,7 +418,7 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
   }
   if (name == "lower" || name == "upper") {
     if (!v.is_string()) return false;
-    return v.s == map_chars(v.s, name == "lower" ? ::tolower : ::toupper);
+    return v.s == (name == "lower" ? text::lowercase_unicode(v.s) : text::uppercase_unicode(v.s));
   }
   unsupported(fmt::format("test '{}'", name));
 }
@@ -364,8 +429,7 @@ Value method_value(const Value& v, const std::string& name) {
     if (name == "strip" || name == "lstrip" || name == "rstrip")
       return Value::function([s, name](CallArgs& a) {
         Value chars = a.arg(0, "chars");
-        return Value::string(
-            strip_chars(s, chars.is_string() ? chars.s : kWhitespace, name != "rstrip", name != "lstrip"));
+        return Value::string(strip_chars(s, chars, name != "rstrip", name != "lstrip"));
       });
     if (name == "split")
       return Value::function([s](CallArgs& a) {

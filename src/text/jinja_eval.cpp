@@ -28,7 +28,7 @@ enum class Flow { Normal, Break, Continue };
 
 class Interpreter {
  public:
-  Interpreter(const Value& context, int64_t now_epoch_s) {
+  Interpreter(const Value& context, int64_t now_epoch_s, const RenderLimits& limits) : limits_(limits) {
     scopes_.emplace_back();
     auto& g = scopes_.back();
     g["true"] = g["True"] = Value::boolean(true);
@@ -66,8 +66,10 @@ class Interpreter {
       for (const auto& [k, v] : *context.obj) g[k] = v;
   }
 
-  std::string run(const Body& body) {
+  std::string run(const Body& body, std::vector<std::pair<size_t, size_t>>* spans) {
     std::string out;
+    root_out_ = &out;
+    spans_ = spans;
     exec_body(body, out);
     return out;
   }
@@ -75,6 +77,21 @@ class Interpreter {
  private:
   std::vector<std::map<std::string, Value>> scopes_;
   int depth_ = 0;
+  const RenderLimits& limits_;
+  int64_t steps_ = 0;
+  const std::string* root_out_ = nullptr;                    // the final output (not a capture)
+  std::vector<std::pair<size_t, size_t>>* spans_ = nullptr;  // generation blocks' output ranges
+
+  void tick(int line) {
+    if (++steps_ > limits_.max_steps)
+      throw JinjaError(JinjaError::Kind::Budget,
+                       fmt::format("template line {}: ran more than {} steps (setting data.template_max_steps)", line,
+                                   limits_.max_steps));
+  }
+  static void append(std::string& out, const std::string& piece) {
+    check_value_size(out.size() + piece.size(), "the rendered text");
+    out += piece;
+  }
 
   Value lookup(const std::string& name) const {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
@@ -94,9 +111,10 @@ class Interpreter {
   }
 
   Flow exec(const Stmt& s, std::string& out) {
+    tick(s.line);
     switch (s.kind) {
-      case Stmt::Kind::Text: out += s.text; return Flow::Normal;
-      case Stmt::Kind::Output: out += eval(*s.expr).to_output(); return Flow::Normal;
+      case Stmt::Kind::Text: append(out, s.text); return Flow::Normal;
+      case Stmt::Kind::Output: append(out, eval(*s.expr).to_output()); return Flow::Normal;
       case Stmt::Kind::If: return exec_body(eval(*s.expr).truthy() ? s.body : s.else_body, out);
       case Stmt::Kind::For: return exec_for(s, out);
       case Stmt::Kind::Set: {
@@ -142,6 +160,23 @@ class Interpreter {
                }));
         return Flow::Normal;
       }
+      case Stmt::Kind::FilterBlock: {
+        std::string captured;
+        scopes_.emplace_back();
+        exec_body(s.body, captured);
+        assign(kFilterBlockInput, Value::string(std::move(captured)));
+        const Value filtered = eval(*s.expr);
+        scopes_.pop_back();
+        append(out, filtered.to_output());
+        return Flow::Normal;
+      }
+      case Stmt::Kind::Generation: {
+        const size_t start = out.size();
+        const Flow f = exec_body(s.body, out);
+        // Only text that reaches the final output is a span (not a macro's or a set block's).
+        if (&out == root_out_ && spans_ && out.size() > start) spans_->emplace_back(start, out.size());
+        return f;
+      }
       case Stmt::Kind::Break: return Flow::Break;
       case Stmt::Kind::Continue: return Flow::Continue;
     }
@@ -156,8 +191,8 @@ class Interpreter {
     } else if (iterable.is_mapping()) {
       for (const auto& [k, v] : *iterable.obj) items.push_back(Value::string(k));
     } else if (iterable.is_string()) {
-      for (char c : iterable.s) items.push_back(Value::string(std::string(1, c)));
-    } else if (!iterable.is_undefined() && !iterable.is_none()) {
+      for (auto& c : code_points(iterable.s)) items.push_back(Value::string(std::move(c)));
+    } else if (!iterable.is_undefined()) {  // none raises, as in Jinja; undefined iterates as empty
       runtime_error(s.line, fmt::format("cannot iterate over a {}", iterable.type_name()));
     }
     scopes_.emplace_back();
@@ -173,6 +208,7 @@ class Interpreter {
     if (s.filter) {
       Array kept;
       for (const auto& item : items) {
+        tick(s.line);
         bind(item);
         if (eval(*s.filter).truthy()) kept.push_back(item);
       }
@@ -180,6 +216,7 @@ class Interpreter {
     }
     const int64_t n = static_cast<int64_t>(items.size());
     for (int64_t k = 0; k < n; ++k) {
+      tick(s.line);
       bind(items[k]);
       Value loop = Value::object();
       loop.set("index0", Value::integer(k));
@@ -213,6 +250,7 @@ class Interpreter {
   }
 
   Value eval(const Expr& e) {
+    tick(e.line);
     if (++depth_ > 500) runtime_error(e.line, "expression nesting too deep");
     struct Guard {
       int& d;
@@ -228,7 +266,13 @@ class Interpreter {
       }
       case Expr::Kind::Dict: {
         Value o = Value::object();
-        for (size_t k = 0; k + 1 < e.items.size(); k += 2) o.set(eval(*e.items[k]).to_output(), eval(*e.items[k + 1]));
+        for (size_t k = 0; k + 1 < e.items.size(); k += 2) {
+          Value key = eval(*e.items[k]);
+          // Jinja keeps integer keys as integers; @huggingface/jinja refuses them. Refuse rather
+          // than silently turn them into strings.
+          if (!key.is_string()) unsupported(e.line, fmt::format("dict literal with a {} key", key.type_name()));
+          o.set(key.s, eval(*e.items[k + 1]));
+        }
         return o;
       }
       case Expr::Kind::Member: {
@@ -250,12 +294,14 @@ class Interpreter {
           return v.is_undefined() ? method_value(obj, key.s) : v;
         }
         if (obj.is_array() || obj.is_string()) {
+          std::vector<std::string> chars;
+          if (obj.is_string()) chars = code_points(obj.s);
           const int64_t len =
-              obj.is_array() ? static_cast<int64_t>(obj.arr->size()) : static_cast<int64_t>(obj.s.size());
+              obj.is_array() ? static_cast<int64_t>(obj.arr->size()) : static_cast<int64_t>(chars.size());
           int64_t idx = to_index(key, e.line);
           if (idx < 0) idx += len;
           if (idx < 0 || idx >= len) return Value::undefined();
-          return obj.is_array() ? (*obj.arr)[idx] : Value::string(std::string(1, obj.s[idx]));
+          return obj.is_array() ? (*obj.arr)[idx] : Value::string(chars[static_cast<size_t>(idx)]);
         }
         runtime_error(e.line, fmt::format("cannot subscript a {}", obj.type_name()));
       }
@@ -306,8 +352,10 @@ class Interpreter {
 
   Value eval_slice(const Expr& e) {
     Value obj = eval(*e.a);
+    std::vector<std::string> chars;  // strings slice by code point
+    if (obj.is_string()) chars = code_points(obj.s);
     const int64_t len = obj.is_array()    ? static_cast<int64_t>(obj.arr->size())
-                        : obj.is_string() ? static_cast<int64_t>(obj.s.size())
+                        : obj.is_string() ? static_cast<int64_t>(chars.size())
                                           : -1;
     if (len < 0) runtime_error(e.line, fmt::format("cannot slice a {}", obj.type_name()));
     int64_t step = 1;
@@ -328,7 +376,7 @@ class Interpreter {
       if (obj.is_array())
         out.push_back((*obj.arr)[k]);
       else
-        sout += obj.s[k];
+        sout += chars[static_cast<size_t>(k)];
     }
     return obj.is_array() ? Value::array(std::move(out)) : Value::string(sout);
   }
@@ -381,11 +429,17 @@ class Interpreter {
     if (op == "+") {
       if (nums) return ints ? Value::integer(iv(l) + iv(r)) : Value::number(d(l) + d(r));
       if (l.is_array() && r.is_array()) {
+        check_value_size(l.arr->size() + r.arr->size(), "a list");
         Array a = *l.arr;
         a.insert(a.end(), r.arr->begin(), r.arr->end());
         return Value::array(std::move(a));
       }
-      if (l.is_string() || r.is_string()) return Value::string(l.to_output() + r.to_output());
+      // As Jinja (and @huggingface/jinja): 'a' + undefined and 'a' + none raise; 'a' + 1 concatenates.
+      if ((l.is_string() || r.is_string()) && !l.is_undefined() && !r.is_undefined() && !l.is_none() && !r.is_none()) {
+        std::string ls = l.to_output(), rs = r.to_output();
+        check_value_size(ls.size() + rs.size(), "a string");
+        return Value::string(ls + rs);
+      }
       runtime_error(e.line, fmt::format("cannot add {} and {}", l.type_name(), r.type_name()));
     }
     if (op == "*" && (l.is_string() || r.is_string())) {
@@ -393,7 +447,9 @@ class Interpreter {
       const Value& cnt = l.is_string() ? r : l;
       if (cnt.type != T::Int) runtime_error(e.line, "a string can only be multiplied by an integer");
       std::string out;
-      for (int64_t k = 0; k < cnt.i && out.size() < (1u << 24); ++k) out += str.s;
+      if (cnt.i > 0)
+        check_value_size(str.s.size() * static_cast<size_t>(std::min<int64_t>(cnt.i, 1LL << 40)), "a string");
+      for (int64_t k = 0; k < cnt.i; ++k) out += str.s;
       return Value::string(out);
     }
     if (!nums) {
@@ -428,13 +484,36 @@ class Interpreter {
 
 Template::Template(const std::string& source) : body_(parse_template(source)) {}
 
-std::string Template::render(const Value& context, int64_t now_epoch_s) const {
-  Interpreter in(context, now_epoch_s);
-  return in.run(body_);
+std::string Template::render(const Value& context, int64_t now_epoch_s, const RenderLimits& limits) const {
+  ScopedRenderLimits scoped(limits);
+  Interpreter in(context, now_epoch_s, limits);
+  return in.run(body_, nullptr);
 }
 
-std::string Template::render_json(const nlohmann::ordered_json& context, int64_t now_epoch_s) const {
-  return render(Value::from_json(context), now_epoch_s);
+RenderedText Template::render_with_spans(const Value& context, int64_t now_epoch_s, const RenderLimits& limits) const {
+  ScopedRenderLimits scoped(limits);
+  Interpreter in(context, now_epoch_s, limits);
+  RenderedText r;
+  r.text = in.run(body_, &r.generation_spans);
+  return r;
+}
+
+namespace {
+bool body_has_generation(const Body& body) {
+  for (const auto& s : body)
+    if (s->kind == Stmt::Kind::Generation || body_has_generation(s->body) || body_has_generation(s->else_body))
+      return true;
+  return false;
+}
+}  // namespace
+
+bool Template::has_generation_blocks() const {
+  return body_has_generation(body_);
+}
+
+std::string Template::render_json(const nlohmann::ordered_json& context, int64_t now_epoch_s,
+                                  const RenderLimits& limits) const {
+  return render(Value::from_json(context), now_epoch_s, limits);
 }
 
 }  // namespace bp::jinja

@@ -3,9 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 
 #include "text/jinja_value.h"
+#include "text/unicode.h"
 
 namespace bp::jinja {
 
@@ -41,16 +43,9 @@ std::string preprocess_template(const std::string& source) {
       if (t[i++] == '\n') break;
     }
   }
-  // trim_blocks: the first newline after "%}", "#}" (or "-}") is removed.
-  std::string res;
-  res.reserve(out.size());
-  for (size_t k = 0; k < out.size(); ++k) {
-    res += out[k];
-    if (out[k] == '}' && k > 0 && (out[k - 1] == '%' || out[k - 1] == '#' || out[k - 1] == '-') && k + 1 < out.size() &&
-        out[k + 1] == '\n')
-      ++k;
-  }
-  return res;
+  // trim_blocks (the first newline after a block or comment tag) is applied by tokenize(), which
+  // counts that newline, so error line numbers stay those of the source.
+  return out;
 }
 
 std::vector<Token> tokenize(const std::string& source) {
@@ -91,6 +86,10 @@ std::vector<Token> tokenize(const std::string& source) {
       strip_next_text = close > 0 && src[close - 1] == '-';
       count_lines(pos, close);
       pos = close + 2;
+      if (pos < src.size() && src[pos] == '\n') {  // trim_blocks
+        ++line;
+        ++pos;
+      }
       continue;
     }
     const std::string closer = kind == '{' ? "}}" : "%}";
@@ -110,6 +109,10 @@ std::vector<Token> tokenize(const std::string& source) {
         }
         if (src.compare(pos, 2, closer) == 0) {
           pos += 2;
+          if (kind == '%' && pos < src.size() && src[pos] == '\n') {  // trim_blocks
+            ++line;
+            ++pos;
+          }
           break;
         }
       }
@@ -151,6 +154,23 @@ std::vector<Token> tokenize(const std::string& source) {
               case '\'': val += '\''; break;
               case '"': val += '"'; break;
               case '\n': break;
+              case 'x':
+              case 'u':
+              case 'U': {  // \xXX, \uXXXX, \UXXXXXXXX: a code point, written as UTF-8
+                const size_t digits = n == 'x' ? 2 : n == 'u' ? 4 : 8;
+                if (e + digits >= src.size() ||
+                    !std::all_of(src.begin() + static_cast<std::ptrdiff_t>(e + 1),
+                                 src.begin() + static_cast<std::ptrdiff_t>(e + 1 + digits),
+                                 [](char h) { return std::isxdigit(static_cast<unsigned char>(h)) != 0; }))
+                  syntax_error(line, fmt::format("truncated \\{} escape in a string literal", n));
+                const auto cp = static_cast<char32_t>(std::stoul(src.substr(e + 1, digits), nullptr, 16));
+                if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+                  syntax_error(line,
+                               fmt::format("escape \\{}{} is not a valid code point", n, src.substr(e + 1, digits)));
+                text::append_utf8(val, cp);
+                e += digits;
+                break;
+              }
               default: val += '\\'; val += n;
             }
             ++e;

@@ -19,6 +19,7 @@ struct Token {
   int line = 1;
 };
 
+// lstrip_blocks and the dropped final newline (trim_blocks is applied by tokenize, counting lines).
 std::string preprocess_template(const std::string& source);
 // Throws JinjaError(Syntax) on an unterminated tag, string or an unknown character.
 std::vector<Token> tokenize(const std::string& source);

@@ -171,7 +171,7 @@ class Parser {
         ExprPtr def;
         if (is_op("=")) {
           ++p_;
-          def = parse_expr();
+          def = parse_ternary(true);  // not parse_expr: its tuple would swallow the next parameter
         }
         s->params.emplace_back(pname, std::move(def));
         if (is_op(",")) ++p_;
@@ -179,6 +179,21 @@ class Parser {
       expect_op(")");
       expect_block_close();
       s->body = parse_body({"endmacro"});
+      expect_block_close();
+    } else if (word == "filter") {
+      s->kind = Stmt::Kind::FilterBlock;
+      auto input = make(Expr::Kind::Name);
+      input->name = kFilterBlockInput;
+      --p_;  // parse_filters starts at a '|': read the filter name as if it followed one
+      t_[p_] = Token{TokType::Op, "|", t_[p_].line};
+      s->expr = parse_filters(std::move(input));
+      expect_block_close();
+      s->body = parse_body({"endfilter"});
+      expect_block_close();
+    } else if (word == "generation") {
+      s->kind = Stmt::Kind::Generation;
+      expect_block_close();
+      s->body = parse_body({"endgeneration"});
       expect_block_close();
     } else if (word == "break" || word == "continue") {
       s->kind = word == "break" ? Stmt::Kind::Break : Stmt::Kind::Continue;

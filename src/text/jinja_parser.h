@@ -1,8 +1,9 @@
 // Parser of the Jinja subset: tokens -> a tree of statements and expressions.
 //
 // Statements: text, {{ expr }}, if/elif/else, for (with optional `if` filter, `else`, tuple
-// targets), set (name, tuple, ns.attr, and block set), macro, break/continue, filter blocks are
-// not supported. Expressions follow Jinja's precedence: ternary < or < and < not < comparison
+// targets), set (name, tuple, ns.attr, and block set), macro, break/continue, filter blocks, and
+// transformers' generation blocks ({% generation %} marks the assistant text to train on). Expressions follow Jinja's
+// precedence: ternary < or < and < not < comparison
 // (==, !=, <, >, <=, >=, in, not in) < + - < ~ < * / // % < ** < unary - < postfix (., [], slices,
 // calls) with filters (|) and tests (is [not]). Anything else throws JinjaError(Unsupported)
 // naming the construct, which the chat-template layer turns into its ChatML fallback.
@@ -37,17 +38,20 @@ using StmtPtr = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtPtr>;
 
 struct Stmt {
-  enum class Kind { Text, Output, If, For, Set, SetBlock, Macro, Break, Continue };
+  enum class Kind { Text, Output, If, For, Set, SetBlock, Macro, Break, Continue, FilterBlock, Generation };
   Kind kind;
   int line = 0;
   std::string text;                  // Text; Set/SetBlock/Macro target name
   std::vector<std::string> targets;  // For / Set tuple targets
   std::string attr;                  // Set ns.attr
-  ExprPtr expr;                      // Output, If cond, For iterable, Set value
+  ExprPtr expr;                      // Output, If cond, For iterable, Set value, FilterBlock filters
   ExprPtr filter;                    // For ... if cond
   Body body, else_body;
   std::vector<std::pair<std::string, ExprPtr>> params;  // Macro params with optional defaults
 };
+
+// The variable a filter block's expression reads its rendered body from.
+inline constexpr const char* kFilterBlockInput = "\x01filter_block";
 
 // Throws JinjaError(Syntax) on malformed input and JinjaError(Unsupported) on constructs
 // outside the subset (naming them, e.g. "unsupported statement 'include'").

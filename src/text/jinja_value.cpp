@@ -1,10 +1,31 @@
 // Jinja runtime values: construction, truthiness, printing, JSON conversion, equality.
 #include "text/jinja_value.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdio>
 
 namespace bp::jinja {
+
+namespace {
+thread_local const RenderLimits* g_limits = nullptr;
+constexpr int kMaxJsonDepth = 512;  // also stops a list that contains itself (l.append(l))
+}  // namespace
+
+void check_value_size(size_t n, const char* what) {
+  if (g_limits && static_cast<int64_t>(n) > g_limits->max_bytes)
+    throw JinjaError(JinjaError::Kind::Budget, fmt::format("{} grew to {} bytes or items, past the limit of {} "
+                                                           "(setting data.template_max_bytes)",
+                                                           what, n, g_limits->max_bytes));
+}
+
+ScopedRenderLimits::ScopedRenderLimits(const RenderLimits& limits) : previous_(g_limits) {
+  g_limits = &limits;
+}
+ScopedRenderLimits::~ScopedRenderLimits() {
+  g_limits = previous_;
+}
 
 Value Value::none() {
   Value v;
@@ -136,6 +157,10 @@ static std::string json_string(const std::string& s) {
 }
 
 std::string Value::to_json(int indent, int depth) const {
+  if (depth > kMaxJsonDepth)
+    throw JinjaError(JinjaError::Kind::Budget,
+                     fmt::format("tojson: value nested deeper than {} levels (a list or dict that contains itself?)",
+                                 kMaxJsonDepth));
   const std::string item_sep = indent >= 0 ? "," : ", ";
   std::string pad_in, pad_out;
   if (indent >= 0) {
@@ -157,6 +182,7 @@ std::string Value::to_json(int indent, int depth) const {
       for (size_t k = 0; k < arr->size(); ++k) {
         if (k) out += item_sep;
         out += pad_in + (*arr)[k].to_json(indent, depth + 1);
+        check_value_size(out.size(), "tojson output");
       }
       return out + pad_out + "]";
     }
@@ -167,6 +193,7 @@ std::string Value::to_json(int indent, int depth) const {
       for (size_t k = 0; k < obj->size(); ++k) {
         if (k) out += item_sep;
         out += pad_in + json_string((*obj)[k].first) + ": " + (*obj)[k].second.to_json(indent, depth + 1);
+        check_value_size(out.size(), "tojson output");
       }
       return out + pad_out + "}";
     }
@@ -208,6 +235,13 @@ const char* Value::type_name() const {
 }
 
 bool values_equal(const Value& a, const Value& b) {
+  thread_local int depth = 0;  // a list that contains itself must not overflow the stack
+  if (depth > kMaxJsonDepth)
+    throw JinjaError(JinjaError::Kind::Budget, fmt::format("comparison nested deeper than {} levels", kMaxJsonDepth));
+  struct Guard {
+    Guard() { ++depth; }
+    ~Guard() { --depth; }
+  } guard;
   using T = Value::Type;
   auto num = [](const Value& v) {
     return v.type == T::Int ? static_cast<double>(v.i) : v.type == T::Bool ? (v.b ? 1.0 : 0.0) : v.f;

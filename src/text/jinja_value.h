@@ -18,12 +18,13 @@
 
 namespace bp::jinja {
 
-// Every failure of the interpreter. kind tells the chat-template layer whether to fall back to
-// ChatML (Syntax / Unsupported: the template uses something we do not implement) or to report a
-// bad conversation (Raised: the template called raise_exception) or a type error (Runtime).
+// Every failure of the interpreter. kind tells the chat-template layer whether the template itself
+// cannot be used (Syntax / Unsupported: it uses something we do not implement; Budget: it ran past
+// its step or size limit) or whether the conversation is bad (Raised: the template called
+// raise_exception) or a value has the wrong type (Runtime).
 class JinjaError : public std::runtime_error {
  public:
-  enum class Kind { Syntax, Unsupported, Runtime, Raised };
+  enum class Kind { Syntax, Unsupported, Runtime, Raised, Budget };
   JinjaError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
   Kind kind() const { return kind_; }
 
@@ -79,6 +80,26 @@ struct Value {
 };
 
 bool values_equal(const Value& a, const Value& b);
+
+// Limits on one render (issue 13): a hostile template (nested range loops, a list or string that
+// doubles itself) ends in JinjaError(Budget) instead of running for minutes or exhausting memory.
+struct RenderLimits {
+  int64_t max_steps = 50'000'000;  // statements, expressions and loop iterations executed
+  int64_t max_bytes = 256 << 20;   // the size of any string made (the output included) or list (elements)
+};
+// Throws JinjaError(Budget) when n exceeds the running render's max_bytes (no-op outside a render).
+void check_value_size(size_t n, const char* what);
+// The limits of the render running on this thread (set by jinja::Template::render).
+class ScopedRenderLimits {
+ public:
+  explicit ScopedRenderLimits(const RenderLimits& limits);
+  ~ScopedRenderLimits();
+  ScopedRenderLimits(const ScopedRenderLimits&) = delete;
+  ScopedRenderLimits& operator=(const ScopedRenderLimits&) = delete;
+
+ private:
+  const RenderLimits* previous_;
+};
 
 struct CallArgs {
   std::vector<Value> positional;

@@ -208,16 +208,6 @@ void HfTokenizer::apply_config(const json& c) {
       if (id >= 0) special_ids_.insert(id);
     }
   }
-  const json ct = c.value("chat_template", json());
-  if (ct.is_string()) {
-    chat_template_ = ct.get<std::string>();
-  } else if (ct.is_array()) {  // [{name, template}]: "default" wins, else the first
-    for (const auto& t : ct) {
-      if (!t.is_object() || !t.contains("template")) continue;
-      if (chat_template_.empty() || t.value("name", std::string()) == "default")
-        chat_template_ = t["template"].get<std::string>();
-    }
-  }
 }
 
 void HfTokenizer::apply_generation_config(const json& g) {
@@ -350,6 +340,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_dir(const std::string& model_dir) {
     } catch (const std::exception& e) {
       load_error(config.string(), e.what());
     }
+    tok->template_source_ = read_model_chat_template(model_dir, c);
+  } else {
+    tok->template_source_ = read_model_chat_template(model_dir, json());
   }
   const fs::path gen = fs::path(model_dir) / "generation_config.json";
   if (fs::exists(gen)) {
@@ -357,6 +350,42 @@ std::unique_ptr<Tokenizer> Tokenizer::from_dir(const std::string& model_dir) {
     if (g.is_object()) tok->apply_generation_config(g);
   }
   return tok;
+}
+
+namespace {
+// The largest character boundary <= n in text (UTF-8 continuation bytes are not boundaries).
+size_t char_boundary(std::string_view text, size_t n) {
+  if (n >= text.size()) return text.size();
+  while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;
+  return n;
+}
+}  // namespace
+
+std::vector<int32_t> encode_prefix(const Tokenizer& tok, std::string_view text, bool add_special, size_t keep,
+                                   bool* cut) {
+  *cut = false;
+  // A token spans a few bytes on average; texts up to 16 bytes per kept token are encoded whole.
+  size_t bytes = std::max<size_t>(4096, keep * 16);
+  if (keep == 0 || text.size() <= bytes) return tok.encode(text, add_special);
+  const size_t need = keep + 1;
+  for (;;) {
+    const size_t end = char_boundary(text, bytes);
+    if (end >= text.size()) return tok.encode(text, add_special);
+    std::vector<int32_t> a = tok.encode(text.substr(0, end), add_special);
+    // The last tokens of a prefix may differ from the whole text's (a word cut in two), so the
+    // prefix must reach well past `need`, and a prefix twice as long must agree on the first `need`.
+    if (a.size() > need + 16) {
+      const size_t end2 = char_boundary(text, end * 2);
+      std::vector<int32_t> b =
+          end2 >= text.size() ? tok.encode(text, add_special) : tok.encode(text.substr(0, end2), add_special);
+      if (b.size() >= need && std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(need), b.begin())) {
+        a.resize(need);
+        *cut = true;
+        return a;
+      }
+    }
+    bytes = end * 2;
+  }
 }
 
 }  // namespace bp

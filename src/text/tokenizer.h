@@ -12,13 +12,15 @@
 #include <string_view>
 #include <vector>
 
+#include "text/chat_template_source.h"
+
 namespace bp {
 
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // Loads <dir>/tokenizer.json (+ tokenizer_config.json for bos/eos/add_bos and the chat
-  // template). Errors: DEP_MODEL_LOAD_FAILED naming the file.
+  // Loads <dir>/tokenizer.json (+ tokenizer_config.json for bos/eos/add_bos, and the chat
+  // template from read_model_chat_template). Errors: DEP_MODEL_LOAD_FAILED naming the file.
   static std::unique_ptr<Tokenizer> from_dir(const std::string& model_dir);
   static std::unique_ptr<Tokenizer> from_file(const std::string& tokenizer_json_path);
   // The contents of a tokenizer.json (`source` names it in errors); used by the fuzz targets.
@@ -35,13 +37,23 @@ class Tokenizer {
   int32_t bos_id() const { return bos_id_; }  // -1 when none
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
   int32_t pad_id() const { return pad_id_; }
-  const std::string& chat_template() const { return chat_template_; }  // "" when none
+  const std::string& chat_template() const { return template_source_.text; }  // "" when none
+  // Where chat_template() came from (text/chat_template_source.h); ChatMLDefault when none.
+  const ChatTemplateSource& chat_template_source() const { return template_source_; }
 
  protected:
   int32_t bos_id_ = -1;
   int32_t pad_id_ = -1;
   std::vector<int32_t> eos_ids_;
-  std::string chat_template_;
+  ChatTemplateSource template_source_;
 };
+
+// The first tokens of tok.encode(text, add_special) without encoding all of a long text (issue 13:
+// a 50 MB row with --max-seq-length 64 must not be tokenized whole). keep == 0 or a text short
+// enough: exactly encode(text), cut = false. Otherwise encodes growing prefixes of the text (cut at
+// a character boundary) until two of them, one twice as long, agree on their first keep + 1 tokens,
+// and returns those keep + 1 tokens with cut = true. Cost: linear in the bytes those tokens span.
+std::vector<int32_t> encode_prefix(const Tokenizer& tok, std::string_view text, bool add_special, size_t keep,
+                                   bool* cut);
 
 }  // namespace bp

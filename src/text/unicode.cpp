@@ -5,6 +5,7 @@
 #include <unicode/unorm2.h>
 #include <unicode/ustring.h>
 
+#include <cctype>
 #include <vector>
 
 #include "core/error.h"
@@ -200,17 +201,37 @@ std::string normalize_unicode(std::string_view text, NormalForm form) {
   return to_utf8(out);
 }
 
-std::string lowercase_unicode(std::string_view text) {
+namespace {
+std::string change_case(std::string_view text, bool upper) {
+  bool ascii = true;
+  for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+  if (ascii) {
+    std::string out(text);
+    for (char& c : out)
+      c = static_cast<char>(upper ? std::toupper(static_cast<unsigned char>(c))
+                                  : std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  }
   const std::u16string in = to_utf16(text);
   std::u16string out(in.size() * 3 + 16, u'\0');
   UErrorCode err = U_ZERO_ERROR;
-  const int32_t len =
-      u_strToLower(reinterpret_cast<UChar*>(out.data()), static_cast<int32_t>(out.size()),
-                   reinterpret_cast<const UChar*>(in.data()), static_cast<int32_t>(in.size()), "", &err);
+  const auto* src = reinterpret_cast<const UChar*>(in.data());
+  auto* dst = reinterpret_cast<UChar*>(out.data());
+  const auto cap = static_cast<int32_t>(out.size()), n = static_cast<int32_t>(in.size());
+  const int32_t len = upper ? u_strToUpper(dst, cap, src, n, "", &err) : u_strToLower(dst, cap, src, n, "", &err);
   if (U_FAILURE(err))
-    throw Error(ErrorCode::RUNTIME_INTERNAL, std::string("[tokenizer] ICU lowercase failed: ") + u_errorName(err));
+    throw Error(ErrorCode::RUNTIME_INTERNAL, std::string("[unicode] ICU case mapping failed: ") + u_errorName(err));
   out.resize(static_cast<size_t>(len));
   return to_utf8(out);
+}
+}  // namespace
+
+std::string lowercase_unicode(std::string_view text) {
+  return change_case(text, false);
+}
+
+std::string uppercase_unicode(std::string_view text) {
+  return change_case(text, true);
 }
 
 }  // namespace bp::text

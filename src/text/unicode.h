@@ -41,5 +41,7 @@ enum class NormalForm { NFC, NFD, NFKC, NFKD };
 std::string normalize_unicode(std::string_view text, NormalForm form);
 // Full Unicode lowercase mapping (String.toLowerCase / str::to_lowercase).
 std::string lowercase_unicode(std::string_view text);
+// Full Unicode uppercase mapping (String.toUpperCase / str.upper(): "straße" -> "STRASSE").
+std::string uppercase_unicode(std::string_view text);
 
 }  // namespace bp::text

@@ -9,7 +9,9 @@ namespace bp {
 
 TrainData build_train_data(const TrainOptions& o, const Tokenizer& tok) {
   TrainData d;
-  ChatTemplate tmpl = ChatTemplate::from_tokenizer(tok);
+  ChatTemplate tmpl = ChatTemplate::from_tokenizer(
+      tok, o.chat_template, {.max_steps = o.template_max_steps, .max_bytes = o.template_max_bytes});
+  d.chat_template = tmpl.source();
   if (tmpl.is_fallback() && !tmpl.warning().empty()) d.warnings.push_back(tmpl.warning());
   DatasetLoadOptions lo;
   lo.format = parse_dataset_format(o.data_format);
@@ -26,8 +28,9 @@ TrainData build_train_data(const TrainOptions& o, const Tokenizer& tok) {
   TokenizedDataset td = tokenize_dataset(ds, tok, tmpl, to);
   d.samples_truncated = td.truncated;
   if (td.truncated > 0)
-    d.warnings.push_back(fmt::format("{} samples were longer than --max-seq-length {} and were cut ({} tokens dropped)",
-                                     td.truncated, o.max_seq_length, td.tokens_dropped));
+    d.warnings.push_back(fmt::format(
+        "{} samples were longer than --max-seq-length {} and were cut ({}{} tokens dropped)", td.truncated,
+        o.max_seq_length, td.truncated_uncounted > 0 ? "at least " : "", td.tokens_dropped + td.truncated_uncounted));
   if (!td.issues.empty())
     d.warnings.push_back(fmt::format("{} rows produced no trainable tokens and were skipped (first at line {})",
                                      td.issues.size(), td.issues.front().line));

@@ -21,6 +21,7 @@ struct TrainData {
   int64_t rows_total = 0, rows_skipped = 0, samples_truncated = 0;
   std::string format;  // detected or forced
   std::vector<std::string> warnings;
+  ChatTemplateSource chat_template;  // the template the samples were rendered with, and its source
 };
 
 // Loads, validates (skipping bad rows unless strict), renders with the tokenizer's chat template,

@@ -70,6 +70,9 @@ TrainOptions TrainOptions::from_settings(const Settings& s) {
   o.nan_max_consecutive = static_cast<int>(s.get_int("training.nan_guard_max_consecutive"));
   o.strict = s.get_bool("data.strict");
   o.train_on_all = s.get_bool("data.train_on_all");
+  o.chat_template = s.get_string("data.chat_template");
+  o.template_max_steps = s.get_int("data.template_max_steps");
+  o.template_max_bytes = s.get_int("data.template_max_bytes");
   if (int64_t k = s.get_int("training.fault_inject_oom_step"); k > 0) {
     o.fault_oom_step = k - 1;  // options count steps done before the failing one
     o.fault_oom_repeat = s.get_int("training.fault_inject_oom_count");

@@ -60,6 +60,9 @@ struct TrainOptions {
   int nan_max_consecutive = 3;
   bool strict = false;
   bool train_on_all = false;
+  std::string chat_template;                // --chat-template: "" = the model's own, a file, or "chatml"
+  int64_t template_max_steps = 50'000'000;  // chat-template render budget (jinja::RenderLimits)
+  int64_t template_max_bytes = 256 << 20;
   bool quiet = false;                // no progress bar (tests)
   nlohmann::json resolved_settings;  // written to <run>/settings.json (the CLI passes every setting)
   // Fault injection (tests): OOM at the first micro-batch of this step; NaN gradient at steps.

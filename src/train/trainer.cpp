@@ -281,6 +281,12 @@ TrainSummary Trainer::run_impl() {
                                                  : fs::path(o.init_from_config).parent_path().string();
   s.tokenizer = Tokenizer::from_dir(tok_dir);
   s.data = build_train_data(o, *s.tokenizer);
+  s.event("info", "chat template: " + s.data.chat_template.describe());
+  if (!o.resolved_settings.is_null()) {  // the run's saved settings name the template used (issue 15)
+    o.resolved_settings["chat_template_used"] = {{"source", s.data.chat_template.kind_name()},
+                                                 {"origin", s.data.chat_template.origin}};
+    write_file_atomic((fs::path(o.output_dir) / "settings.json").string(), o.resolved_settings.dump(2));
+  }
   for (const auto& w : s.data.warnings) s.event("warn", w);
   if (o.max_bad_rows > 0 && s.data.rows_skipped > o.max_bad_rows)
     throw Error(ErrorCode::INPUT_DATASET_INVALID,

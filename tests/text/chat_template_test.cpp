@@ -1,4 +1,4 @@
-// ChatTemplate: real templates, ChatML fallback with a warning naming the construct, and loss
+// ChatTemplate: real templates, refusal (with its code) of a template we cannot run, and loss
 // masks found by rendering (assistant content + end-of-turn token count; headers do not).
 #include "text/chat_template.h"
 
@@ -93,14 +93,15 @@ TEST(ChatTemplate, LossMasksCoverAssistantTurnsOnRealTemplates) {
   }
 }
 
-TEST(ChatTemplate, NoTemplateMeansChatML) {
+TEST(ChatTemplate, NoTemplateMeansChatMLWithWarning) {
   FakeTokenizer tok({"<|im_start|>", "<|im_end|>"});
   ChatTemplate tmpl = ChatTemplate::from_tokenizer(tok);
-  EXPECT_FALSE(tmpl.is_fallback());
+  EXPECT_TRUE(tmpl.is_fallback());
+  EXPECT_NE(tmpl.warning().find("no chat template"), std::string::npos) << tmpl.warning();
   EXPECT_EQ(tmpl.render({{"user", "hi"}}, true), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 }
 
-TEST(ChatTemplate, UnsupportedConstructFallsBackToChatMLWithWarning) {
+TEST(ChatTemplate, UnsupportedConstructIsRefusedNotReplacedByChatML) {
   const std::pair<const char*, const char*> cases[] = {
       {"{% include 'other.jinja' %}", "statement 'include'"},
       {"{% for m in messages %}{{ m.content | wordcount }}{% endfor %}", "filter 'wordcount'"},
@@ -109,12 +110,13 @@ TEST(ChatTemplate, UnsupportedConstructFallsBackToChatMLWithWarning) {
   };
   for (const auto& [src, construct] : cases) {
     SCOPED_TRACE(src);
-    ChatTemplate tmpl(src, "", "");
-    EXPECT_TRUE(tmpl.is_fallback());
-    EXPECT_NE(tmpl.warning().find(construct), std::string::npos) << tmpl.warning();
-    EXPECT_NE(tmpl.warning().find("ChatML"), std::string::npos);
-    EXPECT_EQ(tmpl.render({{"user", "hi"}, {"assistant", "yo"}}, false),
-              "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n");
+    try {
+      ChatTemplate tmpl(src, "", "");
+      ADD_FAILURE() << "a template we cannot run must not become ChatML";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::INPUT_CHAT_TEMPLATE_UNSUPPORTED);
+      EXPECT_NE(std::string(e.what()).find(construct), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -23,7 +23,8 @@ class FakeTokenizer : public Tokenizer {
   explicit FakeTokenizer(std::vector<std::string> specials = {}, std::string chat_template = "", int bos = -1,
                          int eos = -1)
       : specials_(std::move(specials)) {
-    chat_template_ = std::move(chat_template);
+    if (!chat_template.empty())
+      template_source_ = {ChatTemplateSource::Kind::ModelConfigKey, std::move(chat_template), "(test)"};
     bos_id_ = bos >= 0 ? 256 + bos : -1;
     if (eos >= 0) eos_ids_ = {256 + eos};
   }

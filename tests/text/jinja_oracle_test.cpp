@@ -147,6 +147,20 @@ TEST(JinjaOracle, ConstructSnippetsMatchHuggingFaceJinja) {
       "{{ raise_exception('bad role') }}",
       "{{ {'a': 1, 'b': [1, 2]} | tojson }}|{{ [1, 'two', none, true] | tojson }}",
       "{{ (msgs | last).content }}|{{ msgs[0]['role'] | capitalize }}|{{ 'hello world' | title }}",
+      // Issue 15's gaps: each rendered differently from the oracle (or not at all) before.
+      "{% macro f(a, b=1, c=2) %}{{ a }}{{ b }}{{ c }}{% endmacro %}{{ f(0) }}|{{ f(0, c=5) }}|{{ f(7, 8) }}",
+      "{% filter upper %}hi {{ s | trim }}{% endfilter %}|{% filter replace('a', 'o') %}banana{% endfilter %}",
+      "{{ '\u00a0x\u3000'.strip() | length }}|{{ 'a\u00a0b c'.split() | length }}|[{{ '\u2003y\u00a0' | trim }}]",
+      "{{ '日本語'[1:3] }}|{{ '日本語'[1] }}|{{ '日本語'[::-1] }}|{{ '日本語'[-1] }}|{{ 'äöü'[1:] | length }}",
+      "{{ 'éa' | upper }}|{{ 'ÉÀ' | lower }}|{{ 'élan' | capitalize }}|{{ 'straße' | upper }}|{{ 'ÀB'.lower() }}",
+      "{{ '\\u00e9\\x41\\u65e5' }}|{{ \"\\x7e\" }}",
+      "{{ {'b': 1, 'a': {'d': 2, 'c': 3}} | tojson(sort_keys=true) }}|{{ {'b': 1, 'a': 2} | tojson }}",
+      "{{ 'a' + missing }}",
+      "{{ 'a' + none_value }}",
+      "{% for x in none_value %}a{% endfor %}",
+      "{{ 'n=' + n }}|{{ n ~ 'x' }}",
+      "{% set d = {1: 'one'} %}{{ d[1] }}",
+      "{% generation %}x{{ n }}{% endgeneration %}y",
   };
   json cases = json::array();
   for (const auto& s : snippets) cases.push_back(json{{"template", s}, {"context", ctx}});

@@ -1,6 +1,7 @@
 // `backprop validate`: text and --json reports, exit codes, missing / empty / all-bad files.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -104,6 +105,59 @@ TEST(ValidateCli, MissingEmptyAndAllBadFiles) {
   out = validate("'" + dir.path + "/bad.jsonl'", &rc);
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("[INPUT_DATASET_INVALID] every row is bad"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace bp::test
+
+namespace bp::test {
+namespace {
+
+// Issue 15: `validate --model DIR --show N` prints what training will see, trained spans marked,
+// rendered with the template training uses (chat_template.jinja, or --chat-template).
+TEST(ValidateCli, ShowPrintsRenderedSamplesWithTrainedSpans) {
+  TempDir dir;
+  const std::string model = shared_dir() + "/models/stories260K";
+  ASSERT_TRUE(std::filesystem::exists(model + "/tokenizer.json"));
+  std::filesystem::copy_file(model + "/tokenizer.json", dir.path + "/tokenizer.json");
+  std::ofstream(dir.path + "/chat_template.jinja")
+      << "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+         "{% if add_generation_prompt %}assistant: {% endif %}";
+  const std::string data = dir.path + "/d.jsonl";
+  std::ofstream(data)
+      << R"({"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello there"}]})"
+         "\n"
+      << R"({"conversations": [{"from": "human", "value": "Bye"}, {"from": "gpt", "value": "See you"}]})"
+         "\n";
+  int rc = 0;
+  std::string out = validate("'" + data + "' --model '" + dir.path + "' --show 1", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("Chat template: the model's chat_template.jinja"), std::string::npos) << out;
+  EXPECT_NE(out.find("sample from line 1"), std::string::npos) << out;
+  EXPECT_EQ(out.find("sample from line 2"), std::string::npos) << out;  // only N = 1
+  EXPECT_NE(out.find("Hello there\n[/TRAIN]"), std::string::npos) << out;
+  EXPECT_NE(out.find("user: Hi\nassistant:"), std::string::npos) << out;
+  const size_t prompt = out.find("user: Hi\nassistant:");
+  EXPECT_EQ(out.find("[TRAIN]", prompt), out.find("[TRAIN]", prompt + 1)) << out;  // the prompt is not trained
+
+  out = validate("'" + data + "' --model '" + dir.path + "' --show 5 --chat-template chatml --json", &rc);
+  const nlohmann::json j = json_of(out);
+  ASSERT_EQ(j["samples"].size(), 2u) << out;
+  EXPECT_EQ(j["chat_template"]["source"], "--chat-template");
+  const std::string trained = j["samples"][1]["trained"][0];
+  EXPECT_NE(trained.find("See you<|im_end|>"), std::string::npos) << out;
+  EXPECT_EQ(trained.find("Bye"), std::string::npos) << out;
+
+  out = validate("'" + data + "' --show 1", &rc);  // no tokenizer to render with
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--show needs --model"), std::string::npos) << out;
+
+  // A template we cannot run is refused with its code, not replaced by ChatML.
+  std::ofstream(dir.path + "/chat_template.jinja") << "{% for m in messages %}{{ m.content | wordcount }}{% endfor %}";
+  out = validate("'" + data + "' --model '" + dir.path + "'", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("INPUT_CHAT_TEMPLATE_UNSUPPORTED"), std::string::npos) << out;
+  EXPECT_NE(out.find("filter 'wordcount'"), std::string::npos) << out;
 }
 
 }  // namespace
