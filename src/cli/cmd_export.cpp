@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/model_ref.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/gguf_export.h"
@@ -151,8 +152,9 @@ ExportInput resolve_input(const std::string& arg) {
 // The base model folder of an adapter (see the file comment); DEP_MODEL_LOAD_FAILED otherwise.
 fs::path resolve_base(const ExportInput& in, const std::string& model_flag) {
   if (!model_flag.empty()) {
-    bp::check_model_dir(model_flag);
-    return fs::absolute(model_flag).lexically_normal();
+    const std::string dir = bp::cli::resolve_model(model_flag);
+    bp::check_model_dir(dir);
+    return fs::absolute(dir).lexically_normal();
   }
   const fs::path cfg_path = in.dir / "adapter_config.json";
   std::string base;
@@ -169,16 +171,13 @@ fs::path resolve_base(const ExportInput& in, const std::string& model_flag) {
         .with_suggestion("Pass the base model folder the adapter was trained on with --model PATH.");
   for (const fs::path& c : {fs::path(base), in.dir / base})
     if (is_model_dir(c)) return fs::absolute(c).lexically_normal();
+  if (bp::looks_like_hub_name(base)) return fs::path(bp::cli::resolve_model(base));  // cache, else download
   Error e(ErrorCode::DEP_MODEL_LOAD_FAILED,
           fmt::format("[export] the base model '{}' named in {} was not found (tried it relative to the working "
                       "folder and to {}); pass the base model folder with --model PATH",
                       base, cfg_path.string(), in.dir.string()),
           {{"base_model_name_or_path", base}});
-  e.with_suggestion(bp::looks_like_hub_name(base)
-                        ? fmt::format("'{}' looks like a Hugging Face hub name; backprop never downloads. Fetch it "
-                                      "with `huggingface-cli download {} --local-dir DIR`, then pass --model DIR.",
-                                      base, base)
-                        : "Pass the base model folder the adapter was trained on with --model PATH.");
+  e.with_suggestion("Pass the base model folder (or its hub name org/name) the adapter was trained on with --model.");
   throw e;
 }
 
@@ -390,8 +389,9 @@ bp::cli::RunFn setup_export(CLI::App& sub) {
   sub.add_option("input", *input,
                  "Run folder, PEFT adapter folder, Hugging Face model folder or LoRA checkpoint folder to export")
       ->required();
-  bp::cli::bind_settings(sub, {"export.format", "export.quantization", "export.output", "export.ollama",
-                               "export.ollama_name", "export.ollama_host", "export.ollama_retries", "model.path"});
+  bp::cli::bind_settings(sub,
+                         {"model.offline", "export.format", "export.quantization", "export.output", "export.ollama",
+                          "export.ollama_name", "export.ollama_host", "export.ollama_retries", "model.path"});
   return [input] { return run_export(*input); };
 }
 

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "cli/model_ref.h"
 #include "cli/progress.h"
 #include "cli/train_quickstart.h"
 #include "core/log.h"
@@ -18,6 +19,7 @@ int run_train() {
   const Settings& st = cli::settings();
   if (cli::is_quickstart(st)) return cli::run_quickstart(st, cli::global_options().json);
   TrainOptions o = TrainOptions::from_settings(st);
+  o.model_dir = cli::resolve_model(o.model_dir);
   bool json = cli::global_options().json;
   cli::ProgressBar bar(!json && !o.quiet);
   TrainCallbacks cb;
@@ -36,6 +38,7 @@ int run_train() {
 
 bp::cli::RunFn setup_train(CLI::App& sub) {
   bp::cli::bind_settings(sub, {"model.path",
+                               "model.offline",
                                "data.path",
                                "training.output",
                                "training.steps",

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/model_ref.h"
 #include "core/error.h"
 #include "text/dataset.h"
 
@@ -33,7 +34,7 @@ int run_validate(const ValidateOptions& o) {
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<ChatTemplate> tmpl;
   if (!o.model_dir.empty()) {
-    tok = Tokenizer::from_dir(o.model_dir);
+    tok = Tokenizer::from_dir(cli::resolve_model(o.model_dir, hub::ModelFiles::Tokenizer));
     tmpl = std::make_unique<ChatTemplate>(ChatTemplate::from_tokenizer(*tok));
     lo.tokenizer = tok.get();
     lo.chat_template = tmpl.get();
@@ -119,7 +120,9 @@ bp::cli::RunFn setup_validate(CLI::App& sub) {
   sub.add_option("--max-length,--max-seq-length", o->max_length,
                  "Rows longer than this many tokens are listed: training truncates them (0: no check)")
       ->capture_default_str();
-  sub.add_option("--model", o->model_dir, "Model folder whose tokenizer and chat template give exact lengths");
+  sub.add_option("--model", o->model_dir,
+                 "Model folder or hub name (org/name[@revision]) whose tokenizer and chat template give exact lengths");
+  bp::cli::bind_settings(sub, {"model.offline"});
   sub.add_flag("--json", o->json, "Machine-readable report");
   return [o] { return run_validate(*o); };
 }
