@@ -23,6 +23,9 @@ ModelWeights load_gguf_weights(const ModelConfig& cfg, const std::string& gguf_p
   const bool permuted = arch == "llama";
   ModelWeights w;
   w.config = cfg;
+  // The weights are in memory now: a config saved from them (a merged export) must not send the
+  // next load back to the GGUF file.
+  if (w.config.raw.is_object()) w.config.raw.erase(kGGUFSourceKey);
   w.layers.resize(static_cast<size_t>(cfg.num_layers));
   for (const auto& [role, layer] : model_roles(cfg)) {
     const std::string name = gguf_name(role, layer);

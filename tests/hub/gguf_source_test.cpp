@@ -18,6 +18,7 @@
 #include "hub/model_source.h"
 #include "io/sha256.h"
 #include "model/loader.h"
+#include "model/loader_gguf.h"
 #include "model/merge.h"
 #include "model/weight_names.h"
 #include "support/test_util.h"
@@ -59,6 +60,7 @@ TEST(GGUFSource, F32ExportLoadsBackBitExact) {
   const std::string dir = folder_for(exported("f32"), derived);
   ModelWeights a = load_model(dir);
   ModelWeights b = load_model(stories());
+  EXPECT_FALSE(a.config.raw.contains(kGGUFSourceKey));  // a model saved from these weights is self-contained
   EXPECT_EQ(a.config.num_layers, b.config.num_layers);
   EXPECT_EQ(a.config.num_kv_heads, b.config.num_kv_heads);
   EXPECT_EQ(a.config.head_dim, b.config.head_dim);
