@@ -19,7 +19,10 @@ int run_train() {
   const Settings& st = cli::settings();
   if (cli::is_quickstart(st)) return cli::run_quickstart(st, cli::global_options().json);
   TrainOptions o = TrainOptions::from_settings(st);
-  o.model_dir = cli::resolve_model(o.model_dir);
+  const std::string reference = o.model_dir;
+  o.model_dir = cli::resolve_model(reference);
+  // A hub name stays the adapter's base (portable to transformers/PEFT); the cache path is local.
+  if (o.model_dir != reference && hub::parse_hub_ref(reference)) o.base_model_name = reference;
   bool json = cli::global_options().json;
   cli::ProgressBar bar(!json && !o.quiet);
   TrainCallbacks cb;

@@ -247,7 +247,7 @@ TrainSummary Trainer::run() {
   s.model = std::make_unique<Model>(std::move(weights), mopt);
   if (o.mode == TrainMode::Lora) {
     s.adapter = std::make_unique<LoraAdapter>(init_lora(s.model->config(), o.lora, o.seed));
-    s.adapter->base_model_name_or_path = o.model_dir;
+    s.adapter->base_model_name_or_path = o.base_model_name.empty() ? o.model_dir : o.base_model_name;
     s.model->attach_lora(*s.adapter);
   }
   s.model->set_training(true);

@@ -91,6 +91,28 @@ TEST_F(HubCli, OfflineFlagAndVariableForbidTheNetwork) {
   EXPECT_EQ(hub.count_requests("/cdn/"), 0u);
 }
 
+TEST_F(HubCli, TrainingNamesTheHubModelAsTheAdaptersBase) {
+  std::string out;
+  std::ofstream(tmp.path + "/data.jsonl") << "{\"text\": \"Lily saw a bird. It was happy.\"}\n";
+  ASSERT_EQ(run("train --json --model org/tiny --data " + tmp.path +
+                    "/data.jsonl --steps 1 --batch-size 1 --max-seq-length 32 --lora-r 2 "
+                    "--threads 1 --save-every 0 --output " +
+                    tmp.path + "/runs 2>/dev/null",
+                &out),
+            0)
+      << out;
+  const std::string run_dir = nlohmann::json::parse(out).at("output_dir").get<std::string>();
+  const auto ac = nlohmann::json::parse(test::read_bytes(run_dir + "/adapter/adapter_config.json"));
+  EXPECT_EQ(ac.at("base_model_name_or_path"), "org/tiny");
+  // export finds that base again through the cache (offline: no download needed).
+  hub.clear_requests();
+  ASSERT_EQ(run("export " + run_dir + " --format merged --offline --output " + tmp.path + "/merged 2>/dev/null", &out),
+            0)
+      << out;
+  EXPECT_TRUE(hub.requests().empty());
+  EXPECT_TRUE(fs::exists(tmp.path + "/merged/model.safetensors"));
+}
+
 TEST_F(HubCli, GatedRepositoryEndsWithTheFixes) {
   std::string out;
   EXPECT_EQ(run("train --model meta/llama --data " + test::source_dir() + "/examples/quickstart_alpaca.jsonl --steps 1",
