@@ -179,6 +179,8 @@ void expect_byte_level_round_trip(const std::string& package, const std::string&
   o.derived_dir = tmp.path + "/derived";
   auto ours = Tokenizer::from_dir(hub::resolve_model_source(tmp.path + "/m.gguf", o).path);
   EXPECT_EQ(ours->bos_id(), original->bos_id());
+  EXPECT_FALSE(original->chat_template().empty());
+  EXPECT_EQ(ours->chat_template(), original->chat_template());  // through tokenizer.chat_template
   for (const char* text :
        {"Hello world! It's 2026, isn't it?", "  spaces\n\nand\ttabs  ", "Ünïcödé → 漢字 🙂 12345",
         "<|im_start|>user\nhi<|im_end|>", "<|begin_of_text|>x"}) {
