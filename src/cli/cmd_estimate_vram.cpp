@@ -12,6 +12,7 @@
 
 #include "cli/command.h"
 #include "core/device_info.h"
+#include "cli/model_ref.h"
 #include "core/error.h"
 #include "core/sysinfo.h"
 #include "model/loader.h"
@@ -150,7 +151,7 @@ std::string render_text(const std::string& model_path, const bp::ModelConfig& cf
 int run_estimate_vram() {
   using namespace bp;
   const Settings& st = cli::settings();
-  const std::string model = st.get_string("model.path");
+  const std::string model = cli::resolve_model(st.get_string("model.path"), hub::ModelFiles::Config);
   if (model.empty())
     throw Error(ErrorCode::CONFIG_INVALID,
                 "[estimate-vram] no model: pass --model DIR (a folder with config.json) or --model path/config.json");
@@ -202,9 +203,9 @@ int run_estimate_vram() {
 
 bp::cli::RunFn setup_estimate_vram(CLI::App& sub) {
   bp::cli::bind_settings(
-      sub, {"model.path", "training.mode", "lora.r", "lora.dropout", "lora.target_modules", "training.batch_size",
-            "training.micro_batch_size", "training.max_seq_length", "training.gradient_checkpointing", "model.dtype",
-            "training.vram_gb", "training.threads"});
+      sub, {"model.path", "model.offline", "training.mode", "lora.r", "lora.dropout", "lora.target_modules",
+            "training.batch_size", "training.micro_batch_size", "training.max_seq_length",
+            "training.gradient_checkpointing", "model.dtype", "training.vram_gb", "training.threads"});
   sub.footer(
       "The estimate is for one micro-batch of --micro-batch-size sequences (auto = all --batch-size sequences of an "
       "optimizer step in one pass) of --max-seq-length tokens each, the worst case `backprop train` plans for. Only "

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/model_ref.h"
 #include "core/error.h"
 #include "export/exporter.h"
 #include "io/atomic_file.h"
@@ -28,6 +29,7 @@ int export_command(const std::string& input_arg) {
   rq.quantization = parse_gguf_quant(st.get_string("export.quantization"));
   rq.output = st.get_string("export.output");
   rq.model_path = st.get_string("model.path");
+  rq.resolve_model = [](const std::string& ref) { return bp::cli::resolve_model(ref); };
   rq.runs_root = st.get_string("training.output");
   rq.ollama = st.get_bool("export.ollama");
   rq.ollama_name = st.get_string("export.ollama_name");
@@ -64,7 +66,7 @@ bp::cli::RunFn setup_export(CLI::App& sub) {
                  "Run folder (or the folder given to train --output, or a run id), PEFT adapter folder, Hugging Face "
                  "model folder or LoRA checkpoint folder to export")
       ->required();
-  bp::cli::bind_settings(sub, {"export.format", "export.quantization", "export.output", "export.ollama",
+  bp::cli::bind_settings(sub, {"model.offline", "export.format", "export.quantization", "export.output", "export.ollama",
                                "export.ollama_name", "export.ollama_host", "export.ollama_retries", "model.path"});
   return [input] { return export_command(*input); };
 }

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "cli/command.h"
+#include "cli/model_ref.h"
 #include "model/generate.h"
 #include "model/loader.h"
 #include "model/lora.h"
@@ -33,9 +34,9 @@ int run_generate(const GenerateArgs& a) {
   if (a.max_new_tokens < 0)
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 fmt::format("[generate] --max-new-tokens must be >= 0, got {}", a.max_new_tokens));
-  check_model_dir(a.model_dir);  // a hub name gets the same explanation as in train and export
-  auto tokenizer = Tokenizer::from_dir(a.model_dir);
-  ModelWeights weights = load_model(a.model_dir);
+  const std::string model_dir = cli::resolve_model(a.model_dir);
+  auto tokenizer = Tokenizer::from_dir(model_dir);
+  ModelWeights weights = load_model(model_dir);
   const ModelConfig cfg = weights.config;
   LoraAdapter adapter;
   const bool has_adapter = !a.adapter_dir.empty();
@@ -93,7 +94,9 @@ int run_generate(const GenerateArgs& a) {
 
 bp::cli::RunFn setup_generate(CLI::App& sub) {
   auto args = std::make_shared<GenerateArgs>();
-  sub.add_option("--model", args->model_dir, "Model folder (Hugging Face format)")->required();
+  sub.add_option("--model", args->model_dir, "Model folder (Hugging Face format) or hub name org/name[@revision]")
+      ->required();
+  bp::cli::bind_settings(sub, {"model.offline"});
   sub.add_option("--adapter", args->adapter_dir, "PEFT LoRA adapter folder to apply");
   sub.add_option("--prompt", args->prompt, "Text to continue")->required();
   sub.add_option("--max-new-tokens", args->max_new_tokens, "Tokens to generate at most")->capture_default_str();

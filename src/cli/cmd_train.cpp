@@ -5,11 +5,13 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "cli/model_ref.h"
 #include "cli/progress.h"
 #include "cli/train_flags.h"
 #include "cli/train_quickstart.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "hub/hf_cache.h"
 #include "train/presets.h"
 #include "train/trainer.h"
 
@@ -75,6 +77,7 @@ void bind_train_settings(CLI::App& sub) {
                       "training.threads",
                       "training.oom_recovery",
                       "monitor.enabled",
+                      "model.offline",
                       "training.init_from_config",
                       "data.format",
                       "data.strict",
@@ -98,9 +101,15 @@ void bind_train_settings(CLI::App& sub) {
 
 TrainOptions train_options_with_preset(bool json) {
   Settings st = settings();  // a copy: the preset fills the settings left at their defaults
-  PresetApplied preset = apply_preset(st);
+  // --model as a folder, a hub name (cache, then download), a GGUF file or ollama:NAME.
+  const std::string reference = st.get_string("model.path");
+  const std::string model_dir = reference.empty() ? reference : resolve_model(reference);
+  PresetApplied preset = apply_preset(st, model_dir);
   if (!preset.describe().empty()) (json ? std::cerr : std::cout) << preset.describe() << "\n";
   TrainOptions o = TrainOptions::from_settings(st);
+  o.model_dir = model_dir;
+  // A hub name stays the adapter's base (portable to transformers/PEFT); the cache path is local.
+  if (model_dir != reference && hub::parse_hub_ref(reference)) o.base_model_name = reference;
   o.resolved_settings["preset"] = preset.to_json();
   return o;
 }

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/model_ref.h"
 #include "core/error.h"
 #include "core/redact.h"
 #include "model/loader.h"
@@ -67,8 +68,7 @@ int run_validate(const ValidateOptions& o) {
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<ChatTemplate> tmpl;
   if (!o.model_dir.empty()) {
-    check_model_dir(o.model_dir);  // a hub name is explained, as in every command
-    tok = Tokenizer::from_dir(o.model_dir);
+    tok = Tokenizer::from_dir(cli::resolve_model(o.model_dir, hub::ModelFiles::Tokenizer));
     tmpl = std::make_unique<ChatTemplate>(ChatTemplate::from_tokenizer(*tok, o.chat_template));
     lo.tokenizer = tok.get();
     lo.chat_template = tmpl.get();
@@ -165,11 +165,13 @@ bp::cli::RunFn setup_validate(CLI::App& sub) {
   sub.add_option("--max-length,--max-seq-length", o->max_length,
                  "Rows longer than this many tokens are listed: training truncates them (0: no check)")
       ->capture_default_str();
-  sub.add_option("--model", o->model_dir, "Model folder whose tokenizer and chat template give exact lengths");
+  sub.add_option("--model", o->model_dir,
+                 "Model folder or hub name (org/name[@revision]) whose tokenizer and chat template give exact lengths");
   sub.add_option("--chat-template", o->chat_template,
                  "Chat template as training uses it: a Jinja file or 'chatml' (default: the model's own)");
   sub.add_option("--show", o->show, "Print the first N samples as training renders them, trained spans marked")
       ->check(CLI::NonNegativeNumber);
+  bp::cli::bind_settings(sub, {"model.offline"});
   sub.add_flag("--json", o->json, "Machine-readable report");
   return [o] { return run_validate(*o); };
 }

@@ -19,7 +19,9 @@ constexpr double kU64Max = 18446744073709551615.0;  // an Int with this max is r
 constexpr SettingSpec kSettings[] = {
   // ---- model ----------------------------------------------------------------------------------
   {"model.path", T::String, "", kNoMin, kNoMax, "", R::Any, "--model", false,
-   "Hugging Face model folder (config.json, *.safetensors, tokenizer.json)."},
+   "The model: a Hugging Face folder (config.json, *.safetensors, tokenizer.json) or a hub name org/name[@revision], taken from the Hugging Face cache or downloaded into it."},
+  {"model.offline", T::Bool, "false", kNoMin, kNoMax, "", R::Any, "--offline", false,
+   "Never use the network to find --model: a Hugging Face name must be in the local cache (HF_HUB_OFFLINE=1 does the same)."},
   {"model.dtype", T::Enum, "auto", kNoMin, kNoMax, "auto|f32|bf16|f16", R::Any, "--dtype", false,
    "Compute dtype of the frozen base weights; auto = f32 on the CPU, bf16 on a GPU."},
   {"model.device", T::String, "auto", kNoMin, kNoMax, "", R::Device, "--device", false,

@@ -156,10 +156,12 @@ ExportInput resolve_export_input(const std::string& arg, const std::string& runs
   return in;
 }
 
-fs::path resolve_base_model(const ExportInput& in, const std::string& model_path) {
+fs::path resolve_base_model(const ExportInput& in, const std::string& model_path,
+                            const std::function<std::string(const std::string&)>& resolve) {
   if (!model_path.empty()) {
-    check_model_dir(model_path);
-    return fs::absolute(model_path).lexically_normal();
+    const std::string dir = resolve ? resolve(model_path) : model_path;
+    check_model_dir(dir);
+    return fs::absolute(dir).lexically_normal();
   }
   const fs::path cfg_path = in.dir / "adapter_config.json";
   std::string base;
@@ -173,16 +175,13 @@ fs::path resolve_base_model(const ExportInput& in, const std::string& model_path
         .with_suggestion("Pass the base model folder the adapter was trained on with --model PATH.");
   for (const fs::path& c : {fs::path(base), in.dir / base})
     if (is_model_dir(c)) return fs::absolute(c).lexically_normal();
+  if (resolve && looks_like_hub_name(base)) return fs::path(resolve(base));  // cache, else download
   Error e(ErrorCode::DEP_MODEL_LOAD_FAILED,
           fmt::format("[export] the base model '{}' named in {} was not found (tried it relative to the working "
                       "folder and to {}); pass the base model folder with --model PATH",
                       base, cfg_path.string(), in.dir.string()),
           {{"base_model_name_or_path", base}});
-  e.with_suggestion(looks_like_hub_name(base)
-                        ? fmt::format("'{}' looks like a Hugging Face hub name; backprop never downloads. Fetch it "
-                                      "with `huggingface-cli download {} --local-dir DIR`, then pass --model DIR.",
-                                      base, base)
-                        : "Pass the base model folder the adapter was trained on with --model PATH.");
+  e.with_suggestion("Pass the base model folder (or its hub name org/name) the adapter was trained on with --model.");
   throw e;
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -40,7 +41,10 @@ ExportInput resolve_export_input(const std::string& arg, const std::string& runs
 // The base model folder of an adapter: `model_path` (--model) when given, else adapter_config.json's
 // base_model_name_or_path, tried as given and relative to the adapter folder. DEP_MODEL_LOAD_FAILED
 // (suggesting --model, or how to fetch a hub name) when none is found.
-std::filesystem::path resolve_base_model(const ExportInput& in, const std::string& model_path);
+// `resolve` turns a model reference into a folder (a hub name into its cache snapshot); unset =
+// references are folders.
+std::filesystem::path resolve_base_model(const ExportInput& in, const std::string& model_path,
+                                         const std::function<std::string(const std::string&)>& resolve = {});
 
 // An Ollama model name from the run (or folder) name: lower case, [a-z0-9_.-], starting with a
 // letter or digit.

@@ -220,7 +220,7 @@ ExportReport run_export(const ExportRequest& rq) {
   if (rq.ollama) validate_ollama_model_name(job.ollama_name);  // before the long export, not after
 
   const auto t0 = std::chrono::steady_clock::now();
-  if (job.is_adapter()) job.base_dir = resolve_base_model(in, rq.model_path);
+  if (job.is_adapter()) job.base_dir = resolve_base_model(in, rq.model_path, rq.resolve_model);
   job.source_dir = job.is_adapter() ? job.base_dir : in.dir;  // weights + tokenizer
 
   ExportReport r;

@@ -12,6 +12,7 @@
 // request.model_path when given, else the adapter's base_model_name_or_path.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -31,6 +32,9 @@ struct ExportRequest {
   std::string ollama_name;  // "" = derived from the run or folder name
   std::string ollama_host;  // "" = $OLLAMA_HOST, else 127.0.0.1:11434
   int ollama_max_attempts = 5;
+  // Turns a model reference (folder, hub name org/name, GGUF file, ollama:NAME) into a folder;
+  // the CLI passes its resolver (cache, download, progress bar). Unset: references are folders.
+  std::function<std::string(const std::string&)> resolve_model;
 };
 
 struct ExportReport {

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/file_read.h"
 #include "io/safetensors.h"
+#include "model/loader_gguf.h"
 #include "model/weight_names.h"
 
 namespace bp {
@@ -63,11 +64,10 @@ void check_model_dir(const std::string& dir) {
     if (looks_like_hub_name(dir)) {
       const std::string local = dir.substr(dir.find('/') + 1);
       throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
-                  fmt::format("[model] '{}' is not a local folder. backprop reads models from local folders in "
-                              "Hugging Face format (config.json, *.safetensors, tokenizer.json) and does not "
-                              "download them. On a machine with internet access run "
-                              "`huggingface-cli download {} --local-dir ./{}`, copy the folder here and pass "
-                              "its path (e.g. ./{}).",
+                  fmt::format("[model] '{}' is not a local folder. The loader reads local folders in Hugging Face "
+                              "format (config.json, *.safetensors, tokenizer.json); pass the name to a command's "
+                              "--model (it downloads into the Hugging Face cache), or on a machine with internet "
+                              "access run `huggingface-cli download {} --local-dir ./{}` and pass ./{}.",
                               dir, dir, local, local))
           .with_suggestion(fmt::format("huggingface-cli download {} --local-dir ./{}", dir, local));
     }
@@ -104,6 +104,8 @@ ModelConfig load_model_config(const std::string& dir) {
 ModelWeights load_model(const std::string& dir) {
   ModelWeights w;
   w.config = load_model_config(dir);
+  if (auto g = w.config.raw.find(kGGUFSourceKey); g != w.config.raw.end() && g->is_string())
+    return load_gguf_weights(w.config, g->get<std::string>());  // a GGUF --model (hub/gguf_source.h)
   const ModelConfig& cfg = w.config;
   SafetensorsReader reader = SafetensorsReader::open_model(dir);
   w.layers.resize(static_cast<size_t>(cfg.num_layers));

@@ -6,8 +6,9 @@
 // converted to f32 in memory from the CPU allocator (so the memory plan and the allocator agree).
 // Extra tensors in the file are ignored (e.g. lm_head.weight of a tied model, rotary tables).
 //
-// This tool never downloads: a path that does not exist fails with DEP_MODEL_LOAD_FAILED, and a
-// hub name such as "Qwen/Qwen2.5-7B" gets a message saying how to download it elsewhere.
+// The loader reads local folders only: the commands turn hub names and GGUF files into folders
+// first (hub/model_source.h). A config.json naming a GGUF file (model/loader_gguf.h) has its
+// weights read from that file.
 #pragma once
 
 #include <cstdint>

@@ -43,7 +43,7 @@ Values auto_values(int64_t params, std::string* reason) {
 
 }  // namespace
 
-PresetApplied apply_preset(Settings& s) {
+PresetApplied apply_preset(Settings& s, const std::string& model_dir) {
   PresetApplied out;
   out.name = s.get_string("training.preset");
   Values values;
@@ -59,7 +59,7 @@ PresetApplied apply_preset(Settings& s) {
               {"training.lr", "1e-4"},
               {"training.epochs", "2"}};
   else if (out.name == "auto")
-    values = auto_values(load_model_config(s.get_string("model.path")).num_parameters(), &out.reason);
+    values = auto_values(load_model_config(model_dir).num_parameters(), &out.reason);
   for (auto& [key, value] : values) {
     if (s.source(key) != SettingSource::Default) {
       out.kept.push_back(key);

@@ -32,6 +32,7 @@ struct PresetApplied {
 };
 
 // Applies training.preset to `s` in place (source Preset for each value applied).
-PresetApplied apply_preset(Settings& s);
+// `model_dir`: the resolved model folder (auto reads its config.json).
+PresetApplied apply_preset(Settings& s, const std::string& model_dir);
 
 }  // namespace bp

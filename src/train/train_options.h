@@ -22,6 +22,7 @@ struct TrainOptions {
   std::string model_dir;
   std::string init_from_config;  // full mode from scratch: a config.json (weights random)
   std::string tokenizer_dir;     // defaults to model_dir (or the config's folder)
+  std::string base_model_name;   // adapter_config's base_model_name_or_path when not model_dir (a hub name)
   std::string data_path;
   std::string data_format = "auto";
   std::string eval_data_path;        // a separate held-out file; replaces the --holdout split

@@ -312,7 +312,7 @@ TrainSummary Trainer::run_impl() {
   if (o.mode == TrainMode::Lora) {
     s.adapter = std::make_unique<LoraAdapter>(init_lora(s.model->config(), o.lora, o.seed));
     if (!o.init_adapter.empty()) start_from_adapter(*s.adapter, o.init_adapter, s.model->config());
-    s.adapter->base_model_name_or_path = o.model_dir;
+    s.adapter->base_model_name_or_path = o.base_model_name.empty() ? o.model_dir : o.base_model_name;
     s.model->attach_lora(*s.adapter);
   }
   s.model->set_training(true);

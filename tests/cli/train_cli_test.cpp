@@ -163,11 +163,14 @@ TEST(TrainCli, MissingInputsGetCatalogCodes) {
             1);
   EXPECT_NE(out.find("INPUT_DATASET_NOT_FOUND"), std::string::npos) << out;
   write_data(tmp.path);
-  EXPECT_EQ(test::run_command(test::backprop_exe() + " train --model Qwen/Qwen2.5-7B --data " + tmp.path +
+  // A hub name that is not in the (empty) Hugging Face cache, offline: no network in tests.
+  EXPECT_EQ(test::run_command("HF_HUB_CACHE=" + tmp.path + "/hf " + test::backprop_exe() +
+                                  " train --offline --model Qwen/Qwen2.5-7B --data " + tmp.path +
                                   "/data.jsonl --output " + tmp.path,
                               &out),
             2);
   EXPECT_NE(out.find("DEP_MODEL_LOAD_FAILED"), std::string::npos) << out;
+  EXPECT_NE(out.find("not in the Hugging Face cache"), std::string::npos) << out;
   EXPECT_EQ(test::run_command(train_cmd(tmp.path, "--steps 1 --resume nosuchrun --output " + tmp.path + "/runs"), &out),
             1);
   EXPECT_NE(out.find("INPUT_RESUME_NOT_FOUND"), std::string::npos) << out;

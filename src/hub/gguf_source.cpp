@@ -1,0 +1,273 @@
+// A GGUF file as a model folder (see gguf_source.h).
+#include "hub/gguf_source.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/gguf_reader.h"
+#include "io/sha256.h"
+
+namespace bp::hub {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, fmt::format("[gguf] {}: {}", path, what));
+}
+
+const json* meta(const GGUFReader& r, const std::string& key) {
+  const GGUFValue* v = r.find(key);
+  return v ? &v->value : nullptr;
+}
+
+template <typename T>
+T meta_or(const GGUFReader& r, const std::string& key, T fallback) {
+  const json* v = meta(r, key);
+  return v && !v->is_null() ? v->get<T>() : fallback;
+}
+
+json config_from_gguf(const GGUFReader& r, const std::string& path) {
+  const std::string arch = meta_or<std::string>(r, "general.architecture", "");
+  static const std::map<std::string, std::pair<std::string, std::string>> kArch = {
+      {"llama", {"LlamaForCausalLM", "llama"}},
+      {"qwen2", {"Qwen2ForCausalLM", "qwen2"}},
+      {"qwen3", {"Qwen3ForCausalLM", "qwen3"}}};
+  auto it = kArch.find(arch);
+  if (it == kArch.end())
+    fail(path, fmt::format("general.architecture is '{}'; backprop reads llama, qwen2 and qwen3 GGUF files", arch));
+  auto need = [&](const std::string& key) {
+    const json* v = meta(r, arch + "." + key);
+    if (!v || !v->is_number()) fail(path, fmt::format("metadata {}.{} is missing", arch, key));
+    return *v;
+  };
+  const int64_t heads = need("attention.head_count").get<int64_t>();
+  const int64_t hidden = need("embedding_length").get<int64_t>();
+  const int64_t head_dim = meta_or<int64_t>(r, arch + ".attention.key_length", hidden / heads);
+  const auto* tokens = meta(r, "tokenizer.ggml.tokens");
+  const GGUFTensorInfo* embd = r.find_tensor("token_embd.weight");
+  if (!embd) fail(path, "tensor token_embd.weight is missing");
+  json c = {{"architectures", {it->second.first}},
+            {"model_type", it->second.second},
+            {"hidden_size", hidden},
+            {"intermediate_size", need("feed_forward_length")},
+            {"num_hidden_layers", need("block_count")},
+            {"num_attention_heads", heads},
+            {"num_key_value_heads", meta_or<int64_t>(r, arch + ".attention.head_count_kv", heads)},
+            {"head_dim", head_dim},
+            {"vocab_size", embd->shape[0]},
+            {"max_position_embeddings", meta_or<int64_t>(r, arch + ".context_length", 2048)},
+            {"rms_norm_eps", need("attention.layer_norm_rms_epsilon")},
+            {"rope_theta", meta_or<double>(r, arch + ".rope.freq_base", 10000.0)},
+            {"hidden_act", "silu"},
+            {"tie_word_embeddings", r.find_tensor("output.weight") == nullptr},
+            {"attention_bias", arch == "llama" && r.find_tensor("blk.0.attn_q.bias") != nullptr},
+            {"torch_dtype", embd->type == GGMLType::BF16  ? "bfloat16"
+                            : embd->type == GGMLType::F32 ? "float32"
+                                                          : "float16"},
+            {"backprop_gguf_file", fs::absolute(path).lexically_normal().string()}};
+  if (tokens && tokens->is_array() && static_cast<int64_t>(tokens->size()) > embd->shape[0])
+    fail(path, fmt::format("{} tokens for an embedding of {} rows", tokens->size(), embd->shape[0]));
+  if (const json* b = meta(r, "tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *b;
+  if (const json* e = meta(r, "tokenizer.ggml.eos_token_id")) c["eos_token_id"] = *e;
+  return c;
+}
+
+// Pre-tokenizer regexes of the byte-level vocabularies (the ones their tokenizer.json files use).
+std::string byte_level_regex(const std::string& pre) {
+  if (pre == "llama-bpe" || pre == "llama3")
+    return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  if (pre == "qwen2")
+    return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  return R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+}
+
+// transformers' SentencePieceExtractor: every split of a piece into two vocabulary pieces is a
+// merge; merges are ordered by the joined piece's score (highest first), ties by vocabulary order.
+json spm_merges(const std::vector<std::string>& tokens, const std::vector<float>& scores,
+                const std::vector<int32_t>& types) {
+  std::unordered_map<std::string, int32_t> id;
+  for (size_t i = 0; i < tokens.size(); ++i) id.emplace(tokens[i], static_cast<int32_t>(i));
+  struct Merge {
+    float score;
+    int32_t piece, left, right;
+  };
+  std::vector<Merge> merges;
+  for (size_t p = 0; p < tokens.size(); ++p) {
+    if (types[p] != 1 && types[p] != 4) continue;  // normal and user pieces only
+    const std::string& s = tokens[p];
+    std::vector<Merge> local;
+    for (size_t k = 1; k < s.size(); ++k) {
+      if ((static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) continue;  // split on characters
+      auto l = id.find(s.substr(0, k)), r = id.find(s.substr(k));
+      if (l != id.end() && r != id.end()) local.push_back({scores[p], static_cast<int32_t>(p), l->second, r->second});
+    }
+    std::sort(local.begin(), local.end(),
+              [](const Merge& a, const Merge& b) { return std::tie(a.left, a.right) < std::tie(b.left, b.right); });
+    merges.insert(merges.end(), local.begin(), local.end());
+  }
+  std::stable_sort(merges.begin(), merges.end(), [](const Merge& a, const Merge& b) { return a.score > b.score; });
+  json out = json::array();
+  for (const auto& m : merges)
+    out.push_back(tokens[static_cast<size_t>(m.left)] + " " + tokens[static_cast<size_t>(m.right)]);
+  return out;
+}
+
+json special_token_processor(const std::string& bos, int32_t bos_id) {
+  return {
+      {"type", "TemplateProcessing"},
+      {"single", {{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+      {"pair",
+       {{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
+        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+        {{"SpecialToken", {{"id", bos}, {"type_id", 1}}}},
+        {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+      {"special_tokens", {{bos, {{"id", bos}, {"ids", {bos_id}}, {"tokens", {bos}}}}}}};
+}
+
+struct Vocab {
+  std::string model, pre;
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  json merges;
+  int32_t bos = -1, eos = -1, unk = -1;
+  bool add_bos = false, add_eos = false, add_space_prefix = true;
+};
+
+Vocab read_vocab(const GGUFReader& r, const std::string& path) {
+  Vocab v;
+  v.model = meta_or<std::string>(r, "tokenizer.ggml.model", "");
+  v.pre = meta_or<std::string>(r, "tokenizer.ggml.pre", "default");
+  const json* toks = meta(r, "tokenizer.ggml.tokens");
+  if (!toks || !toks->is_array()) fail(path, "it has no tokenizer.ggml.tokens");
+  v.tokens = toks->get<std::vector<std::string>>();
+  v.scores.assign(v.tokens.size(), 0.0f);
+  v.types.assign(v.tokens.size(), 1);
+  if (const json* s = meta(r, "tokenizer.ggml.scores"); s && s->size() == v.tokens.size())
+    v.scores = s->get<std::vector<float>>();
+  if (const json* t = meta(r, "tokenizer.ggml.token_type"); t && t->size() == v.tokens.size())
+    v.types = t->get<std::vector<int32_t>>();
+  if (const json* m = meta(r, "tokenizer.ggml.merges")) v.merges = *m;
+  v.bos = meta_or<int32_t>(r, "tokenizer.ggml.bos_token_id", -1);
+  v.eos = meta_or<int32_t>(r, "tokenizer.ggml.eos_token_id", -1);
+  v.unk = meta_or<int32_t>(r, "tokenizer.ggml.unknown_token_id", -1);
+  v.add_bos = meta_or<bool>(r, "tokenizer.ggml.add_bos_token", v.model == "llama");
+  v.add_eos = meta_or<bool>(r, "tokenizer.ggml.add_eos_token", false);
+  v.add_space_prefix = meta_or<bool>(r, "tokenizer.ggml.add_space_prefix", true);
+  if (v.model != "gpt2" && v.model != "llama")
+    fail(path, fmt::format("tokenizer.ggml.model is '{}'; backprop reads 'gpt2' (byte-level BPE) and 'llama' "
+                           "(SentencePiece BPE) vocabularies",
+                           v.model));
+  return v;
+}
+
+json tokenizer_json(const Vocab& v) {
+  json vocab = json::object(), added = json::array();
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    vocab[v.tokens[i]] = i;
+    const int32_t t = v.types[i];
+    if (t == 3 || t == 4 || (t == 2 && v.model == "llama"))  // control, user-defined, unknown
+      added.push_back({{"id", i},
+                       {"content", v.tokens[i]},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", t == 4},
+                       {"special", t != 4}});
+  }
+  auto name = [&](int32_t id) {
+    return id >= 0 && id < static_cast<int32_t>(v.tokens.size()) ? v.tokens[static_cast<size_t>(id)] : std::string();
+  };
+  json j = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added}};
+  json model = {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"vocab", vocab}};
+  if (v.model == "gpt2") {
+    j["normalizer"] = nullptr;
+    j["pre_tokenizer"] = {
+        {"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"},
+           {"pattern", {{"Regex", byte_level_regex(v.pre)}}},
+           {"behavior", "Isolated"},
+           {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
+    j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+    model.update({{"unk_token", nullptr},
+                  {"fuse_unk", false},
+                  {"byte_fallback", false},
+                  {"ignore_merges", v.pre == "llama-bpe"},
+                  {"merges", v.merges.is_array() ? v.merges : json::array()}});
+  } else {
+    json norm = json::array();
+    if (v.add_space_prefix) norm.push_back({{"type", "Prepend"}, {"prepend", "\u2581"}});
+    norm.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}});
+    j["normalizer"] = {{"type", "Sequence"}, {"normalizers", norm}};
+    j["pre_tokenizer"] = nullptr;
+    json dec = {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                {{"type", "ByteFallback"}},
+                {{"type", "Fuse"}}};
+    if (v.add_space_prefix) dec.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+    j["decoder"] = {{"type", "Sequence"}, {"decoders", dec}};
+    model.update({{"unk_token", v.unk >= 0 ? json(name(v.unk)) : json(nullptr)},
+                  {"fuse_unk", true},
+                  {"byte_fallback", true},
+                  {"ignore_merges", false},
+                  {"merges", spm_merges(v.tokens, v.scores, v.types)}});
+  }
+  j["post_processor"] = v.add_bos && v.bos >= 0 ? special_token_processor(name(v.bos), v.bos) : json(nullptr);
+  j["model"] = model;
+  return j;
+}
+
+json tokenizer_config(const GGUFReader& r, const Vocab& v) {
+  auto name = [&](int32_t id) {
+    return id >= 0 && id < static_cast<int32_t>(v.tokens.size()) ? json(v.tokens[static_cast<size_t>(id)])
+                                                                 : json(nullptr);
+  };
+  json c = {{"bos_token", name(v.bos)},   {"eos_token", name(v.eos)},   {"unk_token", name(v.unk)},
+            {"add_bos_token", v.add_bos}, {"add_eos_token", v.add_eos}, {"clean_up_tokenization_spaces", false}};
+  if (const json* t = meta(r, "tokenizer.chat_template"); t && t->is_string()) c["chat_template"] = *t;
+  return c;
+}
+
+}  // namespace
+
+bool is_gguf_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in && std::string(magic, 4) == "GGUF";
+}
+
+std::string gguf_model_folder(const std::string& gguf_path, const std::string& derived_dir) {
+  const fs::path abs = fs::absolute(gguf_path).lexically_normal();
+  const auto mtime = fs::last_write_time(abs).time_since_epoch().count();
+  const std::string key =
+      sha256_hex(fmt::format("{}\n{}\n{}\nv1", abs.string(), fs::file_size(abs), mtime)).substr(0, 24);
+  const fs::path dir = fs::path(derived_dir) / key;
+  if (fs::is_regular_file(dir / "config.json") && fs::is_regular_file(dir / "tokenizer_config.json"))
+    return dir.string();
+  GGUFReader r(abs.string());
+  const json config = config_from_gguf(r, abs.string());
+  const Vocab v = read_vocab(r, abs.string());
+  fs::create_directories(dir);
+  write_file_atomic((dir / "tokenizer.json").string(), tokenizer_json(v).dump());
+  write_file_atomic((dir / "config.json").string(), config.dump(2));
+  write_file_atomic((dir / "tokenizer_config.json").string(), tokenizer_config(r, v).dump(2));  // written last
+  return dir.string();
+}
+
+}  // namespace bp::hub

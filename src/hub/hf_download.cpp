@@ -1,0 +1,240 @@
+// Hub download into the local cache (see hf_download.h).
+#include "hub/hf_download.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+#include "hub/hf_http.h"
+#include "io/sha256.h"
+
+namespace bp::hub {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Files a model folder needs besides its weights (transformers' names).
+const std::set<std::string> kSmallFiles = {"config.json",
+                                           "generation_config.json",
+                                           "tokenizer.json",
+                                           "tokenizer_config.json",
+                                           "special_tokens_map.json",
+                                           "tokenizer.model",
+                                           "vocab.json",
+                                           "merges.txt",
+                                           "added_tokens.json",
+                                           "chat_template.jinja"};
+
+struct Context {
+  const HubRepoRef& ref;
+  const HubOptions& o;
+  HubHttp http;
+  std::string repo_dir, commit;
+  size_t file_index = 0, file_count = 0;
+};
+
+std::string repo_url(const Context& c) {
+  return c.o.endpoint + "/" + c.ref.repo_id;
+}
+
+[[noreturn]] void fail_download(const Context& c, const std::string& what) {
+  throw Error(ErrorCode::DEP_MODEL_DOWNLOAD_FAILED, "[hub] " + what,
+              {{"repo", c.ref.repo_id}, {"revision", c.ref.revision}, {"endpoint", c.o.endpoint}})
+      .with_suggestion(fmt::format(
+          "Run the command again: the download resumes where it stopped. Check the connection and HF_ENDPOINT "
+          "(now {}); with a complete copy in the cache, --offline skips the network.",
+          c.o.endpoint));
+}
+
+// 401/403/404 and other failures of an answer, in the words of the hub's troubleshooting page.
+void check_reply(const Context& c, const HttpReply& r, const std::string& what) {
+  if (!r.error.empty()) fail_download(c, fmt::format("{} failed: {} ({})", what, r.error, r.url));
+  if (r.status >= 200 && r.status < 400) return;
+  const std::string hub_code = r.header("x-error-code"), hub_msg = r.header("x-error-message");
+  const std::string said = hub_msg.empty() ? "" : fmt::format(" ('{}')", hub_msg);
+  const nlohmann::json details = {{"repo", c.ref.repo_id},
+                                  {"revision", c.ref.revision},
+                                  {"status", r.status},
+                                  {"url", r.url},
+                                  {"x_error_code", hub_code}};
+  if (r.status == 401 || r.status == 403) {
+    const std::string token_note = c.o.token.empty()
+                                       ? "no token was sent (HF_TOKEN is unset and there is no token file)"
+                                       : "a token was sent but it has no access to this repository";
+    throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
+                fmt::format("[hub] {} answered {} for '{}'{}: the repository is gated or private, or the name is "
+                            "wrong; {}",
+                            r.url, r.status, c.ref.repo_id, said, token_note),
+                details)
+        .with_suggestion(fmt::format(
+            "Open {} and accept the licence if the model is gated; log in with `huggingface-cli login` (or set "
+            "HF_TOKEN to a token with read access); copy the exact name from the model page (org/name, case "
+            "matters).",
+            repo_url(c)));
+  }
+  if (r.status == 404) {
+    const std::string which = hub_code == "RevisionNotFound" ? fmt::format("revision '{}'", c.ref.revision)
+                              : hub_code == "EntryNotFound"  ? "file"
+                                                             : fmt::format("repository '{}'", c.ref.repo_id);
+    throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
+                fmt::format("[hub] {}: {} not found on {} (404){}", what, which, c.o.endpoint, said), details)
+        .with_suggestion(fmt::format(
+            "Copy the exact name from the model page (org/name, case matters), check the @revision (now '{}'), "
+            "and HF_ENDPOINT (now {}).",
+            c.ref.revision, c.o.endpoint));
+  }
+  fail_download(c, fmt::format("{}: {} answered HTTP {}{}", what, r.url, r.status, said));
+}
+
+std::string normalize_etag(std::string e) {
+  if (e.rfind("W/", 0) == 0) e = e.substr(2);
+  if (e.size() >= 2 && e.front() == '"' && e.back() == '"') e = e.substr(1, e.size() - 2);
+  return e;
+}
+
+bool is_sha256_hex(const std::string& s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+uint64_t file_size_or_zero(const fs::path& p) {
+  std::error_code ec;
+  const auto n = fs::file_size(p, ec);
+  return ec ? 0 : static_cast<uint64_t>(n);
+}
+
+// Fetches blobs/<etag> (resuming its .incomplete), then verifies its size and LFS sha256.
+void fetch_blob(Context& c, const std::string& file, const std::string& url, const fs::path& blob,
+                const std::string& etag, bool lfs, uint64_t size) {
+  const fs::path part = blob.string() + ".incomplete";
+  auto report = [&](uint64_t done) {
+    if (c.o.progress) c.o.progress({file, done, size, c.file_index, c.file_count});
+  };
+  std::string last_error;
+  for (int attempt = 1; attempt <= std::max(1, c.o.max_attempts); ++attempt) {
+    uint64_t have = file_size_or_zero(part);
+    if (have > size) {  // a stale partial of a different length: start over
+      fs::remove(part);
+      have = 0;
+    }
+    if (fs::exists(part) && have == size) break;
+    report(have);
+    HttpReply r = c.http.download(url, part.string(), have, report);
+    if (r.status == 416 && file_size_or_zero(part) == size) break;
+    if (r.status != 0 && r.status != 200 && r.status != 206) check_reply(c, r, "downloading " + file);
+    if (r.error.empty() && file_size_or_zero(part) == size) break;
+    last_error =
+        r.error.empty() ? fmt::format("the answer ended at {} of {} bytes", file_size_or_zero(part), size) : r.error;
+  }
+  const uint64_t got = file_size_or_zero(part);
+  if (got != size)
+    fail_download(
+        c, fmt::format("downloading {} of {} stopped at {} of {} bytes after {} attempts ({}); {} is kept "
+                       "and the next run resumes from it",
+                       file, c.ref.repo_id, got, size, std::max(1, c.o.max_attempts), last_error, part.string()));
+  if (lfs) {
+    const std::string sha = sha256_file_hex(part.string());
+    if (sha != etag) {
+      fs::remove(part);
+      fail_download(c, fmt::format("{} of {}: sha256 {} does not match the hub's {} ({} bytes); the damaged "
+                                   "download was deleted",
+                                   file, c.ref.repo_id, sha, etag, size));
+    }
+  }
+  fs::rename(part, blob);
+}
+
+// One file of the snapshot: HEAD for its etag, the blob if missing, the snapshot symlink.
+void fetch_file(Context& c, const std::string& file) {
+  ++c.file_index;
+  const fs::path link = fs::path(c.repo_dir) / "snapshots" / c.commit / file;
+  std::error_code ec;
+  if (fs::is_regular_file(link, ec)) return;
+  const std::string url = repo_url(c) + "/resolve/" + c.commit + "/" + url_quote(file, true);
+  HttpReply head = c.http.request("HEAD", url, /*follow_absolute=*/false);
+  check_reply(c, head, "looking up " + file);
+  const std::string linked = normalize_etag(head.header("x-linked-etag"));
+  const std::string etag = linked.empty() ? normalize_etag(head.header("etag")) : linked;
+  const std::string size_text =
+      head.header("x-linked-size").empty() ? head.header("content-length") : head.header("x-linked-size");
+  if (etag.empty() || size_text.empty() || etag.find('/') != std::string::npos)
+    fail_download(c, fmt::format("{} gave no usable ETag / size for {} (etag '{}', size '{}'); is HF_ENDPOINT a "
+                                 "Hugging Face hub?",
+                                 head.url, file, etag, size_text));
+  const uint64_t size = std::stoull(size_text);
+  const bool cdn = head.status >= 300 && head.status < 400;
+  const std::string download_url = cdn ? head.header("location") : head.url;
+  const fs::path blob = fs::path(c.repo_dir) / "blobs" / etag;
+  fs::create_directories(blob.parent_path());
+  if (!fs::is_regular_file(blob, ec)) fetch_blob(c, file, download_url, blob, etag, is_sha256_hex(linked), size);
+  fs::create_directories(link.parent_path());
+  fs::path target = fs::path("..") / "..";  // from snapshots/<commit>/ to the repository folder
+  const fs::path inside(file);              // a file in a sub-folder needs one more ".." per level
+  for (auto it = inside.begin(); std::next(it) != inside.end(); ++it) target /= "..";
+  fs::remove(link, ec);
+  fs::create_symlink(target / "blobs" / etag, link);
+}
+
+std::vector<std::string> shards_of_index(const fs::path& index) {
+  std::ifstream in(index);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  std::set<std::string> shards;
+  if (!j.is_discarded() && j.contains("weight_map") && j["weight_map"].is_object())
+    for (const auto& [name, shard] : j["weight_map"].items())
+      if (shard.is_string()) shards.insert(shard.get<std::string>());
+  return {shards.begin(), shards.end()};
+}
+
+}  // namespace
+
+std::string download_snapshot(const HubRepoRef& ref, const HubOptions& o) {
+  Context c{ref, o, HubHttp(o.endpoint, o.token, o.timeout_s), repo_cache_dir(o, ref.repo_id), "", 0, 0};
+  const std::string api = o.endpoint + "/api/models/" + ref.repo_id + "/revision/" + url_quote(ref.revision, false);
+  HttpReply info = c.http.request("GET", api, /*follow_absolute=*/true);
+  check_reply(c, info, "asking the hub about " + ref.repo_id + "@" + ref.revision);
+  const nlohmann::json j = nlohmann::json::parse(info.body, nullptr, false);
+  if (j.is_discarded() || !j.contains("sha") || !j["sha"].is_string() || !is_commit_sha(j["sha"].get<std::string>()))
+    fail_download(c, fmt::format("{} did not answer with the model's commit (no 'sha' in the JSON)", info.url));
+  c.commit = j["sha"].get<std::string>();
+  std::set<std::string> listed;
+  if (j.contains("siblings") && j["siblings"].is_array())
+    for (const auto& s : j["siblings"])
+      if (s.contains("rfilename") && s["rfilename"].is_string()) listed.insert(s["rfilename"].get<std::string>());
+
+  std::vector<std::string> files;
+  for (const auto& f : listed)
+    if (kSmallFiles.count(f) && (o.need != ModelFiles::Config || f == "config.json" || f == "generation_config.json"))
+      files.push_back(f);
+  const bool sharded = listed.count("model.safetensors.index.json") > 0;
+  const bool weights = o.need == ModelFiles::All;
+  if (weights && sharded)
+    files.push_back("model.safetensors.index.json");
+  else if (weights && listed.count("model.safetensors"))
+    files.push_back("model.safetensors");
+  if (!listed.count("config.json") || (weights && !sharded && !listed.count("model.safetensors")))
+    throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
+                fmt::format("[hub] {}@{} has no {} (it lists {} files); backprop reads Hugging Face models with "
+                            "config.json and safetensors weights",
+                            ref.repo_id, ref.revision,
+                            listed.count("config.json") ? "safetensors weights" : "config.json", listed.size()))
+        .with_suggestion(
+            "Pick a repository with model.safetensors (most have one; pytorch_model.bin-only repos are "
+            "not read), or pass a GGUF file or a local folder.");
+  c.file_count = files.size();
+  for (const auto& f : files) fetch_file(c, f);
+  if (weights && sharded) {
+    const auto shards = shards_of_index(fs::path(c.repo_dir) / "snapshots" / c.commit / "model.safetensors.index.json");
+    c.file_count += shards.size();
+    for (const auto& s : shards) fetch_file(c, s);
+  }
+  if (!is_commit_sha(ref.revision)) {
+    const fs::path refs = fs::path(c.repo_dir) / "refs" / ref.revision;
+    fs::create_directories(refs.parent_path());
+    std::ofstream(refs, std::ios::trunc) << c.commit;
+  }
+  return (fs::path(c.repo_dir) / "snapshots" / c.commit).string();
+}
+
+}  // namespace bp::hub

@@ -1,0 +1,29 @@
+// Downloading a model from the Hugging Face hub into the local cache (hf_cache.h), with the API
+// paths huggingface_hub uses:
+//
+//   GET  {endpoint}/api/models/{repo}/revision/{revision}  -> {"sha": commit, "siblings": [{"rfilename"}]}
+//   HEAD {endpoint}/{repo}/resolve/{commit}/{file}         -> X-Repo-Commit, ETag or X-Linked-Etag (the
+//        LFS sha256) and X-Linked-Size; an LFS file answers with a redirect to its CDN URL
+//   GET  that URL (Range: bytes=N- to resume)               -> the bytes
+//
+// Only what training needs is fetched: config.json, generation_config.json, the tokenizer files,
+// chat_template.jinja, and the safetensors weights (model.safetensors, or the index and the shards
+// it names). A file is written to blobs/<etag>.incomplete, resumed from its size after a broken
+// connection (in this run, up to max_attempts, and in the next run), checked against its LFS
+// sha256 and size, then renamed to blobs/<etag> and linked from snapshots/<commit>/.
+//
+// Errors: 401/403 (gated or private) and 404 -> DEP_MODEL_LOAD_FAILED with the fixes; a connection
+// that keeps failing or a checksum mismatch -> DEP_MODEL_DOWNLOAD_FAILED (running again resumes).
+#pragma once
+
+#include <string>
+
+#include "hub/hf_cache.h"
+
+namespace bp::hub {
+
+// Downloads what is missing of ref into the cache and returns the snapshot folder. Writes
+// refs/<revision> = commit. Never call with o.offline.
+std::string download_snapshot(const HubRepoRef& ref, const HubOptions& o);
+
+}  // namespace bp::hub

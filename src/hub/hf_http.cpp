@@ -1,0 +1,158 @@
+// HTTP for the hub client (see hf_http.h).
+#include "hub/hf_http.h"
+
+#include <httplib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "build_info.h"
+
+namespace bp::hub {
+
+namespace {
+constexpr int kMaxRedirects = 10;
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool is_redirect(int status) {
+  return status == 301 || status == 302 || status == 303 || status == 307 || status == 308;
+}
+
+// An absolute URL for a Location header relative to `base`.
+std::string resolve_location(const std::string& base, const std::string& location) {
+  if (location.rfind("http://", 0) == 0 || location.rfind("https://", 0) == 0) return location;
+  const auto [origin, path] = split_url(base);
+  if (!location.empty() && location[0] == '/') return origin + location;
+  return origin + path.substr(0, path.rfind('/') + 1) + location;
+}
+
+httplib::Client make_client(const std::string& origin, int timeout_s) {
+  httplib::Client c(origin);
+  c.set_connection_timeout(timeout_s, 0);
+  c.set_read_timeout(timeout_s, 0);
+  c.set_follow_location(false);
+  c.set_keep_alive(false);
+  return c;
+}
+
+// The token goes to the endpoint's own origin only, never to a CDN it redirects to.
+httplib::Headers request_headers(const std::string& origin, const std::string& endpoint_origin,
+                                 const std::string& token) {
+  httplib::Headers h = {{"User-Agent", std::string("backprop/") + BP_VERSION}};
+  if (!token.empty() && origin == endpoint_origin) h.emplace("Authorization", "Bearer " + token);
+  return h;
+}
+
+HttpReply too_many_redirects(const std::string& url) {
+  HttpReply r;
+  r.url = url;
+  r.error = "more than 10 redirects";
+  return r;
+}
+
+void copy_headers(const httplib::Headers& from, HttpReply& to) {
+  for (const auto& [k, v] : from) to.headers[lower(k)] = v;
+}
+}  // namespace
+
+std::string HttpReply::header(const std::string& lower_name) const {
+  auto it = headers.find(lower_name);
+  return it == headers.end() ? std::string() : it->second;
+}
+
+std::pair<std::string, std::string> split_url(const std::string& url) {
+  const auto scheme_end = url.find("://");
+  const auto path_start = scheme_end == std::string::npos ? url.find('/') : url.find('/', scheme_end + 3);
+  if (path_start == std::string::npos) return {url, "/"};
+  return {url.substr(0, path_start), url.substr(path_start)};
+}
+
+std::string url_quote(const std::string& s, bool keep_slash) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+HubHttp::HubHttp(std::string endpoint, std::string token, int timeout_s)
+    : endpoint_origin_(split_url(endpoint).first), token_(std::move(token)), timeout_s_(timeout_s) {}
+
+HttpReply HubHttp::request(const std::string& method, const std::string& url, bool follow_absolute) const {
+  std::string current = url;
+  for (int hop = 0; hop <= kMaxRedirects; ++hop) {
+    const auto [origin, path] = split_url(current);
+    httplib::Client c = make_client(origin, timeout_s_);
+    httplib::Headers h = request_headers(origin, endpoint_origin_, token_);
+    httplib::Result r = method == "HEAD" ? c.Head(path.c_str(), h) : c.Get(path.c_str(), h);
+    HttpReply reply;
+    reply.url = current;
+    if (!r) {
+      reply.error = httplib::to_string(r.error());
+      return reply;
+    }
+    reply.status = r->status;
+    copy_headers(r->headers, reply);
+    reply.body = r->body;
+    if (!is_redirect(r->status) || reply.header("location").empty()) return reply;
+    const std::string location = reply.header("location");
+    const bool absolute = location.rfind("http://", 0) == 0 || location.rfind("https://", 0) == 0;
+    if (!follow_absolute && absolute) return reply;  // the caller reads Location (a CDN)
+    current = resolve_location(current, location);
+  }
+  return too_many_redirects(current);
+}
+
+HttpReply HubHttp::download(const std::string& url, const std::string& file, uint64_t offset,
+                            const std::function<void(uint64_t)>& on_bytes) const {
+  std::string current = url;
+  for (int hop = 0; hop <= kMaxRedirects; ++hop) {
+    const auto [origin, path] = split_url(current);
+    httplib::Client c = make_client(origin, timeout_s_);
+    httplib::Headers h = request_headers(origin, endpoint_origin_, token_);
+    if (offset > 0) h.emplace("Range", "bytes=" + std::to_string(offset) + "-");
+    HttpReply reply;
+    reply.url = current;
+    std::ofstream out;
+    uint64_t size = offset;
+    httplib::Result r = c.Get(
+        path.c_str(), h,
+        [&](const httplib::Response& resp) {
+          reply.status = resp.status;
+          copy_headers(resp.headers, reply);
+          if (resp.status == 200) size = 0;  // the server ignored Range: start the file again
+          if (resp.status != 200 && resp.status != 206) return false;
+          out.open(file, size == 0 ? std::ios::binary | std::ios::trunc : std::ios::binary | std::ios::app);
+          return static_cast<bool>(out);
+        },
+        [&](const char* data, size_t n) {
+          out.write(data, static_cast<std::streamsize>(n));
+          if (!out) return false;
+          size += n;
+          if (on_bytes) on_bytes(size);
+          return true;
+        });
+    out.close();
+    if (reply.status != 0 && is_redirect(reply.status) && !reply.header("location").empty()) {
+      current = resolve_location(current, reply.header("location"));
+      continue;
+    }
+    if (!r && (reply.status == 200 || reply.status == 206 || reply.status == 0))
+      reply.error = httplib::to_string(r.error());
+    return reply;
+  }
+  return too_many_redirects(current);
+}
+
+}  // namespace bp::hub
