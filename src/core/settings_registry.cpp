@@ -145,6 +145,12 @@ constexpr SettingSpec kSettings[] = {
   {"security.redact_secrets", T::Bool, "true", kNoMin, kNoMax, "", R::Any, "--redact-secrets", false,
    "Replace tokens and passwords with *** in every log line and printed message."},
 
+  // ---- runtime --------------------------------------------------------------------------------
+  {"runtime.cpu_kernels", T::Enum, "auto", kNoMin, kNoMax, "auto|generic|avx2|avx512", R::Any, "--cpu-kernels", false,
+   "Instruction-set variant of the hand-vectorised CPU kernels (attention softmax, cross-entropy, SwiGLU, AdamW, "
+   "f16 conversion): auto = the best this CPU runs (from CPUID); a variant the CPU lacks stops with "
+   "DEP_CPU_KERNELS_UNSUPPORTED. `backprop info` names the one in use."},
+
   // ---- logging --------------------------------------------------------------------------------
   {"logging.level", T::Enum, "info", kNoMin, kNoMax, "trace|debug|info|warn|error|off", R::Any, "--log-level", false,
    "Least severe log level shown and written."},
@@ -155,7 +161,7 @@ constexpr SettingSpec kSettings[] = {
 };
 // clang-format on
 
-constexpr const char* kSections[] = {"model", "lora", "training", "data", "export", "security", "logging"};
+constexpr const char* kSections[] = {"model", "lora", "training", "data", "export", "security", "runtime", "logging"};
 }  // namespace
 
 std::span<const SettingSpec> settings_registry() {
