@@ -158,7 +158,7 @@ SystemInfo system_info() {
   const CpuIsa isa = cpu_isa();
   const char* env_core = std::getenv("OPENBLAS_CORETYPE");
   const char* replaced = std::getenv("BACKPROP_OPENBLAS_OWN_CORE");  // set by cli/main.cpp when it chose
-  s.blas_core_why = env_core == nullptr ? "OpenBLAS's own detection (OPENBLAS_CORETYPE unset)"
+  s.blas_core_why = env_core == nullptr ? "OpenBLAS's own detection, OPENBLAS_CORETYPE unset"
                     : replaced != nullptr
                         ? fmt::format(
                               "OPENBLAS_CORETYPE={} set by backprop: OpenBLAS's own pick, {}, does not use "

@@ -63,8 +63,8 @@ TEST(SysInfo, CpuidAgreesWithProcCpuinfo) {
 #if defined(__x86_64__)
   EXPECT_FALSE(isa.vendor.empty());
   EXPECT_EQ(isa.avx2_fma, has("avx2") && has("fma") && has("f16c"));
-  if (isa.avx512) EXPECT_TRUE(has("avx512f") && has("avx512bw") && has("avx512vl"));
-  if (has("avx512f") && has("avx512bw") && has("avx512vl")) EXPECT_TRUE(isa.avx512);  // DQ comes with BW/VL
+  const bool listed_avx512 = has("avx512f") && has("avx512bw") && has("avx512vl");  // DQ comes with BW/VL
+  EXPECT_EQ(isa.avx512, listed_avx512);
 #else
   EXPECT_FALSE(isa.avx2_fma || isa.avx512);
 #endif
@@ -95,8 +95,9 @@ TEST(SysInfo, ThisMachineAndTheFeatureMatrix) {
       EXPECT_FALSE(f.available);
       EXPECT_NE(f.detail.find("no CUDA training kernels"), std::string::npos) << f.detail;
     }
-    if (f.name == "cuda_backend" && s.cuda.compiled)
+    if (f.name == "cuda_backend" && s.cuda.compiled) {
       EXPECT_NE(f.detail.find("no training kernels"), std::string::npos) << f.detail;
+    }
   }
   EXPECT_TRUE(has_cuda_row);
   auto j = to_json(s);

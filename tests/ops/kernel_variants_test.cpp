@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "core/sysinfo.h"
 #include "op_test_util.h"
+#include "support/finite_diff.h"
 #include "support/test_util.h"
 
 namespace bp {
@@ -78,11 +79,12 @@ TEST_P(KernelEveryCpuVariant, SwigluMatchesDoubleReference) {
   for (int64_t n : kSizes) {
     auto g = test::random_vector(size_t(n), 3 + n, -12.0f, 12.0f), u = test::random_vector(size_t(n), 5 + n);
     auto d = test::random_vector(size_t(n), 6 + n);
-    std::vector<float> h(size_t(n)), dg(size_t(n)), du(size_t(n));
+    const size_t un = static_cast<size_t>(n);
+    std::vector<float> h(un), dg(un), du(un);
     k().swiglu_forward(g.data(), u.data(), h.data(), n);
     k().swiglu_backward(d.data(), g.data(), u.data(), dg.data(), du.data(), n);
-    std::vector<double> rh(size_t(n)), rdg(size_t(n)), rdu(size_t(n));
-    for (size_t i = 0; i < size_t(n); ++i) {
+    std::vector<double> rh(un), rdg(un), rdu(un);
+    for (size_t i = 0; i < un; ++i) {
       const double s = 1.0 / (1.0 + std::exp(-double(g[i])));
       rh[i] = g[i] * s * u[i];
       rdu[i] = double(d[i]) * g[i] * s;
@@ -120,7 +122,9 @@ TEST_P(KernelEveryCpuVariant, F16ConversionRoundsLikeTheScalarOne) {
   const int64_t done = k().f32_to_f16_prefix(x.data(), out.data(), int64_t(x.size()));
   ASSERT_GE(done, 0);
   ASSERT_LE(done, int64_t(x.size()));
-  if (GetParam() != cpu::KernelVariant::Generic) EXPECT_EQ(done, int64_t(x.size()) / 8 * 8);  // F16C: 8 at a time
+  if (GetParam() != cpu::KernelVariant::Generic) {
+    EXPECT_EQ(done, int64_t(x.size()) / 8 * 8);  // F16C: 8 at a time
+  }
   for (int64_t i = 0; i < done; ++i) EXPECT_EQ(out[size_t(i)], f32_to_f16(x[size_t(i)])) << x[size_t(i)];
 }
 
