@@ -8,6 +8,7 @@
 //   comparable to FA2's.
 //
 //   ./build/bench/bench_attention --benchmark_min_time=0.5
+//   BACKPROPAGATE_RUNTIME__CPU_KERNELS=avx2 ./build/bench/bench_attention   (one kernel variant)
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_kernels.h"
 #include "core/threads.h"
 #include "ops/attention.h"
 
@@ -115,6 +117,7 @@ int main(int argc, char** argv) {
   // All cores unless OMP_NUM_THREADS pins a count (e.g. 1 to measure per-core efficiency).
   const char* env = std::getenv("OMP_NUM_THREADS");
   bp::set_num_threads(env ? std::atoi(env) : 0);
+  bp::bench::select_kernels_from_environment();  // BACKPROPAGATE_RUNTIME__CPU_KERNELS=avx2 etc.
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

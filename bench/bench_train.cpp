@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm.h"
+#include "bench_kernels.h"
 #include "core/threads.h"
 #include "model/loader.h"
 #include "model/lora.h"
@@ -413,6 +414,7 @@ void profile(const Shape& shape, bool ckpt, int reps) {
 
 int main(int argc, char** argv) {
   bp::set_num_threads(env_int("BP_BENCH_THREADS", 2));
+  bp::bench::select_kernels_from_environment();
   const int steps = env_int("BP_BENCH_STEPS", 3);
   bool do_profile = false;
   std::vector<char*> args;

@@ -11,6 +11,7 @@
 # LD_LIBRARY_PATH too. TORCH_BLAS=system leaves torch on the system's choice.
 # Environment (passed to both sides):
 #   BUILD_DIR (build)  BP_BENCH_THREADS (2)  BP_BENCH_STEPS (3, after 1 warm-up)  BP_BENCH_SEQ (512)
+#   BACKPROPAGATE_RUNTIME__CPU_KERNELS (auto; generic|avx2|avx512 forces backprop's kernel variant)
 #   BP_BENCH_SMOL_LAYERS (30 = full)  BP_BENCH_QWEN_LAYERS (8 of 24; same layer shapes and head)
 # Needs a Release build of bench_train:
 #   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2 --target bench_train
@@ -40,7 +41,8 @@ trap 'rm -rf "$tmp"' EXIT
 echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')  load: $(cut -d' ' -f1-3 /proc/loadavg)  threads: $BP_BENCH_THREADS" \
   " steps: $BP_BENCH_STEPS (+1 warm-up)  seq: $BP_BENCH_SEQ"
 echo "env: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-}" \
-  "OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-} GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-} torch BLAS: $TORCH_BLAS"
+  "OPENBLAS_THREAD_TIMEOUT=${OPENBLAS_THREAD_TIMEOUT:-} GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-} torch BLAS: $TORCH_BLAS" \
+  "BACKPROPAGATE_RUNTIME__CPU_KERNELS=${BACKPROPAGATE_RUNTIME__CPU_KERNELS:-auto}"
 for m in "${models[@]}"; do
   case "$m" in
     smollm135m) layers=$BP_BENCH_SMOL_LAYERS ;;
@@ -49,6 +51,7 @@ for m in "${models[@]}"; do
   esac
   "$BIN" --benchmark_filter="^train/$m/" --benchmark_format=json >"$tmp/cpp_$m.json" 2>"$tmp/cpp_$m.err" ||
     { cat "$tmp/cpp_$m.err" >&2; exit 1; }
+  grep -m1 '^cpu kernels:' "$tmp/cpp_$m.err" || true
   "${torch_env[@]}" $PY tests/oracles/torch_train_bench.py --model "$m" --layers "$layers" --seq "$BP_BENCH_SEQ" \
     --steps "$BP_BENCH_STEPS" --threads "$BP_BENCH_THREADS" >"$tmp/torch_$m.json"
   echo "load after $m: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -12,10 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # In-process tests get the runtime environment the backprop binary gives itself (passive OpenMP
-# waits, OpenBLAS kernels for this CPU): scripts/runtime_env.sh.
-source scripts/runtime_env.sh
-
+# waits, OpenBLAS kernels for this CPU): scripts/runtime_env.sh, sourced once setup.sh has built
+# build/backprop (it asks the binary for the OpenBLAS core type).
 bash scripts/setup.sh --test
+source scripts/runtime_env.sh
 jobs=${BACKPROP_JOBS:-$(nproc)}
 layers=${BACKPROP_ASAN_LAYERS-core cli fuzz}
 status=0

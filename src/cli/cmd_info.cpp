@@ -4,8 +4,10 @@
 // are generated this way; `--ops` prints which backend has each kernel (docs/ops.md with --markdown).
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <iostream>
 
+#include "backend/cpu/kernel_variants.h"
 #include "cli/command.h"
 #include "core/error_report.h"
 #include "core/settings.h"
@@ -19,6 +21,7 @@ struct InfoOptions {
   bool error_codes = false;
   bool markdown = false;
   bool ops = false;
+  bool openblas_coretype = false;
 };
 
 void print_env_vars(bool json) {
@@ -101,6 +104,9 @@ bp::cli::RunFn setup_info(CLI::App& sub) {
   sub.add_flag("--markdown", o->markdown,
                "With --error-codes, --env-vars or --ops: print Markdown (docs/errors.md, docs/settings.md, "
                "docs/ops.md)");
+  sub.add_flag("--openblas-coretype", o->openblas_coretype,
+               "Print the OPENBLAS_CORETYPE backprop runs with (its choice when unset; empty: OpenBLAS's own); for "
+               "scripts");
   return [o] {
     bool json = bp::cli::global_options().json;
     if (o->markdown && !o->error_codes && !o->env_vars && !o->ops)
@@ -122,7 +128,17 @@ bp::cli::RunFn setup_info(CLI::App& sub) {
       print_error_codes(json, o->markdown);
       return 0;
     }
+    if (o->openblas_coretype) {  // what main.cpp set (or the user had set) before starting this process
+      const char* core = std::getenv("OPENBLAS_CORETYPE");
+      std::cout << (core ? core : "") << std::endl;
+      return 0;
+    }
     bp::SystemInfo info = bp::system_info();
+    const bp::cpu::KernelChoice kc = bp::cpu::cpu_kernel_choice();
+    info.cpu_kernels = bp::cpu::kernel_variant_name(kc.variant);
+    info.cpu_kernels_reason = kc.reason;
+    for (auto v : bp::cpu::supported_kernel_variants())
+      info.cpu_kernels_supported.push_back(bp::cpu::kernel_variant_name(v));
     if (json)
       std::cout << bp::to_json(info).dump(2) << std::endl;
     else

@@ -12,11 +12,14 @@
 #include <filesystem>
 #include <iostream>
 
+#include "backend/cpu/kernel_variants.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/error_report.h"
 #include "core/log.h"
 #include "core/redact.h"
+#include "core/sysinfo.h"
+#include "core/threads.h"
 
 namespace bp::cli {
 
@@ -71,36 +74,26 @@ void bind_settings(CLI::App& sub, std::initializer_list<std::string_view> keys) 
 // cores). libgomp reads OMP_WAIT_POLICY only when it loads, so when the user has not chosen a
 // policy we set "passive" and start the program again, once.
 //
-// Debian's OpenBLAS 0.3.21 does not know recent CPU models and falls back to SSE3 ("Prescott")
-// kernels; where the kernel reports AVX-512 (or AVX2) we name the matching core type: sgemm
-// 512x576x1536 on one core went from 19-30 to 150 GFLOP/s here (docs/benchmarks.md). Same rule:
-// only when the user has not set OPENBLAS_CORETYPE. scripts/runtime_env.sh does the same for
-// the test and benchmark binaries.
-static const char* openblas_core_for_this_cpu() {
-  FILE* f = std::fopen("/proc/cpuinfo", "r");
-  if (!f) return nullptr;
-  char line[8192];
-  const char* core = nullptr;
-  while (std::fgets(line, sizeof line, f))
-    if (std::strncmp(line, "flags", 5) == 0) {
-      if (std::strstr(line, " avx512f") && std::strstr(line, " avx512bw") && std::strstr(line, " avx512vl"))
-        core = "SkylakeX";
-      else if (std::strstr(line, " avx2") && std::strstr(line, " fma"))
-        core = "Haswell";
-      break;
-    }
-  std::fclose(f);
-  return core;
-}
-
+// Debian's OpenBLAS 0.3.21 does not know some recent CPUs and falls back to SSE3 ("Prescott")
+// kernels: sgemm 512x576x1536 on one core went from 19-30 to 150 GFLOP/s with the right core type
+// (docs/benchmarks.md). core/sysinfo's openblas_core_type() decides from CPUID and the core
+// OpenBLAS picked by itself (it is loaded already); BACKPROP_OPENBLAS_OWN_CORE keeps that pick for
+// `backprop info`. Same rule: only when the user has not set OPENBLAS_CORETYPE.
+// scripts/runtime_env.sh asks this binary (`backprop info --openblas-coretype`) for the test and
+// benchmark binaries.
 static void tune_runtime_environment(char** argv) {
   if (std::getenv("BACKPROP_ENV_TUNED") != nullptr) return;
   setenv("BACKPROP_ENV_TUNED", "1", 1);
   bool changed = false;
   if (std::getenv("OMP_WAIT_POLICY") == nullptr) changed = setenv("OMP_WAIT_POLICY", "passive", 0) == 0;
-  if (std::getenv("OPENBLAS_CORETYPE") == nullptr)
-    if (const char* core = openblas_core_for_this_cpu())
-      changed = (setenv("OPENBLAS_CORETYPE", core, 0) == 0) || changed;
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
+    const std::string own = bp::blas_core_name();
+    const std::string core = bp::openblas_core_type(bp::cpu_isa(), own);
+    if (!core.empty() && setenv("OPENBLAS_CORETYPE", core.c_str(), 0) == 0) {
+      setenv("BACKPROP_OPENBLAS_OWN_CORE", own.c_str(), 1);
+      changed = true;
+    }
+  }
   if (changed) execv("/proc/self/exe", argv);  // returns only on failure: carry on as we are
 }
 
@@ -113,7 +106,8 @@ int main(int argc, char** argv) {
   auto& g = global_options();
   app.add_flag("--json", g.json, "Machine-readable output (and a JSON error envelope)");
   app.add_option("--config", g.config_path, "TOML settings file ([section] key = value; see info --env-vars)");
-  bind_settings(app, {"logging.level", "logging.format", "logging.file", "security.redact_secrets"});
+  bind_settings(app,
+                {"logging.level", "logging.format", "logging.file", "security.redact_secrets", "runtime.cpu_kernels"});
   std::vector<std::pair<CLI::App*, RunFn>> runs;
   for (auto& spec : command_registry()) {
     CLI::App* sub = app.add_subcommand(spec.name, spec.help);
@@ -135,6 +129,7 @@ int main(int argc, char** argv) {
     mutable_settings() = bp::Settings::load(g.config_path, bp::current_environment(), flag_overrides());
     const auto& s = settings();
     bp::log::init_from_settings(s);
+    bp::cpu::select_cpu_kernels(s.get_string("runtime.cpu_kernels"));
     std::string cmdline;
     for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
     spdlog::debug("command line: {}", cmdline);

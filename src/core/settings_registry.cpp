@@ -256,6 +256,11 @@ constexpr SettingSpec kSettings[] = {
    "Largest tokenizer file read (tokenizer.json, tokenizer_config.json, chat_template.jinja)."},
   {"limits.max_dataset_bytes", T::String, "64G", kNoMin, kNoMax, "", R::Bytes, "", false,
    "Largest dataset file read (--data, --eval-data; datasets are read into memory whole)."},
+  // ---- runtime --------------------------------------------------------------------------------
+  {"runtime.cpu_kernels", T::Enum, "auto", kNoMin, kNoMax, "auto|generic|avx2|avx512", R::Any, "--cpu-kernels", false,
+   "Instruction-set variant of the hand-vectorised CPU kernels (attention softmax, cross-entropy, SwiGLU, AdamW, "
+   "f16 conversion): auto = the best this CPU runs (from CPUID); a variant the CPU lacks stops with "
+   "DEP_CPU_KERNELS_UNSUPPORTED. `backprop info` names the one in use."},
 
   // ---- logging --------------------------------------------------------------------------------
   {"logging.level", T::Enum, "info", kNoMin, kNoMax, "trace|debug|info|warn|error|off", R::Any, "--log-level", false,
@@ -267,7 +272,7 @@ constexpr SettingSpec kSettings[] = {
 };
 // clang-format on
 
-constexpr const char* kSections[] = {"model", "lora", "training", "data", "export", "monitor", "multirun", "ui", "security", "limits", "logging"};
+constexpr const char* kSections[] = {"model", "lora", "training", "data", "export", "monitor", "multirun", "ui", "security", "runtime", "limits", "logging"};
 }  // namespace
 
 std::span<const SettingSpec> settings_registry() {

@@ -2,10 +2,17 @@
 
 #include <dlfcn.h>
 #include <fmt/format.h>
+#include <strings.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "build_info.h"
 #include "core/error.h"
@@ -80,6 +87,46 @@ CpuInfo cpu_info() {
   return c;
 }
 
+CpuIsa cpu_isa() {
+  CpuIsa isa;
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return isa;
+  char vendor[13] = {};
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  isa.vendor = vendor;
+  const unsigned max_leaf = a;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return isa;
+  const bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+  if (!osxsave || !avx || max_leaf < 7) return isa;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const bool ymm_saved = (xcr0_lo & 0x6u) == 0x6u, zmm_saved = (xcr0_lo & 0xE0u) == 0xE0u;
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool avx2 = b & (1u << 5), avx512f = b & (1u << 16), avx512dq = b & (1u << 17);
+  const bool avx512bw = b & (1u << 30), avx512vl = b & (1u << 31);
+  isa.avx2_fma = ymm_saved && avx2 && fma && f16c;
+  isa.avx512 = isa.avx2_fma && zmm_saved && avx512f && avx512dq && avx512bw && avx512vl;
+#endif
+  return isa;
+}
+
+std::string openblas_core_type(const CpuIsa& isa, const std::string& openblas_own) {
+  auto own_is = [&](std::initializer_list<const char*> names) {
+    for (const char* n : names)
+      if (strcasecmp(openblas_own.c_str(), n) == 0) return true;
+    return false;
+  };
+  if (isa.avx512) return own_is({"SkylakeX", "Cooperlake", "SapphireRapids"}) ? "" : "SkylakeX";
+  if (isa.avx2_fma) {
+    if (own_is({"Haswell", "Zen"})) return "";
+    return isa.vendor == "AuthenticAMD" ? "Zen" : "Haswell";
+  }
+  return "";
+}
+
 MemInfo parse_meminfo(const std::string& text) {
   MemInfo m;
   std::istringstream in(text);
@@ -107,28 +154,43 @@ SystemInfo system_info() {
   s.sanitizers = std::string(BP_SANITIZE) == "ON";
   s.blas = blas_name();
   s.blas_threads = blas_num_threads();
+  s.blas_core = blas_core_name();
+  const CpuIsa isa = cpu_isa();
+  const char* env_core = std::getenv("OPENBLAS_CORETYPE");
+  const char* replaced = std::getenv("BACKPROP_OPENBLAS_OWN_CORE");  // set by cli/main.cpp when it chose
+  s.blas_core_why = env_core == nullptr ? "OpenBLAS's own detection, OPENBLAS_CORETYPE unset"
+                    : replaced != nullptr
+                        ? fmt::format(
+                              "OPENBLAS_CORETYPE={} set by backprop: OpenBLAS's own pick, {}, does not use "
+                              "this CPU's vector units",
+                              env_core, replaced)
+                        : fmt::format("OPENBLAS_CORETYPE={}, set by the user", env_core);
   s.cpu = cpu_info();
   s.mem = mem_info();
   s.cuda = cuda_status();
   s.nvml_loadable = nvml_loadable();
 
   bool gpu = !s.cuda.devices.empty();
-  auto has = [&](const char* f) {
-    for (const auto& x : s.cpu.features)
-      if (x == f) return true;
-    return false;
-  };
-  s.features.push_back({"cpu_training", true, fmt::format("BLAS: {} ({} threads)", s.blas, s.blas_threads)});
-  s.features.push_back({"avx2_fma", has("avx2") && has("fma"),
-                        has("avx2") && has("fma") ? "AVX2/FMA used by BLAS and the compiled kernels"
-                                                  : "this CPU lacks AVX2/FMA; scalar code paths are used"});
+  s.features.push_back(
+      {"cpu_training", true, fmt::format("BLAS: {} ({} threads, {} kernels)", s.blas, s.blas_threads, s.blas_core)});
+  s.features.push_back(
+      {"avx2_fma", isa.avx2_fma,
+       isa.avx2_fma ? fmt::format("used by OpenBLAS ({} kernels) and the avx2/avx512 kernel variants", s.blas_core)
+                    : "this CPU lacks AVX2/FMA: OpenBLAS and the kernels run their SSE/NEON code"});
+  // What the CUDA part of a CUDA build does today: device queries and a memory allocator, no
+  // training kernels (trainer.cpp's check_device refuses --device cuda for that reason).
   s.features.push_back(
       {"cuda_backend", s.cuda.compiled,
        s.cuda.compiled
-           ? fmt::format("CUDA runtime {}.{}", s.cuda.runtime_version / 1000, (s.cuda.runtime_version % 1000) / 10)
+           ? fmt::format("CUDA runtime {}.{}: device queries and a GPU memory allocator only, no training kernels in "
+                         "this build",
+                         s.cuda.runtime_version / 1000, (s.cuda.runtime_version % 1000) / 10)
            : "not compiled in (configure with -DBACKPROP_CUDA=ON where the CUDA toolkit exists)"});
-  s.features.push_back(
-      {"gpu_training", gpu, gpu ? fmt::format("{} device(s)", s.cuda.devices.size()) : s.cuda.why_unavailable});
+  s.features.push_back({"gpu_training", false,
+                        fmt::format("this build has no CUDA training kernels: training runs on the CPU ({})",
+                                    gpu ? fmt::format("{} CUDA device(s) visible but unused", s.cuda.devices.size())
+                                    : s.cuda.compiled ? s.cuda.why_unavailable
+                                                      : "no CUDA backend either")});
   s.features.push_back({"gpu_monitoring", s.nvml_loadable && gpu,
                         !s.nvml_loadable ? "libnvidia-ml.so.1 (NVML, from the NVIDIA driver) cannot be loaded"
                         : !gpu           ? "NVML loads, but no GPU is usable"
@@ -159,12 +221,16 @@ nlohmann::json to_json(const SystemInfo& s) {
         {"sanitizers", s.sanitizers},
         {"blas", s.blas},
         {"blas_threads", s.blas_threads},
+        {"blas_core", s.blas_core},
+        {"blas_core_why", s.blas_core_why},
         {"cuda_compiled", s.cuda.compiled}}},
       {"cpu",
        {{"model", s.cpu.model},
         {"logical_cores", s.cpu.logical_cores},
         {"physical_cores", s.cpu.physical_cores},
         {"features", s.cpu.features}}},
+      {"cpu_kernels",
+       {{"variant", s.cpu_kernels}, {"reason", s.cpu_kernels_reason}, {"supported", s.cpu_kernels_supported}}},
       {"memory", {{"bytes_total", s.mem.bytes_total}, {"bytes_available", s.mem.bytes_available}}},
       {"cuda",
        {{"compiled", s.cuda.compiled},
@@ -186,7 +252,14 @@ std::string to_text(const SystemInfo& s) {
   t += fmt::format("backprop {} ({} build, {})\n", s.version, s.build_type, s.compiler);
   t += fmt::format("  flags:    {}\n", s.flags.empty() ? "(none)" : s.flags);
   t += fmt::format("  BLAS:     {} ({} threads)\n", s.blas, s.blas_threads);
-  t += fmt::format("  CUDA:     {}\n", s.cuda.compiled ? fmt::format("compiled in; runtime {}, driver {}",
+  t += fmt::format("  BLAS kernels: {} ({})\n", s.blas_core, s.blas_core_why);
+  if (!s.cpu_kernels.empty()) {
+    std::string sup;
+    for (const auto& v : s.cpu_kernels_supported) sup += (sup.empty() ? "" : ", ") + v;
+    t += fmt::format("  CPU kernels: {} ({}); this CPU runs: {}\n", s.cpu_kernels, s.cpu_kernels_reason, sup);
+  }
+  t += fmt::format("  CUDA:     {}\n", s.cuda.compiled ? fmt::format("device queries and allocator only, no training "
+                                                                     "kernels; runtime {}, driver {}",
                                                                      cuda_version_text(s.cuda.runtime_version),
                                                                      cuda_version_text(s.cuda.driver_version))
                                                        : "not compiled in");
@@ -201,8 +274,8 @@ std::string to_text(const SystemInfo& s) {
     t += fmt::format("GPU:        no GPU found: training runs on the CPU ({})\n", s.cuda.why_unavailable);
   } else {
     for (const auto& d : s.cuda.devices)
-      t += fmt::format("GPU {}:      {}, {} ({} free), compute capability {}.{}\n", d.index, d.name,
-                       format_bytes(d.bytes_total), format_bytes(d.bytes_free), d.cc_major, d.cc_minor);
+      t += fmt::format("GPU {}:      {}, {} ({} free), compute capability {}.{}; not used for training\n", d.index,
+                       d.name, format_bytes(d.bytes_total), format_bytes(d.bytes_free), d.cc_major, d.cc_minor);
   }
   t += "Features:\n";
   for (const auto& f : s.features)

@@ -22,6 +22,24 @@ struct CpuInfo {
 CpuInfo parse_cpuinfo(const std::string& text);
 CpuInfo cpu_info();
 
+// Instruction sets this CPU and its OS can run, from CPUID and XGETBV (x86-64; all false
+// elsewhere). The one place that reads them: the CPU kernel variants (backend/cpu/kernel_variants.h)
+// and the OpenBLAS core type both decide from this.
+struct CpuIsa {
+  std::string vendor;     // "GenuineIntel", "AuthenticAMD", ... ("" off x86)
+  bool avx2_fma = false;  // AVX2 + FMA + F16C, YMM state saved by the OS
+  bool avx512 = false;    // AVX-512 F, BW, DQ, VL, ZMM state saved by the OS
+};
+CpuIsa cpu_isa();
+
+// The OPENBLAS_CORETYPE backprop names when the user set none, given the core OpenBLAS picked by
+// itself (openblas_get_corename()); "" = keep OpenBLAS's own choice. Debian's OpenBLAS 0.3.21
+// falls back to SSE kernels ("Prescott") on CPUs it does not know (Intel since Ice Lake in some
+// guests); where its choice already uses what the CPU has, it stays (on an AMD Zen 4 it picks
+// Cooperlake: SkylakeX, Zen and Haswell measured the same there, docs/benchmarks.md). Otherwise:
+// AVX-512 -> SkylakeX; AVX2 + FMA -> Zen on AMD (Haswell kernels, Zen blocking), Haswell elsewhere.
+std::string openblas_core_type(const CpuIsa& isa, const std::string& openblas_own);
+
 struct MemInfo {
   uint64_t bytes_total = 0, bytes_available = 0;
 };
@@ -39,6 +57,12 @@ struct SystemInfo {
   bool sanitizers = false;
   std::string blas;
   int blas_threads = 0;
+  std::string blas_core;      // the OpenBLAS kernel set in use
+  std::string blas_core_why;  // who chose it
+  // The CPU kernel variant (backend/cpu/kernel_variants.h); filled by the caller (cli/cmd_info),
+  // since core sits below backend. Empty = not reported.
+  std::string cpu_kernels, cpu_kernels_reason;
+  std::vector<std::string> cpu_kernels_supported;
   CpuInfo cpu;
   MemInfo mem;
   CudaStatus cuda;

@@ -8,6 +8,7 @@ extern "C" {
 void openblas_set_num_threads(int);
 int openblas_get_num_threads(void);
 char* openblas_get_config(void);
+char* openblas_get_corename(void);
 }
 
 namespace bp {
@@ -31,6 +32,10 @@ int num_threads() {
 
 const char* blas_name() {
   return openblas_get_config();
+}
+
+const char* blas_core_name() {
+  return openblas_get_corename();
 }
 
 int blas_num_threads() {

@@ -10,6 +10,8 @@ int num_threads();
 int hardware_threads();
 // The BLAS library's name and its configured thread count (for `backprop info`).
 const char* blas_name();
+// The OpenBLAS kernel set in use ("SkylakeX", "Zen", "Haswell", "Prescott", ...).
+const char* blas_core_name();
 int blas_num_threads();
 
 }  // namespace bp

@@ -6,10 +6,8 @@
 #include <omp.h>
 
 #include <cstring>
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
 
+#include "backend/cpu/kernel_variants.h"  // f32 -> f16 with F16C where the CPU has it
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -41,16 +39,11 @@ Kernels kernels_for(GGMLType t) {
   }
 }
 
-// f32 -> f16, round to nearest even. With F16C (x86 -march=native) 8 values per instruction; the
-// scalar tail and other CPUs use core/dtype's f32_to_f16, which rounds the same way (tested).
+// f32 -> f16, round to nearest even. The CPU kernel variants with F16C (avx2, avx512) convert 8
+// values per instruction; the tail and other CPUs use core/dtype's f32_to_f16, which rounds the
+// same way (tested).
 void f32_to_f16_span(const float* src, uint16_t* dst, int64_t n) {
-  int64_t i = 0;
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
-  }
-#endif
+  int64_t i = cpu::cpu_kernels().f32_to_f16_prefix(src, dst, n);
   for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
 

@@ -2,6 +2,7 @@
 // format and envelope, exit codes, redaction in printed errors and log sinks, docs/errors.md.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -93,6 +94,65 @@ TEST(CliInfo, JsonIsMachineReadable) {
     EXPECT_TRUE(j["cuda"].contains("driver_version"));
     EXPECT_GE(j["features"].size(), 4u);
   }
+}
+
+// runtime.cpu_kernels: detected by default, forced by the flag or the variable, and `info` says
+// which variant runs and why.
+TEST(CliInfo, NamesTheCpuKernelVariantAndWhy) {
+  Result r = backprop("info --json", "", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out)["cpu_kernels"];
+  const auto supported = j["supported"].get<std::vector<std::string>>();
+  ASSERT_FALSE(supported.empty());
+  EXPECT_EQ(supported.front(), "generic");
+  EXPECT_EQ(j["variant"], supported.back());  // auto: the widest this CPU runs
+  EXPECT_EQ(j["reason"].get<std::string>().rfind("detected:", 0), 0u) << j;
+  for (const std::string& v : supported) {
+    for (const auto& [args, env] : {std::pair<std::string, std::string>{"info --json --cpu-kernels " + v, ""},
+                                    {"info --json", "BACKPROPAGATE_RUNTIME__CPU_KERNELS=" + v}}) {
+      Result f = backprop(args, env, true);
+      ASSERT_EQ(f.rc, 0) << args << " " << env << "\n" << f.out;
+      auto k = nlohmann::json::parse(f.out)["cpu_kernels"];
+      EXPECT_EQ(k["variant"], v) << args << " " << env;
+      EXPECT_EQ(k["reason"], "forced by runtime.cpu_kernels");
+    }
+  }
+  Result text = backprop("info --cpu-kernels generic");
+  EXPECT_NE(text.out.find("CPU kernels: generic (forced by runtime.cpu_kernels)"), std::string::npos) << text.out;
+  Result bad = backprop("info --cpu-kernels neon");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.out.find("CONFIG_INVALID_SETTING"), std::string::npos) << bad.out;
+  // A variant this CPU lacks (only testable where one is missing) stops with its own code.
+  for (const std::string v : {"avx2", "avx512"})
+    if (std::find(supported.begin(), supported.end(), v) == supported.end()) {
+      Result lacks = backprop("info --cpu-kernels " + v);
+      EXPECT_NE(lacks.rc, 0);
+      EXPECT_NE(lacks.out.find("DEP_CPU_KERNELS_UNSUPPORTED"), std::string::npos) << lacks.out;
+    }
+}
+
+// With OPENBLAS_CORETYPE unset, the binary either keeps OpenBLAS's own pick or names a core type,
+// and `info` reports which, and the kernels OpenBLAS then runs. A user's value is left alone.
+TEST(CliInfo, OpenblasCoreTypeIsReportedWithWhoChoseIt) {
+  Result r = backprop("info --openblas-coretype", "-u OPENBLAS_CORETYPE", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const std::string core = r.out.substr(0, r.out.find('\n'));
+  EXPECT_TRUE(core.empty() || core == "SkylakeX" || core == "Zen" || core == "Haswell") << core;
+  Result j = backprop("info --json", "-u OPENBLAS_CORETYPE", true);
+  ASSERT_EQ(j.rc, 0) << j.out;
+  auto b = nlohmann::json::parse(j.out)["build"];
+  const std::string why = b["blas_core_why"];
+  if (core.empty()) {
+    EXPECT_NE(why.find("OpenBLAS's own detection"), std::string::npos) << b;
+  } else {
+    EXPECT_EQ(b["blas_core"], core) << b;
+    EXPECT_NE(why.find("set by backprop"), std::string::npos) << b;
+  }
+  Result user = backprop("info --json", "OPENBLAS_CORETYPE=Prescott", true);
+  ASSERT_EQ(user.rc, 0) << user.out;
+  auto ub = nlohmann::json::parse(user.out)["build"];
+  EXPECT_EQ(ub["blas_core"], "Prescott") << ub;
+  EXPECT_NE(ub["blas_core_why"].get<std::string>().find("set by the user"), std::string::npos) << ub;
 }
 
 TEST(CliInfo, EnvVarsListsEverySettingWithDefaultAndCurrentValue) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace bp {
 namespace {
 
@@ -27,6 +29,47 @@ TEST(SysInfo, ParsesMeminfo) {
   EXPECT_EQ(m.bytes_available, 8192u * 1024);
 }
 
+TEST(SysInfo, OpenblasCoreTypeForIntelAndAmd) {
+  auto isa = [](const char* vendor, bool avx2, bool avx512) {
+    CpuIsa i;
+    i.vendor = vendor;
+    i.avx2_fma = avx2;
+    i.avx512 = avx512;
+    return i;
+  };
+  // OpenBLAS fell back to SSE kernels (a CPU it does not know): name the right ones.
+  EXPECT_EQ(openblas_core_type(isa("GenuineIntel", true, true), "Prescott"), "SkylakeX");  // Ice Lake .. SPR
+  EXPECT_EQ(openblas_core_type(isa("AuthenticAMD", true, true), "Prescott"), "SkylakeX");  // Zen 4 unknown
+  EXPECT_EQ(openblas_core_type(isa("AuthenticAMD", true, false), "Prescott"), "Zen");      // Zen 1-3
+  EXPECT_EQ(openblas_core_type(isa("GenuineIntel", true, false), "Prescott"), "Haswell");  // Haswell .. Alder Lake
+  EXPECT_EQ(openblas_core_type(isa("AuthenticAMD", true, false), "Sandybridge"), "Zen");   // AVX without FMA kernels
+  // OpenBLAS's own pick already uses the vector units: kept (Zen 4 reads as Cooperlake).
+  EXPECT_EQ(openblas_core_type(isa("AuthenticAMD", true, true), "Cooperlake"), "");
+  EXPECT_EQ(openblas_core_type(isa("GenuineIntel", true, true), "SKYLAKEX"), "");
+  EXPECT_EQ(openblas_core_type(isa("AuthenticAMD", true, false), "Zen"), "");
+  EXPECT_EQ(openblas_core_type(isa("GenuineIntel", true, false), "Haswell"), "");
+  // AVX-512 CPU with AVX2 kernels picked: upgraded.
+  EXPECT_EQ(openblas_core_type(isa("GenuineIntel", true, true), "Haswell"), "SkylakeX");
+  // Nothing better to name.
+  EXPECT_EQ(openblas_core_type(isa("GenuineIntel", false, false), "Prescott"), "");
+  EXPECT_EQ(openblas_core_type(isa("", false, false), "ARMV8"), "");  // not x86
+}
+
+// CPUID (cpu_isa) and the kernel's /proc/cpuinfo flags are two independent views of one CPU.
+TEST(SysInfo, CpuidAgreesWithProcCpuinfo) {
+  const CpuIsa isa = cpu_isa();
+  const CpuInfo c = cpu_info();
+  auto has = [&](const char* f) { return std::find(c.features.begin(), c.features.end(), f) != c.features.end(); };
+#if defined(__x86_64__)
+  EXPECT_FALSE(isa.vendor.empty());
+  EXPECT_EQ(isa.avx2_fma, has("avx2") && has("fma") && has("f16c"));
+  const bool listed_avx512 = has("avx512f") && has("avx512bw") && has("avx512vl");  // DQ comes with BW/VL
+  EXPECT_EQ(isa.avx512, listed_avx512);
+#else
+  EXPECT_FALSE(isa.avx2_fma || isa.avx512);
+#endif
+}
+
 TEST(SysInfo, ThisMachineAndTheFeatureMatrix) {
   SystemInfo s = system_info();
   EXPECT_GE(s.cpu.logical_cores, 1);
@@ -47,6 +90,14 @@ TEST(SysInfo, ThisMachineAndTheFeatureMatrix) {
   for (const auto& f : s.features) {
     EXPECT_FALSE(f.detail.empty()) << f.name;  // available or not, it says why
     if (f.name == "cuda_backend") has_cuda_row = f.available == s.cuda.compiled;
+    // No CUDA training kernels exist in any build of this version: the line must say so.
+    if (f.name == "gpu_training") {
+      EXPECT_FALSE(f.available);
+      EXPECT_NE(f.detail.find("no CUDA training kernels"), std::string::npos) << f.detail;
+    }
+    if (f.name == "cuda_backend" && s.cuda.compiled) {
+      EXPECT_NE(f.detail.find("no training kernels"), std::string::npos) << f.detail;
+    }
   }
   EXPECT_TRUE(has_cuda_row);
   auto j = to_json(s);

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "backend/cpu/attention.h"
+#include "op_test_util.h"
 #include "support/finite_diff_b.h"
 #include "support/test_util.h"
 
@@ -175,7 +176,9 @@ TEST(Attention, NoAttentionCrossesSamples) {
   EXPECT_NE(rows(ra.o, cq, s2, e2), rows(rb.o, cq, s2, e2));  // the change did reach sample 2
 }
 
-TEST(Attention, BlockedKernelsMatchThePlainKernels) {
+class AttentionEveryCpuVariant : public test::PerKernelVariant {};
+
+TEST_P(AttentionEveryCpuVariant, BlockedKernelsMatchThePlainKernels) {
   // Head dims 64, 128 and odd ones; GQA ratios 3 (SmolLM), 7 (Qwen2.5), 2 and 1 (partial dk/dv
   // buffers or direct writes); samples of length 1, exactly one block, one past a block, not a
   // multiple of the block, and many short samples (blocks smaller than the 64-row block).
@@ -205,6 +208,7 @@ TEST(Attention, BlockedKernelsMatchThePlainKernels) {
       EXPECT_TRUE(all_close(dv1, dv2, kTolGrad));
     }
 }
+BP_PER_KERNEL_VARIANT(AttentionEveryCpuVariant);
 
 TEST(Attention, LseOutputIsReusedOrReallocated) {
   Problem p = make_problem({3, 5}, 2, 1, 4, 17);

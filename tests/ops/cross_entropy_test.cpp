@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "op_test_util.h"
 #include "support/finite_diff_b.h"
 #include "support/test_util.h"
 
@@ -70,7 +71,9 @@ std::vector<float> as_vec(const Tensor& t) {
   return t.to_vector();
 }
 
-TEST(CrossEntropy, MatchesReferenceAtOddSizesAndChunks) {
+class CrossEntropyEveryCpuVariant : public test::PerKernelVariant {};
+
+TEST_P(CrossEntropyEveryCpuVariant, MatchesReferenceAtOddSizesAndChunks) {
   const int64_t D = 19, V = 37;
   for (int64_t T : {1, 31, 32, 33, 257}) {
     for (int64_t chunk : {int64_t{1}, int64_t{7}, int64_t{32}, kDefaultCrossEntropyChunk}) {
@@ -101,6 +104,7 @@ TEST(CrossEntropy, MatchesReferenceAtOddSizesAndChunks) {
     }
   }
 }
+BP_PER_KERNEL_VARIANT(CrossEntropyEveryCpuVariant);
 
 TEST(CrossEntropy, StableForLargeLogitGaps) {
   // Logit gaps of hundreds: a naive exp overflows, a clamped exp would cap the loss.

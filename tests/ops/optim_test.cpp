@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "core/dtype.h"
+#include "op_test_util.h"
 #include "support/finite_diff_b.h"
 #include "support/test_util.h"
 
@@ -31,7 +32,9 @@ void adamw_reference(std::vector<double>& p, const std::vector<double>& g, std::
   }
 }
 
-TEST(AdamW, MatchesDoubleReferenceOverSeveralStepsAtOddSizes) {
+class AdamWEveryCpuVariant : public test::PerKernelVariant {};
+
+TEST_P(AdamWEveryCpuVariant, MatchesDoubleReferenceOverSeveralStepsAtOddSizes) {
   for (int64_t n : {1, 31, 32, 33, 257}) {
     AdamWConfig cfg{.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     Tensor p = test::random_tensor({n}, 1 + n), m = Tensor::zeros({n}), v = Tensor::zeros({n});
@@ -47,6 +50,7 @@ TEST(AdamW, MatchesDoubleReferenceOverSeveralStepsAtOddSizes) {
     EXPECT_TRUE(all_close(test::to_double(v.to_vector()), vr, {1e-7, 1e-5})) << "n=" << n;
   }
 }
+BP_PER_KERNEL_VARIANT(AdamWEveryCpuVariant);
 
 TEST(AdamW, FirstStepMovesEachWeightByAboutLr) {
   // With bias correction, step 1 gives m̂/sqrt(v̂) = sign(g): every weight moves by ~lr.

@@ -21,7 +21,9 @@ double silu(double g) {
   return g / (1.0 + std::exp(-g));
 }
 
-TEST(SwiGLU, ForwardAndBackwardMatchReferenceAtOddSizes) {
+class SwiGLUEveryCpuVariant : public test::PerKernelVariant {};
+
+TEST_P(SwiGLUEveryCpuVariant, ForwardAndBackwardMatchReferenceAtOddSizes) {
   uint64_t seed = 1;
   for (auto [T, F] : {std::pair<int64_t, int64_t>{1, 31}, {31, 32}, {33, 1}, {257, 33}, {32, 257}}) {
     // Gate values over a wide range so sigmoid saturates on both sides.
@@ -45,6 +47,7 @@ TEST(SwiGLU, ForwardAndBackwardMatchReferenceAtOddSizes) {
     EXPECT_TRUE(all_close(to_double(dup.to_vector()), rdu, {1e-6, 1e-5})) << T << "x" << F;
   }
 }
+BP_PER_KERNEL_VARIANT(SwiGLUEveryCpuVariant);
 
 TEST(SwiGLU, BackwardMatchesFiniteDifferences) {
   const int64_t T = 4, F = 9;

@@ -31,6 +31,10 @@
 // that; gemm.h's "never inside an OpenMP region" rule stands everywhere else. (With the pthread
 // build the calls would all go through one thread pool — serialised and slower, still correct.)
 //
+// The softmax rows of the blocked kernels (max, exp and sum; probabilities and score gradients)
+// are hand-vectorised, one variant per instruction set (kernel_variants.h): GCC does not vectorise
+// exp_approx inside these loops (the omp simd versions ran scalar and took 60% of the forward).
+//
 // Two versions of each (CONVENTIONS.md: the plain kernel is the reference): *_plain computes
 // every score as its own dot product with an online softmax over 64-key tiles; the default
 // (blocked) version above. Tests hold the blocked kernels to the plain ones. The workspaces come
@@ -41,12 +45,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "backend/cpu/cross_entropy.h"  // exp_approx
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/kernel_variants.h"  // the softmax rows, per instruction set
 #include "core/tensor.h"
 
 namespace bp::cpu {
@@ -239,78 +243,6 @@ int64_t max_sample_length(const int32_t* cu, int64_t n_samples) {
   return m;
 }
 
-// The softmax rows, vectorised by hand: GCC does not vectorise exp_approx inside these loops (the
-// omp simd versions ran scalar and took 60% of the forward). 16 floats per vector (one zmm with
-// AVX-512, two ymm with AVX2); the last n % 16 elements take the scalar exp_approx.
-typedef float VecF __attribute__((vector_size(64)));
-typedef int32_t VecI __attribute__((vector_size(64)));
-constexpr int64_t kLanes = 16;
-
-inline VecF load(const float* p) {
-  VecF v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-inline void store(float* p, VecF v) {
-  std::memcpy(p, &v, sizeof v);
-}
-
-// exp_approx on 16 lanes: the same template (cross_entropy.h), so scalar tails and vector bodies
-// compute the same values.
-inline VecF exp_vec(VecF x) {
-  return exp_approx_t<VecF, VecI>(x);
-}
-
-inline float hsum(VecF v) {
-  float s = 0.0f;
-  for (int64_t c = 0; c < kLanes; ++c) s += v[c];
-  return s;
-}
-
-float row_max(const float* row, int64_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-  int64_t j = 0;
-  if (n >= kLanes) {
-    VecF mv = load(row);
-    for (j = kLanes; j + kLanes <= n; j += kLanes) {
-      const VecF x = load(row + j);
-      mv = x > mv ? x : mv;
-    }
-    for (int64_t c = 0; c < kLanes; ++c) m = std::max(m, mv[c]);
-  }
-  for (; j < n; ++j) m = std::max(m, row[j]);
-  return m;
-}
-
-// row[j] = exp(row[j] − shift) for j < n; returns their sum.
-float exp_shifted_sum(float* row, int64_t n, float shift) {
-  VecF acc{};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    const VecF e = exp_vec(load(row + j) - shift);
-    store(row + j, e);
-    acc += e;
-  }
-  float sum = hsum(acc);
-  for (; j < n; ++j) sum += (row[j] = exp_approx(row[j] - shift));
-  return sum;
-}
-
-// p[j] = exp(p[j] − lse), ds[j] = scale · p[j] · (ds[j] − delta) for j < n (ds holds dP on entry).
-void probs_and_score_grads(float* p, float* ds, int64_t n, float lse, float delta, float scale) {
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    const VecF e = exp_vec(load(p + j) - lse);
-    store(p + j, e);
-    store(ds + j, scale * e * (load(ds + j) - delta));
-  }
-  for (; j < n; ++j) {
-    p[j] = exp_approx(p[j] - lse);
-    ds[j] = scale * p[j] * (ds[j] - delta);
-  }
-}
-
 // Rows of one block's [rows × keys] score matrix for samples of at most max_len tokens.
 int64_t block_floats(int64_t max_len) {
   return std::min(kB, max_len) * max_len;
@@ -339,6 +271,7 @@ void attention_forward(const float* q, const float* k, const float* v, const int
   const int threads = omp_get_max_threads();
   Tensor scratch = Tensor::empty({attention_forward_scratch_floats(max_len, threads)});
   float* scratch_base = scratch.data<float>();
+  const KernelTable& kern = cpu_kernels();
 
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t ti = 0; ti < n_tasks; ++ti) {
@@ -356,8 +289,8 @@ void attention_forward(const float* q, const float* k, const float* v, const int
     for (int64_t r = 0; r < rows; ++r) {
       float* row = s + r * keys;
       const int64_t n = task.begin + r + 1;  // causal: keys j <= i
-      const float m = row_max(row, n);
-      const float l = exp_shifted_sum(row, n, m);
+      const float m = kern.row_max(row, n);
+      const float l = kern.exp_shifted_sum(row, n, m);
       std::fill(row + n, row + keys, 0.0f);
       inv_l[r] = 1.0f / l;  // l >= 1: the row's max term contributes exp(0)
       if (lse) lse[int64_t{h} * T + base + task.begin + r] = m + std::log(l);
@@ -386,6 +319,7 @@ void attention_backward(const float* dout, const float* q, const float* k, const
   float* dk_part = group > 1 ? scratch_base + threads * per_thread : dk;
   float* dv_part = group > 1 ? dk_part + T * q_stride : dv;
   const int64_t part_stride = group > 1 ? q_stride : kv_stride;
+  const KernelTable& kern = cpu_kernels();
 
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t)
@@ -429,7 +363,7 @@ void attention_backward(const float* dout, const float* q, const float* k, const
         const float lse_i = lse[int64_t{h} * T + base + i], delta_i = delta[int64_t{h} * T + base + i];
         float* prow = p + r * keys;
         float* dsrow = ds + r * keys;
-        probs_and_score_grads(prow, dsrow, n, lse_i, delta_i, scale);
+        kern.probs_and_score_grads(prow, dsrow, n, lse_i, delta_i, scale);
         std::fill(prow + n, prow + keys, 0.0f);
         std::fill(dsrow + n, dsrow + keys, 0.0f);
       }

@@ -16,36 +16,24 @@
 #include <vector>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/kernel_variants.h"
 
 namespace bp::cpu {
 
-// One row of logits -> its loss, and (when make_grad) the gradient row in place.
-static double softmax_row(float* row, int64_t V, int32_t label, float grad_scale, bool make_grad) {
+// One row of logits -> its loss, and (when make_grad) the gradient row in place. The row is a
+// workspace either way: exp(l − max) is written into it (the vectorised kernels, kernel_variants.h).
+static double softmax_row(const KernelTable& kern, float* row, int64_t V, int32_t label, float grad_scale,
+                          bool make_grad) {
   if (label < 0) {  // ignored token inside a window: no loss, zero gradient row
     if (make_grad) std::memset(row, 0, static_cast<size_t>(V) * sizeof(float));
     return 0.0;
   }
   const double label_logit = row[label];
-  float mx = row[0];
-#pragma omp simd reduction(max : mx)
-  for (int64_t j = 0; j < V; ++j) mx = std::max(mx, row[j]);
-  float sum = 0.0f;
-  if (make_grad) {
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < V; ++j) {
-      const float e = exp_approx(row[j] - mx);
-      row[j] = e;
-      sum += e;
-    }
-  } else {
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < V; ++j) sum += exp_approx(row[j] - mx);
-  }
+  const float mx = kern.row_max(row, V);
+  const float sum = kern.exp_shifted_sum(row, V, mx);
   const double lse = static_cast<double>(mx) + std::log(static_cast<double>(sum));
   if (make_grad) {
-    const float k = grad_scale / sum;
-#pragma omp simd
-    for (int64_t j = 0; j < V; ++j) row[j] *= k;
+    kern.scale(row, V, grad_scale / sum);
     row[label] -= grad_scale;
   }
   return lse - label_logit;
@@ -57,6 +45,7 @@ CrossEntropyTotals linear_cross_entropy(const float* x, const float* W, const in
   CrossEntropyTotals totals;
   const bool make_grad = dx != nullptr || dW != nullptr;
   std::vector<double> row_loss(static_cast<size_t>(std::min(chunk, T)));
+  const KernelTable& kern = cpu_kernels();
   int64_t t = 0;
   while (t < T) {
     // Skip ignored tokens (their dx rows are zero), then take a window of at most `chunk` rows
@@ -73,7 +62,7 @@ CrossEntropyTotals linear_cross_entropy(const float* x, const float* W, const in
     sgemm(false, true, c, V, D, 1.0f, xw, D, W, D, 0.0f, logits, V);
 #pragma omp parallel for schedule(static) if (c * V >= (int64_t{1} << 16))
     for (int64_t i = 0; i < c; ++i)
-      row_loss[static_cast<size_t>(i)] = softmax_row(logits + i * V, V, labels[begin + i], grad_scale, make_grad);
+      row_loss[static_cast<size_t>(i)] = softmax_row(kern, logits + i * V, V, labels[begin + i], grad_scale, make_grad);
     for (int64_t i = 0; i < c; ++i) {
       totals.loss_sum += row_loss[static_cast<size_t>(i)];
       totals.n_counted += labels[begin + i] >= 0 ? 1 : 0;

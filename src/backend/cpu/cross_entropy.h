@@ -30,8 +30,10 @@ CrossEntropyTotals linear_cross_entropy(const float* x, const float* W, const in
 // conversion, which GCC does not vectorise while FP traps must be kept (measured: the floor()
 // form compiled to scalar code in every loop that used it). Needs IEEE arithmetic: -ffast-math
 // could fold (t − 1.5·2^23) back to x·log2 e.
+// Always inlined: kernels_avx2/avx512.cpp instantiate it under other target flags, and an
+// out-of-line copy shared by name could be the one generic code ends up calling.
 template <class F, class I>
-inline F exp_approx_t(F x) {
+[[gnu::always_inline]] inline F exp_approx_t(F x) {
   const F lo = F{} - 87.0f, hi = F{} + 88.0f;
   x = x < lo ? lo : x;
   x = x > hi ? hi : x;
@@ -51,7 +53,7 @@ inline F exp_approx_t(F x) {
   return p * std::bit_cast<F>(bits);
 }
 
-inline float exp_approx(float x) {
+[[gnu::always_inline]] inline float exp_approx(float x) {
   return exp_approx_t<float, int32_t>(x);
 }
 

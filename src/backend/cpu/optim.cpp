@@ -8,12 +8,15 @@
 //   v ← v·β2 + (1−β2)·g·g
 //   denom ← sqrt(v) / sqrt(1−β2^t) + eps
 //   p ← p − (lr/(1−β1^t)) · m / denom
+// The elementwise loop is kernel_variants_impl.h's adamw (one per instruction set).
 #include "backend/cpu/optim.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
+
+#include "backend/cpu/kernel_variants.h"  // the AdamW loop, per instruction set
 
 namespace bp::cpu {
 
@@ -30,17 +33,14 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
   const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step));
   const float step_size = static_cast<float>(lr_d / bc1);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  const KernelTable& kern = cpu_kernels();
+  constexpr int64_t kChunk = 1 << 14;  // elementwise: any split gives the same values
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i];
-    float p = param[i] * decay;
-    const float mi = m[i] * beta1 + one_minus_b1 * g;
-    const float vi = v[i] * beta2 + one_minus_b2 * (g * g);
-    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-    p = p - step_size * (mi / denom);
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = p;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = c * kChunk;
+    kern.adamw(param + b, grad + b, m + b, v + b, std::min(kChunk, n - b), decay, beta1, beta2, one_minus_b1,
+               one_minus_b2, step_size, bc2_sqrt, eps);
   }
 }
 

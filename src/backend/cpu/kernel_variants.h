@@ -1,0 +1,69 @@
+// The hand-vectorised CPU kernels in several instruction-set variants, chosen once at run time.
+//
+// A portable build (the default: baseline -march=x86-64-v2) must run on any x86-64 CPU and still
+// use AVX2 or AVX-512 where the CPU has them. The kernels below are written once
+// (kernel_variants_impl.h, GCC vector extensions whose width is a parameter) and compiled three
+// times with different target flags: kernels_generic.cpp (the build's baseline, 4 lanes: SSE or
+// NEON), kernels_avx2.cpp (AVX2 + FMA + F16C, 8 lanes) and kernels_avx512.cpp (AVX-512
+// F/BW/DQ/VL, 16 lanes). The first call of cpu_kernels() picks the best variant this CPU runs
+// (core/sysinfo's cpu_isa(), from CPUID) unless select_cpu_kernels() forced one (the
+// runtime.cpu_kernels setting). Tests run each kernel once per variant the CPU supports.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace bp {
+struct CpuIsa;  // core/sysinfo.h
+}
+
+namespace bp::cpu {
+
+enum class KernelVariant { Generic, Avx2, Avx512 };
+
+// One function per hand-vectorised loop. Every variant computes the same formulas (exp_approx_t
+// of cross_entropy.h); results differ only in the order of float sums (lane partial sums).
+struct KernelTable {
+  // max of row[0..n) (n >= 1).
+  float (*row_max)(const float* row, int64_t n);
+  // row[j] = exp(row[j] − shift) for j < n; returns their sum.
+  float (*exp_shifted_sum)(float* row, int64_t n, float shift);
+  // p[j] = exp(p[j] − lse), ds[j] = scale·p[j]·(ds[j] − delta) (ds holds dP on entry).
+  void (*probs_and_score_grads)(float* p, float* ds, int64_t n, float lse, float delta, float scale);
+  // x[j] *= k.
+  void (*scale)(float* x, int64_t n, float k);
+  // h = silu(g)·u, and its gradients (swiglu.h); serial over [0, n).
+  void (*swiglu_forward)(const float* gate, const float* up, float* h, int64_t n);
+  void (*swiglu_backward)(const float* dh, const float* gate, const float* up, float* dgate, float* dup, int64_t n);
+  // One AdamW update of [0, n) with the scalars optim.cpp forms in double (see there).
+  void (*adamw)(float* param, const float* grad, float* m, float* v, int64_t n, float decay, float beta1, float beta2,
+                float one_minus_b1, float one_minus_b2, float step_size, float bc2_sqrt, float eps);
+  // f32 -> f16 (round to nearest even) of a prefix of [0, n); returns how many it converted (the
+  // caller converts the rest with core/dtype's f32_to_f16). 0 where the ISA has no conversion.
+  int64_t (*f32_to_f16_prefix)(const float* src, uint16_t* dst, int64_t n);
+};
+
+const char* kernel_variant_name(KernelVariant v);  // "generic", "avx2", "avx512"
+// Variants this CPU (and this build) can run, generic first.
+std::vector<KernelVariant> supported_kernel_variants();
+// The table of one variant (tests call every supported one); RUNTIME_INTERNAL if not supported.
+const KernelTable& kernel_table(KernelVariant v);
+
+// The table in use; picks the best supported variant at the first call unless one was forced.
+const KernelTable& cpu_kernels();
+
+struct KernelChoice {
+  KernelVariant variant = KernelVariant::Generic;
+  std::string reason;  // "detected: ..." or "forced by runtime.cpu_kernels"
+};
+KernelChoice cpu_kernel_choice();
+
+// "auto" (best supported) or a variant name. A variant this CPU lacks throws
+// DEP_CPU_KERNELS_UNSUPPORTED naming what is missing; an unknown name CONFIG_INVALID_SETTING.
+void select_cpu_kernels(std::string_view name);
+// The same decision for a given CPU (tests use a CPU without AVX-512 to see the error).
+void select_cpu_kernels(std::string_view name, const CpuIsa& isa);
+
+}  // namespace bp::cpu

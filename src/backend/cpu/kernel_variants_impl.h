@@ -1,0 +1,171 @@
+// The body of every kernel variant (kernel_variants.h), included once by each of
+// kernels_generic.cpp, kernels_avx2.cpp and kernels_avx512.cpp after they define
+//   BP_KERNEL_NS         the variant's namespace (generic, avx2, avx512)
+//   BP_KERNEL_VEC_BYTES  the vector width in bytes (16, 32, 64)
+// and, for x86 variants with F16C, BP_KERNEL_F16C. The files are compiled with different target
+// flags (CMakeLists.txt), so everything here lives in a per-variant namespace and calls only
+// always-inline helpers: an out-of-line inline function (a COMDAT symbol shared by name) compiled
+// for AVX-512 could be the copy the linker keeps for the generic code, and that would fault on
+// CPUs without AVX-512. No std:: algorithm is used for the same reason.
+//
+// Vectors are GCC vector extensions: 16-lane vectors on an AVX2-only CPU compile to pairs of
+// 256-bit instructions and scalar blends (issue 14), so each ISA gets its own native width.
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/cross_entropy.h"  // exp_approx_t: one formula for every variant
+#include "backend/cpu/kernel_variants.h"
+#if defined(BP_KERNEL_F16C)
+#include <immintrin.h>
+#endif
+
+namespace bp::cpu::BP_KERNEL_NS {
+
+namespace {
+
+typedef float VecF __attribute__((vector_size(BP_KERNEL_VEC_BYTES)));
+typedef int32_t VecI __attribute__((vector_size(BP_KERNEL_VEC_BYTES)));
+constexpr int64_t kLanes = BP_KERNEL_VEC_BYTES / 4;
+
+[[gnu::always_inline]] inline VecF load(const float* p) {
+  VecF v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+[[gnu::always_inline]] inline void store(float* p, VecF v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+[[gnu::always_inline]] inline VecF exp_of(VecF x) {
+  return exp_approx_t<VecF, VecI>(x);
+}
+
+[[gnu::always_inline]] inline float exp_of(float x) {
+  return exp_approx_t<float, int32_t>(x);
+}
+
+[[gnu::always_inline]] inline float hsum(VecF v) {
+  float s = 0.0f;
+  for (int64_t c = 0; c < kLanes; ++c) s += v[c];
+  return s;
+}
+
+[[gnu::always_inline]] inline float max_of(float a, float b) {
+  return a < b ? b : a;  // std::max's rule
+}
+
+float row_max(const float* row, int64_t n) {
+  float m = row[0];
+  int64_t j = 0;
+  if (n >= kLanes) {
+    VecF mv = load(row);
+    for (j = kLanes; j + kLanes <= n; j += kLanes) {
+      const VecF x = load(row + j);
+      mv = x > mv ? x : mv;
+    }
+    for (int64_t c = 0; c < kLanes; ++c) m = max_of(m, mv[c]);
+  }
+  for (; j < n; ++j) m = max_of(m, row[j]);
+  return m;
+}
+
+float exp_shifted_sum(float* row, int64_t n, float shift) {
+  VecF acc{};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    const VecF e = exp_of(load(row + j) - shift);
+    store(row + j, e);
+    acc += e;
+  }
+  float sum = hsum(acc);
+  for (; j < n; ++j) sum += (row[j] = exp_of(row[j] - shift));
+  return sum;
+}
+
+void probs_and_score_grads(float* p, float* ds, int64_t n, float lse, float delta, float scale) {
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    const VecF e = exp_of(load(p + j) - lse);
+    store(p + j, e);
+    store(ds + j, scale * e * (load(ds + j) - delta));
+  }
+  for (; j < n; ++j) {
+    p[j] = exp_of(p[j] - lse);
+    ds[j] = scale * p[j] * (ds[j] - delta);
+  }
+}
+
+void scale(float* x, int64_t n, float k) {
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) store(x + j, load(x + j) * k);
+  for (; j < n; ++j) x[j] *= k;
+}
+
+// σ(g) = 1/(1 + e^(−g)); exp_approx clamps to [−87, 88], which gives the right limits in f32.
+template <class F>
+[[gnu::always_inline]] inline F sigmoid(F g) {
+  return 1.0f / (1.0f + exp_of(-g));
+}
+
+void swiglu_forward(const float* gate, const float* up, float* h, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const VecF g = load(gate + i);
+    store(h + i, g * sigmoid(g) * load(up + i));
+  }
+  for (; i < n; ++i) h[i] = gate[i] * sigmoid(gate[i]) * up[i];
+}
+
+void swiglu_backward(const float* dh, const float* gate, const float* up, float* dgate, float* dup, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const VecF g = load(gate + i), s = sigmoid(g), d = load(dh + i);
+    store(dup + i, d * g * s);
+    store(dgate + i, d * load(up + i) * s * (1.0f + g * (1.0f - s)));
+  }
+  for (; i < n; ++i) {
+    const float g = gate[i], s = sigmoid(g);
+    dup[i] = dh[i] * g * s;
+    dgate[i] = dh[i] * up[i] * s * (1.0f + g * (1.0f - s));
+  }
+}
+
+// Plain loop (vectorised by the compiler for this variant's ISA; the TU is built with
+// -fno-math-errno so sqrt needs no library call). The order of operations is optim.cpp's.
+void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float decay, float beta1, float beta2,
+           float one_minus_b1, float one_minus_b2, float step_size, float bc2_sqrt, float eps) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    float p = param[i] * decay;
+    const float mi = m[i] * beta1 + one_minus_b1 * g;
+    const float vi = v[i] * beta2 + one_minus_b2 * (g * g);
+    const float denom = __builtin_sqrtf(vi) / bc2_sqrt + eps;
+    p = p - step_size * (mi / denom);
+    m[i] = mi;
+    v[i] = vi;
+    param[i] = p;
+  }
+}
+
+int64_t f32_to_f16_prefix(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+#if defined(BP_KERNEL_F16C)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+#endif
+  return i;
+}
+
+}  // namespace
+
+const KernelTable& table() {
+  static const KernelTable t{row_max,         exp_shifted_sum, probs_and_score_grads, scale, swiglu_forward,
+                             swiglu_backward, adamw,           f32_to_f16_prefix};
+  return t;
+}
+
+}  // namespace bp::cpu::BP_KERNEL_NS

@@ -1,0 +1,170 @@
+// The CPU kernel variants (backend/cpu/kernel_variants.h): every variant this CPU runs against
+// plain double references at sizes around every vector width (tails of 1..15 lanes), the run-time
+// choice (detected, forced, refused with DEP_CPU_KERNELS_UNSUPPORTED on a CPU without the
+// instructions) and that the variants are distinct compiled code, not one function three times.
+#include "backend/cpu/kernel_variants.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "core/dtype.h"
+#include "core/sysinfo.h"
+#include "op_test_util.h"
+#include "support/finite_diff.h"
+#include "support/test_util.h"
+
+namespace bp {
+namespace {
+
+using test::all_close;
+using test::to_double;
+
+const std::vector<int64_t> kSizes = {1, 3, 4, 7, 8, 15, 16, 17, 31, 33, 100, 257};
+
+class KernelEveryCpuVariant : public test::PerKernelVariant {
+ protected:
+  const cpu::KernelTable& k() const { return cpu::cpu_kernels(); }
+};
+
+TEST_P(KernelEveryCpuVariant, TheForcedVariantIsTheOneInUse) {
+  EXPECT_EQ(&cpu::cpu_kernels(), &cpu::kernel_table(GetParam()));
+  const cpu::KernelChoice c = cpu::cpu_kernel_choice();
+  EXPECT_EQ(c.variant, GetParam());
+  EXPECT_EQ(c.reason, "forced by runtime.cpu_kernels");
+}
+
+TEST_P(KernelEveryCpuVariant, SoftmaxRowPiecesMatchDoubleReference) {
+  for (int64_t n : kSizes) {
+    auto x = test::random_vector(static_cast<size_t>(n), 7 + n, -30.0f, 10.0f);
+    x[static_cast<size_t>(n / 2)] = 12.5f;  // the max somewhere in the middle
+    double mx = -INFINITY;
+    for (float v : x) mx = std::max(mx, double(v));
+    EXPECT_EQ(k().row_max(x.data(), n), float(mx)) << n;
+    std::vector<double> e(x.size());
+    double sum = 0;
+    for (size_t i = 0; i < x.size(); ++i) sum += (e[i] = std::exp(double(x[i]) - mx));
+    auto row = x;
+    const float s = k().exp_shifted_sum(row.data(), n, float(mx));
+    EXPECT_NEAR(s, sum, 1e-6 * sum) << n;
+    EXPECT_TRUE(all_close(to_double(row), e, {1e-7, 1e-6})) << n;
+    k().scale(row.data(), n, 0.5f);
+    for (auto& v : e) v *= 0.5;
+    EXPECT_TRUE(all_close(to_double(row), e, {1e-7, 1e-6})) << n;
+
+    // Attention backward rows: p = exp(s − lse), ds = scale·p·(dp − delta).
+    auto p = test::random_vector(static_cast<size_t>(n), 9 + n, -8.0f, 0.0f);
+    auto ds = test::random_vector(static_cast<size_t>(n), 11 + n);
+    std::vector<double> rp(p.size()), rds(p.size());
+    for (size_t i = 0; i < p.size(); ++i) {
+      rp[i] = std::exp(double(p[i]) - 0.25);
+      rds[i] = 0.125 * rp[i] * (double(ds[i]) - 0.5);
+    }
+    k().probs_and_score_grads(p.data(), ds.data(), n, 0.25f, 0.5f, 0.125f);
+    EXPECT_TRUE(all_close(to_double(p), rp, {1e-7, 1e-6})) << n;
+    EXPECT_TRUE(all_close(to_double(ds), rds, {1e-7, 1e-6})) << n;
+  }
+}
+
+TEST_P(KernelEveryCpuVariant, ExpClampsInsteadOfOverflowing) {
+  std::vector<float> x = {-200.0f, -88.0f, 0.0f,  87.0f, 100.0f, -1.0f,  -2.0f,  -3.0f,  -4.0f,
+                          -5.0f,   -6.0f,  -7.0f, -8.0f, -9.0f,  -10.0f, -11.0f, -500.0f};
+  const float s = k().exp_shifted_sum(x.data(), int64_t(x.size()), 0.0f);
+  EXPECT_TRUE(std::isfinite(s));
+  for (float v : x) EXPECT_TRUE(std::isfinite(v) && v > 0.0f) << v;
+}
+
+TEST_P(KernelEveryCpuVariant, SwigluMatchesDoubleReference) {
+  for (int64_t n : kSizes) {
+    auto g = test::random_vector(size_t(n), 3 + n, -12.0f, 12.0f), u = test::random_vector(size_t(n), 5 + n);
+    auto d = test::random_vector(size_t(n), 6 + n);
+    const size_t un = static_cast<size_t>(n);
+    std::vector<float> h(un), dg(un), du(un);
+    k().swiglu_forward(g.data(), u.data(), h.data(), n);
+    k().swiglu_backward(d.data(), g.data(), u.data(), dg.data(), du.data(), n);
+    std::vector<double> rh(un), rdg(un), rdu(un);
+    for (size_t i = 0; i < un; ++i) {
+      const double s = 1.0 / (1.0 + std::exp(-double(g[i])));
+      rh[i] = g[i] * s * u[i];
+      rdu[i] = double(d[i]) * g[i] * s;
+      rdg[i] = double(d[i]) * u[i] * s * (1.0 + g[i] * (1.0 - s));
+    }
+    EXPECT_TRUE(all_close(to_double(h), rh, {1e-6, 1e-5})) << n;
+    EXPECT_TRUE(all_close(to_double(dg), rdg, {1e-6, 1e-5})) << n;
+    EXPECT_TRUE(all_close(to_double(du), rdu, {1e-6, 1e-5})) << n;
+  }
+}
+
+TEST_P(KernelEveryCpuVariant, AdamwMatchesDoubleReference) {
+  for (int64_t n : kSizes) {
+    auto p = test::random_vector(size_t(n), 1 + n), g = test::random_vector(size_t(n), 2 + n);
+    auto m = test::random_vector(size_t(n), 4 + n, -0.1f, 0.1f), v = test::random_vector(size_t(n), 8 + n, 0.0f, 0.01f);
+    const auto p0 = p, m0 = m, v0 = v;
+    k().adamw(p.data(), g.data(), m.data(), v.data(), n, 0.999f, 0.9f, 0.95f, 0.1f, 0.05f, 0.01f, 0.5f, 1e-8f);
+    for (size_t i = 0; i < size_t(n); ++i) {
+      const double mi = 0.9 * m0[i] + 0.1 * g[i], vi = 0.95 * v0[i] + 0.05 * double(g[i]) * g[i];
+      const double pi = 0.999 * p0[i] - 0.01 * mi / (std::sqrt(vi) / 0.5 + 1e-8);
+      EXPECT_NEAR(m[i], mi, 1e-6) << n;
+      EXPECT_NEAR(v[i], vi, 1e-8) << n;
+      EXPECT_NEAR(p[i], pi, 1e-5 * std::max(1.0, std::abs(pi))) << n;
+    }
+  }
+}
+
+TEST_P(KernelEveryCpuVariant, F16ConversionRoundsLikeTheScalarOne) {
+  // Halfway cases, subnormals, overflow to inf, NaN and ordinary values.
+  std::vector<float> x = {
+      1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 65504.0f,  65520.0f, 1e-7f,    -6e-8f,    0.0f,   -0.0f, INFINITY,
+      -INFINITY,          3.14159f,           -2.71828f, 1e5f,     5.96e-8f, 0.333333f, -1e-3f, 42.0f};
+  for (int i = 0; i < 40; ++i) x.push_back(std::ldexp(1.0f + i / 64.0f, i - 20) * (i % 2 ? -1.0f : 1.0f));
+  std::vector<uint16_t> out(x.size(), 0xFFFF);
+  const int64_t done = k().f32_to_f16_prefix(x.data(), out.data(), int64_t(x.size()));
+  ASSERT_GE(done, 0);
+  ASSERT_LE(done, int64_t(x.size()));
+  if (GetParam() != cpu::KernelVariant::Generic) {
+    EXPECT_EQ(done, int64_t(x.size()) / 8 * 8);  // F16C: 8 at a time
+  }
+  for (int64_t i = 0; i < done; ++i) EXPECT_EQ(out[size_t(i)], f32_to_f16(x[size_t(i)])) << x[size_t(i)];
+}
+
+BP_PER_KERNEL_VARIANT(KernelEveryCpuVariant);
+
+TEST(KernelVariants, EachVariantIsItsOwnCompiledCode) {
+  const auto vs = cpu::supported_kernel_variants();
+  ASSERT_FALSE(vs.empty());
+  EXPECT_EQ(vs.front(), cpu::KernelVariant::Generic);
+  std::set<const void*> fns;
+  for (auto v : vs) fns.insert(reinterpret_cast<const void*>(cpu::kernel_table(v).exp_shifted_sum));
+  EXPECT_EQ(fns.size(), vs.size());
+}
+
+TEST(KernelVariants, AutoPicksTheWidestThisCpuRuns) {
+  cpu::select_cpu_kernels("auto");
+  const CpuIsa isa = cpu_isa();
+  const auto c = cpu::cpu_kernel_choice();
+  EXPECT_EQ(c.variant, cpu::supported_kernel_variants().back());
+  EXPECT_EQ(c.variant == cpu::KernelVariant::Avx512, isa.avx512);
+  EXPECT_EQ(c.reason.rfind("detected:", 0), 0u) << c.reason;
+}
+
+TEST(KernelVariants, ForcingAVariantTheCpuLacksIsAClearError) {
+  CpuIsa avx2_only;  // an AMD Zen 3: AVX2 + FMA, no AVX-512
+  avx2_only.vendor = "AuthenticAMD";
+  avx2_only.avx2_fma = true;
+  test::expect_op_error([&] { cpu::select_cpu_kernels("avx512", avx2_only); }, ErrorCode::DEP_CPU_KERNELS_UNSUPPORTED,
+                        {"avx512", "AuthenticAMD", "AVX-512", "this CPU runs: generic, avx2"});
+  CpuIsa old_cpu;  // SSE only
+  old_cpu.vendor = "GenuineIntel";
+  test::expect_op_error([&] { cpu::select_cpu_kernels("avx2", old_cpu); }, ErrorCode::DEP_CPU_KERNELS_UNSUPPORTED,
+                        {"AVX2, FMA and F16C", "this CPU runs: generic"});
+  test::expect_op_error([&] { cpu::select_cpu_kernels("sse9"); }, ErrorCode::CONFIG_INVALID_SETTING, {"'sse9'"});
+  // The refused choice left the previous one in place.
+  cpu::select_cpu_kernels("generic");
+  EXPECT_THROW(cpu::select_cpu_kernels("avx512", old_cpu), Error);
+  EXPECT_EQ(cpu::cpu_kernel_choice().variant, cpu::KernelVariant::Generic);
+  cpu::select_cpu_kernels("auto");
+}
+
+}  // namespace
+}  // namespace bp
