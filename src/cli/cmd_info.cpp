@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "backend/cpu/kernel_variants.h"
 #include "cli/command.h"
+#include "ops/cpu_kernels.h"
 #include "core/error_report.h"
 #include "core/settings.h"
 #include "core/sysinfo.h"
@@ -134,11 +134,10 @@ bp::cli::RunFn setup_info(CLI::App& sub) {
       return 0;
     }
     bp::SystemInfo info = bp::system_info();
-    const bp::cpu::KernelChoice kc = bp::cpu::cpu_kernel_choice();
-    info.cpu_kernels = bp::cpu::kernel_variant_name(kc.variant);
+    const bp::ops::CpuKernelInfo kc = bp::ops::cpu_kernel_info();
+    info.cpu_kernels = kc.variant;
     info.cpu_kernels_reason = kc.reason;
-    for (auto v : bp::cpu::supported_kernel_variants())
-      info.cpu_kernels_supported.push_back(bp::cpu::kernel_variant_name(v));
+    info.cpu_kernels_supported = kc.supported;
     if (json)
       std::cout << bp::to_json(info).dump(2) << std::endl;
     else

@@ -12,12 +12,12 @@
 #include <filesystem>
 #include <iostream>
 
-#include "backend/cpu/kernel_variants.h"
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/error_report.h"
 #include "core/log.h"
 #include "core/redact.h"
+#include "ops/cpu_kernels.h"
 #include "core/sysinfo.h"
 #include "core/threads.h"
 
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
     mutable_settings() = bp::Settings::load(g.config_path, bp::current_environment(), flag_overrides());
     const auto& s = settings();
     bp::log::init_from_settings(s);
-    bp::cpu::select_cpu_kernels(s.get_string("runtime.cpu_kernels"));
+    bp::ops::select_cpu_kernels(s.get_string("runtime.cpu_kernels"));
     std::string cmdline;
     for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
     spdlog::debug("command line: {}", cmdline);

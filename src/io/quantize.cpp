@@ -7,7 +7,7 @@
 
 #include <cstring>
 
-#include "backend/cpu/kernel_variants.h"  // f32 -> f16 with F16C where the CPU has it
+#include "ops/cpu_kernels.h"  // f32 -> f16 with F16C where the CPU has it
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -43,7 +43,7 @@ Kernels kernels_for(GGMLType t) {
 // values per instruction; the tail and other CPUs use core/dtype's f32_to_f16, which rounds the
 // same way (tested).
 void f32_to_f16_span(const float* src, uint16_t* dst, int64_t n) {
-  int64_t i = cpu::cpu_kernels().f32_to_f16_prefix(src, dst, n);
+  int64_t i = ops::f32_to_f16_prefix(src, dst, n);
   for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
 
