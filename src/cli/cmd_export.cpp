@@ -66,8 +66,9 @@ bp::cli::RunFn setup_export(CLI::App& sub) {
                  "Run folder (or the folder given to train --output, or a run id), PEFT adapter folder, Hugging Face "
                  "model folder or LoRA checkpoint folder to export")
       ->required();
-  bp::cli::bind_settings(sub, {"model.offline", "export.format", "export.quantization", "export.output", "export.ollama",
-                               "export.ollama_name", "export.ollama_host", "export.ollama_retries", "model.path"});
+  bp::cli::bind_settings(sub,
+                         {"model.offline", "export.format", "export.quantization", "export.output", "export.ollama",
+                          "export.ollama_name", "export.ollama_host", "export.ollama_retries", "model.path"});
   return [input] { return export_command(*input); };
 }
 

@@ -8,10 +8,10 @@
 #include <iostream>
 
 #include "cli/command.h"
-#include "ops/cpu_kernels.h"
 #include "core/error_report.h"
 #include "core/settings.h"
 #include "core/sysinfo.h"
+#include "ops/cpu_kernels.h"
 #include "ops/op_table.h"
 
 namespace {

@@ -42,6 +42,8 @@ bp::ui::UiOptions options_from_settings(const bp::Settings& st) {
   o.port = static_cast<int>(st.get_int("ui.port"));
   o.runs_dir = st.get_string("ui.runs");
   o.data_dir = st.get_string("ui.data_dir");
+  o.system_root = st.get_string("monitor.system_root");
+  o.nvml_library = st.get_string("monitor.nvml_library");
   o.allowed_hosts = split_commas(st.get_string("ui.allowed_hosts"));
   o.max_upload_bytes = static_cast<size_t>(st.get_int("ui.max_upload_mb")) << 20;
   o.max_login_failures = static_cast<int>(st.get_int("ui.max_login_failures"));

@@ -17,9 +17,9 @@
 #include "core/error_report.h"
 #include "core/log.h"
 #include "core/redact.h"
-#include "ops/cpu_kernels.h"
 #include "core/sysinfo.h"
 #include "core/threads.h"
+#include "ops/cpu_kernels.h"
 
 namespace bp::cli {
 

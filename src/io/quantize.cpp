@@ -7,9 +7,9 @@
 
 #include <cstring>
 
-#include "ops/cpu_kernels.h"  // f32 -> f16 with F16C where the CPU has it
 #include "core/dtype.h"
 #include "core/error.h"
+#include "ops/cpu_kernels.h"  // f32 -> f16 with F16C where the CPU has it
 
 namespace bp {
 namespace {

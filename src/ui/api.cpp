@@ -10,12 +10,15 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <thread>
 
+#include "core/nvml.h"
 #include "core/settings.h"
 #include "core/sysinfo.h"
+#include "core/system_readings.h"
 #include "ui/assets.h"
 #include "ui/process.h"
 
@@ -249,26 +252,54 @@ void Api::info_routes(httplib::Server& svr) {
              if (plan.contains("code")) res.status = 400;
              send_json(res, plan);
            }));
-  svr.Get("/api/system", guarded([](const Request&, Response& res) {
+  // The same readings the safety monitor acts on (train/safety_monitor.h): MemAvailable and the
+  // cgroup, hwmon / thermal-zone temperatures, NVML for GPUs; "not available" with the reason
+  // where a reading does not exist, never a placeholder.
+  svr.Get("/api/system", guarded([this](const Request&, Response& res) {
             const CpuInfo cpu = cpu_info();
             const MemInfo mem = mem_info();
             const CudaStatus cuda = cuda_status();
+            Nvml nvml(opt_.nvml_library);
+            const std::vector<GpuReading> readings = nvml.read();
+            const MemoryReading mr = read_memory(opt_.system_root);
+            json temps = json::array();
+            for (const auto& t : read_cpu_temperatures(opt_.system_root))
+              temps.push_back({{"sensor", t.sensor}, {"celsius", t.celsius}});
             json gpus = json::array();
-            for (const auto& d : cuda.devices)
-              gpus.push_back({{"index", d.index},
-                              {"name", d.name},
-                              {"bytes_total", d.bytes_total},
-                              {"bytes_free", d.bytes_free},
-                              {"temperature_c", nullptr}});
+            for (const auto& g : readings) {
+              json gj = {{"index", g.index},
+                         {"name", ""},
+                         {"bytes_total", g.memory_total_bytes},
+                         {"bytes_free", g.memory_total_bytes - std::min(g.memory_total_bytes, g.memory_used_bytes)},
+                         {"temperature_c", g.celsius},
+                         {"throttle", g.throttle_text()}};
+              for (const auto& d : cuda.devices)
+                if (d.index == static_cast<int>(g.index)) gj["name"] = d.name;
+              gpus.push_back(gj);
+            }
+            if (gpus.empty())  // no NVML reading: what CUDA itself reports, without a temperature
+              for (const auto& d : cuda.devices)
+                gpus.push_back({{"index", d.index},
+                                {"name", d.name},
+                                {"bytes_total", d.bytes_total},
+                                {"bytes_free", d.bytes_free},
+                                {"temperature_c", nullptr}});
+            std::string gpu_reason;
+            if (gpus.empty())
+              gpu_reason = nvml.status() == Nvml::Status::Broken ? "NVML failed: " + nvml.why()
+                           : !cuda.why_unavailable.empty()       ? cuda.why_unavailable
+                                                                 : "no GPU (" + nvml.why() + ")";
             send_json(
                 res,
                 {{"cpu",
                   {{"model", cpu.model}, {"logical_cores", cpu.logical_cores}, {"physical_cores", cpu.physical_cores}}},
                  {"ram", {{"bytes_total", mem.bytes_total}, {"bytes_available", mem.bytes_available}}},
+                 {"cgroup", mr.cgroup_limited
+                                ? json{{"bytes_max", mr.cgroup_max_bytes}, {"bytes_current", mr.cgroup_current_bytes}}
+                                : json(nullptr)},
+                 {"temperatures", temps},
                  {"gpus", gpus},
-                 {"gpu_unavailable_reason",
-                  cuda.devices.empty() ? (cuda.why_unavailable.empty() ? std::string("no GPU") : cuda.why_unavailable)
-                                       : std::string()}});
+                 {"gpu_unavailable_reason", gpu_reason}});
           }));
 }
 

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "support/fake_system_root.h"
 #include "ui/ui_test_util.h"
 
 namespace bp::test {
@@ -362,6 +363,44 @@ TEST(UiRefusesToStart, PortInUse) {
                              &out);
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("[RUNTIME_UI_PORT_IN_USE]"), std::string::npos) << out;
+}
+
+// The System page shows the safety monitor's readings: hwmon temperatures and the cgroup limit from
+// a fake /sys tree, GPU temperature and memory from the fake NVML; without NVML, the reason.
+TEST_F(UiServerTest, SystemShowsTheMonitorsReadingsOrWhyNot) {
+  FakeSystemRoot fake{tmp.path + "/root"};
+  fake.meminfo(8ull << 30, 6ull << 30);
+  fake.own_cgroup("/job");
+  fake.cgroup_memory("/job", "1073741824", 256ull << 20);
+  fake.hwmon(0, "k10temp", 1, 55.0);
+  write_text_file(tmp.path + "/nvml_script", "temps 71\n");
+  setenv("BP_FAKE_NVML_SCRIPT", (tmp.path + "/nvml_script").c_str(), 1);
+  setenv("BACKPROPAGATE_MONITOR__SYSTEM_ROOT", fake.root.c_str(), 1);
+  setenv("BACKPROPAGATE_MONITOR__NVML_LIBRARY", BP_FAKE_NVML, 1);
+  json sys;
+  {
+    UiProcess ui(runs(), data(), {});
+    auto c = ui.client();
+    auto r = c.Get("/api/system");
+    ASSERT_EQ(status_of(r), 200);
+    sys = json::parse(r->body);
+  }
+  ASSERT_EQ(sys["temperatures"].size(), 1u) << sys.dump();
+  EXPECT_DOUBLE_EQ(sys["temperatures"][0]["celsius"].get<double>(), 55.0);
+  EXPECT_EQ(sys["cgroup"]["bytes_max"], 1073741824u);
+  ASSERT_EQ(sys["gpus"].size(), 1u) << sys.dump();
+  EXPECT_DOUBLE_EQ(sys["gpus"][0]["temperature_c"].get<double>(), 71.0);
+  EXPECT_EQ(sys["gpus"][0]["bytes_total"], 80ull << 30);
+  setenv("BACKPROPAGATE_MONITOR__NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
+  {
+    UiProcess ui(runs(), data(), {});
+    sys = json::parse(ui.client().Get("/api/system")->body);
+  }
+  EXPECT_TRUE(sys["gpus"].empty());
+  EXPECT_FALSE(sys["gpu_unavailable_reason"].get<std::string>().empty());
+  unsetenv("BACKPROPAGATE_MONITOR__SYSTEM_ROOT");
+  unsetenv("BACKPROPAGATE_MONITOR__NVML_LIBRARY");
+  unsetenv("BP_FAKE_NVML_SCRIPT");
 }
 
 }  // namespace

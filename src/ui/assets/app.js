@@ -177,6 +177,8 @@
     main.append(h("div", { class: "card" }, h("table", { id: "system-table" }, h("tbody", {},
       h("tr", {}, h("th", { scope: "row", text: "CPU" }), h("td", { text: `${s.cpu.model}, ${s.cpu.logical_cores} threads` + (s.cpu.physical_cores ? `, ${s.cpu.physical_cores} cores` : "") })),
       h("tr", {}, h("th", { scope: "row", text: "RAM" }), h("td", { id: "ram", text: `${bytes(s.ram.bytes_total - s.ram.bytes_available)} used of ${bytes(s.ram.bytes_total)} (${bytes(s.ram.bytes_available)} available)` })),
+      h("tr", {}, h("th", { scope: "row", text: "Memory limit" }), h("td", { id: "cgroup", text: s.cgroup ? `cgroup: ${bytes(s.cgroup.bytes_current)} used of ${bytes(s.cgroup.bytes_max)}` : "no cgroup limit" })),
+      h("tr", {}, h("th", { scope: "row", text: "CPU temperature" }), h("td", { id: "cpu-temp", text: s.temperatures.length ? s.temperatures.map((t) => `${t.sensor} ${t.celsius.toFixed(0)} °C`).join(", ") : "not available (no hwmon or thermal-zone sensor)" })),
       gpuRows))));
   }
 
