@@ -272,7 +272,8 @@ constexpr SettingSpec kSettings[] = {
 };
 // clang-format on
 
-constexpr const char* kSections[] = {"model", "lora", "training", "data", "export", "monitor", "multirun", "ui", "security", "runtime", "limits", "logging"};
+constexpr const char* kSections[] = {"model",    "lora", "training", "data",    "export", "monitor",
+                                     "multirun", "ui",   "security", "runtime", "limits", "logging"};
 }  // namespace
 
 std::span<const SettingSpec> settings_registry() {

@@ -234,7 +234,9 @@ TEST(NoLossCli, ConfigNamingAFolderIsAnError) {
   EXPECT_TRUE(has(out, "is a folder")) << out;
 }
 
-// train and generate explain a hub name the way export does (not "tokenizer.json: cannot open").
+// train, generate and validate treat a hub name as one (the hub layer: cache, then download), not as
+// a folder ("tokenizer.json: cannot open"). Offline with an empty cache, so no test touches the
+// network: every command names the cache and the way out.
 TEST(NoLossCli, HubNameAsModelIsExplainedByEveryCommand) {
   test::TempDir tmp;
   write_data(tmp.path);
@@ -243,10 +245,12 @@ TEST(NoLossCli, HubNameAsModelIsExplainedByEveryCommand) {
        {" train --model Qwen/Qwen2.5-0.5B --data " + tmp.path + "/data.jsonl --steps 1 --output " + tmp.path,
         std::string(" generate --model Qwen/Qwen2.5-0.5B --prompt hi"),
         " validate " + tmp.path + "/data.jsonl --model Qwen/Qwen2.5-0.5B"}) {
-    int rc = test::run_command("cd " + tmp.path + " && " + test::backprop_exe() + cmd, &out);
+    int rc = test::run_command("cd " + tmp.path + " && HF_HUB_OFFLINE=1 HF_HUB_CACHE=" + tmp.path + "/hf-cache " +
+                                   test::backprop_exe() + cmd,
+                               &out);
     EXPECT_EQ(rc, 2) << out;
     EXPECT_TRUE(has(out, "DEP_MODEL_LOAD_FAILED")) << out;
-    EXPECT_TRUE(has(out, "huggingface-cli download Qwen/Qwen2.5-0.5B")) << out;
+    EXPECT_TRUE(has(out, "Qwen/Qwen2.5-0.5B@main is not in the Hugging Face cache")) << out;
     EXPECT_FALSE(has(out, "cannot open file")) << out;
   }
 }
