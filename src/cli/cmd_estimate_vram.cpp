@@ -11,8 +11,8 @@
 #include <iostream>
 
 #include "cli/command.h"
-#include "core/device_info.h"
 #include "cli/model_ref.h"
+#include "core/device_info.h"
 #include "core/error.h"
 #include "core/sysinfo.h"
 #include "model/loader.h"

@@ -17,8 +17,8 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "core/redact.h"
 #include "core/file_read.h"
+#include "core/redact.h"
 
 extern char** environ;
 
@@ -405,11 +405,7 @@ void Settings::apply_environment(const Environment& env) {
 }
 
 void Settings::apply_toml_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))  // an ifstream opens a folder and reads nothing
-    throw Error(ErrorCode::CONFIG_INVALID, fmt::format("[settings] config file {} is a folder, not a TOML file", path),
-                {{"file", path}})
-        .with_suggestion("Pass the TOML file itself with --config FILE (see `backprop info --env-vars`).");
+  // A folder, FIFO or device is refused by the shared reader (INPUT_FILE_NOT_REGULAR), as for every file.
   apply_toml_string(read_file_capped(path, FileKind::Config, {"settings", ErrorCode::CONFIG_INVALID}), path);
 }
 

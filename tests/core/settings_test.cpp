@@ -233,9 +233,9 @@ TEST(Settings, WrongTypesAndRangesNameKeyValueAndAllowed) {
   // settings of features this version does not have are unknown, not silently ignored
   expect_error(
       [] {
-        Settings::load("", {{"BACKPROPAGATE_UI__PORT", "7860"}}, {});
+        Settings::load("", {{"BACKPROPAGATE_CLOUD__REGION", "eu"}}, {});
       },
-      ErrorCode::CONFIG_INVALID_SETTING, {"unknown setting 'ui.port'", "BACKPROPAGATE_UI__PORT"});
+      ErrorCode::CONFIG_INVALID_SETTING, {"unknown setting 'cloud.region'", "BACKPROPAGATE_CLOUD__REGION"});
   test::TempDir dir;
   std::ofstream(dir.path + "/t.toml") << "[training]\nsteps = 1.5\n";
   expect_error([&] { Settings::load(dir.path + "/t.toml", {}, {}); }, ErrorCode::CONFIG_INVALID_SETTING,
@@ -259,7 +259,7 @@ TEST(Settings, BadTomlAndMissingFileAreConfigInvalid) {
 // A folder given as --config was read as an empty file and silently ignored.
 TEST(Settings, ConfigNamingAFolderIsConfigInvalid) {
   test::TempDir dir;
-  expect_error([&] { Settings::load(dir.path, {}, {}); }, ErrorCode::CONFIG_INVALID, {dir.path, "folder"});
+  expect_error([&] { Settings::load(dir.path, {}, {}); }, ErrorCode::INPUT_FILE_NOT_REGULAR, {dir.path, "directory"});
 }
 
 // training.seed spans the whole uint64 range (it was "not an integer" past 2^63-1).
