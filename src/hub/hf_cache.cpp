@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "core/file_read.h"
+
 namespace bp::hub {
 
 namespace fs = std::filesystem;
@@ -107,7 +109,8 @@ bool snapshot_complete(const std::string& snapshot_dir, ModelFiles need) {
   if (fs::is_regular_file(d / "model.safetensors", ec)) return true;
   std::ifstream in(d / "model.safetensors.index.json");
   if (!in) return false;
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  const std::string text{std::istreambuf_iterator<char>(in), {}};
+  const nlohmann::json j = parse_json_bounded(text, (d / "model.safetensors.index.json").string(), "hub");
   if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object()) return false;
   for (const auto& [name, shard] : j["weight_map"].items())
     if (!shard.is_string() || !fs::is_regular_file(d / shard.get<std::string>(), ec)) return false;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/file_read.h"
 #include "hub/hf_http.h"
 #include "io/sha256.h"
 
@@ -179,7 +180,8 @@ void fetch_file(Context& c, const std::string& file) {
 
 std::vector<std::string> shards_of_index(const fs::path& index) {
   std::ifstream in(index);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  const std::string text{std::istreambuf_iterator<char>(in), {}};
+  const nlohmann::json j = parse_json_bounded(text, index.string(), "hub");
   std::set<std::string> shards;
   if (!j.is_discarded() && j.contains("weight_map") && j["weight_map"].is_object())
     for (const auto& [name, shard] : j["weight_map"].items())
@@ -194,7 +196,7 @@ std::string download_snapshot(const HubRepoRef& ref, const HubOptions& o) {
   const std::string api = o.endpoint + "/api/models/" + ref.repo_id + "/revision/" + url_quote(ref.revision, false);
   HttpReply info = c.http.request("GET", api, /*follow_absolute=*/true);
   check_reply(c, info, "asking the hub about " + ref.repo_id + "@" + ref.revision);
-  const nlohmann::json j = nlohmann::json::parse(info.body, nullptr, false);
+  const nlohmann::json j = parse_json_bounded(info.body, info.url, "hub");
   if (j.is_discarded() || !j.contains("sha") || !j["sha"].is_string() || !is_commit_sha(j["sha"].get<std::string>()))
     fail_download(c, fmt::format("{} did not answer with the model's commit (no 'sha' in the JSON)", info.url));
   c.commit = j["sha"].get<std::string>();

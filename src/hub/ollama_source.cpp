@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_read.h"
 
 namespace bp::hub {
 
@@ -46,7 +47,7 @@ OllamaModel find_ollama_model(const std::string& reference, const std::string& m
         .with_suggestion(fmt::format("Run `{}` (or `ollama list` to see the exact names), or set OLLAMA_MODELS to the "
                                      "store that holds it.",
                                      pull));
-  const nlohmann::json j = nlohmann::json::parse(read_text(manifest), nullptr, false);
+  const nlohmann::json j = parse_json_bounded(read_text(manifest), manifest.string(), "ollama");
   if (j.is_discarded() || !j.contains("layers") || !j["layers"].is_array())
     throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
                 fmt::format("[ollama] {} is not an Ollama manifest (no layers)", manifest.string()))

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_read.h"
 
 namespace bp {
 
@@ -96,7 +97,7 @@ ChatTemplateSource read_model_chat_template(const std::string& model_dir) {
   nlohmann::json c;
   std::string text;
   if (read_template_file(config, ErrorCode::DEP_MODEL_LOAD_FAILED, text)) {
-    c = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    c = parse_json_bounded(text, config.string(), "tokenizer");
     if (c.is_discarded())
       throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, fmt::format("[tokenizer] {}: not valid JSON", config.string()));
   }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 
+#include "core/file_read.h"
 #include "io/atomic_file.h"
 #include "io/sha256.h"
 
@@ -199,7 +200,9 @@ static nlohmann::json verify_files(const std::string& dir) {
   auto invalid = [&](const std::string& why) { return invalid_checkpoint(dir, why); };
   nlohmann::json manifest;
   try {
-    manifest = nlohmann::json::parse(read_file((fs::path(dir) / "manifest.json").string()));
+    const std::string path = (fs::path(dir) / "manifest.json").string();
+    manifest = parse_json_bounded(read_file(path), path, "checkpoint");  // depth-bounded: a hostile file
+    if (manifest.is_discarded()) throw std::runtime_error("not valid JSON");
   } catch (const std::exception& e) {
     throw invalid(fmt::format("manifest.json missing or unreadable ({})", e.what()));
   }
@@ -222,7 +225,9 @@ static nlohmann::json verify_files(const std::string& dir) {
   if (!manifest["files"].contains("trainer_state.json")) throw invalid("trainer_state.json is not in the manifest");
   nlohmann::json state;
   try {
-    state = nlohmann::json::parse(read_file((fs::path(dir) / "trainer_state.json").string()));
+    const std::string path = (fs::path(dir) / "trainer_state.json").string();
+    state = parse_json_bounded(read_file(path), path, "checkpoint");
+    if (state.is_discarded()) throw std::runtime_error("not valid JSON");
   } catch (const std::exception& e) {
     throw invalid(fmt::format("trainer_state.json does not parse ({})", e.what()));
   }

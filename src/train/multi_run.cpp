@@ -9,8 +9,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/error.h"
+#include "core/file_read.h"
 #include "core/log.h"
 #include "core/settings.h"
 #include "io/atomic_file.h"
@@ -36,8 +38,11 @@ void shuffle_rows(std::vector<std::string>& rows, uint64_t seed) {
 }
 
 std::vector<std::string> read_jsonl_rows(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw Error(ErrorCode::INPUT_DATASET_NOT_FOUND, fmt::format("[multi-run] cannot read {}", path));
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw Error(ErrorCode::INPUT_DATASET_NOT_FOUND, fmt::format("[multi-run] cannot read {}", path));
+  // The capped, regular-files-only reader every dataset goes through (core/file_read.h).
+  std::istringstream f(read_file_capped(path, FileKind::Dataset, {"multi-run", ErrorCode::INPUT_DATASET_NOT_FOUND}));
   std::vector<std::string> rows;
   std::string line;
   while (std::getline(f, line))
@@ -290,14 +295,10 @@ MultiRunSummary MultiRun::run() {
   prepare_data();
   st_.config = identity(o_);
   if (has_state) {
-    std::ifstream f(state_path);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(f);
-    } catch (const nlohmann::json::exception& e) {
+    const nlohmann::json j = parse_json_bounded(read_file(state_path.string()), state_path.string(), "multi-run");
+    if (j.is_discarded())
       throw Error(ErrorCode::STATE_CHECKPOINT_INVALID,
-                  fmt::format("[multi-run] {} is damaged: {}", state_path.string(), e.what()));
-    }
+                  fmt::format("[multi-run] {} is damaged: not valid JSON", state_path.string()));
     State saved = State::from_json(j, state_path.string());
     if (saved.config != st_.config)
       throw Error(ErrorCode::CONFIG_INVALID,

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/file_read.h"
 #include "core/settings.h"
 #include "io/atomic_file.h"
 
@@ -26,9 +27,11 @@ std::optional<nlohmann::json> read_json_file(const fs::path& p) {
   std::ifstream f(p);
   if (!f) return std::nullopt;
   try {
-    return nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception&) {
-    return std::nullopt;  // half-written by a crash: treated as absent
+    const nlohmann::json j = parse_json_bounded(std::string(std::istreambuf_iterator<char>(f), {}), p.string(), "runs");
+    if (j.is_discarded()) return std::nullopt;  // half-written by a crash: treated as absent
+    return j;
+  } catch (const Error&) {  // nested too deep: not a file backprop wrote
+    return std::nullopt;
   }
 }
 

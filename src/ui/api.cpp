@@ -15,6 +15,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/file_read.h"
 #include "core/nvml.h"
 #include "core/settings.h"
 #include "core/sysinfo.h"
@@ -58,7 +59,7 @@ void send_json(Response& res, const json& j) {
 }
 
 json parse_body(const Request& req) {
-  json j = json::parse(req.body, nullptr, false);
+  json j = parse_json_bounded(req.body, "the request body", "ui");  // INPUT_JSON_TOO_DEEP past 256 levels
   if (!j.is_object()) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[ui] the request body must be a JSON object");
   return j;
 }

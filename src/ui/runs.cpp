@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_read.h"
 #include "core/settings.h"
 #include "ui/auth.h"
 #include "ui/process.h"
@@ -37,8 +38,12 @@ std::string read_text(const fs::path& p, size_t max_bytes = 64 << 20) {
 
 // The file's JSON, or null when it is missing or not JSON (a discarded value must never be sent).
 json read_json(const fs::path& p) {
-  json j = json::parse(read_text(p), nullptr, false);
-  return j.is_discarded() ? json() : j;
+  try {
+    json j = parse_json_bounded(read_text(p), p.string(), "ui");
+    return j.is_discarded() ? json() : j;
+  } catch (const Error&) {  // nested too deep: not a file backprop wrote
+    return json();
+  }
 }
 
 // The last JSON object printed on a launch's stdout (--json output: summary or error envelope).

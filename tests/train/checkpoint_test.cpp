@@ -214,6 +214,8 @@ TEST_F(CheckpointTest, MalformedJsonTypesAndHugeStepFallBackToOlder) {
   damage(4, "manifest.json", R"([1, 2])");
   damage(5, "trainer_state.json", R"([1, 2])");
   damage(6, "trainer_state.json", R"({"step": "six"})");
+  damage(7, "manifest.json", std::string(100000, '[') + std::string(100000, ']'));  // deep: bounded, no crash
+  damage(8, "trainer_state.json", std::string(100000, '{') + "}");
   fs::create_directories(tmp.path + "/checkpoint-99999999999999999999999");
   std::vector<std::string> skipped;
   auto latest = store.latest_valid([&](const std::string& p, const Error& e) {
@@ -222,9 +224,10 @@ TEST_F(CheckpointTest, MalformedJsonTypesAndHugeStepFallBackToOlder) {
   });
   ASSERT_TRUE(latest);
   EXPECT_EQ(latest->step, 1);
-  EXPECT_EQ(skipped, (std::vector<std::string>{"checkpoint-99999999999999999999999", "checkpoint-6", "checkpoint-5",
-                                               "checkpoint-4", "checkpoint-3", "checkpoint-2"}));
-  EXPECT_EQ(store.list().size(), 6u);  // the overflowing folder is no step, and no crash
+  EXPECT_EQ(skipped,
+            (std::vector<std::string>{"checkpoint-99999999999999999999999", "checkpoint-8", "checkpoint-7",
+                                      "checkpoint-6", "checkpoint-5", "checkpoint-4", "checkpoint-3", "checkpoint-2"}));
+  EXPECT_EQ(store.list().size(), 8u);  // the overflowing folder is no step, and no crash
 }
 
 // The caller's check skips a checkpoint by throwing STATE_CHECKPOINT_INVALID; other errors propagate.
