@@ -42,13 +42,6 @@ void for_each_pair(M& merged, const LoraAdapter& fresh, Fn&& fn) {
     }
 }
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // Zeroes the `trim` fraction of entries with the smallest magnitude (ties broken by index, so
 // exactly floor(trim·n) entries are zeroed).
 void trim_smallest(std::vector<float>& v, double trim) {
@@ -99,6 +92,13 @@ const char* adapter_merge_mode_name(AdapterMergeMode m) {
     case AdapterMergeMode::Dare: return "dare";
   }
   return "?";
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
 }
 
 double slao_lambda(int64_t run_index) {

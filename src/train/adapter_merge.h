@@ -40,6 +40,10 @@ struct AdapterMergeOptions {
   uint64_t seed = 42;
 };
 
+// splitmix64: the reproducible hash behind DARE's masks and multi-run's shuffles and replay draws
+// (the NumPy oracle computes the same one).
+uint64_t splitmix64(uint64_t x);
+
 // λ(i) = clamp(1/√i, 0.1, 1) for the 1-based run index i.
 double slao_lambda(int64_t run_index);
 

@@ -25,16 +25,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-uint64_t mix(uint64_t x) {  // splitmix64
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // Fisher–Yates with splitmix64, so the order does not depend on the standard library.
 void shuffle_rows(std::vector<std::string>& rows, uint64_t seed) {
-  for (size_t i = rows.size(); i > 1; --i) std::swap(rows[i - 1], rows[mix(seed + i) % i]);
+  for (size_t i = rows.size(); i > 1; --i) std::swap(rows[i - 1], rows[splitmix64(seed + i) % i]);
 }
 
 std::vector<std::string> read_jsonl_rows(const std::string& path) {
@@ -173,7 +166,8 @@ std::vector<std::string> MultiRun::window(int64_t i) const {
   const size_t seen = std::min(n, static_cast<size_t>(i - 1) * k);  // rows earlier windows covered
   const size_t n_replay = seen ? static_cast<size_t>(std::llround(o_.replay * static_cast<double>(k))) : 0;
   for (size_t j = 0; j < n_replay; ++j)
-    rows.push_back(pool_[(start + n - 1 - mix(o_.train.seed ^ (static_cast<uint64_t>(i) << 32) ^ j) % seen) % n]);
+    rows.push_back(
+        pool_[(start + n - 1 - splitmix64(o_.train.seed ^ (static_cast<uint64_t>(i) << 32) ^ j) % seen) % n]);
   return rows;
 }
 
