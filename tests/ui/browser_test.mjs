@@ -126,7 +126,7 @@ try {
   await page.click("#nav-system");
   await page.waitForSelector("#ram");
   const ram = await page.textContent("#ram");
-  if (!/GiB used of .*GiB/.test(ram)) throw new Error("RAM reading: " + ram);
+  if (!/\d[\d.]* [KMGT]iB used of \d[\d.]* [KMGT]iB/.test(ram)) throw new Error("RAM reading: " + ram);
   // Keyboard only: Tab reaches the main links and Enter follows one.
   await page.focus("#nav-system");
   await page.keyboard.press("Shift+Tab");
