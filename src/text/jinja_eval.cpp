@@ -435,7 +435,9 @@ class Interpreter {
         return Value::array(std::move(a));
       }
       // As Jinja (and @huggingface/jinja): 'a' + undefined and 'a' + none raise; 'a' + 1 concatenates.
-      if ((l.is_string() || r.is_string()) && !l.is_undefined() && !r.is_undefined() && !l.is_none() && !r.is_none()) {
+      // 'a' + a list or dict raises as in Python (@huggingface/jinja prints "[object Map]" there).
+      auto scalar = [](const Value& v) { return v.is_string() || v.is_number() || v.type == T::Bool; };
+      if ((l.is_string() || r.is_string()) && scalar(l) && scalar(r)) {
         std::string ls = l.to_output(), rs = r.to_output();
         check_value_size(ls.size() + rs.size(), "a string");
         return Value::string(ls + rs);
