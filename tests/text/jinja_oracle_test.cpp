@@ -51,6 +51,8 @@ const ModelTokens kModels[] = {
     {"deepseek-v3.1", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"},
     {"command-r7b", "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"},
     {"glm4.5", "", "<|endoftext|>"},
+    {"glm4.6", "", "<|endoftext|>"},
+    {"nemotron-nano-v2", "<SPECIAL_1>", "<SPECIAL_12>"},
     {"lfm2.5", "<|startoftext|>", "<|im_end|>"},
     {"kimi-k2", "", "<|im_end|>"},
     {"firefunction-v2", "<|begin_of_text|>", "<|eot_id|>", 1},  // needs `functions` and `datetime` (see below)
