@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 
 #include "core/error.h"
 #include "export/export_input.h"
@@ -33,6 +34,26 @@ struct ExportJob {
 };
 
 namespace {
+
+// The template a run trained with, recorded by the trainer in its adapter or model folder and in the
+// run folder (chat_template.jinja); nullopt for a plain model folder or a run from before this.
+std::optional<ChatTemplateSource> run_chat_template(const ExportJob& job) {
+  if (!job.is_adapter() && job.input.run_dir.empty()) return std::nullopt;  // a model folder's own
+  std::error_code ec;
+  for (const fs::path& dir : {job.input.dir, job.input.run_dir})
+    if (!dir.empty() && fs::exists(dir / "chat_template.jinja", ec)) {
+      ChatTemplateSource s = read_model_chat_template(dir.string(), nlohmann::json::object());
+      if (s.kind == ChatTemplateSource::Kind::ModelFile) return s;
+    }
+  return std::nullopt;
+}
+
+// What the exported model is served with: the run's template, else the model's own (the one
+// reader, text/chat_template_source.h: chat_template.jinja wins over tokenizer_config.json).
+ChatTemplateSource export_chat_template(const ExportJob& job) {
+  if (auto s = run_chat_template(job)) return *s;
+  return read_model_chat_template(job.source_dir.string());
+}
 
 void make_dirs(const fs::path& dir) {
   ensure_writable_dir(dir.string(), "the export folder");
@@ -102,6 +123,11 @@ void write_merged(const ExportJob& job, ExportReport& r) {
       so.copy_files_from = job.input.dir.string();
       files = save_hf_model(base, partial, so);
     }
+    if (const auto trained_with = run_chat_template(job)) {  // not the base model's template
+      save_chat_template(partial, trained_with->text);
+      if (std::find(files.begin(), files.end(), "chat_template.jinja") == files.end())
+        files.push_back("chat_template.jinja");
+    }
     promote_folder(partial, out.string(), "export");
   } catch (...) {
     fs::remove_all(partial, ec);
@@ -155,8 +181,7 @@ void write_gguf(const ExportJob& job, ExportReport& r) {
     const LoraAdapter adapter = load_peft_adapter(job.input.dir.string(), weights.config);
     merge_lora_into(weights, adapter);  // the base copy is ours: merge in place, no second model in memory
   }
-  // The one reader of a model's chat template (the one training used): chat_template.jinja wins.
-  const ChatTemplateSource chat_template = read_model_chat_template(job.source_dir.string());
+  const ChatTemplateSource chat_template = export_chat_template(job);
   const GGUFExportResult g =
       export_gguf(weights, job.source_dir.string(), quant, out.string(), job.ollama_name, chat_template.text);
   const OllamaTemplate tmpl = ollama_template_from_jinja(g.chat_template, g.end_tokens);

@@ -9,6 +9,8 @@
 
 #include "core/error.h"
 #include "core/file_read.h"
+#include "io/atomic_file.h"
+#include "text/chat_template.h"
 
 namespace bp {
 
@@ -117,6 +119,23 @@ ChatTemplateSource choose_chat_template(const ChatTemplateSource& model_own, con
   if (s.text.empty())
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[chat_template] --chat-template {} is empty", choice));
   return s;
+}
+
+std::string chat_template_text(const ChatTemplateSource& source) {
+  return source.text.empty() ? std::string(kChatMLTemplate) : source.text;
+}
+
+void save_chat_template(const std::string& dir, const std::string& text) {
+  write_file_atomic((fs::path(dir) / "chat_template.jinja").string(), text);
+  const fs::path config = fs::path(dir) / "tokenizer_config.json";
+  std::error_code ec;
+  if (!fs::exists(config, ec)) return;
+  nlohmann::ordered_json c = nlohmann::ordered_json::parse(read_file(config.string()), nullptr, false);
+  if (c.is_discarded() || !c.is_object())
+    throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, fmt::format("[tokenizer] {}: not valid JSON", config.string()));
+  if (!c.contains("chat_template")) return;
+  c["chat_template"] = text;
+  write_file_atomic(config.string(), c.dump(2) + "\n");
 }
 
 }  // namespace bp

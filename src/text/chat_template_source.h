@@ -31,6 +31,15 @@ ChatTemplateSource read_model_chat_template(const std::string& model_dir);
 // The same with tokenizer_config.json already parsed (Tokenizer::from_dir reads it once).
 ChatTemplateSource read_model_chat_template(const std::string& model_dir, const nlohmann::json& tokenizer_config);
 
+// The Jinja text a run trained with: the source's text, or the ChatML template for ChatML.
+std::string chat_template_text(const ChatTemplateSource& source);
+
+// Records the template a run trained with in a model or adapter folder, so export ships exactly it:
+// writes <dir>/chat_template.jinja and, where <dir>/tokenizer_config.json has a "chat_template"
+// key, sets that key to the same text (readers that ignore the .jinja file agree). Errors:
+// RUNTIME_EXPORT_FAILED / IO errors from write_file_atomic; DEP_MODEL_LOAD_FAILED for a bad JSON.
+void save_chat_template(const std::string& dir, const std::string& text);
+
 // choice: "" = model_own; "chatml" = ChatML chosen explicitly; anything else is a template file
 // (INPUT_VALIDATION_FAILED when it cannot be read or is empty).
 ChatTemplateSource choose_chat_template(const ChatTemplateSource& model_own, const std::string& choice);

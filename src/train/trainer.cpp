@@ -35,6 +35,18 @@ namespace bp {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The template the samples were rendered with, saved beside the weights (issue 15) so `backprop
+// export` ships exactly it. A plain-text run on a model without a template rendered nothing with
+// ChatML and records nothing.
+void record_chat_template(const std::string& dir, const TrainData& data) {
+  if (data.chat_template.kind == ChatTemplateSource::Kind::ChatMLDefault && data.format == "text") return;
+  save_chat_template(dir, chat_template_text(data.chat_template));
+}
+
+}  // namespace
+
 nlohmann::json TrainSummary::to_json() const {
   auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
   return {{"run_id", run_id},
@@ -370,6 +382,7 @@ void Trainer::State::load_data() {
     o.resolved_settings["chat_template_used"] = {{"source", data.chat_template.kind_name()},
                                                  {"origin", data.chat_template.origin}};
     write_file_atomic((fs::path(o.output_dir) / "settings.json").string(), o.resolved_settings.dump(2));
+    record_chat_template(o.output_dir, data);  // a checkpoint exported before the run ends finds it here
   }
   for (const auto& w : data.warnings) event("warn", w);
   if (o.max_bad_rows > 0 && data.rows_skipped > o.max_bad_rows)
@@ -689,6 +702,7 @@ void Trainer::State::save_final_artifact() {
     SaveModelOptions so;
     so.copy_files_from = tok_dir;
     save_hf_model(model->weights(), dir, so);
+    record_chat_template(dir, data);
     summary.final_artifact = dir;
     return;
   }
@@ -710,6 +724,7 @@ void Trainer::State::save_final_artifact() {
                               "base model unchanged",
                               dir));
   save_peft_adapter(*adapter, dir);
+  record_chat_template(dir, data);
   summary.final_artifact = dir;
 }
 
