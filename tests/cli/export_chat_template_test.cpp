@@ -5,8 +5,8 @@
 // `--chat-template chatml`. Each run is exported to GGUF and to a merged model folder, and the
 // template is read back from every output: the GGUF's tokenizer.chat_template (our reader, and
 // @huggingface/gguf for one file), the merged folder's chat_template.jinja and tokenizer_config.json
-// key, and the Ollama Modelfile's TEMPLATE family. Exporting the base itself still gives Gemma's,
-// so the checks can tell the two apart.
+// key, and the Ollama Modelfile's TEMPLATE family; a checkpoint of the run too. Exporting the base itself still gives
+// Gemma's, so the checks can tell the two apart.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -79,7 +79,7 @@ class ExportChatTemplate : public ::testing::Test {
   static std::string train(const std::string& choice) {
     const nlohmann::json j =
         run_json(fmt::format("train --json --model {} --data {} --output {}/runs --steps 2 --batch-size 2 "
-                             "--threads 1 --lr 0.01 --lora-r 4 --chat-template {}",
+                             "--threads 1 --lr 0.01 --lora-r 4 --save-every 1 --chat-template {}",
                              base_, data_, dir_->path, choice));
     return j.value("output_dir", "");
   }
@@ -122,6 +122,12 @@ TEST_F(ExportChatTemplate, TemplateFileChosenForTrainingIsTheOneExported) {
   // @huggingface/gguf reads the same template from the file.
   const nlohmann::json o = gguf_testing::oracle_read(run + "/export/model-f16.gguf");
   EXPECT_EQ(o["metadata"]["tokenizer.chat_template"]["value"], real_template("phi3.5"));
+  // A checkpoint of the run (exported through a staging folder) finds it in the run folder.
+  const nlohmann::json c = run_json(
+      fmt::format("export --json {}/checkpoints/checkpoint-1 --format gguf --output {}/ck.gguf", run, dir_->path));
+  GGUFReader ck(c.value("output", ""));
+  ASSERT_NE(ck.find("tokenizer.chat_template"), nullptr);
+  EXPECT_EQ(ck.find("tokenizer.chat_template")->value, real_template("phi3.5"));
 }
 
 TEST_F(ExportChatTemplate, ChatMLChosenForTrainingIsTheOneExported) {
