@@ -28,6 +28,11 @@ if (request.now_epoch_s !== undefined) {
       return fixed_ms;
     }
   };
+  // %b / %B use Intl's default locale: pin English month names, as C's strftime prints them.
+  const RealDateTimeFormat = Intl.DateTimeFormat;
+  Intl.DateTimeFormat = function (locale, options) {
+    return new RealDateTimeFormat(locale ?? "en-US", options);
+  };
 }
 const cases = request.cases ?? request.contexts.map((context) => ({ template: request.template, context }));
 const results = cases.map(({ template, context }) => {
