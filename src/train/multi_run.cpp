@@ -332,6 +332,13 @@ MultiRunSummary MultiRun::run() {
   if (!st_.merged_dir.empty()) {
     sum.final_adapter = (out_ / "adapter").string();
     save_peft_adapter(load_peft_adapter(st_.merged_dir, model_cfg_), sum.final_adapter);
+    // The chat template every run trained with (each Trainer records it): export ships it (issue 15).
+    for (int64_t i = st_.completed; i >= 1; --i) {
+      const fs::path recorded = out_ / fmt::format("run-{}", i) / "chat_template.jinja";
+      if (!fs::exists(recorded)) continue;
+      fs::copy_file(recorded, out_ / "adapter" / "chat_template.jinja", fs::copy_options::overwrite_existing);
+      break;
+    }
   }
   write_file_atomic((out_ / "history.json").string(), sum.to_json().dump(2));
   return sum;

@@ -134,6 +134,20 @@ TEST_F(ExportChatTemplate, ChatMLChosenForTrainingIsTheOneExported) {
   expect_exports_carry(train("chatml"), kChatMLTemplate, "chatml");
 }
 
+TEST_F(ExportChatTemplate, MultiRunFinalAdapterShipsTheRunsTemplate) {
+  const std::string mr = dir_->path + "/mr";
+  run_json(
+      fmt::format("multi-run --json --model {} --data {} --output {} --runs 2 --samples 3 --steps 1 "
+                  "--batch-size 2 --threads 1 --lora-r 4 --chat-template chatml",
+                  base_, data_, mr));
+  EXPECT_EQ(slurp(mr + "/adapter/chat_template.jinja"), kChatMLTemplate);
+  const nlohmann::json g =
+      run_json(fmt::format("export --json {}/adapter --format gguf --output {}/mr.gguf", mr, dir_->path));
+  GGUFReader rd(g.value("output", ""));
+  ASSERT_NE(rd.find("tokenizer.chat_template"), nullptr);
+  EXPECT_EQ(rd.find("tokenizer.chat_template")->value, kChatMLTemplate);
+}
+
 TEST_F(ExportChatTemplate, TheBaseModelExportsItsOwnTemplate) {
   // Control: the base folder itself goes to GGUF with Gemma's template (what a run must not ship).
   const nlohmann::json g =
