@@ -55,6 +55,7 @@ const ModelTokens kModels[] = {
     {"nemotron-nano-v2", "<SPECIAL_1>", "<SPECIAL_12>"},
     {"lfm2.5", "<|startoftext|>", "<|im_end|>"},
     {"kimi-k2", "", "<|im_end|>"},
+    {"smollm3-unsloth", "", "<|im_end|>"},
     {"gpt-oss", "<|startoftext|>", "<|return|>"},
     {"firefunction-v2", "<|begin_of_text|>", "<|eot_id|>", 1},  // needs `functions` and `datetime` (see below)
     {"hermes3-tool-use", "<|begin_of_text|>", "<|im_end|>", 17, "tools"},
