@@ -17,7 +17,7 @@ struct ModelTokens {
   const char* name;  // tests/text/data/templates/<name>.jinja (README.md there says where each comes from)
   const char* bos;
   const char* eos;
-  int min_rendered = 6;  // contexts of the 17 that must render (the others raise in both implementations)
+  int min_rendered = 6;  // contexts of the 18 that must render (the others raise in both implementations)
   // A variable the template loops over without checking it is defined. Python's Jinja2 (what
   // transformers runs) iterates an undefined value as an empty list; @huggingface/jinja raises.
   // Where the oracle raises for that reason we must render what it renders with the variable = [].
@@ -58,7 +58,7 @@ const ModelTokens kModels[] = {
     {"smollm3-unsloth", "", "<|im_end|>"},
     {"gpt-oss", "<|startoftext|>", "<|return|>"},
     {"firefunction-v2", "<|begin_of_text|>", "<|eot_id|>", 1},  // needs `functions` and `datetime` (see below)
-    {"hermes3-tool-use", "<|begin_of_text|>", "<|im_end|>", 17, "tools"},
+    {"hermes3-tool-use", "<|begin_of_text|>", "<|im_end|>", 18, "tools"},
     // Integer dict keys ({0: 0, 512: 128, ...}): Python renders them, @huggingface/jinja raises too.
     {"seed-oss", "", "", 0, nullptr, "dict literal with a int key"},
 };
@@ -88,7 +88,7 @@ json weather_tools() {
       {"type", "function"},
       {"function",
        json{{"name", "get_weather"},
-            {"description", "Weather for a city"},
+            {"description", "Weather for a city (Wetter für eine Stadt, 城市天气)"},
             {"parameters", json{{"type", "object"},
                                 {"properties", json{{"city", json{{"type", "string"}, {"description", "City name"}}}}},
                                 {"required", json::array({"city"})}}}}}}});
@@ -133,6 +133,12 @@ TEST(JinjaOracle, RealChatTemplatesMatchHuggingFaceJinja) {
     tool_calls["messages"] = tool_call_conversation();
     tool_calls["add_generation_prompt"] = false;
     contexts.push_back(tool_calls);
+    // Reasoning templates (Qwen 3, SmolLM 3, GLM, ...) switch thinking off through enable_thinking.
+    json no_thinking = base;
+    no_thinking["messages"] = conversations()[4];
+    no_thinking["add_generation_prompt"] = true;
+    no_thinking["enable_thinking"] = false;
+    contexts.push_back(no_thinking);
     // Firefunction-v2 expects its caller to pass `functions` (the tools as JSON) and `datetime`.
     json fire = with_tools;
     fire["functions"] = weather_tools().dump(4);
