@@ -6,8 +6,7 @@
 // template is read back from every output: the GGUF's tokenizer.chat_template (our reader, and
 // @huggingface/gguf for one file), the merged folder's chat_template.jinja and tokenizer_config.json
 // key, and the Ollama Modelfile's TEMPLATE family; a checkpoint of the run and a multi-run's final
-// adapter too. Exporting the base itself still gives
-// Gemma's, so the checks can tell the two apart.
+// adapter too. Exporting the base itself still gives Gemma's, so the checks can tell the two apart.
 #include <gtest/gtest.h>
 
 #include <filesystem>
