@@ -1,7 +1,8 @@
 // Issue 15: `backprop export` ships the chat template the run trained with, not the base model's.
 //
-// The base is stories260K with a real Gemma-3 template in its tokenizer_config.json. Two short
-// LoRA runs choose another template: `--chat-template phi3.5.jinja` (a real Phi-3.5 template) and
+// The base is stories260K with a real Gemma-3 template in its tokenizer_config.json. Short runs
+// (LoRA, and one full fine-tuning) choose another template: `--chat-template phi3.5.jinja` (a real Phi-3.5 template)
+// and
 // `--chat-template chatml`. Each run is exported to GGUF and to a merged model folder, and the
 // template is read back from every output: the GGUF's tokenizer.chat_template (our reader, and
 // @huggingface/gguf for one file), the merged folder's chat_template.jinja and tokenizer_config.json
@@ -76,11 +77,11 @@ class ExportChatTemplate : public ::testing::Test {
   }
 
   // A 2-step LoRA run with `--chat-template choice`; returns its folder.
-  static std::string train(const std::string& choice) {
+  static std::string train(const std::string& choice, const std::string& extra = "--lora-r 4") {
     const nlohmann::json j =
         run_json(fmt::format("train --json --model {} --data {} --output {}/runs --steps 2 --batch-size 2 "
-                             "--threads 1 --lr 0.01 --lora-r 4 --save-every 1 --chat-template {}",
-                             base_, data_, dir_->path, choice));
+                             "--threads 1 --lr 0.01 --save-every 1 --chat-template {} {}",
+                             base_, data_, dir_->path, choice, extra));
     return j.value("output_dir", "");
   }
 
@@ -132,6 +133,14 @@ TEST_F(ExportChatTemplate, TemplateFileChosenForTrainingIsTheOneExported) {
 
 TEST_F(ExportChatTemplate, ChatMLChosenForTrainingIsTheOneExported) {
   expect_exports_carry(train("chatml"), kChatMLTemplate, "chatml");
+}
+
+TEST_F(ExportChatTemplate, FullFineTuningRecordsItInTheModelFolder) {
+  const std::string run = train(source_dir() + "/tests/text/data/templates/phi3.5.jinja", "--mode full");
+  // model/ got the base's tokenizer files, its template replaced by the one trained with.
+  const nlohmann::json tc = nlohmann::json::parse(slurp(run + "/model/tokenizer_config.json"));
+  EXPECT_EQ(tc.value("chat_template", ""), real_template("phi3.5"));
+  expect_exports_carry(run, real_template("phi3.5"), "none");
 }
 
 TEST_F(ExportChatTemplate, MultiRunFinalAdapterShipsTheRunsTemplate) {
