@@ -66,6 +66,7 @@ TEST(SysInfo, CpuidAgreesWithProcCpuinfo) {
   const bool listed_avx512 = has("avx512f") && has("avx512bw") && has("avx512vl");  // DQ comes with BW/VL
   EXPECT_EQ(isa.avx512, listed_avx512);
 #else
+  (void)has;
   EXPECT_FALSE(isa.avx2_fma || isa.avx512);
 #endif
 }
