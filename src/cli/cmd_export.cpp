@@ -48,8 +48,9 @@ int export_command(const std::string& input_arg) {
   const std::string base = result["base_model"].get<std::string>();
   std::cout << fmt::format("Exported {} {} as {}{} in {:.1f} s{}\n", result["input_kind"].get<std::string>(),
                            result["input"].get<std::string>(), rq.format,
-                           rq.format == "gguf" ? std::string(" ") + gguf_quant_name(rq.quantization) : "",
+                           rq.format.rfind("gguf", 0) == 0 ? std::string(" ") + gguf_quant_name(rq.quantization) : "",
                            result["seconds"].get<double>(), base.empty() ? "" : fmt::format(" (base model {})", base));
+  for (const auto& m : r.messages) std::cout << m << "\n";
   for (const auto& w : r.written) std::cout << "  wrote " << w << "\n";
   std::cout << fmt::format("  {} in total\n", format_bytes(result["bytes"].get<uint64_t>()));
   if (result.contains("ollama") && !result["ollama"].is_null())

@@ -15,6 +15,7 @@
 #include "core/interrupt.h"
 #include "core/log.h"
 #include "core/threads.h"
+#include "export/gguf_lora.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
@@ -40,6 +41,7 @@ nlohmann::json TrainSummary::to_json() const {
   return {{"run_id", run_id},
           {"output_dir", output_dir},
           {"final_artifact", final_artifact},
+          {"final_gguf_adapter", final_gguf_adapter},
           {"steps", steps_done},
           {"tokens", tokens},
           {"seconds", seconds},
@@ -711,6 +713,10 @@ void Trainer::State::save_final_artifact() {
                               dir));
   save_peft_adapter(*adapter, dir);
   summary.final_artifact = dir;
+  if (!gguf_base_file(opt.model_dir).empty()) {  // a GGUF base: also the adapter llama.cpp and Ollama load
+    summary.final_gguf_adapter = (fs::path(opt.output_dir) / kGGUFAdapterFile).string();
+    export_gguf_lora(*adapter, model->weights().config, GGMLType::F32, summary.final_gguf_adapter);
+  }
 }
 
 // ---- fault injection (tests) ------------------------------------------------------------------
