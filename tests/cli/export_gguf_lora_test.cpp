@@ -9,6 +9,8 @@
 //     the merged model the logits of base + adapter; the export says the q8_0 base was dequantized;
 //   - an Ollama base (--model ollama:NAME) registers FROM NAME + ADAPTER (no base blob uploaded),
 //     keeping the manifest's template, system prompt and stops; a GGUF-file base uploads both.
+//   - merging into a q4_K base (a synthetic model with rows of 256) dequantizes, merges in f32,
+//     says so, and the independent consumer gets the merged weights.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,6 +25,7 @@
 #include "model/loader.h"
 #include "model/loader_gguf.h"
 #include "model/lora.h"
+#include "model/merge.h"
 #include "model/peft.h"
 #include "model/transformer.h"
 #include "support/fake_ollama.h"
@@ -130,6 +133,29 @@ TEST(GgufLora, FileFollowsLlamaCppConventions) {
   EXPECT_NE(out.find("not a LoRA adapter"), std::string::npos) << out;
 }
 
+// Runs the independent consumer (tests/oracles/gguf_lora_apply.py) and checks every adapted tensor.
+void expect_consumer_matches(const std::string& base, const std::string& adapter, const std::string& merged,
+                             size_t tensors, double min_change) {
+  std::string out;
+  const std::string json_path = merged + ".oracle.json";
+  ASSERT_EQ(run_command(fmt::format("/usr/bin/python3 {}/tests/oracles/gguf_lora_apply.py {} {} {} {} 2>&1",
+                                    source_dir(), base, adapter, merged, json_path),
+                        &out),
+            0)
+      << out;
+  const auto o = nlohmann::json::parse(read_file(json_path));
+  EXPECT_EQ(o["general_type"], "adapter");
+  EXPECT_EQ(o["adapter_type"], "lora");
+  EXPECT_EQ(o["alpha_type"], 6);  // FLOAT32
+  EXPECT_EQ(o["arch_matches"], true);
+  EXPECT_TRUE(o["shape_errors"].empty()) << o["shape_errors"].dump();
+  EXPECT_EQ(o["tensors"].size(), tensors);
+  for (const auto& [name, t] : o["tensors"].items()) {
+    EXPECT_LT(t.at("max_diff_merged").template get<double>(), 2e-6) << name;
+    EXPECT_GT(t.at("max_change").template get<double>(), min_change) << name << ": the adapter should change it";
+  }
+}
+
 TEST(GgufLora, TrainedFromAQuantizedGgufAnIndependentConsumerGetsOurMergedModel) {
   TempDir d;
   std::string out;
@@ -162,24 +188,7 @@ TEST(GgufLora, TrainedFromAQuantizedGgufAnIndependentConsumerGetsOurMergedModel)
       << out;
 
   // The independent consumer applies adapter.gguf to base-q8_0.gguf and compares with merged-f32.gguf.
-  const std::string oracle = d.path + "/oracle.json";
-  ASSERT_EQ(run_command(fmt::format("/usr/bin/python3 {}/tests/oracles/gguf_lora_apply.py {} {} {} {} 2>&1",
-                                    source_dir(), base, gguf_adapter, merged, oracle),
-                        &out),
-            0)
-      << out;
-  const auto o = nlohmann::json::parse(read_file(oracle));
-  EXPECT_EQ(o["general_type"], "adapter");
-  EXPECT_EQ(o["adapter_type"], "lora");
-  EXPECT_EQ(o["alpha_type"], 6);  // FLOAT32
-  EXPECT_EQ(o["arch_matches"], true);
-  EXPECT_TRUE(o["shape_errors"].empty()) << o["shape_errors"].dump();
-  EXPECT_EQ(o["tensors"].size(), 5u * 7u);
-  for (const auto& [name, t] : o["tensors"].items()) {
-    EXPECT_LT(t.at("max_diff_merged").template get<double>(), 2e-6) << name;
-    EXPECT_GT(t.at("max_change").template get<double>(), 1e-4)
-        << name << ": the trained adapter should change the weights";
-  }
+  expect_consumer_matches(base, gguf_adapter, merged, 5u * 7u, 1e-4);
 
   // Our runtime: the merged GGUF gives the logits of the q8_0 base with the PEFT adapter attached.
   const std::string derived = d.path + "/derived";
@@ -206,6 +215,52 @@ TEST(GgufLora, TrainedFromAQuantizedGgufAnIndependentConsumerGetsOurMergedModel)
             0)
       << out;
   EXPECT_EQ(out.find("is quantized"), std::string::npos) << out;
+}
+
+TEST(GgufLora, MergingIntoAQ4KBaseDequantizesAndSaysSo) {
+  TempDir d;
+  // A model whose rows are whole q4_K blocks (256): hidden 256, intermediate 512.
+  nlohmann::json j = nlohmann::json::parse(read_file(stories() + "/config.json"));
+  j["hidden_size"] = 256;
+  j["num_attention_heads"] = 4;
+  j["num_key_value_heads"] = 2;
+  j["head_dim"] = 64;
+  j["num_hidden_layers"] = 2;
+  j["intermediate_size"] = 512;
+  const ModelConfig cfg = ModelConfig::from_json(j, "q4k-test");
+  SaveModelOptions so;
+  so.copy_files_from = stories();
+  save_hf_model(init_random_weights(cfg, 5), d.path + "/model", so);
+  std::string out;
+  const std::string base = d.path + "/base-q4_k_m.gguf";
+  ASSERT_EQ(backprop(d.path + "/model --format gguf --quantization q4_k_m --output " + base, &out), 0) << out;
+  ASSERT_EQ(GGUFReader(base).find_tensor("blk.1.attn_q.weight")->type, GGMLType::Q4_K);
+  save_peft_adapter(random_b_adapter(cfg, 21), d.path + "/adapter");
+  const std::string env = "XDG_CACHE_HOME=" + d.path + "/cache";
+  const std::string adapter = d.path + "/a.gguf", merged = d.path + "/merged-f32.gguf";
+  ASSERT_EQ(backprop(d.path + "/adapter --model " + base + " --format gguf-lora --quantization f32 --output " + adapter,
+                     &out, env),
+            0)
+      << out;
+  ASSERT_EQ(
+      backprop(d.path + "/adapter --model " + base + " --format gguf --quantization f32 --output " + merged, &out, env),
+      0)
+      << out;
+  EXPECT_NE(out.find("The base " + base + " is quantized ("), std::string::npos) << out;
+  EXPECT_NE(out.find("q4_K"), std::string::npos) << out;
+  EXPECT_NE(out.find("its weights were dequantized to f32, the adapter merged in f32, and the result written as f32."),
+            std::string::npos)
+      << out;
+  expect_consumer_matches(base, adapter, merged, 2u * 7u, 1e-2);
+  // --json carries the same facts.
+  ASSERT_EQ(
+      backprop(d.path + "/adapter --model " + base + " --format merged --output " + d.path + "/m --json", &out, env), 0)
+      << out;
+  const auto r = nlohmann::json::parse(out);
+  EXPECT_EQ(r["base_dequantized"]["merged_in"], "f32");
+  EXPECT_EQ(r["base_dequantized"]["written_as"], r["dtype"]);
+  EXPECT_NE(std::find(r["base_dequantized"]["types"].begin(), r["base_dequantized"]["types"].end(), "q4_K"),
+            r["base_dequantized"]["types"].end());
 }
 
 TEST(GgufLora, OllamaBaseIsRegisteredFromItsNameWithTheAdapter) {

@@ -84,31 +84,42 @@ DECODE = {Q4_0: q4_0, Q8_0: q8_0, Q4_K: lambda b: k_quant_45(b, False), Q5_K: la
           Q6_K: q6_k}
 
 
+def read_layout(path):
+    """The @huggingface/gguf view of the file (gguf_read.mjs)."""
+    return json.loads(subprocess.run(["node", os.path.join(HERE, "gguf_read.mjs"), path], check=True,
+                                     capture_output=True, text=True).stdout)
+
+
+def decode_tensor(info, raw, t):
+    """Tensor `t` of the layout as float32 values, or None for a type not decoded here."""
+    n = int(np.prod(t["shape"]))
+    start = info["tensor_data_offset"] + t["offset"]
+    ty = t["dtype"]
+    if ty == F32:
+        return raw[start:start + 4 * n].copy().view(np.float32)
+    if ty == F16:
+        return f16(raw[start:start + 2 * n])
+    if ty == BF16:
+        return (raw[start:start + 2 * n].copy().view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    if ty in DECODE:
+        per, nbytes = BLOCK[ty]
+        blocks = raw[start:start + nbytes * (n // per)].reshape(-1, nbytes)
+        return np.concatenate([DECODE[ty](b) for b in blocks])
+    return None
+
+
 def main():
     path, out_dir = sys.argv[1:3]
-    info = json.loads(subprocess.run(["node", os.path.join(HERE, "gguf_read.mjs"), path], check=True,
-                                     capture_output=True, text=True).stdout)
+    info = read_layout(path)
     raw = np.fromfile(path, dtype=np.uint8)
     os.makedirs(out_dir, exist_ok=True)
     index = {}
     for t in info["tensors"]:
-        n = int(np.prod(t["shape"]))
-        start = info["tensor_data_offset"] + t["offset"]
-        ty = t["dtype"]
-        if ty == F32:
-            v = raw[start:start + 4 * n].copy().view(np.float32)
-        elif ty == F16:
-            v = f16(raw[start:start + 2 * n])
-        elif ty == BF16:
-            v = (raw[start:start + 2 * n].copy().view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-        elif ty in DECODE:
-            per, nbytes = BLOCK[ty]
-            blocks = raw[start:start + nbytes * (n // per)].reshape(-1, nbytes)
-            v = np.concatenate([DECODE[ty](b) for b in blocks])
-        else:
+        v = decode_tensor(info, raw, t)
+        if v is None:
             continue  # a type this oracle does not decode: left out of the index
         v.astype(np.float32).tofile(os.path.join(out_dir, t["name"] + ".f32"))
-        index[t["name"]] = ty
+        index[t["name"]] = t["dtype"]
     with open(os.path.join(out_dir, "index.json"), "w") as f:
         json.dump(index, f)
 

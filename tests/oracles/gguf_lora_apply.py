@@ -6,8 +6,8 @@ Usage: /usr/bin/python3 gguf_lora_apply.py BASE.gguf ADAPTER.gguf MERGED.gguf OU
 
 The files are parsed by @huggingface/gguf (tests/oracles/gguf_read.mjs, run with node): metadata,
 tensor shapes (ne), types and offsets. Tensor bytes are read here with NumPy at
-tensor_data_offset + offset and decoded from f32, f16 or q8_0 (block: f16 scale d, 32 int8 q;
-value = d * q). For every pair "<name>.lora_a" / "<name>.lora_b" the checks of llama.cpp's
+tensor_data_offset + offset and decoded by gguf_dequant.py (f32, f16, bf16, q8_0, q4_0, q4_K,
+q5_K, q6_K). For every pair "<name>.lora_a" / "<name>.lora_b" the checks of llama.cpp's
 llama-adapter.cpp are made (general.type "adapter", adapter.type "lora", the architecture of the
 base, a.ne[0] == W.ne[0], b.ne[1] == W.ne[1], a.ne[1] == b.ne[0]) and
     W' = W + (adapter.lora.alpha / r) * B @ A        (r = a.ne[1])
@@ -17,40 +17,24 @@ undone, the adapter must already match it). OUT.json: the checks, and per tensor
 """
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-GGML_F32, GGML_F16, GGML_Q8_0 = 0, 1, 8
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gguf_dequant import decode_tensor, read_layout  # noqa: E402  (the same independent decoder)
 
 
 def read_gguf(path):
-    out = subprocess.run(["node", os.path.join(HERE, "gguf_read.mjs"), path], check=True, capture_output=True,
-                         text=True).stdout
-    info = json.loads(out)
-    raw = np.fromfile(path, dtype=np.uint8)
-    return info, raw
+    return read_layout(path), np.fromfile(path, dtype=np.uint8)
 
 
 def tensor(info, raw, name):
     t = next(t for t in info["tensors"] if t["name"] == name)
-    ne = t["shape"]
-    n = int(np.prod(ne))
-    start = info["tensor_data_offset"] + t["offset"]
-    if t["dtype"] == GGML_F32:
-        v = raw[start:start + 4 * n].view(np.float32).astype(np.float64)
-    elif t["dtype"] == GGML_F16:
-        v = raw[start:start + 2 * n].view(np.float16).astype(np.float64)
-    elif t["dtype"] == GGML_Q8_0:
-        blocks = raw[start:start + 34 * (n // 32)].reshape(-1, 34)
-        d = blocks[:, :2].copy().view(np.float16).astype(np.float64)
-        q = blocks[:, 2:].copy().view(np.int8).astype(np.float64)
-        v = (d * q).reshape(-1)
-    else:
+    v = decode_tensor(info, raw, t)
+    if v is None:
         raise SystemExit(f"{name}: ggml type {t['dtype']} not decoded by this oracle")
-    return v.reshape(list(reversed(ne))), ne  # row-major: outermost first
+    return v.astype(np.float64).reshape(list(reversed(t["shape"]))), t["shape"]  # row-major: outermost first
 
 
 def meta(info, key):
