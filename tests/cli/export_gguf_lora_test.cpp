@@ -30,6 +30,7 @@
 #include "model/transformer.h"
 #include "support/fake_ollama.h"
 #include "support/gguf_oracle.h"
+#include "support/shaped_config.h"
 #include "support/test_util.h"
 
 namespace bp::test {
@@ -220,13 +221,7 @@ TEST(GgufLora, TrainedFromAQuantizedGgufAnIndependentConsumerGetsOurMergedModel)
 TEST(GgufLora, MergingIntoAQ4KBaseDequantizesAndSaysSo) {
   TempDir d;
   // A model whose rows are whole q4_K blocks (256): hidden 256, intermediate 512.
-  nlohmann::json j = nlohmann::json::parse(read_file(stories() + "/config.json"));
-  j["hidden_size"] = 256;
-  j["num_attention_heads"] = 4;
-  j["num_key_value_heads"] = 2;
-  j["head_dim"] = 64;
-  j["num_hidden_layers"] = 2;
-  j["intermediate_size"] = 512;
+  const nlohmann::json j = stories_config_shaped(256, 4, 2, 64, 2, 512);
   const ModelConfig cfg = ModelConfig::from_json(j, "q4k-test");
   SaveModelOptions so;
   so.copy_files_from = stories();

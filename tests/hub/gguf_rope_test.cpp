@@ -20,6 +20,7 @@
 #include "model/loader.h"
 #include "model/transformer.h"
 #include "model/weight_names.h"
+#include "support/shaped_config.h"
 #include "support/test_util.h"
 
 namespace bp {
@@ -30,13 +31,7 @@ std::string stories() {
 }
 
 ModelConfig llama31_config(double factor, double low, double high, int original) {
-  nlohmann::json j = nlohmann::json::parse(read_file(stories() + "/config.json"));
-  j["hidden_size"] = 64;
-  j["num_attention_heads"] = 4;
-  j["num_key_value_heads"] = 2;
-  j["head_dim"] = 16;
-  j["num_hidden_layers"] = 2;
-  j["intermediate_size"] = 128;
+  nlohmann::json j = test::stories_config_shaped(64, 4, 2, 16, 2, 128);
   j["rope_theta"] = 500000.0;
   j["max_position_embeddings"] = 131072;
   j["rope_scaling"] = {{"rope_type", "llama3"},
