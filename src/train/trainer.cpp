@@ -714,8 +714,15 @@ void Trainer::State::save_final_artifact() {
   save_peft_adapter(*adapter, dir);
   summary.final_artifact = dir;
   if (!gguf_base_file(opt.model_dir).empty()) {  // a GGUF base: also the adapter llama.cpp and Ollama load
-    summary.final_gguf_adapter = (fs::path(opt.output_dir) / kGGUFAdapterFile).string();
-    export_gguf_lora(*adapter, model->weights().config, GGMLType::F32, summary.final_gguf_adapter);
+    const std::string gguf = (fs::path(opt.output_dir) / kGGUFAdapterFile).string();
+    try {
+      export_gguf_lora(*adapter, model->weights().config, GGMLType::F32, gguf);
+      summary.final_gguf_adapter = gguf;
+    } catch (const Error& e) {  // the PEFT adapter is saved: the run stands, the GGUF can be made later
+      event("warn", fmt::format("the GGUF LoRA adapter {} was not written ({}); make it later with `backprop export "
+                                "{} --format gguf-lora`",
+                                gguf, e.what(), opt.output_dir));
+    }
   }
 }
 
