@@ -1,4 +1,4 @@
-// `backprop export INPUT --format lora|merged|gguf`: turns what training produced into something
+// `backprop export INPUT --format lora|merged|gguf|gguf-lora`: turns what training produced into something
 // to ship (issue 7). Only wiring: settings become an ExportRequest (export/exporter.h, which also
 // says what INPUT may be and where outputs go), and the report is printed as text or --json.
 // Every flag is a setting (export.*), so TOML and BACKPROPAGATE_EXPORT__* work too.
@@ -75,5 +75,6 @@ bp::cli::RunFn setup_export(CLI::App& sub) {
 
 }  // namespace
 
-BP_REGISTER_COMMAND("export", "Export a run as a PEFT adapter, a merged HF model or a GGUF file (+ Ollama)",
+BP_REGISTER_COMMAND("export",
+                    "Export a run as a PEFT adapter, a merged HF model, a GGUF file or a GGUF LoRA adapter (+ Ollama)",
                     setup_export);
