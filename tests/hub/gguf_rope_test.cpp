@@ -5,7 +5,7 @@
 // near 5000 its logits equal the Hugging Face config path's, and differ clearly without the scaling
 // (so the check can fail). Both the canonical band (low 1, high 4, L 8192) and another one
 // (L 1024, low 1, high 8: two blended frequencies, solved) are covered, and a rope_freqs that is
-// no Llama-3 scaling is refused.
+// no Llama-3 scaling is refused; Llama-3.1/3.2 shapes give exactly their own parameters.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -120,6 +120,31 @@ TEST(GGUFRope, RopeFreqsThatAreNoLlama3ScalingAreRefused) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::DEP_MODEL_LOAD_FAILED);
     EXPECT_NE(std::string(e.what()).find("is not Llama-3 rope scaling"), std::string::npos) << e.what();
+  }
+}
+
+// Llama-3.1 8B's rotary shape (head_dim 128, theta 500000) with its scaling (factor 8) and Llama-3.2's
+// (factor 32) come back as exactly Hugging Face's parameters.
+TEST(GGUFRope, RealLlama3ShapesGiveTheirOwnParameters) {
+  for (double factor : {8.0, 32.0}) {
+    nlohmann::json j = test::stories_config_shaped(128, 1, 1, 128, 1, 128);
+    j["rope_theta"] = 500000.0;
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", factor},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192}};
+    const ModelConfig hf = ModelConfig::from_json(j, "llama3-shape");
+    test::TempDir d;
+    const std::string path = d.path + "/m.gguf";
+    export_gguf(weights_for(hf), stories(), GGUFQuant::F16, path);
+    const ModelConfig back = load_model_config(hub::gguf_model_folder(path, d.path + "/derived"));
+    ASSERT_TRUE(back.rope.llama3_scaling);
+    EXPECT_EQ(back.rope.factor, static_cast<float>(factor));
+    EXPECT_EQ(back.rope.low_freq_factor, 1.0f);
+    EXPECT_EQ(back.rope.high_freq_factor, 4.0f);
+    EXPECT_EQ(back.rope.original_max_position, 8192);
+    EXPECT_EQ(rope_inv_freq(back.rope), rope_inv_freq(hf.rope));
   }
 }
 
