@@ -230,7 +230,7 @@ AdapterBase adapter_base(const ExportJob& job, const ModelConfig& cfg) {
     if (j.is_object() && j.value("name", "") != "") {
       b.ollama = true;
       b.from = j.value("name", "") + ":" + j.value("tag", "latest");
-      b.tmpl.family = "ollama";
+      b.tmpl.family = "the Ollama base's";
       b.tmpl.go_template = j.value("template", "");
       b.system = j.value("system", "");
       try {  // the manifest's parameters keep their stop strings
