@@ -1,4 +1,4 @@
-// `backprop export INPUT --format lora|merged|gguf`: turns what training produced into something
+// `backprop export INPUT --format lora|merged|gguf|gguf-lora`: turns what training produced into something
 // to ship (issue 7). Only wiring: settings become an ExportRequest (export/exporter.h, which also
 // says what INPUT may be and where outputs go), and the report is printed as text or --json.
 // Every flag is a setting (export.*), so TOML and BACKPROPAGATE_EXPORT__* work too.
@@ -48,8 +48,9 @@ int export_command(const std::string& input_arg) {
   const std::string base = result["base_model"].get<std::string>();
   std::cout << fmt::format("Exported {} {} as {}{} in {:.1f} s{}\n", result["input_kind"].get<std::string>(),
                            result["input"].get<std::string>(), rq.format,
-                           rq.format == "gguf" ? std::string(" ") + gguf_quant_name(rq.quantization) : "",
+                           rq.format.rfind("gguf", 0) == 0 ? std::string(" ") + gguf_quant_name(rq.quantization) : "",
                            result["seconds"].get<double>(), base.empty() ? "" : fmt::format(" (base model {})", base));
+  for (const auto& m : r.messages) std::cout << m << "\n";
   for (const auto& w : r.written) std::cout << "  wrote " << w << "\n";
   std::cout << fmt::format("  {} in total\n", format_bytes(result["bytes"].get<uint64_t>()));
   if (result.contains("ollama") && !result["ollama"].is_null())
@@ -74,5 +75,6 @@ bp::cli::RunFn setup_export(CLI::App& sub) {
 
 }  // namespace
 
-BP_REGISTER_COMMAND("export", "Export a run as a PEFT adapter, a merged HF model or a GGUF file (+ Ollama)",
+BP_REGISTER_COMMAND("export",
+                    "Export a run as a PEFT adapter, a merged HF model, a GGUF file or a GGUF LoRA adapter (+ Ollama)",
                     setup_export);

@@ -141,8 +141,9 @@ constexpr SettingSpec kSettings[] = {
    "Shuffle samples every epoch (seeded by training.seed)."},
 
   // ---- export ---------------------------------------------------------------------------------
-  {"export.format", T::Enum, "lora", kNoMin, kNoMax, "lora|merged|gguf", R::Any, "--format", false,
-   "lora = PEFT adapter folder, merged = HF model with LoRA merged in, gguf = one GGUF file."},
+  {"export.format", T::Enum, "lora", kNoMin, kNoMax, "lora|merged|gguf|gguf-lora", R::Any, "--format", false,
+   "lora = PEFT adapter folder, merged = HF model with LoRA merged in, gguf = one GGUF file, gguf-lora = the "
+   "adapter as a GGUF LoRA file (llama.cpp --lora, Ollama ADAPTER; --quantization f32 or f16)."},
   {"export.quantization", T::Enum, "f16", kNoMin, kNoMax, "f32|f16|bf16|q8_0|q4_0|q4_k_m|q5_k_m|q6_k", R::Any,
    "--quantization", false, "Tensor type of a GGUF export."},
   {"export.output", T::String, "", kNoMin, kNoMax, "", R::Any, "--output", false,

@@ -8,10 +8,13 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/file_read.h"
 #include "export/export_input.h"
+#include "export/gguf_lora.h"
 #include "export/merged_model.h"
 #include "export/ollama.h"
 #include "io/atomic_file.h"
+#include "io/gguf_reader.h"
 #include "model/loader.h"
 #include "model/peft.h"
 #include "text/chat_template_source.h"
@@ -85,6 +88,27 @@ void report_folder(const fs::path& out, const std::vector<std::string>& files, E
   r.result["bytes"] = folder_bytes(out, files);
 }
 
+// Merging into a quantized GGUF base: the weights are dequantized to f32 on load (model/loader_gguf.h),
+// the adapter is merged in f32 and the result written as `written_as`. Says so, once, in the output.
+void note_dequantized_base(const ExportJob& job, const std::string& written_as, ExportReport& r) {
+  if (!job.is_adapter()) return;
+  const std::string gguf = gguf_base_file(job.source_dir.string());
+  if (gguf.empty()) return;
+  std::vector<std::string> types;
+  GGUFReader reader(gguf);
+  for (const GGUFTensorInfo& t : reader.tensors())
+    if (ggml_is_quantized(t.type) && std::find(types.begin(), types.end(), ggml_type_name(t.type)) == types.end())
+      types.push_back(ggml_type_name(t.type));
+  if (types.empty()) return;
+  std::string joined;
+  for (const auto& t : types) joined += (joined.empty() ? "" : ", ") + t;
+  r.messages.push_back(
+      fmt::format("The base {} is quantized ({}): its weights were dequantized to f32, the adapter "
+                  "merged in f32, and the result written as {}.",
+                  gguf, joined, written_as));
+  r.result["base_dequantized"] = {{"file", gguf}, {"types", types}, {"merged_in", "f32"}, {"written_as", written_as}};
+}
+
 void write_lora(const ExportJob& job, ExportReport& r) {
   const fs::path out = job.output_or(job.input.out_root / "adapter");
   check_not_input(out, {job.input.dir});
@@ -135,6 +159,7 @@ void write_merged(const ExportJob& job, ExportReport& r) {
   }
   report_folder(out, files, r);
   r.result["dtype"] = dtype_name(base.config.torch_dtype);
+  note_dequantized_base(job, dtype_name(base.config.torch_dtype), r);
   r.next.push_back(fmt::format("backprop generate --model {} --prompt \"...\"", out.string()));
   r.next.push_back(fmt::format("backprop export {} --format gguf --quantization q4_k_m", out.string()));
 }
@@ -200,12 +225,122 @@ void write_gguf(const ExportJob& job, ExportReport& r) {
   r.result["chat_template_family"] = tmpl.family;
   r.result["num_ctx"] = num_ctx;
   r.result["ollama"] = nullptr;
+  note_dequantized_base(job, gguf_quant_name(quant), r);
   if (tmpl.fallback)
     r.warnings.push_back(
         "the chat template is none of the families the Modelfile knows (ChatML, Llama-3, Llama-2/Mistral, "
         "Gemma); the Modelfile uses a plain {{ .Prompt }} template");
   register_gguf(job, out, tmpl, num_ctx, r);
   r.next.push_back(fmt::format("llama-cli -m {}", out.string()));
+}
+
+// What a GGUF LoRA adapter is applied to in Ollama: the base's Ollama model (ollama.json, written
+// by hub/model_source.cpp for --model ollama:NAME) with its own template and system prompt, else
+// the base's GGUF file, else the base folder (which Ollama imports from safetensors).
+struct AdapterBase {
+  std::string from;     // FROM of the Modelfile
+  std::string gguf;     // the base GGUF file ("" for an Ollama model or a folder)
+  bool ollama = false;  // `from` names an Ollama model
+  OllamaTemplate tmpl;  // go_template "" = the base's own
+  std::string system;
+  int64_t num_ctx = 0;
+};
+
+AdapterBase adapter_base(const ExportJob& job, const ModelConfig& cfg) {
+  AdapterBase b;
+  const fs::path kept = job.base_dir / "ollama.json";
+  std::error_code ec;
+  if (fs::is_regular_file(kept, ec)) {
+    const nlohmann::json j = parse_json_bounded(read_file(kept.string()), kept.string(), "export");
+    if (j.is_object() && j.value("name", "") != "") {
+      b.ollama = true;
+      b.from = j.value("name", "") + ":" + j.value("tag", "latest");
+      b.tmpl.family = "the Ollama base's";
+      b.tmpl.go_template = j.value("template", "");
+      b.system = j.value("system", "");
+      try {  // the manifest's parameters keep their stop strings
+        const nlohmann::json params = nlohmann::json::parse(j.value("params", "{}"));
+        if (params.contains("stop") && params["stop"].is_array())
+          b.tmpl.stops = params["stop"].get<std::vector<std::string>>();
+      } catch (const nlohmann::json::exception&) {
+      }
+      return b;
+    }
+  }
+  b.gguf = gguf_base_file(job.base_dir.string());
+  b.from = b.gguf.empty() ? job.base_dir.string() : b.gguf;
+  const ChatTemplateSource chat_template = read_model_chat_template(job.base_dir.string());
+  b.tmpl = ollama_template_from_jinja(chat_template.text, read_gguf_tokenizer(job.base_dir.string(), cfg).end_tokens);
+  b.num_ctx = std::min<int64_t>(cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 2048, 8192);
+  return b;
+}
+
+void write_gguf_lora(const ExportJob& job, ExportReport& r) {
+  const GGUFQuant quant = job.request.quantization;
+  if (quant != GGUFQuant::F32 && quant != GGUFQuant::F16)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[export] a GGUF LoRA adapter is stored as f32 or f16 (llama.cpp applies it to any "
+                            "base type); got --quantization {}",
+                            gguf_quant_name(quant)));
+  const std::string file_name = fmt::format("adapter-{}.gguf", gguf_quant_name(quant));
+  fs::path out = job.output_or(job.input.out_root / file_name);
+  if (fs::is_directory(out) || out.filename().empty()) out = out / file_name;
+  const ModelConfig cfg = load_model_config(job.base_dir.string());
+  const AdapterBase base = adapter_base(job, cfg);
+  if (job.request.ollama && !base.ollama && base.gguf.empty())
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[export] --ollama with --format gguf-lora needs a GGUF or Ollama base model (--model "
+                            "FILE.gguf or ollama:NAME); the base {} is a Hugging Face folder: use --format gguf "
+                            "(the merged model) instead",
+                            job.base_dir.string()));
+  const LoraAdapter adapter = load_peft_adapter(job.input.dir.string(), cfg);  // throws when it does not fit
+  make_dirs(out.parent_path());
+  const GGUFLoraResult g = export_gguf_lora(adapter, cfg, quant == GGUFQuant::F32 ? GGMLType::F32 : GGMLType::F16,
+                                            out.string(), job.ollama_name);
+  const fs::path modelfile = out.parent_path() / "Modelfile";
+  write_file_atomic(modelfile.string(), make_modelfile(base.from, base.tmpl, base.num_ctx, out.string(), base.system));
+  r.written.push_back(out.string());
+  r.written.push_back(modelfile.string());
+  r.result["output"] = out.string();
+  r.result["files"] = {out.filename().string(), "Modelfile"};
+  r.result["bytes"] = g.bytes;
+  r.result["quantization"] = gguf_quant_name(quant);
+  r.result["tensor_count"] = g.tensor_count;
+  r.result["lora_alpha"] = g.alpha;
+  r.result["modelfile"] = modelfile.string();
+  r.result["ollama_from"] = base.from;
+  r.result["ollama"] = nullptr;
+  const std::string create_cmd = fmt::format("ollama create {} -f {}", job.ollama_name, modelfile.string());
+  if (!job.request.ollama) {
+    r.next.push_back(create_cmd);
+  } else {
+    OllamaCreate c;
+    c.model_name = job.ollama_name;
+    (base.ollama ? c.from : c.gguf_path) = base.from;
+    c.adapter_path = out.string();
+    c.tmpl = base.tmpl;
+    c.system = base.system;
+    c.num_ctx = base.num_ctx;
+    OllamaOptions oo;
+    oo.host = job.request.ollama_host;
+    oo.max_attempts = job.request.ollama_max_attempts;
+    try {
+      const OllamaResult o = create_ollama_model(c, oo);
+      r.result["ollama"] = {{"model", o.model},       {"from", base.from},
+                            {"digest", o.digest},     {"adapter_digest", o.adapter_digest},
+                            {"endpoint", o.endpoint}, {"blob_uploaded", o.blob_uploaded},
+                            {"requests", o.requests}};
+    } catch (Error& e) {
+      if (e.code() == ErrorCode::DEP_OLLAMA_REGISTRATION_FAILED)
+        e.with_suggestion(
+            fmt::format("{} The adapter and its Modelfile are written ({}); once Ollama runs, "
+                        "register them with `{}`.",
+                        e.suggestion(), out.string(), create_cmd));
+      throw;
+    }
+  }
+  r.next.push_back(fmt::format("ollama run {}", job.ollama_name));
+  if (!base.gguf.empty()) r.next.push_back(fmt::format("llama-cli -m {} --lora {}", base.gguf, out.string()));
 }
 
 const ExportFormat& find_format(const std::string& name) {
@@ -225,6 +360,8 @@ const std::vector<ExportFormat>& export_formats() {
       {"lora", "the PEFT adapter (adapter_config.json + adapter_model.safetensors)", true, false, write_lora},
       {"merged", "a Hugging Face model folder with the adapter merged in", false, false, write_merged},
       {"gguf", "one GGUF file for llama.cpp and Ollama, with a Modelfile", false, true, write_gguf},
+      {"gguf-lora", "the adapter as a GGUF LoRA file (llama.cpp --lora, Ollama ADAPTER), with a Modelfile", true, true,
+       write_gguf_lora},
   };
   return formats;
 }

@@ -5,6 +5,11 @@
 //           tokenizer files copied); a full model is re-saved with save_hf_model.
 //   gguf    merge_lora_into when an adapter, export_gguf, then always a Modelfile next to the file
 //           (make_modelfile); `ollama` registers it (register_with_ollama).
+//   gguf-lora  the adapter as a GGUF LoRA file (export/gguf_lora.h) and a Modelfile FROM <base>
+//           ADAPTER <file>: an Ollama base (--model ollama:NAME) is named by its model name and keeps
+//           its manifest's template and system prompt (nothing re-quantized); a GGUF base by its file.
+// Merging into a quantized GGUF base (merged, gguf) dequantizes it to f32, merges in f32 and writes
+// the requested type; `messages` says so.
 //
 // A new format is one row of export_formats() plus its writer function here, and its name in the
 // allowed values of the export.format setting (a test holds the two lists equal).
@@ -42,6 +47,7 @@ struct ExportReport {
   std::vector<std::string> written;   // paths written, for the text summary
   std::vector<std::string> next;      // commands to try next
   std::vector<std::string> warnings;  // shown on stderr by the text output
+  std::vector<std::string> messages;  // facts about the export shown on stdout by the text output
   std::string note;                   // how the input was found (export_input.h), "" when named directly
 };
 

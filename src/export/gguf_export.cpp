@@ -43,21 +43,6 @@ int64_t permuted_source_row(int64_t out_row, int64_t head_dim) {
   return h * head_dim + j * (head_dim / 2) + i;
 }
 
-GGUFTensorSpec permuted_spec(const std::string& name, const Tensor& t, GGMLType type, int64_t head_dim) {
-  BP_CHECK(t.rank() == 2 && t.dim(0) % head_dim == 0 && head_dim % 2 == 0,
-           "[gguf] cannot permute {} {} with head_dim {}", name, t.describe(), head_dim);
-  GGUFTensorSpec s = gguf_tensor_from(name, t, type);
-  const int64_t n = t.dim(1);
-  s.produce = [t, type, n, head_dim](uint8_t* dst, int64_t r0, int64_t r1) {
-    std::vector<float> rows(static_cast<size_t>((r1 - r0) * n));
-    const float* src = t.data<float>();
-    for (int64_t r = r0; r < r1; ++r)
-      std::copy_n(src + permuted_source_row(r, head_dim) * n, n, rows.data() + (r - r0) * n);
-    quantize_rows(type, rows.data(), dst, r1 - r0, n);
-  };
-  return s;
-}
-
 Tensor permuted_vector(const Tensor& b, int64_t head_dim) {
   std::vector<float> v(static_cast<size_t>(b.numel()));
   const float* src = b.data<float>();
@@ -87,6 +72,21 @@ std::vector<float> llama3_rope_factors(const RopeConfig& r) {
 }
 
 }  // namespace
+
+GGUFTensorSpec gguf_permuted_rows_spec(const std::string& name, const Tensor& t, GGMLType type, int64_t head_dim) {
+  BP_CHECK(t.rank() == 2 && t.dim(0) % head_dim == 0 && head_dim % 2 == 0,
+           "[gguf] cannot permute {} {} with head_dim {}", name, t.describe(), head_dim);
+  GGUFTensorSpec s = gguf_tensor_from(name, t, type);
+  const int64_t n = t.dim(1);
+  s.produce = [t, type, n, head_dim](uint8_t* dst, int64_t r0, int64_t r1) {
+    std::vector<float> rows(static_cast<size_t>((r1 - r0) * n));
+    const float* src = t.data<float>();
+    for (int64_t r = r0; r < r1; ++r)
+      std::copy_n(src + permuted_source_row(r, head_dim) * n, n, rows.data() + (r - r0) * n);
+    quantize_rows(type, rows.data(), dst, r1 - r0, n);
+  };
+  return s;
+}
 
 GGUFQuant parse_gguf_quant(std::string_view name) {
   std::string n(name);
@@ -193,7 +193,7 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
     if (!t.defined()) return;
     const GGMLType type = gguf_tensor_type(q, name, t.dim(t.rank() - 1), t.rank(), layer, n_layers, tied);
     if (permute_head_dim > 0 && t.rank() == 2)
-      w.add_tensor(permuted_spec(name, t, type, permute_head_dim));
+      w.add_tensor(gguf_permuted_rows_spec(name, t, type, permute_head_dim));
     else if (permute_head_dim > 0)
       w.add_tensor(gguf_tensor_from(name, permuted_vector(t, permute_head_dim), type));
     else

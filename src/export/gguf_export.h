@@ -44,6 +44,11 @@ const char* gguf_arch_name(Arch a);    // arch_info(a).gguf_arch: "llama", "qwen
 GGMLType gguf_tensor_type(GGUFQuant q, const std::string& name, int64_t row_length, int n_dims, int layer, int n_layers,
                           bool tied);
 
+// An f32 matrix [rows, n] stored as `type` with its rows in llama.cpp's q/k order (Meta's
+// interleaved rotary layout, per head of `head_dim` rows). Shared with the GGUF LoRA adapter's
+// lora_b of q/k (export/gguf_lora.h), so both files agree on the row order.
+GGUFTensorSpec gguf_permuted_rows_spec(const std::string& name, const Tensor& t, GGMLType type, int64_t head_dim);
+
 // Adds every tensor and the model metadata (not the tokenizer) to `w`. Tensors are shared with
 // `weights` (no copy); q/k permutation and quantization happen while the file is written.
 void add_model_to_gguf(GGUFWriter& w, const ModelWeights& weights, GGUFQuant q, const std::string& model_name);

@@ -106,36 +106,23 @@ class Session {
 
 }  // namespace
 
-OllamaResult register_with_ollama(const std::string& gguf_path, const std::string& model_name, const OllamaTemplate& t,
-                                  int64_t num_ctx, const OllamaOptions& options) {
-  validate_ollama_model_name(model_name);
-  std::string host = options.host;
-  if (host.empty()) {
-    const char* env = std::getenv("OLLAMA_HOST");
-    host = env ? env : "";
-  }
-  const OllamaEndpoint ep = parse_ollama_host(host);
+namespace {
+
+// HEAD then (when missing) a streamed POST of `path` as a blob; returns "sha256:<hex>".
+std::string ensure_blob(Session& s, const std::string& path, bool* uploaded) {
   std::error_code ec;
-  const uint64_t size = std::filesystem::file_size(gguf_path, ec);
+  const uint64_t size = std::filesystem::file_size(path, ec);
   if (ec)
-    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
-                fmt::format("[ollama] cannot read {}: {}", gguf_path, ec.message()));
-
-  OllamaResult res;
-  res.model = model_name;
-  res.endpoint = ep.str();
-  res.digest = "sha256:" + sha256_file_hex(gguf_path);
-  const std::string blob_path = "/api/blobs/" + res.digest;
-  Session s(ep, options);
-
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[ollama] cannot read {}: {}", path, ec.message()));
+  const std::string digest = "sha256:" + sha256_file_hex(path);
+  const std::string blob_path = "/api/blobs/" + digest;
   // 1. Does the server have the blob already?
   Attempt head = s.with_retries("checking the blob", [&](httplib::Client& c) { return c.Head(blob_path.c_str()); });
   if (head.status != 200 && head.status != 404) s.fail("checking the blob", head, retryable(head));
-
   // 2. Upload it (streamed from the file).
   if (head.status == 404) {
     Attempt up = s.with_retries("uploading the GGUF blob", [&](httplib::Client& c) {
-      auto file = std::make_shared<std::ifstream>(gguf_path, std::ios::binary);
+      auto file = std::make_shared<std::ifstream>(path, std::ios::binary);
       auto buf = std::make_shared<std::vector<char>>(1 << 20);
       return c.Post(
           blob_path.c_str(), static_cast<size_t>(size),
@@ -150,20 +137,50 @@ OllamaResult register_with_ollama(const std::string& gguf_path, const std::strin
           "application/octet-stream");
     });
     if (up.status != 201 && up.status != 200) s.fail("uploading the GGUF blob", up, retryable(up));
-    res.blob_uploaded = true;
+    *uploaded = true;
   }
+  return digest;
+}
 
-  // 3. Create the model from the blob.
-  nlohmann::json params = {{"stop", t.stops}};
-  if (num_ctx > 0) params["num_ctx"] = num_ctx;
-  const nlohmann::json body = {{"model", model_name},
-                               {"files", {{std::filesystem::path(gguf_path).filename().string(), res.digest}}},
-                               {"template", t.go_template},
-                               {"parameters", params},
-                               {"stream", false}};
+}  // namespace
+
+OllamaResult create_ollama_model(const OllamaCreate& c, const OllamaOptions& options) {
+  validate_ollama_model_name(c.model_name);
+  std::string host = options.host;
+  if (host.empty()) {
+    const char* env = std::getenv("OLLAMA_HOST");
+    host = env ? env : "";
+  }
+  const OllamaEndpoint ep = parse_ollama_host(host);
+  for (const std::string* p : {&c.gguf_path, &c.adapter_path})
+    if (!p->empty() && !std::filesystem::is_regular_file(*p))
+      throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[ollama] cannot read {}: no such file", *p));
+
+  OllamaResult res;
+  res.model = c.model_name;
+  res.endpoint = ep.str();
+  Session s(ep, options);
+  nlohmann::json body = {{"model", c.model_name}, {"stream", false}};
+  if (!c.from.empty()) body["from"] = c.from;
+  if (!c.gguf_path.empty()) {
+    res.digest = ensure_blob(s, c.gguf_path, &res.blob_uploaded);
+    body["files"] = {{std::filesystem::path(c.gguf_path).filename().string(), res.digest}};
+  }
+  if (!c.adapter_path.empty()) {
+    res.adapter_digest = ensure_blob(s, c.adapter_path, &res.blob_uploaded);
+    body["adapters"] = {{std::filesystem::path(c.adapter_path).filename().string(), res.adapter_digest}};
+  }
+  if (!c.tmpl.go_template.empty()) body["template"] = c.tmpl.go_template;
+  if (!c.system.empty()) body["system"] = c.system;
+  nlohmann::json params = nlohmann::json::object();
+  if (!c.tmpl.stops.empty()) params["stop"] = c.tmpl.stops;
+  if (c.num_ctx > 0) params["num_ctx"] = c.num_ctx;
+  if (!params.empty()) body["parameters"] = params;
+
+  // 3. Create the model from the blobs.
   const std::string text = body.dump();
   Attempt cr = s.with_retries("creating the model",
-                              [&](httplib::Client& c) { return c.Post("/api/create", text, "application/json"); });
+                              [&](httplib::Client& cl) { return cl.Post("/api/create", text, "application/json"); });
   if (cr.status != 200) s.fail("creating the model", cr, retryable(cr));
   try {
     const auto j = nlohmann::json::parse(cr.body);
@@ -173,6 +190,16 @@ OllamaResult register_with_ollama(const std::string& gguf_path, const std::strin
   }
   res.requests = s.requests;
   return res;
+}
+
+OllamaResult register_with_ollama(const std::string& gguf_path, const std::string& model_name, const OllamaTemplate& t,
+                                  int64_t num_ctx, const OllamaOptions& options) {
+  OllamaCreate c;
+  c.model_name = model_name;
+  c.gguf_path = gguf_path;
+  c.tmpl = t;
+  c.num_ctx = num_ctx;
+  return create_ollama_model(c, options);
 }
 
 }  // namespace bp

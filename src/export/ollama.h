@@ -4,6 +4,9 @@
 //   2. POST /api/blobs/sha256:<digest>      body = the GGUF file; 201 Created (400 = digest mismatch)
 //   3. POST /api/create  {"model", "files": {"<file>.gguf": "sha256:<digest>"}, "template",
 //                         "parameters": {"stop": [...], "num_ctx": N}, "stream": false}
+//      with a LoRA adapter: "adapters": {"<adapter>.gguf": "sha256:<digest>"} beside "files", or
+//      beside "from": "<existing model>" (an Ollama base: nothing re-uploaded or re-quantized),
+//      and "system" when the base has a system prompt.
 //                                           200 {"status": "success"}; errors are {"error": "..."}
 // Each request is retried with exponential backoff on connection failures, timeouts, 429 and 5xx;
 // other 4xx answers fail at once. Failure -> DEP_OLLAMA_REGISTRATION_FAILED (retryable), with
@@ -30,8 +33,11 @@ struct OllamaTemplate {
 // `end_tokens` (the tokenizer's eos strings) are added to the family's stop strings.
 OllamaTemplate ollama_template_from_jinja(const std::string& chat_template, const std::vector<std::string>& end_tokens);
 
-// The Modelfile text for `gguf_path` (written as given; pass an absolute path).
-std::string make_modelfile(const std::string& gguf_path, const OllamaTemplate& t, int64_t num_ctx);
+// The Modelfile text: FROM `from` (a GGUF path, written as given: pass an absolute path, or an
+// Ollama model name), ADAPTER `adapter_path` when given, TEMPLATE when t.go_template is not empty,
+// SYSTEM when `system` is not empty, PARAMETER stop / num_ctx (num_ctx 0 = none).
+std::string make_modelfile(const std::string& from, const OllamaTemplate& t, int64_t num_ctx,
+                           const std::string& adapter_path = "", const std::string& system = "");
 
 // Ollama's model-name rules: [host/][namespace/]model[:tag]; each part starts with a letter, digit
 // or '_' and continues with those, '-' or '.' (no '.' in the namespace); host up to 350 characters,
@@ -62,12 +68,27 @@ struct OllamaOptions {
 
 struct OllamaResult {
   std::string model;
-  std::string digest;          // "sha256:<hex>"
+  std::string digest;          // "sha256:<hex>" of the GGUF model file ("" when created FROM a model)
+  std::string adapter_digest;  // of the GGUF LoRA adapter ("" when none)
   bool blob_uploaded = false;  // false when the server already had it
   int requests = 0;            // HTTP requests sent, retries included
   std::string endpoint;
 };
 
+// One /api/create: the model from `from` (an existing Ollama model) or from `gguf_path` (uploaded),
+// with `adapter_path` (a GGUF LoRA file, uploaded) as its ADAPTER when given.
+struct OllamaCreate {
+  std::string model_name;
+  std::string from;          // "" = none
+  std::string gguf_path;     // "" = none
+  std::string adapter_path;  // "" = none
+  OllamaTemplate tmpl;       // go_template "" = the base's own
+  std::string system;        // "" = none
+  int64_t num_ctx = 0;       // 0 = the base's own
+};
+OllamaResult create_ollama_model(const OllamaCreate& create, const OllamaOptions& options = {});
+
+// create_ollama_model of one GGUF file.
 OllamaResult register_with_ollama(const std::string& gguf_path, const std::string& model_name, const OllamaTemplate& t,
                                   int64_t num_ctx, const OllamaOptions& options = {});
 

@@ -96,7 +96,8 @@ OllamaTemplate ollama_template_from_jinja(const std::string& jinja, const std::v
   return t;
 }
 
-std::string make_modelfile(const std::string& gguf_path, const OllamaTemplate& t, int64_t num_ctx) {
+std::string make_modelfile(const std::string& from, const OllamaTemplate& t, int64_t num_ctx,
+                           const std::string& adapter_path, const std::string& system) {
   auto quote = [](const std::string& s) {
     std::string q = "\"";
     for (char c : s) {
@@ -108,9 +109,12 @@ std::string make_modelfile(const std::string& gguf_path, const OllamaTemplate& t
   std::string m = "# Modelfile written by backprop export (" +
                   std::string(t.fallback ? "no known chat template; plain prompt" : t.family + " chat template") +
                   ")\n";
-  m += "FROM " + gguf_path + "\n";
-  BP_CHECK(!has(t.go_template, "\"\"\""), "[ollama] template contains a triple quote");
-  m += "TEMPLATE \"\"\"" + t.go_template + "\"\"\"\n";
+  m += "FROM " + from + "\n";
+  if (!adapter_path.empty()) m += "ADAPTER " + adapter_path + "\n";
+  BP_CHECK(!has(t.go_template, "\"\"\"") && !has(system, "\"\"\""),
+           "[ollama] template or system prompt contains a triple quote");
+  if (!t.go_template.empty()) m += "TEMPLATE \"\"\"" + t.go_template + "\"\"\"\n";
+  if (!system.empty()) m += "SYSTEM \"\"\"" + system + "\"\"\"\n";
   for (const auto& s : t.stops) m += "PARAMETER stop " + quote(s) + "\n";
   if (num_ctx > 0) m += "PARAMETER num_ctx " + std::to_string(num_ctx) + "\n";
   return m;

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "hub/gguf_rope.h"
 #include "io/atomic_file.h"
 #include "io/gguf_reader.h"
 #include "io/sha256.h"
@@ -75,6 +76,9 @@ json config_from_gguf(const GGUFReader& r, const std::string& path) {
             {"backprop_gguf_file", fs::absolute(path).lexically_normal().string()}};
   if (tokens && tokens->is_array() && static_cast<int64_t>(tokens->size()) > embd->shape[0])
     fail(path, fmt::format("{} tokens for an embedding of {} rows", tokens->size(), embd->shape[0]));
+  // Llama-3.1/3.2: rope scaling lives in rope_freqs.weight only (hub/gguf_rope.h).
+  if (json rs = llama3_rope_scaling_from_gguf(r, path, c["rope_theta"].get<double>(), head_dim); !rs.is_null())
+    c["rope_scaling"] = rs;
   if (const json* b = meta(r, "tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *b;
   if (const json* e = meta(r, "tokenizer.ggml.eos_token_id")) c["eos_token_id"] = *e;
   return c;
@@ -256,7 +260,7 @@ std::string gguf_model_folder(const std::string& gguf_path, const std::string& d
   const fs::path abs = fs::absolute(gguf_path).lexically_normal();
   const auto mtime = fs::last_write_time(abs).time_since_epoch().count();
   const std::string key =
-      sha256_hex(fmt::format("{}\n{}\n{}\nv1", abs.string(), fs::file_size(abs), mtime)).substr(0, 24);
+      sha256_hex(fmt::format("{}\n{}\n{}\nv2", abs.string(), fs::file_size(abs), mtime)).substr(0, 24);
   const fs::path dir = fs::path(derived_dir) / key;
   if (fs::is_regular_file(dir / "config.json") && fs::is_regular_file(dir / "tokenizer_config.json"))
     return dir.string();

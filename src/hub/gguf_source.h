@@ -11,7 +11,7 @@
 //   tokenizer_config.json  bos/eos, add_bos_token, add_eos_token, chat_template
 //
 // The folder lives under <derived_dir>/<hash of path, size and mtime>/ and is rewritten when the
-// file changes. Architectures: llama (Llama, Mistral), qwen2, qwen3.
+// file changes (or this layout does: the key has a version). Architectures: llama (Llama, Mistral), qwen2, qwen3.
 #pragma once
 
 #include <string>

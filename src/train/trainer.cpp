@@ -15,6 +15,7 @@
 #include "core/interrupt.h"
 #include "core/log.h"
 #include "core/threads.h"
+#include "export/gguf_lora.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
@@ -52,6 +53,7 @@ nlohmann::json TrainSummary::to_json() const {
   return {{"run_id", run_id},
           {"output_dir", output_dir},
           {"final_artifact", final_artifact},
+          {"final_gguf_adapter", final_gguf_adapter},
           {"steps", steps_done},
           {"tokens", tokens},
           {"seconds", seconds},
@@ -726,6 +728,17 @@ void Trainer::State::save_final_artifact() {
   save_peft_adapter(*adapter, dir);
   record_chat_template(dir, data);
   summary.final_artifact = dir;
+  if (!gguf_base_file(opt.model_dir).empty()) {  // a GGUF base: also the adapter llama.cpp and Ollama load
+    const std::string gguf = (fs::path(opt.output_dir) / kGGUFAdapterFile).string();
+    try {
+      export_gguf_lora(*adapter, model->weights().config, GGMLType::F32, gguf);
+      summary.final_gguf_adapter = gguf;
+    } catch (const Error& e) {  // the PEFT adapter is saved: the run stands, the GGUF can be made later
+      event("warn", fmt::format("the GGUF LoRA adapter {} was not written ({}); make it later with `backprop export "
+                                "{} --format gguf-lora`",
+                                gguf, e.what(), opt.output_dir));
+    }
+  }
 }
 
 // ---- fault injection (tests) ------------------------------------------------------------------

@@ -35,6 +35,7 @@ struct StepRecord {
 
 struct TrainSummary {
   std::string run_id, output_dir, final_artifact;
+  std::string final_gguf_adapter;  // a LoRA run from a GGUF base: the GGUF LoRA adapter ("" otherwise)
   int64_t steps_done = 0, tokens = 0, oom_recoveries = 0, skipped_steps = 0, micro_batch_size = 0, grad_accum = 0;
   double seconds = 0, final_loss = 0;
   std::optional<double> initial_eval_loss, final_eval_loss, best_eval_loss;

@@ -30,6 +30,7 @@
 #include "model/peft.h"
 #include "model/transformer.h"
 #include "model/weight_names.h"
+#include "support/fake_ollama.h"
 #include "support/test_util.h"
 
 namespace bp::test {
@@ -291,55 +292,6 @@ TEST(Export, ModelFolderGoesStraightToGguf) {
 }
 
 // ---- Ollama ---------------------------------------------------------------------------------
-
-// The blob and create endpoints as Ollama's API documentation describes them (as in tests/export/ollama_test.cpp).
-class FakeOllama {
- public:
-  FakeOllama() {
-    srv_.Get(R"(/api/blobs/(sha256:[0-9a-f]+))", [this](const httplib::Request& req, httplib::Response& res) {
-      std::lock_guard<std::mutex> l(mu_);
-      res.status = blobs.count(req.matches[1]) ? 200 : 404;
-    });
-    srv_.Post(R"(/api/blobs/(sha256:[0-9a-f]+))", [this](const httplib::Request& req, httplib::Response& res) {
-      if ("sha256:" + sha256_hex(req.body) != req.matches[1].str()) {
-        res.status = 400;
-        res.set_content(R"({"error":"digest mismatch"})", "application/json");
-        return;
-      }
-      std::lock_guard<std::mutex> l(mu_);
-      blobs[req.matches[1]] = req.body.size();
-      res.status = 201;
-    });
-    srv_.Post("/api/create", [this](const httplib::Request& req, httplib::Response& res) {
-      std::lock_guard<std::mutex> l(mu_);
-      const auto j = nlohmann::json::parse(req.body);
-      const nlohmann::json files = j.value("files", nlohmann::json::object());
-      for (const auto& [file, digest] : files.items())
-        if (!blobs.count(digest.get<std::string>())) {
-          res.status = 400;
-          res.set_content(R"({"error":"blob not found"})", "application/json");
-          return;
-        }
-      created.push_back(j);
-      res.set_content(R"({"status":"success"})", "application/json");
-    });
-    port = srv_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { srv_.listen_after_bind(); });
-    while (!srv_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ~FakeOllama() {
-    srv_.stop();
-    thread_.join();
-  }
-  int port = 0;
-  std::map<std::string, size_t> blobs;
-  std::vector<nlohmann::json> created;
-
- private:
-  httplib::Server srv_;
-  std::thread thread_;
-  std::mutex mu_;
-};
 
 TEST(Export, OllamaRegistersTheGguf) {
   TempDir d;

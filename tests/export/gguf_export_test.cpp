@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "export/gguf_lora.h"
 #include "io/gguf_reader.h"
 #include "model/loader.h"
 #include "support/gguf_oracle.h"
@@ -426,6 +427,40 @@ TEST(GGUFExport, RealStoriesWeights) {
     EXPECT_EQ(r.dequantize(*g), expected_values(name, *t, "llama", w.config.head_dim)) << name;
   }
   EXPECT_EQ(r.tensors().size(), source_tensors(w).size());
+}
+
+// The GGUF LoRA adapter of a qwen3 model: no q/k permutation (llama.cpp permutes llama only), so
+// lora_b is PEFT's B as is; partial targets give only their pairs; a quantized type is refused.
+TEST(GGUFLoraExport, Qwen3AdapterIsStoredAsIsAndOnlyItsTargets) {
+  const ModelConfig c = qwen3_like();
+  LoraConfig lc;
+  lc.r = 8;
+  lc.alpha = 16;
+  lc.target_modules = {"q_proj", "v_proj"};
+  LoraAdapter ad = init_lora(c, lc, 3);
+  for (auto& layer : ad.layers)
+    for (auto& B : layer.B)
+      if (B.defined()) B = test::random_tensor(B.shape(), 9, -1.0f, 1.0f);
+  test::TempDir dir;
+  const std::string path = dir.path + "/q.gguf";
+  const GGUFLoraResult res = export_gguf_lora(ad, c, GGMLType::F32, path);
+  EXPECT_EQ(res.tensor_count, c.num_layers * 2 * 2);
+  GGUFReader r(path);
+  EXPECT_EQ(r.find("general.architecture")->value, "qwen3");
+  EXPECT_EQ(r.find_tensor("blk.0.attn_k.weight.lora_a"), nullptr);
+  for (int64_t l : {0, 7}) {
+    const auto* qb = r.find_tensor(fmt::format("blk.{}.attn_q.weight.lora_b", l));
+    ASSERT_NE(qb, nullptr);
+    EXPECT_EQ(qb->shape, (std::vector<int64_t>{c.num_heads * c.head_dim, 8}));
+    EXPECT_EQ(r.dequantize(*qb), ad.layers[static_cast<size_t>(l)].b(LoraTarget::Q).to_vector());
+  }
+  try {
+    export_gguf_lora(ad, c, GGMLType::Q8_0, dir.path + "/bad.gguf");
+    FAIL() << "expected INPUT_VALIDATION_FAILED";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::INPUT_VALIDATION_FAILED);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.path + "/bad.gguf"));
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "model/loader_gguf.h"
 #include "model/merge.h"
 #include "model/weight_names.h"
+#include "support/fake_ollama.h"
 #include "support/test_util.h"
 #include "text/tokenizer.h"
 
@@ -197,31 +198,8 @@ TEST(GGUFSource, RebuiltByteLevelTokenizersMatchTheOriginals) {
   expect_byte_level_round_trip("tokenizer-qwen3", "qwen3");
 }
 
-// Ollama's store as `ollama pull` leaves it: a manifest naming sha256 blobs (model, template, system).
-struct FakeOllamaStore {
-  test::TempDir root;
-  std::string add_blob(const std::string& bytes) {
-    const std::string hex = sha256_hex(bytes);
-    fs::create_directories(root.path + "/blobs");
-    std::ofstream(root.path + "/blobs/sha256-" + hex, std::ios::binary) << bytes;
-    return "sha256:" + hex;
-  }
-  void add_model(const std::string& path_name, const std::string& tag, const std::string& gguf_bytes) {
-    nlohmann::json layers = nlohmann::json::array();
-    layers.push_back({{"mediaType", "application/vnd.ollama.image.model"}, {"digest", add_blob(gguf_bytes)}});
-    layers.push_back({{"mediaType", "application/vnd.ollama.image.template"}, {"digest", add_blob("{{ .Prompt }}")}});
-    layers.push_back({{"mediaType", "application/vnd.ollama.image.system"}, {"digest", add_blob("Be brief.")}});
-    layers.push_back(
-        {{"mediaType", "application/vnd.ollama.image.license"}, {"digest", "sha256:" + std::string(64, 'f')}});
-    const nlohmann::json manifest = {{"schemaVersion", 2}, {"layers", layers}};
-    const fs::path m = fs::path(root.path) / "manifests" / "registry.ollama.ai" / path_name / tag;
-    fs::create_directories(m.parent_path());
-    std::ofstream(m) << manifest.dump();
-  }
-};
-
 TEST(OllamaSource, ReadsTheModelBlobAndKeepsTemplateAndSystem) {
-  FakeOllamaStore store;
+  test::FakeOllamaStore store;
   store.add_model("library/tiny", "latest", test::read_bytes(exported("f32")));
   store.add_model("someone/tiny", "v2", test::read_bytes(exported("q8_0")));
   test::TempDir derived;
@@ -245,7 +223,7 @@ TEST(OllamaSource, ReadsTheModelBlobAndKeepsTemplateAndSystem) {
 }
 
 TEST(OllamaSource, MissingModelsAndBlobsSayHowToPull) {
-  FakeOllamaStore store;
+  test::FakeOllamaStore store;
   store.add_model("library/tiny", "latest", test::read_bytes(exported("f32")));
   test::TempDir derived;
   hub::HubOptions o;

@@ -1,0 +1,71 @@
+// LoraAdapter -> GGUF LoRA file (contract in export/gguf_lora.h).
+#include "export/gguf_lora.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/file_read.h"
+#include "export/gguf_export.h"
+#include "io/atomic_file.h"
+#include "io/gguf_writer.h"
+#include "model/loader_gguf.h"
+#include "model/weight_names.h"
+
+namespace bp {
+
+std::string gguf_base_file(const std::string& model_dir) {
+  const std::filesystem::path cfg = std::filesystem::path(model_dir) / "config.json";
+  std::error_code ec;
+  if (model_dir.empty() || !std::filesystem::is_regular_file(cfg, ec)) return "";
+  const nlohmann::json j = parse_json_bounded(read_file(cfg.string()), cfg.string(), "export");
+  if (!j.is_object() || !j.contains(kGGUFSourceKey) || !j[kGGUFSourceKey].is_string()) return "";
+  return j[kGGUFSourceKey].get<std::string>();
+}
+
+GGUFLoraResult export_gguf_lora(const LoraAdapter& adapter, const ModelConfig& base, GGMLType type,
+                                const std::string& path, const std::string& name) {
+  if (type != GGMLType::F32 && type != GGMLType::F16)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[export] a GGUF LoRA adapter is stored as f32 or f16, not {}", ggml_type_name(type)));
+  BP_CHECK(static_cast<int64_t>(adapter.layers.size()) == base.num_layers,
+           "[gguf-lora] the adapter has {} layers, the base {}", adapter.layers.size(), base.num_layers);
+  const LoraConfig& lc = adapter.config;
+  // llama.cpp scales by alpha / r: write the alpha that gives our scale.
+  const float alpha = lc.use_rslora ? lc.alpha * std::sqrt(static_cast<float>(lc.r)) : lc.alpha;
+  GGUFWriter w;
+  w.set("general.architecture", GGUFValue::str(gguf_arch_name(base.arch)));
+  w.set("general.type", GGUFValue::str("adapter"));
+  w.set("general.name", GGUFValue::str(name.empty() ? std::filesystem::path(path).stem().string() : name));
+  w.set("general.file_type", GGUFValue::u32(type == GGMLType::F16 ? 1 : 0));
+  w.set("adapter.type", GGUFValue::str("lora"));
+  w.set("adapter.lora.alpha", GGUFValue::f32(alpha));
+  const bool permute = arch_info(base.arch).gguf_permute_qk;
+  for (size_t li = 0; li < adapter.layers.size(); ++li) {
+    const LoraLayer& layer = adapter.layers[li];
+    for (LoraTarget t : kAllLoraTargets) {
+      if (!layer.has(t)) continue;
+      const std::string base_name = gguf_name(lora_target_role(t), static_cast<int64_t>(li));
+      const Tensor& a = layer.a(t);
+      const Tensor& b = layer.b(t);
+      BP_CHECK(a.rank() == 2 && b.rank() == 2 && a.dim(0) == b.dim(1) && a.dim(1) == lora_target_in(base, t) &&
+                   b.dim(0) == lora_target_out(base, t),
+               "[gguf-lora] {}: lora_A {} and lora_B {} do not fit the base", base_name, a.describe(), b.describe());
+      w.add_tensor(gguf_tensor_from(base_name + ".lora_a", a, type));
+      if (permute && (t == LoraTarget::Q || t == LoraTarget::K))
+        w.add_tensor(gguf_permuted_rows_spec(base_name + ".lora_b", b, type, base.head_dim));
+      else
+        w.add_tensor(gguf_tensor_from(base_name + ".lora_b", b, type));
+    }
+  }
+  w.write(path);
+  GGUFLoraResult r;
+  r.path = path;
+  r.bytes = w.expected_file_bytes();
+  r.tensor_count = static_cast<int64_t>(w.tensors().size());
+  r.alpha = alpha;
+  r.type = type;
+  return r;
+}
+
+}  // namespace bp
