@@ -37,6 +37,24 @@ constexpr const char* kFormSettings[] = {
     "training.steps",        "training.epochs",         "training.batch_size", "training.lr",  "training.lr_scheduler",
     "training.warmup_steps", "training.max_seq_length", "training.mode",       "lora.r",       "lora.alpha",
     "lora.dropout",          "training.eval_every",     "training.save_every", "data.holdout", "training.max_memory"};
+// The run page's export form.
+constexpr const char* kExportSettings[] = {"export.format", "export.quantization"};
+
+template <size_t N>
+json settings_json(const char* const (&keys)[N]) {
+  json out = json::array();
+  for (const char* key : keys) {
+    const SettingSpec* s = find_setting(key);
+    out.push_back({{"key", s->key},
+                   {"flag", s->flag},
+                   {"type", setting_type_name(s->type)},
+                   {"default", s->default_value},
+                   {"choices", s->choices},
+                   {"allowed", setting_allowed_text(*s)},
+                   {"help", s->help}});
+  }
+  return out;
+}
 // The ones estimate-vram takes (the rest do not change the memory plan).
 constexpr const char* kPlanSettings[] = {"training.batch_size", "training.max_seq_length", "training.mode", "lora.r"};
 
@@ -221,20 +239,11 @@ void Api::dataset_routes(httplib::Server& svr) {
 }
 
 void Api::info_routes(httplib::Server& svr) {
-  svr.Get("/api/settings", guarded([](const Request&, Response& res) {
-            json out = json::array();
-            for (const char* key : kFormSettings) {
-              const SettingSpec* s = find_setting(key);
-              out.push_back({{"key", s->key},
-                             {"flag", s->flag},
-                             {"type", setting_type_name(s->type)},
-                             {"default", s->default_value},
-                             {"choices", s->choices},
-                             {"allowed", setting_allowed_text(*s)},
-                             {"help", s->help}});
-            }
-            send_json(res, out);
-          }));
+  svr.Get("/api/settings",
+          guarded([](const Request&, Response& res) { send_json(res, settings_json(kFormSettings)); }));
+  // The run page's export choices come from the same registry rows `backprop export` reads.
+  svr.Get("/api/export-settings",
+          guarded([](const Request&, Response& res) { send_json(res, settings_json(kExportSettings)); }));
   svr.Post("/api/estimate", guarded([](const Request& req, Response& res) {
              const json body = parse_body(req);
              const std::string model = body.value("model", "");

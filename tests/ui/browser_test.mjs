@@ -110,6 +110,9 @@ try {
   log(`resumed and finished at step ${done.steps_done}`);
 
   // Export a GGUF (q8_0) and see the resulting path.
+  // The export form offers exactly the formats `backprop export --format` takes (one registry row).
+  const offered = await page.$$eval("#export-format option", (os) => os.map((o) => o.value).sort().join("|"));
+  if (offered !== "gguf|gguf-lora|lora|merged") throw new Error("export formats offered: " + offered);
   await page.selectOption("#export-format", "gguf");
   await page.selectOption("#export-quant", "q8_0");
   await page.click("#export");

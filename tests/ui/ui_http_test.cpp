@@ -41,6 +41,7 @@ std::vector<Route> all_routes() {
           {"PUT", "/api/datasets/up.jsonl", "{\"text\": \"hello\"}\n"},
           {"GET", "/api/datasets/d.jsonl/preview", ""},
           {"GET", "/api/settings", ""},
+          {"GET", "/api/export-settings", ""},
           {"POST", "/api/estimate", "{\"model\": \"/nonexistent\"}"},
           {"GET", "/api/system", ""},
           {"POST", "/api/runs", "{\"model\": \"\"}"},

@@ -14,8 +14,15 @@
     const summary = h("div", { id: "summary" });
     const exportsBox = h("div", { id: "exports" });
     const resumeSteps = h("input", { id: "resume-steps", inputmode: "numeric", placeholder: "same as before", size: 10 });
-    const fmtSel = h("select", { id: "export-format" }, ["gguf", "lora", "merged"].map((f) => h("option", { value: f, text: f })));
-    const quantSel = h("select", { id: "export-quant" }, ["f16", "f32", "bf16", "q8_0", "q4_0", "q4_k_m", "q5_k_m", "q6_k"].map((q) => h("option", { value: q, text: q })));
+    // Export choices: the registry rows of export.format and export.quantization (default first).
+    const exportSettings = await api("GET", "/api/export-settings");
+    const choiceSelect = (id, key) => {
+      const s = exportSettings.find((x) => x.key === key);
+      const values = s.choices.split("|").sort((a, b) => (b === s.default) - (a === s.default));
+      return h("select", { id }, values.map((v) => h("option", { value: v, text: v })));
+    };
+    const fmtSel = choiceSelect("export-format", "export.format");
+    const quantSel = choiceSelect("export-quant", "export.quantization");
     const ollama = h("input", { id: "export-ollama", type: "checkbox" });
     const stopBtn = h("button", { id: "stop", type: "button", onclick: stop }, "Stop (save and exit)");
     const resumeBtn = h("button", { id: "resume", type: "button", class: "secondary", onclick: resume }, "Resume");
