@@ -23,6 +23,7 @@
 #define BP_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::bp::sim::sim_dynamic_shared())
 #endif
 
+#include <algorithm>
 #include <cstdint>
 
 namespace bp::BP_CUDA_NS {

@@ -180,6 +180,20 @@ inline float __logf(float x) {
 inline float __fdividef(float a, float b) {
   return a / b;
 }
+// Round-to-nearest f32 arithmetic that nvcc never contracts into an FMA (host code here never does
+// either: -std=c++20 implies -ffp-contract=off).
+inline float __fmul_rn(float a, float b) {
+  return a * b;
+}
+inline float __fadd_rn(float a, float b) {
+  return a + b;
+}
+inline float __fsub_rn(float a, float b) {
+  return a - b;
+}
+inline bool isfinite(float v) {
+  return std::isfinite(v);
+}
 
 // bf16 as the CUDA type: a 16-bit pattern; conversions round to nearest even like __float2bfloat16.
 struct __nv_bfloat16 {
