@@ -1,20 +1,22 @@
 // The CUDA simulation's scheduler and runtime (see cuda_sim.h for what is modelled and why).
 //
-// Scheduler: one block at a time. Each thread of the block is a fiber with its own stack. On
-// x86-64 a fiber switch is a dozen instructions (switch_stack below: callee-saved registers, MXCSR
-// and the x87 control word); glibc's swapcontext makes a sigprocmask system call per switch, which
-// made a 1,000-block reduction take seconds. Elsewhere, and under AddressSanitizer (which follows
-// swapcontext but not a hand-made switch), ucontext is used. The scheduler resumes every fiber that is ready, in thread
-// order, until it finishes or stops at a meeting point (a block barrier or a warp meeting); then it releases whole
-// warps whose live lanes all wait at a warp meeting, or else the whole block when all live threads wait at
-// __syncthreads. Anything else (some threads at a barrier that others exited without reaching, or a warp waiting for
-// lanes stuck at a block barrier) is a deadlock on a GPU and an error here.
+// Scheduler: one block at a time. Each thread of the block is a fiber with its own stack. The
+// scheduler resumes every fiber that is ready, in thread order, until it finishes or stops at a
+// meeting point (a block barrier or a warp meeting); then it releases whole warps whose live lanes
+// all wait at a warp meeting, or else the whole block when all live threads wait at __syncthreads.
+// Anything else (some threads at a barrier that others exited without reaching, or a warp waiting
+// for lanes stuck at a block barrier) is a deadlock on a GPU and an error here.
+//
+// Fiber switch: on x86-64 a dozen instructions (bp_sim_switch_stack below: callee-saved
+// registers, MXCSR and the x87 control word); glibc's swapcontext makes a sigprocmask system call
+// per switch, which made a 1,000-block reduction take seconds. Elsewhere, under AddressSanitizer
+// (which follows swapcontext but not a hand-made switch), or with -DBP_SIM_UCONTEXT: ucontext.
 #include "backend/cuda/sim/cuda_sim.h"
 
 #include <sys/mman.h>
 #include <ucontext.h>
 
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(BP_SIM_UCONTEXT)
 #define BP_SIM_ASM_SWITCH 1
 // void bp_sim_switch_stack(void** save_sp, void* load_sp): saves this context on the current stack
 // and its stack pointer in *save_sp, then resumes the context saved at load_sp.
