@@ -1,15 +1,19 @@
-// CUDA caching allocator (built only with the CUDA backend).
+// CUDA allocator entry point and device facts (built only with the CUDA backend).
 //
-// Freed blocks are kept in a size-keyed cache and reused for requests of the same rounded size;
-// when cudaMalloc fails (or the limit would be passed) the cache is emptied and the request
-// retried once before OutOfMemoryError is thrown. The limit defaults to the card's free memory
-// at first use. Linked against cudart only (no -lcuda): cudart loads the driver at run time.
+// The allocator is CachingDeviceAllocator (caching_allocator.h: counting, cache, empty-once-then-
+// OutOfMemoryError) over cudaMalloc/cudaFree/cudaMemGetInfo; the same class is tested on the
+// simulated runtime's memory budget. Before the first device is used, the driver is checked
+// against the runtime this build links (cuda_errors.h). Linked against cudart only (no -lcuda):
+// cudart loads the driver at run time.
 #include <cuda_runtime.h>
 
 #include <map>
+#include <memory>
 #include <mutex>
 
+#include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_errors.h"
 #include "core/allocator.h"
 #include "core/error.h"
 
@@ -17,73 +21,40 @@ namespace bp {
 
 namespace {
 
-size_t round_size(size_t bytes) {
-  return (bytes + 511) / 512 * 512;
+DeviceMemoryApi cuda_memory_api(int index) {
+  DeviceMemoryApi api;
+  api.malloc = [index](void** p, size_t bytes) {
+    cudaSetDevice(index);
+    if (cudaMalloc(p, bytes) == cudaSuccess) return true;
+    cudaGetLastError();  // cudaErrorMemoryAllocation is not sticky: clear it
+    return false;
+  };
+  api.free = [index](void* p) {
+    cudaSetDevice(index);
+    cudaFree(p);
+  };
+  api.mem_info = [index](size_t* free_b, size_t* total_b) {
+    cudaSetDevice(index);
+    if (cudaMemGetInfo(free_b, total_b) != cudaSuccess) {
+      cudaError_t e = cudaGetLastError();
+      throw cuda_failure("cudaMemGetInfo", cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+  };
+  return api;
 }
 
-class CudaAllocator final : public Allocator {
- public:
-  explicit CudaAllocator(int index) : index_(index) {
-    if (cudaSetDevice(index_) != cudaSuccess)
-      throw Error(ErrorCode::DEP_GPU_NOT_AVAILABLE, fmt::format("[cuda] cannot select device {}", index_));
-    size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    set_total(total_b);
-    set_limit(free_b);
+std::unique_ptr<Allocator> make_cuda_allocator(int index) {
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  check_driver_supports_runtime(driver, runtime);
+  if (cudaError_t e = cudaSetDevice(index); e != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(ErrorCode::DEP_GPU_NOT_AVAILABLE,
+                fmt::format("[cuda] cannot select device {}: {}", index, cudaGetErrorString(e)));
   }
-  void* allocate(size_t bytes) override {
-    if (bytes == 0) return nullptr;
-    size_t r = round_size(bytes);
-    reserve(bytes);  // throws past the limit
-    {
-      std::lock_guard<std::mutex> g(cache_mu_);
-      auto it = cache_.find(r);
-      if (it != cache_.end()) {
-        void* p = it->second;
-        cached_bytes_ -= r;
-        cache_.erase(it);
-        set_cached(cached_bytes_);
-        return p;
-      }
-    }
-    void* p = nullptr;
-    cudaSetDevice(index_);
-    if (cudaMalloc(&p, r) != cudaSuccess) {
-      cudaGetLastError();
-      empty_cache();
-      if (cudaMalloc(&p, r) != cudaSuccess) {
-        cudaGetLastError();
-        release(bytes);
-        auto s = stats();
-        throw OutOfMemoryError(device().name(), bytes, s.bytes_in_use, s.bytes_cached, s.bytes_limit, s.bytes_total);
-      }
-    }
-    return p;
-  }
-  void deallocate(void* ptr, size_t bytes) override {
-    if (!ptr) return;
-    size_t r = round_size(bytes);
-    std::lock_guard<std::mutex> g(cache_mu_);
-    cache_.emplace(r, ptr);
-    cached_bytes_ += r;
-    set_cached(cached_bytes_);
-    release(bytes);
-  }
-  void empty_cache() override {
-    std::lock_guard<std::mutex> g(cache_mu_);
-    for (auto& [size, p] : cache_) cudaFree(p);
-    cache_.clear();
-    cached_bytes_ = 0;
-    set_cached(0);
-  }
-  Device device() const override { return Device{DeviceType::CUDA, index_}; }
-
- private:
-  int index_;
-  std::mutex cache_mu_;
-  std::multimap<size_t, void*> cache_;
-  size_t cached_bytes_ = 0;
-};
+  return std::make_unique<CachingDeviceAllocator>(Device{DeviceType::CUDA, index}, cuda_memory_api(index));
+}
 
 }  // namespace
 
@@ -92,6 +63,12 @@ CudaStatus cuda_status() {
   s.compiled = true;
   cudaRuntimeGetVersion(&s.runtime_version);
   cudaDriverGetVersion(&s.driver_version);
+  try {
+    check_driver_supports_runtime(s.driver_version, s.runtime_version);
+  } catch (const Error& e) {
+    s.why_unavailable = e.what();
+    return s;
+  }
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
@@ -119,10 +96,10 @@ CudaStatus cuda_status() {
 
 Allocator* cuda_allocator(int index) {
   static std::mutex mu;
-  static std::map<int, std::unique_ptr<CudaAllocator>> allocators;
+  static std::map<int, std::unique_ptr<Allocator>> allocators;
   std::lock_guard<std::mutex> g(mu);
   auto& a = allocators[index];
-  if (!a) a = std::make_unique<CudaAllocator>(index);
+  if (!a) a = make_cuda_allocator(index);
   return a.get();
 }
 

@@ -1,0 +1,11 @@
+// The real CUDA build of cross_entropy.cuh: f32 and bf16 activations/weights.
+#include "backend/cuda/cross_entropy.cuh"
+
+namespace bp::cuda {
+template CrossEntropyResult linear_cross_entropy<float>(const float*, const float*, const int32_t*, const int32_t*,
+                                                        int64_t, int64_t, int64_t, int64_t, void*, float, float*,
+                                                        float*, cudaStream_t);
+template CrossEntropyResult linear_cross_entropy<bf16>(const bf16*, const bf16*, const int32_t*, const int32_t*,
+                                                       int64_t, int64_t, int64_t, int64_t, void*, float, bf16*, float*,
+                                                       cudaStream_t);
+}  // namespace bp::cuda

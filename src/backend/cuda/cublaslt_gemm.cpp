@@ -1,0 +1,103 @@
+// The real GEMM of the CUDA backend: a GemmDesc (gemm_desc.h) turned into cuBLASLt descriptors
+// and one cublasLtMatmul call (compiled only in CUDA builds; the simulation executes the same
+// description with the CPU reference, sim/gemm_sim.cpp).
+//   operation: CUBLAS_COMPUTE_32F with f32 scale (alpha, beta): f32 accumulation for bf16 inputs;
+//   layouts:   A, B, C column-major with the description's types, leading dimensions, and for a
+//              batch, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT and _STRIDED_BATCH_OFFSET; D = C;
+//   algorithm: the first heuristic result within the caller's workspace (from our allocator).
+// Failures become bp::Errors through cuda_errors.h (CUBLAS_STATUS_ALLOC_FAILED: OOM-adjacent).
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_errors.h"
+#include "backend/cuda/gemm_desc.h"
+
+namespace bp::cuda {
+
+namespace {
+
+void check(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw cuda_failure(what, cublasGetStatusName(status), cublasGetStatusString(status));
+}
+
+cudaDataType_t cuda_type(gemm::DType t) {
+  return t == gemm::DType::F32 ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+cublasLtHandle_t lt_handle() {
+  struct Handle {
+    cublasLtHandle_t h = nullptr;
+    ~Handle() {
+      if (h) cublasLtDestroy(h);
+    }
+  };
+  thread_local Handle handle;
+  if (!handle.h) check(cublasLtCreate(&handle.h), "cublasLtCreate");
+  return handle.h;
+}
+
+// Owns the descriptors of one call (destroyed on every path, errors included).
+struct LtCall {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtCall() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+void make_layout(cublasLtMatrixLayout_t* layout, gemm::DType type, int64_t rows, int64_t cols, int64_t ld,
+                 int32_t batch, int64_t stride) {
+  check(
+      cublasLtMatrixLayoutCreate(layout, cuda_type(type), static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
+      "cublasLtMatrixLayoutCreate");
+  if (batch > 1) {
+    check(cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof(batch)),
+          "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)");
+    check(
+        cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)),
+        "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
+  }
+}
+
+}  // namespace
+
+void gemm(const gemm::GemmDesc& d, const void* A, const void* B, void* C, void* workspace, size_t workspace_bytes,
+          cudaStream_t stream) {
+  if (auto why = gemm::invalid_reason(d); !why.empty())
+    throw Error(ErrorCode::RUNTIME_INTERNAL, "[gemm] invalid description " + why);
+  if (d.m == 0 || d.n == 0) return;
+  LtCall call;
+  check(cublasLtMatmulDescCreate(&call.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasOperation_t ta = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "TRANSA");
+  check(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "TRANSB");
+  make_layout(&call.a, d.a_type, d.trans_a ? d.k : d.m, d.trans_a ? d.m : d.k, d.lda, d.batch, d.stride_a);
+  make_layout(&call.b, d.b_type, d.trans_b ? d.n : d.k, d.trans_b ? d.k : d.n, d.ldb, d.batch, d.stride_b);
+  make_layout(&call.c, d.c_type, d.m, d.n, d.ldc, d.batch, d.stride_c);
+  check(cublasLtMatmulPreferenceCreate(&call.pref), "cublasLtMatmulPreferenceCreate");
+  const uint64_t ws = workspace_bytes;
+  check(cublasLtMatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+        "MAX_WORKSPACE_BYTES");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  check(cublasLtMatmulAlgoGetHeuristic(lt_handle(), call.op, call.a, call.b, call.c, call.c, call.pref, 1, &result,
+                                       &found),
+        "cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0)
+    throw Error(ErrorCode::RUNTIME_INTERNAL,
+                fmt::format("[gemm] cuBLASLt has no algorithm for m={} n={} k={} ({} x {} -> {}) within {} bytes of "
+                            "workspace",
+                            d.m, d.n, d.k, gemm::dtype_name(d.a_type), gemm::dtype_name(d.b_type),
+                            gemm::dtype_name(d.c_type), workspace_bytes));
+  check(cublasLtMatmul(lt_handle(), call.op, &d.alpha, A, call.a, B, call.b, &d.beta, C, call.c, C, call.c,
+                       &result.algo, workspace, workspace_bytes, stream),
+        "cublasLtMatmul");
+}
+
+}  // namespace bp::cuda

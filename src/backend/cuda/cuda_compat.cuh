@@ -1,0 +1,85 @@
+// What every kernel source (backend/cuda/*.cuh) includes first: the real CUDA headers under nvcc,
+// the CPU simulation (sim/cuda_sim.h) otherwise. The same kernel text compiles both ways:
+// - BP_CUDA_NS is the namespace the kernels live in: bp::cuda for the real backend, bp::sim for
+//   the simulated one (so a test binary can hold both without symbol clashes);
+// - BP_LAUNCH(grid, block, shared_bytes, stream, kernel)(args...) is <<<...>>> or the simulated
+//   launch;
+// - BP_DYNAMIC_SHARED(type, name) declares the block's dynamic shared memory;
+// - Storage types: kernels are templates over the element type their activations are stored in
+//   (float, or bf16) and always accumulate in f32 (load_f32 / store_from_f32).
+#pragma once
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#define BP_CUDA_NS cuda
+#define BP_LAUNCH(grid, block, shared_bytes, stream, ...) __VA_ARGS__<<<grid, block, shared_bytes, stream>>>
+#define BP_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#else
+#include "backend/cuda/sim/cuda_sim.h"
+#define BP_CUDA_NS sim
+#define BP_LAUNCH(grid, block, shared_bytes, stream, ...) \
+  ::bp::sim::make_launch(grid, block, shared_bytes, stream, __VA_ARGS__)
+#define BP_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::bp::sim::sim_dynamic_shared())
+#endif
+
+#include <algorithm>
+#include <cstdint>
+
+namespace bp::BP_CUDA_NS {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ float load_f32(float v) {
+  return v;
+}
+__device__ __forceinline__ float load_f32(bf16 v) {
+  return __bfloat162float(v);
+}
+template <class T>
+__device__ __forceinline__ T store_from_f32(float v);
+template <>
+__device__ __forceinline__ float store_from_f32<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ bf16 store_from_f32<bf16>(float v) {
+  return __float2bfloat16(v);
+}
+
+// Sum over the 32 lanes of a warp; every lane gets the total.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets the total.
+// `scratch` holds 32 floats of shared memory; the leading barrier lets callers reuse it in a loop.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = (blockDim.x + 31) / 32;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < n_warps ? scratch[lane] : 0.0f;
+  return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = (blockDim.x + 31) / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < n_warps ? scratch[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+inline unsigned blocks_for(int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+}  // namespace bp::BP_CUDA_NS

@@ -1,0 +1,42 @@
+// Host-side declarations of the real CUDA backend's kernels (the functions the .cu files
+// instantiate from the .cuh sources), for host C++ compiled by g++ in CUDA builds: the device
+// tests (tests/cuda_device) and, later, the CUDA dispatch table. Only valid when BP_HAVE_CUDA.
+// Pointers are device pointers; bf16 is CUDA's __nv_bfloat16.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace bp::cuda {
+
+using bf16 = __nv_bfloat16;
+
+template <class T>
+void rms_norm_forward(const T* x, const float* w, float eps, T* y, float* rstd, int64_t N, int64_t D,
+                      cudaStream_t stream);
+template <class T>
+void rms_norm_backward(const T* dy, const T* x, const float* w, const float* rstd, T* dx, float* dw, int64_t N,
+                       int64_t D, cudaStream_t stream);
+template <class T>
+void swiglu_forward(const T* gate, const T* up, T* h, int64_t n, cudaStream_t stream);
+template <class T>
+void swiglu_backward(const T* dh, const T* gate, const T* up, T* dgate, T* dup, int64_t n, cudaStream_t stream);
+template <class T>
+void rope_apply(T* x, const int32_t* positions, const float* inv_freq, int64_t T_tokens, int64_t n_heads,
+                int64_t head_dim, bool inverse, cudaStream_t stream);
+template <class T>
+void embedding_forward(const int32_t* ids, const T* table, T* y, int64_t T_tokens, int64_t D, cudaStream_t stream);
+template <class T>
+void embedding_backward(const T* dy, const int32_t* ids, float* dtable, int64_t T_tokens, int64_t D,
+                        cudaStream_t stream);
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                float eps, float weight_decay, int64_t step, cudaStream_t stream);
+template <class T>
+double sum_squares(const T* x, int64_t n, void* scratch, cudaStream_t stream);
+template <class T>
+bool all_finite(const T* x, int64_t n, void* scratch, cudaStream_t stream);
+
+}  // namespace bp::cuda

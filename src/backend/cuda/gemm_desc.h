@@ -1,0 +1,94 @@
+// One description per GEMM of the CUDA backend (cuBLASLt's model): every cublasLtMatmul call is
+// built from a GemmDesc (cublaslt_gemm.cpp, real CUDA builds), and the tests execute the same
+// description with a plain column-major CPU GEMM (gemm_reference) and compare it with the CPU
+// backend's row-major sgemm. Plain C++: no CUDA header needed.
+//
+// Semantics, column-major as in cuBLAS: for each batch item b,
+//   C_b[m×n] = alpha · op(A_b)[m×k] · op(B_b)[k×n] + beta · C_b
+// where op(X) = Xᵀ when trans_x; A_b = A + b·stride_a (elements), likewise B and C; lda/ldb/ldc
+// are the column strides of the stored matrices (stored A is m×k, or k×m when transposed).
+// Inputs A and B are f32 or bf16, C f32 or bf16; products are accumulated in f32.
+//
+// The model's tensors are row-major. A row-major matrix R[r×c] with row stride ld is the
+// column-major matrix Rᵀ[c×r] with column stride ld, so row-major Y = op(X)·op(W) is column-major
+// Yᵀ = op(W)ᵀ·op(X)ᵀ: row_major_gemm() swaps the operands and the roles of M and N.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+namespace bp::gemm {
+
+enum class DType { F32, BF16 };
+
+inline const char* dtype_name(DType t) {
+  return t == DType::F32 ? "f32" : "bf16";
+}
+inline size_t dtype_bytes(DType t) {
+  return t == DType::F32 ? 4 : 2;
+}
+
+struct GemmDesc {
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  int32_t batch = 1;
+  DType a_type = DType::F32, b_type = DType::F32, c_type = DType::F32;
+  float alpha = 1.0f, beta = 0.0f;
+};
+
+// Row-major Y[M×N] = alpha·op(X)[M×K]·op(W)[K×N] + beta·Y, the CPU backend's sgemm arguments
+// (ldx, ldw, ldy: row strides of the stored matrices), as a column-major description with
+// A = W and B = X.
+inline GemmDesc row_major_gemm(bool trans_x, bool trans_w, int64_t M, int64_t N, int64_t K, float alpha, int64_t ldx,
+                               int64_t ldw, float beta, int64_t ldy, DType in_type = DType::F32,
+                               DType out_type = DType::F32) {
+  GemmDesc d;
+  d.trans_a = trans_w;
+  d.trans_b = trans_x;
+  d.m = N;
+  d.n = M;
+  d.k = K;
+  d.lda = ldw;
+  d.ldb = ldx;
+  d.ldc = ldy;
+  d.a_type = d.b_type = in_type;
+  d.c_type = out_type;
+  d.alpha = alpha;
+  d.beta = beta;
+  return d;
+}
+
+// The three GEMMs of a linear layer y[T,out] = x[T,in]·W[out,in]ᵀ (every projection of the model:
+// q/k/v/o, gate/up/down, the LM head chunk), contiguous row-major tensors.
+inline GemmDesc linear_forward_gemm(int64_t T, int64_t in, int64_t out, DType in_type, DType out_type) {
+  return row_major_gemm(false, true, T, out, in, 1.0f, in, in, 0.0f, out, in_type, out_type);
+}
+// dx[T,in] = dy[T,out]·W[out,in]
+inline GemmDesc linear_dx_gemm(int64_t T, int64_t in, int64_t out, DType in_type, DType out_type) {
+  return row_major_gemm(false, false, T, in, out, 1.0f, out, in, 0.0f, in, in_type, out_type);
+}
+// dW[out,in] += dy[T,out]ᵀ·x[T,in]   (beta 1: gradients accumulate into the f32 master gradient)
+inline GemmDesc linear_dW_gemm(int64_t T, int64_t in, int64_t out, DType in_type) {
+  return row_major_gemm(true, false, out, in, T, 1.0f, out, in, 1.0f, in, in_type, DType::F32);
+}
+
+// Why the description cannot be a valid cuBLASLt call (a leading dimension shorter than the stored
+// rows, a negative size), or "" when it can. Callers throw RUNTIME_INTERNAL with it: a bug in the
+// caller, caught before cuBLASLt reports CUBLAS_STATUS_INVALID_VALUE without saying which argument.
+// (No core/error.h here: nvcc-compiled sources include this header, and they are C++17.)
+inline std::string invalid_reason(const GemmDesc& d) {
+  const int64_t a_rows = d.trans_a ? d.k : d.m, b_rows = d.trans_b ? d.n : d.k;
+  const std::string at = "m=" + std::to_string(d.m) + " n=" + std::to_string(d.n) + " k=" + std::to_string(d.k) +
+                         " lda=" + std::to_string(d.lda) + " ldb=" + std::to_string(d.ldb) +
+                         " ldc=" + std::to_string(d.ldc) + " batch=" + std::to_string(d.batch) + ": ";
+  if (d.m < 0 || d.n < 0 || d.k < 0 || d.batch < 1) return at + "negative size or batch < 1";
+  if (d.lda < std::max<int64_t>(1, a_rows)) return at + "lda shorter than the stored rows of A";
+  if (d.ldb < std::max<int64_t>(1, b_rows)) return at + "ldb shorter than the stored rows of B";
+  if (d.ldc < std::max<int64_t>(1, d.m)) return at + "ldc shorter than the rows of C";
+  return "";
+}
+
+}  // namespace bp::gemm

@@ -1,0 +1,75 @@
+// CUDA RMSNorm (contract: ops/rms_norm.h; CPU sibling: backend/cpu/rms_norm.cpp). x, y, dy, dx:
+// [N, D] stored as T (float, or bf16 for activations); w, dw: [D] f32 (trainable weights keep f32
+// masters); rstd: [N] f32, saved by the forward for the backward. Every sum is in f32.
+//   forward:  one block per row: Σx² (block_sum), rstd = 1/sqrt(Σx²/D + eps), y = x·rstd·w
+//   backward: one block per row: s = Σ w⊙dy⊙x, dx = rstd·(w⊙dy) − x·rstd³·s/D   (=)
+//             dw += Σ_n dy⊙x·rstd: one thread per column walking the rows in order   (+=)
+//             (deterministic: no atomics, the same order every run)
+// Compiled by nvcc through rms_norm.cu, and as host C++ on the CPU simulation in tests/cuda.
+#pragma once
+
+#include "backend/cuda/cuda_compat.cuh"
+
+namespace bp::BP_CUDA_NS {
+
+constexpr int kRmsNormThreads = 256;
+
+template <class T>
+__global__ void rms_norm_forward_kernel(const T* x, const float* w, float eps, T* y, float* rstd, int64_t D) {
+  __shared__ float scratch[32];
+  const T* xr = x + blockIdx.x * D;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float v = load_f32(xr[i]);
+    ss += v * v;
+  }
+  ss = block_sum(ss, scratch);
+  const float r = rsqrtf(ss / static_cast<float>(D) + eps);
+  if (rstd && threadIdx.x == 0) rstd[blockIdx.x] = r;
+  T* yr = y + blockIdx.x * D;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = store_from_f32<T>(load_f32(xr[i]) * r * w[i]);
+}
+
+template <class T>
+__global__ void rms_norm_backward_dx_kernel(const T* dy, const T* x, const float* w, const float* rstd, T* dx,
+                                            int64_t D) {
+  __shared__ float scratch[32];
+  const T* dyr = dy + blockIdx.x * D;
+  const T* xr = x + blockIdx.x * D;
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) s += w[i] * load_f32(dyr[i]) * load_f32(xr[i]);
+  s = block_sum(s, scratch);
+  const float r = rstd[blockIdx.x];
+  const float c = r * r * r * s / static_cast<float>(D);
+  T* dxr = dx + blockIdx.x * D;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x)
+    dxr[i] = store_from_f32<T>(r * w[i] * load_f32(dyr[i]) - load_f32(xr[i]) * c);
+}
+
+template <class T>
+__global__ void rms_norm_backward_dw_kernel(const T* dy, const T* x, const float* rstd, float* dw, int64_t N,
+                                            int64_t D) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= D) return;
+  float acc = 0.0f;
+  for (int64_t n = 0; n < N; ++n) acc += load_f32(dy[n * D + i]) * load_f32(x[n * D + i]) * rstd[n];
+  dw[i] += acc;
+}
+
+template <class T>
+void rms_norm_forward(const T* x, const float* w, float eps, T* y, float* rstd, int64_t N, int64_t D,
+                      cudaStream_t stream = nullptr) {
+  if (N == 0) return;
+  BP_LAUNCH(static_cast<unsigned>(N), kRmsNormThreads, 0, stream, rms_norm_forward_kernel<T>)(x, w, eps, y, rstd, D);
+}
+
+template <class T>
+void rms_norm_backward(const T* dy, const T* x, const float* w, const float* rstd, T* dx, float* dw, int64_t N,
+                       int64_t D, cudaStream_t stream = nullptr) {
+  if (N == 0) return;
+  BP_LAUNCH(static_cast<unsigned>(N), kRmsNormThreads, 0, stream, rms_norm_backward_dx_kernel<T>)
+  (dy, x, w, rstd, dx, D);
+  if (dw) BP_LAUNCH(blocks_for(D, 128), 128, 0, stream, rms_norm_backward_dw_kernel<T>)(dy, x, rstd, dw, N, D);
+}
+
+}  // namespace bp::BP_CUDA_NS

@@ -1,0 +1,45 @@
+// CUDA RoPE (contract: ops/rope.h; CPU sibling: backend/cpu/rope.cpp), Hugging Face rotate_half
+// layout: pair i of a head is (x[i], x[i + d/2]); x: [T, n_heads·head_dim] stored as T, rotated
+// in place; positions [T]; inv_freq [head_dim/2] f32.
+//   out[i] = x[i]·cos − x[i+d/2]·sin,   out[i+d/2] = x[i+d/2]·cos + x[i]·sin
+// The angle is formed in f32 as pos·inv_freq[i] (as HF and the CPU kernel do); sin/cos are the
+// non-fast-math f32 sincosf (a few ulp on the GPU; the CPU rounds the double result: the two
+// differ by ~1e-7 relative). `inverse` rotates by −angle: the backward (the rotation is
+// orthogonal). One thread per (token, head, pair).
+#pragma once
+
+#include "backend/cuda/cuda_compat.cuh"
+
+namespace bp::BP_CUDA_NS {
+
+template <class T>
+__global__ void rope_kernel(T* x, const int32_t* positions, const float* inv_freq, int64_t T_tokens, int64_t n_heads,
+                            int64_t head_dim, float sign) {
+  const int64_t half = head_dim / 2;
+  const int64_t total = T_tokens * n_heads * half;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx % half, th = idx / half;  // th = t·n_heads + h
+    const int64_t t = th / n_heads;
+    const float angle = static_cast<float>(positions[t]) * inv_freq[i];
+    float s, c;
+    sincosf(angle, &s, &c);
+    s *= sign;
+    T* lo = x + th * head_dim;
+    const float a = load_f32(lo[i]), b = load_f32(lo[i + half]);
+    lo[i] = store_from_f32<T>(a * c - b * s);
+    lo[i + half] = store_from_f32<T>(b * c + a * s);
+  }
+}
+
+template <class T>
+void rope_apply(T* x, const int32_t* positions, const float* inv_freq, int64_t T_tokens, int64_t n_heads,
+                int64_t head_dim, bool inverse, cudaStream_t stream = nullptr) {
+  const int64_t total = T_tokens * n_heads * (head_dim / 2);
+  if (total == 0) return;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65535));
+  BP_LAUNCH(blocks, 256, 0, stream, rope_kernel<T>)
+  (x, positions, inv_freq, T_tokens, n_heads, head_dim, inverse ? -1.0f : 1.0f);
+}
+
+}  // namespace bp::BP_CUDA_NS

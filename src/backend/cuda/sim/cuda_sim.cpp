@@ -1,0 +1,448 @@
+// The CUDA simulation's scheduler and runtime (see cuda_sim.h for what is modelled and why).
+//
+// Scheduler: one block at a time. Each thread of the block is a fiber with its own stack. The
+// scheduler resumes every fiber that is ready, in thread order, until it finishes or stops at a
+// meeting point (a block barrier or a warp meeting); then it releases whole warps whose live lanes
+// all wait at a warp meeting, or else the whole block when all live threads wait at __syncthreads.
+// Anything else (some threads at a barrier that others exited without reaching, or a warp waiting
+// for lanes stuck at a block barrier) is a deadlock on a GPU and an error here.
+//
+// Fiber switch: on x86-64 a dozen instructions (bp_sim_switch_stack below: callee-saved
+// registers, MXCSR and the x87 control word); glibc's swapcontext makes a sigprocmask system call
+// per switch, which made a 1,000-block reduction take seconds. Elsewhere, under AddressSanitizer
+// (which follows swapcontext but not a hand-made switch), or with -DBP_SIM_UCONTEXT: ucontext.
+#include "backend/cuda/sim/cuda_sim.h"
+
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(BP_SIM_UCONTEXT)
+#define BP_SIM_ASM_SWITCH 1
+// void bp_sim_switch_stack(void** save_sp, void* load_sp): saves this context on the current stack
+// and its stack pointer in *save_sp, then resumes the context saved at load_sp.
+asm(R"(
+.text
+.globl bp_sim_switch_stack
+.type bp_sim_switch_stack,@function
+bp_sim_switch_stack:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size bp_sim_switch_stack,.-bp_sim_switch_stack
+.section .note.GNU-stack,"",@progbits
+.text
+)");
+extern "C" void bp_sim_switch_stack(void** save_sp, void* load_sp);
+#endif
+
+#include <exception>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace bp::sim {
+
+thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+namespace {
+
+constexpr size_t kFiberStackBytes = 256 * 1024;
+
+enum class FiberState { Ready, AtBlockBarrier, AtWarpMeeting, Done };
+
+// A suspended execution context: a saved stack pointer (asm switch) or a ucontext.
+struct Context {
+#ifdef BP_SIM_ASM_SWITCH
+  void* sp = nullptr;
+#else
+  ucontext_t uc;
+#endif
+};
+
+void switch_context(Context& from, Context& to) {
+#ifdef BP_SIM_ASM_SWITCH
+  bp_sim_switch_stack(&from.sp, to.sp);
+#else
+  swapcontext(&from.uc, &to.uc);
+#endif
+}
+
+// Prepares `ctx` to start entry() on the given stack at its first switch.
+void start_context(Context& ctx, char* stack, size_t bytes, void (*entry)()) {
+#ifdef BP_SIM_ASM_SWITCH
+  auto top = reinterpret_cast<uintptr_t>(stack + bytes) & ~uintptr_t{15};
+  auto* slot = reinterpret_cast<uint64_t*>(top - 16);  // entry's return address: entry starts as if called
+  slot[1] = 0;                                         // a null "caller" ends backtraces
+  slot[0] = reinterpret_cast<uint64_t>(entry);
+  uint64_t* frame = slot - 7;  // 6 callee-saved registers and the MXCSR / x87 control word slot
+  for (int i = 1; i < 7; ++i) frame[i] = 0;
+  uint32_t mxcsr;
+  uint16_t fpu_cw;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fpu_cw));
+  frame[0] = mxcsr | (uint64_t{fpu_cw} << 32);
+  ctx.sp = frame;
+#else
+  getcontext(&ctx.uc);
+  ctx.uc.uc_stack.ss_sp = stack;
+  ctx.uc.uc_stack.ss_size = bytes;
+  ctx.uc.uc_link = nullptr;
+  makecontext(&ctx.uc, entry, 0);
+#endif
+}
+
+struct Fiber {
+  Context context;
+  char* stack = nullptr;
+  FiberState state = FiberState::Ready;
+  dim3 thread_index;
+};
+
+struct BlockRun {
+  Context scheduler;
+  std::vector<Fiber> fibers;
+  int current = 0;
+  const std::function<void()>* body = nullptr;
+  std::vector<uint64_t> warp_slots;
+  std::vector<unsigned char> dynamic_shared;
+  std::exception_ptr error;
+};
+
+thread_local BlockRun* g_block = nullptr;
+// Fiber stacks are kept between launches (mmap'd: pages are committed only when touched).
+thread_local std::vector<char*> g_stacks;
+
+char* fiber_stack(size_t i) {
+  while (g_stacks.size() <= i) {
+    void* p = mmap(nullptr, kFiberStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("[cuda-sim] cannot map a fiber stack");
+    g_stacks.push_back(static_cast<char*>(p));
+  }
+  return g_stacks[i];
+}
+
+void fiber_main() {
+  BlockRun* run = g_block;
+  try {
+    (*run->body)();
+  } catch (...) {
+    if (!run->error) run->error = std::current_exception();
+  }
+  run->fibers[run->current].state = FiberState::Done;
+  switch_context(run->fibers[run->current].context, run->scheduler);
+}
+
+// Suspends the current fiber in `state` until the scheduler releases it.
+void suspend(FiberState state) {
+  BlockRun* run = g_block;
+  if (!run) throw std::logic_error("[cuda-sim] a device intrinsic was called outside a kernel launch");
+  Fiber& f = run->fibers[run->current];
+  f.state = state;
+  switch_context(f.context, run->scheduler);
+  // Resumed: restore this thread's index (the scheduler set it, but be explicit).
+  threadIdx = run->fibers[run->current].thread_index;
+}
+
+int threads_per_block() {
+  return static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
+}
+
+// Releases what can be released; returns false on a deadlock.
+bool release_waiters(BlockRun& run) {
+  const int n = static_cast<int>(run.fibers.size());
+  bool released = false;
+  for (int w0 = 0; w0 < n; w0 += warpSize) {
+    int w1 = std::min(n, w0 + warpSize);
+    bool any_waiting = false, all_waiting = true;
+    for (int i = w0; i < w1; ++i) {
+      FiberState s = run.fibers[i].state;
+      any_waiting |= s == FiberState::AtWarpMeeting;
+      all_waiting &= s == FiberState::AtWarpMeeting;
+    }
+    if (any_waiting && all_waiting) {
+      for (int i = w0; i < w1; ++i) run.fibers[i].state = FiberState::Ready;
+      released = true;
+    }
+  }
+  if (released) return true;
+  int at_barrier = 0, done = 0;
+  for (auto& f : run.fibers) {
+    at_barrier += f.state == FiberState::AtBlockBarrier;
+    done += f.state == FiberState::Done;
+  }
+  if (at_barrier == n) {
+    for (auto& f : run.fibers) f.state = FiberState::Ready;
+    return true;
+  }
+  (void)done;
+  return false;
+}
+
+std::string deadlock_message(const BlockRun& run) {
+  int at_barrier = 0, at_warp = 0, done = 0;
+  for (auto& f : run.fibers) {
+    at_barrier += f.state == FiberState::AtBlockBarrier;
+    at_warp += f.state == FiberState::AtWarpMeeting;
+    done += f.state == FiberState::Done;
+  }
+  return "[cuda-sim] block (" + std::to_string(blockIdx.x) + "," + std::to_string(blockIdx.y) + "," +
+         std::to_string(blockIdx.z) + ") deadlocks: " + std::to_string(at_barrier) +
+         " threads wait at __syncthreads, " + std::to_string(at_warp) + " at a warp shuffle/vote, " +
+         std::to_string(done) +
+         " exited (every thread of a block must reach each barrier, every lane of a warp each shuffle)";
+}
+
+void run_block(BlockRun& run) {
+  const int n = threads_per_block();
+  run.fibers.assign(n, Fiber{});
+  for (int i = 0; i < n; ++i) {
+    Fiber& f = run.fibers[i];
+    f.thread_index = dim3(i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y));
+    f.stack = fiber_stack(i);
+    start_context(f.context, f.stack, kFiberStackBytes, fiber_main);
+  }
+  std::fill(run.dynamic_shared.begin(), run.dynamic_shared.end(), static_cast<unsigned char>(0xff));  // NaN bytes
+  for (;;) {
+    bool all_done = true;
+    for (int i = 0; i < n; ++i) {
+      Fiber& f = run.fibers[i];
+      if (f.state == FiberState::Ready) {
+        run.current = i;
+        threadIdx = f.thread_index;
+        switch_context(run.scheduler, f.context);
+      }
+      all_done &= f.state == FiberState::Done;
+    }
+    if (run.error) std::rethrow_exception(run.error);
+    if (all_done) return;
+    if (!release_waiters(run)) throw std::runtime_error(deadlock_message(run));
+  }
+}
+
+// ---- runtime state ----
+std::mutex g_mu;
+std::map<void*, size_t> g_allocations;
+size_t g_budget = size_t{16} << 30;
+size_t g_in_use = 0;
+cudaError_t g_last_error = cudaSuccess;
+cudaError_t g_injected = cudaSuccess;
+std::atomic<uint64_t> g_launches{0};
+
+cudaError_t fail(cudaError_t e) {
+  std::lock_guard<std::mutex> g(g_mu);
+  g_last_error = e;
+  return e;
+}
+
+}  // namespace
+
+int sim_lane() {
+  return static_cast<int>(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % warpSize;
+}
+uint64_t* sim_warp_slots() {
+  BlockRun* run = g_block;
+  if (!run) throw std::logic_error("[cuda-sim] a warp intrinsic was called outside a kernel launch");
+  return run->warp_slots.data() + (run->current / warpSize) * warpSize;
+}
+void sim_warp_meet() {
+  suspend(FiberState::AtWarpMeeting);
+}
+void __syncthreads() {
+  suspend(FiberState::AtBlockBarrier);
+}
+void* sim_dynamic_shared() {
+  return g_block ? g_block->dynamic_shared.data() : nullptr;
+}
+void sim_record_error(cudaError_t e) {
+  fail(e);
+}
+
+unsigned __ballot_sync(unsigned, int predicate) {
+  uint64_t* slots = sim_warp_slots();
+  slots[sim_lane()] = predicate ? 1 : 0;
+  sim_warp_meet();
+  BlockRun* run = g_block;
+  int warp0 = (run->current / warpSize) * warpSize;
+  int lanes = std::min(warpSize, static_cast<int>(run->fibers.size()) - warp0);
+  unsigned bits = 0;
+  for (int i = 0; i < lanes; ++i)
+    if (slots[i]) bits |= 1u << i;
+  sim_warp_meet();
+  return bits;
+}
+
+void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body) {
+  g_launches.fetch_add(1);
+  uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 ||
+      dynamic_shared_bytes > 227 * 1024) {
+    fail(cudaErrorInvalidConfiguration);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    if (g_injected != cudaSuccess) {
+      g_last_error = g_injected;
+      g_injected = cudaSuccess;
+      return;
+    }
+  }
+  if (g_block) throw std::logic_error("[cuda-sim] a kernel launched another kernel (dynamic parallelism)");
+  BlockRun run;
+  run.body = &body;
+  run.warp_slots.assign((threads + warpSize - 1) / warpSize * warpSize, 0);
+  run.dynamic_shared.assign(dynamic_shared_bytes, 0);
+  gridDim = grid;
+  blockDim = block;
+  g_block = &run;
+  try {
+    for (unsigned z = 0; z < grid.z; ++z)
+      for (unsigned y = 0; y < grid.y; ++y)
+        for (unsigned x = 0; x < grid.x; ++x) {
+          blockIdx = dim3(x, y, z);
+          run_block(run);
+        }
+  } catch (...) {
+    g_block = nullptr;
+    throw;
+  }
+  g_block = nullptr;
+}
+
+// ---- runtime ----
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  if (!ptr) return fail(cudaErrorInvalidValue);
+  *ptr = nullptr;
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    if (bytes > g_budget - std::min(g_budget, g_in_use)) {
+      g_last_error = cudaErrorMemoryAllocation;
+      return cudaErrorMemoryAllocation;
+    }
+  }
+  void* p = ::operator new (bytes == 0 ? 1 : bytes, std::align_val_t{256});
+  std::lock_guard<std::mutex> g(g_mu);
+  g_allocations[p] = bytes;
+  g_in_use += bytes;
+  *ptr = p;
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void* ptr) {
+  if (!ptr) return cudaSuccess;
+  std::lock_guard<std::mutex> g(g_mu);
+  auto it = g_allocations.find(ptr);
+  if (it == g_allocations.end()) {
+    g_last_error = cudaErrorInvalidValue;
+    return cudaErrorInvalidValue;
+  }
+  g_in_use -= it->second;
+  g_allocations.erase(it);
+  ::operator delete (ptr, std::align_val_t{256});
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  if (bytes) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+  if (bytes) std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
+  return cudaMemset(ptr, value, bytes);
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  std::lock_guard<std::mutex> g(g_mu);
+  if (total_bytes) *total_bytes = g_budget;
+  if (free_bytes) *free_bytes = g_budget - std::min(g_budget, g_in_use);
+  return cudaSuccess;
+}
+cudaError_t cudaGetLastError() {
+  std::lock_guard<std::mutex> g(g_mu);
+  cudaError_t e = g_last_error;
+  g_last_error = cudaSuccess;
+  return e;
+}
+cudaError_t cudaPeekAtLastError() {
+  std::lock_guard<std::mutex> g(g_mu);
+  return g_last_error;
+}
+cudaError_t cudaStreamCreate(cudaStream_t* s) {
+  if (s) *s = nullptr;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t) {
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  return cudaPeekAtLastError();
+}
+cudaError_t cudaDeviceSynchronize() {
+  return cudaPeekAtLastError();
+}
+cudaError_t cudaSetDevice(int index) {
+  return index == 0 ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+  }
+  return "cudaErrorUnknown";
+}
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+  }
+  return "unknown error";
+}
+
+void set_memory_budget(size_t bytes_total) {
+  std::lock_guard<std::mutex> g(g_mu);
+  g_budget = bytes_total;
+}
+size_t memory_in_use() {
+  std::lock_guard<std::mutex> g(g_mu);
+  return g_in_use;
+}
+void inject_launch_error(cudaError_t e) {
+  std::lock_guard<std::mutex> g(g_mu);
+  g_injected = e;
+}
+uint64_t launch_count() {
+  return g_launches.load();
+}
+
+}  // namespace bp::sim

@@ -1,0 +1,239 @@
+// The CUDA thread model on the CPU, so the SAME kernel source (backend/cuda/*.cuh) runs in tests
+// on machines without a GPU (DESIGN.md "CUDA kernels simulated on the CPU in tests").
+//
+// What it models:
+// - a launch walks the grid block by block; the threads of a block run as fibers (glibc ucontext)
+//   on one OS thread, so __syncthreads() really suspends a thread until every thread of its block
+//   has arrived (a kernel whose result depends on the barrier fails here when the barrier is
+//   missing); a barrier some threads never reach (divergent or exited) is reported as an error;
+// - threadIdx/blockIdx/blockDim/gridDim are set by the scheduler before it resumes a fiber;
+// - `__shared__` is a `static thread_local`: one copy per OS thread, and blocks run one after
+//   another, so it is shared by exactly the threads of one block; dynamic shared memory
+//   (BP_DYNAMIC_SHARED) is a per-block buffer filled with NaN bytes at each block start;
+// - warp shuffles and votes exchange values among the (up to) 32 fibers of a warp at a warp-wide
+//   meeting point: every lane of the warp must take part (the full-mask form the kernels use);
+// - atomics (plain read-modify-write: one OS thread runs the whole launch);
+// - the runtime calls the backend uses, with a memory budget (set_memory_budget) so that
+//   cudaMalloc fails with cudaErrorMemoryAllocation exactly when a test wants it to.
+// Everything lives in namespace bp::sim; kernels compiled against it are placed in bp::sim too
+// (cuda_compat.h's BP_CUDA_NS), so unqualified CUDA names resolve here and never clash with the
+// real CUDA runtime that a CUDA build links into the same test binary.
+#pragma once
+
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <utility>
+
+#define __global__
+#define __device__ inline
+#define __host__
+#define __forceinline__  // __device__ already makes it inline
+#define __shared__ static thread_local
+#define __launch_bounds__(...)
+
+namespace bp::sim {
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+using uint3 = dim3;
+constexpr int warpSize = 32;
+
+extern thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+// ---- errors and streams (the subset of the runtime API the backend calls) ----
+enum cudaError_t : int {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorLaunchFailure = 719,
+  cudaErrorIllegalAddress = 700,
+};
+enum cudaMemcpyKind : int {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4
+};
+using cudaStream_t = struct SimStream*;
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes);
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = nullptr);
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t s = nullptr);
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+cudaError_t cudaStreamCreate(cudaStream_t* s);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaSetDevice(int index);
+const char* cudaGetErrorString(cudaError_t e);
+const char* cudaGetErrorName(cudaError_t e);
+
+// ---- test controls ----
+// The simulated card's memory: cudaMalloc fails past `bytes_total` (counted in bytes requested).
+void set_memory_budget(size_t bytes_total);
+size_t memory_in_use();
+// The next launch (only) reports `e` (as a faulting kernel would: launch failure, illegal address).
+void inject_launch_error(cudaError_t e);
+// Launches since the process started (tests check a host wrapper really launched).
+uint64_t launch_count();
+
+// ---- intrinsics used inside kernels ----
+void __syncthreads();
+// Internal: lane index, the warp's exchange slots, and the warp-wide meeting point.
+int sim_lane();
+uint64_t* sim_warp_slots();
+void sim_warp_meet();
+void* sim_dynamic_shared();
+void sim_record_error(cudaError_t e);
+
+template <class T>
+inline T sim_exchange(T v, int src_lane) {
+  static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
+  uint64_t* slots = sim_warp_slots();
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  slots[sim_lane()] = bits;
+  sim_warp_meet();  // every lane has written
+  uint64_t got = slots[src_lane];
+  sim_warp_meet();  // every lane has read: the slots may be reused
+  T r;
+  std::memcpy(&r, &got, sizeof(T));
+  return r;
+}
+template <class T>
+inline T __shfl_sync(unsigned, T v, int src, int width = warpSize) {
+  int lane = sim_lane();
+  return sim_exchange(v, (lane / width) * width + ((src % width) + width) % width);
+}
+template <class T>
+inline T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = warpSize) {
+  int lane = sim_lane();
+  int src = lane ^ lane_mask;
+  if (src / width != lane / width) src = lane;  // outside the segment: own value (CUDA's rule)
+  return sim_exchange(v, src);
+}
+template <class T>
+inline T __shfl_down_sync(unsigned, T v, unsigned delta, int width = warpSize) {
+  int lane = sim_lane();
+  int src = lane + static_cast<int>(delta);
+  if (src / width != lane / width || src >= warpSize) src = lane;
+  return sim_exchange(v, src);
+}
+template <class T>
+inline T __shfl_up_sync(unsigned, T v, unsigned delta, int width = warpSize) {
+  int lane = sim_lane();
+  int src = lane - static_cast<int>(delta);
+  if (src < 0 || src / width != lane / width) src = lane;
+  return sim_exchange(v, src);
+}
+unsigned __ballot_sync(unsigned mask, int predicate);
+inline int __all_sync(unsigned mask, int p) {
+  return __ballot_sync(mask, p) == __ballot_sync(mask, 1);
+}
+inline int __any_sync(unsigned mask, int p) {
+  return __ballot_sync(mask, p) != 0u;
+}
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  sim_warp_meet();
+}
+
+template <class T>
+inline T atomicAdd(T* p, T v) {
+  return std::atomic_ref<T>(*p).fetch_add(v);
+}
+inline int atomicMax(int* p, int v) {
+  int old = *p;
+  if (v > old) *p = v;
+  return old;
+}
+inline unsigned atomicOr(unsigned* p, unsigned v) {
+  return std::atomic_ref<unsigned>(*p).fetch_or(v);
+}
+inline int atomicCAS(int* p, int compare, int v) {
+  std::atomic_ref<int>(*p).compare_exchange_strong(compare, v);
+  return compare;
+}
+
+inline float rsqrtf(float x) {
+  return 1.0f / std::sqrt(x);
+}
+inline float __expf(float x) {
+  return std::exp(x);
+}
+inline float __logf(float x) {
+  return std::log(x);
+}
+inline float __fdividef(float a, float b) {
+  return a / b;
+}
+// Round-to-nearest f32 arithmetic that nvcc never contracts into an FMA (host code here never does
+// either: -std=c++20 implies -ffp-contract=off).
+inline float __fmul_rn(float a, float b) {
+  return a * b;
+}
+inline float __fadd_rn(float a, float b) {
+  return a + b;
+}
+inline float __fsub_rn(float a, float b) {
+  return a - b;
+}
+inline bool isfinite(float v) {
+  return std::isfinite(v);
+}
+
+// bf16 as the CUDA type: a 16-bit pattern; conversions round to nearest even like __float2bfloat16.
+struct __nv_bfloat16 {
+  uint16_t bits;
+};
+inline float __bfloat162float(__nv_bfloat16 h) {
+  uint32_t u = static_cast<uint32_t>(h.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline __nv_bfloat16 __float2bfloat16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40u)};  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return {static_cast<uint16_t>(u >> 16)};
+}
+
+// ---- launches ----
+// Runs `body` once per thread of every block of the grid; rethrows what a thread threw. A launch
+// configuration the hardware refuses (more than 1024 threads, an empty grid) is not run and sets
+// cudaErrorInvalidConfiguration, like <<<>>> does.
+void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body);
+
+template <class... KArgs>
+struct Launch {
+  dim3 grid, block;
+  size_t shared_bytes;
+  void (*kernel)(KArgs...);
+  template <class... Args>
+  void operator()(Args&&... args) const {
+    std::tuple<KArgs...> bound(static_cast<KArgs>(std::forward<Args>(args))...);
+    auto k = kernel;
+    launch_grid(grid, block, shared_bytes, [&] { std::apply(k, bound); });
+  }
+};
+template <class... KArgs>
+Launch<KArgs...> make_launch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t, void (*kernel)(KArgs...)) {
+  return Launch<KArgs...>{grid, block, shared_bytes, kernel};
+}
+
+}  // namespace bp::sim

@@ -1,0 +1,15 @@
+// The simulation's GEMM: a GemmDesc executed by the plain column-major reference
+// (gemm_reference.h), f32 accumulation like cuBLASLt's CUBLAS_COMPUTE_32F.
+#include "backend/cuda/gemm.cuh"
+#include "backend/cuda/sim/gemm_reference.h"
+#include "core/error.h"
+
+namespace bp::sim {
+
+void gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C, void*, size_t, cudaStream_t) {
+  if (auto why = gemm::invalid_reason(desc); !why.empty())
+    throw Error(ErrorCode::RUNTIME_INTERNAL, "[gemm] invalid description " + why);
+  gemm::gemm_reference(desc, A, B, C);
+}
+
+}  // namespace bp::sim

@@ -1,0 +1,51 @@
+// CUDA SwiGLU (contract: ops/swiglu.h; CPU sibling: backend/cpu/swiglu.cpp). Elementwise over n
+// values stored as T (float or bf16), computed in f32:
+//   forward:  h = silu(g)·u = g·σ(g)·u
+//   backward: dgate = dh·u·σ(g)·(1 + g·(1 − σ(g))),  dup = dh·silu(g)   (both =)
+// Grid-stride loops, so any n fits one launch.
+#pragma once
+
+#include "backend/cuda/cuda_compat.cuh"
+
+namespace bp::BP_CUDA_NS {
+
+__device__ __forceinline__ float sigmoid_f32(float g) {
+  return 1.0f / (1.0f + expf(-g));
+}
+
+template <class T>
+__global__ void swiglu_forward_kernel(const T* gate, const T* up, T* h, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = load_f32(gate[i]);
+    h[i] = store_from_f32<T>(g * sigmoid_f32(g) * load_f32(up[i]));
+  }
+}
+
+template <class T>
+__global__ void swiglu_backward_kernel(const T* dh, const T* gate, const T* up, T* dgate, T* dup, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = load_f32(gate[i]), u = load_f32(up[i]), d = load_f32(dh[i]);
+    const float s = sigmoid_f32(g);
+    dgate[i] = store_from_f32<T>(d * u * s * (1.0f + g * (1.0f - s)));
+    dup[i] = store_from_f32<T>(d * g * s);
+  }
+}
+
+inline unsigned elementwise_blocks(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65535));
+}
+
+template <class T>
+void swiglu_forward(const T* gate, const T* up, T* h, int64_t n, cudaStream_t stream = nullptr) {
+  if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, swiglu_forward_kernel<T>)(gate, up, h, n);
+}
+
+template <class T>
+void swiglu_backward(const T* dh, const T* gate, const T* up, T* dgate, T* dup, int64_t n,
+                     cudaStream_t stream = nullptr) {
+  if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, swiglu_backward_kernel<T>)(dh, gate, up, dgate, dup, n);
+}
+
+}  // namespace bp::BP_CUDA_NS

@@ -1,0 +1,57 @@
+// CUDA fused linear + cross-entropy (src/backend/cuda/cross_entropy.cuh) on the simulation (its
+// GEMMs run the column-major reference of the cuBLASLt descriptions) against the CPU backend:
+// loss, count, dx and dW, f32 and bf16, with ignored labels, whole ignored windows, and a chunk
+// that does not divide T.
+#include "backend/cpu/cross_entropy.h"
+#include "backend/cuda/cross_entropy.cuh"
+#include "sim_test_util.h"
+
+namespace bp::sim {
+namespace {
+
+template <class T>
+void check_linear_cross_entropy(int64_t T_tokens, int64_t D, int64_t V, int64_t chunk) {
+  const std::string at = "T=" + std::to_string(T_tokens) + " D=" + std::to_string(D) + " V=" + std::to_string(V) +
+                         " chunk=" + std::to_string(chunk);
+  const auto x = test::back(test::as<T>(test::random_floats(T_tokens * D, 90 + D, -2, 2)));
+  const auto W = test::back(test::as<T>(test::random_floats(V * D, 91 + V, -0.5, 0.5)));
+  std::vector<int32_t> labels(T_tokens);
+  std::mt19937 rng(static_cast<uint32_t>(T_tokens + V));
+  for (int64_t t = 0; t < T_tokens; ++t) labels[t] = (t % 5 == 1 || t < chunk) ? -100 : static_cast<int32_t>(rng() % V);
+  if (T_tokens == 1) labels[0] = static_cast<int32_t>(V - 1);
+  const float grad_scale = 1.0f / 7.0f;
+
+  std::vector<float> logits_ws(std::min(chunk, T_tokens) * V), dx_ref(T_tokens * D), dW_ref(V * D, 0.125f);
+  const auto ref = cpu::linear_cross_entropy(x.data(), W.data(), labels.data(), T_tokens, D, V, chunk, logits_ws.data(),
+                                             grad_scale, dx_ref.data(), dW_ref.data());
+
+  auto xd = test::as<T>(x), Wd = test::as<T>(W);
+  std::vector<T> dx(T_tokens * D, test::as<T>(std::vector<float>{NAN})[0]);
+  std::vector<float> dW(V * D, 0.125f);
+  std::vector<unsigned char> ws(cross_entropy_workspace_bytes<T>(chunk, V));
+  const auto got = linear_cross_entropy<T>(xd.data(), Wd.data(), labels.data(), labels.data(), T_tokens, D, V, chunk,
+                                           ws.data(), grad_scale, dx.data(), dW.data());
+  ASSERT_EQ(got.n_counted, ref.n_counted) << at;
+  const double loss_tol = std::is_same_v<T, float> ? 1e-5 : 1e-3;
+  EXPECT_NEAR(got.loss_sum, ref.loss_sum, loss_tol * (1 + std::abs(ref.loss_sum))) << at;
+  test::expect_close(test::back(dx), dx_ref, test::tolerance_of<T>(), "dx " + at);
+  test::expect_close(dW, dW_ref, test::tolerance_of<T>(), "dW " + at);
+
+  // Loss only (no gradients) gives the same loss.
+  const auto loss_only = linear_cross_entropy<T>(xd.data(), Wd.data(), labels.data(), labels.data(), T_tokens, D, V,
+                                                 chunk, ws.data(), grad_scale, nullptr, nullptr);
+  EXPECT_EQ(loss_only.loss_sum, got.loss_sum) << at;
+}
+
+TEST(CudaLinearCrossEntropy, MatchesCpuF32) {
+  check_linear_cross_entropy<float>(1, 31, 33, 4);
+  check_linear_cross_entropy<float>(33, 31, 257, 8);  // first window all ignored; 33 = 4·8 + 1
+  check_linear_cross_entropy<float>(17, 64, 1000, 17);
+}
+
+TEST(CudaLinearCrossEntropy, MatchesCpuBf16) {
+  check_linear_cross_entropy<bf16>(33, 31, 257, 8);
+}
+
+}  // namespace
+}  // namespace bp::sim

@@ -1,0 +1,94 @@
+// CUDA SwiGLU, RoPE and embedding (src/backend/cuda/{swiglu,rope,embedding}.cuh) on the CPU
+// simulation against the CPU backend: f32 and bf16 storage, forward and backward, odd sizes.
+#include "backend/cpu/embedding.h"
+#include "backend/cpu/rope.h"
+#include "backend/cpu/swiglu.h"
+#include "backend/cuda/embedding.cuh"
+#include "backend/cuda/rope.cuh"
+#include "backend/cuda/swiglu.cuh"
+#include "sim_test_util.h"
+
+namespace bp::sim {
+namespace {
+
+template <class T>
+void check_swiglu(int64_t n) {
+  const auto g = test::back(test::as<T>(test::random_floats(n, 10 + n, -4, 4)));
+  const auto u = test::back(test::as<T>(test::random_floats(n, 11 + n)));
+  const auto dh = test::back(test::as<T>(test::random_floats(n, 12 + n)));
+  std::vector<float> h_ref(n), dg_ref(n), du_ref(n);
+  cpu::swiglu_forward(g.data(), u.data(), h_ref.data(), n);
+  cpu::swiglu_backward(dh.data(), g.data(), u.data(), dg_ref.data(), du_ref.data(), n);
+  auto gd = test::as<T>(g), ud = test::as<T>(u), dhd = test::as<T>(dh);
+  std::vector<T> h(n), dg(n), du(n);
+  swiglu_forward<T>(gd.data(), ud.data(), h.data(), n);
+  swiglu_backward<T>(dhd.data(), gd.data(), ud.data(), dg.data(), du.data(), n);
+  const std::string at = " n=" + std::to_string(n);
+  test::expect_close(test::back(h), h_ref, test::tolerance_of<T>(), "h" + at);
+  test::expect_close(test::back(dg), dg_ref, test::tolerance_of<T>(), "dgate" + at);
+  test::expect_close(test::back(du), du_ref, test::tolerance_of<T>(), "dup" + at);
+}
+
+TEST(CudaSwiglu, MatchesCpuAtOddSizes) {
+  for (int64_t n : {1, 31, 33, 257, 1000}) {
+    check_swiglu<float>(n);
+    check_swiglu<bf16>(n);
+  }
+}
+
+template <class T>
+void check_rope(int64_t T_tokens, int64_t n_heads, int64_t head_dim, bool inverse) {
+  const int64_t n = T_tokens * n_heads * head_dim;
+  const auto x = test::back(test::as<T>(test::random_floats(n, 20 + n)));
+  std::vector<int32_t> pos(T_tokens);
+  for (int64_t t = 0; t < T_tokens; ++t) pos[t] = static_cast<int32_t>((t * 7919) % 2049);  // packed: restarts
+  std::vector<float> inv_freq(head_dim / 2);
+  for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
+  auto ref = x;
+  cpu::rope_apply(ref.data(), pos.data(), inv_freq.data(), T_tokens, n_heads, head_dim, inverse);
+  auto got = test::as<T>(x);
+  rope_apply<T>(got.data(), pos.data(), inv_freq.data(), T_tokens, n_heads, head_dim, inverse);
+  // f32: angles up to ~2000 rad, where sincosf and the CPU's rounded double differ by a few ulp.
+  const auto tol = std::is_same_v<T, float> ? test::Tolerance{2e-5, 2e-5} : test::kBf16Tol;
+  test::expect_close(test::back(got), ref, tol,
+                     "rope T=" + std::to_string(T_tokens) + " heads=" + std::to_string(n_heads) +
+                         " d=" + std::to_string(head_dim) + (inverse ? " inverse" : ""));
+}
+
+TEST(CudaRope, ForwardAndInverseMatchCpu) {
+  for (bool inverse : {false, true}) {
+    check_rope<float>(1, 1, 2, inverse);
+    check_rope<float>(33, 3, 34, inverse);
+    check_rope<float>(31, 2, 64, inverse);
+    check_rope<bf16>(33, 3, 34, inverse);
+  }
+}
+
+template <class T>
+void check_embedding(int64_t T_tokens, int64_t V, int64_t D) {
+  const auto table = test::back(test::as<T>(test::random_floats(V * D, 30 + D)));
+  const auto dy = test::back(test::as<T>(test::random_floats(T_tokens * D, 31 + D)));
+  std::vector<int32_t> ids(T_tokens);
+  std::mt19937 rng(static_cast<uint32_t>(T_tokens));
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % V);  // repeats when T > V
+  std::vector<float> y_ref(T_tokens * D), dt_ref(V * D, 0.5f);
+  cpu::embedding_forward(ids.data(), table.data(), y_ref.data(), T_tokens, D);
+  cpu::embedding_backward(dy.data(), ids.data(), dt_ref.data(), T_tokens, D);
+  auto tabled = test::as<T>(table), dyd = test::as<T>(dy);
+  std::vector<T> y(T_tokens * D);
+  std::vector<float> dt(V * D, 0.5f);
+  embedding_forward<T>(ids.data(), tabled.data(), y.data(), T_tokens, D);
+  embedding_backward<T>(dyd.data(), ids.data(), dt.data(), T_tokens, D);
+  test::expect_close(test::back(y), y_ref, {0, 0}, "embedding y");  // a copy: exact
+  test::expect_close(dt, dt_ref, test::kF32Tol, "embedding dtable");
+}
+
+TEST(CudaEmbedding, ForwardCopiesRowsBackwardAccumulatesRepeatedIds) {
+  check_embedding<float>(1, 1, 1);
+  check_embedding<float>(33, 7, 31);
+  check_embedding<float>(257, 50, 33);
+  check_embedding<bf16>(33, 7, 257);
+}
+
+}  // namespace
+}  // namespace bp::sim

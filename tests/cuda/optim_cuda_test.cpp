@@ -1,0 +1,68 @@
+// CUDA AdamW, sum of squares and the non-finite check (src/backend/cuda/optim.cuh) on the CPU
+// simulation against the CPU backend.
+#include <limits>
+
+#include "backend/cpu/kernel_variants.h"
+#include "backend/cpu/optim.h"
+#include "backend/cuda/optim.cuh"
+#include "sim_test_util.h"
+
+namespace bp::sim {
+namespace {
+
+// Against the generic CPU variant: the AVX2/AVX-512 variants are compiled with -mfma and GCC
+// contracts a·b + c into FMAs there (C++ mode defaults to -ffp-contract=fast), which rounds
+// differently; the generic one and the CUDA kernel (__fmul_rn/__fadd_rn) both round every step.
+TEST(CudaAdamw, ThreeStepsMatchCpuBitForBit) {
+  cpu::select_cpu_kernels("generic");
+  for (int64_t n : {1, 31, 257, 5000}) {
+    auto p_ref = test::random_floats(n, 40 + n), g = test::random_floats(n, 41 + n);
+    std::vector<float> m_ref(n, 0.0f), v_ref(n, 0.0f);
+    auto p = p_ref, m = m_ref, v = v_ref;
+    for (int64_t step = 1; step <= 3; ++step) {
+      for (auto& e : g) e *= -0.7f;  // changing gradients
+      cpu::adamw_step(p_ref.data(), g.data(), m_ref.data(), v_ref.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, step);
+      adamw_step(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, step);
+    }
+    // Same float operations in the same order (no FMA contraction on either side): identical.
+    EXPECT_EQ(p, p_ref) << "n=" << n;
+    EXPECT_EQ(m, m_ref) << "n=" << n;
+    EXPECT_EQ(v, v_ref) << "n=" << n;
+  }
+  cpu::select_cpu_kernels("auto");
+}
+
+TEST(CudaGlobalNorm, SumOfSquaresMatchesCpuAndIsDeterministic) {
+  for (int64_t n : {1, 31, 33, 257, 70001, 300001}) {  // 274 blocks; 1,024 blocks that stride
+    const auto x = test::random_floats(n, 50 + n, -3, 3);
+    std::vector<unsigned char> scratch(optim_scratch_bytes(n));
+    const double got = sum_squares<float>(x.data(), n, scratch.data());
+    EXPECT_NEAR(got, cpu::sum_squares(x.data(), n), 1e-12 * n) << "n=" << n;
+    EXPECT_EQ(got, sum_squares<float>(x.data(), n, scratch.data()));
+    auto xb = test::to_bf16(x);
+    const auto xr = test::to_f32(xb);
+    EXPECT_NEAR(sum_squares<bf16>(xb.data(), n, scratch.data()), cpu::sum_squares(xr.data(), n), 1e-12 * n);
+  }
+}
+
+TEST(CudaNonFinite, FindsOneInfOrNanAnywhere) {
+  const int64_t n = 20011;  // 79 blocks
+  auto x = test::random_floats(n, 60);
+  std::vector<unsigned char> scratch(optim_scratch_bytes(n));
+  EXPECT_TRUE(all_finite<float>(x.data(), n, scratch.data()));
+  for (int64_t at : {int64_t{0}, int64_t{31}, n / 2, n - 1}) {
+    for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), NAN}) {
+      auto y = x;
+      y[at] = bad;
+      EXPECT_FALSE(all_finite<float>(y.data(), n, scratch.data())) << "at " << at;
+      EXPECT_EQ(all_finite<float>(y.data(), n, scratch.data()), cpu::all_finite_f32(y.data(), n));
+      auto yb = test::to_bf16(y);
+      EXPECT_FALSE(all_finite<bf16>(yb.data(), n, scratch.data())) << "bf16 at " << at;
+    }
+  }
+  auto xb = test::to_bf16(x);
+  EXPECT_TRUE(all_finite<bf16>(xb.data(), n, scratch.data()));
+}
+
+}  // namespace
+}  // namespace bp::sim

@@ -1,0 +1,43 @@
+// CUDA RMSNorm (src/backend/cuda/rms_norm.cuh) on the CPU simulation against the CPU backend, f32
+// and bf16 activations, forward and backward, random inputs at odd sizes.
+#include "backend/cpu/rms_norm.h"
+#include "backend/cuda/rms_norm.cuh"
+#include "sim_test_util.h"
+
+namespace bp::sim {
+namespace {
+
+template <class T>
+void check_rms_norm(int64_t N, int64_t D) {
+  const std::string at = "N=" + std::to_string(N) + " D=" + std::to_string(D);
+  const auto x = test::back(test::as<T>(test::random_floats(N * D, 1 + N, -2, 2)));  // values T can hold
+  const auto w = test::random_floats(D, 2 + D, 0.5f, 1.5f);
+  const auto dy = test::back(test::as<T>(test::random_floats(N * D, 3 + N)));
+  const float eps = 1e-5f;
+  std::vector<float> y_ref(N * D), rstd_ref(N), dx_ref(N * D), dw_ref(D, 0.25f);
+  cpu::rms_norm_forward(x.data(), w.data(), eps, y_ref.data(), rstd_ref.data(), N, D);
+  cpu::rms_norm_backward(dy.data(), x.data(), w.data(), rstd_ref.data(), dx_ref.data(), dw_ref.data(), N, D);
+
+  auto xd = test::as<T>(x), dyd = test::as<T>(dy);
+  std::vector<T> y(N * D), dx(N * D);
+  std::vector<float> rstd(N, -1.0f), dw(D, 0.25f);  // dw accumulates (+=)
+  rms_norm_forward<T>(xd.data(), w.data(), eps, y.data(), rstd.data(), N, D);
+  rms_norm_backward<T>(dyd.data(), xd.data(), w.data(), rstd.data(), dx.data(), dw.data(), N, D);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  constexpr auto tol = test::tolerance_of<T>();
+  test::expect_close(test::back(y), y_ref, tol, "y " + at);
+  test::expect_close(rstd, rstd_ref, test::kF32Tol, "rstd " + at);
+  test::expect_close(test::back(dx), dx_ref, tol, "dx " + at);
+  test::expect_close(dw, dw_ref, {1e-4 * N, 1e-5}, "dw " + at);  // f32 sums of N products
+}
+
+TEST(CudaRmsNorm, MatchesCpuF32AtOddSizes) {
+  for (auto [N, D] : {std::pair<int64_t, int64_t>{1, 1}, {3, 31}, {5, 33}, {2, 257}, {7, 1000}})
+    check_rms_norm<float>(N, D);
+}
+TEST(CudaRmsNorm, MatchesCpuBf16AtOddSizes) {
+  for (auto [N, D] : {std::pair<int64_t, int64_t>{1, 1}, {3, 31}, {5, 33}, {2, 257}}) check_rms_norm<bf16>(N, D);
+}
+
+}  // namespace
+}  // namespace bp::sim
