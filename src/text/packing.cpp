@@ -37,25 +37,4 @@ PackedBatch pack_samples(const std::vector<const Sample*>& samples) {
   return b;
 }
 
-std::vector<PackedBatch> pack_by_token_budget(const std::vector<const Sample*>& samples, int64_t token_budget) {
-  if (token_budget < 1)
-    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
-                fmt::format("[packing] the token budget per micro-batch must be at least 1, got {}", token_budget));
-  std::vector<PackedBatch> out;
-  std::vector<const Sample*> cur;
-  int64_t cur_tokens = 0;
-  for (const Sample* s : samples) {
-    const auto n = static_cast<int64_t>(s->ids.size());
-    if (!cur.empty() && cur_tokens + n > token_budget) {
-      out.push_back(pack_samples(cur));
-      cur.clear();
-      cur_tokens = 0;
-    }
-    cur.push_back(s);
-    cur_tokens += n;
-  }
-  if (!cur.empty()) out.push_back(pack_samples(cur));
-  return out;
-}
-
 }  // namespace bp

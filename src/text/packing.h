@@ -33,10 +33,4 @@ struct PackedBatch {
 // Packs the given samples, in order, into one batch.
 PackedBatch pack_samples(const std::vector<const Sample*>& samples);
 
-// Greedy, order-preserving split into micro-batches of at most token_budget tokens each; a sample
-// longer than the budget goes alone into its own batch (samples are already truncated to
-// max_seq_length, so this only happens when the budget is below it). Throws
-// CONFIG_INVALID_SETTING when token_budget < 1.
-std::vector<PackedBatch> pack_by_token_budget(const std::vector<const Sample*>& samples, int64_t token_budget);
-
 }  // namespace bp
