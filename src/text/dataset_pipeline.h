@@ -30,9 +30,9 @@ struct DataSettings {
   double holdout = 0.0;       // fraction of samples held out for evaluation, [0, 1); none below 2 samples
   uint64_t seed = 0;          // shuffling and the holdout split
   bool shuffle = true;
-  std::string chat_template;            // "" = the tokenizer's own, a Jinja file, or "chatml"
-  jinja::RenderLimits template_limits;  // step and size budget of one render
-  std::string eval_path;                // a separate held-out file: all of `path` trains, no holdout
+  std::string chat_template{};            // "" = the tokenizer's own, a Jinja file, or "chatml"
+  jinja::RenderLimits template_limits{};  // step and size budget of one render
+  std::string eval_path{};                // a separate held-out file: all of `path` trains, no holdout
 };
 
 struct TrainingData {
