@@ -32,5 +32,9 @@ struct PackedBatch {
 
 // Packs the given samples, in order, into one batch.
 PackedBatch pack_samples(const std::vector<const Sample*>& samples);
+// The one packing step both packers share (pack_samples here, Batch::pack in model/ for explicit
+// labels): appends a sequence with its labels; positions restart at 0; cu_seqlens grows by one.
+void append_sequence(PackedBatch& b, const std::vector<int32_t>& tokens, const std::vector<int32_t>& labels,
+                     int64_t sample_id);
 
 }  // namespace bp
