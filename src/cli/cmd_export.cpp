@@ -19,10 +19,8 @@ int export_command(const std::string& input_arg) {
   using namespace bp;
   const Settings& st = cli::settings();
   const bool json = cli::global_options().json;
-  if (const int64_t n = st.get_int("training.fault_inject_enospc_after_bytes"); n >= 0) {  // tests: a full disk
+  if (const int64_t n = st.get_int("training.fault_inject_enospc_after_bytes"); n >= 0)  // tests: a full disk
     io_faults().enospc_after_bytes = n;
-    gguf_set_write_fault_for_testing(n, ENOSPC);
-  }
   ExportRequest rq;
   rq.input = input_arg;
   rq.format = st.get_string("export.format");

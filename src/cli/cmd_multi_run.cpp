@@ -18,8 +18,7 @@ int run_multi_run() {
   MultiRunOptions o = MultiRunOptions::from_settings(cli::settings(), cli::train_options_with_preset(json));
   cli::ProgressBar bar(!json && !o.train.quiet);
   MultiRunCallbacks cb;
-  cb.train.on_step = [&](const StepRecord& r, const TrainSummary& s, int64_t total) { bar.update(r, s, total); };
-  cb.train.on_event = [&](const std::string&, const std::string&) { bar.clear_line(); };
+  cb.train = bar.callbacks();
   cb.on_run_start = [&](int64_t i, const TrainOptions& t) {
     bar.clear_line();
     if (!json) std::cerr << fmt::format("== run {} of {} (lr {:.3g}, data {}) ==\n", i, o.runs, t.lr, t.data_path);
@@ -52,10 +51,8 @@ int run_multi_run() {
 
 bp::cli::RunFn setup_multi_run(CLI::App& sub) {
   bp::cli::bind_train_settings(sub);
-  bp::cli::bind_settings(
-      sub, {"multirun.runs", "multirun.samples", "multirun.replay", "multirun.lr_decay", "multirun.merge_mode",
-            "multirun.ties_trim", "multirun.dare_drop", "multirun.drift_threshold", "multirun.eval_tolerance",
-            "multirun.patience", "multirun.validation_split", "multirun.fault_inject"});
+  bp::cli::bind_settings_where(
+      sub, [](const bp::SettingSpec& spec) { return std::string_view(spec.key).starts_with("multirun."); });
   return run_multi_run;
 }
 

@@ -159,10 +159,7 @@ int run_replay() {
   if (r.settings.contains("preset")) o.resolved_settings["preset"] = r.settings["preset"];
   const bool json = cli::global_options().json;
   cli::ProgressBar bar(!json && !o.quiet);
-  TrainCallbacks cb;
-  cb.on_step = [&](const StepRecord& rec, const TrainSummary& s, int64_t total) { bar.update(rec, s, total); };
-  cb.on_event = [&](const std::string&, const std::string&) { bar.clear_line(); };
-  TrainSummary sum = Trainer(o, cb).run();
+  TrainSummary sum = Trainer(o, bar.callbacks()).run();
   bar.finish();
   if (json)
     std::cout << sum.to_json().dump(2) << std::endl;

@@ -23,10 +23,7 @@ int run_train() {
   bool json = cli::global_options().json;
   TrainOptions o = cli::train_options_with_preset(json);
   cli::ProgressBar bar(!json && !o.quiet);
-  TrainCallbacks cb;
-  cb.on_step = [&](const StepRecord& r, const TrainSummary& s, int64_t total) { bar.update(r, s, total); };
-  cb.on_event = [&](const std::string&, const std::string&) { bar.clear_line(); };
-  Trainer trainer(o, cb);
+  Trainer trainer(o, bar.callbacks());
   TrainSummary sum = trainer.run();
   bar.finish();
   if (json) {
@@ -41,62 +38,10 @@ int run_train() {
 
 namespace bp::cli {
 void bind_train_settings(CLI::App& sub) {
-  bind_settings(sub, {"model.path",
-                      "training.preset",
-                      "data.path",
-                      "training.output",
-                      "training.steps",
-                      "training.epochs",
-                      "training.batch_size",
-                      "training.micro_batch_size",
-                      "training.grad_accum",
-                      "training.lr",
-                      "training.lr_scheduler",
-                      "training.warmup_steps",
-                      "training.weight_decay",
-                      "training.max_grad_norm",
-                      "training.max_seq_length",
-                      "training.mode",
-                      "lora.r",
-                      "lora.alpha",
-                      "lora.dropout",
-                      "lora.target_modules",
-                      "lora.use_rslora",
-                      "training.gradient_checkpointing",
-                      "training.seed",
-                      "training.eval_every",
-                      "data.holdout",
-                      "data.eval_path",
-                      "data.shuffle",
-                      "data.max_errors",
-                      "model.device",
-                      "training.save_every",
-                      "training.keep_checkpoints",
-                      "training.resume",
-                      "training.max_memory",
-                      "training.threads",
-                      "training.oom_recovery",
-                      "monitor.enabled",
-                      "model.offline",
-                      "training.init_from_config",
-                      "data.format",
-                      "data.strict",
-                      "data.train_on_all",
-                      "data.chat_template",
-                      "training.nan_guard_max_consecutive",
-                      "training.fault_inject_oom_step",
-                      "training.fault_inject_oom_count",
-                      "training.fault_inject_nan_step",
-                      "training.fault_inject_nan_count",
-                      "training.fault_inject_crash_step",
-                      "training.fault_inject_crash_at",
-                      "training.fault_inject_enospc_after_bytes"});
-  // Fault injection is for tests: still settings and flags (docs/settings.md), listed apart from the
-  // training options in `--help`. (Hiding them would break the rule that every flag of the
-  // settings table shows in some command's help, tests/cli/cli_test.cpp.)
-  for (CLI::Option* opt : sub.get_options())
-    for (const std::string& name : opt->get_lnames())
-      if (name.rfind("fault-inject-", 0) == 0) opt->group("Testing (fault injection, for tests only)");
+  // Every setting whose row says what training does with it (core/settings_registry.inc's last
+  // column): a new training setting is bound here without an edit. Testing settings (fault
+  // injection) get hidden flags (cli/setting_flags.h).
+  bind_settings_where(sub, [](const SettingSpec& spec) { return train_takes_setting(spec.key); });
 }
 
 TrainOptions train_options_with_preset(bool json) {

@@ -29,6 +29,9 @@ const Settings& settings();
 // Adds flags for these settings to a subcommand (names, types and help come from the settings
 // table): `bind_settings(sub, {"training.lr", "training.steps"})` gives --lr and --steps.
 void bind_settings(CLI::App& sub, std::initializer_list<std::string_view> keys);
+// Adds a flag for every setting (with a flag) for which `takes` is true: a command that takes whole
+// sections binds them this way, so a new row needs no edit here.
+void bind_settings_where(CLI::App& sub, const std::function<bool(const SettingSpec&)>& takes);
 
 using RunFn = std::function<int()>;
 using SetupFn = RunFn (*)(CLI::App& sub);

@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "cli/setting_flags.h"
 #include "core/error.h"
 #include "core/error_report.h"
 #include "core/log.h"
@@ -65,6 +66,10 @@ const Settings& settings() {
 
 void bind_settings(CLI::App& sub, std::initializer_list<std::string_view> keys) {
   bind_setting_flags(sub, flag_overrides(), keys);
+}
+
+void bind_settings_where(CLI::App& sub, const std::function<bool(const SettingSpec&)>& takes) {
+  bind_setting_flags_where(sub, flag_overrides(), takes);
 }
 
 }  // namespace bp::cli

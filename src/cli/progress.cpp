@@ -55,6 +55,13 @@ void ProgressBar::clear_line() {
   }
 }
 
+TrainCallbacks ProgressBar::callbacks() {
+  TrainCallbacks cb;
+  cb.on_step = [this](const StepRecord& r, const TrainSummary& s, int64_t total) { update(r, s, total); };
+  cb.on_event = [this](const std::string&, const std::string&) { clear_line(); };
+  return cb;
+}
+
 void ProgressBar::finish() {
   if (enabled_ && tty_ && drawn_) std::fprintf(stderr, "\n");
   drawn_ = false;

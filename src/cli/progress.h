@@ -17,6 +17,8 @@ class ProgressBar {
   void update(const StepRecord& r, const TrainSummary& s, int64_t total_steps);
   void clear_line();  // before another message is printed
   void finish();
+  // Trainer callbacks that drive this bar: each step updates it, an event clears its line first.
+  TrainCallbacks callbacks();
 
  private:
   bool enabled_, tty_;

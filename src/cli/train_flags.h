@@ -7,7 +7,7 @@
 
 namespace bp::cli {
 
-// Binds every training, LoRA, data and model setting `train` takes to `sub`.
+// Binds the flag of every setting `train` takes (train/train_options.h train_use) to `sub`.
 void bind_train_settings(CLI::App& sub);
 
 // TrainOptions from this invocation's settings with --preset applied (train/presets.h); prints

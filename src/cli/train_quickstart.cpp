@@ -94,10 +94,7 @@ int run_quickstart(Settings st, bool json) {
   }
 
   ProgressBar bar(!json);
-  TrainCallbacks cb;
-  cb.on_step = [&](const StepRecord& r, const TrainSummary& s, int64_t total) { bar.update(r, s, total); };
-  cb.on_event = [&](const std::string&, const std::string&) { bar.clear_line(); };
-  Trainer trainer(o, cb);
+  Trainer trainer(o, bar.callbacks());
   TrainSummary sum = trainer.run();
   bar.finish();
 

@@ -1,4 +1,4 @@
-// Settings: parsing, validation and layering of the values in settings_registry.cpp.
+// Settings: parsing, validation and layering of the values in settings_registry.inc.
 // Every layer goes through parse_text() (or a typed TOML path that ends in the same checks), so a
 // value is accepted or rejected the same way whether it came from TOML, the environment or a flag.
 #include "core/settings.h"
@@ -7,7 +7,6 @@
 #include <toml++/toml.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -121,12 +120,6 @@ std::optional<double> parse_float(std::string_view text) {
   return v;
 }
 
-// An Enum of exactly auto|true|false: a boolean with an automatic default. Its flag works like a
-// boolean's (--x, --no-x) and also takes =auto.
-bool is_auto_bool(const SettingSpec& spec) {
-  return spec.type == SettingType::Enum && std::string_view(spec.choices) == "auto|true|false";
-}
-
 bool in_choices(const SettingSpec& spec, std::string_view v) {
   std::string_view c = spec.choices;
   while (!c.empty()) {
@@ -157,6 +150,16 @@ std::optional<uint64_t> try_parse_bytes(std::string_view text) {
 }
 
 }  // namespace
+
+// An Enum of exactly auto|true|false: a boolean with an automatic default. Its flag works like a
+// boolean's (--x, --no-x) and also takes =auto.
+bool is_auto_bool(const SettingSpec& spec) {
+  return spec.type == SettingType::Enum && std::string_view(spec.choices) == "auto|true|false";
+}
+
+bool is_testing_setting(const SettingSpec& spec) {
+  return std::string_view(spec.help).starts_with("Testing:");
+}
 
 const SettingSpec* find_setting(std::string_view key) {
   for (const auto& s : settings_registry())
@@ -216,10 +219,24 @@ std::string setting_allowed_text(const SettingSpec& spec) {
   return "?";
 }
 
+namespace {
+// One table row; the Testing section mixes sections, so it names the full key.
+std::string markdown_row(const SettingSpec& s, bool full_key) {
+  std::string key = s.key;
+  std::string allowed = setting_allowed_text(s);
+  for (size_t p = 0; (p = allowed.find('|', p)) != std::string::npos; p += 2) allowed.replace(p, 1, "\\|");
+  return fmt::format("| `{}` | `{}` | {} | {} | `{}` | {} | {} |\n", full_key ? key : key.substr(key.find('.') + 1),
+                     setting_env_var(s), s.flag[0] ? fmt::format("`{}`", s.flag) : "", setting_type_name(s.type),
+                     s.default_value, allowed, s.help);
+}
+constexpr const char* kMarkdownTableHead =
+    "| Key | Variable | Flag | Type | Default | Allowed | Description |\n|---|---|---|---|---|---|---|\n";
+}  // namespace
+
 std::string settings_markdown() {
   std::string md =
       "# Settings\n\n"
-      "<!-- Generated from src/core/settings_registry.cpp by `backprop info --env-vars --markdown`;\n"
+      "<!-- Generated from src/core/settings_registry.inc by `backprop info --env-vars --markdown`;\n"
       "     do not edit by hand (a test fails when this file is stale). -->\n\n"
       "Every setting has a key (`section.key`, used in the TOML file given with `--config`), an\n"
       "environment variable and usually a command-line flag. Later layers win: defaults < TOML file <\n"
@@ -227,21 +244,22 @@ std::string settings_markdown() {
       "Unknown keys, wrong types and out-of-range values fail with `CONFIG_INVALID_SETTING`.\n";
   std::string section;
   for (const auto& s : settings_registry()) {
+    if (is_testing_setting(s)) continue;
     std::string key = s.key;
     std::string sec = key.substr(0, key.find('.'));
     if (sec != section) {
       section = sec;
-      md += fmt::format(
-          "\n## [{}]\n\n| Key | Variable | Flag | Type | Default | Allowed | Description |\n"
-          "|---|---|---|---|---|---|---|\n",
-          section);
+      md += fmt::format("\n## [{}]\n\n{}", section, kMarkdownTableHead);
     }
-    std::string allowed = setting_allowed_text(s);
-    for (size_t p = 0; (p = allowed.find('|', p)) != std::string::npos; p += 2) allowed.replace(p, 1, "\\|");
-    md += fmt::format("| `{}` | `{}` | {} | {} | `{}` | {} | {} |\n", key.substr(key.find('.') + 1), setting_env_var(s),
-                      s.flag[0] ? fmt::format("`{}`", s.flag) : "", setting_type_name(s.type), s.default_value, allowed,
-                      s.help);
+    md += markdown_row(s, false);
   }
+  md +=
+      "\n## Testing\n\n"
+      "Test aids (fault injection, a fake `/proc`): settings like any other (TOML, environment, flag), but\n"
+      "their flags are not listed in `--help`.\n\n";
+  md += kMarkdownTableHead;
+  for (const auto& s : settings_registry())
+    if (is_testing_setting(s)) md += markdown_row(s, true);
   return md;
 }
 
@@ -547,58 +565,6 @@ std::vector<std::string> split_list(const std::string& s) {
     if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
   }
   return out;
-}
-
-// ---- command-line binding ------------------------------------------------------------------------
-
-void bind_setting_flags(CLI::App& app, std::vector<SettingOverride>& out,
-                        std::initializer_list<std::string_view> keys) {
-  for (std::string_view key : keys) {
-    const SettingSpec* spec = find_setting(key);
-    BP_CHECK(spec, "[settings] bind_setting_flags: no setting named '{}'", key);
-    BP_CHECK(spec->flag[0], "[settings] bind_setting_flags: {} has no flag", key);
-    std::string flag = spec->flag;
-    std::string help =
-        fmt::format("{} [{}; default: {}; {} / {}]", spec->help, setting_allowed_text(*spec),
-                    spec->default_value[0] ? spec->default_value : "\"\"", spec->key, setting_env_var(*spec));
-    std::string k(key);
-    if (is_auto_bool(*spec)) {  // --x (= true), --x=auto|true|false, --no-x (= false)
-      app.add_option_function<std::string>(
-             flag,
-             [&out, k](const std::string& v) {
-               out.push_back({k, v.empty() ? "true" : v});  // bare --x
-             },
-             help)
-          ->expected(0, 1)
-          ->type_name("[auto|true|false]");
-      app.add_flag_function(
-          "--no-" + flag.substr(2),
-          [&out, k](int64_t) {
-            out.push_back({k, "false"});
-          },
-          fmt::format("Same as {}=false", flag));
-    } else if (spec->type == SettingType::Bool) {
-      std::string names = flag + ",!--no-" + flag.substr(2);
-      app.add_flag_function(
-          names,
-          [&out, k](int64_t n) {
-            out.push_back({k, n > 0 ? "true" : "false"});
-          },
-          help);
-    } else {
-      const char* type_name = spec->type == SettingType::Int     ? "INT"
-                              : spec->type == SettingType::Float ? "FLOAT"
-                              : spec->type == SettingType::Enum  ? "CHOICE"
-                                                                 : "TEXT";
-      app.add_option_function<std::string>(
-             flag,
-             [&out, k](const std::string& v) {
-               out.push_back({k, v});
-             },
-             help)
-          ->type_name(type_name);
-    }
-  }
 }
 
 }  // namespace bp

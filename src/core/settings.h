@@ -1,5 +1,5 @@
 // The settings registry (DESIGN.md "Settings"): every setting backprop has, in one table
-// (settings_registry.cpp), with its type, default, allowed values and help text.
+// (settings_registry.inc), with its type, default, allowed values and help text.
 //
 // Layering, lowest to highest: defaults < TOML file (--config) < environment variables
 // BACKPROPAGATE_<SECTION>__<KEY> < command-line flags. Every value from every layer is parsed and
@@ -7,7 +7,7 @@
 // value out of range throws CONFIG_INVALID_SETTING naming the key, the value and what is allowed.
 // Nothing is silently ignored.
 //
-// Commands never add a flag that is not a setting: bind_setting_flags() derives `--lr` etc. from the
+// Commands never add a flag that is not a setting: cli/setting_flags.h derives `--lr` etc. from the
 // table's flag column, so `--lr`, `[training] lr` and BACKPROPAGATE_TRAINING__LR are one key.
 #pragma once
 
@@ -19,10 +19,6 @@
 #include <string_view>
 #include <utility>
 #include <vector>
-
-namespace CLI {
-class App;
-}
 
 namespace bp {
 
@@ -50,10 +46,24 @@ struct SettingSpec {
   const char* help;
 };
 
+// The names the rows of settings_registry.inc are written with (each file that expands it uses them).
+namespace setting_rows {
+using T = SettingType;
+using R = StringRule;
+inline constexpr double kNoMin = 0, kNoMax = 0;
+inline constexpr double kI64Max = 9.2e18;
+inline constexpr double kU64Max = 18446744073709551615.0;  // an Int with this max is read as a uint64 (get_uint)
+}  // namespace setting_rows
+
 // The whole table, in section order.
 std::span<const SettingSpec> settings_registry();
 const SettingSpec* find_setting(std::string_view key);
-// The sections, in order (settings_registry.cpp's kSections).
+// The sections, in order (settings_table.cpp's kSections).
+// A test aid (fault injection, a fake /proc): its help starts with "Testing:". Its flag is hidden
+// from --help and it is listed in the Testing section of docs/settings.md.
+bool is_testing_setting(const SettingSpec& spec);
+// Enum auto|true|false (training.gradient_checkpointing): also takes the boolean spellings.
+bool is_auto_bool(const SettingSpec& spec);
 std::span<const char* const> setting_sections();
 // "BACKPROPAGATE_TRAINING__LR" for "training.lr".
 std::string setting_env_var(const SettingSpec& spec);
@@ -126,11 +136,5 @@ std::vector<std::string> split_list(const std::string& s);
 // Sets the process-wide file size caps (core/file_read.h) from the limits.* settings.
 // Settings::load calls it (with the environment alone before reading --config, then with all layers).
 void apply_file_read_limits(const Settings& s);
-
-// Adds one option to `app` per key, named by the table's flag column, typed and documented from
-// the table. Values given on the command line are appended to `out` (text form) and take effect
-// when passed to Settings::load. Bool settings accept `--flag`, `--flag=false` and `--no-flag`.
-// Throws RUNTIME_INTERNAL for a key that is not in the table or has no flag.
-void bind_setting_flags(CLI::App& app, std::vector<SettingOverride>& out, std::initializer_list<std::string_view> keys);
 
 }  // namespace bp

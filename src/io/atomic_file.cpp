@@ -58,7 +58,7 @@ void AtomicFile::write(const void* data, size_t bytes) {
     size_t chunk = bytes;
     auto& f = io_faults();
     if (f.enospc_after_bytes >= 0) {
-      if (f.enospc_after_bytes == 0) throw io_error(ENOSPC, tmp_path_, "writing");
+      if (f.enospc_after_bytes == 0) throw io_error(f.fail_errno, tmp_path_, "writing");
       chunk = std::min<size_t>(chunk, static_cast<size_t>(f.enospc_after_bytes));
       f.enospc_after_bytes -= static_cast<int64_t>(chunk);
     }
@@ -71,9 +71,29 @@ void AtomicFile::write(const void* data, size_t bytes) {
     bytes -= static_cast<size_t>(n);
     written_ += static_cast<size_t>(n);
   }
+  if (streaming_) writeback(false);
+}
+
+void AtomicFile::writeback(bool wait_all) {
+#if defined(__linux__)
+  constexpr size_t kWritebackBytes = 8u << 20;
+  if (written_ > writeback_started_ && (wait_all || written_ - writeback_started_ >= kWritebackBytes)) {
+    ::sync_file_range(fd_, static_cast<off_t>(writeback_started_), static_cast<off_t>(written_ - writeback_started_),
+                      SYNC_FILE_RANGE_WRITE);
+    if (writeback_started_ > writeback_waited_)
+      ::sync_file_range(fd_, static_cast<off_t>(writeback_waited_),
+                        static_cast<off_t>(writeback_started_ - writeback_waited_),
+                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    writeback_waited_ = writeback_started_;
+    writeback_started_ = written_;
+  }
+#else
+  (void)wait_all;
+#endif
 }
 
 void AtomicFile::commit() {
+  if (streaming_) writeback(true);  // errors surface in the fsync below
   if (::fsync(fd_) != 0) throw io_error(errno, tmp_path_, "syncing");
   ::close(fd_);
   fd_ = -1;

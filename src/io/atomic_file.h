@@ -10,6 +10,7 @@
 // nothing half-written is ever taken for a finished file.
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -18,8 +19,11 @@
 namespace bp {
 
 struct IoFaults {
-  // Writes fail with ENOSPC after this many more bytes (-1 = never).
+  // Writes fail with ENOSPC after this many more bytes (-1 = never): the one disk-full hook of
+  // every crash-safe writer (checkpoints, settings, GGUF exports).
   int64_t enospc_after_bytes = -1;
+  // The errno of that failure (tests of other write errors set EIO, say).
+  int fail_errno = ENOSPC;
   // kill -9 self when crash_point(name) is reached with this name ("" = never).
   std::string crash_at;
 };
@@ -36,6 +40,10 @@ class AtomicFile {
 
   void write(const void* data, size_t bytes);
   void write(std::string_view s) { write(s.data(), s.size()); }
+  // Large streamed files (GGUF exports): every ~8 MiB written is handed to the disk at once and
+  // the range before it waited for, so the disk works while the caller produces the next bytes,
+  // the final fsync has little left, and dirty pages stay bounded (Linux sync_file_range).
+  void stream_to_disk() { streaming_ = true; }
   size_t bytes_written() const { return written_; }
   // fsync + rename + fsync of the parent folder.
   void commit();
@@ -46,6 +54,9 @@ class AtomicFile {
   int fd_ = -1;
   size_t written_ = 0;
   bool committed_ = false;
+  bool streaming_ = false;
+  size_t writeback_started_ = 0, writeback_waited_ = 0;  // ranges [0, started) handed over, [0, waited) done
+  void writeback(bool wait_all);
 };
 
 // The suggestion of STATE_DISK_FULL raised by a file write (the catalog's default speaks of a

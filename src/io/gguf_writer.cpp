@@ -18,8 +18,6 @@
 namespace bp {
 namespace {
 
-std::atomic<int64_t> g_fault_after{-1};
-std::atomic<int> g_fault_errno{0};
 std::atomic<int64_t> g_free_space{-1};
 
 [[noreturn]] void throw_io(int err, const std::string& what, const std::string& path) {
@@ -30,23 +28,18 @@ std::atomic<int64_t> g_free_space{-1};
   throw Error(ErrorCode::RUNTIME_GGUF_EXPORT_FAILED, fmt::format("[gguf] {} {}: {}", what, path, std::strerror(err)));
 }
 
-// Buffered append-only file on a raw descriptor (so errno, fsync and the fault hook are ours).
-class OutFile {
+// Buffered writes in front of the crash-safe AtomicFile (io/atomic_file.h, which also streams the
+// bytes to the disk and holds the one disk-full test hook): small pieces (header, padding) are
+// gathered, tensor slices go straight through.
+class BufferedOut {
  public:
-  explicit OutFile(std::string path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw_io(errno, "creating", path_);
-    buf_.reserve(kBufBytes);
-  }
-  ~OutFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
+  explicit BufferedOut(AtomicFile& file) : file_(file) { buf_.reserve(kBufBytes); }
   void put(const void* p, size_t n) {
     const auto* c = static_cast<const uint8_t*>(p);
     if (buf_.size() + n > kBufBytes) flush();
     if (n >= kDirectBytes) {  // tensor slices: straight to the kernel, no copy through buf_
       flush();
-      raw_write(c, n);
+      file_.write(c, n);
       return;
     }
     buf_.insert(buf_.end(), c, c + n);
@@ -59,70 +52,17 @@ class OutFile {
       n -= k;
     }
   }
-  uint64_t position() const { return written_ + buf_.size(); }
+  uint64_t position() const { return file_.bytes_written() + buf_.size(); }
   void flush() {
-    if (!buf_.empty()) raw_write(buf_.data(), buf_.size());
+    if (!buf_.empty()) file_.write(buf_.data(), buf_.size());
     buf_.clear();
-  }
-  void finish() {
-    flush();
-    writeback(/*wait_all=*/true);
-    if (::fsync(fd_) != 0) throw_io(errno, "syncing", path_);
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) throw_io(errno, "closing", path_);
   }
 
  private:
   static constexpr size_t kBufBytes = 8u << 20;
   static constexpr size_t kDirectBytes = 1u << 20;
-  static constexpr uint64_t kWritebackBytes = 8u << 20;
-
-  // Streaming writeback: without it every byte sits in the page cache until the final fsync, so
-  // the disk only starts when conversion has ended and export time = convert + disk. Here each
-  // ~8 MiB written is handed to the disk at once (SYNC_FILE_RANGE_WRITE, non-blocking) and the
-  // range before it is waited for, so the disk works while the next slice is converted, the
-  // final fsync has almost nothing left, and dirty pages stay bounded. Errors surface in fsync.
-  void writeback(bool wait_all = false) {
-#if defined(__linux__)
-    if (written_ > started_ && (wait_all || written_ - started_ >= kWritebackBytes)) {
-      ::sync_file_range(fd_, static_cast<off_t>(started_), static_cast<off_t>(written_ - started_),
-                        SYNC_FILE_RANGE_WRITE);
-      if (started_ > waited_)
-        ::sync_file_range(fd_, static_cast<off_t>(waited_), static_cast<off_t>(started_ - waited_),
-                          SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
-      waited_ = started_;
-      started_ = written_;
-    }
-#else
-    (void)wait_all;
-#endif
-  }
-  void raw_write(const uint8_t* p, size_t n) {
-    while (n > 0) {
-      size_t chunk = n;
-      const int64_t fault_at = g_fault_after.load();
-      if (fault_at >= 0) {
-        if (static_cast<int64_t>(written_) >= fault_at) throw_io(g_fault_errno.load(), "writing", path_);
-        chunk = std::min<size_t>(chunk, static_cast<size_t>(fault_at - static_cast<int64_t>(written_)));
-      }
-      const ssize_t w = ::write(fd_, p, chunk);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        throw_io(errno, "writing", path_);
-      }
-      p += w;
-      n -= static_cast<size_t>(w);
-      written_ += static_cast<uint64_t>(w);
-    }
-    writeback();
-  }
-  std::string path_;
-  int fd_ = -1;
+  AtomicFile& file_;
   std::vector<uint8_t> buf_;
-  uint64_t written_ = 0;
-  uint64_t started_ = 0;  // writeback started for [0, started_)
-  uint64_t waited_ = 0;   // and finished for [0, waited_)
 };
 
 // ---- metadata encoding -------------------------------------------------------------------------
@@ -314,9 +254,10 @@ void GGUFWriter::write(const std::string& path) const {
                 {{"bytes_needed", total}, {"bytes_free", free_bytes}})
         .with_suggestion(kDiskFullFileSuggestion);
 
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   try {
-    OutFile out(tmp);
+    AtomicFile file(path);  // <path>.tmp, removed unless committed: an old export stays intact
+    file.stream_to_disk();
+    BufferedOut out(file);
     out.put(header.data(), header.size());
     out.zeros(data_start - header.size());
     // Two slice buffers: slice k+1 is converted (quantized, permuted) while slice k is written by
@@ -360,25 +301,18 @@ void GGUFWriter::write(const std::string& path) const {
       }
     }
     if (pending.valid()) pending.get();
+    out.flush();
     BP_CHECK(out.position() == total, "[gguf] wrote {} bytes, expected {}", out.position(), total);
-    out.finish();
-    if (::rename(tmp.c_str(), path.c_str()) != 0) throw_io(errno, "renaming the finished file to", path);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    throw;
-  }
-  // Make the rename durable.
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
+    file.commit();  // fsync, rename, fsync of the folder
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::RUNTIME_EXPORT_FAILED) throw;  // disk full keeps its own code
+    throw Error(ErrorCode::RUNTIME_GGUF_EXPORT_FAILED, fmt::format("[gguf] {}", e.what()), e.details());
   }
 }
 
 void gguf_set_write_fault_for_testing(int64_t fail_after_bytes, int err) {
-  g_fault_errno = err;
-  g_fault_after = fail_after_bytes;
+  io_faults().enospc_after_bytes = fail_after_bytes;  // the one write-failure hook (io/atomic_file.h)
+  io_faults().fail_errno = fail_after_bytes >= 0 ? err : ENOSPC;
 }
 void gguf_set_free_space_for_testing(int64_t bytes) {
   g_free_space = bytes;

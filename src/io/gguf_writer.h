@@ -4,7 +4,8 @@
 // never held twice in memory (quantized copies included). The write is all-or-nothing:
 //   1. the exact file size is known up front; free space (statvfs) below it -> STATE_DISK_FULL
 //      before anything is written;
-//   2. bytes go to "<path>.tmp-<pid>", which is fsynced and renamed over <path> at the end;
+//   2. bytes go through io/atomic_file's AtomicFile ("<path>.tmp", streamed to the disk as they come),
+//      fsynced and renamed over <path> at the end;
 //   3. on any failure the temporary file is removed and <path> (new or pre-existing) is untouched.
 // ENOSPC/EDQUOT while writing -> STATE_DISK_FULL; other I/O errors -> RUNTIME_GGUF_EXPORT_FAILED.
 #pragma once
@@ -59,8 +60,9 @@ class GGUFWriter {
   std::vector<GGUFTensorSpec> tensors_;
 };
 
-// Test hooks (process-wide). Write fault: after `fail_after_bytes` bytes of a GGUF file have been
-// written, the next write fails with errno `err` (ENOSPC, EIO, ...); -1 disables. Free space
+// Test hooks (process-wide). Write fault: after `fail_after_bytes` more bytes have been written,
+// the next write fails with errno `err` (ENOSPC, EIO, ...); -1 disables. It sets io_faults()
+// (io/atomic_file.h), the one write-failure hook of every crash-safe writer. Free space
 // override: pretend the destination file system has this many bytes free; -1 disables.
 void gguf_set_write_fault_for_testing(int64_t fail_after_bytes, int err);
 void gguf_set_free_space_for_testing(int64_t bytes);

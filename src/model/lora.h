@@ -48,6 +48,7 @@ struct LoraConfig {
   // Throws CONFIG_INVALID_SETTING for r < 1, dropout outside [0, 1), alpha <= 0 or an unknown
   // target name (the message lists the known ones).
   void validate() const;
+  bool operator==(const LoraConfig&) const = default;
 };
 
 struct LoraLayer {

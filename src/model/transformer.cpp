@@ -13,6 +13,7 @@
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
+#include "text/packing.h"
 
 namespace bp {
 
@@ -58,24 +59,19 @@ Batch Batch::pack(const std::vector<std::vector<int32_t>>& tokens, const std::ve
   if (tokens.empty()) throw bad_batch("a batch needs at least one sample");
   if (tokens.size() != labels.size())
     throw bad_batch(fmt::format("{} token samples but {} label samples", tokens.size(), labels.size()));
-  std::vector<int32_t> ids, pos, lab, cu{0};
+  PackedBatch p;  // text/packing.h packs; this only checks the inputs and makes the tensors
   for (size_t s = 0; s < tokens.size(); ++s) {
     if (tokens[s].empty()) throw bad_batch(fmt::format("sample {} is empty", s));
     if (tokens[s].size() != labels[s].size())
       throw bad_batch(fmt::format("sample {} has {} tokens but {} labels", s, tokens[s].size(), labels[s].size()));
-    for (size_t i = 0; i < tokens[s].size(); ++i) {
-      ids.push_back(tokens[s][i]);
-      pos.push_back(static_cast<int32_t>(i));
-      lab.push_back(labels[s][i]);
-    }
-    cu.push_back(static_cast<int32_t>(ids.size()));
+    append_sequence(p, tokens[s], labels[s], static_cast<int64_t>(s));
   }
-  const int64_t T = static_cast<int64_t>(ids.size());
+  const int64_t T = p.num_tokens();
   Batch b;
-  b.tokens = Tensor::from_vector(ids, {T});
-  b.positions = Tensor::from_vector(pos, {T});
-  b.labels = Tensor::from_vector(lab, {T});
-  b.cu_seqlens = Tensor::from_vector(cu, {static_cast<int64_t>(cu.size())});
+  b.tokens = Tensor::from_vector(p.tokens, {T});
+  b.positions = Tensor::from_vector(p.positions, {T});
+  b.labels = Tensor::from_vector(p.labels, {T});
+  b.cu_seqlens = Tensor::from_vector(p.cu_seqlens, {static_cast<int64_t>(p.cu_seqlens.size())});
   return b;
 }
 

@@ -14,7 +14,7 @@
 //
 // Pipeline: load_dataset -> check_dataset (skip bad rows and say how many, or --strict fails)
 // -> tokenize_dataset (chat template + loss mask, truncation to max_seq_length keeping the start)
-// -> split_holdout / DataCursor (data_cursor.h) -> pack_by_token_budget (packing.h).
+// -> split_holdout / DataCursor (data_cursor.h) -> pack_samples (packing.h).
 #pragma once
 
 #include <cstdint>

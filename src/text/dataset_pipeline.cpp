@@ -23,6 +23,7 @@ std::vector<const Sample*> TrainingData::next_train_samples(DataCursor& cursor, 
 std::vector<const Sample*> TrainingData::eval_samples() const {
   std::vector<const Sample*> out;
   for (int64_t id : eval) out.push_back(&tokenized.samples[static_cast<size_t>(id)]);
+  for (const Sample& s : eval_file.samples) out.push_back(&s);
   return out;
 }
 
@@ -30,19 +31,21 @@ TrainingData prepare_training_data(const DataSettings& s, const Tokenizer& tok) 
   if (!(s.holdout >= 0.0 && s.holdout < 1.0))
     throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                 fmt::format("[dataset] --holdout must be in [0, 1), got {}", s.holdout));
+  TrainingData data;
+  const ChatTemplate tmpl = ChatTemplate::from_tokenizer(tok, s.chat_template, s.template_limits);
+  data.chat_template = tmpl.source();
+  data.template_is_fallback = tmpl.is_fallback();
+  data.template_warning = tmpl.warning();
   DatasetLoadOptions lo;
   lo.format = s.format;
   const LoadedDataset ds = load_dataset(s.path, lo);
-  TrainingData data;
   data.format = ds.format;
   data.rows_total = ds.total_rows;
   data.seed = s.seed;
   data.shuffle = s.shuffle;
-  data.rows_skipped = check_dataset(ds, s.strict);
-  const ChatTemplate tmpl = ChatTemplate::from_tokenizer(tok);
-  data.template_warning = tmpl.warning();
-  data.tokenized =
-      tokenize_dataset(ds, tok, tmpl, {.max_seq_length = s.max_seq_length, .train_on_all = s.train_on_all});
+  data.rows_bad = check_dataset(ds, s.strict);
+  const TokenizeOptions to{.max_seq_length = s.max_seq_length, .train_on_all = s.train_on_all};
+  data.tokenized = tokenize_dataset(ds, tok, tmpl, to);
   const auto dropped = static_cast<int64_t>(data.tokenized.issues.size());
   if (dropped > 0 && s.strict) {
     const RowIssue& first = data.tokenized.issues.front();
@@ -50,13 +53,20 @@ TrainingData prepare_training_data(const DataSettings& s, const Tokenizer& tok) 
                 fmt::format("[dataset] --strict: {} rows of {} cannot be trained on (first: line {}: {})", dropped,
                             s.path, first.line, first.message));
   }
-  data.rows_skipped += dropped;
+  data.rows_skipped = data.rows_bad + dropped;
   const auto n = static_cast<int64_t>(data.tokenized.samples.size());
   if (n == 0)
     throw Error(ErrorCode::INPUT_DATASET_INVALID,
                 fmt::format("[dataset] no sample of {} is left for training ({} rows, {} skipped)", s.path,
                             ds.total_rows, data.rows_skipped));
-  HoldoutSplit split = split_holdout(n, s.holdout, s.seed);
+  if (!s.eval_path.empty()) {  // a separate held-out file: all of `path` trains
+    const LoadedDataset eds = load_dataset(s.eval_path, lo);
+    data.eval_rows_bad = check_dataset(eds, s.strict);
+    data.eval_file = tokenize_dataset(eds, tok, tmpl, to);
+    for (int64_t i = 0; i < n; ++i) data.train.push_back(i);
+    return data;
+  }
+  HoldoutSplit split = split_holdout(n, n >= 2 ? s.holdout : 0.0, s.seed);
   data.train = std::move(split.train);
   data.eval = std::move(split.eval);
   return data;

@@ -21,6 +21,57 @@ bool is_space(char c) {
   throw JinjaError(JinjaError::Kind::Syntax, fmt::format("template line {}: {}", line, msg));
 }
 
+// A string literal starting at src[pos] (its quote): the unescaped value into `val`; returns the
+// position after the closing quote. \xXX, \uXXXX and \UXXXXXXXX escapes are code points (UTF-8).
+size_t read_string_literal(const std::string& src, size_t pos, int& line, std::string& val) {
+  const char c = src[pos];
+  size_t e = pos + 1;
+  for (;;) {
+    if (e >= src.size()) syntax_error(line, "unterminated string literal");
+    char d = src[e];
+    if (d == c) break;
+    if (d == '\\' && e + 1 < src.size()) {
+      char n = src[++e];
+      switch (n) {
+        case 'n': val += '\n'; break;
+        case 't': val += '\t'; break;
+        case 'r': val += '\r'; break;
+        case 'b': val += '\b'; break;
+        case 'f': val += '\f'; break;
+        case 'v': val += '\v'; break;
+        case '0': val += '\0'; break;
+        case '\\': val += '\\'; break;
+        case '\'': val += '\''; break;
+        case '"': val += '"'; break;
+        case '\n': break;
+        case 'x':
+        case 'u':
+        case 'U': {  // \xXX, \uXXXX, \UXXXXXXXX: a code point, written as UTF-8
+          const size_t digits = n == 'x' ? 2 : n == 'u' ? 4 : 8;
+          if (e + digits >= src.size() ||
+              !std::all_of(src.begin() + static_cast<std::ptrdiff_t>(e + 1),
+                           src.begin() + static_cast<std::ptrdiff_t>(e + 1 + digits),
+                           [](char h) { return std::isxdigit(static_cast<unsigned char>(h)) != 0; }))
+            syntax_error(line, fmt::format("truncated \\{} escape in a string literal", n));
+          const auto cp = static_cast<char32_t>(std::stoul(src.substr(e + 1, digits), nullptr, 16));
+          if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            syntax_error(line, fmt::format("escape \\{}{} is not a valid code point", n, src.substr(e + 1, digits)));
+          text::append_utf8(val, cp);
+          e += digits;
+          break;
+        }
+        default: val += '\\'; val += n;
+      }
+      ++e;
+      continue;
+    }
+    if (d == '\n') ++line;
+    val += d;
+    ++e;
+  }
+  return e + 1;
+}
+
 }  // namespace
 
 std::string preprocess_template(const std::string& source) {
@@ -135,53 +186,8 @@ std::vector<Token> tokenize(const std::string& source) {
         pos = e;
       } else if (c == '\'' || c == '"') {
         std::string val;
-        size_t e = pos + 1;
-        for (;;) {
-          if (e >= src.size()) syntax_error(line, "unterminated string literal");
-          char d = src[e];
-          if (d == c) break;
-          if (d == '\\' && e + 1 < src.size()) {
-            char n = src[++e];
-            switch (n) {
-              case 'n': val += '\n'; break;
-              case 't': val += '\t'; break;
-              case 'r': val += '\r'; break;
-              case 'b': val += '\b'; break;
-              case 'f': val += '\f'; break;
-              case 'v': val += '\v'; break;
-              case '0': val += '\0'; break;
-              case '\\': val += '\\'; break;
-              case '\'': val += '\''; break;
-              case '"': val += '"'; break;
-              case '\n': break;
-              case 'x':
-              case 'u':
-              case 'U': {  // \xXX, \uXXXX, \UXXXXXXXX: a code point, written as UTF-8
-                const size_t digits = n == 'x' ? 2 : n == 'u' ? 4 : 8;
-                if (e + digits >= src.size() ||
-                    !std::all_of(src.begin() + static_cast<std::ptrdiff_t>(e + 1),
-                                 src.begin() + static_cast<std::ptrdiff_t>(e + 1 + digits),
-                                 [](char h) { return std::isxdigit(static_cast<unsigned char>(h)) != 0; }))
-                  syntax_error(line, fmt::format("truncated \\{} escape in a string literal", n));
-                const auto cp = static_cast<char32_t>(std::stoul(src.substr(e + 1, digits), nullptr, 16));
-                if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-                  syntax_error(line,
-                               fmt::format("escape \\{}{} is not a valid code point", n, src.substr(e + 1, digits)));
-                text::append_utf8(val, cp);
-                e += digits;
-                break;
-              }
-              default: val += '\\'; val += n;
-            }
-            ++e;
-            continue;
-          }
-          if (d == '\n') ++line;
-          val += d;
-          ++e;
-        }
+        pos = read_string_literal(src, pos, line, val);
         toks.push_back({TokType::String, val, line});
-        pos = e + 1;
       } else {
         static const char* kOps[] = {"**", "//", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
                                      ">",  "=",  ".",  ",",  ":",  "|",  "(", ")", "[", "]", "{", "}"};

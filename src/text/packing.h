@@ -32,11 +32,9 @@ struct PackedBatch {
 
 // Packs the given samples, in order, into one batch.
 PackedBatch pack_samples(const std::vector<const Sample*>& samples);
-
-// Greedy, order-preserving split into micro-batches of at most token_budget tokens each; a sample
-// longer than the budget goes alone into its own batch (samples are already truncated to
-// max_seq_length, so this only happens when the budget is below it). Throws
-// CONFIG_INVALID_SETTING when token_budget < 1.
-std::vector<PackedBatch> pack_by_token_budget(const std::vector<const Sample*>& samples, int64_t token_budget);
+// The one packing step both packers share (pack_samples here, Batch::pack in model/ for explicit
+// labels): appends a sequence with its labels; positions restart at 0; cu_seqlens grows by one.
+void append_sequence(PackedBatch& b, const std::vector<int32_t>& tokens, const std::vector<int32_t>& labels,
+                     int64_t sample_id);
 
 }  // namespace bp

@@ -1,6 +1,7 @@
-// Resume checks and metrics trimming (see resume.h).
+// Resume: finding the checkpoint, checking it, restoring trainable weights, trimming metrics (resume.h).
 #include "train/resume.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -145,6 +146,73 @@ void truncate_metrics_after_step(const std::string& path, int64_t step) {
     kept += '\n';
   }
   if (changed) write_file_atomic(path, kept);
+}
+
+// Finds the checkpoint folder a --resume value names: "latest" (newest valid one under the
+// output folder, or under runs/), a run id (runs/<id>), a run folder or a checkpoint folder.
+std::optional<CheckpointInfo> find_resume_checkpoint(const TrainOptions& o, std::string* run_dir,
+                                                     const std::function<void(const std::string&)>& warn) {
+  auto check = [&](const CheckpointInfo& c) { check_resumable_checkpoint(c, o.mode); };
+  auto newest_in_run = [&](const std::string& dir) -> std::optional<CheckpointInfo> {
+    CheckpointStore store((fs::path(dir) / "checkpoints").string());
+    for (const auto& m : store.recover_interrupted_writes()) warn(m);
+    return store.latest_valid(
+        [&](const std::string& p, const Error& e) {
+          warn(fmt::format("skipping damaged checkpoint {}: {}", p, e.what()));
+        },
+        check);
+  };
+  const std::string& r = o.resume;
+  if (r == "latest") {
+    if (!o.output_dir.empty()) {
+      *run_dir = o.output_dir;
+      return newest_in_run(o.output_dir);
+    }
+    std::vector<fs::path> runs;
+    std::error_code ec;
+    if (fs::is_directory(o.output_root, ec))
+      for (const auto& e : fs::directory_iterator(o.output_root, ec))
+        if (e.is_directory()) runs.push_back(e.path());
+    std::sort(runs.begin(), runs.end(),
+              [](const fs::path& a, const fs::path& b) { return fs::last_write_time(a) > fs::last_write_time(b); });
+    for (const auto& d : runs)
+      if (auto c = newest_in_run(d.string())) {
+        *run_dir = d.string();
+        return c;
+      }
+    return std::nullopt;
+  }
+  fs::path p(r);
+  if (!fs::exists(p) && fs::exists(fs::path(o.output_root) / r)) p = fs::path(o.output_root) / r;
+  if (fs::exists(p / "manifest.json")) {  // a checkpoint folder
+    *run_dir = p.parent_path().parent_path().string();
+    int64_t step = 0;
+    nlohmann::json st = CheckpointStore::verify(p.string());
+    step = st.value("step", int64_t{0});
+    CheckpointInfo info{p.string(), step, st};
+    check(info);
+    return info;
+  }
+  if (fs::is_directory(p)) {
+    *run_dir = p.string();
+    return newest_in_run(p.string());
+  }
+  return std::nullopt;
+}
+
+NamedTensors trainable_tensors(Model& m) {
+  NamedTensors out;
+  for (auto& p : m.trainable_parameters()) out.emplace_back(p.name, *p.param);
+  return out;
+}
+
+void restore_trainable(Model& m, const std::string& file) {
+  auto reader = SafetensorsReader::open_file(file);
+  for (auto& p : m.trainable_parameters()) {
+    if (!reader.contains(p.name))
+      throw Error(ErrorCode::STATE_CHECKPOINT_INVALID, fmt::format("[checkpoint] {} has no tensor {}", file, p.name));
+    p.param->copy_from(reader.read(p.name, p.param->shape()));
+  }
 }
 
 }  // namespace bp

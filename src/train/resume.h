@@ -9,10 +9,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 
+#include "io/safetensors.h"
 #include "model/transformer.h"
 #include "train/checkpoint.h"
+#include "train/train_options.h"
 
 namespace bp {
 
@@ -27,5 +31,16 @@ void check_resumable_checkpoint(const CheckpointInfo& checkpoint, TrainMode mode
 // Rewrites metrics.jsonl without the records of steps after `step` (a resumed run writes them
 // again) and without a torn last line; records without a step (events) stay. No file: no-op.
 void truncate_metrics_after_step(const std::string& path, int64_t step);
+
+// The checkpoint a --resume value names: "latest" (the newest valid one under the output folder, or
+// under the runs folder), a run id, a run folder or a checkpoint folder; `run_dir` gets its run
+// folder. Damaged checkpoints are skipped with a warning. nullopt when none is found.
+std::optional<CheckpointInfo> find_resume_checkpoint(const TrainOptions& o, std::string* run_dir,
+                                                     const std::function<void(const std::string&)>& warn);
+
+// A checkpoint's trainable.safetensors: the trainable parameters by name, and back
+// (STATE_CHECKPOINT_INVALID when one is missing).
+NamedTensors trainable_tensors(Model& m);
+void restore_trainable(Model& m, const std::string& file);
 
 }  // namespace bp

@@ -8,17 +8,11 @@
 #include "core/settings.h"
 #include "io/atomic_file.h"
 #include "model/transformer.h"
+#include "train/train_options.h"
 
 namespace bp {
 
 namespace {
-
-int64_t bytes_setting(const Settings& s, const char* key) {
-  const std::string& v = s.get_string(key);
-  if (v == "auto") return -1;
-  if (v == "none") return 0;
-  return static_cast<int64_t>(parse_byte_size(v, key));
-}
 
 class SystemReadingSource : public ReadingSource {
  public:
@@ -73,25 +67,17 @@ nlohmann::json temperatures_json(const MonitorReadings& r) {
 }  // namespace
 
 MonitorOptions MonitorOptions::from_settings(const Settings& s) {
-  MonitorOptions o;
-  o.enabled = s.get_bool("monitor.enabled");
-  o.poll_period_s = s.get_float("monitor.poll_period_s");
-  o.warning_c = s.get_float("monitor.temperature_warning_c");
-  o.critical_c = s.get_float("monitor.temperature_critical_c");
-  o.emergency_c = s.get_float("monitor.temperature_emergency_c");
-  o.margin_c = s.get_float("monitor.threshold_margin_c");
-  o.cooldown_s = s.get_float("monitor.cooldown_s");
-  o.max_pause_s = s.get_float("monitor.max_pause_s");
-  o.memory_headroom_bytes = bytes_setting(s, "monitor.memory_headroom");
-  o.memory_low_bytes = bytes_setting(s, "monitor.memory_low");
-  o.disk_warn_checkpoints = s.get_int("monitor.disk_warn_checkpoints");
-  o.system_root = s.get_string("monitor.system_root");
-  o.nvml_library = s.get_string("monitor.nvml_library");
-  if (!(o.warning_c <= o.critical_c && o.critical_c <= o.emergency_c))
+  TrainOptions t;
+  fill_train_options(t, s, "monitor.");
+  t.monitor.validate();
+  return t.monitor;
+}
+
+void MonitorOptions::validate() const {
+  if (!(warning_c <= critical_c && critical_c <= emergency_c))
     throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                 fmt::format("[monitor] temperature levels must rise: warning {} <= critical {} <= emergency {}",
-                            o.warning_c, o.critical_c, o.emergency_c));
-  return o;
+                            warning_c, critical_c, emergency_c));
 }
 
 std::unique_ptr<ReadingSource> system_reading_source(const std::string& root, const std::string& nvml_library) {

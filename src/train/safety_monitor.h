@@ -59,10 +59,20 @@ struct MonitorOptions {
   // Read at each hook on the training thread, no thread (poll_period_s 0 implies it). Unit tests set
   // it with a period, which is then the virtual time slept between readings while paused.
   bool synchronous = false;
-  // Tests: free bytes of a folder instead of statvfs (a disk that fills up on cue).
-  std::function<uint64_t(const std::string& dir)> free_disk_bytes_for_tests;
+  // Tests: free bytes of a folder instead of statvfs (a disk that fills up on cue). A hook, not a
+  // setting: it takes no part in comparing options.
+  struct FreeDiskHook : std::function<uint64_t(const std::string& dir)> {
+    using std::function<uint64_t(const std::string& dir)>::function;
+    using std::function<uint64_t(const std::string& dir)>::operator=;
+    bool operator==(const FreeDiskHook&) const { return true; }
+  };
+  FreeDiskHook free_disk_bytes_for_tests;
 
+  // The monitor.* rows of the settings table (their BP_FILLS column, train/train_options.cpp).
   static MonitorOptions from_settings(const Settings& s);
+  // Throws CONFIG_INVALID_SETTING unless warning <= critical <= emergency.
+  void validate() const;
+  bool operator==(const MonitorOptions&) const = default;
 };
 
 struct MonitorReadings {

@@ -1,31 +1,40 @@
+// The trainer's view of the data (train_data.h): text/dataset_pipeline does the work; this file
+// maps TrainOptions to its settings, words its warnings, and turns packed batches into tensors.
 #include "train/train_data.h"
 
 #include "text/chat_template.h"
 #include "text/data_cursor.h"
+#include "text/dataset_pipeline.h"
 #include "text/tokenizer.h"
 #include "train/train_options.h"
 
 namespace bp {
 
 TrainData build_train_data(const TrainOptions& o, const Tokenizer& tok) {
+  DataSettings ds;
+  ds.path = o.data_path;
+  ds.format = parse_dataset_format(o.data_format);
+  ds.strict = o.strict;
+  ds.max_seq_length = o.max_seq_length;
+  ds.train_on_all = o.train_on_all;
+  ds.holdout = o.holdout;
+  ds.seed = o.seed;
+  ds.shuffle = o.shuffle;
+  ds.chat_template = o.chat_template;
+  ds.template_limits = {.max_steps = o.template_max_steps, .max_bytes = o.template_max_bytes};
+  ds.eval_path = o.eval_data_path;
+  const TrainingData data = prepare_training_data(ds, tok);
+
   TrainData d;
-  ChatTemplate tmpl = ChatTemplate::from_tokenizer(
-      tok, o.chat_template, {.max_steps = o.template_max_steps, .max_bytes = o.template_max_bytes});
-  d.chat_template = tmpl.source();
-  if (tmpl.is_fallback() && !tmpl.warning().empty()) d.warnings.push_back(tmpl.warning());
-  DatasetLoadOptions lo;
-  lo.format = parse_dataset_format(o.data_format);
-  LoadedDataset ds = load_dataset(o.data_path, lo);
-  d.rows_total = ds.total_rows;
-  d.rows_skipped = check_dataset(ds, o.strict);
-  d.format = dataset_format_name(ds.format);
+  d.chat_template = data.chat_template;
+  if (data.template_is_fallback && !data.template_warning.empty()) d.warnings.push_back(data.template_warning);
+  d.rows_total = data.rows_total;
+  d.rows_skipped = data.rows_bad;  // --max-errors counts the bad rows; untrainable ones are reported below
+  d.format = dataset_format_name(data.format);
   if (d.rows_skipped > 0)
     d.warnings.push_back(fmt::format("skipped {} of {} rows of {} (run `backprop validate {}` to see them)",
                                      d.rows_skipped, d.rows_total, o.data_path, o.data_path));
-  TokenizeOptions to;
-  to.max_seq_length = o.max_seq_length;
-  to.train_on_all = o.train_on_all;
-  TokenizedDataset td = tokenize_dataset(ds, tok, tmpl, to);
+  const TokenizedDataset& td = data.tokenized;
   d.samples_truncated = td.truncated;
   if (td.truncated > 0)
     d.warnings.push_back(fmt::format(
@@ -34,21 +43,10 @@ TrainData build_train_data(const TrainOptions& o, const Tokenizer& tok) {
   if (!td.issues.empty())
     d.warnings.push_back(fmt::format("{} rows produced no trainable tokens and were skipped (first at line {})",
                                      td.issues.size(), td.issues.front().line));
-  if (td.samples.empty())
-    throw Error(ErrorCode::INPUT_DATASET_INVALID,
-                fmt::format("[train] {} has no rows with trainable tokens ({} rows read)", o.data_path, d.rows_total));
-  if (!o.eval_data_path.empty()) {  // a separate held-out file: all of --data trains
-    LoadedDataset eds = load_dataset(o.eval_data_path, lo);
-    int64_t bad = check_dataset(eds, o.strict);
-    if (bad > 0) d.warnings.push_back(fmt::format("skipped {} bad rows of {}", bad, o.eval_data_path));
-    d.train = std::move(td.samples);
-    d.eval = tokenize_dataset(eds, tok, tmpl, to).samples;
-    return d;
-  }
-  double frac = td.samples.size() >= 2 ? o.holdout : 0.0;
-  HoldoutSplit split = split_holdout(static_cast<int64_t>(td.samples.size()), frac, o.seed);
-  for (int64_t i : split.train) d.train.push_back(td.samples[static_cast<size_t>(i)]);
-  for (int64_t i : split.eval) d.eval.push_back(td.samples[static_cast<size_t>(i)]);
+  if (data.eval_rows_bad > 0)
+    d.warnings.push_back(fmt::format("skipped {} bad rows of {}", data.eval_rows_bad, o.eval_data_path));
+  for (int64_t i : data.train) d.train.push_back(td.samples[static_cast<size_t>(i)]);
+  for (const Sample* s : data.eval_samples()) d.eval.push_back(*s);
   return d;
 }
 

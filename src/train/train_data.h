@@ -1,6 +1,6 @@
-// The trainer's view of the data; text/ does the work (dataset.h, chat_template.h, packing.h,
-// data_cursor.h). This file only strings those together with the training options and turns
-// packed batches into model tensors.
+// The trainer's view of the data; text/dataset_pipeline.h does the work (the one path from a
+// dataset file to training samples). This file only maps the training options onto it, words its
+// warnings, and turns packed batches into model tensors.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +24,9 @@ struct TrainData {
   ChatTemplateSource chat_template;  // the template the samples were rendered with, and its source
 };
 
-// Loads, validates (skipping bad rows unless strict), renders with the tokenizer's chat template,
-// masks (assistant-only unless train_on_all), truncates and splits off the holdout (seeded).
+// prepare_training_data with the options: loads, validates (skipping bad rows unless strict),
+// renders with the chat template, masks (assistant-only unless train_on_all), truncates and splits
+// off the holdout (seeded) or reads the eval file.
 TrainData build_train_data(const TrainOptions& options, const Tokenizer& tokenizer);
 
 // Label tokens a sample contributes once packed (its loss-mask positions after the first).

@@ -1,5 +1,7 @@
-// TrainOptions from the settings table (core/settings.h): the one place where setting keys
-// become trainer options, so every flag, TOML key and BACKPROPAGATE_* variable acts the same.
+// TrainOptions from the settings table (core/settings.h): the rows of core/settings_registry.inc
+// expanded a second time, each BP_FILLS(member) into a function that reads the setting into that
+// member with the conversion its type calls for. So every flag, TOML key and BACKPROPAGATE_*
+// variable acts the same, and a new setting is one row (plus its member in train_options.h).
 #include "train/train_options.h"
 
 #include <cmath>
@@ -8,23 +10,145 @@
 
 namespace bp {
 
+namespace {
+
+// ---- conversions by member type ----------------------------------------------------------------
+
+void read_into(std::string& v, const Settings& s, std::string_view k) {
+  v = s.get_string(k);
+}
+void read_into(bool& v, const Settings& s, std::string_view k) {
+  v = s.get_bool(k);
+}
+void read_into(double& v, const Settings& s, std::string_view k) {
+  v = s.get_float(k);
+}
+void read_into(float& v, const Settings& s, std::string_view k) {
+  v = static_cast<float>(s.get_float(k));
+}
+void read_into(uint64_t& v, const Settings& s, std::string_view k) {
+  v = s.get_uint(k);
+}
+void read_into(int& v, const Settings& s, std::string_view k) {
+  v = static_cast<int>(s.get_int(k));
+}
+// An Int setting, or "auto" | N (StringRule::AutoOrPositiveInt) with auto = 0.
+void read_into(int64_t& v, const Settings& s, std::string_view k) {
+  const SettingSpec* spec = find_setting(k);
+  if (spec && spec->type == SettingType::String && spec->rule == StringRule::AutoOrPositiveInt) {
+    const std::string& text = s.get_string(k);
+    v = text == "auto" ? 0 : std::stoll(text);
+  } else {
+    v = s.get_int(k);
+  }
+}
+void read_into(std::vector<std::string>& v, const Settings& s, std::string_view k) {
+  v = split_list(s.get_string(k));
+}
+void read_into(std::optional<bool>& v, const Settings& s, std::string_view k) {  // auto|true|false
+  const std::string& text = s.get_string(k);
+  v = text == "auto" ? std::nullopt : std::optional<bool>(text == "true");
+}
+void read_into(LrScheduler& v, const Settings& s, std::string_view k) {
+  v = parse_lr_scheduler(s.get_string(k));
+}
+void read_into(TrainMode& v, const Settings& s, std::string_view k) {
+  v = s.get_string(k) == "full" ? TrainMode::Full : TrainMode::Lora;
+}
+
+// "auto" = -1, "none" = 0, else a size (monitor.memory_headroom, monitor.memory_low).
+int64_t auto_none_or_bytes(const Settings& s, std::string_view k) {
+  const std::string& v = s.get_string(k);
+  if (v == "auto") return -1;
+  if (v == "none") return 0;
+  return static_cast<int64_t>(parse_byte_size(v, k));
+}
+
+// ---- the BP_FILLS_WITH functions ---------------------------------------------------------------
+
+void fill_whole_epochs(TrainOptions& o, const Settings& s, std::string_view k) {
+  o.epochs = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(s.get_float(k))));
+}
+void fill_max_memory(TrainOptions& o, const Settings& s, std::string_view k) {
+  const std::string& mm = s.get_string(k);
+  o.max_memory_bytes = (mm == "auto" || mm == "none") ? SIZE_MAX : parse_byte_size(mm, k);
+  o.max_memory_auto = mm == "auto";
+}
+void fill_monitor_headroom(TrainOptions& o, const Settings& s, std::string_view k) {
+  o.monitor.memory_headroom_bytes = auto_none_or_bytes(s, k);
+}
+void fill_monitor_memory_low(TrainOptions& o, const Settings& s, std::string_view k) {
+  o.monitor.memory_low_bytes = auto_none_or_bytes(s, k);
+}
+void fill_fault_oom_step(TrainOptions& o, const Settings& s, std::string_view k) {
+  const int64_t step = s.get_int(k);
+  o.fault_oom_step = step > 0 ? step - 1 : -1;  // options count the steps done before the failing one
+}
+// Rows fault_inject_nan_step and fault_inject_nan_count both: steps [step, step + count).
+void fill_fault_nan_steps(TrainOptions& o, const Settings& s, std::string_view) {
+  o.fault_nan_steps.clear();
+  if (int64_t k = s.get_int("training.fault_inject_nan_step"); k > 0)
+    for (int64_t i = 0; i < s.get_int("training.fault_inject_nan_count"); ++i) o.fault_nan_steps.push_back(k + i);
+}
+
+// ---- the rows ----------------------------------------------------------------------------------
+
+using FillFn = void (*)(TrainOptions&, const Settings&, std::string_view key);
+struct Use {
+  TrainUse use = TrainUse::Unmarked;
+  FillFn fill = nullptr;
+};
+struct TrainRow {
+  const char* key;
+  Use use;
+  // Takes a row of settings_registry.inc as written, with or without its last (training) column.
+  constexpr TrainRow(const char* k, SettingType, const char*, double, double, const char*, StringRule, const char*,
+                     bool, const char*, Use u = {})
+      : key(k), use(u) {}
+};
+
+using namespace setting_rows;
+#define BP_FILLS(member)                                                                                           \
+  Use {                                                                                                            \
+    TrainUse::Fills, [](TrainOptions& o, const Settings& s, std::string_view key) { read_into(o.member, s, key); } \
+  }
+#define BP_FILLS_WITH(function) \
+  Use {                         \
+    TrainUse::Fills, function   \
+  }
+#define BP_READ_BY_TRAIN_COMMAND     \
+  Use {                              \
+    TrainUse::ReadByCommand, nullptr \
+  }
+#define BP_NOT_FOR_TRAIN        \
+  Use {                         \
+    TrainUse::NotTaken, nullptr \
+  }
+const TrainRow kTrainRows[] = {
+#include "core/settings_registry.inc"
+};
+
+}  // namespace
+
+TrainUse train_use(std::string_view key) {
+  for (const TrainRow& row : kTrainRows)
+    if (key == row.key) return row.use.use;
+  return TrainUse::Unmarked;
+}
+
+bool train_takes_setting(std::string_view key) {
+  const TrainUse use = train_use(key);
+  return use == TrainUse::Fills || use == TrainUse::ReadByCommand;
+}
+
+void fill_train_options(TrainOptions& o, const Settings& s, std::string_view prefix) {
+  for (const TrainRow& row : kTrainRows)
+    if (row.use.fill && std::string_view(row.key).starts_with(prefix)) row.use.fill(o, s, row.key);
+}
+
 TrainOptions TrainOptions::from_settings(const Settings& s) {
   TrainOptions o;
-  o.model_dir = s.get_string("model.path");
-  o.init_from_config = s.get_string("training.init_from_config");
-  o.data_path = s.get_string("data.path");
-  o.data_format = s.get_string("data.format");
-  o.eval_data_path = s.get_string("data.eval_path");
-  // training.output is the runs folder; a run writes to <output>/<run id> unless resuming.
-  o.output_root = s.get_string("training.output");
-  o.resume = s.get_string("training.resume");
-  o.steps = s.get_int("training.steps");
-  double epochs = s.get_float("training.epochs");
-  o.epochs = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(epochs)));
-  o.batch_size = s.get_int("training.batch_size");
-  const std::string& mb = s.get_string("training.micro_batch_size");
-  o.micro_batch_size = mb == "auto" ? 0 : std::stoll(mb);
-  o.grad_accum = s.get_int("training.grad_accum");
+  fill_train_options(o, s);
   if (o.grad_accum > 0) {
     // Hugging Face style: batch = micro-batch x accumulation when both are given.
     if (o.micro_batch_size > 0) {
@@ -39,49 +163,7 @@ TrainOptions TrainOptions::from_settings(const Settings& s) {
       o.batch_size = o.micro_batch_size * o.grad_accum;
     }
   }
-  o.lr = s.get_float("training.lr");
-  o.lr_scheduler = parse_lr_scheduler(s.get_string("training.lr_scheduler"));
-  o.warmup_steps = s.get_int("training.warmup_steps");
-  o.weight_decay = s.get_float("training.weight_decay");
-  o.max_grad_norm = s.get_float("training.max_grad_norm");
-  o.max_seq_length = s.get_int("training.max_seq_length");
-  o.mode = s.get_string("training.mode") == "full" ? TrainMode::Full : TrainMode::Lora;
-  o.lora.r = s.get_int("lora.r");
-  o.lora.alpha = static_cast<float>(s.get_float("lora.alpha"));
-  o.lora.dropout = static_cast<float>(s.get_float("lora.dropout"));
-  o.lora.use_rslora = s.get_bool("lora.use_rslora");
-  o.lora.target_modules = split_list(s.get_string("lora.target_modules"));
-  if (const std::string& gc = s.get_string("training.gradient_checkpointing"); gc != "auto")
-    o.gradient_checkpointing = gc == "true";
-  o.seed = s.get_uint("training.seed");
-  o.device = s.get_string("model.device");
-  o.shuffle = s.get_bool("data.shuffle");
-  o.max_bad_rows = s.get_int("data.max_errors");
-  o.eval_every = s.get_int("training.eval_every");
-  o.holdout = s.get_float("data.holdout");
-  o.save_every = s.get_int("training.save_every");
-  o.keep_checkpoints = static_cast<int>(s.get_int("training.keep_checkpoints"));
-  const std::string& mm = s.get_string("training.max_memory");
-  o.max_memory_bytes = (mm == "auto" || mm == "none") ? SIZE_MAX : parse_byte_size(mm, "training.max_memory");
-  o.max_memory_auto = mm == "auto";
-  o.monitor = MonitorOptions::from_settings(s);
-  o.threads = static_cast<int>(s.get_int("training.threads"));
-  o.oom_recovery = s.get_bool("training.oom_recovery");
-  o.nan_max_consecutive = static_cast<int>(s.get_int("training.nan_guard_max_consecutive"));
-  o.strict = s.get_bool("data.strict");
-  o.train_on_all = s.get_bool("data.train_on_all");
-  o.chat_template = s.get_string("data.chat_template");
-  o.template_max_steps = s.get_int("data.template_max_steps");
-  o.template_max_bytes = s.get_int("data.template_max_bytes");
-  if (int64_t k = s.get_int("training.fault_inject_oom_step"); k > 0) {
-    o.fault_oom_step = k - 1;  // options count steps done before the failing one
-    o.fault_oom_repeat = s.get_int("training.fault_inject_oom_count");
-  }
-  if (int64_t k = s.get_int("training.fault_inject_nan_step"); k > 0)
-    for (int64_t i = 0; i < s.get_int("training.fault_inject_nan_count"); ++i) o.fault_nan_steps.push_back(k + i);
-  o.fault_crash_after_step = s.get_int("training.fault_inject_crash_step");
-  o.fault_crash_at = s.get_string("training.fault_inject_crash_at");
-  o.fault_enospc_after_bytes = s.get_int("training.fault_inject_enospc_after_bytes");
+  o.monitor.validate();
   if (o.model_dir.empty() && o.init_from_config.empty())
     throw Error(ErrorCode::CONFIG_INVALID,
                 "[train] no model: pass --model DIR (a local Hugging Face folder) or "

@@ -1,5 +1,7 @@
 // TrainOptions: every knob of a training run, filled from the settings table by from_settings
 // (train_options.cpp). Its own header so the data, plan and option code need not see the Trainer.
+// Which member a setting fills is the last column of its row in core/settings_registry.inc
+// (BP_FILLS(member)): a new training setting is that row plus the member here, nothing else.
 #pragma once
 
 #include <cstddef>
@@ -7,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/lora.h"
@@ -76,7 +79,23 @@ struct TrainOptions {
   int64_t fault_enospc_after_bytes = -1;  // io_faults().enospc_after_bytes
   int64_t stop_after_step_for_tests = 0;  // behave as if SIGINT arrived during this step
 
+  // Every row's fill (core/settings_registry.inc), then the checks that span settings (batch size
+  // vs micro-batch x accumulation, a model and data named, LoRA and monitor values).
   static TrainOptions from_settings(const Settings& s);
+  bool operator==(const TrainOptions&) const = default;
 };
+
+// What `train` does with a setting: the last column of its row in core/settings_registry.inc.
+enum class TrainUse {
+  Unmarked,       // no training column: a section train does not read (a training section's row must say)
+  NotTaken,       // BP_NOT_FOR_TRAIN: another command's setting (estimate-vram)
+  Fills,          // BP_FILLS / BP_FILLS_WITH: fills a TrainOptions member
+  ReadByCommand,  // BP_READ_BY_TRAIN_COMMAND: the train command reads it before TrainOptions
+};
+TrainUse train_use(std::string_view key);
+// Does `train` bind this setting's flag (Fills or ReadByCommand)?
+bool train_takes_setting(std::string_view key);
+// Runs the fills of the rows whose key starts with `prefix` ("" = every row); no cross-setting checks.
+void fill_train_options(TrainOptions& o, const Settings& s, std::string_view prefix = "");
 
 }  // namespace bp

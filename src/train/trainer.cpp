@@ -15,7 +15,6 @@
 #include "core/interrupt.h"
 #include "core/log.h"
 #include "core/threads.h"
-#include "export/gguf_lora.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
@@ -31,22 +30,11 @@
 #include "train/run_history.h"
 #include "train/train_data.h"
 #include "train/train_plan.h"
+#include "train/trainer_state.h"
 
 namespace bp {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-// The template the samples were rendered with, saved beside the weights (issue 15) so `backprop
-// export` ships exactly it. A plain-text run on a model without a template rendered nothing with
-// ChatML and records nothing.
-void record_chat_template(const std::string& dir, const TrainData& data) {
-  if (data.chat_template.kind == ChatTemplateSource::Kind::ChatMLDefault && data.format == "text") return;
-  save_chat_template(dir, chat_template_text(data.chat_template));
-}
-
-}  // namespace
 
 nlohmann::json TrainSummary::to_json() const {
   auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
@@ -68,80 +56,6 @@ nlohmann::json TrainSummary::to_json() const {
           {"grad_accum", grad_accum},
           {"gradient_checkpointing", gradient_checkpointing}};
 }
-
-struct Trainer::State {
-  TrainOptions opt;
-  TrainCallbacks cb;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<LoraAdapter> adapter;
-  TrainData data;
-  AdamW adamw;
-  std::unique_ptr<DataCursor> cursor;
-  std::unique_ptr<OomRecovery> oom;
-  std::unique_ptr<CheckpointStore> checkpoints;
-  std::unique_ptr<SafetyMonitor> safety;
-  TrainSummary summary;
-  int64_t total_steps = 0;
-  int64_t step = 0;  // optimizer steps done
-  std::string best_checkpoint;
-  std::ofstream metrics;
-  int consecutive_nonfinite = 0;
-  int64_t fault_oom_left = 0;
-  Allocator* alloc = nullptr;
-  std::string tok_dir;  // tokenizer files (copied next to a full model)
-  std::optional<CheckpointInfo> resume_from;
-  std::vector<TrainableParam> params;
-  std::vector<Tensor*> grads;
-  std::chrono::steady_clock::time_point t0;
-
-  // Setup, in order (Trainer::run_impl).
-  void open_run();
-  void load_data();
-  void build_model();
-  void plan_memory();
-  void resume();
-  // The step and what runs on its schedule.
-  struct Batch {
-    CursorState start;  // the cursor before the step: a monitor stop saves the last finished step
-    std::vector<int64_t> ids;
-    int64_t n_labels = 0, n_tokens = 0;
-  };
-  Batch next_batch();
-  double forward_backward(const Batch& batch);
-  void report_oom(const OomEvent& ev);
-  bool clip_and_check(const Batch& batch, StepRecord& rec);
-  void update(const StepRecord& rec);
-  void log_step(const Batch& batch, const StepRecord& rec);
-  void after_step();
-  std::optional<double> evaluate();
-  std::string save_checkpoint(std::optional<double> eval_loss);
-  void finish();
-  void save_final_artifact();
-  // Fault injection for tests (the fault_* options), at these points of the loop only.
-  enum class FaultPoint { Start, MicroBatch, Backward, Eval, Checkpointed };
-  void inject_fault(FaultPoint where);
-
-  void event(const std::string& level, const std::string& msg) {
-    if (level == "warn")
-      spdlog::warn("{}", msg);
-    else if (level == "error")
-      spdlog::error("{}", msg);
-    else
-      spdlog::info("{}", msg);
-    if (cb.on_event) cb.on_event(level, msg);
-    record({{"type", "event"}, {"level", level}, {"message", msg}});
-  }
-  void record(nlohmann::json j) {
-    j["run_id"] = summary.run_id;
-    // Wall-clock seconds since the epoch: rates (tokens/s in `backprop ui`) come from the gaps.
-    j["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    if (metrics.is_open()) {
-      metrics << j.dump() << "\n";
-      metrics.flush();
-    }
-  }
-};
 
 Trainer::Trainer(TrainOptions options, TrainCallbacks callbacks) : s_(std::make_unique<State>()) {
   s_->opt = std::move(options);
@@ -170,77 +84,6 @@ static void start_from_adapter(LoraAdapter& adapter, const std::string& dir, con
         adapter.layers[l].a(t).copy_from(init.layers[l].a(t));
         adapter.layers[l].b(t).copy_from(init.layers[l].b(t));
       }
-}
-
-// ---- resume -----------------------------------------------------------------------------------
-
-// Finds the checkpoint folder a --resume value names: "latest" (newest valid one under the
-// output folder, or under runs/), a run id (runs/<id>), a run folder or a checkpoint folder.
-static std::optional<CheckpointInfo> find_resume_checkpoint(const TrainOptions& o, std::string* run_dir,
-                                                            const std::function<void(const std::string&)>& warn) {
-  auto check = [&](const CheckpointInfo& c) { check_resumable_checkpoint(c, o.mode); };
-  auto newest_in_run = [&](const std::string& dir) -> std::optional<CheckpointInfo> {
-    CheckpointStore store((fs::path(dir) / "checkpoints").string());
-    for (const auto& m : store.recover_interrupted_writes()) warn(m);
-    return store.latest_valid(
-        [&](const std::string& p, const Error& e) {
-          warn(fmt::format("skipping damaged checkpoint {}: {}", p, e.what()));
-        },
-        check);
-  };
-  const std::string& r = o.resume;
-  if (r == "latest") {
-    if (!o.output_dir.empty()) {
-      *run_dir = o.output_dir;
-      return newest_in_run(o.output_dir);
-    }
-    std::vector<fs::path> runs;
-    std::error_code ec;
-    if (fs::is_directory(o.output_root, ec))
-      for (const auto& e : fs::directory_iterator(o.output_root, ec))
-        if (e.is_directory()) runs.push_back(e.path());
-    std::sort(runs.begin(), runs.end(),
-              [](const fs::path& a, const fs::path& b) { return fs::last_write_time(a) > fs::last_write_time(b); });
-    for (const auto& d : runs)
-      if (auto c = newest_in_run(d.string())) {
-        *run_dir = d.string();
-        return c;
-      }
-    return std::nullopt;
-  }
-  fs::path p(r);
-  if (!fs::exists(p) && fs::exists(fs::path(o.output_root) / r)) p = fs::path(o.output_root) / r;
-  if (fs::exists(p / "manifest.json")) {  // a checkpoint folder
-    *run_dir = p.parent_path().parent_path().string();
-    int64_t step = 0;
-    nlohmann::json st = CheckpointStore::verify(p.string());
-    step = st.value("step", int64_t{0});
-    CheckpointInfo info{p.string(), step, st};
-    check(info);
-    return info;
-  }
-  if (fs::is_directory(p)) {
-    *run_dir = p.string();
-    return newest_in_run(p.string());
-  }
-  return std::nullopt;
-}
-
-// ---- checkpoint contents ----------------------------------------------------------------------
-
-static NamedTensors trainable_tensors(Model& m) {
-  NamedTensors out;
-  for (auto& p : m.trainable_parameters()) out.emplace_back(p.name, *p.param);
-  return out;
-}
-
-static void restore_trainable(Model& m, const std::string& file) {
-  auto reader = SafetensorsReader::open_file(file);
-  for (auto& p : m.trainable_parameters()) {
-    if (!reader.contains(p.name))
-      throw Error(ErrorCode::STATE_CHECKPOINT_INVALID, fmt::format("[checkpoint] {} has no tensor {}", file, p.name));
-    p.param->copy_from(reader.read(p.name, p.param->shape()));
-  }
 }
 
 // ---- the run ----------------------------------------------------------------------------------
@@ -285,7 +128,8 @@ TrainSummary Trainer::run() {
 
 // One optimizer step, as llm.c's train_gpt2.c shows it: next batch, forward/backward, clip and
 // check, update (the schedule gives the step's learning rate), log; evaluation and checkpoints on
-// their schedule. Setup, resume, evaluation, saving and finishing are the functions below.
+// their schedule. Setup and evaluation are the functions below; opening the run, resuming, saving and
+// finishing are in trainer_checkpoints.cpp.
 TrainSummary Trainer::run_impl() {
   State& s = *s_;
   s.t0 = std::chrono::steady_clock::now();
@@ -341,36 +185,6 @@ TrainSummary Trainer::run_impl() {
 }
 
 // ---- setup ------------------------------------------------------------------------------------
-
-// The resume target first (it decides the run id and the output folder), then the run folder.
-void Trainer::State::open_run() {
-  TrainOptions& o = opt;
-  if (!o.resume.empty()) {
-    std::string run_dir;
-    resume_from = find_resume_checkpoint(o, &run_dir, [&](const std::string& m) { spdlog::warn("{}", m); });
-    if (!resume_from)
-      throw Error(ErrorCode::INPUT_RESUME_NOT_FOUND,
-                  fmt::format("[train] --resume {}: no valid checkpoint found{}", o.resume,
-                              o.output_dir.empty() ? " under " + o.output_root : " under " + o.output_dir));
-    if (o.output_dir.empty()) o.output_dir = run_dir;
-    log::begin_run(resume_from->trainer_state.value("run_id", std::string()));
-  } else {
-    log::begin_run();
-  }
-  summary.run_id = log::run_id();
-  if (o.output_dir.empty()) o.output_dir = (fs::path(o.output_root) / summary.run_id).string();
-  ensure_writable_dir(o.output_dir, "the run's output folder (--output)");
-  summary.output_dir = o.output_dir;
-  if (resume_from)  // the steps after the checkpoint are trained (and recorded) again
-    truncate_metrics_after_step((fs::path(o.output_dir) / "metrics.jsonl").string(),
-                                resume_from->trainer_state.at("step").get<int64_t>());
-  if (!o.eval_only) write_run_status_running(o.output_dir);
-  metrics.open((fs::path(o.output_dir) / "metrics.jsonl").string(), std::ios::app);
-  if (!o.resolved_settings.is_null())
-    write_file_atomic((fs::path(o.output_dir) / "settings.json").string(), o.resolved_settings.dump(2));
-  checkpoints = std::make_unique<CheckpointStore>((fs::path(o.output_dir) / "checkpoints").string());
-  for (const auto& m : checkpoints->recover_interrupted_writes()) event("info", m);
-}
 
 void Trainer::State::load_data() {
   TrainOptions& o = opt;
@@ -444,26 +258,6 @@ void Trainer::State::plan_memory() {
       model->set_gradient_checkpointing(true);
       return "gradient checkpointing turned on (auto)";
     });
-}
-
-void Trainer::State::resume() {
-  const auto& st = resume_from->trainer_state;
-  restore_trainable(*model, (fs::path(resume_from->path) / "trainable.safetensors").string());
-  auto opt_reader = SafetensorsReader::open_file((fs::path(resume_from->path) / "optimizer.safetensors").string());
-  std::vector<std::pair<std::string, Tensor>> state;
-  for (const auto& n : opt_reader.names()) state.emplace_back(n, opt_reader.read(n));
-  adamw.load_state(state, st.at("optimizer_step").get<int64_t>());
-  step = st.at("step").get<int64_t>();
-  cursor = std::make_unique<DataCursor>(static_cast<int64_t>(data.train.size()), opt.seed, opt.shuffle,
-                                        CursorState::from_json(st.at("cursor")));
-  oom->set_micro_seqs(st.at("micro_batch_size").get<int64_t>());
-  if (st.contains("best_eval_loss") && !st["best_eval_loss"].is_null())
-    summary.best_eval_loss = st["best_eval_loss"].get<double>();
-  best_checkpoint = st.value("best_checkpoint", std::string());
-  summary.oom_recoveries = st.value("oom_recoveries", int64_t{0});
-  summary.skipped_steps = st.value("skipped_steps", int64_t{0});
-  summary.tokens = st.value("tokens", int64_t{0});
-  event("info", fmt::format("resumed from {} at step {} of {}", resume_from->path, step, total_steps));
 }
 
 // ---- the step -----------------------------------------------------------------------------------
@@ -614,7 +408,7 @@ void Trainer::State::after_step() {
                             interrupt_signal(), step, total_steps, checkpoints->root()));
 }
 
-// ---- evaluate, save, finish ---------------------------------------------------------------------
+// ---- evaluate (saving and finishing: trainer_checkpoints.cpp) ------------------------------------
 
 // Mean loss over the held-out samples, dropout off; training mode comes back even when it throws.
 std::optional<double> Trainer::State::evaluate() {
@@ -636,109 +430,6 @@ std::optional<double> Trainer::State::evaluate() {
     count += r.n_counted;
   }
   return count ? std::optional<double>(loss_sum / static_cast<double>(count)) : std::nullopt;
-}
-
-// The safety monitor checks the disk first (train/safety_monitor.h).
-std::string Trainer::State::save_checkpoint(std::optional<double> eval_loss) {
-  safety->before_checkpoint(checkpoints->root(), checkpoint_bytes_estimate(*model), step);
-  auto json_or_null = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-  nlohmann::json st = {{"step", step},
-                       {"optimizer_step", adamw.steps_taken()},
-                       {"micro_batch_size", oom->micro_seqs()},
-                       {"grad_accum", oom->accumulation()},
-                       {"cursor", cursor->state().to_json()},
-                       {"run_id", summary.run_id},
-                       {"seed", opt.seed},
-                       {"mode", train_mode_name(opt.mode)},
-                       {"tokens", summary.tokens},
-                       {"oom_recoveries", summary.oom_recoveries},
-                       {"skipped_steps", summary.skipped_steps},
-                       {"eval_loss", json_or_null(eval_loss)},
-                       {"best_eval_loss", json_or_null(summary.best_eval_loss)},
-                       {"best_checkpoint", best_checkpoint}};
-  nlohmann::json losses = nlohmann::json::array();
-  for (const auto& h : summary.history) losses.push_back({{"step", h.step}, {"loss", h.loss}});
-  st["loss_history"] = losses;
-  Model& m = *model;
-  std::string path = checkpoints->write(
-      step,
-      {{"trainable.safetensors", [&](const std::string& p) { write_safetensors(p, trainable_tensors(m)); }},
-       {"optimizer.safetensors",
-        [&](const std::string& p) {
-          NamedTensors t;
-          for (auto& [n, v] : adamw.state_tensors()) t.emplace_back(n, v);
-          write_safetensors(p, t);
-        }}},
-      st);
-  if (eval_loss && (!summary.best_eval_loss || *eval_loss <= *summary.best_eval_loss)) {
-    summary.best_eval_loss = *eval_loss;
-    best_checkpoint = path;
-  }
-  checkpoints->prune(opt.keep_checkpoints, best_checkpoint);
-  record({{"type", "checkpoint"}, {"step", step}, {"path", path}});
-  return path;
-}
-
-// The final evaluation and checkpoint, the artifact (adapter/ or model/) and summary.json.
-void Trainer::State::finish() {
-  summary.final_eval_loss = evaluate();
-  if (summary.final_eval_loss) {
-    record({{"type", "eval"}, {"step", step}, {"eval_loss", *summary.final_eval_loss}});
-    if (!summary.best_eval_loss || *summary.final_eval_loss < *summary.best_eval_loss)
-      summary.best_eval_loss = summary.final_eval_loss;
-  }
-  save_checkpoint(summary.final_eval_loss);
-  save_final_artifact();
-  summary.micro_batch_size = oom->micro_seqs();
-  summary.grad_accum = oom->accumulation();
-  summary.gradient_checkpointing = model->options().gradient_checkpointing;
-  summary.peak_memory_bytes = alloc->stats().bytes_peak;
-  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  write_file_atomic((fs::path(opt.output_dir) / "summary.json").string(), summary.to_json().dump(2));
-  alloc->set_limit(kNoLimit);
-}
-
-void Trainer::State::save_final_artifact() {
-  if (opt.mode != TrainMode::Lora) {
-    std::string dir = (fs::path(opt.output_dir) / "model").string();
-    SaveModelOptions so;
-    so.copy_files_from = tok_dir;
-    save_hf_model(model->weights(), dir, so);
-    record_chat_template(dir, data);
-    summary.final_artifact = dir;
-    return;
-  }
-  std::string dir = (fs::path(opt.output_dir) / "adapter").string();
-  bool untouched = true;  // every lora_B still zero: the adapter is the identity
-  for (const auto& layer : adapter->layers)
-    for (int t = 0; t < kNumLoraTargets && untouched; ++t)
-      if (layer.enabled[static_cast<size_t>(t)]) {
-        const Tensor& b = layer.B[static_cast<size_t>(t)];
-        const float* p = b.data<float>();
-        for (int64_t i = 0; i < b.numel(); ++i)
-          if (p[i] != 0.0f) {
-            untouched = false;
-            break;
-          }
-      }
-  if (untouched)
-    event("warn", fmt::format("the adapter saved to {} was never trained (no successful update): it leaves the "
-                              "base model unchanged",
-                              dir));
-  save_peft_adapter(*adapter, dir);
-  record_chat_template(dir, data);
-  summary.final_artifact = dir;
-  if (!gguf_base_file(opt.model_dir).empty()) {  // a GGUF base: also the adapter llama.cpp and Ollama load
-    const std::string gguf = (fs::path(opt.output_dir) / kGGUFAdapterFile).string();
-    try {
-      export_gguf_lora(*adapter, model->weights().config, GGMLType::F32, gguf);
-      summary.final_gguf_adapter = gguf;
-    } catch (const Error& e) {  // the PEFT adapter is saved: the run stands, the GGUF can be made later
-      event("warn", fmt::format("the GGUF LoRA adapter {} was not written ({}); make it later with `backprop export "
-                                "{} --format gguf-lora`",
-                                gguf, e.what(), opt.output_dir));
-    }
-  }
 }
 
 // ---- fault injection (tests) ------------------------------------------------------------------

@@ -98,19 +98,30 @@ int run_capture(const std::vector<std::string>& argv, std::string* out, size_t m
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-pid_t process_holding(const std::string& path) {
+void for_each_open_file(const std::function<bool(pid_t, const std::string& target)>& visit) {
   std::error_code ec;
-  const fs::path want = fs::weakly_canonical(path, ec);
   for (const auto& proc : fs::directory_iterator("/proc", ec)) {
     const std::string name = proc.path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
     std::error_code ec2;
     for (const auto& fd : fs::directory_iterator(proc.path() / "fd", ec2)) {
       std::error_code ec3;
-      if (fs::read_symlink(fd.path(), ec3) == want) return static_cast<pid_t>(std::atoi(name.c_str()));
+      const fs::path target = fs::read_symlink(fd.path(), ec3);
+      if (!ec3 && !visit(static_cast<pid_t>(std::atoi(name.c_str())), target.string())) return;
     }
   }
-  return 0;
+}
+
+pid_t process_holding(const std::string& path) {
+  std::error_code ec;
+  const fs::path want = fs::weakly_canonical(path, ec);
+  pid_t holder = 0;
+  for_each_open_file([&](pid_t pid, const std::string& target) {
+    if (fs::path(target) != want) return true;
+    holder = pid;
+    return false;
+  });
+  return holder;
 }
 
 }  // namespace bp::ui

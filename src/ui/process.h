@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ int run_capture(const std::vector<std::string>& argv, std::string* out, size_t m
 
 // The pid of a live process that has `path` open (scans /proc/*/fd), or 0.
 pid_t process_holding(const std::string& path);
+// Calls visit(pid, target) for every file descriptor of every process readable in /proc, until
+// visit returns false.
+void for_each_open_file(const std::function<bool(pid_t, const std::string& target)>& visit);
 
 // This executable (/proc/self/exe).
 std::string self_exe();

@@ -63,17 +63,10 @@ bool pid_alive(pid_t pid) {
 // Every metrics.jsonl some live process holds open: path -> pid (one scan of /proc per listing).
 std::map<std::string, pid_t> open_metrics_files() {
   std::map<std::string, pid_t> out;
-  std::error_code ec;
-  for (const auto& proc : fs::directory_iterator("/proc", ec)) {
-    const std::string name = proc.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::error_code ec2;
-    for (const auto& fd : fs::directory_iterator(proc.path() / "fd", ec2)) {
-      std::error_code ec3;
-      const fs::path target = fs::read_symlink(fd.path(), ec3);
-      if (!ec3 && target.filename() == "metrics.jsonl") out[target.string()] = std::stoi(name);
-    }
-  }
+  for_each_open_file([&](pid_t pid, const std::string& target) {
+    if (fs::path(target).filename() == "metrics.jsonl") out[target] = pid;
+    return true;
+  });
   return out;
 }
 

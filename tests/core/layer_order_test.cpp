@@ -2,6 +2,7 @@
 //   core < backend < ops < io < hub < text < model < train = export < ui = cli
 // A file may include headers of its own layer and of layers below it, never above. Backends are
 // reached only through the ops' dispatch: outside backend/ and ops/ nothing includes backend/.
+// Only cli/ and ui/ include CLI11 (core parses and checks settings; binding flags is cli/'s job).
 // The check reads the sources (BP_SOURCE_DIR) and lists every offending line.
 #include <gtest/gtest.h>
 
@@ -28,6 +29,7 @@ const std::map<std::string, int>& layer_rank() {
 std::vector<std::string> include_violations(const std::string& file, const std::string& layer,
                                             const std::string& text) {
   static const std::regex include_re(R"(^\s*#\s*include\s+"([a-z_]+)/[^"]+")");
+  static const std::regex cli11_re(R"(^\s*#\s*include\s+<CLI/)");
   std::vector<std::string> out;
   const auto& rank = layer_rank();
   const auto own = rank.find(layer);
@@ -36,6 +38,8 @@ std::vector<std::string> include_violations(const std::string& file, const std::
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     std::smatch m;
+    if (std::regex_search(line, cli11_re) && layer != "cli" && layer != "ui")
+      out.push_back(file + ":" + std::to_string(n) + ": only cli/ and ui/ parse command lines (CLI11): " + line);
     if (!std::regex_search(line, m, include_re)) continue;
     const std::string target = m[1];
     const auto it = rank.find(target);
@@ -82,6 +86,8 @@ TEST(LayerOrder, CheckerFlagsUpwardAndBackendIncludes) {
   EXPECT_TRUE(include_violations("src/export/x.cpp", "export", "#include \"train/checkpoint.h\"\n").empty());
   EXPECT_TRUE(include_violations("src/cli/x.cpp", "cli", "  #  include \"core/error.h\"\n").empty());
   EXPECT_EQ(include_violations("src/widgets/x.h", "widgets", "").size(), 1u);  // a new folder needs a rank
+  EXPECT_EQ(include_violations("src/core/x.cpp", "core", "#include <CLI/CLI.hpp>\n").size(), 1u);
+  EXPECT_TRUE(include_violations("src/cli/x.cpp", "cli", "#include <CLI/CLI.hpp>\n").empty());
 }
 
 }  // namespace

@@ -68,23 +68,6 @@ TEST(Packing, InvariantsOfAPackedBatch) {
   EXPECT_EQ(b.num_loss_tokens(), expected_loss);
 }
 
-TEST(Packing, TokenBudgetSplitsInOrderWithoutLosingSamples) {
-  const std::vector<Sample> samples = make_samples(40, 3);
-  for (int64_t budget : {1, 5, 13, 16, 50, 10000}) {
-    SCOPED_TRACE(budget);
-    const std::vector<PackedBatch> batches = pack_by_token_budget(ptrs(samples), budget);
-    std::vector<int64_t> seen;
-    for (const auto& b : batches) {
-      EXPECT_TRUE(b.num_tokens() <= budget || b.num_samples() == 1) << "only a lone sample may exceed the budget";
-      seen.insert(seen.end(), b.sample_ids.begin(), b.sample_ids.end());
-    }
-    std::vector<int64_t> all(samples.size());
-    std::iota(all.begin(), all.end(), 0);
-    EXPECT_EQ(seen, all);
-  }
-  EXPECT_THROW(pack_by_token_budget(ptrs(samples), 0), Error);
-}
-
 TEST(DataCursor, ShuffleIsDeterministicPerSeedAndEpoch) {
   const auto a = epoch_order(100, 42, 0);
   EXPECT_EQ(a, epoch_order(100, 42, 0));

@@ -1,0 +1,180 @@
+// The run folder's side of the Trainer (trainer_state.h): opening the run (resume target, run id,
+// status.json, settings.json), resuming from a checkpoint, writing checkpoints, and finishing
+// (final eval and checkpoint, adapter/ or model/, summary.json). trainer.cpp has the step.
+#include <filesystem>
+
+#include "core/log.h"
+#include "export/gguf_lora.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "model/merge.h"
+#include "model/peft.h"
+#include "text/chat_template_source.h"
+#include "train/resume.h"
+#include "train/run_history.h"
+#include "train/trainer_state.h"
+
+namespace bp {
+
+namespace fs = std::filesystem;
+
+// A plain-text run on a model without a template rendered nothing with ChatML and records nothing.
+void record_chat_template(const std::string& dir, const TrainData& data) {
+  if (data.chat_template.kind == ChatTemplateSource::Kind::ChatMLDefault && data.format == "text") return;
+  save_chat_template(dir, chat_template_text(data.chat_template));
+}
+
+// The resume target first (it decides the run id and the output folder), then the run folder.
+void Trainer::State::open_run() {
+  TrainOptions& o = opt;
+  if (!o.resume.empty()) {
+    std::string run_dir;
+    resume_from = find_resume_checkpoint(o, &run_dir, [&](const std::string& m) { spdlog::warn("{}", m); });
+    if (!resume_from)
+      throw Error(ErrorCode::INPUT_RESUME_NOT_FOUND,
+                  fmt::format("[train] --resume {}: no valid checkpoint found{}", o.resume,
+                              o.output_dir.empty() ? " under " + o.output_root : " under " + o.output_dir));
+    if (o.output_dir.empty()) o.output_dir = run_dir;
+    log::begin_run(resume_from->trainer_state.value("run_id", std::string()));
+  } else {
+    log::begin_run();
+  }
+  summary.run_id = log::run_id();
+  if (o.output_dir.empty()) o.output_dir = (fs::path(o.output_root) / summary.run_id).string();
+  ensure_writable_dir(o.output_dir, "the run's output folder (--output)");
+  summary.output_dir = o.output_dir;
+  if (resume_from)  // the steps after the checkpoint are trained (and recorded) again
+    truncate_metrics_after_step((fs::path(o.output_dir) / "metrics.jsonl").string(),
+                                resume_from->trainer_state.at("step").get<int64_t>());
+  if (!o.eval_only) write_run_status_running(o.output_dir);
+  metrics.open((fs::path(o.output_dir) / "metrics.jsonl").string(), std::ios::app);
+  if (!o.resolved_settings.is_null())
+    write_file_atomic((fs::path(o.output_dir) / "settings.json").string(), o.resolved_settings.dump(2));
+  checkpoints = std::make_unique<CheckpointStore>((fs::path(o.output_dir) / "checkpoints").string());
+  for (const auto& m : checkpoints->recover_interrupted_writes()) event("info", m);
+}
+
+void Trainer::State::resume() {
+  const auto& st = resume_from->trainer_state;
+  restore_trainable(*model, (fs::path(resume_from->path) / "trainable.safetensors").string());
+  auto opt_reader = SafetensorsReader::open_file((fs::path(resume_from->path) / "optimizer.safetensors").string());
+  std::vector<std::pair<std::string, Tensor>> state;
+  for (const auto& n : opt_reader.names()) state.emplace_back(n, opt_reader.read(n));
+  adamw.load_state(state, st.at("optimizer_step").get<int64_t>());
+  step = st.at("step").get<int64_t>();
+  cursor = std::make_unique<DataCursor>(static_cast<int64_t>(data.train.size()), opt.seed, opt.shuffle,
+                                        CursorState::from_json(st.at("cursor")));
+  oom->set_micro_seqs(st.at("micro_batch_size").get<int64_t>());
+  if (st.contains("best_eval_loss") && !st["best_eval_loss"].is_null())
+    summary.best_eval_loss = st["best_eval_loss"].get<double>();
+  best_checkpoint = st.value("best_checkpoint", std::string());
+  summary.oom_recoveries = st.value("oom_recoveries", int64_t{0});
+  summary.skipped_steps = st.value("skipped_steps", int64_t{0});
+  summary.tokens = st.value("tokens", int64_t{0});
+  event("info", fmt::format("resumed from {} at step {} of {}", resume_from->path, step, total_steps));
+}
+
+// The safety monitor checks the disk first (train/safety_monitor.h).
+std::string Trainer::State::save_checkpoint(std::optional<double> eval_loss) {
+  safety->before_checkpoint(checkpoints->root(), checkpoint_bytes_estimate(*model), step);
+  auto json_or_null = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  nlohmann::json st = {{"step", step},
+                       {"optimizer_step", adamw.steps_taken()},
+                       {"micro_batch_size", oom->micro_seqs()},
+                       {"grad_accum", oom->accumulation()},
+                       {"cursor", cursor->state().to_json()},
+                       {"run_id", summary.run_id},
+                       {"seed", opt.seed},
+                       {"mode", train_mode_name(opt.mode)},
+                       {"tokens", summary.tokens},
+                       {"oom_recoveries", summary.oom_recoveries},
+                       {"skipped_steps", summary.skipped_steps},
+                       {"eval_loss", json_or_null(eval_loss)},
+                       {"best_eval_loss", json_or_null(summary.best_eval_loss)},
+                       {"best_checkpoint", best_checkpoint}};
+  nlohmann::json losses = nlohmann::json::array();
+  for (const auto& h : summary.history) losses.push_back({{"step", h.step}, {"loss", h.loss}});
+  st["loss_history"] = losses;
+  Model& m = *model;
+  std::string path = checkpoints->write(
+      step,
+      {{"trainable.safetensors", [&](const std::string& p) { write_safetensors(p, trainable_tensors(m)); }},
+       {"optimizer.safetensors",
+        [&](const std::string& p) {
+          NamedTensors t;
+          for (auto& [n, v] : adamw.state_tensors()) t.emplace_back(n, v);
+          write_safetensors(p, t);
+        }}},
+      st);
+  if (eval_loss && (!summary.best_eval_loss || *eval_loss <= *summary.best_eval_loss)) {
+    summary.best_eval_loss = *eval_loss;
+    best_checkpoint = path;
+  }
+  checkpoints->prune(opt.keep_checkpoints, best_checkpoint);
+  record({{"type", "checkpoint"}, {"step", step}, {"path", path}});
+  return path;
+}
+
+// The final evaluation and checkpoint, the artifact (adapter/ or model/) and summary.json.
+void Trainer::State::finish() {
+  summary.final_eval_loss = evaluate();
+  if (summary.final_eval_loss) {
+    record({{"type", "eval"}, {"step", step}, {"eval_loss", *summary.final_eval_loss}});
+    if (!summary.best_eval_loss || *summary.final_eval_loss < *summary.best_eval_loss)
+      summary.best_eval_loss = summary.final_eval_loss;
+  }
+  save_checkpoint(summary.final_eval_loss);
+  save_final_artifact();
+  summary.micro_batch_size = oom->micro_seqs();
+  summary.grad_accum = oom->accumulation();
+  summary.gradient_checkpointing = model->options().gradient_checkpointing;
+  summary.peak_memory_bytes = alloc->stats().bytes_peak;
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  write_file_atomic((fs::path(opt.output_dir) / "summary.json").string(), summary.to_json().dump(2));
+  alloc->set_limit(kNoLimit);
+}
+
+void Trainer::State::save_final_artifact() {
+  if (opt.mode != TrainMode::Lora) {
+    std::string dir = (fs::path(opt.output_dir) / "model").string();
+    SaveModelOptions so;
+    so.copy_files_from = tok_dir;
+    save_hf_model(model->weights(), dir, so);
+    record_chat_template(dir, data);
+    summary.final_artifact = dir;
+    return;
+  }
+  std::string dir = (fs::path(opt.output_dir) / "adapter").string();
+  bool untouched = true;  // every lora_B still zero: the adapter is the identity
+  for (const auto& layer : adapter->layers)
+    for (int t = 0; t < kNumLoraTargets && untouched; ++t)
+      if (layer.enabled[static_cast<size_t>(t)]) {
+        const Tensor& b = layer.B[static_cast<size_t>(t)];
+        const float* p = b.data<float>();
+        for (int64_t i = 0; i < b.numel(); ++i)
+          if (p[i] != 0.0f) {
+            untouched = false;
+            break;
+          }
+      }
+  if (untouched)
+    event("warn", fmt::format("the adapter saved to {} was never trained (no successful update): it leaves the "
+                              "base model unchanged",
+                              dir));
+  save_peft_adapter(*adapter, dir);
+  record_chat_template(dir, data);
+  summary.final_artifact = dir;
+  if (!gguf_base_file(opt.model_dir).empty()) {  // a GGUF base: also the adapter llama.cpp and Ollama load
+    const std::string gguf = (fs::path(opt.output_dir) / kGGUFAdapterFile).string();
+    try {
+      export_gguf_lora(*adapter, model->weights().config, GGMLType::F32, gguf);
+      summary.final_gguf_adapter = gguf;
+    } catch (const Error& e) {  // the PEFT adapter is saved: the run stands, the GGUF can be made later
+      event("warn", fmt::format("the GGUF LoRA adapter {} was not written ({}); make it later with `backprop export "
+                                "{} --format gguf-lora`",
+                                gguf, e.what(), opt.output_dir));
+    }
+  }
+}
+
+}  // namespace bp

@@ -1,0 +1,106 @@
+// The Trainer's private state and the steps of a run (Trainer::run_impl in trainer.cpp). Only the
+// trainer's own files include this: trainer.cpp (setup and the step) and trainer_checkpoints.cpp
+// (the run folder: open, resume, save, finish).
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "model/lora.h"
+#include "text/data_cursor.h"
+#include "text/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/oom_recovery.h"
+#include "train/optimizer.h"
+#include "train/safety_monitor.h"
+#include "train/train_data.h"
+#include "train/trainer.h"
+
+namespace bp {
+
+// Saves the template the samples were rendered with beside the weights in `dir` (issue 15), so
+// `backprop export` ships exactly it (trainer_checkpoints.cpp).
+void record_chat_template(const std::string& dir, const TrainData& data);
+
+struct Trainer::State {
+  TrainOptions opt;
+  TrainCallbacks cb;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<LoraAdapter> adapter;
+  TrainData data;
+  AdamW adamw;
+  std::unique_ptr<DataCursor> cursor;
+  std::unique_ptr<OomRecovery> oom;
+  std::unique_ptr<CheckpointStore> checkpoints;
+  std::unique_ptr<SafetyMonitor> safety;
+  TrainSummary summary;
+  int64_t total_steps = 0;
+  int64_t step = 0;  // optimizer steps done
+  std::string best_checkpoint;
+  std::ofstream metrics;
+  int consecutive_nonfinite = 0;
+  int64_t fault_oom_left = 0;
+  Allocator* alloc = nullptr;
+  std::string tok_dir;  // tokenizer files (copied next to a full model)
+  std::optional<CheckpointInfo> resume_from;
+  std::vector<TrainableParam> params;
+  std::vector<Tensor*> grads;
+  std::chrono::steady_clock::time_point t0;
+
+  // Setup, in order (Trainer::run_impl).
+  void open_run();
+  void load_data();
+  void build_model();
+  void plan_memory();
+  void resume();
+  // The step and what runs on its schedule.
+  struct Batch {
+    CursorState start;  // the cursor before the step: a monitor stop saves the last finished step
+    std::vector<int64_t> ids;
+    int64_t n_labels = 0, n_tokens = 0;
+  };
+  Batch next_batch();
+  double forward_backward(const Batch& batch);
+  void report_oom(const OomEvent& ev);
+  bool clip_and_check(const Batch& batch, StepRecord& rec);
+  void update(const StepRecord& rec);
+  void log_step(const Batch& batch, const StepRecord& rec);
+  void after_step();
+  std::optional<double> evaluate();
+  std::string save_checkpoint(std::optional<double> eval_loss);
+  void finish();
+  void save_final_artifact();
+  // Fault injection for tests (the fault_* options), at these points of the loop only.
+  enum class FaultPoint { Start, MicroBatch, Backward, Eval, Checkpointed };
+  void inject_fault(FaultPoint where);
+
+  void event(const std::string& level, const std::string& msg) {
+    if (level == "warn")
+      spdlog::warn("{}", msg);
+    else if (level == "error")
+      spdlog::error("{}", msg);
+    else
+      spdlog::info("{}", msg);
+    if (cb.on_event) cb.on_event(level, msg);
+    record({{"type", "event"}, {"level", level}, {"message", msg}});
+  }
+  void record(nlohmann::json j) {
+    j["run_id"] = summary.run_id;
+    // Wall-clock seconds since the epoch: rates (tokens/s in `backprop ui`) come from the gaps.
+    j["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    if (metrics.is_open()) {
+      metrics << j.dump() << "\n";
+      metrics.flush();
+    }
+  }
+};
+
+}  // namespace bp
