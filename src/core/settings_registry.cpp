@@ -24,6 +24,11 @@ constexpr SettingSpec kSettings[] = {
    "Never use the network to find --model: a Hugging Face name must be in the local cache (HF_HUB_OFFLINE=1 does the same)."},
   {"model.dtype", T::Enum, "auto", kNoMin, kNoMax, "auto|f32|bf16|f16", R::Any, "--dtype", false,
    "Compute dtype of the frozen base weights; auto = f32 on the CPU, bf16 on a GPU."},
+  {"model.base_dtype", T::Enum, "auto", kNoMin, kNoMax, "auto|f32|bf16|q8_0|q4_k", R::Any, "--base-dtype", false,
+   "How the frozen base weights (linear projections, embedding, LM head) live in memory in LoRA mode: auto = a GGUF "
+   "base keeps its stored types (q8_0, q4_K, q6_K, f16, ...), any other base f32; bf16, q8_0 or q4_k quantize on load "
+   "(QLoRA). Rows that are not whole q4_K blocks are held as q5_0 (q8_0: bf16), as llama.cpp does. Norms, LoRA "
+   "weights and the optimizer stay f32."},
   {"model.device", T::String, "auto", kNoMin, kNoMax, "", R::Device, "--device", false,
    "Where to train: auto, cpu, cuda or cuda:N. This version trains on the CPU: auto means the CPU, and cuda "
    "stops with DEP_GPU_NOT_AVAILABLE and the reason."},
