@@ -70,6 +70,7 @@ void bind_train_settings(CLI::App& sub) {
                       "data.shuffle",
                       "data.max_errors",
                       "model.device",
+                      "model.base_dtype",
                       "training.save_every",
                       "training.keep_checkpoints",
                       "training.resume",

@@ -2,6 +2,8 @@
 #include "model/held_weights.h"
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 #include "core/error.h"
 
@@ -59,14 +61,30 @@ size_t resident_weight_bytes(const ModelWeights& w) {
 }
 
 Tensor hold_weight(const Tensor& t, DType held) {
-  if (t.dtype() == held) return t;
   Tensor out = Tensor::empty(t.shape(), held, t.device());
+  if (t.dtype() == held) {
+    std::memcpy(out.raw(), t.raw(), t.nbytes());
+    return out;
+  }
   const int64_t cols = t.dim(t.rank() - 1), rows = t.numel() / cols;
-  // Row by row in parallel: each row is whole blocks, so rows are independent.
-#pragma omp parallel for schedule(static) if (t.numel() >= (int64_t{1} << 18))
-  for (int64_t r = 0; r < rows; ++r)
-    convert(static_cast<const float*>(t.raw()) + r * cols, DType::F32,
-            static_cast<uint8_t*>(out.raw()) + dtype_bytes(held, r * cols), held, static_cast<size_t>(cols));
+  const DType src = t.dtype();
+  // Row by row in parallel (each row is whole blocks, so rows are independent), through one f32
+  // row per thread: the source may be bf16/f16 (a mapped file), never converted whole.
+#pragma omp parallel if (t.numel() >= (int64_t{1} << 18))
+  {
+    std::vector<float> row(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto* in = static_cast<const uint8_t*>(t.raw()) + dtype_bytes(src, r * cols);
+      const float* f = reinterpret_cast<const float*>(in);
+      if (src != DType::F32) {
+        convert(in, src, row.data(), DType::F32, static_cast<size_t>(cols));
+        f = row.data();
+      }
+      convert(f, DType::F32, static_cast<uint8_t*>(out.raw()) + dtype_bytes(held, r * cols), held,
+              static_cast<size_t>(cols));
+    }
+  }
   return out;
 }
 
@@ -75,7 +93,7 @@ void hold_role(Tensor& t, WeightRole role, DType base, std::vector<std::string>*
   std::string note;
   const DType held = held_dtype_for(base, t.dim(t.rank() - 1), &note);
   if (notes && !note.empty() && std::find(notes->begin(), notes->end(), note) == notes->end()) notes->push_back(note);
-  if (t.dtype() != held) t = hold_weight(t.dtype() == DType::F32 ? t : t.to(DType::F32), held);
+  if (t.dtype() != held) t = hold_weight(t, held);
 }
 
 std::vector<std::string> hold_weights(ModelWeights& w, DType base) {

@@ -40,7 +40,8 @@ size_t held_weight_bytes(const ModelConfig& cfg, DType base);
 // Bytes the loaded weights really take (sum over every tensor of its dtype's bytes).
 size_t resident_weight_bytes(const ModelWeights& w);
 
-// `t` (f32) converted to `held` (quantized on load; a copy from the CPU allocator).
+// `t` (any float dtype, possibly a view of a mapped file) converted to `held` row by row (quantized
+// on load): always a copy from the CPU allocator.
 Tensor hold_weight(const Tensor& t, DType held);
 
 // Converts `t` (the weight of `role`) to its held type for `base` when the role is held; appends a

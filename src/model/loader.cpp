@@ -118,9 +118,19 @@ ModelWeights load_model(const std::string& dir, std::optional<DType> base, std::
       if (is_bias(role)) why += " (attention_bias / Qwen2 q/k/v bias)";
       fail(fmt::format("{}: tensor '{}' is missing; {}", reader.file_of(name), name, why));
     }
-    Tensor& t = weight_ref(w, role, layer) = reader.read(name, role_shape(cfg, role));
-    // Held one tensor at a time, so loading never holds the whole model in f32.
-    if (base && *base != DType::F32) hold_role(t, role, *base, notes);
+    Tensor& t = weight_ref(w, role, layer);
+    if (base && *base != DType::F32 && role_is_held(role)) {
+      // Quantized straight from the mapped file, one tensor at a time, and its file pages dropped
+      // after: loading never holds the model (nor one weight) in f32.
+      const Tensor view = reader.borrow(name);
+      if (view.shape() != role_shape(cfg, role)) reader.read(name, role_shape(cfg, role));  // throws, naming both
+      t = view;
+      hold_role(t, role, *base, notes);
+      if (t.raw() == view.raw()) t = view.clone();  // already the held type: a copy of our own
+      reader.release(name);
+    } else {
+      t = reader.read(name, role_shape(cfg, role));
+    }
   }
   // torch_dtype decides the dtype of merged exports; take the stored one when config.json is silent.
   if (!cfg.raw.contains("torch_dtype") && !cfg.raw.contains("dtype")) {
