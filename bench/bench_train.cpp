@@ -42,6 +42,7 @@
 #include "backend/cpu/gemm.h"
 #include "bench_kernels.h"
 #include "core/threads.h"
+#include "model/held_weights.h"
 #include "model/loader.h"
 #include "model/lora.h"
 #include "model/transformer.h"
@@ -172,12 +173,19 @@ struct Trainer {
   bp::AdamWConfig opt{1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f};
 
   Trainer(const bp::ModelConfig& c, bool ckpt, int64_t T)
-      : cfg(c), adapter(make_adapter(c)), model(bp::init_random_weights(c, 42), options(ckpt)) {
+      : cfg(c), adapter(make_adapter(c)), model(held_base(bp::init_random_weights(c, 42)), options(ckpt)) {
     model.attach_lora(adapter);
     params = model.trainable_parameters();
     adam.init(params);
     batch = make_batch(T, c.vocab_size);
     grad_scale = 1.0f / static_cast<float>(batch.num_label_tokens());
+  }
+  // BP_BENCH_BASE_DTYPE (f32 | bf16 | q8_0 | q4_k): how the frozen weights are held (QLoRA).
+  static bp::ModelWeights held_base(bp::ModelWeights w) {
+    const char* v = std::getenv("BP_BENCH_BASE_DTYPE");
+    const auto base = bp::parse_base_dtype(v && *v ? v : "f32");
+    if (base && *base != bp::DType::F32) bp::hold_weights(w, *base);
+    return w;
   }
   static bp::LoraAdapter make_adapter(const bp::ModelConfig& c) {
     bp::LoraConfig lc;
@@ -221,7 +229,9 @@ void BM_train(benchmark::State& state, Shape shape, bool ckpt) {
   state.counters["faults/step"] = (u1.minor_faults - u0.minor_faults) / n;
   state.counters["layers"] = static_cast<double>(cfg.num_layers);
   state.counters["loss"] = loss / static_cast<float>(tr.batch.num_label_tokens());
-  state.SetLabel(std::string(shape.name) + (ckpt ? " ckpt" : " no-ckpt") + " (MFU = modelGF/s / sgemmGF/s)");
+  const char* base = std::getenv("BP_BENCH_BASE_DTYPE");
+  state.SetLabel(std::string(shape.name) + (ckpt ? " ckpt" : " no-ckpt") + " base " + (base && *base ? base : "f32") +
+                 " (MFU = modelGF/s / sgemmGF/s)");
 }
 
 void BM_sgemm(benchmark::State& state) {

@@ -15,6 +15,7 @@
 #include "core/device_info.h"
 #include "core/error.h"
 #include "core/sysinfo.h"
+#include "model/held_weights.h"
 #include "model/loader.h"
 #include "train/estimate.h"
 
@@ -60,10 +61,11 @@ std::vector<std::string> notes(const bp::Estimate& e, const std::string& dtype_s
     return out;
   }
   out.push_back(fmt::format(
-      "weights dtype {} (--dtype {}): the frozen weights are counted at {} bytes each, as a GPU run holds them. The "
-      "CPU backend computes in f32 and holds them in f32 ({} instead of {}).",
-      bp::dtype_name(r.weights_dtype), dtype_setting, bp::dtype_size(r.weights_dtype), bp::format_bytes(e.weights_f32),
-      bp::format_bytes(e.plan.weights)));
+      "frozen weights held at {} ({}): the linear projections, embedding and LM head take {} instead of {} at f32; "
+      "norms stay f32{}.",
+      bp::dtype_name(r.weights_dtype), dtype_setting, bp::format_bytes(e.plan.weights), bp::format_bytes(e.weights_f32),
+      bp::dtype_is_block(r.weights_dtype) ? ", and rows that are not whole blocks use the nearest type that fits"
+                                          : ""));
   return out;
 }
 
@@ -93,8 +95,13 @@ std::string render_text(const std::string& model_path, const bp::ModelConfig& cf
   t += fmt::format("\nMemory plan (peak during {}):\n", p.peak_phase);
   const std::string n_train = group_digits(p.trainable_parameters);
   if (lora)
-    t += row(fmt::format("weights (frozen, {})", bp::dtype_name(r.weights_dtype)),
-             fmt::format("{} × {} bytes", group_digits(e.base_parameters), bp::dtype_size(r.weights_dtype)), p.weights);
+    t +=
+        row(fmt::format("weights (frozen, {})", bp::dtype_name(r.weights_dtype)),
+            bp::dtype_is_block(r.weights_dtype)
+                ? fmt::format("{} parameters in {}-value blocks", group_digits(e.base_parameters),
+                              bp::dtype_block_size(r.weights_dtype))
+                : fmt::format("{} × {} bytes", group_digits(e.base_parameters), bp::dtype_block_bytes(r.weights_dtype)),
+            p.weights);
   else
     t += row("weights (frozen)", "none: every weight is trainable", p.weights);
   t += row("trainable parameters", fmt::format("{} × 4 bytes", n_train), p.trainable);
@@ -171,9 +178,16 @@ int run_estimate_vram() {
   r.max_seq_length = st.get_int("training.max_seq_length");
   r.threads = static_cast<int>(st.get_int("training.threads"));
   const CudaStatus cuda = cuda_status();
-  const std::string dtype_setting = st.get_string("model.dtype");
-  r.weights_dtype =
-      dtype_setting == "auto" ? (gpu_usable(cuda) ? DType::BF16 : DType::F32) : parse_dtype(dtype_setting);
+  // --base-dtype (how the CPU backend holds frozen weights) wins over --dtype when it is not auto.
+  const std::string base_setting = st.get_string("model.base_dtype");
+  const std::string dtype_setting =
+      base_setting != "auto" ? "--base-dtype " + base_setting : "--dtype " + st.get_string("model.dtype");
+  if (base_setting != "auto")
+    r.weights_dtype = *parse_base_dtype(base_setting);
+  else if (const std::string& d = st.get_string("model.dtype"); d != "auto")
+    r.weights_dtype = parse_dtype(d);
+  else
+    r.weights_dtype = gpu_usable(cuda) ? DType::BF16 : DType::F32;
   const Limit limit = memory_limit(st, cuda);
   r.limit_bytes = limit.bytes;
 
@@ -202,10 +216,10 @@ int run_estimate_vram() {
 }
 
 bp::cli::RunFn setup_estimate_vram(CLI::App& sub) {
-  bp::cli::bind_settings(
-      sub, {"model.path", "model.offline", "training.mode", "lora.r", "lora.dropout", "lora.target_modules",
-            "training.batch_size", "training.micro_batch_size", "training.max_seq_length",
-            "training.gradient_checkpointing", "model.dtype", "training.vram_gb", "training.threads"});
+  bp::cli::bind_settings(sub, {"model.path", "model.offline", "training.mode", "lora.r", "lora.dropout",
+                               "lora.target_modules", "training.batch_size", "training.micro_batch_size",
+                               "training.max_seq_length", "training.gradient_checkpointing", "model.dtype",
+                               "model.base_dtype", "training.vram_gb", "training.threads"});
   sub.footer(
       "The estimate is for one micro-batch of --micro-batch-size sequences (auto = all --batch-size sequences of an "
       "optimizer step in one pass) of --max-seq-length tokens each, the worst case `backprop train` plans for. Only "

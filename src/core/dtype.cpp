@@ -1,10 +1,35 @@
 #include "core/dtype.h"
 
+#include <cctype>
 #include <cmath>
 
 #include "core/error.h"
+#include "core/quant_blocks.h"
 
 namespace bp {
+
+namespace {
+
+struct BlockInfo {
+  DType type;
+  const char* name;
+  int64_t block_size;
+  size_t block_bytes;
+};
+// ggml's block formats (io/quantize.h has the byte layouts).
+constexpr BlockInfo kBlockTypes[] = {
+    {DType::Q4_0, "q4_0", 32, 18},   {DType::Q5_0, "q5_0", 32, 22},   {DType::Q5_1, "q5_1", 32, 24},
+    {DType::Q8_0, "q8_0", 32, 34},   {DType::Q4_K, "q4_K", 256, 144}, {DType::Q5_K, "q5_K", 256, 176},
+    {DType::Q6_K, "q6_K", 256, 210},
+};
+
+const BlockInfo* block_info(DType t) {
+  for (const auto& b : kBlockTypes)
+    if (b.type == t) return &b;
+  return nullptr;
+}
+
+}  // namespace
 
 size_t dtype_size(DType t) {
   switch (t) {
@@ -12,8 +37,10 @@ size_t dtype_size(DType t) {
     case DType::BF16: return 2;
     case DType::F16: return 2;
     case DType::I32: return 4;
+    default: break;
   }
-  return 0;
+  throw Error(ErrorCode::RUNTIME_INTERNAL,
+              fmt::format("[dtype] {} is a block type: it has no per-element size", dtype_name(t)));
 }
 
 const char* dtype_name(DType t) {
@@ -22,8 +49,30 @@ const char* dtype_name(DType t) {
     case DType::BF16: return "bf16";
     case DType::F16: return "f16";
     case DType::I32: return "i32";
+    default: break;
   }
-  return "?";
+  const BlockInfo* b = block_info(t);
+  return b ? b->name : "?";
+}
+
+bool dtype_is_block(DType t) {
+  return block_info(t) != nullptr;
+}
+int64_t dtype_block_size(DType t) {
+  const BlockInfo* b = block_info(t);
+  return b ? b->block_size : 1;
+}
+size_t dtype_block_bytes(DType t) {
+  const BlockInfo* b = block_info(t);
+  return b ? b->block_bytes : dtype_size(t);
+}
+size_t dtype_bytes(DType t, int64_t count) {
+  const BlockInfo* b = block_info(t);
+  if (!b) return static_cast<size_t>(count) * dtype_size(t);
+  if (count % b->block_size != 0)
+    throw Error(ErrorCode::RUNTIME_INTERNAL,
+                fmt::format("[dtype] {} values are not whole {} blocks of {}", count, b->name, b->block_size));
+  return static_cast<size_t>(count / b->block_size) * b->block_bytes;
 }
 
 DType parse_dtype(std::string_view n) {
@@ -31,8 +80,16 @@ DType parse_dtype(std::string_view n) {
   if (n == "bf16" || n == "bfloat16" || n == "BF16") return DType::BF16;
   if (n == "f16" || n == "float16" || n == "fp16" || n == "F16") return DType::F16;
   if (n == "i32" || n == "int32" || n == "I32") return DType::I32;
+  for (const auto& b : kBlockTypes) {
+    const std::string_view name = b.name;
+    bool same = name.size() == n.size();
+    for (size_t i = 0; same && i < n.size(); ++i) same = std::tolower(name[i]) == std::tolower(n[i]);
+    if (same) return b.type;
+  }
   throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
-              fmt::format("[dtype] unknown dtype '{}'; allowed: f32, bf16, f16, i32", n));
+              fmt::format("[dtype] unknown dtype '{}'; allowed: f32, bf16, f16, i32, q4_0, q5_0, q5_1, q8_0, q4_k, "
+                          "q5_k, q6_k",
+                          n));
 }
 
 // f32 -> f16 with round-to-nearest-even, handling subnormals, overflow and NaN.
@@ -73,8 +130,15 @@ float f16_to_f32(uint16_t h) {
 
 void convert(const void* src, DType st, void* dst, DType dt, size_t n) {
   if (st == dt) {
-    std::memcpy(dst, src, n * dtype_size(st));
+    std::memcpy(dst, src, dtype_bytes(st, static_cast<int64_t>(n)));
     return;
+  }
+  if (dtype_is_block(st) || dtype_is_block(dt)) {
+    if (dt == DType::F32) return dequantize_span(st, src, static_cast<float*>(dst), static_cast<int64_t>(n));
+    if (st == DType::F32) return quantize_span(dt, static_cast<const float*>(src), dst, static_cast<int64_t>(n));
+    throw Error(ErrorCode::RUNTIME_INTERNAL,
+                fmt::format("[dtype] cannot convert {} to {} (block types convert to and from f32 only)",
+                            dtype_name(st), dtype_name(dt)));
   }
   if (st == DType::I32 || dt == DType::I32)
     throw Error(ErrorCode::RUNTIME_INTERNAL,

@@ -89,7 +89,7 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
            shape_.str());
   Tensor t = *this;
   int64_t row_elems = dim(0) ? numel() / dim(0) : 0;
-  t.offset_ = offset_ + static_cast<size_t>(begin * row_elems) * dtype_size(dtype_);
+  t.offset_ = offset_ + dtype_bytes(dtype_, begin * row_elems);
   t.shape_.dims[0] = end - begin;
   return t;
 }
@@ -126,6 +126,13 @@ void Tensor::fill(float value) {
     case DType::BF16: std::fill_n(data<uint16_t>(), n, f32_to_bf16(value)); break;
     case DType::F16: std::fill_n(data<uint16_t>(), n, f32_to_f16(value)); break;
     case DType::I32: std::fill_n(data<int32_t>(), n, static_cast<int32_t>(value)); break;
+    default: {  // a block type: quantize one block of the value and repeat it
+      std::vector<float> block(static_cast<size_t>(dtype_block_size(dtype_)), value);
+      const size_t bb = dtype_block_bytes(dtype_);
+      std::vector<uint8_t> q(bb);
+      convert(block.data(), DType::F32, q.data(), dtype_, block.size());
+      for (size_t off = 0; off < nbytes(); off += bb) std::memcpy(static_cast<uint8_t*>(raw()) + off, q.data(), bb);
+    }
   }
 }
 

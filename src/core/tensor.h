@@ -68,7 +68,7 @@ class Tensor {
   int64_t numel() const { return shape_.numel(); }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  size_t nbytes() const { return dtype_bytes(dtype_, numel()); }
 
   void* raw() { return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr; }
   const void* raw() const { return storage_ ? static_cast<const char*>(storage_->data()) + offset_ : nullptr; }

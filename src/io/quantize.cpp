@@ -57,6 +57,28 @@ void check_rows(GGMLType t, int64_t nrows, int64_t n_per_row) {
 
 }  // namespace
 
+std::optional<DType> dtype_of_ggml(GGMLType t) {
+  switch (t) {
+    case GGMLType::F32: return DType::F32;
+    case GGMLType::F16: return DType::F16;
+    case GGMLType::BF16: return DType::BF16;
+    case GGMLType::Q4_0: return DType::Q4_0;
+    case GGMLType::Q5_0: return DType::Q5_0;
+    case GGMLType::Q5_1: return DType::Q5_1;
+    case GGMLType::Q8_0: return DType::Q8_0;
+    case GGMLType::Q4_K: return DType::Q4_K;
+    case GGMLType::Q5_K: return DType::Q5_K;
+    case GGMLType::Q6_K: return DType::Q6_K;
+  }
+  return std::nullopt;
+}
+
+GGMLType ggml_of_dtype(DType t) {
+  for (const auto& info : ggml_types())
+    if (dtype_of_ggml(info.type) == t) return info.type;
+  throw Error(ErrorCode::RUNTIME_INTERNAL, fmt::format("[quantize] {} has no ggml type", dtype_name(t)));
+}
+
 const std::vector<GGMLTypeInfo>& ggml_types() {
   static const std::vector<GGMLTypeInfo> types = {
       {GGMLType::F32, "f32", 1, 4},       {GGMLType::F16, "f16", 1, 2},       {GGMLType::Q4_0, "q4_0", 32, 18},

@@ -30,9 +30,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/dtype.h"
+#include "core/quant_blocks.h"
 
 namespace bp {
 
@@ -71,20 +75,11 @@ size_t ggml_row_bytes(GGMLType t, int64_t n);
 void quantize_rows(GGMLType t, const float* src, void* dst, int64_t nrows, int64_t n_per_row);
 void dequantize_rows(GGMLType t, const void* src, float* dst, int64_t nrows, int64_t n_per_row);
 
-// Single-block kernels (the reference, plain C++). `x` holds block_size floats.
-void quantize_block_q8_0(const float* x, uint8_t* out);
-void quantize_block_q4_0(const float* x, uint8_t* out);
-void quantize_block_q5_0(const float* x, uint8_t* out);
-void quantize_block_q5_1(const float* x, uint8_t* out);
-void quantize_block_q4_k(const float* x, uint8_t* out);
-void quantize_block_q5_k(const float* x, uint8_t* out);
-void quantize_block_q6_k(const float* x, uint8_t* out);
-void dequantize_block_q8_0(const uint8_t* in, float* y);
-void dequantize_block_q4_0(const uint8_t* in, float* y);
-void dequantize_block_q5_0(const uint8_t* in, float* y);
-void dequantize_block_q5_1(const uint8_t* in, float* y);
-void dequantize_block_q4_k(const uint8_t* in, float* y);
-void dequantize_block_q5_k(const uint8_t* in, float* y);
-void dequantize_block_q6_k(const uint8_t* in, float* y);
+// Single-block kernels (quantize_block_q8_0, dequantize_block_q4_k, ...): core/quant_blocks.h.
+
+// The held-weight dtype (core/dtype.h) of a ggml type, and back; nullopt / throws for types that
+// have no counterpart.
+std::optional<DType> dtype_of_ggml(GGMLType t);
+GGMLType ggml_of_dtype(DType t);
 
 }  // namespace bp

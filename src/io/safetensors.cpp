@@ -254,6 +254,15 @@ Tensor SafetensorsReader::borrow(const std::string& name) const {
   return Tensor::borrow(const_cast<uint8_t*>(p), Shape(e.shape), *e.dtype, files_[where_.at(name)]);
 }
 
+void SafetensorsReader::release(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  const SafetensorsFile& f = *files_[where_.at(name)];
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(f.bytes(e)), end = begin + (e.end - e.begin);
+  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 Tensor SafetensorsReader::read(const std::string& name, const std::optional<Shape>& expected, DType dtype) const {
   const SafetensorsEntry& e = entry(name);
   const SafetensorsFile& f = *files_[where_.at(name)];

@@ -86,6 +86,10 @@ class SafetensorsReader {
 
   // A zero-copy view of the mmap'd bytes in the file's dtype (keeps the mapping alive).
   Tensor borrow(const std::string& name) const;
+  // Drops the file pages of a tensor that has been copied out from this process's resident memory
+  // (madvise DONTNEED on the whole pages inside it; a later read maps them in again). Loading a
+  // model held quantized calls it per tensor, so the mapped file never adds up in the peak RSS.
+  void release(const std::string& name) const;
   // A copy converted to `dtype` (f32 by default) from the CPU allocator. When `expected` is
   // given, a different shape throws DEP_MODEL_LOAD_FAILED naming file, tensor and both shapes.
   Tensor read(const std::string& name, const std::optional<Shape>& expected = std::nullopt,

@@ -28,6 +28,7 @@ const char* safetensors_dtype(DType t) {
     case DType::BF16: return "BF16";
     case DType::F16: return "F16";
     case DType::I32: return "I32";
+    default: break;  // block types are never written to safetensors (callers dequantize first)
   }
   return "?";
 }

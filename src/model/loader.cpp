@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/file_read.h"
 #include "io/safetensors.h"
+#include "model/held_weights.h"
 #include "model/loader_gguf.h"
 #include "model/weight_names.h"
 
@@ -101,11 +102,11 @@ ModelConfig load_model_config(const std::string& dir) {
   return cfg;
 }
 
-ModelWeights load_model(const std::string& dir) {
+ModelWeights load_model(const std::string& dir, std::optional<DType> base, std::vector<std::string>* notes) {
   ModelWeights w;
   w.config = load_model_config(dir);
   if (auto g = w.config.raw.find(kGGUFSourceKey); g != w.config.raw.end() && g->is_string())
-    return load_gguf_weights(w.config, g->get<std::string>());  // a GGUF --model (hub/gguf_source.h)
+    return load_gguf_weights(w.config, g->get<std::string>(), base, notes);  // a GGUF --model (hub/gguf_source.h)
   const ModelConfig& cfg = w.config;
   SafetensorsReader reader = SafetensorsReader::open_model(dir);
   w.layers.resize(static_cast<size_t>(cfg.num_layers));
@@ -117,14 +118,26 @@ ModelWeights load_model(const std::string& dir) {
       if (is_bias(role)) why += " (attention_bias / Qwen2 q/k/v bias)";
       fail(fmt::format("{}: tensor '{}' is missing; {}", reader.file_of(name), name, why));
     }
-    weight_ref(w, role, layer) = reader.read(name, role_shape(cfg, role));
+    Tensor& t = weight_ref(w, role, layer);
+    if (base && *base != DType::F32 && role_is_held(role)) {
+      // Quantized straight from the mapped file, one tensor at a time, and its file pages dropped
+      // after: loading never holds the model (nor one weight) in f32.
+      const Tensor view = reader.borrow(name);
+      if (view.shape() != role_shape(cfg, role)) reader.read(name, role_shape(cfg, role));  // throws, naming both
+      t = view;
+      hold_role(t, role, *base, notes);
+      if (t.raw() == view.raw()) t = view.clone();  // already the held type: a copy of our own
+      reader.release(name);
+    } else {
+      t = reader.read(name, role_shape(cfg, role));
+    }
   }
   // torch_dtype decides the dtype of merged exports; take the stored one when config.json is silent.
   if (!cfg.raw.contains("torch_dtype") && !cfg.raw.contains("dtype")) {
     const SafetensorsEntry& e = reader.entry(hf_name(WeightRole::Embed));
     if (e.dtype && *e.dtype != DType::I32) w.config.torch_dtype = *e.dtype;
   }
-  return w;
+  return w;  // auto (nullopt) keeps a safetensors base at f32
 }
 
 ModelWeights init_random_weights(const ModelConfig& cfg, uint64_t seed) {

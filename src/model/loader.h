@@ -12,7 +12,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "model/weights.h"
@@ -31,7 +33,11 @@ bool looks_like_hub_name(const std::string& s);
 // has none; torch_dtype, when config.json lacks it, comes from the stored embedding's dtype.
 ModelConfig load_model_config(const std::string& dir);
 
-ModelWeights load_model(const std::string& dir);
+// base: how frozen weights are held (model/held_weights.h): f32 (the default), bf16 or a block type
+// (quantized on load), or nullopt = auto (a GGUF file's stored types, f32 otherwise). `notes`
+// receives sentences about types that differ from the one asked for.
+ModelWeights load_model(const std::string& dir, std::optional<DType> base = DType::F32,
+                        std::vector<std::string>* notes = nullptr);
 
 // HF-style initialisation for training from scratch and for tests: linear and embedding weights
 // ~ normal(0, initializer_range) (config.json's, default 0.02), norms = 1, biases = 0.

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "io/gguf_reader.h"
+#include "model/held_weights.h"
 #include "model/weight_names.h"
 
 namespace bp {
@@ -15,7 +16,22 @@ int64_t gguf_unpermuted_row(int64_t gguf_row, int64_t head_dim) {
   return h * head_dim + (r % 2) * (head_dim / 2) + r / 2;
 }
 
-ModelWeights load_gguf_weights(const ModelConfig& cfg, const std::string& gguf_path) {
+namespace {
+
+// Rows of `rows` x `row_bytes` bytes from GGUF (llama.cpp's q/k row order when `permuted`) into
+// `dst` in HF order. Works on stored bytes, so it serves f32 values and held blocks alike.
+void copy_rows_unpermuted(const uint8_t* src, uint8_t* dst, int64_t rows, size_t row_bytes, bool permuted,
+                          int64_t head_dim) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t to = permuted ? gguf_unpermuted_row(r, head_dim) : r;
+    std::copy_n(src + static_cast<size_t>(r) * row_bytes, row_bytes, dst + static_cast<size_t>(to) * row_bytes);
+  }
+}
+
+}  // namespace
+
+ModelWeights load_gguf_weights(const ModelConfig& cfg, const std::string& gguf_path, std::optional<DType> base,
+                               std::vector<std::string>* notes) {
   GGUFReader reader(gguf_path);
   std::string arch;
   if (const GGUFValue* a = reader.find("general.architecture"); a && a->value.is_string())
@@ -39,16 +55,26 @@ ModelWeights load_gguf_weights(const ModelConfig& cfg, const std::string& gguf_p
       throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
                   fmt::format("[model] {}: tensor '{}' has {} values, the config needs {} ({})", gguf_path, name,
                               t->numel(), shape.numel(), shape.str()));
-    std::vector<float> v = reader.dequantize(*t);
     const bool qk =
         role == WeightRole::Q || role == WeightRole::K || role == WeightRole::QBias || role == WeightRole::KBias;
-    if (permuted && qk) {
-      const int64_t rows = shape[0], n = shape.numel() / rows, d = cfg.head_dim;
-      std::vector<float> hf(v.size());
-      for (int64_t r = 0; r < rows; ++r) std::copy_n(v.begin() + r * n, n, hf.begin() + gguf_unpermuted_row(r, d) * n);
-      v.swap(hf);
+    const int64_t rows = shape[0], cols = shape.numel() / rows;
+    // The stored type is kept when it is what model.base_dtype asks for (auto: whatever it is).
+    const std::optional<DType> stored = dtype_of_ggml(t->type);
+    const bool keep = role_is_held(role) && stored && *stored != DType::F32 && (!base || *base == *stored) &&
+                      dtype_bytes(*stored, shape.numel()) == t->nbytes;
+    if (keep) {
+      Tensor held = Tensor::empty(shape, *stored);
+      copy_rows_unpermuted(t->data, static_cast<uint8_t*>(held.raw()), rows, dtype_bytes(*stored, cols), permuted && qk,
+                           cfg.head_dim);
+      weight_ref(w, role, layer) = std::move(held);
+      continue;
     }
-    weight_ref(w, role, layer) = Tensor::from_vector(v, shape);
+    const std::vector<float> v = reader.dequantize(*t);
+    Tensor f32 = Tensor::empty(shape);
+    copy_rows_unpermuted(reinterpret_cast<const uint8_t*>(v.data()), static_cast<uint8_t*>(f32.raw()), rows,
+                         static_cast<size_t>(cols) * sizeof(float), permuted && qk, cfg.head_dim);
+    if (base && *base != DType::F32) hold_role(f32, role, *base, notes);
+    weight_ref(w, role, layer) = std::move(f32);
   }
   return w;
 }

@@ -1,6 +1,7 @@
-// ModelWeights: the tensors of a Llama-family model, one struct field per role. All f32 in
-// memory (loaded weights are converted from bf16/f16), owned by the CPU allocator so the memory
-// plan and the allocator agree. Names per role (HF, PEFT, GGUF) live in model/weight_names.h.
+// ModelWeights: the tensors of a Llama-family model, one struct field per role. f32 in memory
+// (loaded weights are converted from bf16/f16), except frozen weights held in a narrower type
+// (model.base_dtype: bf16, q8_0, q4_K, ...; model/held_weights.h); owned by the CPU allocator so
+// the memory plan and the allocator agree. Names per role (HF, PEFT, GGUF) live in model/weight_names.h.
 //
 // Linear weights are [out, in] (HF layout): q [Hq·d, D], k/v [Hkv·d, D], o [D, Hq·d],
 // gate/up [F, D], down [D, F]; embed [V, D]; lm_head [V, D] (undefined when tied).

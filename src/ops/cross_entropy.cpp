@@ -15,7 +15,8 @@ namespace {
 void check_operands(const Tensor& x, const Tensor& W, const Tensor& labels, int64_t chunk_tokens) {
   for (const Tensor* t : {&x, &W, &labels}) ops::require_cpu("linear_cross_entropy", *t);
   BP_CHECK(x.rank() == 2 && x.dtype() == DType::F32, "[cross_entropy] x must be f32 [T, D], got {}", x.describe());
-  BP_CHECK(W.rank() == 2 && W.dtype() == DType::F32, "[cross_entropy] W must be f32 [V, D], got {}", W.describe());
+  BP_CHECK(W.rank() == 2 && W.dtype() != DType::I32, "[cross_entropy] W must be a float or held [V, D], got {}",
+           W.describe());
   BP_CHECK(x.dim(1) == W.dim(1), "[cross_entropy] x has {} columns but W has {}", x.dim(1), W.dim(1));
   BP_CHECK(labels.rank() == 1 && labels.dtype() == DType::I32 && labels.dim(0) == x.dim(0),
            "[cross_entropy] labels must be i32 [{}] (one per token of x), got {}", x.dim(0), labels.describe());
@@ -40,7 +41,7 @@ CrossEntropyResult run(const Tensor& x, const Tensor& W, const Tensor& labels, i
            "[cross_entropy] workspace {} bytes but the plan says {}", logits.nbytes(),
            linear_cross_entropy_workspace_bytes(T, V, chunk_tokens));
   const auto totals =
-      ops::kernels(x).linear_cross_entropy(x.data<float>(), W.data<float>(), labels.data<int32_t>(), T, D, V,
+      ops::kernels(x).linear_cross_entropy(x.data<float>(), ops::held_matrix(W), labels.data<int32_t>(), T, D, V,
                                            chunk_tokens, T ? logits.data<float>() : nullptr, grad_scale,
                                            dx ? dx->data<float>() : nullptr, dW ? dW->data<float>() : nullptr);
   return {totals.loss_sum, totals.n_counted};
@@ -60,6 +61,8 @@ CrossEntropyResult linear_cross_entropy_forward_backward(const Tensor& x, const 
   check_operands(x, W, labels, chunk_tokens);
   BP_CHECK(dx.dtype() == DType::F32 && dx.shape() == x.shape(), "[cross_entropy] dx must be f32 {}, got {}",
            x.shape().str(), dx.describe());
+  BP_CHECK(!dW || W.dtype() == DType::F32,
+           "[cross_entropy] dW asked for a frozen {} weight (held weights get no gradient)", W.describe());
   if (dW)
     BP_CHECK(dW->dtype() == DType::F32 && dW->shape() == W.shape(), "[cross_entropy] dW must be f32 {}, got {}",
              W.shape().str(), dW->describe());
@@ -76,11 +79,16 @@ size_t linear_cross_entropy_workspace_bytes(int64_t tokens, int64_t vocab, int64
 Tensor lm_head_logits(const Tensor& x, const Tensor& W) {
   for (const Tensor* t : {&x, &W}) ops::require_cpu("lm_head", *t);
   BP_CHECK(x.rank() == 2 && x.dtype() == DType::F32, "[lm_head] x must be f32 [T, D], got {}", x.describe());
-  BP_CHECK(W.rank() == 2 && W.dtype() == DType::F32, "[lm_head] W must be f32 [V, D], got {}", W.describe());
+  BP_CHECK(W.rank() == 2 && W.dtype() != DType::I32, "[lm_head] W must be a float or held [V, D], got {}",
+           W.describe());
   BP_CHECK(x.dim(1) == W.dim(1), "[lm_head] x has {} columns but W has {}", x.dim(1), W.dim(1));
   const int64_t T = x.dim(0), D = x.dim(1), V = W.dim(0);
   Tensor out = Tensor::empty({T, V});
-  ops::kernels(x).sgemm(false, true, T, V, D, 1.0f, x.data<float>(), D, W.data<float>(), D, 0.0f, out.data<float>(), V);
+  if (W.dtype() == DType::F32)
+    ops::kernels(x).sgemm(false, true, T, V, D, 1.0f, x.data<float>(), D, W.data<float>(), D, 0.0f, out.data<float>(),
+                          V);
+  else
+    ops::kernels(x).held_gemm_xwt(x.data<float>(), ops::held_matrix(W), 0.0f, out.data<float>(), T);
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/optim.h"
+#include "backend/cpu/quant_gemm.h"
 #include "backend/cpu/rms_norm.h"
 #include "backend/cpu/rope.h"
 #include "backend/cpu/swiglu.h"
@@ -54,6 +55,12 @@ const Kernels& kernels(DeviceType device);
 const Kernels& require_backend(const char* op, const Tensor& t);
 inline const Kernels& kernels(const Tensor& t) {
   return kernels(t.device().type);
+}
+
+// A 2-D weight as the held-matrix view the kernels of backend/cpu/quant_gemm.h read (any float
+// or block dtype; rows must be whole blocks).
+inline cpu::HeldMatrix held_matrix(const Tensor& W) {
+  return {W.raw(), W.dtype(), W.dim(0), W.dim(1)};
 }
 
 }  // namespace bp::ops

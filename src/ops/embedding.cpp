@@ -24,11 +24,14 @@ void check_ids(const Tensor& ids, int64_t vocab) {
 }  // namespace
 
 Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
-  ops::require_tensor(kOp, "table", table, DType::F32, 2);
+  ops::require_tensor(kOp, "table", table, table.dtype() == DType::I32 ? DType::F32 : table.dtype(), 2);
   check_ids(ids, table.dim(0));
   const int64_t T = ids.dim(0), D = table.dim(1);
   Tensor y = Tensor::empty({T, D});
-  ops::kernels(table).embedding_forward(ids.data<int32_t>(), table.data<float>(), y.data<float>(), T, D);
+  if (table.dtype() == DType::F32)
+    ops::kernels(table).embedding_forward(ids.data<int32_t>(), table.data<float>(), y.data<float>(), T, D);
+  else  // a frozen table held in its stored type: each gathered row is dequantized
+    ops::kernels(table).embedding_forward_held(ids.data<int32_t>(), ops::held_matrix(table), y.data<float>(), T);
   return y;
 }
 

@@ -24,7 +24,8 @@ bool dropout_active(const LoraWeights& lora) {
 // Checks x, W, bias and the LoRA tensors against each other; returns r (0 without LoRA).
 int64_t check_linear_args(const Tensor& x, const Tensor& W, const Tensor* bias, const LoraWeights* lora) {
   ops::require_tensor(kOp, "x", x, DType::F32, 2);
-  ops::require_tensor(kOp, "W", W, DType::F32, 2);
+  // W is f32, or a frozen weight held in its stored type (bf16, f16, q8_0, q4_K, ...).
+  ops::require_tensor(kOp, "W", W, W.dtype() == DType::I32 ? DType::F32 : W.dtype(), 2);
   const int64_t in = x.dim(1), out = W.dim(0);
   BP_CHECK(in > 0 && out > 0, "[linear] x is {} and W is {}: a linear layer needs features", x.shape().str(),
            W.shape().str());
@@ -42,6 +43,19 @@ int64_t check_linear_args(const Tensor& x, const Tensor& W, const Tensor* bias, 
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 fmt::format("[linear] LoRA dropout must be in [0, 1) but is {}", lora->dropout));
   return r;
+}
+
+// y = x·Wᵀ (+ b): one sgemm for an f32 W; a held W is dequantized tile by tile inside the GEMM
+// (backend/cpu/quant_gemm.h), then the bias is added.
+void base_forward(const Tensor& x, const Tensor& W, const Tensor* bias, Tensor& y) {
+  const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
+  if (W.dtype() == DType::F32) {
+    ops::kernels(x).linear_base_forward(x.data<float>(), W.data<float>(), bias ? bias->data<float>() : nullptr,
+                                        y.data<float>(), T, in, out);
+    return;
+  }
+  ops::kernels(x).held_gemm_xwt(x.data<float>(), ops::held_matrix(W), 0.0f, y.data<float>(), T);
+  if (bias) ops::kernels(x).add_bias_inplace(y.data<float>(), bias->data<float>(), T, out);
 }
 
 // The LoRA part of linear_backward (see the file comment): dB, dA and the LoRA term of dx,
@@ -91,8 +105,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
   const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
   Tensor y = Tensor::empty({T, out});
   if (!lora) {
-    ops::kernels(x).linear_base_forward(x.data<float>(), W.data<float>(), bias ? bias->data<float>() : nullptr,
-                                        y.data<float>(), T, in, out);
+    base_forward(x, W, bias, y);
     if (saved) *saved = LinearSaved{};  // nothing to keep; drop anything from an earlier call
     return y;
   }
@@ -107,8 +120,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
     ops::kernels(x).dropout_forward(x.data<float>(), xd.data<float>(), T * in, lora->dropout, lora->dropout_seed);
     xd_ptr = xd.data<float>();
   }
-  ops::kernels(x).linear_base_forward(x.data<float>(), W.data<float>(), bias ? bias->data<float>() : nullptr,
-                                      y.data<float>(), T, in, out);
+  base_forward(x, W, bias, y);
   Tensor xa = Tensor::empty({T, r});
   ops::kernels(x).lora_forward(xd_ptr, lora->A->data<float>(), lora->B->data<float>(), lora->scale, xa.data<float>(),
                                y.data<float>(), T, in, out, r);
@@ -137,7 +149,12 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const L
   // All GEMMs first, back to back; the OpenMP loops (dropout mask, db) last: OpenBLAS's workers
   // keep spinning after a call and would compete with an OpenMP loop placed between two calls.
   const float* g = dy.data<float>();
-  if (grads.dx) ops::kernels(x).linear_dx(g, W.data<float>(), grads.dx->data<float>(), T, in, out);
+  BP_CHECK(!grads.dW || W.dtype() == DType::F32,
+           "[linear] dW asked for a frozen {} weight (held weights get no gradient)", W.describe());
+  if (grads.dx && W.dtype() == DType::F32)
+    ops::kernels(x).linear_dx(g, W.data<float>(), grads.dx->data<float>(), T, in, out);
+  if (grads.dx && W.dtype() != DType::F32)
+    ops::kernels(x).held_gemm_xw(g, ops::held_matrix(W), grads.dx->data<float>(), T);
   if (grads.dW) ops::kernels(x).linear_dW_accumulate(g, x.data<float>(), grads.dW->data<float>(), T, in, out);
   if (lora && T > 0 && (grads.dx || grads.dA || grads.dB)) lora_backward(g, x, *lora, saved, grads, T, in, out, r);
   if (grads.db) ops::kernels(x).bias_grad_accumulate(g, grads.db->data<float>(), T, out);

@@ -1,6 +1,8 @@
 // linear: y = x·Wᵀ (+ b) (+ LoRA path scale·(dropout(x)·Aᵀ)·Bᵀ)   (DESIGN.md "Ops", "LoRA")
 //
-// Shapes: x [T, in], W [out, in], b [out], A [r, in], B [out, r], y [T, out]. All f32.
+// Shapes: x [T, in], W [out, in], b [out], A [r, in], B [out, r], y [T, out]. All f32, except a
+// frozen W, which may be held in its stored type (bf16, f16, q8_0, q4_K, ...: core/quant_blocks.h):
+// x·Wᵀ and dy·W then dequantize W tile by tile inside the GEMM, never as a whole f32 copy.
 // LoRA follows PEFT: dropout applies to the LoRA input only; scale = alpha/r (or alpha/sqrt(r)).
 // Dropout is deterministic: the mask comes from `dropout_seed` (same seed -> same mask), so a
 // recomputed forward (gradient checkpointing) and a resumed run see the same mask.

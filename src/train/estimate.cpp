@@ -16,16 +16,21 @@ struct Setup {
   bool ckpt = true;
   TrainMode mode = TrainMode::Lora;
   int64_t r = 16;
-  int64_t micro = 1;  // sequences per micro-batch
-  int64_t seq = 1;    // max sequence length
+  int64_t micro = 1;        // sequences per micro-batch
+  int64_t seq = 1;          // max sequence length
+  DType base = DType::F32;  // how the frozen weights are held (model.base_dtype)
 };
+
+// The narrower held types offered as fixes, widest first.
+constexpr DType kQuantizedBases[] = {DType::Q8_0, DType::Q4_K};
 
 class Searcher {
  public:
   Searcher(const ModelConfig& cfg, const EstimateRequest& req) : cfg_(cfg), req_(req) {}
 
   Setup requested() const {
-    return {req_.gradient_checkpointing, req_.mode, req_.lora.r, req_.micro_batch(), req_.max_seq_length};
+    return {req_.gradient_checkpointing, req_.mode,           req_.lora.r,
+            req_.micro_batch(),          req_.max_seq_length, req_.weights_dtype};
   }
 
   MemorySettings settings(const Setup& s, int64_t tokens) const {
@@ -37,25 +42,16 @@ class Searcher {
     m.micro_batch_tokens = tokens;
     m.ce_chunk_tokens = req_.ce_chunk_tokens;
     m.threads = req_.threads;
+    m.base_dtype = s.base;
     return m;
   }
 
-  MemoryPlan plan(const Setup& s) const {
-    return plan_memory_dtype(cfg_, settings(s, s.micro * s.seq), req_.weights_dtype);
-  }
+  MemoryPlan plan(const Setup& s) const { return plan_memory(cfg_, settings(s, s.micro * s.seq)); }
   bool fits(const Setup& s) const { return plan(s).total() <= req_.limit_bytes; }
 
   // Largest micro-batch in tokens that fits with this setup's other knobs (0: none).
   int64_t max_tokens(const Setup& s) const {
-    MemorySettings m = settings(s, 1);
-    // The plan counts frozen weights at f32; fitting a bf16 plan in L is fitting the f32 plan in
-    // L plus the bytes the narrower dtype saves (weights do not depend on the tokens).
-    const size_t w32 = plan_memory(cfg_, m).weights;
-    const size_t saved = w32 - w32 / sizeof(float) * dtype_size(req_.weights_dtype);
-    const size_t limit = req_.limit_bytes > std::numeric_limits<size_t>::max() - saved
-                             ? std::numeric_limits<size_t>::max()
-                             : req_.limit_bytes + saved;
-    return max_micro_batch_tokens(cfg_, m, limit, kMaxSearchTokens);
+    return max_micro_batch_tokens(cfg_, settings(s, 1), req_.limit_bytes, kMaxSearchTokens);
   }
 
   EstimateChange change(const std::string& kind, const std::string& description, const Setup& s) const {
@@ -77,8 +73,33 @@ class Searcher {
     if (s.seq != r.seq) f.push_back(fmt::format("--max-seq-length {}", s.seq));
     if (s.mode != r.mode) f.push_back(s.mode == TrainMode::Lora ? "--mode lora" : "--mode full");
     if (s.mode == TrainMode::Lora && (s.r != r.r || s.mode != r.mode)) f.push_back(fmt::format("--lora-r {}", s.r));
+    if (s.base != r.base) f.push_back(fmt::format("--base-dtype {}", base_flag(s.base)));
     for (const auto& x : f) c.flags += (c.flags.empty() ? "" : " ") + x;
     return c;
+  }
+
+  static std::string base_flag(DType t) { return t == DType::Q4_K ? "q4_k" : dtype_name(t); }
+
+  // The widest quantized base (q8_0, then q4_k) with which `s` fits; the narrowest when none does.
+  // Only for LoRA runs whose frozen weights are wider than it.
+  bool quantize(Setup& s) const {
+    if (s.mode != TrainMode::Lora) return false;
+    const size_t before = plan(s).weights;
+    bool changed = false;
+    for (DType q : kQuantizedBases) {
+      Setup t = s;
+      t.base = q;
+      if (plan(t).weights >= before) continue;
+      s.base = q;
+      changed = true;
+      if (fits(s)) break;
+    }
+    return changed;
+  }
+
+  std::string quantize_text(DType t) const {
+    return fmt::format("frozen weights held at {} (QLoRA) instead of {}", dtype_name(t),
+                       dtype_name(req_.weights_dtype));
   }
 
   std::string micro_text(int64_t k) const {
@@ -114,7 +135,7 @@ void check_request(const EstimateRequest& r) {
   if (r.micro_batch() > kMaxSearchTokens / r.max_seq_length)
     bad(fmt::format("a micro-batch of {} sequences × {} tokens is more than {} tokens", r.micro_batch(),
                     r.max_seq_length, kMaxSearchTokens));
-  if (r.weights_dtype == DType::I32) bad("weights dtype must be f32, bf16 or f16, got i32");
+  if (r.weights_dtype == DType::I32) bad("weights dtype must be f32, bf16, f16, q8_0 or q4_k, got i32");
   if (r.mode == TrainMode::Frozen) bad("mode must be lora or full");
 }
 
@@ -136,9 +157,9 @@ MemorySettings EstimateRequest::memory_settings() const {
 }
 
 MemoryPlan plan_memory_dtype(const ModelConfig& cfg, const MemorySettings& s, DType weights_dtype) {
-  MemoryPlan p = plan_memory(cfg, s);
-  p.weights = p.weights / sizeof(float) * dtype_size(weights_dtype);
-  return p;
+  MemorySettings m = s;
+  m.base_dtype = weights_dtype;
+  return plan_memory(cfg, m);
 }
 
 Estimate estimate_memory(const ModelConfig& cfg, const EstimateRequest& req) {
@@ -170,6 +191,7 @@ Estimate estimate_memory(const ModelConfig& cfg, const EstimateRequest& req) {
     s.micro = std::clamp<int64_t>(e.max_micro_batch_size, 1, asked.micro - 1);
     e.tried.push_back(S.change("micro_batch_size", S.micro_text(s.micro), s));
   }
+  if (Setup s = asked; S.quantize(s)) e.tried.push_back(S.change("base_dtype", S.quantize_text(s.base), s));
   if (e.max_seq_length < asked.seq && e.max_seq_length >= min_useful_seq_length(asked.seq)) {
     Setup s = asked;
     s.seq = e.max_seq_length;
@@ -219,6 +241,12 @@ Estimate estimate_memory(const ModelConfig& cfg, const EstimateRequest& req) {
       finish();
       return e;
     }
+  }
+  if (Setup q = s; S.quantize(q) && S.fits(q)) {  // like a lower r: only when it is enough
+    s = q;
+    what.push_back(fmt::format("frozen weights at {}", dtype_name(s.base)));
+    finish();
+    return e;
   }
   auto shorten = [&](int64_t min_seq) {
     const int64_t seq = S.max_tokens(s) / s.micro;

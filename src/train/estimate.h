@@ -9,8 +9,8 @@
 // sequences (batches are packed; attention scratch is per thread), so "largest micro-batch" and
 // "largest sequence length" both come from the largest micro-batch in tokens.
 //
-// weights_dtype is the dtype of the frozen base weights (setting model.dtype): the plan counts
-// them at f32 (what the CPU backend holds); a bf16/f16 estimate scales that group alone.
+// weights_dtype is how the frozen base weights are held (setting model.base_dtype, or model.dtype
+// when that is auto): the plan counts their real bytes in that type (model/held_weights.h).
 // Trainable parameters, their gradients and AdamW state stay f32 (master weights), as do the
 // activations the plan replays.
 //
@@ -18,10 +18,12 @@
 // the cheapest):
 //   1. gradient checkpointing on              (when off)
 //   2. a smaller micro-batch, more accumulation (when micro_batch_size > 1): the largest that fits
-//   3. a shorter max sequence length           the longest that fits, if it keeps at least half
+//   3. frozen weights held quantized (QLoRA)   (mode lora) --base-dtype q8_0, else q4_k; combined
+//                                              with the others only when it is enough
+//   4. a shorter max sequence length           the longest that fits, if it keeps at least half
 //                                              the requested length and kMinUsefulSeqLength tokens
-//   4. LoRA instead of full fine-tuning        (mode full), with the requested lora.r
-//   5. a lower LoRA r                          (mode lora) r/2, r/4, ... 1: the largest that fits
+//   5. LoRA instead of full fine-tuning        (mode full), with the requested lora.r
+//   6. a lower LoRA r                          (mode lora) r/2, r/4, ... 1: the largest that fits
 // When none fits alone, they are combined in the same order, each as far as needed (a lower r only
 // when it is enough; as the last resort, the longest sequence length that fits however short).
 #pragma once

@@ -20,6 +20,7 @@
 #include <array>
 #include <vector>
 
+#include "model/held_weights.h"
 #include "ops/attention.h"
 
 namespace bp {
@@ -384,7 +385,10 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
   }
   const size_t f = sizeof(float);
   p.trainable_parameters = trainable;
-  p.weights = static_cast<size_t>(s.mode == TrainMode::Full ? 0 : base) * f;
+  if (s.mode != TrainMode::Full)
+    p.weights = s.weights_bytes > 0          ? s.weights_bytes
+                : s.base_dtype == DType::F32 ? static_cast<size_t>(base) * f
+                                             : held_weight_bytes(cfg, s.base_dtype);
   p.trainable = static_cast<size_t>(trainable) * f;
   p.gradients = p.trainable;
   p.optimizer_state = s.optimizer ? 2 * p.trainable : 0;

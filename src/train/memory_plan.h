@@ -2,7 +2,8 @@
 // before the first step, and the largest micro-batch that fits a limit.
 //
 // Groups:
-//   weights             frozen base weights (LoRA mode; 0 in full mode where all are trainable)
+//   weights             frozen base weights (LoRA mode; 0 in full mode where all are trainable),
+//                       at the bytes of the type each is held in (f32, bf16, q8_0, q4_K, ...)
 //   trainable           trainable parameters (LoRA A/B, or every weight in full mode)
 //   gradients           one f32 gradient per trainable parameter
 //   optimizer_state     AdamW m and v: 2 × trainable, f32
@@ -37,6 +38,11 @@ struct MemorySettings {
   int64_t ce_chunk_tokens = kDefaultCrossEntropyChunk;
   bool optimizer = true;  // count AdamW state (the trainer allocates it before the first step)
   int threads = 0;        // OpenMP threads for per-thread op scratch; 0 = omp_get_max_threads()
+  // How the frozen weights are held (model.base_dtype, model/held_weights.h): their real bytes
+  // per type, norms and biases at f32. `weights_bytes` > 0 (the loaded model's resident bytes, a
+  // GGUF base in its stored types) overrides the count from base_dtype.
+  DType base_dtype = DType::F32;
+  size_t weights_bytes = 0;
 };
 
 struct MemoryPlan {

@@ -173,6 +173,11 @@ TrainOptions TrainOptions::from_settings(const Settings& s) {
   if (!o.init_from_config.empty() && o.mode != TrainMode::Full)
     throw Error(ErrorCode::CONFIG_INVALID,
                 "[train] --init-from-config starts from random weights, which only makes sense with --mode full");
+  if (o.mode == TrainMode::Full && o.base_dtype != "auto" && o.base_dtype != "f32")
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[train] --base-dtype {} holds the frozen weights narrower, but --mode full trains every "
+                            "weight in f32: use --mode lora (QLoRA) or --base-dtype f32",
+                            o.base_dtype));
   o.lora.validate();
   o.resolved_settings = s.to_json();
   return o;

@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "model/held_weights.h"
 #include "train/train_data.h"
 #include "train/train_options.h"
 
@@ -22,6 +23,7 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
   MemorySettings ms;
   ms.mode = o.mode;
   ms.lora = o.lora;
+  ms.weights_bytes = resident_weight_bytes(model.weights());  // the held types as loaded
   ms.gradient_checkpointing = o.gradient_checkpointing.value_or(true);
   ms.threads = o.threads;
   // Tokens of the k longest samples: the worst micro-batch of k sequences.

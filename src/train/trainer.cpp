@@ -17,6 +17,7 @@
 #include "core/threads.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "model/held_weights.h"
 #include "model/loader.h"
 #include "model/merge.h"
 #include "model/peft.h"
@@ -220,9 +221,12 @@ void Trainer::State::build_model() {
   ModelOptions mopt;
   mopt.mode = o.mode;
   mopt.gradient_checkpointing = o.gradient_checkpointing.value_or(true);
+  std::vector<std::string> held_notes;
+  const std::optional<DType> base = o.mode == TrainMode::Full ? DType::F32 : parse_base_dtype(o.base_dtype);
   ModelWeights weights = !o.init_from_config.empty()
                              ? init_random_weights(ModelConfig::from_file(o.init_from_config), o.seed)
-                             : load_model(o.model_dir);
+                             : load_model(o.model_dir, base, &held_notes);
+  for (const auto& n : held_notes) event("info", "frozen weights: " + n);
   model = std::make_unique<Model>(std::move(weights), mopt);
   if (o.mode == TrainMode::Lora) {
     adapter = std::make_unique<LoraAdapter>(init_lora(model->config(), o.lora, o.seed));

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/file_read.h"
 #include "core/settings.h"
+#include "train/train_options.h"
 #include "ui/auth.h"
 #include "ui/process.h"
 
@@ -80,27 +81,14 @@ json get_path(const json& j, std::initializer_list<const char*> keys) {
 }
 
 // The settings a resumed run is started again with (from its settings.json), as train flags.
-constexpr const char* kResumeKeys[] = {"model.path",
-                                       "data.path",
-                                       "data.format",
-                                       "data.holdout",
-                                       "data.eval_path",
-                                       "training.epochs",
-                                       "training.batch_size",
-                                       "training.lr",
-                                       "training.lr_scheduler",
-                                       "training.warmup_steps",
-                                       "training.max_seq_length",
-                                       "training.mode",
-                                       "training.eval_every",
-                                       "training.save_every",
-                                       "training.max_memory",
-                                       "training.seed",
-                                       "lora.r",
-                                       "lora.alpha",
-                                       "lora.dropout",
-                                       "lora.target_modules",
-                                       "training.steps"};
+// A resumed run gets back every setting `train` takes from the run's settings.json (the rows'
+// BP_FILLS column, train/train_options.h), except where it goes and what it resumes, which the
+// resume itself sets, the preset (its values are in the file already) and test aids.
+bool resumed_with_setting(const SettingSpec& spec) {
+  const std::string_view k = spec.key;
+  return spec.flag != nullptr && *spec.flag != 0 && train_takes_setting(k) && !is_testing_setting(spec) &&
+         k != "training.output" && k != "training.resume" && k != "training.preset";
+}
 
 std::string json_text(const json& v) {
   if (v.is_string()) return v.get<std::string>();
@@ -333,13 +321,13 @@ std::string RunStore::resume(const std::string& run_id, int64_t steps) {
     if (r["id"] == run_id && r["status"] == "running")
       throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[ui] run {} is still running", run_id));
   std::vector<std::string> args = {"train", "--json", "--output", root_.string(), "--resume", dir.string()};
-  for (const char* key : kResumeKeys) {
-    const std::string k(key);
+  for (const SettingSpec& spec : settings_registry()) {
+    if (!resumed_with_setting(spec)) continue;
+    const std::string k(spec.key);
     json v = get_path(settings, {k.substr(0, k.find('.')).c_str(), k.substr(k.find('.') + 1).c_str()});
-    const SettingSpec* spec = find_setting(k);
     if (k == "training.steps" && steps > 0) v = steps;
-    if (v.is_null() || spec == nullptr || json_text(v).empty()) continue;
-    args.push_back(fmt::format("{}={}", spec->flag, json_text(v)));
+    if (v.is_null() || json_text(v).empty()) continue;
+    args.push_back(fmt::format("{}={}", spec.flag, json_text(v)));
   }
   return spawn("train", run_id, args);
 }

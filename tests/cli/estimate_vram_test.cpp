@@ -122,20 +122,37 @@ TEST(EstimateVramCli, JsonIsTheLibraryEstimate) {
             estimate_memory(ModelConfig::from_file(m.path() + "/config.json"), q).plan.total());
 }
 
-TEST(EstimateVramCli, Bf16CountsFrozenWeightsAtTwoBytesAndSaysTheCpuUsesF32) {
+TEST(EstimateVramCli, Bf16CountsFrozenWeightsAtTwoBytesNormsAtFour) {
   SmolDir m;
   Result r = backprop("estimate-vram --json --dtype bf16 --model " + m.path() + " --vram-gb 16", "", true);
   ASSERT_EQ(r.rc, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["plan"]["weights"].get<size_t>(), size_t{kSmolParameters} * 2);
+  const size_t norms = (2 * 30 + 1) * 576;  // input/post-attention norms per layer + the final norm stay f32
+  EXPECT_EQ(j["plan"]["weights"].get<size_t>(), size_t{kSmolParameters} * 2 + norms * 2);
   EXPECT_EQ(j["plan"]["weights_f32"].get<size_t>(), size_t{kSmolParameters} * 4);
   EXPECT_EQ(j["settings"]["weights_dtype"], "bf16");
   ASSERT_EQ(j["notes"].size(), 1u);
-  EXPECT_TRUE(has(j["notes"][0].get<std::string>(), "CPU backend computes in f32"));
+  EXPECT_TRUE(has(j["notes"][0].get<std::string>(), "frozen weights held at bf16 (--dtype bf16)"));
   Result t = backprop("estimate-vram --dtype bf16 --model " + m.path() + " --vram-gb 16");
-  EXPECT_TRUE(has(t.out, "Note: weights dtype bf16")) << t.out;
+  EXPECT_TRUE(has(t.out, "Note: frozen weights held at bf16")) << t.out;
   EXPECT_TRUE(has(t.out, "weights (frozen, bf16)")) << t.out;
   EXPECT_TRUE(has(t.out, "134,515,008 × 2 bytes")) << t.out;
+}
+
+// --base-dtype counts the held blocks; SmolLM's 576-wide rows are not whole q4_K blocks, so those
+// weights are planned (and held) at q5_0, the 1536-wide down_proj rows at q4_K.
+TEST(EstimateVramCli, BaseDtypeCountsQuantizedBlocksAndWinsOverDtype) {
+  SmolDir m;
+  Result r =
+      backprop("estimate-vram --json --dtype bf16 --base-dtype q4_k --model " + m.path() + " --vram-gb 16", "", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["settings"]["weights_dtype"], "q4_K");
+  const size_t down = size_t{30} * 576 * 1536 / 256 * 144;                             // q4_K
+  const size_t q5 = (size_t{kSmolParameters} - 30 * 576 * 1536 - 61 * 576) / 32 * 22;  // q5_0
+  EXPECT_EQ(j["plan"]["weights"].get<size_t>(), down + q5 + 61 * 576 * 4);
+  Result t = backprop("estimate-vram --base-dtype q4_k --model " + m.path() + " --vram-gb 16");
+  EXPECT_TRUE(has(t.out, "rows that are not whole blocks use the nearest type")) << t.out;
 }
 
 TEST(EstimateVramCli, NonFittingRunGetsTheCheapestChange) {

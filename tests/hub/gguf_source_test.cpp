@@ -56,6 +56,24 @@ std::string folder_for(const std::string& gguf, const test::TempDir& derived) {
   return s.path;
 }
 
+// --base-dtype auto keeps a GGUF base in its stored types (the q/k rows un-permuted as stored
+// blocks): the held weights dequantize to exactly what the f32 load of the same file gives.
+TEST(GGUFSource, AutoBaseDtypeKeepsTheStoredQ8Blocks) {
+  test::TempDir derived;
+  const std::string dir = folder_for(exported("q8_0"), derived);
+  const ModelWeights f32 = load_model(dir);
+  const ModelWeights held = load_model(dir, std::nullopt);
+  int kept = 0;
+  for (const auto& [role, layer] : model_roles(f32.config)) {
+    const Tensor& h = weight_ref(held, role, layer);
+    kept += h.dtype() == DType::Q8_0;
+    EXPECT_EQ(h.to_vector(), weight_ref(f32, role, layer).to_vector()) << hf_name(role, layer);
+  }
+  EXPECT_EQ(held.layers[0].q.dtype(), DType::Q8_0);  // permuted rows, kept as blocks
+  EXPECT_EQ(held.layers[0].input_norm.dtype(), DType::F32);
+  EXPECT_GE(kept, 6 * f32.config.num_layers);
+}
+
 TEST(GGUFSource, F32ExportLoadsBackBitExact) {
   test::TempDir derived;
   const std::string dir = folder_for(exported("f32"), derived);

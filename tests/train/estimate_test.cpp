@@ -138,12 +138,15 @@ TEST(Estimate, PublishedModelShapesFromConfigJsonOnly) {
     EXPECT_EQ(e.plan.gradients, e.plan.trainable);
     EXPECT_EQ(e.plan.optimizer_state, 2 * e.plan.trainable);
     EXPECT_EQ(e.micro_batch_tokens, 1024);
-    // bf16 frozen weights: 2 bytes each; nothing else changes.
+    // bf16 frozen weights: 2 bytes each, the norms (2 per layer + the final one) and q/k/v biases
+    // stay f32; nothing else changes.
+    const Shapes& sh = m.shapes;
+    const auto norms = static_cast<size_t>((2 * sh.L + 1) * sh.D + (sh.bias ? sh.L * (sh.H + 2 * sh.KV) * sh.hd : 0));
     r.weights_dtype = DType::BF16;
     const Estimate b = estimate_memory(cfg, r);
-    EXPECT_EQ(b.plan.weights, static_cast<size_t>(n) * 2);
+    EXPECT_EQ(b.plan.weights, static_cast<size_t>(n) * 2 + norms * 2);
     EXPECT_EQ(b.weights_f32, static_cast<size_t>(n) * 4);
-    EXPECT_EQ(b.plan.total(), e.plan.total() - static_cast<size_t>(n) * 2);
+    EXPECT_EQ(b.plan.total(), e.plan.total() - static_cast<size_t>(n) * 2 + norms * 2);
     // Full fine-tuning: every weight trainable, f32 weights + grads + AdamW m and v = 16 bytes each.
     r.mode = TrainMode::Full;
     const Estimate f = estimate_memory(cfg, r);
@@ -426,9 +429,11 @@ TEST(Estimate, EachChangeInOrder) {
     ASSERT_GE(e.max_seq_length, 300);
     ASSERT_LT(e.max_seq_length, 512);
     for (const auto& c : e.tried) EXPECT_NE(c.kind, "max_seq_length");
-    ASSERT_EQ(e.tried.size(), 1u);
-    EXPECT_EQ(e.tried[0].kind, "lora_r");
+    ASSERT_EQ(e.tried.size(), 2u);  // a quantized base (too little: the activations dominate), then r
+    EXPECT_EQ(e.tried[0].kind, "base_dtype");
     EXPECT_FALSE(e.tried[0].fits);
+    EXPECT_EQ(e.tried[1].kind, "lora_r");
+    EXPECT_FALSE(e.tried[1].fits);
     ASSERT_TRUE(e.has_fix);
     EXPECT_EQ(e.fix.kind, "combined");
     EXPECT_TRUE(e.fix.fits);

@@ -17,6 +17,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernel_variants.h"
+#include "backend/cpu/quant_gemm.h"
 
 namespace bp::cpu {
 
@@ -39,13 +40,16 @@ static double softmax_row(const KernelTable& kern, float* row, int64_t V, int32_
   return lse - label_logit;
 }
 
-CrossEntropyTotals linear_cross_entropy(const float* x, const float* W, const int32_t* labels, int64_t T, int64_t D,
-                                        int64_t V, int64_t chunk, float* logits, float grad_scale, float* dx,
+CrossEntropyTotals linear_cross_entropy(const float* x, const HeldMatrix& Wm, const int32_t* labels, int64_t T,
+                                        int64_t D, int64_t V, int64_t chunk, float* logits, float grad_scale, float* dx,
                                         float* dW) {
   CrossEntropyTotals totals;
   const bool make_grad = dx != nullptr || dW != nullptr;
   std::vector<double> row_loss(static_cast<size_t>(std::min(chunk, T)));
   const KernelTable& kern = cpu_kernels();
+  // f32 W goes straight to sgemm; a held W is dequantized tile by tile (quant_gemm.h).
+  const bool held = Wm.type != DType::F32;
+  const float* W = held ? nullptr : static_cast<const float*>(Wm.data);
   int64_t t = 0;
   while (t < T) {
     // Skip ignored tokens (their dx rows are zero), then take a window of at most `chunk` rows
@@ -59,7 +63,10 @@ CrossEntropyTotals linear_cross_entropy(const float* x, const float* W, const in
     const int64_t c = end - begin;
     const float* xw = x + begin * D;
 
-    sgemm(false, true, c, V, D, 1.0f, xw, D, W, D, 0.0f, logits, V);
+    if (held)
+      held_gemm_xwt(xw, Wm, 0.0f, logits, c);
+    else
+      sgemm(false, true, c, V, D, 1.0f, xw, D, W, D, 0.0f, logits, V);
 #pragma omp parallel for schedule(static) if (c * V >= (int64_t{1} << 16))
     for (int64_t i = 0; i < c; ++i)
       row_loss[static_cast<size_t>(i)] = softmax_row(kern, logits + i * V, V, labels[begin + i], grad_scale, make_grad);
@@ -67,8 +74,9 @@ CrossEntropyTotals linear_cross_entropy(const float* x, const float* W, const in
       totals.loss_sum += row_loss[static_cast<size_t>(i)];
       totals.n_counted += labels[begin + i] >= 0 ? 1 : 0;
     }
-    if (dx) sgemm(false, false, c, D, V, 1.0f, logits, V, W, D, 0.0f, dx + begin * D, D);
-    if (dW) sgemm(true, false, V, D, c, 1.0f, logits, V, xw, D, 1.0f, dW, D);
+    if (dx && held) held_gemm_xw(logits, Wm, dx + begin * D, c);
+    if (dx && !held) sgemm(false, false, c, D, V, 1.0f, logits, V, W, D, 0.0f, dx + begin * D, D);
+    if (dW && !held) sgemm(true, false, V, D, c, 1.0f, logits, V, xw, D, 1.0f, dW, D);
     t = end;
   }
   return totals;

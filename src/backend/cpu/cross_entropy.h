@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backend/cpu/quant_gemm.h"
+
 namespace bp::cpu {
 
 struct CrossEntropyTotals {
@@ -14,13 +16,14 @@ struct CrossEntropyTotals {
   int64_t n_counted = 0;
 };
 
-// x [T, D], W [V, D], labels [T] (already validated: −100 or in [0, V)). logits_chunk is the
+// x [T, D], W [V, D] (f32, or a frozen weight held in bf16/f16/a block type: backend/cpu/quant_gemm.h,
+// dW then must be null), labels [T] (already validated: −100 or in [0, V)). logits_chunk is the
 // workspace, at least min(chunk, T)·V floats. When dx is non-null it is overwritten with
 // grad_scale·(softmax − onehot)·W (zero rows for ignored tokens); when dW is non-null it gets
 // grad_scale·(softmax − onehot)ᵀ·x added.
-CrossEntropyTotals linear_cross_entropy(const float* x, const float* W, const int32_t* labels, int64_t T, int64_t D,
-                                        int64_t V, int64_t chunk, float* logits_chunk, float grad_scale, float* dx,
-                                        float* dW);
+CrossEntropyTotals linear_cross_entropy(const float* x, const HeldMatrix& W, const int32_t* labels, int64_t T,
+                                        int64_t D, int64_t V, int64_t chunk, float* logits_chunk, float grad_scale,
+                                        float* dx, float* dW);
 
 // exp(x) for x <= 0-ish arguments in softmax loops: Cephes-style range reduction and a degree-6
 // polynomial (relative error ~2e-7). Inputs below −87 return ~1e-38 instead of an underflowing 0.

@@ -1,4 +1,6 @@
-// Single-block quantize / dequantize kernels for ggml's block formats (layouts in quantize.h).
+// Single-block quantize / dequantize kernels for ggml's block formats (layouts in io/quantize.h).
+// They live in core so that the CPU kernels reading frozen weights held quantized (backend/cpu/
+// quant_gemm.cpp) and the GGUF reader/writer (io/) share one implementation.
 //
 // How scales are chosen, and the error bound that follows (|x − y| per element, before float
 // rounding of the arithmetic itself, which adds a few ulps):
@@ -14,12 +16,13 @@
 //     The step d·sc_j <= span_j/L + d, so |err| <= (span_j/L + d)/2.
 //   * Q6_K: per sub-block j of 16, a_j = max|x|; d = max_j a_j / (31·127); sc_j = ceil(a_j / (31·d))
 //     so levels −32..31 cover ±a_j: |err| <= (a_j/31 + d)/2.
+#include "core/quant_blocks.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/dtype.h"
-#include "io/quantize.h"
 
 namespace bp {
 namespace {
@@ -349,6 +352,52 @@ void dequantize_block_q6_k(const uint8_t* in, float* y) {
       y[h * 128 + l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
     }
   }
+}
+
+QuantizeBlockFn quantize_block_fn(DType t) {
+  switch (t) {
+    case DType::Q8_0: return quantize_block_q8_0;
+    case DType::Q4_0: return quantize_block_q4_0;
+    case DType::Q5_0: return quantize_block_q5_0;
+    case DType::Q5_1: return quantize_block_q5_1;
+    case DType::Q4_K: return quantize_block_q4_k;
+    case DType::Q5_K: return quantize_block_q5_k;
+    case DType::Q6_K: return quantize_block_q6_k;
+    default: return nullptr;
+  }
+}
+
+DequantizeBlockFn dequantize_block_fn(DType t) {
+  switch (t) {
+    case DType::Q8_0: return dequantize_block_q8_0;
+    case DType::Q4_0: return dequantize_block_q4_0;
+    case DType::Q5_0: return dequantize_block_q5_0;
+    case DType::Q5_1: return dequantize_block_q5_1;
+    case DType::Q4_K: return dequantize_block_q4_k;
+    case DType::Q5_K: return dequantize_block_q5_k;
+    case DType::Q6_K: return dequantize_block_q6_k;
+    default: return nullptr;
+  }
+}
+
+void dequantize_span(DType t, const void* src, float* dst, int64_t n) {
+  const DequantizeBlockFn f = dequantize_block_fn(t);
+  if (!f) return convert(src, t, dst, DType::F32, static_cast<size_t>(n));
+  const int64_t bs = dtype_block_size(t);
+  const auto bb = static_cast<int64_t>(dtype_block_bytes(t));
+  const auto* in = static_cast<const uint8_t*>(src);
+  (void)dtype_bytes(t, n);  // checks whole blocks
+  for (int64_t b = 0; b < n / bs; ++b) f(in + b * bb, dst + b * bs);
+}
+
+void quantize_span(DType t, const float* src, void* dst, int64_t n) {
+  const QuantizeBlockFn f = quantize_block_fn(t);
+  if (!f) return convert(src, DType::F32, dst, t, static_cast<size_t>(n));
+  const int64_t bs = dtype_block_size(t);
+  const auto bb = static_cast<int64_t>(dtype_block_bytes(t));
+  auto* out = static_cast<uint8_t*>(dst);
+  (void)dtype_bytes(t, n);
+  for (int64_t b = 0; b < n / bs; ++b) f(src + b * bs, out + b * bb);
 }
 
 }  // namespace bp

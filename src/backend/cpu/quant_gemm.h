@@ -1,0 +1,43 @@
+// CPU kernels that read a frozen weight held in its stored type (bf16, f16 or one of ggml's block
+// formats, core/quant_blocks.h) without ever making a full f32 copy of it (DESIGN.md "Frozen
+// weights in any stored type"): each task dequantizes one tile of the weight into a thread-local
+// buffer of at most kHeldTileFloats floats (plus one block row) and multiplies it with sgemm.
+//
+// Tiles and tasks:
+//   held_gemm_xwt  C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K]: a tile is a panel of whole rows of W
+//                  (rows n0..n1, all K columns); a task is (panel, chunk of 256 rows of X).
+//   held_gemm_xw   C[M, K] = X[M, N]·W, W [N, K]: a task owns a block of C's columns (whole blocks
+//                  of the weight's format) and a chunk of X's rows, and walks W's rows in tiles of
+//                  [rows, column block], accumulating into C.
+// The split depends on the shapes only and tasks write disjoint parts of C, so results do not
+// depend on the thread count; every task's sgemm runs inside an OpenMP region, single-threaded
+// on the calling thread (the OpenMP build of OpenBLAS does that, see backend/cpu/attention.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace bp::cpu {
+
+// A held weight [rows, cols] in dtype `type`, row-major, each row whole blocks.
+struct HeldMatrix {
+  const void* data = nullptr;
+  DType type = DType::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// Tile budget per task, in floats (256 KiB: the tile stays in L2 while its sgemm runs), and the
+// fewest rows a panel has whatever the width (wider rows exceed the budget).
+inline constexpr int64_t kHeldTileFloats = int64_t{1} << 16;
+inline constexpr int64_t kHeldMinPanelRows = 16;
+
+// C[M, W.rows] = X[M, W.cols]·Wᵀ + beta·C (ldc = W.rows).
+void held_gemm_xwt(const float* X, const HeldMatrix& W, float beta, float* C, int64_t M);
+// C[M, W.cols] = X[M, W.rows]·W, overwritten (ldc = W.cols).
+void held_gemm_xw(const float* X, const HeldMatrix& W, float* C, int64_t M);
+// y[t, :] = row ids[t] of `table` as f32 (ids already range-checked).
+void embedding_forward_held(const int32_t* ids, const HeldMatrix& table, float* y, int64_t T);
+
+}  // namespace bp::cpu

@@ -1,0 +1,105 @@
+// Frozen weights held in a narrower type (see held_weights.h).
+#include "model/held_weights.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+
+namespace bp {
+
+std::optional<DType> parse_base_dtype(std::string_view s) {
+  if (s == "auto") return std::nullopt;
+  if (s == "f32") return DType::F32;
+  if (s == "bf16") return DType::BF16;
+  if (s == "q8_0") return DType::Q8_0;
+  if (s == "q4_k" || s == "q4_K") return DType::Q4_K;
+  throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+              fmt::format("[model] base dtype '{}' is not one of auto, f32, bf16, q8_0, q4_k", s));
+}
+
+bool role_is_held(WeightRole role) {
+  switch (role) {
+    case WeightRole::Embed:
+    case WeightRole::LmHead:
+    case WeightRole::Q:
+    case WeightRole::K:
+    case WeightRole::V:
+    case WeightRole::O:
+    case WeightRole::Gate:
+    case WeightRole::Up:
+    case WeightRole::Down: return true;
+    default: return false;
+  }
+}
+
+DType held_dtype_for(DType requested, int64_t cols, std::string* note) {
+  if (!dtype_is_block(requested) || cols % dtype_block_size(requested) == 0) return requested;
+  DType fallback = DType::BF16;
+  if (requested == DType::Q4_K && cols % dtype_block_size(DType::Q5_0) == 0) fallback = DType::Q5_0;
+  if (note)
+    *note = fmt::format("rows of {} values are not whole {} blocks of {}: those weights are held as {}", cols,
+                        dtype_name(requested), dtype_block_size(requested), dtype_name(fallback));
+  return fallback;
+}
+
+size_t held_weight_bytes(const ModelConfig& cfg, DType base) {
+  size_t bytes = 0;
+  for (const auto& [role, layer] : model_roles(cfg)) {
+    const Shape shape = role_shape(cfg, role);
+    const DType t = role_is_held(role) ? held_dtype_for(base, shape[shape.rank - 1]) : DType::F32;
+    bytes += dtype_bytes(t, shape.numel());
+  }
+  return bytes;
+}
+
+size_t resident_weight_bytes(const ModelWeights& w) {
+  size_t bytes = 0;
+  for (const auto& [role, layer] : model_roles(w.config)) bytes += weight_ref(w, role, layer).nbytes();
+  return bytes;
+}
+
+Tensor hold_weight(const Tensor& t, DType held) {
+  Tensor out = Tensor::empty(t.shape(), held, t.device());
+  if (t.dtype() == held) {
+    std::memcpy(out.raw(), t.raw(), t.nbytes());
+    return out;
+  }
+  const int64_t cols = t.dim(t.rank() - 1), rows = t.numel() / cols;
+  const DType src = t.dtype();
+  // Row by row in parallel (each row is whole blocks, so rows are independent), through one f32
+  // row per thread: the source may be bf16/f16 (a mapped file), never converted whole.
+#pragma omp parallel if (t.numel() >= (int64_t{1} << 18))
+  {
+    std::vector<float> row(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto* in = static_cast<const uint8_t*>(t.raw()) + dtype_bytes(src, r * cols);
+      const float* f = reinterpret_cast<const float*>(in);
+      if (src != DType::F32) {
+        convert(in, src, row.data(), DType::F32, static_cast<size_t>(cols));
+        f = row.data();
+      }
+      convert(f, DType::F32, static_cast<uint8_t*>(out.raw()) + dtype_bytes(held, r * cols), held,
+              static_cast<size_t>(cols));
+    }
+  }
+  return out;
+}
+
+void hold_role(Tensor& t, WeightRole role, DType base, std::vector<std::string>* notes) {
+  if (!role_is_held(role)) return;
+  std::string note;
+  const DType held = held_dtype_for(base, t.dim(t.rank() - 1), &note);
+  if (notes && !note.empty() && std::find(notes->begin(), notes->end(), note) == notes->end()) notes->push_back(note);
+  if (t.dtype() != held) t = hold_weight(t, held);
+}
+
+std::vector<std::string> hold_weights(ModelWeights& w, DType base) {
+  std::vector<std::string> notes;
+  for (const auto& [role, layer] : model_roles(w.config)) hold_role(weight_ref(w, role, layer), role, base, &notes);
+  return notes;
+}
+
+}  // namespace bp

@@ -1,0 +1,63 @@
+// `backprop train --base-dtype` (model.base_dtype) end to end with the real stories260K model: the
+// frozen weights are held quantized (the memory plan's weights group shrinks to the held bytes, the
+// loss moves by the quantization error only), the environment variable does the same as the flag,
+// and full fine-tuning refuses a narrower base.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+
+#include "support/test_util.h"
+
+namespace bp {
+namespace {
+
+std::string run_train(const test::TempDir& tmp, const std::string& extra, int* rc, const std::string& env = "") {
+  const std::string data = tmp.path + "/data.jsonl";
+  {
+    std::ofstream f(data);
+    for (int i = 0; i < 8; ++i) f << "{\"text\": \"Lily saw a bird number " << i << ". It was happy.\"}\n";
+  }
+  std::string out;
+  *rc = test::run_command(env + " " + test::backprop_exe() + " train --model " + test::shared_dir() +
+                              "/models/stories260K --data " + data +
+                              " --batch-size 4 --micro-batch-size 4 --steps 2 --lora-r 4 --lora-dropout 0"
+                              " --max-seq-length 64 --threads 1 --save-every 0 --output " +
+                              tmp.path + "/runs " + extra + " 2>&1",
+                          &out);
+  return out;
+}
+
+// "weights 123.45 KiB" of the memory plan line.
+std::string plan_weights(const std::string& log) {
+  std::smatch m;
+  static const std::regex re(R"(memory plan[^\n]*?: weights ([0-9.]+ [KMG]?i?B))");
+  return std::regex_search(log, m, re) ? m[1].str() : "";
+}
+
+TEST(TrainBaseDtype, Q8BaseShrinksThePlannedWeightsAndTrains) {
+  test::TempDir a, b, c;
+  int rc = 0;
+  const std::string f32 = run_train(a, "--base-dtype f32", &rc);
+  ASSERT_EQ(rc, 0) << f32;
+  const std::string q8 = run_train(b, "--base-dtype q8_0", &rc);
+  ASSERT_EQ(rc, 0) << q8;
+  ASSERT_FALSE(plan_weights(f32).empty()) << f32;
+  ASSERT_FALSE(plan_weights(q8).empty()) << q8;
+  EXPECT_NE(plan_weights(f32), plan_weights(q8));
+  const std::string env = run_train(c, "", &rc, "BACKPROPAGATE_MODEL__BASE_DTYPE=q8_0");
+  ASSERT_EQ(rc, 0) << env;
+  EXPECT_EQ(plan_weights(env), plan_weights(q8));
+}
+
+TEST(TrainBaseDtype, FullFineTuningRefusesAQuantizedBase) {
+  test::TempDir a;
+  int rc = 0;
+  const std::string out = run_train(a, "--mode full --base-dtype q4_k", &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("CONFIG_INVALID_SETTING"), std::string::npos) << out;
+  EXPECT_NE(out.find("--mode full trains every weight in f32"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace bp
