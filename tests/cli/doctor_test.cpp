@@ -138,6 +138,7 @@ TEST(Doctor, OldOomExhaustion) {  // microsoft/unilm#137
   EXPECT_TRUE(has_flag(m, "--max-seq-length"));
   EXPECT_TRUE(has_flag(m, "--gradient-checkpointing"));
   EXPECT_TRUE(has_flag(m, "--mode lora"));
+  EXPECT_TRUE(has_flag(m, "--base-dtype q4_k"));  // QLoRA: the frozen base held at 4 bits
   EXPECT_FALSE(has_flag(m, "--max-memory"));  // that fix is for backprop's own CPU budget
 }
 
