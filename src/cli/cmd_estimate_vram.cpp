@@ -55,7 +55,7 @@ std::vector<std::string> notes(const bp::Estimate& e, const std::string& dtype_s
   if (r.weights_dtype == bp::DType::F32) return out;
   if (r.mode == bp::TrainMode::Full) {
     out.push_back(
-        fmt::format("--dtype {}: in full fine-tuning every weight is trainable and kept in f32 (master "
+        fmt::format("{}: in full fine-tuning every weight is trainable and kept in f32 (master "
                     "weights), so the dtype changes nothing here; the CPU backend computes in f32.",
                     dtype_setting));
     return out;
@@ -178,14 +178,12 @@ int run_estimate_vram() {
   r.max_seq_length = st.get_int("training.max_seq_length");
   r.threads = static_cast<int>(st.get_int("training.threads"));
   const CudaStatus cuda = cuda_status();
-  // --base-dtype (how the CPU backend holds frozen weights) wins over --dtype when it is not auto.
+  // --base-dtype: how frozen weights are held, the one setting `train` reads for it too (auto: f32 on
+  // the CPU; bf16 where a usable GPU would train).
   const std::string base_setting = st.get_string("model.base_dtype");
-  const std::string dtype_setting =
-      base_setting != "auto" ? "--base-dtype " + base_setting : "--dtype " + st.get_string("model.dtype");
+  const std::string dtype_setting = "--base-dtype " + base_setting;
   if (base_setting != "auto")
     r.weights_dtype = *parse_base_dtype(base_setting);
-  else if (const std::string& d = st.get_string("model.dtype"); d != "auto")
-    r.weights_dtype = parse_dtype(d);
   else
     r.weights_dtype = gpu_usable(cuda) ? DType::BF16 : DType::F32;
   const Limit limit = memory_limit(st, cuda);
@@ -216,10 +214,10 @@ int run_estimate_vram() {
 }
 
 bp::cli::RunFn setup_estimate_vram(CLI::App& sub) {
-  bp::cli::bind_settings(sub, {"model.path", "model.offline", "training.mode", "lora.r", "lora.dropout",
-                               "lora.target_modules", "training.batch_size", "training.micro_batch_size",
-                               "training.max_seq_length", "training.gradient_checkpointing", "model.dtype",
-                               "model.base_dtype", "training.vram_gb", "training.threads"});
+  bp::cli::bind_settings(
+      sub, {"model.path", "model.offline", "training.mode", "lora.r", "lora.dropout", "lora.target_modules",
+            "training.batch_size", "training.micro_batch_size", "training.max_seq_length",
+            "training.gradient_checkpointing", "model.base_dtype", "training.vram_gb", "training.threads"});
   sub.footer(
       "The estimate is for one micro-batch of --micro-batch-size sequences (auto = all --batch-size sequences of an "
       "optimizer step in one pass) of --max-seq-length tokens each, the worst case `backprop train` plans for. Only "

@@ -9,10 +9,9 @@
 // sequences (batches are packed; attention scratch is per thread), so "largest micro-batch" and
 // "largest sequence length" both come from the largest micro-batch in tokens.
 //
-// weights_dtype is how the frozen base weights are held (setting model.base_dtype, or model.dtype
-// when that is auto): the plan counts their real bytes in that type (model/held_weights.h).
-// Trainable parameters, their gradients and AdamW state stay f32 (master weights), as do the
-// activations the plan replays.
+// weights_dtype is how the frozen base weights are held (setting model.base_dtype): the plan counts their real bytes in
+// that type (model/held_weights.h). Trainable parameters, their gradients and AdamW state stay f32 (master weights), as
+// do the activations the plan replays.
 //
 // Changes tried for a setup that does not fit, in this order (the first one that fits alone is
 // the cheapest):

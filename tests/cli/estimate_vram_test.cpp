@@ -1,6 +1,6 @@
 // `backprop estimate-vram` end to end: a folder with only config.json (SmolLM-135M's shape),
 // the text breakdown with the cross-entropy arithmetic, --json against the library's estimate,
-// --dtype bf16, the fix for a setup that does not fit, settings from the environment, errors;
+// --base-dtype bf16, the fix for a setup that does not fit, settings from the environment, errors;
 // and the prediction against the peak that `backprop train` measures on stories260K.
 #include <gtest/gtest.h>
 
@@ -124,7 +124,7 @@ TEST(EstimateVramCli, JsonIsTheLibraryEstimate) {
 
 TEST(EstimateVramCli, Bf16CountsFrozenWeightsAtTwoBytesNormsAtFour) {
   SmolDir m;
-  Result r = backprop("estimate-vram --json --dtype bf16 --model " + m.path() + " --vram-gb 16", "", true);
+  Result r = backprop("estimate-vram --json --base-dtype bf16 --model " + m.path() + " --vram-gb 16", "", true);
   ASSERT_EQ(r.rc, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   const size_t norms = (2 * 30 + 1) * 576;  // input/post-attention norms per layer + the final norm stay f32
@@ -132,8 +132,8 @@ TEST(EstimateVramCli, Bf16CountsFrozenWeightsAtTwoBytesNormsAtFour) {
   EXPECT_EQ(j["plan"]["weights_f32"].get<size_t>(), size_t{kSmolParameters} * 4);
   EXPECT_EQ(j["settings"]["weights_dtype"], "bf16");
   ASSERT_EQ(j["notes"].size(), 1u);
-  EXPECT_TRUE(has(j["notes"][0].get<std::string>(), "frozen weights held at bf16 (--dtype bf16)"));
-  Result t = backprop("estimate-vram --dtype bf16 --model " + m.path() + " --vram-gb 16");
+  EXPECT_TRUE(has(j["notes"][0].get<std::string>(), "frozen weights held at bf16 (--base-dtype bf16)"));
+  Result t = backprop("estimate-vram --base-dtype bf16 --model " + m.path() + " --vram-gb 16");
   EXPECT_TRUE(has(t.out, "Note: frozen weights held at bf16")) << t.out;
   EXPECT_TRUE(has(t.out, "weights (frozen, bf16)")) << t.out;
   EXPECT_TRUE(has(t.out, "134,515,008 × 2 bytes")) << t.out;
@@ -141,10 +141,9 @@ TEST(EstimateVramCli, Bf16CountsFrozenWeightsAtTwoBytesNormsAtFour) {
 
 // --base-dtype counts the held blocks; SmolLM's 576-wide rows are not whole q4_K blocks, so those
 // weights are planned (and held) at q5_0, the 1536-wide down_proj rows at q4_K.
-TEST(EstimateVramCli, BaseDtypeCountsQuantizedBlocksAndWinsOverDtype) {
+TEST(EstimateVramCli, BaseDtypeCountsQuantizedBlocks) {
   SmolDir m;
-  Result r =
-      backprop("estimate-vram --json --dtype bf16 --base-dtype q4_k --model " + m.path() + " --vram-gb 16", "", true);
+  Result r = backprop("estimate-vram --json --base-dtype q4_k --model " + m.path() + " --vram-gb 16", "", true);
   ASSERT_EQ(r.rc, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["settings"]["weights_dtype"], "q4_K");

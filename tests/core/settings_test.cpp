@@ -51,7 +51,7 @@ TEST(SettingsRegistry, EveryKeyIsWellFormedAndItsDefaultIsValid) {
 
 TEST(SettingsRegistry, KeysLaterCommandsNeedExist) {
   for (const char* k : {"model.path",
-                        "model.dtype",
+                        "model.base_dtype",
                         "model.device",
                         "lora.use_rslora",
                         "training.mode",
