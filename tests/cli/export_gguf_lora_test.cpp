@@ -30,6 +30,7 @@
 #include "model/transformer.h"
 #include "support/fake_ollama.h"
 #include "support/gguf_oracle.h"
+#include "support/lora_test_util.h"
 #include "support/shaped_config.h"
 #include "support/test_util.h"
 
@@ -55,20 +56,9 @@ LoraAdapter random_b_adapter(const ModelConfig& cfg, uint64_t seed, bool rslora 
   lc.alpha = 8;
   lc.use_rslora = rslora;
   LoraAdapter ad = init_lora(cfg, lc, seed);
-  uint64_t s = seed * 1000;
-  for (auto& layer : ad.layers)
-    for (auto& B : layer.B)
-      if (B.defined()) B = random_tensor(B.shape(), ++s, -0.3f, 0.3f);
+  randomize_lora_b(ad, seed * 1000);
   ad.base_model_name_or_path = stories();
   return ad;
-}
-
-std::vector<float> logits_of(Model& m) {
-  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 56, 424, 263, 300, 11, 92, 5};
-  std::vector<int32_t> pos(ids.size());
-  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
-  const auto T = static_cast<int64_t>(ids.size());
-  return m.logits(Tensor::from_vector(ids, {T}), Tensor::from_vector(pos, {T})).to_vector();
 }
 
 TEST(GgufLora, FileFollowsLlamaCppConventions) {
@@ -202,7 +192,7 @@ TEST(GgufLora, TrainedFromAQuantizedGgufAnIndependentConsumerGetsOurMergedModel)
   with_lora.set_training(false);
   Model from_merged(load_model(hub::gguf_model_folder(merged, derived)), ModelOptions{TrainMode::Frozen});
   from_merged.set_training(false);
-  const auto want = logits_of(with_lora), got = logits_of(from_merged), before = logits_of(plain);
+  const auto want = story_logits(with_lora), got = story_logits(from_merged), before = story_logits(plain);
   EXPECT_TRUE(all_close(got, want, {1e-4, 1e-4}));
   double moved = 0;
   for (size_t i = 0; i < want.size(); ++i) moved = std::max(moved, std::abs(double(want[i]) - before[i]));

@@ -31,6 +31,7 @@
 #include "model/transformer.h"
 #include "model/weight_names.h"
 #include "support/fake_ollama.h"
+#include "support/lora_test_util.h"
 #include "support/test_util.h"
 
 namespace bp::test {
@@ -66,20 +67,9 @@ LoraAdapter strong_adapter(const ModelConfig& cfg, uint64_t seed) {
   lc.r = 4;
   lc.alpha = 8;
   LoraAdapter ad = init_lora(cfg, lc, seed);
-  uint64_t s = seed * 100;
-  for (auto& layer : ad.layers)
-    for (auto& B : layer.B)
-      if (B.defined()) B = random_tensor(B.shape(), ++s, -0.3f, 0.3f);
+  randomize_lora_b(ad, seed * 100);
   ad.base_model_name_or_path = model_dir();
   return ad;
-}
-
-std::vector<float> logits_of(Model& m) {
-  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 56, 424, 263, 300, 11, 92, 5};
-  std::vector<int32_t> pos(ids.size());
-  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
-  const auto T = static_cast<int64_t>(ids.size());
-  return m.logits(Tensor::from_vector(ids, {T}), Tensor::from_vector(pos, {T})).to_vector();
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -249,7 +239,7 @@ TEST(Export, MergedGivesTheLogitsOfBasePlusAdapter) {
   with_lora.set_training(false);
   Model merged(load_model(d.path + "/merged"), ModelOptions{TrainMode::Frozen});
   merged.set_training(false);
-  const auto want = logits_of(with_lora), got = logits_of(merged), plain = logits_of(frozen);
+  const auto want = story_logits(with_lora), got = story_logits(merged), plain = story_logits(frozen);
   EXPECT_TRUE(all_close(got, want, {1e-4, 1e-4}));
   EXPECT_GT(max_abs_diff(plain, want), 0.05) << "the adapter should change the logits";
 }
