@@ -54,11 +54,19 @@ json last_json_object(const std::string& text) {
   return j.is_object() ? j : json();
 }
 
-bool pid_alive(pid_t pid) {
-  if (pid <= 0) return false;
-  std::string stat = read_text(fmt::format("/proc/{}/stat", pid), 4096);
+// A live (not zombie) process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or -1
+// when there is no such live process. The start time identifies the process across execve and tells a
+// reused pid apart; its command line does not: it reads empty for an instant while execve replaces it.
+long long live_process_start(pid_t pid) {
+  if (pid <= 0) return -1;
+  const std::string stat = read_text(fmt::format("/proc/{}/stat", pid), 4096);
   const auto paren = stat.rfind(')');
-  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+  if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] == 'Z') return -1;
+  std::istringstream fields(stat.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i)
+    if (i == 22) return std::strtoll(field.c_str(), nullptr, 10);
+  return -1;
 }
 
 // Every metrics.jsonl some live process holds open: path -> pid (one scan of /proc per listing).
@@ -135,8 +143,12 @@ json RunStore::read_launch(const std::string& launch_id) {
   json rec = read_json(base.string() + ".json");
   if (!rec.is_object()) return json();
   const pid_t pid = rec.value("pid", 0);
-  rec["running"] =
-      pid_alive(pid) && read_text(fmt::format("/proc/{}/cmdline", pid), 4096).find("backprop") != std::string::npos;
+  const long long start = live_process_start(pid);
+  if (rec.contains("pid_start"))  // the process we started, whatever its command line reads at this instant
+    rec["running"] = start >= 0 && start == rec.value("pid_start", -2LL);
+  else  // a record from before pid_start was kept
+    rec["running"] =
+        start >= 0 && read_text(fmt::format("/proc/{}/cmdline", pid), 4096).find("backprop") != std::string::npos;
   if (!rec["running"].get<bool>()) {
     json result = last_json_object(read_text(base.string() + ".out"));
     rec["result"] = result;
@@ -301,6 +313,7 @@ std::string RunStore::spawn(const std::string& kind, const std::string& run_id, 
   json rec = {{"launch_id", id},
               {"kind", kind},
               {"pid", pid},
+              {"pid_start", live_process_start(pid)},
               {"run_id", run_id},
               {"argv", argv},
               {"started", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()}};

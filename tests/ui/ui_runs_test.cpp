@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ui/runs.h"
 #include "ui/ui_test_util.h"
 
 namespace bp::test {
@@ -117,6 +118,41 @@ TEST(UiRuns, AFailedRunShowsItsErrorCode) {
   EXPECT_EQ(bad->status, 400);
   EXPECT_NE(bad->body.find("CONFIG_INVALID_SETTING"), std::string::npos);
   EXPECT_NE(bad->body.find("training.lr"), std::string::npos);
+}
+
+// A launch is running while the process the UI started lives, whatever its command line reads: during
+// execve /proc/PID/cmdline is empty for an instant, and a check on it once reported a run that had just
+// started as ended with no result (CI failed on it). A fake trainer whose command line never names
+// backprop must read as running until it exits, then give its --json result.
+TEST(UiRuns, ALaunchIsRunningUntilItsProcessEnds) {
+  TempDir tmp;
+  const std::string fake = tmp.path + "/fake-trainer.sh", gate = tmp.path + "/gate";
+  std::ofstream(fake) << "#!/bin/sh\nwhile [ ! -e '" << gate << "' ]; do sleep 0.05; done\n"
+                      << "echo '{\"run_id\": \"r1\", \"steps\": 3}'\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  struct OpenGateOnExit {  // a failed assertion must not leave the fake trainer waiting forever
+    std::string gate;
+    ~OpenGateOnExit() { std::ofstream(gate) << "go"; }
+  } guard{gate};
+  bp::ui::RunStore store(tmp.path + "/runs", fake);
+  const std::string id = store.start_train({"--steps", "3"});
+  for (int i = 0; i < 10; ++i) {
+    const json l = store.launch(id);
+    ASSERT_TRUE(l["running"].get<bool>()) << l.dump();
+    EXPECT_TRUE(l.value("result", json()).is_null());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::ofstream(gate) << "go";
+  json l;
+  for (int i = 0; i < 1200; ++i) {
+    l = store.launch(id);
+    if (!l["running"].get<bool>()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_FALSE(l["running"].get<bool>()) << l.dump();
+  ASSERT_TRUE(l["result"].is_object()) << l.dump();
+  EXPECT_EQ(l["result"]["steps"], 3);
+  EXPECT_EQ(l["run_id"], "r1");
 }
 
 }  // namespace
