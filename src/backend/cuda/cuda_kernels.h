@@ -10,6 +10,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/attention.h"  // AttentionDims, shared with the CPU kernels
+#include "backend/cuda/attention_limits.h"
+
 namespace bp::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -38,5 +41,19 @@ template <class T>
 double sum_squares(const T* x, int64_t n, void* scratch, cudaStream_t stream);
 template <class T>
 bool all_finite(const T* x, int64_t n, void* scratch, cudaStream_t stream);
+
+// Causal grouped-query attention over packed samples (attention.cuh; contract ops/attention.h,
+// same layouts and AttentionDims as cpu::attention_forward/backward). q, o, dout, dq [T, Hq·d],
+// k, v, dk, dv [T, Hkv·d] as T; cu_seqlens [S+1] i32 on the device; lse, delta [Hq, T] f32
+// (lse written when non-null; delta is the backward's scratch). Outputs overwritten (=).
+// Needs 1 <= head_dim <= kCudaAttentionMaxHeadDim and Hkv dividing Hq: the caller checks.
+using AttentionDims = ::bp::cpu::AttentionDims;
+template <class T>
+void attention_forward(const T* q, const T* k, const T* v, const int32_t* cu_seqlens, const AttentionDims& dims, T* o,
+                       float* lse, cudaStream_t stream);
+template <class T>
+void attention_backward(const T* dout, const T* q, const T* k, const T* v, const T* o, const float* lse,
+                        const int32_t* cu_seqlens, const AttentionDims& dims, float* delta, T* dq, T* dk, T* dv,
+                        cudaStream_t stream);
 
 }  // namespace bp::cuda

@@ -1,0 +1,449 @@
+// CUDA causal grouped-query attention over packed variable-length samples (contract:
+// ops/attention.h; CPU sibling: backend/cpu/attention.cpp, same AttentionDims and layouts).
+//
+// Layout: q/o/dout/dq [T, Hq·d], k/v/dk/dv [T, Hkv·d] stored as T (f32 or bf16); query head h
+// reads KV head h / (Hq/Hkv); sample s owns tokens [cu[s], cu[s+1]) and a query at position i of
+// its sample sees the keys at positions 0..i of the same sample. lse and delta are f32 [Hq, T].
+// Scale 1/sqrt(d). Every product and sum is f32; only the outputs are rounded to T.
+//
+// Flash-attention tiling (FlashAttention-2 math), plain CUDA: shared-memory tiles of B rows, no
+// tensor-core fragments (the CPU simulation has none), nothing [T × T] anywhere.
+//   forward   one block per (query tile, query head): Q tile in shared memory; for each key tile
+//             0..diagonal: K, V tiles → S = scale·Q·Kᵀ (masked) → online softmax per row (running
+//             max m, running sum l, rescale factor for O) → O = O·α + P·V. Writes o = O / l and
+//             lse = m + log l.
+//   backward  1. delta[h, t] = Σ_c dO·O (one warp per row, warp_sum);
+//             2. dK/dV: one block per (key tile, KV head): K, V tiles and the dK, dV accumulators
+//                stay in shared memory while the block walks every query head of its group and
+//                every query tile at or after the key tile: P = exp(scale·Q·Kᵀ − lse) (masked),
+//                dP = dO·Vᵀ, dS = P∘(dP − delta); dV += Pᵀ·dO, dK += scale·dSᵀ·Q;
+//             3. dQ: one block per (query tile, query head) walks the key tiles 0..diagonal,
+//                recomputes P and dS the same way and accumulates dQ += scale·dS·K.
+//             dQ and dK/dV are two kernels that both recompute P (7 tile products instead of 5)
+//             so that every output element has exactly one writer: no atomics, every sum in a
+//             fixed order, results bit-identical run to run; the GQA group is summed inside one
+//             block (head order), so no partial [T, Hq·d] buffers are needed either.
+// Blocks find their tile by walking cu_seqlens (every thread the same walk: no barrier); the grid
+// holds an upper bound of the tile count, Σ ceil(len/B) <= (T + S·(B−1)) / B, and blocks past the
+// last tile return at once. Query tiles of a sample are handed out last first (they see the most
+// keys), so the costly blocks start early.
+//
+// Shared memory per block (f32; the tile row stride is d+1 so that the threads of a warp, one
+// key row each, read different banks in the score products):
+//   forward  Q, K, V tiles 3·B·(d+1) + O accumulator B·d + scores B·(B+1) + 3 row stats B
+//   dQ       Q, dO, K, V tiles 4·B·(d+1) + dQ B·d + dS B·(B+1) + lse, delta 2·B
+//   dK/dV    Q, dO, K, V tiles 4·B·(d+1) + dK, dV 2·B·d + P, dS 2·B·(B+1) + lse, delta 2·B
+// B is the largest of 32, 16, 8 whose block fits the 48 KiB every architecture gives without
+// opting in (d = 64: forward and dQ 32, dK/dV 16; d = 128: 16, 16, 8); above that (d > ~180,
+// up to kCudaAttentionMaxHeadDim) B = 8 and the kernel opts in to more dynamic shared memory. The
+// threads of a block (128) stride over the B·B score entries (thread → one (row, key) pair: a dot
+// product over d from shared memory) and over the B·d accumulator entries (thread → one (row,
+// column) pair: a sum over the tile's B rows); each thread owns the same accumulator entries for
+// the whole kernel, so accumulators need no barrier between the last update and the store.
+// Compiled by nvcc through attention.cu, and as host C++ on the CPU simulation in tests/cuda.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+
+#include "backend/cpu/attention.h"  // AttentionDims: the dispatch passes one struct to either backend
+#include "backend/cuda/attention_limits.h"
+#include "backend/cuda/cuda_compat.cuh"
+
+namespace bp::BP_CUDA_NS {
+
+using AttentionDims = ::bp::cpu::AttentionDims;
+
+constexpr int kAttentionThreads = 128;
+constexpr size_t kAttentionDefaultSharedBytes = 48 * 1024;  // without cudaFuncSetAttribute
+
+enum class AttentionPass { Forward, GradQ, GradKV };
+
+// Floats of dynamic shared memory one block of `pass` uses with tiles of B rows (layout above).
+inline int64_t attention_shared_floats(AttentionPass pass, int B, int d) {
+  const int64_t tile = int64_t{B} * (d + 1), acc = int64_t{B} * d, scores = int64_t{B} * (B + 1);
+  switch (pass) {
+    case AttentionPass::Forward: return 3 * tile + acc + scores + 3 * B;
+    case AttentionPass::GradQ: return 4 * tile + acc + scores + 2 * B;
+    case AttentionPass::GradKV: break;
+  }
+  return 4 * tile + 2 * acc + 2 * scores + 2 * B;
+}
+
+// Rows per tile (queries and keys alike) of `pass` for head dimension d.
+inline int attention_tile_rows(AttentionPass pass, int d) {
+  for (int B : {32, 16})
+    if (attention_shared_floats(pass, B, d) * sizeof(float) <= kAttentionDefaultSharedBytes) return B;
+  return 8;
+}
+
+// Upper bound of Σ_s ceil(len_s / B) over S samples holding T tokens (the grid's x size).
+inline int64_t attention_tile_bound(int64_t T_tokens, int64_t n_samples, int B) {
+  return (T_tokens + n_samples * (B - 1)) / B;
+}
+
+struct AttentionTile {
+  int64_t base;   // the sample's first token in the packed batch
+  int64_t len;    // the sample's length
+  int64_t start;  // the tile's first row, as a position inside the sample
+  int rows;       // rows of the tile that exist: min(B, len − start)
+};
+
+// Tile `index` of the packed batch (samples in order; inside a sample, last tile first when
+// `last_first`). False when index is past the last tile.
+__device__ __forceinline__ bool find_attention_tile(const int32_t* cu, int64_t n_samples, int B, int64_t index,
+                                                    bool last_first, AttentionTile& tile) {
+  for (int64_t s = 0; s < n_samples; ++s) {
+    const int64_t base = cu[s], len = cu[s + 1] - base, n_tiles = (len + B - 1) / B;
+    if (index < n_tiles) {
+      const int64_t t = last_first ? n_tiles - 1 - index : index;
+      tile.base = base;
+      tile.len = len;
+      tile.start = t * B;
+      tile.rows = static_cast<int>(len - t * B < B ? len - t * B : B);
+      return true;
+    }
+    index -= n_tiles;
+  }
+  return false;
+}
+
+// Copies `rows` rows of one head (d columns, source row stride `stride`) into a shared tile with
+// row stride d+1; rows past `rows` are zero so that masked products read finite numbers.
+template <class T>
+__device__ __forceinline__ void load_attention_tile(float* dst, const T* src, int64_t stride, int rows, int B, int d) {
+  const int ld = d + 1;
+  for (int e = threadIdx.x; e < B * d; e += blockDim.x) {
+    const int r = e / d, c = e % d;
+    dst[r * ld + c] = r < rows ? load_f32(src[r * stride + c]) : 0.0f;
+  }
+}
+
+// The K and V tiles of KV head g from token `token0` on.
+template <class T>
+__device__ __forceinline__ void load_kv_tiles(float* Ks, float* Vs, const T* k, const T* v, int64_t token0, int g,
+                                              int64_t kv_stride, int keys, int B, int d) {
+  load_attention_tile(Ks, k + token0 * kv_stride + int64_t{g} * d, kv_stride, keys, B, d);
+  load_attention_tile(Vs, v + token0 * kv_stride + int64_t{g} * d, kv_stride, keys, B, d);
+}
+
+__device__ __forceinline__ float attention_dot(const float* a, const float* b, int d) {
+  float s = 0.0f;
+  for (int c = 0; c < d; ++c) s += a[c] * b[c];
+  return s;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kAttentionThreads)
+    attention_forward_kernel(const T* q, const T* k, const T* v, const int32_t* cu, int64_t n_samples, int64_t T_tokens,
+                             int n_heads, int group, int d, int B, float scale, T* o, float* lse) {
+  AttentionTile tile;
+  if (!find_attention_tile(cu, n_samples, B, blockIdx.x, true, tile)) return;  // the whole block alike
+  BP_DYNAMIC_SHARED(float, smem);
+  const int ld = d + 1, h = blockIdx.y, g = h / group, sld = B + 1;
+  const int64_t q_stride = int64_t{n_heads} * d, kv_stride = int64_t{n_heads / group} * d;
+  float* Qs = smem;
+  float* Ks = Qs + B * ld;
+  float* Vs = Ks + B * ld;
+  float* Os = Vs + B * ld;
+  float* Ss = Os + B * d;
+  float* row_max = Ss + B * sld;
+  float* row_sum = row_max + B;
+  float* row_rescale = row_sum + B;
+
+  load_attention_tile(Qs, q + (tile.base + tile.start) * q_stride + int64_t{h} * d, q_stride, tile.rows, B, d);
+  for (int e = threadIdx.x; e < B * d; e += blockDim.x) Os[e] = 0.0f;
+  for (int r = threadIdx.x; r < B; r += blockDim.x) {
+    row_max[r] = -INFINITY;
+    row_sum[r] = 0.0f;
+  }
+  const int64_t key_end = tile.start + tile.rows;  // causal: later keys are seen by no row here
+  for (int64_t j0 = 0; j0 < key_end; j0 += B) {
+    const int keys = static_cast<int>(key_end - j0 < B ? key_end - j0 : B);
+    __syncthreads();  // the previous tile's readers of Ks, Vs, Ss are done (first time: Qs is loaded)
+    load_kv_tiles(Ks, Vs, k, v, tile.base + j0, g, kv_stride, keys, B, d);
+    __syncthreads();
+    for (int e = threadIdx.x; e < B * B; e += blockDim.x) {
+      const int r = e / B, j = e % B;
+      const bool seen = r < tile.rows && j < keys && j0 + j <= tile.start + r;
+      Ss[r * sld + j] = seen ? scale * attention_dot(Qs + r * ld, Ks + j * ld, d) : -INFINITY;
+    }
+    __syncthreads();
+    // Online softmax, one thread per row: the new running max, the factor that rescales what was
+    // accumulated under the old one, and the tile's probabilities (in place of the scores).
+    for (int r = threadIdx.x; r < B; r += blockDim.x) {
+      float* srow = Ss + r * sld;
+      const float m_old = row_max[r];
+      float m = m_old;
+      for (int j = 0; j < keys; ++j) m = fmaxf(m, srow[j]);
+      float alpha = 1.0f, sum = 0.0f;
+      if (m == -INFINITY) {  // a row past the sample's end (every key masked): stays empty
+        for (int j = 0; j < keys; ++j) srow[j] = 0.0f;
+      } else {
+        alpha = expf(m_old - m);  // 0 on the first tile (m_old = −inf)
+        for (int j = 0; j < keys; ++j) {
+          const float p = expf(srow[j] - m);  // masked: exp(−inf) = 0
+          srow[j] = p;
+          sum += p;
+        }
+      }
+      row_max[r] = m;
+      row_sum[r] = row_sum[r] * alpha + sum;
+      row_rescale[r] = alpha;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < B * d; e += blockDim.x) {
+      const int r = e / d, c = e % d;
+      const float* prow = Ss + r * sld;
+      float acc = Os[e] * row_rescale[r];
+      for (int j = 0; j < keys; ++j) acc += prow[j] * Vs[j * ld + c];
+      Os[e] = acc;
+    }
+  }
+  // Each thread stores the O entries it accumulated; row_sum/row_max were last written before the
+  // barrier that preceded the last accumulation.
+  for (int e = threadIdx.x; e < B * d; e += blockDim.x) {
+    const int r = e / d, c = e % d;
+    if (r < tile.rows)
+      o[(tile.base + tile.start + r) * q_stride + int64_t{h} * d + c] = store_from_f32<T>(Os[e] / row_sum[r]);
+  }
+  if (lse)
+    for (int r = threadIdx.x; r < tile.rows; r += blockDim.x)
+      lse[int64_t{h} * T_tokens + tile.base + tile.start + r] = row_max[r] + logf(row_sum[r]);  // l >= 1
+}
+
+// delta[h, t] = Σ_c dO[t, h·d + c] · O[t, h·d + c]: one warp per (token, head) row.
+template <class T>
+__global__ void attention_delta_kernel(const T* dout, const T* o, int64_t T_tokens, int n_heads, int d, float* delta) {
+  const int64_t row = int64_t{blockIdx.x} * (blockDim.x / 32) + threadIdx.x / 32;  // t·Hq + h
+  if (row >= T_tokens * n_heads) return;                                           // the whole warp alike
+  const T* a = dout + row * d;
+  const T* b = o + row * d;
+  float s = 0.0f;
+  for (int c = threadIdx.x % 32; c < d; c += 32) s += load_f32(a[c]) * load_f32(b[c]);
+  s = warp_sum(s);
+  if (threadIdx.x % 32 == 0) delta[(row % n_heads) * T_tokens + row / n_heads] = s;
+}
+
+// The backward's operands of one query tile: Q and dO rows of head h (zero past `rows`) and their
+// lse and delta.
+template <class T>
+__device__ __forceinline__ void load_backward_query_tile(float* Qs, float* dOs, float* lse_s, float* delta_s,
+                                                         const T* q, const T* dout, const float* lse,
+                                                         const float* delta, int64_t row0, int rows, int h,
+                                                         int64_t q_stride, int64_t T_tokens, int B, int d) {
+  load_attention_tile(Qs, q + row0 * q_stride + int64_t{h} * d, q_stride, rows, B, d);
+  load_attention_tile(dOs, dout + row0 * q_stride + int64_t{h} * d, q_stride, rows, B, d);
+  for (int r = threadIdx.x; r < B; r += blockDim.x) {
+    lse_s[r] = r < rows ? lse[int64_t{h} * T_tokens + row0 + r] : 0.0f;
+    delta_s[r] = r < rows ? delta[int64_t{h} * T_tokens + row0 + r] : 0.0f;
+  }
+}
+
+// The recomputed probability P = exp(scale·q·k − lse) of one visible (query, key) pair and its score
+// gradient dS = P·(dO·v − delta).
+struct ProbAndGrad {
+  float p, ds;
+};
+__device__ __forceinline__ ProbAndGrad backward_prob_and_grad(const float* q_row, const float* do_row,
+                                                              const float* k_row, const float* v_row, int d,
+                                                              float scale, float lse_r, float delta_r) {
+  const float p = expf(scale * attention_dot(q_row, k_row, d) - lse_r);
+  return {p, p * (attention_dot(do_row, v_row, d) - delta_r)};
+}
+
+// The dynamic shared memory of a backward block, in the order attention_shared_floats counts it:
+// Q, dO, K, V tiles; the accumulators (dQ, or dK and dV); the score buffers (dS, or P and dS);
+// lse and delta of the query rows. The dQ pass has no dV accumulator and no P buffer (null).
+struct BackwardTiles {
+  float *Qs, *dOs, *Ks, *Vs, *acc, *acc2, *Ps, *dSs, *lse_s, *delta_s;
+};
+__device__ __forceinline__ BackwardTiles carve_backward_tiles(float* smem, AttentionPass pass, int B, int d) {
+  const int ld = d + 1, sld = B + 1;
+  const bool kv = pass == AttentionPass::GradKV;
+  BackwardTiles t;
+  t.Qs = smem;
+  t.dOs = t.Qs + B * ld;
+  t.Ks = t.dOs + B * ld;
+  t.Vs = t.Ks + B * ld;
+  t.acc = t.Vs + B * ld;
+  t.acc2 = kv ? t.acc + B * d : nullptr;
+  t.Ps = kv ? t.acc2 + B * d : nullptr;
+  t.dSs = (kv ? t.Ps + B * sld : t.acc + B * d);
+  t.lse_s = t.dSs + B * sld;
+  t.delta_s = t.lse_s + B;
+  return t;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kAttentionThreads)
+    attention_backward_dq_kernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
+                                 const float* delta, const int32_t* cu, int64_t n_samples, int64_t T_tokens,
+                                 int n_heads, int group, int d, int B, float scale, T* dq) {
+  AttentionTile tile;
+  if (!find_attention_tile(cu, n_samples, B, blockIdx.x, true, tile)) return;
+  BP_DYNAMIC_SHARED(float, smem);
+  const int ld = d + 1, h = blockIdx.y, g = h / group, sld = B + 1;
+  const int64_t q_stride = int64_t{n_heads} * d, kv_stride = int64_t{n_heads / group} * d;
+  const int64_t row0 = tile.base + tile.start;  // first token of the tile
+  const BackwardTiles sh = carve_backward_tiles(smem, AttentionPass::GradQ, B, d);
+  float *Qs = sh.Qs, *dOs = sh.dOs, *Ks = sh.Ks, *Vs = sh.Vs, *dQs = sh.acc, *dSs = sh.dSs;
+  float *lse_s = sh.lse_s, *delta_s = sh.delta_s;
+
+  load_backward_query_tile(Qs, dOs, lse_s, delta_s, q, dout, lse, delta, row0, tile.rows, h, q_stride, T_tokens, B, d);
+  for (int e = threadIdx.x; e < B * d; e += blockDim.x) dQs[e] = 0.0f;
+  const int64_t key_end = tile.start + tile.rows;
+  for (int64_t j0 = 0; j0 < key_end; j0 += B) {
+    const int keys = static_cast<int>(key_end - j0 < B ? key_end - j0 : B);
+    __syncthreads();
+    load_kv_tiles(Ks, Vs, k, v, tile.base + j0, g, kv_stride, keys, B, d);
+    __syncthreads();
+    for (int e = threadIdx.x; e < B * B; e += blockDim.x) {
+      const int r = e / B, j = e % B;
+      const bool seen = r < tile.rows && j < keys && j0 + j <= tile.start + r;
+      dSs[r * sld + j] = seen ? backward_prob_and_grad(Qs + r * ld, dOs + r * ld, Ks + j * ld, Vs + j * ld, d, scale,
+                                                       lse_s[r], delta_s[r])
+                                    .ds
+                              : 0.0f;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < B * d; e += blockDim.x) {
+      const int r = e / d, c = e % d;
+      const float* dsrow = dSs + r * sld;
+      float acc = dQs[e];
+      for (int j = 0; j < keys; ++j) acc += dsrow[j] * Ks[j * ld + c];
+      dQs[e] = acc;
+    }
+  }
+  for (int e = threadIdx.x; e < B * d; e += blockDim.x) {
+    const int r = e / d, c = e % d;
+    if (r < tile.rows) dq[(row0 + r) * q_stride + int64_t{h} * d + c] = store_from_f32<T>(scale * dQs[e]);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kAttentionThreads)
+    attention_backward_dkdv_kernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
+                                   const float* delta, const int32_t* cu, int64_t n_samples, int64_t T_tokens,
+                                   int n_heads, int group, int d, int B, float scale, T* dk, T* dv) {
+  AttentionTile tile;  // a tile of keys
+  if (!find_attention_tile(cu, n_samples, B, blockIdx.x, false, tile)) return;
+  BP_DYNAMIC_SHARED(float, smem);
+  const int ld = d + 1, g = blockIdx.y, sld = B + 1, keys = tile.rows;
+  const int64_t q_stride = int64_t{n_heads} * d, kv_stride = int64_t{n_heads / group} * d;
+  const int64_t key0 = tile.base + tile.start;  // first token of the key tile
+  const BackwardTiles sh = carve_backward_tiles(smem, AttentionPass::GradKV, B, d);
+  float *Qs = sh.Qs, *dOs = sh.dOs, *Ks = sh.Ks, *Vs = sh.Vs, *dKs = sh.acc, *dVs = sh.acc2, *Ps = sh.Ps;
+  float *dSs = sh.dSs, *lse_s = sh.lse_s, *delta_s = sh.delta_s;
+
+  load_kv_tiles(Ks, Vs, k, v, key0, g, kv_stride, keys, B, d);
+  for (int e = threadIdx.x; e < B * d; e += blockDim.x) {
+    dKs[e] = 0.0f;
+    dVs[e] = 0.0f;
+  }
+  // Every query head of the group, every query tile that sees a key of this tile, in a fixed order.
+  for (int h = g * group; h < (g + 1) * group; ++h) {
+    for (int64_t i0 = tile.start; i0 < tile.len; i0 += B) {
+      const int rows = static_cast<int>(tile.len - i0 < B ? tile.len - i0 : B);
+      const int64_t row0 = tile.base + i0;
+      __syncthreads();  // the previous query tile's readers of Qs, dOs, Ps, dSs are done
+      load_backward_query_tile(Qs, dOs, lse_s, delta_s, q, dout, lse, delta, row0, rows, h, q_stride, T_tokens, B, d);
+      __syncthreads();
+      for (int e = threadIdx.x; e < B * B; e += blockDim.x) {
+        const int r = e / B, j = e % B;
+        ProbAndGrad pg{0.0f, 0.0f};
+        if (r < rows && j < keys && tile.start + j <= i0 + r)
+          pg = backward_prob_and_grad(Qs + r * ld, dOs + r * ld, Ks + j * ld, Vs + j * ld, d, scale, lse_s[r],
+                                      delta_s[r]);
+        Ps[r * sld + j] = pg.p;
+        dSs[r * sld + j] = pg.ds;
+      }
+      __syncthreads();
+      for (int e = threadIdx.x; e < B * d; e += blockDim.x) {
+        const int j = e / d, c = e % d;
+        float acc_k = dKs[e], acc_v = dVs[e];
+        for (int r = 0; r < rows; ++r) {
+          acc_v += Ps[r * sld + j] * dOs[r * ld + c];
+          acc_k += dSs[r * sld + j] * Qs[r * ld + c];
+        }
+        dKs[e] = acc_k;
+        dVs[e] = acc_v;
+      }
+    }
+  }
+  for (int e = threadIdx.x; e < B * d; e += blockDim.x) {
+    const int j = e / d, c = e % d;
+    if (j < keys) {
+      const int64_t off = (key0 + j) * kv_stride + int64_t{g} * d + c;
+      dk[off] = store_from_f32<T>(scale * dKs[e]);
+      dv[off] = store_from_f32<T>(dVs[e]);
+    }
+  }
+}
+
+// Lets `kernel` use more than the default 48 KiB of dynamic shared memory (only big head dims).
+template <class Kernel>
+inline void allow_attention_shared(Kernel kernel, size_t bytes) {
+#ifdef __CUDACC__
+  if (bytes > kAttentionDefaultSharedBytes)
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+#else
+  (void)kernel;
+  (void)bytes;
+#endif
+}
+
+// Launch geometry of one pass: rows per tile, dynamic shared bytes, grid.
+struct AttentionLaunch {
+  int rows;
+  size_t shared_bytes;
+  dim3 grid;
+};
+
+inline AttentionLaunch attention_launch(AttentionPass pass, const AttentionDims& dims) {
+  const int B = attention_tile_rows(pass, dims.head_dim);
+  const size_t bytes = static_cast<size_t>(attention_shared_floats(pass, B, dims.head_dim)) * sizeof(float);
+  const int heads = pass == AttentionPass::GradKV ? dims.n_kv_heads : dims.n_heads;
+  const auto tiles = attention_tile_bound(dims.tokens, dims.n_samples, B);
+  return {B, bytes, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(heads))};
+}
+
+// o (overwritten) and lse (written when non-null). Device pointers; cu_seqlens [S+1] i32 on the
+// device, dims.n_samples = S. Needs 1 <= head_dim <= kCudaAttentionMaxHeadDim and Hkv dividing Hq
+// (the front-end checks both).
+template <class T>
+void attention_forward(const T* q, const T* k, const T* v, const int32_t* cu_seqlens, const AttentionDims& dims, T* o,
+                       float* lse, cudaStream_t stream = nullptr) {
+  if (dims.tokens == 0 || dims.n_heads == 0) return;
+  const AttentionLaunch L = attention_launch(AttentionPass::Forward, dims);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
+  const int group = dims.n_heads / dims.n_kv_heads;
+  allow_attention_shared(attention_forward_kernel<T>, L.shared_bytes);
+  BP_LAUNCH(L.grid, kAttentionThreads, L.shared_bytes, stream, attention_forward_kernel<T>)
+  (q, k, v, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, dims.head_dim, L.rows, scale, o, lse);
+}
+
+// dq, dk, dv overwritten (=). delta: device scratch of [Hq, T] f32 (rowsum(dO∘O), as on the CPU).
+template <class T>
+void attention_backward(const T* dout, const T* q, const T* k, const T* v, const T* o, const float* lse,
+                        const int32_t* cu_seqlens, const AttentionDims& dims, float* delta, T* dq, T* dk, T* dv,
+                        cudaStream_t stream = nullptr) {
+  if (dims.tokens == 0 || dims.n_heads == 0) return;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
+  const int group = dims.n_heads / dims.n_kv_heads, d = dims.head_dim;
+  const int64_t delta_rows = dims.tokens * dims.n_heads;
+  BP_LAUNCH(blocks_for(delta_rows, kAttentionThreads / 32), kAttentionThreads, 0, stream, attention_delta_kernel<T>)
+  (dout, o, dims.tokens, dims.n_heads, d, delta);
+
+  const AttentionLaunch Lkv = attention_launch(AttentionPass::GradKV, dims);
+  allow_attention_shared(attention_backward_dkdv_kernel<T>, Lkv.shared_bytes);
+  BP_LAUNCH(Lkv.grid, kAttentionThreads, Lkv.shared_bytes, stream, attention_backward_dkdv_kernel<T>)
+  (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lkv.rows, scale, dk, dv);
+
+  const AttentionLaunch Lq = attention_launch(AttentionPass::GradQ, dims);
+  allow_attention_shared(attention_backward_dq_kernel<T>, Lq.shared_bytes);
+  BP_LAUNCH(Lq.grid, kAttentionThreads, Lq.shared_bytes, stream, attention_backward_dq_kernel<T>)
+  (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lq.rows, scale, dq);
+}
+
+}  // namespace bp::BP_CUDA_NS
