@@ -121,6 +121,9 @@ TEST(CudaAttention, MatchesCpuF32) {
   check_attention<float>({{40, 3, 1}, 4, 2, 32, 2.0f});   // tiny-chat's heads
   check_attention<float>({{33, 1, 17}, 6, 2, 97, 1.0f});  // 16-row tiles, ratio 3 over two KV heads
   check_attention<float>({{19, 2}, 2, 1, 128, 1.0f});     // 8-row dK/dV tiles
+  check_attention<float>({{32, 16, 64}, 3, 3, 8, 2.0f});  // samples ending exactly on a tile edge
+  check_attention<float>({{16, 48}, 2, 2, 97, 2.0f});     // the same with 16-row tiles
+  check_attention<float>({{161, 5}, 2, 1, 8, 3.0f});      // six key tiles, sharp scores
 }
 
 TEST(CudaAttention, MatchesCpuBf16) {
