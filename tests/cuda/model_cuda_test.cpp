@@ -158,5 +158,35 @@ TEST(CudaModel, InjectedOomInTheStepIsRaisedAndLeaksNothing) {
   EXPECT_TRUE(std::isfinite(after.loss.mean()));
 }
 
+// The simulated card's own memory: a card with room for the weights and half of what one step
+// needs on top of them. The step fails with OutOfMemoryError (after the allocator emptied its
+// cache once), and once the model is gone every byte is back on the card.
+TEST(CudaModel, StepPastTheCardsMemoryRaisesOomAndLeaksNothing) {
+  size_t resident_on_card = 0, step_bytes = 0;
+  {
+    SimulatedCudaDevice card;
+    ops::install_kernels(DeviceType::CUDA, kernels_with_cpu_attention());
+    LoraModel m(stories_dir(), kGpu, true);
+    resident_on_card = sim::memory_in_use();
+    const size_t resident = card.allocator().stats().bytes_in_use;
+    card.allocator().reset_peak();
+    m.step(sample_batch(m.model.config().vocab_size));
+    step_bytes = card.allocator().stats().bytes_peak - resident;
+  }
+  ASSERT_GT(step_bytes, 0u);
+  SimulatedCudaDevice card(resident_on_card + step_bytes / 2);
+  ops::install_kernels(DeviceType::CUDA, kernels_with_cpu_attention());
+  {
+    LoraModel m(stories_dir(), kGpu, true);
+    const size_t resident = card.allocator().stats().bytes_in_use;
+    const Batch batch = sample_batch(m.model.config().vocab_size);
+    EXPECT_THROW(m.model.forward_backward(batch, 1.0f, 42), OutOfMemoryError);
+    EXPECT_EQ(card.allocator().stats().bytes_in_use, resident);
+  }
+  EXPECT_EQ(card.allocator().stats().bytes_in_use, 0u);
+  card.allocator().empty_cache();
+  EXPECT_EQ(sim::memory_in_use(), 0u);
+}
+
 }  // namespace
 }  // namespace bp::test
