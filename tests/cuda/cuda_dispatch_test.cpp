@@ -84,6 +84,15 @@ TEST(CudaDispatch, EveryKernelButAttentionIsInTheTable) {
 #define BP_KERNEL(op, name) EXPECT_EQ(rows[static_cast<size_t>(i++)].cuda, k.name.fn != nullptr) << #name;
 #include "ops/kernels.inc"
 #undef BP_KERNEL
+  // The table a CUDA build installs (the same wrappers over bp::cuda) holds the same entries.
+  const ops::Kernels real = ops::builtin_cuda_kernels();
+#ifdef BP_HAVE_CUDA
+#define BP_KERNEL(op, name) EXPECT_EQ(real.name.fn != nullptr, k.name.fn != nullptr) << #name;
+#include "ops/kernels.inc"
+#undef BP_KERNEL
+#else
+  EXPECT_EQ(real.count, 0);
+#endif
   // The attention op on CUDA tensors is refused with the catalog's code, never a crash.
   Tensor q = Tensor::zeros({4, 8}, DType::F32, kGpu), kv = Tensor::zeros({4, 8}, DType::F32, kGpu);
   Tensor cu = gpu(Tensor::from_vector(std::vector<int32_t>{0, 4}, {2}));
