@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "core/error.h"
@@ -107,11 +108,62 @@ Allocator& cpu_allocator() {
   return a;
 }
 
-Allocator* cuda_allocator(int index);  // backend/cuda (or its stub)
+// backend/cuda (cuda_allocator.cpp, or cuda_stub.cpp in builds without CUDA)
+Allocator* cuda_allocator(int index);
+void cuda_copy(void* dst, const void* src, size_t bytes, CopyKind kind);
+void cuda_zero(void* dst, size_t bytes);
+
+namespace {
+
+std::mutex installed_mu;
+DeviceMemory installed_cuda;  // allocator == nullptr: the built-in one
+
+DeviceMemory cuda_memory() {
+  std::lock_guard<std::mutex> g(installed_mu);
+  return installed_cuda;
+}
+
+}  // namespace
+
+void install_device_memory(DeviceType type, const DeviceMemory& memory) {
+  BP_CHECK(type == DeviceType::CUDA, "[allocator] only CUDA device memory can be installed");
+  BP_CHECK(
+      (memory.allocator == nullptr) == (memory.copy == nullptr) && (memory.copy == nullptr) == (memory.zero == nullptr),
+      "[allocator] a device memory needs its allocator, copy and zero together");
+  std::lock_guard<std::mutex> g(installed_mu);
+  installed_cuda = memory;
+}
 
 Allocator& allocator_for(Device device) {
   if (device.type == DeviceType::CPU) return cpu_allocator();
+  if (Allocator* a = cuda_memory().allocator) return *a;
   return *cuda_allocator(device.index);
+}
+
+void device_copy(DeviceType type, void* dst, const void* src, size_t bytes, CopyKind kind) {
+  if (bytes == 0) return;
+  if (type == DeviceType::CPU) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  const DeviceMemory m = cuda_memory();
+  if (m.copy)
+    m.copy(dst, src, bytes, kind);
+  else
+    cuda_copy(dst, src, bytes, kind);
+}
+
+void device_zero(DeviceType type, void* dst, size_t bytes) {
+  if (bytes == 0) return;
+  if (type == DeviceType::CPU) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+  const DeviceMemory m = cuda_memory();
+  if (m.zero)
+    m.zero(dst, bytes);
+  else
+    cuda_zero(dst, bytes);
 }
 
 }  // namespace bp

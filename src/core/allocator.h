@@ -67,6 +67,26 @@ class Allocator {
   uint64_t fail_countdown_ = 0;
 };
 
+// How bytes move between host memory and a device's memory (cudaMemcpy's kinds).
+enum class CopyKind : uint8_t { HostToDevice, DeviceToHost, DeviceToDevice };
+
+// A device's memory as core sees it: its allocator and the copies Tensor needs to reach it from
+// the host (host code never dereferences device memory: core/tensor.h). The CUDA backend provides
+// the built-in one (cuda_allocator.cpp over cudaMalloc/cudaMemcpy; cuda_stub.cpp throws
+// RUNTIME_NOT_BUILT_WITH_CUDA); a test installs the simulated card instead (tests/cuda).
+struct DeviceMemory {
+  Allocator* allocator = nullptr;
+  void (*copy)(void* dst, const void* src, size_t bytes, CopyKind kind) = nullptr;
+  void (*zero)(void* dst, size_t bytes) = nullptr;
+};
+// Replaces the CUDA device memory (every index) until called again; a default-constructed
+// DeviceMemory restores the built-in one. Only DeviceType::CUDA can be replaced.
+void install_device_memory(DeviceType type, const DeviceMemory& memory);
+// Copies `bytes` between host memory and the memory of a device of `type` (or within it).
+void device_copy(DeviceType type, void* dst, const void* src, size_t bytes, CopyKind kind);
+// Sets `bytes` of a device's memory to zero.
+void device_zero(DeviceType type, void* dst, size_t bytes);
+
 // The process-wide CPU allocator.
 Allocator& cpu_allocator();
 // The allocator for a device; CUDA throws RUNTIME_NOT_BUILT_WITH_CUDA when not compiled in.

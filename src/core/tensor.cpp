@@ -5,6 +5,14 @@
 
 namespace bp {
 
+namespace {
+
+bool on_host(const Tensor& t) {
+  return t.device().type == DeviceType::CPU;
+}
+
+}  // namespace
+
 Shape::Shape(std::initializer_list<int64_t> d) {
   BP_CHECK(d.size() <= 4, "[tensor] rank {} > 4", d.size());
   rank = static_cast<int>(d.size());
@@ -101,14 +109,33 @@ Tensor Tensor::reshape(Shape shape) const {
   return t;
 }
 
+void Tensor::host_access_error() const {
+  throw Error(ErrorCode::RUNTIME_INTERNAL,
+              fmt::format("[tensor] host code read the memory of {} directly; device memory is reached only by "
+                          "that device's kernels or an explicit copy (Tensor::to(Device), to_vector, copy_from)",
+                          describe()));
+}
+
 Tensor Tensor::clone() const {
   Tensor t = empty(shape_, dtype_, device_);
-  if (nbytes()) std::memcpy(t.raw(), raw(), nbytes());
+  device_copy(device_.type, t.kernel_raw(), kernel_raw(), nbytes(), CopyKind::DeviceToDevice);
+  return t;
+}
+
+Tensor Tensor::to(Device device) const {
+  if (device == device_) return clone();
+  BP_CHECK(on_host(*this) || device.type == DeviceType::CPU, "[tensor] copy from {} to {}: go through the CPU",
+           device_.name(), device.name());
+  Tensor t = empty(shape_, dtype_, device);
+  const bool upload = on_host(*this);
+  device_copy(upload ? device.type : device_.type, t.kernel_raw(), kernel_raw(), nbytes(),
+              upload ? CopyKind::HostToDevice : CopyKind::DeviceToHost);
   return t;
 }
 
 Tensor Tensor::to(DType dtype) const {
   if (dtype == dtype_) return clone();
+  if (!on_host(*this)) return to(Device{}).to(dtype).to(device_);  // converted on the host
   Tensor t = empty(shape_, dtype, device_);
   convert(raw(), dtype_, t.raw(), dtype, static_cast<size_t>(numel()));
   return t;
@@ -116,10 +143,26 @@ Tensor Tensor::to(DType dtype) const {
 
 void Tensor::copy_from(const Tensor& src) {
   BP_CHECK(src.shape() == shape_, "[tensor] copy_from {} into {}", src.shape().str(), shape_.str());
-  convert(src.raw(), src.dtype(), raw(), dtype_, static_cast<size_t>(numel()));
+  if (on_host(*this) && on_host(src)) {
+    convert(src.raw(), src.dtype(), raw(), dtype_, static_cast<size_t>(numel()));
+    return;
+  }
+  const Tensor staged = src.dtype() == dtype_ ? src : src.to(dtype_);  // converted where it lives
+  if (on_host(staged))
+    device_copy(device_.type, kernel_raw(), staged.kernel_raw(), nbytes(), CopyKind::HostToDevice);
+  else if (on_host(*this))
+    device_copy(staged.device().type, kernel_raw(), staged.kernel_raw(), nbytes(), CopyKind::DeviceToHost);
+  else
+    device_copy(device_.type, kernel_raw(), staged.kernel_raw(), nbytes(), CopyKind::DeviceToDevice);
 }
 
 void Tensor::fill(float value) {
+  if (!on_host(*this)) {
+    Tensor host = empty(shape_, dtype_);
+    host.fill(value);
+    copy_from(host);
+    return;
+  }
   size_t n = static_cast<size_t>(numel());
   switch (dtype_) {
     case DType::F32: std::fill_n(data<float>(), n, value); break;
@@ -137,10 +180,11 @@ void Tensor::fill(float value) {
 }
 
 void Tensor::zero() {
-  if (nbytes()) std::memset(raw(), 0, nbytes());
+  device_zero(device_.type, kernel_raw(), nbytes());
 }
 
 std::vector<float> Tensor::to_vector() const {
+  if (!on_host(*this)) return to(Device{}).to_vector();
   std::vector<float> v(static_cast<size_t>(numel()));
   if (dtype_ == DType::I32) {
     const int32_t* p = data<int32_t>();

@@ -1,6 +1,13 @@
 // Tensor: shape (rank <= 4), dtype, device and storage from that device's allocator
 // (DESIGN.md "Tensor"). Always row-major and contiguous. Views share storage: `rows(a, b)`
 // slices the first dimension, `reshape` reinterprets the shape. Copies are explicit (clone, to).
+//
+// Host access: data<T>() and raw() are for host code and work on CPU tensors only; on a CUDA
+// tensor they throw RUNTIME_INTERNAL instead of handing out a pointer the host must not read
+// (on the simulated device of the tests, device memory IS host memory, so only this guard makes a
+// stray host read fail there as it would crash on a real GPU). The kernels of a tensor's own
+// device get its pointer through kernel_data<T>() / kernel_raw() (ops/ only). Copies, fill,
+// zero and to_vector go through the device's explicit copies (core/allocator.h device_copy).
 #pragma once
 
 #include <array>
@@ -70,13 +77,21 @@ class Tensor {
   Device device() const { return device_; }
   size_t nbytes() const { return dtype_bytes(dtype_, numel()); }
 
-  void* raw() { return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr; }
-  const void* raw() const { return storage_ ? static_cast<const char*>(storage_->data()) + offset_ : nullptr; }
-  // Typed access; checks the dtype matches T (float = f32, int32_t = i32, uint16_t = bf16/f16).
+  // Host pointers (CPU tensors only; a CUDA tensor throws RUNTIME_INTERNAL, see the file comment).
+  void* raw() { return const_cast<void*>(static_cast<const Tensor*>(this)->raw()); }
+  const void* raw() const {
+    if (device_.type != DeviceType::CPU) host_access_error();
+    return kernel_raw();
+  }
+  // Typed host access; checks the dtype matches T (float = f32, int32_t = i32, uint16_t = bf16/f16).
   template <class T>
   T* data();
   template <class T>
   const T* data() const;
+  // Pointers into the tensor's own device memory, for that device's kernels (ops/ dispatch only).
+  void* kernel_raw() const { return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr; }
+  template <class T>
+  T* kernel_data() const;
 
   // Views (share storage).
   Tensor rows(int64_t begin, int64_t end) const;  // slice of the first dimension
@@ -84,6 +99,7 @@ class Tensor {
   // Copies.
   Tensor clone() const;
   Tensor to(DType dtype) const;
+  Tensor to(Device device) const;     // a copy on `device` (same dtype)
   void copy_from(const Tensor& src);  // same shape; converts dtype
   void fill(float value);             // float types only
   void zero();
@@ -91,6 +107,10 @@ class Tensor {
   std::string describe() const;          // "f32[512, 576] on CPU"
 
  private:
+  [[noreturn]] void host_access_error() const;
+  template <class T>
+  void check_element_type() const;
+
   std::shared_ptr<Storage> storage_;
   size_t offset_ = 0;  // bytes
   Shape shape_;
@@ -108,6 +128,18 @@ T* Tensor::data() {
 
 template <class T>
 const T* Tensor::data() const {
+  check_element_type<T>();
+  return static_cast<const T*>(raw());
+}
+
+template <class T>
+T* Tensor::kernel_data() const {
+  check_element_type<T>();
+  return static_cast<T*>(kernel_raw());
+}
+
+template <class T>
+void Tensor::check_element_type() const {
   if constexpr (std::is_same_v<T, float>) {
     BP_CHECK(dtype_ == DType::F32, "[tensor] data<float>() on a {} tensor", dtype_name(dtype_));
   } else if constexpr (std::is_same_v<T, int32_t>) {
@@ -118,7 +150,6 @@ const T* Tensor::data() const {
   } else {
     static_assert(kAlwaysFalse<T>, "unsupported element type");
   }
-  return static_cast<const T*>(raw());
 }
 
 }  // namespace bp

@@ -10,6 +10,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
+#include "ops/op_checks.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
@@ -49,7 +50,8 @@ bool LoraView::any() const {
 
 int64_t Batch::num_label_tokens() const {
   if (!labels.defined()) return 0;
-  const int32_t* l = labels.data<int32_t>();
+  std::vector<int32_t> staging;
+  const int32_t* l = ops::host_ints(labels, staging);
   int64_t n = 0;
   for (int64_t i = 0; i < labels.numel(); ++i) n += l[i] != kIgnoreLabel;
   return n;
@@ -73,6 +75,12 @@ Batch Batch::pack(const std::vector<std::vector<int32_t>>& tokens, const std::ve
   b.labels = Tensor::from_vector(p.labels, {T});
   b.cu_seqlens = Tensor::from_vector(p.cu_seqlens, {static_cast<int64_t>(p.cu_seqlens.size())});
   return b;
+}
+
+Batch Batch::to(Device device) const {
+  if (tokens.device() == device) return *this;
+  auto move = [&](const Tensor& t) { return t.defined() ? t.to(device) : Tensor(); };
+  return Batch{move(tokens), move(positions), move(labels), move(cu_seqlens)};
 }
 
 Batch Batch::causal_lm(const std::vector<std::vector<int32_t>>& samples) {
@@ -164,7 +172,7 @@ LoraWeights Model::lora_weights(int64_t l, LinearRole role, bool train, uint64_t
 void Model::allocate_grads() {
   grads_ = ModelGrads{};
   grads_.layers.resize(weights_.layers.size());
-  auto like = [](const Tensor& t) { return t.defined() ? Tensor::zeros(t.shape()) : Tensor(); };
+  auto like = [](const Tensor& t) { return t.defined() ? Tensor::zeros(t.shape(), DType::F32, t.device()) : Tensor(); };
   if (options_.mode == TrainMode::Full) {
     grads_.embed = like(weights_.embed);
     grads_.final_norm = like(weights_.final_norm);
@@ -184,8 +192,8 @@ void Model::allocate_grads() {
       for (size_t r = 0; r < kNumLinearRoles; ++r) {
         const auto& m = lora_.layers[l][r];
         if (!m.A) continue;
-        grads_.layers[l].lora[r].dA = Tensor::zeros(m.A->shape());
-        grads_.layers[l].lora[r].dB = Tensor::zeros(m.B->shape());
+        grads_.layers[l].lora[r].dA = Tensor::zeros(m.A->shape(), DType::F32, m.A->device());
+        grads_.layers[l].lora[r].dB = Tensor::zeros(m.B->shape(), DType::F32, m.B->device());
       }
   }
 }
@@ -277,25 +285,26 @@ void Model::check_batch(const Batch& b) const {
   if (!b.cu_seqlens.defined() || b.cu_seqlens.rank() != 1 || b.cu_seqlens.dtype() != DType::I32 ||
       b.cu_seqlens.dim(0) < 2)
     throw bad_batch("cu_seqlens must be i32 [S+1] with S >= 1");
-  const int32_t* cu = b.cu_seqlens.data<int32_t>();
+  std::vector<int32_t> cu_host, ids_host, lab_host, pos_host;  // the batch may live on a device
+  const int32_t* cu = ops::host_ints(b.cu_seqlens, cu_host);
   const int64_t S = b.cu_seqlens.dim(0) - 1;
   if (cu[0] != 0 || cu[S] != T)
     throw bad_batch(fmt::format("cu_seqlens must run from 0 to {} tokens, got {}..{}", T, cu[0], cu[S]));
   for (int64_t s = 0; s < S; ++s)
     if (cu[s + 1] <= cu[s]) throw bad_batch(fmt::format("cu_seqlens is not increasing at sample {}", s));
   const int64_t V = weights_.config.vocab_size;
-  const int32_t* ids = b.tokens.data<int32_t>();
+  const int32_t* ids = ops::host_ints(b.tokens, ids_host);
   for (int64_t t = 0; t < T; ++t)
     if (ids[t] < 0 || ids[t] >= V)
       throw bad_batch(fmt::format("token id {} at position {} is outside the vocabulary of {}", ids[t], t, V));
   if (b.labels.defined()) {
-    const int32_t* lab = b.labels.data<int32_t>();
+    const int32_t* lab = ops::host_ints(b.labels, lab_host);
     for (int64_t t = 0; t < T; ++t)
       if (lab[t] != kIgnoreLabel && (lab[t] < 0 || lab[t] >= V))
         throw bad_batch(
             fmt::format("label {} at position {} is outside the vocabulary of {} (use -100 to ignore)", lab[t], t, V));
   }
-  const int32_t* pos = b.positions.data<int32_t>();
+  const int32_t* pos = ops::host_ints(b.positions, pos_host);
   for (int64_t t = 0; t < T; ++t)
     if (pos[t] < 0) throw bad_batch(fmt::format("position {} at token {} is negative", pos[t], t));
 }
@@ -370,9 +379,9 @@ Tensor Model::forward_trunk(const Batch& b, bool train, uint64_t seed, std::vect
   return x;
 }
 
-Tensor Model::hidden_states(const Batch& batch) {
-  check_batch(batch);
-  Tensor x = forward_trunk(batch, false, 0, nullptr, nullptr);
+Tensor Model::hidden_states(const Batch& host_batch) {
+  check_batch(host_batch);
+  Tensor x = forward_trunk(host_batch.to(device()), false, 0, nullptr, nullptr);
   return rms_norm_forward(x, weights_.final_norm, config().rms_norm_eps, nullptr);
 }
 
@@ -391,7 +400,8 @@ Tensor Model::logits(const Tensor& tokens, const Tensor& positions) {
 CrossEntropyResult Model::forward_loss(const Batch& batch) {
   if (!batch.labels.defined()) throw bad_batch("forward_loss needs labels");
   Tensor xf = hidden_states(batch);
-  return linear_cross_entropy_forward(xf, weights_.output_weight(), batch.labels, options_.ce_chunk_tokens);
+  return linear_cross_entropy_forward(xf, weights_.output_weight(), batch.to(device()).labels,
+                                      options_.ce_chunk_tokens);
 }
 
 }  // namespace bp

@@ -37,7 +37,7 @@ namespace bp {
 
 struct LoraAdapter;  // model/lora.h
 
-// A packed micro-batch (all i32, CPU).
+// A packed micro-batch (all i32; made on the CPU, copied to the model's device by the model).
 struct Batch {
   Tensor tokens;      // [T]
   Tensor positions;   // [T], restarting at 0 for each sample
@@ -52,6 +52,8 @@ struct Batch {
   static Batch pack(const std::vector<std::vector<int32_t>>& tokens, const std::vector<std::vector<int32_t>>& labels);
   // Causal LM convenience: labels[t] = ids[t+1] inside each sample, −100 at each sample's end.
   static Batch causal_lm(const std::vector<std::vector<int32_t>>& samples);
+  // The same batch on `device` (itself when it is already there).
+  Batch to(Device device) const;
 };
 
 // The seven linear projections of a layer, in PEFT's naming (target_modules).
@@ -109,6 +111,9 @@ class Model {
   Model(ModelWeights weights, ModelOptions options);
 
   const ModelConfig& config() const { return weights_.config; }
+  // Where the model's weights live (and its activations and gradients are made): the device of
+  // the embedding table. A batch is copied there by the forward functions.
+  Device device() const { return weights_.embed.device(); }
   ModelWeights& weights() { return weights_; }
   const ModelWeights& weights() const { return weights_; }
   ModelGrads& grads() { return grads_; }

@@ -32,6 +32,7 @@ Tensor Model::backward_layer(int64_t l, const Tensor& dout, const Batch& b, uint
   const int Hq = static_cast<int>(c.num_heads), Hkv = static_cast<int>(c.num_kv_heads);
   const int64_t d = c.head_dim, D = c.hidden_size, F = c.intermediate_size;
   const bool full = options_.mode == TrainMode::Full;
+  const Device dev = device();
 
   // Linear backward for one role: dx (=) into *dx, weight/bias/LoRA grads (+=).
   auto lin_back = [&](LinearRole role, const Tensor& dy, const Tensor& x, const Tensor& W, Tensor* dx, Tensor* dW,
@@ -51,31 +52,32 @@ Tensor Model::backward_layer(int64_t l, const Tensor& dout, const Batch& b, uint
   };
 
   // ---- MLP: out = h + down(swiglu(gate(hn), up(hn)))
-  Tensor dm = Tensor::empty({T, F});
+  Tensor dm = Tensor::empty({T, F}, DType::F32, dev);
   lin_back(LinearRole::Down, dout, a.m, w.down, &dm, &g.w.down, nullptr);
   a.m = Tensor();
-  Tensor dgate = Tensor::empty({T, F}), dup = Tensor::empty({T, F});
+  Tensor dgate = Tensor::empty({T, F}, DType::F32, dev), dup = Tensor::empty({T, F}, DType::F32, dev);
   swiglu_backward(dm, a.gate, a.up, dgate, dup);
   dm = Tensor();
   a.gate = a.up = Tensor();
-  Tensor dhn = Tensor::empty({T, D});
+  Tensor dhn = Tensor::empty({T, D}, DType::F32, dev);
   lin_back(LinearRole::Gate, dgate, a.hn, w.gate, &dhn, &g.w.gate, nullptr);
   dgate = Tensor();
-  Tensor tmp = Tensor::empty({T, D});
+  Tensor tmp = Tensor::empty({T, D}, DType::F32, dev);
   lin_back(LinearRole::Up, dup, a.hn, w.up, &tmp, &g.w.up, nullptr);
   dup = Tensor();
   add_inplace(dhn, tmp);
   a.hn = Tensor();
-  Tensor dh = Tensor::empty({T, D});
+  Tensor dh = Tensor::empty({T, D}, DType::F32, dev);
   rms_norm_backward(dhn, a.h, w.post_norm, a.rstd2, dh, full ? &g.w.post_norm : nullptr);
   dhn = Tensor();
   add_inplace(dh, dout);  // residual h -> out
   a.h = Tensor();
 
   // ---- attention: h = x + o(attn(rope(q), rope(k), v))
-  Tensor dattn = Tensor::empty({T, Hq * d});
+  Tensor dattn = Tensor::empty({T, Hq * d}, DType::F32, dev);
   lin_back(LinearRole::O, dh, a.attn, w.o, &dattn, &g.w.o, nullptr);
-  Tensor dq = Tensor::empty({T, Hq * d}), dk = Tensor::empty({T, Hkv * d}), dv = Tensor::empty({T, Hkv * d});
+  Tensor dq = Tensor::empty({T, Hq * d}, DType::F32, dev), dk = Tensor::empty({T, Hkv * d}, DType::F32, dev),
+         dv = Tensor::empty({T, Hkv * d}, DType::F32, dev);
   AttentionShape shape{Hq, Hkv, static_cast<int>(d)};
   attention_backward(dattn, a.q, a.k, a.v, a.attn, a.lse, b.cu_seqlens, shape, dq, dk, dv);
   dattn = Tensor();
@@ -83,17 +85,17 @@ Tensor Model::backward_layer(int64_t l, const Tensor& dout, const Batch& b, uint
   rope_backward(dq, b.positions, Hq, c.rope);
   rope_backward(dk, b.positions, Hkv, c.rope);
   if (c.qk_norm) {
-    Tensor dq_pre = Tensor::empty({T * Hq, d});
+    Tensor dq_pre = Tensor::empty({T * Hq, d}, DType::F32, dev);
     rms_norm_backward(dq.reshape({T * Hq, d}), a.q_pre.reshape({T * Hq, d}), w.q_norm, a.rstd_q, dq_pre,
                       full ? &g.w.q_norm : nullptr);
     dq = dq_pre.reshape({T, Hq * d});
-    Tensor dk_pre = Tensor::empty({T * Hkv, d});
+    Tensor dk_pre = Tensor::empty({T * Hkv, d}, DType::F32, dev);
     rms_norm_backward(dk.reshape({T * Hkv, d}), a.k_pre.reshape({T * Hkv, d}), w.k_norm, a.rstd_k, dk_pre,
                       full ? &g.w.k_norm : nullptr);
     dk = dk_pre.reshape({T, Hkv * d});
     a.q_pre = a.k_pre = Tensor();
   }
-  Tensor dxn = Tensor::empty({T, D});
+  Tensor dxn = Tensor::empty({T, D}, DType::F32, dev);
   lin_back(LinearRole::Q, dq, a.xn, w.q, &dxn, &g.w.q, opt(g.w.q_bias));
   dq = Tensor();
   lin_back(LinearRole::K, dk, a.xn, w.k, &tmp, &g.w.k, opt(g.w.k_bias));
@@ -104,24 +106,27 @@ Tensor Model::backward_layer(int64_t l, const Tensor& dout, const Batch& b, uint
   add_inplace(dxn, tmp);
   tmp = Tensor();
   a.xn = Tensor();
-  Tensor dx = Tensor::empty({T, D});
+  Tensor dx = Tensor::empty({T, D}, DType::F32, dev);
   rms_norm_backward(dxn, a.x, w.input_norm, a.rstd1, dx, full ? &g.w.input_norm : nullptr);
   add_inplace(dx, dh);  // residual x -> h
   return dx;
 }
 
-CrossEntropyResult Model::forward_backward(const Batch& batch, float grad_scale, uint64_t dropout_seed) {
-  check_batch(batch);
-  if (!batch.labels.defined()) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[model] forward_backward needs labels");
+CrossEntropyResult Model::forward_backward(const Batch& host_batch, float grad_scale, uint64_t dropout_seed) {
+  check_batch(host_batch);
+  if (!host_batch.labels.defined())
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[model] forward_backward needs labels");
   if (options_.mode == TrainMode::Frozen)
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[model] forward_backward on a model with nothing to train");
   if (options_.mode == TrainMode::Lora && !lora_.any())
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[model] LoRA mode but no adapter is attached");
   const auto& c = weights_.config;
-  const int64_t L = c.num_layers, T = batch.num_tokens(), D = c.hidden_size;
+  const int64_t L = c.num_layers, T = host_batch.num_tokens(), D = c.hidden_size;
   const bool full = options_.mode == TrainMode::Full;
   const bool ckpt = options_.gradient_checkpointing;
   const bool train = training_;
+  const Device dev = device();
+  const Batch batch = host_batch.to(dev);
 
   std::vector<Tensor> inputs;   // checkpointing: layer inputs (+ final output)
   std::vector<LayerActs> acts;  // no checkpointing: every layer's activations
@@ -131,13 +136,13 @@ CrossEntropyResult Model::forward_backward(const Batch& batch, float grad_scale,
   // Final norm + fused LM head / cross-entropy (dx and the head's dW in the same pass).
   Tensor rstd;
   Tensor xf = rms_norm_forward(x, weights_.final_norm, c.rms_norm_eps, &rstd);
-  Tensor dxf = Tensor::empty({T, D});
+  Tensor dxf = Tensor::empty({T, D}, DType::F32, dev);
   Tensor* dW_head = nullptr;
   if (full) dW_head = c.tie_word_embeddings ? &grads_.embed : &grads_.lm_head;
   CrossEntropyResult res = linear_cross_entropy_forward_backward(xf, weights_.output_weight(), batch.labels, grad_scale,
                                                                  dxf, dW_head, options_.ce_chunk_tokens);
   xf = Tensor();
-  Tensor dx = Tensor::empty({T, D});
+  Tensor dx = Tensor::empty({T, D}, DType::F32, dev);
   rms_norm_backward(dxf, x, weights_.final_norm, rstd, dx, full ? &grads_.final_norm : nullptr);
   dxf = rstd = x = Tensor();
 

@@ -23,6 +23,7 @@ void check_matrix(const Tensor& t, const char* name, int64_t T, int64_t cols) {
 cpu::AttentionDims check_operands(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
                                   const AttentionShape& shape) {
   check_cpu({&q, &k, &v, &cu_seqlens});
+  ops::require_same_device("attention", {&q, &k, &v, &cu_seqlens});
   BP_CHECK(shape.n_heads > 0 && shape.n_kv_heads > 0 && shape.head_dim > 0 && shape.n_heads % shape.n_kv_heads == 0,
            "[attention] need n_heads > 0, n_kv_heads > 0 dividing it and head_dim > 0; got {} heads, {} kv heads, "
            "head_dim {}",
@@ -34,7 +35,8 @@ cpu::AttentionDims check_operands(const Tensor& q, const Tensor& k, const Tensor
   check_matrix(v, "v", T, int64_t{shape.n_kv_heads} * shape.head_dim);
   BP_CHECK(cu_seqlens.dtype() == DType::I32 && cu_seqlens.rank() == 1 && cu_seqlens.dim(0) >= 2,
            "[attention] cu_seqlens must be i32 [S+1] with S >= 1, got {}", cu_seqlens.describe());
-  const int32_t* cu = cu_seqlens.data<int32_t>();
+  std::vector<int32_t> staging;
+  const int32_t* cu = ops::host_ints(cu_seqlens, staging);
   const int64_t S = cu_seqlens.dim(0) - 1;
   if (cu[0] != 0 || cu[S] != T)
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
@@ -52,18 +54,18 @@ cpu::AttentionDims check_operands(const Tensor& q, const Tensor& k, const Tensor
 Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
                          const AttentionShape& shape, Tensor* lse) {
   const auto dims = check_operands(q, k, v, cu_seqlens, shape);
-  Tensor out = Tensor::empty(q.shape());
+  Tensor out = Tensor::empty(q.shape(), DType::F32, q.device());
   float* lse_ptr = nullptr;
   if (lse) {
     // An output: reuse the caller's tensor when it already has the right shape, else allocate.
     const Shape want{shape.n_heads, dims.tokens};
-    if (!lse->defined() || lse->shape() != want || lse->dtype() != DType::F32 || lse->device().type != DeviceType::CPU)
-      *lse = Tensor::empty(want);
-    lse_ptr = lse->data<float>();
+    if (!lse->defined() || lse->shape() != want || lse->dtype() != DType::F32 || !(lse->device() == q.device()))
+      *lse = Tensor::empty(want, DType::F32, q.device());
+    lse_ptr = lse->kernel_data<float>();
   }
   if (dims.tokens == 0) return out;
-  ops::kernels(q).attention_forward(q.data<float>(), k.data<float>(), v.data<float>(), cu_seqlens.data<int32_t>(), dims,
-                                    out.data<float>(), lse_ptr);
+  ops::kernels(q).attention_forward(q.kernel_data<float>(), k.kernel_data<float>(), v.kernel_data<float>(),
+                                    cu_seqlens.kernel_data<int32_t>(), dims, out.kernel_data<float>(), lse_ptr);
   return out;
 }
 
@@ -72,6 +74,7 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                         Tensor& dk, Tensor& dv) {
   const auto dims = check_operands(q, k, v, cu_seqlens, shape);
   check_cpu({&dout, &out, &lse, &dq, &dk, &dv});
+  ops::require_same_device("attention", {&q, &dout, &out, &lse, &dq, &dk, &dv});
   const int64_t T = dims.tokens;
   check_matrix(dout, "dout", T, q.dim(1));
   check_matrix(out, "out", T, q.dim(1));
@@ -80,10 +83,11 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   check_matrix(dk, "dk", T, k.dim(1));
   check_matrix(dv, "dv", T, v.dim(1));
   if (T == 0) return;
-  Tensor delta = Tensor::empty({shape.n_heads, T});
-  ops::kernels(q).attention_backward(dout.data<float>(), q.data<float>(), k.data<float>(), v.data<float>(),
-                                     out.data<float>(), lse.data<float>(), cu_seqlens.data<int32_t>(), dims,
-                                     delta.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>());
+  Tensor delta = Tensor::empty({shape.n_heads, T}, DType::F32, q.device());
+  ops::kernels(q).attention_backward(dout.kernel_data<float>(), q.kernel_data<float>(), k.kernel_data<float>(),
+                                     v.kernel_data<float>(), out.kernel_data<float>(), lse.kernel_data<float>(),
+                                     cu_seqlens.kernel_data<int32_t>(), dims, delta.kernel_data<float>(),
+                                     dq.kernel_data<float>(), dk.kernel_data<float>(), dv.kernel_data<float>());
 }
 
 int64_t attention_forward_scratch_floats(int64_t T, int threads) {

@@ -14,6 +14,7 @@ namespace {
 
 void check_operands(const Tensor& x, const Tensor& W, const Tensor& labels, int64_t chunk_tokens) {
   for (const Tensor* t : {&x, &W, &labels}) ops::require_cpu("linear_cross_entropy", *t);
+  ops::require_same_device("linear_cross_entropy", {&x, &W, &labels});
   BP_CHECK(x.rank() == 2 && x.dtype() == DType::F32, "[cross_entropy] x must be f32 [T, D], got {}", x.describe());
   BP_CHECK(W.rank() == 2 && W.dtype() != DType::I32, "[cross_entropy] W must be a float or held [V, D], got {}",
            W.describe());
@@ -24,7 +25,8 @@ void check_operands(const Tensor& x, const Tensor& W, const Tensor& labels, int6
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 fmt::format("[cross_entropy] chunk_tokens must be > 0, got {}", chunk_tokens));
   const int64_t V = W.dim(0);
-  const int32_t* lab = labels.data<int32_t>();
+  std::vector<int32_t> staging;
+  const int32_t* lab = ops::host_ints(labels, staging);
   for (int64_t t = 0; t < labels.dim(0); ++t)
     if (lab[t] != kIgnoreLabel && (lab[t] < 0 || lab[t] >= V))
       throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
@@ -36,14 +38,14 @@ void check_operands(const Tensor& x, const Tensor& W, const Tensor& labels, int6
 CrossEntropyResult run(const Tensor& x, const Tensor& W, const Tensor& labels, int64_t chunk_tokens, float grad_scale,
                        Tensor* dx, Tensor* dW) {
   const int64_t T = x.dim(0), D = x.dim(1), V = W.dim(0);
-  Tensor logits = Tensor::empty({std::min(chunk_tokens, T), V});
+  Tensor logits = Tensor::empty({std::min(chunk_tokens, T), V}, DType::F32, x.device());
   BP_CHECK(logits.nbytes() == linear_cross_entropy_workspace_bytes(T, V, chunk_tokens),
            "[cross_entropy] workspace {} bytes but the plan says {}", logits.nbytes(),
            linear_cross_entropy_workspace_bytes(T, V, chunk_tokens));
-  const auto totals =
-      ops::kernels(x).linear_cross_entropy(x.data<float>(), ops::held_matrix(W), labels.data<int32_t>(), T, D, V,
-                                           chunk_tokens, T ? logits.data<float>() : nullptr, grad_scale,
-                                           dx ? dx->data<float>() : nullptr, dW ? dW->data<float>() : nullptr);
+  const auto totals = ops::kernels(x).linear_cross_entropy(
+      x.kernel_data<float>(), ops::held_matrix(W), labels.kernel_data<int32_t>(), T, D, V, chunk_tokens,
+      T ? logits.kernel_data<float>() : nullptr, grad_scale, dx ? dx->kernel_data<float>() : nullptr,
+      dW ? dW->kernel_data<float>() : nullptr);
   return {totals.loss_sum, totals.n_counted};
 }
 
@@ -69,6 +71,7 @@ CrossEntropyResult linear_cross_entropy_forward_backward(const Tensor& x, const 
   if (!std::isfinite(grad_scale))
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 fmt::format("[cross_entropy] grad_scale must be finite, got {}", grad_scale));
+  ops::require_same_device("linear_cross_entropy", {&x, &dx, dW});
   return run(x, W, labels, chunk_tokens, grad_scale, &dx, dW);
 }
 
@@ -82,13 +85,14 @@ Tensor lm_head_logits(const Tensor& x, const Tensor& W) {
   BP_CHECK(W.rank() == 2 && W.dtype() != DType::I32, "[lm_head] W must be a float or held [V, D], got {}",
            W.describe());
   BP_CHECK(x.dim(1) == W.dim(1), "[lm_head] x has {} columns but W has {}", x.dim(1), W.dim(1));
+  ops::require_same_device("lm_head", {&x, &W});
   const int64_t T = x.dim(0), D = x.dim(1), V = W.dim(0);
-  Tensor out = Tensor::empty({T, V});
+  Tensor out = Tensor::empty({T, V}, DType::F32, x.device());
   if (W.dtype() == DType::F32)
-    ops::kernels(x).sgemm(false, true, T, V, D, 1.0f, x.data<float>(), D, W.data<float>(), D, 0.0f, out.data<float>(),
-                          V);
+    ops::kernels(x).sgemm(false, true, T, V, D, 1.0f, x.kernel_data<float>(), D, W.kernel_data<float>(), D, 0.0f,
+                          out.kernel_data<float>(), V);
   else
-    ops::kernels(x).held_gemm_xwt(x.data<float>(), ops::held_matrix(W), 0.0f, out.data<float>(), T);
+    ops::kernels(x).held_gemm_xwt(x.kernel_data<float>(), ops::held_matrix(W), 0.0f, out.kernel_data<float>(), T);
   return out;
 }
 

@@ -11,38 +11,40 @@ namespace {
 void check_same(const char* name, const Tensor& y, const Tensor& x) {
   ops::require_tensor(name, "y", y, DType::F32, y.rank());
   ops::require_shape(name, "x", x, y.shape());
+  ops::require_same_device(name, {&y, &x});
 }
 
 // [T, N] y with an [N] vector.
 void check_rows(const char* name, const Tensor& y, const Tensor& b) {
   ops::require_tensor(name, "y", y, DType::F32, 2);
   ops::require_shape(name, "b", b, Shape{y.dim(1)});
+  ops::require_same_device(name, {&y, &b});
 }
 }  // namespace
 
 void add_inplace(Tensor& y, const Tensor& x) {
   check_same("add", y, x);
-  ops::kernels(y).add_inplace(y.data<float>(), x.data<float>(), y.numel());
+  ops::kernels(y).add_inplace(y.kernel_data<float>(), x.kernel_data<float>(), y.numel());
 }
 
 void axpy_inplace(Tensor& y, float a, const Tensor& x) {
   check_same("axpy", y, x);
-  ops::kernels(y).axpy_inplace(y.data<float>(), a, x.data<float>(), y.numel());
+  ops::kernels(y).axpy_inplace(y.kernel_data<float>(), a, x.kernel_data<float>(), y.numel());
 }
 
 void scale_inplace(Tensor& y, float a) {
   ops::require_tensor("scale", "y", y, DType::F32, y.rank());
-  ops::kernels(y).scale_inplace(y.data<float>(), a, y.numel());
+  ops::kernels(y).scale_inplace(y.kernel_data<float>(), a, y.numel());
 }
 
 void add_bias_inplace(Tensor& y, const Tensor& b) {
   check_rows("add_bias", y, b);
-  ops::kernels(y).add_bias_inplace(y.data<float>(), b.data<float>(), y.dim(0), y.dim(1));
+  ops::kernels(y).add_bias_inplace(y.kernel_data<float>(), b.kernel_data<float>(), y.dim(0), y.dim(1));
 }
 
 void bias_grad_accumulate(const Tensor& dy, Tensor& db) {
   check_rows("bias_grad", dy, db);
-  ops::kernels(dy).bias_grad_accumulate(dy.data<float>(), db.data<float>(), dy.dim(0), dy.dim(1));
+  ops::kernels(dy).bias_grad_accumulate(dy.kernel_data<float>(), db.kernel_data<float>(), dy.dim(0), dy.dim(1));
 }
 
 }  // namespace bp

@@ -31,6 +31,7 @@ int64_t check_linear_args(const Tensor& x, const Tensor& W, const Tensor* bias, 
            W.shape().str());
   BP_CHECK(W.dim(1) == in, "[linear] x has {} columns but W has {} (W is {})", in, W.dim(1), W.shape().str());
   if (bias) ops::require_shape(kOp, "bias", *bias, Shape{out});
+  ops::require_same_device(kOp, {&x, &W, bias});
   if (!lora) return 0;
   BP_CHECK(lora->A && lora->B, "[linear] LoRA weights given without {}", lora->A ? "B" : "A");
   ops::require_tensor(kOp, "lora A", *lora->A, DType::F32, 2);
@@ -39,6 +40,7 @@ int64_t check_linear_args(const Tensor& x, const Tensor& W, const Tensor* bias, 
   BP_CHECK(lora->A->dim(1) == in, "[linear] x has {} columns but lora A has {} (A is {})", in, lora->A->dim(1),
            lora->A->shape().str());
   ops::require_shape(kOp, "lora B", *lora->B, Shape{out, r});
+  ops::require_same_device(kOp, {&x, lora->A, lora->B});
   if (!(lora->dropout >= 0.0f && lora->dropout < 1.0f))
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 fmt::format("[linear] LoRA dropout must be in [0, 1) but is {}", lora->dropout));
@@ -50,12 +52,13 @@ int64_t check_linear_args(const Tensor& x, const Tensor& W, const Tensor* bias, 
 void base_forward(const Tensor& x, const Tensor& W, const Tensor* bias, Tensor& y) {
   const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
   if (W.dtype() == DType::F32) {
-    ops::kernels(x).linear_base_forward(x.data<float>(), W.data<float>(), bias ? bias->data<float>() : nullptr,
-                                        y.data<float>(), T, in, out);
+    ops::kernels(x).linear_base_forward(x.kernel_data<float>(), W.kernel_data<float>(),
+                                        bias ? bias->kernel_data<float>() : nullptr, y.kernel_data<float>(), T, in,
+                                        out);
     return;
   }
-  ops::kernels(x).held_gemm_xwt(x.data<float>(), ops::held_matrix(W), 0.0f, y.data<float>(), T);
-  if (bias) ops::kernels(x).add_bias_inplace(y.data<float>(), bias->data<float>(), T, out);
+  ops::kernels(x).held_gemm_xwt(x.kernel_data<float>(), ops::held_matrix(W), 0.0f, y.kernel_data<float>(), T);
+  if (bias) ops::kernels(x).add_bias_inplace(y.kernel_data<float>(), bias->kernel_data<float>(), T, out);
 }
 
 // The LoRA part of linear_backward (see the file comment): dB, dA and the LoRA term of dx,
@@ -65,35 +68,39 @@ void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, con
   BP_CHECK(saved && saved->xa.defined(), "[linear] LoRA backward needs the xa saved by linear_forward");
   ops::require_shape(kOp, "saved xa", saved->xa, Shape{T, r});
   const bool dropped = dropout_active(lora);
-  const float* xd = x.data<float>();
+  const float* xd = x.kernel_data<float>();
   if (dropped) {
     BP_CHECK(saved->xd.defined(), "[linear] LoRA dropout was active but forward saved no dropped input");
     ops::require_shape(kOp, "saved xd", saved->xd, Shape{T, in});
-    xd = saved->xd.data<float>();
+    xd = saved->xd.kernel_data<float>();
   }
-  const float* A = lora.A->data<float>();
-  const float* B = lora.B->data<float>();
+  const float* A = lora.A->kernel_data<float>();
+  const float* B = lora.B->kernel_data<float>();
   const float s = lora.scale;
 
   if (grads.dB)
-    ops::kernels(x).sgemm(true, false, out, r, T, s, g, out, saved->xa.data<float>(), r, 1.0f, grads.dB->data<float>(),
-                          r);
+    ops::kernels(x).sgemm(true, false, out, r, T, s, g, out, saved->xa.kernel_data<float>(), r, 1.0f,
+                          grads.dB->kernel_data<float>(), r);
   if (!grads.dA && !grads.dx) return;
   // dxa = s·g·B  [T, r]
-  Tensor dxa = Tensor::empty({T, r});
-  ops::kernels(x).sgemm(false, false, T, r, out, s, g, out, B, r, 0.0f, dxa.data<float>(), r);
+  Tensor dxa = Tensor::empty({T, r}, DType::F32, x.device());
+  ops::kernels(x).sgemm(false, false, T, r, out, s, g, out, B, r, 0.0f, dxa.kernel_data<float>(), r);
   if (grads.dA)
-    ops::kernels(x).sgemm(true, false, r, in, T, 1.0f, dxa.data<float>(), r, xd, in, 1.0f, grads.dA->data<float>(), in);
+    ops::kernels(x).sgemm(true, false, r, in, T, 1.0f, dxa.kernel_data<float>(), r, xd, in, 1.0f,
+                          grads.dA->kernel_data<float>(), in);
   if (!grads.dx) return;
   if (!dropped) {
     // dx += dxa·A straight into dx.
-    ops::kernels(x).sgemm(false, false, T, in, r, 1.0f, dxa.data<float>(), r, A, in, 1.0f, grads.dx->data<float>(), in);
+    ops::kernels(x).sgemm(false, false, T, in, r, 1.0f, dxa.kernel_data<float>(), r, A, in, 1.0f,
+                          grads.dx->kernel_data<float>(), in);
   } else {
     // dxd = dxa·A, then dx += dxd through the same mask (read off x and xd, see dropout_backward_accumulate).
-    Tensor dxd = Tensor::empty({T, in});
-    ops::kernels(x).sgemm(false, false, T, in, r, 1.0f, dxa.data<float>(), r, A, in, 0.0f, dxd.data<float>(), in);
-    ops::kernels(x).dropout_backward_accumulate(dxd.data<float>(), x.data<float>(), xd, grads.dx->data<float>(), T * in,
-                                                lora.dropout, lora.dropout_seed);
+    Tensor dxd = Tensor::empty({T, in}, DType::F32, x.device());
+    ops::kernels(x).sgemm(false, false, T, in, r, 1.0f, dxa.kernel_data<float>(), r, A, in, 0.0f,
+                          dxd.kernel_data<float>(), in);
+    ops::kernels(x).dropout_backward_accumulate(dxd.kernel_data<float>(), x.kernel_data<float>(), xd,
+                                                grads.dx->kernel_data<float>(), T * in, lora.dropout,
+                                                lora.dropout_seed);
   }
 }
 
@@ -103,7 +110,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
                       LinearSaved* saved) {
   const int64_t r = check_linear_args(x, W, bias, lora);
   const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
-  Tensor y = Tensor::empty({T, out});
+  Tensor y = Tensor::empty({T, out}, DType::F32, x.device());
   if (!lora) {
     base_forward(x, W, bias, y);
     if (saved) *saved = LinearSaved{};  // nothing to keep; drop anything from an earlier call
@@ -114,16 +121,17 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
   // Done before the base GEMM so the three GEMMs run back to back: OpenBLAS's worker threads
   // keep spinning after a call, and an OpenMP loop squeezed between two calls competes with them.
   Tensor xd;
-  const float* xd_ptr = x.data<float>();
+  const float* xd_ptr = x.kernel_data<float>();
   if (dropout_active(*lora)) {
-    xd = Tensor::empty({T, in});
-    ops::kernels(x).dropout_forward(x.data<float>(), xd.data<float>(), T * in, lora->dropout, lora->dropout_seed);
-    xd_ptr = xd.data<float>();
+    xd = Tensor::empty({T, in}, DType::F32, x.device());
+    ops::kernels(x).dropout_forward(x.kernel_data<float>(), xd.kernel_data<float>(), T * in, lora->dropout,
+                                    lora->dropout_seed);
+    xd_ptr = xd.kernel_data<float>();
   }
   base_forward(x, W, bias, y);
-  Tensor xa = Tensor::empty({T, r});
-  ops::kernels(x).lora_forward(xd_ptr, lora->A->data<float>(), lora->B->data<float>(), lora->scale, xa.data<float>(),
-                               y.data<float>(), T, in, out, r);
+  Tensor xa = Tensor::empty({T, r}, DType::F32, x.device());
+  ops::kernels(x).lora_forward(xd_ptr, lora->A->kernel_data<float>(), lora->B->kernel_data<float>(), lora->scale,
+                               xa.kernel_data<float>(), y.kernel_data<float>(), T, in, out, r);
   if (saved) {
     saved->xd = std::move(xd);
     saved->xa = std::move(xa);
@@ -146,18 +154,20 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const L
     if (grads.dB) ops::require_shape(kOp, "dB", *grads.dB, Shape{out, r});
   }
 
+  ops::require_same_device(kOp, {&x, &dy, grads.dx, grads.dW, grads.db, grads.dA, grads.dB});
   // All GEMMs first, back to back; the OpenMP loops (dropout mask, db) last: OpenBLAS's workers
   // keep spinning after a call and would compete with an OpenMP loop placed between two calls.
-  const float* g = dy.data<float>();
+  const float* g = dy.kernel_data<float>();
   BP_CHECK(!grads.dW || W.dtype() == DType::F32,
            "[linear] dW asked for a frozen {} weight (held weights get no gradient)", W.describe());
   if (grads.dx && W.dtype() == DType::F32)
-    ops::kernels(x).linear_dx(g, W.data<float>(), grads.dx->data<float>(), T, in, out);
+    ops::kernels(x).linear_dx(g, W.kernel_data<float>(), grads.dx->kernel_data<float>(), T, in, out);
   if (grads.dx && W.dtype() != DType::F32)
-    ops::kernels(x).held_gemm_xw(g, ops::held_matrix(W), grads.dx->data<float>(), T);
-  if (grads.dW) ops::kernels(x).linear_dW_accumulate(g, x.data<float>(), grads.dW->data<float>(), T, in, out);
+    ops::kernels(x).held_gemm_xw(g, ops::held_matrix(W), grads.dx->kernel_data<float>(), T);
+  if (grads.dW)
+    ops::kernels(x).linear_dW_accumulate(g, x.kernel_data<float>(), grads.dW->kernel_data<float>(), T, in, out);
   if (lora && T > 0 && (grads.dx || grads.dA || grads.dB)) lora_backward(g, x, *lora, saved, grads, T, in, out, r);
-  if (grads.db) ops::kernels(x).bias_grad_accumulate(g, grads.db->data<float>(), T, out);
+  if (grads.db) ops::kernels(x).bias_grad_accumulate(g, grads.db->kernel_data<float>(), T, out);
 }
 
 void matmul_accumulate(Tensor& C, float alpha, const Tensor& A, const Tensor& B) {
@@ -168,7 +178,9 @@ void matmul_accumulate(Tensor& C, float alpha, const Tensor& A, const Tensor& B)
   const int64_t N = B.dim(1);
   ops::require_shape(op, "B", B, Shape{K, N});
   ops::require_shape(op, "C", C, Shape{M, N});
-  ops::kernels(C).sgemm(false, false, M, N, K, alpha, A.data<float>(), K, B.data<float>(), N, 1.0f, C.data<float>(), N);
+  ops::require_same_device(op, {&C, &A, &B});
+  ops::kernels(C).sgemm(false, false, M, N, K, alpha, A.kernel_data<float>(), K, B.kernel_data<float>(), N, 1.0f,
+                        C.kernel_data<float>(), N);
 }
 
 }  // namespace bp

@@ -7,6 +7,9 @@
 // Tensors of a device without kernels are refused by the dispatch (ops/dispatch.h: require_backend).
 #pragma once
 
+#include <initializer_list>
+#include <vector>
+
 #include "core/error.h"
 #include "core/tensor.h"
 #include "ops/dispatch.h"
@@ -37,6 +40,28 @@ inline void require_shape(const char* op, const char* name, const Tensor& t, con
   if (!(t.shape() == shape))
     throw Error(ErrorCode::RUNTIME_INTERNAL,
                 fmt::format("[{}] {} has shape {} but {} is expected", op, name, t.shape().str(), shape.str()));
+}
+
+// All the (defined) tensors of one op live on one device: a kernel reads every pointer it gets in
+// its own device's memory, so a CPU tensor given to a CUDA op (or the reverse) is refused here.
+inline void require_same_device(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : ts) {
+    if (!t || !t->defined()) continue;
+    if (!first) first = t;
+    if (!(t->device() == first->device()))
+      throw Error(ErrorCode::RUNTIME_INTERNAL,
+                  fmt::format("[{}] tensors on different devices: {} and {}", op, first->describe(), t->describe()));
+  }
+}
+
+// The i32 values of `t` readable by host code (argument checks of token ids, labels, positions):
+// t's own memory on the CPU, else a copy into `staging` through the device's explicit copy.
+inline const int32_t* host_ints(const Tensor& t, std::vector<int32_t>& staging) {
+  if (t.device().type == DeviceType::CPU) return t.data<int32_t>();
+  staging.resize(static_cast<size_t>(t.numel()));
+  device_copy(t.device().type, staging.data(), t.kernel_data<int32_t>(), t.nbytes(), CopyKind::DeviceToHost);
+  return staging.data();
 }
 
 }  // namespace bp::ops

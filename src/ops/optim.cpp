@@ -22,6 +22,7 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
   BP_CHECK(grad.shape() == param.shape() && m.shape() == param.shape() && v.shape() == param.shape(),
            "[adamw] shapes differ: param {}, grad {}, m {}, v {}", param.shape().str(), grad.shape().str(),
            m.shape().str(), v.shape().str());
+  ops::require_same_device("adamw", {&param, &grad, &m, &v});
   if (step < 1) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[adamw] step must be >= 1, got {}", step));
   const bool betas_ok = cfg.beta1 >= 0.0f && cfg.beta1 < 1.0f && cfg.beta2 >= 0.0f && cfg.beta2 < 1.0f;
   if (!betas_ok || !(cfg.lr >= 0.0f) || !(cfg.eps > 0.0f) || !(cfg.weight_decay >= 0.0f))
@@ -29,8 +30,9 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
                 fmt::format("[adamw] invalid hyper-parameters: lr {} (>= 0), beta1 {} and beta2 {} (in [0, 1)), "
                             "eps {} (> 0), weight_decay {} (>= 0)",
                             cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay));
-  ops::kernels(param).adamw_step(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(),
-                                 param.numel(), cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, step);
+  ops::kernels(param).adamw_step(param.kernel_data<float>(), grad.kernel_data<float>(), m.kernel_data<float>(),
+                                 v.kernel_data<float>(), param.numel(), cfg.lr, cfg.beta1, cfg.beta2, cfg.eps,
+                                 cfg.weight_decay, step);
 }
 
 double global_grad_norm(const std::vector<const Tensor*>& grads) {
@@ -38,7 +40,7 @@ double global_grad_norm(const std::vector<const Tensor*>& grads) {
   for (const Tensor* g : grads) {
     BP_CHECK(g != nullptr, "[grad_norm] null gradient tensor in the list");
     require_cpu_f32(*g, "grad_norm", "gradient");
-    total += ops::kernels(*g).sum_squares(g->data<float>(), g->numel());
+    total += ops::kernels(*g).sum_squares(g->kernel_data<float>(), g->numel());
   }
   return std::sqrt(total);
 }
@@ -52,7 +54,7 @@ double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm) {
   // A non-finite norm is left for the caller's non-finite check: scaling would only spread NaN.
   if (std::isfinite(norm) && norm > max_norm) {
     const float s = static_cast<float>(max_norm / norm);
-    for (Tensor* g : grads) ops::kernels(*g).scale_inplace(g->data<float>(), s, g->numel());
+    for (Tensor* g : grads) ops::kernels(*g).scale_inplace(g->kernel_data<float>(), s, g->numel());
   }
   return norm;
 }
@@ -60,9 +62,10 @@ double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm) {
 bool all_finite(const Tensor& t) {
   ops::require_cpu("all_finite", t);
   switch (t.dtype()) {
-    case DType::F32: return ops::kernels(t).all_finite_f32(t.data<float>(), t.numel());
+    case DType::F32: return ops::kernels(t).all_finite_f32(t.kernel_data<float>(), t.numel());
     case DType::BF16:
-    case DType::F16: return ops::kernels(t).all_finite_16(t.data<uint16_t>(), t.numel(), t.dtype() == DType::BF16);
+    case DType::F16:
+      return ops::kernels(t).all_finite_16(t.kernel_data<uint16_t>(), t.numel(), t.dtype() == DType::BF16);
     case DType::I32: return true;
     default: return true;  // block types hold frozen weights only; their scales are checked on load
   }

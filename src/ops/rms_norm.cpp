@@ -15,6 +15,7 @@ void check_x_w(const Tensor& x, const Tensor& w) {
   ops::require_tensor(kOp, "x", x, DType::F32, 2);
   ops::require_tensor(kOp, "w", w, DType::F32, 1);
   BP_CHECK(w.dim(0) == x.dim(1), "[rms_norm] x has {} columns but w has {}", x.dim(1), w.dim(0));
+  ops::require_same_device(kOp, {&x, &w});
 }
 }  // namespace
 
@@ -24,12 +25,13 @@ Tensor rms_norm_forward(const Tensor& x, const Tensor& w, float eps, Tensor* rst
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[rms_norm] eps must be positive but is {}", eps));
   const int64_t N = x.dim(0), D = x.dim(1);
   if (rstd) {
-    if (!rstd->defined()) *rstd = Tensor::empty({N});
+    if (!rstd->defined()) *rstd = Tensor::empty({N}, DType::F32, x.device());
     ops::require_shape(kOp, "rstd", *rstd, Shape{N});
   }
-  Tensor y = Tensor::empty({N, D});
-  ops::kernels(x).rms_norm_forward(x.data<float>(), w.data<float>(), eps, y.data<float>(),
-                                   rstd ? rstd->data<float>() : nullptr, N, D);
+  ops::require_same_device(kOp, {&x, rstd});
+  Tensor y = Tensor::empty({N, D}, DType::F32, x.device());
+  ops::kernels(x).rms_norm_forward(x.kernel_data<float>(), w.kernel_data<float>(), eps, y.kernel_data<float>(),
+                                   rstd ? rstd->kernel_data<float>() : nullptr, N, D);
   return y;
 }
 
@@ -40,8 +42,10 @@ void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const
   ops::require_shape(kOp, "rstd", rstd, Shape{N});
   ops::require_shape(kOp, "dx", dx, Shape{N, D});
   if (dw) ops::require_shape(kOp, "dw", *dw, Shape{D});
-  ops::kernels(x).rms_norm_backward(dy.data<float>(), x.data<float>(), w.data<float>(), rstd.data<float>(),
-                                    dx.data<float>(), dw ? dw->data<float>() : nullptr, N, D);
+  ops::require_same_device(kOp, {&x, &dy, &rstd, &dx, dw});
+  ops::kernels(x).rms_norm_backward(dy.kernel_data<float>(), x.kernel_data<float>(), w.kernel_data<float>(),
+                                    rstd.kernel_data<float>(), dx.kernel_data<float>(),
+                                    dw ? dw->kernel_data<float>() : nullptr, N, D);
 }
 
 }  // namespace bp

@@ -46,8 +46,10 @@ void check_x_positions(Tensor& x, const Tensor& positions, int n_heads, const Ro
   BP_CHECK(n_heads > 0 && x.dim(1) == static_cast<int64_t>(n_heads) * cfg.head_dim,
            "[rope] x has {} columns but {} heads × head_dim {} = {}", x.dim(1), n_heads, cfg.head_dim,
            static_cast<int64_t>(n_heads) * cfg.head_dim);
+  ops::require_same_device(kOp, {&x, &positions});
   BP_CHECK(positions.dim(0) == x.dim(0), "[rope] x has {} rows but positions has {}", x.dim(0), positions.dim(0));
-  const int32_t* p = positions.data<int32_t>();
+  std::vector<int32_t> staging;
+  const int32_t* p = ops::host_ints(positions, staging);
   for (int64_t t = 0; t < positions.dim(0); ++t)
     if (p[t] < 0)
       throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
@@ -57,8 +59,8 @@ void check_x_positions(Tensor& x, const Tensor& positions, int n_heads, const Ro
 void apply(Tensor& x, const Tensor& positions, int n_heads, const RopeConfig& cfg, bool inverse) {
   check_x_positions(x, positions, n_heads, cfg);
   const std::vector<float> inv_freq = rope_inv_freq(cfg);
-  ops::kernels(x).rope_apply(x.data<float>(), positions.data<int32_t>(), inv_freq.data(), x.dim(0), n_heads,
-                             cfg.head_dim, inverse);
+  ops::kernels(x).rope_apply(x.kernel_data<float>(), positions.kernel_data<int32_t>(), inv_freq.data(), x.dim(0),
+                             n_heads, cfg.head_dim, inverse);
 }
 
 }  // namespace

@@ -12,8 +12,10 @@ constexpr const char* kOp = "swiglu";
 Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
   ops::require_tensor(kOp, "gate", gate, DType::F32, gate.rank());
   ops::require_shape(kOp, "up", up, gate.shape());
-  Tensor h = Tensor::empty(gate.shape());
-  ops::kernels(gate).swiglu_forward(gate.data<float>(), up.data<float>(), h.data<float>(), gate.numel());
+  ops::require_same_device(kOp, {&gate, &up});
+  Tensor h = Tensor::empty(gate.shape(), DType::F32, gate.device());
+  ops::kernels(gate).swiglu_forward(gate.kernel_data<float>(), up.kernel_data<float>(), h.kernel_data<float>(),
+                                    gate.numel());
   return h;
 }
 
@@ -23,8 +25,9 @@ void swiglu_backward(const Tensor& dh, const Tensor& gate, const Tensor& up, Ten
   ops::require_shape(kOp, "dh", dh, gate.shape());
   ops::require_shape(kOp, "dgate", dgate, gate.shape());
   ops::require_shape(kOp, "dup", dup, gate.shape());
-  ops::kernels(dh).swiglu_backward(dh.data<float>(), gate.data<float>(), up.data<float>(), dgate.data<float>(),
-                                   dup.data<float>(), gate.numel());
+  ops::require_same_device(kOp, {&dh, &gate, &up, &dgate, &dup});
+  ops::kernels(dh).swiglu_backward(dh.kernel_data<float>(), gate.kernel_data<float>(), up.kernel_data<float>(),
+                                   dgate.kernel_data<float>(), dup.kernel_data<float>(), gate.numel());
 }
 
 }  // namespace bp

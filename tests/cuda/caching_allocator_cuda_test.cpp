@@ -6,6 +6,7 @@
 #include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/cuda_errors.h"
 #include "backend/cuda/sim/cuda_sim.h"
+#include "sim_device.h"
 #include "train/oom_recovery.h"
 
 namespace bp {
@@ -14,15 +15,7 @@ namespace {
 constexpr size_t kMiB = size_t{1} << 20;
 
 DeviceMemoryApi simulated_api() {
-  DeviceMemoryApi api;
-  api.malloc = [](void** p, size_t bytes) {
-    if (sim::cudaMalloc(p, bytes) == sim::cudaSuccess) return true;
-    sim::cudaGetLastError();
-    return false;
-  };
-  api.free = [](void* p) { sim::cudaFree(p); };
-  api.mem_info = [](size_t* f, size_t* t) { sim::cudaMemGetInfo(f, t); };
-  return api;
+  return test::SimulatedCudaDevice::memory_api();
 }
 
 // A simulated card of `total` bytes for one test.

@@ -2,6 +2,8 @@
 #include "backend/cuda/cross_entropy.cuh"
 
 namespace bp::cuda {
+template size_t cross_entropy_workspace_bytes<float>(int64_t, int64_t);
+template size_t cross_entropy_workspace_bytes<bf16>(int64_t, int64_t);
 template CrossEntropyResult linear_cross_entropy<float>(const float*, const float*, const int32_t*, const int32_t*,
                                                         int64_t, int64_t, int64_t, int64_t, void*, float, float*,
                                                         float*, cudaStream_t);

@@ -103,6 +103,25 @@ Allocator* cuda_allocator(int index) {
   return a.get();
 }
 
+// Host <-> device copies for Tensor (core/allocator.h): synchronous, on the default stream, so a
+// host buffer may be reused as soon as the call returns.
+void cuda_copy(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  const cudaMemcpyKind k = kind == CopyKind::HostToDevice   ? cudaMemcpyHostToDevice
+                           : kind == CopyKind::DeviceToHost ? cudaMemcpyDeviceToHost
+                                                            : cudaMemcpyDeviceToDevice;
+  if (cudaMemcpy(dst, src, bytes, k) != cudaSuccess) {
+    cudaError_t e = cudaGetLastError();
+    throw cuda_failure("cudaMemcpy", cudaGetErrorName(e), cudaGetErrorString(e));
+  }
+}
+
+void cuda_zero(void* dst, size_t bytes) {
+  if (cudaMemset(dst, 0, bytes) != cudaSuccess) {
+    cudaError_t e = cudaGetLastError();
+    throw cuda_failure("cudaMemset", cudaGetErrorName(e), cudaGetErrorString(e));
+  }
+}
+
 }  // namespace bp
 
 namespace bp {

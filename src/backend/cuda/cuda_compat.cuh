@@ -5,6 +5,8 @@
 // - BP_LAUNCH(grid, block, shared_bytes, stream, kernel)(args...) is <<<...>>> or the simulated
 //   launch;
 // - BP_DYNAMIC_SHARED(type, name) declares the block's dynamic shared memory;
+// - BP_HOST_FN marks a launcher that is not a template (inline in the simulation, where several
+//   test files include the same .cuh; an ordinary function in its one .cu under nvcc);
 // - Storage types: kernels are templates over the element type their activations are stored in
 //   (float, or bf16) and always accumulate in f32 (load_f32 / store_from_f32).
 #pragma once
@@ -15,12 +17,14 @@
 #define BP_CUDA_NS cuda
 #define BP_LAUNCH(grid, block, shared_bytes, stream, ...) __VA_ARGS__<<<grid, block, shared_bytes, stream>>>
 #define BP_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#define BP_HOST_FN
 #else
 #include "backend/cuda/sim/cuda_sim.h"
 #define BP_CUDA_NS sim
 #define BP_LAUNCH(grid, block, shared_bytes, stream, ...) \
   ::bp::sim::make_launch(grid, block, shared_bytes, stream, __VA_ARGS__)
 #define BP_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::bp::sim::sim_dynamic_shared())
+#define BP_HOST_FN inline  // a non-template launcher: defined once by its .cu, in every test file here
 #endif
 
 #include <algorithm>
@@ -80,6 +84,10 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 
 inline unsigned blocks_for(int64_t n, int threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
+}
+// Blocks of 256 threads for a grid-stride loop over n elements (at most 65535 blocks).
+inline unsigned elementwise_blocks(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65535));
 }
 
 }  // namespace bp::BP_CUDA_NS

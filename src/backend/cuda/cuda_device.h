@@ -4,13 +4,15 @@
 // RUNTIME_NOT_BUILT_WITH_CUDA. Nothing aborts.
 #pragma once
 
+#include "core/allocator.h"
 #include "core/device_info.h"  // CudaStatus, cuda_status()
 
 namespace bp {
 
-class Allocator;
-
 Allocator* cuda_allocator(int index);
+// The built-in CUDA device memory functions behind core's device_copy / device_zero.
+void cuda_copy(void* dst, const void* src, size_t bytes, CopyKind kind);
+void cuda_zero(void* dst, size_t bytes);
 
 }  // namespace bp
 

@@ -1,6 +1,7 @@
 // Host-side declarations of the real CUDA backend's kernels (the functions the .cu files
 // instantiate from the .cuh sources), for host C++ compiled by g++ in CUDA builds: the device
-// tests (tests/cuda_device) and, later, the CUDA dispatch table. Only valid when BP_HAVE_CUDA.
+// tests (tests/cuda_device) and the CUDA dispatch table (cuda_kernel_wrappers.h). Only valid when
+// BP_HAVE_CUDA. Each declaration matches the definition in its .cuh.
 // Pointers are device pointers; bf16 is CUDA's __nv_bfloat16.
 #pragma once
 
@@ -12,6 +13,7 @@
 
 #include "backend/cpu/attention.h"  // AttentionDims, shared with the CPU kernels
 #include "backend/cuda/attention_limits.h"
+#include "backend/cuda/gemm_desc.h"
 
 namespace bp::cuda {
 
@@ -41,6 +43,34 @@ template <class T>
 double sum_squares(const T* x, int64_t n, void* scratch, cudaStream_t stream);
 template <class T>
 bool all_finite(const T* x, int64_t n, void* scratch, cudaStream_t stream);
+size_t optim_scratch_bytes(int64_t n);
+
+// elementwise.cuh
+void axpy_inplace(float* y, float a, const float* x, int64_t n, cudaStream_t stream);
+void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream);
+void scale_inplace(float* y, float a, int64_t n, cudaStream_t stream);
+void add_bias_inplace(float* y, const float* b, int64_t T_tokens, int64_t N, cudaStream_t stream);
+void bias_grad_accumulate(const float* dy, float* db, int64_t T_tokens, int64_t N, cudaStream_t stream);
+void convert_bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t stream);
+void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed, cudaStream_t stream);
+void dropout_backward_accumulate(const float* g, const float* x, const float* xd, float* dx, int64_t n, float p,
+                                 uint64_t seed, cudaStream_t stream);
+
+// gemm.cuh (cublaslt_gemm.cpp)
+void gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C, void* workspace, size_t workspace_bytes,
+          cudaStream_t stream);
+
+// cross_entropy.cuh (the same struct as there)
+struct CrossEntropyResult {
+  double loss_sum = 0.0;
+  int64_t n_counted = 0;
+};
+template <class T>
+size_t cross_entropy_workspace_bytes(int64_t chunk, int64_t V);
+template <class T>
+CrossEntropyResult linear_cross_entropy(const T* x, const T* W, const int32_t* labels, const int32_t* labels_host,
+                                        int64_t T_tokens, int64_t D, int64_t V, int64_t chunk, void* workspace,
+                                        float grad_scale, T* dx, float* dW, cudaStream_t stream);
 
 // Causal grouped-query attention over packed samples (attention.cuh; contract ops/attention.h,
 // same layouts and AttentionDims as cpu::attention_forward/backward). q, o, dout, dq [T, Hq·d],

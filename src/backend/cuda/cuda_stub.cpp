@@ -17,6 +17,16 @@ Allocator* cuda_allocator(int index) {
               fmt::format("[cuda] CUDA device {} requested, but backprop was not built with CUDA", index));
 }
 
+void cuda_copy(void*, const void*, size_t, CopyKind) {
+  throw Error(ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA,
+              "[cuda] copy to or from CUDA memory, but backprop was not built with CUDA");
+}
+
+void cuda_zero(void*, size_t) {
+  throw Error(ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA,
+              "[cuda] zeroing CUDA memory, but backprop was not built with CUDA");
+}
+
 }  // namespace bp
 
 namespace bp {

@@ -19,12 +19,12 @@ namespace bp::BP_CUDA_NS {
 constexpr int kReduceThreads = 256;
 constexpr int kReduceMaxBlocks = 1024;
 
-inline int reduce_blocks(int64_t n) {
+BP_HOST_FN int reduce_blocks(int64_t n) {
   return static_cast<int>(
       std::max<int64_t>(1, std::min<int64_t>((n + kReduceThreads - 1) / kReduceThreads, kReduceMaxBlocks)));
 }
 // Device bytes sum_squares / all_finite need as scratch for n values.
-inline size_t optim_scratch_bytes(int64_t n) {
+BP_HOST_FN size_t optim_scratch_bytes(int64_t n) {
   return sizeof(double) * (reduce_blocks(n) + 1) + sizeof(unsigned);
 }
 
@@ -46,8 +46,8 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
   }
 }
 
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-                float eps, float weight_decay, int64_t step, cudaStream_t stream = nullptr) {
+BP_HOST_FN void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
+                           float beta2, float eps, float weight_decay, int64_t step, cudaStream_t stream = nullptr) {
   if (n <= 0) return;
   const double lr_d = lr, b1 = beta1, b2 = beta2;
   const float decay = static_cast<float>(1.0 - lr_d * static_cast<double>(weight_decay));

@@ -33,10 +33,6 @@ __global__ void swiglu_backward_kernel(const T* dh, const T* gate, const T* up, 
   }
 }
 
-inline unsigned elementwise_blocks(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65535));
-}
-
 template <class T>
 void swiglu_forward(const T* gate, const T* up, T* h, int64_t n, cudaStream_t stream = nullptr) {
   if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, swiglu_forward_kernel<T>)(gate, up, h, n);

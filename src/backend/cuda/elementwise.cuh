@@ -1,0 +1,114 @@
+// CUDA elementwise kernels of the linear layer and the optimizer step (contracts: ops/elementwise.h,
+// ops/linear.h; CPU siblings: backend/cpu/elementwise.cpp, backend/cpu/linear.cpp). All f32.
+//   axpy_inplace:         y += a·x (add_inplace is a = 1: 1·x is exact)           grid-stride
+//   scale_inplace:        y *= a                                                   grid-stride
+//   add_bias_inplace:     y[t, j] += b[j]                                          grid-stride
+//   bias_grad_accumulate: db[j] += Σ_t dy[t, j], one thread per column walking the tokens in order
+//                         (deterministic, no atomics)                              (+=)
+//   convert_bf16_to_f32:  a held bf16 weight panel dequantized for an f32 GEMM
+//   dropout_forward / dropout_backward_accumulate: the CPU kernel's mask bit for bit (the same
+//                         splitmix64 hash of (seed, index)), inverted dropout 1/(1−p)
+// Products use __fmul_rn/__fadd_rn: no FMA contraction, so the rounding is the CPU kernel's.
+// Compiled by nvcc through elementwise.cu, and as host C++ on the CPU simulation in tests/cuda.
+#pragma once
+
+#include "backend/cuda/cuda_compat.cuh"
+
+namespace bp::BP_CUDA_NS {
+
+__global__ void axpy_kernel(float* y, float a, const float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = __fadd_rn(y[i], __fmul_rn(a, x[i]));
+}
+
+__global__ void scale_kernel(float* y, float a, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = __fmul_rn(y[i], a);
+}
+
+__global__ void add_bias_kernel(float* y, const float* b, int64_t n, int64_t N) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = __fadd_rn(y[i], b[i % N]);
+}
+
+__global__ void bias_grad_kernel(const float* dy, float* db, int64_t T_tokens, int64_t N) {
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= N) return;
+  float acc = 0.0f;
+  for (int64_t t = 0; t < T_tokens; ++t) acc = __fadd_rn(acc, dy[t * N + j]);
+  db[j] = __fadd_rn(db[j], acc);
+}
+
+__global__ void bf16_to_f32_kernel(const bf16* src, float* dst, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = __bfloat162float(src[i]);
+}
+
+__host__ __device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+// Element `index` is kept when the top 24 bits of splitmix64(mixed_seed ^ index) / 2^24 >= p.
+__device__ __forceinline__ bool dropout_keep_mixed(uint64_t mixed_seed, uint64_t index, float p) {
+  const uint64_t h = splitmix64(mixed_seed ^ index);
+  return __fmul_rn(static_cast<float>(h >> 40), 1.0f / 16777216.0f) >= p;
+}
+
+__global__ void dropout_forward_kernel(const float* x, float* xd, int64_t n, float p, float inv_keep, uint64_t mixed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    xd[i] = dropout_keep_mixed(mixed, static_cast<uint64_t>(i), p) ? __fmul_rn(x[i], inv_keep) : 0.0f;
+}
+
+// dx += dropout'(g): the mask is read off xd (kept values are non-zero) except where x is exactly 0,
+// which hides it: there the hash is evaluated again (the CPU kernel's two passes, in its order).
+__global__ void dropout_backward_kernel(const float* g, const float* x, const float* xd, float* dx, int64_t n, float p,
+                                        float inv_keep, uint64_t mixed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float d = dx[i];
+    const float gi = __fmul_rn(g[i], inv_keep);
+    d = __fadd_rn(d, xd[i] != 0.0f ? gi : 0.0f);
+    if (x[i] == 0.0f && dropout_keep_mixed(mixed, static_cast<uint64_t>(i), p)) d = __fadd_rn(d, gi);
+    dx[i] = d;
+  }
+}
+
+BP_HOST_FN void axpy_inplace(float* y, float a, const float* x, int64_t n, cudaStream_t stream = nullptr) {
+  if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, axpy_kernel)(y, a, x, n);
+}
+BP_HOST_FN void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream = nullptr) {
+  axpy_inplace(y, 1.0f, x, n, stream);
+}
+BP_HOST_FN void scale_inplace(float* y, float a, int64_t n, cudaStream_t stream = nullptr) {
+  if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, scale_kernel)(y, a, n);
+}
+BP_HOST_FN void add_bias_inplace(float* y, const float* b, int64_t T_tokens, int64_t N, cudaStream_t stream = nullptr) {
+  if (T_tokens * N > 0)
+    BP_LAUNCH(elementwise_blocks(T_tokens * N), 256, 0, stream, add_bias_kernel)(y, b, T_tokens * N, N);
+}
+BP_HOST_FN void bias_grad_accumulate(const float* dy, float* db, int64_t T_tokens, int64_t N,
+                                     cudaStream_t stream = nullptr) {
+  if (N > 0) BP_LAUNCH(blocks_for(N, 128), 128, 0, stream, bias_grad_kernel)(dy, db, T_tokens, N);
+}
+BP_HOST_FN void convert_bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t stream = nullptr) {
+  if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, bf16_to_f32_kernel)(src, dst, n);
+}
+BP_HOST_FN void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed,
+                                cudaStream_t stream = nullptr) {
+  if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, dropout_forward_kernel)
+  (x, xd, n, p, 1.0f / (1.0f - p), splitmix64(seed));
+}
+BP_HOST_FN void dropout_backward_accumulate(const float* g, const float* x, const float* xd, float* dx, int64_t n,
+                                            float p, uint64_t seed, cudaStream_t stream = nullptr) {
+  if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, dropout_backward_kernel)
+  (g, x, xd, dx, n, p, 1.0f / (1.0f - p), splitmix64(seed));
+}
+
+}  // namespace bp::BP_CUDA_NS

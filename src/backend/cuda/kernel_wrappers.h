@@ -1,0 +1,270 @@
+// The CUDA backend's kernels behind the CPU kernels' signatures (backend/cpu/*.h), so the ops'
+// dispatch table (ops/dispatch.h, kernels_from<KernelWrappers>) holds them beside the CPU ones.
+// Written once, compiled twice (like cuda_compat.cuh): included with BP_WRAP_NS = cuda by
+// cuda_kernel_wrappers.h over the real launchers (g++, CUDA runtime headers), and with
+// BP_WRAP_NS = sim by sim/sim_kernel_wrappers.h over the simulated kernels (test_cuda). The
+// includer declares the launchers and the runtime calls first; this file has no include guard.
+//
+// What the wrappers add to a launcher: f32 activations (the ops layer is f32 today), device
+// workspace from the CUDA allocator (counted, and released on every path), a check of the launch
+// (a failed launch throws through cuda_errors.h), and the few host values the CUDA launchers need:
+// the labels on the host (cross-entropy windows), rope's inv_freq table (host memory on every
+// backend) copied to the device. Frozen weights held in bf16 are dequantized panel by panel
+// (at most kHeldTileFloats floats) into workspace and multiplied by an f32 GEMM, as the CPU does;
+// other held types are refused (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash). Kernels not written
+// yet (attention: branch cudaattn) are null entries, listed in kernel_gaps.h.
+#ifndef BP_WRAP_NS
+#error "define BP_WRAP_NS (cuda or sim) and declare the launchers before including kernel_wrappers.h"
+#endif
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/cross_entropy.h"
+#include "backend/cpu/quant_gemm.h"
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_errors.h"
+#include "backend/cuda/gemm_desc.h"
+#include "backend/cuda/kernel_gaps.h"
+#include "core/allocator.h"
+#include "core/dtype.h"
+
+namespace bp::BP_WRAP_NS {
+
+// Device memory from the CUDA allocator for one call, returned when the call ends.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes)
+      : allocator_(allocator_for(Device{DeviceType::CUDA, 0})), bytes_(bytes), ptr_(allocator_.allocate(bytes)) {}
+  ~DeviceBuffer() { allocator_.deallocate(ptr_, bytes_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  Allocator& allocator_;
+  size_t bytes_;
+  void* ptr_;
+};
+
+inline void check_cuda(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  const cudaError_t e = cudaGetLastError();
+  const cudaError_t shown = e == cudaSuccess ? status : e;
+  throw cuda_failure(what, cudaGetErrorName(shown), cudaGetErrorString(shown));
+}
+// A launch reports its configuration errors (and, in the simulation, injected faults) here.
+inline void check_launch(const char* kernel) {
+  check_cuda(cudaGetLastError(), kernel);
+}
+
+[[noreturn]] inline void held_type_unavailable(const char* kernel, DType type) {
+  const std::string what = std::string(kernel) + " (weights held as " + dtype_name(type) + ")";
+  cuda_op_unavailable(what.c_str());
+}
+
+// The kernels still missing (attention) are the null members inherited from KernelGaps.
+struct KernelWrappers : cuda_gaps::KernelGaps {
+  // ---- GEMMs (gemm_desc.h: row-major calls become column-major descriptions, A = W, B = X) ----
+  static void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+    run_gemm(gemm::row_major_gemm(trans_a, trans_b, M, N, K, alpha, lda, ldb, beta, ldc), B, A, C);
+  }
+  static void linear_base_forward(const float* x, const float* W, const float* bias, float* y, int64_t T, int64_t in,
+                                  int64_t out) {
+    run_gemm(gemm::linear_forward_gemm(T, in, out, gemm::DType::F32, gemm::DType::F32), W, x, y);
+    if (bias) add_bias_inplace(y, bias, T, out);
+  }
+  static void lora_forward(const float* xd, const float* A, const float* B, float scale, float* xa, float* y, int64_t T,
+                           int64_t in, int64_t out, int64_t r) {
+    sgemm(false, true, T, r, in, 1.0f, xd, in, A, in, 0.0f, xa, r);
+    sgemm(false, true, T, out, r, scale, xa, r, B, r, 1.0f, y, out);
+  }
+  static void linear_dx(const float* dy, const float* W, float* dx, int64_t T, int64_t in, int64_t out) {
+    if (out == 0) {
+      check_cuda(cudaMemset(dx, 0, static_cast<size_t>(T * in) * sizeof(float)), "cudaMemset(linear dx)");
+      return;
+    }
+    run_gemm(gemm::linear_dx_gemm(T, in, out, gemm::DType::F32, gemm::DType::F32), W, dy, dx);
+  }
+  static void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out) {
+    if (T > 0) run_gemm(gemm::linear_dW_gemm(T, in, out, gemm::DType::F32), x, dy, dW);
+  }
+  // C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K] held: one GEMM per panel of W's rows (columns of C).
+  static void held_gemm_xwt(const float* X, const cpu::HeldMatrix& W, float beta, float* C, int64_t M) {
+    const int64_t N = W.rows, K = W.cols;
+    for_each_f32_panel(W, "held_gemm_xwt", [&](int64_t n0, int64_t nb, const float* P) {
+      run_gemm(gemm::row_major_gemm(false, true, M, nb, K, 1.0f, K, K, beta, N), P, X, C + n0);
+    });
+  }
+  // C[M, K] = X[M, N]·W (overwritten), W [N, K] held: C = Σ_panels X[:, panel]·W[panel, :].
+  static void held_gemm_xw(const float* X, const cpu::HeldMatrix& W, float* C, int64_t M) {
+    const int64_t N = W.rows, K = W.cols;
+    for_each_f32_panel(W, "held_gemm_xw", [&](int64_t n0, int64_t nb, const float* P) {
+      run_gemm(gemm::row_major_gemm(false, false, M, K, nb, 1.0f, N, K, n0 == 0 ? 0.0f : 1.0f, K), P, X + n0, C);
+    });
+  }
+  static void embedding_forward_held(const int32_t* ids, const cpu::HeldMatrix& table, float* y, int64_t T) {
+    const int64_t D = table.cols;
+    if (table.type == DType::F32) return embedding_forward(ids, static_cast<const float*>(table.data), y, T, D);
+    if (table.type != DType::BF16) held_type_unavailable("embedding_forward_held", table.type);
+    // Gather the bf16 rows, then widen them: exact, and no f32 copy of the whole table.
+    DeviceBuffer rows(static_cast<size_t>(T * D) * sizeof(bf16));
+    ::bp::BP_WRAP_NS::embedding_forward<bf16>(ids, static_cast<const bf16*>(table.data), rows.as<bf16>(), T, D,
+                                              nullptr);
+    check_launch("embedding_forward_held");
+    ::bp::BP_WRAP_NS::convert_bf16_to_f32(rows.as<bf16>(), y, T * D, nullptr);
+    check_launch("embedding_forward_held (widen)");
+  }
+
+  // ---- fused linear + cross-entropy (W f32: the activations are f32) ----
+  static cpu::CrossEntropyTotals linear_cross_entropy(const float* x, const cpu::HeldMatrix& W, const int32_t* labels,
+                                                      int64_t T, int64_t D, int64_t V, int64_t chunk,
+                                                      float* /*logits_chunk: the workspace below holds them*/,
+                                                      float grad_scale, float* dx, float* dW) {
+    if (W.type != DType::F32) held_type_unavailable("linear_cross_entropy", W.type);
+    if (T == 0) return {};
+    std::vector<int32_t> labels_host(static_cast<size_t>(T));
+    check_cuda(cudaMemcpy(labels_host.data(), labels, labels_host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
+               "cudaMemcpy(labels)");
+    const int64_t c = std::min(chunk, T);
+    DeviceBuffer workspace(cross_entropy_workspace_bytes<float>(c, V));
+    const auto r =
+        ::bp::BP_WRAP_NS::linear_cross_entropy<float>(x, static_cast<const float*>(W.data), labels, labels_host.data(),
+                                                      T, D, V, c, workspace.as<void>(), grad_scale, dx, dW, nullptr);
+    check_launch("linear_cross_entropy");
+    return {r.loss_sum, r.n_counted};
+  }
+
+  // ---- elementwise ----
+  static void add_inplace(float* y, const float* x, int64_t n) {
+    ::bp::BP_WRAP_NS::add_inplace(y, x, n, nullptr);
+    check_launch("add_inplace");
+  }
+  static void axpy_inplace(float* y, float a, const float* x, int64_t n) {
+    ::bp::BP_WRAP_NS::axpy_inplace(y, a, x, n, nullptr);
+    check_launch("axpy_inplace");
+  }
+  static void scale_inplace(float* y, float a, int64_t n) {
+    ::bp::BP_WRAP_NS::scale_inplace(y, a, n, nullptr);
+    check_launch("scale_inplace");
+  }
+  static void add_bias_inplace(float* y, const float* b, int64_t T, int64_t N) {
+    ::bp::BP_WRAP_NS::add_bias_inplace(y, b, T, N, nullptr);
+    check_launch("add_bias_inplace");
+  }
+  static void bias_grad_accumulate(const float* dy, float* db, int64_t T, int64_t N) {
+    ::bp::BP_WRAP_NS::bias_grad_accumulate(dy, db, T, N, nullptr);
+    check_launch("bias_grad_accumulate");
+  }
+  static void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed) {
+    ::bp::BP_WRAP_NS::dropout_forward(x, xd, n, p, seed, nullptr);
+    check_launch("dropout_forward");
+  }
+  static void dropout_backward_accumulate(const float* g, const float* x, const float* xd, float* dx, int64_t n,
+                                          float p, uint64_t seed) {
+    ::bp::BP_WRAP_NS::dropout_backward_accumulate(g, x, xd, dx, n, p, seed, nullptr);
+    check_launch("dropout_backward_accumulate");
+  }
+
+  // ---- embedding ----
+  static void embedding_forward(const int32_t* ids, const float* table, float* y, int64_t T, int64_t D) {
+    ::bp::BP_WRAP_NS::embedding_forward<float>(ids, table, y, T, D, nullptr);
+    check_launch("embedding_forward");
+  }
+  static void embedding_backward(const float* dy, const int32_t* ids, float* dtable, int64_t T, int64_t D) {
+    ::bp::BP_WRAP_NS::embedding_backward<float>(dy, ids, dtable, T, D, nullptr);
+    check_launch("embedding_backward");
+  }
+
+  // ---- optimizer ----
+  static void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
+                         float beta2, float eps, float weight_decay, int64_t step) {
+    ::bp::BP_WRAP_NS::adamw_step(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, nullptr);
+    check_launch("adamw_step");
+  }
+  static double sum_squares(const float* x, int64_t n) {
+    if (n <= 0) return 0.0;
+    DeviceBuffer scratch(optim_scratch_bytes(n));
+    const double s = ::bp::BP_WRAP_NS::sum_squares<float>(x, n, scratch.as<void>(), nullptr);
+    check_launch("sum_squares");
+    return s;
+  }
+  static bool all_finite_f32(const float* x, int64_t n) {
+    if (n <= 0) return true;
+    DeviceBuffer scratch(optim_scratch_bytes(n));
+    const bool ok = ::bp::BP_WRAP_NS::all_finite<float>(x, n, scratch.as<void>(), nullptr);
+    check_launch("all_finite_f32");
+    return ok;
+  }
+  static bool all_finite_16(const uint16_t* x, int64_t n, bool is_bf16) {
+    if (!is_bf16) held_type_unavailable("all_finite_16", DType::F16);
+    if (n <= 0) return true;
+    DeviceBuffer scratch(optim_scratch_bytes(n));
+    const bool ok =
+        ::bp::BP_WRAP_NS::all_finite<bf16>(reinterpret_cast<const bf16*>(x), n, scratch.as<void>(), nullptr);
+    check_launch("all_finite_16");
+    return ok;
+  }
+
+  // ---- normalisation, rotary embedding, activation ----
+  static void rms_norm_forward(const float* x, const float* w, float eps, float* y, float* rstd, int64_t N, int64_t D) {
+    ::bp::BP_WRAP_NS::rms_norm_forward<float>(x, w, eps, y, rstd, N, D, nullptr);
+    check_launch("rms_norm_forward");
+  }
+  static void rms_norm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
+                                float* dw, int64_t N, int64_t D) {
+    ::bp::BP_WRAP_NS::rms_norm_backward<float>(dy, x, w, rstd, dx, dw, N, D, nullptr);
+    check_launch("rms_norm_backward");
+  }
+  // inv_freq is host memory (the front-end's head_dim/2 table): copied to the device per call.
+  static void rope_apply(float* x, const int32_t* positions, const float* inv_freq, int64_t T, int64_t n_heads,
+                         int64_t head_dim, bool inverse) {
+    if (T == 0) return;
+    const size_t bytes = static_cast<size_t>(head_dim / 2) * sizeof(float);
+    DeviceBuffer freq(bytes);
+    check_cuda(cudaMemcpy(freq.as<float>(), inv_freq, bytes, cudaMemcpyHostToDevice), "cudaMemcpy(rope inv_freq)");
+    ::bp::BP_WRAP_NS::rope_apply<float>(x, positions, freq.as<float>(), T, n_heads, head_dim, inverse, nullptr);
+    check_launch("rope_apply");
+  }
+  static void swiglu_forward(const float* gate, const float* up, float* h, int64_t n) {
+    ::bp::BP_WRAP_NS::swiglu_forward<float>(gate, up, h, n, nullptr);
+    check_launch("swiglu_forward");
+  }
+  static void swiglu_backward(const float* dh, const float* gate, const float* up, float* dgate, float* dup,
+                              int64_t n) {
+    ::bp::BP_WRAP_NS::swiglu_backward<float>(dh, gate, up, dgate, dup, n, nullptr);
+    check_launch("swiglu_backward");
+  }
+
+ private:
+  static void run_gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C) {
+    ::bp::BP_WRAP_NS::gemm(desc, A, B, C, nullptr, 0, nullptr);
+    check_launch("gemm");
+  }
+  // fn(row0, n_rows, rows as f32 device memory) over a held weight: once with the weight itself when
+  // it is f32; for bf16, per panel of at most kHeldTileFloats floats (at least one row), each
+  // dequantized into one reused workspace buffer. Other held types are refused.
+  template <class Fn>
+  static void for_each_f32_panel(const cpu::HeldMatrix& W, const char* kernel, Fn&& fn) {
+    if (W.type == DType::F32) return fn(int64_t{0}, W.rows, static_cast<const float*>(W.data));
+    if (W.type != DType::BF16) held_type_unavailable(kernel, W.type);
+    const int64_t rows = std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, W.cols));
+    DeviceBuffer panel(static_cast<size_t>(std::min(rows, W.rows) * W.cols) * sizeof(float));
+    for (int64_t n0 = 0; n0 < W.rows; n0 += rows) {
+      const int64_t nb = std::min(rows, W.rows - n0);
+      const bf16* src = static_cast<const bf16*>(W.data) + n0 * W.cols;
+      ::bp::BP_WRAP_NS::convert_bf16_to_f32(src, panel.as<float>(), nb * W.cols, nullptr);
+      check_launch("held weight dequantize (bf16)");
+      fn(n0, nb, static_cast<const float*>(panel.as<float>()));
+    }
+  }
+};
+
+}  // namespace bp::BP_WRAP_NS

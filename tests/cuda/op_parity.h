@@ -1,0 +1,189 @@
+// Op front-ends on CUDA tensors against the CPU backend on random inputs at odd sizes: every entry
+// of the CUDA dispatch table but attention. Run on the simulated device (tests/cuda/
+// cuda_dispatch_test.cpp) and, where a GPU exists, on the real one through the real table
+// (tests/cuda_device/dispatch_device_test.cpp). `tol` is the f32 tolerance of the device's results;
+// GEMM outputs over hundreds of products get widen(tol).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <optional>
+
+#include "ops/cross_entropy.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/linear.h"
+#include "ops/optim.h"
+#include "ops/rms_norm.h"
+#include "ops/rope.h"
+#include "ops/swiglu.h"
+#include "support/test_util.h"
+
+namespace bp::test::parity {
+
+constexpr Device kGpu{DeviceType::CUDA, 0};
+
+inline Tensor gpu(const Tensor& t) {
+  return t.to(kGpu);
+}
+
+inline void expect_same(const Tensor& got_gpu, const Tensor& ref_cpu, const std::string& what, Tolerance tol) {
+  EXPECT_EQ(got_gpu.device(), kGpu) << what;
+  EXPECT_TRUE(all_close(got_gpu.to_vector(), ref_cpu.to_vector(), tol)) << what;
+}
+
+// The code of the bp::Error f throws (nullopt when it throws none).
+inline std::optional<ErrorCode> code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return std::nullopt;
+}
+
+inline Tolerance widen(Tolerance tol) {
+  return Tolerance{tol.atol * 10, tol.rtol * 10};
+}
+
+inline void elementwise(Tolerance tol) {
+  for (int64_t T : {1, 33}) {
+    for (int64_t N : {1, 31, 257}) {
+      Tensor y = random_tensor({T, N}, 10 + T * N), x = random_tensor({T, N}, 11), b = random_tensor({N}, 12);
+      Tensor yd = gpu(y), xd = gpu(x), bd = gpu(b), db = random_tensor({N}, 13), dbd = gpu(db);
+      add_inplace(y, x), add_inplace(yd, xd);
+      axpy_inplace(y, -0.7f, x), axpy_inplace(yd, -0.7f, xd);
+      scale_inplace(y, 1.3f), scale_inplace(yd, 1.3f);
+      add_bias_inplace(y, b), add_bias_inplace(yd, bd);
+      bias_grad_accumulate(y, db), bias_grad_accumulate(yd, dbd);
+      expect_same(yd, y, "y", tol);
+      expect_same(dbd, db, "db", tol);
+    }
+  }
+}
+
+inline void linear_with_lora_dropout_and_bias(Tolerance tol) {
+  const int64_t T = 33, in = 31, out = 17, r = 3;
+  Tensor x = random_tensor({T, in}, 20), W = random_tensor({out, in}, 21), bias = random_tensor({out}, 22);
+  Tensor A = random_tensor({r, in}, 23), B = random_tensor({out, r}, 24), dy = random_tensor({T, out}, 25);
+  x.data<float>()[5] = 0.0f;  // an exact zero hides the dropout mask in xd: the rehash path
+  Tensor xg = gpu(x), Wg = gpu(W), bg = gpu(bias), Ag = gpu(A), Bg = gpu(B), dyg = gpu(dy);
+  LoraWeights lc{&A, &B, 0.5f, 0.25f, 99, true}, lg{&Ag, &Bg, 0.5f, 0.25f, 99, true};
+  LinearSaved sc, sg;
+  expect_same(linear_forward(xg, Wg, &bg, &lg, &sg), linear_forward(x, W, &bias, &lc, &sc), "y", tol);
+  expect_same(sg.xd, sc.xd, "xd (dropout mask)", tol);
+  Tensor dx = Tensor::empty({T, in}), dW = random_tensor({out, in}, 26), db = random_tensor({out}, 27);
+  Tensor dA = random_tensor({r, in}, 28), dB = random_tensor({out, r}, 29);
+  Tensor dxg = Tensor::empty({T, in}, DType::F32, kGpu), dWg = gpu(dW), dbg = gpu(db), dAg = gpu(dA), dBg = gpu(dB);
+  linear_backward(dy, x, W, &lc, &sc, LinearGrads{&dx, &dW, &db, &dA, &dB});
+  linear_backward(dyg, xg, Wg, &lg, &sg, LinearGrads{&dxg, &dWg, &dbg, &dAg, &dBg});
+  expect_same(dxg, dx, "dx", tol);
+  expect_same(dWg, dW, "dW", tol);
+  expect_same(dbg, db, "db", tol);
+  expect_same(dAg, dA, "dA", tol);
+  expect_same(dBg, dB, "dB", tol);
+  Tensor C = random_tensor({out, r}, 30), Cg = gpu(C);
+  matmul_accumulate(C, 0.3f, dy.rows(0, out), B);
+  matmul_accumulate(Cg, 0.3f, dyg.rows(0, out), Bg);
+  expect_same(Cg, C, "matmul_accumulate", tol);
+}
+
+inline void held_bf16_weights(Tolerance tol) {
+  // 700 columns: a 64k-float panel holds 93 rows, so the 257-row weight takes several panels.
+  const int64_t T = 9, in = 700, out = 257;
+  Tensor x = random_tensor({T, in}, 40), W = random_tensor({out, in}, 41).to(DType::BF16),
+         dy = random_tensor({T, out}, 42);
+  Tensor xg = gpu(x), Wg = gpu(W), dyg = gpu(dy);
+  expect_same(linear_forward(xg, Wg, nullptr, nullptr, nullptr), linear_forward(x, W, nullptr, nullptr, nullptr), "y",
+              widen(tol));
+  Tensor dx = Tensor::empty({T, in}), dxg = Tensor::empty({T, in}, DType::F32, kGpu);
+  linear_backward(dy, x, W, nullptr, nullptr, LinearGrads{&dx});
+  linear_backward(dyg, xg, Wg, nullptr, nullptr, LinearGrads{&dxg});
+  expect_same(dxg, dx, "dx", widen(tol));
+  Tensor ids = Tensor::from_vector(std::vector<int32_t>{0, 256, 3, 3, 100}, {5});
+  expect_same(embedding_forward(gpu(ids), Wg), embedding_forward(ids, W), "embedding of a held table", tol);
+  expect_same(lm_head_logits(xg, Wg), lm_head_logits(x, W), "lm_head", widen(tol));
+  // A type the CUDA backend has no kernel for is refused, not read.
+  Tensor Wq = gpu(random_tensor({out, in}, 43).to(DType::F16));
+  EXPECT_EQ(code_of([&] { linear_forward(xg, Wq, nullptr, nullptr, nullptr); }),
+            ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA);
+}
+
+inline void norm_rope_swiglu_embedding(Tolerance tol) {
+  const int64_t T = 33, heads = 3, d = 8, D = heads * d, V = 31;
+  Tensor x = random_tensor({T, D}, 50), w = random_tensor({D}, 51, 0.8f, 1.2f), dy = random_tensor({T, D}, 52);
+  Tensor xg = gpu(x), wg = gpu(w), dyg = gpu(dy);
+  Tensor rstd, rstdg;
+  expect_same(rms_norm_forward(xg, wg, 1e-5f, &rstdg), rms_norm_forward(x, w, 1e-5f, &rstd), "rms_norm y", tol);
+  Tensor dx = Tensor::empty({T, D}), dw = random_tensor({D}, 53), dxg = Tensor::empty({T, D}, DType::F32, kGpu),
+         dwg = gpu(dw);
+  rms_norm_backward(dy, x, w, rstd, dx, &dw);
+  rms_norm_backward(dyg, xg, wg, rstdg, dxg, &dwg);
+  expect_same(dxg, dx, "rms_norm dx", tol);
+  expect_same(dwg, dw, "rms_norm dw", tol);
+
+  std::vector<int32_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(t % 13);
+  Tensor p = Tensor::from_vector(pos, {T}), pg = gpu(p);
+  RopeConfig rc{static_cast<int>(d), 10000.0f};
+  rope_forward(x, p, heads, rc), rope_forward(xg, pg, heads, rc);
+  expect_same(xg, x, "rope forward", tol);
+  rope_backward(dy, p, heads, rc), rope_backward(dyg, pg, heads, rc);
+  expect_same(dyg, dy, "rope backward", tol);
+
+  Tensor up = random_tensor({T, D}, 54), upg = gpu(up);
+  expect_same(swiglu_forward(xg, upg), swiglu_forward(x, up), "swiglu h", tol);
+  Tensor dg = Tensor::empty({T, D}), du = Tensor::empty({T, D});
+  Tensor dgg = Tensor::empty({T, D}, DType::F32, kGpu), dug = Tensor::empty({T, D}, DType::F32, kGpu);
+  swiglu_backward(dy, x, up, dg, du), swiglu_backward(dyg, xg, upg, dgg, dug);
+  expect_same(dgg, dg, "swiglu dgate", tol);
+  expect_same(dug, du, "swiglu dup", tol);
+
+  Tensor table = random_tensor({V, D}, 55), ids = Tensor::from_vector(std::vector<int32_t>{0, 30, 7, 7, 1}, {5});
+  Tensor tg = gpu(table), idsg = gpu(ids);
+  expect_same(embedding_forward(idsg, tg), embedding_forward(ids, table), "embedding y", tol);
+  Tensor dyt = random_tensor({5, D}, 56), dt = random_tensor({V, D}, 57), dtg = gpu(dt);
+  embedding_backward(dyt, ids, dt), embedding_backward(gpu(dyt), idsg, dtg);
+  expect_same(dtg, dt, "embedding dtable", tol);
+  // Token ids are validated on the host through a copy, never a host read of device memory.
+  Tensor bad = gpu(Tensor::from_vector(std::vector<int32_t>{0, 31}, {2}));
+  EXPECT_EQ(code_of([&] { embedding_forward(bad, tg); }), ErrorCode::INPUT_VALIDATION_FAILED);
+}
+
+inline void cross_entropy_and_optimizer(Tolerance tol) {
+  const int64_t T = 33, D = 16, V = 37;
+  Tensor x = random_tensor({T, D}, 60), W = random_tensor({V, D}, 61);
+  std::vector<int32_t> lab(T);
+  for (int64_t t = 0; t < T; ++t) lab[static_cast<size_t>(t)] = t % 5 == 0 ? -100 : static_cast<int32_t>((t * 7) % V);
+  Tensor labels = Tensor::from_vector(lab, {T});
+  Tensor dx = Tensor::empty({T, D}), dW = random_tensor({V, D}, 62);
+  Tensor xg = gpu(x), Wg = gpu(W), lg = gpu(labels), dxg = Tensor::empty({T, D}, DType::F32, kGpu), dWg = gpu(dW);
+  const auto rc = linear_cross_entropy_forward_backward(x, W, labels, 0.1f, dx, &dW, 8);
+  const auto rg = linear_cross_entropy_forward_backward(xg, Wg, lg, 0.1f, dxg, &dWg, 8);
+  EXPECT_EQ(rg.n_counted, rc.n_counted);
+  EXPECT_NEAR(rg.loss_sum, rc.loss_sum, 1e-4 * std::abs(rc.loss_sum));
+  expect_same(dxg, dx, "cross-entropy dx", tol);
+  expect_same(dWg, dW, "cross-entropy dW", tol);
+
+  Tensor p = random_tensor({V, D}, 63), m = random_tensor({V, D}, 64, 0, 0.1f), v = random_tensor({V, D}, 65, 0, 0.1f);
+  Tensor pg = gpu(p), mg = gpu(m), vg = gpu(v);
+  AdamWConfig cfg;
+  cfg.lr = 1e-2f;
+  cfg.weight_decay = 0.1f;
+  adamw_step(p, dW, m, v, cfg, 3), adamw_step(pg, dWg, mg, vg, cfg, 3);
+  expect_same(pg, p, "adamw param", tol);
+  expect_same(vg, v, "adamw v", tol);
+  EXPECT_NEAR(global_grad_norm({&dxg, &dWg}), global_grad_norm({&dx, &dW}), 1e-6 * global_grad_norm({&dx, &dW}));
+  std::vector<Tensor*> gc{&dx, &dW}, gg{&dxg, &dWg};
+  clip_grad_norm(gc, 0.01), clip_grad_norm(gg, 0.01);
+  expect_same(dWg, dW, "clipped dW", tol);
+  EXPECT_TRUE(all_finite(dWg));
+  Tensor nan = Tensor::zeros({3, 3});
+  nan.data<float>()[4] = std::nanf("");
+  EXPECT_FALSE(all_finite(gpu(nan)));
+  EXPECT_FALSE(all_finite(gpu(nan.to(DType::BF16))));
+  EXPECT_TRUE(all_finite(gpu(Tensor::zeros({3, 3}, DType::BF16))));
+}
+
+}  // namespace bp::test::parity

@@ -1,0 +1,66 @@
+// The simulated CUDA device for whole-op and whole-model tests: while a SimulatedCudaDevice lives,
+// Device{CUDA, 0} is the CPU simulation of a card of `bytes_total` bytes:
+//   memory:  the backend's CachingDeviceAllocator over the simulated runtime (cudaMalloc with a
+//            budget, so OOM happens where a test wants it), with the simulated cudaMemcpy/cudaMemset
+//            as the explicit copies Tensor makes (core/allocator.h install_device_memory);
+//   kernels: the CUDA dispatch table of the simulated kernels (sim::KernelWrappers, the same
+//            wrappers the real build installs over bp::cuda).
+// Destruction restores the built-in CUDA memory and table. Tensors on the device must be gone by then.
+#pragma once
+
+#include <memory>
+
+#include "backend/cuda/caching_allocator.h"
+#include "backend/cuda/sim/sim_kernel_wrappers.h"
+#include "ops/dispatch.h"
+
+namespace bp::test {
+
+class SimulatedCudaDevice {
+ public:
+  explicit SimulatedCudaDevice(size_t bytes_total = size_t{1} << 30) {
+    sim::set_memory_budget(bytes_total);
+    allocator_ = std::make_unique<CachingDeviceAllocator>(Device{DeviceType::CUDA, 0}, memory_api());
+    install_device_memory(DeviceType::CUDA, DeviceMemory{allocator_.get(), &copy, &zero});
+    ops::install_kernels(DeviceType::CUDA, kernels());
+  }
+  ~SimulatedCudaDevice() {
+    ops::install_kernels(DeviceType::CUDA, ops::builtin_cuda_kernels());
+    install_device_memory(DeviceType::CUDA, DeviceMemory{});
+    allocator_.reset();
+    sim::set_memory_budget(size_t{16} << 30);
+  }
+  SimulatedCudaDevice(const SimulatedCudaDevice&) = delete;
+  SimulatedCudaDevice& operator=(const SimulatedCudaDevice&) = delete;
+
+  static Device device() { return Device{DeviceType::CUDA, 0}; }
+  CachingDeviceAllocator& allocator() { return *allocator_; }
+  // The table the device runs: the simulated CUDA kernels (tests may replace single entries).
+  static ops::Kernels kernels() { return ops::kernels_from<sim::KernelWrappers>(DeviceType::CUDA); }
+
+  // The simulated runtime's cudaMalloc/cudaFree/cudaMemGetInfo as the allocator's device interface.
+  static DeviceMemoryApi memory_api() {
+    DeviceMemoryApi api;
+    api.malloc = [](void** p, size_t bytes) {
+      if (sim::cudaMalloc(p, bytes) == sim::cudaSuccess) return true;
+      sim::cudaGetLastError();
+      return false;
+    };
+    api.free = [](void* p) { sim::cudaFree(p); };
+    api.mem_info = [](size_t* f, size_t* t) { sim::cudaMemGetInfo(f, t); };
+    return api;
+  }
+
+ private:
+  static void copy(void* dst, const void* src, size_t bytes, CopyKind kind) {
+    const sim::cudaMemcpyKind k = kind == CopyKind::HostToDevice   ? sim::cudaMemcpyHostToDevice
+                                  : kind == CopyKind::DeviceToHost ? sim::cudaMemcpyDeviceToHost
+                                                                   : sim::cudaMemcpyDeviceToDevice;
+    sim::check_cuda(sim::cudaMemcpy(dst, src, bytes, k), "cudaMemcpy");
+  }
+  static void zero(void* dst, size_t bytes) { sim::check_cuda(sim::cudaMemset(dst, 0, bytes), "cudaMemset"); }
+
+  std::unique_ptr<CachingDeviceAllocator> allocator_;
+};
+
+}  // namespace bp::test
