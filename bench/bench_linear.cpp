@@ -5,6 +5,11 @@
 // 512×576×49152 (a vocabulary-sized projection). LoRA rank 16, dropout 0.05 (training).
 // Counters are GFLOP/s, counting 2·M·N·K per GEMM including the LoRA products.
 //
+// held_xWt / held_dx: the same products with W held quantized (backend/cpu/quant_gemm.h: tiles
+// dequantized inside the GEMM), arg 0 the held type (0 f32, 1 q8_0, 2 q5_0, 3 q4_K), at the
+// projection shapes of SmolLM-135M and Qwen2.5-0.5B (q4_K only where rows are whole 256-blocks);
+// compare each with the f32 row of the same shape, same run.
+//
 // Threads: BP_BENCH_THREADS=n (default: all cores) sets OpenMP and OpenBLAS threads. With one
 // thread the rates use CPU time, which stays stable on a loaded shared machine; with more they
 // use wall time (CPU time of the main thread would miss the BLAS worker threads).
@@ -13,9 +18,11 @@
 //      ./build/bench/bench_linear --benchmark_min_time=0.2 --benchmark_repetitions=3
 #include <benchmark/benchmark.h>
 
+#include <array>
 #include <cstdlib>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/quant_gemm.h"
 #include "core/threads.h"
 #include "ops/linear.h"
 
@@ -130,6 +137,58 @@ void BM_linear_backward_full(benchmark::State& state) {
   set_gflops(state, 2.0 * p.base_flops());
 }
 
+// ---- held (quantized) W ----
+bp::DType held_type(int64_t code) {
+  switch (code) {
+    case 1: return bp::DType::Q8_0;
+    case 2: return bp::DType::Q5_0;
+    case 3: return bp::DType::Q4_K;
+    default: return bp::DType::F32;
+  }
+}
+
+struct HeldProblem {
+  int64_t T, in, out;
+  Tensor x, W, dy;
+  bp::cpu::HeldMatrix held;
+  explicit HeldProblem(const benchmark::State& s) : T(s.range(1)), in(s.range(2)), out(s.range(3)) {
+    x = filled({T, in}, 1.0f);
+    W = filled({out, in}, 0.05f).to(held_type(s.range(0)));
+    dy = filled({T, out}, 0.01f);
+    held = {W.raw(), W.dtype(), out, in};
+  }
+};
+
+void BM_held_xWt(benchmark::State& state) {
+  HeldProblem p(state);
+  Tensor y = Tensor::empty({p.T, p.out});
+  for (auto _ : state) {
+    if (p.held.type == bp::DType::F32)
+      bp::cpu::sgemm(false, true, p.T, p.out, p.in, 1.0f, p.x.data<float>(), p.in, p.W.data<float>(), p.in, 0.0f,
+                     y.data<float>(), p.out);
+    else
+      bp::cpu::held_gemm_xwt(p.x.data<float>(), p.held, 0.0f, y.data<float>(), p.T);
+    benchmark::DoNotOptimize(y.raw());
+  }
+  set_gflops(state, 2.0 * p.T * p.in * p.out);
+  state.SetLabel(bp::dtype_name(p.held.type));
+}
+
+void BM_held_dx(benchmark::State& state) {
+  HeldProblem p(state);
+  Tensor dx = Tensor::empty({p.T, p.in});
+  for (auto _ : state) {
+    if (p.held.type == bp::DType::F32)
+      bp::cpu::sgemm(false, false, p.T, p.in, p.out, 1.0f, p.dy.data<float>(), p.out, p.W.data<float>(), p.in, 0.0f,
+                     dx.data<float>(), p.in);
+    else
+      bp::cpu::held_gemm_xw(p.dy.data<float>(), p.held, dx.data<float>(), p.T);
+    benchmark::DoNotOptimize(dx.raw());
+  }
+  set_gflops(state, 2.0 * p.T * p.in * p.out);
+  state.SetLabel(bp::dtype_name(p.held.type));
+}
+
 int bench_threads() {
   const char* env = std::getenv("BP_BENCH_THREADS");
   return env ? std::atoi(env) : 0;  // 0: all cores
@@ -140,6 +199,22 @@ void shapes(benchmark::internal::Benchmark* b) {
   if (bench_threads() != 1) b->UseRealTime();
 }
 
+void held_shapes(benchmark::internal::Benchmark* b) {
+  // {T, in, out}: SmolLM q/o, gate/up, down; Qwen q/o, gate/up, down.
+  for (auto [T, in, out] : {std::array<int64_t, 3>{512, 576, 576},
+                            {512, 576, 1536},
+                            {512, 1536, 576},
+                            {512, 896, 896},
+                            {512, 896, 4864},
+                            {512, 4864, 896}})
+    for (int64_t type : {0, 1, 2, 3})
+      if (type != 3 || in % 256 == 0) b->Args({type, T, in, out});
+  b->Unit(benchmark::kMillisecond);
+  if (bench_threads() != 1) b->UseRealTime();
+}
+
+BENCHMARK(BM_held_xWt)->Apply(held_shapes);
+BENCHMARK(BM_held_dx)->Apply(held_shapes);
 BENCHMARK(BM_sgemm_xWt)->Apply(shapes);
 BENCHMARK(BM_linear_forward_full)->Apply(shapes);
 BENCHMARK(BM_linear_forward_lora)->Apply(shapes);

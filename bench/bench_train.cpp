@@ -22,19 +22,24 @@
 // Environment: BP_BENCH_THREADS (default 2) sets OpenMP and OpenBLAS threads; BP_BENCH_STEPS (3);
 // BP_BENCH_SEQ (512); BP_BENCH_SMOL_LAYERS (30); BP_BENCH_QWEN_LAYERS (8 of Qwen's 24: same layer
 // shapes, full-size vocabulary head; the whole model is heavy on 2 cores).
+// `--qlora` compares the frozen weights held at f32, q8_0 and q4_k in one process, steps interleaved
+// (qlora_compare below); BP_BENCH_BASE_DTYPE sets the base of the other benchmarks.
 // `--profile` prints the per-op table (checkpointing on; BP_BENCH_PROFILE_NO_CKPT=1 adds off)
 // instead of running the benchmarks.
 //
 // Run: ./build/bench/bench_train --benchmark_counters_tabular=true
+//      BP_BENCH_STEPS=3 ./build/bench/bench_train --qlora
 //      ./build/bench/bench_train --profile
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -172,8 +177,8 @@ struct Trainer {
   float grad_scale;
   bp::AdamWConfig opt{1e-4f, 0.9f, 0.999f, 1e-8f, 0.0f};
 
-  Trainer(const bp::ModelConfig& c, bool ckpt, int64_t T)
-      : cfg(c), adapter(make_adapter(c)), model(held_base(bp::init_random_weights(c, 42)), options(ckpt)) {
+  Trainer(const bp::ModelConfig& c, bool ckpt, int64_t T, const char* base_dtype = std::getenv("BP_BENCH_BASE_DTYPE"))
+      : cfg(c), adapter(make_adapter(c)), model(held_base(bp::init_random_weights(c, 42), base_dtype), options(ckpt)) {
     model.attach_lora(adapter);
     params = model.trainable_parameters();
     adam.init(params);
@@ -181,8 +186,7 @@ struct Trainer {
     grad_scale = 1.0f / static_cast<float>(batch.num_label_tokens());
   }
   // BP_BENCH_BASE_DTYPE (f32 | bf16 | q8_0 | q4_k): how the frozen weights are held (QLoRA).
-  static bp::ModelWeights held_base(bp::ModelWeights w) {
-    const char* v = std::getenv("BP_BENCH_BASE_DTYPE");
+  static bp::ModelWeights held_base(bp::ModelWeights w, const char* v) {
     const auto base = bp::parse_base_dtype(v && *v ? v : "f32");
     if (base && *base != bp::DType::F32) bp::hold_weights(w, *base);
     return w;
@@ -243,6 +247,51 @@ void BM_sgemm(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// ---- QLoRA: f32 vs q8_0 vs q4_k in one process -----------------------------------------------------
+// The same LoRA step (checkpointing on, the training default) with the frozen weights held at
+// f32, q8_0 and q4_k, the three models built side by side and their steps interleaved
+// (f32, q8_0, q4_k, f32, ...) so that the shared machine's load drifts over all three alike.
+// Prints per base type the median wall time of a step, the mean CPU time (both threads), tok/s
+// and both as a ratio to f32 (issue 17's target: tok/s at q8_0 and q4_k >= 85% of f32).
+void qlora_compare(const Shape& shape, int steps) {
+  const int64_t T = env_int("BP_BENCH_SEQ", 512);
+  const bp::ModelConfig cfg = make_config(shape);
+  const char* names[] = {"f32", "q8_0", "q4_k"};
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  for (const char* n : names) trainers.push_back(std::make_unique<Trainer>(cfg, true, T, n));
+  std::vector<std::vector<double>> wall(3), cpu(3);
+  for (int round = 0; round <= steps; ++round) {  // round 0: warm-up, not counted
+    for (size_t i = 0; i < trainers.size(); ++i) {
+      const Usage u0 = usage_now();
+      const auto t0 = Clock::now();
+      trainers[i]->step(static_cast<uint64_t>(round + 1));
+      const double w = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (round > 0) wall[i].push_back(w), cpu[i].push_back(usage_now().cpu_s - u0.cpu_s);
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return s / static_cast<double>(v.size());
+  };
+  std::printf("\n== QLoRA %s, %lld layers, T=%lld, checkpointing, %d threads, %d steps each (interleaved) ==\n",
+              shape.name, static_cast<long long>(cfg.num_layers), static_cast<long long>(T), bp::num_threads(), steps);
+  std::printf("%-6s %10s %10s %9s %14s %14s %8s\n", "base", "wall s", "cpu s", "tok/s", "tok/s vs f32",
+              "cpu/step vs f32", "weights");
+  const double wall_f32 = median(wall[0]), cpu_f32 = mean(cpu[0]);
+  for (size_t i = 0; i < trainers.size(); ++i) {
+    const double w = median(wall[i]), c = mean(cpu[i]);
+    std::printf("%-6s %10.3f %10.3f %9.1f %13.1f%% %13.1f%% %7.1fM\n", names[i], w, c, static_cast<double>(T) / w,
+                100.0 * wall_f32 / w, 100.0 * cpu_f32 / c,
+                static_cast<double>(bp::resident_weight_bytes(trainers[i]->model.weights())) / (1 << 20));
+  }
+  std::fflush(stdout);
 }
 
 // ---- per-op profile -----------------------------------------------------------------------------
@@ -426,13 +475,19 @@ int main(int argc, char** argv) {
   bp::set_num_threads(env_int("BP_BENCH_THREADS", 2));
   bp::bench::select_kernels_from_environment();
   const int steps = env_int("BP_BENCH_STEPS", 3);
-  bool do_profile = false;
+  bool do_profile = false, do_qlora = false;
   std::vector<char*> args;
   for (int i = 0; i < argc; ++i) {
     if (std::strcmp(argv[i], "--profile") == 0)
       do_profile = true;
+    else if (std::strcmp(argv[i], "--qlora") == 0)
+      do_qlora = true;
     else
       args.push_back(argv[i]);
+  }
+  if (do_qlora) {
+    for (const Shape& s : {smol_shape(), qwen_shape()}) qlora_compare(s, steps);
+    return 0;
   }
   if (do_profile) {
     // The default training configuration (checkpointing on); BP_BENCH_PROFILE_NO_CKPT=1 adds the other.

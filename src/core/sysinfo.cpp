@@ -145,6 +145,14 @@ MemInfo mem_info() {
   return parse_meminfo(read_file("/proc/meminfo"));
 }
 
+uint64_t process_resident_bytes() {
+  std::istringstream in(read_file("/proc/self/status"));
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;  // "kB"
+  return 0;
+}
+
 SystemInfo system_info() {
   SystemInfo s;
   s.version = BP_VERSION;

@@ -45,6 +45,8 @@ struct MemInfo {
 };
 MemInfo parse_meminfo(const std::string& text);
 MemInfo mem_info();
+// This process's resident memory now (VmRSS of /proc/self/status), 0 where it cannot be read.
+uint64_t process_resident_bytes();
 
 struct Feature {
   std::string name;

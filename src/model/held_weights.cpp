@@ -2,6 +2,7 @@
 #include "model/held_weights.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <vector>
 
@@ -58,6 +59,23 @@ size_t resident_weight_bytes(const ModelWeights& w) {
   size_t bytes = 0;
   for (const auto& [role, layer] : model_roles(w.config)) bytes += weight_ref(w, role, layer).nbytes();
   return bytes;
+}
+
+std::string describe_held_weights(const ModelWeights& w, std::string_view requested) {
+  std::string held;
+  std::vector<DType> seen;
+  for (const auto& [role, layer] : model_roles(w.config)) {
+    if (!role_is_held(role)) continue;
+    const DType t = weight_ref(w, role, layer).dtype();
+    if (std::find(seen.begin(), seen.end(), t) != seen.end()) continue;
+    seen.push_back(t);
+    held += (held.empty() ? "" : ", ") + std::string(dtype_name(t));
+  }
+  if (requested == "auto") return "auto → " + held;
+  std::string lower = held;  // the setting spells q4_k, the type q4_K
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower == requested) return held;
+  return std::string(requested) + " (held as " + held + ")";
 }
 
 Tensor hold_weight(const Tensor& t, DType held) {

@@ -40,6 +40,11 @@ size_t held_weight_bytes(const ModelConfig& cfg, DType base);
 // Bytes the loaded weights really take (sum over every tensor of its dtype's bytes).
 size_t resident_weight_bytes(const ModelWeights& w);
 
+// How the frozen weights are held, for the run summary: `requested` is the setting's value
+// ("auto", "f32", "q4_k", ...), followed by the types the held roles really have, in first-seen
+// order: "q4_k (held as q5_0, q4_K)", "auto → f32", "auto → q4_K, q6_K" (a GGUF base), "f32".
+std::string describe_held_weights(const ModelWeights& w, std::string_view requested);
+
 // `t` (any float dtype, possibly a view of a mapped file) converted to `held` row by row (quantized
 // on load): always a copy from the CPU allocator.
 Tensor hold_weight(const Tensor& t, DType held);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/cross_entropy.h"
 #include "ops/op_checks.h"
 
 namespace bp {
@@ -38,13 +39,16 @@ void check_operands(const Tensor& x, const Tensor& W, const Tensor& labels, int6
 CrossEntropyResult run(const Tensor& x, const Tensor& W, const Tensor& labels, int64_t chunk_tokens, float grad_scale,
                        Tensor* dx, Tensor* dW) {
   const int64_t T = x.dim(0), D = x.dim(1), V = W.dim(0);
-  Tensor logits = Tensor::empty({std::min(chunk_tokens, T), V}, DType::F32, x.device());
-  BP_CHECK(logits.nbytes() == linear_cross_entropy_workspace_bytes(T, V, chunk_tokens),
-           "[cross_entropy] workspace {} bytes but the plan says {}", logits.nbytes(),
-           linear_cross_entropy_workspace_bytes(T, V, chunk_tokens));
+  // Only the rows of the longest window (labelled tokens, not −100 spans) are ever written: an
+  // SFT batch whose prompts are long needs far fewer than min(chunk, T) rows. The CUDA kernel keeps
+  // its logits in a workspace of its own (backend/cuda/kernel_wrappers.h) and reads no buffer here.
+  const int64_t rows = x.device().type == DeviceType::CPU
+                           ? linear_cross_entropy_workspace_rows(labels.data<int32_t>(), T, chunk_tokens)
+                           : 0;
+  Tensor logits = Tensor::empty({rows, V}, DType::F32, x.device());
   const auto totals = ops::kernels(x).linear_cross_entropy(
       x.kernel_data<float>(), ops::held_matrix(W), labels.kernel_data<int32_t>(), T, D, V, chunk_tokens,
-      T ? logits.kernel_data<float>() : nullptr, grad_scale, dx ? dx->kernel_data<float>() : nullptr,
+      rows ? logits.kernel_data<float>() : nullptr, grad_scale, dx ? dx->kernel_data<float>() : nullptr,
       dW ? dW->kernel_data<float>() : nullptr);
   return {totals.loss_sum, totals.n_counted};
 }
@@ -73,6 +77,10 @@ CrossEntropyResult linear_cross_entropy_forward_backward(const Tensor& x, const 
                 fmt::format("[cross_entropy] grad_scale must be finite, got {}", grad_scale));
   ops::require_same_device("linear_cross_entropy", {&x, &dx, dW});
   return run(x, W, labels, chunk_tokens, grad_scale, &dx, dW);
+}
+
+int64_t linear_cross_entropy_workspace_rows(const int32_t* labels, int64_t tokens, int64_t chunk_tokens) {
+  return cpu::cross_entropy_max_window(labels, tokens, chunk_tokens);
 }
 
 size_t linear_cross_entropy_workspace_bytes(int64_t tokens, int64_t vocab, int64_t chunk_tokens) {

@@ -2,8 +2,8 @@
 //
 // x [T, D], W [V, D] (the LM head, or the tied embedding), labels i32 [T] with −100 = ignore.
 // Tokens are processed in chunks of `chunk_tokens` rows: logits for one chunk [chunk, V] exist
-// at a time. loss_sum = Σ over counted tokens of (logsumexp(logits) − logit[label]).
-// Labels outside [0, V) other than −100 throw INPUT_VALIDATION_FAILED.
+// at a time (fewer rows when labels are −100: see linear_cross_entropy_workspace_rows). loss_sum = Σ over counted
+// tokens of (logsumexp(logits) − logit[label]). Labels outside [0, V) other than −100 throw INPUT_VALIDATION_FAILED.
 //
 // Gradients are produced in the same pass (the chunk's logits are turned into softmax − onehot
 // in place, then dx and dW are two GEMMs), so backward costs no recomputed logits:
@@ -37,8 +37,13 @@ CrossEntropyResult linear_cross_entropy_forward(const Tensor& x, const Tensor& W
 CrossEntropyResult linear_cross_entropy_forward_backward(const Tensor& x, const Tensor& W, const Tensor& labels,
                                                          float grad_scale, Tensor& dx, Tensor* dW,
                                                          int64_t chunk_tokens = kDefaultCrossEntropyChunk);
-// Bytes of workspace the op allocates (the logits chunk), for the memory plan.
+// Bytes of workspace the op allocates (the logits chunk) when every token has a label: the most
+// it can need, min(chunk, tokens)·V floats.
 size_t linear_cross_entropy_workspace_bytes(int64_t tokens, int64_t vocab, int64_t chunk_tokens);
+// Rows (of V floats) of the workspace the op really allocates for these labels (i32 [tokens]):
+// logits exist only for windows of at most chunk_tokens rows from a labelled token to the last
+// labelled one within them, so spans of −100 (SFT prompts) cost no rows. 0 when no label counts.
+int64_t linear_cross_entropy_workspace_rows(const int32_t* labels, int64_t tokens, int64_t chunk_tokens);
 
 // Full logits for inference/tests (x·Wᵀ), [T, V].
 Tensor lm_head_logits(const Tensor& x, const Tensor& W);

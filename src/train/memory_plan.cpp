@@ -9,7 +9,8 @@
 //   linear_backward    LoRA: dxa [T, r], plus dxd [T, in] with dropout (both transient)
 //   attention_forward  out [T, Hq·d], lse [Hq, T] (when kept), per-thread scratch (transient)
 //   attention_backward delta [Hq, T], per-thread score blocks and per-head partial dk/dv (transient)
-//   linear_cross_entropy: one logits chunk [min(chunk, T), V] (transient)
+//   linear_cross_entropy: one logits chunk [min(chunk, window, T), V] (transient; window = the
+//                      longest run of rows with labels the data can make, settings' ce_window_tokens)
 // When one of those changes, change the replay with it; the test against the allocator's
 // measured peak (tests/train/memory_plan_test.cpp) says when they disagree.
 #include "train/memory_plan.h"
@@ -302,7 +303,7 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
   m.Hkv = c.num_kv_heads;
   m.d = c.head_dim;
   m.L = c.num_layers;
-  m.chunk = s.ce_chunk_tokens;
+  m.chunk = s.ce_window_tokens > 0 ? std::min(s.ce_chunk_tokens, s.ce_window_tokens) : s.ce_chunk_tokens;
   m.qk_norm = c.qk_norm;
   m.ckpt = s.gradient_checkpointing;
   const bool lora = s.mode == TrainMode::Lora;
@@ -352,6 +353,8 @@ nlohmann::json MemoryPlan::to_json() const {
           {"workspace", workspace},
           {"activations", activations()},
           {"total", total()},
+          {"process", process},
+          {"resident", resident()},
           {"trainable_parameters", trainable_parameters},
           {"peak_phase", peak_phase}};
 }

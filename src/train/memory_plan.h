@@ -36,6 +36,9 @@ struct MemorySettings {
   bool gradient_checkpointing = true;
   int64_t micro_batch_tokens = 512;  // packed tokens per micro-batch
   int64_t ce_chunk_tokens = kDefaultCrossEntropyChunk;
+  // Rows of the largest cross-entropy window the data can make (ops/cross_entropy.h: −100 spans
+  // such as SFT prompts cost no logits rows); 0 = unknown, every token labelled: min(chunk, tokens).
+  int64_t ce_window_tokens = 0;
   bool optimizer = true;  // count AdamW state (the trainer allocates it before the first step)
   int threads = 0;        // OpenMP threads for per-thread op scratch; 0 = omp_get_max_threads()
   // How the frozen weights are held (model.base_dtype, model/held_weights.h): their real bytes
@@ -54,12 +57,17 @@ struct MemoryPlan {
   size_t recompute_buffers = 0;
   size_t cross_entropy_chunk = 0;
   size_t workspace = 0;
+  // Resident memory outside the tensor allocator (code, libraries, tokenizer, dataset, BLAS
+  // buffers): measured by the trainer when it plans (process RSS − allocator bytes in use), 0 in
+  // estimate-vram. Not part of total(), which is what the allocator's limit is checked against.
+  size_t process = 0;
   std::string peak_phase;  // where the activation peak happens ("backward layer 3", ...)
   int64_t trainable_parameters = 0;
 
   size_t persistent() const { return weights + trainable + gradients + optimizer_state; }
   size_t activations() const { return saved_activations + recompute_buffers + cross_entropy_chunk + workspace; }
   size_t total() const { return persistent() + activations(); }
+  size_t resident() const { return total() + process; }  // what the process's peak RSS should be
   nlohmann::json to_json() const;
 };
 

@@ -4,7 +4,9 @@
 #include <functional>
 
 #include "core/error.h"
+#include "core/sysinfo.h"
 #include "model/held_weights.h"
+#include "ops/cross_entropy.h"
 #include "train/train_data.h"
 #include "train/train_options.h"
 
@@ -17,6 +19,28 @@ std::string describe_memory_plan(const MemoryPlan& p) {
       format_bytes(p.weights), format_bytes(p.trainable), format_bytes(p.gradients), format_bytes(p.optimizer_state),
       format_bytes(p.saved_activations), format_bytes(p.recompute_buffers), format_bytes(p.cross_entropy_chunk),
       format_bytes(p.workspace), format_bytes(p.total()));
+}
+
+// A cross-entropy window starts at a labelled token and ends at most `chunk` rows later, trimmed after its
+// last labelled row, so it reaches into the next packed sample only when that sample's first
+// labelled token lies within `chunk − 1` rows of its start (the prompt is short). When no sample
+// has such a short prompt (or k = 1), windows stay inside one sample and the bound is exact: the
+// longest window of any sample alone. Otherwise a window can fill the whole chunk.
+int64_t max_cross_entropy_window(const std::vector<Sample>& samples, int64_t k, int64_t chunk) {
+  int64_t most = 0;
+  bool can_cross = false;
+  std::vector<int32_t> labels;
+  for (const Sample& s : samples) {
+    const auto n = static_cast<int64_t>(s.ids.size());
+    labels.assign(static_cast<size_t>(n), kIgnoreLabel);  // as pack_samples: token t predicts t + 1
+    for (int64_t t = 0; t + 1 < n; ++t)
+      if (s.loss_mask[static_cast<size_t>(t + 1)]) labels[static_cast<size_t>(t)] = 0;
+    int64_t prefix = 0;
+    while (prefix < n && labels[static_cast<size_t>(prefix)] < 0) ++prefix;
+    can_cross = can_cross || prefix < chunk - 1;
+    most = std::max(most, linear_cross_entropy_workspace_rows(labels.data(), n, chunk));
+  }
+  return k > 1 && can_cross ? chunk : most;
 }
 
 TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainData& data, const Allocator& alloc) {
@@ -36,8 +60,11 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
       t += lens[static_cast<size_t>(i)];
     return std::max<int64_t>(t, 1);
   };
+  const int64_t window_one = max_cross_entropy_window(data.train, 1, ms.ce_chunk_tokens);
+  const int64_t window_more = max_cross_entropy_window(data.train, 2, ms.ce_chunk_tokens);
   auto plan_for = [&](int64_t k) {
     ms.micro_batch_tokens = tokens_for(k);
+    ms.ce_window_tokens = std::max<int64_t>(1, k > 1 ? window_more : window_one);
     return plan_memory(model.config(), ms);
   };
   size_t limit = alloc.limit();
@@ -76,6 +103,10 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
   tp.micro_batch_tokens = tokens_for(k);
   tp.plan = plan_for(k);
   tp.gradient_checkpointing = ms.gradient_checkpointing;
+  // What the process holds outside the allocator (code, libraries, tokenizer, data) right now.
+  const size_t rss = process_resident_bytes(), in_use = alloc.stats().bytes_in_use;
+  const size_t process = rss > in_use ? rss - in_use : 0;
+  tp.plan.process = process;
   std::string ckpt_why = o.gradient_checkpointing ? "set" : "auto";
   if (!o.gradient_checkpointing) {
     MemorySettings off = ms;
@@ -86,6 +117,7 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
     if (p_off.total() <= budget) {
       tp.gradient_checkpointing = false;
       tp.plan = p_off;
+      tp.plan.process = process;
       ckpt_why = fmt::format("auto: every layer's activations fit, {} of {}", format_bytes(p_off.total()),
                              format_bytes(budget));
     } else {
@@ -95,11 +127,12 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
   }
   int64_t accum = (o.batch_size + k - 1) / k;
   tp.description = fmt::format(
-      "memory plan for {} sequences per micro-batch (up to {} tokens): {}; limit {}{}; micro-batch {} x "
-      "accumulation {} = batch {}; gradient checkpointing {} ({})",
-      k, tp.micro_batch_tokens, describe_memory_plan(tp.plan), format_bytes(limit),
-      enforced ? "" : " (machine RAM, not enforced)", k, accum, o.batch_size, tp.gradient_checkpointing ? "on" : "off",
-      ckpt_why);
+      "memory plan for {} sequences per micro-batch (up to {} tokens): {}; with the process's own {} (code, "
+      "libraries, tokenizer, data): resident {}; limit {}{}; micro-batch {} x accumulation {} = batch {}; gradient "
+      "checkpointing {} ({})",
+      k, tp.micro_batch_tokens, describe_memory_plan(tp.plan), format_bytes(tp.plan.process),
+      format_bytes(tp.plan.resident()), format_bytes(limit), enforced ? "" : " (machine RAM, not enforced)", k, accum,
+      o.batch_size, tp.gradient_checkpointing ? "on" : "off", ckpt_why);
   return tp;
 }
 

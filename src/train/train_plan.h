@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/allocator.h"
 #include "train/memory_plan.h"
@@ -19,6 +20,7 @@ namespace bp {
 
 struct TrainOptions;
 struct TrainData;
+struct Sample;
 class Model;
 
 struct TrainPlan {
@@ -29,6 +31,12 @@ struct TrainPlan {
   bool gradient_checkpointing = true;  // resolved (TrainOptions: empty = auto)
   std::string description;             // the breakdown and the choice, for the log
 };
+
+// The most logits rows one cross-entropy window (ops/cross_entropy.h) can need in a micro-batch of
+// k of these samples packed together, for MemorySettings::ce_window_tokens: exact when windows
+// cannot reach from one sample into the next (every sample's first labelled token at least
+// chunk − 1 tokens in, or k = 1), else the whole chunk.
+int64_t max_cross_entropy_window(const std::vector<Sample>& samples, int64_t k, int64_t chunk);
 
 TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainData& data, const Allocator& allocator);
 // "weights 1.2 MiB, trainable ..., total 3.4 MiB" (one line).

@@ -51,6 +51,7 @@ nlohmann::json TrainSummary::to_json() const {
           {"final_eval_loss", opt(final_eval_loss)},
           {"best_eval_loss", opt(best_eval_loss)},
           {"peak_memory_bytes", peak_memory_bytes},
+          {"base_dtype", base_dtype},
           {"oom_recoveries", oom_recoveries},
           {"skipped_steps", skipped_steps},
           {"micro_batch_size", micro_batch_size},
@@ -227,6 +228,7 @@ void Trainer::State::build_model() {
                              ? init_random_weights(ModelConfig::from_file(o.init_from_config), o.seed)
                              : load_model(o.model_dir, base, &held_notes);
   for (const auto& n : held_notes) event("info", "frozen weights: " + n);
+  summary.base_dtype = describe_held_weights(weights, o.mode == TrainMode::Full ? "f32" : o.base_dtype);
   model = std::make_unique<Model>(std::move(weights), mopt);
   if (o.mode == TrainMode::Lora) {
     adapter = std::make_unique<LoraAdapter>(init_lora(model->config(), o.lora, o.seed));

@@ -40,6 +40,7 @@ struct TrainSummary {
   double seconds = 0, final_loss = 0;
   std::optional<double> initial_eval_loss, final_eval_loss, best_eval_loss;
   size_t peak_memory_bytes = 0;
+  std::string base_dtype;               // how the frozen base was held (model/held_weights.h describe_held_weights)
   bool gradient_checkpointing = false;  // at the end of the run (auto may turn it on after an OOM)
   std::vector<StepRecord> history;
   nlohmann::json to_json() const;

@@ -1,7 +1,7 @@
 // `backprop train --base-dtype` (model.base_dtype) end to end with the real stories260K model: the
 // frozen weights are held quantized (the memory plan's weights group shrinks to the held bytes, the
 // loss moves by the quantization error only), the environment variable does the same as the flag,
-// and full fine-tuning refuses a narrower base.
+// full fine-tuning refuses a narrower base, and the run summary says how the base was held.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -48,6 +48,14 @@ TEST(TrainBaseDtype, Q8BaseShrinksThePlannedWeightsAndTrains) {
   const std::string env = run_train(c, "", &rc, "BACKPROPAGATE_MODEL__BASE_DTYPE=q8_0");
   ASSERT_EQ(rc, 0) << env;
   EXPECT_EQ(plan_weights(env), plan_weights(q8));
+  // The run summary says how the base was held: stories260K's 172-wide down_proj rows are not
+  // whole q8_0 blocks (bf16 instead); the default (auto) holds a safetensors base at f32.
+  EXPECT_NE(q8.find("frozen base       q8_0 (held as q8_0, bf16)"), std::string::npos) << q8;
+  EXPECT_NE(f32.find("frozen base       f32\n"), std::string::npos) << f32;
+  test::TempDir d;
+  const std::string dflt = run_train(d, "", &rc);
+  ASSERT_EQ(rc, 0) << dflt;
+  EXPECT_NE(dflt.find("frozen base       auto → f32"), std::string::npos) << dflt;
 }
 
 TEST(TrainBaseDtype, FullFineTuningRefusesAQuantizedBase) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <vector>
 
 namespace bp {
 namespace {
@@ -27,6 +28,18 @@ TEST(SysInfo, ParsesMeminfo) {
   MemInfo m = parse_meminfo("MemTotal:       16384 kB\nMemFree:  100 kB\nMemAvailable:    8192 kB\n");
   EXPECT_EQ(m.bytes_total, 16384u * 1024);
   EXPECT_EQ(m.bytes_available, 8192u * 1024);
+}
+
+// The process's resident memory (the memory plan's "process" part is measured with it): 64 MiB
+// written in this process show up in it.
+TEST(SysInfo, ProcessResidentBytesSeesMemoryThisProcessTouches) {
+  const uint64_t before = process_resident_bytes();
+  ASSERT_GT(before, 0u);
+  std::vector<char> block(64u << 20);
+  std::fill(block.begin(), block.end(), 1);
+  const uint64_t after = process_resident_bytes();
+  EXPECT_GE(after, before + (60u << 20)) << before << " -> " << after;
+  EXPECT_EQ(block[12345], 1);
 }
 
 TEST(SysInfo, OpenblasCoreTypeForIntelAndAmd) {

@@ -208,6 +208,35 @@ TEST(CrossEntropy, WorkspaceIsOneChunkAndMatchesTheAllocatorPeak) {
   EXPECT_EQ(linear_cross_entropy_workspace_bytes(5, V, chunk), size_t(5 * V * 4));  // short batch: T rows
 }
 
+// Spans of −100 labels (SFT prompts) cost no logits rows: the workspace is the longest window
+// (from a labelled token, at most `chunk` rows, trimmed after its last labelled one).
+TEST(CrossEntropy, IgnoredSpansCostNoWorkspaceRows) {
+  const int64_t T = 300, D = 16, V = 5003, chunk = 64;
+  Tensor x = test::random_tensor({T, D}, 20), W = test::random_tensor({V, D}, 21, -0.1f, 0.1f);
+  std::vector<int32_t> labels(T, kIgnoreLabel);
+  for (int64_t t = 100; t < 110; ++t) labels[t] = static_cast<int32_t>((t * 37) % V);  // window of 10
+  for (int64_t t = 250; t < 299; ++t) labels[t] = static_cast<int32_t>((t * 53) % V);  // 49 (299 ignored)
+  EXPECT_EQ(linear_cross_entropy_workspace_rows(labels.data(), T, chunk), 49);
+  std::vector<int32_t> two = std::vector<int32_t>(T, kIgnoreLabel);
+  two[100] = 1, two[150] = 2;  // one window spans the gap between them: 51 rows
+  EXPECT_EQ(linear_cross_entropy_workspace_rows(two.data(), T, chunk), 51);
+  EXPECT_EQ(linear_cross_entropy_workspace_rows(two.data(), T, 40), 1);  // 150 is past 100's window
+  EXPECT_EQ(linear_cross_entropy_workspace_rows(std::vector<int32_t>(T, kIgnoreLabel).data(), T, chunk), 0);
+
+  Tensor lab = Tensor::from_vector(labels, {T});
+  Allocator& a = cpu_allocator();
+  Tensor dx = Tensor::empty({T, D}), dx_one = Tensor::empty({T, D});
+  const size_t before = a.stats().bytes_in_use;
+  a.reset_peak();
+  const auto r = linear_cross_entropy_forward_backward(x, W, lab, 0.5f, dx, nullptr, chunk);
+  EXPECT_EQ(a.stats().bytes_peak - before, size_t(49 * V * 4));
+  // The same loss and gradient as one window over every token.
+  const auto one = linear_cross_entropy_forward_backward(x, W, lab, 0.5f, dx_one, nullptr, T);
+  EXPECT_EQ(r.n_counted, 59);
+  EXPECT_NEAR(r.loss_sum, one.loss_sum, 1e-6 * std::fabs(one.loss_sum));
+  EXPECT_TRUE(all_close(dx.to_vector(), dx_one.to_vector(), test::kTolF32));
+}
+
 TEST(CrossEntropy, MatchesTorchOracle) {
   const int64_t T = 33, D = 24, V = 101;
   test::TempDir dir;

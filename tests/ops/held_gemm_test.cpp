@@ -2,13 +2,19 @@
 // ops/embedding.h, ops/cross_entropy.h): every product that reads a held W equals dequantize-the-
 // whole-W-then-sgemm (the plain reference) at odd sizes, for each held type, with tile splits
 // that cut through the panels and the X rows; the results do not depend on the thread count; a
-// held W refuses a weight gradient.
+// held W refuses a weight gradient. The vector dequantizers of every CPU kernel variant equal the
+// scalar reference of core/quant_blocks.cpp.
 #include <gtest/gtest.h>
 #include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/quant_gemm.h"
 #include "core/quant_blocks.h"
+#include "op_test_util.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
@@ -50,12 +56,33 @@ struct Case {
   int64_t M, N, K;
 };
 
-// K a multiple of each type's block, everything else odd; N large enough for several panels and
-// small enough that X's rows get split too.
+// K a multiple of each type's block, everything else odd; N large enough for several panels. The
+// last three cut X's rows into several chunks (M past the chunk) and W's rows or columns into
+// several slices and tiles (checked in SplitsCoverChunksSlicesAndTiles).
 std::vector<Case> cases() {
   return {{DType::Q8_0, 37, 45, 96},   {DType::Q8_0, 3, 301, 32},  {DType::Q4_K, 29, 19, 512},
           {DType::Q4_K, 65, 130, 256}, {DType::Q5_0, 17, 23, 160}, {DType::Q6_K, 11, 9, 256},
-          {DType::BF16, 33, 27, 35},   {DType::F16, 5, 71, 13}};
+          {DType::BF16, 33, 27, 35},   {DType::F16, 5, 71, 13},    {DType::Q8_0, 515, 45, 96},
+          {DType::Q5_0, 301, 7, 64},   {DType::Q4_K, 3, 300, 4096}};
+}
+
+TEST(HeldGemm, SplitsCoverChunksSlicesAndTiles) {
+  // M = 515 and 301 rows of X come in several chunks when W has few rows ...
+  const cpu::HeldSplit a = cpu::held_xwt_split(515, 45, 96, DType::Q8_0);
+  EXPECT_LT(a.chunk, 515);
+  EXPECT_LT(cpu::held_xw_split(515, 45, 96, DType::Q8_0).chunk, 515);
+  EXPECT_LT(cpu::held_xwt_split(301, 7, 64, DType::Q5_0).chunk, 301);
+  // ... a wide W is dequantized in column slices of whole blocks (x·Wᵀ) and row tiles (dy·W) ...
+  const cpu::HeldSplit b = cpu::held_xwt_split(3, 300, 4096, DType::Q4_K);
+  EXPECT_LT(b.step, 4096);
+  EXPECT_EQ(b.step % 256, 0);
+  EXPECT_LE(b.piece * b.step, cpu::kHeldTileFloats);
+  const cpu::HeldSplit c = cpu::held_xw_split(3, 300, 4096, DType::Q4_K);
+  EXPECT_LT(c.step, 300);
+  EXPECT_EQ(c.piece % 256, 0);
+  // ... and a model-sized product is one chunk of X (each tile dequantized once).
+  EXPECT_EQ(cpu::held_xwt_split(512, 1536, 576, DType::Q8_0).chunk, 512);
+  EXPECT_EQ(cpu::held_xw_split(512, 576, 1536, DType::Q8_0).chunk, 512);
 }
 
 TEST(HeldGemm, TilesEqualDequantizeThenSgemmForEveryHeldType) {
@@ -66,13 +93,15 @@ TEST(HeldGemm, TilesEqualDequantizeThenSgemmForEveryHeldType) {
     const cpu::HeldMatrix W{h.w.raw(), c.type, c.N, c.K};
     const std::vector<float> x = test::random_vector(static_cast<size_t>(c.M * c.K), seed++);
     std::vector<float> y(static_cast<size_t>(c.M * c.N), 0.0f);
+    // Slices sum a long dot product in another order: f32 rounding grows with its length.
+    const test::Tolerance tol{1e-5 * std::max<double>(1.0, double(c.K) / 512), 1e-5};
     cpu::held_gemm_xwt(x.data(), W, 0.0f, y.data(), c.M);
-    EXPECT_TRUE(all_close(y, ref_xwt(x, h.dq, c.M, c.N, c.K), test::kTolF32)) << "x·Wᵀ";
+    EXPECT_TRUE(all_close(y, ref_xwt(x, h.dq, c.M, c.N, c.K), tol)) << "x·Wᵀ";
     // beta = 1 accumulates onto C.
     std::vector<float> y2 = y;
     cpu::held_gemm_xwt(x.data(), W, 1.0f, y2.data(), c.M);
     for (auto& v : y) v *= 2.0f;
-    EXPECT_TRUE(all_close(y2, y, test::kTolF32)) << "beta 1";
+    EXPECT_TRUE(all_close(y2, y, tol)) << "beta 1";
 
     const std::vector<float> g = test::random_vector(static_cast<size_t>(c.M * c.N), seed++);
     std::vector<float> dx(static_cast<size_t>(c.M * c.K), 123.0f);  // overwritten
@@ -140,6 +169,88 @@ TEST(HeldGemm, OpsOnAHeldWeightEqualTheOpsOnItsDequantizedValues) {
   EXPECT_NEAR(l_held.loss_sum, l_f32.loss_sum, 1e-5 * std::fabs(l_f32.loss_sum));
   EXPECT_TRUE(all_close(dh_held.to_vector(), dh_f32.to_vector(), test::kTolF32));
   EXPECT_TRUE(all_close(lm_head_logits(h5, table.w).to_vector(), lm_head_logits(h5, tf).to_vector(), test::kTolF32));
+}
+
+// ---- vector dequantizers, per CPU kernel variant ------------------------------------------------
+
+using VariantDequantFn = void (*)(const uint8_t*, float*, int64_t);
+
+// Random blocks of `t`: half quantized from random values (realistic scales), half random bytes
+// (every bit pattern of the quants and packed scales) with finite f16 scales patched in.
+std::vector<uint8_t> random_blocks(DType t, int64_t blocks, uint64_t seed) {
+  const int64_t bs = dtype_block_size(t), bb = static_cast<int64_t>(dtype_block_bytes(t));
+  std::vector<uint8_t> out(static_cast<size_t>(blocks * bb));
+  const std::vector<float> x = test::random_vector(static_cast<size_t>(blocks * bs), seed, -3.0f, 2.0f);
+  quantize_span(t, x.data(), out.data(), blocks * bs);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<float> scale(-0.5f, 0.5f);
+  for (int64_t b = 1; b < blocks; b += 2) {
+    uint8_t* blk = out.data() + b * bb;
+    for (int64_t i = 0; i < bb; ++i) blk[i] = static_cast<uint8_t>(rng());
+    const int halves = t == DType::Q4_K ? 2 : 1;  // d (and dmin) lead every format here
+    for (int h = 0; h < halves; ++h) {
+      const uint16_t v = f32_to_f16(h == 1 ? std::fabs(scale(rng)) : scale(rng));
+      std::memcpy(blk + 2 * h, &v, 2);
+    }
+  }
+  return out;
+}
+
+class HeldDequantEveryCpuVariant : public test::PerKernelVariant {};
+
+TEST_P(HeldDequantEveryCpuVariant, VectorDequantizersEqualTheScalarReference) {
+  const cpu::KernelTable& k = cpu::kernel_table(GetParam());
+  const std::pair<DType, VariantDequantFn> formats[] = {{DType::Q8_0, k.dequantize_q8_0},
+                                                        {DType::Q4_0, k.dequantize_q4_0},
+                                                        {DType::Q5_0, k.dequantize_q5_0},
+                                                        {DType::Q4_K, k.dequantize_q4_k}};
+  for (const auto& [t, fn] : formats) {
+    for (int64_t blocks : {1, 2, 3, 8, 17}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << " blocks=" << blocks);
+      const int64_t bs = dtype_block_size(t), n = blocks * bs;
+      const std::vector<uint8_t> q = random_blocks(t, blocks, static_cast<uint64_t>(blocks) * 31 + bs);
+      std::vector<float> ref(static_cast<size_t>(n)), got(static_cast<size_t>(n), NAN);
+      dequantize_span(t, q.data(), ref.data(), n);
+      fn(q.data(), got.data(), blocks);
+      if (t != DType::Q4_K) {
+        EXPECT_EQ(got, ref);  // one product per value: bit-identical
+        continue;
+      }
+      // y = (d·sc)·q − dmin·m: FMA may round the product and offset once instead of twice, so
+      // allow one rounding of the largest product and offset the block can form (2⁻²³ relative).
+      // A wrong nibble, scale or sub-block is off by at least one step d·sc, far beyond that.
+      const int64_t bb = static_cast<int64_t>(dtype_block_bytes(t));
+      for (int64_t b = 0; b < blocks; ++b) {
+        uint16_t dh, dminh;
+        std::memcpy(&dh, q.data() + b * bb, 2);
+        std::memcpy(&dminh, q.data() + b * bb + 2, 2);
+        const double bound = std::ldexp(std::fabs(f16_to_f32(dh)) * 63 * 15 + std::fabs(f16_to_f32(dminh)) * 63, -23);
+        for (int64_t i = b * bs; i < (b + 1) * bs; ++i)
+          ASSERT_LE(std::fabs(double(got[size_t(i)]) - ref[size_t(i)]), bound) << "element " << i;
+      }
+    }
+  }
+}
+
+BP_PER_KERNEL_VARIANT(HeldDequantEveryCpuVariant);
+
+// The dequantizer in use is the forced variant's: a product through every variant equals the
+// dequantize-then-sgemm reference (each variant's vector code runs inside the tiles).
+TEST_P(HeldDequantEveryCpuVariant, HeldGemmUsesTheVariantAndMatchesTheReference) {
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K}) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t M = 7, N = 33, K = 512;
+    const Held h = make_held(t, N, K, 40);
+    const cpu::HeldMatrix W{h.w.raw(), t, N, K};
+    const std::vector<float> x = test::random_vector(static_cast<size_t>(M * K), 41);
+    std::vector<float> y(static_cast<size_t>(M * N));
+    cpu::held_gemm_xwt(x.data(), W, 0.0f, y.data(), M);
+    EXPECT_TRUE(all_close(y, ref_xwt(x, h.dq, M, N, K), test::kTolF32));
+    const std::vector<float> g = test::random_vector(static_cast<size_t>(M * N), 42);
+    std::vector<float> dx(static_cast<size_t>(M * K));
+    cpu::held_gemm_xw(g.data(), W, dx.data(), M);
+    EXPECT_TRUE(all_close(dx, ref_xw(g, h.dq, M, N, K), test::kTolF32));
+  }
 }
 
 }  // namespace

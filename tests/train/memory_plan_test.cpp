@@ -1,6 +1,7 @@
 // The memory plan against the CPU allocator's measured peak of a real forward_backward, for
 // several sizes, LoRA/full, checkpointing on/off, dropout and q/k norm; and the largest
-// micro-batch that fits a limit, checked by running it under that limit.
+// micro-batch that fits a limit, checked by running it under that limit. SFT samples (prompts
+// without loss) need logits rows only for their answers, and the plan counts exactly those.
 #include "train/memory_plan.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,10 @@
 
 #include "core/allocator.h"
 #include "model/model_test_helpers.h"
+#include "ops/cross_entropy.h"
+#include "text/dataset.h"
+#include "train/train_data.h"
+#include "train/train_plan.h"
 
 namespace bp::test {
 namespace {
@@ -189,6 +194,82 @@ TEST(MemoryPlan, LargestMicroBatchFitsAndOneMoreDoesNot) {
   run.tokens = best * 3 / 2;
   s.micro_batch_tokens = run.tokens;
   EXPECT_THROW(measure(run, s, budget), OutOfMemoryError);
+}
+
+// Samples of `len` tokens whose loss mask covers only the last `answer` tokens (an SFT prompt).
+std::vector<Sample> sft_samples(int n, int64_t len, int64_t answer, int64_t vocab) {
+  std::vector<Sample> out;
+  std::mt19937_64 rng(static_cast<uint64_t>(len * 31 + answer));
+  for (int i = 0; i < n; ++i) {
+    Sample s;
+    s.id = i;
+    for (int64_t t = 0; t < len; ++t) {
+      s.ids.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)));
+      s.loss_mask.push_back(t >= len - answer ? 1 : 0);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+TEST(MemoryPlan, SftPromptsCostNoLogitsRowsAndThePlanCountsWhatTheRunHolds) {
+  TinySpec spec;
+  spec.vocab = 100000, spec.hidden = 32, spec.inter = 48, spec.layers = 2;  // the loss phase is the peak
+  const ModelConfig cfg = tiny_config(spec);
+  const int64_t chunk = 64;
+  // Long prompts (90 tokens, then a 6-token answer): token t is labelled when t + 1 is an answer
+  // token, so the labels sit at 89..94 and windows stay inside a sample, 6 rows each.
+  const std::vector<Sample> long_prompts = sft_samples(3, 96, 6, cfg.vocab_size);
+  EXPECT_EQ(max_cross_entropy_window(long_prompts, 1, chunk), 6);
+  EXPECT_EQ(max_cross_entropy_window(long_prompts, 3, chunk), 6);
+  // Short prompts (20 tokens): a window can run from one answer into the next sample's.
+  const std::vector<Sample> short_prompts = sft_samples(3, 26, 6, cfg.vocab_size);
+  EXPECT_EQ(max_cross_entropy_window(short_prompts, 1, chunk), 6);
+  EXPECT_EQ(max_cross_entropy_window(short_prompts, 2, chunk), chunk);
+
+  for (const auto* samples : {&long_prompts, &short_prompts}) {
+    std::vector<const Sample*> ptrs;
+    for (const Sample& s : *samples) ptrs.push_back(&s);
+    const Batch batch = make_batch(ptrs);
+    const int64_t T = batch.tokens.dim(0);
+    MemorySettings s;
+    s.lora.r = 4;
+    s.micro_batch_tokens = T;
+    s.ce_chunk_tokens = chunk;
+    s.ce_window_tokens = max_cross_entropy_window(*samples, 3, chunk);
+    const MemoryPlan plan = plan_memory(cfg, s);
+    // The op allocates exactly the rows of the longest window of this batch's labels.
+    const int64_t rows = linear_cross_entropy_workspace_rows(batch.labels.data<int32_t>(), T, chunk);
+    EXPECT_LE(rows, s.ce_window_tokens);
+    if (samples == &long_prompts) {
+      EXPECT_EQ(rows, 6);
+    }
+    ASSERT_EQ(plan.peak_phase, "final norm and loss");
+    EXPECT_EQ(plan.cross_entropy_chunk, static_cast<size_t>(s.ce_window_tokens * cfg.vocab_size) * sizeof(float));
+
+    Allocator& A = cpu_allocator();
+    Model model(tiny_weights(cfg, 3), ModelOptions{TrainMode::Lora, true, chunk});
+    LoraAdapter adapter = init_lora(cfg, s.lora, 5);
+    model.attach_lora(adapter);
+    const size_t before = A.stats().bytes_in_use;
+    A.reset_peak();
+    model.forward_backward(batch, 1.0f, 1);
+    const size_t measured = A.stats().bytes_peak - before;
+    const double ratio = static_cast<double>(plan.activations()) / static_cast<double>(measured);
+    // Long prompts: the window bound is exact. Short ones: the plan counts the whole chunk (64
+    // rows) where this batch's longest window spans 58, a bound that is never below the run.
+    if (samples == &long_prompts) {
+      EXPECT_NEAR(ratio, 1.0, 0.05) << "plan " << plan.to_json().dump() << " measured " << measured;
+    } else {
+      EXPECT_GE(ratio, 1.0) << "plan " << plan.to_json().dump() << " measured " << measured;
+      EXPECT_LE(ratio, 1.15) << "plan " << plan.to_json().dump() << " measured " << measured;
+    }
+  }
+  // Without the window (no data: estimate-vram) the plan keeps the whole chunk.
+  MemorySettings s;
+  s.micro_batch_tokens = 288;
+  s.ce_chunk_tokens = chunk;
+  EXPECT_EQ(plan_memory(cfg, s).cross_entropy_chunk, linear_cross_entropy_workspace_bytes(288, 100000, chunk));
 }
 
 }  // namespace

@@ -107,6 +107,9 @@ try {
   const done = await page.evaluate(async (id) => (await (await fetch("/api/runs/" + id)).json()), runId);
   if (done.steps_done !== stopped.steps_done + 2) throw new Error(`resumed run ended at step ${done.steps_done}`);
   await page.waitForSelector("#summary-text");
+  const summaryText = await page.textContent("#summary-text");
+  // The summary says how the frozen base was held (the default, auto, holds a safetensors base at f32).
+  if (!summaryText.includes("frozen base auto → f32")) throw new Error("summary without the base dtype: " + summaryText);
   log(`resumed and finished at step ${done.steps_done}`);
 
   // Export a GGUF (q8_0) and see the resulting path.

@@ -40,6 +40,25 @@ static double softmax_row(const KernelTable& kern, float* row, int64_t V, int32_
   return lse - label_logit;
 }
 
+CrossEntropyWindow cross_entropy_window(const int32_t* labels, int64_t T, int64_t t, int64_t chunk) {
+  int64_t begin = t;
+  while (begin < T && labels[begin] < 0) ++begin;
+  if (begin == T) return {T, T};
+  int64_t end = std::min(begin + chunk, T);
+  while (labels[end - 1] < 0) --end;
+  return {begin, end};
+}
+
+int64_t cross_entropy_max_window(const int32_t* labels, int64_t T, int64_t chunk) {
+  int64_t most = 0;
+  for (int64_t t = 0; t < T;) {
+    const CrossEntropyWindow w = cross_entropy_window(labels, T, t, chunk);
+    most = std::max(most, w.end - w.begin);
+    t = w.end;
+  }
+  return most;
+}
+
 CrossEntropyTotals linear_cross_entropy(const float* x, const HeldMatrix& Wm, const int32_t* labels, int64_t T,
                                         int64_t D, int64_t V, int64_t chunk, float* logits, float grad_scale, float* dx,
                                         float* dW) {
@@ -54,12 +73,10 @@ CrossEntropyTotals linear_cross_entropy(const float* x, const HeldMatrix& Wm, co
   while (t < T) {
     // Skip ignored tokens (their dx rows are zero), then take a window of at most `chunk` rows
     // trimmed after its last labelled token.
-    int64_t begin = t;
-    while (begin < T && labels[begin] < 0) ++begin;
+    const CrossEntropyWindow win = cross_entropy_window(labels, T, t, chunk);
+    const int64_t begin = win.begin, end = win.end;
     if (dx) std::memset(dx + t * D, 0, static_cast<size_t>((begin - t) * D) * sizeof(float));
     if (begin == T) break;
-    int64_t end = std::min(begin + chunk, T);
-    while (labels[end - 1] < 0) --end;
     const int64_t c = end - begin;
     const float* xw = x + begin * D;
 

@@ -18,12 +18,24 @@ struct CrossEntropyTotals {
 
 // x [T, D], W [V, D] (f32, or a frozen weight held in bf16/f16/a block type: backend/cpu/quant_gemm.h,
 // dW then must be null), labels [T] (already validated: −100 or in [0, V)). logits_chunk is the
-// workspace, at least min(chunk, T)·V floats. When dx is non-null it is overwritten with
+// workspace, at least cross_entropy_max_window(labels, T, chunk)·V floats. When dx is non-null it is overwritten with
 // grad_scale·(softmax − onehot)·W (zero rows for ignored tokens); when dW is non-null it gets
 // grad_scale·(softmax − onehot)ᵀ·x added.
 CrossEntropyTotals linear_cross_entropy(const float* x, const HeldMatrix& W, const int32_t* labels, int64_t T,
                                         int64_t D, int64_t V, int64_t chunk, float* logits_chunk, float grad_scale,
                                         float* dx, float* dW);
+
+// The rows the kernel computes logits for come in windows: from token t, skip ignored labels to
+// `begin`, then take at most `chunk` rows trimmed after their last labelled one, [begin, end).
+// begin == T when no labelled token is left. Spans of −100 labels (SFT prompts) are never inside
+// a window unless a labelled token follows them within the same `chunk` rows.
+struct CrossEntropyWindow {
+  int64_t begin = 0, end = 0;
+};
+CrossEntropyWindow cross_entropy_window(const int32_t* labels, int64_t T, int64_t t, int64_t chunk);
+// The most rows of any window over these labels (0 when none is labelled, at most min(chunk, T)):
+// the logits workspace the kernel needs, in rows of V floats.
+int64_t cross_entropy_max_window(const int32_t* labels, int64_t T, int64_t chunk);
 
 // exp(x) for x <= 0-ish arguments in softmax loops: Cephes-style range reduction and a degree-6
 // polynomial (relative error ~2e-7). Inputs below −87 return ~1e-38 instead of an underflowing 0.

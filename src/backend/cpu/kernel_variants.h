@@ -43,6 +43,13 @@ struct KernelTable {
   // f32 -> f16 (round to nearest even) of a prefix of [0, n); returns how many it converted (the
   // caller converts the rest with core/dtype's f32_to_f16). 0 where the ISA has no conversion.
   int64_t (*f32_to_f16_prefix)(const float* src, uint16_t* dst, int64_t n);
+  // `blocks` consecutive blocks of one ggml format (q8_0, q4_0, q5_0, q4_K) into f32, with the
+  // formulas of core/quant_blocks.cpp's scalar dequantize_block_* (dequant_kernels_impl.h says
+  // where results may differ from it: q4_K's product and offset may fuse into one rounding).
+  void (*dequantize_q8_0)(const uint8_t* src, float* dst, int64_t blocks);
+  void (*dequantize_q4_0)(const uint8_t* src, float* dst, int64_t blocks);
+  void (*dequantize_q5_0)(const uint8_t* src, float* dst, int64_t blocks);
+  void (*dequantize_q4_k)(const uint8_t* src, float* dst, int64_t blocks);
 };
 
 const char* kernel_variant_name(KernelVariant v);  // "generic", "avx2", "avx512"

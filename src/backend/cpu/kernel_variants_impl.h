@@ -15,8 +15,9 @@
 
 #include "backend/cpu/cross_entropy.h"  // exp_approx_t: one formula for every variant
 #include "backend/cpu/kernel_variants.h"
-#if defined(BP_KERNEL_F16C)
-#include <immintrin.h>
+#include "core/dtype.h"  // f16_to_f32 (out of line) for the dequantizers without F16C
+#if defined(__x86_64__)
+#include <immintrin.h>  // F16C and the byte widenings of dequant_kernels_impl.h
 #endif
 
 namespace bp::cpu::BP_KERNEL_NS {
@@ -160,11 +161,16 @@ int64_t f32_to_f16_prefix(const float* src, uint16_t* dst, int64_t n) {
   return i;
 }
 
+// Dequantizers of held block formats (vector code with this variant's VecF and kLanes).
+#include "backend/cpu/dequant_kernels_impl.h"
+
 }  // namespace
 
 const KernelTable& table() {
-  static const KernelTable t{row_max,         exp_shifted_sum, probs_and_score_grads, scale, swiglu_forward,
-                             swiglu_backward, adamw,           f32_to_f16_prefix};
+  static const KernelTable t{row_max, exp_shifted_sum, probs_and_score_grads, scale, swiglu_forward, swiglu_backward,
+                             adamw, f32_to_f16_prefix,
+                             // dequant_kernels_impl.h
+                             dequantize_q8_0, dequantize_q4_0, dequantize_q5_0, dequantize_q4_k};
   return t;
 }
 

@@ -3,12 +3,15 @@
 // weights in any stored type"): each task dequantizes one tile of the weight into a thread-local
 // buffer of at most kHeldTileFloats floats (plus one block row) and multiplies it with sgemm.
 //
-// Tiles and tasks:
-//   held_gemm_xwt  C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K]: a tile is a panel of whole rows of W
-//                  (rows n0..n1, all K columns); a task is (panel, chunk of 256 rows of X).
+// Tiles and tasks (quant_gemm.cpp says how many):
+//   held_gemm_xwt  C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K]: a task owns a panel of whole rows of W
+//                  (rows n0..n1) and a chunk of X's rows; it dequantizes the panel in column
+//                  slices that fit the tile budget and accumulates each slice's sgemm into C.
 //   held_gemm_xw   C[M, K] = X[M, N]·W, W [N, K]: a task owns a block of C's columns (whole blocks
 //                  of the weight's format) and a chunk of X's rows, and walks W's rows in tiles of
 //                  [rows, column block], accumulating into C.
+// The vector dequantizers of the CPU kernel variant in use (kernel_variants.h) fill the tiles for
+// q8_0, q4_0, q5_0 and q4_K; other types use core's scalar ones.
 // The split depends on the shapes only and tasks write disjoint parts of C, so results do not
 // depend on the thread count; every task's sgemm runs inside an OpenMP region, single-threaded
 // on the calling thread (the OpenMP build of OpenBLAS does that, see backend/cpu/attention.cpp).
@@ -28,10 +31,17 @@ struct HeldMatrix {
   int64_t cols = 0;
 };
 
-// Tile budget per task, in floats (256 KiB: the tile stays in L2 while its sgemm runs), and the
-// fewest rows a panel has whatever the width (wider rows exceed the budget).
-inline constexpr int64_t kHeldTileFloats = int64_t{1} << 16;
-inline constexpr int64_t kHeldMinPanelRows = 16;
+// Tile budget per task, in floats (512 KiB: the tile stays in L2 while sgemm packs it).
+inline constexpr int64_t kHeldTileFloats = int64_t{1} << 17;
+
+// How a product is split into tasks (exposed for tests): `piece` = rows of W per panel (x·Wᵀ) or
+// columns of C per block (dy·W), `chunk` = rows of X per task, `step` = columns of W per
+// dequantized slice (x·Wᵀ) or rows of W per tile (dy·W).
+struct HeldSplit {
+  int64_t piece = 0, chunk = 0, step = 0;
+};
+HeldSplit held_xwt_split(int64_t M, int64_t N, int64_t K, DType type);
+HeldSplit held_xw_split(int64_t M, int64_t N, int64_t K, DType type);
 
 // C[M, W.rows] = X[M, W.cols]·Wᵀ + beta·C (ldc = W.rows).
 void held_gemm_xwt(const float* X, const HeldMatrix& W, float beta, float* C, int64_t M);

@@ -64,7 +64,7 @@
       cps.replaceChildren(...(d.checkpoints.length ? d.checkpoints.map((c) => h("li", { text: c })) : [h("li", { class: "muted", text: "none yet" })]));
       const s = d.summary;
       summary.replaceChildren(s && s.run_id
-        ? h("p", { id: "summary-text", text: `${s.steps} steps, ${s.tokens} tokens in ${num(s.seconds, 1)} s; final loss ${num(s.final_loss)}, best eval loss ${num(s.best_eval_loss)}; peak memory ${bytes(s.peak_memory_bytes)}; result ${s.final_artifact}` })
+        ? h("p", { id: "summary-text", text: `${s.steps} steps, ${s.tokens} tokens in ${num(s.seconds, 1)} s; final loss ${num(s.final_loss)}, best eval loss ${num(s.best_eval_loss)}; peak memory ${bytes(s.peak_memory_bytes)}${s.base_dtype ? "; frozen base " + s.base_dtype : ""}; result ${s.final_artifact}` })
         : h("p", { class: "muted", text: "The run has not finished." }));
       exportsBox.replaceChildren(...d.exports.map(exportLine));
     }
