@@ -83,9 +83,9 @@ namespace {
 // glibc serves blocks above a threshold (128 KiB at first, raised up to 32 MiB as such blocks are
 // freed) with mmap and unmaps them on free, and gives the top of the heap back once more than
 // twice that is free. A training step allocates the same activation and workspace blocks (MiBs
-// each) every step, so each step page-faulted them in again: 120-280 k minor faults (0.5-1.1 GB)
-// per SmolLM-135M step, 5 % of a step's CPU time at one thread and 14 % at two, where the faults
-// serialise on the kernel's memory lock (docs/benchmarks.md, "non-GEMM costs"). Blocks up to
+// each) every step, so each step page-faulted them in again: ~136 k minor faults (0.53 GB) per
+// SmolLM-135M step, 5 % of a step's CPU time at one thread and ~11 % at two, where the faults
+// serialise on the process's memory lock (docs/benchmarks.md, issue 14 section). Blocks up to
 // 32 MiB (glibc's maximum threshold) now come from the heap and freed memory stays for the next
 // step; RSS stays at the step's peak, which the memory plan counts anyway.
 void keep_freed_blocks_for_reuse() {
