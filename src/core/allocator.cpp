@@ -1,7 +1,9 @@
 #include "core/allocator.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -79,23 +81,46 @@ size_t physical_memory_bytes() {
 
 namespace {
 
+// glibc serves blocks above a threshold (128 KiB at first, raised up to 32 MiB as such blocks are
+// freed) with mmap and unmaps them on free, and gives the top of the heap back once more than
+// twice that is free. A training step allocates the same activation and workspace blocks (MiBs
+// each) every step, so each step page-faulted them in again: ~136 k minor faults (0.53 GB) per
+// SmolLM-135M step, 5 % of a step's CPU time at one thread and ~11 % at two, where the faults
+// serialise on the process's memory lock (docs/benchmarks.md, issue 14 section). Blocks up to
+// 32 MiB (glibc's maximum threshold) now come from the heap and freed memory stays for the next
+// step; RSS stays at the step's peak, which the memory plan counts anyway.
+void keep_freed_blocks_for_reuse() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
 class CpuAllocator final : public Allocator {
+  static constexpr size_t kAlign = 64;
+
  public:
-  CpuAllocator() { set_total(physical_memory_bytes()); }
+  CpuAllocator() {
+    set_total(physical_memory_bytes());
+    keep_freed_blocks_for_reuse();
+  }
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
     reserve(bytes);
-    size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    if (!p) {
+    // malloc + manual 64-byte alignment, not aligned_alloc: glibc 2.36's aligned_alloc never reuses
+    // a freed multi-MiB block (it asks for alignment slack the freed block lacks) and grows the
+    // heap by the block's size at each repeat. The pointer malloc gave sits just before the block.
+    void* raw = std::malloc(bytes + kAlign);
+    if (!raw) {
       release(bytes);
       throw std::bad_alloc();  // OOM-adjacent: the trainer maps it to RUNTIME_OOM_ADJACENT
     }
+    const uintptr_t aligned = (reinterpret_cast<uintptr_t>(raw) + kAlign) & ~uintptr_t(kAlign - 1);
+    void* p = reinterpret_cast<void*>(aligned);
+    static_cast<void**>(p)[-1] = raw;  // malloc aligns to 16, so there are at least 16 bytes before p
     return p;
   }
   void deallocate(void* ptr, size_t bytes) override {
     if (!ptr) return;
-    std::free(ptr);
+    std::free(static_cast<void**>(ptr)[-1]);
     release(bytes);
   }
   Device device() const override { return Device{DeviceType::CPU, 0}; }
