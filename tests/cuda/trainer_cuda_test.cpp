@@ -1,0 +1,188 @@
+// The Trainer (src/train/) with --device cuda on the simulated card (sim_device.h): the model's
+// weights, the LoRA adapter, gradients, AdamW state and activations live in the card's memory; the
+// batches, clipping, the non-finite check and the optimizer run as simulated CUDA kernels through
+// the ops; checkpoints and the adapter are written from host copies and a resume copies them back.
+// Compared with the same run on the CPU backend (tiny-chat, LoRA on every projection, dropout on,
+// gradient accumulation, evaluation), and made to fail: an OOM injected into the card's allocator
+// in the middle of training is recovered as on the CPU (checkpointing on first, then the
+// micro-batch halved), and a card too small for the run's micro-batch makes the trainer shrink it.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "io/safetensors.h"
+#include "sim_device.h"
+#include "support/test_util.h"
+#include "train/trainer.h"
+
+namespace bp::test {
+namespace {
+
+constexpr Device kGpu{DeviceType::CUDA, 0};
+
+std::string write_dataset(const std::string& dir) {
+  const std::string path = dir + "/data.jsonl";
+  std::ofstream f(path);
+  const char* names[] = {"Lily", "Tom", "Ben", "Sue", "Max", "Mia"};
+  const char* things[] = {"a red ball", "a big dog", "a small cat", "a blue car"};
+  for (int i = 0; i < 10; ++i)
+    f << "{\"text\": \"" << names[i % 6] << " had " << things[i % 4] << ". " << names[(i + 1) % 6] << " liked it.\"}\n";
+  return path;
+}
+
+TrainOptions tiny_chat_options(const std::string& dir, const std::string& device) {
+  TrainOptions o;
+  o.model_dir = source_dir() + "/models/tiny-chat";
+  o.data_path = write_dataset(dir);
+  o.output_dir = dir + "/run";
+  o.device = device;
+  o.steps = 3;
+  o.batch_size = 4;
+  o.micro_batch_size = 2;  // two micro-batches per step: gradient accumulation on the device
+  o.lr = 5e-3;
+  o.warmup_steps = 0;
+  o.lr_scheduler = LrScheduler::Constant;
+  o.max_seq_length = 32;
+  o.holdout = 0.2;        // two held-out samples: the evaluations run on the device too
+  o.max_grad_norm = 0.5;  // small enough that clipping scales the gradients
+  o.lora.r = 4;
+  o.lora.alpha = 8;
+  o.lora.dropout = 0.1f;
+  o.lora.target_modules = {"all-linear"};
+  o.gradient_checkpointing = true;
+  o.threads = 1;
+  o.quiet = true;
+  return o;
+}
+
+void expect_losses_close(const TrainSummary& got, const TrainSummary& ref) {
+  ASSERT_EQ(got.history.size(), ref.history.size());
+  for (size_t i = 0; i < ref.history.size(); ++i) {
+    EXPECT_EQ(got.history[i].sample_ids, ref.history[i].sample_ids) << "step " << i + 1;
+    EXPECT_NEAR(got.history[i].loss, ref.history[i].loss, 1e-5 * std::max(1.0, std::fabs(ref.history[i].loss)))
+        << "step " << i + 1;
+    EXPECT_NEAR(got.history[i].grad_norm, ref.history[i].grad_norm, 1e-4 * ref.history[i].grad_norm)
+        << "step " << i + 1;
+  }
+}
+
+std::vector<float> saved_tensor(const std::string& file, const std::string& name) {
+  return SafetensorsReader::open_file(file).read(name).to_vector();
+}
+
+TEST(CudaTrainer, TinyChatLoraRunMatchesCpu) {
+  TempDir cpu_dir, gpu_dir;
+  const TrainSummary ref = Trainer(tiny_chat_options(cpu_dir.path, "cpu")).run();
+
+  SimulatedCudaDevice card;
+  const uint64_t launches_before = sim::launch_count();
+  const TrainOptions go = tiny_chat_options(gpu_dir.path, "cuda");
+  Trainer trainer(go);
+  const TrainSummary got = trainer.run();
+  EXPECT_EQ(trainer.model().device(), kGpu);
+  EXPECT_EQ(trainer.adapter()->layers[0].a(LoraTarget::Q).device(), kGpu);
+  EXPECT_GT(sim::launch_count(), launches_before + 1000);  // the simulated kernels did the work
+  EXPECT_GT(got.peak_memory_bytes, 0u);
+  EXPECT_EQ(got.peak_memory_bytes, card.allocator().stats().bytes_peak) << "the card's allocator was the run's";
+
+  ASSERT_EQ(got.steps_done, 3);
+  expect_losses_close(got, ref);
+  ASSERT_TRUE(got.final_eval_loss && ref.final_eval_loss);
+  EXPECT_NEAR(*got.final_eval_loss, *ref.final_eval_loss, 1e-5 * *ref.final_eval_loss);
+  EXPECT_LT(got.history.back().loss, got.history.front().loss) << "the device run learns";
+
+  // The adapter written from the device equals the CPU's (f32 sums in another order).
+  const std::string name = "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight";
+  const auto b_gpu = saved_tensor(go.output_dir + "/adapter/adapter_model.safetensors", name);
+  const auto b_cpu = saved_tensor(cpu_dir.path + "/run/adapter/adapter_model.safetensors", name);
+  double scale = 0;
+  for (float v : b_cpu) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+  ASSERT_GT(scale, 0.0) << "lora_B never moved: the comparison would prove nothing";
+  EXPECT_TRUE(all_close(b_gpu, b_cpu, Tolerance{1e-4 * scale, 0}));
+}
+
+// A checkpoint written from the device (host copies) and resumed on the device (copied back)
+// continues to the same losses and the same weights, bit for bit, as the run that never stopped.
+TEST(CudaTrainer, CheckpointFromTheDeviceResumesBitExact) {
+  SimulatedCudaDevice card;
+  TempDir a_dir, b_dir;
+  TrainOptions straight = tiny_chat_options(a_dir.path, "cuda");
+  straight.holdout = 0.0;  // no evaluation: only the training steps matter here
+  const TrainSummary full = Trainer(straight).run();
+
+  TrainOptions first = straight;
+  first.output_dir = b_dir.path + "/run";
+  first.stop_after_step_for_tests = 1;  // stops as an interrupt would, checkpoint at step 1
+  EXPECT_THROW(Trainer(first).run(), Error);
+  TrainOptions resumed = straight;
+  resumed.output_dir = first.output_dir;
+  resumed.resume = "latest";
+  const TrainSummary rest = Trainer(resumed).run();
+  ASSERT_EQ(rest.steps_done, 3);
+  ASSERT_EQ(rest.history.size(), 2u);  // steps 2 and 3, trained after the resume
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(rest.history[i].loss, full.history[i + 1].loss) << "step " << i + 2;
+    EXPECT_EQ(rest.history[i].grad_norm, full.history[i + 1].grad_norm) << "step " << i + 2;
+  }
+  auto a = SafetensorsReader::open_file(straight.output_dir + "/checkpoints/checkpoint-3/trainable.safetensors");
+  auto b = SafetensorsReader::open_file(resumed.output_dir + "/checkpoints/checkpoint-3/trainable.safetensors");
+  ASSERT_EQ(a.names(), b.names());
+  for (const auto& n : a.names()) {
+    Tensor ta = a.read(n), tb = b.read(n);
+    ASSERT_EQ(ta.nbytes(), tb.nbytes());
+    EXPECT_EQ(std::memcmp(ta.raw(), tb.raw(), ta.nbytes()), 0) << n << " differs after resume";
+  }
+}
+
+// An OOM of the card's allocator at step 3, twice: as on the CPU (tests/train/trainer_test.cpp)
+// the first turns gradient checkpointing on (auto had it off), the second halves the micro-batch
+// (2 -> 1, accumulation 4), and the losses stay those of the run without OOM. Dropout off: its
+// masks are seeded per micro-batch, so another split would draw others (on the CPU too).
+TEST(CudaTrainer, OomOnTheCardIsRecoveredAsOnTheCpu) {
+  SimulatedCudaDevice card;
+  TempDir a_dir, b_dir;
+  TrainOptions a = tiny_chat_options(a_dir.path, "cuda");
+  a.gradient_checkpointing.reset();  // auto
+  a.lora.dropout = 0.0f;
+  a.holdout = 0.0;
+  TrainOptions b = a;
+  b.output_dir = b_dir.path + "/run";
+  b.fault_oom_step = 2;
+  b.fault_oom_repeat = 2;
+  const uint64_t ooms_before = card.allocator().stats().num_ooms;
+  const TrainSummary sa = Trainer(a).run();
+  const TrainSummary sb = Trainer(b).run();
+  EXPECT_EQ(card.allocator().stats().num_ooms, ooms_before + 2) << "the card's allocator failed twice";
+  EXPECT_FALSE(sa.gradient_checkpointing) << "auto: tiny-chat's activations fit";
+  EXPECT_TRUE(sb.gradient_checkpointing) << "the first OOM turns checkpointing on";
+  EXPECT_EQ(sb.oom_recoveries, 2);
+  EXPECT_EQ(sb.micro_batch_size, 1);
+  EXPECT_EQ(sb.grad_accum, 4);
+  expect_losses_close(sb, sa);
+}
+
+// --device cuda without a card: refused before any work, with the reason.
+TEST(CudaTrainer, NoCardIsRefusedUpFront) {
+  TempDir dir;
+  TrainOptions o = tiny_chat_options(dir.path, "cuda");
+  try {
+    Trainer(o).run();
+    FAIL() << "trained without a device";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::DEP_GPU_NOT_AVAILABLE) << e.what();
+  }
+  SimulatedCudaDevice card;
+  o.device = "cuda:1";
+  try {
+    Trainer(o).run();
+    FAIL() << "trained on device 1";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::DEP_GPU_NOT_AVAILABLE) << e.what();
+    EXPECT_NE(std::string(e.what()).find("device 0"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace bp::test
