@@ -237,7 +237,14 @@ void Trainer::State::build_model() {
   for (const auto& n : held_notes) event("info", "frozen weights: " + n);
   model = std::make_unique<Model>(std::move(weights), mopt);
   if (device.type != DeviceType::CPU) {  // loaded (and held as f32/bf16) on the host, then copied over
-    for (auto& [name, t] : model->named_weights()) *t = t->to(device);
+    for (auto& [name, t] : model->named_weights()) {
+      if (t->dtype() != DType::F32 && t->dtype() != DType::BF16)
+        throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                    fmt::format("[train] --device {}: frozen weights held as {} ({}) have no CUDA kernels yet",
+                                opt.device, dtype_name(t->dtype()), name))
+            .with_suggestion("Hold them as bf16 or f32 (--base-dtype bf16), or train on the CPU (--device cpu).");
+      *t = t->to(device);
+    }
     model->allocate_grads();  // full mode: the gradients beside the weights
     event("info", fmt::format("training on {}", device.name()));
   }

@@ -158,13 +158,22 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     check_launch("embedding_forward_held (widen)");
   }
 
-  // ---- fused linear + cross-entropy (W f32: the activations are f32) ----
+  // ---- fused linear + cross-entropy (f32, the activations' type) ----
+  // A bf16 head (tied embeddings held as bf16) is widened whole into workspace first: V·D floats
+  // for the call, counted by the allocator (a chunked bf16 kernel would need only a chunk).
   static cpu::CrossEntropyTotals linear_cross_entropy(const float* x, const cpu::HeldMatrix& W, const int32_t* labels,
                                                       int64_t T, int64_t D, int64_t V, int64_t chunk,
                                                       float* /*logits_chunk: the workspace below holds them*/,
                                                       float grad_scale, float* dx, float* dW) {
-    if (W.type != DType::F32) held_type_unavailable("linear_cross_entropy", W.type);
+    if (W.type != DType::F32 && W.type != DType::BF16) held_type_unavailable("linear_cross_entropy", W.type);
     if (T == 0) return {};
+    if (W.type == DType::BF16) {
+      DeviceBuffer widened(static_cast<size_t>(V * D) * sizeof(float));
+      ::bp::BP_WRAP_NS::convert_bf16_to_f32(static_cast<const bf16*>(W.data), widened.as<float>(), V * D, nullptr);
+      check_launch("linear_cross_entropy (widen the bf16 head)");
+      const cpu::HeldMatrix f32{widened.as<float>(), DType::F32, W.rows, W.cols};
+      return linear_cross_entropy(x, f32, labels, T, D, V, chunk, nullptr, grad_scale, dx, dW);
+    }
     std::vector<int32_t> labels_host(static_cast<size_t>(T));
     check_cuda(cudaMemcpy(labels_host.data(), labels, labels_host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
                "cudaMemcpy(labels)");
