@@ -90,16 +90,18 @@ static void start_from_adapter(LoraAdapter& adapter, const std::string& dir, con
 
 // ---- the run ----------------------------------------------------------------------------------
 
-// --device: where the model, its gradients, the optimizer state and the activations live. "auto"
-// and "cpu" train on the CPU; "cuda" / "cuda:0" on the CUDA device when it has kernels (the CUDA
-// dispatch table, ops/dispatch.h) and memory: a real card (cuda_status()) or a simulated one a
-// test installed (core/allocator.h). Otherwise the run stops before any work with the reason,
-// instead of quietly training on the CPU. One device: cuda:N with N > 0 is refused.
+// --device: where the model, its gradients, the optimizer state and the activations live. "cpu"
+// trains on the CPU; "cuda" / "cuda:0" on the CUDA device when it has kernels (the CUDA dispatch
+// table, ops/dispatch.h) and memory: a real card (cuda_status()) or a simulated one a test
+// installed (core/allocator.h). Otherwise the run stops before any work with the reason, instead
+// of quietly training on the CPU. One device: cuda:N with N > 0 is refused. "auto" (the default)
+// is cuda:0 when both exist, else the CPU.
 static Device training_device(const std::string& device) {
-  if (device.rfind("cuda", 0) != 0) return Device{};
   const CudaStatus cs = cuda_status();
   const bool has_kernels = ops::kernels(DeviceType::CUDA).count > 0;
   const bool has_card = device_memory_installed(DeviceType::CUDA) || (cs.compiled && cs.why_unavailable.empty());
+  if (device == "auto") return has_kernels && has_card ? Device{DeviceType::CUDA, 0} : Device{};
+  if (device.rfind("cuda", 0) != 0) return Device{};
   const bool index_ok = device == "cuda" || device == "cuda:0";
   if (has_kernels && has_card && index_ok) return Device{DeviceType::CUDA, 0};
   const std::string why = !index_ok                     ? "this version trains on one GPU, device 0 (cuda or cuda:0)"

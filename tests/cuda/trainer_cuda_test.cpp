@@ -204,5 +204,24 @@ TEST(CudaTrainer, NoCardIsRefusedUpFront) {
   }
 }
 
+// --device auto (the default): the CUDA device when there is one with kernels, else the CPU. An
+// evaluation-only run places the model without training.
+TEST(CudaTrainer, AutoPicksTheCardWhenThereIsOne) {
+  TempDir dir;
+  TrainOptions o = tiny_chat_options(dir.path, "auto");
+  o.eval_only = true;
+  {
+    Trainer t(o);
+    t.run();
+    EXPECT_EQ(t.model().device(), Device{}) << "no card: the CPU";
+  }
+  SimulatedCudaDevice card;
+  o.output_dir = dir.path + "/run2";
+  Trainer t(o);
+  const TrainSummary s = t.run();
+  EXPECT_EQ(t.model().device(), kGpu);
+  EXPECT_TRUE(s.initial_eval_loss.has_value());
+}
+
 }  // namespace
 }  // namespace bp::test
