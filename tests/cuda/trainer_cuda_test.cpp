@@ -106,6 +106,33 @@ TEST(CudaTrainer, TinyChatLoraRunMatchesCpu) {
   EXPECT_TRUE(all_close(b_gpu, b_cpu, Tolerance{1e-4 * scale, 0}));
 }
 
+// Full fine-tuning on the card: every weight and its gradient on the device, the saved model
+// written from host copies; losses and the saved weights agree with the CPU run.
+TEST(CudaTrainer, FullFineTuningMatchesCpu) {
+  TempDir cpu_dir, gpu_dir;
+  TrainOptions co = tiny_chat_options(cpu_dir.path, "cpu");
+  co.mode = TrainMode::Full;
+  co.steps = 2;
+  co.holdout = 0.0;
+  co.lr = 1e-3;
+  TrainOptions go = co;
+  go.output_dir = gpu_dir.path + "/run";
+  go.device = "cuda";
+  const TrainSummary ref = Trainer(co).run();
+  SimulatedCudaDevice card;
+  Trainer trainer(go);
+  const TrainSummary got = trainer.run();
+  EXPECT_EQ(trainer.model().device(), kGpu);
+  EXPECT_EQ(trainer.model().grads().embed.device(), kGpu) << "gradients beside the weights";
+  expect_losses_close(got, ref);
+  const std::string name = "model.layers.0.mlp.down_proj.weight";
+  const auto w_gpu = saved_tensor(go.output_dir + "/model/model.safetensors", name);
+  const auto w_cpu = saved_tensor(co.output_dir + "/model/model.safetensors", name);
+  const auto w_base = saved_tensor(co.model_dir + "/model.safetensors", name);
+  EXPECT_FALSE(all_close(w_cpu, w_base, Tolerance{1e-7, 0})) << "the CPU run changed the weight";
+  EXPECT_TRUE(all_close(w_gpu, w_cpu, Tolerance{1e-5, 1e-4}));
+}
+
 // A checkpoint written from the device (host copies) and resumed on the device (copied back)
 // continues to the same losses and the same weights, bit for bit, as the run that never stopped.
 TEST(CudaTrainer, CheckpointFromTheDeviceResumesBitExact) {
