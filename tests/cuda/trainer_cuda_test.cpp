@@ -202,6 +202,45 @@ TEST(CudaTrainer, OomOnTheCardIsRecoveredAsOnTheCpu) {
   expect_losses_close(sb, sa);
 }
 
+// The card's own memory runs out: a card with room for what the run keeps (weights, adapter,
+// gradients, AdamW state) and three quarters of what the micro-batch of 4 sequences adds on top.
+// The first step's cudaMalloc fails (the allocator empties its cache once, then raises the OOM),
+// the trainer halves the micro-batch keeping the effective batch, and the step's loss is the one
+// the big card computed with 4 sequences at once. Checkpointing is on, so the halving is the relief.
+TEST(CudaTrainer, CardTooSmallForTheMicroBatchIsRecovered) {
+  TempDir big_dir, small_dir;
+  TrainOptions o = tiny_chat_options(big_dir.path, "cuda");
+  o.steps = 1;
+  o.micro_batch_size = 4;
+  o.holdout = 0.0;
+  o.lora.dropout = 0.0f;  // the same loss whatever the split
+  size_t resident = 0, peak = 0;
+  TrainSummary big;
+  {
+    SimulatedCudaDevice card;
+    Trainer t(o);
+    big = t.run();
+    resident = card.allocator().stats().bytes_in_use;  // what the live trainer keeps on the card
+    peak = big.peak_memory_bytes;
+  }
+  ASSERT_GT(peak, resident);
+  SimulatedCudaDevice card(resident + (peak - resident) * 3 / 4);
+  o.output_dir = small_dir.path + "/run";
+  const TrainSummary small = Trainer(o).run();
+  EXPECT_GE(small.oom_recoveries, 1);
+  EXPECT_LT(small.micro_batch_size, 4);
+  EXPECT_EQ(small.micro_batch_size * small.grad_accum, 4) << "the effective batch is kept";
+  // The recovery's record: the card's OutOfMemoryError, worded like PyTorch's.
+  std::ifstream metrics(o.output_dir + "/metrics.jsonl");
+  std::string line, oom_line;
+  while (std::getline(metrics, line))
+    if (line.find("\"oom_recovery\"") != std::string::npos) oom_line = line;
+  EXPECT_NE(oom_line.find("RUNTIME_GPU_OOM"), std::string::npos) << oom_line;
+  EXPECT_NE(oom_line.find("CUDA device 0 has a total capacity"), std::string::npos) << oom_line;
+  ASSERT_EQ(small.history.size(), 1u);
+  EXPECT_NEAR(small.history[0].loss, big.history[0].loss, 1e-5 * big.history[0].loss);
+}
+
 // --device cuda without a card: refused before any work, with the reason.
 TEST(CudaTrainer, NoCardIsRefusedUpFront) {
   TempDir dir;
