@@ -159,6 +159,10 @@ void install_device_memory(DeviceType type, const DeviceMemory& memory) {
   installed_cuda = memory;
 }
 
+bool device_memory_installed(DeviceType type) {
+  return type == DeviceType::CUDA && cuda_memory().allocator != nullptr;
+}
+
 Allocator& allocator_for(Device device) {
   if (device.type == DeviceType::CPU) return cpu_allocator();
   if (Allocator* a = cuda_memory().allocator) return *a;

@@ -82,6 +82,9 @@ struct DeviceMemory {
 // Replaces the CUDA device memory (every index) until called again; a default-constructed
 // DeviceMemory restores the built-in one. Only DeviceType::CUDA can be replaced.
 void install_device_memory(DeviceType type, const DeviceMemory& memory);
+// True while an installed DeviceMemory (a simulated card) replaces the built-in one of `type`: the
+// trainer then treats the device as present although cuda_status() finds no real card.
+bool device_memory_installed(DeviceType type);
 // Copies `bytes` between host memory and the memory of a device of `type` (or within it).
 void device_copy(DeviceType type, void* dst, const void* src, size_t bytes, CopyKind kind);
 // Sets `bytes` of a device's memory to zero.

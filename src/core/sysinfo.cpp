@@ -185,20 +185,24 @@ SystemInfo system_info() {
       {"avx2_fma", isa.avx2_fma,
        isa.avx2_fma ? fmt::format("used by OpenBLAS ({} kernels) and the avx2/avx512 kernel variants", s.blas_core)
                     : "this CPU lacks AVX2/FMA: OpenBLAS and the kernels run their SSE/NEON code"});
-  // What the CUDA part of a CUDA build does today: device queries and a memory allocator, no
-  // training kernels (trainer.cpp's check_device refuses --device cuda for that reason).
+  // What the CUDA part of a CUDA build has: a kernel for every op of the dispatch table (ops/
+  // kernels.inc), the caching allocator and device queries. The kernels are verified on the CPU
+  // simulation of the CUDA thread model (tests/cuda); this line claims no run on a GPU.
   s.features.push_back(
       {"cuda_backend", s.cuda.compiled,
        s.cuda.compiled
-           ? fmt::format("CUDA runtime {}.{}: device queries and a GPU memory allocator only, no training kernels in "
-                         "this build",
+           ? fmt::format("CUDA runtime {}.{}: training kernels for every op (tested on the CPU simulation of "
+                         "CUDA), caching GPU memory allocator, device queries",
                          s.cuda.runtime_version / 1000, (s.cuda.runtime_version % 1000) / 10)
            : "not compiled in (configure with -DBACKPROP_CUDA=ON where the CUDA toolkit exists)"});
-  s.features.push_back({"gpu_training", false,
-                        fmt::format("this build has no CUDA training kernels: training runs on the CPU ({})",
-                                    gpu ? fmt::format("{} CUDA device(s) visible but unused", s.cuda.devices.size())
-                                    : s.cuda.compiled ? s.cuda.why_unavailable
-                                                      : "no CUDA backend either")});
+  s.features.push_back(
+      {"gpu_training", s.cuda.compiled && gpu && s.cuda.why_unavailable.empty(),
+       !s.cuda.compiled ? "this build has no CUDA training kernels: training runs on the CPU (no CUDA backend)"
+       : gpu && s.cuda.why_unavailable.empty()
+           ? fmt::format("--device auto or cuda trains on CUDA device 0 ({} device(s) visible)", s.cuda.devices.size())
+           : fmt::format("CUDA training kernels are built in, but no usable device: training runs on the "
+                         "CPU ({})",
+                         s.cuda.why_unavailable)});
   s.features.push_back({"gpu_monitoring", s.nvml_loadable && gpu,
                         !s.nvml_loadable ? "libnvidia-ml.so.1 (NVML, from the NVIDIA driver) cannot be loaded"
                         : !gpu           ? "NVML loads, but no GPU is usable"
@@ -266,8 +270,8 @@ std::string to_text(const SystemInfo& s) {
     for (const auto& v : s.cpu_kernels_supported) sup += (sup.empty() ? "" : ", ") + v;
     t += fmt::format("  CPU kernels: {} ({}); this CPU runs: {}\n", s.cpu_kernels, s.cpu_kernels_reason, sup);
   }
-  t += fmt::format("  CUDA:     {}\n", s.cuda.compiled ? fmt::format("device queries and allocator only, no training "
-                                                                     "kernels; runtime {}, driver {}",
+  t += fmt::format("  CUDA:     {}\n", s.cuda.compiled ? fmt::format("training kernels, caching allocator, device "
+                                                                     "queries; runtime {}, driver {}",
                                                                      cuda_version_text(s.cuda.runtime_version),
                                                                      cuda_version_text(s.cuda.driver_version))
                                                        : "not compiled in");

@@ -4,8 +4,8 @@
 // ops/kernels.inc: the CPU table holds every kernel; the CUDA table holds the CUDA kernels that
 // exist: in CUDA builds, the wrappers of backend/cuda/kernel_wrappers.h over the bp::cuda launchers
 // (cuda::KernelWrappers); test_cuda installs the same wrappers over the simulated kernels
-// (sim::KernelWrappers) with install_kernels. An entry a backend lacks is null (attention: the
-// cudaattn branch).
+// (sim::KernelWrappers) with install_kernels. An entry a backend lacks is null (the CUDA gaps:
+// backend/cuda/kernel_gaps.h, empty today).
 //
 // A device whose table is empty is refused up front by require_backend (called by the argument
 // checks of ops/op_checks.h, before anything reads a tensor's memory): cuda_op_unavailable(op),

@@ -12,8 +12,8 @@ void AdamW::init(const std::vector<TrainableParam>& params) {
   v_.clear();
   for (const auto& p : params) {
     names_.push_back(p.name);
-    m_.push_back(Tensor::zeros(p.param->shape()));
-    v_.push_back(Tensor::zeros(p.param->shape()));
+    m_.push_back(Tensor::zeros(p.param->shape(), DType::F32, p.param->device()));  // beside the parameter
+    v_.push_back(Tensor::zeros(p.param->shape(), DType::F32, p.param->device()));
   }
   step_ = 0;
 }

@@ -202,7 +202,7 @@ std::optional<CheckpointInfo> find_resume_checkpoint(const TrainOptions& o, std:
 
 NamedTensors trainable_tensors(Model& m) {
   NamedTensors out;
-  for (auto& p : m.trainable_parameters()) out.emplace_back(p.name, *p.param);
+  for (auto& p : m.trainable_parameters()) out.emplace_back(p.name, host_readable(*p.param));
   return out;
 }
 

@@ -38,8 +38,14 @@ void truncate_metrics_after_step(const std::string& path, int64_t step);
 std::optional<CheckpointInfo> find_resume_checkpoint(const TrainOptions& o, std::string* run_dir,
                                                      const std::function<void(const std::string&)>& warn);
 
-// A checkpoint's trainable.safetensors: the trainable parameters by name, and back
-// (STATE_CHECKPOINT_INVALID when one is missing).
+// `t` readable by host code: itself on the CPU, else a host copy (a model trained on a device
+// writes its checkpoints and adapter from such copies; reading them back copies to the device).
+inline Tensor host_readable(const Tensor& t) {
+  return t.device().type == DeviceType::CPU ? t : t.to(Device{});
+}
+
+// A checkpoint's trainable.safetensors: the trainable parameters by name (host copies of a
+// device model's), and back into the model's device (STATE_CHECKPOINT_INVALID when one is missing).
 NamedTensors trainable_tensors(Model& m);
 void restore_trainable(Model& m, const std::string& file);
 

@@ -34,7 +34,7 @@ struct TrainOptions {
   std::string resume;                // "" | "latest" | run id | path
   std::string init_adapter;          // LoRA: start from this PEFT adapter folder instead of A random, B zero
   bool eval_only = false;            // set up, evaluate the held-out set once, return (multi-run's merge gate)
-  std::string device = "auto";       // auto | cpu | cuda[:N] (cuda: DEP_GPU_NOT_AVAILABLE for now)
+  std::string device = "auto";       // auto | cpu | cuda[:0] (trainer.cpp training_device)
   std::string base_dtype = "f32";    // model.base_dtype: auto | f32 | bf16 | q8_0 | q4_k (model/held_weights.h)
   bool shuffle = true;               // a new sample order each epoch (seeded); false = file order
   int64_t max_bad_rows = 100;        // more skipped (bad) rows than this stop the run; 0 = no limit

@@ -21,6 +21,7 @@
 #include "model/loader.h"
 #include "model/merge.h"
 #include "model/peft.h"
+#include "ops/dispatch.h"
 #include "ops/optim.h"
 #include "text/data_cursor.h"
 #include "text/tokenizer.h"
@@ -90,15 +91,24 @@ static void start_from_adapter(LoraAdapter& adapter, const std::string& dir, con
 
 // ---- the run ----------------------------------------------------------------------------------
 
-// --device: this version trains on the CPU. "auto" and "cpu" run there; "cuda[:N]" stops before
-// any work with the reason (no CUDA backend in the build, no usable device, or no CUDA training
-// kernels yet) instead of quietly training on the CPU.
-static void check_device(const std::string& device) {
-  if (device.rfind("cuda", 0) != 0) return;
+// --device: where the model, its gradients, the optimizer state and the activations live. "cpu"
+// trains on the CPU; "cuda" / "cuda:0" on the CUDA device when it has kernels (the CUDA dispatch
+// table, ops/dispatch.h) and memory: a real card (cuda_status()) or a simulated one a test
+// installed (core/allocator.h). Otherwise the run stops before any work with the reason, instead
+// of quietly training on the CPU. One device: cuda:N with N > 0 is refused. "auto" (the default)
+// is cuda:0 when both exist, else the CPU.
+static Device training_device(const std::string& device) {
   const CudaStatus cs = cuda_status();
-  const std::string why = !cs.compiled                  ? "this build has no CUDA backend"
+  const bool has_kernels = ops::kernels(DeviceType::CUDA).count > 0;
+  const bool has_card = device_memory_installed(DeviceType::CUDA) || (cs.compiled && cs.why_unavailable.empty());
+  if (device == "auto") return has_kernels && has_card ? Device{DeviceType::CUDA, 0} : Device{};
+  if (device.rfind("cuda", 0) != 0) return Device{};
+  const bool index_ok = device == "cuda" || device == "cuda:0";
+  if (has_kernels && has_card && index_ok) return Device{DeviceType::CUDA, 0};
+  const std::string why = !index_ok                     ? "this version trains on one GPU, device 0 (cuda or cuda:0)"
+                          : !has_kernels                ? "this build has no CUDA backend"
                           : !cs.why_unavailable.empty() ? cs.why_unavailable
-                                                        : "this version has no CUDA training kernels yet";
+                                                        : "no usable CUDA device";
   throw Error(ErrorCode::DEP_GPU_NOT_AVAILABLE, fmt::format("[train] --device {}: {}", device, why),
               {{"device", device}, {"cuda_compiled", cs.compiled}})
       .with_suggestion("Train on the CPU: --device cpu (or auto, the default).");
@@ -135,11 +145,11 @@ TrainSummary Trainer::run() {
 TrainSummary Trainer::run_impl() {
   State& s = *s_;
   s.t0 = std::chrono::steady_clock::now();
-  check_device(s.opt.device);
+  s.device = training_device(s.opt.device);
   if (!s.opt.model_dir.empty()) check_model_dir(s.opt.model_dir);  // explains hub names before the tokenizer is read
   set_num_threads(s.opt.threads);
   s.inject_fault(State::FaultPoint::Start);
-  s.alloc = &cpu_allocator();
+  s.alloc = &allocator_for(s.device);
   s.open_run();
   s.load_data();
   s.build_model();
@@ -230,9 +240,27 @@ void Trainer::State::build_model() {
   for (const auto& n : held_notes) event("info", "frozen weights: " + n);
   summary.base_dtype = describe_held_weights(weights, o.mode == TrainMode::Full ? "f32" : o.base_dtype);
   model = std::make_unique<Model>(std::move(weights), mopt);
+  if (device.type != DeviceType::CPU) {  // loaded (and held as f32/bf16) on the host, then copied over
+    for (auto& [name, t] : model->named_weights()) {
+      if (t->dtype() != DType::F32 && t->dtype() != DType::BF16)
+        throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                    fmt::format("[train] --device {}: frozen weights held as {} ({}) have no CUDA kernels yet",
+                                opt.device, dtype_name(t->dtype()), name))
+            .with_suggestion("Hold them as bf16 or f32 (--base-dtype bf16), or train on the CPU (--device cpu).");
+      *t = t->to(device);
+    }
+    model->allocate_grads();  // full mode: the gradients beside the weights
+    event("info", fmt::format("training on {}", device.name()));
+  }
   if (o.mode == TrainMode::Lora) {
     adapter = std::make_unique<LoraAdapter>(init_lora(model->config(), o.lora, o.seed));
     if (!o.init_adapter.empty()) start_from_adapter(*adapter, o.init_adapter, model->config());
+    for (auto& layer : adapter->layers)  // initialised on the host (seeded), trained on the device
+      for (LoraTarget t : kAllLoraTargets)
+        if (layer.has(t) && device.type != DeviceType::CPU) {
+          layer.a(t) = layer.a(t).to(device);
+          layer.b(t) = layer.b(t).to(device);
+        }
     adapter->base_model_name_or_path = o.base_model_name.empty() ? o.model_dir : o.base_model_name;
     model->attach_lora(*adapter);
   }
@@ -252,7 +280,11 @@ void Trainer::State::plan_memory() {
     event(r.at("level").get<std::string>(), r.at("message").get<std::string>());
     record(r);
   });
-  if (o.max_memory_auto) o.max_memory_bytes = safety->memory_budget_bytes(alloc->stats().bytes_in_use);
+  // --max-memory auto: the machine's RAM budget on the CPU; a device's allocator is bounded by the
+  // card itself (cudaMemGetInfo), which the plan reads as the allocator's total.
+  if (o.max_memory_auto)
+    o.max_memory_bytes =
+        device.type == DeviceType::CPU ? safety->memory_budget_bytes(alloc->stats().bytes_in_use) : kNoLimit;
   alloc->set_limit(o.max_memory_bytes);
   TrainPlan plan = plan_training(o, *model, data, *alloc);
   event("info", plan.description);
@@ -456,8 +488,11 @@ void Trainer::State::inject_fault(FaultPoint where) {
       break;
     case FaultPoint::Backward:  // a NaN gradient
       if (std::find(o.fault_nan_steps.begin(), o.fault_nan_steps.end(), step + 1) != o.fault_nan_steps.end() &&
-          !grads.empty() && grads[0]->numel() > 0)
-        grads[0]->data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+          !grads.empty() && grads[0]->numel() > 0) {
+        Tensor g = host_readable(*grads[0]);  // through a copy when the gradients live on a device
+        g.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+        if (grads[0]->device().type != DeviceType::CPU) grads[0]->copy_from(g);
+      }
       break;
     case FaultPoint::Eval:
       if (o.fault_eval_throw_at >= 0 && step == o.fault_eval_throw_at)

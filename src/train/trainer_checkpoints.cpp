@@ -102,7 +102,7 @@ std::string Trainer::State::save_checkpoint(std::optional<double> eval_loss) {
        {"optimizer.safetensors",
         [&](const std::string& p) {
           NamedTensors t;
-          for (auto& [n, v] : adamw.state_tensors()) t.emplace_back(n, v);
+          for (auto& [n, v] : adamw.state_tensors()) t.emplace_back(n, host_readable(v));
           write_safetensors(p, t);
         }}},
       st);
@@ -134,19 +134,39 @@ void Trainer::State::finish() {
   alloc->set_limit(kNoLimit);
 }
 
+// The adapter and the weights as host tensors for the writers (io/ reads host memory only): the
+// trained ones themselves on the CPU, copies when the model trains on a device.
+static LoraAdapter adapter_on_host(const LoraAdapter& adapter) {
+  LoraAdapter out = adapter;
+  for (auto& layer : out.layers)
+    for (LoraTarget t : kAllLoraTargets)
+      if (layer.has(t)) {
+        layer.a(t) = host_readable(layer.a(t));
+        layer.b(t) = host_readable(layer.b(t));
+      }
+  return out;
+}
+static ModelWeights weights_on_host(Model& model) {
+  if (model.device().type == DeviceType::CPU) return model.weights();
+  Model copy(model.weights(), ModelOptions{TrainMode::Frozen});  // shares the tensors: only names them
+  for (auto& [name, t] : copy.named_weights()) *t = t->to(Device{});
+  return copy.weights();
+}
+
 void Trainer::State::save_final_artifact() {
   if (opt.mode != TrainMode::Lora) {
     std::string dir = (fs::path(opt.output_dir) / "model").string();
     SaveModelOptions so;
     so.copy_files_from = tok_dir;
-    save_hf_model(model->weights(), dir, so);
+    save_hf_model(weights_on_host(*model), dir, so);
     record_chat_template(dir, data);
     summary.final_artifact = dir;
     return;
   }
   std::string dir = (fs::path(opt.output_dir) / "adapter").string();
+  const LoraAdapter host_adapter = adapter_on_host(*adapter);
   bool untouched = true;  // every lora_B still zero: the adapter is the identity
-  for (const auto& layer : adapter->layers)
+  for (const auto& layer : host_adapter.layers)
     for (int t = 0; t < kNumLoraTargets && untouched; ++t)
       if (layer.enabled[static_cast<size_t>(t)]) {
         const Tensor& b = layer.B[static_cast<size_t>(t)];
@@ -161,13 +181,13 @@ void Trainer::State::save_final_artifact() {
     event("warn", fmt::format("the adapter saved to {} was never trained (no successful update): it leaves the "
                               "base model unchanged",
                               dir));
-  save_peft_adapter(*adapter, dir);
+  save_peft_adapter(host_adapter, dir);
   record_chat_template(dir, data);
   summary.final_artifact = dir;
   if (!gguf_base_file(opt.model_dir).empty()) {  // a GGUF base: also the adapter llama.cpp and Ollama load
     const std::string gguf = (fs::path(opt.output_dir) / kGGUFAdapterFile).string();
     try {
-      export_gguf_lora(*adapter, model->weights().config, GGMLType::F32, gguf);
+      export_gguf_lora(host_adapter, model->weights().config, GGMLType::F32, gguf);
       summary.final_gguf_adapter = gguf;
     } catch (const Error& e) {  // the PEFT adapter is saved: the run stands, the GGUF can be made later
       event("warn", fmt::format("the GGUF LoRA adapter {} was not written ({}); make it later with `backprop export "

@@ -48,8 +48,9 @@ struct Trainer::State {
   std::ofstream metrics;
   int consecutive_nonfinite = 0;
   int64_t fault_oom_left = 0;
-  Allocator* alloc = nullptr;
-  std::string tok_dir;  // tokenizer files (copied next to a full model)
+  Device device;               // where the model trains (--device)
+  Allocator* alloc = nullptr;  // that device's allocator
+  std::string tok_dir;         // tokenizer files (copied next to a full model)
   std::optional<CheckpointInfo> resume_from;
   std::vector<TrainableParam> params;
   std::vector<Tensor*> grads;

@@ -104,13 +104,19 @@ TEST(SysInfo, ThisMachineAndTheFeatureMatrix) {
   for (const auto& f : s.features) {
     EXPECT_FALSE(f.detail.empty()) << f.name;  // available or not, it says why
     if (f.name == "cuda_backend") has_cuda_row = f.available == s.cuda.compiled;
-    // No CUDA training kernels exist in any build of this version: the line must say so.
+    // GPU training only with the CUDA backend AND a usable device; otherwise the line says why.
     if (f.name == "gpu_training") {
-      EXPECT_FALSE(f.available);
-      EXPECT_NE(f.detail.find("no CUDA training kernels"), std::string::npos) << f.detail;
+      const bool usable = !s.cuda.devices.empty() && s.cuda.why_unavailable.empty();
+      EXPECT_EQ(f.available, s.cuda.compiled && usable) << f.detail;
+      if (!s.cuda.compiled) {
+        EXPECT_NE(f.detail.find("no CUDA training kernels"), std::string::npos) << f.detail;
+      }
+      if (s.cuda.compiled && !usable) {
+        EXPECT_NE(f.detail.find("no usable device"), std::string::npos) << f.detail;
+      }
     }
     if (f.name == "cuda_backend" && s.cuda.compiled) {
-      EXPECT_NE(f.detail.find("no training kernels"), std::string::npos) << f.detail;
+      EXPECT_NE(f.detail.find("training kernels for every op"), std::string::npos) << f.detail;
     }
   }
   EXPECT_TRUE(has_cuda_row);

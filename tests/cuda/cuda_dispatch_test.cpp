@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 
+#include "backend/cuda/attention_limits.h"
 #include "op_parity.h"
 #include "ops/attention.h"
 #include "ops/op_table.h"
@@ -68,15 +69,16 @@ TEST(CudaDispatch, DeviceTensorsUseTheCachingAllocatorAndExplicitCopies) {
   EXPECT_GT(card.allocator().stats().bytes_cached, 0u);      // and kept in the cache
 }
 
-TEST(CudaDispatch, EveryKernelButAttentionIsInTheTable) {
+TEST(CudaDispatch, EveryKernelIsInTheTable) {
   SimulatedCudaDevice card;
   const ops::Kernels& k = ops::kernels(DeviceType::CUDA);
   int total = 0;
 #define BP_KERNEL(op, name) ++total;
 #include "ops/kernels.inc"
 #undef BP_KERNEL
-  EXPECT_EQ(k.count, total - 4);
-  EXPECT_EQ(k.attention_forward.fn, nullptr);  // branch cudaattn
+  EXPECT_EQ(k.count, total);
+  EXPECT_NE(k.attention_forward.fn, nullptr);
+  EXPECT_NE(k.attention_backward.fn, nullptr);
   EXPECT_NE(k.rms_norm_forward.fn, nullptr);
   // The docs' CUDA column (kernel_gaps.h) says exactly which entries the table holds.
   int i = 0;
@@ -93,13 +95,34 @@ TEST(CudaDispatch, EveryKernelButAttentionIsInTheTable) {
 #else
   EXPECT_EQ(real.count, 0);
 #endif
-  // The attention op on CUDA tensors is refused with the catalog's code, never a crash.
-  Tensor q = Tensor::zeros({4, 8}, DType::F32, kGpu), kv = Tensor::zeros({4, 8}, DType::F32, kGpu);
-  Tensor cu = gpu(Tensor::from_vector(std::vector<int32_t>{0, 4}, {2}));
-  EXPECT_EQ(code_of([&] {
-              attention_forward(q, kv, kv, cu, AttentionShape{1, 1, 8}, nullptr);
-            }),
-            ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA);
+}
+
+TEST(CudaDispatch, AttentionMatchesCpu) {
+  SimulatedCudaDevice card;
+  const uint64_t launches_before = sim::launch_count();
+  parity::attention(kTolF32);
+  EXPECT_GT(sim::launch_count(), launches_before);  // the simulated kernels ran, not the CPU's
+}
+
+TEST(CudaDispatch, AttentionRefusesHeadsWiderThanTheKernelsTiles) {
+  SimulatedCudaDevice card;
+  const int d = kCudaAttentionMaxHeadDim + 2;
+  Tensor q = Tensor::zeros({3, d}, DType::F32, kGpu), kv = Tensor::zeros({3, d}, DType::F32, kGpu);
+  Tensor cu = gpu(Tensor::from_vector(std::vector<int32_t>{0, 3}, {2}));
+  try {
+    attention_forward(q, kv, kv, cu, AttentionShape{1, 1, d}, nullptr);
+    ADD_FAILURE() << "head_dim " << d << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA);
+    EXPECT_NE(std::string(e.what()).find("head_dim " + std::to_string(d)), std::string::npos) << e.what();
+  }
+  // The largest supported head still runs.
+  const int dmax = kCudaAttentionMaxHeadDim;
+  Tensor q2 = gpu(random_tensor({3, dmax}, 5)), kv2 = gpu(random_tensor({3, dmax}, 6));
+  const Tensor o = attention_forward(q2, kv2, kv2, cu, AttentionShape{1, 1, dmax}, nullptr);
+  const Tensor ref = attention_forward(q2.to(Device{}), kv2.to(Device{}), kv2.to(Device{}), cu.to(Device{}),
+                                       AttentionShape{1, 1, dmax}, nullptr);
+  parity::expect_same(o, ref, "attention at the widest head", kTolF32);
 }
 
 TEST(CudaDispatch, MixedDevicesAreRefused) {

@@ -4,12 +4,9 @@
 // (random B, so every LoRA gradient is non-zero; dropout on, so the mask kernels run), packed
 // samples; gradient checkpointing on (stories260K) and off (tiny-chat). Activations are f32 on both sides.
 //
-// Every op runs the simulated CUDA kernel through the CUDA dispatch table, EXCEPT attention: its
-// CUDA kernels are being written on branch cudaattn, so until that merge this test alone installs
-// the CPU attention functions in the simulated table as a stand-in (the lead swaps in the real
-// kernels). The host-access guard of Tensor (core/tensor.h) makes any host read of device memory
-// in model/ or ops/ throw, so a passing step also shows the model code reaches device memory only
-// through kernels and explicit copies.
+// Every op, attention included, runs the simulated CUDA kernel through the CUDA dispatch table. The host-access guard
+// of Tensor (core/tensor.h) makes any host read of device memory in model/ or ops/ throw, so a passing step also shows
+// the model code reaches device memory only through kernels and explicit copies.
 //
 // Also: an OutOfMemoryError injected through the simulated allocator in the middle of the step is
 // raised with PyTorch's wording, and leaks nothing (bytes in use back to where they were).
@@ -25,15 +22,6 @@ namespace bp::test {
 namespace {
 
 constexpr Device kGpu{DeviceType::CUDA, 0};
-
-// The simulated CUDA table with the CPU attention as the stand-in described at the top.
-ops::Kernels kernels_with_cpu_attention() {
-  ops::Kernels k = SimulatedCudaDevice::kernels();
-  k.attention_forward = {&cpu::attention_forward, "attention_forward", DeviceType::CUDA};
-  k.attention_backward = {&cpu::attention_backward, "attention_backward", DeviceType::CUDA};
-  k.count += 2;
-  return k;
-}
 
 struct StepResult {
   CrossEntropyResult loss;
@@ -91,7 +79,6 @@ Batch sample_batch(int64_t vocab) {
 
 void expect_step_matches_cpu(const std::string& dir, bool checkpointing) {
   SimulatedCudaDevice card;
-  ops::install_kernels(DeviceType::CUDA, kernels_with_cpu_attention());
   LoraModel cpu_model(dir, Device{}, checkpointing);
   const Batch batch = sample_batch(cpu_model.model.config().vocab_size);
   const StepResult ref = cpu_model.step(batch);
@@ -134,7 +121,6 @@ TEST(CudaModel, TinyChatLoraStepWithoutCheckpointingMatchesCpu) {
 
 TEST(CudaModel, InjectedOomInTheStepIsRaisedAndLeaksNothing) {
   SimulatedCudaDevice card;
-  ops::install_kernels(DeviceType::CUDA, kernels_with_cpu_attention());
   LoraModel m(stories_dir(), kGpu, true);
   const Batch batch = sample_batch(m.model.config().vocab_size);
   const size_t in_use = card.allocator().stats().bytes_in_use;
@@ -165,7 +151,6 @@ TEST(CudaModel, StepPastTheCardsMemoryRaisesOomAndLeaksNothing) {
   size_t resident_on_card = 0, step_bytes = 0;
   {
     SimulatedCudaDevice card;
-    ops::install_kernels(DeviceType::CUDA, kernels_with_cpu_attention());
     LoraModel m(stories_dir(), kGpu, true);
     resident_on_card = sim::memory_in_use();
     const size_t resident = card.allocator().stats().bytes_in_use;
@@ -175,7 +160,6 @@ TEST(CudaModel, StepPastTheCardsMemoryRaisesOomAndLeaksNothing) {
   }
   ASSERT_GT(step_bytes, 0u);
   SimulatedCudaDevice card(resident_on_card + step_bytes / 2);
-  ops::install_kernels(DeviceType::CUDA, kernels_with_cpu_attention());
   {
     LoraModel m(stories_dir(), kGpu, true);
     const size_t resident = card.allocator().stats().bytes_in_use;

@@ -1,5 +1,5 @@
 // Op front-ends on CUDA tensors against the CPU backend on random inputs at odd sizes: every entry
-// of the CUDA dispatch table but attention. Run on the simulated device (tests/cuda/
+// of the CUDA dispatch table. Run on the simulated device (tests/cuda/
 // cuda_dispatch_test.cpp) and, where a GPU exists, on the real one through the real table
 // (tests/cuda_device/dispatch_device_test.cpp). `tol` is the f32 tolerance of the device's results;
 // GEMM outputs over hundreds of products get widen(tol).
@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 
+#include "ops/attention.h"
 #include "ops/cross_entropy.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
@@ -184,6 +185,37 @@ inline void cross_entropy_and_optimizer(Tolerance tol) {
   EXPECT_FALSE(all_finite(gpu(nan)));
   EXPECT_FALSE(all_finite(gpu(nan.to(DType::BF16))));
   EXPECT_TRUE(all_finite(gpu(Tensor::zeros({3, 3}, DType::BF16))));
+}
+
+// Causal GQA attention over packed samples (odd lengths, a one-token sample, head_dim 12 and 40,
+// 6 query heads over 2 or 3 KV heads), forward and backward through the op front-end: the
+// cu_seqlens tensor lives on the device (validated on the host through a staged copy).
+inline void attention(Tolerance tol) {
+  struct Case {
+    std::vector<int32_t> cu;
+    AttentionShape shape;
+  };
+  for (const Case& c : {Case{{0, 1, 18, 47}, AttentionShape{6, 2, 12}}, Case{{0, 37, 38}, AttentionShape{6, 3, 40}}}) {
+    const int64_t T = c.cu.back(), q_cols = int64_t{c.shape.n_heads} * c.shape.head_dim;
+    const int64_t kv_cols = int64_t{c.shape.n_kv_heads} * c.shape.head_dim;
+    Tensor q = random_tensor({T, q_cols}, 60 + T), k = random_tensor({T, kv_cols}, 61),
+           v = random_tensor({T, kv_cols}, 62);
+    Tensor dout = random_tensor({T, q_cols}, 63);
+    Tensor cu = Tensor::from_vector(c.cu, {static_cast<int64_t>(c.cu.size())});
+    Tensor lse_c, lse_g;
+    Tensor o = attention_forward(q, k, v, cu, c.shape, &lse_c);
+    Tensor og = attention_forward(gpu(q), gpu(k), gpu(v), gpu(cu), c.shape, &lse_g);
+    expect_same(og, o, "attention o", tol);
+    expect_same(lse_g, lse_c, "attention lse", tol);
+    Tensor dq = Tensor::empty(q.shape()), dk = Tensor::empty(k.shape()), dv = Tensor::empty(v.shape());
+    Tensor dqg = Tensor::empty(q.shape(), DType::F32, kGpu), dkg = Tensor::empty(k.shape(), DType::F32, kGpu);
+    Tensor dvg = Tensor::empty(v.shape(), DType::F32, kGpu);
+    attention_backward(dout, q, k, v, o, lse_c, cu, c.shape, dq, dk, dv);
+    attention_backward(gpu(dout), gpu(q), gpu(k), gpu(v), og, lse_g, gpu(cu), c.shape, dqg, dkg, dvg);
+    expect_same(dqg, dq, "attention dq", widen(tol));
+    expect_same(dkg, dk, "attention dk", widen(tol));
+    expect_same(dvg, dv, "attention dv", widen(tol));
+  }
 }
 
 }  // namespace bp::test::parity

@@ -52,6 +52,11 @@ TEST(CudaDeviceDispatch, CrossEntropyAndOptimizerMatchCpu) {
   parity::cross_entropy_and_optimizer(kDeviceTol);
 }
 
+TEST(CudaDeviceDispatch, AttentionMatchesCpu) {
+  BP_NEED_DEVICE_TABLE();
+  parity::attention(kDeviceTol);
+}
+
 }  // namespace
 }  // namespace bp::test
 #endif

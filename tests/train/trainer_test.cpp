@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/allocator.h"
+#include "core/device_info.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
 #include "support/test_util.h"
@@ -228,8 +229,11 @@ TEST(Trainer, ShuffleOffTakesSamplesInOrder) {
   EXPECT_NE(sb.history[0].sample_ids, sa.history[0].sample_ids) << "the default shuffles";
 }
 
-// This version trains on the CPU only: asking for CUDA stops before any work, with the reason.
+// Without a usable CUDA device (no CUDA backend, no card), asking for CUDA stops before any work,
+// with the reason. (Training on the device: tests/cuda/trainer_cuda_test.cpp, simulated card.)
 TEST(Trainer, CudaDeviceIsRefusedWithTheReason) {
+  const CudaStatus cs = cuda_status();
+  if (cs.compiled && cs.why_unavailable.empty()) GTEST_SKIP() << "a usable CUDA device exists here";
   test::TempDir tmp;
   TrainOptions o = base_options(tmp.path);
   o.device = "cuda:0";

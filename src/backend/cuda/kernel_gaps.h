@@ -9,11 +9,9 @@
 namespace bp::cuda_gaps {
 
 struct KernelGaps {
-  // Attention forward/backward over packed samples: being written on branch cudaattn.
-  static constexpr std::nullptr_t attention_forward = nullptr;
-  static constexpr std::nullptr_t attention_backward = nullptr;
-  static constexpr std::nullptr_t attention_forward_scratch_floats = nullptr;
-  static constexpr std::nullptr_t attention_backward_scratch_floats = nullptr;
+  // Empty: every kernel of ops/kernels.inc has a CUDA wrapper. A kernel added to kernels.inc
+  // before its CUDA version exists gets a line here:
+  //   static constexpr std::nullptr_t <kernel name> = nullptr;
 };
 
 }  // namespace bp::cuda_gaps

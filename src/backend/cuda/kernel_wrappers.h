@@ -11,8 +11,11 @@
 // the labels on the host (cross-entropy windows), rope's inv_freq table (host memory on every
 // backend) copied to the device. Frozen weights held in bf16 are dequantized panel by panel
 // (at most kHeldTileFloats floats) into workspace and multiplied by an f32 GEMM, as the CPU does;
-// other held types are refused (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash). Kernels not written
-// yet (attention: branch cudaattn) are null entries, listed in kernel_gaps.h.
+// other held types are refused (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash). Attention: the ops
+// front-end (ops/attention.cpp) validates cu_seqlens on the host (a staged copy) and refuses mixed
+// devices, so the pointer reaching the wrapper is already the device's copy; heads wider than
+// kCudaAttentionMaxHeadDim are refused here. Kernels not written yet would be null entries, listed
+// in kernel_gaps.h (none today).
 #ifndef BP_WRAP_NS
 #error "define BP_WRAP_NS (cuda or sim) and declare the launchers before including kernel_wrappers.h"
 #endif
@@ -25,6 +28,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/cross_entropy.h"
 #include "backend/cpu/quant_gemm.h"
+#include "backend/cuda/attention_limits.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_errors.h"
 #include "backend/cuda/gemm_desc.h"
@@ -64,13 +68,44 @@ inline void check_launch(const char* kernel) {
   check_cuda(cudaGetLastError(), kernel);
 }
 
+// Heads wider than the kernels' shared-memory tiles allow are refused with the numbers.
+inline void check_attention_head_dim(const cpu::AttentionDims& dims, const char* kernel) {
+  if (dims.head_dim >= 1 && dims.head_dim <= kCudaAttentionMaxHeadDim) return;
+  throw Error(ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA,
+              std::string("[") + kernel + "] the CUDA attention kernels take head_dim 1.." +
+                  std::to_string(kCudaAttentionMaxHeadDim) + ", this model has head_dim " +
+                  std::to_string(dims.head_dim) + "; train it with --device cpu");
+}
+
 [[noreturn]] inline void held_type_unavailable(const char* kernel, DType type) {
   const std::string what = std::string(kernel) + " (weights held as " + dtype_name(type) + ")";
   cuda_op_unavailable(what.c_str());
 }
 
-// The kernels still missing (attention) are the null members inherited from KernelGaps.
+// Kernels still missing would be the null members inherited from KernelGaps.
 struct KernelWrappers : cuda_gaps::KernelGaps {
+  // ---- attention (attention.cuh): f32 storage; cu_seqlens is device memory (see above) ----
+  static void attention_forward(const float* q, const float* k, const float* v, const int32_t* cu_seqlens,
+                                const cpu::AttentionDims& dims, float* o, float* lse) {
+    check_attention_head_dim(dims, "attention_forward");
+    ::bp::BP_WRAP_NS::attention_forward<float>(q, k, v, cu_seqlens, dims, o, lse, nullptr);
+    check_launch("attention_forward");
+  }
+  static void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* o,
+                                 const float* lse, const int32_t* cu_seqlens, const cpu::AttentionDims& dims,
+                                 float* delta, float* dq, float* dk, float* dv) {
+    check_attention_head_dim(dims, "attention_backward");
+    ::bp::BP_WRAP_NS::attention_backward<float>(dout, q, k, v, o, lse, cu_seqlens, dims, delta, dq, dk, dv, nullptr);
+    check_launch("attention_backward");
+  }
+  // The CUDA kernels keep their tiles in shared memory: no global scratch beyond the front-end's
+  // [Hq, T] delta (counted by the caller), whatever the sample length.
+  static int64_t attention_forward_scratch_floats(int64_t /*max_len*/, int /*threads*/) { return 0; }
+  static int64_t attention_backward_scratch_floats(int64_t /*max_len*/, const cpu::AttentionDims& /*dims*/,
+                                                   int /*threads*/) {
+    return 0;
+  }
+
   // ---- GEMMs (gemm_desc.h: row-major calls become column-major descriptions, A = W, B = X) ----
   static void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -123,13 +158,22 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     check_launch("embedding_forward_held (widen)");
   }
 
-  // ---- fused linear + cross-entropy (W f32: the activations are f32) ----
+  // ---- fused linear + cross-entropy (f32, the activations' type) ----
+  // A bf16 head (tied embeddings held as bf16) is widened whole into workspace first: V·D floats
+  // for the call, counted by the allocator (a chunked bf16 kernel would need only a chunk).
   static cpu::CrossEntropyTotals linear_cross_entropy(const float* x, const cpu::HeldMatrix& W, const int32_t* labels,
                                                       int64_t T, int64_t D, int64_t V, int64_t chunk,
                                                       float* /*logits_chunk: the workspace below holds them*/,
                                                       float grad_scale, float* dx, float* dW) {
-    if (W.type != DType::F32) held_type_unavailable("linear_cross_entropy", W.type);
+    if (W.type != DType::F32 && W.type != DType::BF16) held_type_unavailable("linear_cross_entropy", W.type);
     if (T == 0) return {};
+    if (W.type == DType::BF16) {
+      DeviceBuffer widened(static_cast<size_t>(V * D) * sizeof(float));
+      ::bp::BP_WRAP_NS::convert_bf16_to_f32(static_cast<const bf16*>(W.data), widened.as<float>(), V * D, nullptr);
+      check_launch("linear_cross_entropy (widen the bf16 head)");
+      const cpu::HeldMatrix f32{widened.as<float>(), DType::F32, W.rows, W.cols};
+      return linear_cross_entropy(x, f32, labels, T, D, V, chunk, nullptr, grad_scale, dx, dW);
+    }
     std::vector<int32_t> labels_host(static_cast<size_t>(T));
     check_cuda(cudaMemcpy(labels_host.data(), labels, labels_host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
                "cudaMemcpy(labels)");

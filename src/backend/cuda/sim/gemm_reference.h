@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstring>
+#include <vector>
 
 #include "backend/cuda/gemm_desc.h"
 
@@ -30,20 +31,32 @@ inline void store_element(void* p, DType t, int64_t i, float v) {
   static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(u >> 16);
 }
 
+// op(A) is widened to f32 once per batch entry (row i contiguous) and op(B)'s column j once per
+// column, so the inner product reads two contiguous arrays; every sum still runs over p in
+// ascending order with the same f32 values, so the results are those of the plain triple loop.
 inline void gemm_reference(const GemmDesc& d, const void* A, const void* B, void* C) {
-  for (int32_t b = 0; b < d.batch; ++b)
-    for (int64_t j = 0; j < d.n; ++j)
+  std::vector<float> a_rows(static_cast<size_t>(d.m * d.k)), b_col(static_cast<size_t>(d.k));
+  for (int32_t b = 0; b < d.batch; ++b) {
+    for (int64_t i = 0; i < d.m; ++i)
+      for (int64_t p = 0; p < d.k; ++p) {
+        const int64_t ia = b * d.stride_a + (d.trans_a ? i * d.lda + p : p * d.lda + i);  // op(A)[i,p]
+        a_rows[static_cast<size_t>(i * d.k + p)] = load_element(A, d.a_type, ia);
+      }
+    for (int64_t j = 0; j < d.n; ++j) {
+      for (int64_t p = 0; p < d.k; ++p) {
+        const int64_t ib = b * d.stride_b + (d.trans_b ? p * d.ldb + j : j * d.ldb + p);  // op(B)[p,j]
+        b_col[static_cast<size_t>(p)] = load_element(B, d.b_type, ib);
+      }
       for (int64_t i = 0; i < d.m; ++i) {
+        const float* ar = a_rows.data() + i * d.k;
         float acc = 0.0f;
-        for (int64_t p = 0; p < d.k; ++p) {
-          const int64_t ia = b * d.stride_a + (d.trans_a ? i * d.lda + p : p * d.lda + i);  // op(A)[i,p]
-          const int64_t ib = b * d.stride_b + (d.trans_b ? p * d.ldb + j : j * d.ldb + p);  // op(B)[p,j]
-          acc += load_element(A, d.a_type, ia) * load_element(B, d.b_type, ib);
-        }
+        for (int64_t p = 0; p < d.k; ++p) acc += ar[p] * b_col[static_cast<size_t>(p)];
         const int64_t ic = b * d.stride_c + j * d.ldc + i;
         const float prior = d.beta != 0.0f ? d.beta * load_element(C, d.c_type, ic) : 0.0f;
         store_element(C, d.c_type, ic, d.alpha * acc + prior);
       }
+    }
+  }
 }
 
 }  // namespace bp::gemm

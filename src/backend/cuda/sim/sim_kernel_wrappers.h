@@ -4,6 +4,7 @@
 // card's memory (tests/cuda/sim_device.h); never part of the library.
 #pragma once
 
+#include "backend/cuda/attention.cuh"
 #include "backend/cuda/cross_entropy.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/embedding.cuh"

@@ -1,0 +1,293 @@
+// The Trainer (src/train/) with --device cuda on the simulated card (sim_device.h): the model's
+// weights, the LoRA adapter, gradients, AdamW state and activations live in the card's memory; the
+// batches, clipping, the non-finite check and the optimizer run as simulated CUDA kernels through
+// the ops; checkpoints and the adapter are written from host copies and a resume copies them back.
+// Compared with the same run on the CPU backend (tiny-chat, LoRA on every projection, dropout on,
+// gradient accumulation, evaluation), and made to fail: an OOM injected into the card's allocator
+// in the middle of training is recovered as on the CPU (checkpointing on first, then the
+// micro-batch halved), and a card too small for the run's micro-batch makes the trainer shrink it.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "io/safetensors.h"
+#include "sim_device.h"
+#include "support/test_util.h"
+#include "train/trainer.h"
+
+namespace bp::test {
+namespace {
+
+constexpr Device kGpu{DeviceType::CUDA, 0};
+
+std::string write_dataset(const std::string& dir) {
+  const std::string path = dir + "/data.jsonl";
+  std::ofstream f(path);
+  const char* names[] = {"Lily", "Tom", "Ben", "Sue", "Max", "Mia"};
+  const char* things[] = {"a red ball", "a big dog", "a small cat", "a blue car"};
+  for (int i = 0; i < 10; ++i)
+    f << "{\"text\": \"" << names[i % 6] << " had " << things[i % 4] << ". " << names[(i + 1) % 6] << " liked it.\"}\n";
+  return path;
+}
+
+TrainOptions tiny_chat_options(const std::string& dir, const std::string& device) {
+  TrainOptions o;
+  o.model_dir = source_dir() + "/models/tiny-chat";
+  o.data_path = write_dataset(dir);
+  o.output_dir = dir + "/run";
+  o.device = device;
+  o.steps = 3;
+  o.batch_size = 4;
+  o.micro_batch_size = 2;  // two micro-batches per step: gradient accumulation on the device
+  o.lr = 5e-3;
+  o.warmup_steps = 0;
+  o.lr_scheduler = LrScheduler::Constant;
+  o.max_seq_length = 32;
+  o.holdout = 0.2;        // two held-out samples: the evaluations run on the device too
+  o.max_grad_norm = 0.5;  // small enough that clipping scales the gradients
+  o.lora.r = 4;
+  o.lora.alpha = 8;
+  o.lora.dropout = 0.1f;
+  o.lora.target_modules = {"all-linear"};
+  o.gradient_checkpointing = true;
+  o.threads = 1;
+  o.quiet = true;
+  return o;
+}
+
+void expect_losses_close(const TrainSummary& got, const TrainSummary& ref) {
+  ASSERT_EQ(got.history.size(), ref.history.size());
+  for (size_t i = 0; i < ref.history.size(); ++i) {
+    EXPECT_EQ(got.history[i].sample_ids, ref.history[i].sample_ids) << "step " << i + 1;
+    EXPECT_NEAR(got.history[i].loss, ref.history[i].loss, 1e-5 * std::max(1.0, std::fabs(ref.history[i].loss)))
+        << "step " << i + 1;
+    EXPECT_EQ(got.history[i].skipped, ref.history[i].skipped) << "step " << i + 1;
+    if (!ref.history[i].skipped) {  // a skipped step's norm is the non-finite one
+      EXPECT_NEAR(got.history[i].grad_norm, ref.history[i].grad_norm, 1e-4 * ref.history[i].grad_norm)
+          << "step " << i + 1;
+    }
+  }
+}
+
+std::vector<float> saved_tensor(const std::string& file, const std::string& name) {
+  return SafetensorsReader::open_file(file).read(name).to_vector();
+}
+
+TEST(CudaTrainer, TinyChatLoraRunMatchesCpu) {
+  TempDir cpu_dir, gpu_dir;
+  const TrainSummary ref = Trainer(tiny_chat_options(cpu_dir.path, "cpu")).run();
+
+  SimulatedCudaDevice card;
+  const uint64_t launches_before = sim::launch_count();
+  const TrainOptions go = tiny_chat_options(gpu_dir.path, "cuda");
+  Trainer trainer(go);
+  const TrainSummary got = trainer.run();
+  EXPECT_EQ(trainer.model().device(), kGpu);
+  EXPECT_EQ(trainer.adapter()->layers[0].a(LoraTarget::Q).device(), kGpu);
+  EXPECT_GT(sim::launch_count(), launches_before + 1000);  // the simulated kernels did the work
+  EXPECT_GT(got.peak_memory_bytes, 0u);
+  EXPECT_EQ(got.peak_memory_bytes, card.allocator().stats().bytes_peak) << "the card's allocator was the run's";
+
+  ASSERT_EQ(got.steps_done, 3);
+  expect_losses_close(got, ref);
+  ASSERT_TRUE(got.final_eval_loss && ref.final_eval_loss);
+  EXPECT_NEAR(*got.final_eval_loss, *ref.final_eval_loss, 1e-5 * *ref.final_eval_loss);
+  EXPECT_LT(got.history.back().loss, got.history.front().loss) << "the device run learns";
+
+  // The adapter written from the device equals the CPU's (f32 sums in another order).
+  const std::string name = "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight";
+  const auto b_gpu = saved_tensor(go.output_dir + "/adapter/adapter_model.safetensors", name);
+  const auto b_cpu = saved_tensor(cpu_dir.path + "/run/adapter/adapter_model.safetensors", name);
+  double scale = 0;
+  for (float v : b_cpu) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+  ASSERT_GT(scale, 0.0) << "lora_B never moved: the comparison would prove nothing";
+  EXPECT_TRUE(all_close(b_gpu, b_cpu, Tolerance{1e-4 * scale, 0}));
+}
+
+// Full fine-tuning on the card: every weight and its gradient on the device, the saved model
+// written from host copies; losses and the saved weights agree with the CPU run.
+TEST(CudaTrainer, FullFineTuningMatchesCpu) {
+  TempDir cpu_dir, gpu_dir;
+  TrainOptions co = tiny_chat_options(cpu_dir.path, "cpu");
+  co.mode = TrainMode::Full;
+  co.steps = 2;
+  co.holdout = 0.0;
+  co.lr = 1e-3;
+  TrainOptions go = co;
+  go.output_dir = gpu_dir.path + "/run";
+  go.device = "cuda";
+  const TrainSummary ref = Trainer(co).run();
+  SimulatedCudaDevice card;
+  Trainer trainer(go);
+  const TrainSummary got = trainer.run();
+  EXPECT_EQ(trainer.model().device(), kGpu);
+  EXPECT_EQ(trainer.model().grads().embed.device(), kGpu) << "gradients beside the weights";
+  expect_losses_close(got, ref);
+  const std::string name = "model.layers.0.mlp.down_proj.weight";
+  const auto w_gpu = saved_tensor(go.output_dir + "/model/model.safetensors", name);
+  const auto w_cpu = saved_tensor(co.output_dir + "/model/model.safetensors", name);
+  const auto w_base = saved_tensor(co.model_dir + "/model.safetensors", name);
+  EXPECT_FALSE(all_close(w_cpu, w_base, Tolerance{1e-7, 0})) << "the CPU run changed the weight";
+  EXPECT_TRUE(all_close(w_gpu, w_cpu, Tolerance{1e-5, 1e-4}));
+}
+
+// A checkpoint written from the device (host copies) and resumed on the device (copied back)
+// continues to the same losses and the same weights, bit for bit, as the run that never stopped.
+TEST(CudaTrainer, CheckpointFromTheDeviceResumesBitExact) {
+  SimulatedCudaDevice card;
+  TempDir a_dir, b_dir;
+  TrainOptions straight = tiny_chat_options(a_dir.path, "cuda");
+  straight.holdout = 0.0;  // no evaluation: only the training steps matter here
+  straight.steps = 2;
+  const TrainSummary full = Trainer(straight).run();
+
+  TrainOptions first = straight;
+  first.output_dir = b_dir.path + "/run";
+  first.stop_after_step_for_tests = 1;  // stops as an interrupt would, checkpoint at step 1
+  EXPECT_THROW(Trainer(first).run(), Error);
+  TrainOptions resumed = straight;
+  resumed.output_dir = first.output_dir;
+  resumed.resume = "latest";
+  const TrainSummary rest = Trainer(resumed).run();
+  ASSERT_EQ(rest.steps_done, 2);
+  ASSERT_EQ(rest.history.size(), 1u);  // step 2, trained after the resume
+  EXPECT_EQ(rest.history[0].loss, full.history[1].loss);
+  EXPECT_EQ(rest.history[0].grad_norm, full.history[1].grad_norm);
+  // The weights after step 2 (the update used the AdamW moments the checkpoint carried).
+  auto a = SafetensorsReader::open_file(straight.output_dir + "/checkpoints/checkpoint-2/trainable.safetensors");
+  auto b = SafetensorsReader::open_file(resumed.output_dir + "/checkpoints/checkpoint-2/trainable.safetensors");
+  ASSERT_EQ(a.names(), b.names());
+  for (const auto& n : a.names()) {
+    Tensor ta = a.read(n), tb = b.read(n);
+    ASSERT_EQ(ta.nbytes(), tb.nbytes());
+    EXPECT_EQ(std::memcmp(ta.raw(), tb.raw(), ta.nbytes()), 0) << n << " differs after resume";
+  }
+}
+
+// Frozen weights held as bf16 on the card, a NaN gradient at step 1 (the non-finite check skips the
+// update, as on the CPU) and an OOM of the card's allocator at step 3, twice: as on the CPU
+// (tests/train/trainer_test.cpp)
+// the first turns gradient checkpointing on (auto had it off), the second halves the micro-batch
+// (2 -> 1, accumulation 4), and the losses stay those of the run without OOM (on the CPU: the
+// device's agree with them, first test). Dropout off: its masks are seeded per micro-batch, so
+// another split would draw others (on the CPU too).
+TEST(CudaTrainer, OomOnTheCardIsRecoveredAsOnTheCpu) {
+  TempDir a_dir, b_dir;
+  TrainOptions a = tiny_chat_options(a_dir.path, "cpu");
+  a.gradient_checkpointing.reset();  // auto
+  a.lora.dropout = 0.0f;
+  a.holdout = 0.0;
+  a.base_dtype = "bf16";
+  a.fault_nan_steps = {1};
+  TrainOptions b = a;
+  b.output_dir = b_dir.path + "/run";
+  b.device = "cuda";
+  b.fault_oom_step = 2;
+  b.fault_oom_repeat = 2;
+  const TrainSummary sa = Trainer(a).run();
+  SimulatedCudaDevice card;
+  const uint64_t ooms_before = card.allocator().stats().num_ooms;
+  const TrainSummary sb = Trainer(b).run();
+  EXPECT_EQ(card.allocator().stats().num_ooms, ooms_before + 2) << "the card's allocator failed twice";
+  EXPECT_FALSE(sa.gradient_checkpointing) << "auto: tiny-chat's activations fit";
+  EXPECT_TRUE(sb.gradient_checkpointing) << "the first OOM turns checkpointing on";
+  EXPECT_EQ(sb.oom_recoveries, 2);
+  EXPECT_EQ(sb.micro_batch_size, 1);
+  EXPECT_EQ(sb.grad_accum, 4);
+  EXPECT_EQ(sb.skipped_steps, 1);
+  ASSERT_FALSE(sb.history.empty());
+  EXPECT_TRUE(sb.history[0].skipped);
+  expect_losses_close(sb, sa);
+}
+
+// The card's own memory runs out: a card with room for what the run keeps (weights, adapter,
+// gradients, AdamW state) and three quarters of what the micro-batch of 4 sequences adds on top.
+// The first step's cudaMalloc fails (the allocator empties its cache once, then raises the OOM),
+// the trainer halves the micro-batch keeping the effective batch, and the step's loss is the one
+// the big card computed with 4 sequences at once. Checkpointing is on, so the halving is the relief.
+TEST(CudaTrainer, CardTooSmallForTheMicroBatchIsRecovered) {
+  TempDir big_dir, small_dir;
+  TrainOptions o = tiny_chat_options(big_dir.path, "cuda");
+  o.steps = 1;
+  o.micro_batch_size = 4;
+  o.holdout = 0.0;
+  o.lora.dropout = 0.0f;  // the same loss whatever the split
+  size_t resident = 0, peak = 0;
+  TrainSummary big;
+  {
+    SimulatedCudaDevice card;
+    Trainer t(o);
+    big = t.run();
+    resident = card.allocator().stats().bytes_in_use;  // what the live trainer keeps on the card
+    peak = big.peak_memory_bytes;
+  }
+  ASSERT_GT(peak, resident);
+  SimulatedCudaDevice card(resident + (peak - resident) * 3 / 4);
+  o.output_dir = small_dir.path + "/run";
+  const TrainSummary small = Trainer(o).run();
+  EXPECT_GE(small.oom_recoveries, 1);
+  EXPECT_LT(small.micro_batch_size, 4);
+  EXPECT_EQ(small.micro_batch_size * small.grad_accum, 4) << "the effective batch is kept";
+  // The recovery's record: the card's OutOfMemoryError, worded like PyTorch's.
+  std::ifstream metrics(o.output_dir + "/metrics.jsonl");
+  std::string line, oom_line;
+  while (std::getline(metrics, line))
+    if (line.find("\"oom_recovery\"") != std::string::npos) oom_line = line;
+  EXPECT_NE(oom_line.find("RUNTIME_GPU_OOM"), std::string::npos) << oom_line;
+  EXPECT_NE(oom_line.find("CUDA device 0 has a total capacity"), std::string::npos) << oom_line;
+  ASSERT_EQ(small.history.size(), 1u);
+  EXPECT_NEAR(small.history[0].loss, big.history[0].loss, 1e-5 * big.history[0].loss);
+}
+
+// --device cuda without a card: refused before any work, with the reason.
+TEST(CudaTrainer, NoCardIsRefusedUpFront) {
+  TempDir dir;
+  TrainOptions o = tiny_chat_options(dir.path, "cuda");
+  try {
+    Trainer(o).run();
+    FAIL() << "trained without a device";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::DEP_GPU_NOT_AVAILABLE) << e.what();
+  }
+  SimulatedCudaDevice card;
+  o.base_dtype = "q8_0";  // no CUDA kernel reads these yet: refused before training
+  try {
+    Trainer(o).run();
+    FAIL() << "trained q8_0 weights on the device";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::CONFIG_INVALID_SETTING) << e.what();
+  }
+  o.base_dtype = "f32";
+  o.device = "cuda:1";
+  try {
+    Trainer(o).run();
+    FAIL() << "trained on device 1";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::DEP_GPU_NOT_AVAILABLE) << e.what();
+    EXPECT_NE(std::string(e.what()).find("device 0"), std::string::npos) << e.what();
+  }
+}
+
+// --device auto (the default): the CUDA device when there is one with kernels, else the CPU. An
+// evaluation-only run places the model without training.
+TEST(CudaTrainer, AutoPicksTheCardWhenThereIsOne) {
+  TempDir dir;
+  TrainOptions o = tiny_chat_options(dir.path, "auto");
+  o.eval_only = true;
+  {
+    Trainer t(o);
+    t.run();
+    EXPECT_EQ(t.model().device(), Device{}) << "no card: the CPU";
+  }
+  SimulatedCudaDevice card;
+  o.output_dir = dir.path + "/run2";
+  Trainer t(o);
+  const TrainSummary s = t.run();
+  EXPECT_EQ(t.model().device(), kGpu);
+  EXPECT_TRUE(s.initial_eval_loss.has_value());
+}
+
+}  // namespace
+}  // namespace bp::test
