@@ -72,23 +72,10 @@ OracleAdamW adamw_settings(const HeldCase& hc) {
 }
 
 const std::map<std::string, OracleResult>& oracle_results(std::string* error) {
-  static std::map<std::string, OracleResult> results;
   static std::string err;
-  static bool done = false;
-  if (!done) {
-    done = true;
-    static TempDir dir;
-    std::vector<std::string> dirs;
-    for (const auto& hc : held_cases()) {
-      Built b = build(hc);
-      dirs.push_back(dir.path + "/" + hc.name);
-      write_oracle_case(dirs.back(), *b.model, b.lora.get(), b.batch, adamw_settings(hc));
-    }
-    if (run_torch_oracle(dirs, &err)) {
-      size_t i = 0;
-      for (const auto& hc : held_cases()) results[hc.name] = read_oracle_result(dirs[i++] + "/out");
-    }
-  }
+  static TempDir dir;
+  static const std::map<std::string, OracleResult> results =
+      run_oracle_cases(held_cases(), dir.path, build, adamw_settings, &err);
   *error = err;
   return results;
 }

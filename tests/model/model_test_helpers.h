@@ -235,6 +235,24 @@ inline bool run_torch_oracle(const std::vector<std::string>& case_dirs, std::str
   return false;
 }
 
+// The oracle's answers for every case of a suite, keyed by case name: each case is built
+// (`build(c)` gives .model, .lora and .batch) and written under `root`, then one torch start-up runs
+// them all. Empty (with *error set) when the oracle fails.
+template <class Case, class BuildFn, class SettingsFn>
+std::map<std::string, OracleResult> run_oracle_cases(const std::vector<Case>& cases, const std::string& root,
+                                                     BuildFn build, SettingsFn settings, std::string* error) {
+  std::vector<std::string> dirs;
+  for (const Case& c : cases) {
+    auto b = build(c);
+    dirs.push_back(root + "/" + c.name);
+    write_oracle_case(dirs.back(), *b.model, b.lora.get(), b.batch, settings(c));
+  }
+  std::map<std::string, OracleResult> results;
+  if (run_torch_oracle(dirs, error))
+    for (size_t i = 0; i < cases.size(); ++i) results[cases[i].name] = read_oracle_result(dirs[i] + "/out");
+  return results;
+}
+
 inline std::vector<double> to_double(const Tensor& t) {
   auto v = t.to_vector();
   return {v.begin(), v.end()};

@@ -113,23 +113,10 @@ std::vector<ParityCase> parity_cases() {
 
 // The oracle's answers for every case, computed once (one torch start-up for the whole suite).
 const std::map<std::string, OracleResult>& oracle_results(std::string* error) {
-  static std::map<std::string, OracleResult> results;
   static std::string err;
-  static bool done = false;
-  if (!done) {
-    done = true;
-    static TempDir dir;
-    std::vector<std::string> dirs;
-    for (const auto& pc : parity_cases()) {
-      Built b = build(pc);
-      dirs.push_back(dir.path + "/" + pc.name);
-      write_oracle_case(dirs.back(), *b.model, b.lora.get(), b.batch, adamw_settings(pc));
-    }
-    if (run_torch_oracle(dirs, &err)) {
-      size_t i = 0;
-      for (const auto& pc : parity_cases()) results[pc.name] = read_oracle_result(dirs[i++] + "/out");
-    }
-  }
+  static TempDir dir;
+  static const std::map<std::string, OracleResult> results =
+      run_oracle_cases(parity_cases(), dir.path, build, adamw_settings, &err);
   *error = err;
   return results;
 }
