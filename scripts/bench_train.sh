@@ -13,6 +13,8 @@
 #   BUILD_DIR (build)  BP_BENCH_THREADS (2)  BP_BENCH_STEPS (3, after 1 warm-up)  BP_BENCH_SEQ (512)
 #   BACKPROPAGATE_RUNTIME__CPU_KERNELS (auto; generic|avx2|avx512 forces backprop's kernel variant)
 #   BP_BENCH_SMOL_LAYERS (30 = full)  BP_BENCH_QWEN_LAYERS (8 of 24; same layer shapes and head)
+#   BP_BENCH_IDLE_BELOW (unset; e.g. 1.0): before each side's run, wait (at most 15 minutes) until the
+#     1-minute load average is under this value, and print the load each run started at
 # Needs a Release build of bench_train:
 #   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2 --target bench_train
 set -euo pipefail
@@ -36,6 +38,17 @@ BIN="$BUILD_DIR/bench/bench_train"
 models=("$@")
 [[ ${#models[@]} -gt 0 ]] || models=(smollm135m qwen2.5-0.5b)
 tmp=$(mktemp -d)
+# Waits for the machine to go quiet when BP_BENCH_IDLE_BELOW is set; prints the load a run starts at.
+wait_idle() {
+  if [[ -n "${BP_BENCH_IDLE_BELOW:-}" ]]; then
+    local waited=0
+    while awk -v lim="$BP_BENCH_IDLE_BELOW" '{exit !($1 >= lim)}' /proc/loadavg && ((waited < 900)); do
+      sleep 5
+      waited=$((waited + 5))
+    done
+  fi
+  echo "load before $1: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
 trap 'rm -rf "$tmp"' EXIT
 
 echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')  load: $(cut -d' ' -f1-3 /proc/loadavg)  threads: $BP_BENCH_THREADS" \
@@ -49,9 +62,11 @@ for m in "${models[@]}"; do
     qwen2.5-0.5b) layers=$BP_BENCH_QWEN_LAYERS ;;
     *) echo "unknown model $m (smollm135m or qwen2.5-0.5b)" >&2; exit 1 ;;
   esac
+  wait_idle "backprop $m"
   "$BIN" --benchmark_filter="^train/$m/" --benchmark_format=json >"$tmp/cpp_$m.json" 2>"$tmp/cpp_$m.err" ||
     { cat "$tmp/cpp_$m.err" >&2; exit 1; }
   grep -m1 '^cpu kernels:' "$tmp/cpp_$m.err" || true
+  wait_idle "torch $m"
   "${torch_env[@]}" $PY tests/oracles/torch_train_bench.py --model "$m" --layers "$layers" --seq "$BP_BENCH_SEQ" \
     --steps "$BP_BENCH_STEPS" --threads "$BP_BENCH_THREADS" >"$tmp/torch_$m.json"
   echo "load after $m: $(cut -d' ' -f1-3 /proc/loadavg)"
