@@ -142,5 +142,19 @@ TEST(CudaErrors, DriverOlderThanRuntimeNamesBothVersions) {
   EXPECT_THROW(check_driver_supports_runtime(0, 13000), Error);
 }
 
+// A card older than the build's kernels (sm_80+) is unusable with a reason naming it and its
+// compute capability; Ampere and newer are usable.
+TEST(CudaErrors, PreAmpereCardsAreReportedUnusable) {
+  const std::string t4 = unsupported_device_reason("Tesla T4", 7, 5);
+  EXPECT_NE(t4.find("Tesla T4"), std::string::npos) << t4;
+  EXPECT_NE(t4.find("7.5"), std::string::npos) << t4;
+  EXPECT_NE(t4.find("8.0"), std::string::npos) << t4;
+  EXPECT_FALSE(unsupported_device_reason("Tesla V100", 7, 0).empty());
+  EXPECT_TRUE(unsupported_device_reason("A100", 8, 0).empty());
+  EXPECT_TRUE(unsupported_device_reason("RTX 4090", 8, 9).empty());
+  EXPECT_TRUE(unsupported_device_reason("H100", 9, 0).empty());
+  EXPECT_TRUE(unsupported_device_reason("B200", 10, 0).empty());
+}
+
 }  // namespace
 }  // namespace bp

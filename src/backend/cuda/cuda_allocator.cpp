@@ -91,6 +91,9 @@ CudaStatus cuda_status() {
     s.devices.push_back(d);
   }
   if (s.devices.empty()) s.why_unavailable = "the CUDA runtime reports no devices";
+  // Training uses device 0 only (train/trainer.cpp): an old card there makes CUDA unusable.
+  else
+    s.why_unavailable = unsupported_device_reason(s.devices[0].name, s.devices[0].cc_major, s.devices[0].cc_minor);
   return s;
 }
 

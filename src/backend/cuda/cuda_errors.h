@@ -65,4 +65,19 @@ inline void check_driver_supports_runtime(int driver_version, int runtime_versio
                             cuda_version_string(driver_version)));
 }
 
+// The oldest GPUs this build has kernels for: CMakeLists.txt compiles for sm_80, 86, 89 and 90
+// (+ PTX for newer cards), since bf16 GEMMs through cuBLASLt need Ampere or newer. An older card
+// (a Turing T4 at 7.5, a Volta V100 at 7.0) would fail every launch with "no kernel image", so it
+// is reported unusable up front and `--device auto` trains on the CPU.
+inline constexpr int kMinComputeCapabilityMajor = 8;
+
+// Why device `name` with compute capability major.minor cannot train here; empty when it can.
+inline std::string unsupported_device_reason(const std::string& name, int cc_major, int cc_minor) {
+  if (cc_major >= kMinComputeCapabilityMajor) return {};
+  return fmt::format(
+      "{} has compute capability {}.{}; this build's CUDA kernels need {}.0 or newer (Ampere: bf16 "
+      "tensor-core GEMMs), so training runs on the CPU",
+      name, cc_major, cc_minor, kMinComputeCapabilityMajor);
+}
+
 }  // namespace bp
