@@ -6,12 +6,14 @@
 // JSON, plus `bash -n` of scripts/gpu_check.sh. The same run on the simulated card: test_cuda.
 #include "train/train_benchmark.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
 
 #include "backend/cuda/sim/gemm_reference.h"
+#include "core/device_info.h"
 #include "support/test_util.h"
 
 namespace bp::test {
@@ -153,6 +155,27 @@ TEST(TrainBenchmark, RefusesRunsThatMeasureNothing) {
   EXPECT_THROW(run_train_benchmark(s, cpu_runner()), Error);
   EXPECT_THROW(bench_shape("qwen9"), Error);
   EXPECT_EQ(bench_config(bench_shape("qwen2.5-1.5b")).num_layers, 28);
+}
+
+// The device line bench_cuda prints: the card's name, compute capability, driver and runtime, or
+// why there is none (this machine: no driver).
+TEST(TrainBenchmark, CudaDeviceDescriptionSaysWhatTheMachineHas) {
+  const CudaStatus cs = cuda_status();
+  const std::string d = cuda_device_description();
+  if (!cs.compiled) {
+    EXPECT_EQ(d, "no CUDA backend in this build");
+    return;
+  }
+  EXPECT_NE(d.find(fmt::format("runtime {}.{}", cs.runtime_version / 1000, cs.runtime_version % 1000 / 10)),
+            std::string::npos)
+      << d;
+  if (cs.devices.empty())
+    EXPECT_NE(d.find("no usable device: " + cs.why_unavailable), std::string::npos) << d;
+  else
+    EXPECT_NE(d.find(fmt::format("{}, compute capability {}.{}", cs.devices[0].name, cs.devices[0].cc_major,
+                                 cs.devices[0].cc_minor)),
+              std::string::npos)
+        << d;
 }
 
 // scripts/gpu_check.sh parses; the comparison script runs its CPU fallback on the tiny shape and
