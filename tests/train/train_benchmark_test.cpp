@@ -130,7 +130,7 @@ TEST(TrainBenchmark, TinyCpuRunMeasuresThroughTheTrainer) {
   EXPECT_GT(r.gemm_flops_per_s, 0.0);
   EXPECT_NEAR(r.mfu, r.model_flops_per_s / r.gemm_flops_per_s, 1e-12);
   EXPECT_NEAR(r.final_loss, std::log(512.0), 0.5);  // random weights: about uniform over the vocab
-  EXPECT_EQ(r.base_dtype.find("bf16"), std::string::npos) << r.base_dtype;
+  EXPECT_EQ(r.base_dtype, "f32");
   EXPECT_TRUE(std::filesystem::exists(dir.path + "/tiny/run/adapter")) << "the trainer's own run folder";
   const std::string rep = r.report();
   EXPECT_NE(rep.find("tiny (5 layers, seq 32, LoRA r16"), std::string::npos) << rep;
@@ -145,7 +145,7 @@ TEST(TrainBenchmark, TinyCpuRunMeasuresThroughTheTrainer) {
   TrainBenchSpec bf = tiny_spec(dir.path + "/bf16", "cpu", "bf16");
   bf.steps = 1;
   const TrainBenchResult rb = run_train_benchmark(bf, cpu_runner());
-  EXPECT_NE(rb.base_dtype.find("bf16"), std::string::npos) << rb.base_dtype;
+  EXPECT_EQ(rb.base_dtype, "bf16") << "not 'bf16 (held as f32)'";
 }
 
 TEST(TrainBenchmark, RefusesRunsThatMeasureNothing) {
