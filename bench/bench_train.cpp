@@ -9,15 +9,11 @@
 // (the oracle has no dropout). Each benchmark does 1 untimed warm-up step, then BP_BENCH_STEPS
 // timed steps (Google Benchmark iterations, wall time).
 //
-// Model FLOPs of one step (T tokens, L layers, per-layer frozen linear parameters N_lin =
-// D·(q+2kv) + q·D + 3·D·F, head V·D, LoRA modules with (in, out), attention width q = H·d):
-//   frozen forward       2·T·(L·N_lin + V·D)
-//   frozen backward (dx) 2·T·(L·N_lin + V·D)          (no dW: base weights are frozen)
-//   LoRA fwd + bwd       6·T·r·Σ(in + out)            (forward 2, dx 2, dA + dB 2 per rank·(in+out))
-//   attention            3 · 4·T²·q·L / 2              (QKᵀ and PV, causal half, backward = 2× forward)
-// The recomputed forward of gradient checkpointing, norms, RoPE, SwiGLU, softmax and AdamW are not
-// counted (they are overhead, as in the usual MFU definition). MFU = model FLOPs / step time /
-// sgemm rate, the rate of OpenBLAS on the layer's MLP shape T×D×F, measured right after the steps.
+// Model FLOPs of one step: bp::lora_step_flops (train/train_benchmark.h, shared with bench_cuda,
+// which states the count: frozen forward and dx, LoRA forward and backward, causal attention; the
+// recomputed forward of checkpointing and the elementwise ops are not counted). MFU = model FLOPs /
+// step time / sgemm rate, the rate of OpenBLAS on the layer's MLP shape T×D×F, measured right
+// after the steps.
 //
 // Environment: BP_BENCH_THREADS (default 2) sets OpenMP and OpenBLAS threads; BP_BENCH_STEPS (3);
 // BP_BENCH_SEQ (512); BP_BENCH_SMOL_LAYERS (30); BP_BENCH_QWEN_LAYERS (8 of Qwen's 24: same layer
@@ -59,6 +55,7 @@
 #include "ops/rope.h"
 #include "ops/swiglu.h"
 #include "train/optimizer.h"
+#include "train/train_benchmark.h"
 
 namespace {
 
@@ -73,62 +70,25 @@ int env_int(const char* name, int fallback) {
 constexpr int64_t kRank = 16;
 constexpr float kAlpha = 32.0f;
 
-struct Shape {
-  const char* name;
-  bp::Arch arch;
-  int64_t hidden, inter, layers, heads, kv_heads, vocab;
-  bool bias;
-  float theta, eps;
-};
-
+using Shape = bp::BenchShape;
 Shape smol_shape() {
-  return {"smollm135m", bp::Arch::Llama, 576,      1536, env_int("BP_BENCH_SMOL_LAYERS", 30), 9, 3,
-          49152,        false,           10000.0f, 1e-5f};
+  Shape s = bp::smollm135m_shape();
+  s.layers = env_int("BP_BENCH_SMOL_LAYERS", 30);
+  return s;
 }
 Shape qwen_shape() {
-  return {"qwen2.5-0.5b", bp::Arch::Qwen2, 896,  4864, env_int("BP_BENCH_QWEN_LAYERS", 8), 14, 2, 151936,
-          true,           1000000.0f,      1e-6f};
+  Shape s = bp::qwen25_05b_shape();
+  s.layers = env_int("BP_BENCH_QWEN_LAYERS", 8);
+  return s;
 }
-
 bp::ModelConfig make_config(const Shape& s) {
-  bp::ModelConfig c;
-  c.arch = s.arch;
-  c.architecture_name = s.arch == bp::Arch::Qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
-  c.model_type = s.arch == bp::Arch::Qwen2 ? "qwen2" : "llama";
-  c.vocab_size = s.vocab;
-  c.hidden_size = s.hidden;
-  c.intermediate_size = s.inter;
-  c.num_layers = s.layers;
-  c.num_heads = s.heads;
-  c.num_kv_heads = s.kv_heads;
-  c.head_dim = s.hidden / s.heads;
-  c.max_position_embeddings = 4096;
-  c.rms_norm_eps = s.eps;
-  c.rope.head_dim = static_cast<int>(c.head_dim);
-  c.rope.theta = s.theta;
-  c.tie_word_embeddings = true;
-  c.attention_bias = s.bias;
-  return c;
+  return bp::bench_config(s);
 }
 
-// The FLOP model of the header comment.
-struct StepFlops {
-  double frozen_fwd = 0, frozen_bwd = 0, lora = 0, attention = 0;
-  double total() const { return frozen_fwd + frozen_bwd + lora + attention; }
-};
+// The FLOP model of the header comment (train/train_benchmark.h, shared with bench_cuda).
+using bp::StepFlops;
 StepFlops step_flops(const bp::ModelConfig& c, int64_t T) {
-  const double D = static_cast<double>(c.hidden_size), F = static_cast<double>(c.intermediate_size);
-  const double q = static_cast<double>(c.q_dim()), kv = static_cast<double>(c.kv_dim());
-  const double L = static_cast<double>(c.num_layers), V = static_cast<double>(c.vocab_size);
-  const double t = static_cast<double>(T), r = static_cast<double>(kRank);
-  const double n_lin = D * (q + 2 * kv) + q * D + 3 * D * F;
-  const double lora_in_out = (D + q) + (D + kv) * 2 + (q + D) + (D + F) * 2 + (F + D);
-  StepFlops f;
-  f.frozen_fwd = 2 * t * (L * n_lin + V * D);
-  f.frozen_bwd = f.frozen_fwd;
-  f.lora = 6 * t * r * lora_in_out * L;
-  f.attention = 3 * 4 * t * t * q * L / 2;
-  return f;
+  return bp::lora_step_flops(c, T, kRank);
 }
 
 // Raw OpenBLAS rate on y[T×F] = x[T×D]·W[F×D]ᵀ, in GFLOP/s of wall time, over >= min_s seconds.

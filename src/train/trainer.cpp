@@ -237,6 +237,8 @@ void Trainer::State::build_model() {
   ModelWeights weights = !o.init_from_config.empty()
                              ? init_random_weights(ModelConfig::from_file(o.init_from_config), o.seed)
                              : load_model(o.model_dir, base, &held_notes);
+  if (!o.init_from_config.empty() && base && *base != DType::F32)  // random weights (benchmarks) held as asked
+    held_notes = hold_weights(weights, *base);
   for (const auto& n : held_notes) event("info", "frozen weights: " + n);
   summary.base_dtype = describe_held_weights(weights, o.mode == TrainMode::Full ? "f32" : o.base_dtype);
   model = std::make_unique<Model>(std::move(weights), mopt);
