@@ -240,12 +240,14 @@ void Trainer::State::build_model() {
   for (const auto& n : held_notes) event("info", "frozen weights: " + n);
   summary.base_dtype = describe_held_weights(weights, o.mode == TrainMode::Full ? "f32" : o.base_dtype);
   model = std::make_unique<Model>(std::move(weights), mopt);
-  if (device.type != DeviceType::CPU) {  // loaded (and held as f32/bf16) on the host, then copied over
+  if (device.type != DeviceType::CPU) {  // loaded (and held in their type) on the host, then copied over
     for (auto& [name, t] : model->named_weights()) {
-      if (t->dtype() != DType::F32 && t->dtype() != DType::BF16)
+      // The CUDA kernels dequantize f32, bf16, f16 and every block type (backend/cuda/dequant.cuh).
+      const DType held = t->dtype();
+      if (held != DType::F32 && held != DType::BF16 && held != DType::F16 && !dtype_is_block(held))
         throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                     fmt::format("[train] --device {}: frozen weights held as {} ({}) have no CUDA kernels yet",
-                                opt.device, dtype_name(t->dtype()), name))
+                                opt.device, dtype_name(held), name))
             .with_suggestion("Hold them as bf16 or f32 (--base-dtype bf16), or train on the CPU (--device cpu).");
       *t = t->to(device);
     }

@@ -14,6 +14,7 @@
 #include "backend/cpu/attention.h"  // AttentionDims, shared with the CPU kernels
 #include "backend/cuda/attention_limits.h"
 #include "backend/cuda/gemm_desc.h"
+#include "core/dtype.h"
 
 namespace bp::cuda {
 
@@ -55,6 +56,16 @@ void convert_bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t st
 void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed, cudaStream_t stream);
 void dropout_backward_accumulate(const float* g, const float* x, const float* xd, float* dx, int64_t n, float p,
                                  uint64_t seed, cudaStream_t stream);
+
+// dequant.cuh: rows of a held weight (any type dequantize_supported says) as f32 or bf16; false for
+// another type (nothing launched).
+bool dequantize_supported(DType t);
+template <class Out>
+bool dequantize_rows(DType type, const void* src, int64_t cols, int64_t row0, int64_t n_rows, Out* dst,
+                     cudaStream_t stream);
+template <class Out>
+bool dequantize_gather_rows(DType type, const void* src, int64_t cols, const int32_t* ids, int64_t n_rows, Out* dst,
+                            cudaStream_t stream);
 
 // gemm.cuh (cublaslt_gemm.cpp)
 void gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C, void* workspace, size_t workspace_bytes,
