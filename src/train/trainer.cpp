@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backend/cuda/dequant_types.h"
 #include "core/allocator.h"
 #include "core/device_info.h"
 #include "core/interrupt.h"
@@ -242,9 +243,9 @@ void Trainer::State::build_model() {
   model = std::make_unique<Model>(std::move(weights), mopt);
   if (device.type != DeviceType::CPU) {  // loaded (and held in their type) on the host, then copied over
     for (auto& [name, t] : model->named_weights()) {
-      // The CUDA kernels dequantize f32, bf16, f16 and every block type (backend/cuda/dequant.cuh).
+      // The CUDA kernels read f32, bf16, f16 and every block type (backend/cuda/dequant.cuh).
       const DType held = t->dtype();
-      if (held != DType::F32 && held != DType::BF16 && held != DType::F16 && !dtype_is_block(held))
+      if (!cuda_dequant::dequantize_supported(held))
         throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                     fmt::format("[train] --device {}: frozen weights held as {} ({}) have no CUDA kernels yet",
                                 opt.device, dtype_name(held), name))

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "backend/cuda/cuda_compat.cuh"
+#include "backend/cuda/dequant_types.h"
 #include "core/dtype.h"
 
 namespace bp::BP_CUDA_NS {
@@ -111,22 +112,8 @@ __global__ void dequantize_rows_kernel(const uint8_t* src, const int32_t* ids, i
   }
 }
 
-// Whether dequantize_rows/dequantize_gather_rows read held type t (host).
-BP_HOST_FN bool dequantize_supported(DType t) {
-  switch (t) {
-    case DType::F32:
-    case DType::BF16:
-    case DType::F16:
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q5_0:
-    case DType::Q5_1:
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K: return true;
-    default: return false;
-  }
-}
+// Whether dequantize_rows/dequantize_gather_rows read held type t (host; dequant_types.h).
+using cuda_dequant::dequantize_supported;
 
 template <class Out, DType kType>
 void launch_dequantize(const void* src, const int32_t* ids, int64_t row0, int64_t n_rows, int64_t cols, Out* dst,

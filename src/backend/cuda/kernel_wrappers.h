@@ -156,26 +156,28 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   }
 
   // ---- fused linear + cross-entropy (f32, the activations' type) ----
-  // A held head (tied embeddings held as bf16, f16 or a block type) is dequantized whole into
-  // workspace first: V·D floats for the call, counted by the allocator (a chunked kernel would need
-  // only a chunk).
+  // A held head (tied embeddings held as bf16, f16 or a block type) is dequantized panel by panel
+  // inside the kernel's GEMMs (linear_cross_entropy_held): kHeldTileFloats floats of panel, never
+  // the whole [V, D] head in f32. Like the CPU kernel, it gets no dW (the ops refuse asking for one).
   static cpu::CrossEntropyTotals linear_cross_entropy(const float* x, const cpu::HeldMatrix& W, const int32_t* labels,
                                                       int64_t T, int64_t D, int64_t V, int64_t chunk,
                                                       float* /*logits_chunk: the workspace below holds them*/,
                                                       float grad_scale, float* dx, float* dW) {
     if (!::bp::BP_WRAP_NS::dequantize_supported(W.type)) held_type_unavailable("linear_cross_entropy", W.type);
     if (T == 0) return {};
-    if (W.type != DType::F32) {
-      DeviceBuffer widened(static_cast<size_t>(V * D) * sizeof(float));
-      ::bp::BP_WRAP_NS::dequantize_rows<float>(W.type, W.data, D, 0, V, widened.as<float>(), nullptr);
-      check_launch("linear_cross_entropy (dequantize the held head)");
-      const cpu::HeldMatrix f32{widened.as<float>(), DType::F32, W.rows, W.cols};
-      return linear_cross_entropy(x, f32, labels, T, D, V, chunk, nullptr, grad_scale, dx, dW);
-    }
     std::vector<int32_t> labels_host(static_cast<size_t>(T));
     check_cuda(cudaMemcpy(labels_host.data(), labels, labels_host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
                "cudaMemcpy(labels)");
     const int64_t c = std::min(chunk, T);
+    if (W.type != DType::F32) {
+      const int64_t panel_rows = std::min(V, std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, D)));
+      DeviceBuffer workspace(cross_entropy_held_workspace_bytes(c, V, D, panel_rows));
+      const auto r =
+          ::bp::BP_WRAP_NS::linear_cross_entropy_held(x, W.type, W.data, labels, labels_host.data(), T, D, V, c,
+                                                      panel_rows, workspace.as<void>(), grad_scale, dx, nullptr);
+      check_launch("linear_cross_entropy (held head)");
+      return {r.loss_sum, r.n_counted};
+    }
     DeviceBuffer workspace(cross_entropy_workspace_bytes<float>(c, V));
     const auto r =
         ::bp::BP_WRAP_NS::linear_cross_entropy<float>(x, static_cast<const float*>(W.data), labels, labels_host.data(),
