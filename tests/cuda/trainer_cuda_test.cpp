@@ -269,7 +269,12 @@ void expect_quantized_base_matches_cpu(TrainOptions o, DType held) {
   go.output_dir += "-cuda";
   go.device = "cuda";
   SimulatedCudaDevice card;
-  Trainer trainer(go);
+  std::string plan;
+  TrainCallbacks cb;
+  cb.on_event = [&](const std::string&, const std::string& m) {
+    if (m.rfind("memory plan", 0) == 0) plan = m;
+  };
+  Trainer trainer(go, cb);
   const TrainSummary got = trainer.run();
   const ModelWeights& w = trainer.model().weights();
   for (const Tensor* t : {&w.embed, &w.layers[0].q, &w.layers[0].k, &w.layers[1].down}) {
@@ -277,6 +282,7 @@ void expect_quantized_base_matches_cpu(TrainOptions o, DType held) {
     EXPECT_EQ(t->dtype(), held);
   }
   EXPECT_EQ(resident_weight_bytes(w), held_weight_bytes(w.config, held));
+  EXPECT_NE(plan.find(": weights " + format_bytes(held_weight_bytes(w.config, held)) + ","), std::string::npos) << plan;
   EXPECT_LT(resident_weight_bytes(w), held_weight_bytes(w.config, DType::F32) / 3)
       << "the card holds the quantized bytes";
   EXPECT_EQ(got.base_dtype, ref.base_dtype);
