@@ -6,14 +6,18 @@
 // gradient accumulation, evaluation), and made to fail: an OOM injected into the card's allocator
 // in the middle of training is recovered as on the CPU (checkpointing on first, then the
 // micro-batch halved), and a card too small for the run's micro-batch makes the trainer shrink it.
-// Frozen bases held quantized (--base-dtype q8_0, q4_k and its q5_0 fallback) stay quantized on the
-// card, are dequantized by its kernels (backend/cuda/dequant.cuh) and train like on the CPU.
+// Frozen bases held quantized (--base-dtype q8_0, q4_k and its q5_0 fallback, GGUF bases in their
+// stored types) stay quantized on the card, are dequantized by its kernels (backend/cuda/
+// dequant.cuh) and train like on the CPU.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
+#include "export/gguf_export.h"
+#include "hub/gguf_source.h"
 #include "io/safetensors.h"
 #include "model/held_weights.h"
 #include "model/loader.h"
@@ -326,6 +330,44 @@ TEST(CudaTrainer, Q5_0FallbackIsReadOnTheCard) {
   EXPECT_EQ(trainer.model().weights().layers[0].down.device(), kGpu);
   ASSERT_TRUE(got.initial_eval_loss && ref.initial_eval_loss);
   EXPECT_NEAR(*got.initial_eval_loss, *ref.initial_eval_loss, 1e-5 * *ref.initial_eval_loss);
+}
+
+// GGUF bases keep their stored types (--base-dtype auto), llama.cpp's mixtures: q4_k_m and q5_k_m
+// of the q4_K-shaped model (q4_K / q5_K, q6_K for the tied head and some attn_v / ffn_down), and
+// q5_k_m and q4_0 of tiny-chat, whose 128-wide rows fall back (q5_1, q8_0). Each trains on the card
+// like on the CPU, and together they put every block type except q5_0 (the test above) on it.
+TEST(CudaTrainer, GgufBasesInTheirStoredTypesTrainOnTheCardLikeOnTheCpu) {
+  TempDir dir;
+  const std::string q4k_model = write_q4k_model(dir.path), tiny = source_dir() + "/models/tiny-chat";
+  std::set<DType> seen;
+  int run = 0;
+  for (auto [model, quant] : {std::pair{q4k_model, GGUFQuant::Q4_K_M},
+                              {q4k_model, GGUFQuant::Q5_K_M},
+                              {tiny, GGUFQuant::Q5_K_M},
+                              {tiny, GGUFQuant::Q4_0}}) {
+    SCOPED_TRACE(model + " " + gguf_quant_name(quant));
+    const std::string base = dir.path + "/base" + std::to_string(++run) + ".gguf";
+    export_gguf(load_model(model), model, quant, base);
+    TrainOptions o = tiny_chat_options(dir.path, "cpu");
+    o.model_dir = hub::gguf_model_folder(base, dir.path + "/derived");
+    o.output_dir = dir.path + "/run" + std::to_string(run);
+    o.base_dtype = "auto";
+    o.steps = 1;
+    o.holdout = 0.0;
+    const TrainSummary ref = Trainer(o).run();
+    o.output_dir += "-cuda";
+    o.device = "cuda";
+    SimulatedCudaDevice card;
+    Trainer trainer(o);
+    const TrainSummary got = trainer.run();
+    for (const auto& [name, t] : trainer.model().named_weights()) {
+      EXPECT_EQ(t->device(), kGpu) << name;
+      seen.insert(t->dtype());
+    }
+    expect_losses_close(got, ref);
+  }
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    EXPECT_TRUE(seen.count(t)) << dtype_name(t) << " never reached the card";
 }
 
 // --device cuda without a card: refused before any work, with the reason.
