@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backend/cuda/dequant_types.h"
 #include "core/allocator.h"
 #include "core/device_info.h"
 #include "core/interrupt.h"
@@ -242,12 +243,14 @@ void Trainer::State::build_model() {
   for (const auto& n : held_notes) event("info", "frozen weights: " + n);
   summary.base_dtype = describe_held_weights(weights, o.mode == TrainMode::Full ? "f32" : o.base_dtype);
   model = std::make_unique<Model>(std::move(weights), mopt);
-  if (device.type != DeviceType::CPU) {  // loaded (and held as f32/bf16) on the host, then copied over
+  if (device.type != DeviceType::CPU) {  // loaded (and held in their type) on the host, then copied over
     for (auto& [name, t] : model->named_weights()) {
-      if (t->dtype() != DType::F32 && t->dtype() != DType::BF16)
+      // The CUDA kernels read f32, bf16, f16 and every block type (backend/cuda/dequant.cuh).
+      const DType held = t->dtype();
+      if (!cuda_dequant::dequantize_supported(held))
         throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                     fmt::format("[train] --device {}: frozen weights held as {} ({}) have no CUDA kernels yet",
-                                opt.device, dtype_name(t->dtype()), name))
+                                opt.device, dtype_name(held), name))
             .with_suggestion("Hold them as bf16 or f32 (--base-dtype bf16), or train on the CPU (--device cpu).");
       *t = t->to(device);
     }

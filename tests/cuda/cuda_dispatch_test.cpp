@@ -142,9 +142,9 @@ TEST(CudaDispatch, LinearWithLoraDropoutAndBiasMatchesCpu) {
   parity::linear_with_lora_dropout_and_bias(kTolF32);
 }
 
-TEST(CudaDispatch, HeldBf16WeightsMatchCpu) {
+TEST(CudaDispatch, HeldWeightsOfEveryTypeMatchCpu) {
   SimulatedCudaDevice card;
-  parity::held_bf16_weights(kTolF32);
+  for (DType type : parity::kHeldTypes) parity::held_weights(type, kTolF32);
 }
 
 TEST(CudaDispatch, NormRopeSwigluEmbeddingMatchCpu) {

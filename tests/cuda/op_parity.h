@@ -90,11 +90,14 @@ inline void linear_with_lora_dropout_and_bias(Tolerance tol) {
   expect_same(Cg, C, "matmul_accumulate", tol);
 }
 
-inline void held_bf16_weights(Tolerance tol) {
-  // 700 columns: a 64k-float panel holds 93 rows, so the 257-row weight takes several panels.
-  const int64_t T = 9, in = 700, out = 257;
-  Tensor x = random_tensor({T, in}, 40), W = random_tensor({out, in}, 41).to(DType::BF16),
-         dy = random_tensor({T, out}, 42);
+// Frozen weights held in `type` (bf16, f16 or a block type) on the device, read by the linear
+// forward/backward, the embedding and the LM head against the CPU reading the same held bytes.
+inline void held_weights(DType type, Tolerance tol) {
+  SCOPED_TRACE(dtype_name(type));
+  // 768 columns (whole q4_K blocks): a 128k-float panel holds 170 rows, so the 257-row weight
+  // takes two panels.
+  const int64_t T = 9, in = 768, out = 257;
+  Tensor x = random_tensor({T, in}, 40), W = random_tensor({out, in}, 41).to(type), dy = random_tensor({T, out}, 42);
   Tensor xg = gpu(x), Wg = gpu(W), dyg = gpu(dy);
   expect_same(linear_forward(xg, Wg, nullptr, nullptr, nullptr), linear_forward(x, W, nullptr, nullptr, nullptr), "y",
               widen(tol));
@@ -105,11 +108,21 @@ inline void held_bf16_weights(Tolerance tol) {
   Tensor ids = Tensor::from_vector(std::vector<int32_t>{0, 256, 3, 3, 100}, {5});
   expect_same(embedding_forward(gpu(ids), Wg), embedding_forward(ids, W), "embedding of a held table", tol);
   expect_same(lm_head_logits(xg, Wg), lm_head_logits(x, W), "lm_head", widen(tol));
-  // A type the CUDA backend has no kernel for is refused, not read.
-  Tensor Wq = gpu(random_tensor({out, in}, 43).to(DType::F16));
-  EXPECT_EQ(code_of([&] { linear_forward(xg, Wq, nullptr, nullptr, nullptr); }),
-            ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA);
+  // The held weight as a frozen (tied) head of the fused linear + cross-entropy: vocabulary 257.
+  std::vector<int32_t> lab(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) lab[static_cast<size_t>(t)] = t == 4 ? kIgnoreLabel : static_cast<int32_t>(t * 29);
+  const Tensor labels = Tensor::from_vector(lab, {T});
+  Tensor cx = Tensor::empty({T, in}), cxg = Tensor::empty({T, in}, DType::F32, kGpu);
+  const auto rc = linear_cross_entropy_forward_backward(x, W, labels, 0.5f, cx, nullptr, 4);
+  const auto rg = linear_cross_entropy_forward_backward(xg, Wg, gpu(labels), 0.5f, cxg, nullptr, 4);
+  EXPECT_EQ(rg.n_counted, rc.n_counted);
+  EXPECT_NEAR(rg.loss_sum, rc.loss_sum, 1e-4 * std::abs(rc.loss_sum));
+  expect_same(cxg, cx, "cross-entropy dx through a held head", widen(tol));
 }
+
+// Every held type load_model can produce for a LoRA base.
+inline constexpr DType kHeldTypes[] = {DType::BF16, DType::F16,  DType::Q8_0, DType::Q4_0, DType::Q5_0,
+                                       DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 inline void norm_rope_swiglu_embedding(Tolerance tol) {
   const int64_t T = 33, heads = 3, d = 8, D = heads * d, V = 31;

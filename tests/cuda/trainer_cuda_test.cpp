@@ -6,14 +6,24 @@
 // gradient accumulation, evaluation), and made to fail: an OOM injected into the card's allocator
 // in the middle of training is recovered as on the CPU (checkpointing on first, then the
 // micro-batch halved), and a card too small for the run's micro-batch makes the trainer shrink it.
+// Frozen bases held quantized (--base-dtype q8_0, q4_k and its q5_0 fallback, GGUF bases in their
+// stored types) stay quantized on the card, are dequantized by its kernels (backend/cuda/
+// dequant.cuh) and train like on the CPU.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
+#include "export/gguf_export.h"
+#include "hub/gguf_source.h"
 #include "io/safetensors.h"
+#include "model/held_weights.h"
+#include "model/loader.h"
+#include "model/merge.h"
 #include "sim_device.h"
+#include "support/shaped_config.h"
 #include "support/test_util.h"
 #include "train/trainer.h"
 
@@ -241,6 +251,125 @@ TEST(CudaTrainer, CardTooSmallForTheMicroBatchIsRecovered) {
   EXPECT_NEAR(small.history[0].loss, big.history[0].loss, 1e-5 * big.history[0].loss);
 }
 
+// A random model with stories260K's tokenizer whose rows are all whole q4_K blocks (hidden 256,
+// k/v 128 x 256, intermediate 512), written as a Hugging Face folder: tiny-chat's 128-wide rows
+// would fall back to q5_0.
+std::string write_q4k_model(const std::string& dir) {
+  const ModelConfig cfg = ModelConfig::from_json(stories_config_shaped(256, 4, 2, 64, 2, 512), "q4k-test");
+  SaveModelOptions so;
+  so.copy_files_from = shared_dir() + "/models/stories260K";
+  save_hf_model(init_random_weights(cfg, 5), dir + "/model", so);
+  return dir + "/model";
+}
+
+// A LoRA run over a base held as `base_dtype` on the card against the same run on the CPU: the
+// frozen weights stay in their type in the card's memory (no f32 copy; the memory plan counts
+// those bytes: plan_training reads resident_weight_bytes), every one is read by the device's
+// dequantization kernels, and losses, gradient norms and the evaluation agree with the CPU's.
+void expect_quantized_base_matches_cpu(TrainOptions o, DType held) {
+  SCOPED_TRACE(o.base_dtype);
+  const TrainSummary ref = Trainer(o).run();
+  TrainOptions go = o;
+  go.output_dir += "-cuda";
+  go.device = "cuda";
+  SimulatedCudaDevice card;
+  std::string plan;
+  TrainCallbacks cb;
+  cb.on_event = [&](const std::string&, const std::string& m) {
+    if (m.rfind("memory plan", 0) == 0) plan = m;
+  };
+  Trainer trainer(go, cb);
+  const TrainSummary got = trainer.run();
+  const ModelWeights& w = trainer.model().weights();
+  for (const Tensor* t : {&w.embed, &w.layers[0].q, &w.layers[0].k, &w.layers[1].down}) {
+    EXPECT_EQ(t->device(), kGpu);
+    EXPECT_EQ(t->dtype(), held);
+  }
+  EXPECT_EQ(resident_weight_bytes(w), held_weight_bytes(w.config, held));
+  EXPECT_NE(plan.find(": weights " + format_bytes(held_weight_bytes(w.config, held)) + ","), std::string::npos) << plan;
+  EXPECT_LT(resident_weight_bytes(w), held_weight_bytes(w.config, DType::F32) / 3)
+      << "the card holds the quantized bytes";
+  EXPECT_EQ(got.base_dtype, ref.base_dtype);
+  ASSERT_EQ(got.steps_done, o.steps);
+  expect_losses_close(got, ref);
+  ASSERT_TRUE(got.final_eval_loss && ref.final_eval_loss);
+  EXPECT_NEAR(*got.final_eval_loss, *ref.final_eval_loss, 1e-5 * *ref.final_eval_loss);
+  EXPECT_LT(got.history.back().loss, got.history.front().loss) << "the device run learns";
+}
+
+TEST(CudaTrainer, Q8_0BaseTrainsOnTheCardLikeOnTheCpu) {
+  TempDir dir;
+  TrainOptions o = tiny_chat_options(dir.path, "cpu");
+  o.base_dtype = "q8_0";
+  expect_quantized_base_matches_cpu(o, DType::Q8_0);
+}
+
+TEST(CudaTrainer, Q4KBaseTrainsOnTheCardLikeOnTheCpu) {
+  TempDir dir;
+  TrainOptions o = tiny_chat_options(dir.path, "cpu");
+  o.model_dir = write_q4k_model(dir.path);
+  o.base_dtype = "q4_k";
+  o.lr = 2e-2;  // random weights: a bigger step so that three steps show learning
+  expect_quantized_base_matches_cpu(o, DType::Q4_K);
+}
+
+// tiny-chat at --base-dtype q4_k: its 128- and 384-wide rows are not whole q4_K blocks, so the
+// loader holds them as q5_0, which the card reads too; an evaluation matches the CPU's.
+TEST(CudaTrainer, Q5_0FallbackIsReadOnTheCard) {
+  TempDir dir;
+  TrainOptions o = tiny_chat_options(dir.path, "cpu");
+  o.base_dtype = "q4_k";
+  o.eval_only = true;
+  const TrainSummary ref = Trainer(o).run();
+  o.output_dir = dir.path + "/run-cuda";
+  o.device = "cuda";
+  SimulatedCudaDevice card;
+  Trainer trainer(o);
+  const TrainSummary got = trainer.run();
+  EXPECT_EQ(trainer.model().weights().layers[0].down.dtype(), DType::Q5_0);
+  EXPECT_EQ(trainer.model().weights().layers[0].down.device(), kGpu);
+  ASSERT_TRUE(got.initial_eval_loss && ref.initial_eval_loss);
+  EXPECT_NEAR(*got.initial_eval_loss, *ref.initial_eval_loss, 1e-5 * *ref.initial_eval_loss);
+}
+
+// GGUF bases keep their stored types (--base-dtype auto), llama.cpp's mixtures: q4_k_m and q5_k_m
+// of the q4_K-shaped model (q4_K / q5_K, q6_K for the tied head and some attn_v / ffn_down), and
+// q5_k_m and q4_0 of tiny-chat, whose 128-wide rows fall back (q5_1, q8_0). Each trains on the card
+// like on the CPU, and together they put every block type except q5_0 (the test above) on it.
+TEST(CudaTrainer, GgufBasesInTheirStoredTypesTrainOnTheCardLikeOnTheCpu) {
+  TempDir dir;
+  const std::string q4k_model = write_q4k_model(dir.path), tiny = source_dir() + "/models/tiny-chat";
+  std::set<DType> seen;
+  int run = 0;
+  for (auto [model, quant] : {std::pair{q4k_model, GGUFQuant::Q4_K_M},
+                              {q4k_model, GGUFQuant::Q5_K_M},
+                              {tiny, GGUFQuant::Q5_K_M},
+                              {tiny, GGUFQuant::Q4_0}}) {
+    SCOPED_TRACE(model + " " + gguf_quant_name(quant));
+    const std::string base = dir.path + "/base" + std::to_string(++run) + ".gguf";
+    export_gguf(load_model(model), model, quant, base);
+    TrainOptions o = tiny_chat_options(dir.path, "cpu");
+    o.model_dir = hub::gguf_model_folder(base, dir.path + "/derived");
+    o.output_dir = dir.path + "/run" + std::to_string(run);
+    o.base_dtype = "auto";
+    o.steps = 1;
+    o.holdout = 0.0;
+    const TrainSummary ref = Trainer(o).run();
+    o.output_dir += "-cuda";
+    o.device = "cuda";
+    SimulatedCudaDevice card;
+    Trainer trainer(o);
+    const TrainSummary got = trainer.run();
+    for (const auto& [name, t] : trainer.model().named_weights()) {
+      EXPECT_EQ(t->device(), kGpu) << name;
+      seen.insert(t->dtype());
+    }
+    expect_losses_close(got, ref);
+  }
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    EXPECT_TRUE(seen.count(t)) << dtype_name(t) << " never reached the card";
+}
+
 // --device cuda without a card: refused before any work, with the reason.
 TEST(CudaTrainer, NoCardIsRefusedUpFront) {
   TempDir dir;
@@ -252,14 +381,6 @@ TEST(CudaTrainer, NoCardIsRefusedUpFront) {
     EXPECT_EQ(e.code(), ErrorCode::DEP_GPU_NOT_AVAILABLE) << e.what();
   }
   SimulatedCudaDevice card;
-  o.base_dtype = "q8_0";  // no CUDA kernel reads these yet: refused before training
-  try {
-    Trainer(o).run();
-    FAIL() << "trained q8_0 weights on the device";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::CONFIG_INVALID_SETTING) << e.what();
-  }
-  o.base_dtype = "f32";
   o.device = "cuda:1";
   try {
     Trainer(o).run();

@@ -15,6 +15,7 @@
 #include "backend/cpu/rms_norm.h"
 #include "backend/cpu/swiglu.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "core/quant_blocks.h"
 
 namespace bp {
 namespace {
@@ -137,6 +138,38 @@ TEST(CudaDevice, AttentionMatchesCpu) {
   check_attention_on_device({1, 7, 33, 300}, 6, 2, 64);
   check_attention_on_device({129, 2, 250}, 7, 1, 128);
   check_attention_on_device({70, 45}, 2, 1, 256);
+}
+
+// Held weights dequantized by nvcc's code (dequant.cuh): rows 3..9 of 13 of every held type, f32
+// output bit for bit equal to core's reference dequantizers, bf16 output their rounding.
+TEST(CudaDevice, DequantizeRowsMatchesCpuBitForBit) {
+  BP_NEED_DEVICE();
+  for (DType type : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q5_1, DType::Q4_K,
+                     DType::Q5_K, DType::Q6_K}) {
+    SCOPED_TRACE(dtype_name(type));
+    const int64_t rows = 13, cols = dtype_block_size(type) == 256 ? 512 : 96, row0 = 3, n = 7;
+    std::vector<float> x = random_floats(static_cast<size_t>(rows * cols), 90);
+    for (int64_t i = 0; i < cols; ++i) x[static_cast<size_t>(4 * cols + i)] *= 3e-4f;  // subnormal f16 scales
+    std::vector<uint8_t> held(dtype_bytes(type, rows * cols));
+    quantize_span(type, x.data(), held.data(), rows * cols);
+    std::vector<float> ref(x.size());
+    dequantize_span(type, held.data(), ref.data(), rows * cols);
+    DeviceBuffer<uint8_t> src(held);
+    DeviceBuffer<float> out(std::vector<float>(static_cast<size_t>(n * cols)));
+    DeviceBuffer<uint16_t> out16(std::vector<uint16_t>(static_cast<size_t>(n * cols)));
+    ASSERT_TRUE(cuda::dequantize_rows<float>(type, src.ptr, cols, row0, n, out.ptr, nullptr));
+    ASSERT_TRUE(cuda::dequantize_rows<cuda::bf16>(type, src.ptr, cols, row0, n,
+                                                  reinterpret_cast<cuda::bf16*>(out16.ptr), nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got = out.to_host();
+    const std::vector<uint16_t> got16 = out16.to_host();
+    int bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float r = ref[static_cast<size_t>(row0 * cols) + i];
+      bad += f32_bits(got[i]) != f32_bits(r) || got16[i] != f32_to_bf16(r);
+    }
+    EXPECT_EQ(bad, 0) << "of " << got.size() << " values";
+  }
 }
 
 }  // namespace

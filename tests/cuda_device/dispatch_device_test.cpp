@@ -37,9 +37,9 @@ TEST(CudaDeviceDispatch, LinearWithLoraDropoutAndBiasMatchesCpu) {
   parity::linear_with_lora_dropout_and_bias(kDeviceTol);
 }
 
-TEST(CudaDeviceDispatch, HeldBf16WeightsMatchCpu) {
+TEST(CudaDeviceDispatch, HeldWeightsOfEveryTypeMatchCpu) {
   BP_NEED_DEVICE_TABLE();
-  parity::held_bf16_weights(kDeviceTol);
+  for (DType type : parity::kHeldTypes) parity::held_weights(type, kDeviceTol);
 }
 
 TEST(CudaDeviceDispatch, NormRopeSwigluEmbeddingMatchCpu) {

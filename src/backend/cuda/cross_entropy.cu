@@ -1,4 +1,5 @@
-// The real CUDA build of cross_entropy.cuh: f32 and bf16 activations/weights.
+// The real CUDA build of cross_entropy.cuh: f32 and bf16 activations/weights, and (its non-template
+// launchers) the held head with f32 activations.
 #include "backend/cuda/cross_entropy.cuh"
 
 namespace bp::cuda {

@@ -10,10 +10,13 @@
 // gradient G is stored as T because both backward GEMMs read it beside a T operand (cuBLASLt
 // wants A and B of one type). Row losses are copied to the host and summed in row order in
 // double, as the CPU does. Workspace: cross_entropy_workspace_bytes() of device memory.
+// linear_cross_entropy_held: the same for a frozen head held quantized (or bf16/f16) with f32
+// activations, W dequantized panel by panel inside both GEMMs (dequant.cuh).
 #pragma once
 
 #include <vector>
 
+#include "backend/cuda/dequant.cuh"
 #include "backend/cuda/gemm.cuh"
 
 namespace bp::BP_CUDA_NS {
@@ -60,11 +63,13 @@ __global__ void softmax_cross_entropy_kernel(const float* logits, const int32_t*
   }
 }
 
-// labels_host: the same labels in host memory (windows are chosen on the host).
-template <class T>
-CrossEntropyResult linear_cross_entropy(const T* x, const T* W, const int32_t* labels, const int32_t* labels_host,
-                                        int64_t T_tokens, int64_t D, int64_t V, int64_t chunk, void* workspace,
-                                        float grad_scale, T* dx, float* dW, cudaStream_t stream = nullptr) {
+// The window loop of both heads. logits_of(x_w, c, logits) writes the window's [c, V] f32 logits;
+// dx_of(grad, c, dx_w) writes its [c, D] rows of dx = G·W (overwritten).
+template <class T, class LogitsFn, class DxFn>
+CrossEntropyResult cross_entropy_windows(const T* x, const int32_t* labels, const int32_t* labels_host,
+                                         int64_t T_tokens, int64_t D, int64_t V, int64_t chunk, void* workspace,
+                                         float grad_scale, T* dx, float* dW, cudaStream_t stream, LogitsFn&& logits_of,
+                                         DxFn&& dx_of) {
   CrossEntropyResult result;
   float* logits = static_cast<float*>(workspace);
   T* grad = reinterpret_cast<T*>(logits + chunk * V);
@@ -79,18 +84,70 @@ CrossEntropyResult linear_cross_entropy(const T* x, const T* W, const int32_t* l
       if (dx) cudaMemsetAsync(dx + t0 * D, 0, static_cast<size_t>(c * D) * sizeof(T), stream);
       continue;
     }
-    constexpr auto tt = gemm_type_of<T>();
-    gemm(gemm::linear_forward_gemm(c, D, V, tt, gemm::DType::F32), W, x + t0 * D, logits, nullptr, 0, stream);
+    logits_of(x + t0 * D, c, logits);
     BP_LAUNCH(static_cast<unsigned>(c), 256, 0, stream, softmax_cross_entropy_kernel<T>)
     (logits, labels + t0, V, grad_scale, make_grad ? grad : nullptr, row_loss);
-    if (dx) gemm(gemm::linear_dx_gemm(c, D, V, tt, tt), W, grad, dx + t0 * D, nullptr, 0, stream);
-    if (dW) gemm(gemm::linear_dW_gemm(c, D, V, tt), x + t0 * D, grad, dW, nullptr, 0, stream);
+    if (dx) dx_of(static_cast<const T*>(grad), c, dx + t0 * D);
+    if (dW) gemm(gemm::linear_dW_gemm(c, D, V, gemm_type_of<T>()), x + t0 * D, grad, dW, nullptr, 0, stream);
     cudaMemcpyAsync(losses.data(), row_loss, static_cast<size_t>(c) * sizeof(float), cudaMemcpyDeviceToHost, stream);
     cudaStreamSynchronize(stream);
     for (int64_t r = 0; r < c; ++r) result.loss_sum += losses[static_cast<size_t>(r)];
     result.n_counted += counted;
   }
   return result;
+}
+
+// labels_host: the same labels in host memory (windows are chosen on the host).
+template <class T>
+CrossEntropyResult linear_cross_entropy(const T* x, const T* W, const int32_t* labels, const int32_t* labels_host,
+                                        int64_t T_tokens, int64_t D, int64_t V, int64_t chunk, void* workspace,
+                                        float grad_scale, T* dx, float* dW, cudaStream_t stream = nullptr) {
+  constexpr auto tt = gemm_type_of<T>();
+  return cross_entropy_windows<T>(
+      x, labels, labels_host, T_tokens, D, V, chunk, workspace, grad_scale, dx, dW, stream,
+      [&](const T* xw, int64_t c, float* logits) {
+        gemm(gemm::linear_forward_gemm(c, D, V, tt, gemm::DType::F32), W, xw, logits, nullptr, 0, stream);
+      },
+      [&](const T* grad, int64_t c, T* dxw) {
+        gemm(gemm::linear_dx_gemm(c, D, V, tt, tt), W, grad, dxw, nullptr, 0, stream);
+      });
+}
+
+// A frozen head held in its stored type (bf16, f16, q8_0, q4_K, ...: dequant.cuh), f32 activations,
+// no dW (held weights get no gradient, as on the CPU): both GEMMs walk W in panels of `panel_rows` rows, each
+// dequantized into the workspace's tail, so no f32 copy of the whole [V, D] head ever exists. Workspace:
+// cross_entropy_held_workspace_bytes().
+BP_HOST_FN size_t cross_entropy_held_workspace_bytes(int64_t chunk, int64_t V, int64_t D, int64_t panel_rows) {
+  return cross_entropy_workspace_bytes<float>(chunk, V) + static_cast<size_t>(panel_rows * D) * sizeof(float);
+}
+BP_HOST_FN CrossEntropyResult linear_cross_entropy_held(const float* x, DType w_type, const void* W,
+                                                        const int32_t* labels, const int32_t* labels_host,
+                                                        int64_t T_tokens, int64_t D, int64_t V, int64_t chunk,
+                                                        int64_t panel_rows, void* workspace, float grad_scale,
+                                                        float* dx, cudaStream_t stream = nullptr) {
+  float* panel =
+      reinterpret_cast<float*>(static_cast<char*>(workspace) + cross_entropy_workspace_bytes<float>(chunk, V));
+  auto for_each_panel = [&](auto&& fn) {
+    for (int64_t v0 = 0; v0 < V; v0 += panel_rows) {
+      const int64_t nb = std::min(panel_rows, V - v0);
+      dequantize_rows<float>(w_type, W, D, v0, nb, panel, stream);
+      fn(v0, nb);
+    }
+  };
+  return cross_entropy_windows<float>(
+      x, labels, labels_host, T_tokens, D, V, chunk, workspace, grad_scale, dx, nullptr, stream,
+      [&](const float* xw, int64_t c, float* logits) {  // logits[:, v0 .. v0 + nb) = x_w · panelᵀ
+        for_each_panel([&](int64_t v0, int64_t nb) {
+          gemm(gemm::row_major_gemm(false, true, c, nb, D, 1.0f, D, D, 0.0f, V), panel, xw, logits + v0, nullptr, 0,
+               stream);
+        });
+      },
+      [&](const float* grad, int64_t c, float* dxw) {  // dx_w = Σ_panels G[:, v0 .. v0 + nb) · panel
+        for_each_panel([&](int64_t v0, int64_t nb) {
+          gemm(gemm::row_major_gemm(false, false, c, D, nb, 1.0f, V, D, v0 == 0 ? 0.0f : 1.0f, D), panel, grad + v0,
+               dxw, nullptr, 0, stream);
+        });
+      });
 }
 
 }  // namespace bp::BP_CUDA_NS

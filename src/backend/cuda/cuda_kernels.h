@@ -13,7 +13,9 @@
 
 #include "backend/cpu/attention.h"  // AttentionDims, shared with the CPU kernels
 #include "backend/cuda/attention_limits.h"
+#include "backend/cuda/dequant_types.h"
 #include "backend/cuda/gemm_desc.h"
+#include "core/dtype.h"
 
 namespace bp::cuda {
 
@@ -56,6 +58,16 @@ void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t see
 void dropout_backward_accumulate(const float* g, const float* x, const float* xd, float* dx, int64_t n, float p,
                                  uint64_t seed, cudaStream_t stream);
 
+// dequant.cuh: rows of a held weight (any type dequantize_supported says) as f32 or bf16; false for
+// another type (nothing launched).
+using cuda_dequant::dequantize_supported;
+template <class Out>
+bool dequantize_rows(DType type, const void* src, int64_t cols, int64_t row0, int64_t n_rows, Out* dst,
+                     cudaStream_t stream);
+template <class Out>
+bool dequantize_gather_rows(DType type, const void* src, int64_t cols, const int32_t* ids, int64_t n_rows, Out* dst,
+                            cudaStream_t stream);
+
 // gemm.cuh (cublaslt_gemm.cpp)
 void gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C, void* workspace, size_t workspace_bytes,
           cudaStream_t stream);
@@ -71,6 +83,13 @@ template <class T>
 CrossEntropyResult linear_cross_entropy(const T* x, const T* W, const int32_t* labels, const int32_t* labels_host,
                                         int64_t T_tokens, int64_t D, int64_t V, int64_t chunk, void* workspace,
                                         float grad_scale, T* dx, float* dW, cudaStream_t stream);
+// The same with a frozen head held in w_type (dequantize_supported), f32 activations, W dequantized
+// in panels of panel_rows rows inside the GEMMs; no dW (a held weight gets no gradient).
+size_t cross_entropy_held_workspace_bytes(int64_t chunk, int64_t V, int64_t D, int64_t panel_rows);
+CrossEntropyResult linear_cross_entropy_held(const float* x, DType w_type, const void* W, const int32_t* labels,
+                                             const int32_t* labels_host, int64_t T_tokens, int64_t D, int64_t V,
+                                             int64_t chunk, int64_t panel_rows, void* workspace, float grad_scale,
+                                             float* dx, cudaStream_t stream);
 
 // Causal grouped-query attention over packed samples (attention.cuh; contract ops/attention.h,
 // same layouts and AttentionDims as cpu::attention_forward/backward). q, o, dout, dq [T, Hq·d],

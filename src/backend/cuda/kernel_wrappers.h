@@ -9,9 +9,10 @@
 // workspace from the CUDA allocator (counted, and released on every path), a check of the launch
 // (a failed launch throws through cuda_errors.h), and the few host values the CUDA launchers need:
 // the labels on the host (cross-entropy windows), rope's inv_freq table (host memory on every
-// backend) copied to the device. Frozen weights held in bf16 are dequantized panel by panel
-// (at most kHeldTileFloats floats) into workspace and multiplied by an f32 GEMM, as the CPU does;
-// other held types are refused (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash). Attention: the ops
+// backend) copied to the device. Frozen weights held in bf16, f16 or a block type (q8_0, q4_K, ...:
+// dequant.cuh) are dequantized panel by panel (at most kHeldTileFloats floats) into workspace and
+// multiplied by an f32 GEMM, as the CPU does; other held types are refused
+// (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash). Attention: the ops
 // front-end (ops/attention.cpp) validates cu_seqlens on the host (a staged copy) and refuses mixed
 // devices, so the pointer reaching the wrapper is already the device's copy; heads wider than
 // kCudaAttentionMaxHeadDim are refused here. Kernels not written yet would be null entries, listed
@@ -148,36 +149,35 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   static void embedding_forward_held(const int32_t* ids, const cpu::HeldMatrix& table, float* y, int64_t T) {
     const int64_t D = table.cols;
     if (table.type == DType::F32) return embedding_forward(ids, static_cast<const float*>(table.data), y, T, D);
-    if (table.type != DType::BF16) held_type_unavailable("embedding_forward_held", table.type);
-    // Gather the bf16 rows, then widen them: exact, and no f32 copy of the whole table.
-    DeviceBuffer rows(static_cast<size_t>(T * D) * sizeof(bf16));
-    ::bp::BP_WRAP_NS::embedding_forward<bf16>(ids, static_cast<const bf16*>(table.data), rows.as<bf16>(), T, D,
-                                              nullptr);
+    // The tokens' rows dequantized straight into y (dequant.cuh): no f32 copy of the whole table.
+    if (!::bp::BP_WRAP_NS::dequantize_gather_rows<float>(table.type, table.data, D, ids, T, y, nullptr))
+      held_type_unavailable("embedding_forward_held", table.type);
     check_launch("embedding_forward_held");
-    ::bp::BP_WRAP_NS::convert_bf16_to_f32(rows.as<bf16>(), y, T * D, nullptr);
-    check_launch("embedding_forward_held (widen)");
   }
 
   // ---- fused linear + cross-entropy (f32, the activations' type) ----
-  // A bf16 head (tied embeddings held as bf16) is widened whole into workspace first: V·D floats
-  // for the call, counted by the allocator (a chunked bf16 kernel would need only a chunk).
+  // A held head (tied embeddings held as bf16, f16 or a block type) is dequantized panel by panel
+  // inside the kernel's GEMMs (linear_cross_entropy_held): kHeldTileFloats floats of panel, never
+  // the whole [V, D] head in f32. Like the CPU kernel, it gets no dW (the ops refuse asking for one).
   static cpu::CrossEntropyTotals linear_cross_entropy(const float* x, const cpu::HeldMatrix& W, const int32_t* labels,
                                                       int64_t T, int64_t D, int64_t V, int64_t chunk,
                                                       float* /*logits_chunk: the workspace below holds them*/,
                                                       float grad_scale, float* dx, float* dW) {
-    if (W.type != DType::F32 && W.type != DType::BF16) held_type_unavailable("linear_cross_entropy", W.type);
+    if (!::bp::BP_WRAP_NS::dequantize_supported(W.type)) held_type_unavailable("linear_cross_entropy", W.type);
     if (T == 0) return {};
-    if (W.type == DType::BF16) {
-      DeviceBuffer widened(static_cast<size_t>(V * D) * sizeof(float));
-      ::bp::BP_WRAP_NS::convert_bf16_to_f32(static_cast<const bf16*>(W.data), widened.as<float>(), V * D, nullptr);
-      check_launch("linear_cross_entropy (widen the bf16 head)");
-      const cpu::HeldMatrix f32{widened.as<float>(), DType::F32, W.rows, W.cols};
-      return linear_cross_entropy(x, f32, labels, T, D, V, chunk, nullptr, grad_scale, dx, dW);
-    }
     std::vector<int32_t> labels_host(static_cast<size_t>(T));
     check_cuda(cudaMemcpy(labels_host.data(), labels, labels_host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
                "cudaMemcpy(labels)");
     const int64_t c = std::min(chunk, T);
+    if (W.type != DType::F32) {
+      const int64_t panel_rows = std::min(V, std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, D)));
+      DeviceBuffer workspace(cross_entropy_held_workspace_bytes(c, V, D, panel_rows));
+      const auto r =
+          ::bp::BP_WRAP_NS::linear_cross_entropy_held(x, W.type, W.data, labels, labels_host.data(), T, D, V, c,
+                                                      panel_rows, workspace.as<void>(), grad_scale, dx, nullptr);
+      check_launch("linear_cross_entropy (held head)");
+      return {r.loss_sum, r.n_counted};
+    }
     DeviceBuffer workspace(cross_entropy_workspace_bytes<float>(c, V));
     const auto r =
         ::bp::BP_WRAP_NS::linear_cross_entropy<float>(x, static_cast<const float*>(W.data), labels, labels_host.data(),
@@ -293,19 +293,18 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     check_launch("gemm");
   }
   // fn(row0, n_rows, rows as f32 device memory) over a held weight: once with the weight itself when
-  // it is f32; for bf16, per panel of at most kHeldTileFloats floats (at least one row), each
-  // dequantized into one reused workspace buffer. Other held types are refused.
+  // it is f32; for bf16, f16 and the block types (dequant.cuh), per panel of at most kHeldTileFloats
+  // floats (at least one row), each dequantized into one reused workspace buffer. Others are refused.
   template <class Fn>
   static void for_each_f32_panel(const cpu::HeldMatrix& W, const char* kernel, Fn&& fn) {
     if (W.type == DType::F32) return fn(int64_t{0}, W.rows, static_cast<const float*>(W.data));
-    if (W.type != DType::BF16) held_type_unavailable(kernel, W.type);
+    if (!::bp::BP_WRAP_NS::dequantize_supported(W.type)) held_type_unavailable(kernel, W.type);
     const int64_t rows = std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, W.cols));
     DeviceBuffer panel(static_cast<size_t>(std::min(rows, W.rows) * W.cols) * sizeof(float));
     for (int64_t n0 = 0; n0 < W.rows; n0 += rows) {
       const int64_t nb = std::min(rows, W.rows - n0);
-      const bf16* src = static_cast<const bf16*>(W.data) + n0 * W.cols;
-      ::bp::BP_WRAP_NS::convert_bf16_to_f32(src, panel.as<float>(), nb * W.cols, nullptr);
-      check_launch("held weight dequantize (bf16)");
+      ::bp::BP_WRAP_NS::dequantize_rows<float>(W.type, W.data, W.cols, n0, nb, panel.as<float>(), nullptr);
+      check_launch("held weight dequantize");
       fn(n0, nb, static_cast<const float*>(panel.as<float>()));
     }
   }

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cross_entropy.cuh"
+#include "backend/cuda/dequant.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/embedding.cuh"
 #include "backend/cuda/optim.cuh"
