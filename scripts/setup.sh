@@ -47,5 +47,11 @@ fi
 
 [ "${no_build:-0}" = 1 ] && exit 0
 jobs=$(nproc)
-cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" ${BACKPROP_CMAKE_ARGS:-} >/dev/null
+# Where the CUDA toolkit is installed, the CUDA backend must be built (nvcc for sm_80/86/89/90): ON
+# makes a toolkit CMake cannot use fail the configure step instead of quietly building CPU only.
+cuda_args=()
+if [[ "${BACKPROP_CMAKE_ARGS:-}" != *BACKPROP_CUDA* ]] && { [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null; }; then
+  cuda_args=(-DBACKPROP_CUDA=ON)
+fi
+cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" "${cuda_args[@]}" ${BACKPROP_CMAKE_ARGS:-} >/dev/null
 cmake --build build -j"$jobs"
