@@ -90,21 +90,34 @@ inline void linear_with_lora_dropout_and_bias(Tolerance tol) {
   expect_same(Cg, C, "matmul_accumulate", tol);
 }
 
+// The activation operand as a GEMM with bf16 inputs reads it: rounded to nearest even bf16.
+inline Tensor bf16_rounded(const Tensor& t) {
+  return t.to(DType::BF16).to(DType::F32);
+}
+
+// A frozen weight held in bf16 is multiplied with bf16 inputs and f32 accumulation on the device
+// (backend/cuda/kernel_wrappers.h): the activation operand (x forward, dy for dx) is rounded to
+// bf16 first. The exact reference is the CPU's f32 product with that rounded operand (f32 sums in
+// another order: widen(tol)); the CPU's product with the unrounded operand must differ from the
+// device's by more than that, or the test could not tell a bf16 GEMM from an f32 one.
 inline void held_bf16_weights(Tolerance tol) {
-  // 700 columns: a 64k-float panel holds 93 rows, so the 257-row weight takes several panels.
   const int64_t T = 9, in = 700, out = 257;
   Tensor x = random_tensor({T, in}, 40), W = random_tensor({out, in}, 41).to(DType::BF16),
          dy = random_tensor({T, out}, 42);
   Tensor xg = gpu(x), Wg = gpu(W), dyg = gpu(dy);
-  expect_same(linear_forward(xg, Wg, nullptr, nullptr, nullptr), linear_forward(x, W, nullptr, nullptr, nullptr), "y",
-              widen(tol));
-  Tensor dx = Tensor::empty({T, in}), dxg = Tensor::empty({T, in}, DType::F32, kGpu);
-  linear_backward(dy, x, W, nullptr, nullptr, LinearGrads{&dx});
+  const Tensor y = linear_forward(xg, Wg, nullptr, nullptr, nullptr);
+  expect_same(y, linear_forward(bf16_rounded(x), W, nullptr, nullptr, nullptr), "y", widen(tol));
+  EXPECT_FALSE(all_close(y.to_vector(), linear_forward(x, W, nullptr, nullptr, nullptr).to_vector(), widen(tol)))
+      << "y: the activation was not rounded to bf16";
+  Tensor dx = Tensor::empty({T, in}), dx_f32 = Tensor::empty({T, in}), dxg = Tensor::empty({T, in}, DType::F32, kGpu);
+  linear_backward(bf16_rounded(dy), x, W, nullptr, nullptr, LinearGrads{&dx});
+  linear_backward(dy, x, W, nullptr, nullptr, LinearGrads{&dx_f32});
   linear_backward(dyg, xg, Wg, nullptr, nullptr, LinearGrads{&dxg});
   expect_same(dxg, dx, "dx", widen(tol));
+  EXPECT_FALSE(all_close(dxg.to_vector(), dx_f32.to_vector(), widen(tol))) << "dx: dy was not rounded to bf16";
   Tensor ids = Tensor::from_vector(std::vector<int32_t>{0, 256, 3, 3, 100}, {5});
   expect_same(embedding_forward(gpu(ids), Wg), embedding_forward(ids, W), "embedding of a held table", tol);
-  expect_same(lm_head_logits(xg, Wg), lm_head_logits(x, W), "lm_head", widen(tol));
+  expect_same(lm_head_logits(xg, Wg), lm_head_logits(bf16_rounded(x), W), "lm_head", widen(tol));
   // A type the CUDA backend has no kernel for is refused, not read.
   Tensor Wq = gpu(random_tensor({out, in}, 43).to(DType::F16));
   EXPECT_EQ(code_of([&] { linear_forward(xg, Wq, nullptr, nullptr, nullptr); }),

@@ -9,8 +9,10 @@
 // workspace from the CUDA allocator (counted, and released on every path), a check of the launch
 // (a failed launch throws through cuda_errors.h), and the few host values the CUDA launchers need:
 // the labels on the host (cross-entropy windows), rope's inv_freq table (host memory on every
-// backend) copied to the device. Frozen weights held in bf16 are dequantized panel by panel
-// (at most kHeldTileFloats floats) into workspace and multiplied by an f32 GEMM, as the CPU does;
+// backend) copied to the device. GEMMs against a frozen weight held in bf16 take bf16 inputs with
+// f32 accumulation and an f32 result (cuBLASLt's tensor-core path): the weight is read as stored and
+// the f32 activation operand is rounded to bf16 into workspace (ActivationOperand); GEMMs against
+// f32 weights (trainable ones, LoRA's A/B, a model held in f32) stay f32 GEMMs without TF32;
 // other held types are refused (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash). Attention: the ops
 // front-end (ops/attention.cpp) validates cu_seqlens on the host (a staged copy) and refuses mixed
 // devices, so the pointer reaching the wrapper is already the device's copy; heads wider than
@@ -22,6 +24,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -131,18 +134,23 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   static void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out) {
     if (T > 0) run_gemm(gemm::linear_dW_gemm(T, in, out, gemm::DType::F32), x, dy, dW);
   }
-  // C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K] held: one GEMM per panel of W's rows (columns of C).
+  // C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K] held (for_each_weight_panel: an f32 GEMM for an f32
+  // weight, bf16 inputs with f32 accumulation and an f32 C for a weight held narrower).
   static void held_gemm_xwt(const float* X, const cpu::HeldMatrix& W, float beta, float* C, int64_t M) {
     const int64_t N = W.rows, K = W.cols;
-    for_each_f32_panel(W, "held_gemm_xwt", [&](int64_t n0, int64_t nb, const float* P) {
-      run_gemm(gemm::row_major_gemm(false, true, M, nb, K, 1.0f, K, K, beta, N), P, X, C + n0);
+    ActivationOperand x(X, M * K);
+    for_each_weight_panel(W, "held_gemm_xwt", [&](int64_t n0, int64_t nb, const void* P, gemm::DType t) {
+      run_gemm(gemm::row_major_gemm(false, true, M, nb, K, 1.0f, K, K, beta, N, t, gemm::DType::F32), P, x.as(t),
+               C + n0);
     });
   }
   // C[M, K] = X[M, N]·W (overwritten), W [N, K] held: C = Σ_panels X[:, panel]·W[panel, :].
   static void held_gemm_xw(const float* X, const cpu::HeldMatrix& W, float* C, int64_t M) {
     const int64_t N = W.rows, K = W.cols;
-    for_each_f32_panel(W, "held_gemm_xw", [&](int64_t n0, int64_t nb, const float* P) {
-      run_gemm(gemm::row_major_gemm(false, false, M, K, nb, 1.0f, N, K, n0 == 0 ? 0.0f : 1.0f, K), P, X + n0, C);
+    ActivationOperand x(X, M * N);
+    for_each_weight_panel(W, "held_gemm_xw", [&](int64_t n0, int64_t nb, const void* P, gemm::DType t) {
+      run_gemm(gemm::row_major_gemm(false, false, M, K, nb, 1.0f, N, K, n0 == 0 ? 0.0f : 1.0f, K, t, gemm::DType::F32),
+               P, x.as(t, n0), C);
     });
   }
   static void embedding_forward_held(const int32_t* ids, const cpu::HeldMatrix& table, float* y, int64_t T) {
@@ -292,22 +300,41 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     ::bp::BP_WRAP_NS::gemm(desc, A, B, C, nullptr, 0, nullptr);
     check_launch("gemm");
   }
-  // fn(row0, n_rows, rows as f32 device memory) over a held weight: once with the weight itself when
-  // it is f32; for bf16, per panel of at most kHeldTileFloats floats (at least one row), each
-  // dequantized into one reused workspace buffer. Other held types are refused.
-  template <class Fn>
-  static void for_each_f32_panel(const cpu::HeldMatrix& W, const char* kernel, Fn&& fn) {
-    if (W.type == DType::F32) return fn(int64_t{0}, W.rows, static_cast<const float*>(W.data));
-    if (W.type != DType::BF16) held_type_unavailable(kernel, W.type);
-    const int64_t rows = std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, W.cols));
-    DeviceBuffer panel(static_cast<size_t>(std::min(rows, W.rows) * W.cols) * sizeof(float));
-    for (int64_t n0 = 0; n0 < W.rows; n0 += rows) {
-      const int64_t nb = std::min(rows, W.rows - n0);
-      const bf16* src = static_cast<const bf16*>(W.data) + n0 * W.cols;
-      ::bp::BP_WRAP_NS::convert_bf16_to_f32(src, panel.as<float>(), nb * W.cols, nullptr);
-      check_launch("held weight dequantize (bf16)");
-      fn(n0, nb, static_cast<const float*>(panel.as<float>()));
+  // The activation operand of a GEMM against a held weight, in the type the weight's panels are
+  // read in: the f32 tensor itself for an f32 GEMM; for a bf16 GEMM, a copy rounded to bf16 (nearest
+  // even) into workspace from the CUDA allocator (counted; 2 bytes per element, made once per call
+  // on first use, returned when the call ends).
+  class ActivationOperand {
+   public:
+    ActivationOperand(const float* x, int64_t n) : x_(x), n_(n) {}
+    // Element `offset` of the operand as `type` (f32 or bf16) device memory.
+    const void* as(gemm::DType type, int64_t offset = 0) {
+      if (type == gemm::DType::F32) return x_ + offset;
+      if (!rounded_ && n_ > 0) {
+        rounded_ = std::make_unique<DeviceBuffer>(static_cast<size_t>(n_) * sizeof(bf16));
+        ::bp::BP_WRAP_NS::convert_f32_to_bf16(x_, rounded_->as<bf16>(), n_, nullptr);
+        check_launch("GEMM activation to bf16");
+      }
+      return rounded_ ? static_cast<const void*>(rounded_->as<bf16>() + offset) : nullptr;
     }
+
+   private:
+    const float* x_;
+    int64_t n_;
+    std::unique_ptr<DeviceBuffer> rounded_;
+  };
+  // fn(row0, n_rows, rows in device memory, their GEMM type) over a held weight [rows, cols]:
+  //   f32:  once, the weight itself, an f32 GEMM (the CPU's arithmetic: f32 weights are trainable
+  //         ones or a model stored in f32, and LoRA's A/B, whose GEMMs are rank-r and cheap);
+  //   bf16: once, the weight itself as stored: the tensor cores read bf16, so no widened copy;
+  //   other held types are refused (no CUDA dequantizer yet). One for them would fill bf16 panels
+  //   of at most kHeldTileFloats values (at least one row) in one reused workspace buffer and call
+  //   fn per panel with DType::BF16: the callers already handle any split into panels.
+  template <class Fn>
+  static void for_each_weight_panel(const cpu::HeldMatrix& W, const char* kernel, Fn&& fn) {
+    if (W.type == DType::F32) return fn(int64_t{0}, W.rows, W.data, gemm::DType::F32);
+    if (W.type == DType::BF16) return fn(int64_t{0}, W.rows, W.data, gemm::DType::BF16);
+    held_type_unavailable(kernel, W.type);
   }
 };
 

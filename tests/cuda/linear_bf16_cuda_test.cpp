@@ -1,0 +1,196 @@
+// GEMMs against frozen weights on the simulated CUDA device take bf16 inputs with f32
+// accumulation (src/backend/cuda/kernel_wrappers.h): the descriptions handed to cuBLASLt are
+// recorded (sim/gemm_sim.h) and checked for their types and shapes, the activation operand's bf16
+// copy is shown to come from the CUDA allocator and go back to it, and the linear layer (base
+// weight held in bf16, LoRA on top, odd sizes) agrees with the CPU backend within the bound bf16
+// rounding of the activation allows, while GEMMs against f32 weights stay f32 GEMMs and agree
+// within f32 tolerance. The rounding kernel itself is checked bit for bit against core's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "backend/cuda/sim/gemm_sim.h"
+#include "core/dtype.h"
+#include "op_parity.h"
+#include "sim_device.h"
+#include "support/test_util.h"
+
+namespace bp::test {
+namespace {
+
+using parity::bf16_rounded;
+using parity::gpu;
+using parity::kGpu;
+
+constexpr int64_t kT = 37, kIn = 71, kOut = 45, kRank = 3;  // odd sizes, no multiple of 8
+
+Tensor abs_of(const Tensor& t) {
+  std::vector<float> v = t.to(DType::F32).to_vector();
+  for (float& e : v) e = std::fabs(e);
+  return Tensor::from_vector(v, t.shape());
+}
+
+// |got − ref| ≤ 2⁻⁸·bound + tol.atol element by element, where bound = |a|·|b| (the sum of the
+// absolute products): rounding one operand to bf16 moves each product by at most 2⁻⁹ of its size,
+// so the sum moves by at most 2⁻⁹·bound; the factor 2 leaves room for f32 sums in another order.
+void expect_within_bf16_bound(const Tensor& got, const Tensor& ref, const Tensor& bound, Tolerance tol,
+                              const std::string& what) {
+  const auto g = got.to_vector(), r = ref.to_vector(), b = bound.to_vector();
+  ASSERT_EQ(g.size(), r.size()) << what;
+  size_t bad = 0;
+  for (size_t i = 0; i < g.size(); ++i)
+    if (!(std::fabs(g[i] - r[i]) <= std::ldexp(b[i], -8) + tol.atol)) ++bad;
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << g.size() << " values outside the bf16 bound";
+}
+
+bool is_bf16_gemm(const gemm::GemmDesc& d) {
+  return d.a_type == gemm::DType::BF16 && d.b_type == gemm::DType::BF16 && d.c_type == gemm::DType::F32;
+}
+bool is_f32_gemm(const gemm::GemmDesc& d) {
+  return d.a_type == gemm::DType::F32 && d.b_type == gemm::DType::F32 && d.c_type == gemm::DType::F32;
+}
+
+// Ties go to the even neighbour, just above a tie rounds up, the largest finite f32 overflows to
+// inf, NaN stays NaN, signed zero and subnormals keep their bits; random values agree with core's
+// f32_to_bf16 (the host conversion the CPU side uses).
+TEST(CudaBf16Gemm, ActivationRoundingKernelRoundsToNearestEven) {
+  const std::vector<std::pair<uint32_t, uint16_t>> known = {
+      {0x3f808000u, 0x3f80}, {0x3f818000u, 0x3f82}, {0x3f808001u, 0x3f81}, {0xbf808000u, 0xbf80},
+      {0x7f7fffffu, 0x7f80}, {0x7f800000u, 0x7f80}, {0xff800000u, 0xff80}, {0x80000000u, 0x8000},
+      {0x00018000u, 0x0002}, {0x3f800000u, 0x3f80}};
+  std::vector<float> x;
+  for (const auto& [bits, _] : known) x.push_back(f32_from_bits(bits));
+  const size_t n_known = x.size();
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  const std::vector<float> r = random_tensor({1001}, 3, -300.0f, 300.0f).to_vector();
+  x.insert(x.end(), r.begin(), r.end());
+  std::vector<sim::bf16> got(x.size());
+  sim::convert_f32_to_bf16(x.data(), got.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < n_known; ++i) EXPECT_EQ(got[i].bits, known[i].second) << std::hex << known[i].first;
+  EXPECT_TRUE(std::isnan(bf16_to_f32(got[n_known].bits)));
+  for (size_t i = n_known + 1; i < x.size(); ++i) EXPECT_EQ(got[i].bits, f32_to_bf16(x[i])) << x[i];
+}
+
+// A base weight held in bf16: forward y = x·Wᵀ and dx = dy·W are one cuBLASLt call each, with bf16
+// A and B and an f32 C; the result is the CPU's f32 product of the bf16-rounded operand, and not
+// the product of the unrounded one.
+TEST(CudaBf16Gemm, HeldWeightGemmsTakeBf16InputsWithF32Accumulation) {
+  SimulatedCudaDevice card;
+  const Tensor x = random_tensor({kT, kIn}, 1), W = random_tensor({kOut, kIn}, 2).to(DType::BF16);
+  const Tensor dy = random_tensor({kT, kOut}, 3);
+  const Tensor xg = gpu(x), Wg = gpu(W), dyg = gpu(dy);
+  sim::GemmRecorder rec;
+  const Tensor y = linear_forward(xg, Wg, nullptr, nullptr, nullptr);
+  ASSERT_EQ(rec.descs().size(), 1u);
+  const gemm::GemmDesc f = rec.descs()[0];
+  EXPECT_TRUE(is_bf16_gemm(f));
+  EXPECT_EQ(f.alpha, 1.0f);
+  EXPECT_EQ(f.beta, 0.0f);
+  EXPECT_TRUE(f.trans_a && !f.trans_b);  // column-major yᵀ = W·xᵀ
+  EXPECT_EQ(f.m, kOut);
+  EXPECT_EQ(f.n, kT);
+  EXPECT_EQ(f.k, kIn);
+  parity::expect_same(y, linear_forward(bf16_rounded(x), W, nullptr, nullptr, nullptr), "y", kTolF32);
+  EXPECT_FALSE(all_close(y.to_vector(), linear_forward(x, W, nullptr, nullptr, nullptr).to_vector(), kTolF32));
+
+  Tensor dxg = Tensor::empty({kT, kIn}, DType::F32, kGpu), dx = Tensor::empty({kT, kIn});
+  Tensor dx_f32 = Tensor::empty({kT, kIn});
+  linear_backward(dyg, xg, Wg, nullptr, nullptr, LinearGrads{&dxg});
+  ASSERT_EQ(rec.descs().size(), 2u);
+  const gemm::GemmDesc b = rec.descs()[1];
+  EXPECT_TRUE(is_bf16_gemm(b));
+  EXPECT_TRUE(!b.trans_a && !b.trans_b);  // column-major dxᵀ = Wᵀ·dyᵀ
+  EXPECT_EQ(b.m, kIn);
+  EXPECT_EQ(b.n, kT);
+  EXPECT_EQ(b.k, kOut);
+  linear_backward(bf16_rounded(dy), x, W, nullptr, nullptr, LinearGrads{&dx});
+  linear_backward(dy, x, W, nullptr, nullptr, LinearGrads{&dx_f32});
+  parity::expect_same(dxg, dx, "dx", kTolF32);
+  EXPECT_FALSE(all_close(dxg.to_vector(), dx_f32.to_vector(), kTolF32));
+}
+
+// LoRA on a bf16 base (the LoRA training path): the base GEMMs are bf16, the rank-r LoRA GEMMs f32.
+// y and dx agree with the CPU's all-f32 layer within the bf16 bound; dA and dB, computed from f32
+// operands only, within f32 tolerance.
+TEST(CudaBf16Gemm, LoraOnABf16BaseMatchesCpuWithinTheBf16Bound) {
+  SimulatedCudaDevice card;
+  const Tensor x = random_tensor({kT, kIn}, 11), W = random_tensor({kOut, kIn}, 12).to(DType::BF16);
+  const Tensor A = random_tensor({kRank, kIn}, 13), B = random_tensor({kOut, kRank}, 14);
+  const Tensor dy = random_tensor({kT, kOut}, 15);
+  const Tensor xg = gpu(x), Wg = gpu(W), Ag = gpu(A), Bg = gpu(B), dyg = gpu(dy);
+  LoraWeights lc{&A, &B, 0.5f, 0.1f, 7, true}, lg{&Ag, &Bg, 0.5f, 0.1f, 7, true};
+  LinearSaved sc, sg;
+  sim::GemmRecorder rec;
+  const Tensor yg = linear_forward(xg, Wg, nullptr, &lg, &sg);
+  const Tensor y = linear_forward(x, W, nullptr, &lc, &sc);
+  const Tensor W32 = abs_of(W);
+  expect_within_bf16_bound(yg, y, linear_forward(abs_of(x), W32, nullptr, nullptr, nullptr), kTolF32, "y");
+  Tensor dx = Tensor::empty({kT, kIn}), dA = Tensor::zeros({kRank, kIn}), dB = Tensor::zeros({kOut, kRank});
+  Tensor dxg = Tensor::empty({kT, kIn}, DType::F32, kGpu), dAg = gpu(dA), dBg = gpu(dB);
+  linear_backward(dyg, xg, Wg, &lg, &sg, LinearGrads{&dxg, nullptr, nullptr, &dAg, &dBg});
+  linear_backward(dy, x, W, &lc, &sc, LinearGrads{&dx, nullptr, nullptr, &dA, &dB});
+  Tensor dx_bound = Tensor::empty({kT, kIn});
+  linear_backward(abs_of(dy), x, W32, nullptr, nullptr, LinearGrads{&dx_bound});
+  expect_within_bf16_bound(dxg, dx, dx_bound, kTolF32, "dx");
+  parity::expect_same(dAg, dA, "dA", kTolF32);
+  parity::expect_same(dBg, dB, "dB", kTolF32);
+  int bf16_gemms = 0;
+  for (const auto& d : rec.descs()) {
+    if (is_bf16_gemm(d)) {
+      ++bf16_gemms;
+      EXPECT_TRUE(d.k == kIn || d.k == kOut) << "a bf16 GEMM that is not the base weight's, k=" << d.k;
+    } else {
+      EXPECT_TRUE(is_f32_gemm(d));
+      EXPECT_TRUE(d.m == kRank || d.n == kRank || d.k == kRank) << "an f32 GEMM that is not LoRA's";
+    }
+  }
+  EXPECT_EQ(bf16_gemms, 2);  // forward and dx of the base weight
+  EXPECT_GT(rec.descs().size(), 2u);
+}
+
+// Trainable f32 weights (full fine-tuning): forward, dx and dW are f32 GEMMs (no bf16, no TF32 in
+// the description) and agree with the CPU within f32 tolerance.
+TEST(CudaBf16Gemm, TrainableF32WeightsStayF32Gemms) {
+  SimulatedCudaDevice card;
+  const Tensor x = random_tensor({kT, kIn}, 21), W = random_tensor({kOut, kIn}, 22), dy = random_tensor({kT, kOut}, 23);
+  const Tensor xg = gpu(x), Wg = gpu(W), dyg = gpu(dy);
+  sim::GemmRecorder rec;
+  parity::expect_same(linear_forward(xg, Wg, nullptr, nullptr, nullptr),
+                      linear_forward(x, W, nullptr, nullptr, nullptr), "y", kTolF32);
+  Tensor dx = Tensor::empty({kT, kIn}), dW = random_tensor({kOut, kIn}, 24);
+  Tensor dxg = Tensor::empty({kT, kIn}, DType::F32, kGpu), dWg = gpu(dW);
+  linear_backward(dy, x, W, nullptr, nullptr, LinearGrads{&dx, &dW});
+  linear_backward(dyg, xg, Wg, nullptr, nullptr, LinearGrads{&dxg, &dWg});
+  parity::expect_same(dxg, dx, "dx", kTolF32);
+  parity::expect_same(dWg, dW, "dW", kTolF32);
+  ASSERT_EQ(rec.descs().size(), 3u);
+  for (const auto& d : rec.descs()) EXPECT_TRUE(is_f32_gemm(d));
+}
+
+// The bf16 copy of the activation is device memory from the CUDA allocator: one allocation more
+// than the same product against an f32 weight, at least 2 bytes per element at the peak, and
+// returned when the call ends.
+TEST(CudaBf16Gemm, TheActivationsBf16CopyIsCountedWorkspace) {
+  SimulatedCudaDevice card;
+  const Tensor x = gpu(random_tensor({kT, kIn}, 31)), W = random_tensor({kOut, kIn}, 32);
+  struct Use {
+    uint64_t allocs;
+    size_t peak, kept;
+  };
+  auto use_of = [&](const Tensor& weight) {
+    const MemoryStats before = card.allocator().stats();
+    card.allocator().reset_peak();
+    const Tensor y = linear_forward(x, weight, nullptr, nullptr, nullptr);
+    const MemoryStats after = card.allocator().stats();
+    return Use{after.num_allocs - before.num_allocs, after.bytes_peak - before.bytes_in_use,
+               after.bytes_in_use - before.bytes_in_use};
+  };
+  const Use f32 = use_of(gpu(W)), bf16 = use_of(gpu(W.to(DType::BF16)));
+  EXPECT_EQ(bf16.allocs, f32.allocs + 1);
+  EXPECT_GE(bf16.peak, bf16.kept + static_cast<size_t>(kT * kIn) * 2);
+  EXPECT_EQ(bf16.kept, f32.kept);  // only y outlives the call
+}
+
+}  // namespace
+}  // namespace bp::test
