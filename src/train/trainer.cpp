@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backend/cuda/compute_precision.h"
 #include "core/allocator.h"
 #include "core/device_info.h"
 #include "core/interrupt.h"
@@ -241,7 +242,9 @@ void Trainer::State::build_model() {
   summary.base_dtype = describe_held_weights(weights, o.mode == TrainMode::Full ? "f32" : o.base_dtype);
   model = std::make_unique<Model>(std::move(weights), mopt);
   if (device.type != DeviceType::CPU) {  // loaded (and held as f32/bf16) on the host, then copied over
+    bool frozen_bf16 = false;
     for (auto& [name, t] : model->named_weights()) {
+      frozen_bf16 = frozen_bf16 || t->dtype() == DType::BF16;
       if (t->dtype() != DType::F32 && t->dtype() != DType::BF16)
         throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                     fmt::format("[train] --device {}: frozen weights held as {} ({}) have no CUDA kernels yet",
@@ -250,7 +253,7 @@ void Trainer::State::build_model() {
       *t = t->to(device);
     }
     model->allocate_grads();  // full mode: the gradients beside the weights
-    event("info", fmt::format("training on {}", device.name()));
+    event("info", fmt::format("training on {} ({})", device.name(), cuda_compute::describe_run(frozen_bf16)));
   }
   if (o.mode == TrainMode::Lora) {
     adapter = std::make_unique<LoraAdapter>(init_lora(model->config(), o.lora, o.seed));

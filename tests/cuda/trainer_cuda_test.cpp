@@ -82,6 +82,15 @@ void expect_losses_close(const TrainSummary& got, const TrainSummary& ref, RunTo
   }
 }
 
+// The trainer's "training on ..." event: the device and what it computes in.
+TrainCallbacks capture_device_event(std::string* line) {
+  TrainCallbacks cb;
+  cb.on_event = [line](const std::string&, const std::string& message) {
+    if (message.rfind("training on ", 0) == 0) *line = message;
+  };
+  return cb;
+}
+
 std::vector<float> saved_tensor(const std::string& file, const std::string& name) {
   return SafetensorsReader::open_file(file).read(name).to_vector();
 }
@@ -93,8 +102,13 @@ TEST(CudaTrainer, TinyChatLoraRunMatchesCpu) {
   SimulatedCudaDevice card;
   const uint64_t launches_before = sim::launch_count();
   const TrainOptions go = tiny_chat_options(gpu_dir.path, "cuda");
-  Trainer trainer(go);
+  std::string device_line;
+  Trainer trainer(go, capture_device_event(&device_line));
   const TrainSummary got = trainer.run();
+  // tiny-chat is stored in f32 and held so: every GEMM is an f32 one, and the event says so.
+  EXPECT_NE(device_line.find("CUDA device 0 (GEMMs against f32 weights"), std::string::npos) << device_line;
+  EXPECT_EQ(device_line.find("bf16 inputs"), std::string::npos) << device_line;
+  EXPECT_NE(device_line.find("activations, gradients and optimizer state stored f32"), std::string::npos);
   EXPECT_EQ(trainer.model().device(), kGpu);
   EXPECT_EQ(trainer.adapter()->layers[0].a(LoraTarget::Q).device(), kGpu);
   EXPECT_GT(sim::launch_count(), launches_before + 1000);  // the simulated kernels did the work
@@ -201,7 +215,10 @@ TEST(CudaTrainer, OomOnTheCardIsRecoveredAsOnTheCpu) {
   const TrainSummary sa = Trainer(a).run();
   SimulatedCudaDevice card;
   const uint64_t ooms_before = card.allocator().stats().num_ooms;
-  const TrainSummary sb = Trainer(b).run();
+  std::string device_line;
+  const TrainSummary sb = Trainer(b, capture_device_event(&device_line)).run();
+  EXPECT_NE(device_line.find("GEMMs against frozen bf16 weights: bf16 inputs, f32 accumulate"), std::string::npos)
+      << device_line;
   EXPECT_EQ(card.allocator().stats().num_ooms, ooms_before + 2) << "the card's allocator failed twice";
   EXPECT_FALSE(sa.gradient_checkpointing) << "auto: tiny-chat's activations fit";
   EXPECT_TRUE(sb.gradient_checkpointing) << "the first OOM turns checkpointing on";
