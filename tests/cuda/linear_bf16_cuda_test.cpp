@@ -192,5 +192,36 @@ TEST(CudaBf16Gemm, TheActivationsBf16CopyIsCountedWorkspace) {
   EXPECT_EQ(bf16.kept, f32.kept);  // only y outlives the call
 }
 
+// The fused LM head + loss over a head held in bf16 (tied embeddings in LoRA training): its GEMMs
+// are bf16 in, f32 out, so the loss is the CPU's over the bf16-rounded x (logits are f32 on both
+// sides) and not the one over x itself. dx = G·W with the logits' gradient G stored as bf16: each
+// G element moves by at most 2⁻⁹ of itself and a row of G sums to at most 2·grad_scale in absolute
+// value, so |Δdx| ≤ 2⁻⁹·2·grad_scale·max|W| (checked with another factor 2 for f32 sums).
+TEST(CudaBf16Gemm, CrossEntropyOverABf16HeadTakesBf16Inputs) {
+  SimulatedCudaDevice card;
+  const int64_t V = 101, chunk = 8;
+  const Tensor x = random_tensor({kT, kIn}, 41, -2.0f, 2.0f), W = random_tensor({V, kIn}, 42).to(DType::BF16);
+  std::vector<int32_t> lab(static_cast<size_t>(kT));
+  for (int64_t t = 0; t < kT; ++t) lab[static_cast<size_t>(t)] = t % 4 == 3 ? -100 : static_cast<int32_t>(t * 13 % V);
+  const Tensor labels = Tensor::from_vector(lab, {kT});
+  const float scale = 1.0f / 28.0f;
+  Tensor dxg = Tensor::empty({kT, kIn}, DType::F32, kGpu), dx = Tensor::empty({kT, kIn});
+  Tensor dx_f32 = Tensor::empty({kT, kIn});
+  sim::GemmRecorder rec;
+  const auto got = linear_cross_entropy_forward_backward(gpu(x), gpu(W), gpu(labels), scale, dxg, nullptr, chunk);
+  ASSERT_FALSE(rec.descs().empty());
+  for (const auto& d : rec.descs()) EXPECT_TRUE(is_bf16_gemm(d));
+  const auto ref = linear_cross_entropy_forward_backward(bf16_rounded(x), W, labels, scale, dx, nullptr, chunk);
+  const auto unrounded = linear_cross_entropy_forward_backward(x, W, labels, scale, dx_f32, nullptr, chunk);
+  EXPECT_EQ(got.n_counted, ref.n_counted);
+  EXPECT_NEAR(got.loss_sum, ref.loss_sum, 1e-5 * std::abs(ref.loss_sum));
+  EXPECT_GT(std::abs(got.loss_sum - unrounded.loss_sum), 1e-5 * std::abs(ref.loss_sum)) << "x was not rounded";
+  float w_max = 0;
+  for (float w : W.to(DType::F32).to_vector()) w_max = std::max(w_max, std::fabs(w));
+  const Tolerance g_bound{std::ldexp(2.0 * scale * w_max, -8) + 1e-6, 0};
+  EXPECT_TRUE(all_close(dxg.to_vector(), dx.to_vector(), g_bound));
+  EXPECT_FALSE(all_close(dxg.to_vector(), dx.to_vector(), kTolF32)) << "the logits' gradient was not bf16";
+}
+
 }  // namespace
 }  // namespace bp::test

@@ -166,32 +166,25 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     check_launch("embedding_forward_held (widen)");
   }
 
-  // ---- fused linear + cross-entropy (f32, the activations' type) ----
-  // A bf16 head (tied embeddings held as bf16) is widened whole into workspace first: V·D floats
-  // for the call, counted by the allocator (a chunked bf16 kernel would need only a chunk).
+  // ---- fused linear + cross-entropy (f32 activations; logits f32 in any case) ----
+  // An f32 head: f32 GEMMs. A bf16 head (tied embeddings held as bf16): bf16 inputs with f32
+  // accumulation like every GEMM against a frozen bf16 weight: x rounded to bf16 into workspace
+  // (T·D·2 bytes), the head read as stored, the logits' gradient stored as bf16 (the backward
+  // GEMMs' other input), dx f32. The kernel's workspace: cross_entropy_workspace_bytes<In>(c, V).
   static cpu::CrossEntropyTotals linear_cross_entropy(const float* x, const cpu::HeldMatrix& W, const int32_t* labels,
                                                       int64_t T, int64_t D, int64_t V, int64_t chunk,
                                                       float* /*logits_chunk: the workspace below holds them*/,
                                                       float grad_scale, float* dx, float* dW) {
     if (W.type != DType::F32 && W.type != DType::BF16) held_type_unavailable("linear_cross_entropy", W.type);
     if (T == 0) return {};
-    if (W.type == DType::BF16) {
-      DeviceBuffer widened(static_cast<size_t>(V * D) * sizeof(float));
-      ::bp::BP_WRAP_NS::convert_bf16_to_f32(static_cast<const bf16*>(W.data), widened.as<float>(), V * D, nullptr);
-      check_launch("linear_cross_entropy (widen the bf16 head)");
-      const cpu::HeldMatrix f32{widened.as<float>(), DType::F32, W.rows, W.cols};
-      return linear_cross_entropy(x, f32, labels, T, D, V, chunk, nullptr, grad_scale, dx, dW);
-    }
     std::vector<int32_t> labels_host(static_cast<size_t>(T));
     check_cuda(cudaMemcpy(labels_host.data(), labels, labels_host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
                "cudaMemcpy(labels)");
-    const int64_t c = std::min(chunk, T);
-    DeviceBuffer workspace(cross_entropy_workspace_bytes<float>(c, V));
-    const auto r =
-        ::bp::BP_WRAP_NS::linear_cross_entropy<float>(x, static_cast<const float*>(W.data), labels, labels_host.data(),
-                                                      T, D, V, c, workspace.as<void>(), grad_scale, dx, dW, nullptr);
-    check_launch("linear_cross_entropy");
-    return {r.loss_sum, r.n_counted};
+    const CrossEntropyCall call{labels, labels_host.data(), T, D, V, std::min(chunk, T), grad_scale, dx, dW};
+    if (W.type == DType::F32) return run_cross_entropy(x, static_cast<const float*>(W.data), call);
+    ActivationOperand rounded(x, T * D);
+    return run_cross_entropy(static_cast<const bf16*>(rounded.as(gemm::DType::BF16)), static_cast<const bf16*>(W.data),
+                             call);
   }
 
   // ---- elementwise ----
@@ -296,6 +289,22 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   }
 
  private:
+  struct CrossEntropyCall {
+    const int32_t* labels;
+    const int32_t* labels_host;
+    int64_t T, D, V, chunk;
+    float grad_scale;
+    float* dx;
+    float* dW;
+  };
+  template <class In>
+  static cpu::CrossEntropyTotals run_cross_entropy(const In* x, const In* W, const CrossEntropyCall& a) {
+    DeviceBuffer workspace(cross_entropy_workspace_bytes<In>(a.chunk, a.V));
+    const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy<In, float>(
+        x, W, a.labels, a.labels_host, a.T, a.D, a.V, a.chunk, workspace.as<void>(), a.grad_scale, a.dx, a.dW, nullptr);
+    check_launch("linear_cross_entropy");
+    return {r.loss_sum, r.n_counted};
+  }
   static void run_gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C) {
     ::bp::BP_WRAP_NS::gemm(desc, A, B, C, nullptr, 0, nullptr);
     check_launch("gemm");
