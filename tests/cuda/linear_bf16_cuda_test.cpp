@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cuda/device_workspace.h"
 #include "backend/cuda/sim/gemm_sim.h"
 #include "core/dtype.h"
 #include "op_parity.h"
@@ -168,28 +169,47 @@ TEST(CudaBf16Gemm, TrainableF32WeightsStayF32Gemms) {
   for (const auto& d : rec.descs()) EXPECT_TRUE(is_f32_gemm(d));
 }
 
-// The bf16 copy of the activation is device memory from the CUDA allocator: one allocation more
-// than the same product against an f32 weight, at least 2 bytes per element at the peak, and
-// returned when the call ends.
-TEST(CudaBf16Gemm, TheActivationsBf16CopyIsCountedWorkspace) {
+// The device memory one call takes beyond its inputs and outputs (bytes_in_use counts the bytes
+// asked for, unrounded): the peak during `call` above the bytes in use before it and after it.
+template <class Fn>
+size_t scratch_of(test::SimulatedCudaDevice& card, Fn&& call) {
+  const size_t before = card.allocator().stats().bytes_in_use;
+  card.allocator().reset_peak();
+  call();
+  const MemoryStats after = card.allocator().stats();
+  EXPECT_EQ(after.bytes_in_use, before) << "the call kept device memory";
+  return after.bytes_peak - before;
+}
+
+// The bf16 copy of the activation is device memory from the CUDA allocator, exactly the bytes
+// cuda_workspace (backend/cuda/device_workspace.h, what a device memory plan counts) says:
+// forward, dx, the fused LM head + loss and a held embedding, over bf16 and over f32 weights.
+TEST(CudaBf16Gemm, WorkspaceIsCountedAndMatchesTheDeviceWorkspaceFormulas) {
   SimulatedCudaDevice card;
-  const Tensor x = gpu(random_tensor({kT, kIn}, 31)), W = random_tensor({kOut, kIn}, 32);
-  struct Use {
-    uint64_t allocs;
-    size_t peak, kept;
-  };
-  auto use_of = [&](const Tensor& weight) {
-    const MemoryStats before = card.allocator().stats();
-    card.allocator().reset_peak();
-    const Tensor y = linear_forward(x, weight, nullptr, nullptr, nullptr);
-    const MemoryStats after = card.allocator().stats();
-    return Use{after.num_allocs - before.num_allocs, after.bytes_peak - before.bytes_in_use,
-               after.bytes_in_use - before.bytes_in_use};
-  };
-  const Use f32 = use_of(gpu(W)), bf16 = use_of(gpu(W.to(DType::BF16)));
-  EXPECT_EQ(bf16.allocs, f32.allocs + 1);
-  EXPECT_GE(bf16.peak, bf16.kept + static_cast<size_t>(kT * kIn) * 2);
-  EXPECT_EQ(bf16.kept, f32.kept);  // only y outlives the call
+  const int64_t V = 101, chunk = 8;
+  const Tensor x = gpu(random_tensor({kT, kIn}, 31)), dy = gpu(random_tensor({kT, kOut}, 33));
+  std::vector<int32_t> lab(static_cast<size_t>(kT), 5);
+  const Tensor labels = gpu(Tensor::from_vector(lab, {kT})), ids = gpu(Tensor::from_vector(lab, {kT}));
+  for (DType held : {DType::BF16, DType::F32}) {
+    const std::string at = dtype_name(held);
+    const Tensor W = gpu(random_tensor({kOut, kIn}, 32).to(held)), head = gpu(random_tensor({V, kIn}, 34).to(held));
+    Tensor dx = Tensor::empty({kT, kIn}, DType::F32, kGpu);
+    // y is the front-end's output: allocated inside the call, so it is part of the forward's peak.
+    EXPECT_EQ(scratch_of(card, [&] { linear_forward(x, W, nullptr, nullptr, nullptr); }),
+              static_cast<size_t>(kT * kOut) * 4 + cuda_workspace::held_gemm_operand_bytes(held, kT, kIn))
+        << at;
+    EXPECT_EQ(scratch_of(card, [&] { linear_backward(dy, x, W, nullptr, nullptr, LinearGrads{&dx}); }),
+              cuda_workspace::held_gemm_operand_bytes(held, kT, kOut))
+        << at;
+    EXPECT_EQ(
+        scratch_of(card, [&] { linear_cross_entropy_forward_backward(x, head, labels, 0.5f, dx, nullptr, chunk); }),
+        cuda_workspace::cross_entropy_bytes(held, kT, kIn, V, chunk))
+        << at;
+    EXPECT_EQ(scratch_of(card, [&] { embedding_forward(ids, head); }),
+              static_cast<size_t>(kT * kIn) * 4 + cuda_workspace::held_embedding_bytes(held, kT, kIn))
+        << at;
+  }
+  EXPECT_GT(cuda_workspace::held_gemm_operand_bytes(DType::BF16, kT, kIn), 0u);  // the bf16 cases had a copy
 }
 
 // The fused LM head + loss over a head held in bf16 (tied embeddings in LoRA training): its GEMMs
