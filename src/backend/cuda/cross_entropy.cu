@@ -1,4 +1,4 @@
-// The real CUDA build of cross_entropy.cuh: f32 and bf16 activations/weights (bf16 also with an f32 dx).
+// The real CUDA build of cross_entropy.cuh: f32 and bf16 activations/weights.
 #include "backend/cuda/cross_entropy.cuh"
 
 namespace bp::cuda {
@@ -10,7 +10,4 @@ template CrossEntropyResult linear_cross_entropy<float>(const float*, const floa
 template CrossEntropyResult linear_cross_entropy<bf16>(const bf16*, const bf16*, const int32_t*, const int32_t*,
                                                        int64_t, int64_t, int64_t, int64_t, void*, float, bf16*, float*,
                                                        cudaStream_t);
-template CrossEntropyResult linear_cross_entropy<bf16, float>(const bf16*, const bf16*, const int32_t*, const int32_t*,
-                                                              int64_t, int64_t, int64_t, int64_t, void*, float, float*,
-                                                              float*, cudaStream_t);
 }  // namespace bp::cuda

@@ -1,7 +1,6 @@
 // CUDA fused linear + cross-entropy (contract: ops/cross_entropy.h; CPU sibling:
 // backend/cpu/cross_entropy.cpp). x [T, D] and W [V, D] stored as T (f32 or bf16), labels [T]
-// (−100 = ignored, else in [0, V): validated by the front-end), dx [T, D] as DX (T, or f32 beside
-// bf16 inputs), dW [V, D] f32.
+// (−100 = ignored, else in [0, V): validated by the front-end), dx [T, D] as T, dW [V, D] f32.
 // Tokens are walked in windows of `chunk` rows; a window with no label costs nothing. Per window:
 //   1. logits[c, V] (f32) = x_w · Wᵀ                      GEMM (cuBLASLt), f32 accumulation
 //   2. one block per row: max, Σ exp(l − max) (block reductions, f32), loss = lse − l[label];
@@ -61,13 +60,11 @@ __global__ void softmax_cross_entropy_kernel(const float* logits, const int32_t*
   }
 }
 
-// labels_host: the same labels in host memory (windows are chosen on the host). dx is stored as DX:
-// T by default; f32 for bf16 inputs whose input gradient flows on in f32 (the CUDA wrappers' f32
-// activations over a bf16 head: the dx GEMM's C is f32, its inputs bf16).
-template <class T, class DX = T>
+// labels_host: the same labels in host memory (windows are chosen on the host).
+template <class T>
 CrossEntropyResult linear_cross_entropy(const T* x, const T* W, const int32_t* labels, const int32_t* labels_host,
                                         int64_t T_tokens, int64_t D, int64_t V, int64_t chunk, void* workspace,
-                                        float grad_scale, DX* dx, float* dW, cudaStream_t stream = nullptr) {
+                                        float grad_scale, T* dx, float* dW, cudaStream_t stream = nullptr) {
   CrossEntropyResult result;
   float* logits = static_cast<float*>(workspace);
   T* grad = reinterpret_cast<T*>(logits + chunk * V);
@@ -79,14 +76,14 @@ CrossEntropyResult linear_cross_entropy(const T* x, const T* W, const int32_t* l
     int64_t counted = 0;
     for (int64_t t = t0; t < t0 + c; ++t) counted += labels_host[t] >= 0;
     if (counted == 0) {  // nothing to learn here: dx rows are zero, dW unchanged
-      if (dx) cudaMemsetAsync(dx + t0 * D, 0, static_cast<size_t>(c * D) * sizeof(DX), stream);
+      if (dx) cudaMemsetAsync(dx + t0 * D, 0, static_cast<size_t>(c * D) * sizeof(T), stream);
       continue;
     }
     constexpr auto tt = gemm_type_of<T>();
     gemm(gemm::linear_forward_gemm(c, D, V, tt, gemm::DType::F32), W, x + t0 * D, logits, nullptr, 0, stream);
     BP_LAUNCH(static_cast<unsigned>(c), 256, 0, stream, softmax_cross_entropy_kernel<T>)
     (logits, labels + t0, V, grad_scale, make_grad ? grad : nullptr, row_loss);
-    if (dx) gemm(gemm::linear_dx_gemm(c, D, V, tt, gemm_type_of<DX>()), W, grad, dx + t0 * D, nullptr, 0, stream);
+    if (dx) gemm(gemm::linear_dx_gemm(c, D, V, tt, tt), W, grad, dx + t0 * D, nullptr, 0, stream);
     if (dW) gemm(gemm::linear_dW_gemm(c, D, V, tt), x + t0 * D, grad, dW, nullptr, 0, stream);
     cudaMemcpyAsync(losses.data(), row_loss, static_cast<size_t>(c) * sizeof(float), cudaMemcpyDeviceToHost, stream);
     cudaStreamSynchronize(stream);

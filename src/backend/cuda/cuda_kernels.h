@@ -68,10 +68,10 @@ struct CrossEntropyResult {
 };
 template <class T>
 size_t cross_entropy_workspace_bytes(int64_t chunk, int64_t V);
-template <class T, class DX = T>
+template <class T>
 CrossEntropyResult linear_cross_entropy(const T* x, const T* W, const int32_t* labels, const int32_t* labels_host,
                                         int64_t T_tokens, int64_t D, int64_t V, int64_t chunk, void* workspace,
-                                        float grad_scale, DX* dx, float* dW, cudaStream_t stream);
+                                        float grad_scale, T* dx, float* dW, cudaStream_t stream);
 
 // Causal grouped-query attention over packed samples (attention.cuh; contract ops/attention.h,
 // same layouts and AttentionDims as cpu::attention_forward/backward). q, o, dout, dq [T, Hq·d],

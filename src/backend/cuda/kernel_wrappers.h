@@ -167,10 +167,8 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   }
 
   // ---- fused linear + cross-entropy (f32 activations; logits f32 in any case) ----
-  // An f32 head: f32 GEMMs. A bf16 head (tied embeddings held as bf16): bf16 inputs with f32
-  // accumulation like every GEMM against a frozen bf16 weight: x rounded to bf16 into workspace
-  // (T·D·2 bytes), the head read as stored, the logits' gradient stored as bf16 (the backward
-  // GEMMs' other input), dx f32. The kernel's workspace: cross_entropy_workspace_bytes<In>(c, V).
+  // An f32 head: f32 GEMMs. A bf16 head (tied embeddings held as bf16): bf16 GEMMs
+  // (bf16_head_cross_entropy below), never a widened f32 copy of the [V, D] head.
   static cpu::CrossEntropyTotals linear_cross_entropy(const float* x, const cpu::HeldMatrix& W, const int32_t* labels,
                                                       int64_t T, int64_t D, int64_t V, int64_t chunk,
                                                       float* /*logits_chunk: the workspace below holds them*/,
@@ -180,11 +178,15 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     std::vector<int32_t> labels_host(static_cast<size_t>(T));
     check_cuda(cudaMemcpy(labels_host.data(), labels, labels_host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
                "cudaMemcpy(labels)");
-    const CrossEntropyCall call{labels, labels_host.data(), T, D, V, std::min(chunk, T), grad_scale, dx, dW};
-    if (W.type == DType::F32) return run_cross_entropy(x, static_cast<const float*>(W.data), call);
-    ActivationOperand rounded(x, T * D);
-    return run_cross_entropy(static_cast<const bf16*>(rounded.as(gemm::DType::BF16)), static_cast<const bf16*>(W.data),
-                             call);
+    const int64_t c = std::min(chunk, T);
+    if (W.type == DType::BF16)
+      return bf16_head_cross_entropy(x, W, labels, labels_host.data(), T, D, V, c, grad_scale, dx, dW);
+    DeviceBuffer workspace(cross_entropy_workspace_bytes<float>(c, V));
+    const auto r =
+        ::bp::BP_WRAP_NS::linear_cross_entropy<float>(x, static_cast<const float*>(W.data), labels, labels_host.data(),
+                                                      T, D, V, c, workspace.as<void>(), grad_scale, dx, dW, nullptr);
+    check_launch("linear_cross_entropy");
+    return {r.loss_sum, r.n_counted};
   }
 
   // ---- elementwise ----
@@ -289,20 +291,28 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   }
 
  private:
-  struct CrossEntropyCall {
-    const int32_t* labels;
-    const int32_t* labels_host;
-    int64_t T, D, V, chunk;
-    float grad_scale;
-    float* dx;
-    float* dW;
-  };
-  template <class In>
-  static cpu::CrossEntropyTotals run_cross_entropy(const In* x, const In* W, const CrossEntropyCall& a) {
-    DeviceBuffer workspace(cross_entropy_workspace_bytes<In>(a.chunk, a.V));
-    const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy<In, float>(
-        x, W, a.labels, a.labels_host, a.T, a.D, a.V, a.chunk, workspace.as<void>(), a.grad_scale, a.dx, a.dW, nullptr);
-    check_launch("linear_cross_entropy");
+  // The fused LM head + loss over a head held in bf16, as every GEMM against a frozen bf16 weight:
+  // bf16 inputs, f32 accumulation. x is rounded to bf16 into workspace and the kernel's bf16
+  // instantiation runs: logits f32, the logits' gradient bf16 (the backward GEMMs' other input),
+  // dx out of an f32 accumulation rounded to bf16 and widened into the f32 dx (one more rounding,
+  // as the kernel keeps dx in its input type). Workspace: device_workspace.h cross_entropy_bytes.
+  static cpu::CrossEntropyTotals bf16_head_cross_entropy(const float* x, const cpu::HeldMatrix& W,
+                                                         const int32_t* labels, const int32_t* labels_host, int64_t T,
+                                                         int64_t D, int64_t V, int64_t c, float grad_scale, float* dx,
+                                                         float* dW) {
+    ActivationOperand rounded(x, T * D);
+    const bf16* xb = static_cast<const bf16*>(rounded.as(gemm::DType::BF16));
+    std::unique_ptr<DeviceBuffer> dx_bf16;
+    if (dx) dx_bf16 = std::make_unique<DeviceBuffer>(static_cast<size_t>(T * D) * sizeof(bf16));
+    DeviceBuffer workspace(cross_entropy_workspace_bytes<bf16>(c, V));
+    const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy<bf16>(
+        xb, static_cast<const bf16*>(W.data), labels, labels_host, T, D, V, c, workspace.as<void>(), grad_scale,
+        dx ? dx_bf16->as<bf16>() : nullptr, dW, nullptr);
+    check_launch("linear_cross_entropy (bf16 head)");
+    if (dx) {
+      ::bp::BP_WRAP_NS::convert_bf16_to_f32(dx_bf16->as<bf16>(), dx, T * D, nullptr);
+      check_launch("linear_cross_entropy (widen dx)");
+    }
     return {r.loss_sum, r.n_counted};
   }
   static void run_gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C) {
