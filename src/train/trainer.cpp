@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "backend/cuda/compute_precision.h"
 #include "core/allocator.h"
 #include "core/device_info.h"
 #include "core/interrupt.h"
@@ -22,6 +21,7 @@
 #include "model/loader.h"
 #include "model/merge.h"
 #include "model/peft.h"
+#include "ops/device_compute.h"
 #include "ops/dispatch.h"
 #include "ops/optim.h"
 #include "text/data_cursor.h"
@@ -253,7 +253,7 @@ void Trainer::State::build_model() {
       *t = t->to(device);
     }
     model->allocate_grads();  // full mode: the gradients beside the weights
-    event("info", fmt::format("training on {} ({})", device.name(), cuda_compute::describe_run(frozen_bf16)));
+    event("info", fmt::format("training on {} ({})", device.name(), ops::cuda_compute_description(frozen_bf16)));
   }
   if (o.mode == TrainMode::Lora) {
     adapter = std::make_unique<LoraAdapter>(init_lora(model->config(), o.lora, o.seed));

@@ -1,5 +1,6 @@
 // What the CUDA backend computes in, worded once for `backprop info` (core's CudaStatus::compute,
-// filled by cuda_status()) and the training start event. It states what kernel_wrappers.h does,
+// filled by cuda_status()) and the training start event (through ops/device_compute.h: train/
+// reaches the backends only through ops/). It states what kernel_wrappers.h does,
 // checked on the simulation by tests/cuda/linear_bf16_cuda_test.cpp (the GEMM descriptions'
 // types). Why activations stay f32: docs/architecture.md, "CUDA numerics".
 #pragma once
