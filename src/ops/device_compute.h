@@ -1,10 +1,13 @@
-// What the CUDA kernels compute in, as the training start event words it for a run: the ops layer
-// is where train/ reaches the backends (DESIGN.md layers), and the wording lives beside the CUDA
-// wrappers that do it (backend/cuda/compute_precision.h). `backprop info` gets the general line
-// from cuda_status().compute.
+// What the CUDA kernels compute in, as the training start event words it for a run, and the device
+// memory they take for themselves per call (cuda_workspace::, for a memory plan of the device): the
+// ops layer is where train/ reaches the backends (DESIGN.md layers); the wording and the byte counts
+// live beside the CUDA wrappers that do it (backend/cuda/compute_precision.h, device_workspace.h).
+// `backprop info` gets the general line from cuda_status().compute.
 #pragma once
 
 #include <string>
+
+#include "backend/cuda/device_workspace.h"  // cuda_workspace::
 
 namespace bp::ops {
 

@@ -1,8 +1,8 @@
 // Device memory the CUDA wrappers (kernel_wrappers.h) take from the CUDA allocator for themselves
 // inside one call, in bytes: what a memory plan for the device adds to the tensors the op
-// front-ends allocate (src/train/memory_plan.cpp). Plain C++ (no CUDA header), so the plan can use
-// it; tests/cuda/linear_bf16_cuda_test.cpp holds each function to the bytes the simulated card's
-// allocator measures.
+// front-ends allocate (src/train/memory_plan.cpp reaches it through ops/device_compute.h). Plain
+// C++ (no CUDA header); tests/cuda/linear_bf16_cuda_test.cpp holds each function to the bytes the
+// simulated card's allocator measures.
 #pragma once
 
 #include <algorithm>
