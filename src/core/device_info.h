@@ -24,6 +24,7 @@ struct CudaStatus {
   int runtime_version = 0;      // e.g. 13000
   int driver_version = 0;       // 0 when no driver is loaded
   std::string why_unavailable;  // empty when at least one device is usable
+  std::string compute;          // what the CUDA kernels compute in (backend/cuda/compute_precision.h)
   std::vector<CudaDeviceInfo> devices;
 };
 

@@ -249,6 +249,7 @@ nlohmann::json to_json(const SystemInfo& s) {
         {"runtime_version", s.cuda.runtime_version},
         {"driver_version", s.cuda.driver_version},
         {"why_unavailable", s.cuda.why_unavailable},
+        {"compute", s.cuda.compute},
         {"nvml_loadable", s.nvml_loadable}}},
       {"gpus", gpus},
       {"features", features},
@@ -275,6 +276,7 @@ std::string to_text(const SystemInfo& s) {
                                                                      cuda_version_text(s.cuda.runtime_version),
                                                                      cuda_version_text(s.cuda.driver_version))
                                                        : "not compiled in");
+  if (!s.cuda.compute.empty()) t += fmt::format("  CUDA compute: {}\n", s.cuda.compute);
   t += fmt::format("CPU:        {}\n", s.cpu.model);
   t += fmt::format("  cores:    {} logical, {} physical\n", s.cpu.logical_cores, s.cpu.physical_cores);
   std::string feats;

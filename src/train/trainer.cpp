@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "backend/cuda/dequant_types.h"
 #include "core/allocator.h"
 #include "core/device_info.h"
 #include "core/interrupt.h"
@@ -22,6 +21,7 @@
 #include "model/loader.h"
 #include "model/merge.h"
 #include "model/peft.h"
+#include "ops/device_compute.h"
 #include "ops/dispatch.h"
 #include "ops/optim.h"
 #include "text/data_cursor.h"
@@ -244,10 +244,12 @@ void Trainer::State::build_model() {
   summary.base_dtype = describe_held_weights(weights, o.mode == TrainMode::Full ? "f32" : o.base_dtype);
   model = std::make_unique<Model>(std::move(weights), mopt);
   if (device.type != DeviceType::CPU) {  // loaded (and held in their type) on the host, then copied over
+    bool frozen_narrow = false;          // some GEMM runs on bf16 inputs (ops/device_compute.h)
     for (auto& [name, t] : model->named_weights()) {
       // The CUDA kernels read f32, bf16, f16 and every block type (backend/cuda/dequant.cuh).
       const DType held = t->dtype();
-      if (!cuda_dequant::dequantize_supported(held))
+      frozen_narrow = frozen_narrow || held != DType::F32;
+      if (!ops::cuda_reads_held_type(held))
         throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                     fmt::format("[train] --device {}: frozen weights held as {} ({}) have no CUDA kernels yet",
                                 opt.device, dtype_name(held), name))
@@ -255,7 +257,7 @@ void Trainer::State::build_model() {
       *t = t->to(device);
     }
     model->allocate_grads();  // full mode: the gradients beside the weights
-    event("info", fmt::format("training on {}", device.name()));
+    event("info", fmt::format("training on {} ({})", device.name(), ops::cuda_compute_description(frozen_narrow)));
   }
   if (o.mode == TrainMode::Lora) {
     adapter = std::make_unique<LoraAdapter>(init_lora(model->config(), o.lora, o.seed));

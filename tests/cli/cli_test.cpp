@@ -97,6 +97,11 @@ TEST(CliInfo, JsonIsMachineReadable) {
     EXPECT_EQ(j["version"], "0.1.0");
     EXPECT_TRUE(j["build"]["blas_threads"].get<int>() >= 1);
     EXPECT_TRUE(j["build"].contains("cuda_compiled"));
+    // A CUDA build says what the device computes in (backend/cuda/compute_precision.h).
+    if (j["build"]["cuda_compiled"].get<bool>())
+      EXPECT_NE(j["cuda"]["compute"].get<std::string>().find("bf16 inputs, f32 accumulate"), std::string::npos);
+    else
+      EXPECT_EQ(j["cuda"]["compute"], "");
     EXPECT_TRUE(j["cpu"]["logical_cores"].get<int>() >= 1);
     EXPECT_TRUE(j["memory"]["bytes_total"].get<uint64_t>() > 0);
     EXPECT_TRUE(j["gpus"].is_array());

@@ -90,34 +90,57 @@ inline void linear_with_lora_dropout_and_bias(Tolerance tol) {
   expect_same(Cg, C, "matmul_accumulate", tol);
 }
 
+// The activation operand as a GEMM with bf16 inputs reads it: rounded to nearest even bf16.
+inline Tensor bf16_rounded(const Tensor& t) {
+  return t.to(DType::F32).to(DType::BF16).to(DType::F32);
+}
+
 // Frozen weights held in `type` (bf16, f16 or a block type) on the device, read by the linear
 // forward/backward, the embedding and the LM head against the CPU reading the same held bytes.
+// The device's GEMMs against them take bf16 inputs with f32 accumulation (backend/cuda/
+// kernel_wrappers.h): the activation operand (x forward, dy for dx) is rounded to bf16, and a
+// weight held in another type than bf16 is dequantized to bf16 panels. The exact reference is the
+// CPU's f32 product of both rounded operands (f32 sums in another order: widen(tol)); the CPU's
+// product with the unrounded activation must differ from the device's by more than that, or the
+// test could not tell a bf16 GEMM from an f32 one.
 inline void held_weights(DType type, Tolerance tol) {
   SCOPED_TRACE(dtype_name(type));
-  // 768 columns (whole q4_K blocks): a 128k-float panel holds 170 rows, so the 257-row weight
+  // 768 columns (whole q4_K blocks): a 128k-value panel holds 170 rows, so the 257-row weight
   // takes two panels.
   const int64_t T = 9, in = 768, out = 257;
   Tensor x = random_tensor({T, in}, 40), W = random_tensor({out, in}, 41).to(type), dy = random_tensor({T, out}, 42);
+  const Tensor W_bf16 = W.to(DType::F32).to(DType::BF16);  // what the device's GEMMs read
   Tensor xg = gpu(x), Wg = gpu(W), dyg = gpu(dy);
-  expect_same(linear_forward(xg, Wg, nullptr, nullptr, nullptr), linear_forward(x, W, nullptr, nullptr, nullptr), "y",
-              widen(tol));
-  Tensor dx = Tensor::empty({T, in}), dxg = Tensor::empty({T, in}, DType::F32, kGpu);
-  linear_backward(dy, x, W, nullptr, nullptr, LinearGrads{&dx});
+  const Tensor y = linear_forward(xg, Wg, nullptr, nullptr, nullptr);
+  expect_same(y, linear_forward(bf16_rounded(x), W_bf16, nullptr, nullptr, nullptr), "y", widen(tol));
+  EXPECT_FALSE(all_close(y.to_vector(), linear_forward(x, W, nullptr, nullptr, nullptr).to_vector(), widen(tol)))
+      << "y: the activation was not rounded to bf16";
+  Tensor dx = Tensor::empty({T, in}), dx_f32 = Tensor::empty({T, in}), dxg = Tensor::empty({T, in}, DType::F32, kGpu);
+  linear_backward(bf16_rounded(dy), x, W_bf16, nullptr, nullptr, LinearGrads{&dx});
+  linear_backward(dy, x, W, nullptr, nullptr, LinearGrads{&dx_f32});
   linear_backward(dyg, xg, Wg, nullptr, nullptr, LinearGrads{&dxg});
   expect_same(dxg, dx, "dx", widen(tol));
+  EXPECT_FALSE(all_close(dxg.to_vector(), dx_f32.to_vector(), widen(tol))) << "dx: dy was not rounded to bf16";
   Tensor ids = Tensor::from_vector(std::vector<int32_t>{0, 256, 3, 3, 100}, {5});
   expect_same(embedding_forward(gpu(ids), Wg), embedding_forward(ids, W), "embedding of a held table", tol);
-  expect_same(lm_head_logits(xg, Wg), lm_head_logits(x, W), "lm_head", widen(tol));
+  expect_same(lm_head_logits(xg, Wg), lm_head_logits(bf16_rounded(x), W_bf16), "lm_head", widen(tol));
   // The held weight as a frozen (tied) head of the fused linear + cross-entropy: vocabulary 257.
+  // A bf16 head runs bf16 GEMMs (the loss is the CPU's over the rounded x; dx carries the bf16
+  // rounding of the logits' gradient and of dx itself, each at most 2⁻⁹ of a row of |G|·|W|, which
+  // sums to at most 2·grad_scale·max|W| = 1 here: checked at twice their sum); other held heads are
+  // dequantized into f32 panels.
+  const bool bf16_head = type == DType::BF16;
   std::vector<int32_t> lab(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) lab[static_cast<size_t>(t)] = t == 4 ? kIgnoreLabel : static_cast<int32_t>(t * 29);
   const Tensor labels = Tensor::from_vector(lab, {T});
   Tensor cx = Tensor::empty({T, in}), cxg = Tensor::empty({T, in}, DType::F32, kGpu);
-  const auto rc = linear_cross_entropy_forward_backward(x, W, labels, 0.5f, cx, nullptr, 4);
+  const auto rc =
+      linear_cross_entropy_forward_backward(bf16_head ? bf16_rounded(x) : x, W, labels, 0.5f, cx, nullptr, 4);
   const auto rg = linear_cross_entropy_forward_backward(xg, Wg, gpu(labels), 0.5f, cxg, nullptr, 4);
   EXPECT_EQ(rg.n_counted, rc.n_counted);
   EXPECT_NEAR(rg.loss_sum, rc.loss_sum, 1e-4 * std::abs(rc.loss_sum));
-  expect_same(cxg, cx, "cross-entropy dx through a held head", widen(tol));
+  expect_same(cxg, cx, "cross-entropy dx through a held head",
+              bf16_head ? Tolerance{std::ldexp(1.0, -7), 0} : widen(tol));
 }
 
 // Every held type load_model can produce for a LoRA base.

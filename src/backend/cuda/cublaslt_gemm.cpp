@@ -4,10 +4,13 @@
 //   operation: CUBLAS_COMPUTE_32F with f32 scale (alpha, beta): f32 accumulation for bf16 inputs;
 //   layouts:   A, B, C column-major with the description's types, leading dimensions, and for a
 //              batch, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT and _STRIDED_BATCH_OFFSET; D = C;
-//   algorithm: the first heuristic result within the caller's workspace (from our allocator).
+//   algorithm: the first heuristic result within the caller's workspace (from our allocator), for
+//              the operands' actual alignment (an offset into a tensor may be less than 256 bytes).
 // Failures become bp::Errors through cuda_errors.h (CUBLAS_STATUS_ALLOC_FAILED: OOM-adjacent).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "backend/cuda/cuda_errors.h"
 #include "backend/cuda/gemm_desc.h"
@@ -65,6 +68,16 @@ void make_layout(cublasLtMatrixLayout_t* layout, gemm::DType type, int64_t rows,
   }
 }
 
+// The largest power of two (at most 256, cuBLASLt's default assumption) dividing the address:
+// offsets into a tensor (a window of rows, a panel's columns of C) are less aligned than an
+// allocation, and an algorithm chosen for 256-byte alignment may not run on them.
+uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
+}
+
 }  // namespace
 
 void gemm(const gemm::GemmDesc& d, const void* A, const void* B, void* C, void* workspace, size_t workspace_bytes,
@@ -84,6 +97,15 @@ void gemm(const gemm::GemmDesc& d, const void* A, const void* B, void* C, void* 
   const uint64_t ws = workspace_bytes;
   check(cublasLtMatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
         "MAX_WORKSPACE_BYTES");
+  const uint32_t align_a = alignment_of(A), align_b = alignment_of(B), align_c = alignment_of(C);
+  check(cublasLtMatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                             sizeof(align_a)),
+        "MIN_ALIGNMENT_A_BYTES");
+  check(cublasLtMatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                             sizeof(align_b)),
+        "MIN_ALIGNMENT_B_BYTES");
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    check(cublasLtMatmulPreferenceSetAttribute(call.pref, attr, &align_c, sizeof(align_c)), "MIN_ALIGNMENT_C/D_BYTES");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   check(cublasLtMatmulAlgoGetHeuristic(lt_handle(), call.op, call.a, call.b, call.c, call.c, call.pref, 1, &result,

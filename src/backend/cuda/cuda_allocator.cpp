@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "backend/cuda/caching_allocator.h"
+#include "backend/cuda/compute_precision.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_errors.h"
 #include "core/allocator.h"
@@ -61,6 +62,7 @@ std::unique_ptr<Allocator> make_cuda_allocator(int index) {
 CudaStatus cuda_status() {
   CudaStatus s;
   s.compiled = true;
+  s.compute = cuda_compute::describe_run(true);
   cudaRuntimeGetVersion(&s.runtime_version);
   cudaDriverGetVersion(&s.driver_version);
   try {

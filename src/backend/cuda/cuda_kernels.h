@@ -54,6 +54,7 @@ void scale_inplace(float* y, float a, int64_t n, cudaStream_t stream);
 void add_bias_inplace(float* y, const float* b, int64_t T_tokens, int64_t N, cudaStream_t stream);
 void bias_grad_accumulate(const float* dy, float* db, int64_t T_tokens, int64_t N, cudaStream_t stream);
 void convert_bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t stream);
+void convert_f32_to_bf16(const float* src, bf16* dst, int64_t n, cudaStream_t stream);
 void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed, cudaStream_t stream);
 void dropout_backward_accumulate(const float* g, const float* x, const float* xd, float* dx, int64_t n, float p,
                                  uint64_t seed, cudaStream_t stream);

@@ -5,7 +5,9 @@
 //   add_bias_inplace:     y[t, j] += b[j]                                          grid-stride
 //   bias_grad_accumulate: db[j] += Σ_t dy[t, j], one thread per column walking the tokens in order
 //                         (deterministic, no atomics)                              (+=)
-//   convert_bf16_to_f32:  a held bf16 weight panel dequantized for an f32 GEMM
+//   convert_bf16_to_f32:  bf16 rows widened to f32 (a held embedding's gathered rows, a bf16 head)
+//   convert_f32_to_bf16:  an f32 activation rounded to nearest even bf16 (__float2bfloat16): the
+//                         activation operand of a bf16 GEMM against a frozen weight
 //   dropout_forward / dropout_backward_accumulate: the CPU kernel's mask bit for bit (the same
 //                         splitmix64 hash of (seed, index)), inverted dropout 1/(1−p)
 // Products use __fmul_rn/__fadd_rn: no FMA contraction, so the rounding is the CPU kernel's.
@@ -46,6 +48,12 @@ __global__ void bf16_to_f32_kernel(const bf16* src, float* dst, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     dst[i] = __bfloat162float(src[i]);
+}
+
+__global__ void f32_to_bf16_kernel(const float* src, bf16* dst, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = __float2bfloat16(src[i]);
 }
 
 __host__ __device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
@@ -99,6 +107,9 @@ BP_HOST_FN void bias_grad_accumulate(const float* dy, float* db, int64_t T_token
 }
 BP_HOST_FN void convert_bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t stream = nullptr) {
   if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, bf16_to_f32_kernel)(src, dst, n);
+}
+BP_HOST_FN void convert_f32_to_bf16(const float* src, bf16* dst, int64_t n, cudaStream_t stream = nullptr) {
+  if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, f32_to_bf16_kernel)(src, dst, n);
 }
 BP_HOST_FN void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed,
                                 cudaStream_t stream = nullptr) {

@@ -9,9 +9,12 @@
 // workspace from the CUDA allocator (counted, and released on every path), a check of the launch
 // (a failed launch throws through cuda_errors.h), and the few host values the CUDA launchers need:
 // the labels on the host (cross-entropy windows), rope's inv_freq table (host memory on every
-// backend) copied to the device. Frozen weights held in bf16, f16 or a block type (q8_0, q4_K, ...:
-// dequant.cuh) are dequantized panel by panel (at most kHeldTileFloats floats) into workspace and
-// multiplied by an f32 GEMM, as the CPU does; other held types are refused
+// backend) copied to the device. GEMMs against a frozen weight held narrower than f32 take bf16
+// inputs with f32 accumulation and an f32 result (cuBLASLt's tensor-core path): a bf16 weight is
+// read as stored, f16 and the block types (q8_0, q4_K, ...: dequant.cuh) are dequantized to bf16
+// panel by panel (at most kHeldTileFloats values) into workspace, and the f32 activation operand is
+// rounded to bf16 into workspace (ActivationOperand); GEMMs against f32 weights (trainable ones,
+// LoRA's A/B, a model held in f32) stay f32 GEMMs without TF32; other held types are refused
 // (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash). Attention: the ops
 // front-end (ops/attention.cpp) validates cu_seqlens on the host (a staged copy) and refuses mixed
 // devices, so the pointer reaching the wrapper is already the device's copy; heads wider than
@@ -23,6 +26,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -132,18 +136,23 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   static void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out) {
     if (T > 0) run_gemm(gemm::linear_dW_gemm(T, in, out, gemm::DType::F32), x, dy, dW);
   }
-  // C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K] held: one GEMM per panel of W's rows (columns of C).
+  // C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K] held (for_each_weight_panel: an f32 GEMM for an f32
+  // weight, bf16 inputs with f32 accumulation and an f32 C for a weight held narrower).
   static void held_gemm_xwt(const float* X, const cpu::HeldMatrix& W, float beta, float* C, int64_t M) {
     const int64_t N = W.rows, K = W.cols;
-    for_each_f32_panel(W, "held_gemm_xwt", [&](int64_t n0, int64_t nb, const float* P) {
-      run_gemm(gemm::row_major_gemm(false, true, M, nb, K, 1.0f, K, K, beta, N), P, X, C + n0);
+    ActivationOperand x(X, M * K);
+    for_each_weight_panel(W, "held_gemm_xwt", [&](int64_t n0, int64_t nb, const void* P, gemm::DType t) {
+      run_gemm(gemm::row_major_gemm(false, true, M, nb, K, 1.0f, K, K, beta, N, t, gemm::DType::F32), P, x.as(t),
+               C + n0);
     });
   }
   // C[M, K] = X[M, N]·W (overwritten), W [N, K] held: C = Σ_panels X[:, panel]·W[panel, :].
   static void held_gemm_xw(const float* X, const cpu::HeldMatrix& W, float* C, int64_t M) {
     const int64_t N = W.rows, K = W.cols;
-    for_each_f32_panel(W, "held_gemm_xw", [&](int64_t n0, int64_t nb, const float* P) {
-      run_gemm(gemm::row_major_gemm(false, false, M, K, nb, 1.0f, N, K, n0 == 0 ? 0.0f : 1.0f, K), P, X + n0, C);
+    ActivationOperand x(X, M * N);
+    for_each_weight_panel(W, "held_gemm_xw", [&](int64_t n0, int64_t nb, const void* P, gemm::DType t) {
+      run_gemm(gemm::row_major_gemm(false, false, M, K, nb, 1.0f, N, K, n0 == 0 ? 0.0f : 1.0f, K, t, gemm::DType::F32),
+               P, x.as(t, n0), C);
     });
   }
   static void embedding_forward_held(const int32_t* ids, const cpu::HeldMatrix& table, float* y, int64_t T) {
@@ -155,10 +164,12 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     check_launch("embedding_forward_held");
   }
 
-  // ---- fused linear + cross-entropy (f32, the activations' type) ----
-  // A held head (tied embeddings held as bf16, f16 or a block type) is dequantized panel by panel
-  // inside the kernel's GEMMs (linear_cross_entropy_held): kHeldTileFloats floats of panel, never
-  // the whole [V, D] head in f32. Like the CPU kernel, it gets no dW (the ops refuse asking for one).
+  // ---- fused linear + cross-entropy (f32 activations; logits f32 in any case) ----
+  // An f32 head: f32 GEMMs. A bf16 head (tied embeddings held as bf16): bf16 GEMMs
+  // (bf16_head_cross_entropy below), never a widened f32 copy of the [V, D] head. Another held head
+  // (f16 or a block type) is dequantized panel by panel into f32 inside the kernel's f32 GEMMs
+  // (linear_cross_entropy_held): kHeldTileFloats floats of panel, never the whole [V, D] head in
+  // f32. Like the CPU kernel, a held head gets no dW (the ops refuse asking for one).
   static cpu::CrossEntropyTotals linear_cross_entropy(const float* x, const cpu::HeldMatrix& W, const int32_t* labels,
                                                       int64_t T, int64_t D, int64_t V, int64_t chunk,
                                                       float* /*logits_chunk: the workspace below holds them*/,
@@ -169,6 +180,8 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     check_cuda(cudaMemcpy(labels_host.data(), labels, labels_host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
                "cudaMemcpy(labels)");
     const int64_t c = std::min(chunk, T);
+    if (W.type == DType::BF16)
+      return bf16_head_cross_entropy(x, W, labels, labels_host.data(), T, D, V, c, grad_scale, dx, dW);
     if (W.type != DType::F32) {
       const int64_t panel_rows = std::min(V, std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, D)));
       DeviceBuffer workspace(cross_entropy_held_workspace_bytes(c, V, D, panel_rows));
@@ -288,24 +301,76 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   }
 
  private:
+  // The fused LM head + loss over a head held in bf16, as every GEMM against a frozen bf16 weight:
+  // bf16 inputs, f32 accumulation. x is rounded to bf16 into workspace and the kernel's bf16
+  // instantiation runs: logits f32, the logits' gradient bf16 (the backward GEMMs' other input),
+  // dx out of an f32 accumulation rounded to bf16 and widened into the f32 dx (one more rounding,
+  // as the kernel keeps dx in its input type). Workspace: device_workspace.h cross_entropy_bytes.
+  static cpu::CrossEntropyTotals bf16_head_cross_entropy(const float* x, const cpu::HeldMatrix& W,
+                                                         const int32_t* labels, const int32_t* labels_host, int64_t T,
+                                                         int64_t D, int64_t V, int64_t c, float grad_scale, float* dx,
+                                                         float* dW) {
+    ActivationOperand rounded(x, T * D);
+    const bf16* xb = static_cast<const bf16*>(rounded.as(gemm::DType::BF16));
+    std::unique_ptr<DeviceBuffer> dx_bf16;
+    if (dx) dx_bf16 = std::make_unique<DeviceBuffer>(static_cast<size_t>(T * D) * sizeof(bf16));
+    DeviceBuffer workspace(cross_entropy_workspace_bytes<bf16>(c, V));
+    const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy<bf16>(
+        xb, static_cast<const bf16*>(W.data), labels, labels_host, T, D, V, c, workspace.as<void>(), grad_scale,
+        dx ? dx_bf16->as<bf16>() : nullptr, dW, nullptr);
+    check_launch("linear_cross_entropy (bf16 head)");
+    if (dx) {
+      ::bp::BP_WRAP_NS::convert_bf16_to_f32(dx_bf16->as<bf16>(), dx, T * D, nullptr);
+      check_launch("linear_cross_entropy (widen dx)");
+    }
+    return {r.loss_sum, r.n_counted};
+  }
   static void run_gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C) {
     ::bp::BP_WRAP_NS::gemm(desc, A, B, C, nullptr, 0, nullptr);
     check_launch("gemm");
   }
-  // fn(row0, n_rows, rows as f32 device memory) over a held weight: once with the weight itself when
-  // it is f32; for bf16, f16 and the block types (dequant.cuh), per panel of at most kHeldTileFloats
-  // floats (at least one row), each dequantized into one reused workspace buffer. Others are refused.
+  // The activation operand of a GEMM against a held weight, in the type the weight's panels are
+  // read in: the f32 tensor itself for an f32 GEMM; for a bf16 GEMM, a copy rounded to bf16 (nearest
+  // even) into workspace from the CUDA allocator (counted; 2 bytes per element, made once per call
+  // on first use, returned when the call ends).
+  class ActivationOperand {
+   public:
+    ActivationOperand(const float* x, int64_t n) : x_(x), n_(n) {}
+    // Element `offset` of the operand as `type` (f32 or bf16) device memory.
+    const void* as(gemm::DType type, int64_t offset = 0) {
+      if (type == gemm::DType::F32) return x_ + offset;
+      if (!rounded_ && n_ > 0) {
+        rounded_ = std::make_unique<DeviceBuffer>(static_cast<size_t>(n_) * sizeof(bf16));
+        ::bp::BP_WRAP_NS::convert_f32_to_bf16(x_, rounded_->as<bf16>(), n_, nullptr);
+        check_launch("GEMM activation to bf16");
+      }
+      return rounded_ ? static_cast<const void*>(rounded_->as<bf16>() + offset) : nullptr;
+    }
+
+   private:
+    const float* x_;
+    int64_t n_;
+    std::unique_ptr<DeviceBuffer> rounded_;
+  };
+  // fn(row0, n_rows, rows in device memory, their GEMM type) over a held weight [rows, cols]:
+  //   f32:  once, the weight itself, an f32 GEMM (the CPU's arithmetic: f32 weights are trainable
+  //         ones or a model stored in f32, and LoRA's A/B, whose GEMMs are rank-r and cheap);
+  //   bf16: once, the weight itself as stored: the tensor cores read bf16, so no widened copy;
+  //   f16 and the block types (dequant.cuh): per panel of at most kHeldTileFloats values (at least
+  //   one row), each dequantized to bf16 into one reused workspace buffer, fn called per panel with
+  //   DType::BF16. Others are refused.
   template <class Fn>
-  static void for_each_f32_panel(const cpu::HeldMatrix& W, const char* kernel, Fn&& fn) {
-    if (W.type == DType::F32) return fn(int64_t{0}, W.rows, static_cast<const float*>(W.data));
+  static void for_each_weight_panel(const cpu::HeldMatrix& W, const char* kernel, Fn&& fn) {
+    if (W.type == DType::F32) return fn(int64_t{0}, W.rows, W.data, gemm::DType::F32);
+    if (W.type == DType::BF16) return fn(int64_t{0}, W.rows, W.data, gemm::DType::BF16);
     if (!::bp::BP_WRAP_NS::dequantize_supported(W.type)) held_type_unavailable(kernel, W.type);
     const int64_t rows = std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, W.cols));
-    DeviceBuffer panel(static_cast<size_t>(std::min(rows, W.rows) * W.cols) * sizeof(float));
+    DeviceBuffer panel(static_cast<size_t>(std::min(rows, W.rows) * W.cols) * sizeof(bf16));
     for (int64_t n0 = 0; n0 < W.rows; n0 += rows) {
       const int64_t nb = std::min(rows, W.rows - n0);
-      ::bp::BP_WRAP_NS::dequantize_rows<float>(W.type, W.data, W.cols, n0, nb, panel.as<float>(), nullptr);
+      ::bp::BP_WRAP_NS::dequantize_rows<bf16>(W.type, W.data, W.cols, n0, nb, panel.as<bf16>(), nullptr);
       check_launch("held weight dequantize");
-      fn(n0, nb, static_cast<const float*>(panel.as<float>()));
+      fn(n0, nb, static_cast<const void*>(panel.as<bf16>()), gemm::DType::BF16);
     }
   }
 };

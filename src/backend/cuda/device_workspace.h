@@ -1,0 +1,45 @@
+// Device memory the CUDA wrappers (kernel_wrappers.h) take from the CUDA allocator for themselves
+// inside one call, in bytes: what a memory plan for the device adds to the tensors the op
+// front-ends allocate (src/train/memory_plan.cpp reaches it through ops/device_compute.h). Plain
+// C++ (no CUDA header); tests/cuda/linear_bf16_cuda_test.cpp holds each function to the bytes the
+// simulated card's allocator measures.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/quant_gemm.h"
+#include "core/dtype.h"
+
+namespace bp::cuda_workspace {
+
+// A GEMM against a weight held as `held` with the f32 activation operand [rows, cols] (x [T, in]
+// for y = x·Wᵀ, dy [T, out] for dx = dy·W): rounded into a bf16 copy unless the weight is f32.
+inline size_t held_gemm_operand_bytes(DType held, int64_t rows, int64_t cols) {
+  return held == DType::F32 ? 0 : static_cast<size_t>(rows * cols) * 2;
+}
+
+// A GEMM against a weight [rows, cols] held as `held`: f16 and the block types are dequantized to
+// bf16 into one reused panel of at most kHeldTileFloats values (at least one row); bf16 and f32
+// weights are read as stored.
+inline size_t held_gemm_panel_bytes(DType held, int64_t rows, int64_t cols) {
+  if (held == DType::F32 || held == DType::BF16) return 0;
+  const int64_t panel_rows = std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, cols));
+  return static_cast<size_t>(std::min(panel_rows, rows) * cols) * 2;
+}
+
+// The fused LM head + loss over x [T, D] and a head [V, D] held as `head` (f32 or bf16), in
+// windows of c = min(chunk, T) rows: logits [c, V] f32, their gradient [c, V] in the GEMMs' input
+// type and the row losses [c] f32 (cross_entropy_workspace_bytes in cross_entropy.cuh); for a bf16
+// head also x rounded to bf16 and, when dx is asked for, dx as bf16 before it is widened. All live
+// for the whole call.
+inline size_t cross_entropy_bytes(DType head, int64_t T, int64_t D, int64_t V, int64_t chunk, bool with_dx) {
+  if (T == 0) return 0;
+  const int64_t c = std::min(chunk, T);
+  const size_t grad_bytes = head == DType::F32 ? 4 : 2;
+  return static_cast<size_t>(c * V) * (4 + grad_bytes) + static_cast<size_t>(c) * 4 +
+         held_gemm_operand_bytes(head, T, D) * (with_dx ? 2 : 1);
+}
+
+}  // namespace bp::cuda_workspace
