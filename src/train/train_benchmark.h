@@ -28,9 +28,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/gemm_desc.h"
 #include "core/allocator.h"  // Device
 #include "model/config.h"
+#include "ops/device_gemm.h"
 
 namespace bp {
 
