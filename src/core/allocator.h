@@ -61,6 +61,8 @@ class Allocator {
   void release(size_t bytes);
   void set_cached(size_t bytes);
   void set_total(size_t bytes);
+  // An OutOfMemoryError the backend raises itself (the device refused memory within our limit).
+  void count_oom();
 
   mutable std::mutex mu_;
   MemoryStats stats_{0, 0, 0, kNoLimit, 0, 0, 0};

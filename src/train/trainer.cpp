@@ -115,6 +115,22 @@ static Device training_device(const std::string& device) {
       .with_suggestion("Train on the CPU: --device cpu (or auto, the default).");
 }
 
+// A sticky CUDA error (RUNTIME_GPU_KERNEL_FAULT) leaves nothing on the device to save: the error
+// names the newest checkpoint already on disk, the one --resume latest continues from.
+static Error with_last_checkpoint(const Error& e, const CheckpointStore* store) {
+  std::string where = "no checkpoint was saved before it (--save-every N saves one every N steps)";
+  try {
+    if (const auto last = store ? store->latest_valid() : std::nullopt)
+      where = fmt::format("the last saved checkpoint is {} (step {}): continue from it with --resume latest",
+                          last->path, last->step);
+  } catch (const std::exception& ex) {
+    where = fmt::format("the checkpoints could not be listed: {}", ex.what());
+  }
+  Error out(e.code(), fmt::format("{}; {}", e.what(), where), e.details());
+  if (!e.suggestion().empty()) out.with_suggestion(e.suggestion());
+  return out;
+}
+
 // run_impl with the run's status.json kept (train/run_history.h): running from the moment the
 // output folder exists, then finished, interrupted or failed with the error code.
 TrainSummary Trainer::run() {
@@ -131,6 +147,11 @@ TrainSummary Trainer::run() {
     end_status("finished", "", "");
     return sum;
   } catch (const Error& e) {
+    if (e.code() == ErrorCode::RUNTIME_GPU_KERNEL_FAULT) {  // the device is lost: say what is saved
+      Error named = with_last_checkpoint(e, s_->checkpoints.get());
+      end_status("failed", named.info().name, named.what());
+      throw named;
+    }
     end_status(e.code() == ErrorCode::RUNTIME_TRAINING_ABORTED ? "interrupted" : "failed", e.info().name, e.what());
     throw;
   } catch (const std::exception& e) {

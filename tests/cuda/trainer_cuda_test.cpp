@@ -14,8 +14,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
+#include "backend/cuda/sim/cuda_sim.h"
 #include "export/gguf_export.h"
 #include "hub/gguf_source.h"
 #include "io/safetensors.h"
@@ -249,6 +251,74 @@ TEST(CudaTrainer, CardTooSmallForTheMicroBatchIsRecovered) {
   EXPECT_NE(oom_line.find("CUDA device 0 has a total capacity"), std::string::npos) << oom_line;
   ASSERT_EQ(small.history.size(), 1u);
   EXPECT_NEAR(small.history[0].loss, big.history[0].loss, 1e-5 * big.history[0].loss);
+  EXPECT_GE(card.allocator().stats().num_ooms, 1u) << "the card's refusal is counted as an OOM";
+}
+
+// A run on the card where the launch of the first kernel after step `after_step` reports `error`
+// (the simulated runtime's injection: a library or kernel failing as it would on a real card).
+// Checkpoints every step. Returns the trainer's error, if any; the summary when it finished.
+std::optional<Error> run_with_launch_error(TrainOptions o, int64_t after_step, sim::cudaError_t error,
+                                           TrainSummary* summary) {
+  o.save_every = 1;
+  TrainCallbacks cb;
+  cb.on_step = [&](const StepRecord& rec, const TrainSummary&, int64_t) {
+    if (rec.step == after_step) sim::inject_launch_error(error);
+  };
+  try {
+    *summary = Trainer(o, cb).run();
+  } catch (const Error& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+// "Out of memory" inside a library call on the card (not our allocator: cudaErrorMemoryAllocation
+// from a launch, as cuBLAS reports its workspace failing) takes the OOM-adjacent path of the
+// recovery: the step is redone with a smaller micro-batch and the run finishes.
+TEST(CudaTrainer, LibraryOutOfMemoryIsRecoveredAsOomAdjacent) {
+  TempDir dir;
+  TrainOptions o = tiny_chat_options(dir.path, "cuda");
+  o.holdout = 0.0;
+  SimulatedCudaDevice card;
+  TrainSummary s;
+  const auto err = run_with_launch_error(o, 1, sim::cudaErrorMemoryAllocation, &s);
+  ASSERT_FALSE(err.has_value()) << err->what();
+  EXPECT_EQ(s.steps_done, 3);
+  EXPECT_EQ(s.oom_recoveries, 1);
+  EXPECT_EQ(s.micro_batch_size, 1) << "the recovery halved the micro-batch (checkpointing was already on)";
+  std::ifstream metrics(o.output_dir + "/metrics.jsonl");
+  std::string line, oom_line;
+  while (std::getline(metrics, line))
+    if (line.find("\"oom_recovery\"") != std::string::npos) oom_line = line;
+  EXPECT_NE(oom_line.find("RUNTIME_OOM_ADJACENT"), std::string::npos) << oom_line;
+  EXPECT_NE(oom_line.find("cudaErrorMemoryAllocation"), std::string::npos) << oom_line;
+}
+
+// A sticky error (illegal address, launch failure) kills the CUDA context: the run stops with
+// RUNTIME_GPU_KERNEL_FAULT, the CUDA_LAUNCH_BLOCKING=1 advice and the checkpoint it can continue
+// from; status.json records the code. No OOM recovery is attempted.
+TEST(CudaTrainer, StickyErrorStopsTheRunNamingTheSavedCheckpoint) {
+  for (sim::cudaError_t error : {sim::cudaErrorIllegalAddress, sim::cudaErrorLaunchFailure}) {
+    TempDir dir;
+    TrainOptions o = tiny_chat_options(dir.path, "cuda");
+    o.holdout = 0.0;
+    SimulatedCudaDevice card;
+    TrainSummary s;
+    const auto err = run_with_launch_error(o, 2, error, &s);
+    ASSERT_TRUE(err.has_value()) << "the run went on after " << sim::cudaGetErrorName(error);
+    const std::string m = err->what();
+    EXPECT_EQ(err->code(), ErrorCode::RUNTIME_GPU_KERNEL_FAULT) << m;
+    EXPECT_NE(m.find(sim::cudaGetErrorName(error)), std::string::npos) << m;
+    EXPECT_NE(m.find("CUDA_LAUNCH_BLOCKING=1"), std::string::npos) << m;
+    const std::string ckpt = o.output_dir + "/checkpoints/checkpoint-2";
+    EXPECT_TRUE(std::filesystem::is_directory(ckpt));
+    EXPECT_NE(m.find("checkpoint-2 (step 2)"), std::string::npos) << m;
+    EXPECT_NE(m.find("--resume latest"), std::string::npos) << m;
+    std::ifstream status(o.output_dir + "/status.json");
+    const std::string st((std::istreambuf_iterator<char>(status)), std::istreambuf_iterator<char>());
+    EXPECT_NE(st.find("RUNTIME_GPU_KERNEL_FAULT"), std::string::npos) << st;
+    EXPECT_EQ(card.allocator().stats().num_ooms, 0u);
+  }
 }
 
 // A random model with stories260K's tokenizer whose rows are all whole q4_K blocks (hidden 256,
