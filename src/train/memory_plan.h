@@ -46,6 +46,9 @@ struct MemorySettings {
   // GGUF base in its stored types) overrides the count from base_dtype.
   DType base_dtype = DType::F32;
   size_t weights_bytes = 0;
+  // Where the step runs: on CUDA the kernels' own device workspace is counted (memory_plan.cpp
+  // DeviceScratch) and the CPU's per-thread attention scratch is not.
+  DeviceType device = DeviceType::CPU;
 };
 
 struct MemoryPlan {

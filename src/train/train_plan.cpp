@@ -48,6 +48,8 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
   ms.mode = o.mode;
   ms.lora = o.lora;
   ms.weights_bytes = resident_weight_bytes(model.weights());  // the held types as loaded
+  ms.device = alloc.device().type;
+  if (!model.weights().layers.empty()) ms.base_dtype = model.weights().layers[0].q.dtype();  // how they are held
   ms.gradient_checkpointing = o.gradient_checkpointing.value_or(true);
   ms.threads = o.threads;
   // Tokens of the k longest samples: the worst micro-batch of k sequences.

@@ -53,6 +53,7 @@ nlohmann::json TrainSummary::to_json() const {
           {"final_eval_loss", opt(final_eval_loss)},
           {"best_eval_loss", opt(best_eval_loss)},
           {"peak_memory_bytes", peak_memory_bytes},
+          {"planned_memory_bytes", planned_memory_bytes},
           {"base_dtype", base_dtype},
           {"oom_recoveries", oom_recoveries},
           {"skipped_steps", skipped_steps},
@@ -306,14 +307,20 @@ void Trainer::State::plan_memory() {
     event(r.at("level").get<std::string>(), r.at("message").get<std::string>());
     record(r);
   });
-  // --max-memory auto: the machine's RAM budget on the CPU; a device's allocator is bounded by the
-  // card itself (cudaMemGetInfo), which the plan reads as the allocator's total.
-  if (o.max_memory_auto)
-    o.max_memory_bytes =
-        device.type == DeviceType::CPU ? safety->memory_budget_bytes(alloc->stats().bytes_in_use) : kNoLimit;
+  // --max-memory auto: the machine's RAM budget on the CPU; on a card, what it can give now: its
+  // free memory (cudaMemGetInfo) and what the allocator already holds (in use and cached), enforced
+  // so the plan picks a micro-batch that fits before step 1 instead of the first step running out.
+  if (o.max_memory_auto) {
+    const MemoryStats ms = alloc->stats();
+    const size_t card_free = alloc->device_free_bytes();
+    o.max_memory_bytes = device.type == DeviceType::CPU ? safety->memory_budget_bytes(ms.bytes_in_use)
+                         : card_free == kNoLimit        ? kNoLimit
+                                                        : ms.bytes_in_use + ms.bytes_cached + card_free;
+  }
   alloc->set_limit(o.max_memory_bytes);
   TrainPlan plan = plan_training(o, *model, data, *alloc);
   event("info", plan.description);
+  summary.planned_memory_bytes = plan.plan.total();
   model->set_gradient_checkpointing(plan.gradient_checkpointing);
   oom = std::make_unique<OomRecovery>(o.batch_size, plan.micro_batch_size, o.oom_recovery, *alloc);
   if (!o.gradient_checkpointing && !plan.gradient_checkpointing)

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <optional>
 #include <set>
 
@@ -438,6 +439,96 @@ TEST(CudaTrainer, GgufBasesInTheirStoredTypesTrainOnTheCardLikeOnTheCpu) {
   }
   for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
     EXPECT_TRUE(seen.count(t)) << dtype_name(t) << " never reached the card";
+}
+
+// The memory plan on the card (train/memory_plan.h, DeviceScratch) against the peak the card's
+// allocator measures over whole training steps: never below it (the plan picks the micro-batch, so a
+// low plan is an OOM waiting to happen) and at most 15% above (the replay follows the allocation
+// order tensor by tensor; what it does not model is small: the int32 batch tensors, the 512-byte
+// rounding of the cache, the optimizer's reduction scratch after backward). tiny-chat and
+// stories260K, LoRA over f32 and bf16 bases (bf16: the kernels widen the weights panel by panel and
+// the tied head whole), full fine-tuning, checkpointing on and off.
+TEST(CudaTrainer, MemoryPlanCoversTheMeasuredPeakOnTheCard) {
+  struct Case {
+    std::string name, model, base;
+    TrainMode mode;
+    bool checkpointing;
+  };
+  const std::string stories = shared_dir() + "/models/stories260K";
+  const std::string tiny = source_dir() + "/models/tiny-chat";
+  const Case cases[] = {{"tiny-chat lora f32 ckpt", tiny, "f32", TrainMode::Lora, true},
+                        {"tiny-chat lora bf16 no-ckpt", tiny, "bf16", TrainMode::Lora, false},
+                        {"tiny-chat full ckpt", tiny, "f32", TrainMode::Full, true},
+                        {"stories260K lora bf16 ckpt", stories, "bf16", TrainMode::Lora, true},
+                        {"stories260K lora f32 no-ckpt", stories, "f32", TrainMode::Lora, false}};
+  for (const Case& c : cases) {
+    TempDir dir;
+    TrainOptions o = tiny_chat_options(dir.path, "cuda");
+    o.model_dir = c.model;
+    o.base_dtype = c.base;
+    o.mode = c.mode;
+    o.gradient_checkpointing = c.checkpointing;
+    o.steps = 2;  // with the first, every sample of the data: the plan sizes for the longest
+    o.holdout = 0.0;
+    o.max_seq_length = 64;
+    SimulatedCudaDevice card;
+    const TrainSummary s = Trainer(o).run();
+    ASSERT_GT(s.planned_memory_bytes, 0u) << c.name;
+    EXPECT_EQ(s.oom_recoveries, 0) << c.name;
+    const double ratio = static_cast<double>(s.planned_memory_bytes) / static_cast<double>(s.peak_memory_bytes);
+    std::cout << "[memory plan on the card] " << c.name << ": planned " << s.planned_memory_bytes << " B, measured "
+              << s.peak_memory_bytes << " B, ratio " << ratio << "\n";
+    EXPECT_GE(ratio, 1.0) << c.name << ": the plan is below the card's measured peak";
+    EXPECT_LE(ratio, 1.15) << c.name;
+  }
+}
+
+// --max-memory auto on the card: the budget is what the card can give when the run plans (its free
+// memory, which other processes share, plus what the allocator holds), enforced. On a card whose
+// room (another process holds a part of it) is too small for 4 sequences at once, the plan picks a
+// smaller micro-batch before step 1 and no step runs out of memory (planned against the card's
+// total, the first step would); on a card with no room for one sequence the run is refused before
+// the first step with the plan, as on the CPU.
+TEST(CudaTrainer, AutoMaxMemoryIsTheCardsRoomAndThePlanFitsIt) {
+  TempDir big_dir, small_dir, tiny_dir;
+  TrainOptions o = tiny_chat_options(big_dir.path, "cuda");
+  o.steps = 1;
+  o.micro_batch_size = 0;  // the plan chooses
+  o.holdout = 0.0;
+  o.lora.dropout = 0.0f;
+  size_t resident = 0, peak = 0;
+  {
+    SimulatedCudaDevice card;
+    Trainer t(o);
+    const TrainSummary big = t.run();
+    ASSERT_EQ(big.micro_batch_size, 4) << "a big card fits the whole batch";
+    resident = card.allocator().stats().bytes_in_use;
+    peak = big.peak_memory_bytes;
+  }
+  o.max_memory_auto = true;
+  {
+    const size_t room = resident + (peak - resident) * 3 / 4;
+    SimulatedCudaDevice card(2 * peak);
+    void* other = nullptr;  // another process on the card
+    ASSERT_EQ(sim::cudaMalloc(&other, 2 * peak - room), sim::cudaSuccess);
+    o.output_dir = small_dir.path + "/run";
+    const TrainSummary small = Trainer(o).run();
+    sim::cudaFree(other);
+    EXPECT_EQ(small.oom_recoveries, 0) << "the plan saw the card's room before step 1";
+    EXPECT_LT(small.micro_batch_size, 4);
+    EXPECT_EQ(card.allocator().stats().num_ooms, 0u);
+    EXPECT_LE(small.peak_memory_bytes, room);
+  }
+
+  SimulatedCudaDevice no_room(resident + 1024);
+  o.output_dir = tiny_dir.path + "/run";
+  try {
+    Trainer(o).run();
+    FAIL() << "trained on a card with no room for one sequence";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::RUNTIME_GPU_OOM) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot fit before the first step"), std::string::npos) << e.what();
+  }
 }
 
 // --device cuda without a card: refused before any work, with the reason.

@@ -78,6 +78,11 @@ class CachingDeviceAllocator final : public Allocator {
     set_cached(0);
   }
   Device device() const override { return device_; }
+  size_t device_free_bytes() const override {
+    size_t free_b = 0, total_b = 0;
+    api_.mem_info(&free_b, &total_b);
+    return free_b;
+  }
 
  private:
   void* take_cached(size_t rounded) {
