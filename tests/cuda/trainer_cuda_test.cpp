@@ -84,6 +84,15 @@ void expect_losses_close(const TrainSummary& got, const TrainSummary& ref) {
   }
 }
 
+// The run's last "oom_recovery" record in metrics.jsonl ("" when none).
+std::string last_oom_record(const std::string& output_dir) {
+  std::ifstream metrics(output_dir + "/metrics.jsonl");
+  std::string line, oom_line;
+  while (std::getline(metrics, line))
+    if (line.find("\"oom_recovery\"") != std::string::npos) oom_line = line;
+  return oom_line;
+}
+
 std::vector<float> saved_tensor(const std::string& file, const std::string& name) {
   return SafetensorsReader::open_file(file).read(name).to_vector();
 }
@@ -244,10 +253,7 @@ TEST(CudaTrainer, CardTooSmallForTheMicroBatchIsRecovered) {
   EXPECT_LT(small.micro_batch_size, 4);
   EXPECT_EQ(small.micro_batch_size * small.grad_accum, 4) << "the effective batch is kept";
   // The recovery's record: the card's OutOfMemoryError, worded like PyTorch's.
-  std::ifstream metrics(o.output_dir + "/metrics.jsonl");
-  std::string line, oom_line;
-  while (std::getline(metrics, line))
-    if (line.find("\"oom_recovery\"") != std::string::npos) oom_line = line;
+  const std::string oom_line = last_oom_record(o.output_dir);
   EXPECT_NE(oom_line.find("RUNTIME_GPU_OOM"), std::string::npos) << oom_line;
   EXPECT_NE(oom_line.find("CUDA device 0 has a total capacity"), std::string::npos) << oom_line;
   ASSERT_EQ(small.history.size(), 1u);
@@ -287,10 +293,7 @@ TEST(CudaTrainer, LibraryOutOfMemoryIsRecoveredAsOomAdjacent) {
   EXPECT_EQ(s.steps_done, 3);
   EXPECT_EQ(s.oom_recoveries, 1);
   EXPECT_EQ(s.micro_batch_size, 1) << "the recovery halved the micro-batch (checkpointing was already on)";
-  std::ifstream metrics(o.output_dir + "/metrics.jsonl");
-  std::string line, oom_line;
-  while (std::getline(metrics, line))
-    if (line.find("\"oom_recovery\"") != std::string::npos) oom_line = line;
+  const std::string oom_line = last_oom_record(o.output_dir);
   EXPECT_NE(oom_line.find("RUNTIME_OOM_ADJACENT"), std::string::npos) << oom_line;
   EXPECT_NE(oom_line.find("cudaErrorMemoryAllocation"), std::string::npos) << oom_line;
 }
