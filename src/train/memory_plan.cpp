@@ -85,32 +85,27 @@ using Id = Replay::Id;
 // device workspace is one more term here (tests/cuda/memory_plan_cuda_test.cpp measures them).
 struct DeviceScratch {
   bool cuda = false;
-  bool held_bf16 = false;  // frozen matrices held as bf16 (LoRA over a bf16 base)
+  bool held = false;  // frozen matrices held in a narrower type (LoRA over a bf16, f16, q8_0, q4_K, ... base)
 
-  // for_each_f32_panel: a held bf16 weight [rows, cols] is widened to f32 in one reused panel of
-  // at most kHeldTileFloats floats (at least one row) for its GEMM.
+  // for_each_f32_panel: a held weight [rows, cols] is dequantized to f32 in one reused panel of at
+  // most kHeldTileFloats floats (at least one row) for each GEMM that reads it.
   size_t held_panel(int64_t rows, int64_t cols) const {
-    if (!cuda || !held_bf16) return 0;
-    const int64_t panel_rows = std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, cols));
-    return static_cast<size_t>(std::min(panel_rows, rows) * cols) * sizeof(float);
+    if (!cuda || !held) return 0;
+    return static_cast<size_t>(panel_rows(rows, cols) * cols) * sizeof(float);
+  }
+  static int64_t panel_rows(int64_t rows, int64_t cols) {
+    return std::min(rows, std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, cols)));
   }
   // What one GEMM of x [T, in] with the weight [out, in] holds besides its operands: forward
   // (x·Wᵀ) and dx (dy·W) alike.
   size_t linear_gemm(int64_t /*T*/, int64_t in, int64_t out) const { return held_panel(out, in); }
   // linear_cross_entropy: cross_entropy_workspace_bytes<float>(c, V) = logits [c, V] f32, the
   // gradient [c, V] and the row losses [c], with c = min(chunk, T) (the device kernel walks whole
-  // chunks: the label windows do not shrink it).
-  size_t cross_entropy(int64_t T, int64_t chunk, int64_t V) const {
+  // chunks: the label windows do not shrink it); a held head adds its dequantized panel
+  // (cross_entropy_held_workspace_bytes).
+  size_t cross_entropy(int64_t T, int64_t chunk, int64_t V, int64_t D) const {
     const int64_t c = std::min(chunk, T);
-    return static_cast<size_t>(c * V) * (2 * sizeof(float)) + static_cast<size_t>(c) * sizeof(float);
-  }
-  // ... and a bf16 head is widened whole to f32 first, live beside that workspace.
-  size_t cross_entropy_head(int64_t V, int64_t D) const {
-    return cuda && held_bf16 ? static_cast<size_t>(V * D) * sizeof(float) : 0;
-  }
-  // embedding_forward_held: the bf16 rows gathered before they are widened into the f32 output.
-  size_t embedding(int64_t T, int64_t D) const {
-    return cuda && held_bf16 ? static_cast<size_t>(T * D) * sizeof(uint16_t) : 0;
+    return static_cast<size_t>(c * V) * (2 * sizeof(float)) + static_cast<size_t>(c) * sizeof(float) + held_panel(V, D);
   }
 };
 
@@ -288,7 +283,6 @@ std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::strin
   // samples), int32, live for the whole step (copied to the device when the model is there).
   Id batch = R.alloc_bytes(kSaved, static_cast<size_t>(4 * m.T + 1) * sizeof(int32_t));
   Id x = R.alloc(kSaved, m.T * m.D);  // embedding output = input of layer 0
-  R.transient_bytes(kWork, m.device.embedding(m.T, m.D));
   std::vector<Id> inputs;
   std::vector<Acts> acts(static_cast<size_t>(m.L));
   for (int64_t l = 0; l < m.L; ++l) {
@@ -306,9 +300,7 @@ std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::strin
   Id xf = R.alloc(kWork, m.T * m.D);
   Id dxf = R.alloc(kWork, m.T * m.D);
   if (m.device.cuda) {  // the kernel's own workspace (the front-end's chunk has no rows there)
-    Id head = R.alloc_bytes(kChunk, m.device.cross_entropy_head(m.V, m.D));
-    R.transient_bytes(kChunk, m.device.cross_entropy(m.T, m.ce_chunk_tokens, m.V));
-    R.free(head);
+    R.transient_bytes(kChunk, m.device.cross_entropy(m.T, m.ce_chunk_tokens, m.V, m.D));
   } else {
     R.transient(kChunk, std::min(m.chunk, m.T) * m.V);
   }
@@ -371,7 +363,7 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
     m.lora[static_cast<size_t>(t)] = lora && s.lora.targets(static_cast<LoraTarget>(t));
   m.ce_chunk_tokens = s.ce_chunk_tokens;
   m.device.cuda = s.device == DeviceType::CUDA;
-  m.device.held_bf16 = lora && s.base_dtype == DType::BF16;
+  m.device.held = lora && s.base_dtype != DType::F32;
   if (m.device.cuda) return m;  // attention tiles live in shared memory on the device
   const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
   // Attention scratch (ops/attention.h), bounded by one sample spanning the micro-batch.

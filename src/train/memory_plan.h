@@ -11,7 +11,7 @@
 //                       checkpointing, every layer's activations without it
 //   recompute_buffers   with checkpointing: the recomputed activations of the one layer in backward
 //   cross_entropy_chunk the fused LM-head/loss op's logits chunk [min(chunk, T), V]; on CUDA the
-//                       kernel's workspace (logits, gradient, row losses) and a bf16 head widened to f32
+//                       kernel's workspace (logits, gradient, row losses, a held head's f32 panel)
 //   workspace           everything transient: activation gradients, temporaries, op scratch; on
 //                       CUDA also the kernels' own device scratch (held-weight panels, ...)
 // The activation groups are not simply summed maxima: the plan replays the allocation order of
