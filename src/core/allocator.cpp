@@ -68,6 +68,11 @@ void Allocator::set_cached(size_t bytes) {
   stats_.bytes_cached = bytes;
 }
 
+void Allocator::count_oom() {
+  std::lock_guard<std::mutex> g(mu_);
+  ++stats_.num_ooms;
+}
+
 void Allocator::set_total(size_t bytes) {
   std::lock_guard<std::mutex> g(mu_);
   stats_.bytes_total = bytes;

@@ -47,6 +47,9 @@ class Allocator {
   virtual void deallocate(void* ptr, size_t bytes) = 0;
   virtual void empty_cache() {}
   virtual Device device() const = 0;
+  // Memory the device could still hand this allocator beyond what it holds (a card's free memory
+  // as the driver reports it now); kNoLimit where the allocator does not know (the CPU's).
+  virtual size_t device_free_bytes() const { return kNoLimit; }
 
   MemoryStats stats() const;
   void set_limit(size_t bytes_limit);
@@ -61,6 +64,8 @@ class Allocator {
   void release(size_t bytes);
   void set_cached(size_t bytes);
   void set_total(size_t bytes);
+  // An OutOfMemoryError the backend raises itself (the device refused memory within our limit).
+  void count_oom();
 
   mutable std::mutex mu_;
   MemoryStats stats_{0, 0, 0, kNoLimit, 0, 0, 0};

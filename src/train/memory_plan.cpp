@@ -3,6 +3,7 @@
 // The replay mirrors, in order, every Tensor the transformer allocates and frees
 // (model/transformer.cpp forward_layer, model/transformer_backward.cpp backward_layer and
 // forward_backward) and the allocations inside the ops it calls:
+//   Batch              tokens, positions, labels [T] and cu_seqlens [S+1] int32, the whole step
 //   rms_norm_forward   rstd [N] (when kept) then y [N, D]
 //   linear_forward     y [T, out]; LoRA: xd [T, in] (dropout > 0), xa [T, r]; both freed at the
 //                      end unless saved for backward
@@ -11,6 +12,9 @@
 //   attention_backward delta [Hq, T], per-thread score blocks and per-head partial dk/dv (transient)
 //   linear_cross_entropy: one logits chunk [min(chunk, window, T), V] (transient; window = the
 //                      longest run of rows with labels the data can make, settings' ce_window_tokens)
+// On a CUDA device the kernels also take device memory of their own inside one call (DeviceScratch
+// below, from backend/cuda/kernel_wrappers.h); its attention keeps its tiles in shared memory (no
+// per-thread scratch) and the cross-entropy's workspace replaces the front-end's logits chunk.
 // When one of those changes, change the replay with it; the test against the allocator's
 // measured peak (tests/train/memory_plan_test.cpp) says when they disagree.
 #include "train/memory_plan.h"
@@ -21,8 +25,10 @@
 #include <array>
 #include <vector>
 
+#include "backend/cpu/quant_gemm.h"
 #include "model/held_weights.h"
 #include "ops/attention.h"
+#include "ops/device_compute.h"  // cuda_workspace::
 
 namespace bp {
 
@@ -34,8 +40,8 @@ enum Group { kSaved, kRecompute, kChunk, kWork, kNumGroups };
 class Replay {
  public:
   using Id = int;
-  Id alloc(Group g, int64_t floats) {
-    const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+  Id alloc(Group g, int64_t floats) { return alloc_bytes(g, static_cast<size_t>(floats) * sizeof(float)); }
+  Id alloc_bytes(Group g, size_t bytes) {
     sizes_.push_back({g, bytes});
     live_[g] += bytes;
     total_ += bytes;
@@ -55,8 +61,10 @@ class Replay {
     id = -1;
   }
   // An allocation that lives only inside one op call.
-  void transient(Group g, int64_t floats) {
-    Id id = alloc(g, floats);
+  void transient(Group g, int64_t floats) { transient_bytes(g, static_cast<size_t>(floats) * sizeof(float)); }
+  void transient_bytes(Group g, size_t bytes) {
+    if (bytes == 0) return;
+    Id id = alloc_bytes(g, bytes);
     free(id);
   }
   void set_phase(std::string p) { phase_ = std::move(p); }
@@ -72,11 +80,44 @@ class Replay {
 
 using Id = Replay::Id;
 
+// Device memory the CUDA kernels take from the allocator for themselves inside one op call
+// (backend/cuda/kernel_wrappers.h), in bytes; none on the CPU, whose kernels get every buffer from
+// the op front-ends (counted by the replay). One function per place the wrappers allocate; a new
+// device workspace is one more term here (tests/cuda/memory_plan_cuda_test.cpp measures them).
+struct DeviceScratch {
+  bool cuda = false;
+  DType held = DType::F32;  // frozen matrices (LoRA over a bf16, f16, q8_0, q4_K, ... base; f32 otherwise)
+  DType head = DType::F32;  // the LM head as held
+
+  // What one GEMM of x [T, in] with the frozen weight [out, in] holds besides its operands
+  // (backend/cuda/device_workspace.h): the activation operand rounded to bf16 (x [T, in] forward,
+  // dy [T, out] for dx) and, for f16 and block types, the weight's bf16 panel.
+  size_t linear_gemm(int64_t T, int64_t in, int64_t out, bool dx) const {
+    if (!cuda) return 0;
+    return cuda_workspace::held_gemm_operand_bytes(held, T, dx ? out : in) +
+           cuda_workspace::held_gemm_panel_bytes(held, out, in);
+  }
+  // linear_cross_entropy's workspace (the device kernel walks whole windows of min(chunk, T) rows:
+  // the label windows do not shrink it). An f32 or bf16 head: cuda_workspace::cross_entropy_bytes.
+  // A head in f16 or a block type: the f32 workspace plus one f32 panel of the head
+  // (cross_entropy_held_workspace_bytes in backend/cuda/cross_entropy.cuh).
+  size_t cross_entropy(int64_t T, int64_t chunk, int64_t V, int64_t D) const {
+    if (head == DType::F32 || head == DType::BF16)
+      return cuda_workspace::cross_entropy_bytes(head, T, D, V, chunk, true);
+    if (T == 0) return 0;
+    const int64_t panel_rows = std::min(V, std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, D)));
+    return cuda_workspace::cross_entropy_bytes(DType::F32, T, D, V, chunk, true) +
+           static_cast<size_t>(panel_rows * D) * sizeof(float);
+  }
+};
+
 struct Dims {
   int64_t T, D, F, V, qd, kvd, Hq, Hkv, d, L, r, chunk, attn_fwd_scratch, attn_bwd_scratch;
   bool qk_norm;
   bool ckpt;
   float dropout;
+  int64_t ce_chunk_tokens;  // the setting itself (the device kernel ignores the label windows)
+  DeviceScratch device;
   std::array<bool, kNumLinearRoles> lora{};
   int64_t in(LinearRole role) const {
     switch (role) {
@@ -109,9 +150,11 @@ struct Acts {
 // linear_forward: y, then (LoRA) xd and xa, kept in `keep` or freed at the end of the op.
 Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* keep, Group keep_group) {
   Id y = R.alloc(y_group, m.T * m.out(role));
+  if (!m.has_lora(role)) R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), false));
   if (m.has_lora(role)) {
     const auto ri = static_cast<size_t>(role);
     Id xd = m.dropout > 0 ? R.alloc(keep ? keep_group : kWork, m.T * m.in(role)) : -1;
+    R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), false));  // the base GEMM
     Id xa = R.alloc(keep ? keep_group : kWork, m.T * m.r);
     if (keep) {
       keep->xd[ri] = xd;
@@ -128,6 +171,7 @@ Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* ke
 // that projection's saved LoRA activations.
 void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a) {
   const auto ri = static_cast<size_t>(role);
+  R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), true));  // dx = dy·W
   if (m.has_lora(role)) {
     Id dxa = R.alloc(kWork, m.T * m.r);
     if (m.dropout > 0) R.transient(kWork, m.T * m.in(role));
@@ -237,6 +281,9 @@ void drop_acts(Replay& R, Acts& a) {
 std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::string* peak_phase) {
   Replay R;
   R.set_phase("forward");
+  // The batch (model/transformer.h): tokens, positions and labels [T], cu_seqlens [S+1] (S <= T
+  // samples), int32, live for the whole step (copied to the device when the model is there).
+  Id batch = R.alloc_bytes(kSaved, static_cast<size_t>(4 * m.T + 1) * sizeof(int32_t));
   Id x = R.alloc(kSaved, m.T * m.D);  // embedding output = input of layer 0
   std::vector<Id> inputs;
   std::vector<Acts> acts(static_cast<size_t>(m.L));
@@ -254,7 +301,11 @@ std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::strin
   Id rstd = R.alloc(kWork, m.T);
   Id xf = R.alloc(kWork, m.T * m.D);
   Id dxf = R.alloc(kWork, m.T * m.D);
-  R.transient(kChunk, std::min(m.chunk, m.T) * m.V);
+  if (m.device.cuda) {  // the kernel's own workspace (the front-end's chunk has no rows there)
+    R.transient_bytes(kChunk, m.device.cross_entropy(m.T, m.ce_chunk_tokens, m.V, m.D));
+  } else {
+    R.transient(kChunk, std::min(m.chunk, m.T) * m.V);
+  }
   R.free(xf);
   Id dx = R.alloc(kWork, m.T * m.D);
   R.free(dxf), R.free(rstd), R.free(x);
@@ -277,6 +328,7 @@ std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::strin
     }
   }
   R.free(dx);
+  R.free(batch);
   *peak_phase = R.peak_phase();
   return R.at_peak();
 }
@@ -311,6 +363,11 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
   m.dropout = lora ? s.lora.dropout : 0.0f;
   for (int t = 0; t < kNumLinearRoles; ++t)
     m.lora[static_cast<size_t>(t)] = lora && s.lora.targets(static_cast<LoraTarget>(t));
+  m.ce_chunk_tokens = s.ce_chunk_tokens;
+  m.device.cuda = s.device == DeviceType::CUDA;
+  m.device.held = lora ? s.base_dtype : DType::F32;
+  m.device.head = lora ? s.head_dtype : DType::F32;
+  if (m.device.cuda) return m;  // attention tiles live in shared memory on the device
   const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
   // Attention scratch (ops/attention.h), bounded by one sample spanning the micro-batch.
   const AttentionShape attn{static_cast<int>(m.Hq), static_cast<int>(m.Hkv), static_cast<int>(m.d)};

@@ -10,12 +10,15 @@
 //   saved_activations   what forward keeps for backward: the layer inputs with gradient
 //                       checkpointing, every layer's activations without it
 //   recompute_buffers   with checkpointing: the recomputed activations of the one layer in backward
-//   cross_entropy_chunk the fused LM-head/loss op's logits chunk [min(chunk, T), V]
-//   workspace           everything transient: activation gradients, temporaries, op scratch
+//   cross_entropy_chunk the fused LM-head/loss op's logits chunk [min(chunk, T), V]; on CUDA the
+//                       kernel's workspace (logits, gradient, row losses, a held head's f32 panel)
+//   workspace           everything transient: activation gradients, temporaries, op scratch; on
+//                       CUDA also the kernels' own device scratch (held-weight panels, ...)
 // The activation groups are not simply summed maxima: the plan replays the allocation order of
 // Model::forward_backward (model/transformer*.cpp) and of the ops it calls, tensor by tensor,
 // and reports each group's bytes at the moment the total peaks. That is the number the CPU
-// allocator measures (tests/train/memory_plan_test.cpp holds them within 10%).
+// allocator measures (tests/train/memory_plan_test.cpp holds them within 10%; on the simulated
+// CUDA card, tests/cuda/trainer_cuda_test.cpp holds a whole run's peak between 1x and 1.15x).
 #pragma once
 
 #include <cstddef>
@@ -45,7 +48,13 @@ struct MemorySettings {
   // per type, norms and biases at f32. `weights_bytes` > 0 (the loaded model's resident bytes, a
   // GGUF base in its stored types) overrides the count from base_dtype.
   DType base_dtype = DType::F32;
+  // How the LM head (or the tied embedding) is held: on CUDA its type picks the fused loss's
+  // workspace (backend/cuda/device_workspace.h).
+  DType head_dtype = DType::F32;
   size_t weights_bytes = 0;
+  // Where the step runs: on CUDA the kernels' own device workspace is counted (memory_plan.cpp
+  // DeviceScratch) and the CPU's per-thread attention scratch is not.
+  DeviceType device = DeviceType::CPU;
 };
 
 struct MemoryPlan {

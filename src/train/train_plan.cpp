@@ -48,6 +48,9 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
   ms.mode = o.mode;
   ms.lora = o.lora;
   ms.weights_bytes = resident_weight_bytes(model.weights());  // the held types as loaded
+  ms.device = alloc.device().type;
+  if (!model.weights().layers.empty()) ms.base_dtype = model.weights().layers[0].q.dtype();  // how they are held
+  ms.head_dtype = model.weights().output_weight().dtype();
   ms.gradient_checkpointing = o.gradient_checkpointing.value_or(true);
   ms.threads = o.threads;
   // Tokens of the k longest samples: the worst micro-batch of k sequences.
@@ -131,8 +134,11 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
       "libraries, tokenizer, data): resident {}; limit {}{}; micro-batch {} x accumulation {} = batch {}; gradient "
       "checkpointing {} ({})",
       k, tp.micro_batch_tokens, describe_memory_plan(tp.plan), format_bytes(tp.plan.process),
-      format_bytes(tp.plan.resident()), format_bytes(limit), enforced ? "" : " (machine RAM, not enforced)", k, accum,
-      o.batch_size, tp.gradient_checkpointing ? "on" : "off", ckpt_why);
+      format_bytes(tp.plan.resident()), format_bytes(limit),
+      enforced                                 ? ""
+      : alloc.device().type == DeviceType::CPU ? " (machine RAM, not enforced)"
+                                               : " (the device's memory, not enforced)",
+      k, accum, o.batch_size, tp.gradient_checkpointing ? "on" : "off", ckpt_why);
   return tp;
 }
 

@@ -53,6 +53,7 @@ nlohmann::json TrainSummary::to_json() const {
           {"final_eval_loss", opt(final_eval_loss)},
           {"best_eval_loss", opt(best_eval_loss)},
           {"peak_memory_bytes", peak_memory_bytes},
+          {"planned_memory_bytes", planned_memory_bytes},
           {"base_dtype", base_dtype},
           {"oom_recoveries", oom_recoveries},
           {"skipped_steps", skipped_steps},
@@ -115,6 +116,22 @@ static Device training_device(const std::string& device) {
       .with_suggestion("Train on the CPU: --device cpu (or auto, the default).");
 }
 
+// A sticky CUDA error (RUNTIME_GPU_KERNEL_FAULT) leaves nothing on the device to save: the error
+// names the newest checkpoint already on disk, the one --resume latest continues from.
+static Error with_last_checkpoint(const Error& e, const CheckpointStore* store) {
+  std::string where = "no checkpoint was saved before it (--save-every N saves one every N steps)";
+  try {
+    if (const auto last = store ? store->latest_valid() : std::nullopt)
+      where = fmt::format("the last saved checkpoint is {} (step {}): continue from it with --resume latest",
+                          last->path, last->step);
+  } catch (const std::exception& ex) {
+    where = fmt::format("the checkpoints could not be listed: {}", ex.what());
+  }
+  Error out(e.code(), fmt::format("{}; {}", e.what(), where), e.details());
+  if (!e.suggestion().empty()) out.with_suggestion(e.suggestion());
+  return out;
+}
+
 // run_impl with the run's status.json kept (train/run_history.h): running from the moment the
 // output folder exists, then finished, interrupted or failed with the error code.
 TrainSummary Trainer::run() {
@@ -131,6 +148,11 @@ TrainSummary Trainer::run() {
     end_status("finished", "", "");
     return sum;
   } catch (const Error& e) {
+    if (e.code() == ErrorCode::RUNTIME_GPU_KERNEL_FAULT) {  // the device is lost: say what is saved
+      Error named = with_last_checkpoint(e, s_->checkpoints.get());
+      end_status("failed", named.info().name, named.what());
+      throw named;
+    }
     end_status(e.code() == ErrorCode::RUNTIME_TRAINING_ABORTED ? "interrupted" : "failed", e.info().name, e.what());
     throw;
   } catch (const std::exception& e) {
@@ -287,14 +309,20 @@ void Trainer::State::plan_memory() {
     event(r.at("level").get<std::string>(), r.at("message").get<std::string>());
     record(r);
   });
-  // --max-memory auto: the machine's RAM budget on the CPU; a device's allocator is bounded by the
-  // card itself (cudaMemGetInfo), which the plan reads as the allocator's total.
-  if (o.max_memory_auto)
-    o.max_memory_bytes =
-        device.type == DeviceType::CPU ? safety->memory_budget_bytes(alloc->stats().bytes_in_use) : kNoLimit;
+  // --max-memory auto: the machine's RAM budget on the CPU; on a card, what it can give now: its
+  // free memory (cudaMemGetInfo) and what the allocator already holds (in use and cached), enforced
+  // so the plan picks a micro-batch that fits before step 1 instead of the first step running out.
+  if (o.max_memory_auto) {
+    const MemoryStats ms = alloc->stats();
+    const size_t card_free = alloc->device_free_bytes();
+    o.max_memory_bytes = device.type == DeviceType::CPU ? safety->memory_budget_bytes(ms.bytes_in_use)
+                         : card_free == kNoLimit        ? kNoLimit
+                                                        : ms.bytes_in_use + ms.bytes_cached + card_free;
+  }
   alloc->set_limit(o.max_memory_bytes);
   TrainPlan plan = plan_training(o, *model, data, *alloc);
   event("info", plan.description);
+  summary.planned_memory_bytes = plan.plan.total();
   model->set_gradient_checkpointing(plan.gradient_checkpointing);
   oom = std::make_unique<OomRecovery>(o.batch_size, plan.micro_batch_size, o.oom_recovery, *alloc);
   if (!o.gradient_checkpointing && !plan.gradient_checkpointing)

@@ -40,6 +40,7 @@ struct TrainSummary {
   double seconds = 0, final_loss = 0;
   std::optional<double> initial_eval_loss, final_eval_loss, best_eval_loss;
   size_t peak_memory_bytes = 0;
+  size_t planned_memory_bytes = 0;      // the memory plan's total for the micro-batch chosen before step 1
   std::string base_dtype;               // how the frozen base was held (model/held_weights.h describe_held_weights)
   bool gradient_checkpointing = false;  // at the end of the run (auto may turn it on after an OOM)
   std::vector<StepRecord> history;

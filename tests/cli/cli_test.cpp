@@ -231,7 +231,7 @@ TEST(CliHelp, FaultInjectionFlagsAreHiddenFromTrainHelpButStillParsed) {
   EXPECT_NE(r.out.find("--lr"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("--fault-inject"), std::string::npos) << "a fault-inject flag is listed in train --help";
   // Still parsed: a bad value is refused by the settings table, not as an unknown flag.
-  r = backprop("train --fault-inject-nan-step notanumber");
+  r = backprop("train --device cpu --fault-inject-nan-step notanumber");
   EXPECT_NE(r.out.find("training.fault_inject_nan_step"), std::string::npos) << r.out;
 }
 

@@ -250,9 +250,9 @@ TEST(EstimateVramCli, PredictionMatchesThePeakOfARealTrainingRun) {
     SCOPED_TRACE(c.name);
     const std::string common = " --model " + model + " --threads 1 " + c.flags;
     const std::string out = tmp.path + "/run_" + c.name;
-    Result t = backprop(
-        "train --json --data " + tmp.path + "/data.jsonl --steps 2 --holdout 0 --save-every 0 --output " + out + common,
-        "", true);
+    Result t = backprop("train --device cpu --json --data " + tmp.path +
+                            "/data.jsonl --steps 2 --holdout 0 --save-every 0 --output " + out + common,
+                        "", true);
     ASSERT_EQ(t.rc, 0) << t.out;
     const auto summary = nlohmann::json::parse(t.out);
     const size_t measured = summary["peak_memory_bytes"].get<size_t>();

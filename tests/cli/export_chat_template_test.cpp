@@ -79,7 +79,7 @@ class ExportChatTemplate : public ::testing::Test {
   // A 2-step LoRA run with `--chat-template choice`; returns its folder.
   static std::string train(const std::string& choice, const std::string& extra = "--lora-r 4") {
     const nlohmann::json j =
-        run_json(fmt::format("train --json --model {} --data {} --output {}/runs --steps 2 --batch-size 2 "
+        run_json(fmt::format("train --device cpu --json --model {} --data {} --output {}/runs --steps 2 --batch-size 2 "
                              "--threads 1 --lr 0.01 --save-every 1 --chat-template {} {}",
                              base_, data_, dir_->path, choice, extra));
     return j.value("output_dir", "");
@@ -146,7 +146,7 @@ TEST_F(ExportChatTemplate, FullFineTuningRecordsItInTheModelFolder) {
 TEST_F(ExportChatTemplate, MultiRunFinalAdapterShipsTheRunsTemplate) {
   const std::string mr = dir_->path + "/mr";
   run_json(
-      fmt::format("multi-run --json --model {} --data {} --output {} --runs 2 --samples 3 --steps 1 "
+      fmt::format("multi-run --device cpu --json --model {} --data {} --output {} --runs 2 --samples 3 --steps 1 "
                   "--batch-size 2 --threads 1 --lora-r 4 --chat-template chatml",
                   base_, data_, mr));
   EXPECT_EQ(slurp(mr + "/adapter/chat_template.jinja"), kChatMLTemplate);

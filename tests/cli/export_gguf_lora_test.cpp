@@ -157,11 +157,13 @@ TEST(GgufLora, TrainedFromAQuantizedGgufAnIndependentConsumerGetsOurMergedModel)
     for (int i = 0; i < 12; ++i) f << "{\"text\": \"Lily had a red ball. Tom liked it and they played.\"}\n";
   }
   const std::string env = "XDG_CACHE_HOME=" + d.path + "/cache";
-  ASSERT_EQ(run_command(fmt::format("({} {} train --json --model {} --data {}/data.jsonl --output {}/runs --steps 3 "
-                                    "--batch-size 2 --threads 1 --lr 0.05 --lora-r 4 2>/dev/null)",
-                                    env, backprop_exe(), base, d.path, d.path),
-                        &out),
-            0)
+  ASSERT_EQ(
+      run_command(
+          fmt::format("({} {} train --device cpu --json --model {} --data {}/data.jsonl --output {}/runs --steps 3 "
+                      "--batch-size 2 --threads 1 --lr 0.05 --lora-r 4 2>/dev/null)",
+                      env, backprop_exe(), base, d.path, d.path),
+          &out),
+      0)
       << out;
   const auto summary = nlohmann::json::parse(out);
   const std::string run = summary.at("output_dir"), gguf_adapter = summary.at("final_gguf_adapter");

@@ -91,7 +91,7 @@ class ExportRun : public ::testing::Test {
     f.close();
     std::string out;
     const int rc =
-        run_command(fmt::format("({} train --json --model {} --data {} --output {}/runs --steps 2 "
+        run_command(fmt::format("({} train --device cpu --json --model {} --data {} --output {}/runs --steps 2 "
                                 "--batch-size 2 --threads 1 --lr 0.01 --lora-r 4 --save-every 1 2>/dev/null)",
                                 backprop_exe(), model_dir(), data, dir_->path),
                     &out);

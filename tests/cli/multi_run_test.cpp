@@ -26,8 +26,8 @@ void write_data(const std::string& dir) {
 
 std::string multi_cmd(const std::string& dir, const std::string& out, const std::string& extra,
                       const std::string& base = "--runs 3 --samples 5 --lr 5e-3") {
-  return test::backprop_exe() + " multi-run --model " + test::shared_dir() + "/models/stories260K --data " + dir +
-         "/data.jsonl --output " + dir + "/" + out + " " + base +
+  return test::backprop_exe() + " multi-run --device cpu --model " + test::shared_dir() +
+         "/models/stories260K --data " + dir + "/data.jsonl --output " + dir + "/" + out + " " + base +
          " --steps 2 --batch-size 4 --micro-batch-size 4 --warmup-steps 0"
          " --lr-scheduler constant --lora-r 4 --lora-dropout 0 --max-seq-length 64 --threads 1 " +
          extra;

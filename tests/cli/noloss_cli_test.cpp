@@ -32,7 +32,7 @@ void write_data(const std::string& dir) {
 }
 
 std::string train_cmd(const std::string& dir, const std::string& extra) {
-  return test::backprop_exe() + " train --model " + model_dir() + " --data " + dir +
+  return test::backprop_exe() + " train --device cpu --model " + model_dir() + " --data " + dir +
          "/data.jsonl --batch-size 4 --micro-batch-size 4 --lr 5e-3 --warmup-steps 0 --lr-scheduler constant"
          " --lora-r 4 --lora-dropout 0 --max-seq-length 64 --threads 1 --holdout 0 " +
          extra;
@@ -241,10 +241,10 @@ TEST(NoLossCli, HubNameAsModelIsExplainedByEveryCommand) {
   test::TempDir tmp;
   write_data(tmp.path);
   std::string out;
-  for (const std::string& cmd :
-       {" train --model Qwen/Qwen2.5-0.5B --data " + tmp.path + "/data.jsonl --steps 1 --output " + tmp.path,
-        std::string(" generate --model Qwen/Qwen2.5-0.5B --prompt hi"),
-        " validate " + tmp.path + "/data.jsonl --model Qwen/Qwen2.5-0.5B"}) {
+  for (const std::string& cmd : {" train --device cpu --model Qwen/Qwen2.5-0.5B --data " + tmp.path +
+                                     "/data.jsonl --steps 1 --output " + tmp.path,
+                                 std::string(" generate --model Qwen/Qwen2.5-0.5B --prompt hi"),
+                                 " validate " + tmp.path + "/data.jsonl --model Qwen/Qwen2.5-0.5B"}) {
     int rc = test::run_command(
         "cd " + tmp.path + " && HF_HUB_OFFLINE=1 HF_HUB_CACHE=" + tmp.path + "/hf-cache " + test::backprop_exe() + cmd,
         &out);

@@ -28,7 +28,7 @@ TrainedRun train(const std::string& dir, const std::string& name, const std::str
   TrainedRun r;
   const std::string out_root = dir + "/" + name;
   r.rc =
-      test::run_command(env + " " + test::backprop_exe() + " train --model " + test::shared_dir() +
+      test::run_command(env + " " + test::backprop_exe() + " train --device cpu --model " + test::shared_dir() +
                             "/models/stories260K --data " + dir + "/data.jsonl --output " + out_root +
                             " --steps 1 --batch-size 2 --warmup-steps 0 --lr-scheduler constant --threads 1 " + extra,
                         &r.out);

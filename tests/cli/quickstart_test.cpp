@@ -38,8 +38,9 @@ TEST(Quickstart, NoArgumentTrainFineTunesEvaluatesAndExports) {
   const std::string src = test::source_dir();
   // From the repository folder, as the README says; fewer steps than the real quick start.
   // Grouped: run_command appends its own 2>&1, which must not undo these redirections.
-  const std::string cmd = "(cd " + src + " && " + test::backprop_exe() + " train --steps 8 --warmup-steps 2 --output " +
-                          dir.path + "/runs --json > " + dir.path + "/out.json 2> " + dir.path + "/err.txt)";
+  const std::string cmd = "(cd " + src + " && " + test::backprop_exe() +
+                          " train --device cpu --steps 8 --warmup-steps 2 --output " + dir.path + "/runs --json > " +
+                          dir.path + "/out.json 2> " + dir.path + "/err.txt)";
   std::string out;
   const int rc = test::run_command(cmd, &out);
   const std::string err = read_text(dir.path + "/err.txt");

@@ -15,8 +15,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string base_cmd(const std::string& dir) {
-  return test::backprop_exe() + " train --model " + test::shared_dir() + "/models/stories260K --data " + dir +
-         "/data.jsonl --output " + dir +
+  return test::backprop_exe() + " train --device cpu --model " + test::shared_dir() + "/models/stories260K --data " +
+         dir + "/data.jsonl --output " + dir +
          "/runs --batch-size 2 --warmup-steps 0 --lr-scheduler constant --threads 1 "
          "--lora-r 4 --max-seq-length 64 ";
 }

@@ -19,7 +19,7 @@ std::string run_train(const test::TempDir& tmp, const std::string& extra, int* r
     for (int i = 0; i < 8; ++i) f << "{\"text\": \"Lily saw a bird number " << i << ". It was happy.\"}\n";
   }
   std::string out;
-  *rc = test::run_command(env + " " + test::backprop_exe() + " train --model " + test::shared_dir() +
+  *rc = test::run_command(env + " " + test::backprop_exe() + " train --device cpu --model " + test::shared_dir() +
                               "/models/stories260K --data " + data +
                               " --batch-size 4 --micro-batch-size 4 --steps 2 --lora-r 4 --lora-dropout 0"
                               " --max-seq-length 64 --threads 1 --save-every 0 --output " +

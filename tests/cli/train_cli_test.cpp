@@ -31,7 +31,7 @@ std::string write_data(const std::string& dir) {
 }
 
 std::string train_cmd(const std::string& dir, const std::string& extra, const std::string& lr = "5e-3") {
-  return test::backprop_exe() + " train --model " + model_dir() + " --data " + dir + "/data.jsonl" +
+  return test::backprop_exe() + " train --device cpu --model " + model_dir() + " --data " + dir + "/data.jsonl" +
          " --batch-size 4 --micro-batch-size 4 --lr " + lr +
          " --warmup-steps 0 --lr-scheduler constant --lora-r 4"
          " --lora-dropout 0 --max-seq-length 64 --threads 1 " +
@@ -157,15 +157,15 @@ TEST(TrainCli, UntrainedAdapterIsWrittenWithAWarning) {
 TEST(TrainCli, MissingInputsGetCatalogCodes) {
   test::TempDir tmp;
   std::string out;
-  EXPECT_EQ(test::run_command(test::backprop_exe() + " train --model " + model_dir() + " --data " + tmp.path +
-                                  "/missing.jsonl --output " + tmp.path,
+  EXPECT_EQ(test::run_command(test::backprop_exe() + " train --device cpu --model " + model_dir() + " --data " +
+                                  tmp.path + "/missing.jsonl --output " + tmp.path,
                               &out),
             1);
   EXPECT_NE(out.find("INPUT_DATASET_NOT_FOUND"), std::string::npos) << out;
   write_data(tmp.path);
   // A hub name that is not in the (empty) Hugging Face cache, offline: no network in tests.
   EXPECT_EQ(test::run_command("HF_HUB_CACHE=" + tmp.path + "/hf " + test::backprop_exe() +
-                                  " train --offline --model Qwen/Qwen2.5-7B --data " + tmp.path +
+                                  " train --device cpu --offline --model Qwen/Qwen2.5-7B --data " + tmp.path +
                                   "/data.jsonl --output " + tmp.path,
                               &out),
             2);

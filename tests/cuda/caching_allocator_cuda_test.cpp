@@ -67,6 +67,7 @@ TEST(CudaCachingAllocator, DeviceRefusalThrowsAPyTorchWordedOutOfMemoryError) {
   a.deallocate(cached, 2 * kMiB);
   void* other = nullptr;  // another process takes 8 MiB of the card behind our back
   ASSERT_EQ(sim::cudaMalloc(&other, 8 * kMiB), sim::cudaSuccess);
+  const uint64_t ooms_before = a.stats().num_ooms;
   try {
     a.allocate(6 * kMiB);
     ADD_FAILURE() << "no OutOfMemoryError";
@@ -83,6 +84,8 @@ TEST(CudaCachingAllocator, DeviceRefusalThrowsAPyTorchWordedOutOfMemoryError) {
     EXPECT_EQ(classify_oom(e), OomKind::OutOfMemory);
   }
   EXPECT_EQ(a.stats().bytes_in_use, 20 * kMiB);  // the failed request is not counted
+  EXPECT_EQ(a.stats().num_ooms, ooms_before + 1) << "the card's refusal counts as an OOM, like our limit's";
+  EXPECT_EQ(a.stats().bytes_limit, 32 * kMiB) << "our own limit was not what failed";
   sim::cudaFree(other);
   a.deallocate(held, 20 * kMiB);
 }

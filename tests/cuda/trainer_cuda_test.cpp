@@ -14,8 +14,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <optional>
 #include <set>
 
+#include "backend/cuda/sim/cuda_sim.h"
 #include "export/gguf_export.h"
 #include "hub/gguf_source.h"
 #include "io/safetensors.h"
@@ -102,6 +105,15 @@ TrainCallbacks capture_device_event(std::string* line) {
     if (message.rfind("training on ", 0) == 0) *line = message;
   };
   return cb;
+}
+
+// The run's last "oom_recovery" record in metrics.jsonl ("" when none).
+std::string last_oom_record(const std::string& output_dir) {
+  std::ifstream metrics(output_dir + "/metrics.jsonl");
+  std::string line, oom_line;
+  while (std::getline(metrics, line))
+    if (line.find("\"oom_recovery\"") != std::string::npos) oom_line = line;
+  return oom_line;
 }
 
 std::vector<float> saved_tensor(const std::string& file, const std::string& name) {
@@ -273,14 +285,76 @@ TEST(CudaTrainer, CardTooSmallForTheMicroBatchIsRecovered) {
   EXPECT_LT(small.micro_batch_size, 4);
   EXPECT_EQ(small.micro_batch_size * small.grad_accum, 4) << "the effective batch is kept";
   // The recovery's record: the card's OutOfMemoryError, worded like PyTorch's.
-  std::ifstream metrics(o.output_dir + "/metrics.jsonl");
-  std::string line, oom_line;
-  while (std::getline(metrics, line))
-    if (line.find("\"oom_recovery\"") != std::string::npos) oom_line = line;
+  const std::string oom_line = last_oom_record(o.output_dir);
   EXPECT_NE(oom_line.find("RUNTIME_GPU_OOM"), std::string::npos) << oom_line;
   EXPECT_NE(oom_line.find("CUDA device 0 has a total capacity"), std::string::npos) << oom_line;
   ASSERT_EQ(small.history.size(), 1u);
   EXPECT_NEAR(small.history[0].loss, big.history[0].loss, 1e-5 * big.history[0].loss);
+  EXPECT_GE(card.allocator().stats().num_ooms, 1u) << "the card's refusal is counted as an OOM";
+}
+
+// A run on the card where the launch of the first kernel after step `after_step` reports `error`
+// (the simulated runtime's injection: a library or kernel failing as it would on a real card).
+// Checkpoints every step. Returns the trainer's error, if any; the summary when it finished.
+std::optional<Error> run_with_launch_error(TrainOptions o, int64_t after_step, sim::cudaError_t error,
+                                           TrainSummary* summary) {
+  o.save_every = 1;
+  TrainCallbacks cb;
+  cb.on_step = [&](const StepRecord& rec, const TrainSummary&, int64_t) {
+    if (rec.step == after_step) sim::inject_launch_error(error);
+  };
+  try {
+    *summary = Trainer(o, cb).run();
+  } catch (const Error& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+// "Out of memory" inside a library call on the card (not our allocator: cudaErrorMemoryAllocation
+// from a launch, as cuBLAS reports its workspace failing) takes the OOM-adjacent path of the
+// recovery: the step is redone with a smaller micro-batch and the run finishes.
+TEST(CudaTrainer, LibraryOutOfMemoryIsRecoveredAsOomAdjacent) {
+  TempDir dir;
+  TrainOptions o = tiny_chat_options(dir.path, "cuda");
+  o.holdout = 0.0;
+  SimulatedCudaDevice card;
+  TrainSummary s;
+  const auto err = run_with_launch_error(o, 1, sim::cudaErrorMemoryAllocation, &s);
+  ASSERT_FALSE(err.has_value()) << err->what();
+  EXPECT_EQ(s.steps_done, 3);
+  EXPECT_EQ(s.oom_recoveries, 1);
+  EXPECT_EQ(s.micro_batch_size, 1) << "the recovery halved the micro-batch (checkpointing was already on)";
+  const std::string oom_line = last_oom_record(o.output_dir);
+  EXPECT_NE(oom_line.find("RUNTIME_OOM_ADJACENT"), std::string::npos) << oom_line;
+  EXPECT_NE(oom_line.find("cudaErrorMemoryAllocation"), std::string::npos) << oom_line;
+}
+
+// A sticky error (illegal address, launch failure) kills the CUDA context: the run stops with
+// RUNTIME_GPU_KERNEL_FAULT, the CUDA_LAUNCH_BLOCKING=1 advice and the checkpoint it can continue
+// from; status.json records the code. No OOM recovery is attempted.
+TEST(CudaTrainer, StickyErrorStopsTheRunNamingTheSavedCheckpoint) {
+  for (sim::cudaError_t error : {sim::cudaErrorIllegalAddress, sim::cudaErrorLaunchFailure}) {
+    TempDir dir;
+    TrainOptions o = tiny_chat_options(dir.path, "cuda");
+    o.holdout = 0.0;
+    SimulatedCudaDevice card;
+    TrainSummary s;
+    const auto err = run_with_launch_error(o, 2, error, &s);
+    ASSERT_TRUE(err.has_value()) << "the run went on after " << sim::cudaGetErrorName(error);
+    const std::string m = err->what();
+    EXPECT_EQ(err->code(), ErrorCode::RUNTIME_GPU_KERNEL_FAULT) << m;
+    EXPECT_NE(m.find(sim::cudaGetErrorName(error)), std::string::npos) << m;
+    EXPECT_NE(m.find("CUDA_LAUNCH_BLOCKING=1"), std::string::npos) << m;
+    const std::string ckpt = o.output_dir + "/checkpoints/checkpoint-2";
+    EXPECT_TRUE(std::filesystem::is_directory(ckpt));
+    EXPECT_NE(m.find("checkpoint-2 (step 2)"), std::string::npos) << m;
+    EXPECT_NE(m.find("--resume latest"), std::string::npos) << m;
+    std::ifstream status(o.output_dir + "/status.json");
+    const std::string st((std::istreambuf_iterator<char>(status)), std::istreambuf_iterator<char>());
+    EXPECT_NE(st.find("RUNTIME_GPU_KERNEL_FAULT"), std::string::npos) << st;
+    EXPECT_EQ(card.allocator().stats().num_ooms, 0u);
+  }
 }
 
 // A random model with stories260K's tokenizer whose rows are all whole q4_K blocks (hidden 256,
@@ -401,6 +475,96 @@ TEST(CudaTrainer, GgufBasesInTheirStoredTypesTrainOnTheCardLikeOnTheCpu) {
   }
   for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K})
     EXPECT_TRUE(seen.count(t)) << dtype_name(t) << " never reached the card";
+}
+
+// The memory plan on the card (train/memory_plan.h, DeviceScratch) against the peak the card's
+// allocator measures over whole training steps: never below it (the plan picks the micro-batch, so a
+// low plan is an OOM waiting to happen) and at most 15% above (the replay follows the allocation
+// order tensor by tensor; what it does not model is small: the int32 batch tensors, the 512-byte
+// rounding of the cache, the optimizer's reduction scratch after backward). tiny-chat and
+// stories260K, LoRA over f32, bf16 and q8_0 bases (held: the kernels dequantize every weight and the
+// tied head panel by panel into device workspace), full fine-tuning, checkpointing on and off.
+TEST(CudaTrainer, MemoryPlanCoversTheMeasuredPeakOnTheCard) {
+  struct Case {
+    std::string name, model, base;
+    TrainMode mode;
+    bool checkpointing;
+  };
+  const std::string stories = shared_dir() + "/models/stories260K";
+  const std::string tiny = source_dir() + "/models/tiny-chat";
+  const Case cases[] = {{"tiny-chat lora f32 ckpt", tiny, "f32", TrainMode::Lora, true},
+                        {"tiny-chat lora bf16 no-ckpt", tiny, "bf16", TrainMode::Lora, false},
+                        {"tiny-chat full ckpt", tiny, "f32", TrainMode::Full, true},
+                        {"stories260K lora bf16 ckpt", stories, "bf16", TrainMode::Lora, true},
+                        {"tiny-chat lora q8_0 ckpt", tiny, "q8_0", TrainMode::Lora, true}};
+  for (const Case& c : cases) {
+    TempDir dir;
+    TrainOptions o = tiny_chat_options(dir.path, "cuda");
+    o.model_dir = c.model;
+    o.base_dtype = c.base;
+    o.mode = c.mode;
+    o.gradient_checkpointing = c.checkpointing;
+    o.steps = 2;  // with the first, every sample of the data: the plan sizes for the longest
+    o.holdout = 0.0;
+    o.max_seq_length = 64;
+    SimulatedCudaDevice card;
+    const TrainSummary s = Trainer(o).run();
+    ASSERT_GT(s.planned_memory_bytes, 0u) << c.name;
+    EXPECT_EQ(s.oom_recoveries, 0) << c.name;
+    const double ratio = static_cast<double>(s.planned_memory_bytes) / static_cast<double>(s.peak_memory_bytes);
+    std::cout << "[memory plan on the card] " << c.name << ": planned " << s.planned_memory_bytes << " B, measured "
+              << s.peak_memory_bytes << " B, ratio " << ratio << "\n";
+    EXPECT_GE(ratio, 1.0) << c.name << ": the plan is below the card's measured peak";
+    EXPECT_LE(ratio, 1.15) << c.name;
+  }
+}
+
+// --max-memory auto on the card: the budget is what the card can give when the run plans (its free
+// memory, which other processes share, plus what the allocator holds), enforced. On a card whose
+// room (another process holds a part of it) is too small for 4 sequences at once, the plan picks a
+// smaller micro-batch before step 1 and no step runs out of memory (planned against the card's
+// total, the first step would); on a card with no room for one sequence the run is refused before
+// the first step with the plan, as on the CPU.
+TEST(CudaTrainer, AutoMaxMemoryIsTheCardsRoomAndThePlanFitsIt) {
+  TempDir big_dir, small_dir, tiny_dir;
+  TrainOptions o = tiny_chat_options(big_dir.path, "cuda");
+  o.steps = 1;
+  o.micro_batch_size = 0;  // the plan chooses
+  o.holdout = 0.0;
+  o.lora.dropout = 0.0f;
+  size_t resident = 0, peak = 0;
+  {
+    SimulatedCudaDevice card;
+    Trainer t(o);
+    const TrainSummary big = t.run();
+    ASSERT_EQ(big.micro_batch_size, 4) << "a big card fits the whole batch";
+    resident = card.allocator().stats().bytes_in_use;
+    peak = big.peak_memory_bytes;
+  }
+  o.max_memory_auto = true;
+  {
+    const size_t room = resident + (peak - resident) * 3 / 4;
+    SimulatedCudaDevice card(2 * peak);
+    void* other = nullptr;  // another process on the card
+    ASSERT_EQ(sim::cudaMalloc(&other, 2 * peak - room), sim::cudaSuccess);
+    o.output_dir = small_dir.path + "/run";
+    const TrainSummary small = Trainer(o).run();
+    sim::cudaFree(other);
+    EXPECT_EQ(small.oom_recoveries, 0) << "the plan saw the card's room before step 1";
+    EXPECT_LT(small.micro_batch_size, 4);
+    EXPECT_EQ(card.allocator().stats().num_ooms, 0u);
+    EXPECT_LE(small.peak_memory_bytes, room);
+  }
+
+  SimulatedCudaDevice no_room(resident + 1024);
+  o.output_dir = tiny_dir.path + "/run";
+  try {
+    Trainer(o).run();
+    FAIL() << "trained on a card with no room for one sequence";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::RUNTIME_GPU_OOM) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot fit before the first step"), std::string::npos) << e.what();
+  }
 }
 
 // --device cuda without a card: refused before any work, with the reason.

@@ -146,8 +146,8 @@ TEST(GGUFSource, TrainingFromTheGGUFEqualsTrainingFromSafetensors) {
   auto train = [&](const std::string& model, const std::string& out_name) {
     std::string out;
     const int rc = test::run_command(
-        "(XDG_CACHE_HOME=" + tmp.path + "/xdg " + test::backprop_exe() + " train --json --model " + model + " --data " +
-            tmp.path + "/data.jsonl --output " + tmp.path + "/" + out_name +
+        "(XDG_CACHE_HOME=" + tmp.path + "/xdg " + test::backprop_exe() + " train --device cpu --json --model " + model +
+            " --data " + tmp.path + "/data.jsonl --output " + tmp.path + "/" + out_name +
             " --steps 3 --batch-size 2 --micro-batch-size 2 --lr 5e-3 --warmup-steps 0 --lora-r 4 --lora-dropout 0 "
             "--max-seq-length 32 --threads 1 --save-every 0 2>/dev/null)",
         &out);

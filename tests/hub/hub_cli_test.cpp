@@ -94,7 +94,7 @@ TEST_F(HubCli, OfflineFlagAndVariableForbidTheNetwork) {
 TEST_F(HubCli, TrainingNamesTheHubModelAsTheAdaptersBase) {
   std::string out;
   std::ofstream(tmp.path + "/data.jsonl") << "{\"text\": \"Lily saw a bird. It was happy.\"}\n";
-  ASSERT_EQ(run("train --json --model org/tiny --data " + tmp.path +
+  ASSERT_EQ(run("train --device cpu --json --model org/tiny --data " + tmp.path +
                     "/data.jsonl --steps 1 --batch-size 1 --max-seq-length 32 --lora-r 2 "
                     "--threads 1 --save-every 0 --output " +
                     tmp.path + "/runs 2>/dev/null",
@@ -115,7 +115,8 @@ TEST_F(HubCli, TrainingNamesTheHubModelAsTheAdaptersBase) {
 
 TEST_F(HubCli, GatedRepositoryEndsWithTheFixes) {
   std::string out;
-  EXPECT_EQ(run("train --model meta/llama --data " + test::source_dir() + "/examples/quickstart_alpaca.jsonl --steps 1",
+  EXPECT_EQ(run("train --device cpu --model meta/llama --data " + test::source_dir() +
+                    "/examples/quickstart_alpaca.jsonl --steps 1",
                 &out),
             2)
       << out;

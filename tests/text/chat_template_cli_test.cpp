@@ -15,7 +15,7 @@ namespace bp::test {
 namespace {
 
 std::string train_cmd(const std::string& dir, const std::string& extra) {
-  return backprop_exe() + " train --model " + shared_dir() + "/models/stories260K --data " + dir +
+  return backprop_exe() + " train --device cpu --model " + shared_dir() + "/models/stories260K --data " + dir +
          "/chat.jsonl --batch-size 2 --micro-batch-size 2 --warmup-steps 0 --lora-r 4 --max-seq-length 64 "
          "--threads 1 --steps 1 --save-every 0 --holdout 0 --output " +
          dir + "/runs " + extra + " 2>&1";

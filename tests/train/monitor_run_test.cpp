@@ -30,6 +30,7 @@ constexpr uint64_t kMiB = 1ull << 20;
 TrainOptions tiny_chat_options(const std::string& dir) {
   TrainOptions o;
   o.model_dir = test::source_dir() + "/models/tiny-chat";
+  o.device = "cpu";  // compared with CPU/torch references: on a machine with a GPU too (tests/cuda train there)
   o.data_path = test::source_dir() + "/examples/quickstart_sharegpt.jsonl";
   o.output_dir = dir + "/run";
   o.steps = 6;
@@ -149,6 +150,7 @@ TEST(MonitorRun, BrokenNvmlWarnsAndTrainingGoesOn) {
   fs::create_directories(tmp.path + "/root");
   Settings s;
   s.set("model.path", test::source_dir() + "/models/tiny-chat");
+  s.set("model.device", "cpu");
   s.set("data.path", test::source_dir() + "/examples/quickstart_sharegpt.jsonl");
   s.set("data.holdout", "0");
   s.set("training.steps", "2");
@@ -298,7 +300,7 @@ TEST(MonitorRun, DiskFillingUpWarnsThenStopsWithTheEarlierCheckpointIntact) {
 TEST(MonitorRun, CliMonitorsByDefaultAndNoMonitorTurnsItOff) {
   auto train = [](const std::string& dir, const std::string& extra) {
     std::string out;
-    int rc = test::run_command(test::backprop_exe() + " train --model " + test::source_dir() +
+    int rc = test::run_command(test::backprop_exe() + " train --device cpu --model " + test::source_dir() +
                                    "/models/tiny-chat --data " + test::source_dir() +
                                    "/examples/quickstart_sharegpt.jsonl --steps 1 --batch-size 1 --max-seq-length 128 "
                                    "--holdout 0 --lora-r 4 --threads 1 --output " +
@@ -342,7 +344,7 @@ TEST(MonitorRun, RealCgroupMonitoredRunFinishesWhereUnmonitoredIsKilled) {
   test::TempDir tmp;
   auto train = [&](const std::string& extra) {
     std::string cmd =
-        "sh -c 'echo $$ > " + group + "/cgroup.procs && exec " + test::backprop_exe() + " train --model " +
+        "sh -c 'echo $$ > " + group + "/cgroup.procs && exec " + test::backprop_exe() + " train --device cpu --model " +
         test::source_dir() + "/models/tiny-chat --data " + test::source_dir() +
         "/examples/quickstart_sharegpt.jsonl --mode full --steps 2 --batch-size 128 --max-seq-length 512 --threads 1 "
         "--holdout 0 --gradient-checkpointing false --output " +

@@ -37,6 +37,7 @@ static std::string write_dataset(const std::string& dir, int rows = 24) {
 static TrainOptions base_options(const std::string& dir) {
   TrainOptions o;
   o.model_dir = model_dir();
+  o.device = "cpu";  // compared with CPU/torch references: on a machine with a GPU too (tests/cuda train there)
   o.data_path = write_dataset(dir);
   o.output_dir = dir + "/run";
   o.steps = 6;

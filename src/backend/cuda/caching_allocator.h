@@ -9,7 +9,8 @@
 // Failure: when the device refuses (cudaMalloc fails: the card's real free memory, which other
 // processes share, is the other bound), the cache is emptied once and the request retried; if it
 // fails again OutOfMemoryError says what was requested, allocated, reserved, free and the total,
-// worded like PyTorch's message (core/error.cpp), with the device's free memory as it is now.
+// worded like PyTorch's message (core/error.cpp), with the device's free memory as it is now, and
+// counted in stats().num_ooms like an OOM of our own limit.
 #pragma once
 
 #include <functional>
@@ -50,6 +51,7 @@ class CachingDeviceAllocator final : public Allocator {
     empty_cache();  // once: cached blocks of other sizes may be what the device is missing
     if (api_.malloc(&p, r)) return p;
     release(bytes);
+    count_oom();  // the device's refusal is an OOM of this allocator as much as our limit's
     size_t free_b = 0, total_b = 0;
     api_.mem_info(&free_b, &total_b);
     const auto s = stats();
@@ -76,6 +78,11 @@ class CachingDeviceAllocator final : public Allocator {
     set_cached(0);
   }
   Device device() const override { return device_; }
+  size_t device_free_bytes() const override {
+    size_t free_b = 0, total_b = 0;
+    api_.mem_info(&free_b, &total_b);
+    return free_b;
+  }
 
  private:
   void* take_cached(size_t rounded) {
