@@ -8,6 +8,7 @@
 #include "backend/cpu/gemm.h"
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/sim/gemm_reference.h"
+#include "backend/cuda/sim/gemm_sim.h"
 #include "core/error.h"
 #include "sim_test_util.h"
 
@@ -88,6 +89,88 @@ TEST(GemmDesc, StridedBatchRunsEachItemAtItsOffset) {
     cpu::sgemm(false, true, M, N, K, 0.5f, X.data() + b * M * K, K, Wt.data() + b * N * K, K, 0.0f,
                y_ref.data() + b * M * N, N);
   test::expect_close(y, y_ref, test::kF32Tol, "batched");
+}
+
+// cuBLASLt's MIN_ALIGNMENT preferences: the largest power of two dividing the address, capped at
+// 256 (a null pointer, a 512-aligned one: 256).
+TEST(GemmDesc, PointerAlignmentIsTheLargestPowerOfTwoDividingTheAddressUpTo256) {
+  auto at = [](uintptr_t a) { return gemm::pointer_alignment(reinterpret_cast<const void*>(a)); };
+  EXPECT_EQ(at(0), 256u);
+  EXPECT_EQ(at(0x1000), 256u);
+  EXPECT_EQ(at(0x1100), 256u);
+  EXPECT_EQ(at(0x1080), 128u);
+  EXPECT_EQ(at(0x1004), 4u);
+  EXPECT_EQ(at(0x1008), 8u);
+  EXPECT_EQ(at(0x1002), 2u);
+  EXPECT_EQ(at(0x1001), 1u);
+}
+
+// The held-weight panel GEMMs (kernel_wrappers.h, cross_entropy.cuh) write `C + n0` and read
+// `X + n0`: 4 or 8 bytes past a 256-aligned allocation. The simulated GEMM computes the
+// preferences cublaslt_gemm.cpp hands cuBLASLt and must report the real alignment, not 256.
+TEST(GemmDesc, PanelPointersReportTheirRealAlignment) {
+  const int64_t M = 3, N = 37, K = 5, n0 = 9, nb = 7;  // panel n0..n0+nb of Y[M x N] = X·Wᵀ
+  void *x_mem = nullptr, *w_mem = nullptr, *y_mem = nullptr;
+  ASSERT_EQ(cudaMalloc(&x_mem, M * K * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&w_mem, N * K * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&y_mem, M * N * 4), cudaSuccess);
+  auto* X = static_cast<float*>(x_mem);
+  auto* W = static_cast<float*>(w_mem);
+  auto* Y = static_cast<float*>(y_mem);
+  const auto x = test::random_floats(M * K, 90), w = test::random_floats(N * K, 91);
+  std::copy(x.begin(), x.end(), X);
+  std::copy(w.begin(), w.end(), W);
+  std::fill(Y, Y + M * N, 0.0f);
+  auto d = gemm::row_major_gemm(false, true, M, nb, K, 1.0f, K, K, 0.0f, N);
+  gemm(d, W + n0 * K, X, Y + n0, nullptr, 0, nullptr);  // W + 45 floats: 4 bytes; Y + 9 floats: 4 bytes
+  gemm::GemmAlignments al = last_gemm_alignments();
+  EXPECT_EQ(al.a, 4u);
+  EXPECT_EQ(al.b, 256u);
+  EXPECT_EQ(al.c, 4u);
+  EXPECT_EQ(al.d, 4u);
+  std::vector<float> ref(M * nb);
+  cpu::sgemm(false, true, M, nb, K, 1.0f, x.data(), K, w.data() + n0 * K, K, 0.0f, ref.data(), nb);
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t j = 0; j < nb; ++j) EXPECT_NEAR(Y[r * N + n0 + j], ref[r * nb + j], 1e-5) << r << "," << j;
+
+  gemm(d, W + 2 * K, X, Y + 2, nullptr, 0, nullptr);  // 40 and 8 bytes past the allocations
+  al = last_gemm_alignments();
+  EXPECT_EQ(al.a, 8u);
+  EXPECT_EQ(al.c, 8u);
+
+  // bf16 panels: 2 bytes past an allocation is still a whole element.
+  auto b = gemm::row_major_gemm(false, true, M, nb, K, 1.0f, K, K, 0.0f, N, gemm::DType::BF16, gemm::DType::F32);
+  std::fill(static_cast<uint16_t*>(x_mem), static_cast<uint16_t*>(x_mem) + M * K, uint16_t{0x3f80});
+  std::fill(static_cast<uint16_t*>(w_mem), static_cast<uint16_t*>(w_mem) + N * K, uint16_t{0x3f80});
+  gemm(b, static_cast<uint16_t*>(w_mem) + 1, x_mem, Y, nullptr, 0, nullptr);
+  al = last_gemm_alignments();
+  EXPECT_EQ(al.a, 2u);
+  EXPECT_EQ(al.c, 256u);
+
+  // A strided batch whose items are an odd number of f32 apart: every item but the first is only
+  // 4-byte aligned, whatever the base pointer.
+  auto batched = gemm::row_major_gemm(false, true, 1, 1, 1, 1.0f, 1, 1, 0.0f, 1);
+  batched.batch = 3;
+  batched.stride_a = batched.stride_b = 3;
+  batched.stride_c = 2;
+  gemm(batched, W, X, Y, nullptr, 0, nullptr);
+  al = last_gemm_alignments();
+  EXPECT_EQ(al.a, 4u);
+  EXPECT_EQ(al.b, 4u);
+  EXPECT_EQ(al.c, 8u);
+
+  // An f32 operand 2 bytes past an allocation: cuBLASLt refuses it (CUBLAS_STATUS_NOT_SUPPORTED).
+  try {
+    gemm(d, W, X, static_cast<char*>(y_mem) + 2, nullptr, 0, nullptr);
+    ADD_FAILURE() << "a misaligned C was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::RUNTIME_INTERNAL);
+    EXPECT_NE(std::string(e.what()).find("CUBLAS_STATUS_NOT_SUPPORTED"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("C is 2-byte aligned"), std::string::npos) << e.what();
+  }
+  cudaFree(x_mem);
+  cudaFree(w_mem);
+  cudaFree(y_mem);
 }
 
 TEST(GemmDesc, InvalidLeadingDimensionIsRefusedWithTheNumbers) {

@@ -4,13 +4,15 @@
 //   operation: CUBLAS_COMPUTE_32F with f32 scale (alpha, beta): f32 accumulation for bf16 inputs;
 //   layouts:   A, B, C column-major with the description's types, leading dimensions, and for a
 //              batch, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT and _STRIDED_BATCH_OFFSET; D = C;
-//   algorithm: the first heuristic result within the caller's workspace (from our allocator), for
-//              the operands' actual alignment (an offset into a tensor may be less than 256 bytes).
+//   algorithm: the first heuristic result within the caller's workspace (from our allocator) and
+//              the pointers' real alignment (gemm_alignments: panel pointers like `C + n0` may be
+//              only 4- or 2-byte aligned; left unset, the heuristic assumes 256 and may pick a
+//              kernel that faults with a misaligned address).
 // Failures become bp::Errors through cuda_errors.h (CUBLAS_STATUS_ALLOC_FAILED: OOM-adjacent).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include <cstdint>
+#include <utility>
 
 #include "backend/cuda/cuda_errors.h"
 #include "backend/cuda/gemm_desc.h"
@@ -68,16 +70,6 @@ void make_layout(cublasLtMatrixLayout_t* layout, gemm::DType type, int64_t rows,
   }
 }
 
-// The largest power of two (at most 256, cuBLASLt's default assumption) dividing the address:
-// offsets into a tensor (a window of rows, a panel's columns of C) are less aligned than an
-// allocation, and an algorithm chosen for 256-byte alignment may not run on them.
-uint32_t alignment_of(const void* p) {
-  const auto address = reinterpret_cast<uintptr_t>(p);
-  uint32_t a = 256;
-  while (a > 1 && address % a != 0) a /= 2;
-  return a;
-}
-
 }  // namespace
 
 void gemm(const gemm::GemmDesc& d, const void* A, const void* B, void* C, void* workspace, size_t workspace_bytes,
@@ -97,15 +89,16 @@ void gemm(const gemm::GemmDesc& d, const void* A, const void* B, void* C, void* 
   const uint64_t ws = workspace_bytes;
   check(cublasLtMatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
         "MAX_WORKSPACE_BYTES");
-  const uint32_t align_a = alignment_of(A), align_b = alignment_of(B), align_c = alignment_of(C);
-  check(cublasLtMatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                             sizeof(align_a)),
-        "MIN_ALIGNMENT_A_BYTES");
-  check(cublasLtMatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                             sizeof(align_b)),
-        "MIN_ALIGNMENT_B_BYTES");
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    check(cublasLtMatmulPreferenceSetAttribute(call.pref, attr, &align_c, sizeof(align_c)), "MIN_ALIGNMENT_C/D_BYTES");
+  const gemm::GemmAlignments al = gemm::gemm_alignments(d, A, B, C);
+  if (auto why = gemm::misaligned_reason(d, al); !why.empty())
+    throw cuda_failure("cublasLtMatmul", "CUBLAS_STATUS_NOT_SUPPORTED", "[gemm] " + why);
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al.a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al.b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al.c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al.d}};
+  for (const auto& [attribute, bytes] : alignments)
+    check(cublasLtMatmulPreferenceSetAttribute(call.pref, attribute, &bytes, sizeof(bytes)), "MIN_ALIGNMENT_BYTES");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   check(cublasLtMatmulAlgoGetHeuristic(lt_handle(), call.op, call.a, call.b, call.c, call.c, call.pref, 1, &result,

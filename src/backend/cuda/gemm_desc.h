@@ -91,4 +91,47 @@ inline std::string invalid_reason(const GemmDesc& d) {
   return "";
 }
 
+// The alignment cuBLASLt may assume of a pointer (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES): the
+// largest power of two dividing the address, capped at 256 (cuBLASLt's default assumption, which
+// is wrong for the panel pointers `C + n0` of the chunked GEMMs: 4 or 2 bytes past an allocation).
+inline uint32_t pointer_alignment(const void* p) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t lowest_bit = address & (~address + 1);  // 0 for a null pointer
+  return lowest_bit == 0 || lowest_bit >= 256 ? 256u : static_cast<uint32_t>(lowest_bit);
+}
+
+// The four MIN_ALIGNMENT preferences of one call (D = C). With a batch, every item starts
+// `stride` elements after the previous one, so the stride in bytes bounds the alignment too.
+struct GemmAlignments {
+  uint32_t a = 256, b = 256, c = 256, d = 256;
+};
+inline GemmAlignments gemm_alignments(const GemmDesc& d, const void* A, const void* B, const void* C) {
+  auto aligned = [&](const void* p, int64_t stride, DType t) {
+    uint32_t bytes = pointer_alignment(p);
+    if (d.batch > 1) {
+      const auto stride_bytes = static_cast<uintptr_t>(stride) * dtype_bytes(t);
+      bytes = std::min(bytes, pointer_alignment(reinterpret_cast<const void*>(stride_bytes)));
+    }
+    return bytes;
+  };
+  GemmAlignments r;
+  r.a = aligned(A, d.stride_a, d.a_type);
+  r.b = aligned(B, d.stride_b, d.b_type);
+  r.c = r.d = aligned(C, d.stride_c, d.c_type);
+  return r;
+}
+
+// Why cuBLASLt refuses these pointers (CUBLAS_STATUS_NOT_SUPPORTED: an operand not aligned to its
+// element size), or "" when it accepts them.
+inline std::string misaligned_reason(const GemmDesc& d, const GemmAlignments& al) {
+  auto check = [](const char* name, uint32_t bytes, DType t) -> std::string {
+    if (bytes >= dtype_bytes(t)) return "";
+    return std::string(name) + " is " + std::to_string(bytes) + "-byte aligned, below its " + dtype_name(t) +
+           " element size of " + std::to_string(dtype_bytes(t)) + " bytes";
+  };
+  for (auto why : {check("A", al.a, d.a_type), check("B", al.b, d.b_type), check("C", al.c, d.c_type)})
+    if (!why.empty()) return why;
+  return "";
+}
+
 }  // namespace bp::gemm

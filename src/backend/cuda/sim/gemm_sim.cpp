@@ -1,8 +1,12 @@
 // The simulation's GEMM: a GemmDesc executed by the plain column-major reference
 // (gemm_reference.h), f32 accumulation like cuBLASLt's CUBLAS_COMPUTE_32F; recorded for tests
-// while a GemmRecorder (gemm_sim.h) lives.
+// while a GemmRecorder (gemm_sim.h) lives. It computes the pointers' alignment preferences as
+// cublaslt_gemm.cpp does (gemm_alignments), keeps them for the tests (last_gemm_alignments), and
+// refuses an operand aligned below its element size with CUBLAS_STATUS_NOT_SUPPORTED, as cuBLASLt
+// does.
 #include "backend/cuda/sim/gemm_sim.h"
 
+#include "backend/cuda/cuda_errors.h"
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/sim/gemm_reference.h"
 #include "core/error.h"
@@ -11,6 +15,7 @@ namespace bp::sim {
 
 namespace {
 GemmRecorder* active_recorder = nullptr;
+thread_local gemm::GemmAlignments last_alignments;
 }  // namespace
 
 GemmRecorder::GemmRecorder() {
@@ -21,10 +26,17 @@ GemmRecorder::~GemmRecorder() {
   active_recorder = nullptr;
 }
 
+gemm::GemmAlignments last_gemm_alignments() {
+  return last_alignments;
+}
+
 void gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C, void*, size_t, cudaStream_t) {
   if (auto why = gemm::invalid_reason(desc); !why.empty())
     throw Error(ErrorCode::RUNTIME_INTERNAL, "[gemm] invalid description " + why);
   if (active_recorder) active_recorder->record(desc);
+  last_alignments = gemm::gemm_alignments(desc, A, B, C);
+  if (auto why = gemm::misaligned_reason(desc, last_alignments); !why.empty())
+    throw cuda_failure("cublasLtMatmul", "CUBLAS_STATUS_NOT_SUPPORTED", "[gemm] " + why);
   gemm::gemm_reference(desc, A, B, C);
 }
 

@@ -23,4 +23,8 @@ class GemmRecorder {
   std::vector<gemm::GemmDesc> descs_;
 };
 
+// The MIN_ALIGNMENT preferences (gemm_desc.h) the last simulated GEMM of this thread computed:
+// the values cublaslt_gemm.cpp hands cuBLASLt for the same pointers.
+gemm::GemmAlignments last_gemm_alignments();
+
 }  // namespace bp::sim
