@@ -19,6 +19,7 @@
 #include <set>
 
 #include "backend/cuda/sim/cuda_sim.h"
+#include "core/device_info.h"
 #include "export/gguf_export.h"
 #include "hub/gguf_source.h"
 #include "io/safetensors.h"
@@ -567,8 +568,16 @@ TEST(CudaTrainer, AutoMaxMemoryIsTheCardsRoomAndThePlanFitsIt) {
   }
 }
 
+// Whether this machine has a real card the trainer would use (scripts/gpu_check.sh runs test_cuda
+// there): then "no card" cannot be tested, and --device auto/cuda without a simulated card train on it.
+bool real_card_present() {
+  const CudaStatus cs = cuda_status();
+  return cs.compiled && cs.why_unavailable.empty() && !cs.devices.empty();
+}
+
 // --device cuda without a card: refused before any work, with the reason.
 TEST(CudaTrainer, NoCardIsRefusedUpFront) {
+  if (real_card_present()) GTEST_SKIP() << "this machine has a usable CUDA device: nothing to refuse";
   TempDir dir;
   TrainOptions o = tiny_chat_options(dir.path, "cuda");
   try {
@@ -577,8 +586,13 @@ TEST(CudaTrainer, NoCardIsRefusedUpFront) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::DEP_GPU_NOT_AVAILABLE) << e.what();
   }
+}
+
+// One GPU: cuda:1 is refused even with a card at index 0.
+TEST(CudaTrainer, DeviceOtherThanZeroIsRefused) {
+  TempDir dir;
+  TrainOptions o = tiny_chat_options(dir.path, "cuda:1");
   SimulatedCudaDevice card;
-  o.device = "cuda:1";
   try {
     Trainer(o).run();
     FAIL() << "trained on device 1";
@@ -588,19 +602,24 @@ TEST(CudaTrainer, NoCardIsRefusedUpFront) {
   }
 }
 
-// --device auto (the default): the CUDA device when there is one with kernels, else the CPU. An
-// evaluation-only run places the model without training.
+// --device auto (the default) without a card: the CPU. An evaluation-only run places the model
+// without training.
+TEST(CudaTrainer, AutoStaysOnTheCpuWithoutACard) {
+  if (real_card_present()) GTEST_SKIP() << "this machine has a usable CUDA device: auto picks it";
+  TempDir dir;
+  TrainOptions o = tiny_chat_options(dir.path, "auto");
+  o.eval_only = true;
+  Trainer t(o);
+  t.run();
+  EXPECT_EQ(t.model().device(), Device{}) << "no card: the CPU";
+}
+
+// --device auto with a card (the simulated one): the card.
 TEST(CudaTrainer, AutoPicksTheCardWhenThereIsOne) {
   TempDir dir;
   TrainOptions o = tiny_chat_options(dir.path, "auto");
   o.eval_only = true;
-  {
-    Trainer t(o);
-    t.run();
-    EXPECT_EQ(t.model().device(), Device{}) << "no card: the CPU";
-  }
   SimulatedCudaDevice card;
-  o.output_dir = dir.path + "/run2";
   Trainer t(o);
   const TrainSummary s = t.run();
   EXPECT_EQ(t.model().device(), kGpu);
