@@ -121,6 +121,25 @@ TEST(CudaErrors, StickyErrorsStopWithTheLaunchBlockingAdvice) {
   EXPECT_EQ(cuda_failure_code("cudaErrorInsufficientDriver"), ErrorCode::DEP_GPU_NOT_AVAILABLE);
 }
 
+// A failed cudaMalloc is out of memory only when it says so: a sticky error from an earlier kernel
+// surfacing there is a dead context, which the OOM recovery (halve the batch, retry) cannot fix.
+TEST(CudaErrors, OnlyMemoryAllocationFailuresOfCudaMallocAreOutOfMemory) {
+  EXPECT_FALSE(cuda_malloc_failure("cudaErrorMemoryAllocation", "out of memory").has_value());
+  for (sim::cudaError_t code : {sim::cudaErrorIllegalAddress, sim::cudaErrorLaunchFailure}) {
+    const std::optional<Error> e = cuda_malloc_failure(sim::cudaGetErrorName(code), sim::cudaGetErrorString(code));
+    ASSERT_TRUE(e.has_value()) << sim::cudaGetErrorName(code);
+    EXPECT_EQ(e->code(), ErrorCode::RUNTIME_GPU_KERNEL_FAULT) << e->what();
+    EXPECT_NE(std::string(e->what()).find("cudaMalloc"), std::string::npos) << e->what();
+    EXPECT_EQ(classify_oom(*e), OomKind::None) << e->what();
+  }
+  const std::optional<Error> invalid = cuda_malloc_failure("cudaErrorInvalidValue", "invalid argument");
+  ASSERT_TRUE(invalid.has_value());
+  EXPECT_EQ(invalid->code(), ErrorCode::RUNTIME_INTERNAL);
+  const std::optional<Error> no_driver = cuda_malloc_failure("cudaErrorInsufficientDriver", "driver too old");
+  ASSERT_TRUE(no_driver.has_value());
+  EXPECT_EQ(no_driver->code(), ErrorCode::DEP_GPU_NOT_AVAILABLE);
+}
+
 // A faulting kernel on the simulation: the launch reports it through cudaGetLastError, as <<<>>> does.
 TEST(CudaErrors, InjectedLaunchFaultIsReportedByTheNextErrorCheck) {
   sim::inject_launch_error(sim::cudaErrorIllegalAddress);
@@ -143,6 +162,14 @@ TEST(CudaErrors, DriverOlderThanRuntimeNamesBothVersions) {
   EXPECT_NO_THROW(check_driver_supports_runtime(13000, 13000));
   EXPECT_NO_THROW(check_driver_supports_runtime(13010, 13000));
   EXPECT_THROW(check_driver_supports_runtime(0, 13000), Error);
+  EXPECT_THROW(check_driver_supports_runtime(12090, 13010), Error);
+}
+
+// CUDA's minor-version compatibility: a runtime runs on any driver of its major version.
+TEST(CudaErrors, DriverOfTheSameMajorVersionRunsANewerMinorRuntime) {
+  EXPECT_NO_THROW(check_driver_supports_runtime(13000, 13010));
+  EXPECT_NO_THROW(check_driver_supports_runtime(12040, 12080));
+  EXPECT_NO_THROW(check_driver_supports_runtime(13000, 12080));
 }
 
 // A card older than the build's kernels (sm_80+) is unusable with a reason naming it and its

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "backend/cuda/caching_allocator.h"
+#include "backend/cuda/cuda_errors.h"
 #include "backend/cuda/sim/sim_kernel_wrappers.h"
 #include "ops/dispatch.h"
 
@@ -42,8 +43,10 @@ class SimulatedCudaDevice {
   static DeviceMemoryApi memory_api() {
     DeviceMemoryApi api;
     api.malloc = [](void** p, size_t bytes) {
-      if (sim::cudaMalloc(p, bytes) == sim::cudaSuccess) return true;
+      const sim::cudaError_t e = sim::cudaMalloc(p, bytes);
+      if (e == sim::cudaSuccess) return true;
       sim::cudaGetLastError();
+      if (auto error = cuda_malloc_failure(sim::cudaGetErrorName(e), sim::cudaGetErrorString(e))) throw *error;
       return false;
     };
     api.free = [](void* p) { sim::cudaFree(p); };

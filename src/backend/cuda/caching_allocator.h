@@ -24,7 +24,8 @@
 namespace bp {
 
 struct DeviceMemoryApi {
-  std::function<bool(void** ptr, size_t bytes)> malloc;  // false on failure (last error cleared)
+  // false when the device is out of memory (last error cleared); throws on any other failure
+  std::function<bool(void** ptr, size_t bytes)> malloc;
   std::function<void(void* ptr)> free;
   std::function<void(size_t* free_bytes, size_t* total_bytes)> mem_info;
 };

@@ -26,8 +26,10 @@ DeviceMemoryApi cuda_memory_api(int index) {
   DeviceMemoryApi api;
   api.malloc = [index](void** p, size_t bytes) {
     cudaSetDevice(index);
-    if (cudaMalloc(p, bytes) == cudaSuccess) return true;
+    const cudaError_t e = cudaMalloc(p, bytes);
+    if (e == cudaSuccess) return true;
     cudaGetLastError();  // cudaErrorMemoryAllocation is not sticky: clear it
+    if (auto error = cuda_malloc_failure(cudaGetErrorName(e), cudaGetErrorString(e))) throw *error;
     return false;
   };
   api.free = [index](void* p) {

@@ -11,6 +11,7 @@
 // - anything else (invalid value, not supported: our bug) -> RUNTIME_INTERNAL.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -45,24 +46,36 @@ inline Error cuda_failure(std::string_view what, std::string_view status_name, s
   return Error(code, msg);
 }
 
+// What a failed cudaMalloc means. Only cudaErrorMemoryAllocation is out of memory (nullopt: the
+// caching allocator empties its cache and retries, then the trainer's OOM recovery halves the
+// batch). Anything else is thrown as what it is: a sticky error from an earlier kernel (illegal
+// address) surfacing at cudaMalloc is a dead context, where halving the batch cannot help.
+inline std::optional<Error> cuda_malloc_failure(std::string_view status_name, std::string_view description) {
+  if (status_name == "cudaErrorMemoryAllocation") return std::nullopt;
+  return cuda_failure("cudaMalloc", status_name, description);
+}
+
 // CUDA versions as the runtime reports them (1000·major + 10·minor) -> "12.4".
 inline std::string cuda_version_string(int v) {
   return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
 }
 
 // Throws DEP_GPU_NOT_AVAILABLE when no driver is loaded or it is older than the runtime this
-// build was linked with (cudart would fail every call with cudaErrorInsufficientDriver).
+// build was linked with. Only the major versions count: CUDA's minor-version compatibility runs a
+// 13.1 runtime on a 13.0 driver (and 12.8 on a 12.4 one); a 12.x driver cannot run a 13.x runtime
+// (cudart would fail every call with cudaErrorInsufficientDriver). CUDA 13 needs an R580 driver.
 inline void check_driver_supports_runtime(int driver_version, int runtime_version) {
   if (driver_version == 0)
     throw Error(ErrorCode::DEP_GPU_NOT_AVAILABLE,
-                fmt::format("[cuda] no NVIDIA driver is loaded; this build needs a driver for CUDA {} or newer",
-                            cuda_version_string(runtime_version)));
-  if (driver_version < runtime_version)
-    throw Error(ErrorCode::DEP_GPU_NOT_AVAILABLE,
-                fmt::format("[cuda] the NVIDIA driver supports CUDA {} but backprop was built with the CUDA {} "
-                            "runtime: update the driver (or use a build for CUDA {})",
-                            cuda_version_string(driver_version), cuda_version_string(runtime_version),
-                            cuda_version_string(driver_version)));
+                fmt::format("[cuda] no NVIDIA driver is loaded; this build needs a driver for CUDA {}.x or newer",
+                            runtime_version / 1000));
+  if (driver_version / 1000 < runtime_version / 1000)
+    throw Error(
+        ErrorCode::DEP_GPU_NOT_AVAILABLE,
+        fmt::format("[cuda] the NVIDIA driver supports CUDA {} but backprop was built with the CUDA {} "
+                    "runtime: update the driver to one for CUDA {}.x{} (or use a build for CUDA {}.x)",
+                    cuda_version_string(driver_version), cuda_version_string(runtime_version), runtime_version / 1000,
+                    runtime_version / 1000 == 13 ? " (the 580 series or newer)" : "", driver_version / 1000));
 }
 
 // The oldest GPUs this build has kernels for: CMakeLists.txt compiles for sm_80, 86, 89 and 90
