@@ -80,20 +80,33 @@ CudaStatus cuda_status() {
     cudaGetLastError();
     return s;
   }
+  // Properties need no context; free memory does (cudaMemGetInfo on the current device): measured
+  // on device 0 only, the one training uses, and the caller's current device is restored (this
+  // runs at the start of every training run).
+  int previous = 0;
+  const bool had_current = cudaGetDevice(&previous) == cudaSuccess;
   for (int i = 0; i < n; ++i) {
     cudaDeviceProp p{};
-    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
     CudaDeviceInfo d;
     d.index = i;
     d.name = p.name;
     d.bytes_total = p.totalGlobalMem;
     d.cc_major = p.major;
     d.cc_minor = p.minor;
-    cudaSetDevice(i);
     size_t f = 0, t = 0;
-    if (cudaMemGetInfo(&f, &t) == cudaSuccess) d.bytes_free = f;
+    if (i == 0 && cudaSetDevice(0) == cudaSuccess && cudaMemGetInfo(&f, &t) == cudaSuccess) {
+      d.bytes_free = f;
+      d.free_measured = true;
+    } else {
+      cudaGetLastError();
+    }
     s.devices.push_back(d);
   }
+  if (had_current) cudaSetDevice(previous);
   if (s.devices.empty()) s.why_unavailable = "the CUDA runtime reports no devices";
   // Training uses device 0 only (train/trainer.cpp): an old card there makes CUDA unusable.
   else
