@@ -17,6 +17,9 @@ struct CudaDeviceInfo {
   size_t bytes_total = 0;
   size_t bytes_free = 0;
   int cc_major = 0, cc_minor = 0;
+  // cudaMemGetInfo needs a context on the device: cuda_status() measures free memory on device 0
+  // (the one training uses) only, so other devices get no context just for `info`.
+  bool free_measured = false;
 };
 
 struct CudaStatus {

@@ -153,6 +153,11 @@ uint64_t process_resident_bytes() {
   return 0;
 }
 
+// The gpu_training feature: a CUDA build, a visible device, and device 0 usable (cuda_status()).
+static bool gpu_trains(const CudaStatus& cuda) {
+  return cuda.compiled && !cuda.devices.empty() && cuda.why_unavailable.empty();
+}
+
 SystemInfo system_info() {
   SystemInfo s;
   s.version = BP_VERSION;
@@ -196,9 +201,9 @@ SystemInfo system_info() {
                          s.cuda.runtime_version / 1000, (s.cuda.runtime_version % 1000) / 10)
            : "not compiled in (configure with -DBACKPROP_CUDA=ON where the CUDA toolkit exists)"});
   s.features.push_back(
-      {"gpu_training", s.cuda.compiled && gpu && s.cuda.why_unavailable.empty(),
+      {"gpu_training", gpu_trains(s.cuda),
        !s.cuda.compiled ? "this build has no CUDA training kernels: training runs on the CPU (no CUDA backend)"
-       : gpu && s.cuda.why_unavailable.empty()
+       : gpu_trains(s.cuda)
            ? fmt::format("--device auto or cuda trains on CUDA device 0 ({} device(s) visible)", s.cuda.devices.size())
            : fmt::format("CUDA training kernels are built in, but no usable device: training runs on the "
                          "CPU ({})",
@@ -213,6 +218,13 @@ SystemInfo system_info() {
   return s;
 }
 
+std::string gpu_training_use(const CudaStatus& cuda, const CudaDeviceInfo& d) {
+  if (d.index != 0) return "not used for training: this version trains on device 0 only";
+  if (!cuda.compiled) return "not used for training: this build has no CUDA backend";
+  if (gpu_trains(cuda)) return "used for training (--device auto or cuda)";
+  return "not used for training: " + cuda.why_unavailable;
+}
+
 nlohmann::json to_json(const SystemInfo& s) {
   nlohmann::json gpus = nlohmann::json::array();
   for (const auto& d : s.cuda.devices)
@@ -220,6 +232,8 @@ nlohmann::json to_json(const SystemInfo& s) {
                     {"name", d.name},
                     {"bytes_total", d.bytes_total},
                     {"bytes_free", d.bytes_free},
+                    {"free_measured", d.free_measured},
+                    {"training", gpu_training_use(s.cuda, d)},
                     {"compute_capability", fmt::format("{}.{}", d.cc_major, d.cc_minor)}});
   nlohmann::json features = nlohmann::json::array();
   for (const auto& f : s.features)
@@ -288,8 +302,10 @@ std::string to_text(const SystemInfo& s) {
     t += fmt::format("GPU:        no GPU found: training runs on the CPU ({})\n", s.cuda.why_unavailable);
   } else {
     for (const auto& d : s.cuda.devices)
-      t += fmt::format("GPU {}:      {}, {} ({} free), compute capability {}.{}; not used for training\n", d.index,
-                       d.name, format_bytes(d.bytes_total), format_bytes(d.bytes_free), d.cc_major, d.cc_minor);
+      t += fmt::format("GPU {}:      {}, {} ({}), compute capability {}.{}; {}\n", d.index, d.name,
+                       format_bytes(d.bytes_total),
+                       d.free_measured ? format_bytes(d.bytes_free) + " free" : std::string("free not measured"),
+                       d.cc_major, d.cc_minor, gpu_training_use(s.cuda, d));
   }
   t += "Features:\n";
   for (const auto& f : s.features)

@@ -75,5 +75,8 @@ SystemInfo system_info();
 nlohmann::json to_json(const SystemInfo& s);
 // Human-readable report (several lines).
 std::string to_text(const SystemInfo& s);
+// Whether `info` may say device `d` trains: "used for training ..." for device 0 when the
+// gpu_training feature is yes, else "not used for training: <why>".
+std::string gpu_training_use(const CudaStatus& cuda, const CudaDeviceInfo& d);
 
 }  // namespace bp

@@ -125,5 +125,35 @@ TEST(SysInfo, ThisMachineAndTheFeatureMatrix) {
     EXPECT_TRUE(j.contains(k)) << k;
 }
 
+// The GPU lines of `info` agree with the gpu_training feature: device 0 is "used for training"
+// exactly when training can use it, else the line says why not (an old card, another index).
+TEST(SysInfo, GpuLinesSayWhetherTheDeviceTrains) {
+  SystemInfo s;
+  s.cuda.compiled = true;
+  s.cuda.runtime_version = s.cuda.driver_version = 13000;
+  CudaDeviceInfo a100{0, "NVIDIA A100", size_t{80} << 30, size_t{79} << 30, 8, 0, true};
+  CudaDeviceInfo t4{1, "Tesla T4", size_t{16} << 30, 0, 7, 5, false};
+  s.cuda.devices = {a100, t4};
+  std::string text = to_text(s);
+  EXPECT_NE(text.find("GPU 0:      NVIDIA A100, 80.00 GiB (79.00 GiB free), compute capability 8.0; used for training"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("Tesla T4, 16.00 GiB (free not measured), compute capability 7.5; not used for training: "
+                      "this version trains on device 0 only"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(to_json(s)["gpus"][0]["training"], "used for training (--device auto or cuda)");
+
+  s.cuda.devices = {t4, a100};
+  s.cuda.devices[0].index = 0;
+  s.cuda.devices[1].index = 1;
+  s.cuda.why_unavailable = "Tesla T4 has compute capability 7.5; this build's CUDA kernels need 8.0 or newer";
+  text = to_text(s);
+  EXPECT_NE(text.find("compute capability 7.5; not used for training: Tesla T4 has compute capability 7.5"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("; used for training"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace bp
