@@ -126,6 +126,15 @@ TEST(CudaAttention, MatchesCpuF32) {
   check_attention<float>({{161, 5}, 2, 1, 8, 3.0f});      // six key tiles, sharp scores
 }
 
+// head_dim 256: the dK/dV pass needs more than 48 KiB of shared memory, which the simulation
+// (like a card) grants only after attention.cuh's cudaFuncSetAttribute opt-in.
+TEST(CudaAttention, WidestHeadsOptInToMoreSharedMemory) {
+  ASSERT_GT(attention_shared_floats(AttentionPass::GradKV, attention_tile_rows(AttentionPass::GradKV, 256), 256) *
+                sizeof(float),
+            kAttentionDefaultSharedBytes);
+  check_attention<float>({{9, 3}, 2, 1, 256, 1.0f});
+}
+
 TEST(CudaAttention, MatchesCpuBf16) {
   check_attention<bf16>({kLengths, 3, 1, 8, 2.0f});
   check_attention<bf16>({{33, 1, 17}, 7, 1, 64, 1.0f});

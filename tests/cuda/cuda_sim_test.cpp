@@ -35,6 +35,18 @@ __global__ void neighbour_kernel(int* out) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = s[(threadIdx.x + 1) % blockDim.x];
 }
 
+// Fills n floats of dynamic shared memory and sums them (thread 0).
+__global__ void dynamic_shared_sum_kernel(float* out, int n) {
+  BP_DYNAMIC_SHARED(float, buf);
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) buf[i] = 1.0f;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+    for (int i = 0; i < n; ++i) sum += buf[i];
+    out[0] = sum;
+  }
+}
+
 // Warp shuffle reduction (shfl_down) and broadcast (shfl), then one atomicAdd per warp.
 __global__ void shuffle_sum_kernel(const float* x, float* total, float* warp_firsts, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -177,6 +189,53 @@ TEST(CudaSim, RefusedLaunchConfigurationSetsTheLastError) {
   EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // read and cleared
   EXPECT_EQ(out[0], 0);                        // nothing ran
+}
+
+// CUDA's limits: 48 KiB of dynamic shared memory unless the kernel opted in (cudaFuncSetAttribute),
+// at most 99 KiB even then on sm_86/sm_89; block x, y <= 1024, z <= 64, 1024 threads; grid y, z <= 65535.
+TEST(CudaSim, DynamicSharedMemoryPast48KiBNeedsTheKernelsOptIn) {
+  const int n = 16 * 1024;  // 64 KiB
+  const size_t bytes = n * sizeof(float);
+  float out = 0.0f;
+  BP_LAUNCH(1, 128, bytes, nullptr, dynamic_shared_sum_kernel)(&out, n);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  EXPECT_EQ(out, 0.0f) << "nothing ran";
+  BP_LAUNCH(1, 128, size_t{48} * 1024, nullptr, dynamic_shared_sum_kernel)(&out, 12 * 1024);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(out, 12.0f * 1024);
+  EXPECT_EQ(cudaFuncSetAttribute(dynamic_shared_sum_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(size_t{100} * 1024)),
+            cudaErrorInvalidValue)
+      << "past the 99 KiB of sm_86/sm_89";
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+  ASSERT_EQ(cudaFuncSetAttribute(dynamic_shared_sum_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(bytes)),
+            cudaSuccess);
+  BP_LAUNCH(1, 128, bytes, nullptr, dynamic_shared_sum_kernel)(&out, n);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(out, static_cast<float>(n));
+  BP_LAUNCH(1, 128, bytes + 4, nullptr, dynamic_shared_sum_kernel)(&out, n);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue) << "past the kernel's own opt-in";
+  std::vector<int> other(64, 0);
+  BP_LAUNCH(1, 64, bytes, nullptr, neighbour_kernel)(other.data());
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue) << "the opt-in is per kernel";
+}
+
+TEST(CudaSim, BlockAndGridDimensionLimits) {
+  std::vector<int> out(1024 * 2, 0);
+  auto refused = [&](dim3 grid, dim3 block) {
+    BP_LAUNCH(grid, block, 0, nullptr, neighbour_kernel)(out.data());
+    return cudaGetLastError() == cudaErrorInvalidConfiguration;
+  };
+  EXPECT_TRUE(refused(dim3(1), dim3(1, 1, 65))) << "z <= 64";
+  EXPECT_FALSE(refused(dim3(1), dim3(1, 1, 64)));
+  EXPECT_TRUE(refused(dim3(1), dim3(1025, 1, 1)));
+  EXPECT_TRUE(refused(dim3(1), dim3(1, 1025, 1)));
+  EXPECT_TRUE(refused(dim3(1), dim3(64, 32, 1))) << "2048 threads";
+  EXPECT_FALSE(refused(dim3(1), dim3(1, 1024, 1)));
+  EXPECT_TRUE(refused(dim3(1, 65536, 1), dim3(1)));
+  EXPECT_TRUE(refused(dim3(1, 1, 65536), dim3(1)));
+  EXPECT_TRUE(refused(dim3(0), dim3(32)));
 }
 
 TEST(CudaSim, MemoryBudgetMakesCudaMallocFail) {

@@ -382,15 +382,13 @@ __global__ void __launch_bounds__(kAttentionThreads)
 }
 
 // Lets `kernel` use more than the default 48 KiB of dynamic shared memory (only big head dims).
+// False when the card refuses (its opt-in limit is smaller): the error is then the runtime's last
+// error, which the caller's launch check reports, and the kernel must not be launched.
 template <class Kernel>
-inline void allow_attention_shared(Kernel kernel, size_t bytes) {
-#ifdef __CUDACC__
-  if (bytes > kAttentionDefaultSharedBytes)
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-#else
-  (void)kernel;
-  (void)bytes;
-#endif
+inline bool allow_attention_shared(Kernel kernel, size_t bytes) {
+  if (bytes <= kAttentionDefaultSharedBytes) return true;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) ==
+         cudaSuccess;
 }
 
 // Launch geometry of one pass: rows per tile, dynamic shared bytes, grid.
@@ -418,7 +416,7 @@ void attention_forward(const T* q, const T* k, const T* v, const int32_t* cu_seq
   const AttentionLaunch L = attention_launch(AttentionPass::Forward, dims);
   const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
   const int group = dims.n_heads / dims.n_kv_heads;
-  allow_attention_shared(attention_forward_kernel<T>, L.shared_bytes);
+  if (!allow_attention_shared(attention_forward_kernel<T>, L.shared_bytes)) return;
   BP_LAUNCH(L.grid, kAttentionThreads, L.shared_bytes, stream, attention_forward_kernel<T>)
   (q, k, v, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, dims.head_dim, L.rows, scale, o, lse);
 }
@@ -436,12 +434,12 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
   (dout, o, dims.tokens, dims.n_heads, d, delta);
 
   const AttentionLaunch Lkv = attention_launch(AttentionPass::GradKV, dims);
-  allow_attention_shared(attention_backward_dkdv_kernel<T>, Lkv.shared_bytes);
+  if (!allow_attention_shared(attention_backward_dkdv_kernel<T>, Lkv.shared_bytes)) return;
   BP_LAUNCH(Lkv.grid, kAttentionThreads, Lkv.shared_bytes, stream, attention_backward_dkdv_kernel<T>)
   (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lkv.rows, scale, dk, dv);
 
   const AttentionLaunch Lq = attention_launch(AttentionPass::GradQ, dims);
-  allow_attention_shared(attention_backward_dq_kernel<T>, Lq.shared_bytes);
+  if (!allow_attention_shared(attention_backward_dq_kernel<T>, Lq.shared_bytes)) return;
   BP_LAUNCH(Lq.grid, kAttentionThreads, Lq.shared_bytes, stream, attention_backward_dq_kernel<T>)
   (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lq.rows, scale, dq);
 }

@@ -247,6 +247,7 @@ size_t g_in_use = 0;
 cudaError_t g_last_error = cudaSuccess;
 cudaError_t g_injected = cudaSuccess;
 std::atomic<uint64_t> g_launches{0};
+std::map<const void*, size_t> g_max_dynamic_shared;  // cudaFuncSetAttribute opt-ins, per kernel
 
 cudaError_t fail(cudaError_t e) {
   std::lock_guard<std::mutex> g(g_mu);
@@ -291,12 +292,44 @@ unsigned __ballot_sync(unsigned, int predicate) {
   return bits;
 }
 
-void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body) {
+cudaError_t sim_set_max_dynamic_shared(const void* kernel, int bytes) {
+  if (!kernel || bytes < 0 || static_cast<size_t>(bytes) > kSimMaxOptInDynamicSharedBytes)
+    return fail(cudaErrorInvalidValue);
+  std::lock_guard<std::mutex> g(g_mu);
+  g_max_dynamic_shared[kernel] = static_cast<size_t>(bytes);
+  return cudaSuccess;
+}
+
+namespace {
+
+// What a launch of `kernel` may use: 48 KiB, or its opt-in when larger.
+size_t dynamic_shared_limit(const void* kernel) {
+  std::lock_guard<std::mutex> g(g_mu);
+  auto it = kernel ? g_max_dynamic_shared.find(kernel) : g_max_dynamic_shared.end();
+  return it == g_max_dynamic_shared.end() ? kSimDefaultDynamicSharedBytes
+                                          : std::max(kSimDefaultDynamicSharedBytes, it->second);
+}
+
+bool launch_configuration_ok(dim3 grid, dim3 block) {
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  const bool block_ok = threads >= 1 && threads <= 1024 && block.x <= 1024 && block.y <= 1024 && block.z <= 64;
+  const bool grid_ok =
+      grid.x >= 1 && grid.y >= 1 && grid.z >= 1 && grid.x <= 0x7fffffffu && grid.y <= 65535 && grid.z <= 65535;
+  return block_ok && grid_ok;
+}
+
+}  // namespace
+
+void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body,
+                 const void* kernel) {
   g_launches.fetch_add(1);
-  uint64_t threads = uint64_t{block.x} * block.y * block.z;
-  if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 ||
-      dynamic_shared_bytes > 227 * 1024) {
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  if (!launch_configuration_ok(grid, block)) {
     fail(cudaErrorInvalidConfiguration);
+    return;
+  }
+  if (dynamic_shared_bytes > dynamic_shared_limit(kernel)) {
+    fail(cudaErrorInvalidValue);
     return;
   }
   {

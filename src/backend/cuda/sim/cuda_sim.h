@@ -56,6 +56,7 @@ enum cudaError_t : int {
   cudaErrorLaunchFailure = 719,
   cudaErrorIllegalAddress = 700,
 };
+enum cudaFuncAttribute : int { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum cudaMemcpyKind : int {
   cudaMemcpyHostToHost = 0,
   cudaMemcpyHostToDevice = 1,
@@ -214,10 +215,28 @@ inline __nv_bfloat16 __float2bfloat16(float f) {
 }
 
 // ---- launches ----
+// The simulated card's limits (CUDA's for every architecture this build targets): block x, y <=
+// 1024, z <= 64, at most 1024 threads; grid x < 2^31, y, z <= 65535; dynamic shared memory up to
+// 48 KiB, or up to what cudaFuncSetAttribute(kernel, MaxDynamicSharedMemorySize) allowed for that
+// kernel, itself at most 99 KiB (sm_86/sm_89's opt-in limit, the smallest of the targets).
+constexpr size_t kSimDefaultDynamicSharedBytes = 48 * 1024;
+constexpr size_t kSimMaxOptInDynamicSharedBytes = 99 * 1024;
+
+// Records the opt-in for the kernel at `kernel` (cudaErrorInvalidValue past the card's limit).
+cudaError_t sim_set_max_dynamic_shared(const void* kernel, int bytes);
+template <class... KArgs>
+cudaError_t cudaFuncSetAttribute(void (*kernel)(KArgs...), cudaFuncAttribute attribute, int value) {
+  if (attribute != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorInvalidValue;
+  return sim_set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), value);
+}
+
 // Runs `body` once per thread of every block of the grid; rethrows what a thread threw. A launch
-// configuration the hardware refuses (more than 1024 threads, an empty grid) is not run and sets
-// cudaErrorInvalidConfiguration, like <<<>>> does.
-void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body);
+// configuration the hardware refuses (a block past the limits above, an empty or too large grid)
+// is not run and sets cudaErrorInvalidConfiguration, like <<<>>> does; more dynamic shared memory
+// than `kernel` may use sets cudaErrorInvalidValue. `kernel` identifies the kernel's opt-in
+// (nullptr: none, 48 KiB).
+void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body,
+                 const void* kernel = nullptr);
 
 template <class... KArgs>
 struct Launch {
@@ -228,7 +247,8 @@ struct Launch {
   void operator()(Args&&... args) const {
     std::tuple<KArgs...> bound(static_cast<KArgs>(std::forward<Args>(args))...);
     auto k = kernel;
-    launch_grid(grid, block, shared_bytes, [&] { std::apply(k, bound); });
+    launch_grid(
+        grid, block, shared_bytes, [&] { std::apply(k, bound); }, reinterpret_cast<const void*>(k));
   }
 };
 template <class... KArgs>
