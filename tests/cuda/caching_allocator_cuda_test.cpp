@@ -140,6 +140,49 @@ TEST(CudaErrors, OnlyMemoryAllocationFailuresOfCudaMallocAreOutOfMemory) {
   EXPECT_EQ(no_driver->code(), ErrorCode::DEP_GPU_NOT_AVAILABLE);
 }
 
+// The same through the caching allocator and the trainer's OOM recovery: a cudaMalloc that fails
+// with a sticky error (as the real allocator's cudaMalloc lambda classifies it) stops the step at
+// once; one that fails for lack of memory empties the cache, then halves the micro-batch.
+TEST(CudaErrors, StickyErrorAtCudaMallocIsNotRecoveredAsOutOfMemory) {
+  for (const char* status : {"cudaErrorIllegalAddress", "cudaErrorMemoryAllocation"}) {
+    SCOPED_TRACE(status);
+    int device_calls = 0;
+    DeviceMemoryApi api = simulated_api();
+    api.malloc = [&](void**, size_t) {
+      ++device_calls;
+      if (auto error = cuda_malloc_failure(status, "refused")) throw *error;
+      return false;
+    };
+    CachingDeviceAllocator a(Device{DeviceType::CUDA, 0}, api);
+    OomRecovery recovery(4, 4, true, a);
+    std::vector<int64_t> micro_sizes;
+    auto run = [&] {
+      recovery.run_step(
+          4,
+          [&](int64_t b, int64_t e) {
+            micro_sizes.push_back(e - b);
+            if (e - b > 1) (void)a.allocate(1 << 20);
+          },
+          [] {}, [](const OomEvent&) {});
+    };
+    if (std::string(status) == "cudaErrorIllegalAddress") {
+      try {
+        run();
+        ADD_FAILURE() << "no error";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::RUNTIME_GPU_KERNEL_FAULT) << e.what();
+      }
+      EXPECT_EQ(micro_sizes, (std::vector<int64_t>{4})) << "no smaller batch was tried";
+      EXPECT_EQ(device_calls, 1) << "no cache-emptying retry either";
+    } else {
+      run();
+      EXPECT_EQ(micro_sizes.front(), 4);
+      EXPECT_EQ(micro_sizes.back(), 1) << "out of memory: the micro-batch was halved";
+      EXPECT_EQ(recovery.micro_seqs(), 1);
+    }
+  }
+}
+
 // A faulting kernel on the simulation: the launch reports it through cudaGetLastError, as <<<>>> does.
 TEST(CudaErrors, InjectedLaunchFaultIsReportedByTheNextErrorCheck) {
   sim::inject_launch_error(sim::cudaErrorIllegalAddress);
