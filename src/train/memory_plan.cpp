@@ -25,7 +25,6 @@
 #include <array>
 #include <vector>
 
-#include "backend/cpu/quant_gemm.h"
 #include "model/held_weights.h"
 #include "ops/attention.h"
 #include "ops/device_compute.h"  // cuda_workspace::
@@ -104,10 +103,7 @@ struct DeviceScratch {
   size_t cross_entropy(int64_t T, int64_t chunk, int64_t V, int64_t D) const {
     if (head == DType::F32 || head == DType::BF16)
       return cuda_workspace::cross_entropy_bytes(head, T, D, V, chunk, true);
-    if (T == 0) return 0;
-    const int64_t panel_rows = std::min(V, std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, D)));
-    return cuda_workspace::cross_entropy_bytes(DType::F32, T, D, V, chunk, true) +
-           static_cast<size_t>(panel_rows * D) * sizeof(float);
+    return cuda_workspace::cross_entropy_held_bytes(T, D, V, chunk);
   }
 };
 

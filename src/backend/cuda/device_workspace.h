@@ -42,4 +42,13 @@ inline size_t cross_entropy_bytes(DType head, int64_t T, int64_t D, int64_t V, i
          held_gemm_operand_bytes(head, T, D) * (with_dx ? 2 : 1);
 }
 
+// The fused loss over a head held in f16 or a block type (linear_cross_entropy_held): the f32
+// workspace above plus one f32 panel of the head, at most kHeldTileFloats values (at least one
+// row): cross_entropy_held_workspace_bytes in cross_entropy.cuh.
+inline size_t cross_entropy_held_bytes(int64_t T, int64_t D, int64_t V, int64_t chunk) {
+  if (T == 0) return 0;
+  const int64_t panel_rows = std::min(V, std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, D)));
+  return cross_entropy_bytes(DType::F32, T, D, V, chunk, true) + static_cast<size_t>(panel_rows * D) * sizeof(float);
+}
+
 }  // namespace bp::cuda_workspace
