@@ -7,6 +7,8 @@
 // optimizer step, --micro-batch-size sequences per forward/backward pass (auto = the whole batch
 // in one pass), every sequence --max-seq-length tokens (the worst case the trainer plans for).
 // The memory size is --vram-gb, else training.max_memory, else the GPU's free memory, else RAM.
+// --device (as for `train`; auto = the GPU where a usable one would train) picks what is planned
+// for: on CUDA the kernels' own device workspace is counted, and --base-dtype auto means bf16.
 #include <filesystem>
 #include <iostream>
 
@@ -117,6 +119,9 @@ std::string render_text(const std::string& model_path, const bp::ModelConfig& cf
   t += row("workspace", "activation gradients, temporaries", p.workspace);
   t += row("total", "", p.total());
 
+  t += fmt::format("Planned for: {}\n", r.device == bp::DeviceType::CUDA
+                                            ? "a CUDA device (with the kernels' own device workspace)"
+                                            : "the CPU");
   t += fmt::format("\nMemory to fit: {} ({})\n", format_bytes(limit.bytes), limit.source);
   if (e.fits)
     t += fmt::format("Fits: yes, {} to spare\n", format_bytes(limit.bytes - p.total()));
@@ -178,6 +183,9 @@ int run_estimate_vram() {
   r.max_seq_length = st.get_int("training.max_seq_length");
   r.threads = static_cast<int>(st.get_int("training.threads"));
   const CudaStatus cuda = cuda_status();
+  // --device, as `train` reads it: auto plans for the GPU where a usable one would train.
+  const std::string& device = st.get_string("model.device");
+  r.device = (device == "auto" ? gpu_usable(cuda) : device.rfind("cuda", 0) == 0) ? DeviceType::CUDA : DeviceType::CPU;
   // --base-dtype: how frozen weights are held, the one setting `train` reads for it too (auto: f32 on
   // the CPU; bf16 where a usable GPU would train).
   const std::string base_setting = st.get_string("model.base_dtype");
@@ -185,7 +193,7 @@ int run_estimate_vram() {
   if (base_setting != "auto")
     r.weights_dtype = *parse_base_dtype(base_setting);
   else
-    r.weights_dtype = gpu_usable(cuda) ? DType::BF16 : DType::F32;
+    r.weights_dtype = r.device == DeviceType::CUDA ? DType::BF16 : DType::F32;
   const Limit limit = memory_limit(st, cuda);
   r.limit_bytes = limit.bytes;
 
@@ -214,10 +222,10 @@ int run_estimate_vram() {
 }
 
 bp::cli::RunFn setup_estimate_vram(CLI::App& sub) {
-  bp::cli::bind_settings(
-      sub, {"model.path", "model.offline", "training.mode", "lora.r", "lora.dropout", "lora.target_modules",
-            "training.batch_size", "training.micro_batch_size", "training.max_seq_length",
-            "training.gradient_checkpointing", "model.base_dtype", "training.vram_gb", "training.threads"});
+  bp::cli::bind_settings(sub, {"model.path", "model.offline", "training.mode", "lora.r", "lora.dropout",
+                               "lora.target_modules", "training.batch_size", "training.micro_batch_size",
+                               "training.max_seq_length", "training.gradient_checkpointing", "model.base_dtype",
+                               "training.vram_gb", "training.threads", "model.device"});
   sub.footer(
       "The estimate is for one micro-batch of --micro-batch-size sequences (auto = all --batch-size sequences of an "
       "optimizer step in one pass) of --max-seq-length tokens each, the worst case `backprop train` plans for. Only "

@@ -43,6 +43,8 @@ class Searcher {
     m.ce_chunk_tokens = req_.ce_chunk_tokens;
     m.threads = req_.threads;
     m.base_dtype = s.base;
+    m.head_dtype = s.mode == TrainMode::Lora ? s.base : DType::F32;  // the head is held like the base
+    m.device = req_.device;
     return m;
   }
 
@@ -153,6 +155,7 @@ MemorySettings EstimateRequest::memory_settings() const {
   m.micro_batch_tokens = micro_batch_tokens();
   m.ce_chunk_tokens = ce_chunk_tokens;
   m.threads = threads;
+  m.device = device;
   return m;
 }
 
@@ -325,7 +328,8 @@ nlohmann::json Estimate::to_json() const {
         {"max_seq_length", r.max_seq_length},
         {"micro_batch_tokens", micro_batch_tokens},
         {"weights_dtype", dtype_name(r.weights_dtype)},
-        {"cross_entropy_chunk_tokens", r.ce_chunk_tokens}}},
+        {"cross_entropy_chunk_tokens", r.ce_chunk_tokens},
+        {"device", r.device == DeviceType::CUDA ? "cuda" : "cpu"}}},
       {"base_parameters", base_parameters},
       {"plan", plan_json},
       {"limit_bytes", r.limit_bytes},

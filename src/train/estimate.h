@@ -55,6 +55,9 @@ struct EstimateRequest {
   size_t limit_bytes = 0;            // the memory size to fit
   int threads = 0;                   // as MemorySettings::threads
   int64_t ce_chunk_tokens = kDefaultCrossEntropyChunk;
+  // Where the run would train: on CUDA the kernels' own device memory is counted (the fused loss's
+  // workspace over whole chunks, bf16 operand copies, held-weight panels: memory_plan.cpp).
+  DeviceType device = DeviceType::CPU;
 
   int64_t micro_batch() const;  // micro_batch_size resolved (1..batch_size)
   int64_t micro_batch_tokens() const { return micro_batch() * max_seq_length; }

@@ -122,6 +122,44 @@ TEST(EstimateVramCli, JsonIsTheLibraryEstimate) {
             estimate_memory(ModelConfig::from_file(m.path() + "/config.json"), q).plan.total());
 }
 
+// --device cuda plans for the card: the library's device plan (the kernels' own workspace, held to
+// the simulated card's measured peak in tests/cuda), bf16 for --base-dtype auto; --device cpu and
+// auto on a machine without a usable GPU plan for the CPU.
+TEST(EstimateVramCli, DeviceCudaPlansTheCardsOwnWorkspace) {
+  SmolDir m;
+  const std::string common = " --model " + m.path() + " --batch-size 2 --max-seq-length 512 --vram-gb 16";
+  Result g = backprop("estimate-vram --json --device cuda --gradient-checkpointing" + common, "", true);
+  ASSERT_EQ(g.rc, 0) << g.out;
+  Result c =
+      backprop("estimate-vram --json --device cpu --base-dtype bf16 --gradient-checkpointing" + common, "", true);
+  ASSERT_EQ(c.rc, 0) << c.out;
+  const auto jg = nlohmann::json::parse(g.out), jc = nlohmann::json::parse(c.out);
+  EXPECT_EQ(jg["settings"]["device"], "cuda");
+  EXPECT_EQ(jg["settings"]["weights_dtype"], "bf16");  // auto on the card
+  EXPECT_EQ(jc["settings"]["device"], "cpu");
+  EstimateRequest q;
+  q.lora.dropout = 0.05f;
+  q.lora.target_modules = {"all-linear"};
+  q.batch_size = 2;
+  q.max_seq_length = 512;
+  q.limit_bytes = size_t{16} << 30;
+  q.weights_dtype = DType::BF16;
+  const ModelConfig cfg = ModelConfig::from_file(m.path() + "/config.json");
+  const Estimate cpu = estimate_memory(cfg, q);
+  q.device = DeviceType::CUDA;
+  const Estimate gpu = estimate_memory(cfg, q);
+  EXPECT_EQ(jg["plan"]["total"].get<size_t>(), gpu.plan.total());
+  EXPECT_EQ(jc["plan"]["total"].get<size_t>(), cpu.plan.total());
+  EXPECT_NE(gpu.plan.total(), cpu.plan.total());
+  Result t = backprop("estimate-vram --device cuda" + common);
+  EXPECT_TRUE(has(t.out, "Planned for: a CUDA device")) << t.out;
+  if (const CudaStatus cs = cuda_status(); !cs.compiled || !cs.why_unavailable.empty() || cs.devices.empty()) {
+    Result a = backprop("estimate-vram --json --device auto" + common, "", true);
+    ASSERT_EQ(a.rc, 0) << a.out;
+    EXPECT_EQ(nlohmann::json::parse(a.out)["settings"]["device"], "cpu");
+  }
+}
+
 TEST(EstimateVramCli, Bf16CountsFrozenWeightsAtTwoBytesNormsAtFour) {
   SmolDir m;
   Result r = backprop("estimate-vram --json --base-dtype bf16 --model " + m.path() + " --vram-gb 16", "", true);
