@@ -25,10 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool gpu_usable(const bp::CudaStatus& c) {
-  return c.compiled && c.why_unavailable.empty() && !c.devices.empty();
-}
-
 struct Limit {
   size_t bytes = 0;
   std::string source;  // for the text and JSON output
@@ -40,7 +36,7 @@ Limit memory_limit(const bp::Settings& st, const bp::CudaStatus& cuda) {
   const std::string& mm = st.get_string("training.max_memory");
   if (mm != "auto" && mm != "none")
     return {static_cast<size_t>(bp::parse_byte_size(mm, "training.max_memory")), "training.max_memory " + mm};
-  if (gpu_usable(cuda))
+  if (cuda.usable())
     return {cuda.devices[0].bytes_free, fmt::format("free memory of GPU 0 ({})", cuda.devices[0].name)};
   return {static_cast<size_t>(bp::mem_info().bytes_total), "this machine's RAM"};
 }
@@ -191,7 +187,7 @@ int run_estimate_vram() {
   const CudaStatus cuda = cuda_status();
   // --device, as `train` reads it: auto plans for the GPU where a usable one would train.
   const std::string& device = st.get_string("model.device");
-  r.device = (device == "auto" ? gpu_usable(cuda) : device.rfind("cuda", 0) == 0) ? DeviceType::CUDA : DeviceType::CPU;
+  r.device = (device == "auto" ? cuda.usable() : device.rfind("cuda", 0) == 0) ? DeviceType::CUDA : DeviceType::CPU;
   // --base-dtype: how frozen weights are held, the one setting `train` reads for it too (auto: f32 on
   // the CPU; bf16 where a usable GPU would train).
   const std::string base_setting = st.get_string("model.base_dtype");

@@ -29,6 +29,8 @@ struct CudaStatus {
   std::string why_unavailable;  // empty when at least one device is usable
   std::string compute;          // what the CUDA kernels compute in (backend/cuda/compute_precision.h)
   std::vector<CudaDeviceInfo> devices;
+  // A CUDA build, a visible device, and device 0 usable: where `--device auto` trains on the GPU.
+  bool usable() const { return compiled && !devices.empty() && why_unavailable.empty(); }
 };
 
 CudaStatus cuda_status();

@@ -153,11 +153,6 @@ uint64_t process_resident_bytes() {
   return 0;
 }
 
-// The gpu_training feature: a CUDA build, a visible device, and device 0 usable (cuda_status()).
-static bool gpu_trains(const CudaStatus& cuda) {
-  return cuda.compiled && !cuda.devices.empty() && cuda.why_unavailable.empty();
-}
-
 SystemInfo system_info() {
   SystemInfo s;
   s.version = BP_VERSION;
@@ -201,9 +196,9 @@ SystemInfo system_info() {
                          s.cuda.runtime_version / 1000, (s.cuda.runtime_version % 1000) / 10)
            : "not compiled in (configure with -DBACKPROP_CUDA=ON where the CUDA toolkit exists)"});
   s.features.push_back(
-      {"gpu_training", gpu_trains(s.cuda),
+      {"gpu_training", s.cuda.usable(),
        !s.cuda.compiled ? "this build has no CUDA training kernels: training runs on the CPU (no CUDA backend)"
-       : gpu_trains(s.cuda)
+       : s.cuda.usable()
            ? fmt::format("--device auto or cuda trains on CUDA device 0 ({} device(s) visible)", s.cuda.devices.size())
            : fmt::format("CUDA training kernels are built in, but no usable device: training runs on the "
                          "CPU ({})",
@@ -221,7 +216,7 @@ SystemInfo system_info() {
 std::string gpu_training_use(const CudaStatus& cuda, const CudaDeviceInfo& d) {
   if (d.index != 0) return "not used for training: this version trains on device 0 only";
   if (!cuda.compiled) return "not used for training: this build has no CUDA backend";
-  if (gpu_trains(cuda)) return "used for training (--device auto or cuda)";
+  if (cuda.usable()) return "used for training (--device auto or cuda)";
   return "not used for training: " + cuda.why_unavailable;
 }
 

@@ -102,7 +102,7 @@ static void start_from_adapter(LoraAdapter& adapter, const std::string& dir, con
 static Device training_device(const std::string& device) {
   const CudaStatus cs = cuda_status();
   const bool has_kernels = ops::kernels(DeviceType::CUDA).count > 0;
-  const bool has_card = device_memory_installed(DeviceType::CUDA) || (cs.compiled && cs.why_unavailable.empty());
+  const bool has_card = device_memory_installed(DeviceType::CUDA) || cs.usable();
   if (device == "auto") return has_kernels && has_card ? Device{DeviceType::CUDA, 0} : Device{};
   if (device.rfind("cuda", 0) != 0) return Device{};
   const bool index_ok = device == "cuda" || device == "cuda:0";

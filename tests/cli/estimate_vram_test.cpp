@@ -153,7 +153,7 @@ TEST(EstimateVramCli, DeviceCudaPlansTheCardsOwnWorkspace) {
   EXPECT_NE(gpu.plan.total(), cpu.plan.total());
   Result t = backprop("estimate-vram --device cuda" + common);
   EXPECT_TRUE(has(t.out, "Planned for: a CUDA device")) << t.out;
-  if (const CudaStatus cs = cuda_status(); !cs.compiled || !cs.why_unavailable.empty() || cs.devices.empty()) {
+  if (!cuda_status().usable()) {
     Result a = backprop("estimate-vram --json --device auto" + common, "", true);
     ASSERT_EQ(a.rc, 0) << a.out;
     EXPECT_EQ(nlohmann::json::parse(a.out)["settings"]["device"], "cpu");
@@ -233,7 +233,7 @@ TEST(EstimateVramCli, SettingsFromEnvironmentAndConfigFileAndDefaultLimit) {
   ASSERT_EQ(r.rc, 0) << r.out;
   j = nlohmann::json::parse(r.out);
   const CudaStatus cuda = cuda_status();
-  if (cuda.compiled && cuda.why_unavailable.empty() && !cuda.devices.empty()) {
+  if (cuda.usable()) {
     EXPECT_TRUE(has(j["limit_source"].get<std::string>(), "GPU")) << j["limit_source"];
   } else {
     EXPECT_EQ(j["limit_source"], "this machine's RAM");

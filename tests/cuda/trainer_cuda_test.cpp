@@ -571,8 +571,7 @@ TEST(CudaTrainer, AutoMaxMemoryIsTheCardsRoomAndThePlanFitsIt) {
 // Whether this machine has a real card the trainer would use (scripts/gpu_check.sh runs test_cuda
 // there): then "no card" cannot be tested, and --device auto/cuda without a simulated card train on it.
 bool real_card_present() {
-  const CudaStatus cs = cuda_status();
-  return cs.compiled && cs.why_unavailable.empty() && !cs.devices.empty();
+  return cuda_status().usable();
 }
 
 // --device cuda without a card: refused before any work, with the reason.

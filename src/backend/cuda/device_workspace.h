@@ -14,6 +14,13 @@
 
 namespace bp::cuda_workspace {
 
+// Rows of a held weight [rows, cols] per dequantized panel: at most kHeldTileFloats values, at
+// least one row, never more rows than the weight has. The wrappers' panel loops and the byte
+// counts below both use it.
+inline int64_t held_panel_rows(int64_t rows, int64_t cols) {
+  return std::min(rows, std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, cols)));
+}
+
 // A GEMM against a weight held as `held` with the f32 activation operand [rows, cols] (x [T, in]
 // for y = x·Wᵀ, dy [T, out] for dx = dy·W): rounded into a bf16 copy unless the weight is f32.
 inline size_t held_gemm_operand_bytes(DType held, int64_t rows, int64_t cols) {
@@ -25,8 +32,7 @@ inline size_t held_gemm_operand_bytes(DType held, int64_t rows, int64_t cols) {
 // weights are read as stored.
 inline size_t held_gemm_panel_bytes(DType held, int64_t rows, int64_t cols) {
   if (held == DType::F32 || held == DType::BF16) return 0;
-  const int64_t panel_rows = std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, cols));
-  return static_cast<size_t>(std::min(panel_rows, rows) * cols) * 2;
+  return static_cast<size_t>(held_panel_rows(rows, cols) * cols) * 2;
 }
 
 // The fused LM head + loss over x [T, D] and a head [V, D] held as `head` (f32 or bf16), in
@@ -47,8 +53,8 @@ inline size_t cross_entropy_bytes(DType head, int64_t T, int64_t D, int64_t V, i
 // row): cross_entropy_held_workspace_bytes in cross_entropy.cuh.
 inline size_t cross_entropy_held_bytes(int64_t T, int64_t D, int64_t V, int64_t chunk) {
   if (T == 0) return 0;
-  const int64_t panel_rows = std::min(V, std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, D)));
-  return cross_entropy_bytes(DType::F32, T, D, V, chunk, true) + static_cast<size_t>(panel_rows * D) * sizeof(float);
+  return cross_entropy_bytes(DType::F32, T, D, V, chunk, true) +
+         static_cast<size_t>(held_panel_rows(V, D) * D) * sizeof(float);
 }
 
 }  // namespace bp::cuda_workspace

@@ -36,6 +36,7 @@
 #include "backend/cuda/attention_limits.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_errors.h"
+#include "backend/cuda/device_workspace.h"
 #include "backend/cuda/gemm_desc.h"
 #include "backend/cuda/kernel_gaps.h"
 #include "core/allocator.h"
@@ -183,7 +184,7 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     if (W.type == DType::BF16)
       return bf16_head_cross_entropy(x, W, labels, labels_host.data(), T, D, V, c, grad_scale, dx, dW);
     if (W.type != DType::F32) {
-      const int64_t panel_rows = std::min(V, std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, D)));
+      const int64_t panel_rows = cuda_workspace::held_panel_rows(V, D);
       DeviceBuffer workspace(cross_entropy_held_workspace_bytes(c, V, D, panel_rows));
       const auto r =
           ::bp::BP_WRAP_NS::linear_cross_entropy_held(x, W.type, W.data, labels, labels_host.data(), T, D, V, c,
@@ -364,8 +365,8 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     if (W.type == DType::F32) return fn(int64_t{0}, W.rows, W.data, gemm::DType::F32);
     if (W.type == DType::BF16) return fn(int64_t{0}, W.rows, W.data, gemm::DType::BF16);
     if (!::bp::BP_WRAP_NS::dequantize_supported(W.type)) held_type_unavailable(kernel, W.type);
-    const int64_t rows = std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, W.cols));
-    DeviceBuffer panel(static_cast<size_t>(std::min(rows, W.rows) * W.cols) * sizeof(bf16));
+    const int64_t rows = cuda_workspace::held_panel_rows(W.rows, W.cols);
+    DeviceBuffer panel(static_cast<size_t>(rows * W.cols) * sizeof(bf16));
     for (int64_t n0 = 0; n0 < W.rows; n0 += rows) {
       const int64_t nb = std::min(rows, W.rows - n0);
       ::bp::BP_WRAP_NS::dequantize_rows<bf16>(W.type, W.data, W.cols, n0, nb, panel.as<bf16>(), nullptr);
