@@ -53,9 +53,9 @@ GemmWorkspaceSize gemm_workspace_size(const bp::CudaStatus& cuda) {
   if (cuda.usable()) {
     const bp::CudaDeviceInfo& d = cuda.devices[0];
     return {bp::cuda_workspace::gemm_workspace_bytes(d.cc_major),
-            fmt::format("recommended for compute capability {}.{} ({})", d.cc_major, d.cc_minor, d.name)};
+            fmt::format("NVIDIA's size for compute capability {}.{}", d.cc_major, d.cc_minor)};
   }
-  return {bp::cuda_workspace::kGemmWorkspaceBytesMax, "no GPU here: the largest recommendation (Hopper's)"};
+  return {bp::cuda_workspace::kGemmWorkspaceBytesMax, "no GPU here: the largest (Hopper's)"};
 }
 
 std::string row(const std::string& name, const std::string& arithmetic, size_t bytes, const std::string& note = "") {
