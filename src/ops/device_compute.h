@@ -1,8 +1,8 @@
 // What the CUDA kernels compute in, as the training start event words it for a run, and the device
 // memory they take for themselves per call (cuda_workspace::, for a memory plan of the device) or
-// hold across calls (cuBLASLt's workspace: device_gemm_workspace_bytes): the
-// ops layer is where train/ reaches the backends (DESIGN.md layers); the wording and the byte counts
-// live beside the CUDA wrappers that do it (backend/cuda/compute_precision.h, device_workspace.h).
+// hold across calls (cuBLASLt's workspace: device_gemm_workspace_bytes): the ops layer is where
+// train/ reaches the backends (DESIGN.md layers); the wording and the byte counts live beside the
+// CUDA wrappers that do it (backend/cuda/compute_precision.h, device_workspace.h).
 // `backprop info` gets the general line from cuda_status().compute.
 #pragma once
 

@@ -21,7 +21,8 @@
 // Model::forward_backward (model/transformer*.cpp) and of the ops it calls, tensor by tensor,
 // and reports each group's bytes at the moment the total peaks. That is the number the CPU
 // allocator measures (tests/train/memory_plan_test.cpp holds them within 10%; on the simulated
-// CUDA card, tests/cuda/trainer_cuda_test.cpp holds a whole run's peak between 1x and 1.15x).
+// CUDA card, tests/cuda/trainer_cuda_test.cpp holds a whole run's peak between 1x and 1.15x, beyond
+// the GEMM workspace both include).
 #pragma once
 
 #include <cstddef>
