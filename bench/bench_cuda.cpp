@@ -30,6 +30,7 @@
 #include "core/device_info.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "ops/device_compute.h"
 #include "train/train_benchmark.h"
 
 namespace {
@@ -43,14 +44,14 @@ std::string env_str(const char* name, const char* fallback) {
   return v && *v ? v : fallback;
 }
 
-constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // cuBLASLt workspace for the rate measurement
-
-// bp::cuda::gemm (cuBLASLt) on the default stream, with a workspace from our allocator.
+// bp::cuda::gemm (cuBLASLt) on the default stream, with a workspace from our allocator of the size
+// training's GEMMs get (the card's recommended one, ops::device_gemm_workspace_bytes), so the rate
+// is the one the trainer's GEMMs can reach.
 bp::GemmRunner cublaslt_runner(const bp::Tensor& workspace) {
   bp::GemmRunner r;
   r.device = bp::Device{bp::DeviceType::CUDA, 0};
   r.run = [&workspace](const bp::gemm::GemmDesc& d, const void* A, const void* B, void* C) {
-    bp::cuda::gemm(d, A, B, C, workspace.kernel_raw(), kWorkspaceBytes, nullptr);
+    bp::cuda::gemm(d, A, B, C, workspace.kernel_raw(), workspace.nbytes(), nullptr);
   };
   r.sync = [] {
     const cudaError_t e = cudaDeviceSynchronize();
@@ -79,7 +80,8 @@ int main(int argc, char** argv) {
   std::ofstream json;
   if (!json_path.empty()) json.open(json_path, std::ios::app);
   try {
-    const bp::Tensor workspace = bp::Tensor::empty({static_cast<int64_t>(kWorkspaceBytes / 4)}, bp::DType::F32,
+    const size_t workspace_bytes = bp::ops::device_gemm_workspace_bytes(bp::DeviceType::CUDA);
+    const bp::Tensor workspace = bp::Tensor::empty({static_cast<int64_t>(workspace_bytes / 4)}, bp::DType::F32,
                                                    bp::Device{bp::DeviceType::CUDA, 0});
     std::stringstream shapes(env_str("BP_BENCH_SHAPES", "qwen2.5-0.5b,qwen2.5-1.5b"));
     for (std::string name; std::getline(shapes, name, ',');) {

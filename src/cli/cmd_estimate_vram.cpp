@@ -9,6 +9,8 @@
 // The memory size is --vram-gb, else training.max_memory, else the GPU's free memory, else RAM.
 // --device (as for `train`; auto = the GPU where a usable one would train) picks what is planned
 // for: on CUDA the kernels' own device workspace is counted, and --base-dtype auto means bf16.
+// cuBLASLt's workspace is a row of its own, sized for GPU 0's compute capability when there is a
+// usable one, else at the largest recommendation (32 MiB, Hopper's).
 #include <filesystem>
 #include <iostream>
 
@@ -19,6 +21,7 @@
 #include "core/sysinfo.h"
 #include "model/held_weights.h"
 #include "model/loader.h"
+#include "ops/device_compute.h"
 #include "train/estimate.h"
 
 namespace {
@@ -39,6 +42,20 @@ Limit memory_limit(const bp::Settings& st, const bp::CudaStatus& cuda) {
   if (cuda.usable())
     return {cuda.devices[0].bytes_free, fmt::format("free memory of GPU 0 ({})", cuda.devices[0].name)};
   return {static_cast<size_t>(bp::mem_info().bytes_total), "this machine's RAM"};
+}
+
+// cuBLASLt's workspace for a run on CUDA (memory_plan.h gemm_workspace) and where its size comes from.
+struct GemmWorkspaceSize {
+  size_t bytes = 0;
+  std::string source;
+};
+GemmWorkspaceSize gemm_workspace_size(const bp::CudaStatus& cuda) {
+  if (cuda.usable()) {
+    const bp::CudaDeviceInfo& d = cuda.devices[0];
+    return {bp::cuda_workspace::gemm_workspace_bytes(d.cc_major),
+            fmt::format("NVIDIA's size for compute capability {}.{}", d.cc_major, d.cc_minor)};
+  }
+  return {bp::cuda_workspace::kGemmWorkspaceBytesMax, "no GPU here: the largest (Hopper's)"};
 }
 
 std::string row(const std::string& name, const std::string& arithmetic, size_t bytes, const std::string& note = "") {
@@ -68,7 +85,7 @@ std::vector<std::string> notes(const bp::Estimate& e, const std::string& dtype_s
 }
 
 std::string render_text(const std::string& model_path, const bp::ModelConfig& cfg, const bp::Estimate& e,
-                        const Limit& limit, const std::string& dtype_setting) {
+                        const Limit& limit, const std::string& dtype_setting, const GemmWorkspaceSize& gemm_ws) {
   using bp::format_bytes;
   using bp::group_digits;
   const bp::EstimateRequest& r = e.request;
@@ -105,6 +122,7 @@ std::string render_text(const std::string& model_path, const bp::ModelConfig& cf
   t += row("trainable parameters", fmt::format("{} × 4 bytes", n_train), p.trainable);
   t += row("gradients", fmt::format("{} × 4 bytes", n_train), p.gradients);
   t += row("optimizer state (AdamW)", fmt::format("2 × {} × 4 bytes (m, v)", n_train), p.optimizer_state);
+  if (r.device == bp::DeviceType::CUDA) t += row("GEMM workspace (cuBLASLt)", gemm_ws.source, p.gemm_workspace);
   t += row("saved activations",
            r.gradient_checkpointing ? "layer inputs (gradient checkpointing)" : "every layer's activations",
            p.saved_activations);
@@ -133,9 +151,9 @@ std::string render_text(const std::string& model_path, const bp::ModelConfig& cf
   const std::string at_least = e.max_micro_batch_tokens >= bp::kMaxSearchTokens ? "at least " : "";
   if (e.max_micro_batch_tokens == 0) {
     t += fmt::format(
-        "Not even one token per micro-batch fits: weights, trainable parameters, gradients and optimizer state alone "
+        "Not even one token per micro-batch fits: weights, trainable parameters, gradients, optimizer state{} alone "
         "need {}\n",
-        format_bytes(p.persistent()));
+        p.gemm_workspace ? " and the GEMM workspace" : "", format_bytes(p.persistent()));
   } else {
     t += fmt::format("Largest micro-batch at {} tokens per sequence: {}{} sequences ({} tokens)\n",
                      group_digits(r.max_seq_length), at_least, group_digits(e.max_micro_batch_size),
@@ -198,6 +216,8 @@ int run_estimate_vram() {
     r.weights_dtype = r.device == DeviceType::CUDA ? DType::BF16 : DType::F32;
   const Limit limit = memory_limit(st, cuda);
   r.limit_bytes = limit.bytes;
+  const GemmWorkspaceSize gemm_ws = gemm_workspace_size(cuda);
+  r.gemm_workspace_bytes = gemm_ws.bytes;
 
   Estimate e = estimate_memory(cfg, r);
   if (gc == "auto" && e.fits) {  // as the trainer decides: off when the same micro-batch fits without it
@@ -215,10 +235,11 @@ int run_estimate_vram() {
                   {"vocab_size", cfg.vocab_size}};
     j["limit_source"] = limit.source;
     j["dtype_setting"] = dtype_setting;
+    if (r.device == DeviceType::CUDA) j["gemm_workspace_source"] = gemm_ws.source;
     j["notes"] = notes(e, dtype_setting);
     std::cout << j.dump(2) << std::endl;
   } else {
-    std::cout << render_text(model, cfg, e, limit, dtype_setting);
+    std::cout << render_text(model, cfg, e, limit, dtype_setting, gemm_ws);
   }
   return 0;
 }

@@ -45,6 +45,7 @@ class Searcher {
     m.base_dtype = s.base;
     m.head_dtype = s.mode == TrainMode::Lora ? s.base : DType::F32;  // the head is held like the base
     m.device = req_.device;
+    m.gemm_workspace_bytes = req_.gemm_workspace_bytes;
     return m;
   }
 
@@ -156,6 +157,7 @@ MemorySettings EstimateRequest::memory_settings() const {
   m.ce_chunk_tokens = ce_chunk_tokens;
   m.threads = threads;
   m.device = device;
+  m.gemm_workspace_bytes = gemm_workspace_bytes;
   return m;
 }
 

@@ -58,6 +58,9 @@ struct EstimateRequest {
   // Where the run would train: on CUDA the kernels' own device memory is counted (the fused loss's
   // workspace over whole chunks, bf16 operand copies, held-weight panels: memory_plan.cpp).
   DeviceType device = DeviceType::CPU;
+  // On CUDA: cuBLASLt's workspace (MemorySettings::gemm_workspace_bytes): the card's recommended size
+  // when its compute capability is known, else the largest.
+  size_t gemm_workspace_bytes = cuda_workspace::kGemmWorkspaceBytesMax;
 
   int64_t micro_batch() const;  // micro_batch_size resolved (1..batch_size)
   int64_t micro_batch_tokens() const { return micro_batch() * max_seq_length; }

@@ -15,6 +15,8 @@
 // On a CUDA device the kernels also take device memory of their own inside one call (DeviceScratch
 // below, from backend/cuda/kernel_wrappers.h); its attention keeps its tiles in shared memory (no
 // per-thread scratch) and the cross-entropy's workspace replaces the front-end's logits chunk.
+// cuBLASLt's workspace is not replayed: the allocator holds it from the first GEMM on, before any
+// peak, so it is the plan's fixed gemm_workspace term.
 // When one of those changes, change the replay with it; the test against the allocator's
 // measured peak (tests/train/memory_plan_test.cpp) says when they disagree.
 #include "train/memory_plan.h"
@@ -400,6 +402,7 @@ nlohmann::json MemoryPlan::to_json() const {
           {"trainable", trainable},
           {"gradients", gradients},
           {"optimizer_state", optimizer_state},
+          {"gemm_workspace", gemm_workspace},
           {"saved_activations", saved_activations},
           {"recompute_buffers", recompute_buffers},
           {"cross_entropy_chunk", cross_entropy_chunk},
@@ -448,6 +451,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
   p.trainable = static_cast<size_t>(trainable) * f;
   p.gradients = p.trainable;
   p.optimizer_state = s.optimizer ? 2 * p.trainable : 0;
+  p.gemm_workspace = s.device == DeviceType::CUDA ? s.gemm_workspace_bytes : 0;
   const auto groups = replay_forward_backward(dims_of(cfg, s), &p.peak_phase);
   p.saved_activations = groups[kSaved];
   p.recompute_buffers = groups[kRecompute];

@@ -7,6 +7,9 @@
 //   trainable           trainable parameters (LoRA A/B, or every weight in full mode)
 //   gradients           one f32 gradient per trainable parameter
 //   optimizer_state     AdamW m and v: 2 × trainable, f32
+//   gemm_workspace      on CUDA: cuBLASLt's workspace, one block held from the first GEMM on (the
+//                       size NVIDIA recommends for the card: backend/cuda/device_workspace.h); 0 on
+//                       the CPU
 //   saved_activations   what forward keeps for backward: the layer inputs with gradient
 //                       checkpointing, every layer's activations without it
 //   recompute_buffers   with checkpointing: the recomputed activations of the one layer in backward
@@ -18,7 +21,8 @@
 // Model::forward_backward (model/transformer*.cpp) and of the ops it calls, tensor by tensor,
 // and reports each group's bytes at the moment the total peaks. That is the number the CPU
 // allocator measures (tests/train/memory_plan_test.cpp holds them within 10%; on the simulated
-// CUDA card, tests/cuda/trainer_cuda_test.cpp holds a whole run's peak between 1x and 1.15x).
+// CUDA card, tests/cuda/trainer_cuda_test.cpp holds a whole run's peak between 1x and 1.15x, beyond
+// the GEMM workspace both include).
 #pragma once
 
 #include <cstddef>
@@ -30,6 +34,7 @@
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "ops/cross_entropy.h"
+#include "ops/device_compute.h"  // cuda_workspace::
 
 namespace bp {
 
@@ -55,6 +60,10 @@ struct MemorySettings {
   // Where the step runs: on CUDA the kernels' own device workspace is counted (memory_plan.cpp
   // DeviceScratch) and the CPU's per-thread attention scratch is not.
   DeviceType device = DeviceType::CPU;
+  // On CUDA: cuBLASLt's held workspace (ops::device_gemm_workspace_bytes for the card a run uses;
+  // cuda_workspace::gemm_workspace_bytes of a known compute capability). Unknown: the largest
+  // recommendation. Not counted on the CPU.
+  size_t gemm_workspace_bytes = cuda_workspace::kGemmWorkspaceBytesMax;
 };
 
 struct MemoryPlan {
@@ -62,6 +71,7 @@ struct MemoryPlan {
   size_t trainable = 0;
   size_t gradients = 0;
   size_t optimizer_state = 0;
+  size_t gemm_workspace = 0;
   size_t saved_activations = 0;
   size_t recompute_buffers = 0;
   size_t cross_entropy_chunk = 0;
@@ -73,7 +83,7 @@ struct MemoryPlan {
   std::string peak_phase;  // where the activation peak happens ("backward layer 3", ...)
   int64_t trainable_parameters = 0;
 
-  size_t persistent() const { return weights + trainable + gradients + optimizer_state; }
+  size_t persistent() const { return weights + trainable + gradients + optimizer_state + gemm_workspace; }
   size_t activations() const { return saved_activations + recompute_buffers + cross_entropy_chunk + workspace; }
   size_t total() const { return persistent() + activations(); }
   size_t resident() const { return total() + process; }  // what the process's peak RSS should be

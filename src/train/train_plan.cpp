@@ -7,18 +7,21 @@
 #include "core/sysinfo.h"
 #include "model/held_weights.h"
 #include "ops/cross_entropy.h"
+#include "ops/device_compute.h"
 #include "train/train_data.h"
 #include "train/train_options.h"
 
 namespace bp {
 
 std::string describe_memory_plan(const MemoryPlan& p) {
+  const std::string gemm_workspace =
+      p.gemm_workspace ? fmt::format(", GEMM workspace (cuBLASLt) {}", format_bytes(p.gemm_workspace)) : "";
   return fmt::format(
-      "weights {}, trainable {}, gradients {}, optimizer {}, saved activations {}, recompute {}, cross-entropy "
+      "weights {}, trainable {}, gradients {}, optimizer {}{}, saved activations {}, recompute {}, cross-entropy "
       "chunk {}, workspace {} = total {}",
       format_bytes(p.weights), format_bytes(p.trainable), format_bytes(p.gradients), format_bytes(p.optimizer_state),
-      format_bytes(p.saved_activations), format_bytes(p.recompute_buffers), format_bytes(p.cross_entropy_chunk),
-      format_bytes(p.workspace), format_bytes(p.total()));
+      gemm_workspace, format_bytes(p.saved_activations), format_bytes(p.recompute_buffers),
+      format_bytes(p.cross_entropy_chunk), format_bytes(p.workspace), format_bytes(p.total()));
 }
 
 // A cross-entropy window starts at a labelled token and ends at most `chunk` rows later, trimmed after its
@@ -49,6 +52,7 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
   ms.lora = o.lora;
   ms.weights_bytes = resident_weight_bytes(model.weights());  // the held types as loaded
   ms.device = alloc.device().type;
+  ms.gemm_workspace_bytes = ops::device_gemm_workspace_bytes(ms.device);                     // the card's own size
   if (!model.weights().layers.empty()) ms.base_dtype = model.weights().layers[0].q.dtype();  // how they are held
   ms.head_dtype = model.weights().output_weight().dtype();
   ms.gradient_checkpointing = o.gradient_checkpointing.value_or(true);

@@ -66,7 +66,14 @@ Trainer::Trainer(TrainOptions options, TrainCallbacks callbacks) : s_(std::make_
   s_->opt = std::move(options);
   s_->cb = std::move(callbacks);
 }
-Trainer::~Trainer() = default;
+// The run's device memory goes with the trainer: its tensors with the state, then the GEMM workspace
+// the device's allocator held for the run's GEMMs (ops/device_compute.h), so a later run in the
+// same process starts from what was in use before this one.
+Trainer::~Trainer() {
+  Allocator* alloc = s_->alloc;
+  s_.reset();
+  if (alloc) ops::release_device_gemm_workspace(*alloc);
+}
 Model& Trainer::model() {
   return *s_->model;
 }

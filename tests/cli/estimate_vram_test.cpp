@@ -123,8 +123,8 @@ TEST(EstimateVramCli, JsonIsTheLibraryEstimate) {
 }
 
 // --device cuda plans for the card: the library's device plan (the kernels' own workspace, held to
-// the simulated card's measured peak in tests/cuda), bf16 for --base-dtype auto; --device cpu and
-// auto on a machine without a usable GPU plan for the CPU.
+// the simulated card's measured peak in tests/cuda, and cuBLASLt's as a row of its own), bf16 for
+// --base-dtype auto; --device cpu and auto on a machine without a usable GPU plan for the CPU.
 TEST(EstimateVramCli, DeviceCudaPlansTheCardsOwnWorkspace) {
   SmolDir m;
   const std::string common = " --model " + m.path() + " --batch-size 2 --max-seq-length 512 --vram-gb 16";
@@ -147,13 +147,27 @@ TEST(EstimateVramCli, DeviceCudaPlansTheCardsOwnWorkspace) {
   const ModelConfig cfg = ModelConfig::from_file(m.path() + "/config.json");
   const Estimate cpu = estimate_memory(cfg, q);
   q.device = DeviceType::CUDA;
+  // cuBLASLt's workspace: GPU 0's recommended size, the largest (Hopper's 32 MiB) without a GPU.
+  const CudaStatus cuda = cuda_status();
+  q.gemm_workspace_bytes = cuda.usable() ? cuda_workspace::gemm_workspace_bytes(cuda.devices[0].cc_major)
+                                         : cuda_workspace::kGemmWorkspaceBytesMax;
   const Estimate gpu = estimate_memory(cfg, q);
   EXPECT_EQ(jg["plan"]["total"].get<size_t>(), gpu.plan.total());
   EXPECT_EQ(jc["plan"]["total"].get<size_t>(), cpu.plan.total());
   EXPECT_NE(gpu.plan.total(), cpu.plan.total());
+  EXPECT_EQ(jg["plan"]["gemm_workspace"].get<size_t>(), q.gemm_workspace_bytes);
+  EXPECT_EQ(gpu.plan.gemm_workspace, q.gemm_workspace_bytes);
+  EXPECT_EQ(jc["plan"]["gemm_workspace"].get<size_t>(), 0u) << "the CPU's GEMMs hold no device workspace";
   Result t = backprop("estimate-vram --device cuda" + common);
   EXPECT_TRUE(has(t.out, "Planned for: a CUDA device")) << t.out;
-  if (!cuda_status().usable()) {
+  EXPECT_TRUE(has(t.out, "GEMM workspace (cuBLASLt)")) << t.out;
+  EXPECT_TRUE(has(t.out, format_bytes(q.gemm_workspace_bytes))) << t.out;
+  if (!cuda.usable()) {
+    EXPECT_TRUE(has(t.out, "no GPU here: the largest (Hopper's)")) << t.out;
+  }
+  Result tc = backprop("estimate-vram --device cpu" + common);
+  EXPECT_FALSE(has(tc.out, "GEMM workspace")) << tc.out;
+  if (!cuda.usable()) {
     Result a = backprop("estimate-vram --json --device auto" + common, "", true);
     ASSERT_EQ(a.rc, 0) << a.out;
     EXPECT_EQ(nlohmann::json::parse(a.out)["settings"]["device"], "cpu");

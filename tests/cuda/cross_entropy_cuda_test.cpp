@@ -33,7 +33,7 @@ void check_linear_cross_entropy(int64_t T_tokens, int64_t D, int64_t V, int64_t 
   std::vector<float> dW(V * D, 0.125f);
   std::vector<unsigned char> ws(cross_entropy_workspace_bytes<T>(chunk, V));
   const auto got = linear_cross_entropy<T>(xd.data(), Wd.data(), labels.data(), labels.data(), T_tokens, D, V, chunk,
-                                           ws.data(), grad_scale, dx.data(), dW.data());
+                                           ws.data(), grad_scale, dx.data(), dW.data(), gemm::Workspace{});
   ASSERT_EQ(got.n_counted, ref.n_counted) << at;
   const double loss_tol = std::is_same_v<T, float> ? 1e-5 : 1e-3;
   EXPECT_NEAR(got.loss_sum, ref.loss_sum, loss_tol * (1 + std::abs(ref.loss_sum))) << at;
@@ -42,7 +42,7 @@ void check_linear_cross_entropy(int64_t T_tokens, int64_t D, int64_t V, int64_t 
 
   // Loss only (no gradients) gives the same loss.
   const auto loss_only = linear_cross_entropy<T>(xd.data(), Wd.data(), labels.data(), labels.data(), T_tokens, D, V,
-                                                 chunk, ws.data(), grad_scale, nullptr, nullptr);
+                                                 chunk, ws.data(), grad_scale, nullptr, nullptr, gemm::Workspace{});
   EXPECT_EQ(loss_only.loss_sum, got.loss_sum) << at;
 }
 
@@ -75,7 +75,7 @@ void check_held_head(DType type, int64_t D, int64_t panel_rows) {
   std::vector<unsigned char> ws(cross_entropy_held_workspace_bytes(chunk, V, D, panel_rows));
   const uint64_t launches = launch_count();
   const auto got = linear_cross_entropy_held(x.data(), type, held.data(), labels.data(), labels.data(), T_tokens, D, V,
-                                             chunk, panel_rows, ws.data(), 0.5f, dx.data());
+                                             chunk, panel_rows, ws.data(), 0.5f, dx.data(), gemm::Workspace{});
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   // Two windows with labels, each dequantizing every panel twice (logits, dx), plus a softmax.
   const int64_t panels = (V + panel_rows - 1) / panel_rows;

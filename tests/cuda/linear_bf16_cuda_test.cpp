@@ -171,8 +171,12 @@ TEST(CudaBf16Gemm, TrainableF32WeightsStayF32Gemms) {
 
 // The device memory one call takes beyond its inputs and outputs (bytes_in_use counts the bytes
 // asked for, unrounded): the peak during `call` above the bytes in use before it and after it.
+// cuBLASLt's workspace is held from the first GEMM on (a fixed term of the plan, not scratch of a
+// call: gemm_workspace_cuda_test.cpp), so it is in use before the call.
 template <class Fn>
 size_t scratch_of(test::SimulatedCudaDevice& card, Fn&& call) {
+  const size_t gemm_workspace = SimulatedCudaDevice::kernels().gemm_workspace_bytes();
+  EXPECT_EQ(card.allocator().gemm_workspace(gemm_workspace).bytes, gemm_workspace);
   const size_t before = card.allocator().stats().bytes_in_use;
   card.allocator().reset_peak();
   call();

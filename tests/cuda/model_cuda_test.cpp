@@ -154,12 +154,14 @@ TEST(CudaModel, InjectedOomInTheStepIsRaisedAndLeaksNothing) {
   SimulatedCudaDevice card;
   LoraModel m(stories_dir(), kGpu, true);
   const Batch batch = sample_batch(m.model.config().vocab_size);
-  const size_t in_use = card.allocator().stats().bytes_in_use;
+  const size_t before_step = card.allocator().stats().bytes_in_use;
   const uint64_t allocs_before = card.allocator().stats().num_allocs;
   m.step(batch);  // a clean step first: how many allocations one step makes
   const uint64_t per_step = card.allocator().stats().num_allocs - allocs_before;
   ASSERT_GT(per_step, 20u);
-  EXPECT_EQ(card.allocator().stats().bytes_in_use, in_use);
+  // What the model keeps, and from its first GEMM on cuBLASLt's workspace (held, not leaked).
+  const size_t in_use = card.allocator().stats().bytes_in_use;
+  EXPECT_EQ(in_use, before_step + SimulatedCudaDevice::kernels().gemm_workspace_bytes());
   card.allocator().fail_after_allocations(per_step / 2);  // in the middle of the step
   try {
     m.model.forward_backward(batch, 1.0f, 42);
@@ -176,8 +178,9 @@ TEST(CudaModel, InjectedOomInTheStepIsRaisedAndLeaksNothing) {
 }
 
 // The simulated card's own memory: a card with room for the weights and half of what one step
-// needs on top of them. The step fails with OutOfMemoryError (after the allocator emptied its
-// cache once), and once the model is gone every byte is back on the card.
+// needs on top of them (besides cuBLASLt's workspace, which then does not fit either: the GEMMs go
+// without). The step fails with OutOfMemoryError (after the allocator emptied its cache once), and
+// once the model is gone every byte is back on the card.
 TEST(CudaModel, StepPastTheCardsMemoryRaisesOomAndLeaksNothing) {
   size_t resident_on_card = 0, step_bytes = 0;
   {
@@ -187,7 +190,8 @@ TEST(CudaModel, StepPastTheCardsMemoryRaisesOomAndLeaksNothing) {
     const size_t resident = card.allocator().stats().bytes_in_use;
     card.allocator().reset_peak();
     m.step(sample_batch(m.model.config().vocab_size));
-    step_bytes = card.allocator().stats().bytes_peak - resident;
+    ASSERT_EQ(card.allocator().gemm_workspace_bytes(), SimulatedCudaDevice::kernels().gemm_workspace_bytes());
+    step_bytes = card.allocator().stats().bytes_peak - resident - card.allocator().gemm_workspace_bytes();
   }
   ASSERT_GT(step_bytes, 0u);
   SimulatedCudaDevice card(resident_on_card + step_bytes / 2);
@@ -196,6 +200,7 @@ TEST(CudaModel, StepPastTheCardsMemoryRaisesOomAndLeaksNothing) {
     const size_t resident = card.allocator().stats().bytes_in_use;
     const Batch batch = sample_batch(m.model.config().vocab_size);
     EXPECT_THROW(m.model.forward_backward(batch, 1.0f, 42), OutOfMemoryError);
+    EXPECT_EQ(card.allocator().gemm_workspace_bytes(), 0u) << "no room for the workspace: the GEMMs went without";
     EXPECT_EQ(card.allocator().stats().bytes_in_use, resident);
   }
   EXPECT_EQ(card.allocator().stats().bytes_in_use, 0u);

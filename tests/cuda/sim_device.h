@@ -30,6 +30,7 @@ class SimulatedCudaDevice {
     install_device_memory(DeviceType::CUDA, DeviceMemory{});
     allocator_.reset();
     sim::set_memory_budget(size_t{16} << 30);
+    sim::set_compute_capability(8, 0);  // a test may have simulated another card
   }
   SimulatedCudaDevice(const SimulatedCudaDevice&) = delete;
   SimulatedCudaDevice& operator=(const SimulatedCudaDevice&) = delete;

@@ -4,6 +4,7 @@
 // of OpenBLAS running a call made inside a parallel region on the calling thread (see there).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace bp::cpu {
@@ -12,5 +13,11 @@ namespace bp::cpu {
 // (untransposed) matrices.
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// Device memory the backend's GEMMs hold from the allocator across calls: none here (OpenBLAS keeps
+// its own buffers); the CUDA backend holds cuBLASLt's workspace (backend/cuda/device_workspace.h).
+inline size_t gemm_workspace_bytes() {
+  return 0;
+}
 
 }  // namespace bp::cpu

@@ -11,8 +11,12 @@
 // fails again OutOfMemoryError says what was requested, allocated, reserved, free and the total,
 // worded like PyTorch's message (core/error.cpp), with the device's free memory as it is now, and
 // counted in stats().num_ooms like an OOM of our own limit.
+// Held workspace: the one block cuBLASLt's GEMMs use (gemm_workspace below; kernel_wrappers.h): in
+// use from the first GEMM until it is released (a run's end) or the allocator ends, counted in
+// bytes_in_use like any allocation.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -38,7 +42,10 @@ class CachingDeviceAllocator final : public Allocator {
     set_total(total_b);
     set_limit(free_b);
   }
-  ~CachingDeviceAllocator() override { empty_cache(); }
+  ~CachingDeviceAllocator() override {
+    release_gemm_workspace();
+    empty_cache();
+  }
 
   static size_t round_size(size_t bytes) { return (bytes + 511) / 512 * 512; }
 
@@ -72,6 +79,7 @@ class CachingDeviceAllocator final : public Allocator {
     release(bytes);
   }
   void empty_cache() override {
+    workspace_refused_by_device_ = false;  // the device may have room for the GEMM workspace again
     std::lock_guard<std::mutex> g(cache_mu_);
     for (auto& [size, p] : cache_) api_.free(p);
     cache_.clear();
@@ -79,6 +87,50 @@ class CachingDeviceAllocator final : public Allocator {
     set_cached(0);
   }
   Device device() const override { return device_; }
+
+  // cuBLASLt's workspace for the GEMMs of this device: `bytes` (cuda_workspace::gemm_workspace_bytes
+  // of the card) held by the allocator from the first call on and handed to every later call: one
+  // per device, not per call, because every GEMM of the backend runs on the default stream (the
+  // stream orders them, so none shares it with another at the same time) and because the memory plan
+  // can then count it as one fixed term (memory_plan.h gemm_workspace) instead of a transient at each
+  // GEMM. Allocated through allocate() (counted: in use, in OOM messages), never twice: a call for
+  // another size (another compute capability, in the simulation) gives the old block back first.
+  // Not emptied with the cache (it is in use; the OOM recovery's retry reuses it); freed by
+  // release_gemm_workspace() (the trainer's end: train/trainer.cpp) and when the allocator ends.
+  // When it cannot be had, the GEMM gets none ({nullptr, 0}: cuBLASLt then chooses among the
+  // algorithms that need no workspace, slower but correct) instead of failing the run. The plan
+  // counts it, so that happens when a run goes past its plan (a --micro-batch-size forced over it)
+  // or other processes hold the card's memory: past our limit nothing is asked (no OOM counted) and
+  // the next GEMM asks again; when the device refuses (or an injected OOM hits this allocation), the
+  // OutOfMemoryError is counted once and the GEMMs go without until the cache is next emptied (the
+  // OOM recovery does). tests/cuda/gemm_workspace_cuda_test.cpp makes each case happen.
+  struct HeldWorkspace {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  HeldWorkspace gemm_workspace(size_t bytes) {
+    std::lock_guard<std::mutex> g(workspace_mu_);
+    if (workspace_.bytes == bytes) return workspace_;
+    release_gemm_workspace_locked();
+    if (bytes == 0 || workspace_refused_by_device_) return {};
+    const MemoryStats s = stats();
+    if (bytes > s.bytes_limit - std::min(s.bytes_limit, s.bytes_in_use)) return {};
+    try {
+      workspace_ = {allocate(bytes), bytes};
+    } catch (const OutOfMemoryError&) {
+      workspace_refused_by_device_ = true;
+    }
+    return workspace_;
+  }
+  void release_gemm_workspace() {
+    std::lock_guard<std::mutex> g(workspace_mu_);
+    release_gemm_workspace_locked();
+  }
+  // The bytes of the workspace held now (0 when none).
+  size_t gemm_workspace_bytes() const {
+    std::lock_guard<std::mutex> g(workspace_mu_);
+    return workspace_.bytes;
+  }
   size_t device_free_bytes() const override {
     size_t free_b = 0, total_b = 0;
     api_.mem_info(&free_b, &total_b);
@@ -97,8 +149,16 @@ class CachingDeviceAllocator final : public Allocator {
     return p;
   }
 
+  void release_gemm_workspace_locked() {
+    if (workspace_.ptr) deallocate(workspace_.ptr, workspace_.bytes);
+    workspace_ = {};
+  }
+
   Device device_;
   DeviceMemoryApi api_;
+  mutable std::mutex workspace_mu_;  // taken before the others (allocate, deallocate), never after
+  HeldWorkspace workspace_;
+  std::atomic<bool> workspace_refused_by_device_{false};
   std::mutex cache_mu_;
   std::multimap<size_t, void*> cache_;
   size_t cached_bytes_ = 0;

@@ -9,7 +9,8 @@
 // Logits stay f32 (a softmax over ~150k classes in bf16 loses the small probabilities); the
 // gradient G is stored as T because both backward GEMMs read it beside a T operand (cuBLASLt
 // wants A and B of one type). Row losses are copied to the host and summed in row order in
-// double, as the CPU does. Workspace: cross_entropy_workspace_bytes() of device memory.
+// double, as the CPU does. Workspace: cross_entropy_workspace_bytes() of device memory, and
+// cuBLASLt's (gemm_workspace, handed to every GEMM).
 // linear_cross_entropy_held: the same for a frozen head held quantized (or bf16/f16) with f32
 // activations, W dequantized panel by panel inside both GEMMs (dequant.cuh).
 #pragma once
@@ -68,8 +69,8 @@ __global__ void softmax_cross_entropy_kernel(const float* logits, const int32_t*
 template <class T, class LogitsFn, class DxFn>
 CrossEntropyResult cross_entropy_windows(const T* x, const int32_t* labels, const int32_t* labels_host,
                                          int64_t T_tokens, int64_t D, int64_t V, int64_t chunk, void* workspace,
-                                         float grad_scale, T* dx, float* dW, cudaStream_t stream, LogitsFn&& logits_of,
-                                         DxFn&& dx_of) {
+                                         float grad_scale, T* dx, float* dW, gemm::Workspace gemm_workspace,
+                                         cudaStream_t stream, LogitsFn&& logits_of, DxFn&& dx_of) {
   CrossEntropyResult result;
   float* logits = static_cast<float*>(workspace);
   T* grad = reinterpret_cast<T*>(logits + chunk * V);
@@ -88,7 +89,9 @@ CrossEntropyResult cross_entropy_windows(const T* x, const int32_t* labels, cons
     BP_LAUNCH(static_cast<unsigned>(c), 256, 0, stream, softmax_cross_entropy_kernel<T>)
     (logits, labels + t0, V, grad_scale, make_grad ? grad : nullptr, row_loss);
     if (dx) dx_of(static_cast<const T*>(grad), c, dx + t0 * D);
-    if (dW) gemm(gemm::linear_dW_gemm(c, D, V, gemm_type_of<T>()), x + t0 * D, grad, dW, nullptr, 0, stream);
+    if (dW)
+      gemm(gemm::linear_dW_gemm(c, D, V, gemm_type_of<T>()), x + t0 * D, grad, dW, gemm_workspace.ptr,
+           gemm_workspace.bytes, stream);
     cudaMemcpyAsync(losses.data(), row_loss, static_cast<size_t>(c) * sizeof(float), cudaMemcpyDeviceToHost, stream);
     cudaStreamSynchronize(stream);
     for (int64_t r = 0; r < c; ++r) result.loss_sum += losses[static_cast<size_t>(r)];
@@ -101,15 +104,17 @@ CrossEntropyResult cross_entropy_windows(const T* x, const int32_t* labels, cons
 template <class T>
 CrossEntropyResult linear_cross_entropy(const T* x, const T* W, const int32_t* labels, const int32_t* labels_host,
                                         int64_t T_tokens, int64_t D, int64_t V, int64_t chunk, void* workspace,
-                                        float grad_scale, T* dx, float* dW, cudaStream_t stream = nullptr) {
+                                        float grad_scale, T* dx, float* dW, gemm::Workspace gemm_workspace,
+                                        cudaStream_t stream = nullptr) {
   constexpr auto tt = gemm_type_of<T>();
+  const gemm::Workspace& ws = gemm_workspace;
   return cross_entropy_windows<T>(
-      x, labels, labels_host, T_tokens, D, V, chunk, workspace, grad_scale, dx, dW, stream,
+      x, labels, labels_host, T_tokens, D, V, chunk, workspace, grad_scale, dx, dW, ws, stream,
       [&](const T* xw, int64_t c, float* logits) {
-        gemm(gemm::linear_forward_gemm(c, D, V, tt, gemm::DType::F32), W, xw, logits, nullptr, 0, stream);
+        gemm(gemm::linear_forward_gemm(c, D, V, tt, gemm::DType::F32), W, xw, logits, ws.ptr, ws.bytes, stream);
       },
       [&](const T* grad, int64_t c, T* dxw) {
-        gemm(gemm::linear_dx_gemm(c, D, V, tt, tt), W, grad, dxw, nullptr, 0, stream);
+        gemm(gemm::linear_dx_gemm(c, D, V, tt, tt), W, grad, dxw, ws.ptr, ws.bytes, stream);
       });
 }
 
@@ -124,7 +129,9 @@ BP_HOST_FN CrossEntropyResult linear_cross_entropy_held(const float* x, DType w_
                                                         const int32_t* labels, const int32_t* labels_host,
                                                         int64_t T_tokens, int64_t D, int64_t V, int64_t chunk,
                                                         int64_t panel_rows, void* workspace, float grad_scale,
-                                                        float* dx, cudaStream_t stream = nullptr) {
+                                                        float* dx, gemm::Workspace gemm_workspace,
+                                                        cudaStream_t stream = nullptr) {
+  const gemm::Workspace& ws = gemm_workspace;
   float* panel =
       reinterpret_cast<float*>(static_cast<char*>(workspace) + cross_entropy_workspace_bytes<float>(chunk, V));
   auto for_each_panel = [&](auto&& fn) {
@@ -135,17 +142,17 @@ BP_HOST_FN CrossEntropyResult linear_cross_entropy_held(const float* x, DType w_
     }
   };
   return cross_entropy_windows<float>(
-      x, labels, labels_host, T_tokens, D, V, chunk, workspace, grad_scale, dx, nullptr, stream,
+      x, labels, labels_host, T_tokens, D, V, chunk, workspace, grad_scale, dx, nullptr, ws, stream,
       [&](const float* xw, int64_t c, float* logits) {  // logits[:, v0 .. v0 + nb) = x_w · panelᵀ
         for_each_panel([&](int64_t v0, int64_t nb) {
-          gemm(gemm::row_major_gemm(false, true, c, nb, D, 1.0f, D, D, 0.0f, V), panel, xw, logits + v0, nullptr, 0,
-               stream);
+          gemm(gemm::row_major_gemm(false, true, c, nb, D, 1.0f, D, D, 0.0f, V), panel, xw, logits + v0, ws.ptr,
+               ws.bytes, stream);
         });
       },
       [&](const float* grad, int64_t c, float* dxw) {  // dx_w = Σ_panels G[:, v0 .. v0 + nb) · panel
         for_each_panel([&](int64_t v0, int64_t nb) {
           gemm(gemm::row_major_gemm(false, false, c, D, nb, 1.0f, V, D, v0 == 0 ? 0.0f : 1.0f, D), panel, grad + v0,
-               dxw, nullptr, 0, stream);
+               dxw, ws.ptr, ws.bytes, stream);
         });
       });
 }

@@ -1,8 +1,9 @@
-// Device memory the CUDA wrappers (kernel_wrappers.h) take from the CUDA allocator for themselves
-// inside one call, in bytes: what a memory plan for the device adds to the tensors the op
-// front-ends allocate (src/train/memory_plan.cpp reaches it through ops/device_compute.h). Plain
-// C++ (no CUDA header); tests/cuda/linear_bf16_cuda_test.cpp holds each function to the bytes the
-// simulated card's allocator measures.
+// Device memory the CUDA wrappers (kernel_wrappers.h) take from the CUDA allocator for themselves,
+// in bytes: cuBLASLt's workspace, held across calls, and what they take inside one call. What a
+// memory plan for the device adds to the tensors the op front-ends allocate
+// (src/train/memory_plan.cpp reaches it through ops/device_compute.h). Plain C++ (no CUDA header);
+// tests/cuda/linear_bf16_cuda_test.cpp holds each function to the bytes the simulated card's
+// allocator measures.
 #pragma once
 
 #include <algorithm>
@@ -13,6 +14,23 @@
 #include "core/dtype.h"
 
 namespace bp::cuda_workspace {
+
+// cuBLASLt's workspace, which every GEMM of the wrappers gets (kernel_wrappers.h gemm_workspace):
+// the size NVIDIA recommends for the card's compute capability. The cuBLAS documentation
+// (cublasSetWorkspace, https://docs.nvidia.com/cuda/cublas/index.html#cublassetworkspace)
+// recommends 32 MiB on Hopper (CC 9.x) and 4 MiB on the other architectures; PyTorch sizes its
+// cuBLASLt workspace the same way for CC >= 9 (pytorch/pytorch#120925), and so do we for the cards
+// after Hopper. Less narrows cuBLASLt's heuristic: without a workspace it skips every algorithm that
+// needs one (split-K with a reduction buffer among them).
+// One workspace per device, held from the first GEMM on: a fixed term of the device memory plan
+// (memory_plan.h gemm_workspace).
+inline constexpr size_t kGemmWorkspaceBytesHopper = size_t{32} << 20;
+inline constexpr size_t kGemmWorkspaceBytesOther = size_t{4} << 20;
+// The largest recommendation: what a plan counts when the card is not known.
+inline constexpr size_t kGemmWorkspaceBytesMax = kGemmWorkspaceBytesHopper;
+inline constexpr size_t gemm_workspace_bytes(int cc_major) {
+  return cc_major >= 9 ? kGemmWorkspaceBytesHopper : kGemmWorkspaceBytesOther;
+}
 
 // Rows of a held weight [rows, cols] per dequantized panel: at most kHeldTileFloats values, at
 // least one row, never more rows than the weight has. The wrappers' panel loops and the byte

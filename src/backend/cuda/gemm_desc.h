@@ -39,6 +39,14 @@ struct GemmDesc {
   float alpha = 1.0f, beta = 0.0f;
 };
 
+// cuBLASLt's workspace for a GEMM (cublasLtMatmul's `workspace`, `workspaceSizeInBytes`): device
+// memory the chosen algorithm may use; {nullptr, 0} restricts cuBLASLt to algorithms that need none.
+// The wrappers hand every GEMM the device's held one (kernel_wrappers.h gemm_workspace).
+struct Workspace {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+
 // Row-major Y[M×N] = alpha·op(X)[M×K]·op(W)[K×N] + beta·Y, the CPU backend's sgemm arguments
 // (ldx, ldw, ldy: row strides of the stored matrices), as a column-major description with
 // A = W and B = X.

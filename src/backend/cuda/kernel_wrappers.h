@@ -6,7 +6,8 @@
 // includer declares the launchers and the runtime calls first; this file has no include guard.
 //
 // What the wrappers add to a launcher: f32 activations (the ops layer is f32 today), device
-// workspace from the CUDA allocator (counted, and released on every path), a check of the launch
+// workspace from the CUDA allocator (counted, and released on every path; cuBLASLt's workspace is
+// the one block the allocator holds for every GEMM: gemm_workspace), a check of the launch
 // (a failed launch throws through cuda_errors.h), and the few host values the CUDA launchers need:
 // the labels on the host (cross-entropy windows), rope's inv_freq table (host memory on every
 // backend) copied to the device. GEMMs against a frozen weight held narrower than f32 take bf16
@@ -34,6 +35,7 @@
 #include "backend/cpu/cross_entropy.h"
 #include "backend/cpu/quant_gemm.h"
 #include "backend/cuda/attention_limits.h"
+#include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_errors.h"
 #include "backend/cuda/device_workspace.h"
@@ -113,6 +115,13 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   }
 
   // ---- GEMMs (gemm_desc.h: row-major calls become column-major descriptions, A = W, B = X) ----
+  // Every GEMM gets cuBLASLt's workspace (gemm_workspace below): this many bytes for this card.
+  static size_t gemm_workspace_bytes() {
+    int cc_major = 0;
+    check_cuda(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0),
+               "cudaDeviceGetAttribute(compute capability)");
+    return cuda_workspace::gemm_workspace_bytes(cc_major);
+  }
   static void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
     run_gemm(gemm::row_major_gemm(trans_a, trans_b, M, N, K, alpha, lda, ldb, beta, ldc), B, A, C);
@@ -186,16 +195,16 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     if (W.type != DType::F32) {
       const int64_t panel_rows = cuda_workspace::held_panel_rows(V, D);
       DeviceBuffer workspace(cross_entropy_held_workspace_bytes(c, V, D, panel_rows));
-      const auto r =
-          ::bp::BP_WRAP_NS::linear_cross_entropy_held(x, W.type, W.data, labels, labels_host.data(), T, D, V, c,
-                                                      panel_rows, workspace.as<void>(), grad_scale, dx, nullptr);
+      const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy_held(x, W.type, W.data, labels, labels_host.data(), T, D, V,
+                                                                 c, panel_rows, workspace.as<void>(), grad_scale, dx,
+                                                                 gemm_workspace(), nullptr);
       check_launch("linear_cross_entropy (held head)");
       return {r.loss_sum, r.n_counted};
     }
     DeviceBuffer workspace(cross_entropy_workspace_bytes<float>(c, V));
-    const auto r =
-        ::bp::BP_WRAP_NS::linear_cross_entropy<float>(x, static_cast<const float*>(W.data), labels, labels_host.data(),
-                                                      T, D, V, c, workspace.as<void>(), grad_scale, dx, dW, nullptr);
+    const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy<float>(x, static_cast<const float*>(W.data), labels,
+                                                                 labels_host.data(), T, D, V, c, workspace.as<void>(),
+                                                                 grad_scale, dx, dW, gemm_workspace(), nullptr);
     check_launch("linear_cross_entropy");
     return {r.loss_sum, r.n_counted};
   }
@@ -318,7 +327,7 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     DeviceBuffer workspace(cross_entropy_workspace_bytes<bf16>(c, V));
     const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy<bf16>(
         xb, static_cast<const bf16*>(W.data), labels, labels_host, T, D, V, c, workspace.as<void>(), grad_scale,
-        dx ? dx_bf16->as<bf16>() : nullptr, dW, nullptr);
+        dx ? dx_bf16->as<bf16>() : nullptr, dW, gemm_workspace(), nullptr);
     check_launch("linear_cross_entropy (bf16 head)");
     if (dx) {
       ::bp::BP_WRAP_NS::convert_bf16_to_f32(dx_bf16->as<bf16>(), dx, T * D, nullptr);
@@ -326,8 +335,18 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     }
     return {r.loss_sum, r.n_counted};
   }
+  // cuBLASLt's workspace: the block the device's allocator holds for it (caching_allocator.h
+  // gemm_workspace: allocated at the first GEMM, kept, counted; none when it cannot be had), sized
+  // as NVIDIA recommends for the card (device_workspace.h gemm_workspace_bytes).
+  static gemm::Workspace gemm_workspace() {
+    auto* caching = dynamic_cast<CachingDeviceAllocator*>(&allocator_for(Device{DeviceType::CUDA, 0}));
+    if (!caching) throw Error(ErrorCode::RUNTIME_INTERNAL, "[gemm] the CUDA allocator is not the caching allocator");
+    const auto held = caching->gemm_workspace(gemm_workspace_bytes());
+    return {held.ptr, held.bytes};
+  }
   static void run_gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C) {
-    ::bp::BP_WRAP_NS::gemm(desc, A, B, C, nullptr, 0, nullptr);
+    const gemm::Workspace ws = gemm_workspace();
+    ::bp::BP_WRAP_NS::gemm(desc, A, B, C, ws.ptr, ws.bytes, nullptr);
     check_launch("gemm");
   }
   // The activation operand of a GEMM against a held weight, in the type the weight's panels are

@@ -142,8 +142,9 @@
         const p = await api("POST", "/api/estimate", { model: model.value, settings: formSettings() });
         if (seq !== planSeq) return;
         const rows = [["weights", p.plan.weights], ["trainable", p.plan.trainable], ["gradients", p.plan.gradients],
-          ["optimizer state", p.plan.optimizer_state], ["saved activations", p.plan.saved_activations],
-          ["workspace", p.plan.workspace], ["total", p.plan.total]];
+          ["optimizer state", p.plan.optimizer_state],
+          ...(p.plan.gemm_workspace ? [["GEMM workspace (cuBLASLt)", p.plan.gemm_workspace]] : []),
+          ["saved activations", p.plan.saved_activations], ["workspace", p.plan.workspace], ["total", p.plan.total]];
         plan.replaceChildren(
           h("p", { id: "plan-verdict", class: p.fits ? "ok" : "error",
             text: (p.fits ? "Fits: " : "Does not fit: ") + bytes(p.plan.total) + " of " + bytes(p.limit_bytes) + " (" + p.limit_source + ")" }),

@@ -244,6 +244,7 @@ std::mutex g_mu;
 std::map<void*, size_t> g_allocations;
 size_t g_budget = size_t{16} << 30;
 size_t g_in_use = 0;
+int g_cc_major = 8, g_cc_minor = 0;
 cudaError_t g_last_error = cudaSuccess;
 cudaError_t g_injected = cudaSuccess;
 std::atomic<uint64_t> g_launches{0};
@@ -439,6 +440,16 @@ cudaError_t cudaDeviceSynchronize() {
 cudaError_t cudaSetDevice(int index) {
   return index == 0 ? cudaSuccess : fail(cudaErrorInvalidValue);
 }
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
+  if (!value || device != 0) return fail(cudaErrorInvalidValue);
+  std::lock_guard<std::mutex> g(g_mu);
+  switch (attribute) {
+    case cudaDevAttrComputeCapabilityMajor: *value = g_cc_major; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = g_cc_minor; return cudaSuccess;
+  }
+  g_last_error = cudaErrorInvalidValue;
+  return cudaErrorInvalidValue;
+}
 const char* cudaGetErrorName(cudaError_t e) {
   switch (e) {
     case cudaSuccess: return "cudaSuccess";
@@ -469,6 +480,20 @@ void set_memory_budget(size_t bytes_total) {
 size_t memory_in_use() {
   std::lock_guard<std::mutex> g(g_mu);
   return g_in_use;
+}
+bool memory_range_live(const void* ptr, size_t bytes) {
+  const auto* p = static_cast<const char*>(ptr);
+  std::lock_guard<std::mutex> g(g_mu);
+  auto it = g_allocations.upper_bound(const_cast<void*>(ptr));  // the first allocation starting after ptr
+  if (!p || it == g_allocations.begin()) return false;
+  --it;
+  const auto* base = static_cast<const char*>(it->first);
+  return p >= base && bytes <= it->second && static_cast<size_t>(p - base) <= it->second - bytes;
+}
+void set_compute_capability(int major, int minor) {
+  std::lock_guard<std::mutex> g(g_mu);
+  g_cc_major = major;
+  g_cc_minor = minor;
 }
 void inject_launch_error(cudaError_t e) {
   std::lock_guard<std::mutex> g(g_mu);

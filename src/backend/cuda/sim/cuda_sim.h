@@ -14,7 +14,8 @@
 //   meeting point: every lane of the warp must take part (the full-mask form the kernels use);
 // - atomics (plain read-modify-write: one OS thread runs the whole launch);
 // - the runtime calls the backend uses, with a memory budget (set_memory_budget) so that
-//   cudaMalloc fails with cudaErrorMemoryAllocation exactly when a test wants it to.
+//   cudaMalloc fails with cudaErrorMemoryAllocation exactly when a test wants it to, and a compute
+//   capability (set_compute_capability, 8.0 by default) for what the backend sizes by it.
 // Everything lives in namespace bp::sim; kernels compiled against it are placed in bp::sim too
 // (cuda_compat.h's BP_CUDA_NS), so unqualified CUDA names resolve here and never clash with the
 // real CUDA runtime that a CUDA build links into the same test binary.
@@ -65,6 +66,8 @@ enum cudaMemcpyKind : int {
   cudaMemcpyDefault = 4
 };
 using cudaStream_t = struct SimStream*;
+// The device attributes the backend reads (CUDA's values).
+enum cudaDeviceAttr : int { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76 };
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes);
 cudaError_t cudaFree(void* ptr);
@@ -80,6 +83,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaSetDevice(int index);
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device);
 const char* cudaGetErrorString(cudaError_t e);
 const char* cudaGetErrorName(cudaError_t e);
 
@@ -87,6 +91,10 @@ const char* cudaGetErrorName(cudaError_t e);
 // The simulated card's memory: cudaMalloc fails past `bytes_total` (counted in bytes requested).
 void set_memory_budget(size_t bytes_total);
 size_t memory_in_use();
+// Whether [ptr, ptr + bytes) lies inside one live cudaMalloc allocation (what a kernel may touch).
+bool memory_range_live(const void* ptr, size_t bytes);
+// The simulated card's compute capability (cudaDeviceGetAttribute): 8.0 (an A100) unless set.
+void set_compute_capability(int major, int minor);
 // The next launch (only) reports `e` (as a faulting kernel would: launch failure, illegal address).
 void inject_launch_error(cudaError_t e);
 // Launches since the process started (tests check a host wrapper really launched).

@@ -3,7 +3,11 @@
 // while a GemmRecorder (gemm_sim.h) lives. It computes the pointers' alignment preferences as
 // cublaslt_gemm.cpp does (gemm_alignments), keeps them for the tests (last_gemm_alignments), and
 // refuses an operand aligned below its element size with CUBLAS_STATUS_NOT_SUPPORTED, as cuBLASLt
-// does.
+// does. The workspace is held to cuBLASLt's contract: `workspace_bytes` of device memory at
+// `workspace` (none: 0 bytes); a range outside the simulated card's live allocations is what
+// faults with an illegal address on a card (the algorithm writes its partial sums there), so it is
+// refused as that sticky error (RUNTIME_GPU_KERNEL_FAULT). The last GEMM's workspace is kept for
+// the tests (last_gemm_workspace).
 #include "backend/cuda/sim/gemm_sim.h"
 
 #include "backend/cuda/cuda_errors.h"
@@ -16,6 +20,7 @@ namespace bp::sim {
 namespace {
 GemmRecorder* active_recorder = nullptr;
 thread_local gemm::GemmAlignments last_alignments;
+thread_local GemmWorkspaceSeen last_workspace;
 }  // namespace
 
 GemmRecorder::GemmRecorder() {
@@ -30,10 +35,21 @@ gemm::GemmAlignments last_gemm_alignments() {
   return last_alignments;
 }
 
-void gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C, void*, size_t, cudaStream_t) {
+GemmWorkspaceSeen last_gemm_workspace() {
+  return last_workspace;
+}
+
+void gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C, void* workspace, size_t workspace_bytes,
+          cudaStream_t) {
   if (auto why = gemm::invalid_reason(desc); !why.empty())
     throw Error(ErrorCode::RUNTIME_INTERNAL, "[gemm] invalid description " + why);
-  if (active_recorder) active_recorder->record(desc);
+  if (active_recorder) active_recorder->record(desc, workspace_bytes);
+  last_workspace = {workspace, workspace_bytes};
+  if (workspace_bytes > 0 && !memory_range_live(workspace, workspace_bytes))
+    throw cuda_failure("cublasLtMatmul", cudaGetErrorName(cudaErrorIllegalAddress),
+                       fmt::format("{} ([gemm] a workspace of {} bytes at {} is not inside one live allocation of the "
+                                   "device)",
+                                   cudaGetErrorString(cudaErrorIllegalAddress), workspace_bytes, workspace));
   last_alignments = gemm::gemm_alignments(desc, A, B, C);
   if (auto why = gemm::misaligned_reason(desc, last_alignments); !why.empty())
     throw cuda_failure("cublasLtMatmul", "CUBLAS_STATUS_NOT_SUPPORTED", "[gemm] " + why);
