@@ -7,6 +7,30 @@
 // Anything else (some threads at a barrier that others exited without reaching, or a warp waiting
 // for lanes stuck at a block barrier) is a deadlock on a GPU and an error here.
 //
+// Schedules (cuda_sim.h, BP_SIM_SCHEDULE): the order of one round and of the blocks. Forward
+// resumes the ready threads in thread order and runs the blocks in grid order; Reverse both
+// backwards; Shuffle a fresh random permutation of the ready threads each round, holding back each
+// warp for the round with probability 1/2 (a GPU may delay any warp: one warp can then run several
+// meetings ahead of another), and the blocks in a random order. All three are orders a GPU could
+// produce, so a correct kernel gives the same result under each, up to the rounding of float
+// atomics. A race shows up as a difference:
+// - a thread reading shared memory that another thread writes with no barrier between reads the
+//   new value in one order and the old one in the other: Forward runs lower threads first, so it
+//   exposes a read of a higher thread's write, Reverse a read of a lower thread's write (thread 0
+//   broadcasting through shared memory without __syncthreads, a total read before the last step
+//   of a reduction has finished); Shuffle mixes both inside warps and between warps;
+// - a kernel relying on block order (block N-1 summing partials the other blocks wrote, a chained
+//   scan without look-back) reads unwritten memory under Reverse/Shuffle;
+// - blocks storing different values to one element: the last block wins, a different one per order.
+// Why schedules and not a shadow-memory detector: the kernels' loads and stores are plain C++, so
+// watching them would mean instrumenting every access; running the same test under three orders
+// needs nothing but this loop, and the tests already compare with references. What it cannot show:
+// a lost update inside one segment (two threads or blocks doing a non-atomic `+=` on one address,
+// as the fibers never switch between its load and store: integer sums stay exact, float sums only
+// change their rounding order, exactly as atomics would), and reads of uninitialised static
+// __shared__ arrays (they keep the previous block's values; dynamic shared memory is NaN bytes at
+// every block start).
+//
 // Fiber switch: on x86-64 a dozen instructions (bp_sim_switch_stack below: callee-saved
 // registers, MXCSR and the x87 control word); glibc's swapcontext makes a sigprocmask system call
 // per switch, which made a 1,000-block reduction take seconds. Elsewhere, under AddressSanitizer
@@ -53,9 +77,14 @@ bp_sim_switch_stack:
 extern "C" void bp_sim_switch_stack(void** save_sp, void* load_sp);
 #endif
 
+#include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <numeric>
+#include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -126,6 +155,9 @@ struct BlockRun {
   std::vector<uint64_t> warp_slots;
   std::vector<unsigned char> dynamic_shared;
   std::exception_ptr error;
+  Schedule order = Schedule::Forward;
+  std::mt19937_64 rng;     // Shuffle: this launch's permutations
+  std::vector<int> round;  // the fibers the current round resumes, in order
 };
 
 thread_local BlockRun* g_block = nullptr;
@@ -198,6 +230,26 @@ bool release_waiters(BlockRun& run) {
   return false;
 }
 
+// The fibers one round resumes, in the order of the launch's schedule (a fiber that is not Ready
+// when its turn comes is skipped).
+void plan_round(BlockRun& run) {
+  const int n = static_cast<int>(run.fibers.size());
+  run.round.resize(n);
+  if (run.order != Schedule::Shuffle) {
+    std::iota(run.round.begin(), run.round.end(), 0);
+    if (run.order == Schedule::Reverse) std::reverse(run.round.begin(), run.round.end());
+    return;
+  }
+  run.round.clear();
+  const uint64_t warps_run = run.rng();  // bit w: warp w runs this round (at most 32 warps)
+  for (int i = 0; i < n; ++i)
+    if (run.fibers[i].state == FiberState::Ready && (warps_run >> (i / warpSize) & 1u)) run.round.push_back(i);
+  if (run.round.empty())  // every warp with a ready lane was held back: run them all instead
+    for (int i = 0; i < n; ++i)
+      if (run.fibers[i].state == FiberState::Ready) run.round.push_back(i);
+  std::shuffle(run.round.begin(), run.round.end(), run.rng);
+}
+
 std::string deadlock_message(const BlockRun& run) {
   int at_barrier = 0, at_warp = 0, done = 0;
   for (auto& f : run.fibers) {
@@ -223,20 +275,63 @@ void run_block(BlockRun& run) {
   }
   std::fill(run.dynamic_shared.begin(), run.dynamic_shared.end(), static_cast<unsigned char>(0xff));  // NaN bytes
   for (;;) {
-    bool all_done = true;
-    for (int i = 0; i < n; ++i) {
+    plan_round(run);
+    for (int i : run.round) {
       Fiber& f = run.fibers[i];
       if (f.state == FiberState::Ready) {
         run.current = i;
         threadIdx = f.thread_index;
         switch_context(run.scheduler, f.context);
       }
-      all_done &= f.state == FiberState::Done;
     }
     if (run.error) std::rethrow_exception(run.error);
+    bool all_done = true, any_ready = false;  // a fiber held back this round is still Ready
+    for (const Fiber& f : run.fibers) {
+      all_done &= f.state == FiberState::Done;
+      any_ready |= f.state == FiberState::Ready;
+    }
     if (all_done) return;
-    if (!release_waiters(run)) throw std::runtime_error(deadlock_message(run));
+    if (!release_waiters(run) && !any_ready) throw std::runtime_error(deadlock_message(run));
   }
+}
+
+// ---- schedules ----
+std::mutex g_schedule_mu;
+std::optional<ScheduleChoice> g_schedule;  // empty until the first launch reads BP_SIM_SCHEDULE
+uint64_t g_schedule_launches = 0;          // launches since the schedule was chosen: Shuffle's stream
+
+// The schedule of the launch starting now and the seed of its permutations (a launch's shuffles
+// depend on the seed and on how many launches came since the schedule was set, not on the tests
+// that ran before: set_schedule, then the same launches, gives the same orders).
+std::pair<ScheduleChoice, uint64_t> next_launch_schedule() {
+  const ScheduleChoice choice = current_schedule();
+  std::lock_guard<std::mutex> g(g_schedule_mu);
+  return {choice, choice.seed * 0x9e3779b97f4a7c15ull + g_schedule_launches++};
+}
+
+// Block k of a launch in the schedule's order, as a linear index x + gx·(y + gy·z).
+struct BlockOrder {
+  Schedule order;
+  uint64_t blocks;
+  std::vector<uint64_t> permutation;  // Shuffle only
+  uint64_t at(uint64_t k) const {
+    switch (order) {
+      case Schedule::Forward: return k;
+      case Schedule::Reverse: return blocks - 1 - k;
+      case Schedule::Shuffle: break;
+    }
+    return permutation[k];
+  }
+};
+
+BlockOrder block_order(Schedule order, uint64_t blocks, std::mt19937_64& rng) {
+  BlockOrder b{order, blocks, {}};
+  if (order == Schedule::Shuffle) {
+    b.permutation.resize(blocks);
+    std::iota(b.permutation.begin(), b.permutation.end(), uint64_t{0});
+    std::shuffle(b.permutation.begin(), b.permutation.end(), rng);
+  }
+  return b;
 }
 
 // ---- runtime state ----
@@ -342,20 +437,25 @@ void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::
     }
   }
   if (g_block) throw std::logic_error("[cuda-sim] a kernel launched another kernel (dynamic parallelism)");
+  const auto [schedule, launch_seed] = next_launch_schedule();
   BlockRun run;
   run.body = &body;
+  run.order = schedule.order;
+  run.rng.seed(launch_seed);
   run.warp_slots.assign((threads + warpSize - 1) / warpSize * warpSize, 0);
   run.dynamic_shared.assign(dynamic_shared_bytes, 0);
   gridDim = grid;
   blockDim = block;
   g_block = &run;
   try {
-    for (unsigned z = 0; z < grid.z; ++z)
-      for (unsigned y = 0; y < grid.y; ++y)
-        for (unsigned x = 0; x < grid.x; ++x) {
-          blockIdx = dim3(x, y, z);
-          run_block(run);
-        }
+    const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+    const BlockOrder order = block_order(schedule.order, blocks, run.rng);
+    for (uint64_t k = 0; k < blocks; ++k) {
+      const uint64_t b = order.at(k);
+      blockIdx = dim3(static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
+                      static_cast<unsigned>(b / (uint64_t{grid.x} * grid.y)));
+      run_block(run);
+    }
   } catch (...) {
     g_block = nullptr;
     throw;
@@ -501,6 +601,29 @@ void inject_launch_error(cudaError_t e) {
 }
 uint64_t launch_count() {
   return g_launches.load();
+}
+
+ScheduleChoice parse_schedule(const char* text) {
+  const std::string s = text ? text : "";
+  if (s.empty() || s == "forward") return {Schedule::Forward, 0};
+  if (s == "reverse") return {Schedule::Reverse, 0};
+  if (s == "shuffle") return {Schedule::Shuffle, 1};
+  if (s.rfind("shuffle:", 0) == 0 && s.size() > 8 && s.find_first_not_of("0123456789", 8) == std::string::npos)
+    return {Schedule::Shuffle, std::stoull(s.substr(8))};
+  throw std::invalid_argument("[cuda-sim] BP_SIM_SCHEDULE='" + s +
+                              "' is not forward, reverse, shuffle or shuffle:SEED (a decimal number)");
+}
+ScheduleChoice current_schedule() {
+  std::lock_guard<std::mutex> g(g_schedule_mu);
+  if (!g_schedule) g_schedule = parse_schedule(std::getenv("BP_SIM_SCHEDULE"));
+  return *g_schedule;
+}
+ScheduleChoice set_schedule(ScheduleChoice choice) {
+  const ScheduleChoice before = current_schedule();
+  std::lock_guard<std::mutex> g(g_schedule_mu);
+  g_schedule = choice;
+  g_schedule_launches = 0;
+  return before;
 }
 
 }  // namespace bp::sim

@@ -100,6 +100,24 @@ void inject_launch_error(cudaError_t e);
 // Launches since the process started (tests check a host wrapper really launched).
 uint64_t launch_count();
 
+// The order the scheduler runs the threads of a block and the blocks of a grid in (cuda_sim.cpp,
+// "Schedules"). Every order is one a GPU could produce, so a kernel whose result changes with it
+// has a race. Forward: thread order and block order. Reverse: both reversed. Shuffle: a random
+// permutation of the ready threads each round (some warps held back a round) and of the blocks,
+// from `seed` and the launch's number. Chosen once per process from BP_SIM_SCHEDULE
+// (forward | reverse | shuffle | shuffle:SEED; unset: forward) at the first launch.
+enum class Schedule { Forward, Reverse, Shuffle };
+struct ScheduleChoice {
+  Schedule order = Schedule::Forward;
+  uint64_t seed = 0;  // Shuffle only
+};
+// "forward", "reverse", "shuffle" (seed 1), "shuffle:SEED"; std::invalid_argument otherwise.
+ScheduleChoice parse_schedule(const char* text);
+// The schedule launches use now (BP_SIM_SCHEDULE's until set_schedule replaced it).
+ScheduleChoice current_schedule();
+// Replaces the schedule for the launches that follow; returns the one it replaced (tests restore it).
+ScheduleChoice set_schedule(ScheduleChoice choice);
+
 // ---- intrinsics used inside kernels ----
 void __syncthreads();
 // Internal: lane index, the warp's exchange slots, and the warp-wide meeting point.
@@ -159,6 +177,9 @@ inline int __any_sync(unsigned mask, int p) {
 inline void __syncwarp(unsigned = 0xffffffffu) {
   sim_warp_meet();
 }
+// One OS thread runs a whole launch, every block to its end before the next: memory is always
+// consistent, so the fence orders nothing more.
+inline void __threadfence() {}
 
 template <class T>
 inline T atomicAdd(T* p, T v) {
