@@ -73,12 +73,37 @@ __global__ void sum_of_partials_kernel(const int* x, int* partial, unsigned* fin
   }
 }
 
+// Each block adds its slice's sum into one total: with `+=` two blocks' read-modify-writes can
+// interleave on a GPU and lose an update; with atomicAdd they cannot.
+__global__ void add_block_sums_kernel(const int* x, int* total, bool atomic) {
+  if (threadIdx.x != 0) return;
+  int s = 0;
+  for (unsigned i = 0; i < 8; ++i) s += x[blockIdx.x * 8 + i];
+  if (atomic)
+    atomicAdd(total, s);
+  else
+    *total += s;
+}
+
 // Restores the schedule a test found (tests may run under BP_SIM_SCHEDULE already).
 class CudaSimSchedule : public ::testing::Test {
  protected:
-  void TearDown() override { set_schedule(saved_); }
+  void TearDown() override {
+    set_schedule(saved_);
+    set_write_check(saved_check_);
+  }
   ScheduleChoice saved_ = current_schedule();
+  bool saved_check_ = write_check_enabled();
 };
+
+// n values in simulated device memory (the write check watches cudaMalloc'd allocations).
+template <class T>
+T* device_copy(const std::vector<T>& host) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, host.size() * sizeof(T)), cudaSuccess);
+  cudaMemcpy(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return static_cast<T*>(p);
+}
 
 std::string name_of(ScheduleChoice c) {
   const char* names[] = {"forward", "reverse", "shuffle"};
@@ -156,6 +181,47 @@ TEST_F(CudaSimSchedule, LastBlockByIndexAssumedToRunLast) {
     BP_LAUNCH(blocks, 32, 0, nullptr, sum_of_partials_kernel)(x.data(), partial.data(), &finished, &total, !racy);
     return total;
   });
+}
+
+TEST_F(CudaSimSchedule, NonAtomicAddOfTwoBlocksIsReportedByTheWriteCheck) {
+  const int blocks = 5;
+  std::vector<int> x(blocks * 8);
+  std::iota(x.begin(), x.end(), 1);
+  const int expected = std::accumulate(x.begin(), x.end(), 0);
+  int* dx = device_copy(x);
+  int* total = device_copy(std::vector<int>{0});
+  auto run = [&](bool atomic) {
+    cudaMemset(total, 0, sizeof(int));
+    BP_LAUNCH(blocks, 32, 0, nullptr, add_block_sums_kernel)(dx, total, atomic);
+    return *total;
+  };
+  // Blocks run one at a time, so the lost update never happens: every schedule alone passes it.
+  set_write_check(false);
+  for (ScheduleChoice c : {ScheduleChoice{Schedule::Forward, 0}, ScheduleChoice{Schedule::Reverse, 0},
+                           ScheduleChoice{Schedule::Shuffle, 1}}) {
+    set_schedule(c);
+    EXPECT_EQ(run(false), expected) << name_of(c);
+  }
+  set_schedule({Schedule::Forward, 0});
+  set_write_check(true);
+  try {
+    run(false);
+    ADD_FAILURE() << "two blocks' += on one int was not reported";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("blocks (0,0,0) and (1,0,0) of one launch both changed byte 0 of a 4-byte"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(run(true), expected) << "atomicAdd: the same bytes, no race";
+  // One writer per element (the partials), atomics for the counter: nothing to report.
+  int* partial = device_copy(std::vector<int>(blocks, -1));
+  unsigned* finished = device_copy(std::vector<unsigned>{0});
+  int* sum = device_copy(std::vector<int>{0});
+  BP_LAUNCH(blocks, 32, 0, nullptr, sum_of_partials_kernel)(dx, partial, finished, sum, true);
+  EXPECT_EQ(*sum, expected);
+  for (void* p : {static_cast<void*>(dx), static_cast<void*>(total), static_cast<void*>(partial),
+                  static_cast<void*>(finished), static_cast<void*>(sum)})
+    cudaFree(p);
 }
 
 TEST_F(CudaSimSchedule, BlocksRunInTheScheduledOrder) {

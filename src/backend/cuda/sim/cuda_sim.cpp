@@ -87,6 +87,7 @@ extern "C" void bp_sim_switch_stack(void** save_sp, void* load_sp);
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace bp::sim {
@@ -414,10 +415,98 @@ bool launch_configuration_ok(dim3 grid, dim3 block) {
   return block_ok && grid_ok;
 }
 
+// ---- cross-block write check ----
+// Blocks run one after another here, so a non-atomic `+=` of two blocks on one element never
+// loses an update, whatever the order; on a GPU it does. With the check on, a launch keeps a copy
+// of each device allocation its kernel may write (the ones its non-const pointer arguments point
+// into) and, after each block, compares: a byte the block changed that an earlier block of the
+// launch had changed too is a race, unless an atomic touched it. Costs one pass over those
+// allocations per block, so it is for tests (BP_SIM_CHECK_WRITES=1), not on by default. Host
+// memory passed straight to a kernel (not from cudaMalloc) is not watched; writes by two threads
+// of one block are the schedules' business.
+struct WatchedAllocation {
+  unsigned char* base = nullptr;
+  size_t bytes = 0;
+  std::vector<unsigned char> seen;  // the contents after the last block
+  std::vector<uint32_t> writer;     // 1 + linear index of the block that last changed each byte; 0: none
+};
+struct WriteCheck {
+  std::vector<WatchedAllocation> watched;
+  std::unordered_set<uintptr_t> atomic_bytes;
+};
+thread_local WriteCheck* g_write_check = nullptr;
+std::optional<bool> g_check_writes;  // under g_schedule_mu; empty until read from BP_SIM_CHECK_WRITES
+
+void watch_outputs(WriteCheck& check, const std::vector<void*>& outputs) {
+  std::lock_guard<std::mutex> g(g_mu);
+  for (void* p : outputs) {
+    auto it = g_allocations.upper_bound(p);
+    if (!p || it == g_allocations.begin()) continue;
+    --it;
+    auto* base = static_cast<unsigned char*>(it->first);
+    if (static_cast<unsigned char*>(p) >= base + it->second) continue;  // not device memory
+    bool known = false;
+    for (const auto& w : check.watched) known |= w.base == base;
+    if (known) continue;
+    WatchedAllocation w;
+    w.base = base;
+    w.bytes = it->second;
+    w.seen.assign(base, base + w.bytes);
+    w.writer.assign(w.bytes, 0);
+    check.watched.push_back(std::move(w));
+  }
+}
+
+std::string block_name(uint64_t linear, dim3 grid) {
+  return "(" + std::to_string(linear % grid.x) + "," + std::to_string(linear / grid.x % grid.y) + "," +
+         std::to_string(linear / (uint64_t{grid.x} * grid.y)) + ")";
+}
+
+// After block `linear` ran: records what it changed, throws on a byte an earlier block changed.
+void check_block_writes(WriteCheck& check, uint64_t linear, dim3 grid) {
+  constexpr size_t kChunk = 4096;  // unchanged chunks are skipped by one memcmp
+  for (auto& w : check.watched)
+    for (size_t c0 = 0; c0 < w.bytes; c0 += kChunk) {
+      const size_t c1 = std::min(w.bytes, c0 + kChunk);
+      if (std::memcmp(w.base + c0, w.seen.data() + c0, c1 - c0) == 0) continue;
+      for (size_t i = c0; i < c1; ++i) {
+        if (w.base[i] == w.seen[i]) continue;
+        w.seen[i] = w.base[i];
+        const uint32_t before = w.writer[i];
+        w.writer[i] = static_cast<uint32_t>(linear + 1);
+        if (before == 0 || check.atomic_bytes.count(reinterpret_cast<uintptr_t>(w.base + i))) continue;
+        throw std::runtime_error("[cuda-sim] blocks " + block_name(before - 1, grid) + " and " +
+                                 block_name(linear, grid) + " of one launch both changed byte " + std::to_string(i) +
+                                 " of a " + std::to_string(w.bytes) +
+                                 "-byte device allocation without an atomic: on a GPU the blocks run at once, so "
+                                 "which value stays (or, for a +=, whether an update is lost) is a race");
+      }
+    }
+}
+
 }  // namespace
 
+bool write_check_enabled() {
+  std::lock_guard<std::mutex> g(g_schedule_mu);
+  if (!g_check_writes) {
+    const char* env = std::getenv("BP_SIM_CHECK_WRITES");
+    g_check_writes = env && std::string(env) == "1";
+  }
+  return *g_check_writes;
+}
+bool set_write_check(bool on) {
+  const bool before = write_check_enabled();
+  std::lock_guard<std::mutex> g(g_schedule_mu);
+  g_check_writes = on;
+  return before;
+}
+void sim_note_atomic(const void* p, size_t bytes) {
+  if (!g_write_check) return;
+  for (size_t i = 0; i < bytes; ++i) g_write_check->atomic_bytes.insert(reinterpret_cast<uintptr_t>(p) + i);
+}
+
 void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body,
-                 const void* kernel) {
+                 const void* kernel, const std::vector<void*>& outputs) {
   g_launches.fetch_add(1);
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
   if (!launch_configuration_ok(grid, block)) {
@@ -446,6 +535,9 @@ void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::
   run.dynamic_shared.assign(dynamic_shared_bytes, 0);
   gridDim = grid;
   blockDim = block;
+  WriteCheck write_check;
+  if (!outputs.empty()) watch_outputs(write_check, outputs);
+  g_write_check = write_check.watched.empty() ? nullptr : &write_check;
   g_block = &run;
   try {
     const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
@@ -455,12 +547,15 @@ void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::
       blockIdx = dim3(static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
                       static_cast<unsigned>(b / (uint64_t{grid.x} * grid.y)));
       run_block(run);
+      if (g_write_check) check_block_writes(*g_write_check, b, grid);
     }
   } catch (...) {
     g_block = nullptr;
+    g_write_check = nullptr;
     throw;
   }
   g_block = nullptr;
+  g_write_check = nullptr;
 }
 
 // ---- runtime ----

@@ -28,7 +28,9 @@
 #include <cstring>
 #include <functional>
 #include <tuple>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #define __global__ inline  // the kernel text lives in headers included by several test files
 #define __device__ inline
@@ -118,6 +120,14 @@ ScheduleChoice current_schedule();
 // Replaces the schedule for the launches that follow; returns the one it replaced (tests restore it).
 ScheduleChoice set_schedule(ScheduleChoice choice);
 
+// The cross-block write check (cuda_sim.cpp, "Cross-block write check"): while on, a launch
+// watches the device allocations its kernel's non-const pointer arguments point into and throws
+// std::runtime_error when two blocks change the same byte other than through an atomic (on a GPU
+// the blocks run at once: the last writer wins, a non-atomic += loses updates). On from
+// BP_SIM_CHECK_WRITES=1 at the first launch, or set_write_check; returns the setting it replaced.
+bool set_write_check(bool on);
+bool write_check_enabled();
+
 // ---- intrinsics used inside kernels ----
 void __syncthreads();
 // Internal: lane index, the warp's exchange slots, and the warp-wide meeting point.
@@ -126,6 +136,8 @@ uint64_t* sim_warp_slots();
 void sim_warp_meet();
 void* sim_dynamic_shared();
 void sim_record_error(cudaError_t e);
+// Internal: an atomic touched [p, p + bytes) (the write check lets blocks share those bytes).
+void sim_note_atomic(const void* p, size_t bytes);
 
 template <class T>
 inline T sim_exchange(T v, int src_lane) {
@@ -183,17 +195,21 @@ inline void __threadfence() {}
 
 template <class T>
 inline T atomicAdd(T* p, T v) {
+  sim_note_atomic(p, sizeof(T));
   return std::atomic_ref<T>(*p).fetch_add(v);
 }
 inline int atomicMax(int* p, int v) {
+  sim_note_atomic(p, sizeof(int));
   int old = *p;
   if (v > old) *p = v;
   return old;
 }
 inline unsigned atomicOr(unsigned* p, unsigned v) {
+  sim_note_atomic(p, sizeof(unsigned));
   return std::atomic_ref<unsigned>(*p).fetch_or(v);
 }
 inline int atomicCAS(int* p, int compare, int v) {
+  sim_note_atomic(p, sizeof(int));
   std::atomic_ref<int>(*p).compare_exchange_strong(compare, v);
   return compare;
 }
@@ -263,9 +279,22 @@ cudaError_t cudaFuncSetAttribute(void (*kernel)(KArgs...), cudaFuncAttribute att
 // configuration the hardware refuses (a block past the limits above, an empty or too large grid)
 // is not run and sets cudaErrorInvalidConfiguration, like <<<>>> does; more dynamic shared memory
 // than `kernel` may use sets cudaErrorInvalidValue. `kernel` identifies the kernel's opt-in
-// (nullptr: none, 48 KiB).
+// (nullptr: none, 48 KiB). `outputs`: what the kernel may write, for the write check.
 void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body,
-                 const void* kernel = nullptr);
+                 const void* kernel = nullptr, const std::vector<void*>& outputs = {});
+
+// The arguments a kernel may write through: its pointers to non-const.
+template <class... KArgs>
+std::vector<void*> writable_pointers(const std::tuple<KArgs...>& args) {
+  std::vector<void*> out;
+  auto note = [&out](const auto& a) {
+    using A = std::decay_t<decltype(a)>;
+    if constexpr (std::is_pointer_v<A> && !std::is_const_v<std::remove_pointer_t<A>>)
+      out.push_back(const_cast<void*>(static_cast<const void*>(a)));
+  };
+  std::apply([&](const auto&... a) { (note(a), ...); }, args);
+  return out;
+}
 
 template <class... KArgs>
 struct Launch {
@@ -277,7 +306,8 @@ struct Launch {
     std::tuple<KArgs...> bound(static_cast<KArgs>(std::forward<Args>(args))...);
     auto k = kernel;
     launch_grid(
-        grid, block, shared_bytes, [&] { std::apply(k, bound); }, reinterpret_cast<const void*>(k));
+        grid, block, shared_bytes, [&] { std::apply(k, bound); }, reinterpret_cast<const void*>(k),
+        write_check_enabled() ? writable_pointers(bound) : std::vector<void*>{});
   }
 };
 template <class... KArgs>
