@@ -7,29 +7,8 @@
 // Anything else (some threads at a barrier that others exited without reaching, or a warp waiting
 // for lanes stuck at a block barrier) is a deadlock on a GPU and an error here.
 //
-// Schedules (cuda_sim.h, BP_SIM_SCHEDULE): the order of one round and of the blocks. Forward
-// resumes the ready threads in thread order and runs the blocks in grid order; Reverse both
-// backwards; Shuffle a fresh random permutation of the ready threads each round, holding back each
-// warp for the round with probability 1/2 (a GPU may delay any warp: one warp can then run several
-// meetings ahead of another), and the blocks in a random order. All three are orders a GPU could
-// produce, so a correct kernel gives the same result under each, up to the rounding of float
-// atomics. A race shows up as a difference:
-// - a thread reading shared memory that another thread writes with no barrier between reads the
-//   new value in one order and the old one in the other: Forward runs lower threads first, so it
-//   exposes a read of a higher thread's write, Reverse a read of a lower thread's write (thread 0
-//   broadcasting through shared memory without __syncthreads, a total read before the last step
-//   of a reduction has finished); Shuffle mixes both inside warps and between warps;
-// - a kernel relying on block order (block N-1 summing partials the other blocks wrote, a chained
-//   scan without look-back) reads unwritten memory under Reverse/Shuffle;
-// - blocks storing different values to one element: the last block wins, a different one per order.
-// Why schedules and not a shadow-memory detector: the kernels' loads and stores are plain C++, so
-// watching them would mean instrumenting every access; running the same test under three orders
-// needs nothing but this loop, and the tests already compare with references. What it cannot show:
-// a lost update inside one segment (two threads or blocks doing a non-atomic `+=` on one address,
-// as the fibers never switch between its load and store: integer sums stay exact, float sums only
-// change their rounding order, exactly as atomics would), and reads of uninitialised static
-// __shared__ arrays (they keep the previous block's values; dynamic shared memory is NaN bytes at
-// every block start).
+// The order of one round and of the blocks is the launch's schedule, and a launch may carry the
+// cross-block write check: both are race checks, explained in sim_races.cpp.
 //
 // Fiber switch: on x86-64 a dozen instructions (bp_sim_switch_stack below: callee-saved
 // registers, MXCSR and the x87 control word); glibc's swapcontext makes a sigprocmask system call
@@ -39,6 +18,8 @@
 
 #include <sys/mman.h>
 #include <ucontext.h>
+
+#include "backend/cuda/sim/sim_races.h"
 
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(BP_SIM_UCONTEXT)
 #define BP_SIM_ASM_SWITCH 1
@@ -78,16 +59,13 @@ extern "C" void bp_sim_switch_stack(void** save_sp, void* load_sp);
 #endif
 
 #include <algorithm>
-#include <cstdlib>
 #include <exception>
 #include <map>
 #include <mutex>
 #include <numeric>
-#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 namespace bp::sim {
@@ -296,45 +274,6 @@ void run_block(BlockRun& run) {
   }
 }
 
-// ---- schedules ----
-std::mutex g_schedule_mu;
-std::optional<ScheduleChoice> g_schedule;  // empty until the first launch reads BP_SIM_SCHEDULE
-uint64_t g_schedule_launches = 0;          // launches since the schedule was chosen: Shuffle's stream
-
-// The schedule of the launch starting now and the seed of its permutations (a launch's shuffles
-// depend on the seed and on how many launches came since the schedule was set, not on the tests
-// that ran before: set_schedule, then the same launches, gives the same orders).
-std::pair<ScheduleChoice, uint64_t> next_launch_schedule() {
-  const ScheduleChoice choice = current_schedule();
-  std::lock_guard<std::mutex> g(g_schedule_mu);
-  return {choice, choice.seed * 0x9e3779b97f4a7c15ull + g_schedule_launches++};
-}
-
-// Block k of a launch in the schedule's order, as a linear index x + gx·(y + gy·z).
-struct BlockOrder {
-  Schedule order;
-  uint64_t blocks;
-  std::vector<uint64_t> permutation;  // Shuffle only
-  uint64_t at(uint64_t k) const {
-    switch (order) {
-      case Schedule::Forward: return k;
-      case Schedule::Reverse: return blocks - 1 - k;
-      case Schedule::Shuffle: break;
-    }
-    return permutation[k];
-  }
-};
-
-BlockOrder block_order(Schedule order, uint64_t blocks, std::mt19937_64& rng) {
-  BlockOrder b{order, blocks, {}};
-  if (order == Schedule::Shuffle) {
-    b.permutation.resize(blocks);
-    std::iota(b.permutation.begin(), b.permutation.end(), uint64_t{0});
-    std::shuffle(b.permutation.begin(), b.permutation.end(), rng);
-  }
-  return b;
-}
-
 // ---- runtime state ----
 std::mutex g_mu;
 std::map<void*, size_t> g_allocations;
@@ -415,95 +354,7 @@ bool launch_configuration_ok(dim3 grid, dim3 block) {
   return block_ok && grid_ok;
 }
 
-// ---- cross-block write check ----
-// Blocks run one after another here, so a non-atomic `+=` of two blocks on one element never
-// loses an update, whatever the order; on a GPU it does. With the check on, a launch keeps a copy
-// of each device allocation its kernel may write (the ones its non-const pointer arguments point
-// into) and, after each block, compares: a byte the block changed that an earlier block of the
-// launch had changed too is a race, unless an atomic touched it. Costs one pass over those
-// allocations per block, so it is for tests (BP_SIM_CHECK_WRITES=1), not on by default. Host
-// memory passed straight to a kernel (not from cudaMalloc) is not watched; writes by two threads
-// of one block are the schedules' business.
-struct WatchedAllocation {
-  unsigned char* base = nullptr;
-  size_t bytes = 0;
-  std::vector<unsigned char> seen;  // the contents after the last block
-  std::vector<uint32_t> writer;     // 1 + linear index of the block that last changed each byte; 0: none
-};
-struct WriteCheck {
-  std::vector<WatchedAllocation> watched;
-  std::unordered_set<uintptr_t> atomic_bytes;
-};
-thread_local WriteCheck* g_write_check = nullptr;
-std::optional<bool> g_check_writes;  // under g_schedule_mu; empty until read from BP_SIM_CHECK_WRITES
-
-void watch_outputs(WriteCheck& check, const std::vector<void*>& outputs) {
-  std::lock_guard<std::mutex> g(g_mu);
-  for (void* p : outputs) {
-    auto it = g_allocations.upper_bound(p);
-    if (!p || it == g_allocations.begin()) continue;
-    --it;
-    auto* base = static_cast<unsigned char*>(it->first);
-    if (static_cast<unsigned char*>(p) >= base + it->second) continue;  // not device memory
-    bool known = false;
-    for (const auto& w : check.watched) known |= w.base == base;
-    if (known) continue;
-    WatchedAllocation w;
-    w.base = base;
-    w.bytes = it->second;
-    w.seen.assign(base, base + w.bytes);
-    w.writer.assign(w.bytes, 0);
-    check.watched.push_back(std::move(w));
-  }
-}
-
-std::string block_name(uint64_t linear, dim3 grid) {
-  return "(" + std::to_string(linear % grid.x) + "," + std::to_string(linear / grid.x % grid.y) + "," +
-         std::to_string(linear / (uint64_t{grid.x} * grid.y)) + ")";
-}
-
-// After block `linear` ran: records what it changed, throws on a byte an earlier block changed.
-void check_block_writes(WriteCheck& check, uint64_t linear, dim3 grid) {
-  constexpr size_t kChunk = 4096;  // unchanged chunks are skipped by one memcmp
-  for (auto& w : check.watched)
-    for (size_t c0 = 0; c0 < w.bytes; c0 += kChunk) {
-      const size_t c1 = std::min(w.bytes, c0 + kChunk);
-      if (std::memcmp(w.base + c0, w.seen.data() + c0, c1 - c0) == 0) continue;
-      for (size_t i = c0; i < c1; ++i) {
-        if (w.base[i] == w.seen[i]) continue;
-        w.seen[i] = w.base[i];
-        const uint32_t before = w.writer[i];
-        w.writer[i] = static_cast<uint32_t>(linear + 1);
-        if (before == 0 || check.atomic_bytes.count(reinterpret_cast<uintptr_t>(w.base + i))) continue;
-        throw std::runtime_error("[cuda-sim] blocks " + block_name(before - 1, grid) + " and " +
-                                 block_name(linear, grid) + " of one launch both changed byte " + std::to_string(i) +
-                                 " of a " + std::to_string(w.bytes) +
-                                 "-byte device allocation without an atomic: on a GPU the blocks run at once, so "
-                                 "which value stays (or, for a +=, whether an update is lost) is a race");
-      }
-    }
-}
-
 }  // namespace
-
-bool write_check_enabled() {
-  std::lock_guard<std::mutex> g(g_schedule_mu);
-  if (!g_check_writes) {
-    const char* env = std::getenv("BP_SIM_CHECK_WRITES");
-    g_check_writes = env && std::string(env) == "1";
-  }
-  return *g_check_writes;
-}
-bool set_write_check(bool on) {
-  const bool before = write_check_enabled();
-  std::lock_guard<std::mutex> g(g_schedule_mu);
-  g_check_writes = on;
-  return before;
-}
-void sim_note_atomic(const void* p, size_t bytes) {
-  if (!g_write_check) return;
-  for (size_t i = 0; i < bytes; ++i) g_write_check->atomic_bytes.insert(reinterpret_cast<uintptr_t>(p) + i);
-}
 
 void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body,
                  const void* kernel, const std::vector<void*>& outputs) {
@@ -526,39 +377,44 @@ void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::
     }
   }
   if (g_block) throw std::logic_error("[cuda-sim] a kernel launched another kernel (dynamic parallelism)");
-  const auto [schedule, launch_seed] = next_launch_schedule();
+  const races::LaunchSchedule schedule = races::next_launch_schedule();
   BlockRun run;
   run.body = &body;
   run.order = schedule.order;
-  run.rng.seed(launch_seed);
+  run.rng.seed(schedule.seed);
   run.warp_slots.assign((threads + warpSize - 1) / warpSize * warpSize, 0);
   run.dynamic_shared.assign(dynamic_shared_bytes, 0);
   gridDim = grid;
   blockDim = block;
-  WriteCheck write_check;
-  if (!outputs.empty()) watch_outputs(write_check, outputs);
-  g_write_check = write_check.watched.empty() ? nullptr : &write_check;
+  races::WriteCheck write_check(outputs);  // watches nothing when outputs is empty
   g_block = &run;
   try {
     const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
-    const BlockOrder order = block_order(schedule.order, blocks, run.rng);
+    const races::BlockOrder order(schedule.order, blocks, run.rng);
     for (uint64_t k = 0; k < blocks; ++k) {
       const uint64_t b = order.at(k);
       blockIdx = dim3(static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
                       static_cast<unsigned>(b / (uint64_t{grid.x} * grid.y)));
       run_block(run);
-      if (g_write_check) check_block_writes(*g_write_check, b, grid);
+      write_check.after_block(b, grid);
     }
   } catch (...) {
     g_block = nullptr;
-    g_write_check = nullptr;
     throw;
   }
   g_block = nullptr;
-  g_write_check = nullptr;
 }
 
 // ---- runtime ----
+std::pair<unsigned char*, size_t> races::allocation_containing(const void* p) {
+  std::lock_guard<std::mutex> g(g_mu);
+  auto it = g_allocations.upper_bound(const_cast<void*>(p));
+  if (!p || it == g_allocations.begin()) return {nullptr, 0};
+  --it;
+  auto* base = static_cast<unsigned char*>(it->first);
+  if (static_cast<const unsigned char*>(p) >= base + it->second) return {nullptr, 0};
+  return {base, it->second};
+}
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (!ptr) return fail(cudaErrorInvalidValue);
   *ptr = nullptr;
@@ -696,29 +552,6 @@ void inject_launch_error(cudaError_t e) {
 }
 uint64_t launch_count() {
   return g_launches.load();
-}
-
-ScheduleChoice parse_schedule(const char* text) {
-  const std::string s = text ? text : "";
-  if (s.empty() || s == "forward") return {Schedule::Forward, 0};
-  if (s == "reverse") return {Schedule::Reverse, 0};
-  if (s == "shuffle") return {Schedule::Shuffle, 1};
-  if (s.rfind("shuffle:", 0) == 0 && s.size() > 8 && s.find_first_not_of("0123456789", 8) == std::string::npos)
-    return {Schedule::Shuffle, std::stoull(s.substr(8))};
-  throw std::invalid_argument("[cuda-sim] BP_SIM_SCHEDULE='" + s +
-                              "' is not forward, reverse, shuffle or shuffle:SEED (a decimal number)");
-}
-ScheduleChoice current_schedule() {
-  std::lock_guard<std::mutex> g(g_schedule_mu);
-  if (!g_schedule) g_schedule = parse_schedule(std::getenv("BP_SIM_SCHEDULE"));
-  return *g_schedule;
-}
-ScheduleChoice set_schedule(ScheduleChoice choice) {
-  const ScheduleChoice before = current_schedule();
-  std::lock_guard<std::mutex> g(g_schedule_mu);
-  g_schedule = choice;
-  g_schedule_launches = 0;
-  return before;
 }
 
 }  // namespace bp::sim

@@ -13,6 +13,9 @@
 // - warp shuffles and votes exchange values among the (up to) 32 fibers of a warp at a warp-wide
 //   meeting point: every lane of the warp must take part (the full-mask form the kernels use);
 // - atomics (plain read-modify-write: one OS thread runs the whole launch);
+// - races: the order of threads and blocks is a choice (BP_SIM_SCHEDULE: forward, reverse,
+//   shuffle), so a result that depends on it shows up as a test failure under one of them, and an
+//   optional check (BP_SIM_CHECK_WRITES) reports two blocks writing one byte without an atomic;
 // - the runtime calls the backend uses, with a memory budget (set_memory_budget) so that
 //   cudaMalloc fails with cudaErrorMemoryAllocation exactly when a test wants it to, and a compute
 //   capability (set_compute_capability, 8.0 by default) for what the backend sizes by it.
