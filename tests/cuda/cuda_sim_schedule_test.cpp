@@ -53,6 +53,30 @@ __global__ void shift_up_kernel(const int* x, int* y, bool syncwarp) {
   y[lane] = lane > 0 ? s[lane - 1] : 0;
 }
 
+// The max and then the sum of each block's values through one 32-float scratch, as block_max and
+// block_sum (cuda_compat.cuh) do. Without the barrier before the second use, a warp that runs far
+// enough ahead writes its sum into a slot another warp has not read its max from yet: only a
+// schedule with that much skew between warps (shuffle's warp-serial blocks) shows it.
+__global__ void max_then_sum_kernel(const float* x, float* out, bool leading_barrier) {
+  __shared__ float scratch[32];
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int n_warps = static_cast<int>(blockDim.x / 32);
+  const float v = x[blockIdx.x * blockDim.x + threadIdx.x];
+  float m = warp_max(v);
+  if (lane == 0) scratch[warp] = m;
+  __syncthreads();
+  m = warp_max(lane < n_warps ? scratch[lane] : -INFINITY);
+  float s = warp_sum(v);
+  if (leading_barrier) __syncthreads();
+  if (lane == 0) scratch[warp] = s;
+  __syncthreads();
+  s = warp_sum(lane < n_warps ? scratch[lane] : 0.0f);
+  if (threadIdx.x == 0) {
+    out[2 * blockIdx.x] = m;
+    out[2 * blockIdx.x + 1] = s;
+  }
+}
+
 // Every block writes its partial sum; then one block adds all partials. Racy: the block with the
 // last index assumes it runs after every other one. Correct: the last block to finish (an atomic
 // counter after a fence, the CUDA samples' threadFenceReduction pattern) adds them.
@@ -111,19 +135,24 @@ std::string name_of(ScheduleChoice c) {
          (c.order == Schedule::Shuffle ? ":" + std::to_string(c.seed) : "");
 }
 
+const std::vector<ScheduleChoice> kShuffles = {{Schedule::Shuffle, 1}, {Schedule::Shuffle, 2}, {Schedule::Shuffle, 3}};
 const std::vector<ScheduleChoice> kOtherOrders = {
     {Schedule::Reverse, 0}, {Schedule::Shuffle, 1}, {Schedule::Shuffle, 2}, {Schedule::Shuffle, 3}};
 
 // Runs `run(racy)` under forward and every other order; `expected` is the correct result. The
-// racy kernel is right under forward only, the fixed one under every order.
+// fixed kernel is right under every order; the racy one under forward (the in-order simulation
+// alone would pass it) and wrong under each of `exposing`.
 template <class Result, class Run>
-void expect_race_shown_by_reordering(const Result& expected, Run run) {
+void expect_race_shown_by(const std::vector<ScheduleChoice>& exposing, const Result& expected, Run run) {
   set_schedule({Schedule::Forward, 0});
   EXPECT_EQ(run(false), expected) << "the fixed kernel, forward";
   EXPECT_EQ(run(true), expected) << "the racy kernel passes the in-order schedule: the race is hidden there";
   for (ScheduleChoice c : kOtherOrders) {
     set_schedule(c);
     EXPECT_EQ(run(false), expected) << "the fixed kernel, " << name_of(c);
+  }
+  for (ScheduleChoice c : exposing) {
+    set_schedule(c);
     EXPECT_NE(run(true), expected) << "the racy kernel, " << name_of(c);
   }
 }
@@ -133,7 +162,7 @@ TEST_F(CudaSimSchedule, BroadcastThroughSharedMemoryWithoutABarrier) {
   std::vector<float> scales = {2, 3, 5, 7, 11}, expected(blocks * threads);
   for (int b = 0; b < blocks; ++b)
     for (int t = 0; t < threads; ++t) expected[b * threads + t] = scales[b] * (t + 1);
-  expect_race_shown_by_reordering(expected, [&](bool racy) {
+  expect_race_shown_by(kOtherOrders, expected, [&](bool racy) {
     std::vector<float> out(blocks * threads, -1.0f);
     BP_LAUNCH(blocks, threads, 0, nullptr, broadcast_scale_kernel)(scales.data(), out.data(), !racy);
     return out;
@@ -148,7 +177,7 @@ TEST_F(CudaSimSchedule, BlockReductionMissingItsLastBarrier) {
     const float total = std::accumulate(x.begin() + b * threads, x.begin() + (b + 1) * threads, 0.0f);
     for (int t = 0; t < threads; ++t) expected[b * threads + t] = x[b * threads + t] / total;
   }
-  expect_race_shown_by_reordering(expected, [&](bool racy) {
+  expect_race_shown_by(kOtherOrders, expected, [&](bool racy) {
     std::vector<float> y(x.size(), -1.0f);
     BP_LAUNCH(blocks, threads, 0, nullptr, normalize_by_block_total_kernel)(x.data(), y.data(), !racy);
     return y;
@@ -158,7 +187,7 @@ TEST_F(CudaSimSchedule, BlockReductionMissingItsLastBarrier) {
 TEST_F(CudaSimSchedule, WarpExchangeThroughSharedMemoryWithoutSyncwarp) {
   int salt = 0;  // each launch its own values, so a stale value from the last launch is wrong
   std::vector<int> x(32);
-  expect_race_shown_by_reordering(true, [&](bool racy) {
+  expect_race_shown_by(kOtherOrders, true, [&](bool racy) {
     salt += 100;
     for (int i = 0; i < 32; ++i) x[i] = salt + i;
     std::vector<int> y(32, -1);
@@ -174,13 +203,31 @@ TEST_F(CudaSimSchedule, LastBlockByIndexAssumedToRunLast) {
   std::vector<int> x(blocks * 8);
   std::iota(x.begin(), x.end(), 1);
   const int expected = std::accumulate(x.begin(), x.end(), 0);
-  expect_race_shown_by_reordering(expected, [&](bool racy) {
+  expect_race_shown_by(kOtherOrders, expected, [&](bool racy) {
     std::vector<int> partial(blocks, -1000);
     unsigned finished = 0;
     int total = 0;
     BP_LAUNCH(blocks, 32, 0, nullptr, sum_of_partials_kernel)(x.data(), partial.data(), &finished, &total, !racy);
     return total;
   });
+}
+
+TEST_F(CudaSimSchedule, ScratchReusedWithoutALeadingBarrier) {
+  const int blocks = 16, threads = 128;
+  std::vector<float> x(blocks * threads), expected(2 * blocks);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101 + 1);
+  for (int b = 0; b < blocks; ++b) {
+    expected[2 * b] = *std::max_element(x.begin() + b * threads, x.begin() + (b + 1) * threads);
+    expected[2 * b + 1] = std::accumulate(x.begin() + b * threads, x.begin() + (b + 1) * threads, 0.0f);
+  }
+  auto run = [&](bool racy) {
+    std::vector<float> out(2 * blocks, -1.0f);
+    BP_LAUNCH(blocks, threads, 0, nullptr, max_then_sum_kernel)(x.data(), out.data(), !racy);
+    return out;
+  };
+  expect_race_shown_by(kShuffles, expected, run);
+  set_schedule({Schedule::Reverse, 0});
+  EXPECT_EQ(run(true), expected) << "lockstep rounds hide it, in either direction";
 }
 
 TEST_F(CudaSimSchedule, NonAtomicAddOfTwoBlocksIsReportedByTheWriteCheck) {

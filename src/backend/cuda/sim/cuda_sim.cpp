@@ -137,6 +137,9 @@ struct BlockRun {
   Schedule order = Schedule::Forward;
   std::mt19937_64 rng;     // Shuffle: this launch's permutations
   std::vector<int> round;  // the fibers the current round resumes, in order
+  // Shuffle, a warp-serial block: warps in this order, each resumed alone until none of its lanes
+  // is ready (all wait at __syncthreads or have ended). Empty: rounds over every warp.
+  std::vector<int> warp_order;
 };
 
 thread_local BlockRun* g_block = nullptr;
@@ -220,6 +223,15 @@ void plan_round(BlockRun& run) {
     return;
   }
   run.round.clear();
+  for (int w : run.warp_order) {  // warp-serial: the first warp in the order with a ready lane
+    for (int i = w * warpSize; i < std::min(n, (w + 1) * warpSize); ++i)
+      if (run.fibers[i].state == FiberState::Ready) run.round.push_back(i);
+    if (!run.round.empty()) break;
+  }
+  if (!run.warp_order.empty()) {
+    std::shuffle(run.round.begin(), run.round.end(), run.rng);
+    return;
+  }
   const uint64_t warps_run = run.rng();  // bit w: warp w runs this round (at most 32 warps)
   for (int i = 0; i < n; ++i)
     if (run.fibers[i].state == FiberState::Ready && (warps_run >> (i / warpSize) & 1u)) run.round.push_back(i);
@@ -253,6 +265,12 @@ void run_block(BlockRun& run) {
     start_context(f.context, f.stack, kFiberStackBytes, fiber_main);
   }
   std::fill(run.dynamic_shared.begin(), run.dynamic_shared.end(), static_cast<unsigned char>(0xff));  // NaN bytes
+  run.warp_order.clear();
+  if (run.order == Schedule::Shuffle && (run.rng() & 1u)) {  // half the blocks run warp-serial
+    run.warp_order.resize((n + warpSize - 1) / warpSize);
+    std::iota(run.warp_order.begin(), run.warp_order.end(), 0);
+    std::shuffle(run.warp_order.begin(), run.warp_order.end(), run.rng);
+  }
   for (;;) {
     plan_round(run);
     for (int i : run.round) {

@@ -3,11 +3,14 @@
 //
 // Schedules (cuda_sim.h, BP_SIM_SCHEDULE): the order of one round and of the blocks. Forward
 // resumes the ready threads in thread order and runs the blocks in grid order; Reverse both
-// backwards; Shuffle a fresh random permutation of the ready threads each round, holding back each
-// warp for the round with probability 1/2 (a GPU may delay any warp: one warp can then run several
-// meetings ahead of another), and the blocks in a random order. All three are orders a GPU could
-// produce, so a correct kernel gives the same result under each, up to the rounding of float
-// atomics. A race shows up as a difference:
+// backwards; Shuffle the blocks in a random order and, in each block, one of two at random:
+// rounds of a fresh random permutation of the ready threads, each warp held back for the round
+// with probability 1/2 (a GPU may delay any warp: one warp drifts a few meetings ahead of another),
+// or warp-serial: the warps in a random order, each run alone until it waits at __syncthreads or
+// ends (the largest skew: one warp passes all its shuffles and its writes to shared memory before
+// another starts, which catches a scratch buffer reused without a leading barrier). All three are
+// orders a GPU could produce, so a correct kernel gives the same result under each, up to the
+// rounding of float atomics. A race shows up as a difference:
 // - a thread reading shared memory that another thread writes with no barrier between reads the
 //   new value in one order and the old one in the other: Forward runs lower threads first, so it
 //   exposes a read of a higher thread's write, Reverse a read of a lower thread's write (thread 0
