@@ -105,11 +105,12 @@ void inject_launch_error(cudaError_t e);
 // Launches since the process started (tests check a host wrapper really launched).
 uint64_t launch_count();
 
-// The order the scheduler runs the threads of a block and the blocks of a grid in (cuda_sim.cpp,
-// "Schedules"). Every order is one a GPU could produce, so a kernel whose result changes with it
-// has a race. Forward: thread order and block order. Reverse: both reversed. Shuffle: a random
-// permutation of the ready threads each round (some warps held back a round) and of the blocks,
-// from `seed` and the launch's number. Chosen once per process from BP_SIM_SCHEDULE
+// The order the scheduler runs the threads of a block and the blocks of a grid in (sim_races.cpp
+// explains what each finds). Every order is one a GPU could produce, so a kernel whose result
+// changes with it has a race. Forward: thread order and block order. Reverse: both reversed.
+// Shuffle: the blocks in a random order; in each block either rounds of a random permutation of
+// the ready threads (some warps held back a round) or the warps one at a time in a random order;
+// from `seed` and the number of launches since the schedule was set. Chosen once per process from BP_SIM_SCHEDULE
 // (forward | reverse | shuffle | shuffle:SEED; unset: forward) at the first launch.
 enum class Schedule { Forward, Reverse, Shuffle };
 struct ScheduleChoice {
@@ -123,7 +124,7 @@ ScheduleChoice current_schedule();
 // Replaces the schedule for the launches that follow; returns the one it replaced (tests restore it).
 ScheduleChoice set_schedule(ScheduleChoice choice);
 
-// The cross-block write check (cuda_sim.cpp, "Cross-block write check"): while on, a launch
+// The cross-block write check (sim_races.cpp): while on, a launch
 // watches the device allocations its kernel's non-const pointer arguments point into and throws
 // std::runtime_error when two blocks change the same byte other than through an atomic (on a GPU
 // the blocks run at once: the last writer wins, a non-atomic += loses updates). On from
