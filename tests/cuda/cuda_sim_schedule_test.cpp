@@ -1,9 +1,11 @@
-// The simulation's schedules as a race detector (cuda_sim.cpp, "Schedules"): kernels with a
-// deliberate race give the right result under the forward schedule, so the in-order simulation
-// alone would pass them, and a wrong one under reverse and shuffle; the same kernels with the race
-// fixed give the right result under every schedule. Values are small integers held in floats, so
-// every sum is exact and results compare bit for bit. The kernel tests of tests/cuda run under
-// reverse and shuffle too (ctest entries test_cuda_schedule_*, tests/CMakeLists.txt).
+// The simulation's race checks (sim_races.cpp). Schedules: kernels with a deliberate race give the
+// right result under the forward schedule, so the in-order simulation alone would pass them, and a
+// wrong one under reverse and/or shuffle; the same kernels with the race fixed give the right
+// result under every schedule. The write check: two blocks' non-atomic += on one int, exact under
+// every order (blocks never interleave here), is reported; the atomicAdd version is not. Values
+// are small integers (held in floats where the kernel is float), so every sum is exact and results
+// compare bit for bit. The kernel tests of tests/cuda run under reverse and shuffle with the write
+// check too (ctest entries test_cuda_schedule_*, tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -120,7 +122,7 @@ class CudaSimSchedule : public ::testing::Test {
   bool saved_check_ = write_check_enabled();
 };
 
-// n values in simulated device memory (the write check watches cudaMalloc'd allocations).
+// A copy of `host` in simulated device memory (the write check watches cudaMalloc'd allocations).
 template <class T>
 T* device_copy(const std::vector<T>& host) {
   void* p = nullptr;
