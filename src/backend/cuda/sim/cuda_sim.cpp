@@ -7,6 +7,9 @@
 // Anything else (some threads at a barrier that others exited without reaching, or a warp waiting
 // for lanes stuck at a block barrier) is a deadlock on a GPU and an error here.
 //
+// The order of one round and of the blocks is the launch's schedule, and a launch may carry the
+// cross-block write check: both are race checks, explained in sim_races.cpp.
+//
 // Fiber switch: on x86-64 a dozen instructions (bp_sim_switch_stack below: callee-saved
 // registers, MXCSR and the x87 control word); glibc's swapcontext makes a sigprocmask system call
 // per switch, which made a 1,000-block reduction take seconds. Elsewhere, under AddressSanitizer
@@ -15,6 +18,8 @@
 
 #include <sys/mman.h>
 #include <ucontext.h>
+
+#include "backend/cuda/sim/sim_races.h"
 
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(BP_SIM_UCONTEXT)
 #define BP_SIM_ASM_SWITCH 1
@@ -53,9 +58,12 @@ bp_sim_switch_stack:
 extern "C" void bp_sim_switch_stack(void** save_sp, void* load_sp);
 #endif
 
+#include <algorithm>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <numeric>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -126,6 +134,12 @@ struct BlockRun {
   std::vector<uint64_t> warp_slots;
   std::vector<unsigned char> dynamic_shared;
   std::exception_ptr error;
+  Schedule order = Schedule::Forward;
+  std::mt19937_64 rng;     // Shuffle: this launch's permutations
+  std::vector<int> round;  // the fibers the current round resumes, in order
+  // Shuffle, a warp-serial block: warps in this order, each resumed alone until none of its lanes
+  // is ready (all wait at __syncthreads or have ended). Empty: rounds over every warp.
+  std::vector<int> warp_order;
 };
 
 thread_local BlockRun* g_block = nullptr;
@@ -198,6 +212,35 @@ bool release_waiters(BlockRun& run) {
   return false;
 }
 
+// The fibers one round resumes, in the order of the launch's schedule (a fiber that is not Ready
+// when its turn comes is skipped).
+void plan_round(BlockRun& run) {
+  const int n = static_cast<int>(run.fibers.size());
+  run.round.resize(n);
+  if (run.order != Schedule::Shuffle) {
+    std::iota(run.round.begin(), run.round.end(), 0);
+    if (run.order == Schedule::Reverse) std::reverse(run.round.begin(), run.round.end());
+    return;
+  }
+  run.round.clear();
+  for (int w : run.warp_order) {  // warp-serial: the first warp in the order with a ready lane
+    for (int i = w * warpSize; i < std::min(n, (w + 1) * warpSize); ++i)
+      if (run.fibers[i].state == FiberState::Ready) run.round.push_back(i);
+    if (!run.round.empty()) break;
+  }
+  if (!run.warp_order.empty()) {
+    std::shuffle(run.round.begin(), run.round.end(), run.rng);
+    return;
+  }
+  const uint64_t warps_run = run.rng();  // bit w: warp w runs this round (at most 32 warps)
+  for (int i = 0; i < n; ++i)
+    if (run.fibers[i].state == FiberState::Ready && (warps_run >> (i / warpSize) & 1u)) run.round.push_back(i);
+  if (run.round.empty())  // every warp with a ready lane was held back: run them all instead
+    for (int i = 0; i < n; ++i)
+      if (run.fibers[i].state == FiberState::Ready) run.round.push_back(i);
+  std::shuffle(run.round.begin(), run.round.end(), run.rng);
+}
+
 std::string deadlock_message(const BlockRun& run) {
   int at_barrier = 0, at_warp = 0, done = 0;
   for (auto& f : run.fibers) {
@@ -222,20 +265,30 @@ void run_block(BlockRun& run) {
     start_context(f.context, f.stack, kFiberStackBytes, fiber_main);
   }
   std::fill(run.dynamic_shared.begin(), run.dynamic_shared.end(), static_cast<unsigned char>(0xff));  // NaN bytes
+  run.warp_order.clear();
+  if (run.order == Schedule::Shuffle && (run.rng() & 1u)) {  // half the blocks run warp-serial
+    run.warp_order.resize((n + warpSize - 1) / warpSize);
+    std::iota(run.warp_order.begin(), run.warp_order.end(), 0);
+    std::shuffle(run.warp_order.begin(), run.warp_order.end(), run.rng);
+  }
   for (;;) {
-    bool all_done = true;
-    for (int i = 0; i < n; ++i) {
+    plan_round(run);
+    for (int i : run.round) {
       Fiber& f = run.fibers[i];
       if (f.state == FiberState::Ready) {
         run.current = i;
         threadIdx = f.thread_index;
         switch_context(run.scheduler, f.context);
       }
-      all_done &= f.state == FiberState::Done;
     }
     if (run.error) std::rethrow_exception(run.error);
+    bool all_done = true, any_ready = false;  // a fiber held back this round is still Ready
+    for (const Fiber& f : run.fibers) {
+      all_done &= f.state == FiberState::Done;
+      any_ready |= f.state == FiberState::Ready;
+    }
     if (all_done) return;
-    if (!release_waiters(run)) throw std::runtime_error(deadlock_message(run));
+    if (!release_waiters(run) && !any_ready) throw std::runtime_error(deadlock_message(run));
   }
 }
 
@@ -322,7 +375,7 @@ bool launch_configuration_ok(dim3 grid, dim3 block) {
 }  // namespace
 
 void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body,
-                 const void* kernel) {
+                 const void* kernel, const std::vector<void*>& outputs) {
   g_launches.fetch_add(1);
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
   if (!launch_configuration_ok(grid, block)) {
@@ -342,20 +395,27 @@ void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::
     }
   }
   if (g_block) throw std::logic_error("[cuda-sim] a kernel launched another kernel (dynamic parallelism)");
+  const races::LaunchSchedule schedule = races::next_launch_schedule();
   BlockRun run;
   run.body = &body;
+  run.order = schedule.order;
+  run.rng.seed(schedule.seed);
   run.warp_slots.assign((threads + warpSize - 1) / warpSize * warpSize, 0);
   run.dynamic_shared.assign(dynamic_shared_bytes, 0);
   gridDim = grid;
   blockDim = block;
+  races::WriteCheck write_check(outputs);  // watches nothing when outputs is empty
   g_block = &run;
   try {
-    for (unsigned z = 0; z < grid.z; ++z)
-      for (unsigned y = 0; y < grid.y; ++y)
-        for (unsigned x = 0; x < grid.x; ++x) {
-          blockIdx = dim3(x, y, z);
-          run_block(run);
-        }
+    const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+    const races::BlockOrder order(schedule.order, blocks, run.rng);
+    for (uint64_t k = 0; k < blocks; ++k) {
+      const uint64_t b = order.at(k);
+      blockIdx = dim3(static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
+                      static_cast<unsigned>(b / (uint64_t{grid.x} * grid.y)));
+      run_block(run);
+      write_check.after_block(b, grid);
+    }
   } catch (...) {
     g_block = nullptr;
     throw;
@@ -364,6 +424,15 @@ void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::
 }
 
 // ---- runtime ----
+std::pair<unsigned char*, size_t> races::allocation_containing(const void* p) {
+  std::lock_guard<std::mutex> g(g_mu);
+  auto it = g_allocations.upper_bound(const_cast<void*>(p));
+  if (!p || it == g_allocations.begin()) return {nullptr, 0};
+  --it;
+  auto* base = static_cast<unsigned char*>(it->first);
+  if (static_cast<const unsigned char*>(p) >= base + it->second) return {nullptr, 0};
+  return {base, it->second};
+}
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (!ptr) return fail(cudaErrorInvalidValue);
   *ptr = nullptr;

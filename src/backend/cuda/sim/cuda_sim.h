@@ -13,6 +13,9 @@
 // - warp shuffles and votes exchange values among the (up to) 32 fibers of a warp at a warp-wide
 //   meeting point: every lane of the warp must take part (the full-mask form the kernels use);
 // - atomics (plain read-modify-write: one OS thread runs the whole launch);
+// - races: the order of threads and blocks is a choice (BP_SIM_SCHEDULE: forward, reverse,
+//   shuffle), so a result that depends on it shows up as a test failure under one of them, and an
+//   optional check (BP_SIM_CHECK_WRITES) reports two blocks writing one byte without an atomic;
 // - the runtime calls the backend uses, with a memory budget (set_memory_budget) so that
 //   cudaMalloc fails with cudaErrorMemoryAllocation exactly when a test wants it to, and a compute
 //   capability (set_compute_capability, 8.0 by default) for what the backend sizes by it.
@@ -28,7 +31,9 @@
 #include <cstring>
 #include <functional>
 #include <tuple>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #define __global__ inline  // the kernel text lives in headers included by several test files
 #define __device__ inline
@@ -100,6 +105,33 @@ void inject_launch_error(cudaError_t e);
 // Launches since the process started (tests check a host wrapper really launched).
 uint64_t launch_count();
 
+// The order the scheduler runs the threads of a block and the blocks of a grid in (sim_races.cpp
+// explains what each finds). Every order is one a GPU could produce, so a kernel whose result
+// changes with it has a race. Forward: thread order and block order. Reverse: both reversed.
+// Shuffle: the blocks in a random order; in each block either rounds of a random permutation of
+// the ready threads (some warps held back a round) or the warps one at a time in a random order;
+// from `seed` and the number of launches since the schedule was set. Chosen once per process from BP_SIM_SCHEDULE
+// (forward | reverse | shuffle | shuffle:SEED; unset: forward) at the first launch.
+enum class Schedule { Forward, Reverse, Shuffle };
+struct ScheduleChoice {
+  Schedule order = Schedule::Forward;
+  uint64_t seed = 0;  // Shuffle only
+};
+// "forward", "reverse", "shuffle" (seed 1), "shuffle:SEED"; std::invalid_argument otherwise.
+ScheduleChoice parse_schedule(const char* text);
+// The schedule launches use now (BP_SIM_SCHEDULE's until set_schedule replaced it).
+ScheduleChoice current_schedule();
+// Replaces the schedule for the launches that follow; returns the one it replaced (tests restore it).
+ScheduleChoice set_schedule(ScheduleChoice choice);
+
+// The cross-block write check (sim_races.cpp): while on, a launch
+// watches the device allocations its kernel's non-const pointer arguments point into and throws
+// std::runtime_error when two blocks change the same byte other than through an atomic (on a GPU
+// the blocks run at once: the last writer wins, a non-atomic += loses updates). On from
+// BP_SIM_CHECK_WRITES=1 at the first launch, or set_write_check; returns the setting it replaced.
+bool set_write_check(bool on);
+bool write_check_enabled();
+
 // ---- intrinsics used inside kernels ----
 void __syncthreads();
 // Internal: lane index, the warp's exchange slots, and the warp-wide meeting point.
@@ -108,6 +140,8 @@ uint64_t* sim_warp_slots();
 void sim_warp_meet();
 void* sim_dynamic_shared();
 void sim_record_error(cudaError_t e);
+// Internal: an atomic touched [p, p + bytes) (the write check lets blocks share those bytes).
+void sim_note_atomic(const void* p, size_t bytes);
 
 template <class T>
 inline T sim_exchange(T v, int src_lane) {
@@ -159,20 +193,27 @@ inline int __any_sync(unsigned mask, int p) {
 inline void __syncwarp(unsigned = 0xffffffffu) {
   sim_warp_meet();
 }
+// One OS thread runs a whole launch, every block to its end before the next: memory is always
+// consistent, so the fence orders nothing more.
+inline void __threadfence() {}
 
 template <class T>
 inline T atomicAdd(T* p, T v) {
+  sim_note_atomic(p, sizeof(T));
   return std::atomic_ref<T>(*p).fetch_add(v);
 }
 inline int atomicMax(int* p, int v) {
+  sim_note_atomic(p, sizeof(int));
   int old = *p;
   if (v > old) *p = v;
   return old;
 }
 inline unsigned atomicOr(unsigned* p, unsigned v) {
+  sim_note_atomic(p, sizeof(unsigned));
   return std::atomic_ref<unsigned>(*p).fetch_or(v);
 }
 inline int atomicCAS(int* p, int compare, int v) {
+  sim_note_atomic(p, sizeof(int));
   std::atomic_ref<int>(*p).compare_exchange_strong(compare, v);
   return compare;
 }
@@ -242,9 +283,22 @@ cudaError_t cudaFuncSetAttribute(void (*kernel)(KArgs...), cudaFuncAttribute att
 // configuration the hardware refuses (a block past the limits above, an empty or too large grid)
 // is not run and sets cudaErrorInvalidConfiguration, like <<<>>> does; more dynamic shared memory
 // than `kernel` may use sets cudaErrorInvalidValue. `kernel` identifies the kernel's opt-in
-// (nullptr: none, 48 KiB).
+// (nullptr: none, 48 KiB). `outputs`: what the kernel may write, for the write check.
 void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::function<void()>& body,
-                 const void* kernel = nullptr);
+                 const void* kernel = nullptr, const std::vector<void*>& outputs = {});
+
+// The arguments a kernel may write through: its pointers to non-const.
+template <class... KArgs>
+std::vector<void*> writable_pointers(const std::tuple<KArgs...>& args) {
+  std::vector<void*> out;
+  auto note = [&out](const auto& a) {
+    using A = std::decay_t<decltype(a)>;
+    if constexpr (std::is_pointer_v<A> && !std::is_const_v<std::remove_pointer_t<A>>)
+      out.push_back(const_cast<void*>(static_cast<const void*>(a)));
+  };
+  std::apply([&](const auto&... a) { (note(a), ...); }, args);
+  return out;
+}
 
 template <class... KArgs>
 struct Launch {
@@ -256,7 +310,8 @@ struct Launch {
     std::tuple<KArgs...> bound(static_cast<KArgs>(std::forward<Args>(args))...);
     auto k = kernel;
     launch_grid(
-        grid, block, shared_bytes, [&] { std::apply(k, bound); }, reinterpret_cast<const void*>(k));
+        grid, block, shared_bytes, [&] { std::apply(k, bound); }, reinterpret_cast<const void*>(k),
+        write_check_enabled() ? writable_pointers(bound) : std::vector<void*>{});
   }
 };
 template <class... KArgs>
