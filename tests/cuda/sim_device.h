@@ -66,4 +66,15 @@ class SimulatedCudaDevice {
   std::unique_ptr<CachingDeviceAllocator> allocator_;
 };
 
+// While it lives, the simulated card reports compute capability major.minor (sim::set_compute_capability);
+// 8.0, the simulation's default, again afterwards. 7.5 is a Turing card (T4): GEMMs against
+// frozen weights in f16.
+class SimulatedComputeCapability {
+ public:
+  SimulatedComputeCapability(int major, int minor) { sim::set_compute_capability(major, minor); }
+  ~SimulatedComputeCapability() { sim::set_compute_capability(8, 0); }
+  SimulatedComputeCapability(const SimulatedComputeCapability&) = delete;
+  SimulatedComputeCapability& operator=(const SimulatedComputeCapability&) = delete;
+};
+
 }  // namespace bp::test
