@@ -120,13 +120,17 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   // ---- GEMMs (gemm_desc.h: row-major calls become column-major descriptions, A = W, B = X) ----
   // The 16-bit input type of the GEMMs against frozen weights on device 0 (the one training uses):
   // bf16 unless its compute capability is below 8.0. A runtime that cannot say (no card: a memory
-  // plan made without one) answers bf16.
+  // plan made without one) answers bf16. A card older than the build's kernels (below 7.5, which
+  // cuda_status() already reports unusable) is refused here too: DEP_GPU_NOT_AVAILABLE.
   static gemm::DType narrow_gemm_type() {
-    int major = 8;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) {
+    int major = 8, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess) {
       cudaGetLastError();
       return gemm::DType::BF16;
     }
+    if (const std::string why = unsupported_device_reason("CUDA device 0", major, minor); !why.empty())
+      throw Error(ErrorCode::DEP_GPU_NOT_AVAILABLE, "[cuda] " + why);
     return gemm::narrow_type(major);
   }
   static bool frozen_gemms_in_f16() { return narrow_gemm_type() == gemm::DType::F16; }
