@@ -601,6 +601,8 @@ TEST(CudaTrainer, Q8_0BaseTrainsOnATuringCardInF16LikeOnTheCpu) {
   TempDir dir;
   TrainOptions o = tiny_chat_options(dir.path, "cpu");
   o.base_dtype = "q8_0";
+  o.steps = 2;  // enough to see learning; no evaluations: the run is the point, kept short
+  o.holdout = 0.0;
   const TrainSummary ref = Trainer(o).run();
   o.output_dir += "-cuda";
   o.device = "cuda";
