@@ -8,8 +8,13 @@
 
 namespace bp::ops {
 
-std::string cuda_compute_description(bool frozen_bf16) {
-  return cuda_compute::describe_run(frozen_bf16);
+std::string cuda_compute_description(bool frozen_narrow) {
+  return cuda_compute::describe_run(frozen_narrow, cuda_frozen_gemms_in_f16());
+}
+
+bool cuda_frozen_gemms_in_f16() {
+  const auto f16 = kernels(DeviceType::CUDA).frozen_gemms_in_f16;
+  return f16 != nullptr && f16();
 }
 
 bool cuda_reads_held_type(DType t) {

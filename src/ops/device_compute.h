@@ -15,8 +15,13 @@
 
 namespace bp::ops {
 
-// The bf16 GEMMs are named only when some frozen weight is held narrower than f32.
-std::string cuda_compute_description(bool frozen_bf16);
+// The 16-bit GEMMs are named only when some frozen weight is held narrower than f32; bf16, or f16
+// on a card whose GEMMs take f16 (cuda_frozen_gemms_in_f16).
+std::string cuda_compute_description(bool frozen_narrow);
+
+// Whether the installed CUDA table's GEMMs against frozen weights take f16 (a compute capability
+// 7.5 card: backend/cuda/kernel_wrappers.h); false without CUDA or a card.
+bool cuda_frozen_gemms_in_f16();
 
 // Whether the CUDA kernels read a frozen weight held as `t` (backend/cuda/dequant_types.h).
 bool cuda_reads_held_type(DType t);

@@ -89,23 +89,23 @@ struct DeviceScratch {
   bool cuda = false;
   DType held = DType::F32;  // frozen matrices (LoRA over a bf16, f16, q8_0, q4_K, ... base; f32 otherwise)
   DType head = DType::F32;  // the LM head as held
+  bool f16 = false;         // the card's GEMMs against frozen weights take f16 (compute capability 7.5)
 
   // What one GEMM of x [T, in] with the frozen weight [out, in] holds besides its operands
-  // (backend/cuda/device_workspace.h): the activation operand rounded to bf16 (x [T, in] forward,
-  // dy [T, out] for dx) and, for f16 and block types, the weight's bf16 panel.
+  // (backend/cuda/device_workspace.h): the activation operand rounded to bf16 or f16 (x [T, in]
+  // forward, dy [T, out] for dx) and, for f16 and block types (bf16 too on an f16 card), the
+  // weight's 16-bit panel.
   size_t linear_gemm(int64_t T, int64_t in, int64_t out, bool dx) const {
     if (!cuda) return 0;
-    return cuda_workspace::held_gemm_operand_bytes(held, T, dx ? out : in) +
-           cuda_workspace::held_gemm_panel_bytes(held, out, in);
+    return cuda_workspace::held_gemm_operand_bytes(held, T, dx ? out : in, f16) +
+           cuda_workspace::held_gemm_panel_bytes(held, out, in, f16);
   }
   // linear_cross_entropy's workspace (the device kernel walks whole windows of min(chunk, T) rows:
-  // the label windows do not shrink it). An f32 or bf16 head: cuda_workspace::cross_entropy_bytes.
-  // A head in f16 or a block type: the f32 workspace plus one f32 panel of the head
-  // (cross_entropy_held_workspace_bytes in backend/cuda/cross_entropy.cuh).
+  // the label windows do not shrink it). An f32 head, or a bf16 one on a bf16 card:
+  // cuda_workspace::cross_entropy_bytes. Any other held head: the f32 workspace plus one f32 panel
+  // of the head (cross_entropy_held_workspace_bytes in backend/cuda/cross_entropy.cuh).
   size_t cross_entropy(int64_t T, int64_t chunk, int64_t V, int64_t D) const {
-    if (head == DType::F32 || head == DType::BF16)
-      return cuda_workspace::cross_entropy_bytes(head, T, D, V, chunk, true);
-    return cuda_workspace::cross_entropy_held_bytes(T, D, V, chunk);
+    return cuda_workspace::cross_entropy_head_bytes(head, f16, T, D, V, chunk, true);
   }
 };
 
@@ -365,6 +365,7 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
   m.device.cuda = s.device == DeviceType::CUDA;
   m.device.held = lora ? s.base_dtype : DType::F32;
   m.device.head = lora ? s.head_dtype : DType::F32;
+  m.device.f16 = m.device.cuda && ops::cuda_frozen_gemms_in_f16();
   if (m.device.cuda) return m;  // attention tiles live in shared memory on the device
   const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
   // Attention scratch (ops/attention.h), bounded by one sample spanning the micro-batch.

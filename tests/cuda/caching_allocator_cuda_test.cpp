@@ -215,14 +215,19 @@ TEST(CudaErrors, DriverOfTheSameMajorVersionRunsANewerMinorRuntime) {
   EXPECT_NO_THROW(check_driver_supports_runtime(13000, 12080));
 }
 
-// A card older than the build's kernels (sm_80+) is unusable with a reason naming it and its
-// compute capability; Ampere and newer are usable.
-TEST(CudaErrors, PreAmpereCardsAreReportedUnusable) {
-  const std::string t4 = unsupported_device_reason("Tesla T4", 7, 5);
-  EXPECT_NE(t4.find("Tesla T4"), std::string::npos) << t4;
-  EXPECT_NE(t4.find("7.5"), std::string::npos) << t4;
-  EXPECT_NE(t4.find("8.0"), std::string::npos) << t4;
-  EXPECT_FALSE(unsupported_device_reason("Tesla V100", 7, 0).empty());
+// A card older than the build's kernels (sm_75+, CUDA 13's oldest target) is unusable with a
+// reason naming it, its compute capability, the minimum and CUDA 13; Turing (7.5) and newer are
+// usable.
+TEST(CudaErrors, CardsOlderThanTuringAreReportedUnusable) {
+  const std::string v100 = unsupported_device_reason("Tesla V100", 7, 0);
+  EXPECT_NE(v100.find("Tesla V100"), std::string::npos) << v100;
+  EXPECT_NE(v100.find("7.0"), std::string::npos) << v100;
+  EXPECT_NE(v100.find("7.5 or newer"), std::string::npos) << v100;
+  EXPECT_NE(v100.find("CUDA 13"), std::string::npos) << v100;
+  EXPECT_FALSE(unsupported_device_reason("Tesla P100", 6, 0).empty());
+  EXPECT_FALSE(unsupported_device_reason("Jetson Xavier", 7, 2).empty());
+  EXPECT_TRUE(unsupported_device_reason("Tesla T4", 7, 5).empty());
+  EXPECT_TRUE(unsupported_device_reason("RTX 2080 Ti", 7, 5).empty());
   EXPECT_TRUE(unsupported_device_reason("A100", 8, 0).empty());
   EXPECT_TRUE(unsupported_device_reason("RTX 4090", 8, 9).empty());
   EXPECT_TRUE(unsupported_device_reason("H100", 9, 0).empty());

@@ -169,22 +169,6 @@ TEST(CudaBf16Gemm, TrainableF32WeightsStayF32Gemms) {
   for (const auto& d : rec.descs()) EXPECT_TRUE(is_f32_gemm(d));
 }
 
-// The device memory one call takes beyond its inputs and outputs (bytes_in_use counts the bytes
-// asked for, unrounded): the peak during `call` above the bytes in use before it and after it.
-// cuBLASLt's workspace is held from the first GEMM on (a fixed term of the plan, not scratch of a
-// call: gemm_workspace_cuda_test.cpp), so it is in use before the call.
-template <class Fn>
-size_t scratch_of(test::SimulatedCudaDevice& card, Fn&& call) {
-  const size_t gemm_workspace = SimulatedCudaDevice::kernels().gemm_workspace_bytes();
-  EXPECT_EQ(card.allocator().gemm_workspace(gemm_workspace).bytes, gemm_workspace);
-  const size_t before = card.allocator().stats().bytes_in_use;
-  card.allocator().reset_peak();
-  call();
-  const MemoryStats after = card.allocator().stats();
-  EXPECT_EQ(after.bytes_in_use, before) << "the call kept device memory";
-  return after.bytes_peak - before;
-}
-
 // The bf16 copy of the activation is device memory from the CUDA allocator, exactly the bytes
 // cuda_workspace (backend/cuda/device_workspace.h, what a device memory plan counts) says:
 // forward, dx, and the fused LM head + loss with and without dx, over bf16 and over f32 weights.

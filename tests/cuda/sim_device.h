@@ -8,6 +8,8 @@
 // Destruction restores the built-in CUDA memory and table. Tensors on the device must be gone by then.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <memory>
 
 #include "backend/cuda/caching_allocator.h"
@@ -66,5 +68,32 @@ class SimulatedCudaDevice {
 
   std::unique_ptr<CachingDeviceAllocator> allocator_;
 };
+
+// While it lives, the simulated card reports compute capability major.minor (sim::set_compute_capability);
+// 8.0, the simulation's default, again afterwards. 7.5 is a Turing card (T4): GEMMs against
+// frozen weights in f16.
+class SimulatedComputeCapability {
+ public:
+  SimulatedComputeCapability(int major, int minor) { sim::set_compute_capability(major, minor); }
+  ~SimulatedComputeCapability() { sim::set_compute_capability(8, 0); }
+  SimulatedComputeCapability(const SimulatedComputeCapability&) = delete;
+  SimulatedComputeCapability& operator=(const SimulatedComputeCapability&) = delete;
+};
+
+// The device memory one call takes beyond its inputs and outputs (bytes_in_use counts the bytes
+// asked for, unrounded): the peak during `call` above the bytes in use before it and after it.
+// cuBLASLt's workspace is held from the first GEMM on (a fixed term of the plan, not scratch of a
+// call: gemm_workspace_cuda_test.cpp), so it is in use before the call.
+template <class Fn>
+size_t scratch_of(SimulatedCudaDevice& card, Fn&& call) {
+  const size_t gemm_workspace = SimulatedCudaDevice::kernels().gemm_workspace_bytes();
+  EXPECT_EQ(card.allocator().gemm_workspace(gemm_workspace).bytes, gemm_workspace);
+  const size_t before = card.allocator().stats().bytes_in_use;
+  card.allocator().reset_peak();
+  call();
+  const MemoryStats after = card.allocator().stats();
+  EXPECT_EQ(after.bytes_in_use, before) << "the call kept device memory";
+  return after.bytes_peak - before;
+}
 
 }  // namespace bp::test

@@ -86,6 +86,9 @@ struct RunTolerance {
 // updated from gradients that already differ: 16u for the global norm (measured: ≤ 1.4e-2 by step 3
 // over a q8_0 base).
 constexpr RunTolerance kBf16HeldRunTolerance{1.0 / 512, 16.0 / 512};
+// The same on a Turing card (compute capability 7.5), whose GEMMs against them take f16 inputs
+// (the activation scaled per tensor by a power of two): the same bounds in f16's u = 2⁻¹¹.
+constexpr RunTolerance kF16HeldRunTolerance{1.0 / 2048, 16.0 / 2048};
 
 void expect_losses_close(const TrainSummary& got, const TrainSummary& ref, RunTolerance tol = {}) {
   ASSERT_EQ(got.history.size(), ref.history.size());
@@ -486,7 +489,9 @@ TEST(CudaTrainer, GgufBasesInTheirStoredTypesTrainOnTheCardLikeOnTheCpu) {
 // order tensor by tensor; what it does not model is small: the int32 batch tensors, the 512-byte
 // rounding of the cache, the optimizer's reduction scratch after backward). tiny-chat and
 // stories260K, LoRA over f32, bf16 and q8_0 bases (held: the kernels dequantize every weight and the
-// tied head panel by panel into device workspace), full fine-tuning, checkpointing on and off.
+// tied head panel by panel into device workspace), full fine-tuning, checkpointing on and off;
+// a bf16 base on a Turing card (compute capability 7.5: f16 panels, scaled f16 operands, the head
+// in f32 panels).
 // cuBLASLt's workspace (4 MiB on the default CC 8.0 card, 32 MiB on a CC 9.0 one) is held from
 // the first GEMM on, so it is in both numbers: the plan names it (the card's size, asked of the
 // installed kernels), every GEMM had it, and the 15% bound holds for the rest (the fixed term would
@@ -496,11 +501,12 @@ TEST(CudaTrainer, MemoryPlanCoversTheMeasuredPeakOnTheCard) {
     std::string name, model, base;
     TrainMode mode;
     bool checkpointing;
-    int cc_major = 8;
+    int cc_major = 8, cc_minor = 0;  // 7.5: a Turing card (f16 GEMMs, bf16 weights through f16 panels)
   };
   const std::string stories = shared_dir() + "/models/stories260K";
   const std::string tiny = source_dir() + "/models/tiny-chat";
-  const Case cases[] = {{"tiny-chat lora f32 ckpt", tiny, "f32", TrainMode::Lora, true},
+  const Case cases[] = {{"tiny-chat lora bf16 ckpt on a T4", tiny, "bf16", TrainMode::Lora, true, 7, 5},
+                        {"tiny-chat lora f32 ckpt", tiny, "f32", TrainMode::Lora, true},
                         {"tiny-chat lora bf16 no-ckpt", tiny, "bf16", TrainMode::Lora, false},
                         {"tiny-chat full ckpt", tiny, "f32", TrainMode::Full, true},
                         {"stories260K lora bf16 ckpt", stories, "bf16", TrainMode::Lora, true},
@@ -517,7 +523,7 @@ TEST(CudaTrainer, MemoryPlanCoversTheMeasuredPeakOnTheCard) {
     o.holdout = 0.0;
     o.max_seq_length = 64;
     SimulatedCudaDevice card;
-    sim::set_compute_capability(c.cc_major, 0);
+    SimulatedComputeCapability cc(c.cc_major, c.cc_minor);
     const size_t gemm_workspace = cuda_workspace::gemm_workspace_bytes(c.cc_major);
     std::string plan;
     TrainCallbacks cb;
@@ -604,6 +610,46 @@ TEST(CudaTrainer, NoCardIsRefusedUpFront) {
     FAIL() << "trained without a device";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::DEP_GPU_NOT_AVAILABLE) << e.what();
+  }
+}
+
+// A Turing card (T4, compute capability 7.5) trains a q8_0 base in f16 GEMMs like the CPU does in
+// f32, within f16's bounds, and the start event says f16.
+TEST(CudaTrainer, Q8_0BaseTrainsOnATuringCardInF16LikeOnTheCpu) {
+  TempDir dir;
+  TrainOptions o = tiny_chat_options(dir.path, "cpu");
+  o.base_dtype = "q8_0";
+  o.steps = 2;  // enough to see learning; no evaluations: the run is the point, kept short
+  o.holdout = 0.0;
+  const TrainSummary ref = Trainer(o).run();
+  o.output_dir += "-cuda";
+  o.device = "cuda";
+  SimulatedCudaDevice card;
+  SimulatedComputeCapability t4(7, 5);
+  std::string device_line;
+  const TrainSummary got = Trainer(o, capture_device_event(&device_line)).run();
+  EXPECT_NE(device_line.find("f16 inputs"), std::string::npos) << device_line;
+  EXPECT_EQ(device_line.find("bf16 inputs"), std::string::npos) << device_line;
+  ASSERT_EQ(got.steps_done, o.steps);
+  expect_losses_close(got, ref, kF16HeldRunTolerance);
+  EXPECT_LT(got.history.back().loss, got.history.front().loss) << "the device run learns";
+}
+
+// A Volta card (compute capability 7.0) has no kernels in this build (CUDA 13 compiles for 7.5 and
+// up): refused before any step, with the reason.
+TEST(CudaTrainer, CardOlderThanTuringIsRefusedWithTheReason) {
+  TempDir dir;
+  TrainOptions o = tiny_chat_options(dir.path, "cuda");
+  o.base_dtype = "bf16";
+  SimulatedCudaDevice card;
+  SimulatedComputeCapability v100(7, 0);
+  try {
+    Trainer(o).run();
+    FAIL() << "trained on a 7.0 card";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::DEP_GPU_NOT_AVAILABLE) << e.what();
+    EXPECT_NE(std::string(e.what()).find("compute capability 7.0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("7.5 or newer"), std::string::npos) << e.what();
   }
 }
 

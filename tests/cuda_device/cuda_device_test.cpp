@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #ifdef BP_HAVE_CUDA
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -141,7 +142,7 @@ TEST(CudaDevice, AttentionMatchesCpu) {
 }
 
 // Held weights dequantized by nvcc's code (dequant.cuh): rows 3..9 of 13 of every held type, f32
-// output bit for bit equal to core's reference dequantizers, bf16 output their rounding.
+// output bit for bit equal to core's reference dequantizers, bf16 and f16 output their rounding.
 TEST(CudaDevice, DequantizeRowsMatchesCpuBitForBit) {
   BP_NEED_DEVICE();
   for (DType type : {DType::BF16, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q5_1, DType::Q4_K,
@@ -157,19 +158,64 @@ TEST(CudaDevice, DequantizeRowsMatchesCpuBitForBit) {
     DeviceBuffer<uint8_t> src(held);
     DeviceBuffer<float> out(std::vector<float>(static_cast<size_t>(n * cols)));
     DeviceBuffer<uint16_t> out16(std::vector<uint16_t>(static_cast<size_t>(n * cols)));
+    DeviceBuffer<uint16_t> out_f16(std::vector<uint16_t>(static_cast<size_t>(n * cols)));
     ASSERT_TRUE(cuda::dequantize_rows<float>(type, src.ptr, cols, row0, n, out.ptr, nullptr));
     ASSERT_TRUE(cuda::dequantize_rows<cuda::bf16>(type, src.ptr, cols, row0, n,
                                                   reinterpret_cast<cuda::bf16*>(out16.ptr), nullptr));
+    ASSERT_TRUE(cuda::dequantize_rows<cuda::f16>(type, src.ptr, cols, row0, n,
+                                                 reinterpret_cast<cuda::f16*>(out_f16.ptr), nullptr));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<float> got = out.to_host();
-    const std::vector<uint16_t> got16 = out16.to_host();
+    const std::vector<uint16_t> got16 = out16.to_host(), got_f16 = out_f16.to_host();
     int bad = 0;
     for (size_t i = 0; i < got.size(); ++i) {
       const float r = ref[static_cast<size_t>(row0 * cols) + i];
-      bad += f32_bits(got[i]) != f32_bits(r) || got16[i] != f32_to_bf16(r);
+      bad += f32_bits(got[i]) != f32_bits(r) || got16[i] != f32_to_bf16(r) || got_f16[i] != f32_to_f16(r);
     }
     EXPECT_EQ(bad, 0) << "of " << got.size() << " values";
   }
+}
+
+// The f16 activation operand of a Turing card's GEMMs by nvcc's code: activations up to 1.5e5
+// scaled by 2^s (max|x| in [2^13, 2^14)) and rounded like core's f32_to_f16, bit for bit; then an
+// f16 GEMM through cuBLASLt (CUDA_R_16F) with alpha = 2^-s gives the CPU's f32 product within the
+// f16 bound (2⁻¹⁰ of Σ|x|·|w|).
+TEST(CudaDevice, ScaledF16OperandAndF16GemmMatchCpu) {
+  BP_NEED_DEVICE();
+  const int64_t M = 37, N = 45, K = 72;
+  std::vector<float> x = random_floats(static_cast<size_t>(M * K), 91),
+                     w = random_floats(static_cast<size_t>(N * K), 92);
+  for (float& v : x) v *= 1.5e5f;
+  float abs_max = 0;
+  for (float v : x) abs_max = std::max(abs_max, std::abs(v));
+  const int s = cuda::f16_scale_exponent(abs_max);
+  std::vector<uint16_t> w16(w.size());
+  for (size_t i = 0; i < w.size(); ++i) w16[i] = f32_to_f16(w[i]);
+  DeviceBuffer<float> xd(x), yd(std::vector<float>(static_cast<size_t>(M * N)));
+  DeviceBuffer<uint16_t> xh(std::vector<uint16_t>(x.size())), wh(w16);
+  DeviceBuffer<int> scratch(std::vector<int>(1));
+  const float alpha =
+      cuda::convert_f32_to_f16_scaled(xd.ptr, reinterpret_cast<cuda::f16*>(xh.ptr), M * K, scratch.ptr, nullptr);
+  EXPECT_EQ(alpha, std::ldexp(1.0f, -s));
+  const std::vector<uint16_t> got = xh.to_host();
+  int bad = 0;
+  for (size_t i = 0; i < x.size(); ++i) bad += got[i] != f32_to_f16(std::ldexp(x[i], s));
+  EXPECT_EQ(bad, 0);
+  gemm::GemmDesc d = gemm::linear_forward_gemm(M, K, N, gemm::DType::F16, gemm::DType::F32);
+  d.alpha = alpha;
+  cuda::gemm(d, wh.ptr, xh.ptr, yd.ptr, nullptr, 0, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> y = yd.to_host();
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double ref = 0, bound = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double a = x[static_cast<size_t>(i * K + k)], b = f16_to_f32(w16[static_cast<size_t>(j * K + k)]);
+        ref += a * b;
+        bound += std::abs(a * b);
+      }
+      ASSERT_LE(std::abs(y[static_cast<size_t>(i * N + j)] - ref), std::ldexp(bound, -10)) << i << "," << j;
+    }
 }
 
 }  // namespace

@@ -14,15 +14,21 @@ namespace bp::cuda_compute {
 inline constexpr const char* kFrozenBf16Gemms =
     "GEMMs against frozen weights (bf16 as stored, f16 and quantized types dequantized to bf16): bf16 inputs, f32 "
     "accumulate";
+// The same on a compute capability 7.5 card (Turing: no bf16 tensor cores): f16 panels, the
+// activation operand scaled by a power of two into f16's range; a held LM head takes f32 panels.
+inline constexpr const char* kFrozenF16Gemms =
+    "GEMMs against frozen weights (every stored type dequantized to f16; compute capability 7.5): f16 inputs with the "
+    "activation scaled per tensor by a power of two, f32 accumulate; LM head in f32";
 // GEMMs against f32 weights: LoRA's A/B, full fine-tuning's trainable weights, a model held in f32.
 inline constexpr const char* kF32Gemms = "GEMMs against f32 weights (LoRA A/B, full fine-tuning): f32, no TF32";
 // What every other kernel reads and writes.
 inline constexpr const char* kStorage = "activations, gradients and optimizer state stored f32";
 
-// A run's own line (the training start event): the bf16 GEMMs only when some frozen weight is
-// held narrower than f32.
-inline std::string describe_run(bool frozen_bf16) {
-  return (frozen_bf16 ? std::string(kFrozenBf16Gemms) + "; " : std::string()) + kF32Gemms + "; " + kStorage;
+// A run's own line (the training start event): the 16-bit GEMMs only when some frozen weight is
+// held narrower than f32; f16 ones on a card whose GEMMs take f16.
+inline std::string describe_run(bool frozen_narrow, bool f16_card = false) {
+  const char* narrow = f16_card ? kFrozenF16Gemms : kFrozenBf16Gemms;
+  return (frozen_narrow ? std::string(narrow) + "; " : std::string()) + kF32Gemms + "; " + kStorage;
 }
 
 }  // namespace bp::cuda_compute

@@ -1,7 +1,8 @@
 // The real GEMM of the CUDA backend: a GemmDesc (gemm_desc.h) turned into cuBLASLt descriptors
 // and one cublasLtMatmul call (compiled only in CUDA builds; the simulation executes the same
 // description with the CPU reference, sim/gemm_sim.cpp).
-//   operation: CUBLAS_COMPUTE_32F with f32 scale (alpha, beta): f32 accumulation for bf16 inputs;
+//   operation: CUBLAS_COMPUTE_32F with f32 scale (alpha, beta): f32 accumulation for bf16 or f16
+//              inputs (f16 on Turing, compute capability 7.5);
 //   layouts:   A, B, C column-major with the description's types, leading dimensions, and for a
 //              batch, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT and _STRIDED_BATCH_OFFSET; D = C;
 //   algorithm: the first heuristic result within the caller's workspace (from our allocator) and
@@ -27,7 +28,7 @@ void check(cublasStatus_t status, const char* what) {
 }
 
 cudaDataType_t cuda_type(gemm::DType t) {
-  return t == gemm::DType::F32 ? CUDA_R_32F : CUDA_R_16BF;
+  return t == gemm::DType::F32 ? CUDA_R_32F : t == gemm::DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
 }
 
 cublasLtHandle_t lt_handle() {

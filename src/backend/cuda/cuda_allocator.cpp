@@ -15,6 +15,7 @@
 #include "backend/cuda/compute_precision.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_errors.h"
+#include "backend/cuda/gemm_desc.h"
 #include "core/allocator.h"
 #include "core/error.h"
 
@@ -111,6 +112,8 @@ CudaStatus cuda_status() {
   // Training uses device 0 only (train/trainer.cpp): an old card there makes CUDA unusable.
   else
     s.why_unavailable = unsupported_device_reason(s.devices[0].name, s.devices[0].cc_major, s.devices[0].cc_minor);
+  if (!s.devices.empty())  // what device 0's GEMMs take: f16 below compute capability 8.0
+    s.compute = cuda_compute::describe_run(true, gemm::narrow_type(s.devices[0].cc_major) == gemm::DType::F16);
   return s;
 }
 

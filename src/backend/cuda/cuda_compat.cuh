@@ -8,11 +8,13 @@
 // - BP_HOST_FN marks a launcher that is not a template (inline in the simulation, where several
 //   test files include the same .cuh; an ordinary function in its one .cu under nvcc);
 // - Storage types: kernels are templates over the element type their activations are stored in
-//   (float, or bf16) and always accumulate in f32 (load_f32 / store_from_f32).
+//   (float, or bf16) and always accumulate in f32 (load_f32 / store_from_f32); f16 (__half) is the
+//   16-bit GEMM operand type of Turing cards (dequantized panels, scaled activations).
 #pragma once
 
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #define BP_CUDA_NS cuda
 #define BP_LAUNCH(grid, block, shared_bytes, stream, ...) __VA_ARGS__<<<grid, block, shared_bytes, stream>>>
@@ -33,12 +35,16 @@
 namespace bp::BP_CUDA_NS {
 
 using bf16 = __nv_bfloat16;
+using f16 = __half;
 
 __device__ __forceinline__ float load_f32(float v) {
   return v;
 }
 __device__ __forceinline__ float load_f32(bf16 v) {
   return __bfloat162float(v);
+}
+__device__ __forceinline__ float load_f32(f16 v) {
+  return __half2float(v);
 }
 template <class T>
 __device__ __forceinline__ T store_from_f32(float v);
@@ -49,6 +55,10 @@ __device__ __forceinline__ float store_from_f32<float>(float v) {
 template <>
 __device__ __forceinline__ bf16 store_from_f32<bf16>(float v) {
   return __float2bfloat16(v);
+}
+template <>
+__device__ __forceinline__ f16 store_from_f32<f16>(float v) {
+  return __float2half(v);  // round to nearest even
 }
 
 // Sum over the 32 lanes of a warp; every lane gets the total.

@@ -78,19 +78,21 @@ inline void check_driver_supports_runtime(int driver_version, int runtime_versio
                     runtime_version / 1000 == 13 ? " (the 580 series or newer)" : "", driver_version / 1000));
 }
 
-// The oldest GPUs this build has kernels for: CMakeLists.txt compiles for sm_80, 86, 89 and 90
-// (+ PTX for newer cards), since bf16 GEMMs through cuBLASLt need Ampere or newer. An older card
-// (a Turing T4 at 7.5, a Volta V100 at 7.0) would fail every launch with "no kernel image", so it
-// is reported unusable up front and `--device auto` trains on the CPU.
-inline constexpr int kMinComputeCapabilityMajor = 8;
+// The oldest GPUs this build has kernels for: CMakeLists.txt compiles for sm_75, 80, 86, 89 and 90
+// (+ PTX for newer cards); 7.5 (Turing: T4, RTX 20xx, GEMMs in f16) is the oldest target CUDA 13
+// compiles for. An older card (a Volta V100 at 7.0) would fail every launch with "no kernel
+// image", so it is reported unusable up front and `--device auto` trains on the CPU.
+inline constexpr int kMinComputeCapabilityMajor = 7, kMinComputeCapabilityMinor = 5;
 
 // Why device `name` with compute capability major.minor cannot train here; empty when it can.
 inline std::string unsupported_device_reason(const std::string& name, int cc_major, int cc_minor) {
-  if (cc_major >= kMinComputeCapabilityMajor) return {};
+  if (cc_major > kMinComputeCapabilityMajor ||
+      (cc_major == kMinComputeCapabilityMajor && cc_minor >= kMinComputeCapabilityMinor))
+    return {};
   return fmt::format(
-      "{} has compute capability {}.{}; this build's CUDA kernels need {}.0 or newer (Ampere: bf16 "
-      "tensor-core GEMMs), so training runs on the CPU",
-      name, cc_major, cc_minor, kMinComputeCapabilityMajor);
+      "{} has compute capability {}.{}; this build's CUDA kernels need {}.{} or newer (Turing; CUDA 13, "
+      "which this build uses, compiles for no older card), so training runs on the CPU",
+      name, cc_major, cc_minor, kMinComputeCapabilityMajor, kMinComputeCapabilityMinor);
 }
 
 }  // namespace bp

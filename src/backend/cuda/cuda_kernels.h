@@ -2,10 +2,11 @@
 // instantiate from the .cuh sources), for host C++ compiled by g++ in CUDA builds: the device
 // tests (tests/cuda_device) and the CUDA dispatch table (cuda_kernel_wrappers.h). Only valid when
 // BP_HAVE_CUDA. Each declaration matches the definition in its .cuh.
-// Pointers are device pointers; bf16 is CUDA's __nv_bfloat16.
+// Pointers are device pointers; bf16 is CUDA's __nv_bfloat16, f16 its __half.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -20,6 +21,7 @@
 namespace bp::cuda {
 
 using bf16 = __nv_bfloat16;
+using f16 = __half;
 
 template <class T>
 void rms_norm_forward(const T* x, const float* w, float eps, T* y, float* rstd, int64_t N, int64_t D,
@@ -55,11 +57,13 @@ void add_bias_inplace(float* y, const float* b, int64_t T_tokens, int64_t N, cud
 void bias_grad_accumulate(const float* dy, float* db, int64_t T_tokens, int64_t N, cudaStream_t stream);
 void convert_bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t stream);
 void convert_f32_to_bf16(const float* src, bf16* dst, int64_t n, cudaStream_t stream);
+int f16_scale_exponent(float abs_max);
+float convert_f32_to_f16_scaled(const float* src, f16* dst, int64_t n, int* scratch, cudaStream_t stream);
 void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed, cudaStream_t stream);
 void dropout_backward_accumulate(const float* g, const float* x, const float* xd, float* dx, int64_t n, float p,
                                  uint64_t seed, cudaStream_t stream);
 
-// dequant.cuh: rows of a held weight (any type dequantize_supported says) as f32 or bf16; false for
+// dequant.cuh: rows of a held weight (any type dequantize_supported says) as f32, bf16 or f16; false for
 // another type (nothing launched).
 using cuda_dequant::dequantize_supported;
 template <class Out>

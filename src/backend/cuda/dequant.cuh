@@ -4,13 +4,13 @@
 // (the loader guarantees it), so block b of the matrix starts at byte b·block_bytes.
 //   dequantize_rows<Out>:        rows [row0, row0 + n) into dst [n, cols]   (a GEMM's panel)
 //   dequantize_gather_rows<Out>: rows ids[0..n) into dst [n, cols]          (an embedding lookup)
-// Out is float or bf16 (the GEMM's panel type). Types: f32, bf16, f16 and ggml's q8_0, q4_0, q5_0,
+// Out is float, bf16 or f16 (the GEMM's panel type). Types: f32, bf16, f16 and ggml's q8_0, q4_0, q5_0,
 // q5_1, q4_K, q5_K, q6_K (every type load_model can hold). One thread per output element in a
 // grid-stride loop; each thread decodes its value from its block's bytes (scales included), so no
 // thread depends on another and there is no shared memory.
 // The arithmetic is the CPU reference's, operation for operation, with __fmul_rn/__fsub_rn/__fadd_rn
 // so nvcc cannot contract it into an FMA: f32 output is bit-identical to the CPU's dequantized
-// values, bf16 output is their round-to-nearest-even.
+// values, bf16 and f16 output is their round-to-nearest-even.
 // Compiled by nvcc through dequant.cu, and as host C++ on the CPU simulation in tests/cuda.
 #pragma once
 

@@ -39,17 +39,29 @@ inline int64_t held_panel_rows(int64_t rows, int64_t cols) {
   return std::min(rows, std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, cols)));
 }
 
-// A GEMM against a weight held as `held` with the f32 activation operand [rows, cols] (x [T, in]
-// for y = x·Wᵀ, dy [T, out] for dx = dy·W): rounded into a bf16 copy unless the weight is f32.
-inline size_t held_gemm_operand_bytes(DType held, int64_t rows, int64_t cols) {
-  return held == DType::F32 ? 0 : static_cast<size_t>(rows * cols) * 2;
+// `f16_card`: a card whose GEMMs against frozen weights take f16 (compute capability 7.5,
+// gemm::narrow_type), not bf16.
+
+// The 16-bit copy of n activation values (ActivationOperand in kernel_wrappers.h): 2 bytes each;
+// an f16 copy also holds, 4-byte aligned after the values, the int its max|x| reduction writes.
+inline size_t f16_scale_scratch_offset(int64_t n) {
+  return (static_cast<size_t>(n) * 2 + 3) / 4 * 4;
+}
+inline size_t narrow_operand_bytes(bool f16_card, int64_t n) {
+  return f16_card ? f16_scale_scratch_offset(n) + sizeof(int) : static_cast<size_t>(n) * 2;
 }
 
-// A GEMM against a weight [rows, cols] held as `held`: f16 and the block types are dequantized to
-// bf16 into one reused panel of at most kHeldTileFloats values (at least one row); bf16 and f32
-// weights are read as stored.
-inline size_t held_gemm_panel_bytes(DType held, int64_t rows, int64_t cols) {
-  if (held == DType::F32 || held == DType::BF16) return 0;
+// A GEMM against a weight held as `held` with the f32 activation operand [rows, cols] (x [T, in]
+// for y = x·Wᵀ, dy [T, out] for dx = dy·W): rounded into a 16-bit copy unless the weight is f32.
+inline size_t held_gemm_operand_bytes(DType held, int64_t rows, int64_t cols, bool f16_card = false) {
+  return held == DType::F32 ? 0 : narrow_operand_bytes(f16_card, rows * cols);
+}
+
+// A GEMM against a weight [rows, cols] held as `held`: f16 and the block types (and bf16 on an
+// f16 card) are dequantized to the 16-bit type into one reused panel of at most kHeldTileFloats
+// values (at least one row); bf16 weights on a bf16 card and f32 weights are read as stored.
+inline size_t held_gemm_panel_bytes(DType held, int64_t rows, int64_t cols, bool f16_card = false) {
+  if (held == DType::F32 || (held == DType::BF16 && !f16_card)) return 0;
   return static_cast<size_t>(held_panel_rows(rows, cols) * cols) * 2;
 }
 
@@ -73,6 +85,16 @@ inline size_t cross_entropy_held_bytes(int64_t T, int64_t D, int64_t V, int64_t 
   if (T == 0) return 0;
   return cross_entropy_bytes(DType::F32, T, D, V, chunk, true) +
          static_cast<size_t>(held_panel_rows(V, D) * D) * sizeof(float);
+}
+
+// The fused loss over a head held as `head`, whichever of the two paths the wrappers take: an f32
+// head, or a bf16 one on a bf16 card, cross_entropy_bytes; any other held head (a bf16 one on an
+// f16 card included) the f32 panels of cross_entropy_held_bytes.
+inline size_t cross_entropy_head_bytes(DType head, bool f16_card, int64_t T, int64_t D, int64_t V, int64_t chunk,
+                                       bool with_dx) {
+  if (head == DType::F32 || (head == DType::BF16 && !f16_card))
+    return cross_entropy_bytes(head, T, D, V, chunk, with_dx);
+  return cross_entropy_held_bytes(T, D, V, chunk);
 }
 
 }  // namespace bp::cuda_workspace

@@ -8,11 +8,17 @@
 //   convert_bf16_to_f32:  bf16 rows widened to f32 (a held embedding's gathered rows, a bf16 head)
 //   convert_f32_to_bf16:  an f32 activation rounded to nearest even bf16 (__float2bfloat16): the
 //                         activation operand of a bf16 GEMM against a frozen weight
+//   convert_f32_to_f16_scaled: the f16 activation operand of a Turing card's GEMM: max|x| on the
+//                         device, then x·2^s rounded to nearest even f16 with s putting max|x| in
+//                         [2^13, 2^14) (exact: a power of two); the caller's GEMM takes alpha = 2^-s
 //   dropout_forward / dropout_backward_accumulate: the CPU kernel's mask bit for bit (the same
 //                         splitmix64 hash of (seed, index)), inverted dropout 1/(1−p)
 // Products use __fmul_rn/__fadd_rn: no FMA contraction, so the rounding is the CPU kernel's.
 // Compiled by nvcc through elementwise.cu, and as host C++ on the CPU simulation in tests/cuda.
 #pragma once
+
+#include <cmath>
+#include <cstring>
 
 #include "backend/cuda/cuda_compat.cuh"
 
@@ -54,6 +60,30 @@ __global__ void f32_to_bf16_kernel(const float* src, bf16* dst, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     dst[i] = __float2bfloat16(src[i]);
+}
+
+// *result = max over i of the bits of |x[i]| (non-negative f32 bit patterns order as the values do,
+// NaN above Inf); *result starts at 0.
+__global__ void abs_max_bits_kernel(const float* x, int64_t n, int* result) {
+  int m = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint32_t u;
+    memcpy(&u, x + i, 4);
+    const int a = static_cast<int>(u & 0x7fffffffu);
+    m = a > m ? a : m;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const int other = __shfl_xor_sync(0xffffffffu, m, offset);
+    m = other > m ? other : m;
+  }
+  if (threadIdx.x % 32 == 0 && m > 0) atomicMax(result, m);
+}
+
+__global__ void f32_to_f16_scaled_kernel(const float* src, f16* dst, int64_t n, float scale) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = __float2half(__fmul_rn(src[i], scale));
 }
 
 __host__ __device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
@@ -110,6 +140,34 @@ BP_HOST_FN void convert_bf16_to_f32(const bf16* src, float* dst, int64_t n, cuda
 }
 BP_HOST_FN void convert_f32_to_bf16(const float* src, bf16* dst, int64_t n, cudaStream_t stream = nullptr) {
   if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, f32_to_bf16_kernel)(src, dst, n);
+}
+// The exponent s with max|x|·2^s in [2^13, 2^14): f16's largest value 65504 is two doublings
+// above (f32 sums of such products stay far from overflow), and values down to 2^-38 of the max
+// keep at least one bit (f16's subnormals reach 2^-24). 0 for a zero, Inf or NaN maximum (those
+// reach the GEMM as they are, and the run's non-finite check); clamped so that 2^s and 2^-s are
+// normal f32.
+constexpr int kMaxF16ScaleExponent = 120;
+BP_HOST_FN int f16_scale_exponent(float abs_max) {
+  if (!(abs_max > 0.0f) || !std::isfinite(abs_max)) return 0;
+  int e = 0;
+  std::frexp(abs_max, &e);  // abs_max = f·2^e, f in [0.5, 1)
+  return std::clamp(14 - e, -kMaxF16ScaleExponent, kMaxF16ScaleExponent);
+}
+// dst = src·2^s as f16 (s = f16_scale_exponent(max|src|)); returns 2^-s, the alpha of the GEMM
+// that reads dst. scratch: 4 bytes of device memory. Synchronises the stream (the host picks s).
+BP_HOST_FN float convert_f32_to_f16_scaled(const float* src, f16* dst, int64_t n, int* scratch,
+                                           cudaStream_t stream = nullptr) {
+  if (n <= 0) return 1.0f;
+  cudaMemsetAsync(scratch, 0, sizeof(int), stream);
+  BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, abs_max_bits_kernel)(src, n, scratch);
+  int bits = 0;
+  cudaMemcpyAsync(&bits, scratch, sizeof(int), cudaMemcpyDeviceToHost, stream);
+  cudaStreamSynchronize(stream);
+  float abs_max = 0.0f;
+  memcpy(&abs_max, &bits, 4);
+  const int s = f16_scale_exponent(abs_max);
+  BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, f32_to_f16_scaled_kernel)(src, dst, n, std::ldexp(1.0f, s));
+  return std::ldexp(1.0f, -s);
 }
 BP_HOST_FN void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed,
                                 cudaStream_t stream = nullptr) {

@@ -7,7 +7,7 @@
 //   C_b[m×n] = alpha · op(A_b)[m×k] · op(B_b)[k×n] + beta · C_b
 // where op(X) = Xᵀ when trans_x; A_b = A + b·stride_a (elements), likewise B and C; lda/ldb/ldc
 // are the column strides of the stored matrices (stored A is m×k, or k×m when transposed).
-// Inputs A and B are f32 or bf16, C f32 or bf16; products are accumulated in f32.
+// Inputs A and B are f32, bf16 or f16, C f32 (or a 16-bit type); products are accumulated in f32.
 //
 // The model's tensors are row-major. A row-major matrix R[r×c] with row stride ld is the
 // column-major matrix Rᵀ[c×r] with column stride ld, so row-major Y = op(X)·op(W) is column-major
@@ -20,13 +20,20 @@
 
 namespace bp::gemm {
 
-enum class DType { F32, BF16 };
+enum class DType { F32, BF16, F16 };
 
 inline const char* dtype_name(DType t) {
-  return t == DType::F32 ? "f32" : "bf16";
+  return t == DType::F32 ? "f32" : t == DType::BF16 ? "bf16" : "f16";
 }
 inline size_t dtype_bytes(DType t) {
   return t == DType::F32 ? 4 : 2;
+}
+
+// The 16-bit input type of the GEMMs against frozen weights on a card of compute capability
+// cc_major.x: bf16 from Ampere (8.0) on; f16 on Turing (7.5), whose tensor cores have no bf16 (the
+// operands then need range care: kernel_wrappers.h ActivationOperand).
+inline DType narrow_type(int cc_major) {
+  return cc_major >= 8 ? DType::BF16 : DType::F16;
 }
 
 struct GemmDesc {

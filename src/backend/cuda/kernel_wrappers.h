@@ -10,11 +10,16 @@
 // the one block the allocator holds for every GEMM: gemm_workspace), a check of the launch
 // (a failed launch throws through cuda_errors.h), and the few host values the CUDA launchers need:
 // the labels on the host (cross-entropy windows), rope's inv_freq table (host memory on every
-// backend) copied to the device. GEMMs against a frozen weight held narrower than f32 take bf16
-// inputs with f32 accumulation and an f32 result (cuBLASLt's tensor-core path): a bf16 weight is
-// read as stored, f16 and the block types (q8_0, q4_K, ...: dequant.cuh) are dequantized to bf16
-// panel by panel (at most kHeldTileFloats values) into workspace, and the f32 activation operand is
-// rounded to bf16 into workspace (ActivationOperand); GEMMs against f32 weights (trainable ones,
+// backend) copied to the device. GEMMs against a frozen weight held narrower than f32 take 16-bit
+// inputs with f32 accumulation and an f32 result (cuBLASLt's tensor-core path), in the card's
+// narrow type (gemm::narrow_type): bf16 from compute capability 8.0 on, f16 on Turing (7.5).
+// bf16 card: a bf16 weight is read as stored, f16 and the block types (q8_0, q4_K, ...:
+// dequant.cuh) are dequantized to bf16 panel by panel (at most kHeldTileFloats values) into
+// workspace. f16 card: every held type, bf16 included, is dequantized to f16 panels the same way
+// (frozen weights stay in their stored type in memory: nothing to convert at upload, and one code
+// path for every type). The f32 activation operand is rounded to the narrow type into workspace
+// (ActivationOperand), scaled by a power of two into f16's range on an f16 card (the GEMM's alpha
+// undoes it). GEMMs against f32 weights (trainable ones,
 // LoRA's A/B, a model held in f32) stay f32 GEMMs without TF32; other held types are refused
 // (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash). Attention: the ops
 // front-end (ops/attention.cpp) validates cu_seqlens on the host (a staged copy) and refuses mixed
@@ -29,6 +34,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/attention.h"
@@ -115,13 +121,29 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   }
 
   // ---- GEMMs (gemm_desc.h: row-major calls become column-major descriptions, A = W, B = X) ----
-  // Every GEMM gets cuBLASLt's workspace (gemm_workspace below): this many bytes for this card.
-  static size_t gemm_workspace_bytes() {
-    int cc_major = 0;
-    check_cuda(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0),
-               "cudaDeviceGetAttribute(compute capability)");
-    return cuda_workspace::gemm_workspace_bytes(cc_major);
+  // Device 0's compute capability (the card training uses). A runtime that cannot say (no card: a
+  // memory plan made without one) answers 8.0.
+  static std::pair<int, int> compute_capability() {
+    int major = 8, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) != cudaSuccess) {
+      cudaGetLastError();
+      return {8, 0};
+    }
+    return {major, minor};
   }
+  // Every GEMM gets cuBLASLt's workspace (gemm_workspace below): this many bytes for this card.
+  static size_t gemm_workspace_bytes() { return cuda_workspace::gemm_workspace_bytes(compute_capability().first); }
+  // The 16-bit input type of the GEMMs against frozen weights: bf16 unless the compute capability
+  // is below 8.0. A card older than the build's kernels (below 7.5, which cuda_status() already
+  // reports unusable) is refused here too: DEP_GPU_NOT_AVAILABLE.
+  static gemm::DType narrow_gemm_type() {
+    const auto [major, minor] = compute_capability();
+    if (const std::string why = unsupported_device_reason("CUDA device 0", major, minor); !why.empty())
+      throw Error(ErrorCode::DEP_GPU_NOT_AVAILABLE, "[cuda] " + why);
+    return gemm::narrow_type(major);
+  }
+  static bool frozen_gemms_in_f16() { return narrow_gemm_type() == gemm::DType::F16; }
   static void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
     run_gemm(gemm::row_major_gemm(trans_a, trans_b, M, N, K, alpha, lda, ldb, beta, ldc), B, A, C);
@@ -147,12 +169,14 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     if (T > 0) run_gemm(gemm::linear_dW_gemm(T, in, out, gemm::DType::F32), x, dy, dW);
   }
   // C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K] held (for_each_weight_panel: an f32 GEMM for an f32
-  // weight, bf16 inputs with f32 accumulation and an f32 C for a weight held narrower).
+  // weight, 16-bit inputs with f32 accumulation and an f32 C for a weight held narrower; alpha
+  // undoes the f16 operand's scale, and scales only the product, so beta's C is untouched).
   static void held_gemm_xwt(const float* X, const cpu::HeldMatrix& W, float beta, float* C, int64_t M) {
     const int64_t N = W.rows, K = W.cols;
     ActivationOperand x(X, M * K);
     for_each_weight_panel(W, "held_gemm_xwt", [&](int64_t n0, int64_t nb, const void* P, gemm::DType t) {
-      run_gemm(gemm::row_major_gemm(false, true, M, nb, K, 1.0f, K, K, beta, N, t, gemm::DType::F32), P, x.as(t),
+      const void* xt = x.as(t);  // before x.alpha(): the f16 copy's scale is known once it is made
+      run_gemm(gemm::row_major_gemm(false, true, M, nb, K, x.alpha(), K, K, beta, N, t, gemm::DType::F32), P, xt,
                C + n0);
     });
   }
@@ -161,8 +185,10 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     const int64_t N = W.rows, K = W.cols;
     ActivationOperand x(X, M * N);
     for_each_weight_panel(W, "held_gemm_xw", [&](int64_t n0, int64_t nb, const void* P, gemm::DType t) {
-      run_gemm(gemm::row_major_gemm(false, false, M, K, nb, 1.0f, N, K, n0 == 0 ? 0.0f : 1.0f, K, t, gemm::DType::F32),
-               P, x.as(t, n0), C);
+      const void* xt = x.as(t, n0);
+      run_gemm(
+          gemm::row_major_gemm(false, false, M, K, nb, x.alpha(), N, K, n0 == 0 ? 0.0f : 1.0f, K, t, gemm::DType::F32),
+          P, xt, C);
     });
   }
   static void embedding_forward_held(const int32_t* ids, const cpu::HeldMatrix& table, float* y, int64_t T) {
@@ -175,11 +201,12 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   }
 
   // ---- fused linear + cross-entropy (f32 activations; logits f32 in any case) ----
-  // An f32 head: f32 GEMMs. A bf16 head (tied embeddings held as bf16): bf16 GEMMs
+  // An f32 head: f32 GEMMs. A bf16 head (tied embeddings held as bf16) on a bf16 card: bf16 GEMMs
   // (bf16_head_cross_entropy below), never a widened f32 copy of the [V, D] head. Another held head
-  // (f16 or a block type) is dequantized panel by panel into f32 inside the kernel's f32 GEMMs
-  // (linear_cross_entropy_held): kHeldTileFloats floats of panel, never the whole [V, D] head in
-  // f32. Like the CPU kernel, a held head gets no dW (the ops refuse asking for one).
+  // (f16 or a block type; and a bf16 one on an f16 card, where the logits' gradient, as small as
+  // 1/V times the loss scale, would meet f16's underflow) is dequantized panel by panel into f32 inside the kernel's
+  // f32 GEMMs (linear_cross_entropy_held): kHeldTileFloats floats of panel, never the whole [V, D] head in f32. Like
+  // the CPU kernel, a held head gets no dW (the ops refuse asking for one).
   static cpu::CrossEntropyTotals linear_cross_entropy(const float* x, const cpu::HeldMatrix& W, const int32_t* labels,
                                                       int64_t T, int64_t D, int64_t V, int64_t chunk,
                                                       float* /*logits_chunk: the workspace below holds them*/,
@@ -190,7 +217,7 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     check_cuda(cudaMemcpy(labels_host.data(), labels, labels_host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
                "cudaMemcpy(labels)");
     const int64_t c = std::min(chunk, T);
-    if (W.type == DType::BF16)
+    if (W.type == DType::BF16 && narrow_gemm_type() == gemm::DType::BF16)
       return bf16_head_cross_entropy(x, W, labels, labels_host.data(), T, D, V, c, grad_scale, dx, dW);
     if (W.type != DType::F32) {
       const int64_t panel_rows = cuda_workspace::held_panel_rows(V, D);
@@ -350,47 +377,64 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     check_launch("gemm");
   }
   // The activation operand of a GEMM against a held weight, in the type the weight's panels are
-  // read in: the f32 tensor itself for an f32 GEMM; for a bf16 GEMM, a copy rounded to bf16 (nearest
-  // even) into workspace from the CUDA allocator (counted; 2 bytes per element, made once per call
-  // on first use, returned when the call ends).
+  // read in: the f32 tensor itself for an f32 GEMM; for a 16-bit GEMM, a copy rounded (nearest
+  // even) into workspace from the CUDA allocator (counted: cuda_workspace::held_gemm_operand_bytes;
+  // made once per call on first use, returned when the call ends). An f16 copy is x·2^s with max|x|
+  // scaled into [2^13, 2^14) (convert_f32_to_f16_scaled; exact, a power of two): f16 tops out at
+  // 65504 and loses gradients below 2^-24, where activations reach 1e5 and a backward's dy 1e-9.
+  // The GEMM's alpha() = 2^-s gives the f32 result back its scale: per-tensor scaling, so no
+  // global loss scale and no skipped steps.
   class ActivationOperand {
    public:
     ActivationOperand(const float* x, int64_t n) : x_(x), n_(n) {}
-    // Element `offset` of the operand as `type` (f32 or bf16) device memory.
+    // Element `offset` of the operand as `type` (f32, bf16 or f16) device memory.
     const void* as(gemm::DType type, int64_t offset = 0) {
       if (type == gemm::DType::F32) return x_ + offset;
       if (!rounded_ && n_ > 0) {
-        rounded_ = std::make_unique<DeviceBuffer>(static_cast<size_t>(n_) * sizeof(bf16));
-        ::bp::BP_WRAP_NS::convert_f32_to_bf16(x_, rounded_->as<bf16>(), n_, nullptr);
-        check_launch("GEMM activation to bf16");
+        rounded_ = std::make_unique<DeviceBuffer>(cuda_workspace::narrow_operand_bytes(type == gemm::DType::F16, n_));
+        if (type == gemm::DType::BF16) {
+          ::bp::BP_WRAP_NS::convert_f32_to_bf16(x_, rounded_->as<bf16>(), n_, nullptr);
+        } else {
+          int* scratch = reinterpret_cast<int*>(rounded_->as<char>() + cuda_workspace::f16_scale_scratch_offset(n_));
+          alpha_ = ::bp::BP_WRAP_NS::convert_f32_to_f16_scaled(x_, rounded_->as<f16>(), n_, scratch, nullptr);
+        }
+        check_launch(type == gemm::DType::BF16 ? "GEMM activation to bf16" : "GEMM activation to f16");
       }
-      return rounded_ ? static_cast<const void*>(rounded_->as<bf16>() + offset) : nullptr;
+      return rounded_ ? static_cast<const void*>(rounded_->as<char>() + offset * 2) : nullptr;
     }
+    // The GEMM's alpha: 1, or 2^-s for an f16 copy (valid once as(F16) has made it).
+    float alpha() const { return alpha_; }
 
    private:
     const float* x_;
     int64_t n_;
+    float alpha_ = 1.0f;
     std::unique_ptr<DeviceBuffer> rounded_;
   };
   // fn(row0, n_rows, rows in device memory, their GEMM type) over a held weight [rows, cols]:
   //   f32:  once, the weight itself, an f32 GEMM (the CPU's arithmetic: f32 weights are trainable
   //         ones or a model stored in f32, and LoRA's A/B, whose GEMMs are rank-r and cheap);
-  //   bf16: once, the weight itself as stored: the tensor cores read bf16, so no widened copy;
-  //   f16 and the block types (dequant.cuh): per panel of at most kHeldTileFloats values (at least
-  //   one row), each dequantized to bf16 into one reused workspace buffer, fn called per panel with
-  //   DType::BF16. Others are refused.
+  //   bf16 on a bf16 card: once, the weight itself as stored: no widened copy;
+  //   any other held type (dequant.cuh): per panel of at most kHeldTileFloats values (at least
+  //   one row), each dequantized to the card's narrow type (bf16, or f16 on a Turing card) into
+  //   one reused workspace buffer, fn called per panel with that type. Others are refused.
+  //   Frozen weights are not scaled into f16: trained LLM weights lie far inside its range.
   template <class Fn>
   static void for_each_weight_panel(const cpu::HeldMatrix& W, const char* kernel, Fn&& fn) {
     if (W.type == DType::F32) return fn(int64_t{0}, W.rows, W.data, gemm::DType::F32);
-    if (W.type == DType::BF16) return fn(int64_t{0}, W.rows, W.data, gemm::DType::BF16);
+    const gemm::DType narrow = narrow_gemm_type();
+    if (W.type == DType::BF16 && narrow == gemm::DType::BF16) return fn(int64_t{0}, W.rows, W.data, gemm::DType::BF16);
     if (!::bp::BP_WRAP_NS::dequantize_supported(W.type)) held_type_unavailable(kernel, W.type);
     const int64_t rows = cuda_workspace::held_panel_rows(W.rows, W.cols);
-    DeviceBuffer panel(static_cast<size_t>(rows * W.cols) * sizeof(bf16));
+    DeviceBuffer panel(static_cast<size_t>(rows * W.cols) * 2);
     for (int64_t n0 = 0; n0 < W.rows; n0 += rows) {
       const int64_t nb = std::min(rows, W.rows - n0);
-      ::bp::BP_WRAP_NS::dequantize_rows<bf16>(W.type, W.data, W.cols, n0, nb, panel.as<bf16>(), nullptr);
+      if (narrow == gemm::DType::BF16)
+        ::bp::BP_WRAP_NS::dequantize_rows<bf16>(W.type, W.data, W.cols, n0, nb, panel.as<bf16>(), nullptr);
+      else
+        ::bp::BP_WRAP_NS::dequantize_rows<f16>(W.type, W.data, W.cols, n0, nb, panel.as<f16>(), nullptr);
       check_launch("held weight dequantize");
-      fn(n0, nb, static_cast<const void*>(panel.as<bf16>()), gemm::DType::BF16);
+      fn(n0, nb, static_cast<const void*>(panel.as<char>()), narrow);
     }
   }
 };

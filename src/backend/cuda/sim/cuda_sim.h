@@ -98,7 +98,9 @@ void set_memory_budget(size_t bytes_total);
 size_t memory_in_use();
 // Whether [ptr, ptr + bytes) lies inside one live cudaMalloc allocation (what a kernel may touch).
 bool memory_range_live(const void* ptr, size_t bytes);
-// The simulated card's compute capability (cudaDeviceGetAttribute): 8.0 (an A100) unless set.
+// The simulated card's compute capability (cudaDeviceGetAttribute): 8.0 (an A100) unless set. The
+// backend sizes cuBLASLt's workspace by it and picks its GEMM input type from the major
+// (gemm::narrow_type): set_compute_capability(7, 5) makes the card a Turing T4.
 void set_compute_capability(int major, int minor);
 // The next launch (only) reports `e` (as a faulting kernel would: launch failure, illegal address).
 void inject_launch_error(cudaError_t e);
@@ -261,6 +263,39 @@ inline __nv_bfloat16 __float2bfloat16(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x40u)};  // quiet NaN
   u += 0x7fffu + ((u >> 16) & 1u);
   return {static_cast<uint16_t>(u >> 16)};
+}
+
+// f16 (IEEE half) as the CUDA type: __float2half rounds to nearest even, overflows to inf past
+// 65504 (from 65520 on) and keeps subnormals down to 2^-24, as cuda_fp16.h does.
+struct __half {
+  uint16_t bits;
+};
+inline float __half2float(__half h) {
+  const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000u) << 16, exp = (h.bits >> 10) & 31u,
+                 mant = h.bits & 1023u;
+  float f;
+  if (exp == 0) {
+    f = static_cast<float>(mant) * 5.9604644775390625e-8f;  // mant·2^-24, exact
+    return sign ? -f : f;
+  }
+  const uint32_t u = exp == 31 ? sign | 0x7f800000u | (mant << 13) : sign | ((exp + 112u) << 23) | (mant << 13);
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline __half __float2half(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const auto sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) return {static_cast<uint16_t>(sign | 0x7e00u)};   // NaN stays (quiet) NaN
+  if (u >= 0x477ff000u) return {static_cast<uint16_t>(sign | 0x7c00u)};  // 65520 and up round to inf
+  if (u >= 0x38800000u) {                                                // 2^-14 and up: a normal half
+    const uint32_t r = u + 0xfffu + ((u >> 13) & 1u);                    // nearest even at bit 13
+    return {static_cast<uint16_t>(sign | ((r - 0x38000000u) >> 13))};
+  }
+  float a;
+  std::memcpy(&a, &u, 4);  // a subnormal half (or zero, or 2^-14): |f|·2^24 to the nearest even integer
+  return {static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f)))};
 }
 
 // ---- launches ----

@@ -1,17 +1,22 @@
 // A GemmDesc (backend/cuda/gemm_desc.h) executed on the CPU by the definition: three loops over
 // column-major storage, products accumulated in f32 in k order. The oracle that ties the
-// descriptions the CUDA backend hands to cuBLASLt to the CPU backend's row-major results.
+// descriptions the CUDA backend hands to cuBLASLt to the CPU backend's row-major results. 16-bit
+// operands are read as the tensor cores read them: each bf16 or f16 value exactly (every one is an
+// f32), so the only rounding is the one that made them; a 16-bit C is stored rounded to nearest
+// even (core's f32_to_bf16 / f32_to_f16).
 #pragma once
 
 #include <cstring>
 #include <vector>
 
 #include "backend/cuda/gemm_desc.h"
+#include "core/dtype.h"
 
 namespace bp::gemm {
 
 inline float load_element(const void* p, DType t, int64_t i) {
   if (t == DType::F32) return static_cast<const float*>(p)[i];
+  if (t == DType::F16) return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
   uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16;
   float f;
   std::memcpy(&f, &u, 4);
@@ -20,6 +25,10 @@ inline float load_element(const void* p, DType t, int64_t i) {
 inline void store_element(void* p, DType t, int64_t i, float v) {
   if (t == DType::F32) {
     static_cast<float*>(p)[i] = v;
+    return;
+  }
+  if (t == DType::F16) {
+    static_cast<uint16_t*>(p)[i] = f32_to_f16(v);
     return;
   }
   uint32_t u;
