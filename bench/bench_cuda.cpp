@@ -1,6 +1,6 @@
 // LoRA training speed on one NVIDIA GPU (issue 18): tokens/s of `--device cuda` training through
 // bp::Trainer (the code path of `backprop train`) on the Qwen2.5-0.5B and Qwen2.5-1.5B shapes with
-// random weights, sequence 2048, and model-FLOPs utilisation against the card's bf16 GEMM rate
+// random weights, sequence 2048, and model-FLOPs utilisation against the card's bf16 GEMM rate (f16 on a Turing card)
 // measured in the same run through our cuBLASLt path (backend/cuda/cublaslt_gemm.cpp, descriptions
 // of gemm_desc.h) on the model's own GEMM shapes. Built only with the CUDA backend.
 //
@@ -47,9 +47,11 @@ std::string env_str(const char* name, const char* fallback) {
 // bp::cuda::gemm (cuBLASLt) on the default stream, with a workspace from our allocator of the size
 // training's GEMMs get (the card's recommended one, ops::device_gemm_workspace_bytes), so the rate
 // is the one the trainer's GEMMs can reach.
-bp::GemmRunner cublaslt_runner(const bp::Tensor& workspace) {
+// Inputs in the card's 16-bit type (bf16; f16 on a Turing card), as training's frozen-weight GEMMs.
+bp::GemmRunner cublaslt_runner(const bp::Tensor& workspace, int cc_major) {
   bp::GemmRunner r;
   r.device = bp::Device{bp::DeviceType::CUDA, 0};
+  r.input_type = bp::gemm::narrow_type(cc_major);
   r.run = [&workspace](const bp::gemm::GemmDesc& d, const void* A, const void* B, void* C) {
     bp::cuda::gemm(d, A, B, C, workspace.kernel_raw(), workspace.nbytes(), nullptr);
   };
@@ -94,7 +96,7 @@ int main(int argc, char** argv) {
       spec.device = "cuda";
       spec.tokenizer_dir = std::string(BP_SOURCE_DIR) + "/models/tiny-chat";
       spec.work_dir = work;
-      const bp::TrainBenchResult r = bp::run_train_benchmark(spec, cublaslt_runner(workspace));
+      const bp::TrainBenchResult r = bp::run_train_benchmark(spec, cublaslt_runner(workspace, cs.devices[0].cc_major));
       std::printf("%s", r.report().c_str());
       std::fflush(stdout);
       if (json.is_open()) json << r.to_json().dump() << "\n" << std::flush;

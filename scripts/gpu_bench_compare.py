@@ -147,7 +147,7 @@ def compare(bp, args):
     model, seq = bp["model"], args.seq or bp["seq"]
     cfg, rank = bp["config"], bp["rank"]
     alpha = float(bp.get("alpha", 2 * rank))
-    flops, gemm = bp["model_flops_per_step"], bp["gemm_bf16_flops_per_s"]
+    flops, gemm = bp["model_flops_per_step"], bp["gemm_flops_per_s"]
     print(fmt_row(model, "backprop", bp["tokens_per_s"], bp["step_s"], bp["mfu"],
                   "%s, frozen %s, checkpointing %s" % (bp["device"], bp["base_dtype"],
                                                        "on" if bp["gradient_checkpointing"] else "off")))

@@ -47,7 +47,7 @@ fi
 
 [ "${no_build:-0}" = 1 ] && exit 0
 jobs=$(nproc)
-# Where the CUDA toolkit is installed, the CUDA backend must be built (nvcc for sm_80/86/89/90): ON
+# Where the CUDA toolkit is installed, the CUDA backend must be built (nvcc for sm_75/80/86/89/90): ON
 # makes a toolkit CMake cannot use fail the configure step instead of quietly building CPU only.
 cuda_args=()
 if [[ "${BACKPROP_CMAKE_ARGS:-}" != *BACKPROP_CUDA* ]] && { [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null; }; then

@@ -84,7 +84,9 @@ using Id = Replay::Id;
 // Device memory the CUDA kernels take from the allocator for themselves inside one op call
 // (backend/cuda/kernel_wrappers.h), in bytes; none on the CPU, whose kernels get every buffer from
 // the op front-ends (counted by the replay). One function per place the wrappers allocate; a new
-// device workspace is one more term here (tests/cuda/memory_plan_cuda_test.cpp measures them).
+// device workspace is one more term here (tests/cuda/linear_bf16_cuda_test.cpp and
+// linear_f16_cuda_test.cpp measure them; CudaTrainer.MemoryPlanCoversTheMeasuredPeakOnTheCard the
+// whole plan).
 struct DeviceScratch {
   bool cuda = false;
   DType held = DType::F32;  // frozen matrices (LoRA over a bf16, f16, q8_0, q4_K, ... base; f32 otherwise)

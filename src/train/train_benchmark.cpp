@@ -85,13 +85,13 @@ namespace {
 
 // bf16 random values in [-1, 1) on `device` (made on the host, converted, copied over): a block of
 // 64K random values repeated, so the LM head's hundreds of millions of elements take no time.
-Tensor random_bf16(int64_t n, Device device, uint32_t seed) {
+Tensor random_operand(int64_t n, DType type, Device device, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> block(65536), v(static_cast<size_t>(n));
   for (float& x : block) x = u(rng);
   for (size_t i = 0; i < v.size(); ++i) v[i] = block[i % block.size()];
-  Tensor t = Tensor::from_vector(v, {n}).to(DType::BF16);
+  Tensor t = Tensor::from_vector(v, {n}).to(type);
   return device.type == DeviceType::CPU ? t : t.to(device);
 }
 
@@ -106,11 +106,12 @@ GemmRate measure_gemm_rate(const std::vector<GemmShape>& shapes, const GemmRunne
     y_max = std::max(y_max, s.M * s.N);
     flops_per_round += 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K);
   }
-  const Tensor x = random_bf16(x_max, runner.device, 1), w = random_bf16(w_max, runner.device, 2);
-  const Tensor y = Tensor::empty({y_max}, DType::BF16, runner.device);
+  const DType type = runner.input_type == gemm::DType::F16 ? DType::F16 : DType::BF16;
+  const Tensor x = random_operand(x_max, type, runner.device, 1), w = random_operand(w_max, type, runner.device, 2);
+  const Tensor y = Tensor::empty({y_max}, type, runner.device);
   auto round = [&] {
     for (const GemmShape& s : shapes)  // y = x·Wᵀ as the model's linear forward describes it (A = W, B = x)
-      runner.run(gemm::linear_forward_gemm(s.M, s.K, s.N, gemm::DType::BF16, gemm::DType::BF16), w.kernel_raw(),
+      runner.run(gemm::linear_forward_gemm(s.M, s.K, s.N, runner.input_type, runner.input_type), w.kernel_raw(),
                  x.kernel_raw(), y.kernel_raw());
     if (runner.sync) runner.sync();
   };
@@ -230,6 +231,7 @@ TrainBenchResult run_train_benchmark(const TrainBenchSpec& spec, const GemmRunne
   r.final_loss = sum.final_loss;
   r.peak_memory_bytes = sum.peak_memory_bytes;
   r.model_flops_per_step = lora_step_flops(spec.config, spec.seq_len, spec.rank).total();
+  r.gemm_input_type = gemm::dtype_name(runner.input_type);
   r.gemm_flops_per_s =
       measure_gemm_rate(model_gemm_shapes(spec.config, spec.seq_len), runner, spec.gemm_min_seconds).flops_per_s;
   finish_train_benchmark(r, std::chrono::duration<double>(t_end - t_start).count(), timed_tokens, timed_steps);
@@ -252,7 +254,8 @@ nlohmann::json TrainBenchResult::to_json() const {
           {"tokens_per_s", tokens_per_s},
           {"model_flops_per_step", model_flops_per_step},
           {"model_flops_per_s", model_flops_per_s},
-          {"gemm_bf16_flops_per_s", gemm_flops_per_s},
+          {"gemm_flops_per_s", gemm_flops_per_s},
+          {"gemm_input_type", gemm_input_type},
           {"mfu", mfu},
           {"loss", final_loss},
           {"peak_memory_bytes", peak_memory_bytes},
@@ -263,10 +266,10 @@ std::string TrainBenchResult::report() const {
   return fmt::format(
       "{} ({} layers, seq {}, LoRA r{} all-linear, frozen {}, checkpointing {}) on {}: {} timed steps\n"
       "  step {:.4f} s, {:.1f} tokens/s, model {:.3f} GFLOP/step = {:.2f} GFLOP/s\n"
-      "  bf16 GEMM rate on the model's shapes {:.2f} GFLOP/s; MFU {:.1f}%; loss {:.4f}; peak memory {:.1f} MiB\n",
+      "  {} GEMM rate on the model's shapes {:.2f} GFLOP/s; MFU {:.1f}%; loss {:.4f}; peak memory {:.1f} MiB\n",
       name, layers, seq_len, rank, base_dtype, gradient_checkpointing ? "on" : "off", device, steps, step_s,
-      tokens_per_s, model_flops_per_step / 1e9, model_flops_per_s / 1e9, gemm_flops_per_s / 1e9, 100.0 * mfu,
-      final_loss, static_cast<double>(peak_memory_bytes) / (1 << 20));
+      tokens_per_s, model_flops_per_step / 1e9, model_flops_per_s / 1e9, gemm_input_type, gemm_flops_per_s / 1e9,
+      100.0 * mfu, final_loss, static_cast<double>(peak_memory_bytes) / (1 << 20));
 }
 
 std::string cuda_device_description() {

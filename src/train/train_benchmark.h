@@ -65,6 +65,9 @@ struct GemmRunner {
   Device device;
   std::function<void(const gemm::GemmDesc&, const void* A, const void* B, void* C)> run;
   std::function<void()> sync;  // waits for the device (cudaDeviceSynchronize); may be empty
+  // The 16-bit input type of the card's tensor-core GEMMs, what training's frozen-weight GEMMs take
+  // (gemm::narrow_type): bf16, f16 on a Turing card (compute capability 7.5, no bf16).
+  gemm::DType input_type = gemm::DType::BF16;
 };
 struct GemmShape {
   const char* what;
@@ -78,7 +81,8 @@ struct GemmRate {
   int rounds = 0;    // passes over every shape
   double flops = 0;  // executed in the timed rounds
 };
-// bf16 inputs and output, f32 accumulation (gemm_desc.h), random operands on runner.device; one
+// runner.input_type (bf16, or f16 on Turing) inputs and output, f32 accumulation (gemm_desc.h),
+// random operands on runner.device; one
 // untimed pass, then passes until min_seconds have gone by (at least one). Rate = FLOPs / wall time.
 GemmRate measure_gemm_rate(const std::vector<GemmShape>& shapes, const GemmRunner& runner, double min_seconds);
 
@@ -108,6 +112,7 @@ struct TrainBenchResult {
   double step_s = 0, tokens_per_s = 0;
   double model_flops_per_step = 0, model_flops_per_s = 0;
   double gemm_flops_per_s = 0, mfu = 0;  // mfu: model_flops_per_s / gemm_flops_per_s
+  std::string gemm_input_type = "bf16";  // what the GEMM rate was measured in (the runner's input_type)
   double final_loss = 0;
   size_t peak_memory_bytes = 0;
   nlohmann::json config;  // the model's config.json (the comparison script builds the same model)

@@ -317,14 +317,27 @@ void Trainer::State::plan_memory() {
     record(r);
   });
   // --max-memory auto: the machine's RAM budget on the CPU; on a card, what it can give now: its
-  // free memory (cudaMemGetInfo) and what the allocator already holds (in use and cached), enforced
-  // so the plan picks a micro-batch that fits before step 1 instead of the first step running out.
+  // free memory (cudaMemGetInfo) minus a headroom, plus what the allocator already holds (in use and
+  // cached), enforced so the plan picks a micro-batch that fits before step 1 instead of the first
+  // step running out. The headroom (monitor.memory_headroom; auto = 5% of the free memory) is for
+  // what the plan cannot see: kernels and cuBLASLt's own memory loaded on first use, and the
+  // driver's rounding of each cudaMalloc.
   if (o.max_memory_auto) {
     const MemoryStats ms = alloc->stats();
     const size_t card_free = alloc->device_free_bytes();
-    o.max_memory_bytes = device.type == DeviceType::CPU ? safety->memory_budget_bytes(ms.bytes_in_use)
-                         : card_free == kNoLimit        ? kNoLimit
-                                                        : ms.bytes_in_use + ms.bytes_cached + card_free;
+    if (device.type == DeviceType::CPU) {
+      o.max_memory_bytes = safety->memory_budget_bytes(ms.bytes_in_use);
+    } else if (card_free == kNoLimit) {
+      o.max_memory_bytes = kNoLimit;
+    } else {
+      const size_t headroom =
+          o.monitor.memory_headroom_bytes >= 0 ? static_cast<size_t>(o.monitor.memory_headroom_bytes) : card_free / 20;
+      const size_t held = ms.bytes_in_use + ms.bytes_cached;
+      o.max_memory_bytes = held + (card_free > headroom ? card_free - headroom : 0);
+      event("info", fmt::format("--max-memory auto on the card: {} ({} free, minus {} headroom, plus {} already held)",
+                                format_bytes(o.max_memory_bytes), format_bytes(card_free), format_bytes(headroom),
+                                format_bytes(held)));
+    }
   }
   alloc->set_limit(o.max_memory_bytes);
   TrainPlan plan = plan_training(o, *model, data, *alloc);

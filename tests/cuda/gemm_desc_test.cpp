@@ -6,6 +6,7 @@
 #include "backend/cuda/gemm_desc.h"
 
 #include "backend/cpu/gemm.h"
+#include "backend/cuda/device_workspace.h"
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/sim/gemm_reference.h"
 #include "backend/cuda/sim/gemm_sim.h"
@@ -171,6 +172,30 @@ TEST(GemmDesc, PanelPointersReportTheirRealAlignment) {
   cudaFree(x_mem);
   cudaFree(w_mem);
   cudaFree(y_mem);
+}
+
+// The panels of a held weight (cuda_workspace::held_panel_rows) start every `rows` rows, and a panel
+// starting at row r0 hands cuBLASLt `y + r0` (f32) and `dy + r0` (16-bit) beside the panel: for
+// the shapes of Qwen2.5 and SmolLM (896 and 576 columns do not divide the tile) those stay 16-byte
+// aligned, the tensor-core kernels' requirement; no panel is empty or past the tile.
+TEST(GemmDesc, HeldWeightPanelsKeepTheOtherOperands16ByteAligned) {
+  const std::pair<int64_t, int64_t> weights[] = {{151936, 896}, {4864, 896}, {896, 4864}, {128, 896},   {49152, 576},
+                                                 {1536, 576},   {576, 1536}, {7, 300000}, {20, 100000}, {101, 72}};
+  for (const auto& [rows, cols] : weights) {
+    const int64_t step = cuda_workspace::held_panel_rows(rows, cols);
+    const std::string at = std::to_string(rows) + "x" + std::to_string(cols) + ": " + std::to_string(step);
+    ASSERT_GE(step, 1) << at;
+    ASSERT_LE(step, rows) << at;
+    EXPECT_TRUE(step == 1 || step * cols <= cpu::kHeldTileFloats) << at;
+    if (step == rows) continue;  // one panel: the operands as allocated
+    if (step < 8) continue;      // a row is wider than an eighth of the tile: nothing to round to
+    for (int64_t r0 = step; r0 < rows; r0 += step) {
+      const auto f32_at = reinterpret_cast<const void*>(static_cast<uintptr_t>(256 + 4 * r0));
+      const auto b16_at = reinterpret_cast<const void*>(static_cast<uintptr_t>(256 + 2 * r0));
+      ASSERT_GE(gemm::pointer_alignment(f32_at), 16u) << at << " panel at row " << r0;
+      ASSERT_GE(gemm::pointer_alignment(b16_at), 16u) << at << " panel at row " << r0;
+    }
+  }
 }
 
 TEST(GemmDesc, InvalidLeadingDimensionIsRefusedWithTheNumbers) {

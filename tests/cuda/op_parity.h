@@ -105,8 +105,8 @@ inline Tensor bf16_rounded(const Tensor& t) {
 // test could not tell a bf16 GEMM from an f32 one.
 inline void held_weights(DType type, Tolerance tol) {
   SCOPED_TRACE(dtype_name(type));
-  // 768 columns (whole q4_K blocks): a 128k-value panel holds 170 rows, so the 257-row weight
-  // takes two panels.
+  // 768 columns (whole q4_K blocks): a 128k-value panel holds 168 rows (170 rounded down to a
+  // multiple of 8), so the 257-row weight takes two panels.
   const int64_t T = 9, in = 768, out = 257;
   Tensor x = random_tensor({T, in}, 40), W = random_tensor({out, in}, 41).to(type), dy = random_tensor({T, out}, 42);
   const Tensor W_bf16 = W.to(DType::F32).to(DType::BF16);  // what the device's GEMMs read

@@ -582,6 +582,24 @@ TEST(CudaTrainer, AutoMaxMemoryIsTheCardsRoomAndThePlanFitsIt) {
     EXPECT_EQ(card.allocator().stats().num_ooms, 0u);
     EXPECT_LE(small.peak_memory_bytes, room);
   }
+  {  // monitor.memory_headroom acts on the card: keeping all of the room free leaves no room to train
+    SimulatedCudaDevice card(2 * peak);
+    TrainOptions kept = o;
+    kept.output_dir = small_dir.path + "/kept";
+    kept.monitor.memory_headroom_bytes = static_cast<int64_t>(2 * peak);
+    std::string budget;
+    TrainCallbacks cb;
+    cb.on_event = [&](const std::string&, const std::string& m) {
+      if (m.find("--max-memory auto on the card") != std::string::npos) budget = m;
+    };
+    try {
+      Trainer(kept, cb).run();
+      FAIL() << "trained with the whole card kept free";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::RUNTIME_GPU_OOM) << e.what();
+    }
+    EXPECT_NE(budget.find("minus " + format_bytes(2 * peak) + " headroom"), std::string::npos) << budget;
+  }
 
   SimulatedCudaDevice no_room(resident + 1024);
   o.output_dir = tiny_dir.path + "/run";

@@ -102,6 +102,22 @@ TEST(TrainBenchmark, GemmRateRunsTheModelShapesAsLinearForwardDescriptions) {
   EXPECT_NEAR(rate.flops_per_s, rate.flops / rate.seconds, 1e-9 * rate.flops_per_s);
 }
 
+// A Turing card's runner (input_type f16) measures f16 GEMMs, as its training GEMMs are: the rate
+// must not be a bf16 figure (cuBLASLt has no bf16 on compute capability 7.5).
+TEST(TrainBenchmark, GemmRateTakesTheRunnersInputType) {
+  const auto shapes = model_gemm_shapes(hand_config(), 5);
+  std::vector<gemm::GemmDesc> seen;
+  GemmRunner runner = cpu_runner(&seen);
+  runner.input_type = gemm::DType::F16;
+  measure_gemm_rate(shapes, runner, 0.0);
+  ASSERT_FALSE(seen.empty());
+  for (const gemm::GemmDesc& d : seen) {
+    EXPECT_EQ(d.a_type, gemm::DType::F16);
+    EXPECT_EQ(d.b_type, gemm::DType::F16);
+    EXPECT_EQ(d.c_type, gemm::DType::F16);
+  }
+}
+
 TrainBenchSpec tiny_spec(const std::string& dir, const std::string& device, const std::string& base) {
   TrainBenchSpec s;
   s.name = "tiny";

@@ -33,10 +33,16 @@ inline constexpr size_t gemm_workspace_bytes(int cc_major) {
 }
 
 // Rows of a held weight [rows, cols] per dequantized panel: at most kHeldTileFloats values, at
-// least one row, never more rows than the weight has. The wrappers' panel loops and the byte
-// counts below both use it.
+// least one row, never more rows than the weight has, and a multiple of 8 when a panel holds 8 rows
+// or more. A panel starting at row r0 makes the GEMM's other operands start r0 elements in (the
+// f32 output `y + r0`, the 16-bit activation `dy + r0`): with r0 a multiple of 8 both stay 16-byte
+// aligned, as cuBLASLt's tensor-core kernels want (146 rows of Qwen's 896 columns would leave them
+// 4- and 8-byte aligned: slower kernels, or none). The wrappers' panel loops and the byte counts
+// below both use it.
 inline int64_t held_panel_rows(int64_t rows, int64_t cols) {
-  return std::min(rows, std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, cols)));
+  const int64_t fit = std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, cols));
+  if (fit >= rows) return rows;
+  return fit >= 8 ? fit - fit % 8 : fit;
 }
 
 // `f16_card`: a card whose GEMMs against frozen weights take f16 (compute capability 7.5,
