@@ -13,8 +13,8 @@ std::string cuda_compute_description(bool frozen_narrow) {
 }
 
 bool cuda_frozen_gemms_in_f16() {
-  const auto f16 = kernels(DeviceType::CUDA).frozen_gemms_in_f16;
-  return f16 != nullptr && f16();
+  const auto& f16 = kernels(DeviceType::CUDA).frozen_gemms_in_f16;
+  return f16.fn != nullptr && f16();
 }
 
 bool cuda_reads_held_type(DType t) {

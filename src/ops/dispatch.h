@@ -50,9 +50,6 @@ struct Kernels {
 #include "ops/kernels.inc"
 #undef BP_KERNEL
   int count = 0;  // kernels present
-  // Whether this device's GEMMs against frozen weights take f16 rather than bf16 (a CUDA card of
-  // compute capability 7.5: kernel_wrappers.h); null on the CPU and without CUDA.
-  bool (*frozen_gemms_in_f16)() = nullptr;
 };
 
 // The table of a device type (the CUDA table is empty in builds without CUDA).
@@ -73,7 +70,6 @@ Kernels kernels_from(DeviceType device) {
   k.count += k.name.fn != nullptr ? 1 : 0;
 #include "ops/kernels.inc"
 #undef BP_KERNEL
-  if constexpr (requires { Wrappers::frozen_gemms_in_f16(); }) k.frozen_gemms_in_f16 = &Wrappers::frozen_gemms_in_f16;
   return k;
 }
 // The table for `t`'s device; refuses (cuda_op_unavailable(op)) a device whose table is empty.

@@ -19,5 +19,10 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 inline size_t gemm_workspace_bytes() {
   return 0;
 }
+// Whether the backend's GEMMs against frozen weights take f16 rather than bf16 inputs: never here
+// (the CPU widens held weights to f32); the CUDA backend does on a compute capability 7.5 card.
+inline bool frozen_gemms_in_f16() {
+  return false;
+}
 
 }  // namespace bp::cpu

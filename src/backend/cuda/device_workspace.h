@@ -45,8 +45,15 @@ inline int64_t held_panel_rows(int64_t rows, int64_t cols) {
   return fit >= 8 ? fit - fit % 8 : fit;
 }
 
-// `f16_card`: a card whose GEMMs against frozen weights take f16 (compute capability 7.5,
+// `f16_card` below: a card whose GEMMs against frozen weights take f16 (compute capability 7.5,
 // gemm::narrow_type), not bf16.
+
+// Whether the GEMMs (and the fused loss) read a weight held as `held` as stored: f32, and bf16 on a
+// bf16 card. Every other held type goes through 16-bit panels (f32 panels in the fused loss). The
+// wrappers' choice of path and the byte counts below both use it.
+inline bool read_as_stored(DType held, bool f16_card) {
+  return held == DType::F32 || (held == DType::BF16 && !f16_card);
+}
 
 // The 16-bit copy of n activation values (ActivationOperand in kernel_wrappers.h): 2 bytes each;
 // an f16 copy also holds, 4-byte aligned after the values, the int its max|x| reduction writes.
@@ -67,7 +74,7 @@ inline size_t held_gemm_operand_bytes(DType held, int64_t rows, int64_t cols, bo
 // f16 card) are dequantized to the 16-bit type into one reused panel of at most kHeldTileFloats
 // values (at least one row); bf16 weights on a bf16 card and f32 weights are read as stored.
 inline size_t held_gemm_panel_bytes(DType held, int64_t rows, int64_t cols, bool f16_card = false) {
-  if (held == DType::F32 || (held == DType::BF16 && !f16_card)) return 0;
+  if (read_as_stored(held, f16_card)) return 0;
   return static_cast<size_t>(held_panel_rows(rows, cols) * cols) * 2;
 }
 
@@ -98,8 +105,7 @@ inline size_t cross_entropy_held_bytes(int64_t T, int64_t D, int64_t V, int64_t 
 // f16 card included) the f32 panels of cross_entropy_held_bytes.
 inline size_t cross_entropy_head_bytes(DType head, bool f16_card, int64_t T, int64_t D, int64_t V, int64_t chunk,
                                        bool with_dx) {
-  if (head == DType::F32 || (head == DType::BF16 && !f16_card))
-    return cross_entropy_bytes(head, T, D, V, chunk, with_dx);
+  if (read_as_stored(head, f16_card)) return cross_entropy_bytes(head, T, D, V, chunk, with_dx);
   return cross_entropy_held_bytes(T, D, V, chunk);
 }
 

@@ -217,9 +217,7 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     check_cuda(cudaMemcpy(labels_host.data(), labels, labels_host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
                "cudaMemcpy(labels)");
     const int64_t c = std::min(chunk, T);
-    if (W.type == DType::BF16 && narrow_gemm_type() == gemm::DType::BF16)
-      return bf16_head_cross_entropy(x, W, labels, labels_host.data(), T, D, V, c, grad_scale, dx, dW);
-    if (W.type != DType::F32) {
+    if (W.type != DType::F32 && !cuda_workspace::read_as_stored(W.type, narrow_gemm_type() == gemm::DType::F16)) {
       const int64_t panel_rows = cuda_workspace::held_panel_rows(V, D);
       DeviceBuffer workspace(cross_entropy_held_workspace_bytes(c, V, D, panel_rows));
       const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy_held(x, W.type, W.data, labels, labels_host.data(), T, D, V,
@@ -228,6 +226,8 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
       check_launch("linear_cross_entropy (held head)");
       return {r.loss_sum, r.n_counted};
     }
+    if (W.type == DType::BF16)
+      return bf16_head_cross_entropy(x, W, labels, labels_host.data(), T, D, V, c, grad_scale, dx, dW);
     DeviceBuffer workspace(cross_entropy_workspace_bytes<float>(c, V));
     const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy<float>(x, static_cast<const float*>(W.data), labels,
                                                                  labels_host.data(), T, D, V, c, workspace.as<void>(),
@@ -423,7 +423,8 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   static void for_each_weight_panel(const cpu::HeldMatrix& W, const char* kernel, Fn&& fn) {
     if (W.type == DType::F32) return fn(int64_t{0}, W.rows, W.data, gemm::DType::F32);
     const gemm::DType narrow = narrow_gemm_type();
-    if (W.type == DType::BF16 && narrow == gemm::DType::BF16) return fn(int64_t{0}, W.rows, W.data, gemm::DType::BF16);
+    if (cuda_workspace::read_as_stored(W.type, narrow == gemm::DType::F16))
+      return fn(int64_t{0}, W.rows, W.data, gemm::DType::BF16);
     if (!::bp::BP_WRAP_NS::dequantize_supported(W.type)) held_type_unavailable(kernel, W.type);
     const int64_t rows = cuda_workspace::held_panel_rows(W.rows, W.cols);
     DeviceBuffer panel(static_cast<size_t>(rows * W.cols) * 2);
