@@ -301,6 +301,7 @@ int g_cc_major = 8, g_cc_minor = 0;
 cudaError_t g_last_error = cudaSuccess;
 cudaError_t g_injected = cudaSuccess;
 std::atomic<uint64_t> g_launches{0};
+std::atomic<uint64_t> g_d2h{0}, g_h2d{0}, g_syncs{0}, g_mallocs{0};
 std::map<const void*, size_t> g_max_dynamic_shared;  // cudaFuncSetAttribute opt-ins, per kernel
 
 cudaError_t fail(cudaError_t e) {
@@ -434,6 +435,7 @@ std::pair<unsigned char*, size_t> races::allocation_containing(const void* p) {
   return {base, it->second};
 }
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  g_mallocs.fetch_add(1);
   if (!ptr) return fail(cudaErrorInvalidValue);
   *ptr = nullptr;
   {
@@ -463,7 +465,9 @@ cudaError_t cudaFree(void* ptr) {
   ::operator delete (ptr, std::align_val_t{256});
   return cudaSuccess;
 }
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (kind == cudaMemcpyDeviceToHost) g_d2h.fetch_add(1);
+  if (kind == cudaMemcpyHostToDevice) g_h2d.fetch_add(1);
   if (bytes) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -501,9 +505,11 @@ cudaError_t cudaStreamDestroy(cudaStream_t) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  g_syncs.fetch_add(1);
   return cudaPeekAtLastError();
 }
 cudaError_t cudaDeviceSynchronize() {
+  g_syncs.fetch_add(1);
   return cudaPeekAtLastError();
 }
 cudaError_t cudaSetDevice(int index) {
@@ -570,6 +576,20 @@ void inject_launch_error(cudaError_t e) {
 }
 uint64_t launch_count() {
   return g_launches.load();
+}
+RuntimeCounts runtime_counts() {
+  RuntimeCounts c;
+  c.device_to_host_copies = g_d2h.load();
+  c.host_to_device_copies = g_h2d.load();
+  c.synchronizations = g_syncs.load();
+  c.mallocs = g_mallocs.load();
+  return c;
+}
+void reset_runtime_counts() {
+  g_d2h = 0;
+  g_h2d = 0;
+  g_syncs = 0;
+  g_mallocs = 0;
 }
 
 }  // namespace bp::sim

@@ -106,6 +106,21 @@ void set_compute_capability(int major, int minor);
 void inject_launch_error(cudaError_t e);
 // Launches since the process started (tests check a host wrapper really launched).
 uint64_t launch_count();
+// The runtime calls that cost a real card time outside its kernels, counted since the last reset:
+// every device-to-host copy makes the host wait for the stream (the value must be there), as does
+// every explicit synchronisation; host-to-device copies and cudaMalloc calls are counted too (a
+// synchronous copy and a real cudaMalloc also stall the launch pipeline). Tests hold a training
+// step's count to a small constant (tests/cuda/sync_count_cuda_test.cpp).
+struct RuntimeCounts {
+  uint64_t device_to_host_copies = 0;
+  uint64_t host_to_device_copies = 0;
+  uint64_t synchronizations = 0;  // cudaStreamSynchronize and cudaDeviceSynchronize
+  uint64_t mallocs = 0;           // cudaMalloc calls (failed ones included)
+  // What makes the host wait for the device: reads of device memory and explicit synchronisations.
+  uint64_t host_waits() const { return device_to_host_copies + synchronizations; }
+};
+RuntimeCounts runtime_counts();
+void reset_runtime_counts();
 
 // The order the scheduler runs the threads of a block and the blocks of a grid in (sim_races.cpp
 // explains what each finds). Every order is one a GPU could produce, so a kernel whose result
