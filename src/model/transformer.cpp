@@ -83,6 +83,13 @@ Batch Batch::to(Device device) const {
   return Batch{move(tokens), move(positions), move(labels), move(cu_seqlens)};
 }
 
+HostMirrorScope Batch::mirrored_by(const Batch& host) const {
+  return HostMirrorScope({{&tokens, &host.tokens},
+                          {&positions, &host.positions},
+                          {&labels, &host.labels},
+                          {&cu_seqlens, &host.cu_seqlens}});
+}
+
 Batch Batch::causal_lm(const std::vector<std::vector<int32_t>>& samples) {
   std::vector<std::vector<int32_t>> labels;
   for (const auto& s : samples) {
@@ -381,7 +388,9 @@ Tensor Model::forward_trunk(const Batch& b, bool train, uint64_t seed, std::vect
 
 Tensor Model::hidden_states(const Batch& host_batch) {
   check_batch(host_batch);
-  Tensor x = forward_trunk(host_batch.to(device()), false, 0, nullptr, nullptr);
+  const Batch batch = host_batch.to(device());
+  const HostMirrorScope mirror = batch.mirrored_by(host_batch);
+  Tensor x = forward_trunk(batch, false, 0, nullptr, nullptr);
   return rms_norm_forward(x, weights_.final_norm, config().rms_norm_eps, nullptr);
 }
 
@@ -400,8 +409,9 @@ Tensor Model::logits(const Tensor& tokens, const Tensor& positions) {
 CrossEntropyResult Model::forward_loss(const Batch& batch) {
   if (!batch.labels.defined()) throw bad_batch("forward_loss needs labels");
   Tensor xf = hidden_states(batch);
-  return linear_cross_entropy_forward(xf, weights_.output_weight(), batch.to(device()).labels,
-                                      options_.ce_chunk_tokens);
+  const Tensor labels = batch.labels.to(device());
+  const HostMirrorScope mirror({{&labels, &batch.labels}});
+  return linear_cross_entropy_forward(xf, weights_.output_weight(), labels, options_.ce_chunk_tokens);
 }
 
 }  // namespace bp

@@ -46,6 +46,9 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
 template <class T>
 double sum_squares(const T* x, int64_t n, void* scratch, cudaStream_t stream);
 template <class T>
+double sum_squares_total(const T* const* xs, const int64_t* ns, int64_t count, void* scratch, cudaStream_t stream);
+size_t sum_squares_total_scratch_bytes(int64_t max_n, int64_t count);
+template <class T>
 bool all_finite(const T* x, int64_t n, void* scratch, cudaStream_t stream);
 size_t optim_scratch_bytes(int64_t n);
 

@@ -9,23 +9,20 @@
 // workspace from the CUDA allocator (counted, and released on every path; cuBLASLt's workspace is
 // the one block the allocator holds for every GEMM: gemm_workspace), a check of the launch
 // (a failed launch throws through cuda_errors.h), and the few host values the CUDA launchers need:
-// the labels on the host (cross-entropy windows), rope's inv_freq table (host memory on every
-// backend) copied to the device. GEMMs against a frozen weight held narrower than f32 take 16-bit
-// inputs with f32 accumulation and an f32 result (cuBLASLt's tensor-core path), in the card's
-// narrow type (gemm::narrow_type): bf16 from compute capability 8.0 on, f16 on Turing (7.5).
-// bf16 card: a bf16 weight is read as stored, f16 and the block types (q8_0, q4_K, ...:
-// dequant.cuh) are dequantized to bf16 panel by panel (at most kHeldTileFloats values) into
-// workspace. f16 card: every held type, bf16 included, is dequantized to f16 panels the same way
-// (frozen weights stay in their stored type in memory: nothing to convert at upload, and one code
-// path for every type). The f32 activation operand is rounded to the narrow type into workspace
-// (ActivationOperand), scaled by a power of two into f16's range on an f16 card (the GEMM's alpha
-// undoes it). GEMMs against f32 weights (trainable ones,
-// LoRA's A/B, a model held in f32) stay f32 GEMMs without TF32; other held types are refused
-// (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash). Attention: the ops
-// front-end (ops/attention.cpp) validates cu_seqlens on the host (a staged copy) and refuses mixed
-// devices, so the pointer reaching the wrapper is already the device's copy; heads wider than
-// kCudaAttentionMaxHeadDim are refused here. Kernels not written yet would be null entries, listed
-// in kernel_gaps.h (none today).
+// the labels on the host (cross-entropy windows: the uploader's host copy, core/host_mirror.h, or
+// a copy back), rope's inv_freq table (host memory on every backend) passed in the launch's arguments. GEMMs against a
+// frozen weight held narrower than f32 take 16-bit inputs with f32 accumulation and an f32 result (cuBLASLt's
+// tensor-core path), in the card's narrow type (gemm::narrow_type): bf16 from compute capability 8.0 on, f16 on Turing
+// (7.5). bf16 card: a bf16 weight is read as stored, f16 and the block types (q8_0, q4_K, ...: dequant.cuh) are
+// dequantized to bf16 panel by panel (at most kHeldTileFloats values) into workspace. f16 card: every held type, bf16
+// included, is dequantized to f16 panels the same way (frozen weights stay in their stored type in memory: nothing to
+// convert at upload, and one code path for every type). The f32 activation operand is rounded to the narrow type into
+// workspace (ActivationOperand), scaled by a power of two into f16's range on an f16 card (the GEMM's alpha undoes it).
+// GEMMs against f32 weights (trainable ones, LoRA's A/B, a model held in f32) stay f32 GEMMs without TF32; other held
+// types are refused (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash). Attention: the ops front-end (ops/attention.cpp)
+// validates cu_seqlens on the host (a staged copy) and refuses mixed devices, so the pointer reaching the wrapper is
+// already the device's copy; heads wider than kCudaAttentionMaxHeadDim are refused here. Kernels not written yet would
+// be null entries, listed in kernel_gaps.h (none today).
 #ifndef BP_WRAP_NS
 #error "define BP_WRAP_NS (cuda or sim) and declare the launchers before including kernel_wrappers.h"
 #endif
@@ -49,6 +46,7 @@
 #include "backend/cuda/kernel_gaps.h"
 #include "core/allocator.h"
 #include "core/dtype.h"
+#include "core/host_mirror.h"
 
 namespace bp::BP_WRAP_NS {
 
@@ -213,24 +211,32 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
                                                       float grad_scale, float* dx, float* dW) {
     if (!::bp::BP_WRAP_NS::dequantize_supported(W.type)) held_type_unavailable("linear_cross_entropy", W.type);
     if (T == 0) return {};
-    std::vector<int32_t> labels_host(static_cast<size_t>(T));
-    check_cuda(cudaMemcpy(labels_host.data(), labels, labels_host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
-               "cudaMemcpy(labels)");
+    // The windows are chosen on the host: from the labels' host copy when the uploader kept one
+    // (core/host_mirror.h: the model's batch), else from a copy back (a wait for the card).
+    std::vector<int32_t> labels_copy;
+    const auto* labels_host =
+        static_cast<const int32_t*>(host_mirror(labels, static_cast<size_t>(T) * sizeof(int32_t)));
+    if (!labels_host) {
+      labels_copy.resize(static_cast<size_t>(T));
+      check_cuda(cudaMemcpy(labels_copy.data(), labels, labels_copy.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
+                 "cudaMemcpy(labels)");
+      labels_host = labels_copy.data();
+    }
     const int64_t c = std::min(chunk, T);
     if (W.type != DType::F32 && !cuda_workspace::read_as_stored(W.type, narrow_gemm_type() == gemm::DType::F16)) {
       const int64_t panel_rows = cuda_workspace::held_panel_rows(V, D);
       DeviceBuffer workspace(cross_entropy_held_workspace_bytes(c, V, D, panel_rows));
-      const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy_held(x, W.type, W.data, labels, labels_host.data(), T, D, V,
-                                                                 c, panel_rows, workspace.as<void>(), grad_scale, dx,
-                                                                 gemm_workspace(), nullptr);
+      const auto r =
+          ::bp::BP_WRAP_NS::linear_cross_entropy_held(x, W.type, W.data, labels, labels_host, T, D, V, c, panel_rows,
+                                                      workspace.as<void>(), grad_scale, dx, gemm_workspace(), nullptr);
       check_launch("linear_cross_entropy (held head)");
       return {r.loss_sum, r.n_counted};
     }
     if (W.type == DType::BF16)
-      return bf16_head_cross_entropy(x, W, labels, labels_host.data(), T, D, V, c, grad_scale, dx, dW);
+      return bf16_head_cross_entropy(x, W, labels, labels_host, T, D, V, c, grad_scale, dx, dW);
     DeviceBuffer workspace(cross_entropy_workspace_bytes<float>(c, V));
     const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy<float>(x, static_cast<const float*>(W.data), labels,
-                                                                 labels_host.data(), T, D, V, c, workspace.as<void>(),
+                                                                 labels_host, T, D, V, c, workspace.as<void>(),
                                                                  grad_scale, dx, dW, gemm_workspace(), nullptr);
     check_launch("linear_cross_entropy");
     return {r.loss_sum, r.n_counted};
@@ -290,6 +296,14 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     check_launch("sum_squares");
     return s;
   }
+  static double sum_squares_total(const float* const* xs, const int64_t* ns, int64_t count) {
+    if (count <= 0) return 0.0;
+    const int64_t max_n = *std::max_element(ns, ns + count);
+    DeviceBuffer scratch(sum_squares_total_scratch_bytes(max_n, count));
+    const double s = ::bp::BP_WRAP_NS::sum_squares_total<float>(xs, ns, count, scratch.as<void>(), nullptr);
+    check_launch("sum_squares_total");
+    return s;
+  }
   static bool all_finite_f32(const float* x, int64_t n) {
     if (n <= 0) return true;
     DeviceBuffer scratch(optim_scratch_bytes(n));
@@ -317,14 +331,17 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     ::bp::BP_WRAP_NS::rms_norm_backward<float>(dy, x, w, rstd, dx, dw, N, D, nullptr);
     check_launch("rms_norm_backward");
   }
-  // inv_freq is host memory (the front-end's head_dim/2 table): copied to the device per call.
+  // inv_freq is host memory (the front-end's head_dim/2 table), handed to the kernel by value in
+  // its launch arguments (rope.cuh RopeFreqs): no copy, no device buffer. Heads wider than the
+  // attention kernels take (which bound RopeFreqs) are refused like there.
   static void rope_apply(float* x, const int32_t* positions, const float* inv_freq, int64_t T, int64_t n_heads,
                          int64_t head_dim, bool inverse) {
     if (T == 0) return;
-    const size_t bytes = static_cast<size_t>(head_dim / 2) * sizeof(float);
-    DeviceBuffer freq(bytes);
-    check_cuda(cudaMemcpy(freq.as<float>(), inv_freq, bytes, cudaMemcpyHostToDevice), "cudaMemcpy(rope inv_freq)");
-    ::bp::BP_WRAP_NS::rope_apply<float>(x, positions, freq.as<float>(), T, n_heads, head_dim, inverse, nullptr);
+    if (head_dim > kCudaRopeMaxHeadDim)
+      throw Error(ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA,
+                  "[rope_apply] the CUDA rotary kernel takes head_dim up to " + std::to_string(kCudaRopeMaxHeadDim) +
+                      ", this model has head_dim " + std::to_string(head_dim) + "; train it with --device cpu");
+    ::bp::BP_WRAP_NS::rope_apply<float>(x, positions, inv_freq, T, n_heads, head_dim, inverse, nullptr);
     check_launch("rope_apply");
   }
   static void swiglu_forward(const float* gate, const float* up, float* h, int64_t n) {

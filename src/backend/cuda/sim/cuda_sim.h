@@ -106,18 +106,24 @@ void set_compute_capability(int major, int minor);
 void inject_launch_error(cudaError_t e);
 // Launches since the process started (tests check a host wrapper really launched).
 uint64_t launch_count();
-// The runtime calls that cost a real card time outside its kernels, counted since the last reset:
-// every device-to-host copy makes the host wait for the stream (the value must be there), as does
-// every explicit synchronisation; host-to-device copies and cudaMalloc calls are counted too (a
-// synchronous copy and a real cudaMalloc also stall the launch pipeline). Tests hold a training
-// step's count to a small constant (tests/cuda/sync_count_cuda_test.cpp).
+// The runtime calls that cost a real card time outside its kernels, counted since the last reset.
+// The host waits for the card (its launch queue drains) at every synchronous cudaMemcpy to the
+// host and every explicit synchronisation (an asynchronous copy to the host is read only after
+// one); host-to-device copies and cudaMalloc calls are counted too (a real cudaMalloc also
+// stalls the launch pipeline). Tests hold a training step's waits to a small constant
+// (tests/cuda/sync_count_cuda_test.cpp).
 struct RuntimeCounts {
-  uint64_t device_to_host_copies = 0;
+  uint64_t device_to_host_copies = 0;  // cudaMemcpy and cudaMemcpyAsync
+  uint64_t synchronous_reads = 0;      // cudaMemcpy to the host: itself a wait
   uint64_t host_to_device_copies = 0;
   uint64_t synchronizations = 0;  // cudaStreamSynchronize and cudaDeviceSynchronize
   uint64_t mallocs = 0;           // cudaMalloc calls (failed ones included)
-  // What makes the host wait for the device: reads of device memory and explicit synchronisations.
-  uint64_t host_waits() const { return device_to_host_copies + synchronizations; }
+  uint64_t host_waits() const { return synchronous_reads + synchronizations; }
+  RuntimeCounts operator-(const RuntimeCounts& before) const {
+    return {device_to_host_copies - before.device_to_host_copies, synchronous_reads - before.synchronous_reads,
+            host_to_device_copies - before.host_to_device_copies, synchronizations - before.synchronizations,
+            mallocs - before.mallocs};
+  }
 };
 RuntimeCounts runtime_counts();
 void reset_runtime_counts();

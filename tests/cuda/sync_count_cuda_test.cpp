@@ -1,0 +1,129 @@
+// How often a training step on the card makes the host wait for the device: each device-to-host
+// read or explicit synchronisation drains the launch queue of a real GPU (tens of µs, while a
+// Qwen2.5-0.5B LoRA step at 2048 tokens is ~10 ms of kernels), so the step must wait a small,
+// fixed number of times, not once per layer, per gradient tensor or per op. Counted on the
+// simulated runtime (sim::runtime_counts: every cudaMemcpy device-to-host and every
+// cudaStreamSynchronize / cudaDeviceSynchronize), per optimizer step in the steady state (after the
+// first step, whose one-time uploads and allocations are not the step's), for tiny-chat's shape
+// with 2 and with 4 layers: the count must be the same for both and within the bound below.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <memory>
+
+#include "trainer_cuda_util.h"
+
+namespace bp::test {
+namespace {
+
+using namespace cuda_trainer;
+
+// What a step needs on the host: the loss of each micro-batch and the gradient norm (the
+// trainer's NaN guard and log) read together with the non-finite state.
+constexpr uint64_t kMaxHostWaitsPerStep = 3;
+
+struct StepCounts {
+  std::vector<sim::RuntimeCounts> per_step;  // the runtime's counts during each step
+};
+
+// Trains tiny-chat's shape with `layers` layers (random weights: only the shape matters) on the
+// simulated card for 4 steps of 2 micro-batches and returns the counts of each step.
+StepCounts count_training(int layers, TrainMode mode, bool f16_card) {
+  TempDir dir;
+  nlohmann::json cfg = nlohmann::json::parse(read_file(source_dir() + "/models/tiny-chat/config.json"));
+  cfg["num_hidden_layers"] = layers;
+  const std::string config_path = dir.path + "/config.json";
+  std::ofstream(config_path) << cfg.dump(2);
+  TrainOptions o = tiny_chat_options(dir.path, "cuda");
+  o.model_dir.clear();
+  o.init_from_config = config_path;
+  o.tokenizer_dir = source_dir() + "/models/tiny-chat";
+  o.mode = mode;
+  o.holdout = 0.0;  // no evaluation between steps: only the steps are counted
+  o.steps = 4;
+  o.save_every = 0;
+  if (f16_card) o.base_dtype = "bf16";  // frozen weights held narrow: f16 GEMMs on a Turing card
+
+  SimulatedCudaDevice card;
+  std::unique_ptr<SimulatedComputeCapability> turing;
+  if (f16_card) turing = std::make_unique<SimulatedComputeCapability>(7, 5);
+  StepCounts out;
+  TrainCallbacks cb;
+  sim::RuntimeCounts last{};
+  bool started = false;
+  cb.on_step = [&](const StepRecord&, const TrainSummary&, int64_t) {
+    const sim::RuntimeCounts now = sim::runtime_counts();
+    if (started) out.per_step.push_back(now - last);
+    started = true;
+    last = now;
+  };
+  Trainer trainer(o, cb);
+  trainer.run();
+  return out;
+}
+
+std::string describe(const sim::RuntimeCounts& c) {
+  return std::to_string(c.host_waits()) + " host waits (" + std::to_string(c.synchronous_reads) +
+         " synchronous reads, " + std::to_string(c.synchronizations) + " synchronisations; " +
+         std::to_string(c.device_to_host_copies) + " copies to the host), " + std::to_string(c.host_to_device_copies) +
+         " uploads, " + std::to_string(c.mallocs) + " cudaMalloc";
+}
+
+void expect_constant_and_small(const StepCounts& two, const StepCounts& four, const char* what) {
+  ASSERT_EQ(two.per_step.size(), 3u);
+  ASSERT_EQ(four.per_step.size(), 3u);
+  for (size_t i = 0; i < two.per_step.size(); ++i) {
+    std::cout << "[sync count] " << what << " step " << i + 2 << ": 2 layers " << describe(two.per_step[i])
+              << "; 4 layers " << describe(four.per_step[i]) << "\n";
+    EXPECT_EQ(two.per_step[i].host_waits(), four.per_step[i].host_waits())
+        << what << " step " << i + 2 << ": the host waits more often with more layers";
+    EXPECT_LE(four.per_step[i].host_waits(), kMaxHostWaitsPerStep) << what << " step " << i + 2;
+  }
+}
+
+TEST(CudaTrainer, LoraStepWaitsForTheCardAFixedSmallNumberOfTimes) {
+  expect_constant_and_small(count_training(2, TrainMode::Lora, false), count_training(4, TrainMode::Lora, false),
+                            "lora");
+}
+
+TEST(CudaTrainer, FullFineTuningStepWaitsForTheCardAFixedSmallNumberOfTimes) {
+  expect_constant_and_small(count_training(2, TrainMode::Full, false), count_training(4, TrainMode::Full, false),
+                            "full");
+}
+
+TEST(CudaTrainer, TuringF16StepWaitsForTheCardAFixedSmallNumberOfTimes) {
+  expect_constant_and_small(count_training(2, TrainMode::Lora, true), count_training(4, TrainMode::Lora, true),
+                            "lora on an f16 card");
+}
+
+// The counters count: a synchronous read of device memory is one wait, as is a synchronisation;
+// an asynchronous copy to the host is counted as a copy, its wait at the synchronisation after it.
+TEST(CudaSyncCount, CountersSeeReadsAndSynchronisations) {
+  SimulatedCudaDevice card;
+  Tensor t = Tensor::zeros({4}, DType::F32, kGpu);
+  sim::reset_runtime_counts();
+  EXPECT_EQ(sim::runtime_counts().host_waits(), 0u);
+  (void)t.to_vector();
+  EXPECT_EQ(sim::runtime_counts().synchronous_reads, 1u);
+  EXPECT_EQ(sim::runtime_counts().host_waits(), 1u);
+  float v[4];
+  sim::cudaMemcpyAsync(v, t.kernel_raw(), sizeof(v), sim::cudaMemcpyDeviceToHost);
+  EXPECT_EQ(sim::runtime_counts().device_to_host_copies, 2u);
+  EXPECT_EQ(sim::runtime_counts().host_waits(), 1u);
+  sim::cudaStreamSynchronize(nullptr);
+  EXPECT_EQ(sim::runtime_counts().synchronizations, 1u);
+  EXPECT_EQ(sim::runtime_counts().host_waits(), 2u);
+  (void)Tensor::from_vector(std::vector<float>{1, 2}, {2}).to(kGpu);
+  EXPECT_EQ(sim::runtime_counts().host_to_device_copies, 1u);
+  const uint64_t mallocs = sim::runtime_counts().mallocs;
+  void* p = nullptr;
+  ASSERT_EQ(sim::cudaMalloc(&p, 64), sim::cudaSuccess);
+  sim::cudaFree(p);
+  EXPECT_EQ(sim::runtime_counts().mallocs, mallocs + 1);
+  sim::reset_runtime_counts();
+  EXPECT_EQ(sim::runtime_counts().device_to_host_copies, 0u);
+  EXPECT_EQ(sim::runtime_counts().host_waits(), 0u);
+}
+
+}  // namespace
+}  // namespace bp::test
