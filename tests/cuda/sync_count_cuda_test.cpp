@@ -11,6 +11,8 @@
 #include <fstream>
 #include <memory>
 
+#include "core/host_mirror.h"
+#include "ops/embedding.h"
 #include "trainer_cuda_util.h"
 
 namespace bp::test {
@@ -123,6 +125,44 @@ TEST(CudaSyncCount, CountersSeeReadsAndSynchronisations) {
   sim::reset_runtime_counts();
   EXPECT_EQ(sim::runtime_counts().device_to_host_copies, 0u);
   EXPECT_EQ(sim::runtime_counts().host_waits(), 0u);
+}
+
+// The ops' checks of a device tensor read the host copy its uploader registered (HostMirrorScope,
+// as the model does for its batch): no wait for the card, and the same error for a bad id; without
+// a registered copy (or after the scope) they copy the values back, once per check.
+TEST(CudaSyncCount, OpChecksReadTheUploadersHostCopy) {
+  SimulatedCudaDevice card;
+  const Tensor table = Tensor::from_vector(std::vector<float>(31 * 4, 0.5f), {31, 4}).to(kGpu);
+  const Tensor ids = Tensor::from_vector(std::vector<int32_t>{0, 30, 7}, {3});
+  const Tensor bad = Tensor::from_vector(std::vector<int32_t>{0, 31}, {2});
+  const Tensor ids_gpu = ids.to(kGpu), bad_gpu = bad.to(kGpu);
+  auto waits_of = [](auto&& call) {
+    sim::reset_runtime_counts();
+    call();
+    return sim::runtime_counts().host_waits();
+  };
+  auto message_of = [](auto&& call) -> std::string {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::string(e.info().name) + ": " + e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(waits_of([&] { (void)embedding_forward(ids_gpu, table); }), 1u) << "a staged copy of the ids";
+  const std::string unmirrored = message_of([&] { (void)embedding_forward(bad_gpu, table); });
+  EXPECT_NE(unmirrored.find("INPUT_VALIDATION_FAILED"), std::string::npos) << unmirrored;
+  EXPECT_NE(unmirrored.find("token id 31 at position 1"), std::string::npos) << unmirrored;
+  {
+    const HostMirrorScope mirror({{&ids_gpu, &ids}, {&bad_gpu, &bad}});
+    EXPECT_EQ(waits_of([&] { (void)embedding_forward(ids_gpu, table); }), 0u);
+    EXPECT_EQ(waits_of([&] { (void)embedding_forward(ids_gpu.rows(1, 3), table); }), 0u) << "a view";
+    EXPECT_EQ(message_of([&] { (void)embedding_forward(bad_gpu, table); }), unmirrored);
+    EXPECT_EQ(host_mirror(ids_gpu.kernel_data<int32_t>() + 1, 8), ids.data<int32_t>() + 1);
+    EXPECT_EQ(host_mirror(ids_gpu.kernel_data<int32_t>() + 1, 12), nullptr) << "past the tensor's end";
+  }
+  EXPECT_EQ(host_mirror(ids_gpu.kernel_raw(), 4), nullptr) << "the scope ended";
+  EXPECT_EQ(waits_of([&] { (void)embedding_forward(ids_gpu, table); }), 1u);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backend/cpu/quant_gemm.h"
+#include "backend/cuda/gemm_desc.h"
 #include "core/dtype.h"
 
 namespace bp::cuda_workspace {
@@ -56,12 +57,13 @@ inline bool read_as_stored(DType held, bool f16_card) {
 }
 
 // The 16-bit copy of n activation values (ActivationOperand in kernel_wrappers.h): 2 bytes each;
-// an f16 copy also holds, 4-byte aligned after the values, the int its max|x| reduction writes.
+// an f16 copy also holds, 4-byte aligned after the values, its scale (gemm::F16OperandScale: the
+// max|x| its reduction writes, 2^s and the GEMMs' (alpha, beta) pairs, all made on the device).
 inline size_t f16_scale_scratch_offset(int64_t n) {
   return (static_cast<size_t>(n) * 2 + 3) / 4 * 4;
 }
 inline size_t narrow_operand_bytes(bool f16_card, int64_t n) {
-  return f16_card ? f16_scale_scratch_offset(n) + sizeof(int) : static_cast<size_t>(n) * 2;
+  return f16_card ? f16_scale_scratch_offset(n) + sizeof(gemm::F16OperandScale) : static_cast<size_t>(n) * 2;
 }
 
 // A GEMM against a weight held as `held` with the f32 activation operand [rows, cols] (x [T, in]

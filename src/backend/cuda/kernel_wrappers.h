@@ -17,12 +17,12 @@
 // dequantized to bf16 panel by panel (at most kHeldTileFloats values) into workspace. f16 card: every held type, bf16
 // included, is dequantized to f16 panels the same way (frozen weights stay in their stored type in memory: nothing to
 // convert at upload, and one code path for every type). The f32 activation operand is rounded to the narrow type into
-// workspace (ActivationOperand), scaled by a power of two into f16's range on an f16 card (the GEMM's alpha undoes it).
-// GEMMs against f32 weights (trainable ones, LoRA's A/B, a model held in f32) stay f32 GEMMs without TF32; other held
-// types are refused (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash). Attention: the ops front-end (ops/attention.cpp)
-// validates cu_seqlens on the host (a staged copy) and refuses mixed devices, so the pointer reaching the wrapper is
-// already the device's copy; heads wider than kCudaAttentionMaxHeadDim are refused here. Kernels not written yet would
-// be null entries, listed in kernel_gaps.h (none today).
+// workspace (ActivationOperand), scaled by a power of two into f16's range on an f16 card (the GEMM's alpha, read from
+// device memory, undoes it: no wait for the card). GEMMs against f32 weights (trainable ones, LoRA's A/B, a model held
+// in f32) stay f32 GEMMs without TF32; other held types are refused (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash).
+// Attention: the ops front-end (ops/attention.cpp) validates cu_seqlens on the host (a staged copy) and refuses mixed
+// devices, so the pointer reaching the wrapper is already the device's copy; heads wider than kCudaAttentionMaxHeadDim
+// are refused here. Kernels not written yet would be null entries, listed in kernel_gaps.h (none today).
 #ifndef BP_WRAP_NS
 #error "define BP_WRAP_NS (cuda or sim) and declare the launchers before including kernel_wrappers.h"
 #endif
@@ -167,14 +167,15 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     if (T > 0) run_gemm(gemm::linear_dW_gemm(T, in, out, gemm::DType::F32), x, dy, dW);
   }
   // C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K] held (for_each_weight_panel: an f32 GEMM for an f32
-  // weight, 16-bit inputs with f32 accumulation and an f32 C for a weight held narrower; alpha
-  // undoes the f16 operand's scale, and scales only the product, so beta's C is untouched).
+  // weight, 16-bit inputs with f32 accumulation and an f32 C for a weight held narrower; alpha,
+  // read on the device, undoes the f16 operand's scale, and scales only the product, so beta's C is
+  // untouched).
   static void held_gemm_xwt(const float* X, const cpu::HeldMatrix& W, float beta, float* C, int64_t M) {
     const int64_t N = W.rows, K = W.cols;
     ActivationOperand x(X, M * K);
     for_each_weight_panel(W, "held_gemm_xwt", [&](int64_t n0, int64_t nb, const void* P, gemm::DType t) {
-      const void* xt = x.as(t);  // before x.alpha(): the f16 copy's scale is known once it is made
-      run_gemm(gemm::row_major_gemm(false, true, M, nb, K, x.alpha(), K, K, beta, N, t, gemm::DType::F32), P, xt,
+      const void* xt = x.as(t);  // before x.scaled(): the f16 copy's scale exists once it is made
+      run_gemm(x.scaled(gemm::row_major_gemm(false, true, M, nb, K, 1.0f, K, K, beta, N, t, gemm::DType::F32)), P, xt,
                C + n0);
     });
   }
@@ -184,9 +185,9 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     ActivationOperand x(X, M * N);
     for_each_weight_panel(W, "held_gemm_xw", [&](int64_t n0, int64_t nb, const void* P, gemm::DType t) {
       const void* xt = x.as(t, n0);
-      run_gemm(
-          gemm::row_major_gemm(false, false, M, K, nb, x.alpha(), N, K, n0 == 0 ? 0.0f : 1.0f, K, t, gemm::DType::F32),
-          P, xt, C);
+      run_gemm(x.scaled(gemm::row_major_gemm(false, false, M, K, nb, 1.0f, N, K, n0 == 0 ? 0.0f : 1.0f, K, t,
+                                             gemm::DType::F32)),
+               P, xt, C);
     });
   }
   static void embedding_forward_held(const int32_t* ids, const cpu::HeldMatrix& table, float* y, int64_t T) {
@@ -399,8 +400,8 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   // made once per call on first use, returned when the call ends). An f16 copy is x·2^s with max|x|
   // scaled into [2^13, 2^14) (convert_f32_to_f16_scaled; exact, a power of two): f16 tops out at
   // 65504 and loses gradients below 2^-24, where activations reach 1e5 and a backward's dy 1e-9.
-  // The GEMM's alpha() = 2^-s gives the f32 result back its scale: per-tensor scaling, so no
-  // global loss scale and no skipped steps.
+  // The GEMM's alpha = 2^-s (read from device memory: scaled()) gives the f32 result back its scale: per-tensor
+  // scaling, so no global loss scale and no skipped steps.
   class ActivationOperand {
    public:
     ActivationOperand(const float* x, int64_t n) : x_(x), n_(n) {}
@@ -412,20 +413,30 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
         if (type == gemm::DType::BF16) {
           ::bp::BP_WRAP_NS::convert_f32_to_bf16(x_, rounded_->as<bf16>(), n_, nullptr);
         } else {
-          int* scratch = reinterpret_cast<int*>(rounded_->as<char>() + cuda_workspace::f16_scale_scratch_offset(n_));
-          alpha_ = ::bp::BP_WRAP_NS::convert_f32_to_f16_scaled(x_, rounded_->as<f16>(), n_, scratch, nullptr);
+          scale_ = reinterpret_cast<gemm::F16OperandScale*>(rounded_->as<char>() +
+                                                            cuda_workspace::f16_scale_scratch_offset(n_));
+          ::bp::BP_WRAP_NS::convert_f32_to_f16_scaled(x_, rounded_->as<f16>(), n_, scale_, nullptr);
         }
         check_launch(type == gemm::DType::BF16 ? "GEMM activation to bf16" : "GEMM activation to f16");
       }
       return rounded_ ? static_cast<const void*>(rounded_->as<char>() + offset * 2) : nullptr;
     }
-    // The GEMM's alpha: 1, or 2^-s for an f16 copy (valid once as(F16) has made it).
-    float alpha() const { return alpha_; }
+    // The GEMM `d` (alpha 1) over this operand: unchanged, or for an f16 copy (once as(F16) made
+    // it) reading its (alpha = 2^-s, beta) from the copy's scale in device memory (device pointer
+    // mode): the host never learns s. Such a GEMM's beta is 0 or 1 (what the wrappers use).
+    gemm::GemmDesc scaled(gemm::GemmDesc d) const {
+      if (!scale_) return d;
+      d.alpha_beta_on_device = gemm::f16_alpha_beta_on_device(scale_, d.beta);
+      if (!d.alpha_beta_on_device)
+        throw Error(ErrorCode::RUNTIME_INTERNAL,
+                    "[gemm] a GEMM over a scaled f16 operand takes beta 0 or 1, not " + std::to_string(d.beta));
+      return d;
+    }
 
    private:
     const float* x_;
     int64_t n_;
-    float alpha_ = 1.0f;
+    gemm::F16OperandScale* scale_ = nullptr;  // device memory, inside rounded_
     std::unique_ptr<DeviceBuffer> rounded_;
   };
   // fn(row0, n_rows, rows in device memory, their GEMM type) over a held weight [rows, cols]:
