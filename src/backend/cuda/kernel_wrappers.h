@@ -20,9 +20,10 @@
 // workspace (ActivationOperand), scaled by a power of two into f16's range on an f16 card (the GEMM's alpha, read from
 // device memory, undoes it: no wait for the card). GEMMs against f32 weights (trainable ones, LoRA's A/B, a model held
 // in f32) stay f32 GEMMs without TF32; other held types are refused (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash).
-// Attention: the ops front-end (ops/attention.cpp) validates cu_seqlens on the host (a staged copy) and refuses mixed
-// devices, so the pointer reaching the wrapper is already the device's copy; heads wider than kCudaAttentionMaxHeadDim
-// are refused here. Kernels not written yet would be null entries, listed in kernel_gaps.h (none today).
+// Attention: the ops front-end (ops/attention.cpp) validates cu_seqlens on the host (the uploader's host copy, or a
+// staged copy) and refuses mixed devices, so the pointer reaching the wrapper is already the device's copy; heads wider
+// than kCudaAttentionMaxHeadDim are refused here. Kernels not written yet would be null entries, listed in
+// kernel_gaps.h (none today).
 #ifndef BP_WRAP_NS
 #error "define BP_WRAP_NS (cuda or sim) and declare the launchers before including kernel_wrappers.h"
 #endif
