@@ -433,6 +433,7 @@ std::pair<unsigned char*, size_t> races::allocation_containing(const void* p) {
   if (static_cast<const unsigned char*>(p) >= base + it->second) return {nullptr, 0};
   return {base, it->second};
 }
+std::atomic<uint64_t> g_malloc_calls{0};  // cuda_malloc_calls(): successful cudaMallocs
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (!ptr) return fail(cudaErrorInvalidValue);
   *ptr = nullptr;
@@ -448,6 +449,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   g_allocations[p] = bytes;
   g_in_use += bytes;
   *ptr = p;
+  g_malloc_calls.fetch_add(1);
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* ptr) {
@@ -549,6 +551,9 @@ void set_memory_budget(size_t bytes_total) {
 size_t memory_in_use() {
   std::lock_guard<std::mutex> g(g_mu);
   return g_in_use;
+}
+uint64_t cuda_malloc_calls() {
+  return g_malloc_calls.load();
 }
 bool memory_range_live(const void* ptr, size_t bytes) {
   const auto* p = static_cast<const char*>(ptr);

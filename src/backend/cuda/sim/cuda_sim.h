@@ -96,6 +96,8 @@ const char* cudaGetErrorName(cudaError_t e);
 // The simulated card's memory: cudaMalloc fails past `bytes_total` (counted in bytes requested).
 void set_memory_budget(size_t bytes_total);
 size_t memory_in_use();
+// Successful cudaMalloc calls since the process started (a caching allocator in steady state makes none).
+uint64_t cuda_malloc_calls();
 // Whether [ptr, ptr + bytes) lies inside one live cudaMalloc allocation (what a kernel may touch).
 bool memory_range_live(const void* ptr, size_t bytes);
 // The simulated card's compute capability (cudaDeviceGetAttribute): 8.0 (an A100) unless set. The
