@@ -36,7 +36,7 @@ std::string write_varying_dataset(const std::string& dir, int samples) {
 // cudaMalloc (before best fit and splitting,
 // with reuse of blocks of the same rounded size only, each step made 27 to 71 cudaMallocs here and
 // the card's reserved memory grew to 4.6x the peak in use).
-TEST(CudaAllocatorSteadyState, TrainingStepsOnVaryingLengthsCallNoCudaMallocAfterTheFirst) {
+TEST(CudaTrainer, StepsOnVaryingLengthsCallNoCudaMallocAfterTheFirst) {
   TempDir dir;
   TrainOptions o = tiny_chat_options(dir.path, "cuda");
   o.data_path = write_varying_dataset(dir.path, 24);

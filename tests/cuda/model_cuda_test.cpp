@@ -180,7 +180,7 @@ TEST(CudaModel, TinyChatLoraStepOverAQ8_0BaseOnATuringCardMatchesCpuWithinF16) {
 // it asks nothing; a batch of another token count makes other shapes, which ask again.
 TEST(CudaModel, SecondRunOfAStepAsksTheGemmHeuristicNothing) {
   SimulatedCudaDevice card;
-  LoraModel m(tiny_chat_dir(), kGpu, true, DType::BF16);
+  LoraModel m(stories_dir(), kGpu, true, DType::BF16);
   const Batch batch = sample_batch(m.model.config().vocab_size);
   sim::clear_gemm_plans();
   sim::GemmRecorder rec;

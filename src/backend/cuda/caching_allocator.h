@@ -42,6 +42,9 @@ struct DeviceMemoryApi {
   std::function<bool(void** ptr, size_t bytes)> malloc;
   std::function<void(void* ptr)> free;
   std::function<void(size_t* free_bytes, size_t* total_bytes)> mem_info;
+  // Optional: told of every block handed out (in_use) and given back, with its size (the simulated
+  // card's write check watches blocks, not whole segments; none on a real card).
+  std::function<void(void* ptr, size_t bytes, bool in_use)> on_block;
 };
 
 class CachingDeviceAllocator final : public Allocator {
@@ -75,6 +78,7 @@ class CachingDeviceAllocator final : public Allocator {
         p = new_segment(r);
       }
       set_cached(pool_.free_bytes());
+      if (p && api_.on_block) api_.on_block(p, pool_.block_bytes(p), true);
       if (p) return p;
     } catch (...) {  // a sticky error at cudaMalloc (cuda_malloc_failure): the request is not counted
       release(bytes);
@@ -93,6 +97,7 @@ class CachingDeviceAllocator final : public Allocator {
     if (!ptr) return;
     {
       std::lock_guard<std::mutex> g(cache_mu_);
+      if (api_.on_block) api_.on_block(ptr, pool_.block_bytes(ptr), false);
       pool_.give_back(ptr);  // false (not ours) cannot happen through Tensor; nothing to give back then
       set_cached(pool_.free_bytes());
     }
