@@ -48,11 +48,12 @@ TEST(CudaTrainer, StepsOnVaryingLengthsCallNoCudaMallocAfterTheFirst) {
   o.gradient_checkpointing = false;
   o.shuffle = false;
   SimulatedCudaDevice card;
-  std::vector<uint64_t> mallocs{sim::cuda_malloc_calls()};
+  std::vector<uint64_t> mallocs{sim::cuda_malloc_calls()}, queries{sim::gemm_heuristic_queries()};
   std::vector<int64_t> tokens;
   TrainCallbacks cb;
   cb.on_step = [&](const StepRecord& rec, const TrainSummary&, int64_t) {
     mallocs.push_back(sim::cuda_malloc_calls());
+    queries.push_back(sim::gemm_heuristic_queries());
     tokens.push_back(rec.tokens);
   };
   Trainer(o, cb).run();
@@ -61,6 +62,11 @@ TEST(CudaTrainer, StepsOnVaryingLengthsCallNoCudaMallocAfterTheFirst) {
   EXPECT_EQ(*std::max_element(tokens.begin(), tokens.end()), tokens[0]) << "the first step is the longest";
   std::set<int64_t> distinct(tokens.begin(), tokens.end());
   EXPECT_GE(distinct.size(), 4u) << "the steps' token counts differ";
+  std::cout << "[steady state] tokens, cudaMallocs, cuBLASLt heuristic queries per step:";
+  for (size_t step = 1; step < mallocs.size(); ++step)
+    std::cout << " (" << tokens[step - 1] << ", " << mallocs[step] - mallocs[step - 1] << ", "
+              << queries[step] - queries[step - 1] << ")";
+  std::cout << "\n";
   for (size_t step = 2; step < mallocs.size(); ++step)
     EXPECT_EQ(mallocs[step] - mallocs[step - 1], 0u) << "step " << step << " (" << tokens[step - 1] << " tokens)";
   EXPECT_LT(card.allocator().reserved_bytes(), 4 * card.allocator().stats().bytes_peak) << "the cache stays bounded";
