@@ -81,6 +81,10 @@ class CachingDeviceAllocator final : public Allocator {
       if (p && api_.on_block) api_.on_block(p, pool_.block_bytes(p), true);
       if (p) return p;
     } catch (...) {  // a sticky error at cudaMalloc (cuda_malloc_failure): the request is not counted
+      {
+        std::lock_guard<std::mutex> g(cache_mu_);
+        set_cached(pool_.free_bytes());  // the cache may have been emptied before the error
+      }
       release(bytes);
       throw;
     }
