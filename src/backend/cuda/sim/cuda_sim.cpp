@@ -424,15 +424,32 @@ void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::
 }
 
 // ---- runtime ----
-std::pair<unsigned char*, size_t> races::allocation_containing(const void* p) {
-  std::lock_guard<std::mutex> g(g_mu);
-  auto it = g_allocations.upper_bound(const_cast<void*>(p));
-  if (!p || it == g_allocations.begin()) return {nullptr, 0};
+std::map<void*, size_t> g_blocks;  // note_allocator_block: the caching allocator's blocks in use
+
+// The entry of `ranges` (start -> bytes) holding p, or {nullptr, 0}. Under g_mu.
+std::pair<unsigned char*, size_t> range_containing(const std::map<void*, size_t>& ranges, const void* p) {
+  auto it = ranges.upper_bound(const_cast<void*>(p));
+  if (!p || it == ranges.begin()) return {nullptr, 0};
   --it;
   auto* base = static_cast<unsigned char*>(it->first);
   if (static_cast<const unsigned char*>(p) >= base + it->second) return {nullptr, 0};
   return {base, it->second};
 }
+// A block of the caching allocator holding p, else the cudaMalloc allocation: the write check then
+// watches one tensor's bytes, not a whole segment of the allocator's.
+std::pair<unsigned char*, size_t> races::allocation_containing(const void* p) {
+  std::lock_guard<std::mutex> g(g_mu);
+  if (auto block = range_containing(g_blocks, p); block.first) return block;
+  return range_containing(g_allocations, p);
+}
+void note_allocator_block(void* ptr, size_t bytes, bool in_use) {
+  std::lock_guard<std::mutex> g(g_mu);
+  if (in_use)
+    g_blocks[ptr] = bytes;
+  else
+    g_blocks.erase(ptr);
+}
+std::atomic<uint64_t> g_malloc_calls{0};  // cuda_malloc_calls(): successful cudaMallocs
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (!ptr) return fail(cudaErrorInvalidValue);
   *ptr = nullptr;
@@ -448,6 +465,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   g_allocations[p] = bytes;
   g_in_use += bytes;
   *ptr = p;
+  g_malloc_calls.fetch_add(1);
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* ptr) {
@@ -549,6 +567,9 @@ void set_memory_budget(size_t bytes_total) {
 size_t memory_in_use() {
   std::lock_guard<std::mutex> g(g_mu);
   return g_in_use;
+}
+uint64_t cuda_malloc_calls() {
+  return g_malloc_calls.load();
 }
 bool memory_range_live(const void* ptr, size_t bytes) {
   const auto* p = static_cast<const char*>(ptr);
