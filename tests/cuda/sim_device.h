@@ -54,6 +54,7 @@ class SimulatedCudaDevice {
     };
     api.free = [](void* p) { sim::cudaFree(p); };
     api.mem_info = [](size_t* f, size_t* t) { sim::cudaMemGetInfo(f, t); };
+    api.on_block = [](void* p, size_t bytes, bool in_use) { sim::note_allocator_block(p, bytes, in_use); };
     return api;
   }
 

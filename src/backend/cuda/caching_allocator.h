@@ -3,14 +3,24 @@
 // (tests/cuda/caching_allocator_cuda_test.cpp). Host C++20 only (never seen by nvcc).
 //
 // Counting: every allocation is counted by Allocator::reserve (bytes requested, against the limit:
-// the device's free memory when the allocator starts, or --max-memory when the trainer sets it);
-// freed blocks go to a cache keyed by their rounded size (512-byte multiples) and are counted as
-// cached ("reserved but unallocated", as PyTorch says) until reused or returned.
-// Failure: when the device refuses (cudaMalloc fails: the card's real free memory, which other
-// processes share, is the other bound), the cache is emptied once and the request retried; if it
-// fails again OutOfMemoryError says what was requested, allocated, reserved, free and the total,
-// worded like PyTorch's message (core/error.cpp), with the device's free memory as it is now, and
-// counted in stats().num_ooms like an OOM of our own limit.
+// the device's free memory when the allocator starts, or --max-memory when the trainer sets it).
+// Reuse (device_block_pool.h, PyTorch's documented scheme): the device memory is held in segments
+// (one cudaMalloc each: 2 MiB for requests up to 1 MiB, 20 MiB for requests under 10 MiB, the
+// request rounded to 2 MiB beyond); a request takes the best-fitting free block of its pool (small
+// or large), split when the rest is worth keeping; freed blocks merge with free neighbours. So
+// activations whose sizes change from step to step (packed batches of varying token counts) reuse
+// what earlier steps freed, and a training step in steady state calls cudaMalloc not at all
+// (tests/cuda/allocator_steady_state_cuda_test.cpp). bytes_cached is the free part of the segments
+// ("reserved but unallocated", as PyTorch says); reserved = in use + cached, give or take the
+// 512-byte rounding and the unsplit rests (< 1 MiB) of live blocks.
+// A segment that would take the memory held past the limit is the request alone.
+// Failure: when the device refuses a segment (cudaMalloc fails: the card's real free memory, which
+// other processes share, is the other bound), the request alone (rounded to 512 bytes) is asked
+// instead — the segment's headroom never causes an OOM that the request would not; if that fails
+// too, the cache (every segment whose memory is all free) is emptied once and both retried; then
+// OutOfMemoryError says what was requested, allocated, reserved, free and the total, worded like
+// PyTorch's message (core/error.cpp), with the device's free memory as it is now, and counted in
+// stats().num_ooms like an OOM of our own limit.
 // Held workspace: the one block cuBLASLt's GEMMs use (gemm_workspace below; kernel_wrappers.h): in
 // use from the first GEMM until it is released (a run's end) or the allocator ends, counted in
 // bytes_in_use like any allocation.
@@ -18,10 +28,10 @@
 
 #include <atomic>
 #include <functional>
-#include <map>
 #include <mutex>
 #include <string>
 
+#include "backend/cuda/device_block_pool.h"
 #include "core/allocator.h"
 #include "core/error.h"
 
@@ -32,11 +42,17 @@ struct DeviceMemoryApi {
   std::function<bool(void** ptr, size_t bytes)> malloc;
   std::function<void(void* ptr)> free;
   std::function<void(size_t* free_bytes, size_t* total_bytes)> mem_info;
+  // Optional: told of every block handed out (in_use) and given back, with its size (the simulated
+  // card's write check watches blocks, not whole segments; none on a real card).
+  std::function<void(void* ptr, size_t bytes, bool in_use)> on_block;
 };
 
 class CachingDeviceAllocator final : public Allocator {
  public:
-  CachingDeviceAllocator(Device device, DeviceMemoryApi api) : device_(device), api_(std::move(api)) {
+  // max_split_bytes: blocks this large or larger are never split (device_block_pool.h); no limit
+  // unless a test sets one.
+  CachingDeviceAllocator(Device device, DeviceMemoryApi api, size_t max_split_bytes = SIZE_MAX)
+      : device_(device), api_(std::move(api)), pool_(max_split_bytes) {
     size_t free_b = 0, total_b = 0;
     api_.mem_info(&free_b, &total_b);
     set_total(total_b);
@@ -47,17 +63,31 @@ class CachingDeviceAllocator final : public Allocator {
     empty_cache();
   }
 
-  static size_t round_size(size_t bytes) { return (bytes + 511) / 512 * 512; }
+  static size_t round_size(size_t bytes) { return DeviceBlockPool::round_size(bytes); }
 
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
     const size_t r = round_size(bytes);
     reserve(bytes);  // counts the bytes; throws OutOfMemoryError past the limit
-    if (void* p = take_cached(r)) return p;
-    void* p = nullptr;
-    if (api_.malloc(&p, r)) return p;
-    empty_cache();  // once: cached blocks of other sizes may be what the device is missing
-    if (api_.malloc(&p, r)) return p;
+    try {
+      std::lock_guard<std::mutex> g(cache_mu_);
+      void* p = pool_.take(r);
+      if (!p) p = new_segment(r);
+      if (!p) {
+        empty_cache_locked();  // once: free segments of the other pool, or too small, may be what is missing
+        p = new_segment(r);
+      }
+      set_cached(pool_.free_bytes());
+      if (p && api_.on_block) api_.on_block(p, pool_.block_bytes(p), true);
+      if (p) return p;
+    } catch (...) {  // a sticky error at cudaMalloc (cuda_malloc_failure): the request is not counted
+      {
+        std::lock_guard<std::mutex> g(cache_mu_);
+        set_cached(pool_.free_bytes());  // the cache may have been emptied before the error
+      }
+      release(bytes);
+      throw;
+    }
     release(bytes);
     count_oom();  // the device's refusal is an OOM of this allocator as much as our limit's
     size_t free_b = 0, total_b = 0;
@@ -69,22 +99,24 @@ class CachingDeviceAllocator final : public Allocator {
   }
   void deallocate(void* ptr, size_t bytes) override {
     if (!ptr) return;
-    const size_t r = round_size(bytes);
     {
       std::lock_guard<std::mutex> g(cache_mu_);
-      cache_.emplace(r, ptr);
-      cached_bytes_ += r;
-      set_cached(cached_bytes_);
+      if (api_.on_block) api_.on_block(ptr, pool_.block_bytes(ptr), false);
+      pool_.give_back(ptr);  // false (not ours) cannot happen through Tensor; nothing to give back then
+      set_cached(pool_.free_bytes());
     }
     release(bytes);
   }
   void empty_cache() override {
     workspace_refused_by_device_ = false;  // the device may have room for the GEMM workspace again
     std::lock_guard<std::mutex> g(cache_mu_);
-    for (auto& [size, p] : cache_) api_.free(p);
-    cache_.clear();
-    cached_bytes_ = 0;
-    set_cached(0);
+    empty_cache_locked();
+    set_cached(pool_.free_bytes());
+  }
+  // Device memory held in segments (in use or cached): what the card sees this allocator hold.
+  size_t reserved_bytes() const {
+    std::lock_guard<std::mutex> g(cache_mu_);
+    return pool_.reserved_bytes();
   }
   Device device() const override { return device_; }
 
@@ -138,15 +170,20 @@ class CachingDeviceAllocator final : public Allocator {
   }
 
  private:
-  void* take_cached(size_t rounded) {
-    std::lock_guard<std::mutex> g(cache_mu_);
-    auto it = cache_.find(rounded);
-    if (it == cache_.end()) return nullptr;
-    void* p = it->second;
-    cached_bytes_ -= rounded;
-    cache_.erase(it);
-    set_cached(cached_bytes_);
-    return p;
+  // A new segment for a request of `rounded` bytes: the pool's segment size, or the request alone
+  // when the segment would take the memory held past our limit (--max-memory: the card holds no more
+  // than asked for where it can be helped) or the device refuses it. nullptr: the device refused both.
+  void* new_segment(size_t rounded) {
+    size_t segment = DeviceBlockPool::segment_size(rounded);
+    const size_t limit = this->limit();
+    if (limit != kNoLimit && pool_.reserved_bytes() + segment > limit) segment = rounded;
+    void* p = nullptr;
+    if (api_.malloc(&p, segment)) return pool_.add_segment(p, segment, rounded);
+    if (segment > rounded && api_.malloc(&p, rounded)) return pool_.add_segment(p, rounded, rounded);
+    return nullptr;
+  }
+  void empty_cache_locked() {
+    for (const auto& [ptr, bytes] : pool_.take_free_segments()) api_.free(ptr);
   }
 
   void release_gemm_workspace_locked() {
@@ -159,9 +196,8 @@ class CachingDeviceAllocator final : public Allocator {
   mutable std::mutex workspace_mu_;  // taken before the others (allocate, deallocate), never after
   HeldWorkspace workspace_;
   std::atomic<bool> workspace_refused_by_device_{false};
-  std::mutex cache_mu_;
-  std::multimap<size_t, void*> cache_;
-  size_t cached_bytes_ = 0;
+  mutable std::mutex cache_mu_;
+  DeviceBlockPool pool_;
 };
 
 }  // namespace bp

@@ -301,7 +301,8 @@ int g_cc_major = 8, g_cc_minor = 0;
 cudaError_t g_last_error = cudaSuccess;
 cudaError_t g_injected = cudaSuccess;
 std::atomic<uint64_t> g_launches{0};
-std::atomic<uint64_t> g_d2h{0}, g_sync_reads{0}, g_h2d{0}, g_syncs{0}, g_mallocs{0};
+std::atomic<uint64_t> g_d2h{0}, g_sync_reads{0}, g_h2d{0}, g_syncs{0};
+std::atomic<uint64_t> g_malloc_calls_at_reset{0};    // cuda_malloc_calls() at the last reset_runtime_counts()
 std::map<const void*, size_t> g_max_dynamic_shared;  // cudaFuncSetAttribute opt-ins, per kernel
 
 cudaError_t fail(cudaError_t e) {
@@ -425,17 +426,33 @@ void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::
 }
 
 // ---- runtime ----
-std::pair<unsigned char*, size_t> races::allocation_containing(const void* p) {
-  std::lock_guard<std::mutex> g(g_mu);
-  auto it = g_allocations.upper_bound(const_cast<void*>(p));
-  if (!p || it == g_allocations.begin()) return {nullptr, 0};
+std::map<void*, size_t> g_blocks;  // note_allocator_block: the caching allocator's blocks in use
+
+// The entry of `ranges` (start -> bytes) holding p, or {nullptr, 0}. Under g_mu.
+std::pair<unsigned char*, size_t> range_containing(const std::map<void*, size_t>& ranges, const void* p) {
+  auto it = ranges.upper_bound(const_cast<void*>(p));
+  if (!p || it == ranges.begin()) return {nullptr, 0};
   --it;
   auto* base = static_cast<unsigned char*>(it->first);
   if (static_cast<const unsigned char*>(p) >= base + it->second) return {nullptr, 0};
   return {base, it->second};
 }
+// A block of the caching allocator holding p, else the cudaMalloc allocation: the write check then
+// watches one tensor's bytes, not a whole segment of the allocator's.
+std::pair<unsigned char*, size_t> races::allocation_containing(const void* p) {
+  std::lock_guard<std::mutex> g(g_mu);
+  if (auto block = range_containing(g_blocks, p); block.first) return block;
+  return range_containing(g_allocations, p);
+}
+void note_allocator_block(void* ptr, size_t bytes, bool in_use) {
+  std::lock_guard<std::mutex> g(g_mu);
+  if (in_use)
+    g_blocks[ptr] = bytes;
+  else
+    g_blocks.erase(ptr);
+}
+std::atomic<uint64_t> g_malloc_calls{0};  // cuda_malloc_calls(): successful cudaMallocs
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
-  g_mallocs.fetch_add(1);
   if (!ptr) return fail(cudaErrorInvalidValue);
   *ptr = nullptr;
   {
@@ -450,6 +467,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   g_allocations[p] = bytes;
   g_in_use += bytes;
   *ptr = p;
+  g_malloc_calls.fetch_add(1);
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* ptr) {
@@ -562,6 +580,9 @@ size_t memory_in_use() {
   std::lock_guard<std::mutex> g(g_mu);
   return g_in_use;
 }
+uint64_t cuda_malloc_calls() {
+  return g_malloc_calls.load();
+}
 bool memory_range_live(const void* ptr, size_t bytes) {
   const auto* p = static_cast<const char*>(ptr);
   std::lock_guard<std::mutex> g(g_mu);
@@ -589,7 +610,7 @@ RuntimeCounts runtime_counts() {
   c.synchronous_reads = g_sync_reads.load();
   c.host_to_device_copies = g_h2d.load();
   c.synchronizations = g_syncs.load();
-  c.mallocs = g_mallocs.load();
+  c.mallocs = cuda_malloc_calls() - g_malloc_calls_at_reset.load();
   return c;
 }
 void reset_runtime_counts() {
@@ -597,7 +618,7 @@ void reset_runtime_counts() {
   g_sync_reads = 0;
   g_h2d = 0;
   g_syncs = 0;
-  g_mallocs = 0;
+  g_malloc_calls_at_reset = cuda_malloc_calls();
 }
 
 }  // namespace bp::sim

@@ -96,6 +96,11 @@ const char* cudaGetErrorName(cudaError_t e);
 // The simulated card's memory: cudaMalloc fails past `bytes_total` (counted in bytes requested).
 void set_memory_budget(size_t bytes_total);
 size_t memory_in_use();
+// Successful cudaMalloc calls since the process started (a caching allocator in steady state makes none).
+uint64_t cuda_malloc_calls();
+// The caching allocator's block at ptr is handed out (in_use) or given back (DeviceMemoryApi::on_block
+// of the simulated card): the write check watches the block holding an output, not its whole segment.
+void note_allocator_block(void* ptr, size_t bytes, bool in_use);
 // Whether [ptr, ptr + bytes) lies inside one live cudaMalloc allocation (what a kernel may touch).
 bool memory_range_live(const void* ptr, size_t bytes);
 // The simulated card's compute capability (cudaDeviceGetAttribute): 8.0 (an A100) unless set. The
@@ -117,7 +122,7 @@ struct RuntimeCounts {
   uint64_t synchronous_reads = 0;      // cudaMemcpy to the host: itself a wait
   uint64_t host_to_device_copies = 0;
   uint64_t synchronizations = 0;  // cudaStreamSynchronize and cudaDeviceSynchronize
-  uint64_t mallocs = 0;           // cudaMalloc calls (failed ones included)
+  uint64_t mallocs = 0;           // successful cudaMalloc calls (cuda_malloc_calls)
   uint64_t host_waits() const { return synchronous_reads + synchronizations; }
   RuntimeCounts operator-(const RuntimeCounts& before) const {
     return {device_to_host_copies - before.device_to_host_copies, synchronous_reads - before.synchronous_reads,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "backend/cuda/gemm_desc.h"
@@ -42,5 +43,12 @@ struct GemmWorkspaceSeen {
   size_t bytes = 0;
 };
 GemmWorkspaceSeen last_gemm_workspace();
+
+// Queries of the simulated cublasLtMatmulAlgoGetHeuristic since the process started (gemm_sim.cpp:
+// one per GEMM plan cache miss, gemm_plan_cache.h), and the plans this thread's cache holds;
+// clear_gemm_plans() empties it (a test then sees every distinct call ask once).
+uint64_t gemm_heuristic_queries();
+size_t gemm_plans_cached();
+void clear_gemm_plans();
 
 }  // namespace bp::sim
