@@ -12,7 +12,9 @@
 #include <memory>
 
 #include "core/host_mirror.h"
+#include "ops/cross_entropy.h"
 #include "ops/embedding.h"
+#include "ops/optim.h"
 #include "trainer_cuda_util.h"
 
 namespace bp::test {
@@ -163,6 +165,37 @@ TEST(CudaSyncCount, OpChecksReadTheUploadersHostCopy) {
   }
   EXPECT_EQ(host_mirror(ids_gpu.kernel_raw(), 4), nullptr) << "the scope ended";
   EXPECT_EQ(waits_of([&] { (void)embedding_forward(ids_gpu, table); }), 1u);
+}
+
+// The two reads a step keeps: the fused loss reads its total once per call however many windows
+// it walks (5 here), and the gradient norm once however many tensors it covers (clipping adds no
+// read: the scale is applied by kernels).
+TEST(CudaSyncCount, LossAndGradNormReadTheCardOncePerCall) {
+  SimulatedCudaDevice card;
+  const int64_t T = 33, D = 16, V = 37;
+  std::vector<int32_t> lab(T);
+  for (int64_t t = 0; t < T; ++t) lab[static_cast<size_t>(t)] = t % 5 == 0 ? -100 : static_cast<int32_t>((t * 7) % V);
+  const Tensor labels = Tensor::from_vector(lab, {T}), labels_gpu = labels.to(kGpu);
+  const Tensor x = random_tensor({T, D}, 1).to(kGpu), W = random_tensor({V, D}, 2).to(kGpu);
+  Tensor dx = Tensor::empty({T, D}, DType::F32, kGpu), dW = Tensor::zeros({V, D}, DType::F32, kGpu);
+  {
+    const HostMirrorScope mirror({{&labels_gpu, &labels}});
+    sim::reset_runtime_counts();
+    const auto r = linear_cross_entropy_forward_backward(x, W, labels_gpu, 0.1f, dx, &dW, 8);
+    EXPECT_EQ(sim::runtime_counts().host_waits(), 1u);
+    EXPECT_GT(r.n_counted, 0);
+  }
+  std::vector<Tensor> grads;
+  for (int i = 0; i < 5; ++i) grads.push_back(random_tensor({7 + i, 3}, 10 + i).to(kGpu));
+  std::vector<Tensor*> ptrs;
+  for (auto& g : grads) ptrs.push_back(&g);
+  sim::reset_runtime_counts();
+  const double norm = clip_grad_norm(ptrs, 1e-3);
+  EXPECT_EQ(sim::runtime_counts().host_waits(), 1u);
+  EXPECT_GT(norm, 1e-3) << "the gradients were clipped";
+  sim::reset_runtime_counts();
+  EXPECT_NEAR(global_grad_norm(std::vector<const Tensor*>(ptrs.begin(), ptrs.end())), 1e-3, 1e-9);
+  EXPECT_EQ(sim::runtime_counts().host_waits(), 1u);
 }
 
 }  // namespace
