@@ -77,10 +77,36 @@ Batch Batch::pack(const std::vector<std::vector<int32_t>>& tokens, const std::ve
   return b;
 }
 
+// A host batch goes to a device in ONE copy (each copy to a card is a synchronous cudaMemcpy that
+// waits for the card's queue): its i32 tensors packed end to end, the device tensors views of the
+// one upload.
 Batch Batch::to(Device device) const {
   if (tokens.device() == device) return *this;
-  auto move = [&](const Tensor& t) { return t.defined() ? t.to(device) : Tensor(); };
-  return Batch{move(tokens), move(positions), move(labels), move(cu_seqlens)};
+  const Tensor* parts[] = {&tokens, &positions, &labels, &cu_seqlens};
+  if (tokens.device().type != DeviceType::CPU) {  // back to the host: one copy each
+    auto move = [&](const Tensor& t) { return t.defined() ? t.to(device) : Tensor(); };
+    return Batch{move(tokens), move(positions), move(labels), move(cu_seqlens)};
+  }
+  std::vector<int32_t> packed;
+  for (const Tensor* t : parts)
+    if (t->defined()) packed.insert(packed.end(), t->data<int32_t>(), t->data<int32_t>() + t->numel());
+  const Tensor all = Tensor::from_vector(packed, {static_cast<int64_t>(packed.size())}).to(device);
+  Batch out;
+  Tensor* outs[] = {&out.tokens, &out.positions, &out.labels, &out.cu_seqlens};
+  int64_t at = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    if (!parts[i]->defined()) continue;
+    *outs[i] = all.rows(at, at + parts[i]->numel()).reshape(parts[i]->shape());
+    at += parts[i]->numel();
+  }
+  return out;
+}
+
+HostMirrorScope Batch::mirrored_by(const Batch& host) const {
+  return HostMirrorScope({{&tokens, &host.tokens},
+                          {&positions, &host.positions},
+                          {&labels, &host.labels},
+                          {&cu_seqlens, &host.cu_seqlens}});
 }
 
 Batch Batch::causal_lm(const std::vector<std::vector<int32_t>>& samples) {
@@ -381,7 +407,9 @@ Tensor Model::forward_trunk(const Batch& b, bool train, uint64_t seed, std::vect
 
 Tensor Model::hidden_states(const Batch& host_batch) {
   check_batch(host_batch);
-  Tensor x = forward_trunk(host_batch.to(device()), false, 0, nullptr, nullptr);
+  const Batch batch = host_batch.to(device());
+  const HostMirrorScope mirror = batch.mirrored_by(host_batch);
+  Tensor x = forward_trunk(batch, false, 0, nullptr, nullptr);
   return rms_norm_forward(x, weights_.final_norm, config().rms_norm_eps, nullptr);
 }
 
@@ -400,8 +428,9 @@ Tensor Model::logits(const Tensor& tokens, const Tensor& positions) {
 CrossEntropyResult Model::forward_loss(const Batch& batch) {
   if (!batch.labels.defined()) throw bad_batch("forward_loss needs labels");
   Tensor xf = hidden_states(batch);
-  return linear_cross_entropy_forward(xf, weights_.output_weight(), batch.to(device()).labels,
-                                      options_.ce_chunk_tokens);
+  const Tensor labels = batch.labels.to(device());
+  const HostMirrorScope mirror({{&labels, &batch.labels}});
+  return linear_cross_entropy_forward(xf, weights_.output_weight(), labels, options_.ce_chunk_tokens);
 }
 
 }  // namespace bp

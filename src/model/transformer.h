@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/host_mirror.h"
 #include "core/tensor.h"
 #include "model/weights.h"
 #include "ops/cross_entropy.h"
@@ -54,6 +55,9 @@ struct Batch {
   static Batch causal_lm(const std::vector<std::vector<int32_t>>& samples);
   // The same batch on `device` (itself when it is already there).
   Batch to(Device device) const;
+  // While the result lives, the ops' checks of this batch (uploaded from `host` by to()) read
+  // `host` instead of copying the device's values back (core/host_mirror.h): no wait for the card.
+  HostMirrorScope mirrored_by(const Batch& host) const;
 };
 
 // The seven linear projections of a layer, in PEFT's naming (target_modules).

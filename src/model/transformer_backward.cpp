@@ -127,6 +127,7 @@ CrossEntropyResult Model::forward_backward(const Batch& host_batch, float grad_s
   const bool train = training_;
   const Device dev = device();
   const Batch batch = host_batch.to(dev);
+  const HostMirrorScope mirror = batch.mirrored_by(host_batch);  // the ops' checks read host_batch
 
   std::vector<Tensor> inputs;   // checkpointing: layer inputs (+ final output)
   std::vector<LayerActs> acts;  // no checkpointing: every layer's activations

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/host_mirror.h"
 #include "core/tensor.h"
 #include "ops/dispatch.h"
 
@@ -56,9 +57,12 @@ inline void require_same_device(const char* op, std::initializer_list<const Tens
 }
 
 // The i32 values of `t` readable by host code (argument checks of token ids, labels, positions):
-// t's own memory on the CPU, else a copy into `staging` through the device's explicit copy.
+// t's own memory on the CPU; for a device tensor the host copy it was uploaded from when the
+// uploader keeps one (core/host_mirror.h: the model's batch, so a training step's checks never
+// wait for the card), else a copy into `staging` through the device's explicit copy.
 inline const int32_t* host_ints(const Tensor& t, std::vector<int32_t>& staging) {
   if (t.device().type == DeviceType::CPU) return t.data<int32_t>();
+  if (const void* mirrored = host_mirror(t.kernel_raw(), t.nbytes())) return static_cast<const int32_t*>(mirrored);
   staging.resize(static_cast<size_t>(t.numel()));
   device_copy(t.device().type, staging.data(), t.kernel_data<int32_t>(), t.nbytes(), CopyKind::DeviceToHost);
   return staging.data();

@@ -35,14 +35,21 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
                                  cfg.weight_decay, step);
 }
 
+// One kernel call over every gradient (sum_squares_total: the tensors' sums added in order in
+// double on their device), so a card is waited for once per norm, not once per tensor.
 double global_grad_norm(const std::vector<const Tensor*>& grads) {
-  double total = 0.0;
+  std::vector<const float*> data;
+  std::vector<int64_t> sizes;
   for (const Tensor* g : grads) {
     BP_CHECK(g != nullptr, "[grad_norm] null gradient tensor in the list");
     require_cpu_f32(*g, "grad_norm", "gradient");
-    total += ops::kernels(*g).sum_squares(g->kernel_data<float>(), g->numel());
+    ops::require_same_device("grad_norm", {grads.front(), g});
+    data.push_back(g->kernel_data<float>());
+    sizes.push_back(g->numel());
   }
-  return std::sqrt(total);
+  if (grads.empty()) return 0.0;
+  return std::sqrt(
+      ops::kernels(*grads.front()).sum_squares_total(data.data(), sizes.data(), static_cast<int64_t>(grads.size())));
 }
 
 double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm) {

@@ -50,7 +50,12 @@ TEST(GemmPlanCache, KeyHoldsEveryFieldTheHeuristicSeesAndNotTheScalars) {
       [](GemmDesc&, GemmAlignments& a, size_t&, int&) { a.c = 8; },
       [](GemmDesc&, GemmAlignments& a, size_t&, int&) { a.d = 8; },
       [](GemmDesc&, GemmAlignments&, size_t& ws, int&) { ws = 0; },
-      [](GemmDesc&, GemmAlignments&, size_t&, int& device) { device = 1; }};
+      [](GemmDesc&, GemmAlignments&, size_t&, int& device) { device = 1; },
+      // device pointer mode: an attribute of the plan's matmul descriptor
+      [](GemmDesc& g, GemmAlignments&, size_t&, int&) {
+        static const float pair[2] = {1, 0};
+        g.alpha_beta_on_device = pair;
+      }};
   for (size_t i = 0; i < changes.size(); ++i) {
     GemmDesc g = d;
     GemmAlignments a = al;
@@ -65,6 +70,12 @@ TEST(GemmPlanCache, KeyHoldsEveryFieldTheHeuristicSeesAndNotTheScalars) {
   same.beta = 1.0f;
   same.stride_a = 999;
   EXPECT_TRUE(gemm_plan_key(same, al, 4096, 0) == base);
+  // In device pointer mode the mode is in the key, not where alpha and beta are.
+  static const float pair_a[2] = {1, 0}, pair_b[2] = {2, 1};
+  GemmDesc on_device_a = d, on_device_b = d;
+  on_device_a.alpha_beta_on_device = pair_a;
+  on_device_b.alpha_beta_on_device = pair_b;
+  EXPECT_TRUE(gemm_plan_key(on_device_a, al, 4096, 0) == gemm_plan_key(on_device_b, al, 4096, 0));
   GemmDesc batched = d, other_stride = d;
   batched.batch = other_stride.batch = 3;
   batched.stride_c = 100;

@@ -3,7 +3,8 @@
 // every held type, bf16 included, read through f16 panels, and the f32 activation operand scaled
 // by a power of two into f16's range before it is rounded, the GEMM's alpha undoing the scale.
 // Checked here: the descriptions handed to cuBLASLt are f16 (recorded, sim/gemm_sim.h) and carry
-// alpha = 2^-s; results agree with the CPU's f32 layer within the f16 bound, also for activations
+// alpha = 2^-s, read from device memory (device pointer mode: the scale is chosen on the device,
+// the host never reads it); results agree with the CPU's f32 layer within the f16 bound, also for activations
 // of 1e5 and gradients of 1e-9, where plain rounding to f16 gives inf and zeros (shown by running
 // the same description on the naively rounded operand); the workspace is what cuda_workspace
 // counts for an f16 card; the fused LM head over a bf16 head takes f32 panels; the simulation's
@@ -100,6 +101,38 @@ TEST(CudaF16Gemm, ScaleExponentPutsTheMaximumJustBelow2To14) {
   EXPECT_EQ(sim::f16_scale_exponent(0.0f), 0);
   EXPECT_EQ(sim::f16_scale_exponent(std::numeric_limits<float>::infinity()), 0);
   EXPECT_EQ(sim::f16_scale_exponent(std::numeric_limits<float>::quiet_NaN()), 0);
+  // The exponent comes from max|x|'s bits (integer arithmetic, the same on the device): it is
+  // frexp's, clamped, for every power of two and its neighbours, subnormals included.
+  for (int p = -149; p <= 127; ++p)
+    for (float m : {std::ldexp(1.0f, p), std::nextafter(std::ldexp(1.0f, p), 0.0f),
+                    std::nextafter(std::ldexp(1.0f, p), std::numeric_limits<float>::infinity())}) {
+      if (!(m > 0.0f) || !std::isfinite(m)) continue;
+      int e = 0;
+      std::frexp(m, &e);
+      EXPECT_EQ(sim::f16_scale_exponent(m), std::clamp(14 - e, -120, 120)) << m;
+    }
+}
+
+// Device pointer mode: the simulated cuBLASLt reads alpha and beta from the card when the GEMM
+// runs (the values there, not the description's), and an address outside the card's memory faults.
+TEST(CudaF16Gemm, DevicePointerModeReadsAlphaAndBetaFromTheCard) {
+  SimulatedCudaDevice card;
+  const std::vector<float> a{1, 2, 3, 4}, b{5, 6, 7, 8};  // 2x2 column-major
+  Tensor A = Tensor::from_vector(a, {4}).to(kGpu), B = Tensor::from_vector(b, {4}).to(kGpu);
+  Tensor C = Tensor::from_vector(std::vector<float>{1, 1, 1, 1}, {4}).to(kGpu);
+  Tensor pair = Tensor::from_vector(std::vector<float>{0.5f, 2.0f}, {2}).to(kGpu);
+  gemm::GemmDesc d;
+  d.m = d.n = d.k = 2;
+  d.lda = d.ldb = d.ldc = 2;
+  d.alpha = 100.0f;  // ignored in device pointer mode
+  d.alpha_beta_on_device = pair.kernel_data<float>();
+  sim::gemm(d, A.kernel_raw(), B.kernel_raw(), C.kernel_raw(), nullptr, 0, nullptr);
+  // C = 0.5·A·B + 2·C; A·B column-major = [[23, 31], [34, 46]] (rows), stored [23, 34, 31, 46].
+  EXPECT_EQ(C.to_vector(), (std::vector<float>{13.5f, 19.0f, 17.5f, 25.0f}));
+  float host_pair[2] = {1.0f, 0.0f};
+  d.alpha_beta_on_device = host_pair;
+  EXPECT_EQ(parity::code_of([&] { sim::gemm(d, A.kernel_raw(), B.kernel_raw(), C.kernel_raw(), nullptr, 0, nullptr); }),
+            ErrorCode::RUNTIME_GPU_KERNEL_FAULT);
 }
 
 // A bf16 base weight on a Turing card: forward and dx are one f16 GEMM each (f16 A and B, f32 C;
@@ -118,6 +151,10 @@ TEST(CudaF16Gemm, HeldWeightGemmsOnATuringCardTakeF16Inputs) {
   ASSERT_EQ(rec.descs().size(), 2u);
   for (const auto& d : rec.descs()) {
     EXPECT_TRUE(is_f16_gemm(d));
+    // The scale was chosen on the device: the GEMM reads (alpha, beta) from device memory (what
+    // the recorder shows is what it read there), so the host never waited for max|x|.
+    EXPECT_NE(d.alpha_beta_on_device, nullptr) << "alpha came from the host";
+    EXPECT_EQ(d.beta, 0.0f);
     int e = 0;
     EXPECT_EQ(std::frexp(d.alpha, &e), 0.5f) << "alpha is not a power of two: " << d.alpha;
   }

@@ -45,6 +45,30 @@ TEST(CudaGlobalNorm, SumOfSquaresMatchesCpuAndIsDeterministic) {
   }
 }
 
+// The global norm's sum over many tensors in one call (one copy back): each tensor reduced as
+// sum_squares does and the sums added in order in double, so the result is bit for bit what the
+// host loop over sum_squares gave (the trainer's norm before the sum moved to the device), and
+// the CPU's sum_squares_total within f64 rounding. An empty tensor adds 0.
+TEST(CudaGlobalNorm, SumOverTensorsEqualsTheHostLoopBitForBit) {
+  const std::vector<int64_t> sizes{257, 0, 1, 70001, 33, 300001};
+  std::vector<std::vector<float>> xs;
+  std::vector<const float*> ptrs;
+  for (size_t i = 0; i < sizes.size(); ++i) xs.push_back(test::random_floats(sizes[i], 70 + i, -2, 2));
+  for (const auto& x : xs) ptrs.push_back(x.data());
+  double host_loop = 0.0, cpu_ref = 0.0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<unsigned char> scratch(optim_scratch_bytes(sizes[i]));
+    host_loop += sum_squares<float>(ptrs[i], sizes[i], scratch.data());
+    cpu_ref += cpu::sum_squares(ptrs[i], sizes[i]);
+  }
+  std::vector<unsigned char> scratch(sum_squares_total_scratch_bytes(300001, 6));
+  const double got = sum_squares_total<float>(ptrs.data(), sizes.data(), 6, scratch.data());
+  EXPECT_EQ(got, host_loop);
+  EXPECT_EQ(cpu::sum_squares_total(ptrs.data(), sizes.data(), 6), cpu_ref);
+  EXPECT_NEAR(got, cpu_ref, 1e-12 * cpu_ref);
+  EXPECT_EQ(sum_squares_total<float>(ptrs.data(), sizes.data(), 0, scratch.data()), 0.0);
+}
+
 TEST(CudaNonFinite, FindsOneInfOrNanAnywhere) {
   const int64_t n = 20011;  // 79 blocks
   auto x = test::random_floats(n, 60);

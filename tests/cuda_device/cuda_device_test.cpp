@@ -179,7 +179,8 @@ TEST(CudaDevice, DequantizeRowsMatchesCpuBitForBit) {
 // The f16 activation operand of a Turing card's GEMMs by nvcc's code: activations up to 1.5e5
 // scaled by 2^s (max|x| in [2^13, 2^14)) and rounded like core's f32_to_f16, bit for bit; then an
 // f16 GEMM through cuBLASLt (CUDA_R_16F) with alpha = 2^-s gives the CPU's f32 product within the
-// f16 bound (2⁻¹⁰ of Σ|x|·|w|).
+// f16 bound (2⁻¹⁰ of Σ|x|·|w|). The scale is chosen on the device and the GEMM reads alpha there
+// (device pointer mode), as the wrappers do.
 TEST(CudaDevice, ScaledF16OperandAndF16GemmMatchCpu) {
   BP_NEED_DEVICE();
   const int64_t M = 37, N = 45, K = 72;
@@ -193,16 +194,19 @@ TEST(CudaDevice, ScaledF16OperandAndF16GemmMatchCpu) {
   for (size_t i = 0; i < w.size(); ++i) w16[i] = f32_to_f16(w[i]);
   DeviceBuffer<float> xd(x), yd(std::vector<float>(static_cast<size_t>(M * N)));
   DeviceBuffer<uint16_t> xh(std::vector<uint16_t>(x.size())), wh(w16);
-  DeviceBuffer<int> scratch(std::vector<int>(1));
-  const float alpha =
-      cuda::convert_f32_to_f16_scaled(xd.ptr, reinterpret_cast<cuda::f16*>(xh.ptr), M * K, scratch.ptr, nullptr);
-  EXPECT_EQ(alpha, std::ldexp(1.0f, -s));
+  DeviceBuffer<gemm::F16OperandScale> scale(std::vector<gemm::F16OperandScale>(1));
+  cuda::convert_f32_to_f16_scaled(xd.ptr, reinterpret_cast<cuda::f16*>(xh.ptr), M * K, scale.ptr, nullptr);
+  const gemm::F16OperandScale made = scale.to_host()[0];
+  EXPECT_EQ(made.scale, std::ldexp(1.0f, s));
+  EXPECT_EQ(made.alpha_beta_overwrite[0], std::ldexp(1.0f, -s));
+  EXPECT_EQ(made.alpha_beta_overwrite[1], 0.0f);
   const std::vector<uint16_t> got = xh.to_host();
   int bad = 0;
   for (size_t i = 0; i < x.size(); ++i) bad += got[i] != f32_to_f16(std::ldexp(x[i], s));
   EXPECT_EQ(bad, 0);
   gemm::GemmDesc d = gemm::linear_forward_gemm(M, K, N, gemm::DType::F16, gemm::DType::F32);
-  d.alpha = alpha;
+  d.alpha = 0.0f;  // not used: the pair on the device is
+  d.alpha_beta_on_device = gemm::f16_alpha_beta_on_device(scale.ptr, 0.0f);
   cuda::gemm(d, wh.ptr, xh.ptr, yd.ptr, nullptr, 0, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> y = yd.to_host();

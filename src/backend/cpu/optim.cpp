@@ -63,6 +63,12 @@ double sum_squares(const float* x, int64_t n) {
   return total;
 }
 
+double sum_squares_total(const float* const* xs, const int64_t* ns, int64_t count) {
+  double total = 0.0;
+  for (int64_t i = 0; i < count; ++i) total += sum_squares(xs[i], ns[i]);
+  return total;
+}
+
 bool all_finite_f32(const float* x, int64_t n) {
   // Exponent bits all ones means inf or NaN; integer test so -ffast-math could never fold it away.
   int bad = 0;

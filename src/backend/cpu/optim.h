@@ -10,6 +10,9 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
                 float eps, float weight_decay, int64_t step);
 // Σ x² in double; bit-identical for any thread count (fixed blocks summed in order).
 double sum_squares(const float* x, int64_t n);
+// Σ over `count` tensors (xs[i] of ns[i] values) of sum_squares, added in order in double: the
+// global gradient norm's sum in one call (one wait for a card instead of one per tensor).
+double sum_squares_total(const float* const* xs, const int64_t* ns, int64_t count);
 bool all_finite_f32(const float* x, int64_t n);
 // bf16 / f16 bit patterns: non-finite when the exponent bits are all ones.
 bool all_finite_16(const uint16_t* x, int64_t n, bool is_bf16);

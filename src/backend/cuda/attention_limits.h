@@ -7,5 +7,8 @@
 namespace bp {
 
 constexpr int kCudaAttentionMaxHeadDim = 256;
+// The rotary kernel (rope.cuh) gets its inv_freq table (head_dim/2 floats) in its launch
+// arguments, sized for the widest head the attention kernels take.
+constexpr int kCudaRopeMaxHeadDim = kCudaAttentionMaxHeadDim;
 
 }  // namespace bp

@@ -8,9 +8,9 @@
 //   3. dx_w = G · W (GEMM, beta 0),  dW += Gᵀ · x_w (GEMM, beta 1)
 // Logits stay f32 (a softmax over ~150k classes in bf16 loses the small probabilities); the
 // gradient G is stored as T because both backward GEMMs read it beside a T operand (cuBLASLt
-// wants A and B of one type). Row losses are copied to the host and summed in row order in
-// double, as the CPU does. Workspace: cross_entropy_workspace_bytes() of device memory, and
-// cuBLASLt's (gemm_workspace, handed to every GEMM).
+// wants A and B of one type). Row losses are summed in row order in double on the device, as the
+// CPU does on the host, and the total is copied back once per call (the only wait for the card). Workspace:
+// cross_entropy_workspace_bytes() of device memory, and cuBLASLt's (gemm_workspace, handed to every GEMM).
 // linear_cross_entropy_held: the same for a frozen head held quantized (or bf16/f16) with f32
 // activations, W dequantized panel by panel inside both GEMMs (dequant.cuh).
 #pragma once
@@ -27,9 +27,24 @@ struct CrossEntropyResult {
   int64_t n_counted = 0;
 };
 
+// Workspace layout: logits [chunk, V] f32, their gradient [chunk, V] T, the row losses [chunk] f32,
+// then (8-byte aligned) the call's loss total, one double.
+template <class T>
+size_t cross_entropy_loss_total_offset(int64_t chunk, int64_t V) {
+  const size_t rows = static_cast<size_t>(chunk) * V * (sizeof(float) + sizeof(T)) + static_cast<size_t>(chunk) * 4;
+  return (rows + sizeof(double) - 1) / sizeof(double) * sizeof(double);
+}
 template <class T>
 size_t cross_entropy_workspace_bytes(int64_t chunk, int64_t V) {
-  return static_cast<size_t>(chunk) * V * (sizeof(float) + sizeof(T)) + static_cast<size_t>(chunk) * sizeof(float);
+  return cross_entropy_loss_total_offset<T>(chunk, V) + sizeof(double);
+}
+
+// *total += the window's row losses, one after another in double: the host's order and rounding
+// (the CPU kernel's, and this kernel's before the sum moved to the device), with no copy back.
+__global__ void add_row_losses_kernel(const float* row_loss, int64_t c, double* total) {
+  double s = *total;
+  for (int64_t r = 0; r < c; ++r) s += row_loss[r];
+  *total = s;
 }
 
 template <class T>
@@ -75,8 +90,10 @@ CrossEntropyResult cross_entropy_windows(const T* x, const int32_t* labels, cons
   float* logits = static_cast<float*>(workspace);
   T* grad = reinterpret_cast<T*>(logits + chunk * V);
   float* row_loss = reinterpret_cast<float*>(grad + chunk * V);
+  double* loss_total =
+      reinterpret_cast<double*>(static_cast<char*>(workspace) + cross_entropy_loss_total_offset<T>(chunk, V));
   const bool make_grad = dx || dW;
-  std::vector<float> losses(static_cast<size_t>(chunk));
+  cudaMemsetAsync(loss_total, 0, sizeof(double), stream);
   for (int64_t t0 = 0; t0 < T_tokens; t0 += chunk) {
     const int64_t c = std::min(chunk, T_tokens - t0);
     int64_t counted = 0;
@@ -92,10 +109,12 @@ CrossEntropyResult cross_entropy_windows(const T* x, const int32_t* labels, cons
     if (dW)
       gemm(gemm::linear_dW_gemm(c, D, V, gemm_type_of<T>()), x + t0 * D, grad, dW, gemm_workspace.ptr,
            gemm_workspace.bytes, stream);
-    cudaMemcpyAsync(losses.data(), row_loss, static_cast<size_t>(c) * sizeof(float), cudaMemcpyDeviceToHost, stream);
-    cudaStreamSynchronize(stream);
-    for (int64_t r = 0; r < c; ++r) result.loss_sum += losses[static_cast<size_t>(r)];
+    BP_LAUNCH(1, 1, 0, stream, add_row_losses_kernel)(row_loss, c, loss_total);
     result.n_counted += counted;
+  }
+  if (result.n_counted > 0) {  // the call's one wait for the card: its loss
+    cudaMemcpyAsync(&result.loss_sum, loss_total, sizeof(double), cudaMemcpyDeviceToHost, stream);
+    cudaStreamSynchronize(stream);
   }
   return result;
 }

@@ -2,7 +2,9 @@
 // and one cublasLtMatmul call (compiled only in CUDA builds; the simulation executes the same
 // description with the CPU reference, sim/gemm_sim.cpp).
 //   operation: CUBLAS_COMPUTE_32F with f32 scale (alpha, beta): f32 accumulation for bf16 or f16
-//              inputs (f16 on Turing, compute capability 7.5);
+//              inputs (f16 on Turing, compute capability 7.5); alpha and beta from host memory, or
+//              from device memory (CUBLASLT_POINTER_MODE_DEVICE, set in the plan's matmul
+//              descriptor, so part of the plan's key) when the description points there;
 //   layouts:   A, B, C column-major with the description's types, leading dimensions, and for a
 //              batch, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT and _STRIDED_BATCH_OFFSET; D = C;
 //   algorithm: the first heuristic result within the caller's workspace (from our allocator) and
@@ -94,6 +96,11 @@ void make_plan(LtPlan& plan, const gemm::GemmDesc& d, const gemm::GemmAlignments
   const cublasOperation_t ta = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "TRANSA");
   check(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "TRANSB");
+  if (d.alpha_beta_on_device) {  // alpha and beta in device memory (a scale the device computed)
+    const cublasLtPointerMode_t mode = CUBLASLT_POINTER_MODE_DEVICE;
+    check(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof(mode)),
+          "POINTER_MODE");
+  }
   make_layout(&plan.a, d.a_type, d.trans_a ? d.k : d.m, d.trans_a ? d.m : d.k, d.lda, d.batch, d.stride_a);
   make_layout(&plan.b, d.b_type, d.trans_b ? d.n : d.k, d.trans_b ? d.k : d.n, d.ldb, d.batch, d.stride_b);
   make_layout(&plan.c, d.c_type, d.m, d.n, d.ldc, d.batch, d.stride_c);
@@ -143,7 +150,9 @@ void gemm(const gemm::GemmDesc& d, const void* A, const void* B, void* C, void* 
                             "workspace",
                             d.m, d.n, d.k, gemm::dtype_name(d.a_type), gemm::dtype_name(d.b_type),
                             gemm::dtype_name(d.c_type), workspace_bytes));
-  check(cublasLtMatmul(lt_handle(), plan.op, &d.alpha, A, plan.a, B, plan.b, &d.beta, C, plan.c, C, plan.c, &plan.algo,
+  const float* alpha = d.alpha_beta_on_device ? d.alpha_beta_on_device : &d.alpha;
+  const float* beta = d.alpha_beta_on_device ? d.alpha_beta_on_device + 1 : &d.beta;
+  check(cublasLtMatmul(lt_handle(), plan.op, alpha, A, plan.a, B, plan.b, beta, C, plan.c, C, plan.c, &plan.algo,
                        workspace, workspace_bytes, stream),
         "cublasLtMatmul");
 }

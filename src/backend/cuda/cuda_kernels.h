@@ -46,6 +46,9 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
 template <class T>
 double sum_squares(const T* x, int64_t n, void* scratch, cudaStream_t stream);
 template <class T>
+double sum_squares_total(const T* const* xs, const int64_t* ns, int64_t count, void* scratch, cudaStream_t stream);
+size_t sum_squares_total_scratch_bytes(int64_t max_n, int64_t count);
+template <class T>
 bool all_finite(const T* x, int64_t n, void* scratch, cudaStream_t stream);
 size_t optim_scratch_bytes(int64_t n);
 
@@ -58,7 +61,8 @@ void bias_grad_accumulate(const float* dy, float* db, int64_t T_tokens, int64_t 
 void convert_bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t stream);
 void convert_f32_to_bf16(const float* src, bf16* dst, int64_t n, cudaStream_t stream);
 int f16_scale_exponent(float abs_max);
-float convert_f32_to_f16_scaled(const float* src, f16* dst, int64_t n, int* scratch, cudaStream_t stream);
+void convert_f32_to_f16_scaled(const float* src, f16* dst, int64_t n, gemm::F16OperandScale* scale,
+                               cudaStream_t stream);
 void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed, cudaStream_t stream);
 void dropout_backward_accumulate(const float* g, const float* x, const float* xd, float* dx, int64_t n, float p,
                                  uint64_t seed, cudaStream_t stream);

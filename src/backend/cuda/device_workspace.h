@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "backend/cpu/quant_gemm.h"
+#include "backend/cuda/gemm_desc.h"
 #include "core/dtype.h"
 
 namespace bp::cuda_workspace {
@@ -56,12 +57,13 @@ inline bool read_as_stored(DType held, bool f16_card) {
 }
 
 // The 16-bit copy of n activation values (ActivationOperand in kernel_wrappers.h): 2 bytes each;
-// an f16 copy also holds, 4-byte aligned after the values, the int its max|x| reduction writes.
+// an f16 copy also holds, 4-byte aligned after the values, its scale (gemm::F16OperandScale: the
+// max|x| its reduction writes, 2^s and the GEMMs' (alpha, beta) pairs, all made on the device).
 inline size_t f16_scale_scratch_offset(int64_t n) {
   return (static_cast<size_t>(n) * 2 + 3) / 4 * 4;
 }
 inline size_t narrow_operand_bytes(bool f16_card, int64_t n) {
-  return f16_card ? f16_scale_scratch_offset(n) + sizeof(int) : static_cast<size_t>(n) * 2;
+  return f16_card ? f16_scale_scratch_offset(n) + sizeof(gemm::F16OperandScale) : static_cast<size_t>(n) * 2;
 }
 
 // A GEMM against a weight held as `held` with the f32 activation operand [rows, cols] (x [T, in]
@@ -80,15 +82,16 @@ inline size_t held_gemm_panel_bytes(DType held, int64_t rows, int64_t cols, bool
 
 // The fused LM head + loss over x [T, D] and a head [V, D] held as `head` (f32 or bf16), in
 // windows of c = min(chunk, T) rows: logits [c, V] f32, their gradient [c, V] in the GEMMs' input
-// type and the row losses [c] f32 (cross_entropy_workspace_bytes in cross_entropy.cuh); for a bf16
+// type, the row losses [c] f32 and their double total, 8-byte aligned (cross_entropy_workspace_bytes
+// in cross_entropy.cuh); for a bf16
 // head also x rounded to bf16 and, when dx is asked for, dx as bf16 before it is widened. All live
 // for the whole call.
 inline size_t cross_entropy_bytes(DType head, int64_t T, int64_t D, int64_t V, int64_t chunk, bool with_dx) {
   if (T == 0) return 0;
   const int64_t c = std::min(chunk, T);
   const size_t grad_bytes = head == DType::F32 ? 4 : 2;
-  return static_cast<size_t>(c * V) * (4 + grad_bytes) + static_cast<size_t>(c) * 4 +
-         held_gemm_operand_bytes(head, T, D) * (with_dx ? 2 : 1);
+  const size_t rows = static_cast<size_t>(c * V) * (4 + grad_bytes) + static_cast<size_t>(c) * 4;
+  return (rows + 7) / 8 * 8 + sizeof(double) + held_gemm_operand_bytes(head, T, D) * (with_dx ? 2 : 1);
 }
 
 // The fused loss over a head held in f16 or a block type (linear_cross_entropy_held): the f32

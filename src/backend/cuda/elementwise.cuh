@@ -10,7 +10,8 @@
 //                         activation operand of a bf16 GEMM against a frozen weight
 //   convert_f32_to_f16_scaled: the f16 activation operand of a Turing card's GEMM: max|x| on the
 //                         device, then x·2^s rounded to nearest even f16 with s putting max|x| in
-//                         [2^13, 2^14) (exact: a power of two); the caller's GEMM takes alpha = 2^-s
+//                         [2^13, 2^14) (exact: a power of two); s is chosen on the device too and
+//                         the caller's GEMM reads alpha = 2^-s from device memory (no wait)
 //   dropout_forward / dropout_backward_accumulate: the CPU kernel's mask bit for bit (the same
 //                         splitmix64 hash of (seed, index)), inverted dropout 1/(1−p)
 // Products use __fmul_rn/__fadd_rn: no FMA contraction, so the rounding is the CPU kernel's.
@@ -21,6 +22,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_compat.cuh"
+#include "backend/cuda/gemm_desc.h"
 
 namespace bp::BP_CUDA_NS {
 
@@ -80,7 +82,8 @@ __global__ void abs_max_bits_kernel(const float* x, int64_t n, int* result) {
   if (threadIdx.x % 32 == 0 && m > 0) atomicMax(result, m);
 }
 
-__global__ void f32_to_f16_scaled_kernel(const float* src, f16* dst, int64_t n, float scale) {
+__global__ void f32_to_f16_scaled_kernel(const float* src, f16* dst, int64_t n, const gemm::F16OperandScale* s) {
+  const float scale = s->scale;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     dst[i] = __float2half(__fmul_rn(src[i], scale));
@@ -145,29 +148,57 @@ BP_HOST_FN void convert_f32_to_bf16(const float* src, bf16* dst, int64_t n, cuda
 // above (f32 sums of such products stay far from overflow), and values down to 2^-38 of the max
 // keep at least one bit (f16's subnormals reach 2^-24). 0 for a zero, Inf or NaN maximum (those
 // reach the GEMM as they are, and the run's non-finite check); clamped so that 2^s and 2^-s are
-// normal f32.
+// normal f32. From the bits of max|x| (integer arithmetic: the same on the host and the device;
+// e is frexp's exponent, max|x| = f·2^e with f in [0.5, 1)).
 constexpr int kMaxF16ScaleExponent = 120;
-BP_HOST_FN int f16_scale_exponent(float abs_max) {
-  if (!(abs_max > 0.0f) || !std::isfinite(abs_max)) return 0;
+__host__ __device__ __forceinline__ int f16_scale_exponent_of_bits(uint32_t abs_bits) {
+  if (abs_bits == 0u || abs_bits >= 0x7f800000u) return 0;  // zero, Inf, NaN
   int e = 0;
-  std::frexp(abs_max, &e);  // abs_max = f·2^e, f in [0.5, 1)
-  return std::clamp(14 - e, -kMaxF16ScaleExponent, kMaxF16ScaleExponent);
+  if (abs_bits >= 0x00800000u) {
+    e = static_cast<int>(abs_bits >> 23) - 126;  // normal: 1.m·2^(E−127) = 0.1m·2^(E−126)
+  } else {
+    int bit_length = 0;  // subnormal: m·2^−149 with m of bit_length bits
+    for (uint32_t m = abs_bits; m != 0u; m >>= 1) ++bit_length;
+    e = bit_length - 149;
+  }
+  const int s = 14 - e;
+  return s < -kMaxF16ScaleExponent ? -kMaxF16ScaleExponent : s > kMaxF16ScaleExponent ? kMaxF16ScaleExponent : s;
 }
-// dst = src·2^s as f16 (s = f16_scale_exponent(max|src|)); returns 2^-s, the alpha of the GEMM
-// that reads dst. scratch: 4 bytes of device memory. Synchronises the stream (the host picks s).
-BP_HOST_FN float convert_f32_to_f16_scaled(const float* src, f16* dst, int64_t n, int* scratch,
-                                           cudaStream_t stream = nullptr) {
-  if (n <= 0) return 1.0f;
-  cudaMemsetAsync(scratch, 0, sizeof(int), stream);
-  BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, abs_max_bits_kernel)(src, n, scratch);
-  int bits = 0;
-  cudaMemcpyAsync(&bits, scratch, sizeof(int), cudaMemcpyDeviceToHost, stream);
-  cudaStreamSynchronize(stream);
-  float abs_max = 0.0f;
-  memcpy(&abs_max, &bits, 4);
-  const int s = f16_scale_exponent(abs_max);
-  BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, f32_to_f16_scaled_kernel)(src, dst, n, std::ldexp(1.0f, s));
-  return std::ldexp(1.0f, -s);
+BP_HOST_FN int f16_scale_exponent(float abs_max) {
+  if (!(abs_max > 0.0f)) return 0;
+  uint32_t bits;
+  memcpy(&bits, &abs_max, 4);
+  return f16_scale_exponent_of_bits(bits);
+}
+// 2^s as f32 bits, for |s| <= kMaxF16ScaleExponent (normal: exact).
+__host__ __device__ __forceinline__ float pow2_normal(int s) {
+  const uint32_t bits = static_cast<uint32_t>(s + 127) << 23;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+// One thread: the operand's scale from the reduction's max|x| (scale->abs_max_bits).
+__global__ void f16_scale_kernel(gemm::F16OperandScale* scale) {
+  const int s = f16_scale_exponent_of_bits(static_cast<uint32_t>(scale->abs_max_bits));
+  const float down = pow2_normal(-s);
+  scale->scale = pow2_normal(s);
+  scale->alpha_beta_overwrite[0] = down;
+  scale->alpha_beta_overwrite[1] = 0.0f;
+  scale->alpha_beta_accumulate[0] = down;
+  scale->alpha_beta_accumulate[1] = 1.0f;
+}
+// dst = src·2^s as f16 (s = f16_scale_exponent(max|src|)), all on the device: `scale` (device
+// memory) receives max|src|, 2^s and the (alpha, beta) pairs, alpha = 2^-s, that the GEMMs reading
+// dst take in device pointer mode (GemmDesc::alpha_beta_on_device, f16_alpha_beta_on_device).
+// Nothing is read back: the host never waits for the card here.
+BP_HOST_FN void convert_f32_to_f16_scaled(const float* src, f16* dst, int64_t n, gemm::F16OperandScale* scale,
+                                          cudaStream_t stream = nullptr) {
+  int* max_bits =
+      reinterpret_cast<int*>(reinterpret_cast<char*>(scale) + offsetof(gemm::F16OperandScale, abs_max_bits));
+  cudaMemsetAsync(max_bits, 0, sizeof(int), stream);
+  if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, abs_max_bits_kernel)(src, n, max_bits);
+  BP_LAUNCH(1, 1, 0, stream, f16_scale_kernel)(scale);
+  if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, f32_to_f16_scaled_kernel)(src, dst, n, scale);
 }
 BP_HOST_FN void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed,
                                 cudaStream_t stream = nullptr) {

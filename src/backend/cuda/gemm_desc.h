@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -44,7 +45,29 @@ struct GemmDesc {
   int32_t batch = 1;
   DType a_type = DType::F32, b_type = DType::F32, c_type = DType::F32;
   float alpha = 1.0f, beta = 0.0f;
+  // When set: alpha and beta are read from DEVICE memory, {alpha, beta} here, when the GEMM runs
+  // (cuBLASLt's CUBLASLT_POINTER_MODE_DEVICE), and the two fields above are not used: a scale the
+  // device computed (F16OperandScale) reaches the GEMM without the host reading it.
+  const float* alpha_beta_on_device = nullptr;
 };
+
+// The scale of an f16 activation operand, made on the device (elementwise.cuh
+// convert_f32_to_f16_scaled) and read there by the GEMMs over it in device pointer mode: the
+// operand is x·2^s, and alpha = 2^-s gives the product back its scale. Plain floats, 4-byte aligned.
+struct F16OperandScale {
+  int32_t abs_max_bits = 0;                 // max|x| as f32 bits (the reduction's result)
+  float scale = 1.0f;                       // 2^s
+  float alpha_beta_overwrite[2] = {1, 0};   // {2^-s, 0}: a GEMM that overwrites C
+  float alpha_beta_accumulate[2] = {1, 1};  // {2^-s, 1}: a GEMM that adds to C
+};
+// The device address of the (alpha, beta) pair for a GEMM with `beta` (0 or 1) over the operand
+// whose scale lives at `scale` (device memory: only the address is computed); nullptr for another beta.
+inline const float* f16_alpha_beta_on_device(const F16OperandScale* scale, float beta) {
+  const size_t at = beta == 0.0f   ? offsetof(F16OperandScale, alpha_beta_overwrite)
+                    : beta == 1.0f ? offsetof(F16OperandScale, alpha_beta_accumulate)
+                                   : 0;
+  return at ? reinterpret_cast<const float*>(reinterpret_cast<const char*>(scale) + at) : nullptr;
+}
 
 // cuBLASLt's workspace for a GEMM (cublasLtMatmul's `workspace`, `workspaceSizeInBytes`): device
 // memory the chosen algorithm may use; {nullptr, 0} restricts cuBLASLt to algorithms that need none.

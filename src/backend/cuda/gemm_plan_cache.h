@@ -40,10 +40,12 @@ namespace bp::gemm {
 
 // A GemmDesc is 2 flags, 9 sizes and strides, the batch, 3 types and 2 scalars. A new field changes
 // the size: add it to gemm_plan_key if the heuristic sees it (an epilogue, a bias type), then here.
-static_assert(sizeof(GemmDesc) == 104, "GemmDesc changed: decide whether the new field belongs in GemmPlanKey");
+// alpha_beta_on_device: its value is not seen by the heuristic, but whether it is set is (the pointer
+// mode is an attribute of the plan's matmul descriptor): the key has the mode.
+static_assert(sizeof(GemmDesc) == 112, "GemmDesc changed: decide whether the new field belongs in GemmPlanKey");
 
 struct GemmPlanKey {
-  std::array<int64_t, 21> fields{};
+  std::array<int64_t, 22> fields{};
   bool operator==(const GemmPlanKey& other) const { return fields == other.fields; }
 };
 
@@ -78,7 +80,8 @@ inline GemmPlanKey gemm_plan_key(const GemmDesc& d, const GemmAlignments& al, si
                 al.b,
                 al.c,
                 al.d,
-                static_cast<int64_t>(workspace_bytes)};
+                static_cast<int64_t>(workspace_bytes),
+                d.alpha_beta_on_device != nullptr};
   return key;
 }
 

@@ -9,23 +9,21 @@
 // workspace from the CUDA allocator (counted, and released on every path; cuBLASLt's workspace is
 // the one block the allocator holds for every GEMM: gemm_workspace), a check of the launch
 // (a failed launch throws through cuda_errors.h), and the few host values the CUDA launchers need:
-// the labels on the host (cross-entropy windows), rope's inv_freq table (host memory on every
-// backend) copied to the device. GEMMs against a frozen weight held narrower than f32 take 16-bit
-// inputs with f32 accumulation and an f32 result (cuBLASLt's tensor-core path), in the card's
-// narrow type (gemm::narrow_type): bf16 from compute capability 8.0 on, f16 on Turing (7.5).
-// bf16 card: a bf16 weight is read as stored, f16 and the block types (q8_0, q4_K, ...:
-// dequant.cuh) are dequantized to bf16 panel by panel (at most kHeldTileFloats values) into
-// workspace. f16 card: every held type, bf16 included, is dequantized to f16 panels the same way
-// (frozen weights stay in their stored type in memory: nothing to convert at upload, and one code
-// path for every type). The f32 activation operand is rounded to the narrow type into workspace
-// (ActivationOperand), scaled by a power of two into f16's range on an f16 card (the GEMM's alpha
-// undoes it). GEMMs against f32 weights (trainable ones,
-// LoRA's A/B, a model held in f32) stay f32 GEMMs without TF32; other held types are refused
-// (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash). Attention: the ops
-// front-end (ops/attention.cpp) validates cu_seqlens on the host (a staged copy) and refuses mixed
-// devices, so the pointer reaching the wrapper is already the device's copy; heads wider than
-// kCudaAttentionMaxHeadDim are refused here. Kernels not written yet would be null entries, listed
-// in kernel_gaps.h (none today).
+// the labels on the host (cross-entropy windows: the uploader's host copy, core/host_mirror.h, or
+// a copy back), rope's inv_freq table (host memory on every backend) passed in the launch's arguments. GEMMs against a
+// frozen weight held narrower than f32 take 16-bit inputs with f32 accumulation and an f32 result (cuBLASLt's
+// tensor-core path), in the card's narrow type (gemm::narrow_type): bf16 from compute capability 8.0 on, f16 on Turing
+// (7.5). bf16 card: a bf16 weight is read as stored, f16 and the block types (q8_0, q4_K, ...: dequant.cuh) are
+// dequantized to bf16 panel by panel (at most kHeldTileFloats values) into workspace. f16 card: every held type, bf16
+// included, is dequantized to f16 panels the same way (frozen weights stay in their stored type in memory: nothing to
+// convert at upload, and one code path for every type). The f32 activation operand is rounded to the narrow type into
+// workspace (ActivationOperand), scaled by a power of two into f16's range on an f16 card (the GEMM's alpha, read from
+// device memory, undoes it: no wait for the card). GEMMs against f32 weights (trainable ones, LoRA's A/B, a model held
+// in f32) stay f32 GEMMs without TF32; other held types are refused (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash).
+// Attention: the ops front-end (ops/attention.cpp) validates cu_seqlens on the host (the uploader's host copy, or a
+// staged copy) and refuses mixed devices, so the pointer reaching the wrapper is already the device's copy; heads wider
+// than kCudaAttentionMaxHeadDim are refused here. Kernels not written yet would be null entries, listed in
+// kernel_gaps.h (none today).
 #ifndef BP_WRAP_NS
 #error "define BP_WRAP_NS (cuda or sim) and declare the launchers before including kernel_wrappers.h"
 #endif
@@ -49,6 +47,7 @@
 #include "backend/cuda/kernel_gaps.h"
 #include "core/allocator.h"
 #include "core/dtype.h"
+#include "core/host_mirror.h"
 
 namespace bp::BP_WRAP_NS {
 
@@ -169,14 +168,15 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     if (T > 0) run_gemm(gemm::linear_dW_gemm(T, in, out, gemm::DType::F32), x, dy, dW);
   }
   // C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K] held (for_each_weight_panel: an f32 GEMM for an f32
-  // weight, 16-bit inputs with f32 accumulation and an f32 C for a weight held narrower; alpha
-  // undoes the f16 operand's scale, and scales only the product, so beta's C is untouched).
+  // weight, 16-bit inputs with f32 accumulation and an f32 C for a weight held narrower; alpha,
+  // read on the device, undoes the f16 operand's scale, and scales only the product, so beta's C is
+  // untouched).
   static void held_gemm_xwt(const float* X, const cpu::HeldMatrix& W, float beta, float* C, int64_t M) {
     const int64_t N = W.rows, K = W.cols;
     ActivationOperand x(X, M * K);
     for_each_weight_panel(W, "held_gemm_xwt", [&](int64_t n0, int64_t nb, const void* P, gemm::DType t) {
-      const void* xt = x.as(t);  // before x.alpha(): the f16 copy's scale is known once it is made
-      run_gemm(gemm::row_major_gemm(false, true, M, nb, K, x.alpha(), K, K, beta, N, t, gemm::DType::F32), P, xt,
+      const void* xt = x.as(t);  // before x.scaled(): the f16 copy's scale exists once it is made
+      run_gemm(x.scaled(gemm::row_major_gemm(false, true, M, nb, K, 1.0f, K, K, beta, N, t, gemm::DType::F32)), P, xt,
                C + n0);
     });
   }
@@ -186,9 +186,9 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     ActivationOperand x(X, M * N);
     for_each_weight_panel(W, "held_gemm_xw", [&](int64_t n0, int64_t nb, const void* P, gemm::DType t) {
       const void* xt = x.as(t, n0);
-      run_gemm(
-          gemm::row_major_gemm(false, false, M, K, nb, x.alpha(), N, K, n0 == 0 ? 0.0f : 1.0f, K, t, gemm::DType::F32),
-          P, xt, C);
+      run_gemm(x.scaled(gemm::row_major_gemm(false, false, M, K, nb, 1.0f, N, K, n0 == 0 ? 0.0f : 1.0f, K, t,
+                                             gemm::DType::F32)),
+               P, xt, C);
     });
   }
   static void embedding_forward_held(const int32_t* ids, const cpu::HeldMatrix& table, float* y, int64_t T) {
@@ -213,24 +213,32 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
                                                       float grad_scale, float* dx, float* dW) {
     if (!::bp::BP_WRAP_NS::dequantize_supported(W.type)) held_type_unavailable("linear_cross_entropy", W.type);
     if (T == 0) return {};
-    std::vector<int32_t> labels_host(static_cast<size_t>(T));
-    check_cuda(cudaMemcpy(labels_host.data(), labels, labels_host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
-               "cudaMemcpy(labels)");
+    // The windows are chosen on the host: from the labels' host copy when the uploader kept one
+    // (core/host_mirror.h: the model's batch), else from a copy back (a wait for the card).
+    std::vector<int32_t> labels_copy;
+    const auto* labels_host =
+        static_cast<const int32_t*>(host_mirror(labels, static_cast<size_t>(T) * sizeof(int32_t)));
+    if (!labels_host) {
+      labels_copy.resize(static_cast<size_t>(T));
+      check_cuda(cudaMemcpy(labels_copy.data(), labels, labels_copy.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
+                 "cudaMemcpy(labels)");
+      labels_host = labels_copy.data();
+    }
     const int64_t c = std::min(chunk, T);
     if (W.type != DType::F32 && !cuda_workspace::read_as_stored(W.type, narrow_gemm_type() == gemm::DType::F16)) {
       const int64_t panel_rows = cuda_workspace::held_panel_rows(V, D);
       DeviceBuffer workspace(cross_entropy_held_workspace_bytes(c, V, D, panel_rows));
-      const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy_held(x, W.type, W.data, labels, labels_host.data(), T, D, V,
-                                                                 c, panel_rows, workspace.as<void>(), grad_scale, dx,
-                                                                 gemm_workspace(), nullptr);
+      const auto r =
+          ::bp::BP_WRAP_NS::linear_cross_entropy_held(x, W.type, W.data, labels, labels_host, T, D, V, c, panel_rows,
+                                                      workspace.as<void>(), grad_scale, dx, gemm_workspace(), nullptr);
       check_launch("linear_cross_entropy (held head)");
       return {r.loss_sum, r.n_counted};
     }
     if (W.type == DType::BF16)
-      return bf16_head_cross_entropy(x, W, labels, labels_host.data(), T, D, V, c, grad_scale, dx, dW);
+      return bf16_head_cross_entropy(x, W, labels, labels_host, T, D, V, c, grad_scale, dx, dW);
     DeviceBuffer workspace(cross_entropy_workspace_bytes<float>(c, V));
     const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy<float>(x, static_cast<const float*>(W.data), labels,
-                                                                 labels_host.data(), T, D, V, c, workspace.as<void>(),
+                                                                 labels_host, T, D, V, c, workspace.as<void>(),
                                                                  grad_scale, dx, dW, gemm_workspace(), nullptr);
     check_launch("linear_cross_entropy");
     return {r.loss_sum, r.n_counted};
@@ -290,6 +298,14 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     check_launch("sum_squares");
     return s;
   }
+  static double sum_squares_total(const float* const* xs, const int64_t* ns, int64_t count) {
+    if (count <= 0) return 0.0;
+    const int64_t max_n = *std::max_element(ns, ns + count);
+    DeviceBuffer scratch(sum_squares_total_scratch_bytes(max_n, count));
+    const double s = ::bp::BP_WRAP_NS::sum_squares_total<float>(xs, ns, count, scratch.as<void>(), nullptr);
+    check_launch("sum_squares_total");
+    return s;
+  }
   static bool all_finite_f32(const float* x, int64_t n) {
     if (n <= 0) return true;
     DeviceBuffer scratch(optim_scratch_bytes(n));
@@ -317,14 +333,17 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     ::bp::BP_WRAP_NS::rms_norm_backward<float>(dy, x, w, rstd, dx, dw, N, D, nullptr);
     check_launch("rms_norm_backward");
   }
-  // inv_freq is host memory (the front-end's head_dim/2 table): copied to the device per call.
+  // inv_freq is host memory (the front-end's head_dim/2 table), handed to the kernel by value in
+  // its launch arguments (rope.cuh RopeFreqs): no copy, no device buffer. Heads wider than the
+  // attention kernels take (which bound RopeFreqs) are refused like there.
   static void rope_apply(float* x, const int32_t* positions, const float* inv_freq, int64_t T, int64_t n_heads,
                          int64_t head_dim, bool inverse) {
     if (T == 0) return;
-    const size_t bytes = static_cast<size_t>(head_dim / 2) * sizeof(float);
-    DeviceBuffer freq(bytes);
-    check_cuda(cudaMemcpy(freq.as<float>(), inv_freq, bytes, cudaMemcpyHostToDevice), "cudaMemcpy(rope inv_freq)");
-    ::bp::BP_WRAP_NS::rope_apply<float>(x, positions, freq.as<float>(), T, n_heads, head_dim, inverse, nullptr);
+    if (head_dim > kCudaRopeMaxHeadDim)
+      throw Error(ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA,
+                  "[rope_apply] the CUDA rotary kernel takes head_dim up to " + std::to_string(kCudaRopeMaxHeadDim) +
+                      ", this model has head_dim " + std::to_string(head_dim) + "; train it with --device cpu");
+    ::bp::BP_WRAP_NS::rope_apply<float>(x, positions, inv_freq, T, n_heads, head_dim, inverse, nullptr);
     check_launch("rope_apply");
   }
   static void swiglu_forward(const float* gate, const float* up, float* h, int64_t n) {
@@ -382,8 +401,8 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   // made once per call on first use, returned when the call ends). An f16 copy is x·2^s with max|x|
   // scaled into [2^13, 2^14) (convert_f32_to_f16_scaled; exact, a power of two): f16 tops out at
   // 65504 and loses gradients below 2^-24, where activations reach 1e5 and a backward's dy 1e-9.
-  // The GEMM's alpha() = 2^-s gives the f32 result back its scale: per-tensor scaling, so no
-  // global loss scale and no skipped steps.
+  // The GEMM's alpha = 2^-s (read from device memory: scaled()) gives the f32 result back its scale: per-tensor
+  // scaling, so no global loss scale and no skipped steps.
   class ActivationOperand {
    public:
     ActivationOperand(const float* x, int64_t n) : x_(x), n_(n) {}
@@ -395,20 +414,30 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
         if (type == gemm::DType::BF16) {
           ::bp::BP_WRAP_NS::convert_f32_to_bf16(x_, rounded_->as<bf16>(), n_, nullptr);
         } else {
-          int* scratch = reinterpret_cast<int*>(rounded_->as<char>() + cuda_workspace::f16_scale_scratch_offset(n_));
-          alpha_ = ::bp::BP_WRAP_NS::convert_f32_to_f16_scaled(x_, rounded_->as<f16>(), n_, scratch, nullptr);
+          scale_ = reinterpret_cast<gemm::F16OperandScale*>(rounded_->as<char>() +
+                                                            cuda_workspace::f16_scale_scratch_offset(n_));
+          ::bp::BP_WRAP_NS::convert_f32_to_f16_scaled(x_, rounded_->as<f16>(), n_, scale_, nullptr);
         }
         check_launch(type == gemm::DType::BF16 ? "GEMM activation to bf16" : "GEMM activation to f16");
       }
       return rounded_ ? static_cast<const void*>(rounded_->as<char>() + offset * 2) : nullptr;
     }
-    // The GEMM's alpha: 1, or 2^-s for an f16 copy (valid once as(F16) has made it).
-    float alpha() const { return alpha_; }
+    // The GEMM `d` (alpha 1) over this operand: unchanged, or for an f16 copy (once as(F16) made
+    // it) reading its (alpha = 2^-s, beta) from the copy's scale in device memory (device pointer
+    // mode): the host never learns s. Such a GEMM's beta is 0 or 1 (what the wrappers use).
+    gemm::GemmDesc scaled(gemm::GemmDesc d) const {
+      if (!scale_) return d;
+      d.alpha_beta_on_device = gemm::f16_alpha_beta_on_device(scale_, d.beta);
+      if (!d.alpha_beta_on_device)
+        throw Error(ErrorCode::RUNTIME_INTERNAL,
+                    "[gemm] a GEMM over a scaled f16 operand takes beta 0 or 1, not " + std::to_string(d.beta));
+      return d;
+    }
 
    private:
     const float* x_;
     int64_t n_;
-    float alpha_ = 1.0f;
+    gemm::F16OperandScale* scale_ = nullptr;  // device memory, inside rounded_
     std::unique_ptr<DeviceBuffer> rounded_;
   };
   // fn(row0, n_rows, rows in device memory, their GEMM type) over a held weight [rows, cols]:

@@ -6,6 +6,8 @@
 //   sum_squares:  Σ x² in double, deterministic: each block sums a fixed slice into a partial
 //                 (threads stride, then a fixed shuffle/shared-memory tree), and one block adds
 //                 the partials in order; the result is copied to the host;
+//   sum_squares_total: the same over a list of tensors, their sums added in order on the device:
+//                 one copy back for the global gradient norm however many tensors it covers;
 //   all_finite:   any thread that sees a non-finite value sets a flag (atomicOr); the host reads it.
 // Device scratch (partials, flag) is the caller's: optim_scratch_bytes(n) of device memory.
 #pragma once
@@ -102,6 +104,45 @@ double sum_squares(const T* x, int64_t n, void* scratch, cudaStream_t stream = n
   cudaMemcpyAsync(&total, partial + blocks, sizeof(double), cudaMemcpyDeviceToHost, stream);
   cudaStreamSynchronize(stream);
   return total;
+}
+
+// Device scratch sum_squares_total needs: the partials of the largest tensor (max_n values), one
+// sum per tensor and the total.
+BP_HOST_FN size_t sum_squares_total_scratch_bytes(int64_t max_n, int64_t count) {
+  return sizeof(double) * (static_cast<size_t>(reduce_blocks(max_n)) + static_cast<size_t>(count) + 1);
+}
+
+__global__ void sum_in_order_kernel(const double* values, int64_t n, double* total) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += values[i];
+  *total = s;
+}
+
+// Σ over `count` tensors (xs[i]: ns[i] device values) of Σ x²: each tensor reduced on the device
+// exactly as sum_squares does, into its own slot, and the slots added in order in double by one
+// thread (what a host loop adding sum_squares results does); one copy back, one synchronisation.
+// `xs` and `ns` are host arrays; `scratch`: sum_squares_total_scratch_bytes(max ns, count).
+template <class T>
+double sum_squares_total(const T* const* xs, const int64_t* ns, int64_t count, void* scratch,
+                         cudaStream_t stream = nullptr) {
+  if (count <= 0) return 0.0;
+  int64_t max_n = 0;
+  for (int64_t i = 0; i < count; ++i) max_n = std::max(max_n, ns[i]);
+  double* partial = static_cast<double*>(scratch);
+  double* per_tensor = partial + reduce_blocks(max_n);
+  double* total = per_tensor + count;
+  cudaMemsetAsync(per_tensor, 0, static_cast<size_t>(count) * sizeof(double), stream);  // empty tensors: 0
+  for (int64_t i = 0; i < count; ++i) {
+    if (ns[i] <= 0) continue;
+    const int blocks = reduce_blocks(ns[i]);
+    BP_LAUNCH(static_cast<unsigned>(blocks), kReduceThreads, 0, stream, sum_squares_kernel<T>)(xs[i], ns[i], partial);
+    BP_LAUNCH(1, 1, 0, stream, sum_partials_kernel)(partial, blocks, per_tensor + i);
+  }
+  BP_LAUNCH(1, 1, 0, stream, sum_in_order_kernel)(per_tensor, count, total);
+  double host_total = 0.0;
+  cudaMemcpyAsync(&host_total, total, sizeof(double), cudaMemcpyDeviceToHost, stream);
+  cudaStreamSynchronize(stream);
+  return host_total;
 }
 
 __device__ __forceinline__ bool is_finite_value(float v) {

@@ -1,6 +1,8 @@
 // CUDA RoPE (contract: ops/rope.h; CPU sibling: backend/cpu/rope.cpp), Hugging Face rotate_half
 // layout: pair i of a head is (x[i], x[i + d/2]); x: [T, n_heads·head_dim] stored as T, rotated
-// in place; positions [T]; inv_freq [head_dim/2] f32.
+// in place; positions [T]; inv_freq [head_dim/2] f32 in HOST memory: the launch passes the table
+// by value as a kernel argument (RopeFreqs, up to kRopeMaxPairs pairs: heads up to the attention
+// kernels' 256), so no per-call copy to the device and no device table to keep.
 //   out[i] = x[i]·cos − x[i+d/2]·sin,   out[i+d/2] = x[i+d/2]·cos + x[i]·sin
 // The angle is formed in f32 as pos·inv_freq[i] (as HF and the CPU kernel do); sin/cos are the
 // non-fast-math f32 sincosf (a few ulp on the GPU; the CPU rounds the double result: the two
@@ -8,12 +10,18 @@
 // orthogonal). One thread per (token, head, pair).
 #pragma once
 
+#include "backend/cuda/attention_limits.h"
 #include "backend/cuda/cuda_compat.cuh"
 
 namespace bp::BP_CUDA_NS {
 
+constexpr int64_t kRopeMaxPairs = kCudaRopeMaxHeadDim / 2;  // 512 bytes of kernel arguments (CUDA allows 4 KiB)
+struct RopeFreqs {
+  float v[kRopeMaxPairs];
+};
+
 template <class T>
-__global__ void rope_kernel(T* x, const int32_t* positions, const float* inv_freq, int64_t T_tokens, int64_t n_heads,
+__global__ void rope_kernel(T* x, const int32_t* positions, const RopeFreqs inv_freq, int64_t T_tokens, int64_t n_heads,
                             int64_t head_dim, float sign) {
   const int64_t half = head_dim / 2;
   const int64_t total = T_tokens * n_heads * half;
@@ -21,7 +29,7 @@ __global__ void rope_kernel(T* x, const int32_t* positions, const float* inv_fre
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = idx % half, th = idx / half;  // th = t·n_heads + h
     const int64_t t = th / n_heads;
-    const float angle = static_cast<float>(positions[t]) * inv_freq[i];
+    const float angle = static_cast<float>(positions[t]) * inv_freq.v[i];
     float s, c;
     sincosf(angle, &s, &c);
     s *= sign;
@@ -32,14 +40,17 @@ __global__ void rope_kernel(T* x, const int32_t* positions, const float* inv_fre
   }
 }
 
+// inv_freq: host memory, head_dim/2 <= kRopeMaxPairs values (the caller refuses wider heads).
 template <class T>
 void rope_apply(T* x, const int32_t* positions, const float* inv_freq, int64_t T_tokens, int64_t n_heads,
                 int64_t head_dim, bool inverse, cudaStream_t stream = nullptr) {
   const int64_t total = T_tokens * n_heads * (head_dim / 2);
-  if (total == 0) return;
+  if (total == 0 || head_dim / 2 > kRopeMaxPairs) return;
+  RopeFreqs freqs{};
+  for (int64_t i = 0; i < head_dim / 2; ++i) freqs.v[i] = inv_freq[i];
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65535));
   BP_LAUNCH(blocks, 256, 0, stream, rope_kernel<T>)
-  (x, positions, inv_freq, T_tokens, n_heads, head_dim, inverse ? -1.0f : 1.0f);
+  (x, positions, freqs, T_tokens, n_heads, head_dim, inverse ? -1.0f : 1.0f);
 }
 
 }  // namespace bp::BP_CUDA_NS

@@ -301,6 +301,8 @@ int g_cc_major = 8, g_cc_minor = 0;
 cudaError_t g_last_error = cudaSuccess;
 cudaError_t g_injected = cudaSuccess;
 std::atomic<uint64_t> g_launches{0};
+std::atomic<uint64_t> g_d2h{0}, g_sync_reads{0}, g_h2d{0}, g_syncs{0};
+std::atomic<uint64_t> g_malloc_calls_at_reset{0};    // cuda_malloc_calls() at the last reset_runtime_counts()
 std::map<const void*, size_t> g_max_dynamic_shared;  // cudaFuncSetAttribute opt-ins, per kernel
 
 cudaError_t fail(cudaError_t e) {
@@ -481,12 +483,20 @@ cudaError_t cudaFree(void* ptr) {
   ::operator delete (ptr, std::align_val_t{256});
   return cudaSuccess;
 }
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+namespace {
+cudaError_t copy_counted(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (kind == cudaMemcpyDeviceToHost) g_d2h.fetch_add(1);
+  if (kind == cudaMemcpyHostToDevice) g_h2d.fetch_add(1);
   if (bytes) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
+}  // namespace
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (kind == cudaMemcpyDeviceToHost) g_sync_reads.fetch_add(1);
+  return copy_counted(dst, src, bytes, kind);
+}
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+  return copy_counted(dst, src, bytes, kind);
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
   if (bytes) std::memset(ptr, value, bytes);
@@ -519,9 +529,11 @@ cudaError_t cudaStreamDestroy(cudaStream_t) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  g_syncs.fetch_add(1);
   return cudaPeekAtLastError();
 }
 cudaError_t cudaDeviceSynchronize() {
+  g_syncs.fetch_add(1);
   return cudaPeekAtLastError();
 }
 cudaError_t cudaSetDevice(int index) {
@@ -591,6 +603,22 @@ void inject_launch_error(cudaError_t e) {
 }
 uint64_t launch_count() {
   return g_launches.load();
+}
+RuntimeCounts runtime_counts() {
+  RuntimeCounts c;
+  c.device_to_host_copies = g_d2h.load();
+  c.synchronous_reads = g_sync_reads.load();
+  c.host_to_device_copies = g_h2d.load();
+  c.synchronizations = g_syncs.load();
+  c.mallocs = cuda_malloc_calls() - g_malloc_calls_at_reset.load();
+  return c;
+}
+void reset_runtime_counts() {
+  g_d2h = 0;
+  g_sync_reads = 0;
+  g_h2d = 0;
+  g_syncs = 0;
+  g_malloc_calls_at_reset = cuda_malloc_calls();
 }
 
 }  // namespace bp::sim

@@ -111,6 +111,27 @@ void set_compute_capability(int major, int minor);
 void inject_launch_error(cudaError_t e);
 // Launches since the process started (tests check a host wrapper really launched).
 uint64_t launch_count();
+// The runtime calls that cost a real card time outside its kernels, counted since the last reset.
+// The host waits for the card (its launch queue drains) at every synchronous cudaMemcpy to the
+// host and every explicit synchronisation (an asynchronous copy to the host is read only after
+// one); host-to-device copies and cudaMalloc calls are counted too (a real cudaMalloc also
+// stalls the launch pipeline). Tests hold a training step's waits to a small constant
+// (tests/cuda/sync_count_cuda_test.cpp).
+struct RuntimeCounts {
+  uint64_t device_to_host_copies = 0;  // cudaMemcpy and cudaMemcpyAsync
+  uint64_t synchronous_reads = 0;      // cudaMemcpy to the host: itself a wait
+  uint64_t host_to_device_copies = 0;
+  uint64_t synchronizations = 0;  // cudaStreamSynchronize and cudaDeviceSynchronize
+  uint64_t mallocs = 0;           // successful cudaMalloc calls (cuda_malloc_calls)
+  uint64_t host_waits() const { return synchronous_reads + synchronizations; }
+  RuntimeCounts operator-(const RuntimeCounts& before) const {
+    return {device_to_host_copies - before.device_to_host_copies, synchronous_reads - before.synchronous_reads,
+            host_to_device_copies - before.host_to_device_copies, synchronizations - before.synchronizations,
+            mallocs - before.mallocs};
+  }
+};
+RuntimeCounts runtime_counts();
+void reset_runtime_counts();
 
 // The order the scheduler runs the threads of a block and the blocks of a grid in (sim_races.cpp
 // explains what each finds). Every order is one a GPU could produce, so a kernel whose result

@@ -7,7 +7,9 @@
 // `workspace` (none: 0 bytes); a range outside the simulated card's live allocations is what
 // faults with an illegal address on a card (the algorithm writes its partial sums there), so it is
 // refused as that sticky error (RUNTIME_GPU_KERNEL_FAULT). The last GEMM's workspace is kept for
-// the tests (last_gemm_workspace).
+// the tests (last_gemm_workspace). A description in device pointer mode (alpha_beta_on_device)
+// has its alpha and beta read from the simulated card's memory when it runs, as cuBLASLt does, and
+// is recorded with the values read.
 // Plans: like cublaslt_gemm.cpp, a GEMM looks its plan up in the thread's GemmPlanCache
 // (gemm_plan_cache.h) and on a miss asks the simulated cuBLASLt heuristic (simulated_heuristic:
 // counted, gemm_heuristic_queries). The simulated algorithm remembers what it was chosen for and
@@ -88,10 +90,21 @@ GemmWorkspaceSeen last_gemm_workspace() {
   return last_workspace;
 }
 
-void gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C, void* workspace, size_t workspace_bytes,
+void gemm(const gemm::GemmDesc& given, const void* A, const void* B, void* C, void* workspace, size_t workspace_bytes,
           cudaStream_t) {
-  if (auto why = gemm::invalid_reason(desc); !why.empty())
+  if (auto why = gemm::invalid_reason(given); !why.empty())
     throw Error(ErrorCode::RUNTIME_INTERNAL, "[gemm] invalid description " + why);
+  gemm::GemmDesc desc = given;
+  if (desc.alpha_beta_on_device) {  // device pointer mode: read when the GEMM runs, from the card
+    if (!memory_range_live(desc.alpha_beta_on_device, 2 * sizeof(float)))
+      throw cuda_failure("cublasLtMatmul", cudaGetErrorName(cudaErrorIllegalAddress),
+                         fmt::format("{} ([gemm] alpha and beta at {} are not inside one live allocation of the "
+                                     "device)",
+                                     cudaGetErrorString(cudaErrorIllegalAddress),
+                                     static_cast<const void*>(desc.alpha_beta_on_device)));
+    desc.alpha = desc.alpha_beta_on_device[0];
+    desc.beta = desc.alpha_beta_on_device[1];
+  }
   if (active_recorder) active_recorder->record(desc, workspace_bytes);
   last_workspace = {workspace, workspace_bytes};
   if (workspace_bytes > 0 && !memory_range_live(workspace, workspace_bytes))

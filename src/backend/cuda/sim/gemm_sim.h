@@ -1,7 +1,8 @@
 // What the simulated cuBLASLt was asked to do: while a GemmRecorder lives, every GemmDesc the
 // simulation's gemm() executes (sim/gemm_sim.cpp) is kept, so tests can check the types, shapes,
 // transposes and workspace the CUDA backend's wrappers hand to cuBLASLt (the real build makes the same
-// descriptions: kernel_wrappers.h is compiled for both). One recorder at a time.
+// descriptions: kernel_wrappers.h is compiled for both). One recorder at a time. A description in
+// device pointer mode is recorded with the alpha and beta it read from the device (and its pointer).
 #pragma once
 
 #include <cstddef>
