@@ -251,6 +251,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
   if (lse)
     for (int r = threadIdx.x; r < tile.rows; r += blockDim.x)
       lse[int64_t{h} * T_tokens + tile.base + tile.start + r] = row_max[r] + logf(row_sum[r]);  // l >= 1
+#else
+  __trap();  // never launched below compute capability 8.0 (attention_uses_tensor_cores)
 #endif
 }
 
@@ -290,6 +292,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
     if (r < tile.rows)
       dq[(row0 + r) * q_stride + int64_t{h} * d + c] = store_from_f32<T>(scale * sh.acc[r * L.ld32 + c]);
   }
+#else
+  __trap();  // never launched below compute capability 8.0 (attention_uses_tensor_cores)
 #endif
 }
 
@@ -337,6 +341,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
       dv[off] = store_from_f32<T>(sh.acc2[j * L.ld32 + c]);
     }
   }
+#else
+  __trap();  // never launched below compute capability 8.0 (attention_uses_tensor_cores)
 #endif
 }
 
