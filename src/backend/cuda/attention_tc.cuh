@@ -1,6 +1,7 @@
 // Tensor-core variant of the CUDA attention kernels (attention.cuh: contract, layouts, tiling,
 // determinism), for cards of compute capability >= 8.0 and head dims that are multiples of 16.
-// Included at the end of attention.cuh, whose launchers pick it (attention_uses_tensor_cores).
+// Included by attention.cuh only, between its kernels and its launchers (which pick these kernels
+// by attention_uses_tensor_cores): it uses that file's tile walk and AttentionPass.
 //
 // Same blocks, same walks, same single writer per output element as the scalar kernels; what
 // changes is the tile products. The Q, K, V, dO tiles are kept in shared memory as bf16 (converted
@@ -19,15 +20,17 @@
 //   forward  Q, K, V bf16 [B, d]; P bf16 [B, B]; O f32 [B, d]; S f32 [B, B]; 3 row stats
 //   dQ       Q, dO, K, V bf16; dS bf16; dQ f32; S, dP f32; lse, delta
 //   dK/dV    Q, dO, K, V bf16; P, dS bf16; dK, dV f32; S, dP f32; lse, delta
-// B (rows of a query and of a key tile) is the largest of 64, 32, 16 whose block fits 48 KiB
-// (d = 64: forward and dQ 32, dK/dV 16... see attention_tc_tile_rows; d = 128: 16 for all three);
-// past that (dK/dV at d = 256) B = 16 and the kernel opts in to more, like the scalar kernels.
+// B (rows of a query and of a key tile) is the largest of 64, 32, 16 whose block fits
+// kAttentionTcSharedBudget (64 KiB; above 48 KiB the launch opts in, which every card of compute
+// capability >= 8.0 allows up to at least 99 KiB): d = 64: 32 rows in all three passes (30, 39,
+// 50 KiB); d = 128: forward and dQ 32 (50, 63 KiB), dK/dV 16 (38 KiB); d = 16: forward 64; d = 256:
+// 16 (dK/dV 71 KiB). The rows of a 16×16 warp tile are the reason for multiples of 16.
+// The budget is untuned: no GPU has measured it.
 // Blocks are 128 threads (4 warps); B is a multiple of 16 because the wmma tiles are 16×16.
 #pragma once
 
 #include <type_traits>
 
-#include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_wmma.cuh"
 
 namespace bp::BP_CUDA_NS {
@@ -344,43 +347,6 @@ __global__ void __launch_bounds__(kAttentionThreads)
 #else
   __trap();  // never launched below compute capability 8.0 (attention_uses_tensor_cores)
 #endif
-}
-
-// Launch geometry of one pass on the tensor-core kernels (attention_launch's counterpart).
-inline AttentionLaunch attention_tc_launch(AttentionPass pass, const AttentionDims& dims) {
-  const int B = attention_tc_tile_rows(pass, dims.head_dim);
-  const int heads = pass == AttentionPass::GradKV ? dims.n_kv_heads : dims.n_heads;
-  const auto tiles = attention_tile_bound(dims.tokens, dims.n_samples, B);
-  return {B, attention_tc_shared_bytes(pass, B, dims.head_dim),
-          dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(heads))};
-}
-
-template <class T>
-void attention_forward_tc(const T* q, const T* k, const T* v, const int32_t* cu_seqlens, const AttentionDims& dims,
-                          T* o, float* lse, cudaStream_t stream) {
-  const AttentionLaunch L = attention_tc_launch(AttentionPass::Forward, dims);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
-  const int group = dims.n_heads / dims.n_kv_heads;
-  if (!allow_attention_shared(attention_forward_tc_kernel<T>, L.shared_bytes)) return;
-  BP_LAUNCH(L.grid, kAttentionThreads, L.shared_bytes, stream, attention_forward_tc_kernel<T>)
-  (q, k, v, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, dims.head_dim, L.rows, scale, o, lse);
-}
-
-// The dK/dV and dQ passes (delta already computed by attention_backward).
-template <class T>
-void attention_backward_tc(const T* dout, const T* q, const T* k, const T* v, const float* lse,
-                           const int32_t* cu_seqlens, const AttentionDims& dims, const float* delta, T* dq, T* dk,
-                           T* dv, cudaStream_t stream) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
-  const int group = dims.n_heads / dims.n_kv_heads, d = dims.head_dim;
-  const AttentionLaunch Lkv = attention_tc_launch(AttentionPass::GradKV, dims);
-  if (!allow_attention_shared(attention_backward_dkdv_tc_kernel<T>, Lkv.shared_bytes)) return;
-  BP_LAUNCH(Lkv.grid, kAttentionThreads, Lkv.shared_bytes, stream, attention_backward_dkdv_tc_kernel<T>)
-  (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lkv.rows, scale, dk, dv);
-  const AttentionLaunch Lq = attention_tc_launch(AttentionPass::GradQ, dims);
-  if (!allow_attention_shared(attention_backward_dq_tc_kernel<T>, Lq.shared_bytes)) return;
-  BP_LAUNCH(Lq.grid, kAttentionThreads, Lq.shared_bytes, stream, attention_backward_dq_tc_kernel<T>)
-  (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lq.rows, scale, dq);
 }
 
 }  // namespace bp::BP_CUDA_NS
