@@ -108,7 +108,7 @@ inline WarpCall* const* meet_warp(WarpCall& call, const char* op) {
   slots[sim_lane()] = reinterpret_cast<uintptr_t>(&call);
   sim_warp_meet();
   auto* calls = reinterpret_cast<WarpCall* const*>(slots);
-  for (int lane = 0; lane < warpSize; ++lane)
+  for (int lane = 1; sim_lane() == 0 && lane < warpSize; ++lane)  // lane 0 checks: a mismatch involves it
     if (calls[lane]->key != call.key)
       fail(op, "lane " + std::to_string(lane) + " of the warp made another call or passed another pointer, ldm " +
                    "or layout (every lane of a warp must make the same wmma call together)");
@@ -131,12 +131,6 @@ float to_f32(T v) {
     return __bfloat162float(v);
 }
 
-// Element (row, col) of a 16×16 tile at p with leading dimension ldm: row-major or column-major.
-template <class T>
-T tile_at(const T* p, unsigned ldm, bool row_major_memory, int row, int col) {
-  return row_major_memory ? p[row * ldm + col] : p[col * ldm + row];
-}
-
 template <class Use, class T, class Layout>
 void load(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ldm, bool row_major_memory, int op) {
   const char* name = "load_matrix_sync";
@@ -144,8 +138,12 @@ void load(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ldm, boo
   meet_warp(call, name);
   sim_warp_meet();
   check_operand(name, p, ldm, sizeof(T));
-  for (int r = 0; r < 16; ++r)
-    for (int c = 0; c < 16; ++c) f.x[r * 16 + c] = tile_at(p, ldm, row_major_memory, r, c);
+  for (int r = 0; r < 16; ++r) {
+    if (row_major_memory)  // a row of the tile is 16 consecutive elements
+      std::memcpy(&f.x[r * 16], p + static_cast<size_t>(r) * ldm, 16 * sizeof(T));
+    else
+      for (int c = 0; c < 16; ++c) f.x[r * 16 + c] = p[static_cast<size_t>(c) * ldm + r];
+  }
 }
 
 }  // namespace wmma_detail
