@@ -171,17 +171,25 @@ TEST(SimWmma, MisusesAreReported) {
   auto data = random_16bit<bf16>(1024, 4, exact);
   bf16* aligned = aligned32(data);  // 1024 elements leave room for two tiles
 
-  EXPECT_NE(error_of([&] { BP_LAUNCH(1, 64, 0, nullptr, some_lanes_load_kernel)
-                           (aligned, 16u); }).find("deadlocks"),
+  EXPECT_NE(error_of([&] {
+              BP_LAUNCH(1, 64, 0, nullptr, some_lanes_load_kernel)
+              (aligned, 16u);
+            }).find("deadlocks"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { BP_LAUNCH(1, 32, 0, nullptr, split_warp_load_kernel)
-                           (aligned); }).find("another call"),
+  EXPECT_NE(error_of([&] {
+              BP_LAUNCH(1, 32, 0, nullptr, split_warp_load_kernel)
+              (aligned);
+            }).find("another call"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { BP_LAUNCH(1, 48, 0, nullptr, fill_kernel)
-                           (aligned); }).find("needs all 32"),
+  EXPECT_NE(error_of([&] {
+              BP_LAUNCH(1, 48, 0, nullptr, fill_kernel)
+              (aligned);
+            }).find("needs all 32"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { BP_LAUNCH(1, 32, 0, nullptr, some_lanes_load_kernel)
-                           (aligned + 1, 32u); }).find("aligned"),
+  EXPECT_NE(error_of([&] {
+              BP_LAUNCH(1, 32, 0, nullptr, some_lanes_load_kernel)
+              (aligned + 1, 32u);
+            }).find("aligned"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
               BP_LAUNCH(1, 32, 0, nullptr, lane_dependent_fragment_kernel)(aligned);
