@@ -5,10 +5,21 @@
 // to d = 64, 16 above, 8 for the dK/dV pass at d = 128) — so samples span several query and key
 // tiles and the online softmax really rescales. Outputs start as NaN: every element must be
 // written.
+//
+// Two kernels (attention.cuh's launchers pick by the card): the scalar f32 kernels on a Turing card
+// (simulated compute capability 7.5) and for head dims that are not multiples of 16; the
+// tensor-core kernels (attention_tc.cuh) from 8.0 on. The scalar path is checked at f32 tolerance
+// in f32 storage. The tensor-core path rounds the products' inputs (Q, K, V, dO, P, dS) to bf16:
+// relative error 2^-9 per input, so a score or an output element moves by up to ~2^-8 of the sum
+// of |terms| it adds, and the sums over a long sample's keys (dK, dV) accumulate it; it is checked
+// at the bf16 tolerance of every bf16 kernel test (2e-2 + 2e-2·|ref|, CONVENTIONS.md), lse and
+// delta included, in both storages. The largest error seen uses 72% of it (dV, d = 16, the
+// 161-token sample with sharp scores).
 #include <cstring>
 
 #include "backend/cpu/attention.h"
 #include "backend/cuda/attention.cuh"
+#include "sim_device.h"
 #include "sim_test_util.h"
 
 namespace bp::sim {
@@ -32,9 +43,18 @@ std::vector<T> nan_filled(size_t n) {
   return test::as<T>(std::vector<float>(n, NAN));
 }
 
+// The card the kernels run on: Turing (scalar kernels), Ampere or Hopper (tensor cores).
+struct Card {
+  int major, minor;
+};
+constexpr Card kTuring{7, 5}, kAmpere{8, 0}, kHopper{9, 0};
+
 template <class T>
-void check_attention(const Case& c) {
-  const std::string at = describe(c);
+void check_attention(const Case& c, Card card = kTuring) {
+  bp::test::SimulatedComputeCapability cc(card.major, card.minor);
+  const bool tensor_cores = card.major >= 8 && c.head_dim % 16 == 0;
+  const std::string at = describe(c) + " cc " + std::to_string(card.major) + "." + std::to_string(card.minor);
+  const uint64_t mma_before = wmma_mma_count();
   std::vector<int32_t> cu{0};
   for (int32_t l : c.lengths) cu.push_back(cu.back() + l);
   const int64_t tokens = cu.back(), S = static_cast<int64_t>(c.lengths.size());
@@ -56,9 +76,9 @@ void check_attention(const Case& c) {
   auto o = nan_filled<T>(nq);
   std::vector<float> lse(nlse, NAN);
   attention_forward<T>(qd.data(), kd.data(), vd.data(), cu.data(), dims, o.data(), lse.data());
-  const auto tol = test::tolerance_of<T>();
+  const auto tol = tensor_cores ? test::kBf16Tol : test::tolerance_of<T>();
   test::expect_close(test::back(o), o_ref, tol, "o " + at);
-  test::expect_close(lse, lse_ref, test::kF32Tol, "lse " + at);  // f32 in both storages
+  test::expect_close(lse, lse_ref, tensor_cores ? test::kBf16Tol : test::kF32Tol, "lse " + at);  // f32 storage
 
   // Without lse the output is the same.
   auto o_only = nan_filled<T>(nq);
@@ -75,10 +95,11 @@ void check_attention(const Case& c) {
   auto dq = nan_filled<T>(nq), dk = nan_filled<T>(nkv), dv = nan_filled<T>(nkv);
   attention_backward<T>(doutd.data(), qd.data(), kd.data(), vd.data(), o_ind.data(), lse_ref.data(), cu.data(), dims,
                         delta.data(), dq.data(), dk.data(), dv.data());
-  test::expect_close(delta, delta_ref, test::kF32Tol, "delta " + at);
+  test::expect_close(delta, delta_ref, tensor_cores ? test::kBf16Tol : test::kF32Tol, "delta " + at);
   test::expect_close(test::back(dq), dq_ref, tol, "dq " + at);
   test::expect_close(test::back(dk), dk_ref, tol, "dk " + at);
   test::expect_close(test::back(dv), dv_ref, tol, "dv " + at);
+  EXPECT_EQ(wmma_mma_count() > mma_before, tensor_cores) << "which kernels ran: " << at;
 }
 
 const std::vector<int32_t> kLengths{1, 7, 33, 0, 70};
@@ -94,6 +115,17 @@ TEST(CudaAttention, TileRowsFollowTheHeadDim) {
     for (int d : {1, 8, 64, 97, 128, 256}) {
       const auto bytes = attention_shared_floats(pass, attention_tile_rows(pass, d), d) * sizeof(float);
       EXPECT_LE(bytes, d <= 128 ? kAttentionDefaultSharedBytes : size_t{99} * 1024) << "d=" << d;
+    }
+  // The tensor-core kernels' tiles: 16-row multiples, and the sizes the cases below exercise.
+  EXPECT_EQ(attention_tc_tile_rows(AttentionPass::Forward, 16), 64);
+  EXPECT_EQ(attention_tc_tile_rows(AttentionPass::GradKV, 64), 32);
+  EXPECT_EQ(attention_tc_tile_rows(AttentionPass::Forward, 128), 32);
+  EXPECT_EQ(attention_tc_tile_rows(AttentionPass::GradKV, 128), 16);
+  EXPECT_EQ(attention_tc_tile_rows(AttentionPass::GradQ, 256), 16);
+  for (auto pass : {AttentionPass::Forward, AttentionPass::GradQ, AttentionPass::GradKV})
+    for (int d : {16, 32, 64, 128, 256}) {
+      const size_t bytes = attention_tc_shared_bytes(pass, attention_tc_tile_rows(pass, d), d);
+      EXPECT_LE(bytes, d <= 128 ? kAttentionTcSharedBudget : size_t{99} * 1024) << "d=" << d;
     }
 }
 
@@ -114,16 +146,65 @@ TEST(CudaAttention, TileBoundCoversEverySample) {
   }
 }
 
+const std::vector<Case> kF32Cases{
+    {kLengths, 2, 2, 8, 2.0f},      // stories260K's head dim, GQA ratio 1
+    {kLengths, 3, 1, 5, 4.0f},      // ratio 3, odd d, sharp scores
+    {kLengths, 7, 1, 13, 2.0f},     // ratio 7
+    {{40, 3, 1}, 4, 2, 32, 2.0f},   // tiny-chat's heads
+    {{33, 1, 17}, 6, 2, 97, 1.0f},  // 16-row tiles, ratio 3 over two KV heads
+    {{19, 2}, 2, 1, 128, 1.0f},     // 8-row dK/dV tiles
+    {{32, 16, 64}, 3, 3, 8, 2.0f},  // samples ending exactly on a tile edge
+    {{16, 48}, 2, 2, 97, 2.0f},     // the same with 16-row tiles
+    {{161, 5}, 2, 1, 8, 3.0f},      // six key tiles, sharp scores
+};
+
 TEST(CudaAttention, MatchesCpuF32) {
-  check_attention<float>({kLengths, 2, 2, 8, 2.0f});      // stories260K's head dim, GQA ratio 1
-  check_attention<float>({kLengths, 3, 1, 5, 4.0f});      // ratio 3, odd d, sharp scores
-  check_attention<float>({kLengths, 7, 1, 13, 2.0f});     // ratio 7
-  check_attention<float>({{40, 3, 1}, 4, 2, 32, 2.0f});   // tiny-chat's heads
-  check_attention<float>({{33, 1, 17}, 6, 2, 97, 1.0f});  // 16-row tiles, ratio 3 over two KV heads
-  check_attention<float>({{19, 2}, 2, 1, 128, 1.0f});     // 8-row dK/dV tiles
-  check_attention<float>({{32, 16, 64}, 3, 3, 8, 2.0f});  // samples ending exactly on a tile edge
-  check_attention<float>({{16, 48}, 2, 2, 97, 2.0f});     // the same with 16-row tiles
-  check_attention<float>({{161, 5}, 2, 1, 8, 3.0f});      // six key tiles, sharp scores
+  for (const Case& c : kF32Cases) check_attention<float>(c, kTuring);
+}
+
+// The same cases on an Ampere card: the head dims that are multiples of 16 (32, 128) take the
+// tensor cores, the others (5, 8, 13, 97) the scalar kernels, at f32 tolerance.
+TEST(CudaAttention, MatchesCpuF32OnTensorCoreCards) {
+  for (const Case& c : kF32Cases) check_attention<float>(c, kAmpere);
+}
+
+// The tensor-core kernels at the head dims of real models (64, 128), GQA, odd lengths spanning
+// several 32-row tiles (the 70-token sample: three query and key tiles, the online softmax
+// rescales), samples ending on a tile edge, and both storages, on Ampere and Hopper.
+TEST(CudaAttention, TensorCoresMatchCpu) {
+  for (Card card : {kAmpere, kHopper}) {
+    check_attention<float>({kLengths, 4, 2, 64, 2.0f}, card);
+    check_attention<bf16>({{33, 1, 17, 40}, 6, 2, 128, 1.0f}, card);  // 16-row dK/dV tiles, ratio 3
+  }
+  check_attention<bf16>({kLengths, 3, 1, 64, 2.0f}, kAmpere);
+  check_attention<float>({{32, 16, 64}, 2, 2, 64, 2.0f}, kAmpere);  // tile edges
+  check_attention<float>({{161, 5}, 2, 1, 16, 3.0f}, kAmpere);      // 64-row forward tiles, sharp scores
+}
+
+// The tensor-core path is really a different computation: on f32 storage its outputs differ from
+// the scalar kernels' (which agree with the CPU to f32 rounding) by bf16-rounding-sized amounts.
+TEST(CudaAttention, TensorCoresRoundTheProductsToBf16) {
+  const Case c{{45, 20}, 2, 1, 64, 2.0f};
+  const cpu::AttentionDims dims{65, 2, c.n_heads, c.n_kv_heads, c.head_dim};
+  const std::vector<int32_t> cu{0, 45, 65};
+  const size_t nq = size_t{65} * c.n_heads * c.head_dim, nkv = size_t{65} * c.n_kv_heads * c.head_dim;
+  const auto q = test::random_floats(nq, 1, -2.0f, 2.0f), k = test::random_floats(nkv, 2, -2.0f, 2.0f),
+             v = test::random_floats(nkv, 3);
+  auto run = [&](Card card) {
+    bp::test::SimulatedComputeCapability cc(card.major, card.minor);
+    std::vector<float> o(nq, NAN);
+    attention_forward<float>(q.data(), k.data(), v.data(), cu.data(), dims, o.data(), nullptr);
+    return o;
+  };
+  const uint64_t mma_before = wmma_mma_count();
+  const auto scalar = run(kTuring);
+  EXPECT_EQ(wmma_mma_count(), mma_before);
+  const auto tensor = run(kAmpere);
+  EXPECT_GT(wmma_mma_count(), mma_before);
+  double max_diff = 0;
+  for (size_t i = 0; i < nq; ++i) max_diff = std::max(max_diff, std::abs(double(scalar[i]) - tensor[i]));
+  EXPECT_GT(max_diff, 1e-4);  // not the f32 kernel: f32 rounding differences stay below 1e-6 here
+  EXPECT_LT(max_diff, 2e-2);  // bf16 inputs: 2^-9 relative each
 }
 
 // head_dim 256: the dK/dV pass needs more than 48 KiB of shared memory, which the simulation
@@ -132,12 +213,17 @@ TEST(CudaAttention, WidestHeadsOptInToMoreSharedMemory) {
   ASSERT_GT(attention_shared_floats(AttentionPass::GradKV, attention_tile_rows(AttentionPass::GradKV, 256), 256) *
                 sizeof(float),
             kAttentionDefaultSharedBytes);
-  check_attention<float>({{9, 3}, 2, 1, 256, 1.0f});
+  check_attention<float>({{9, 3}, 2, 1, 256, 1.0f}, kTuring);
+  ASSERT_GT(attention_tc_shared_bytes(AttentionPass::GradKV, attention_tc_tile_rows(AttentionPass::GradKV, 256), 256),
+            kAttentionDefaultSharedBytes);
+  check_attention<float>({{9, 3}, 2, 1, 256, 1.0f}, kAmpere);
 }
 
 TEST(CudaAttention, MatchesCpuBf16) {
-  check_attention<bf16>({kLengths, 3, 1, 8, 2.0f});
-  check_attention<bf16>({{33, 1, 17}, 7, 1, 64, 1.0f});
+  for (Card card : {kTuring, kAmpere}) {
+    check_attention<bf16>({kLengths, 3, 1, 8, 2.0f}, card);
+    check_attention<bf16>({{33, 1, 17}, 7, 1, 64, 1.0f}, card);
+  }
 }
 
 }  // namespace

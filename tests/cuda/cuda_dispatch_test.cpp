@@ -116,13 +116,17 @@ TEST(CudaDispatch, AttentionRefusesHeadsWiderThanTheKernelsTiles) {
     EXPECT_EQ(e.code(), ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA);
     EXPECT_NE(std::string(e.what()).find("head_dim " + std::to_string(d)), std::string::npos) << e.what();
   }
-  // The largest supported head still runs.
+  // The largest supported head still runs: the scalar f32 kernels on a Turing card, the tensor-core
+  // ones (bf16 inputs) from compute capability 8.0 on.
   const int dmax = kCudaAttentionMaxHeadDim;
   Tensor q2 = gpu(random_tensor({3, dmax}, 5)), kv2 = gpu(random_tensor({3, dmax}, 6));
-  const Tensor o = attention_forward(q2, kv2, kv2, cu, AttentionShape{1, 1, dmax}, nullptr);
   const Tensor ref = attention_forward(q2.to(Device{}), kv2.to(Device{}), kv2.to(Device{}), cu.to(Device{}),
                                        AttentionShape{1, 1, dmax}, nullptr);
-  parity::expect_same(o, ref, "attention at the widest head", kTolF32);
+  for (const bool turing : {true, false}) {
+    SimulatedComputeCapability cc(turing ? 7 : 8, turing ? 5 : 0);
+    const Tensor o = attention_forward(q2, kv2, kv2, cu, AttentionShape{1, 1, dmax}, nullptr);
+    parity::expect_same(o, ref, "attention at the widest head", turing ? kTolF32 : kTolBF16);
+  }
 }
 
 TEST(CudaDispatch, MixedDevicesAreRefused) {

@@ -18,11 +18,18 @@ namespace {
 
 using namespace cuda_trainer;
 
+// The f32 runs below compare weights element for element after AdamW steps, which holds only
+// while the device computes in f32 throughout: an update is about lr·sign(g) for the small
+// components of g, so any rounding of the gradients moves some weights by up to 2·lr. They run on
+// a simulated Turing card, where attention is the scalar f32 kernel; from compute capability 8.0 on
+// tiny-chat's attention (head dim 32) runs on tensor cores with bf16 inputs (attention_tc.cuh), as
+// in the held-base runs further down, which are held to bf16 bounds.
 TEST(CudaTrainer, TinyChatLoraRunMatchesCpu) {
   TempDir cpu_dir, gpu_dir;
   const TrainSummary ref = Trainer(tiny_chat_options(cpu_dir.path, "cpu")).run();
 
   SimulatedCudaDevice card;
+  SimulatedComputeCapability t4(7, 5);  // f32 attention (above)
   const uint64_t launches_before = sim::launch_count();
   const TrainOptions go = tiny_chat_options(gpu_dir.path, "cuda");
   std::string device_line;
@@ -68,6 +75,7 @@ TEST(CudaTrainer, FullFineTuningMatchesCpu) {
   go.device = "cuda";
   const TrainSummary ref = Trainer(co).run();
   SimulatedCudaDevice card;
+  SimulatedComputeCapability t4(7, 5);  // f32 attention (see TinyChatLoraRunMatchesCpu)
   Trainer trainer(go);
   const TrainSummary got = trainer.run();
   EXPECT_EQ(trainer.model().device(), kGpu);
@@ -157,7 +165,10 @@ void expect_quantized_base_matches_cpu(TrainOptions o, DType held) {
   ASSERT_EQ(got.steps_done, o.steps);
   expect_losses_close(got, ref, kBf16HeldRunTolerance);
   ASSERT_TRUE(got.final_eval_loss && ref.final_eval_loss);
-  EXPECT_NEAR(*got.final_eval_loss, *ref.final_eval_loss, kBf16HeldRunTolerance.loss * *ref.final_eval_loss);
+  // The evaluation after the last step reads weights the AdamW trajectory moved (updates of about
+  // lr·sign(g) amplify gradient differences; tiny-chat's attention also rounds to bf16 on this
+  // compute capability 8.0 card): 4u (measured 1.7u over q8_0).
+  EXPECT_NEAR(*got.final_eval_loss, *ref.final_eval_loss, 4 * kBf16HeldRunTolerance.loss * *ref.final_eval_loss);
   EXPECT_LT(got.history.back().loss, got.history.front().loss) << "the device run learns";
 }
 

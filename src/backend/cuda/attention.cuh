@@ -4,10 +4,19 @@
 // Layout: q/o/dout/dq [T, Hq·d], k/v/dk/dv [T, Hkv·d] stored as T (f32 or bf16); query head h
 // reads KV head h / (Hq/Hkv); sample s owns tokens [cu[s], cu[s+1]) and a query at position i of
 // its sample sees the keys at positions 0..i of the same sample. lse and delta are f32 [Hq, T].
-// Scale 1/sqrt(d). Every product and sum is f32; only the outputs are rounded to T.
+// Scale 1/sqrt(d).
 //
-// Flash-attention tiling (FlashAttention-2 math), plain CUDA: shared-memory tiles of B rows, no
-// tensor-core fragments (the CPU simulation has none), nothing [T × T] anywhere.
+// Two implementations of the same tiling, picked per call by attention_uses_tensor_cores:
+// - the scalar kernels below: every product and sum f32, only the outputs rounded to T; on Turing
+//   (compute capability 7.5) and for head dims that are not multiples of 16;
+// - the tensor-core kernels (attention_tc.cuh) from compute capability 8.0 on: the same blocks and
+//   walks, each tile product on wmma bf16 fragments with f32 accumulation, so Q, K, V, dO, P and dS
+//   are rounded to bf16 inside the kernel (in f32 storage too); softmax, lse, delta stay f32.
+// Both run on the CPU simulation (sim/cuda_sim.h, sim/sim_wmma.h); tests/cuda runs each.
+//
+// Flash-attention tiling (FlashAttention-2 math): shared-memory tiles of B rows, nothing [T × T]
+// anywhere. The rest of this comment describes the scalar kernels (attention_tc.cuh gives its
+// tile sizes and shared memory).
 //   forward   one block per (query tile, query head): Q tile in shared memory; for each key tile
 //             0..diagonal: K, V tiles → S = scale·Q·Kᵀ (masked) → online softmax per row (running
 //             max m, running sum l, rescale factor for O) → O = O·α + P·V. Writes o = O / l and
@@ -212,15 +221,21 @@ __global__ void __launch_bounds__(kAttentionThreads)
       lse[int64_t{h} * T_tokens + tile.base + tile.start + r] = row_max[r] + logf(row_sum[r]);  // l >= 1
 }
 
-// delta[h, t] = Σ_c dO[t, h·d + c] · O[t, h·d + c]: one warp per (token, head) row.
+// delta[h, t] = Σ_c dO[t, h·d + c] · O[t, h·d + c]: one warp per (token, head) row. With
+// dout_as_bf16 (the tensor-core kernels, whose dP = dO·Vᵀ reads dO rounded to bf16) dO is rounded
+// the same way here, so that dP − delta, which cancels to about zero on average over a row, does
+// not also carry the difference between two roundings of dO (measured on tiny-chat: the largest
+// LoRA gradient error 2.5% → 1.9%).
 template <class T>
-__global__ void attention_delta_kernel(const T* dout, const T* o, int64_t T_tokens, int n_heads, int d, float* delta) {
+__global__ void attention_delta_kernel(const T* dout, const T* o, int64_t T_tokens, int n_heads, int d, float* delta,
+                                       bool dout_as_bf16) {
   const int64_t row = int64_t{blockIdx.x} * (blockDim.x / 32) + threadIdx.x / 32;  // t·Hq + h
   if (row >= T_tokens * n_heads) return;                                           // the whole warp alike
   const T* a = dout + row * d;
   const T* b = o + row * d;
   float s = 0.0f;
-  for (int c = threadIdx.x % 32; c < d; c += 32) s += load_f32(a[c]) * load_f32(b[c]);
+  for (int c = threadIdx.x % 32; c < d; c += 32)
+    s += (dout_as_bf16 ? __bfloat162float(__float2bfloat16(load_f32(a[c]))) : load_f32(a[c])) * load_f32(b[c]);
   s = warp_sum(s);
   if (threadIdx.x % 32 == 0) delta[(row % n_heads) * T_tokens + row / n_heads] = s;
 }
@@ -381,6 +396,12 @@ __global__ void __launch_bounds__(kAttentionThreads)
   }
 }
 
+}  // namespace bp::BP_CUDA_NS
+
+#include "backend/cuda/attention_tc.cuh"  // the tensor-core kernels, beside the scalar ones above
+
+namespace bp::BP_CUDA_NS {
+
 // Lets `kernel` use more than the default 48 KiB of dynamic shared memory (only big head dims).
 // False when the card refuses (its opt-in limit is smaller): the error is then the runtime's last
 // error, which the caller's launch check reports, and the kernel must not be launched.
@@ -391,6 +412,19 @@ inline bool allow_attention_shared(Kernel kernel, size_t bytes) {
          cudaSuccess;
 }
 
+// The tensor-core kernels (attention_tc.cuh) run on cards of compute capability 8.0 and later
+// (bf16 mma) when the head dim is a multiple of 16 (their 16×16 fragments); the scalar kernels
+// above everywhere else (Turing, other head dims). Device 0 is the card training uses; a runtime
+// that cannot say takes the scalar kernels, which run on every card.
+inline bool attention_uses_tensor_cores(int head_dim) {
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return major >= 8 && head_dim % 16 == 0;
+}
+
 // Launch geometry of one pass: rows per tile, dynamic shared bytes, grid.
 struct AttentionLaunch {
   int rows;
@@ -398,9 +432,11 @@ struct AttentionLaunch {
   dim3 grid;
 };
 
-inline AttentionLaunch attention_launch(AttentionPass pass, const AttentionDims& dims) {
-  const int B = attention_tile_rows(pass, dims.head_dim);
-  const size_t bytes = static_cast<size_t>(attention_shared_floats(pass, B, dims.head_dim)) * sizeof(float);
+inline AttentionLaunch attention_launch(AttentionPass pass, const AttentionDims& dims, bool tensor_cores) {
+  const int d = dims.head_dim;
+  const int B = tensor_cores ? attention_tc_tile_rows(pass, d) : attention_tile_rows(pass, d);
+  const size_t bytes = tensor_cores ? attention_tc_shared_bytes(pass, B, d)
+                                    : static_cast<size_t>(attention_shared_floats(pass, B, d)) * sizeof(float);
   const int heads = pass == AttentionPass::GradKV ? dims.n_kv_heads : dims.n_heads;
   const auto tiles = attention_tile_bound(dims.tokens, dims.n_samples, B);
   return {B, bytes, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(heads))};
@@ -413,11 +449,13 @@ template <class T>
 void attention_forward(const T* q, const T* k, const T* v, const int32_t* cu_seqlens, const AttentionDims& dims, T* o,
                        float* lse, cudaStream_t stream = nullptr) {
   if (dims.tokens == 0 || dims.n_heads == 0) return;
-  const AttentionLaunch L = attention_launch(AttentionPass::Forward, dims);
+  const bool tensor_cores = attention_uses_tensor_cores(dims.head_dim);
+  const AttentionLaunch L = attention_launch(AttentionPass::Forward, dims, tensor_cores);
   const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
   const int group = dims.n_heads / dims.n_kv_heads;
-  if (!allow_attention_shared(attention_forward_kernel<T>, L.shared_bytes)) return;
-  BP_LAUNCH(L.grid, kAttentionThreads, L.shared_bytes, stream, attention_forward_kernel<T>)
+  const auto kernel = tensor_cores ? attention_forward_tc_kernel<T> : attention_forward_kernel<T>;
+  if (!allow_attention_shared(kernel, L.shared_bytes)) return;
+  BP_LAUNCH(L.grid, kAttentionThreads, L.shared_bytes, stream, kernel)
   (q, k, v, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, dims.head_dim, L.rows, scale, o, lse);
 }
 
@@ -430,17 +468,20 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
   const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
   const int group = dims.n_heads / dims.n_kv_heads, d = dims.head_dim;
   const int64_t delta_rows = dims.tokens * dims.n_heads;
+  const bool tensor_cores = attention_uses_tensor_cores(d);
   BP_LAUNCH(blocks_for(delta_rows, kAttentionThreads / 32), kAttentionThreads, 0, stream, attention_delta_kernel<T>)
-  (dout, o, dims.tokens, dims.n_heads, d, delta);
+  (dout, o, dims.tokens, dims.n_heads, d, delta, tensor_cores);
 
-  const AttentionLaunch Lkv = attention_launch(AttentionPass::GradKV, dims);
-  if (!allow_attention_shared(attention_backward_dkdv_kernel<T>, Lkv.shared_bytes)) return;
-  BP_LAUNCH(Lkv.grid, kAttentionThreads, Lkv.shared_bytes, stream, attention_backward_dkdv_kernel<T>)
+  const AttentionLaunch Lkv = attention_launch(AttentionPass::GradKV, dims, tensor_cores);
+  const auto dkdv_kernel = tensor_cores ? attention_backward_dkdv_tc_kernel<T> : attention_backward_dkdv_kernel<T>;
+  if (!allow_attention_shared(dkdv_kernel, Lkv.shared_bytes)) return;
+  BP_LAUNCH(Lkv.grid, kAttentionThreads, Lkv.shared_bytes, stream, dkdv_kernel)
   (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lkv.rows, scale, dk, dv);
 
-  const AttentionLaunch Lq = attention_launch(AttentionPass::GradQ, dims);
-  if (!allow_attention_shared(attention_backward_dq_kernel<T>, Lq.shared_bytes)) return;
-  BP_LAUNCH(Lq.grid, kAttentionThreads, Lq.shared_bytes, stream, attention_backward_dq_kernel<T>)
+  const AttentionLaunch Lq = attention_launch(AttentionPass::GradQ, dims, tensor_cores);
+  const auto dq_kernel = tensor_cores ? attention_backward_dq_tc_kernel<T> : attention_backward_dq_kernel<T>;
+  if (!allow_attention_shared(dq_kernel, Lq.shared_bytes)) return;
+  BP_LAUNCH(Lq.grid, kAttentionThreads, Lq.shared_bytes, stream, dq_kernel)
   (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lq.rows, scale, dq);
 }
 

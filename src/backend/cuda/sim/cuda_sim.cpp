@@ -75,6 +75,9 @@ thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 namespace {
 
 constexpr size_t kFiberStackBytes = 256 * 1024;
+// Where dynamic shared memory starts: 128-byte aligned, as on a GPU (wmma's 32-byte aligned tiles
+// and vector loads rely on it).
+constexpr uintptr_t kDynamicSharedAlign = 128;
 
 enum class FiberState { Ready, AtBlockBarrier, AtWarpMeeting, Done };
 
@@ -328,7 +331,9 @@ void __syncthreads() {
   suspend(FiberState::AtBlockBarrier);
 }
 void* sim_dynamic_shared() {
-  return g_block ? g_block->dynamic_shared.data() : nullptr;
+  if (!g_block) return nullptr;
+  const auto base = reinterpret_cast<uintptr_t>(g_block->dynamic_shared.data());
+  return reinterpret_cast<void*>((base + kDynamicSharedAlign - 1) / kDynamicSharedAlign * kDynamicSharedAlign);
 }
 void sim_record_error(cudaError_t e) {
   fail(e);
@@ -403,7 +408,7 @@ void launch_grid(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::
   run.order = schedule.order;
   run.rng.seed(schedule.seed);
   run.warp_slots.assign((threads + warpSize - 1) / warpSize * warpSize, 0);
-  run.dynamic_shared.assign(dynamic_shared_bytes, 0);
+  run.dynamic_shared.assign(dynamic_shared_bytes + kDynamicSharedAlign, 0);  // room to align the start
   gridDim = grid;
   blockDim = block;
   races::WriteCheck write_check(outputs);  // watches nothing when outputs is empty

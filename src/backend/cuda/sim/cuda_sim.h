@@ -9,7 +9,10 @@
 // - threadIdx/blockIdx/blockDim/gridDim are set by the scheduler before it resumes a fiber;
 // - `__shared__` is a `static thread_local`: one copy per OS thread, and blocks run one after
 //   another, so it is shared by exactly the threads of one block; dynamic shared memory
-//   (BP_DYNAMIC_SHARED) is a per-block buffer filled with NaN bytes at each block start;
+//   (BP_DYNAMIC_SHARED) is a per-block buffer, 128-byte aligned, filled with NaN bytes at each
+//   block start;
+// - tensor-core fragments (nvcuda::wmma, 16×16×16 bf16/f16): sim_wmma.h, warp-collective like the
+//   shuffles;
 // - warp shuffles and votes exchange values among the (up to) 32 fibers of a warp at a warp-wide
 //   meeting point: every lane of the warp must take part (the full-mask form the kernels use);
 // - atomics (plain read-modify-write: one OS thread runs the whole launch);
