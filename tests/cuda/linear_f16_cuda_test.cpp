@@ -269,6 +269,8 @@ TEST(CudaF16Gemm, ComputeDescriptionNamesF16OnATuringCard) {
   EXPECT_NE(turing.find("7.5"), std::string::npos) << turing;
   EXPECT_EQ(turing.find("bf16 inputs"), std::string::npos) << turing;
   EXPECT_NE(ampere.find("bf16 inputs"), std::string::npos) << ampere;
+  EXPECT_NE(turing.find("attention f32"), std::string::npos) << turing;  // the scalar kernels
+  EXPECT_NE(ampere.find("attention products on tensor cores"), std::string::npos) << ampere;
   SimulatedCudaDevice card;
   SimulatedComputeCapability t4(7, 5);
   EXPECT_EQ(ops::cuda_compute_description(true), turing);

@@ -21,14 +21,21 @@ inline constexpr const char* kFrozenF16Gemms =
     "activation scaled per tensor by a power of two, f32 accumulate; LM head in f32";
 // GEMMs against f32 weights: LoRA's A/B, full fine-tuning's trainable weights, a model held in f32.
 inline constexpr const char* kF32Gemms = "GEMMs against f32 weights (LoRA A/B, full fine-tuning): f32, no TF32";
+// Attention (attention.cuh / attention_tc.cuh): on cards of compute capability 8.0 and later its
+// tile products run on tensor cores when the head dim is a multiple of 16; on Turing it is f32.
+inline constexpr const char* kTensorCoreAttention =
+    "attention products on tensor cores where the head dim is a multiple of 16 (Q, K, V, dO, P, dS rounded to bf16; "
+    "f32 accumulate and softmax)";
+inline constexpr const char* kF32Attention = "attention f32";
 // What every other kernel reads and writes.
 inline constexpr const char* kStorage = "activations, gradients and optimizer state stored f32";
 
 // A run's own line (the training start event): the 16-bit GEMMs only when some frozen weight is
-// held narrower than f32; f16 ones on a card whose GEMMs take f16.
+// held narrower than f32; f16 ones on a card whose GEMMs take f16 (Turing, whose attention is f32).
 inline std::string describe_run(bool frozen_narrow, bool f16_card = false) {
   const char* narrow = f16_card ? kFrozenF16Gemms : kFrozenBf16Gemms;
-  return (frozen_narrow ? std::string(narrow) + "; " : std::string()) + kF32Gemms + "; " + kStorage;
+  const char* attention = f16_card ? kF32Attention : kTensorCoreAttention;
+  return (frozen_narrow ? std::string(narrow) + "; " : std::string()) + kF32Gemms + "; " + attention + "; " + kStorage;
 }
 
 }  // namespace bp::cuda_compute
