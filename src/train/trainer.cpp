@@ -320,8 +320,9 @@ void Trainer::State::plan_memory() {
   // free memory (cudaMemGetInfo) minus a headroom, plus what the allocator already holds (in use and
   // cached), enforced so the plan picks a micro-batch that fits before step 1 instead of the first
   // step running out. The headroom (monitor.memory_headroom; auto = 5% of the free memory) is for
-  // what the plan cannot see: kernels and cuBLASLt's own memory loaded on first use, and the
-  // driver's rounding of each cudaMalloc.
+  // what the plan cannot see: kernels and cuBLASLt's own memory loaded on first use, the free
+  // part of the caching allocator's partly used segments (2 or 20 MiB each), and the driver's
+  // rounding of each cudaMalloc.
   if (o.max_memory_auto) {
     const MemoryStats ms = alloc->stats();
     const size_t card_free = alloc->device_free_bytes();
