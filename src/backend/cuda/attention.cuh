@@ -414,11 +414,13 @@ inline bool allow_attention_shared(Kernel kernel, size_t bytes) {
 
 // The tensor-core kernels (attention_tc.cuh) run on cards of compute capability 8.0 and later
 // (bf16 mma) when the head dim is a multiple of 16 (their 16×16 fragments); the scalar kernels
-// above everywhere else (Turing, other head dims). Device 0 is the card training uses; a runtime
-// that cannot say takes the scalar kernels, which run on every card.
+// above everywhere else (Turing, other head dims). The card asked is the current one, the one the
+// kernels launch on (a tensor-core kernel on a Turing card would trap); a runtime that cannot say
+// takes the scalar kernels, which run on every card.
 inline bool attention_uses_tensor_cores(int head_dim) {
-  int major = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess) {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }

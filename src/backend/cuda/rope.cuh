@@ -15,14 +15,16 @@
 
 namespace bp::BP_CUDA_NS {
 
-constexpr int64_t kRopeMaxPairs = kCudaRopeMaxHeadDim / 2;  // 512 bytes of kernel arguments (CUDA allows 4 KiB)
+// 512 bytes of kernel arguments (CUDA allows 4 KiB), read in place (__grid_constant__: indexed at run
+// time, a plain by-value struct may be copied into each thread's local memory first)
+constexpr int64_t kRopeMaxPairs = kCudaRopeMaxHeadDim / 2;
 struct RopeFreqs {
   float v[kRopeMaxPairs];
 };
 
 template <class T>
-__global__ void rope_kernel(T* x, const int32_t* positions, const RopeFreqs inv_freq, int64_t T_tokens, int64_t n_heads,
-                            int64_t head_dim, float sign) {
+__global__ void rope_kernel(T* x, const int32_t* positions, const __grid_constant__ RopeFreqs inv_freq,
+                            int64_t T_tokens, int64_t n_heads, int64_t head_dim, float sign) {
   const int64_t half = head_dim / 2;
   const int64_t total = T_tokens * n_heads * half;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;

@@ -544,6 +544,11 @@ cudaError_t cudaDeviceSynchronize() {
 cudaError_t cudaSetDevice(int index) {
   return index == 0 ? cudaSuccess : fail(cudaErrorInvalidValue);
 }
+cudaError_t cudaGetDevice(int* index) {
+  if (!index) return fail(cudaErrorInvalidValue);
+  *index = 0;
+  return cudaSuccess;
+}
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
   if (!value || device != 0) return fail(cudaErrorInvalidValue);
   std::lock_guard<std::mutex> g(g_mu);

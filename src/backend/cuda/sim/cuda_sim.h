@@ -44,6 +44,7 @@
 #define __forceinline__  // __device__ already makes it inline
 #define __shared__ static thread_local
 #define __launch_bounds__(...)
+#define __grid_constant__  // a kernel parameter read in place: a plain const parameter here
 
 namespace bp::sim {
 
@@ -91,6 +92,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaSetDevice(int index);
+cudaError_t cudaGetDevice(int* index);  // the one simulated card: 0
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device);
 const char* cudaGetErrorString(cudaError_t e);
 const char* cudaGetErrorName(cudaError_t e);
