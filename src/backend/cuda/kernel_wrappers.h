@@ -291,13 +291,6 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     ::bp::BP_WRAP_NS::adamw_step(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, nullptr);
     check_launch("adamw_step");
   }
-  static double sum_squares(const float* x, int64_t n) {
-    if (n <= 0) return 0.0;
-    DeviceBuffer scratch(optim_scratch_bytes(n));
-    const double s = ::bp::BP_WRAP_NS::sum_squares<float>(x, n, scratch.as<void>(), nullptr);
-    check_launch("sum_squares");
-    return s;
-  }
   static double sum_squares_total(const float* const* xs, const int64_t* ns, int64_t count) {
     if (count <= 0) return 0.0;
     const int64_t max_n = *std::max_element(ns, ns + count);

@@ -86,9 +86,10 @@ __global__ void sum_squares_kernel(const T* x, int64_t n, double* partial) {
   }
 }
 
-__global__ void sum_partials_kernel(const double* partial, int n_partial, double* total) {
+// *total = Σ values in order, in double, by one thread (a reduction's partials, or one sum per tensor).
+__global__ void sum_partials_kernel(const double* partial, int64_t n_partial, double* total) {
   double s = 0.0;
-  for (int i = 0; i < n_partial; ++i) s += partial[i];
+  for (int64_t i = 0; i < n_partial; ++i) s += partial[i];
   *total = s;
 }
 
@@ -112,12 +113,6 @@ BP_HOST_FN size_t sum_squares_total_scratch_bytes(int64_t max_n, int64_t count) 
   return sizeof(double) * (static_cast<size_t>(reduce_blocks(max_n)) + static_cast<size_t>(count) + 1);
 }
 
-__global__ void sum_in_order_kernel(const double* values, int64_t n, double* total) {
-  double s = 0.0;
-  for (int64_t i = 0; i < n; ++i) s += values[i];
-  *total = s;
-}
-
 // Σ over `count` tensors (xs[i]: ns[i] device values) of Σ x²: each tensor reduced on the device
 // exactly as sum_squares does, into its own slot, and the slots added in order in double by one
 // thread (what a host loop adding sum_squares results does); one copy back, one synchronisation.
@@ -138,7 +133,7 @@ double sum_squares_total(const T* const* xs, const int64_t* ns, int64_t count, v
     BP_LAUNCH(static_cast<unsigned>(blocks), kReduceThreads, 0, stream, sum_squares_kernel<T>)(xs[i], ns[i], partial);
     BP_LAUNCH(1, 1, 0, stream, sum_partials_kernel)(partial, blocks, per_tensor + i);
   }
-  BP_LAUNCH(1, 1, 0, stream, sum_in_order_kernel)(per_tensor, count, total);
+  BP_LAUNCH(1, 1, 0, stream, sum_partials_kernel)(per_tensor, count, total);
   double host_total = 0.0;
   cudaMemcpyAsync(&host_total, total, sizeof(double), cudaMemcpyDeviceToHost, stream);
   cudaStreamSynchronize(stream);
