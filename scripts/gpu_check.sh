@@ -170,7 +170,7 @@ run_benchmark() {
   fi
   rm -f "$bench_json"
   "${run_env[@]}" "$bench_cuda" --json "$bench_json" || return 1
-  PYTHONUNBUFFERED=1 "$python" scripts/gpu_bench_compare.py --backprop-json "$bench_json" --steps "${BP_BENCH_STEPS:-5}"
+  HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 "$python" scripts/gpu_bench_compare.py --backprop-json "$bench_json" --steps "${BP_BENCH_STEPS:-5}"
 }
 if wants bench; then
   echo "== GPU benchmark (LoRA training tokens/s and MFU; backprop vs transformers+PEFT and PyTorch eager) =="

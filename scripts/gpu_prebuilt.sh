@@ -21,7 +21,14 @@ unpack_bundle() {
   if command -v xz >/dev/null 2>&1; then
     tar -C "$dest" -xJf "$tarball" || return 1
   else
-    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$tarball" "$dest" || return 1
+    python3 - "$tarball" "$dest" <<'PY' || return 1
+import sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
+    try:
+        t.extractall(sys.argv[2], filter="data")  # python >= 3.12 (and backports): no links out of dest
+    except TypeError:
+        t.extractall(sys.argv[2])
+PY
   fi
   echo "$dest/$BUNDLE_NAME"
 }
