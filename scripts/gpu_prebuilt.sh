@@ -107,6 +107,7 @@ prepare_bundle() {
     done
   fi
   BUNDLE_LD_PATH=$(IFS=:; echo "${dirs[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "gpu_check: the bundle's programs run with LD_LIBRARY_PATH=$BUNDLE_LD_PATH"
   need=$(sed -n 's/.*glibc >= \([0-9.]*\).*/\1/p' "$BUNDLE_TREE/MANIFEST.txt")
   have=$(ldd --version 2>/dev/null | head -1 | grep -o '[0-9]*\.[0-9]*$')
   if [ -n "$need" ] && [ -n "$have" ] && [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]; then
