@@ -29,6 +29,8 @@
 #   --out DIR       write each stage's log there (info.log, sim-tests.log, device-tests.log,
 #                   bench.log, bench_cuda.jsonl, end-to-end.log) and summary.txt (each stage's
 #                   result and seconds): 7 files, under the 8 a device call brings back.
+# BP_TIMEOUT_S: each of our programs is stopped after this many seconds (default 420 with --prebuilt,
+# inside a device call's 10 minutes, so a hung kernel leaves time and logs for the rest; none else).
 # Exit: 0 every stage passed; 1 a stage (or the bundle) failed; 2 no GPU (nothing was run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,10 +67,14 @@ if [ -n "$prebuilt" ]; then
   backprop=$bin_dir/backprop test_cuda=$bin_dir/test_cuda test_cuda_device=$bin_dir/test_cuda_device
   bench_cuda=$bin_dir/bench_cuda
   run_env=(env "LD_LIBRARY_PATH=$BUNDLE_LD_PATH" "BP_SOURCE_DIR=$PWD" "BP_SHARED_DIR=$BUNDLE_TREE/shared")
+  : "${BP_TIMEOUT_S:=420}"
 else
   backprop=./build-gpu/backprop test_cuda=./build-gpu/tests/test_cuda
   test_cuda_device=./build-gpu/tests/test_cuda_device bench_cuda=./build-gpu/bench/bench_cuda
   run_env=(env)
+fi
+if [ -n "${BP_TIMEOUT_S:-}" ]; then # timeout exits 124 (137 after the KILL 10 s later) when it stops one
+  run_env=(timeout -k 10 "$BP_TIMEOUT_S" "${run_env[@]}")
 fi
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
@@ -103,7 +109,7 @@ stage() { # stage NAME COMMAND...: runs it (its output also into OUT/NAME.log), 
   shift
   [ -z "$out_dir" ] || log=$out_dir/$name.log
   if ! "$@" 2>&1 | tee -a "$log"; then
-    echo "gpu_check: stage '$name' FAILED" >&2
+    echo "gpu_check: stage '$name' FAILED (a program stopped by BP_TIMEOUT_S=${BP_TIMEOUT_S:-none} exits 124)" >&2
     failed+=("$name")
     result=FAILED
   fi
@@ -139,9 +145,11 @@ sim_tests() {
     pids+=($!)
   done
   for ((i = 0; i < shards; i++)); do
-    if ! wait "${pids[$i]}"; then status=1; fi
-    echo "-- shard $i of $shards"
+    local rc=0
+    wait "${pids[$i]}" || rc=$?
+    echo "-- shard $i of $shards: exit $rc"
     cat "$work_dir/shard-$i.log"
+    [ "$rc" = 0 ] || status=1
   done
   return "$status"
 }
