@@ -106,7 +106,7 @@ while [ $# -gt 0 ]; do
     --no-compress) compress=0; shift ;;
     --only) only=$2; shift 2 ;;
     --xz-level) xz_level=$2; shift 2 ;;
-    -h | --help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) die "unknown argument $1 (--help)" ;;
   esac
 done

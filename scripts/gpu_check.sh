@@ -42,7 +42,7 @@ while [ $# -gt 0 ]; do
     --prebuilt) prebuilt=$2; shift 2 ;;
     --out) out_dir=$2; shift 2 ;;
     --stage) IFS=, read -r -a more <<<"$2"; stages+=("${more[@]}"); shift 2 ;;
-    -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (--help)" >&2; exit 1 ;;
   esac
 done
