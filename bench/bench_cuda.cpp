@@ -12,7 +12,8 @@
 //
 // Environment: BP_BENCH_SHAPES (qwen2.5-0.5b,qwen2.5-1.5b)  BP_BENCH_SEQ (2048)
 //   BP_BENCH_STEPS (5 timed, after 1 warm-up)  BP_BENCH_BASE_DTYPE (bf16: frozen weights; or f32)
-//   BP_BENCH_LAYERS (the shape's own: 24 / 28)
+//   BP_BENCH_LAYERS (the shape's own: 24 / 28)  BP_SOURCE_DIR (the repository, for models/tiny-chat;
+//   default: the one it was built from; scripts/gpu_check.sh --prebuilt sets it)
 // Run: ./build-gpu/bench/bench_cuda [--json FILE]   (FILE: one JSON line per shape, appended)
 #include <cuda_runtime_api.h>
 #include <spdlog/spdlog.h>
@@ -94,7 +95,7 @@ int main(int argc, char** argv) {
       spec.steps = env_int("BP_BENCH_STEPS", 5);
       spec.base_dtype = env_str("BP_BENCH_BASE_DTYPE", "bf16");
       spec.device = "cuda";
-      spec.tokenizer_dir = std::string(BP_SOURCE_DIR) + "/models/tiny-chat";
+      spec.tokenizer_dir = env_str("BP_SOURCE_DIR", BP_SOURCE_DIR) + "/models/tiny-chat";
       spec.work_dir = work;
       const bp::TrainBenchResult r = bp::run_train_benchmark(spec, cublaslt_runner(workspace, cs.devices[0].cc_major));
       std::printf("%s", r.report().c_str());

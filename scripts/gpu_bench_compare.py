@@ -23,6 +23,7 @@ Usage: gpu_bench_compare.py --backprop-json FILE [--device cuda|cpu] [--shapes a
                             [--steps 5] [--hf-gradient-checkpointing]
 """
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -61,19 +62,63 @@ def time_steps(step, steps, sync):
     return (time.perf_counter() - t0) / steps, loss
 
 
+def version_tuple(text):
+    """'5.17.0' -> (5, 17); '4.57.0.dev0' -> (4, 57)."""
+    parts = []
+    for p in text.split(".")[:2]:
+        digits = "".join(c for c in p if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def hf_config_kwargs(cfg, seq, version):
+    """AutoConfig.for_model keywords for backprop's model config, for this transformers version.
+    transformers 5 keeps every RoPE setting in rope_parameters (config.rope_theta is gone; a legacy
+    rope_theta keyword is folded in with setdefault, which a class default could shadow), 4.x takes
+    rope_theta. use_cache off: a training step has no use for the KV cache 5.x would otherwise build."""
+    kw = dict(vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
+              intermediate_size=cfg["intermediate_size"], num_hidden_layers=cfg["num_hidden_layers"],
+              num_attention_heads=cfg["num_attention_heads"], num_key_value_heads=cfg["num_key_value_heads"],
+              max_position_embeddings=max(int(cfg["max_position_embeddings"]), seq),
+              rms_norm_eps=float(cfg["rms_norm_eps"]), tie_word_embeddings=bool(cfg["tie_word_embeddings"]),
+              use_cache=False)
+    if version >= (5, 0):
+        kw["rope_parameters"] = {"rope_type": "default", "rope_theta": float(cfg["rope_theta"])}
+    else:
+        kw["rope_theta"] = float(cfg["rope_theta"])
+    return kw
+
+
+def hf_rope_theta(conf):
+    params = getattr(conf, "rope_parameters", None)
+    if isinstance(params, dict) and "rope_theta" in params:
+        return float(params["rope_theta"])
+    return float(getattr(conf, "rope_theta", float("nan")))
+
+
+def hf_dtype_kwargs(dtype, version):
+    """from_config's dtype keyword: `dtype` since transformers 4.56 (where `torch_dtype` became a
+    deprecated alias), `torch_dtype` before."""
+    return {"dtype": dtype} if version >= (4, 56) else {"torch_dtype": dtype}
+
+
 def hf_peft_row(cfg, seq, steps, rank, alpha, device, ckpt):
     import torch
     import transformers
     import peft
+    version = version_tuple(transformers.__version__)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    conf = transformers.AutoConfig.for_model(
-        cfg["model_type"], vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"],
-        intermediate_size=cfg["intermediate_size"], num_hidden_layers=cfg["num_hidden_layers"],
-        num_attention_heads=cfg["num_attention_heads"], num_key_value_heads=cfg["num_key_value_heads"],
-        max_position_embeddings=max(cfg["max_position_embeddings"], seq), rms_norm_eps=cfg["rms_norm_eps"],
-        rope_theta=cfg["rope_theta"], tie_word_embeddings=cfg["tie_word_embeddings"])
+    conf = transformers.AutoConfig.for_model(cfg["model_type"], **hf_config_kwargs(cfg, seq, version))
+    if hf_rope_theta(conf) != float(cfg["rope_theta"]):
+        raise ValueError("transformers %s made rope_theta %s of %s" % (
+            transformers.__version__, hf_rope_theta(conf), cfg["rope_theta"]))
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(conf, torch_dtype=dtype).to(device)
+    # Built on the device itself where torch can (>= 2.0: torch.device is a context manager): a random
+    # init of 1.5B weights on the host costs the GPU machine's time.
+    on_device = torch.device(device) if hasattr(torch, "set_default_device") else contextlib.nullcontext()
+    with on_device:
+        model = transformers.AutoModelForCausalLM.from_config(conf, **hf_dtype_kwargs(dtype, version))
+    model = model.to(device)
     if ckpt:
         model.gradient_checkpointing_enable()
         model.enable_input_require_grads()
@@ -92,8 +137,9 @@ def hf_peft_row(cfg, seq, steps, rank, alpha, device, ckpt):
         return loss.item()
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    return time_steps(step, steps, sync) + ("transformers %s, peft %s, torch %s" % (
-        transformers.__version__, peft.__version__, torch.__version__),)
+    attention = getattr(model.config, "_attn_implementation", None) or "default"
+    return time_steps(step, steps, sync) + ("transformers %s (%s attention), peft %s, torch %s" % (
+        transformers.__version__, attention, peft.__version__, torch.__version__),)
 
 
 def eager_row(cfg, seq, steps, rank, alpha, device):

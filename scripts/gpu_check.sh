@@ -14,58 +14,176 @@
 # Every stage after the build runs even when an earlier one failed (a first run on a new card should
 # show all it can); the script ends with the list of failed stages and exit 1 when there are any.
 # Record what it prints in docs/benchmarks.md; never report GPU results you did not see.
+#
+# Usage: scripts/gpu_check.sh [--prebuilt DIR] [--stage NAME[,NAME]]... [--out DIR]
+#   --prebuilt DIR  no build: run the binaries of a bundle made by scripts/gpu_bundle.sh on another
+#                   machine (DIR: the folder holding backprop-gpu-bundle.tar.xz, the .tar.xz itself,
+#                   or an unpacked tree). For GPU machines without our build dependencies
+#                   (docs/gpu_first_run.md). The bundle's libraries go on LD_LIBRARY_PATH of our
+#                   programs only, with the folder of this machine's libcublasLt.so.13 (searched for,
+#                   or BP_CUBLAS_DIR); the bundle is checked to be self-contained first.
+#   --stage NAMES   run only these stages (repeatable or comma-separated; default all, in order):
+#                   sim-tests (test_cuda, in BP_TEST_SHARDS parallel gtest shards), device-tests,
+#                   bench, end-to-end. The machine's facts (nvidia-smi, backprop info, python) are
+#                   always printed first.
+#   --out DIR       write each stage's log there (info.log, sim-tests.log, device-tests.log,
+#                   bench.log, bench_cuda.jsonl, end-to-end.log) and summary.txt (each stage's
+#                   result and seconds): 7 files, under the 8 a device call brings back.
+# BP_TIMEOUT_S: each of our programs is stopped after this many seconds (default 420 with --prebuilt,
+# inside a device call's 10 minutes, so a hung kernel leaves time and logs for the rest; none else).
+# Exit: 0 every stage passed; 1 a stage (or the bundle) failed; 2 no GPU (nothing was run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${BACKPROP_JOBS:-$(nproc)}
+ALL_STAGES=(sim-tests device-tests bench end-to-end)
+prebuilt="" out_dir="" stages=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --prebuilt) prebuilt=$2; shift 2 ;;
+    --out) out_dir=$2; shift 2 ;;
+    --stage) IFS=, read -r -a more <<<"$2"; stages+=("${more[@]}"); shift 2 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+    *) echo "gpu_check: unknown argument $1 (--help)" >&2; exit 1 ;;
+  esac
+done
+[ ${#stages[@]} -gt 0 ] || stages=("${ALL_STAGES[@]}")
+for s in "${stages[@]}"; do
+  [[ " ${ALL_STAGES[*]} " == *" $s "* ]] || { echo "gpu_check: unknown stage '$s' (one of: ${ALL_STAGES[*]})" >&2; exit 1; }
+done
+wants() { [[ " ${stages[*]} " == *" $1 "* ]]; }
+if [ -n "$out_dir" ]; then
+  mkdir -p "$out_dir"
+  out_dir=$(cd "$out_dir" && pwd)
+fi
+work_dir=$(mktemp -d)
+trap 'rm -rf "$work_dir"' EXIT
+
+# ---- where the programs come from: a bundle (--prebuilt) or build-gpu/ -----------------------------
+# run_env: the environment our programs run in (never python's: the bundle's libstdc++ is older).
+if [ -n "$prebuilt" ]; then
+  source scripts/gpu_prebuilt.sh # prepare_bundle: unpack, find cuBLAS and the driver, verify
+  prepare_bundle "$prebuilt" "$work_dir" || exit 1
+  bin_dir=$BUNDLE_TREE/bin
+  backprop=$bin_dir/backprop test_cuda=$bin_dir/test_cuda test_cuda_device=$bin_dir/test_cuda_device
+  bench_cuda=$bin_dir/bench_cuda
+  run_env=(env "LD_LIBRARY_PATH=$BUNDLE_LD_PATH" "BP_SOURCE_DIR=$PWD" "BP_SHARED_DIR=$BUNDLE_TREE/shared")
+  : "${BP_TIMEOUT_S:=420}"
+else
+  backprop=./build-gpu/backprop test_cuda=./build-gpu/tests/test_cuda
+  test_cuda_device=./build-gpu/tests/test_cuda_device bench_cuda=./build-gpu/bench/bench_cuda
+  run_env=(env)
+fi
+if [ -n "${BP_TIMEOUT_S:-}" ]; then # timeout exits 124 (137 after the KILL 10 s later) when it stops one
+  run_env=(timeout -k 10 "$BP_TIMEOUT_S" "${run_env[@]}")
+fi
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   echo "gpu_check: no NVIDIA GPU is visible on this machine (nvidia-smi is missing or lists no GPU)." >&2
   echo "gpu_check: nothing was run. The CUDA kernels are tested without a GPU by test_cuda (scripts/test.sh)." >&2
   exit 2
 fi
-nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
 
-echo "== build (build-gpu, BACKPROP_CUDA=ON) =="
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DBACKPROP_CUDA=ON >/dev/null
-cmake --build build-gpu -j"$jobs" --target backprop test_cuda test_cuda_device
-./build-gpu/backprop info | sed -n '1,40p'
+if [ -z "$prebuilt" ]; then
+  echo "== build (build-gpu, BACKPROP_CUDA=ON) =="
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DBACKPROP_CUDA=ON >/dev/null
+  cmake --build build-gpu -j"$jobs" --target backprop test_cuda test_cuda_device
+fi
 
-failed=()
-stage() { # stage NAME COMMAND...: runs it, records a failure and goes on
-  local name=$1
+# python for the comparison rows: the first that imports torch (on the GPU machines a plain python3
+# holds PyTorch, /usr/bin/python3 may not; here Debian's /usr/bin/python3 does). BP_PYTHON wins.
+pick_python() {
+  local py
+  for py in ${BP_PYTHON:-} python3 /opt/torch/.venv/bin/python3 /usr/bin/python3; do
+    if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import torch' >/dev/null 2>&1; then
+      echo "$py"
+      return
+    fi
+  done
+  echo python3
+}
+python=$(pick_python)
+
+failed=() summary=()
+stage() { # stage NAME COMMAND...: runs it (its output also into OUT/NAME.log), records a failure, goes on
+  local name=$1 log=/dev/null t0=$SECONDS result=passed
   shift
-  if ! "$@"; then
-    echo "gpu_check: stage '$name' FAILED" >&2
+  [ -z "$out_dir" ] || log=$out_dir/$name.log
+  if ! "$@" 2>&1 | tee -a "$log"; then
+    echo "gpu_check: stage '$name' FAILED (a program stopped by BP_TIMEOUT_S=${BP_TIMEOUT_S:-none} exits 124)" >&2
     failed+=("$name")
+    result=FAILED
   fi
+  summary+=("$(printf '%-14s %-7s %5d s' "$name" "$result" $((SECONDS - t0)))")
 }
 
-echo "== CUDA kernels on the simulation (test_cuda) =="
-stage test_cuda ./build-gpu/tests/test_cuda
-echo "== CUDA kernels on the device against the CPU backend (test_cuda_device) =="
-stage test_cuda_device env BP_REQUIRE_GPU=1 ./build-gpu/tests/test_cuda_device
+machine_facts() {
+  nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
+  [ -z "$prebuilt" ] || sed -n '1,8p' "$BUNDLE_TREE/MANIFEST.txt"
+  "${run_env[@]}" "$backprop" info | sed -n '1,40p'
+  echo "cores: $(nproc); python for the comparison rows: $python"
+  "$python" - <<'PY' || true
+import importlib
+for m in ("torch", "transformers", "peft"):
+    try:
+        print("  %s %s" % (m, importlib.import_module(m).__version__))
+    except Exception as e:
+        print("  %s: not importable (%s)" % (m, e))
+PY
+}
+stage info machine_facts
 
-echo "== GPU benchmark (LoRA training tokens/s and MFU; backprop vs transformers+PEFT and PyTorch eager) =="
+# test_cuda in gtest shards run side by side (GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX): the
+# simulation runs each kernel's threads one at a time, so more processes is what speeds it up.
+# BP_TEST_SHARDS (default: the cores, at most 8), each with the remaining cores as OpenMP threads.
+sim_tests() {
+  local shards=${BP_TEST_SHARDS:-$(($(nproc) < 8 ? $(nproc) : 8))} i status=0 pids=()
+  local threads=$(($(nproc) / shards > 0 ? $(nproc) / shards : 1))
+  echo "test_cuda in $shards shards, $threads OpenMP threads each"
+  for ((i = 0; i < shards; i++)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i OMP_NUM_THREADS=$threads \
+      "${run_env[@]}" "$test_cuda" --gtest_brief=1 >"$work_dir/shard-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for ((i = 0; i < shards; i++)); do
+    local rc=0
+    wait "${pids[$i]}" || rc=$?
+    echo "-- shard $i of $shards: exit $rc"
+    cat "$work_dir/shard-$i.log"
+    [ "$rc" = 0 ] || status=1
+  done
+  return "$status"
+}
+if wants sim-tests; then
+  echo "== CUDA kernels on the simulation (test_cuda) =="
+  stage sim-tests sim_tests
+fi
+if wants device-tests; then
+  echo "== CUDA kernels on the device against the CPU backend (test_cuda_device) =="
+  stage device-tests "${run_env[@]}" BP_REQUIRE_GPU=1 "$test_cuda_device"
+fi
+
 # bench/bench_cuda.cpp: --device cuda training through the Trainer on the Qwen2.5-0.5B and 1.5B
 # shapes at sequence 2048, MFU against the bf16 GEMM rate our cuBLASLt path reaches on the model's
 # shapes in the same run; scripts/gpu_bench_compare.py trains the same models with transformers +
 # PEFT and PyTorch eager on this GPU (rows whose python modules are missing are skipped, naming
 # them) and prints the ratio and MFU beside the issue's targets (2x, 40%).
 # BP_BENCH_SHAPES, BP_BENCH_SEQ, BP_BENCH_STEPS, BP_BENCH_BASE_DTYPE pass through to bench_cuda.
-bench_json=build-gpu/bench_cuda.jsonl # kept: the figures to record in docs/benchmarks.md
+bench_json=${out_dir:-build-gpu}/bench_cuda.jsonl # kept: the figures to record in docs/benchmarks.md
+[ -z "$prebuilt" ] || bench_json=${out_dir:-$work_dir}/bench_cuda.jsonl
 run_benchmark() {
-  if ! cmake --build build-gpu -j"$jobs" --target bench_cuda; then
+  if [ -z "$prebuilt" ] && ! cmake --build build-gpu -j"$jobs" --target bench_cuda; then
     echo "gpu_check: bench_cuda could not be built (bench/ needs BACKPROP_BUILD_BENCH=ON and Google Benchmark:" \
       "apt install libbenchmark-dev); no GPU benchmark was run" >&2
     return 1
   fi
   rm -f "$bench_json"
-  ./build-gpu/bench/bench_cuda --json "$bench_json" || return 1
-  local py=/usr/bin/python3
-  [ -x "$py" ] || py=python3
-  "$py" scripts/gpu_bench_compare.py --backprop-json "$bench_json" --steps "${BP_BENCH_STEPS:-5}"
+  "${run_env[@]}" "$bench_cuda" --json "$bench_json" || return 1
+  HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 "$python" scripts/gpu_bench_compare.py --backprop-json "$bench_json" --steps "${BP_BENCH_STEPS:-5}"
 }
-stage benchmark run_benchmark
+if wants bench; then
+  echo "== GPU benchmark (LoRA training tokens/s and MFU; backprop vs transformers+PEFT and PyTorch eager) =="
+  stage bench run_benchmark
+fi
 
 # Step 5. The same LoRA run of tiny-chat on the card and on the CPU: 20 steps, no dropout (its masks
 # are drawn per device the same way, but without it nothing but arithmetic differs), one seed.
@@ -74,8 +192,8 @@ stage benchmark run_benchmark
 # the batch's tokens): 1% (5 roundoffs). The final loss has 20 updates on top, each from gradients
 # carrying the same relative error, which AdamW's normalised steps do not amplify: 3% relative. f32
 # activations (what the kernels use today) agree far closer; the bounds are for the bf16 paths.
-run_dir=$(mktemp -d)
-trap 'rm -rf "$run_dir"' EXIT
+run_dir=$work_dir/runs
+mkdir -p "$run_dir"
 train_args=(--json --model models/tiny-chat --data examples/quickstart_sharegpt.jsonl --steps 20 --batch-size 4
   --max-seq-length 128 --holdout 0 --save-every 0 --lora-dropout 0 --seed 1 --lr 1e-3 --warmup-steps 0)
 # "final_loss" from the summary train --json prints; "loss" of step 1 from the run's metrics.jsonl.
@@ -86,8 +204,12 @@ within_relative() { # awk: |a - b| <= rel * |b|
 end_to_end() { # end_to_end BASE_DTYPE: the run on the card against the run on the CPU
   local base=$1 device out what gpu cpu rel status=0
   for device in cuda cpu; do
-    ./build-gpu/backprop train --device "$device" --base-dtype "$base" --output "$run_dir/$base-$device" \
-      "${train_args[@]}" >"$run_dir/$base-$device.json" || return 1
+    "${run_env[@]}" "$backprop" train --device "$device" --base-dtype "$base" --output "$run_dir/$base-$device" \
+      "${train_args[@]}" >"$run_dir/$base-$device.json" || {
+      echo "gpu_check: backprop train --device $device --base-dtype $base failed; it printed:" >&2
+      cat "$run_dir/$base-$device.json" >&2
+      return 1
+    }
     json_number final_loss <"$run_dir/$base-$device.json" >"$run_dir/$base-$device.final"
     out=$(sed -n 's/.*"output_dir": *"\([^"]*\)".*/\1/p' "$run_dir/$base-$device.json" | head -1)
     grep '"type":"step"' "$out/metrics.jsonl" | head -1 | json_number loss >"$run_dir/$base-$device.first"
@@ -107,11 +229,18 @@ end_to_end() { # end_to_end BASE_DTYPE: the run on the card against the run on t
   done
   return "$status"
 }
-for base in f32 bf16; do
-  echo "== tiny-chat end to end over $base weights: --device cuda against --device cpu =="
-  stage "end-to-end $base" end_to_end "$base"
-done
+end_to_end_both() {
+  local base status=0
+  for base in f32 bf16; do
+    echo "== tiny-chat end to end over $base weights: --device cuda against --device cpu =="
+    end_to_end "$base" || { echo "gpu_check: end to end over $base weights FAILED" >&2; status=1; }
+  done
+  return "$status"
+}
+wants end-to-end && stage end-to-end end_to_end_both
 
+echo "== summary =="
+printf '%s\n' "${summary[@]}" | tee "${out_dir:-$work_dir}/summary.txt"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "gpu_check: failed stages: ${failed[*]}" >&2
   exit 1

@@ -45,7 +45,12 @@ static ::testing::AssertionResult close_impl(const std::vector<T>& a, const std:
   return close_impl(a, e, tol);
 }
 
+// BP_SOURCE_DIR in the environment wins over the path compiled in: a test binary carried to another
+// machine (scripts/gpu_bundle.sh, run there by scripts/gpu_check.sh --prebuilt) reads the repository
+// where it lies there. ctest sets it to the same path as the compiled-in one.
 std::string source_dir() {
+  const char* env = std::getenv("BP_SOURCE_DIR");
+  if (env && *env) return env;
   return BP_SOURCE_DIR;
 }
 std::string binary_dir() {
@@ -57,7 +62,7 @@ std::string backprop_exe() {
 std::string shared_dir() {
   const char* env = std::getenv("BP_SHARED_DIR");
   if (env && *env) return env;
-  return (std::filesystem::path(BP_SOURCE_DIR) / ".." / "shared").lexically_normal().string();
+  return (std::filesystem::path(source_dir()) / ".." / "shared").lexically_normal().string();
 }
 
 int run_command(const std::string& cmd, std::string* output) {
