@@ -1,8 +1,10 @@
 // CUDA SwiGLU, RoPE and embedding (src/backend/cuda/{swiglu,rope,embedding}.cuh) on the CPU
-// simulation against the CPU backend: f32 and bf16 storage, forward and backward, odd sizes.
+// simulation against the CPU backend: f32 and bf16 storage, forward and backward, odd sizes; and the
+// column sums of the backward's reductions over tokens (column_sum.cuh, through the bias gradient).
 #include "backend/cpu/embedding.h"
 #include "backend/cpu/rope.h"
 #include "backend/cpu/swiglu.h"
+#include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/embedding.cuh"
 #include "backend/cuda/rope.cuh"
 #include "backend/cuda/swiglu.cuh"
@@ -80,7 +82,8 @@ void check_embedding(int64_t T_tokens, int64_t V, int64_t D) {
   embedding_forward<T>(ids.data(), tabled.data(), y.data(), T_tokens, D);
   embedding_backward<T>(dyd.data(), ids.data(), dt.data(), T_tokens, D);
   test::expect_close(test::back(y), y_ref, {0, 0}, "embedding y");  // a copy: exact
-  test::expect_close(dt, dt_ref, test::kF32Tol, "embedding dtable");
+  // Each (id, column) is summed by one thread over the tokens in order, as the CPU does: the same bits.
+  test::expect_close(dt, dt_ref, {0, 0}, "embedding dtable");
 }
 
 TEST(CudaEmbedding, ForwardCopiesRowsBackwardAccumulatesRepeatedIds) {
@@ -88,6 +91,30 @@ TEST(CudaEmbedding, ForwardCopiesRowsBackwardAccumulatesRepeatedIds) {
   check_embedding<float>(33, 7, 31);
   check_embedding<float>(257, 50, 33);
   check_embedding<bf16>(33, 7, 257);
+  check_embedding<float>(700, 300, 70);  // ids in every one of the kernel's id parts, partial column tiles
+  check_embedding<float>(300, 1, 40);    // every token the same id: one thread per column adds them all
+}
+
+// db += Σ_t dy[t, :] with the tokens split over the thread rows of a block (column_sum.cuh): against
+// a double sum within f32's rounding of T additions, and the same bits under another schedule (the
+// split and every order of addition depend on the shape alone).
+TEST(CudaColumnSum, BiasGradOverManyTokensMatchesADoubleSumAndRepeatsBitForBit) {
+  for (auto [T_tokens, N] : {std::pair<int64_t, int64_t>{1, 1}, {15, 33}, {17, 32}, {1000, 70}}) {
+    const auto dy = test::random_floats(T_tokens * N, 40 + N);
+    std::vector<float> db(N, 0.5f), db_shuffled(N, 0.5f), ref(N);
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0.5;
+      for (int64_t t = 0; t < T_tokens; ++t) s += dy[t * N + j];
+      ref[j] = static_cast<float>(s);
+    }
+    bias_grad_accumulate(dy.data(), db.data(), T_tokens, N, nullptr);
+    const ScheduleChoice before = set_schedule({Schedule::Shuffle, 7});
+    bias_grad_accumulate(dy.data(), db_shuffled.data(), T_tokens, N, nullptr);
+    set_schedule(before);
+    const std::string at = " T=" + std::to_string(T_tokens) + " N=" + std::to_string(N);
+    test::expect_close(db, ref, {1e-6 * T_tokens, 1e-6}, "db" + at);
+    test::expect_close(db_shuffled, db, {0, 0}, "db under a shuffled schedule" + at);
+  }
 }
 
 }  // namespace

@@ -32,11 +32,12 @@ void check_rms_norm(int64_t N, int64_t D) {
 }
 
 TEST(CudaRmsNorm, MatchesCpuF32AtOddSizes) {
-  for (auto [N, D] : {std::pair<int64_t, int64_t>{1, 1}, {3, 31}, {5, 33}, {2, 257}, {7, 1000}})
-    check_rms_norm<float>(N, D);
+  for (auto [N, D] : {std::pair<int64_t, int64_t>{1, 1}, {3, 31}, {5, 33}, {2, 257}, {7, 1000}, {333, 70}})
+    check_rms_norm<float>(N, D);  // 333 rows: dw's rows split over the thread rows of column_sum.cuh
 }
 TEST(CudaRmsNorm, MatchesCpuBf16AtOddSizes) {
-  for (auto [N, D] : {std::pair<int64_t, int64_t>{1, 1}, {3, 31}, {5, 33}, {2, 257}}) check_rms_norm<bf16>(N, D);
+  for (auto [N, D] : {std::pair<int64_t, int64_t>{1, 1}, {3, 31}, {5, 33}, {2, 257}, {100, 45}})
+    check_rms_norm<bf16>(N, D);
 }
 
 }  // namespace

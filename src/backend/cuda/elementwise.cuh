@@ -3,8 +3,8 @@
 //   axpy_inplace:         y += a·x (add_inplace is a = 1: 1·x is exact)           grid-stride
 //   scale_inplace:        y *= a                                                   grid-stride
 //   add_bias_inplace:     y[t, j] += b[j]                                          grid-stride
-//   bias_grad_accumulate: db[j] += Σ_t dy[t, j], one thread per column walking the tokens in order
-//                         (deterministic, no atomics)                              (+=)
+//   bias_grad_accumulate: db[j] += Σ_t dy[t, j], the tokens split over a block's thread rows and
+//                         summed in a fixed order (column_sum.cuh; deterministic, no atomics)  (+=)
 //   convert_bf16_to_f32:  bf16 rows widened to f32 (a held embedding's gathered rows, a bf16 head)
 //   convert_f32_to_bf16:  an f32 activation rounded to nearest even bf16 (__float2bfloat16): the
 //                         activation operand of a bf16 GEMM against a frozen weight
@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cuda/column_sum.cuh"
 #include "backend/cuda/cuda_compat.cuh"
 #include "backend/cuda/gemm_desc.h"
 
@@ -44,13 +45,12 @@ __global__ void add_bias_kernel(float* y, const float* b, int64_t n, int64_t N) 
     y[i] = __fadd_rn(y[i], b[i % N]);
 }
 
-__global__ void bias_grad_kernel(const float* dy, float* db, int64_t T_tokens, int64_t N) {
-  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (j >= N) return;
-  float acc = 0.0f;
-  for (int64_t t = 0; t < T_tokens; ++t) acc = __fadd_rn(acc, dy[t * N + j]);
-  db[j] = __fadd_rn(db[j], acc);
-}
+// db[j] += Σ_t dy[t, j] (column_sum.cuh: rows split over a block's thread rows, fixed order)
+struct BiasGradTerm {
+  const float* dy;
+  int64_t N;
+  __device__ float operator()(int64_t t, int64_t j) const { return dy[t * N + j]; }
+};
 
 __global__ void bf16_to_f32_kernel(const bf16* src, float* dst, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -136,7 +136,7 @@ BP_HOST_FN void add_bias_inplace(float* y, const float* b, int64_t T_tokens, int
 }
 BP_HOST_FN void bias_grad_accumulate(const float* dy, float* db, int64_t T_tokens, int64_t N,
                                      cudaStream_t stream = nullptr) {
-  if (N > 0) BP_LAUNCH(blocks_for(N, 128), 128, 0, stream, bias_grad_kernel)(dy, db, T_tokens, N);
+  column_sum_accumulate(BiasGradTerm{dy, N}, db, T_tokens, N, stream);
 }
 BP_HOST_FN void convert_bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t stream = nullptr) {
   if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, bf16_to_f32_kernel)(src, dst, n);

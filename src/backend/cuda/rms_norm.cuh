@@ -3,11 +3,12 @@
 // masters); rstd: [N] f32, saved by the forward for the backward. Every sum is in f32.
 //   forward:  one block per row: Σx² (block_sum), rstd = 1/sqrt(Σx²/D + eps), y = x·rstd·w
 //   backward: one block per row: s = Σ w⊙dy⊙x, dx = rstd·(w⊙dy) − x·rstd³·s/D   (=)
-//             dw += Σ_n dy⊙x·rstd: one thread per column walking the rows in order   (+=)
-//             (deterministic: no atomics, the same order every run)
+//             dw += Σ_n dy⊙x·rstd: the rows split over a block's thread rows, summed in a
+//             fixed order (column_sum.cuh; deterministic: no atomics)   (+=)
 // Compiled by nvcc through rms_norm.cu, and as host C++ on the CPU simulation in tests/cuda.
 #pragma once
 
+#include "backend/cuda/column_sum.cuh"
 #include "backend/cuda/cuda_compat.cuh"
 
 namespace bp::BP_CUDA_NS {
@@ -46,15 +47,17 @@ __global__ void rms_norm_backward_dx_kernel(const T* dy, const T* x, const float
     dxr[i] = store_from_f32<T>(r * w[i] * load_f32(dyr[i]) - load_f32(xr[i]) * c);
 }
 
+// dw[i] += Σ_n dy[n, i]·x[n, i]·rstd[n] (column_sum.cuh: rows split over a block's thread rows, fixed order)
 template <class T>
-__global__ void rms_norm_backward_dw_kernel(const T* dy, const T* x, const float* rstd, float* dw, int64_t N,
-                                            int64_t D) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= D) return;
-  float acc = 0.0f;
-  for (int64_t n = 0; n < N; ++n) acc += load_f32(dy[n * D + i]) * load_f32(x[n * D + i]) * rstd[n];
-  dw[i] += acc;
-}
+struct RmsNormDwTerm {
+  const T* dy;
+  const T* x;
+  const float* rstd;
+  int64_t D;
+  __device__ float operator()(int64_t n, int64_t i) const {
+    return load_f32(dy[n * D + i]) * load_f32(x[n * D + i]) * rstd[n];
+  }
+};
 
 template <class T>
 void rms_norm_forward(const T* x, const float* w, float eps, T* y, float* rstd, int64_t N, int64_t D,
@@ -69,7 +72,7 @@ void rms_norm_backward(const T* dy, const T* x, const float* w, const float* rst
   if (N == 0) return;
   BP_LAUNCH(static_cast<unsigned>(N), kRmsNormThreads, 0, stream, rms_norm_backward_dx_kernel<T>)
   (dy, x, w, rstd, dx, D);
-  if (dw) BP_LAUNCH(blocks_for(D, 128), 128, 0, stream, rms_norm_backward_dw_kernel<T>)(dy, x, rstd, dw, N, D);
+  if (dw) column_sum_accumulate(RmsNormDwTerm<T>{dy, x, rstd, D}, dw, N, D, stream);
 }
 
 }  // namespace bp::BP_CUDA_NS
