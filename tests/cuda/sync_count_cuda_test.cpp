@@ -70,7 +70,8 @@ std::string describe(const sim::RuntimeCounts& c) {
   return std::to_string(c.host_waits()) + " host waits (" + std::to_string(c.synchronous_reads) +
          " synchronous reads, " + std::to_string(c.synchronizations) + " synchronisations; " +
          std::to_string(c.device_to_host_copies) + " copies to the host), " + std::to_string(c.host_to_device_copies) +
-         " uploads, " + std::to_string(c.mallocs) + " cudaMalloc";
+         " uploads, " + std::to_string(c.mallocs) + " cudaMalloc; " + std::to_string(c.kernel_launches) +
+         " kernel launches, " + std::to_string(c.gemms) + " GEMMs";
 }
 
 void expect_constant_and_small(const StepCounts& two, const StepCounts& four, const char* what) {

@@ -305,7 +305,9 @@ cudaError_t g_last_error = cudaSuccess;
 cudaError_t g_injected = cudaSuccess;
 std::atomic<uint64_t> g_launches{0};
 std::atomic<uint64_t> g_d2h{0}, g_sync_reads{0}, g_h2d{0}, g_syncs{0};
-std::atomic<uint64_t> g_malloc_calls_at_reset{0};    // cuda_malloc_calls() at the last reset_runtime_counts()
+std::atomic<uint64_t> g_malloc_calls_at_reset{0};  // cuda_malloc_calls() at the last reset_runtime_counts()
+std::atomic<uint64_t> g_launches_at_reset{0};      // g_launches at the last reset_runtime_counts()
+std::atomic<uint64_t> g_gemms{0};
 std::map<const void*, size_t> g_max_dynamic_shared;  // cudaFuncSetAttribute opt-ins, per kernel
 
 cudaError_t fail(cudaError_t e) {
@@ -621,7 +623,12 @@ RuntimeCounts runtime_counts() {
   c.host_to_device_copies = g_h2d.load();
   c.synchronizations = g_syncs.load();
   c.mallocs = cuda_malloc_calls() - g_malloc_calls_at_reset.load();
+  c.kernel_launches = g_launches.load() - g_launches_at_reset.load();
+  c.gemms = g_gemms.load();
   return c;
+}
+void count_gemm_call() {
+  g_gemms.fetch_add(1);
 }
 void reset_runtime_counts() {
   g_d2h = 0;
@@ -629,6 +636,8 @@ void reset_runtime_counts() {
   g_h2d = 0;
   g_syncs = 0;
   g_malloc_calls_at_reset = cuda_malloc_calls();
+  g_launches_at_reset = g_launches.load();
+  g_gemms = 0;
 }
 
 }  // namespace bp::sim

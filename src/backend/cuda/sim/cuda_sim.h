@@ -128,13 +128,21 @@ struct RuntimeCounts {
   uint64_t host_to_device_copies = 0;
   uint64_t synchronizations = 0;  // cudaStreamSynchronize and cudaDeviceSynchronize
   uint64_t mallocs = 0;           // successful cudaMalloc calls (cuda_malloc_calls)
+  uint64_t kernel_launches = 0;   // our kernels (launch_grid), each a few µs of a real card's queue
+  uint64_t gemms = 0;             // cuBLASLt matmuls (gemm_sim.cpp)
   uint64_t host_waits() const { return synchronous_reads + synchronizations; }
   RuntimeCounts operator-(const RuntimeCounts& before) const {
-    return {device_to_host_copies - before.device_to_host_copies, synchronous_reads - before.synchronous_reads,
-            host_to_device_copies - before.host_to_device_copies, synchronizations - before.synchronizations,
-            mallocs - before.mallocs};
+    return {device_to_host_copies - before.device_to_host_copies,
+            synchronous_reads - before.synchronous_reads,
+            host_to_device_copies - before.host_to_device_copies,
+            synchronizations - before.synchronizations,
+            mallocs - before.mallocs,
+            kernel_launches - before.kernel_launches,
+            gemms - before.gemms};
   }
 };
+// gemm_sim.cpp counts each simulated cuBLASLt matmul here (RuntimeCounts::gemms).
+void count_gemm_call();
 RuntimeCounts runtime_counts();
 void reset_runtime_counts();
 

@@ -116,6 +116,7 @@ void gemm(const gemm::GemmDesc& given, const void* A, const void* B, void* C, vo
   if (auto why = gemm::misaligned_reason(desc, last_alignments); !why.empty())
     throw cuda_failure("cublasLtMatmul", "CUBLAS_STATUS_NOT_SUPPORTED", "[gemm] " + why);
   if (desc.m == 0 || desc.n == 0) return;  // as cublaslt_gemm.cpp: no plan, nothing to do
+  count_gemm_call();
   const SimPlan& plan =
       plans.find_or_make(gemm::gemm_plan_key(desc, last_alignments, workspace_bytes, 0),
                          [&](SimPlan& p) { simulated_heuristic(p, desc, last_alignments, workspace_bytes); });
