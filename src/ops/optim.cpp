@@ -14,15 +14,27 @@ static void require_cpu_f32(const Tensor& t, const char* op, const char* name) {
   BP_CHECK(t.dtype() == DType::F32, "[{}] {} must be f32, got {}", op, name, t.describe());
 }
 
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& cfg, int64_t step) {
-  require_cpu_f32(param, "adamw", "param");
-  require_cpu_f32(grad, "adamw", "grad");
-  require_cpu_f32(m, "adamw", "m (first moment)");
-  require_cpu_f32(v, "adamw", "v (second moment)");
-  BP_CHECK(grad.shape() == param.shape() && m.shape() == param.shape() && v.shape() == param.shape(),
-           "[adamw] shapes differ: param {}, grad {}, m {}, v {}", param.shape().str(), grad.shape().str(),
-           m.shape().str(), v.shape().str());
-  ops::require_same_device("adamw", {&param, &grad, &m, &v});
+void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWConfig& cfg, int64_t step) {
+  std::vector<float*> params, ms, vs;
+  std::vector<const float*> grads;
+  std::vector<int64_t> sizes;
+  for (const AdamWTensors& t : tensors) {
+    BP_CHECK(t.param && t.grad && t.m && t.v, "[adamw] null tensor in the list");
+    const Tensor &param = *t.param, &grad = *t.grad, &m = *t.m, &v = *t.v;
+    require_cpu_f32(param, "adamw", "param");
+    require_cpu_f32(grad, "adamw", "grad");
+    require_cpu_f32(m, "adamw", "m (first moment)");
+    require_cpu_f32(v, "adamw", "v (second moment)");
+    BP_CHECK(grad.shape() == param.shape() && m.shape() == param.shape() && v.shape() == param.shape(),
+             "[adamw] shapes differ: param {}, grad {}, m {}, v {}", param.shape().str(), grad.shape().str(),
+             m.shape().str(), v.shape().str());
+    ops::require_same_device("adamw", {tensors.front().param, &param, &grad, &m, &v});
+    params.push_back(t.param->kernel_data<float>());
+    grads.push_back(grad.kernel_data<float>());
+    ms.push_back(t.m->kernel_data<float>());
+    vs.push_back(t.v->kernel_data<float>());
+    sizes.push_back(param.numel());
+  }
   if (step < 1) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[adamw] step must be >= 1, got {}", step));
   const bool betas_ok = cfg.beta1 >= 0.0f && cfg.beta1 < 1.0f && cfg.beta2 >= 0.0f && cfg.beta2 < 1.0f;
   if (!betas_ok || !(cfg.lr >= 0.0f) || !(cfg.eps > 0.0f) || !(cfg.weight_decay >= 0.0f))
@@ -30,9 +42,15 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
                 fmt::format("[adamw] invalid hyper-parameters: lr {} (>= 0), beta1 {} and beta2 {} (in [0, 1)), "
                             "eps {} (> 0), weight_decay {} (>= 0)",
                             cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay));
-  ops::kernels(param).adamw_step(param.kernel_data<float>(), grad.kernel_data<float>(), m.kernel_data<float>(),
-                                 v.kernel_data<float>(), param.numel(), cfg.lr, cfg.beta1, cfg.beta2, cfg.eps,
-                                 cfg.weight_decay, step);
+  if (tensors.empty()) return;
+  ops::kernels(*tensors.front().param)
+      .adamw_step_all(params.data(), grads.data(), ms.data(), vs.data(), sizes.data(),
+                      static_cast<int64_t>(tensors.size()), cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay,
+                      step);
+}
+
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& cfg, int64_t step) {
+  adamw_step(std::vector<AdamWTensors>{{&param, &grad, &m, &v}}, cfg, step);
 }
 
 // One kernel call over every gradient (sum_squares_total: the tensors' sums added in order in
@@ -60,8 +78,14 @@ double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm) {
   const double norm = global_grad_norm(view);
   // A non-finite norm is left for the caller's non-finite check: scaling would only spread NaN.
   if (std::isfinite(norm) && norm > max_norm) {
-    const float s = static_cast<float>(max_norm / norm);
-    for (Tensor* g : grads) ops::kernels(*g).scale_inplace(g->kernel_data<float>(), s, g->numel());
+    std::vector<float*> data;
+    std::vector<int64_t> sizes;
+    for (Tensor* g : grads) {
+      data.push_back(g->kernel_data<float>());
+      sizes.push_back(g->numel());
+    }
+    ops::kernels(*grads.front())
+        .scale_all(data.data(), sizes.data(), static_cast<int64_t>(grads.size()), static_cast<float>(max_norm / norm));
   }
   return norm;
 }

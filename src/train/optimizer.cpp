@@ -21,7 +21,9 @@ void AdamW::init(const std::vector<TrainableParam>& params) {
 void AdamW::step(const std::vector<TrainableParam>& params, const AdamWConfig& cfg) {
   BP_CHECK(params.size() == m_.size(), "[adamw] {} parameters but state for {}", params.size(), m_.size());
   ++step_;
-  for (size_t i = 0; i < params.size(); ++i) adamw_step(*params[i].param, *params[i].grad, m_[i], v_[i], cfg, step_);
+  std::vector<AdamWTensors> all;
+  for (size_t i = 0; i < params.size(); ++i) all.push_back({params[i].param, params[i].grad, &m_[i], &v_[i]});
+  adamw_step(all, cfg, step_);  // one kernel call for every tensor
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {

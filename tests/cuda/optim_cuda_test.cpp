@@ -2,6 +2,7 @@
 // simulation against the CPU backend.
 #include <limits>
 
+#include "backend/cpu/elementwise.h"
 #include "backend/cpu/kernel_variants.h"
 #include "backend/cpu/optim.h"
 #include "backend/cuda/optim.cuh"
@@ -67,6 +68,59 @@ TEST(CudaGlobalNorm, SumOverTensorsEqualsTheHostLoopBitForBit) {
   EXPECT_EQ(cpu::sum_squares_total(ptrs.data(), sizes.data(), 6), cpu_ref);
   EXPECT_NEAR(got, cpu_ref, 1e-12 * cpu_ref);
   EXPECT_EQ(sum_squares_total<float>(ptrs.data(), sizes.data(), 0, scratch.data()), 0.0);
+}
+
+// The list kernels (a LoRA of Qwen2.5-0.5B trains 336 tensors): 100 tensors of mixed sizes, empty
+// ones included, take ceil(100 / kTensorsPerLaunch) launches for AdamW and for the clipping scale, two
+// per group plus one for the norm's sum, and give each tensor exactly what its own call gives.
+TEST(CudaOptimizerLists, HundredTensorsTakeAFewLaunchesAndMatchOneCallPerTensorBitForBit) {
+  cpu::select_cpu_kernels("generic");  // no FMA contraction on the CPU side (CudaAdamw above)
+  constexpr int64_t kCount = 100;
+  const int64_t groups = (kCount + kTensorsPerLaunch - 1) / kTensorsPerLaunch;
+  std::vector<int64_t> sizes;
+  for (int64_t i = 0; i < kCount; ++i) sizes.push_back(i % 17 == 5 ? 0 : i == 50 ? 300001 : 1 + (i * 37) % 700);
+  std::vector<std::vector<float>> p, g, m, v;
+  for (int64_t i = 0; i < kCount; ++i) {
+    p.push_back(test::random_floats(sizes[i], 200 + i));
+    g.push_back(test::random_floats(sizes[i], 400 + i));
+    m.push_back(std::vector<float>(sizes[i], 0.01f));
+    v.push_back(std::vector<float>(sizes[i], 0.02f));
+  }
+  auto p_ref = p, m_ref = m, v_ref = v, g_ref = g;
+  std::vector<float*> pp, mp, vp, gp;
+  std::vector<const float*> gc;
+  for (int64_t i = 0; i < kCount; ++i) {
+    pp.push_back(p[i].data()), mp.push_back(m[i].data()), vp.push_back(v[i].data()), gp.push_back(g[i].data());
+    gc.push_back(g[i].data());
+  }
+
+  uint64_t before = launch_count();
+  std::vector<unsigned char> scratch(sum_squares_total_scratch_bytes(300001, kCount));
+  const double norm_sq = sum_squares_total<float>(gc.data(), sizes.data(), kCount, scratch.data());
+  EXPECT_EQ(launch_count() - before, static_cast<uint64_t>(2 * groups + 1)) << "sum_squares_total";
+  double host_loop = 0.0;
+  for (int64_t i = 0; i < kCount; ++i) {
+    std::vector<unsigned char> one(optim_scratch_bytes(sizes[i]));
+    host_loop += sum_squares<float>(g_ref[i].data(), sizes[i], one.data());
+  }
+  EXPECT_EQ(norm_sq, host_loop);
+
+  before = launch_count();
+  scale_all(gp.data(), sizes.data(), kCount, 0.37f);
+  EXPECT_EQ(launch_count() - before, static_cast<uint64_t>(groups)) << "scale_all";
+  for (int64_t i = 0; i < kCount; ++i) cpu::scale_inplace(g_ref[i].data(), 0.37f, sizes[i]);
+  EXPECT_EQ(g, g_ref);
+
+  before = launch_count();
+  adamw_step_all(pp.data(), gc.data(), mp.data(), vp.data(), sizes.data(), kCount, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 4);
+  EXPECT_EQ(launch_count() - before, static_cast<uint64_t>(groups)) << "adamw_step_all";
+  for (int64_t i = 0; i < kCount; ++i)
+    cpu::adamw_step(p_ref[i].data(), g_ref[i].data(), m_ref[i].data(), v_ref[i].data(), sizes[i], 1e-3f, 0.9f, 0.999f,
+                    1e-8f, 0.1f, 4);
+  EXPECT_EQ(p, p_ref);
+  EXPECT_EQ(m, m_ref);
+  EXPECT_EQ(v, v_ref);
+  cpu::select_cpu_kernels("auto");
 }
 
 TEST(CudaNonFinite, FindsOneInfOrNanAnywhere) {

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/elementwise.h"
 #include "backend/cpu/kernel_variants.h"  // the AdamW loop, per instruction set
 
 namespace bp::cpu {
@@ -42,6 +43,17 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
     kern.adamw(param + b, grad + b, m + b, v + b, std::min(kChunk, n - b), decay, beta1, beta2, one_minus_b1,
                one_minus_b2, step_size, bc2_sqrt, eps);
   }
+}
+
+void adamw_step_all(float* const* params, const float* const* grads, float* const* ms, float* const* vs,
+                    const int64_t* ns, int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
+                    int64_t step) {
+  for (int64_t i = 0; i < count; ++i)
+    adamw_step(params[i], grads[i], ms[i], vs[i], ns[i], lr, beta1, beta2, eps, weight_decay, step);
+}
+
+void scale_all(float* const* ys, const int64_t* ns, int64_t count, float a) {
+  for (int64_t i = 0; i < count; ++i) scale_inplace(ys[i], a, ns[i]);
 }
 
 double sum_squares(const float* x, int64_t n) {

@@ -286,10 +286,16 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   }
 
   // ---- optimizer ----
-  static void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
-                         float beta2, float eps, float weight_decay, int64_t step) {
-    ::bp::BP_WRAP_NS::adamw_step(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, nullptr);
-    check_launch("adamw_step");
+  static void adamw_step_all(float* const* params, const float* const* grads, float* const* ms, float* const* vs,
+                             const int64_t* ns, int64_t count, float lr, float beta1, float beta2, float eps,
+                             float weight_decay, int64_t step) {
+    ::bp::BP_WRAP_NS::adamw_step_all(params, grads, ms, vs, ns, count, lr, beta1, beta2, eps, weight_decay, step,
+                                     nullptr);
+    check_launch("adamw_step_all");
+  }
+  static void scale_all(float* const* ys, const int64_t* ns, int64_t count, float a) {
+    ::bp::BP_WRAP_NS::scale_all(ys, ns, count, a, nullptr);
+    check_launch("scale_all");
   }
   static double sum_squares_total(const float* const* xs, const int64_t* ns, int64_t count) {
     if (count <= 0) return 0.0;
