@@ -75,7 +75,13 @@ void check_attention(const Case& c, Card card = kTuring) {
   const auto qd = test::as<T>(q), kd = test::as<T>(k), vd = test::as<T>(v), doutd = test::as<T>(dout);
   auto o = nan_filled<T>(nq);
   std::vector<float> lse(nlse, NAN);
+  const uint64_t wmma_before_forward = wmma_mma_count(), mma_before_forward = mma_m16n8k16_count();
   attention_forward<T>(qd.data(), kd.data(), vd.data(), cu.data(), dims, o.data(), lse.data());
+  // The forward of the tensor-core cards: the register-resident kernel (PTX mma) up to
+  // kFa2MaxHeadDim, attention_tc.cuh's (wmma) above.
+  const bool fa2 = tensor_cores && c.head_dim <= kFa2MaxHeadDim;
+  EXPECT_EQ(mma_m16n8k16_count() > mma_before_forward, fa2) << "which forward ran: " << at;
+  EXPECT_EQ(wmma_mma_count() > wmma_before_forward, tensor_cores && !fa2) << "which forward ran: " << at;
   const auto tol = tensor_cores ? test::kBf16Tol : test::tolerance_of<T>();
   test::expect_close(test::back(o), o_ref, tol, "o " + at);
   test::expect_close(lse, lse_ref, tensor_cores ? test::kBf16Tol : test::kF32Tol, "lse " + at);  // f32 storage
@@ -179,6 +185,10 @@ TEST(CudaAttention, TensorCoresMatchCpu) {
   check_attention<bf16>({kLengths, 3, 1, 64, 2.0f}, kAmpere);
   check_attention<float>({{32, 16, 64}, 2, 2, 64, 2.0f}, kAmpere);  // tile edges
   check_attention<float>({{161, 5}, 2, 1, 16, 3.0f}, kAmpere);      // 64-row forward tiles, sharp scores
+  // The register-resident forward at a head dim below its compiled width (96 of 128), a sample of
+  // three 64-row query and key tiles (the diagonal tiles' skipped products, the rescale), one
+  // ending on a tile edge.
+  check_attention<bf16>({{150, 3, 64}, 4, 2, 96, 2.0f}, kHopper);
 }
 
 // The tensor-core path is really a different computation: on f32 storage its outputs differ from
@@ -196,11 +206,11 @@ TEST(CudaAttention, TensorCoresRoundTheProductsToBf16) {
     attention_forward<float>(q.data(), k.data(), v.data(), cu.data(), dims, o.data(), nullptr);
     return o;
   };
-  const uint64_t mma_before = wmma_mma_count();
+  const uint64_t mma_before = mma_m16n8k16_count();
   const auto scalar = run(kTuring);
-  EXPECT_EQ(wmma_mma_count(), mma_before);
+  EXPECT_EQ(mma_m16n8k16_count(), mma_before);
   const auto tensor = run(kAmpere);
-  EXPECT_GT(wmma_mma_count(), mma_before);
+  EXPECT_GT(mma_m16n8k16_count(), mma_before);
   double max_diff = 0;
   for (size_t i = 0; i < nq; ++i) max_diff = std::max(max_diff, std::abs(double(scalar[i]) - tensor[i]));
   EXPECT_GT(max_diff, 1e-4);  // not the f32 kernel: f32 rounding differences stay below 1e-6 here

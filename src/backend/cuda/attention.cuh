@@ -399,6 +399,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
 }  // namespace bp::BP_CUDA_NS
 
 #include "backend/cuda/attention_tc.cuh"  // the tensor-core kernels, beside the scalar ones above
+// after attention_tc.cuh (its shared-memory macro): the register-resident forward
+#include "backend/cuda/attention_fa2.cuh"
 
 namespace bp::BP_CUDA_NS {
 
@@ -452,9 +454,20 @@ void attention_forward(const T* q, const T* k, const T* v, const int32_t* cu_seq
                        float* lse, cudaStream_t stream = nullptr) {
   if (dims.tokens == 0 || dims.n_heads == 0) return;
   const bool tensor_cores = attention_uses_tensor_cores(dims.head_dim);
-  const AttentionLaunch L = attention_launch(AttentionPass::Forward, dims, tensor_cores);
   const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
   const int group = dims.n_heads / dims.n_kv_heads;
+  if (tensor_cores && dims.head_dim <= kFa2MaxHeadDim) {  // attention_fa2.cuh; wider heads: below
+    const auto kernel =
+        dims.head_dim <= 64 ? attention_forward_fa2_kernel<T, 64> : attention_forward_fa2_kernel<T, 128>;
+    const size_t bytes = attention_fa2_shared_bytes(dims.head_dim);
+    const dim3 grid(static_cast<unsigned>(attention_tile_bound(dims.tokens, dims.n_samples, kFa2Rows)),
+                    static_cast<unsigned>(dims.n_heads));
+    if (!allow_attention_shared(kernel, bytes)) return;
+    BP_LAUNCH(grid, kAttentionThreads, bytes, stream, kernel)
+    (q, k, v, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, dims.head_dim, scale, o, lse);
+    return;
+  }
+  const AttentionLaunch L = attention_launch(AttentionPass::Forward, dims, tensor_cores);
   const auto kernel = tensor_cores ? attention_forward_tc_kernel<T> : attention_forward_kernel<T>;
   if (!allow_attention_shared(kernel, L.shared_bytes)) return;
   BP_LAUNCH(L.grid, kAttentionThreads, L.shared_bytes, stream, kernel)
