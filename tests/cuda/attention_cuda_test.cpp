@@ -99,8 +99,12 @@ void check_attention(const Case& c, Card card = kTuring) {
   const auto o_ind = test::as<T>(o_in);
   std::vector<float> delta(nlse, NAN);
   auto dq = nan_filled<T>(nq), dk = nan_filled<T>(nkv), dv = nan_filled<T>(nkv);
+  const uint64_t mma_before_backward = mma_m16n8k16_count();
   attention_backward<T>(doutd.data(), qd.data(), kd.data(), vd.data(), o_ind.data(), lse_ref.data(), cu.data(), dims,
                         delta.data(), dq.data(), dk.data(), dv.data());
+  // dK/dV in registers (PTX mma) up to kFa2BackwardMaxHeadDim on the tensor-core cards.
+  EXPECT_EQ(mma_m16n8k16_count() > mma_before_backward, tensor_cores && c.head_dim <= kFa2BackwardMaxHeadDim)
+      << "which dK/dV ran: " << at;
   test::expect_close(delta, delta_ref, tensor_cores ? test::kBf16Tol : test::kF32Tol, "delta " + at);
   test::expect_close(test::back(dq), dq_ref, tol, "dq " + at);
   test::expect_close(test::back(dk), dk_ref, tol, "dk " + at);

@@ -490,11 +490,21 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
   BP_LAUNCH(blocks_for(delta_rows, kAttentionThreads / 32), kAttentionThreads, 0, stream, attention_delta_kernel<T>)
   (dout, o, dims.tokens, dims.n_heads, d, delta, tensor_cores);
 
-  const AttentionLaunch Lkv = attention_launch(AttentionPass::GradKV, dims, tensor_cores);
-  const auto dkdv_kernel = tensor_cores ? attention_backward_dkdv_tc_kernel<T> : attention_backward_dkdv_kernel<T>;
-  if (!allow_attention_shared(dkdv_kernel, Lkv.shared_bytes)) return;
-  BP_LAUNCH(Lkv.grid, kAttentionThreads, Lkv.shared_bytes, stream, dkdv_kernel)
-  (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lkv.rows, scale, dk, dv);
+  if (tensor_cores && d <= kFa2BackwardMaxHeadDim) {  // attention_fa2.cuh; wider heads: below
+    const size_t bytes = attention_fa2_dkdv_shared_bytes(d);
+    const dim3 grid(static_cast<unsigned>(attention_tile_bound(dims.tokens, dims.n_samples, kFa2Rows)),
+                    static_cast<unsigned>(dims.n_kv_heads));
+    if (!allow_attention_shared(attention_backward_dkdv_fa2_kernel<T, 64>, bytes)) return;
+    BP_LAUNCH(grid, kAttentionThreads, bytes, stream, attention_backward_dkdv_fa2_kernel<T, 64>)
+    (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, scale, dk, dv);
+  } else {
+    const AttentionLaunch Lkv = attention_launch(AttentionPass::GradKV, dims, tensor_cores);
+    const auto dkdv_kernel = tensor_cores ? attention_backward_dkdv_tc_kernel<T> : attention_backward_dkdv_kernel<T>;
+    if (!allow_attention_shared(dkdv_kernel, Lkv.shared_bytes)) return;
+    BP_LAUNCH(Lkv.grid, kAttentionThreads, Lkv.shared_bytes, stream, dkdv_kernel)
+    (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lkv.rows, scale, dk,
+     dv);
+  }
 
   const AttentionLaunch Lq = attention_launch(AttentionPass::GradQ, dims, tensor_cores);
   const auto dq_kernel = tensor_cores ? attention_backward_dq_tc_kernel<T> : attention_backward_dq_kernel<T>;
