@@ -12,8 +12,9 @@
 // - the tensor-core kernels (attention_tc.cuh) from compute capability 8.0 on: the same blocks and
 //   walks, each tile product on wmma bf16 fragments with f32 accumulation, so Q, K, V, dO, P and dS
 //   are rounded to bf16 inside the kernel (in f32 storage too); softmax, lse, delta stay f32. Their
-//   forward gives way to attention_fa2.cuh's up to head dim kFa2MaxHeadDim (128): the same
-//   numerics, with scores, softmax and O in registers (PTX mma, 64-row tiles).
+//   forward gives way to attention_fa2.cuh's up to head dim kFa2MaxHeadDim (128), their dK/dV up
+//   to kFa2BackwardMaxHeadDim (64): the same numerics, with scores, softmax and the accumulators
+//   in registers (PTX mma, 64-row tiles). dQ stays on wmma.
 // All run on the CPU simulation (sim/cuda_sim.h, sim/sim_wmma.h, sim/sim_mma.h); tests/cuda runs
 // each.
 //

@@ -1,6 +1,7 @@
-// FlashAttention-2-style forward for cards of compute capability >= 8.0 and head dims that are
-// multiples of 16 up to kFa2MaxHeadDim (attention.cuh: contract, layouts, tile walk; the launcher
-// picks this kernel by attention_uses_fa2_forward). Included by attention.cuh only.
+// FlashAttention-2-style kernels for cards of compute capability >= 8.0 and head dims that are
+// multiples of 16: the forward up to kFa2MaxHeadDim, the backward's dK/dV up to
+// kFa2BackwardMaxHeadDim (below). attention.cuh: contract, layouts, tile walk; its launchers pick
+// these kernels (tensor cores and d within the cap). Included by attention.cuh only.
 //
 // What lives where (one block = 4 warps = kFa2Rows = 64 query rows of one head; key tiles of 64):
 // - registers, per warp (16 query rows each): the Q operand of its rows (loaded once, as PTX mma
@@ -21,9 +22,10 @@
 // fixed pattern): bit-identical run to run. Numerics as attention_tc.cuh: Q, K, V, P rounded to
 // bf16, products and softmax in f32.
 //
-// Why a cap: the registers of a thread hold d/4 words of Q, d/2 floats of O and 32 of S; at
-// d = 128 that is ~130 live values, at d = 256 ~260, past the 255 a thread can have (it would
-// spill to local memory); d = 256 keeps attention_tc.cuh's forward. The kernel is compiled for
+// Why a cap: the registers of a thread hold d/4 words of Q, d/2 floats of O and 32 of S: 128
+// values at d = 128 (ptxas: 186 registers with addressing and temporaries, no spill), 224 at
+// d = 256, which with the same overhead is past the 255 a thread can have (it would spill to local
+// memory); d = 256 keeps attention_tc.cuh's forward. The kernel is compiled for
 // the widest head dim of its class (kMaxD 64 or 128), d below it skipping the unused fragments.
 // Tile shape (64 × 64, 4 warps), padding and the cap are untuned: no GPU has measured this kernel.
 #pragma once
@@ -212,7 +214,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     if (lse && t == 0) lse[int64_t{h} * T_tokens + first_row + row] = m[r] + logf(row_sum[r]);  // l >= 1
   }
 #else
-  __trap();  // never launched below compute capability 8.0 (attention_uses_fa2_forward)
+  __trap();  // never launched below compute capability 8.0 (attention_forward)
 #endif
 }
 
