@@ -8,7 +8,9 @@
 //
 // Two kernels (attention.cuh's launchers pick by the card): the scalar f32 kernels on a Turing card
 // (simulated compute capability 7.5) and for head dims that are not multiples of 16; the
-// tensor-core kernels (attention_tc.cuh) from 8.0 on. The scalar path is checked at f32 tolerance
+// tensor-core kernels from 8.0 on (attention_fa2.cuh's register-resident forward up to d = 128 and
+// dK/dV up to d = 64, attention_tc.cuh's wmma kernels for the rest; the mma and wmma counters say
+// which ran). The scalar path is checked at f32 tolerance
 // in f32 storage. The tensor-core path rounds the products' inputs (Q, K, V, dO, P, dS) to bf16:
 // relative error 2^-9 per input, so a score or an output element moves by up to ~2^-8 of the sum
 // of |terms| it adds, and the sums over a long sample's keys (dK, dV) accumulate it; it is checked
@@ -219,6 +221,37 @@ TEST(CudaAttention, TensorCoresRoundTheProductsToBf16) {
   for (size_t i = 0; i < nq; ++i) max_diff = std::max(max_diff, std::abs(double(scalar[i]) - tensor[i]));
   EXPECT_GT(max_diff, 1e-4);  // not the f32 kernel: f32 rounding differences stay below 1e-6 here
   EXPECT_LT(max_diff, 2e-2);  // bf16 inputs: 2^-9 relative each
+}
+
+// The register-resident kernels (forward, dK/dV) give bit-identical results whatever order the
+// threads and blocks run in: every sum has a fixed order and every output one writer (a race on
+// the staged K/V or Q/dO tiles, or a reduction depending on lane timing, would change bits here).
+TEST(CudaAttention, RegisterKernelsAreBitIdenticalUnderEverySchedule) {
+  bp::test::SimulatedComputeCapability cc(kAmpere.major, kAmpere.minor);
+  const std::vector<int32_t> cu{0, 70, 103};
+  const cpu::AttentionDims dims{103, 2, 4, 2, 64};
+  const size_t nq = size_t{103} * 4 * 64, nkv = size_t{103} * 2 * 64, nlse = size_t{103} * 4;
+  const auto q = test::random_floats(nq, 11, -2.0f, 2.0f), k = test::random_floats(nkv, 12, -2.0f, 2.0f),
+             v = test::random_floats(nkv, 13), dout = test::random_floats(nq, 14);
+  auto run = [&](ScheduleChoice schedule) {
+    const ScheduleChoice saved = set_schedule(schedule);
+    std::vector<float> o(nq, NAN), lse(nlse, NAN), delta(nlse, NAN), dq(nq, NAN), dk(nkv, NAN), dv(nkv, NAN);
+    attention_forward<float>(q.data(), k.data(), v.data(), cu.data(), dims, o.data(), lse.data());
+    attention_backward<float>(dout.data(), q.data(), k.data(), v.data(), o.data(), lse.data(), cu.data(), dims,
+                              delta.data(), dq.data(), dk.data(), dv.data());
+    set_schedule(saved);
+    o.insert(o.end(), lse.begin(), lse.end());
+    o.insert(o.end(), dk.begin(), dk.end());
+    o.insert(o.end(), dv.begin(), dv.end());
+    return o;
+  };
+  const uint64_t mma_before = mma_m16n8k16_count();
+  const auto in_order = run({Schedule::Forward, 0});
+  EXPECT_GT(mma_m16n8k16_count(), mma_before);
+  for (ScheduleChoice other : {ScheduleChoice{Schedule::Reverse, 0}, ScheduleChoice{Schedule::Shuffle, 5}}) {
+    const auto got = run(other);
+    EXPECT_EQ(0, std::memcmp(got.data(), in_order.data(), got.size() * sizeof(float)));
+  }
 }
 
 // head_dim 256: the dK/dV pass needs more than 48 KiB of shared memory, which the simulation
