@@ -8,7 +8,9 @@
 //
 // Two kernels (attention.cuh's launchers pick by the card): the scalar f32 kernels on a Turing card
 // (simulated compute capability 7.5) and for head dims that are not multiples of 16; the
-// tensor-core kernels (attention_tc.cuh) from 8.0 on. The scalar path is checked at f32 tolerance
+// tensor-core kernels from 8.0 on (attention_fa2.cuh's register-resident forward up to d = 128 and
+// dK/dV up to d = 64, attention_tc.cuh's wmma kernels for the rest; the mma and wmma counters say
+// which ran). The scalar path is checked at f32 tolerance
 // in f32 storage. The tensor-core path rounds the products' inputs (Q, K, V, dO, P, dS) to bf16:
 // relative error 2^-9 per input, so a score or an output element moves by up to ~2^-8 of the sum
 // of |terms| it adds, and the sums over a long sample's keys (dK, dV) accumulate it; it is checked
@@ -75,7 +77,13 @@ void check_attention(const Case& c, Card card = kTuring) {
   const auto qd = test::as<T>(q), kd = test::as<T>(k), vd = test::as<T>(v), doutd = test::as<T>(dout);
   auto o = nan_filled<T>(nq);
   std::vector<float> lse(nlse, NAN);
+  const uint64_t wmma_before_forward = wmma_mma_count(), mma_before_forward = mma_m16n8k16_count();
   attention_forward<T>(qd.data(), kd.data(), vd.data(), cu.data(), dims, o.data(), lse.data());
+  // The forward of the tensor-core cards: the register-resident kernel (PTX mma) up to
+  // kFa2MaxHeadDim, attention_tc.cuh's (wmma) above.
+  const bool fa2 = tensor_cores && c.head_dim <= kFa2MaxHeadDim;
+  EXPECT_EQ(mma_m16n8k16_count() > mma_before_forward, fa2) << "which forward ran: " << at;
+  EXPECT_EQ(wmma_mma_count() > wmma_before_forward, tensor_cores && !fa2) << "which forward ran: " << at;
   const auto tol = tensor_cores ? test::kBf16Tol : test::tolerance_of<T>();
   test::expect_close(test::back(o), o_ref, tol, "o " + at);
   test::expect_close(lse, lse_ref, tensor_cores ? test::kBf16Tol : test::kF32Tol, "lse " + at);  // f32 storage
@@ -93,8 +101,12 @@ void check_attention(const Case& c, Card card = kTuring) {
   const auto o_ind = test::as<T>(o_in);
   std::vector<float> delta(nlse, NAN);
   auto dq = nan_filled<T>(nq), dk = nan_filled<T>(nkv), dv = nan_filled<T>(nkv);
+  const uint64_t mma_before_backward = mma_m16n8k16_count();
   attention_backward<T>(doutd.data(), qd.data(), kd.data(), vd.data(), o_ind.data(), lse_ref.data(), cu.data(), dims,
                         delta.data(), dq.data(), dk.data(), dv.data());
+  // dK/dV in registers (PTX mma) up to kFa2BackwardMaxHeadDim on the tensor-core cards.
+  EXPECT_EQ(mma_m16n8k16_count() > mma_before_backward, tensor_cores && c.head_dim <= kFa2BackwardMaxHeadDim)
+      << "which dK/dV ran: " << at;
   test::expect_close(delta, delta_ref, tensor_cores ? test::kBf16Tol : test::kF32Tol, "delta " + at);
   test::expect_close(test::back(dq), dq_ref, tol, "dq " + at);
   test::expect_close(test::back(dk), dk_ref, tol, "dk " + at);
@@ -179,6 +191,10 @@ TEST(CudaAttention, TensorCoresMatchCpu) {
   check_attention<bf16>({kLengths, 3, 1, 64, 2.0f}, kAmpere);
   check_attention<float>({{32, 16, 64}, 2, 2, 64, 2.0f}, kAmpere);  // tile edges
   check_attention<float>({{161, 5}, 2, 1, 16, 3.0f}, kAmpere);      // 64-row forward tiles, sharp scores
+  // The register-resident forward at a head dim below its compiled width (96 of 128), a sample of
+  // three 64-row query and key tiles (the diagonal tiles' skipped products, the rescale), one
+  // ending on a tile edge.
+  check_attention<bf16>({{150, 3, 64}, 4, 2, 96, 2.0f}, kHopper);
 }
 
 // The tensor-core path is really a different computation: on f32 storage its outputs differ from
@@ -196,15 +212,46 @@ TEST(CudaAttention, TensorCoresRoundTheProductsToBf16) {
     attention_forward<float>(q.data(), k.data(), v.data(), cu.data(), dims, o.data(), nullptr);
     return o;
   };
-  const uint64_t mma_before = wmma_mma_count();
+  const uint64_t mma_before = mma_m16n8k16_count();
   const auto scalar = run(kTuring);
-  EXPECT_EQ(wmma_mma_count(), mma_before);
+  EXPECT_EQ(mma_m16n8k16_count(), mma_before);
   const auto tensor = run(kAmpere);
-  EXPECT_GT(wmma_mma_count(), mma_before);
+  EXPECT_GT(mma_m16n8k16_count(), mma_before);
   double max_diff = 0;
   for (size_t i = 0; i < nq; ++i) max_diff = std::max(max_diff, std::abs(double(scalar[i]) - tensor[i]));
   EXPECT_GT(max_diff, 1e-4);  // not the f32 kernel: f32 rounding differences stay below 1e-6 here
   EXPECT_LT(max_diff, 2e-2);  // bf16 inputs: 2^-9 relative each
+}
+
+// The register-resident kernels (forward, dK/dV) give bit-identical results whatever order the
+// threads and blocks run in: every sum has a fixed order and every output one writer (a race on
+// the staged K/V or Q/dO tiles, or a reduction depending on lane timing, would change bits here).
+TEST(CudaAttention, RegisterKernelsAreBitIdenticalUnderEverySchedule) {
+  bp::test::SimulatedComputeCapability cc(kAmpere.major, kAmpere.minor);
+  const std::vector<int32_t> cu{0, 70, 103};
+  const cpu::AttentionDims dims{103, 2, 4, 2, 64};
+  const size_t nq = size_t{103} * 4 * 64, nkv = size_t{103} * 2 * 64, nlse = size_t{103} * 4;
+  const auto q = test::random_floats(nq, 11, -2.0f, 2.0f), k = test::random_floats(nkv, 12, -2.0f, 2.0f),
+             v = test::random_floats(nkv, 13), dout = test::random_floats(nq, 14);
+  auto run = [&](ScheduleChoice schedule) {
+    const ScheduleChoice saved = set_schedule(schedule);
+    std::vector<float> o(nq, NAN), lse(nlse, NAN), delta(nlse, NAN), dq(nq, NAN), dk(nkv, NAN), dv(nkv, NAN);
+    attention_forward<float>(q.data(), k.data(), v.data(), cu.data(), dims, o.data(), lse.data());
+    attention_backward<float>(dout.data(), q.data(), k.data(), v.data(), o.data(), lse.data(), cu.data(), dims,
+                              delta.data(), dq.data(), dk.data(), dv.data());
+    set_schedule(saved);
+    o.insert(o.end(), lse.begin(), lse.end());
+    o.insert(o.end(), dk.begin(), dk.end());
+    o.insert(o.end(), dv.begin(), dv.end());
+    return o;
+  };
+  const uint64_t mma_before = mma_m16n8k16_count();
+  const auto in_order = run({Schedule::Forward, 0});
+  EXPECT_GT(mma_m16n8k16_count(), mma_before);
+  for (ScheduleChoice other : {ScheduleChoice{Schedule::Reverse, 0}, ScheduleChoice{Schedule::Shuffle, 5}}) {
+    const auto got = run(other);
+    EXPECT_EQ(0, std::memcmp(got.data(), in_order.data(), got.size() * sizeof(float)));
+  }
 }
 
 // head_dim 256: the dK/dV pass needs more than 48 KiB of shared memory, which the simulation

@@ -11,8 +11,12 @@
 //   (compute capability 7.5) and for head dims that are not multiples of 16;
 // - the tensor-core kernels (attention_tc.cuh) from compute capability 8.0 on: the same blocks and
 //   walks, each tile product on wmma bf16 fragments with f32 accumulation, so Q, K, V, dO, P and dS
-//   are rounded to bf16 inside the kernel (in f32 storage too); softmax, lse, delta stay f32.
-// Both run on the CPU simulation (sim/cuda_sim.h, sim/sim_wmma.h); tests/cuda runs each.
+//   are rounded to bf16 inside the kernel (in f32 storage too); softmax, lse, delta stay f32. Their
+//   forward gives way to attention_fa2.cuh's up to head dim kFa2MaxHeadDim (128), their dK/dV up
+//   to kFa2BackwardMaxHeadDim (64): the same numerics, with scores, softmax and the accumulators
+//   in registers (PTX mma, 64-row tiles). dQ stays on wmma.
+// All run on the CPU simulation (sim/cuda_sim.h, sim/sim_wmma.h, sim/sim_mma.h); tests/cuda runs
+// each.
 //
 // Flash-attention tiling (FlashAttention-2 math): shared-memory tiles of B rows, nothing [T × T]
 // anywhere. The rest of this comment describes the scalar kernels (attention_tc.cuh gives its
@@ -399,6 +403,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
 }  // namespace bp::BP_CUDA_NS
 
 #include "backend/cuda/attention_tc.cuh"  // the tensor-core kernels, beside the scalar ones above
+// after attention_tc.cuh (its shared-memory macro): the register-resident forward
+#include "backend/cuda/attention_fa2.cuh"
 
 namespace bp::BP_CUDA_NS {
 
@@ -452,9 +458,20 @@ void attention_forward(const T* q, const T* k, const T* v, const int32_t* cu_seq
                        float* lse, cudaStream_t stream = nullptr) {
   if (dims.tokens == 0 || dims.n_heads == 0) return;
   const bool tensor_cores = attention_uses_tensor_cores(dims.head_dim);
-  const AttentionLaunch L = attention_launch(AttentionPass::Forward, dims, tensor_cores);
   const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
   const int group = dims.n_heads / dims.n_kv_heads;
+  if (tensor_cores && dims.head_dim <= kFa2MaxHeadDim) {  // attention_fa2.cuh; wider heads: below
+    const auto kernel =
+        dims.head_dim <= 64 ? attention_forward_fa2_kernel<T, 64> : attention_forward_fa2_kernel<T, 128>;
+    const size_t bytes = attention_fa2_shared_bytes(dims.head_dim);
+    const dim3 grid(static_cast<unsigned>(attention_tile_bound(dims.tokens, dims.n_samples, kFa2Rows)),
+                    static_cast<unsigned>(dims.n_heads));
+    if (!allow_attention_shared(kernel, bytes)) return;
+    BP_LAUNCH(grid, kAttentionThreads, bytes, stream, kernel)
+    (q, k, v, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, dims.head_dim, scale, o, lse);
+    return;
+  }
+  const AttentionLaunch L = attention_launch(AttentionPass::Forward, dims, tensor_cores);
   const auto kernel = tensor_cores ? attention_forward_tc_kernel<T> : attention_forward_kernel<T>;
   if (!allow_attention_shared(kernel, L.shared_bytes)) return;
   BP_LAUNCH(L.grid, kAttentionThreads, L.shared_bytes, stream, kernel)
@@ -474,11 +491,21 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
   BP_LAUNCH(blocks_for(delta_rows, kAttentionThreads / 32), kAttentionThreads, 0, stream, attention_delta_kernel<T>)
   (dout, o, dims.tokens, dims.n_heads, d, delta, tensor_cores);
 
-  const AttentionLaunch Lkv = attention_launch(AttentionPass::GradKV, dims, tensor_cores);
-  const auto dkdv_kernel = tensor_cores ? attention_backward_dkdv_tc_kernel<T> : attention_backward_dkdv_kernel<T>;
-  if (!allow_attention_shared(dkdv_kernel, Lkv.shared_bytes)) return;
-  BP_LAUNCH(Lkv.grid, kAttentionThreads, Lkv.shared_bytes, stream, dkdv_kernel)
-  (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lkv.rows, scale, dk, dv);
+  if (tensor_cores && d <= kFa2BackwardMaxHeadDim) {  // attention_fa2.cuh; wider heads: below
+    const size_t bytes = attention_fa2_dkdv_shared_bytes(d);
+    const dim3 grid(static_cast<unsigned>(attention_tile_bound(dims.tokens, dims.n_samples, kFa2Rows)),
+                    static_cast<unsigned>(dims.n_kv_heads));
+    if (!allow_attention_shared(attention_backward_dkdv_fa2_kernel<T, 64>, bytes)) return;
+    BP_LAUNCH(grid, kAttentionThreads, bytes, stream, attention_backward_dkdv_fa2_kernel<T, 64>)
+    (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, scale, dk, dv);
+  } else {
+    const AttentionLaunch Lkv = attention_launch(AttentionPass::GradKV, dims, tensor_cores);
+    const auto dkdv_kernel = tensor_cores ? attention_backward_dkdv_tc_kernel<T> : attention_backward_dkdv_kernel<T>;
+    if (!allow_attention_shared(dkdv_kernel, Lkv.shared_bytes)) return;
+    BP_LAUNCH(Lkv.grid, kAttentionThreads, Lkv.shared_bytes, stream, dkdv_kernel)
+    (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lkv.rows, scale, dk,
+     dv);
+  }
 
   const AttentionLaunch Lq = attention_launch(AttentionPass::GradQ, dims, tensor_cores);
   const auto dq_kernel = tensor_cores ? attention_backward_dq_tc_kernel<T> : attention_backward_dq_kernel<T>;

@@ -1,5 +1,8 @@
 // Tensor-core variant of the CUDA attention kernels (attention.cuh: contract, layouts, tiling,
-// determinism), for cards of compute capability >= 8.0 and head dims that are multiples of 16.
+// determinism), for cards of compute capability >= 8.0 and head dims that are multiples of 16. The
+// forward here runs only above kFa2MaxHeadDim (d = 256) and the dK/dV kernel only above
+// kFa2BackwardMaxHeadDim (64): attention_fa2.cuh's register-resident kernels take the head dims up
+// to them. The dQ kernel runs for every head dim.
 // Included by attention.cuh only, between its kernels and its launchers (which pick these kernels
 // by attention_uses_tensor_cores): it uses that file's tile walk and AttentionPass.
 //
