@@ -14,6 +14,7 @@
 
 #include "backend/cuda/device_workspace.h"
 #include "backend/cuda/sim/gemm_sim.h"
+#include "model/held_weights.h"
 #include "op_parity.h"
 #include "ops/dispatch.h"
 #include "ops/held_range.h"
@@ -161,6 +162,17 @@ TEST(CudaF16Range, WorkspaceOfTheF32PanelsIsWhatThePlanCounts) {
             static_cast<size_t>(kT * out) * 4 + cuda_workspace::held_gemm_f32_panel_bytes(out, kIn));
   EXPECT_EQ(scratch_of(card, [&] { linear_backward(dy, x, W, nullptr, nullptr, LinearGrads{&dx}); }),
             cuda_workspace::held_gemm_f32_panel_bytes(out, kIn));
+}
+
+// The start event's line (model/held_weights.h): the count and the first three names.
+TEST(CudaF16Range, TheStartEventNamesTheWeightsThatFellBack) {
+  const std::string one = describe_f16_fallback({"model.layers.0.mlp.down_proj.weight"});
+  EXPECT_NE(one.find("1 frozen weight hold"), std::string::npos) << one;
+  EXPECT_NE(one.find("model.layers.0.mlp.down_proj.weight"), std::string::npos) << one;
+  const std::string five = describe_f16_fallback({"a", "b", "c", "d", "e"});
+  EXPECT_NE(five.find("5 frozen weights"), std::string::npos) << five;
+  EXPECT_NE(five.find("a, b, c and 2 more"), std::string::npos) << five;
+  EXPECT_NE(five.find("f32 GEMMs"), std::string::npos) << five;
 }
 
 }  // namespace
