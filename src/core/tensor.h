@@ -92,6 +92,10 @@ class Tensor {
   void* kernel_raw() const { return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr; }
   template <class T>
   T* kernel_data() const;
+  // Names this tensor's memory for as long as it lives: expires when the storage is freed, so a
+  // cache of facts about contents that are never written (a frozen weight's range:
+  // ops/held_range.cpp) cannot mistake a new tensor at a reused address for an old one.
+  std::weak_ptr<const void> storage_token() const { return storage_; }
 
   // Views (share storage).
   Tensor rows(int64_t begin, int64_t end) const;  // slice of the first dimension

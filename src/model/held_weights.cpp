@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/held_range.h"
 
 namespace bp {
 
@@ -53,6 +54,26 @@ size_t held_weight_bytes(const ModelConfig& cfg, DType base) {
     bytes += dtype_bytes(t, shape.numel());
   }
   return bytes;
+}
+
+std::vector<std::string> frozen_weights_outside_f16(const ModelWeights& w) {
+  std::vector<std::string> names;
+  for (const auto& [role, layer] : model_roles(w.config))
+    if (role_is_held(role) && role != WeightRole::Embed && role != WeightRole::LmHead &&
+        ops::held_outside_f16(weight_ref(w, role, layer)))
+      names.push_back(hf_name(role, layer));
+  return names;
+}
+
+std::string describe_f16_fallback(const std::vector<std::string>& names) {
+  constexpr size_t kNamed = 3;
+  std::string list;
+  for (size_t i = 0; i < std::min(names.size(), kNamed); ++i) list += (i ? ", " : "") + names[i];
+  if (names.size() > kNamed) list += fmt::format(" and {} more", names.size() - kNamed);
+  return fmt::format(
+      "{} frozen weight{} hold values beyond f16's range (|w| >= 65520) and take f32 GEMMs "
+      "(exact, slower) instead of this card's f16 ones: {}",
+      names.size(), names.size() == 1 ? "" : "s", list);
 }
 
 size_t resident_weight_bytes(const ModelWeights& w) {

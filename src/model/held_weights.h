@@ -45,6 +45,14 @@ size_t resident_weight_bytes(const ModelWeights& w);
 // order: "q4_k (held as q5_0, q4_K)", "auto → f32", "auto → q4_K, q6_K" (a GGUF base), "f32".
 std::string describe_held_weights(const ModelWeights& w, std::string_view requested);
 
+// The HF names of the frozen layer projections that hold a value f16 cannot (|w| >= 65520) on a
+// card whose GEMMs against frozen weights take f16 (compute capability 7.5): their GEMMs take f32
+// panels (ops/held_range.h; the check runs once per weight and is cached). Empty on any other device.
+// The embedding and LM head are not listed: their lookup and the fused loss read them in f32.
+std::vector<std::string> frozen_weights_outside_f16(const ModelWeights& w);
+// The one line the training start says about them: their count and the first few names.
+std::string describe_f16_fallback(const std::vector<std::string>& names);
+
 // `t` (any float dtype, possibly a view of a mapped file) converted to `held` row by row (quantized
 // on load): always a copy from the CPU allocator.
 Tensor hold_weight(const Tensor& t, DType held);

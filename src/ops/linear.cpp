@@ -9,6 +9,7 @@
 //   dA += (s·g·B)ᵀ·xd                      (+=)
 #include "ops/linear.h"
 
+#include "ops/held_range.h"
 #include "ops/op_checks.h"
 
 namespace bp {
@@ -57,7 +58,7 @@ void base_forward(const Tensor& x, const Tensor& W, const Tensor* bias, Tensor& 
                                         out);
     return;
   }
-  ops::kernels(x).held_gemm_xwt(x.kernel_data<float>(), ops::held_matrix(W), 0.0f, y.kernel_data<float>(), T);
+  ops::kernels(x).held_gemm_xwt(x.kernel_data<float>(), ops::held_gemm_matrix(W), 0.0f, y.kernel_data<float>(), T);
   if (bias) ops::kernels(x).add_bias_inplace(y.kernel_data<float>(), bias->kernel_data<float>(), T, out);
 }
 
@@ -163,7 +164,7 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const L
   if (grads.dx && W.dtype() == DType::F32)
     ops::kernels(x).linear_dx(g, W.kernel_data<float>(), grads.dx->kernel_data<float>(), T, in, out);
   if (grads.dx && W.dtype() != DType::F32)
-    ops::kernels(x).held_gemm_xw(g, ops::held_matrix(W), grads.dx->kernel_data<float>(), T);
+    ops::kernels(x).held_gemm_xw(g, ops::held_gemm_matrix(W), grads.dx->kernel_data<float>(), T);
   if (grads.dW)
     ops::kernels(x).linear_dW_accumulate(g, x.kernel_data<float>(), grads.dW->kernel_data<float>(), T, in, out);
   if (lora && T > 0 && (grads.dx || grads.dA || grads.dB)) lora_backward(g, x, *lora, saved, grads, T, in, out, r);

@@ -92,15 +92,19 @@ struct DeviceScratch {
   DType held = DType::F32;  // frozen matrices (LoRA over a bf16, f16, q8_0, q4_K, ... base; f32 otherwise)
   DType head = DType::F32;  // the LM head as held
   bool f16 = false;         // the card's GEMMs against frozen weights take f16 (compute capability 7.5)
+  bool f32_panels = false;  // some frozen matrix lies outside f16's range: its GEMMs take f32 panels
 
   // What one GEMM of x [T, in] with the frozen weight [out, in] holds besides its operands
   // (backend/cuda/device_workspace.h): the activation operand rounded to bf16 or f16 (x [T, in]
   // forward, dy [T, out] for dx) and, for f16 and block types (bf16 too on an f16 card), the
-  // weight's 16-bit panel.
+  // weight's 16-bit panel. When some frozen matrix takes f32 panels (which ones is not modelled),
+  // every GEMM counts the larger of the two paths.
   size_t linear_gemm(int64_t T, int64_t in, int64_t out, bool dx) const {
     if (!cuda) return 0;
-    return cuda_workspace::held_gemm_operand_bytes(held, T, dx ? out : in, f16) +
-           cuda_workspace::held_gemm_panel_bytes(held, out, in, f16);
+    const size_t narrow = cuda_workspace::held_gemm_operand_bytes(held, T, dx ? out : in, f16) +
+                          cuda_workspace::held_gemm_panel_bytes(held, out, in, f16);
+    if (!f32_panels || held == DType::F32) return narrow;
+    return std::max(narrow, cuda_workspace::held_gemm_f32_panel_bytes(out, in));
   }
   // linear_cross_entropy's workspace (the device kernel walks whole windows of min(chunk, T) rows:
   // the label windows do not shrink it). An f32 head, or a bf16 one on a bf16 card:
@@ -368,6 +372,7 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
   m.device.held = lora ? s.base_dtype : DType::F32;
   m.device.head = lora ? s.head_dtype : DType::F32;
   m.device.f16 = m.device.cuda && ops::cuda_frozen_gemms_in_f16();
+  m.device.f32_panels = m.device.f16 && s.frozen_f32_panels;
   if (m.device.cuda) return m;  // attention tiles live in shared memory on the device
   const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
   // Attention scratch (ops/attention.h), bounded by one sample spanning the micro-batch.

@@ -56,6 +56,9 @@ struct MemorySettings {
   // How the LM head (or the tied embedding) is held: on CUDA its type picks the fused loss's
   // workspace (backend/cuda/device_workspace.h).
   DType head_dtype = DType::F32;
+  // On an f16 card: some frozen matrix has values outside f16's range, so its GEMMs take f32
+  // panels (ops/held_range.h; the trainer checks at upload).
+  bool frozen_f32_panels = false;
   size_t weights_bytes = 0;
   // Where the step runs: on CUDA the kernels' own device workspace is counted (memory_plan.cpp
   // DeviceScratch) and the CPU's per-thread attention scratch is not.

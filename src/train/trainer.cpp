@@ -287,6 +287,8 @@ void Trainer::State::build_model() {
     }
     model->allocate_grads();  // full mode: the gradients beside the weights
     event("info", fmt::format("training on {} ({})", device.name(), ops::cuda_compute_description(frozen_narrow)));
+    if (const auto wide = frozen_weights_outside_f16(model->weights()); !wide.empty())  // f16 cards only
+      event("warn", describe_f16_fallback(wide));
   }
   if (o.mode == TrainMode::Lora) {
     adapter = std::make_unique<LoraAdapter>(init_lora(model->config(), o.lora, o.seed));

@@ -2,6 +2,7 @@
 #include "backend/cpu/quant_gemm.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/gemm.h"
@@ -152,6 +153,22 @@ void held_gemm_xw(const float* X, const HeldMatrix& W, float* C, int64_t M) {
             C + m0 * K + k0, K);
     }
   }
+}
+
+float held_abs_max(const HeldMatrix& W) {
+  std::vector<float> row(static_cast<size_t>(W.cols));
+  uint32_t max_bits = 0;  // of |w|: non-negative f32 bit patterns order as the values (NaN above Inf)
+  for (int64_t r = 0; r < W.rows; ++r) {
+    dequantize_span(W.type, row_ptr(W, r), row.data(), W.cols);
+    for (float v : row) {
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      max_bits = std::max(max_bits, u & 0x7fffffffu);
+    }
+  }
+  float m;
+  std::memcpy(&m, &max_bits, 4);
+  return m;
 }
 
 void embedding_forward_held(const int32_t* ids, const HeldMatrix& table, float* y, int64_t T) {

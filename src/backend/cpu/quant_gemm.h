@@ -29,6 +29,9 @@ struct HeldMatrix {
   DType type = DType::F32;
   int64_t rows = 0;
   int64_t cols = 0;
+  // Some value lies outside the range of the device's 16-bit GEMM type (ops/held_range.h): the
+  // CUDA GEMMs read it through f32 panels instead of f16 ones. The CPU reads every weight in f32.
+  bool f32_panels = false;
 };
 
 // Tile budget per task, in floats (512 KiB: the tile stays in L2 while sgemm packs it).
@@ -47,6 +50,9 @@ HeldSplit held_xw_split(int64_t M, int64_t N, int64_t K, DType type);
 void held_gemm_xwt(const float* X, const HeldMatrix& W, float beta, float* C, int64_t M);
 // C[M, W.cols] = X[M, W.rows]·W, overwritten (ldc = W.cols).
 void held_gemm_xw(const float* X, const HeldMatrix& W, float* C, int64_t M);
+// max |w| over the dequantized values of W (Inf or NaN when it holds one): the reference of the
+// CUDA reduction that decides whether W fits f16 (ops/held_range.h).
+float held_abs_max(const HeldMatrix& W);
 // y[t, :] = row ids[t] of `table` as f32 (ids already range-checked).
 void embedding_forward_held(const int32_t* ids, const HeldMatrix& table, float* y, int64_t T);
 

@@ -81,6 +81,9 @@ template <class Out>
 bool dequantize_gather_rows(DType type, const void* src, int64_t cols, const int32_t* ids, int64_t n_rows, Out* dst,
                             cudaStream_t stream);
 
+template <class Bits>
+bool held_abs_max_bits(DType type, const void* src, int64_t n_rows, int64_t cols, Bits* result, cudaStream_t stream);
+
 // gemm.cuh (cublaslt_gemm.cpp)
 void gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C, void* workspace, size_t workspace_bytes,
           cudaStream_t stream);

@@ -4,6 +4,7 @@
 // (the loader guarantees it), so block b of the matrix starts at byte b·block_bytes.
 //   dequantize_rows<Out>:        rows [row0, row0 + n) into dst [n, cols]   (a GEMM's panel)
 //   dequantize_gather_rows<Out>: rows ids[0..n) into dst [n, cols]          (an embedding lookup)
+//   held_abs_max_bits:           max |v| over the whole matrix, as f32 bits   (f16 range check)
 // Out is float, bf16 or f16 (the GEMM's panel type). Types: f32, bf16, f16 and ggml's q8_0, q4_0, q5_0,
 // q5_1, q4_K, q5_K, q6_K (every type load_model can hold). One thread per output element in a
 // grid-stride loop; each thread decodes its value from its block's bytes (scales included), so no
@@ -13,6 +14,8 @@
 // values, bf16 and f16 output is their round-to-nearest-even.
 // Compiled by nvcc through dequant.cu, and as host C++ on the CPU simulation in tests/cuda.
 #pragma once
+
+#include <type_traits>
 
 #include "backend/cuda/cuda_compat.cuh"
 #include "backend/cuda/dequant_types.h"
@@ -112,8 +115,58 @@ __global__ void dequantize_rows_kernel(const uint8_t* src, const int32_t* ids, i
   }
 }
 
+// *result = max over the dequantized elements of rows [0, n_rows) of the bits of |v| (non-negative
+// f32 bit patterns order as the values do; Inf and NaN above every finite value); *result starts
+// at 0. The values are dq_element's, so the maximum is the CPU's dequantized maximum, bit for bit.
+template <DType kType>
+__global__ void held_abs_max_bits_kernel(const uint8_t* src, int64_t n_rows, int64_t cols, int64_t block_size,
+                                         int64_t block_bytes, int* result) {
+  const int64_t n = n_rows * cols, row_bytes = cols / block_size * block_bytes;
+  int m = 0;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / cols, c = e % cols;
+    const float v =
+        dq_element<kType>(src + r * row_bytes + c / block_size * block_bytes, static_cast<int>(c % block_size));
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    const int a = static_cast<int>(u & 0x7fffffffu);
+    m = a > m ? a : m;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const int other = __shfl_xor_sync(0xffffffffu, m, offset);
+    m = other > m ? other : m;
+  }
+  if (threadIdx.x % 32 == 0 && m > 0) atomicMax(result, m);
+}
+
 // Whether dequantize_rows/dequantize_gather_rows read held type t (host; dequant_types.h).
 using cuda_dequant::dequantize_supported;
+
+template <DType kType>
+void launch_held_abs_max(const void* src, int64_t n_rows, int64_t cols, int* result, cudaStream_t stream) {
+  const auto bs = dtype_block_size(kType);
+  const auto bb = static_cast<int64_t>(dtype_block_bytes(kType));
+  BP_LAUNCH(elementwise_blocks(n_rows * cols), 256, 0, stream, held_abs_max_bits_kernel<kType>)
+  (static_cast<const uint8_t*>(src), n_rows, cols, bs, bb, result);
+}
+
+// f(std::integral_constant<DType, type>{}) for a type dequantize_supported says (the caller checked).
+template <class F>
+void with_held_type(DType type, F&& f) {
+  switch (type) {
+    case DType::F32: return f(std::integral_constant<DType, DType::F32>{});
+    case DType::BF16: return f(std::integral_constant<DType, DType::BF16>{});
+    case DType::F16: return f(std::integral_constant<DType, DType::F16>{});
+    case DType::Q8_0: return f(std::integral_constant<DType, DType::Q8_0>{});
+    case DType::Q4_0: return f(std::integral_constant<DType, DType::Q4_0>{});
+    case DType::Q5_0: return f(std::integral_constant<DType, DType::Q5_0>{});
+    case DType::Q5_1: return f(std::integral_constant<DType, DType::Q5_1>{});
+    case DType::Q4_K: return f(std::integral_constant<DType, DType::Q4_K>{});
+    case DType::Q5_K: return f(std::integral_constant<DType, DType::Q5_K>{});
+    default: return f(std::integral_constant<DType, DType::Q6_K>{});
+  }
+}
 
 template <class Out, DType kType>
 void launch_dequantize(const void* src, const int32_t* ids, int64_t row0, int64_t n_rows, int64_t cols, Out* dst,
@@ -131,18 +184,22 @@ bool dequantize_rows_any(DType type, const void* src, const int32_t* ids, int64_
                          Out* dst, cudaStream_t stream) {
   if (!dequantize_supported(type)) return false;
   if (n_rows <= 0 || cols <= 0) return true;
-  switch (type) {
-    case DType::F32: launch_dequantize<Out, DType::F32>(src, ids, row0, n_rows, cols, dst, stream); break;
-    case DType::BF16: launch_dequantize<Out, DType::BF16>(src, ids, row0, n_rows, cols, dst, stream); break;
-    case DType::F16: launch_dequantize<Out, DType::F16>(src, ids, row0, n_rows, cols, dst, stream); break;
-    case DType::Q8_0: launch_dequantize<Out, DType::Q8_0>(src, ids, row0, n_rows, cols, dst, stream); break;
-    case DType::Q4_0: launch_dequantize<Out, DType::Q4_0>(src, ids, row0, n_rows, cols, dst, stream); break;
-    case DType::Q5_0: launch_dequantize<Out, DType::Q5_0>(src, ids, row0, n_rows, cols, dst, stream); break;
-    case DType::Q5_1: launch_dequantize<Out, DType::Q5_1>(src, ids, row0, n_rows, cols, dst, stream); break;
-    case DType::Q4_K: launch_dequantize<Out, DType::Q4_K>(src, ids, row0, n_rows, cols, dst, stream); break;
-    case DType::Q5_K: launch_dequantize<Out, DType::Q5_K>(src, ids, row0, n_rows, cols, dst, stream); break;
-    default: launch_dequantize<Out, DType::Q6_K>(src, ids, row0, n_rows, cols, dst, stream); break;
-  }
+  with_held_type(
+      type, [&](auto t) { launch_dequantize<Out, decltype(t)::value>(src, ids, row0, n_rows, cols, dst, stream); });
+  return true;
+}
+
+// max |v| over the dequantized values of the held matrix src [n_rows, cols], as f32 bits, added by
+// atomicMax into *result (device memory, which the caller zeroes first): whether a frozen weight
+// fits f16's range (ops/held_range.h). Returns false, launching nothing, for a type it does not read.
+// A template (Bits = int) only so that every .cu including this file may define it.
+template <class Bits>
+bool held_abs_max_bits(DType type, const void* src, int64_t n_rows, int64_t cols, Bits* result,
+                       cudaStream_t stream = nullptr) {
+  static_assert(std::is_same_v<Bits, int>, "f32 bits in an int: atomicMax");
+  if (!dequantize_supported(type)) return false;
+  if (n_rows <= 0 || cols <= 0) return true;
+  with_held_type(type, [&](auto t) { launch_held_abs_max<decltype(t)::value>(src, n_rows, cols, result, stream); });
   return true;
 }
 

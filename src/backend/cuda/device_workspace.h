@@ -80,6 +80,13 @@ inline size_t held_gemm_panel_bytes(DType held, int64_t rows, int64_t cols, bool
   return static_cast<size_t>(held_panel_rows(rows, cols) * cols) * 2;
 }
 
+// A GEMM against a held weight [rows, cols] with a value outside f16's range on an f16 card
+// (HeldMatrix::f32_panels, ops/held_range.h): an f32 GEMM over one reused f32 panel of at most
+// kHeldTileFloats values, and no 16-bit copy of the activation operand (read as it is).
+inline size_t held_gemm_f32_panel_bytes(int64_t rows, int64_t cols) {
+  return static_cast<size_t>(held_panel_rows(rows, cols) * cols) * sizeof(float);
+}
+
 // The fused LM head + loss over x [T, D] and a head [V, D] held as `head` (f32 or bf16), in
 // windows of c = min(chunk, T) rows: logits [c, V] f32, their gradient [c, V] in the GEMMs' input
 // type, the row losses [c] f32 and their double total, 8-byte aligned (cross_entropy_workspace_bytes

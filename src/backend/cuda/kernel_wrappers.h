@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -190,6 +191,20 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
                                              gemm::DType::F32)),
                P, xt, C);
     });
+  }
+  // max |w| over W's dequantized values: one reduction on the card (dequant.cuh held_abs_max_bits:
+  // no panel, no f32 copy) and one 4-byte copy back; made once per frozen weight (ops/held_range.h).
+  static float held_abs_max(const cpu::HeldMatrix& W) {
+    if (!::bp::BP_WRAP_NS::dequantize_supported(W.type)) held_type_unavailable("held_abs_max", W.type);
+    DeviceBuffer bits(sizeof(int));
+    check_cuda(cudaMemset(bits.as<int>(), 0, sizeof(int)), "cudaMemset(held_abs_max)");
+    ::bp::BP_WRAP_NS::held_abs_max_bits(W.type, W.data, W.rows, W.cols, bits.as<int>(), nullptr);
+    check_launch("held_abs_max");
+    int host_bits = 0;
+    check_cuda(cudaMemcpy(&host_bits, bits.as<int>(), sizeof(int), cudaMemcpyDeviceToHost), "cudaMemcpy(held_abs_max)");
+    float m;
+    memcpy(&m, &host_bits, sizeof(float));
+    return m;
   }
   static void embedding_forward_held(const int32_t* ids, const cpu::HeldMatrix& table, float* y, int64_t T) {
     const int64_t D = table.cols;
@@ -446,22 +461,26 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   //   any other held type (dequant.cuh): per panel of at most kHeldTileFloats values (at least
   //   one row), each dequantized to the card's narrow type (bf16, or f16 on a Turing card) into
   //   one reused workspace buffer, fn called per panel with that type. Others are refused.
-  //   Frozen weights are not scaled into f16: trained LLM weights lie far inside its range.
+  //   Frozen weights are not scaled into f16 (trained LLM weights lie far inside its range); a weight
+  //   the ops layer found outside it (W.f32_panels: some |w| >= 65520, which f16 rounds to Inf;
+  //   ops/held_range.h) is dequantized to f32 panels instead and its GEMMs are f32: exact, slower.
   template <class Fn>
   static void for_each_weight_panel(const cpu::HeldMatrix& W, const char* kernel, Fn&& fn) {
     if (W.type == DType::F32) return fn(int64_t{0}, W.rows, W.data, gemm::DType::F32);
-    const gemm::DType narrow = narrow_gemm_type();
-    if (cuda_workspace::read_as_stored(W.type, narrow == gemm::DType::F16))
+    const gemm::DType narrow = W.f32_panels ? gemm::DType::F32 : narrow_gemm_type();
+    if (!W.f32_panels && cuda_workspace::read_as_stored(W.type, narrow == gemm::DType::F16))
       return fn(int64_t{0}, W.rows, W.data, gemm::DType::BF16);
     if (!::bp::BP_WRAP_NS::dequantize_supported(W.type)) held_type_unavailable(kernel, W.type);
     const int64_t rows = cuda_workspace::held_panel_rows(W.rows, W.cols);
-    DeviceBuffer panel(static_cast<size_t>(rows * W.cols) * 2);
+    DeviceBuffer panel(static_cast<size_t>(rows * W.cols) * gemm::dtype_bytes(narrow));
     for (int64_t n0 = 0; n0 < W.rows; n0 += rows) {
       const int64_t nb = std::min(rows, W.rows - n0);
       if (narrow == gemm::DType::BF16)
         ::bp::BP_WRAP_NS::dequantize_rows<bf16>(W.type, W.data, W.cols, n0, nb, panel.as<bf16>(), nullptr);
-      else
+      else if (narrow == gemm::DType::F16)
         ::bp::BP_WRAP_NS::dequantize_rows<f16>(W.type, W.data, W.cols, n0, nb, panel.as<f16>(), nullptr);
+      else
+        ::bp::BP_WRAP_NS::dequantize_rows<float>(W.type, W.data, W.cols, n0, nb, panel.as<float>(), nullptr);
       check_launch("held weight dequantize");
       fn(n0, nb, static_cast<const void*>(panel.as<char>()), narrow);
     }
