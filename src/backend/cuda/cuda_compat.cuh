@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 namespace bp::BP_CUDA_NS {
 
@@ -66,6 +67,22 @@ __device__ __forceinline__ float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
+// |v|'s bit pattern as a non-negative int: non-negative f32 bit patterns order as the values do
+// (NaN above Inf), so an int max (atomicMax) finds the largest magnitude.
+__device__ __forceinline__ int abs_bits(float v) {
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  return static_cast<int>(u & 0x7fffffffu);
+}
+// *result = max(*result, the warp's largest m): a shuffle tree, then one atomicMax per warp.
+__device__ __forceinline__ void warp_atomic_max(int m, int* result) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const int other = __shfl_xor_sync(0xffffffffu, m, offset);
+    m = other > m ? other : m;
+  }
+  if (threadIdx.x % 32 == 0 && m > 0) atomicMax(result, m);
+}
+
 __device__ __forceinline__ float warp_max(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;

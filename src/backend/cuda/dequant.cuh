@@ -126,18 +126,11 @@ __global__ void held_abs_max_bits_kernel(const uint8_t* src, int64_t n_rows, int
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = e / cols, c = e % cols;
-    const float v =
-        dq_element<kType>(src + r * row_bytes + c / block_size * block_bytes, static_cast<int>(c % block_size));
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    const int a = static_cast<int>(u & 0x7fffffffu);
+    const int a = abs_bits(
+        dq_element<kType>(src + r * row_bytes + c / block_size * block_bytes, static_cast<int>(c % block_size)));
     m = a > m ? a : m;
   }
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const int other = __shfl_xor_sync(0xffffffffu, m, offset);
-    m = other > m ? other : m;
-  }
-  if (threadIdx.x % 32 == 0 && m > 0) atomicMax(result, m);
+  warp_atomic_max(m, result);
 }
 
 // Whether dequantize_rows/dequantize_gather_rows read held type t (host; dequant_types.h).

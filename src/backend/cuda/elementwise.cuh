@@ -70,16 +70,10 @@ __global__ void abs_max_bits_kernel(const float* x, int64_t n, int* result) {
   int m = 0;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint32_t u;
-    memcpy(&u, x + i, 4);
-    const int a = static_cast<int>(u & 0x7fffffffu);
+    const int a = abs_bits(x[i]);
     m = a > m ? a : m;
   }
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const int other = __shfl_xor_sync(0xffffffffu, m, offset);
-    m = other > m ? other : m;
-  }
-  if (threadIdx.x % 32 == 0 && m > 0) atomicMax(result, m);
+  warp_atomic_max(m, result);
 }
 
 __global__ void f32_to_f16_scaled_kernel(const float* src, f16* dst, int64_t n, const gemm::F16OperandScale* s) {
