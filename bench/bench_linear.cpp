@@ -182,7 +182,7 @@ void BM_held_dx(benchmark::State& state) {
       bp::cpu::sgemm(false, false, p.T, p.in, p.out, 1.0f, p.dy.data<float>(), p.out, p.W.data<float>(), p.in, 0.0f,
                      dx.data<float>(), p.in);
     else
-      bp::cpu::held_gemm_xw(p.dy.data<float>(), p.held, dx.data<float>(), p.T);
+      bp::cpu::held_gemm_xw(p.dy.data<float>(), p.held, 0.0f, dx.data<float>(), p.T);
     benchmark::DoNotOptimize(dx.raw());
   }
   set_gflops(state, 2.0 * p.T * p.in * p.out);

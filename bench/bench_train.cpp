@@ -297,10 +297,11 @@ struct LayerRun {
     auto l = lw(r);
     return TIMED("linear+lora fwd", bp::linear_forward(in, W, bias, &l, &saved[static_cast<size_t>(r)]));
   }
-  void lin_back(int r, const Tensor& dy, const Tensor& in, const Tensor& W, Tensor& dx) {
+  void lin_back(int r, const Tensor& dy, const Tensor& in, const Tensor& W, Tensor& dx, bool add_dx = false) {
     auto l = lw(r);
     bp::LinearGrads g;
     g.dx = &dx;
+    g.accumulate_dx = add_dx;
     g.dA = &grads[static_cast<size_t>(r)].dA;
     g.dB = &grads[static_cast<size_t>(r)].dB;
     TIMED("linear+lora bwd", bp::linear_backward(dy, in, W, &l, &saved[static_cast<size_t>(r)], g));
@@ -329,20 +330,18 @@ struct LayerRun {
     return out;
   }
 
-  Tensor backward(const Tensor& dout) {
+  Tensor backward(Tensor dout) {  // consumed, as Model::backward_layer does: dout's buffer becomes dh
     const int64_t T = dout.dim(0), D = c.hidden_size, F = c.intermediate_size;
     const int Hq = static_cast<int>(c.num_heads), Hkv = static_cast<int>(c.num_kv_heads);
     Tensor dm = Tensor::empty({T, F});
     lin_back(6, dout, m, w.down, dm);
     Tensor dgate = Tensor::empty({T, F}), dup = Tensor::empty({T, F});
     TIMED("swiglu bwd", bp::swiglu_backward(dm, gate, up, dgate, dup));
-    Tensor dhn = Tensor::empty({T, D}), tmp = Tensor::empty({T, D});
+    Tensor dhn = Tensor::empty({T, D});
     lin_back(4, dgate, hn, w.gate, dhn);
-    lin_back(5, dup, hn, w.up, tmp);
-    TIMED("add (residual)", bp::add_inplace(dhn, tmp));
-    Tensor dh = Tensor::empty({T, D});
-    TIMED("rms_norm bwd", bp::rms_norm_backward(dhn, h, w.post_norm, rstd2, dh, nullptr));
-    TIMED("add (residual)", bp::add_inplace(dh, dout));
+    lin_back(5, dup, hn, w.up, dhn, true);
+    Tensor dh = std::move(dout);
+    TIMED("rms_norm bwd", bp::rms_norm_backward(dhn, h, w.post_norm, rstd2, dh, nullptr, true));
     Tensor dattn = Tensor::empty({T, c.q_dim()});
     lin_back(3, dh, attn, w.o, dattn);
     Tensor dq = Tensor::empty({T, c.q_dim()}), dk = Tensor::empty({T, c.kv_dim()}), dv = Tensor::empty({T, c.kv_dim()});
@@ -352,14 +351,10 @@ struct LayerRun {
     TIMED("rope bwd", bp::rope_backward(dk, b.positions, Hkv, c.rope));
     Tensor dxn = Tensor::empty({T, D});
     lin_back(0, dq, xn, w.q, dxn);
-    lin_back(1, dk, xn, w.k, tmp);
-    TIMED("add (residual)", bp::add_inplace(dxn, tmp));
-    lin_back(2, dv, xn, w.v, tmp);
-    TIMED("add (residual)", bp::add_inplace(dxn, tmp));
-    Tensor dx = Tensor::empty({T, D});
-    TIMED("rms_norm bwd", bp::rms_norm_backward(dxn, x, w.input_norm, rstd1, dx, nullptr));
-    TIMED("add (residual)", bp::add_inplace(dx, dh));
-    return dx;
+    lin_back(1, dk, xn, w.k, dxn, true);
+    lin_back(2, dv, xn, w.v, dxn, true);
+    TIMED("rms_norm bwd", bp::rms_norm_backward(dxn, x, w.input_norm, rstd1, dh, nullptr, true));
+    return dh;
   }
 };
 
@@ -385,7 +380,7 @@ void profile(const Shape& shape, bool ckpt, int reps) {
     g_times = &layer_fwd;
     Tensor out = run.forward(x);
     g_times = &layer_bwd;
-    run.backward(out);
+    run.backward(std::move(out));
   }
   {
     g_times = &once;

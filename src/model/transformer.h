@@ -161,7 +161,8 @@ class Model {
  private:
   struct LayerActs;
   Tensor forward_layer(int64_t l, const Tensor& x, const Batch& b, bool train, uint64_t seed, LayerActs* acts);
-  Tensor backward_layer(int64_t l, const Tensor& dout, const Batch& b, uint64_t seed, LayerActs& acts);
+  // Consumes dout: its buffer is reused for the layer's dx (transformer_backward.cpp).
+  Tensor backward_layer(int64_t l, Tensor dout, const Batch& b, uint64_t seed, LayerActs& acts);
   Tensor forward_trunk(const Batch& b, bool train, uint64_t seed, std::vector<Tensor>* layer_inputs,
                        std::vector<LayerActs>* acts);
   LoraWeights lora_weights(int64_t l, LinearRole role, bool train, uint64_t seed) const;

@@ -6,7 +6,11 @@
 //   3. for l = L−1 … 0: recompute layer l keeping its activations, backpropagate through it,
 //      drop its activations and its output checkpoint.
 // Without checkpointing step 1 keeps every layer's activations and step 3 skips the recompute.
-// Activation gradients are fresh tensors (=); parameter gradients accumulate (+=).
+// Parameter gradients accumulate (+=). Activation gradients are fresh tensors, except where a
+// tensor feeds two paths: the dx of q/k/v (and of gate/up) is summed in place by the GEMMs
+// (beta = 1, LinearGrads::accumulate_dx), and each residual's gradient is the buffer the RMSNorm
+// backward adds into (accumulate_dx): a layer's incoming gradient becomes dh, dh becomes the
+// layer's dx. No temporaries and no separate additions (5 fewer launches and T×D buffers a layer).
 #include "model/transformer.h"
 #include "model/transformer_acts.h"
 #include "ops/attention.h"
@@ -24,7 +28,7 @@ Tensor* opt(Tensor& t) {
 }
 }  // namespace
 
-Tensor Model::backward_layer(int64_t l, const Tensor& dout, const Batch& b, uint64_t seed, LayerActs& a) {
+Tensor Model::backward_layer(int64_t l, Tensor dout, const Batch& b, uint64_t seed, LayerActs& a) {
   const auto& c = weights_.config;
   const auto& w = weights_.layers[static_cast<size_t>(l)];
   auto& g = grads_.layers[static_cast<size_t>(l)];
@@ -34,13 +38,15 @@ Tensor Model::backward_layer(int64_t l, const Tensor& dout, const Batch& b, uint
   const bool full = options_.mode == TrainMode::Full;
   const Device dev = device();
 
-  // Linear backward for one role: dx (=) into *dx, weight/bias/LoRA grads (+=).
-  auto lin_back = [&](LinearRole role, const Tensor& dy, const Tensor& x, const Tensor& W, Tensor* dx, Tensor* dW,
-                      Tensor* db) {
+  // Linear backward for one role: dx (= or, with add_dx, +=) into *dx, weight/bias/LoRA grads (+=).
+  constexpr bool kAssignDx = false, kAddDx = true;
+  auto lin_back = [&](LinearRole role, const Tensor& dy, const Tensor& x, const Tensor& W, Tensor* dx, bool add_dx,
+                      Tensor* dW, Tensor* db) {
     const auto r = static_cast<size_t>(role);
     LoraWeights lw = lora_weights(l, role, training_, seed);
     LinearGrads lg;
     lg.dx = dx;
+    lg.accumulate_dx = add_dx;
     lg.dW = full ? dW : nullptr;
     lg.db = full ? db : nullptr;
     if (lw.A) {
@@ -53,29 +59,28 @@ Tensor Model::backward_layer(int64_t l, const Tensor& dout, const Batch& b, uint
 
   // ---- MLP: out = h + down(swiglu(gate(hn), up(hn)))
   Tensor dm = Tensor::empty({T, F}, DType::F32, dev);
-  lin_back(LinearRole::Down, dout, a.m, w.down, &dm, &g.w.down, nullptr);
+  lin_back(LinearRole::Down, dout, a.m, w.down, &dm, kAssignDx, &g.w.down, nullptr);
   a.m = Tensor();
   Tensor dgate = Tensor::empty({T, F}, DType::F32, dev), dup = Tensor::empty({T, F}, DType::F32, dev);
   swiglu_backward(dm, a.gate, a.up, dgate, dup);
   dm = Tensor();
   a.gate = a.up = Tensor();
   Tensor dhn = Tensor::empty({T, D}, DType::F32, dev);
-  lin_back(LinearRole::Gate, dgate, a.hn, w.gate, &dhn, &g.w.gate, nullptr);
+  lin_back(LinearRole::Gate, dgate, a.hn, w.gate, &dhn, kAssignDx, &g.w.gate, nullptr);
   dgate = Tensor();
-  Tensor tmp = Tensor::empty({T, D}, DType::F32, dev);
-  lin_back(LinearRole::Up, dup, a.hn, w.up, &tmp, &g.w.up, nullptr);
+  lin_back(LinearRole::Up, dup, a.hn, w.up, &dhn, kAddDx, &g.w.up, nullptr);
   dup = Tensor();
-  add_inplace(dhn, tmp);
   a.hn = Tensor();
-  Tensor dh = Tensor::empty({T, D}, DType::F32, dev);
-  rms_norm_backward(dhn, a.h, w.post_norm, a.rstd2, dh, full ? &g.w.post_norm : nullptr);
+  // dh = dout (residual h -> out) + the post-norm's backward, added into dout's buffer: nothing
+  // reads dout after the down projection's backward.
+  Tensor dh = std::move(dout);
+  rms_norm_backward(dhn, a.h, w.post_norm, a.rstd2, dh, full ? &g.w.post_norm : nullptr, /*accumulate_dx=*/true);
   dhn = Tensor();
-  add_inplace(dh, dout);  // residual h -> out
   a.h = Tensor();
 
   // ---- attention: h = x + o(attn(rope(q), rope(k), v))
   Tensor dattn = Tensor::empty({T, Hq * d}, DType::F32, dev);
-  lin_back(LinearRole::O, dh, a.attn, w.o, &dattn, &g.w.o, nullptr);
+  lin_back(LinearRole::O, dh, a.attn, w.o, &dattn, kAssignDx, &g.w.o, nullptr);
   Tensor dq = Tensor::empty({T, Hq * d}, DType::F32, dev), dk = Tensor::empty({T, Hkv * d}, DType::F32, dev),
          dv = Tensor::empty({T, Hkv * d}, DType::F32, dev);
   AttentionShape shape{Hq, Hkv, static_cast<int>(d)};
@@ -96,20 +101,16 @@ Tensor Model::backward_layer(int64_t l, const Tensor& dout, const Batch& b, uint
     a.q_pre = a.k_pre = Tensor();
   }
   Tensor dxn = Tensor::empty({T, D}, DType::F32, dev);
-  lin_back(LinearRole::Q, dq, a.xn, w.q, &dxn, &g.w.q, opt(g.w.q_bias));
+  lin_back(LinearRole::Q, dq, a.xn, w.q, &dxn, kAssignDx, &g.w.q, opt(g.w.q_bias));
   dq = Tensor();
-  lin_back(LinearRole::K, dk, a.xn, w.k, &tmp, &g.w.k, opt(g.w.k_bias));
+  lin_back(LinearRole::K, dk, a.xn, w.k, &dxn, kAddDx, &g.w.k, opt(g.w.k_bias));
   dk = Tensor();
-  add_inplace(dxn, tmp);
-  lin_back(LinearRole::V, dv, a.xn, w.v, &tmp, &g.w.v, opt(g.w.v_bias));
+  lin_back(LinearRole::V, dv, a.xn, w.v, &dxn, kAddDx, &g.w.v, opt(g.w.v_bias));
   dv = Tensor();
-  add_inplace(dxn, tmp);
-  tmp = Tensor();
   a.xn = Tensor();
-  Tensor dx = Tensor::empty({T, D}, DType::F32, dev);
-  rms_norm_backward(dxn, a.x, w.input_norm, a.rstd1, dx, full ? &g.w.input_norm : nullptr);
-  add_inplace(dx, dh);  // residual x -> h
-  return dx;
+  // dx = dh (residual x -> h) + the input norm's backward, added into dh's buffer.
+  rms_norm_backward(dxn, a.x, w.input_norm, a.rstd1, dh, full ? &g.w.input_norm : nullptr, /*accumulate_dx=*/true);
+  return dh;
 }
 
 CrossEntropyResult Model::forward_backward(const Batch& host_batch, float grad_scale, uint64_t dropout_seed) {
@@ -153,9 +154,9 @@ CrossEntropyResult Model::forward_backward(const Batch& host_batch, float grad_s
       LayerActs a;
       forward_layer(l, inputs[li], batch, train, dropout_seed, &a);  // recompute; output dropped
       inputs[li] = Tensor();
-      dx = backward_layer(l, dx, batch, dropout_seed, a);
+      dx = backward_layer(l, std::move(dx), batch, dropout_seed, a);
     } else {
-      dx = backward_layer(l, dx, batch, dropout_seed, acts[li]);
+      dx = backward_layer(l, std::move(dx), batch, dropout_seed, acts[li]);
       acts[li] = LayerActs{};
     }
   }

@@ -3,7 +3,7 @@
 // ops/linear.h.
 //
 // Backward, with g = dy [T, out], s = lora.scale, xd = dropout(x) (or x), xa = xd·Aᵀ:
-//   dx  = g·W + dropout'(s·(g·B)·A)       (=)
+//   dx  = g·W + dropout'(s·(g·B)·A)       (=, or += with accumulate_dx: the base GEMM's beta)
 //   dW += gᵀ·x,  db += Σ_t g              (full mode only: non-null pointers)
 //   dB += s·gᵀ·xa                          (+=)
 //   dA += (s·g·B)ᵀ·xd                      (+=)
@@ -161,10 +161,11 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const L
   const float* g = dy.kernel_data<float>();
   BP_CHECK(!grads.dW || W.dtype() == DType::F32,
            "[linear] dW asked for a frozen {} weight (held weights get no gradient)", W.describe());
+  const float dx_beta = grads.accumulate_dx ? 1.0f : 0.0f;
   if (grads.dx && W.dtype() == DType::F32)
-    ops::kernels(x).linear_dx(g, W.kernel_data<float>(), grads.dx->kernel_data<float>(), T, in, out);
+    ops::kernels(x).linear_dx(g, W.kernel_data<float>(), dx_beta, grads.dx->kernel_data<float>(), T, in, out);
   if (grads.dx && W.dtype() != DType::F32)
-    ops::kernels(x).held_gemm_xw(g, ops::held_gemm_matrix(W), grads.dx->kernel_data<float>(), T);
+    ops::kernels(x).held_gemm_xw(g, ops::held_gemm_matrix(W), dx_beta, grads.dx->kernel_data<float>(), T);
   if (grads.dW)
     ops::kernels(x).linear_dW_accumulate(g, x.kernel_data<float>(), grads.dW->kernel_data<float>(), T, in, out);
   if (lora && T > 0 && (grads.dx || grads.dA || grads.dB)) lora_backward(g, x, *lora, saved, grads, T, in, out, r);

@@ -9,7 +9,9 @@
 //
 // Saved for backward (LinearSaved): the dropped LoRA input xd (only when dropout > 0; otherwise
 // x itself is used) and xa = xd·Aᵀ [T, r]. The caller keeps x.
-// Gradients: dx is overwritten (=); dW, db, dA, dB accumulate (+=). Null gradient pointers are
+// Gradients: dx is overwritten (=), or accumulated (+=) with accumulate_dx (an input feeding several
+// projections, q/k/v or gate/up, sums their dx in place: no temporary, no separate add); dW, db,
+// dA, dB accumulate (+=). Null gradient pointers are
 // skipped: frozen W gets no dW (LoRA mode), dW only when W is trainable (full mode).
 #pragma once
 
@@ -34,11 +36,12 @@ struct LinearSaved {
 };
 
 struct LinearGrads {
-  Tensor* dx = nullptr;  // [T, in]  (=)
-  Tensor* dW = nullptr;  // [out, in] (+=)
-  Tensor* db = nullptr;  // [out]     (+=)
-  Tensor* dA = nullptr;  // [r, in]   (+=)
-  Tensor* dB = nullptr;  // [out, r]  (+=)
+  Tensor* dx = nullptr;        // [T, in]  (=)
+  Tensor* dW = nullptr;        // [out, in] (+=)
+  Tensor* db = nullptr;        // [out]     (+=)
+  Tensor* dA = nullptr;        // [r, in]   (+=)
+  Tensor* dB = nullptr;        // [out, r]  (+=)
+  bool accumulate_dx = false;  // dx += instead of dx =
 };
 
 // saved may be null (inference). bias and lora may be null.

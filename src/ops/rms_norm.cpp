@@ -35,7 +35,8 @@ Tensor rms_norm_forward(const Tensor& x, const Tensor& w, float eps, Tensor* rst
   return y;
 }
 
-void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx, Tensor* dw) {
+void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx, Tensor* dw,
+                       bool accumulate_dx) {
   check_x_w(x, w);
   const int64_t N = x.dim(0), D = x.dim(1);
   ops::require_shape(kOp, "dy", dy, Shape{N, D});
@@ -45,7 +46,7 @@ void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const
   ops::require_same_device(kOp, {&x, &dy, &rstd, &dx, dw});
   ops::kernels(x).rms_norm_backward(dy.kernel_data<float>(), x.kernel_data<float>(), w.kernel_data<float>(),
                                     rstd.kernel_data<float>(), dx.kernel_data<float>(),
-                                    dw ? dw->kernel_data<float>() : nullptr, N, D);
+                                    dw ? dw->kernel_data<float>() : nullptr, N, D, accumulate_dx);
 }
 
 }  // namespace bp

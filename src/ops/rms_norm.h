@@ -1,7 +1,8 @@
 // RMSNorm: y = x / sqrt(mean(x²) + eps) · w   over the last dimension.
 // x [N, D], w [D], y [N, D]; Qwen3's per-head q/k norm uses x viewed as [T·heads, head_dim].
 // Saved for backward: x (kept by the caller) and rstd [N] = 1/sqrt(mean(x²)+eps).
-// Gradients: dx (=), dw (+=, may be null when w is frozen).
+// Gradients: dx (=; += with accumulate_dx, for a residual's gradient already in dx), dw (+=, may be
+// null when w is frozen).
 #pragma once
 
 #include "core/tensor.h"
@@ -9,6 +10,7 @@
 namespace bp {
 
 Tensor rms_norm_forward(const Tensor& x, const Tensor& w, float eps, Tensor* rstd /* out [N], may be null */);
-void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx, Tensor* dw);
+void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx, Tensor* dw,
+                       bool accumulate_dx = false);
 
 }  // namespace bp

@@ -224,9 +224,10 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   return out;
 }
 
-// Model::backward_layer: dout live; returns dx. Frees the activations as the code does; what
+// Model::backward_layer: dout live; its buffer becomes dh and then the layer's dx (returned: the
+// same id), the dx of q/k/v and of gate/up are summed in place. Frees the activations as the code does; what
 // the code leaves in LayerActs until the caller drops it (x, rstd1, rstd2, rstd_q, rstd_k) stays.
-Id backward_layer(Replay& R, const Dims& m, Acts& a) {
+Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout) {
   Id dm = R.alloc(kWork, m.T * m.F);
   linear_bwd(R, m, LinearRole::Down, a);
   R.free(a.m);
@@ -236,11 +237,9 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a) {
   Id dhn = R.alloc(kWork, m.T * m.D);
   linear_bwd(R, m, LinearRole::Gate, a);
   R.free(dgate);
-  Id tmp = R.alloc(kWork, m.T * m.D);
   linear_bwd(R, m, LinearRole::Up, a);
   R.free(dup);
   R.free(a.hn);
-  Id dh = R.alloc(kWork, m.T * m.D);
   R.free(dhn);
   R.free(a.h);
   Id dattn = R.alloc(kWork, m.T * m.qd);
@@ -269,12 +268,9 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a) {
   R.free(dk);
   linear_bwd(R, m, LinearRole::V, a);
   R.free(dv);
-  R.free(tmp);
   R.free(a.xn);
-  Id dx = R.alloc(kWork, m.T * m.D);
   R.free(dxn);
-  R.free(dh);
-  return dx;
+  return dout;
 }
 
 void drop_acts(Replay& R, Acts& a) {
@@ -320,14 +316,10 @@ std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::strin
       a.x = inputs[static_cast<size_t>(l)];
       Id out = forward_layer(R, m, &a, kRecompute, kWork);
       R.free(out);
-      Id ndx = backward_layer(R, m, a);
-      R.free(dx);
-      dx = ndx;
+      dx = backward_layer(R, m, a, dx);
       drop_acts(R, a);
     } else {
-      Id ndx = backward_layer(R, m, acts[static_cast<size_t>(l)]);
-      R.free(dx);
-      dx = ndx;
+      dx = backward_layer(R, m, acts[static_cast<size_t>(l)], dx);
       drop_acts(R, acts[static_cast<size_t>(l)]);
     }
   }

@@ -84,6 +84,16 @@ inline void linear_with_lora_dropout_and_bias(Tolerance tol) {
   expect_same(dbg, db, "db", tol);
   expect_same(dAg, dA, "dA", tol);
   expect_same(dBg, dB, "dB", tol);
+  // dx accumulated (a second projection of the same input): the base GEMM's beta and the LoRA term.
+  for (bool dropout : {true, false}) {
+    lc.dropout = lg.dropout = dropout ? 0.25f : 0.0f;
+    linear_forward(xg, Wg, &bg, &lg, &sg), linear_forward(x, W, &bias, &lc, &sc);
+    LinearGrads acc{&dx}, acc_g{&dxg};
+    acc.accumulate_dx = acc_g.accumulate_dx = true;
+    linear_backward(dy, x, W, &lc, &sc, acc);
+    linear_backward(dyg, xg, Wg, &lg, &sg, acc_g);
+    expect_same(dxg, dx, dropout ? "dx accumulated (dropout)" : "dx accumulated", tol);
+  }
   Tensor C = random_tensor({out, r}, 30), Cg = gpu(C);
   matmul_accumulate(C, 0.3f, dy.rows(0, out), B);
   matmul_accumulate(Cg, 0.3f, dyg.rows(0, out), Bg);
@@ -121,6 +131,11 @@ inline void held_weights(DType type, Tolerance tol) {
   linear_backward(dyg, xg, Wg, nullptr, nullptr, LinearGrads{&dxg});
   expect_same(dxg, dx, "dx", widen(tol));
   EXPECT_FALSE(all_close(dxg.to_vector(), dx_f32.to_vector(), widen(tol))) << "dx: dy was not rounded to bf16";
+  LinearGrads acc{&dx}, acc_g{&dxg};  // accumulated: the first panel's beta is 1
+  acc.accumulate_dx = acc_g.accumulate_dx = true;
+  linear_backward(bf16_rounded(dy), x, W_bf16, nullptr, nullptr, acc);
+  linear_backward(dyg, xg, Wg, nullptr, nullptr, acc_g);
+  expect_same(dxg, dx, "dx accumulated", widen(tol));
   Tensor ids = Tensor::from_vector(std::vector<int32_t>{0, 256, 3, 3, 100}, {5});
   expect_same(embedding_forward(gpu(ids), Wg), embedding_forward(ids, W), "embedding of a held table", tol);
   expect_same(lm_head_logits(xg, Wg), lm_head_logits(bf16_rounded(x), W_bf16), "lm_head", widen(tol));
@@ -159,6 +174,9 @@ inline void norm_rope_swiglu_embedding(Tolerance tol) {
   rms_norm_backward(dyg, xg, wg, rstdg, dxg, &dwg);
   expect_same(dxg, dx, "rms_norm dx", tol);
   expect_same(dwg, dw, "rms_norm dw", tol);
+  rms_norm_backward(dy, x, w, rstd, dx, nullptr, /*accumulate_dx=*/true);
+  rms_norm_backward(dyg, xg, wg, rstdg, dxg, nullptr, /*accumulate_dx=*/true);
+  expect_same(dxg, dx, "rms_norm dx accumulated", tol);
 
   std::vector<int32_t> pos(T);
   for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(t % 13);

@@ -74,11 +74,11 @@ TEST(CudaDevice, RmsNormMatchesCpu) {
   const auto x = random_floats(N * D, 1), w = random_floats(D, 2), dy = random_floats(N * D, 3);
   std::vector<float> y_ref(N * D), r_ref(N), dx_ref(N * D), dw_ref(D, 0.0f);
   cpu::rms_norm_forward(x.data(), w.data(), 1e-5f, y_ref.data(), r_ref.data(), N, D);
-  cpu::rms_norm_backward(dy.data(), x.data(), w.data(), r_ref.data(), dx_ref.data(), dw_ref.data(), N, D);
+  cpu::rms_norm_backward(dy.data(), x.data(), w.data(), r_ref.data(), dx_ref.data(), dw_ref.data(), N, D, false);
   DeviceBuffer<float> xd{x}, wd{w}, dyd{dy}, y{std::vector<float>(N * D)}, r{std::vector<float>(N)},
       dx{std::vector<float>(N * D)}, dw{std::vector<float>(D, 0.0f)};
   cuda::rms_norm_forward<float>(xd.ptr, wd.ptr, 1e-5f, y.ptr, r.ptr, N, D, nullptr);
-  cuda::rms_norm_backward<float>(dyd.ptr, xd.ptr, wd.ptr, r.ptr, dx.ptr, dw.ptr, N, D, nullptr);
+  cuda::rms_norm_backward<float>(dyd.ptr, xd.ptr, wd.ptr, r.ptr, dx.ptr, dw.ptr, N, D, false, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   expect_close(y.to_host(), y_ref, 1e-5, "y");
   expect_close(dx.to_host(), dx_ref, 1e-5, "dx");

@@ -105,8 +105,15 @@ TEST(HeldGemm, TilesEqualDequantizeThenSgemmForEveryHeldType) {
 
     const std::vector<float> g = test::random_vector(static_cast<size_t>(c.M * c.N), seed++);
     std::vector<float> dx(static_cast<size_t>(c.M * c.K), 123.0f);  // overwritten
-    cpu::held_gemm_xw(g.data(), W, dx.data(), c.M);
+    cpu::held_gemm_xw(g.data(), W, 0.0f, dx.data(), c.M);
     EXPECT_TRUE(all_close(dx, ref_xw(g, h.dq, c.M, c.N, c.K), test::kTolF32)) << "dy·W";
+    // beta = 1 adds onto what C holds (a second projection's dx summed in place).
+    std::vector<float> dx2(dx.size());
+    for (size_t i = 0; i < dx2.size(); ++i) dx2[i] = 0.5f - static_cast<float>(i % 7);
+    const std::vector<float> before = dx2;
+    cpu::held_gemm_xw(g.data(), W, 1.0f, dx2.data(), c.M);
+    for (size_t i = 0; i < dx.size(); ++i) dx[i] += before[i];
+    EXPECT_TRUE(all_close(dx2, dx, test::kTolF32)) << "dy·W, beta 1";
   }
 }
 
@@ -120,7 +127,7 @@ TEST(HeldGemm, ResultsDoNotDependOnTheThreadCount) {
     omp_set_num_threads(n);
     std::vector<float> y(41 * 67), dx(41 * 512);
     cpu::held_gemm_xwt(x.data(), W, 0.0f, y.data(), 41);
-    cpu::held_gemm_xw(g.data(), W, dx.data(), 41);
+    cpu::held_gemm_xw(g.data(), W, 0.0f, dx.data(), 41);
     ys.push_back(y);
     dxs.push_back(dx);
   }
@@ -248,7 +255,7 @@ TEST_P(HeldDequantEveryCpuVariant, HeldGemmUsesTheVariantAndMatchesTheReference)
     EXPECT_TRUE(all_close(y, ref_xwt(x, h.dq, M, N, K), test::kTolF32));
     const std::vector<float> g = test::random_vector(static_cast<size_t>(M * N), 42);
     std::vector<float> dx(static_cast<size_t>(M * K));
-    cpu::held_gemm_xw(g.data(), W, dx.data(), M);
+    cpu::held_gemm_xw(g.data(), W, 0.0f, dx.data(), M);
     EXPECT_TRUE(all_close(dx, ref_xw(g, h.dq, M, N, K), test::kTolF32));
   }
 }

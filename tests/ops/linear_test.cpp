@@ -214,6 +214,38 @@ TEST(Linear, ParameterGradientsAccumulateAndDxOverwrites) {
   EXPECT_TRUE(all_close(dB.to_vector(), twice(dB1), {1e-6, 1e-6}));
 }
 
+// accumulate_dx: dx += what dx = would write, through every path that writes dx: the f32 base
+// GEMM (beta 1), a held base (held_gemm_xw's beta), the LoRA term with and without dropout, and an
+// empty batch.
+TEST(Linear, DxAccumulatesWhenAsked) {
+  for (int setting = 0; setting < 5; ++setting) {
+    SCOPED_TRACE("setting " + std::to_string(setting));
+    const Case c{setting == 4 ? int64_t{0} : int64_t{17}, 29, 23, 3};
+    const bool lora = setting == 1 || setting == 2;
+    LinearCase s = make_setup(c, false, lora, setting == 2 ? 0.3f : 0.0f, 91 + setting);
+    const Tensor W = setting == 3 ? s.W.to(DType::BF16) : s.W;
+    const LoraWeights* lw = lora ? &s.lora : nullptr;
+    LinearSaved saved;
+    linear_forward(s.x, W, nullptr, lw, &saved);
+    const Tensor dy = random_tensor({c.T, c.out}, 95);
+    Tensor fresh = Tensor::empty({c.T, c.in});
+    linear_backward(dy, s.x, W, lw, &saved, LinearGrads{&fresh});
+    const Tensor prior = random_tensor({c.T, c.in}, 96);
+    Tensor acc = prior.clone();
+    LinearGrads grads{&acc};
+    grads.accumulate_dx = true;
+    linear_backward(dy, s.x, W, lw, &saved, grads);
+    std::vector<float> want = prior.to_vector();
+    const std::vector<float> f = fresh.to_vector();
+    double moved = 0;
+    for (size_t i = 0; i < want.size(); ++i) want[i] += f[i], moved += std::fabs(f[i]);
+    EXPECT_TRUE(all_close(acc.to_vector(), want, {1e-5, 1e-6}));
+    if (c.T > 0) {
+      EXPECT_GT(moved, 1.0) << "the added dx is not trivial";
+    }
+  }
+}
+
 TEST(Linear, FrozenWeightGetsNoGradientAndOthersAreUnchanged) {
   Case c{6, 10, 8, 2};
   LinearCase s = make_setup(c, false, true, 0.0f, 21);

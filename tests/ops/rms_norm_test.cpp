@@ -93,6 +93,13 @@ TEST(RmsNorm, DwAccumulatesDxOverwritesFrozenWeightSkipsDw) {
   Tensor dx_frozen = Tensor::empty({N, D});
   rms_norm_backward(dy, x, w, rstd, dx_frozen, nullptr);
   EXPECT_TRUE(all_close(dx_frozen.to_vector(), dx1, {0, 0}));
+  // accumulate_dx adds to what dx holds (a residual's gradient); dw accumulates as before.
+  const Tensor prior = random_tensor({N, D}, 4);
+  Tensor dx_acc = prior.clone();
+  rms_norm_backward(dy, x, w, rstd, dx_acc, nullptr, /*accumulate_dx=*/true);
+  std::vector<float> want = prior.to_vector();
+  for (size_t i = 0; i < want.size(); ++i) want[i] += dx1[i];
+  EXPECT_TRUE(all_close(dx_acc.to_vector(), want, {1e-6, 1e-6}));
 }
 
 TEST(RmsNorm, Errors) {

@@ -91,7 +91,7 @@ CrossEntropyTotals linear_cross_entropy(const float* x, const HeldMatrix& Wm, co
       totals.loss_sum += row_loss[static_cast<size_t>(i)];
       totals.n_counted += labels[begin + i] >= 0 ? 1 : 0;
     }
-    if (dx && held) held_gemm_xw(logits, Wm, dx + begin * D, c);
+    if (dx && held) held_gemm_xw(logits, Wm, 0.0f, dx + begin * D, c);
     if (dx && !held) sgemm(false, false, c, D, V, 1.0f, logits, V, W, D, 0.0f, dx + begin * D, D);
     if (dW && !held) sgemm(true, false, V, D, c, 1.0f, logits, V, xw, D, 1.0f, dW, D);
     t = end;

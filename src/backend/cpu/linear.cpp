@@ -85,12 +85,13 @@ void lora_forward(const float* xd, const float* A, const float* B, float scale, 
   sgemm(false, true, T, out, r, scale, xa, r, B, r, 1.0f, y, out);
 }
 
-void linear_dx(const float* dy, const float* W, float* dx, int64_t T, int64_t in, int64_t out) {
+void linear_dx(const float* dy, const float* W, float beta, float* dx, int64_t T, int64_t in, int64_t out) {
   if (out == 0) {
-    for (int64_t i = 0; i < T * in; ++i) dx[i] = 0.0f;
+    if (beta == 0.0f)
+      for (int64_t i = 0; i < T * in; ++i) dx[i] = 0.0f;
     return;
   }
-  sgemm(false, false, T, in, out, 1.0f, dy, out, W, in, 0.0f, dx, in);
+  sgemm(false, false, T, in, out, 1.0f, dy, out, W, in, beta, dx, in);
 }
 
 void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out) {

@@ -28,8 +28,8 @@ void linear_base_forward(const float* x, const float* W, const float* bias, floa
 void lora_forward(const float* xd, const float* A, const float* B, float scale, float* xa, float* y, int64_t T,
                   int64_t in, int64_t out, int64_t r);
 
-// dx[T,in] = dy[T,out]·W[out,in]
-void linear_dx(const float* dy, const float* W, float* dx, int64_t T, int64_t in, int64_t out);
+// dx[T,in] = dy[T,out]·W[out,in] + beta·dx   (beta 0: overwritten, dx not read; beta 1: accumulated)
+void linear_dx(const float* dy, const float* W, float beta, float* dx, int64_t T, int64_t in, int64_t out);
 // dW[out,in] += dyᵀ·x
 void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out);
 

@@ -125,11 +125,11 @@ void held_gemm_xwt(const float* X, const HeldMatrix& W, float beta, float* C, in
   }
 }
 
-void held_gemm_xw(const float* X, const HeldMatrix& W, float* C, int64_t M) {
+void held_gemm_xw(const float* X, const HeldMatrix& W, float beta, float* C, int64_t M) {
   const int64_t N = W.rows, K = W.cols;
   if (M == 0 || K == 0) return;
   if (N == 0) {
-    std::fill_n(C, M * K, 0.0f);
+    if (beta == 0.0f) std::fill_n(C, M * K, 0.0f);
     return;
   }
   const HeldSplit sp = held_xw_split(M, N, K, W.type);
@@ -149,7 +149,7 @@ void held_gemm_xw(const float* X, const HeldMatrix& W, float* C, int64_t M) {
       else
         for (int64_t r = n0; r < n1; ++r)
           dequantize_held(k, W.type, row_ptr(W, r) + col_offset, tile + (r - n0) * kw, kw);
-      sgemm(false, false, m1 - m0, kw, n1 - n0, 1.0f, X + m0 * N + n0, N, tile, kw, n0 == 0 ? 0.0f : 1.0f,
+      sgemm(false, false, m1 - m0, kw, n1 - n0, 1.0f, X + m0 * N + n0, N, tile, kw, n0 == 0 ? beta : 1.0f,
             C + m0 * K + k0, K);
     }
   }

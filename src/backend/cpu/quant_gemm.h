@@ -7,7 +7,7 @@
 //   held_gemm_xwt  C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K]: a task owns a panel of whole rows of W
 //                  (rows n0..n1) and a chunk of X's rows; it dequantizes the panel in column
 //                  slices that fit the tile budget and accumulates each slice's sgemm into C.
-//   held_gemm_xw   C[M, K] = X[M, N]·W, W [N, K]: a task owns a block of C's columns (whole blocks
+//   held_gemm_xw   C[M, K] = X[M, N]·W + beta·C, W [N, K]: a task owns a block of C's columns (whole blocks
 //                  of the weight's format) and a chunk of X's rows, and walks W's rows in tiles of
 //                  [rows, column block], accumulating into C.
 // The vector dequantizers of the CPU kernel variant in use (kernel_variants.h) fill the tiles for
@@ -48,8 +48,8 @@ HeldSplit held_xw_split(int64_t M, int64_t N, int64_t K, DType type);
 
 // C[M, W.rows] = X[M, W.cols]·Wᵀ + beta·C (ldc = W.rows).
 void held_gemm_xwt(const float* X, const HeldMatrix& W, float beta, float* C, int64_t M);
-// C[M, W.cols] = X[M, W.rows]·W, overwritten (ldc = W.cols).
-void held_gemm_xw(const float* X, const HeldMatrix& W, float* C, int64_t M);
+// C[M, W.cols] = X[M, W.rows]·W + beta·C (ldc = W.cols; beta 0: C is not read).
+void held_gemm_xw(const float* X, const HeldMatrix& W, float beta, float* C, int64_t M);
 // max |w| over the dequantized values of W (Inf or NaN when it holds one): the reference of the
 // CUDA reduction that decides whether W fits f16 (ops/held_range.h).
 float held_abs_max(const HeldMatrix& W);

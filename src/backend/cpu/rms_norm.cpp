@@ -33,7 +33,7 @@ void rms_norm_forward(const float* x, const float* w, float eps, float* y, float
 }
 
 void rms_norm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
-                       int64_t N, int64_t D) {
+                       int64_t N, int64_t D, bool accumulate) {
 #pragma omp parallel for schedule(static) if (N * D >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float* xr = x + n * D;
@@ -44,8 +44,13 @@ void rms_norm_backward(const float* dy, const float* x, const float* w, const fl
 #pragma omp simd reduction(+ : dot)
     for (int64_t j = 0; j < D; ++j) dot += static_cast<double>(w[j]) * gr[j] * xr[j];
     const float c = static_cast<float>(dot * r * r * r / static_cast<double>(D));
+    if (accumulate) {
 #pragma omp simd
-    for (int64_t j = 0; j < D; ++j) dxr[j] = r * w[j] * gr[j] - xr[j] * c;
+      for (int64_t j = 0; j < D; ++j) dxr[j] += r * w[j] * gr[j] - xr[j] * c;
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < D; ++j) dxr[j] = r * w[j] * gr[j] - xr[j] * c;
+    }
   }
   if (!dw) return;
   constexpr int64_t kBlock = 64;

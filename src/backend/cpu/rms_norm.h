@@ -7,8 +7,9 @@ namespace bp::cpu {
 
 // y = x·rstd·w with rstd = 1/sqrt(mean(x²) + eps); rstd may be null.
 void rms_norm_forward(const float* x, const float* w, float eps, float* y, float* rstd, int64_t N, int64_t D);
-// dx = rstd·(w⊙dy) − x·rstd³/D·Σ(w⊙dy⊙x)   (=);  dw += Σ_n dy⊙x·rstd   (+=, skipped when null)
+// dx = rstd·(w⊙dy) − x·rstd³/D·Σ(w⊙dy⊙x)   (=, or += when `accumulate`: a residual's gradient
+// already in dx);  dw += Σ_n dy⊙x·rstd   (+=, skipped when null)
 void rms_norm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
-                       int64_t N, int64_t D);
+                       int64_t N, int64_t D, bool accumulate);
 
 }  // namespace bp::cpu

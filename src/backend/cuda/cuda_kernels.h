@@ -28,7 +28,7 @@ void rms_norm_forward(const T* x, const float* w, float eps, T* y, float* rstd, 
                       cudaStream_t stream);
 template <class T>
 void rms_norm_backward(const T* dy, const T* x, const float* w, const float* rstd, T* dx, float* dw, int64_t N,
-                       int64_t D, cudaStream_t stream);
+                       int64_t D, bool accumulate, cudaStream_t stream);
 template <class T>
 void swiglu_forward(const T* gate, const T* up, T* h, int64_t n, cudaStream_t stream);
 template <class T>

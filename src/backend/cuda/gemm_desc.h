@@ -104,9 +104,10 @@ inline GemmDesc row_major_gemm(bool trans_x, bool trans_w, int64_t M, int64_t N,
 inline GemmDesc linear_forward_gemm(int64_t T, int64_t in, int64_t out, DType in_type, DType out_type) {
   return row_major_gemm(false, true, T, out, in, 1.0f, in, in, 0.0f, out, in_type, out_type);
 }
-// dx[T,in] = dy[T,out]·W[out,in]
-inline GemmDesc linear_dx_gemm(int64_t T, int64_t in, int64_t out, DType in_type, DType out_type) {
-  return row_major_gemm(false, false, T, in, out, 1.0f, out, in, 0.0f, in, in_type, out_type);
+// dx[T,in] = dy[T,out]·W[out,in] + beta·dx   (beta 1: a layer's input feeding several projections
+// sums their dx in place)
+inline GemmDesc linear_dx_gemm(int64_t T, int64_t in, int64_t out, DType in_type, DType out_type, float beta = 0.0f) {
+  return row_major_gemm(false, false, T, in, out, 1.0f, out, in, beta, in, in_type, out_type);
 }
 // dW[out,in] += dy[T,out]ᵀ·x[T,in]   (beta 1: gradients accumulate into the f32 master gradient)
 inline GemmDesc linear_dW_gemm(int64_t T, int64_t in, int64_t out, DType in_type) {

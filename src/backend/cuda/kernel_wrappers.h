@@ -158,12 +158,13 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     sgemm(false, true, T, r, in, 1.0f, xd, in, A, in, 0.0f, xa, r);
     sgemm(false, true, T, out, r, scale, xa, r, B, r, 1.0f, y, out);
   }
-  static void linear_dx(const float* dy, const float* W, float* dx, int64_t T, int64_t in, int64_t out) {
+  static void linear_dx(const float* dy, const float* W, float beta, float* dx, int64_t T, int64_t in, int64_t out) {
     if (out == 0) {
-      check_cuda(cudaMemset(dx, 0, static_cast<size_t>(T * in) * sizeof(float)), "cudaMemset(linear dx)");
+      if (beta == 0.0f)
+        check_cuda(cudaMemset(dx, 0, static_cast<size_t>(T * in) * sizeof(float)), "cudaMemset(linear dx)");
       return;
     }
-    run_gemm(gemm::linear_dx_gemm(T, in, out, gemm::DType::F32, gemm::DType::F32), W, dy, dx);
+    run_gemm(gemm::linear_dx_gemm(T, in, out, gemm::DType::F32, gemm::DType::F32, beta), W, dy, dx);
   }
   static void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out) {
     if (T > 0) run_gemm(gemm::linear_dW_gemm(T, in, out, gemm::DType::F32), x, dy, dW);
@@ -181,13 +182,13 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
                C + n0);
     });
   }
-  // C[M, K] = X[M, N]·W (overwritten), W [N, K] held: C = Σ_panels X[:, panel]·W[panel, :].
-  static void held_gemm_xw(const float* X, const cpu::HeldMatrix& W, float* C, int64_t M) {
+  // C[M, K] = X[M, N]·W + beta·C, W [N, K] held: C = beta·C + Σ_panels X[:, panel]·W[panel, :].
+  static void held_gemm_xw(const float* X, const cpu::HeldMatrix& W, float beta, float* C, int64_t M) {
     const int64_t N = W.rows, K = W.cols;
     ActivationOperand x(X, M * N);
     for_each_weight_panel(W, "held_gemm_xw", [&](int64_t n0, int64_t nb, const void* P, gemm::DType t) {
       const void* xt = x.as(t, n0);
-      run_gemm(x.scaled(gemm::row_major_gemm(false, false, M, K, nb, 1.0f, N, K, n0 == 0 ? 0.0f : 1.0f, K, t,
+      run_gemm(x.scaled(gemm::row_major_gemm(false, false, M, K, nb, 1.0f, N, K, n0 == 0 ? beta : 1.0f, K, t,
                                              gemm::DType::F32)),
                P, xt, C);
     });
@@ -343,8 +344,8 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     check_launch("rms_norm_forward");
   }
   static void rms_norm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
-                                float* dw, int64_t N, int64_t D) {
-    ::bp::BP_WRAP_NS::rms_norm_backward<float>(dy, x, w, rstd, dx, dw, N, D, nullptr);
+                                float* dw, int64_t N, int64_t D, bool accumulate) {
+    ::bp::BP_WRAP_NS::rms_norm_backward<float>(dy, x, w, rstd, dx, dw, N, D, accumulate, nullptr);
     check_launch("rms_norm_backward");
   }
   // inv_freq is host memory (the front-end's head_dim/2 table), handed to the kernel by value in

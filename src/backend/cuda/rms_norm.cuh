@@ -33,7 +33,7 @@ __global__ void rms_norm_forward_kernel(const T* x, const float* w, float eps, T
 
 template <class T>
 __global__ void rms_norm_backward_dx_kernel(const T* dy, const T* x, const float* w, const float* rstd, T* dx,
-                                            int64_t D) {
+                                            int64_t D, bool accumulate) {
   __shared__ float scratch[32];
   const T* dyr = dy + blockIdx.x * D;
   const T* xr = x + blockIdx.x * D;
@@ -43,8 +43,10 @@ __global__ void rms_norm_backward_dx_kernel(const T* dy, const T* x, const float
   const float r = rstd[blockIdx.x];
   const float c = r * r * r * s / static_cast<float>(D);
   T* dxr = dx + blockIdx.x * D;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x)
-    dxr[i] = store_from_f32<T>(r * w[i] * load_f32(dyr[i]) - load_f32(xr[i]) * c);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float v = r * w[i] * load_f32(dyr[i]) - load_f32(xr[i]) * c;
+    dxr[i] = store_from_f32<T>(accumulate ? load_f32(dxr[i]) + v : v);
+  }
 }
 
 // dw[i] += Σ_n dy[n, i]·x[n, i]·rstd[n] (column_sum.cuh: rows split over a block's thread rows, fixed order)
@@ -68,10 +70,10 @@ void rms_norm_forward(const T* x, const float* w, float eps, T* y, float* rstd, 
 
 template <class T>
 void rms_norm_backward(const T* dy, const T* x, const float* w, const float* rstd, T* dx, float* dw, int64_t N,
-                       int64_t D, cudaStream_t stream = nullptr) {
+                       int64_t D, bool accumulate, cudaStream_t stream = nullptr) {
   if (N == 0) return;
   BP_LAUNCH(static_cast<unsigned>(N), kRmsNormThreads, 0, stream, rms_norm_backward_dx_kernel<T>)
-  (dy, x, w, rstd, dx, D);
+  (dy, x, w, rstd, dx, D, accumulate);
   if (dw) column_sum_accumulate(RmsNormDwTerm<T>{dy, x, rstd, D}, dw, N, D, stream);
 }
 
