@@ -26,6 +26,8 @@ namespace {
 
 using parity::gpu;
 using parity::kGpu;
+using parity::kSmallPanelValues;
+using parity::ScopedHeldPanelValues;
 
 constexpr int64_t kT = 37, kIn = 256, kOut = 45;  // kIn: whole blocks of every type (q4_K's 256)
 
@@ -151,7 +153,8 @@ TEST(CudaF16Range, CheckedOncePerWeightAndNotFooledByAReusedAddress) {
 TEST(CudaF16Range, WorkspaceOfTheF32PanelsIsWhatThePlanCounts) {
   SimulatedCudaDevice card;
   SimulatedComputeCapability turing(7, 5);
-  const int64_t out = 600;  // more rows than one panel holds (kHeldTileFloats / 256 = 512)
+  const ScopedHeldPanelValues small_panels(kSmallPanelValues);
+  const int64_t out = 600;  // more rows than one panel holds (2^17 / 256 = 512)
   const Tensor x = gpu(random_tensor({kT, kIn}, 1)), dy = gpu(random_tensor({kT, out}, 4));
   Tensor w = random_tensor({out, kIn}, 5);
   w.data<float>()[7] = -2e5f;

@@ -178,23 +178,30 @@ TEST(GemmDesc, PanelPointersReportTheirRealAlignment) {
 // starting at row r0 hands cuBLASLt `y + r0` (f32) and `dy + r0` (16-bit) beside the panel: for
 // the shapes of Qwen2.5 and SmolLM (896 and 576 columns do not divide the tile) those stay 16-byte
 // aligned, the tensor-core kernels' requirement; no panel is empty or past the tile.
+// Checked at the card's default panel budget and at a small one (what tests use to split small weights).
 TEST(GemmDesc, HeldWeightPanelsKeepTheOtherOperands16ByteAligned) {
-  const std::pair<int64_t, int64_t> weights[] = {{151936, 896}, {4864, 896}, {896, 4864}, {128, 896},   {49152, 576},
-                                                 {1536, 576},   {576, 1536}, {7, 300000}, {20, 100000}, {101, 72}};
-  for (const auto& [rows, cols] : weights) {
-    const int64_t step = cuda_workspace::held_panel_rows(rows, cols);
-    const std::string at = std::to_string(rows) + "x" + std::to_string(cols) + ": " + std::to_string(step);
-    ASSERT_GE(step, 1) << at;
-    ASSERT_LE(step, rows) << at;
-    EXPECT_TRUE(step == 1 || step * cols <= cpu::kHeldTileFloats) << at;
-    if (step == rows) continue;  // one panel: the operands as allocated
-    if (step < 8) continue;      // a row is wider than an eighth of the tile: nothing to round to
-    for (int64_t r0 = step; r0 < rows; r0 += step) {
-      const auto f32_at = reinterpret_cast<const void*>(static_cast<uintptr_t>(256 + 4 * r0));
-      const auto b16_at = reinterpret_cast<const void*>(static_cast<uintptr_t>(256 + 2 * r0));
-      ASSERT_GE(gemm::pointer_alignment(f32_at), 16u) << at << " panel at row " << r0;
-      ASSERT_GE(gemm::pointer_alignment(b16_at), 16u) << at << " panel at row " << r0;
+  const std::pair<int64_t, int64_t> weights[] = {{151936, 896}, {4864, 896},    {896, 4864}, {128, 896},   {49152, 576},
+                                                 {1536, 576},   {576, 1536},    {7, 300000}, {20, 100000}, {101, 72},
+                                                 {18944, 3584}, {152064, 3584}, {7, 3000000}};
+  for (const int64_t budget : {cuda_workspace::kDefaultHeldPanelValues, int64_t{1} << 17}) {
+    const int64_t previous = cuda_workspace::exchange_held_panel_values(budget);
+    for (const auto& [rows, cols] : weights) {
+      const int64_t step = cuda_workspace::held_panel_rows(rows, cols);
+      const std::string at = std::to_string(rows) + "x" + std::to_string(cols) + ": " + std::to_string(step) +
+                             " rows of a " + std::to_string(budget) + "-value panel";
+      ASSERT_GE(step, 1) << at;
+      ASSERT_LE(step, rows) << at;
+      EXPECT_TRUE(step == 1 || step * cols <= budget) << at;
+      if (step == rows) continue;  // one panel: the operands as allocated
+      if (step < 8) continue;      // a row is wider than an eighth of the tile: nothing to round to
+      for (int64_t r0 = step; r0 < rows; r0 += step) {
+        const auto f32_at = reinterpret_cast<const void*>(static_cast<uintptr_t>(256 + 4 * r0));
+        const auto b16_at = reinterpret_cast<const void*>(static_cast<uintptr_t>(256 + 2 * r0));
+        ASSERT_GE(gemm::pointer_alignment(f32_at), 16u) << at << " panel at row " << r0;
+        ASSERT_GE(gemm::pointer_alignment(b16_at), 16u) << at << " panel at row " << r0;
+      }
     }
+    cuda_workspace::exchange_held_panel_values(previous);
   }
 }
 

@@ -23,6 +23,8 @@ namespace {
 using parity::bf16_rounded;
 using parity::gpu;
 using parity::kGpu;
+using parity::kSmallPanelValues;
+using parity::ScopedHeldPanelValues;
 
 constexpr int64_t kT = 37, kIn = 71, kOut = 45, kRank = 3;  // odd sizes, no multiple of 8
 
@@ -201,9 +203,11 @@ TEST(CudaBf16Gemm, WorkspaceIsCountedAndMatchesTheDeviceWorkspaceFormulas) {
 }
 
 // A quantized weight's GEMMs: the activation's bf16 copy and one reused bf16 panel, both counted.
-// 768 columns (whole q8_0 and q4_K blocks) and 257 rows: a panel of 170 rows, so two panels.
+// 768 columns (whole q8_0 and q4_K blocks) and 257 rows: with 2^17-value panels, a panel of 168
+// rows, so two panels.
 TEST(CudaBf16Gemm, QuantizedWeightsPanelsAreCountedWorkspace) {
   SimulatedCudaDevice card;
+  const ScopedHeldPanelValues small_panels(kSmallPanelValues);
   const int64_t in = 768, out = 257;
   const Tensor x = gpu(random_tensor({kT, in}, 35)), dy = gpu(random_tensor({kT, out}, 36));
   for (DType held : {DType::Q8_0, DType::Q4_K, DType::F16}) {
@@ -221,6 +225,41 @@ TEST(CudaBf16Gemm, QuantizedWeightsPanelsAreCountedWorkspace) {
   }
   // 2^17 / 768 = 170 whole rows, rounded down to a multiple of 8 (the other operands stay aligned).
   EXPECT_EQ(cuda_workspace::held_gemm_panel_bytes(DType::Q8_0, 257, 768), size_t{168} * 768 * 2);
+}
+
+// How many panels (a dequantize launch and a GEMM each) a quantized weight's GEMMs take: one for a
+// weight within the card's panel budget, however wide; ceil(rows / panel rows) past it. At the
+// CPU's tile size (2^17 values) a [1024, 512] q8_0 weight was 4 panels; with the card's default it
+// is one. And the layer shapes of Qwen2.5-0.5B are whole panels, the 1.5B's MLP two.
+TEST(CudaBf16Gemm, AQuantizedWeightWithinThePanelBudgetIsOnePanel) {
+  SimulatedCudaDevice card;
+  const int64_t in = 512, out = 1024;
+  const Tensor x = gpu(random_tensor({kT, in}, 51)), dy = gpu(random_tensor({kT, out}, 52));
+  const Tensor W = gpu(random_tensor({out, in}, 53).to(DType::Q8_0));
+  Tensor dx = Tensor::empty({kT, in}, DType::F32, kGpu);
+  auto counts_of = [&](const std::function<void()>& f) {
+    const sim::RuntimeCounts before = sim::runtime_counts();
+    f();
+    return sim::runtime_counts() - before;
+  };
+  auto forward = [&] { linear_forward(x, W, nullptr, nullptr, nullptr); };
+  auto backward = [&] { linear_backward(dy, x, W, nullptr, nullptr, LinearGrads{&dx}); };
+  // One launch rounds the activation to bf16; then a dequantize launch and a GEMM per panel.
+  for (const auto& [values, panels] :
+       {std::pair<int64_t, uint64_t>{cuda_workspace::kDefaultHeldPanelValues, 1}, {kSmallPanelValues, 4}}) {
+    const ScopedHeldPanelValues budget(values);
+    const std::string at = "panel budget " + std::to_string(values);
+    for (const auto& pass : {std::function<void()>(forward), std::function<void()>(backward)}) {
+      const sim::RuntimeCounts c = counts_of(pass);
+      EXPECT_EQ(c.gemms, panels) << at;
+      EXPECT_EQ(c.kernel_launches, 1 + panels) << at;
+    }
+  }
+  EXPECT_EQ(cuda_workspace::held_panel_values(), cuda_workspace::kDefaultHeldPanelValues) << "the guard restores";
+  // Qwen2.5-0.5B (D 896, F 4864, kv 128) and -1.5B (D 1536, F 8960) at the card's default.
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{896, 896}, {128, 896}, {4864, 896}, {896, 4864}})
+    EXPECT_EQ(cuda_workspace::held_panel_rows(rows, cols), rows) << rows << "x" << cols;
+  EXPECT_EQ((8960 + cuda_workspace::held_panel_rows(8960, 1536) - 1) / cuda_workspace::held_panel_rows(8960, 1536), 2);
 }
 
 // The fused LM head + loss over a head held in bf16 (tied embeddings in LoRA training): its GEMMs

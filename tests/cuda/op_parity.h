@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 
+#include "backend/cuda/device_workspace.h"
 #include "ops/attention.h"
 #include "ops/cross_entropy.h"
 #include "ops/elementwise.h"
@@ -28,6 +29,22 @@ constexpr Device kGpu{DeviceType::CUDA, 0};
 inline Tensor gpu(const Tensor& t) {
   return t.to(kGpu);
 }
+
+// Held weights split into panels of at most `values` values for the guard's life (the card's
+// default, cuda_workspace::kDefaultHeldPanelValues, holds the small weights of a test whole), so
+// the panel loops are exercised with weights a test can afford.
+class ScopedHeldPanelValues {
+ public:
+  explicit ScopedHeldPanelValues(int64_t values) : previous_(cuda_workspace::exchange_held_panel_values(values)) {}
+  ~ScopedHeldPanelValues() { cuda_workspace::exchange_held_panel_values(previous_); }
+  ScopedHeldPanelValues(const ScopedHeldPanelValues&) = delete;
+  ScopedHeldPanelValues& operator=(const ScopedHeldPanelValues&) = delete;
+
+ private:
+  int64_t previous_;
+};
+// The panel budget the tests below were written against: the CPU's tile (2^17 values).
+inline constexpr int64_t kSmallPanelValues = int64_t{1} << 17;
 
 inline void expect_same(const Tensor& got_gpu, const Tensor& ref_cpu, const std::string& what, Tolerance tol) {
   EXPECT_EQ(got_gpu.device(), kGpu) << what;
@@ -117,6 +134,7 @@ inline void held_weights(DType type, Tolerance tol) {
   SCOPED_TRACE(dtype_name(type));
   // 768 columns (whole q4_K blocks): a 128k-value panel holds 168 rows (170 rounded down to a
   // multiple of 8), so the 257-row weight takes two panels.
+  const ScopedHeldPanelValues small_panels(kSmallPanelValues);
   const int64_t T = 9, in = 768, out = 257;
   Tensor x = random_tensor({T, in}, 40), W = random_tensor({out, in}, 41).to(type), dy = random_tensor({T, out}, 42);
   const Tensor W_bf16 = W.to(DType::F32).to(DType::BF16);  // what the device's GEMMs read

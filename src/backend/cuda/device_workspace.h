@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -33,7 +34,30 @@ inline constexpr size_t gemm_workspace_bytes(int cc_major) {
   return cc_major >= 9 ? kGemmWorkspaceBytesHopper : kGemmWorkspaceBytesOther;
 }
 
-// Rows of a held weight [rows, cols] per dequantized panel: at most kHeldTileFloats values, at
+// Values per dequantized panel of a held weight on the card: 2^23, 16 MiB as bf16 or f16 (32 MiB as
+// the f32 panels of the f16-range fallback and of a held LM head), one panel live at a time. The
+// CPU's tiles (cpu::kHeldTileFloats, 2^17) are sized for its L2 cache; a card wants few, large
+// GEMMs, and each panel costs a dequantize launch and a GEMM launch of a few µs. At 2^17 a
+// Qwen2.5-0.5B MLP weight [4864, 896] took 34 panels of 0.5 GFLOP at T = 2048: ~120 panels, ~240
+// launches per layer and pass for a QLoRA step (forward, recompute and backward: ~700). At 2^23 every
+// weight of that layer is one panel, Qwen2.5-1.5B's MLP weights [8960, 1536] two, a 7B's
+// [18944, 3584] nine (3 GFLOP each at T = 2048): launch-bound no longer. bitsandbytes' QLoRA makes a
+// whole bf16 copy of each weight it multiplies; this bounds the copy instead.
+inline constexpr int64_t kDefaultHeldPanelValues = int64_t{1} << 23;
+namespace detail {
+inline std::atomic<int64_t> held_panel_values{kDefaultHeldPanelValues};
+}  // namespace detail
+inline int64_t held_panel_values() {
+  return detail::held_panel_values.load(std::memory_order_relaxed);
+}
+// Tests on the simulated card lower it so small weights split into several panels (returns the
+// previous value, which they restore). Nothing else sets it: the memory plan and the wrappers must
+// see the same value.
+inline int64_t exchange_held_panel_values(int64_t values) {
+  return detail::held_panel_values.exchange(std::max<int64_t>(1, values));
+}
+
+// Rows of a held weight [rows, cols] per dequantized panel: at most held_panel_values() values, at
 // least one row, never more rows than the weight has, and a multiple of 8 when a panel holds 8 rows
 // or more. A panel starting at row r0 makes the GEMM's other operands start r0 elements in (the
 // f32 output `y + r0`, the 16-bit activation `dy + r0`): with r0 a multiple of 8 both stay 16-byte
@@ -41,7 +65,7 @@ inline constexpr size_t gemm_workspace_bytes(int cc_major) {
 // 4- and 8-byte aligned: slower kernels, or none). The wrappers' panel loops and the byte counts
 // below both use it.
 inline int64_t held_panel_rows(int64_t rows, int64_t cols) {
-  const int64_t fit = std::max<int64_t>(1, cpu::kHeldTileFloats / std::max<int64_t>(1, cols));
+  const int64_t fit = std::max<int64_t>(1, held_panel_values() / std::max<int64_t>(1, cols));
   if (fit >= rows) return rows;
   return fit >= 8 ? fit - fit % 8 : fit;
 }
@@ -73,7 +97,7 @@ inline size_t held_gemm_operand_bytes(DType held, int64_t rows, int64_t cols, bo
 }
 
 // A GEMM against a weight [rows, cols] held as `held`: f16 and the block types (and bf16 on an
-// f16 card) are dequantized to the 16-bit type into one reused panel of at most kHeldTileFloats
+// f16 card) are dequantized to the 16-bit type into one reused panel of at most held_panel_values()
 // values (at least one row); bf16 weights on a bf16 card and f32 weights are read as stored.
 inline size_t held_gemm_panel_bytes(DType held, int64_t rows, int64_t cols, bool f16_card = false) {
   if (read_as_stored(held, f16_card)) return 0;
@@ -82,7 +106,7 @@ inline size_t held_gemm_panel_bytes(DType held, int64_t rows, int64_t cols, bool
 
 // A GEMM against a held weight [rows, cols] with a value outside f16's range on an f16 card
 // (HeldMatrix::f32_panels, ops/held_range.h): an f32 GEMM over one reused f32 panel of at most
-// kHeldTileFloats values, and no 16-bit copy of the activation operand (read as it is).
+// held_panel_values() values, and no 16-bit copy of the activation operand (read as it is).
 inline size_t held_gemm_f32_panel_bytes(int64_t rows, int64_t cols) {
   return static_cast<size_t>(held_panel_rows(rows, cols) * cols) * sizeof(float);
 }
@@ -102,7 +126,7 @@ inline size_t cross_entropy_bytes(DType head, int64_t T, int64_t D, int64_t V, i
 }
 
 // The fused loss over a head held in f16 or a block type (linear_cross_entropy_held): the f32
-// workspace above plus one f32 panel of the head, at most kHeldTileFloats values (at least one
+// workspace above plus one f32 panel of the head, at most held_panel_values() values (at least one
 // row): cross_entropy_held_workspace_bytes in cross_entropy.cuh.
 inline size_t cross_entropy_held_bytes(int64_t T, int64_t D, int64_t V, int64_t chunk) {
   if (T == 0) return 0;

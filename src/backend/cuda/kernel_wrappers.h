@@ -14,16 +14,16 @@
 // frozen weight held narrower than f32 take 16-bit inputs with f32 accumulation and an f32 result (cuBLASLt's
 // tensor-core path), in the card's narrow type (gemm::narrow_type): bf16 from compute capability 8.0 on, f16 on Turing
 // (7.5). bf16 card: a bf16 weight is read as stored, f16 and the block types (q8_0, q4_K, ...: dequant.cuh) are
-// dequantized to bf16 panel by panel (at most kHeldTileFloats values) into workspace. f16 card: every held type, bf16
-// included, is dequantized to f16 panels the same way (frozen weights stay in their stored type in memory: nothing to
-// convert at upload, and one code path for every type). The f32 activation operand is rounded to the narrow type into
-// workspace (ActivationOperand), scaled by a power of two into f16's range on an f16 card (the GEMM's alpha, read from
-// device memory, undoes it: no wait for the card). GEMMs against f32 weights (trainable ones, LoRA's A/B, a model held
-// in f32) stay f32 GEMMs without TF32; other held types are refused (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash).
-// Attention: the ops front-end (ops/attention.cpp) validates cu_seqlens on the host (the uploader's host copy, or a
-// staged copy) and refuses mixed devices, so the pointer reaching the wrapper is already the device's copy; heads wider
-// than kCudaAttentionMaxHeadDim are refused here. Kernels not written yet would be null entries, listed in
-// kernel_gaps.h (none today).
+// dequantized to bf16 panel by panel (at most cuda_workspace::held_panel_values() values) into workspace. f16 card:
+// every held type, bf16 included, is dequantized to f16 panels the same way (frozen weights stay in their stored type
+// in memory: nothing to convert at upload, and one code path for every type). The f32 activation operand is rounded to
+// the narrow type into workspace (ActivationOperand), scaled by a power of two into f16's range on an f16 card (the
+// GEMM's alpha, read from device memory, undoes it: no wait for the card). GEMMs against f32 weights (trainable ones,
+// LoRA's A/B, a model held in f32) stay f32 GEMMs without TF32; other held types are refused
+// (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash). Attention: the ops front-end (ops/attention.cpp) validates cu_seqlens
+// on the host (the uploader's host copy, or a staged copy) and refuses mixed devices, so the pointer reaching the
+// wrapper is already the device's copy; heads wider than kCudaAttentionMaxHeadDim are refused here. Kernels not written
+// yet would be null entries, listed in kernel_gaps.h (none today).
 #ifndef BP_WRAP_NS
 #error "define BP_WRAP_NS (cuda or sim) and declare the launchers before including kernel_wrappers.h"
 #endif
@@ -221,8 +221,8 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   // (bf16_head_cross_entropy below), never a widened f32 copy of the [V, D] head. Another held head
   // (f16 or a block type; and a bf16 one on an f16 card, where the logits' gradient, as small as
   // 1/V times the loss scale, would meet f16's underflow) is dequantized panel by panel into f32 inside the kernel's
-  // f32 GEMMs (linear_cross_entropy_held): kHeldTileFloats floats of panel, never the whole [V, D] head in f32. Like
-  // the CPU kernel, a held head gets no dW (the ops refuse asking for one).
+  // f32 GEMMs (linear_cross_entropy_held): held_panel_values() floats of panel, never the whole [V, D] head in f32.
+  // Like the CPU kernel, a held head gets no dW (the ops refuse asking for one).
   static cpu::CrossEntropyTotals linear_cross_entropy(const float* x, const cpu::HeldMatrix& W, const int32_t* labels,
                                                       int64_t T, int64_t D, int64_t V, int64_t chunk,
                                                       float* /*logits_chunk: the workspace below holds them*/,
@@ -459,7 +459,7 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   //   f32:  once, the weight itself, an f32 GEMM (the CPU's arithmetic: f32 weights are trainable
   //         ones or a model stored in f32, and LoRA's A/B, whose GEMMs are rank-r and cheap);
   //   bf16 on a bf16 card: once, the weight itself as stored: no widened copy;
-  //   any other held type (dequant.cuh): per panel of at most kHeldTileFloats values (at least
+  //   any other held type (dequant.cuh): per panel of at most held_panel_values() values (at least
   //   one row), each dequantized to the card's narrow type (bf16, or f16 on a Turing card) into
   //   one reused workspace buffer, fn called per panel with that type. Others are refused.
   //   Frozen weights are not scaled into f16 (trained LLM weights lie far inside its range); a weight
