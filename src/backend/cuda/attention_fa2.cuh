@@ -62,6 +62,19 @@ __device__ __forceinline__ void fa2_load_a(uint32_t a[4], const T* src, int64_t 
   a[3] = fa2_pair(src, stride, row0 + g + 8, rows, c + 8);
 }
 
+// The A operands of every k step (d columns) for the 16 rows from `row0` of two tensors of one
+// layout (K and V, or Q and dO), into a and b.
+template <int kSteps, class T>
+__device__ __forceinline__ void fa2_load_a_pair(uint32_t (*a)[4], uint32_t (*b)[4], const T* src_a, const T* src_b,
+                                                int64_t stride, int row0, int rows, int d) {
+  BP_UNROLL
+  for (int s = 0; s < kSteps; ++s)
+    if (s * 16 < d) {
+      fa2_load_a(a[s], src_a, stride, row0, rows, s);
+      fa2_load_a(b[s], src_b, stride, row0, rows, s);
+    }
+}
+
 // Rows [0, n) of one head (d columns) as bf16, zero up to row 64: into `by_row` [64][d + 8] and/or
 // transposed into `by_col` [d][64 + 8] (either may be null).
 template <class T>
@@ -71,6 +84,30 @@ __device__ __forceinline__ void fa2_stage(bf16* by_row, bf16* by_col, const T* s
     const bf16 x = __float2bfloat16(j < n ? load_f32(src[j * stride + c]) : 0.0f);
     if (by_row) by_row[j * (d + 8) + c] = x;
     if (by_col) by_col[c * (kFa2Rows + 8) + j] = x;
+  }
+}
+
+// The A operand of a k step over 16 columns from the C accumulators of its two 8-column halves
+// (the C layout of tiles c0, c1 is exactly that A layout), rounded to bf16.
+__device__ __forceinline__ void fa2_c_to_a(uint32_t a[4], const float c0[4], const float c1[4]) {
+  a[0] = pack_bf16x2(c0[0], c0[1]);
+  a[1] = pack_bf16x2(c0[2], c0[3]);
+  a[2] = pack_bf16x2(c1[0], c1[1]);
+  a[3] = pack_bf16x2(c1[2], c1[3]);
+}
+
+// acc[n] += A·B over the d/8 output tiles, the B operand of k step ks (columns 16ks..16ks + 15)
+// from a transposed stage [d][64 + 8] (fa2_stage's by_col).
+template <int kOutTiles>
+__device__ __forceinline__ void fa2_mma_by_col(float (*acc)[4], const uint32_t a[4], const bf16* by_col, int ks,
+                                               int d) {
+  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  BP_UNROLL
+  for (int n = 0; n < kOutTiles; ++n) {
+    if (n * 8 >= d) break;
+    const bf16* col = by_col + (n * 8 + g) * (kFa2Rows + 8) + ks * 16 + 2 * t;  // row n·8 + g, columns 2t, 2t + 1
+    const uint32_t b[2] = {load_bf16x2(col), load_bf16x2(col + 8)};
+    mma_m16n8k16_bf16(acc[n], a, b, acc[n]);
   }
 }
 
@@ -262,12 +299,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 
   uint32_t ka[kSteps][4], va[kSteps][4];
   const int64_t kv_at = first_key * kv_stride + int64_t{g_kv} * d;
-  BP_UNROLL
-  for (int s = 0; s < kSteps; ++s)
-    if (s * 16 < d) {
-      fa2_load_a(ka[s], k + kv_at, kv_stride, key0, tile.rows, s);
-      fa2_load_a(va[s], v + kv_at, kv_stride, key0, tile.rows, s);
-    }
+  fa2_load_a_pair<kSteps>(ka, va, k + kv_at, v + kv_at, kv_stride, key0, tile.rows, d);
   float dk_acc[kOutTiles][4], dv_acc[kOutTiles][4];
   BP_UNROLL
   for (int n = 0; n < kOutTiles; ++n)
@@ -321,21 +353,11 @@ __global__ void __launch_bounds__(kAttentionThreads)
       for (int ks = 0; ks < kFa2Rows / 16; ++ks) {
         if (ks * 16 >= rows) break;
         if (ks * 16 + 16 <= first_seen) continue;
-        const uint32_t pa[4] = {pack_bf16x2(p[2 * ks][0], p[2 * ks][1]), pack_bf16x2(p[2 * ks][2], p[2 * ks][3]),
-                                pack_bf16x2(p[2 * ks + 1][0], p[2 * ks + 1][1]),
-                                pack_bf16x2(p[2 * ks + 1][2], p[2 * ks + 1][3])};
-        const uint32_t dsa[4] = {pack_bf16x2(ds[2 * ks][0], ds[2 * ks][1]), pack_bf16x2(ds[2 * ks][2], ds[2 * ks][3]),
-                                 pack_bf16x2(ds[2 * ks + 1][0], ds[2 * ks + 1][1]),
-                                 pack_bf16x2(ds[2 * ks + 1][2], ds[2 * ks + 1][3])};
-        BP_UNROLL
-        for (int n = 0; n < kOutTiles; ++n) {
-          if (n * 8 >= d) break;
-          const int at = (n * 8 + g) * ldt + ks * 16 + 2 * t;  // dim n·8 + g, queries 2t, 2t + 1
-          const uint32_t dob[2] = {load_bf16x2(dOt + at), load_bf16x2(dOt + at + 8)};
-          const uint32_t qb[2] = {load_bf16x2(Qt + at), load_bf16x2(Qt + at + 8)};
-          mma_m16n8k16_bf16(dv_acc[n], pa, dob, dv_acc[n]);
-          mma_m16n8k16_bf16(dk_acc[n], dsa, qb, dk_acc[n]);
-        }
+        uint32_t pa[4], dsa[4];
+        fa2_c_to_a(pa, p[2 * ks], p[2 * ks + 1]);
+        fa2_c_to_a(dsa, ds[2 * ks], ds[2 * ks + 1]);
+        fa2_mma_by_col<kOutTiles>(dv_acc, pa, dOt, ks, d);
+        fa2_mma_by_col<kOutTiles>(dk_acc, dsa, Qt, ks, d);
       }
     }
   }
@@ -368,9 +390,9 @@ __global__ void __launch_bounds__(kAttentionThreads)
 // P = exp(scale·S − lse) and dS = P∘(dP − delta) on the accumulators, dS packed straight into the A
 // operand of dQ += dS·K (the C→A reuse of the forward's P). Sixteen keys at a time rather than 64
 // keep S and dP at 16 values a thread: with Q, dO (d/4 words each) and dQ (d/2) that is d + 16
-// values, 144 at d = 128 (ptxas: 201 registers for sm_90, 195 for sm_80, 128 at d <= 64, no
-// spill), so the cap is the forward's; d = 256 keeps attention_tc.cuh's dQ kernel. The sum over keys runs in
-// key order (tiles, then 16-key steps): bit-identical run to run, one writer per element.
+// values, 144 at d = 128 (ptxas: 202 registers for sm_90, 197 for sm_80..89, 124..128 at
+// d <= 64, no spill), so the cap is the forward's; d = 256 keeps attention_tc.cuh's dQ kernel. The sum over keys runs
+// in key order (tiles, then 16-key steps): bit-identical run to run, one writer per element.
 constexpr int kFa2DqMaxHeadDim = 128;
 
 // K by row, V by row, K transposed (bf16): 52 KiB at d = 128, past the default 48 (the launcher
@@ -389,7 +411,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
   AttentionTile tile;
   if (!find_attention_tile(cu, n_samples, kFa2Rows, blockIdx.x, true, tile)) return;  // the whole block alike
   BP_TC_SHARED(fa2_smem);
-  const int ld = d + 8, ldt = kFa2Rows + 8;
+  const int ld = d + 8;
   bf16* Ks = reinterpret_cast<bf16*>(fa2_smem);
   bf16* Vs = Ks + kFa2Rows * ld;
   bf16* Kt = Vs + kFa2Rows * ld;
@@ -401,12 +423,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 
   uint32_t qa[kSteps][4], doa[kSteps][4];
   const int64_t q_at = first_row * q_stride + int64_t{h} * d;
-  BP_UNROLL
-  for (int s = 0; s < kSteps; ++s)
-    if (s * 16 < d) {
-      fa2_load_a(qa[s], q + q_at, q_stride, row0, tile.rows, s);
-      fa2_load_a(doa[s], dout + q_at, q_stride, row0, tile.rows, s);
-    }
+  fa2_load_a_pair<kSteps>(qa, doa, q + q_at, dout + q_at, q_stride, row0, tile.rows, d);
   float acc[kOutTiles][4];
   BP_UNROLL
   for (int n = 0; n < kOutTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
@@ -464,15 +481,9 @@ __global__ void __launch_bounds__(kAttentionThreads)
         dp[half][i] = seen ? p * (dp[half][i] - row_delta[r]) : 0.0f;
       }
       // dQ += dS·K over these 16 keys: the A operand from the two dS tiles.
-      const uint32_t dsa[4] = {pack_bf16x2(dp[0][0], dp[0][1]), pack_bf16x2(dp[0][2], dp[0][3]),
-                               pack_bf16x2(dp[1][0], dp[1][1]), pack_bf16x2(dp[1][2], dp[1][3])};
-      BP_UNROLL
-      for (int n = 0; n < kOutTiles; ++n) {
-        if (n * 8 >= d) break;
-        const bf16* kcol = Kt + (n * 8 + g) * ldt + ks * 16 + 2 * t;  // dim n·8 + g, keys 2t, 2t + 1
-        const uint32_t kb[2] = {load_bf16x2(kcol), load_bf16x2(kcol + 8)};
-        mma_m16n8k16_bf16(acc[n], dsa, kb, acc[n]);
-      }
+      uint32_t dsa[4];
+      fa2_c_to_a(dsa, dp[0], dp[1]);
+      fa2_mma_by_col<kOutTiles>(acc, dsa, Kt, ks, d);
     }
   }
   if (!warp_has_rows) return;
