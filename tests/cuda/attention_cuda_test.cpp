@@ -8,9 +8,9 @@
 //
 // Two kernels (attention.cuh's launchers pick by the card): the scalar f32 kernels on a Turing card
 // (simulated compute capability 7.5) and for head dims that are not multiples of 16; the
-// tensor-core kernels from 8.0 on (attention_fa2.cuh's register-resident forward up to d = 128 and
-// dK/dV up to d = 64, attention_tc.cuh's wmma kernels for the rest; the mma and wmma counters say
-// which ran). The scalar path is checked at f32 tolerance
+// tensor-core kernels from 8.0 on (attention_fa2.cuh's register-resident forward and dQ up to
+// d = 128 and dK/dV up to d = 64, attention_tc.cuh's wmma kernels for the rest; the mma and wmma
+// counters say which ran). The scalar path is checked at f32 tolerance
 // in f32 storage. The tensor-core path rounds the products' inputs (Q, K, V, dO, P, dS) to bf16:
 // relative error 2^-9 per input, so a score or an output element moves by up to ~2^-8 of the sum
 // of |terms| it adds, and the sums over a long sample's keys (dK, dV) accumulate it; it is checked
@@ -101,17 +101,25 @@ void check_attention(const Case& c, Card card = kTuring) {
   const auto o_ind = test::as<T>(o_in);
   std::vector<float> delta(nlse, NAN);
   auto dq = nan_filled<T>(nq), dk = nan_filled<T>(nkv), dv = nan_filled<T>(nkv);
-  const uint64_t mma_before_backward = mma_m16n8k16_count();
+  const uint64_t mma_before_backward = mma_m16n8k16_count(), wmma_before_backward = wmma_mma_count();
   attention_backward<T>(doutd.data(), qd.data(), kd.data(), vd.data(), o_ind.data(), lse_ref.data(), cu.data(), dims,
                         delta.data(), dq.data(), dk.data(), dv.data());
-  // dK/dV in registers (PTX mma) up to kFa2BackwardMaxHeadDim on the tensor-core cards.
-  EXPECT_EQ(mma_m16n8k16_count() > mma_before_backward, tensor_cores && c.head_dim <= kFa2BackwardMaxHeadDim)
-      << "which dK/dV ran: " << at;
+  // On the tensor-core cards dK/dV run in registers (PTX mma) up to kFa2BackwardMaxHeadDim (64) and
+  // dQ up to kFa2DqMaxHeadDim (128), each on wmma above. So no wmma at all up to 64 says dQ took
+  // its mma kernel there, mma between 64 and 128 that it did there (dK/dV is on wmma), and no mma
+  // above 128 that it did not.
+  static_assert(kFa2BackwardMaxHeadDim < kFa2DqMaxHeadDim);
+  const bool dq_fa2 = tensor_cores && c.head_dim <= kFa2DqMaxHeadDim;
+  const bool dkdv_fa2 = tensor_cores && c.head_dim <= kFa2BackwardMaxHeadDim;
+  EXPECT_EQ(mma_m16n8k16_count() > mma_before_backward, dq_fa2 || dkdv_fa2) << "which dQ ran: " << at;
+  EXPECT_EQ(wmma_mma_count() > wmma_before_backward, tensor_cores && !(dq_fa2 && dkdv_fa2))
+      << "which dK/dV or dQ ran: " << at;
   test::expect_close(delta, delta_ref, tensor_cores ? test::kBf16Tol : test::kF32Tol, "delta " + at);
   test::expect_close(test::back(dq), dq_ref, tol, "dq " + at);
   test::expect_close(test::back(dk), dk_ref, tol, "dk " + at);
   test::expect_close(test::back(dv), dv_ref, tol, "dv " + at);
-  EXPECT_EQ(wmma_mma_count() > mma_before, tensor_cores) << "which kernels ran: " << at;
+  EXPECT_EQ(wmma_mma_count() > mma_before, tensor_cores && c.head_dim > kFa2BackwardMaxHeadDim)
+      << "which kernels ran: " << at;
 }
 
 const std::vector<int32_t> kLengths{1, 7, 33, 0, 70};
@@ -195,6 +203,10 @@ TEST(CudaAttention, TensorCoresMatchCpu) {
   // three 64-row query and key tiles (the diagonal tiles' skipped products, the rescale), one
   // ending on a tile edge.
   check_attention<bf16>({{150, 3, 64}, 4, 2, 96, 2.0f}, kHopper);
+  // The register-resident dQ below its compiled widths (48 of 64, 80 of 128), GQA 3 and 2, a
+  // sample of three 64-row tiles, odd lengths.
+  check_attention<float>({{131, 9, 1}, 3, 1, 48, 2.0f}, kHopper);
+  check_attention<bf16>({{70, 5, 33}, 4, 2, 80, 1.0f}, kAmpere);
 }
 
 // The tensor-core path is really a different computation: on f32 storage its outputs differ from
@@ -223,14 +235,16 @@ TEST(CudaAttention, TensorCoresRoundTheProductsToBf16) {
   EXPECT_LT(max_diff, 2e-2);  // bf16 inputs: 2^-9 relative each
 }
 
-// The register-resident kernels (forward, dK/dV) give bit-identical results whatever order the
+// The register-resident kernels (forward, dK/dV, dQ) give bit-identical results whatever order the
 // threads and blocks run in: every sum has a fixed order and every output one writer (a race on
 // the staged K/V or Q/dO tiles, or a reduction depending on lane timing, would change bits here).
-TEST(CudaAttention, RegisterKernelsAreBitIdenticalUnderEverySchedule) {
+// One forward and backward at head dim d on an Ampere card, each output compared bit for bit
+// between the in-order schedule and two others.
+void expect_bit_identical_under_every_schedule(int d) {
   bp::test::SimulatedComputeCapability cc(kAmpere.major, kAmpere.minor);
   const std::vector<int32_t> cu{0, 70, 103};
-  const cpu::AttentionDims dims{103, 2, 4, 2, 64};
-  const size_t nq = size_t{103} * 4 * 64, nkv = size_t{103} * 2 * 64, nlse = size_t{103} * 4;
+  const cpu::AttentionDims dims{103, 2, 4, 2, d};
+  const size_t nq = size_t{103} * 4 * d, nkv = size_t{103} * 2 * d, nlse = size_t{103} * 4;
   const auto q = test::random_floats(nq, 11, -2.0f, 2.0f), k = test::random_floats(nkv, 12, -2.0f, 2.0f),
              v = test::random_floats(nkv, 13), dout = test::random_floats(nq, 14);
   auto run = [&](ScheduleChoice schedule) {
@@ -241,6 +255,7 @@ TEST(CudaAttention, RegisterKernelsAreBitIdenticalUnderEverySchedule) {
                               delta.data(), dq.data(), dk.data(), dv.data());
     set_schedule(saved);
     o.insert(o.end(), lse.begin(), lse.end());
+    o.insert(o.end(), dq.begin(), dq.end());
     o.insert(o.end(), dk.begin(), dk.end());
     o.insert(o.end(), dv.begin(), dv.end());
     return o;
@@ -250,8 +265,13 @@ TEST(CudaAttention, RegisterKernelsAreBitIdenticalUnderEverySchedule) {
   EXPECT_GT(mma_m16n8k16_count(), mma_before);
   for (ScheduleChoice other : {ScheduleChoice{Schedule::Reverse, 0}, ScheduleChoice{Schedule::Shuffle, 5}}) {
     const auto got = run(other);
-    EXPECT_EQ(0, std::memcmp(got.data(), in_order.data(), got.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(got.data(), in_order.data(), got.size() * sizeof(float))) << "d=" << d;
   }
+}
+
+// d = 64: every kernel register-resident; d = 128: the forward and dQ (the 128-wide build).
+TEST(CudaAttention, RegisterKernelsAreBitIdenticalUnderEverySchedule) {
+  for (int d : {64, 128}) expect_bit_identical_under_every_schedule(d);
 }
 
 // head_dim 256: the dK/dV pass needs more than 48 KiB of shared memory, which the simulation

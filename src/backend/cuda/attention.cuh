@@ -12,9 +12,9 @@
 // - the tensor-core kernels (attention_tc.cuh) from compute capability 8.0 on: the same blocks and
 //   walks, each tile product on wmma bf16 fragments with f32 accumulation, so Q, K, V, dO, P and dS
 //   are rounded to bf16 inside the kernel (in f32 storage too); softmax, lse, delta stay f32. Their
-//   forward gives way to attention_fa2.cuh's up to head dim kFa2MaxHeadDim (128), their dK/dV up
-//   to kFa2BackwardMaxHeadDim (64): the same numerics, with scores, softmax and the accumulators
-//   in registers (PTX mma, 64-row tiles). dQ stays on wmma.
+//   forward and dQ give way to attention_fa2.cuh's up to head dim kFa2MaxHeadDim and
+//   kFa2DqMaxHeadDim (128), their dK/dV up to kFa2BackwardMaxHeadDim (64): the same numerics, with
+//   scores, softmax and the accumulators in registers (PTX mma, 64-row tiles).
 // All run on the CPU simulation (sim/cuda_sim.h, sim/sim_wmma.h, sim/sim_mma.h); tests/cuda runs
 // each.
 //
@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 }  // namespace bp::BP_CUDA_NS
 
 #include "backend/cuda/attention_tc.cuh"  // the tensor-core kernels, beside the scalar ones above
-// after attention_tc.cuh (its shared-memory macro): the register-resident forward
+// after attention_tc.cuh (its shared-memory macro): the register-resident kernels
 #include "backend/cuda/attention_fa2.cuh"
 
 namespace bp::BP_CUDA_NS {
@@ -450,6 +450,12 @@ inline AttentionLaunch attention_launch(AttentionPass pass, const AttentionDims&
   return {B, bytes, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(heads))};
 }
 
+// The grid of attention_fa2.cuh's kernels: 64-row tiles × `heads`.
+inline dim3 fa2_grid(const AttentionDims& dims, int heads) {
+  return dim3(static_cast<unsigned>(attention_tile_bound(dims.tokens, dims.n_samples, kFa2Rows)),
+              static_cast<unsigned>(heads));
+}
+
 // o (overwritten) and lse (written when non-null). Device pointers; cu_seqlens [S+1] i32 on the
 // device, dims.n_samples = S. Needs 1 <= head_dim <= kCudaAttentionMaxHeadDim and Hkv dividing Hq
 // (the front-end checks both).
@@ -464,10 +470,8 @@ void attention_forward(const T* q, const T* k, const T* v, const int32_t* cu_seq
     const auto kernel =
         dims.head_dim <= 64 ? attention_forward_fa2_kernel<T, 64> : attention_forward_fa2_kernel<T, 128>;
     const size_t bytes = attention_fa2_shared_bytes(dims.head_dim);
-    const dim3 grid(static_cast<unsigned>(attention_tile_bound(dims.tokens, dims.n_samples, kFa2Rows)),
-                    static_cast<unsigned>(dims.n_heads));
     if (!allow_attention_shared(kernel, bytes)) return;
-    BP_LAUNCH(grid, kAttentionThreads, bytes, stream, kernel)
+    BP_LAUNCH(fa2_grid(dims, dims.n_heads), kAttentionThreads, bytes, stream, kernel)
     (q, k, v, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, dims.head_dim, scale, o, lse);
     return;
   }
@@ -493,10 +497,9 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
 
   if (tensor_cores && d <= kFa2BackwardMaxHeadDim) {  // attention_fa2.cuh; wider heads: below
     const size_t bytes = attention_fa2_dkdv_shared_bytes(d);
-    const dim3 grid(static_cast<unsigned>(attention_tile_bound(dims.tokens, dims.n_samples, kFa2Rows)),
-                    static_cast<unsigned>(dims.n_kv_heads));
     if (!allow_attention_shared(attention_backward_dkdv_fa2_kernel<T, 64>, bytes)) return;
-    BP_LAUNCH(grid, kAttentionThreads, bytes, stream, attention_backward_dkdv_fa2_kernel<T, 64>)
+    BP_LAUNCH(fa2_grid(dims, dims.n_kv_heads), kAttentionThreads, bytes, stream,
+              attention_backward_dkdv_fa2_kernel<T, 64>)
     (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, scale, dk, dv);
   } else {
     const AttentionLaunch Lkv = attention_launch(AttentionPass::GradKV, dims, tensor_cores);
@@ -507,6 +510,14 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
      dv);
   }
 
+  if (tensor_cores && d <= kFa2DqMaxHeadDim) {  // attention_fa2.cuh; wider heads: below
+    const auto dq_kernel = d <= 64 ? attention_backward_dq_fa2_kernel<T, 64> : attention_backward_dq_fa2_kernel<T, 128>;
+    const size_t bytes = attention_fa2_dq_shared_bytes(d);
+    if (!allow_attention_shared(dq_kernel, bytes)) return;
+    BP_LAUNCH(fa2_grid(dims, dims.n_heads), kAttentionThreads, bytes, stream, dq_kernel)
+    (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, scale, dq);
+    return;
+  }
   const AttentionLaunch Lq = attention_launch(AttentionPass::GradQ, dims, tensor_cores);
   const auto dq_kernel = tensor_cores ? attention_backward_dq_tc_kernel<T> : attention_backward_dq_kernel<T>;
   if (!allow_attention_shared(dq_kernel, Lq.shared_bytes)) return;

@@ -1,7 +1,7 @@
 // FlashAttention-2-style kernels for cards of compute capability >= 8.0 and head dims that are
 // multiples of 16: the forward up to kFa2MaxHeadDim, the backward's dK/dV up to
-// kFa2BackwardMaxHeadDim (below). attention.cuh: contract, layouts, tile walk; its launchers pick
-// these kernels (tensor cores and d within the cap). Included by attention.cuh only.
+// kFa2BackwardMaxHeadDim and its dQ up to kFa2DqMaxHeadDim (below). attention.cuh: contract, layouts, tile walk; its
+// launchers pick these kernels (tensor cores and d within the cap). Included by attention.cuh only.
 //
 // What lives where (one block = 4 warps = kFa2Rows = 64 query rows of one head; key tiles of 64):
 // - registers, per warp (16 query rows each): the Q operand of its rows (loaded once, as PTX mma
@@ -62,6 +62,19 @@ __device__ __forceinline__ void fa2_load_a(uint32_t a[4], const T* src, int64_t 
   a[3] = fa2_pair(src, stride, row0 + g + 8, rows, c + 8);
 }
 
+// The A operands of every k step (d columns) for the 16 rows from `row0` of two tensors of one
+// layout (K and V, or Q and dO), into a and b.
+template <int kSteps, class T>
+__device__ __forceinline__ void fa2_load_a_pair(uint32_t (*a)[4], uint32_t (*b)[4], const T* src_a, const T* src_b,
+                                                int64_t stride, int row0, int rows, int d) {
+  BP_UNROLL
+  for (int s = 0; s < kSteps; ++s)
+    if (s * 16 < d) {
+      fa2_load_a(a[s], src_a, stride, row0, rows, s);
+      fa2_load_a(b[s], src_b, stride, row0, rows, s);
+    }
+}
+
 // Rows [0, n) of one head (d columns) as bf16, zero up to row 64: into `by_row` [64][d + 8] and/or
 // transposed into `by_col` [d][64 + 8] (either may be null).
 template <class T>
@@ -71,6 +84,30 @@ __device__ __forceinline__ void fa2_stage(bf16* by_row, bf16* by_col, const T* s
     const bf16 x = __float2bfloat16(j < n ? load_f32(src[j * stride + c]) : 0.0f);
     if (by_row) by_row[j * (d + 8) + c] = x;
     if (by_col) by_col[c * (kFa2Rows + 8) + j] = x;
+  }
+}
+
+// The A operand of a k step over 16 columns from the C accumulators of its two 8-column halves
+// (the C layout of tiles c0, c1 is exactly that A layout), rounded to bf16.
+__device__ __forceinline__ void fa2_c_to_a(uint32_t a[4], const float c0[4], const float c1[4]) {
+  a[0] = pack_bf16x2(c0[0], c0[1]);
+  a[1] = pack_bf16x2(c0[2], c0[3]);
+  a[2] = pack_bf16x2(c1[0], c1[1]);
+  a[3] = pack_bf16x2(c1[2], c1[3]);
+}
+
+// acc[n] += A·B over the d/8 output tiles, the B operand of k step ks (columns 16ks..16ks + 15)
+// from a transposed stage [d][64 + 8] (fa2_stage's by_col).
+template <int kOutTiles>
+__device__ __forceinline__ void fa2_mma_by_col(float (*acc)[4], const uint32_t a[4], const bf16* by_col, int ks,
+                                               int d) {
+  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  BP_UNROLL
+  for (int n = 0; n < kOutTiles; ++n) {
+    if (n * 8 >= d) break;
+    const bf16* col = by_col + (n * 8 + g) * (kFa2Rows + 8) + ks * 16 + 2 * t;  // row n·8 + g, columns 2t, 2t + 1
+    const uint32_t b[2] = {load_bf16x2(col), load_bf16x2(col + 8)};
+    mma_m16n8k16_bf16(acc[n], a, b, acc[n]);
   }
 }
 
@@ -229,7 +266,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 // dim kFa2BackwardMaxHeadDim: K, V (d/4 words each), dK, dV (d/2 floats each), Sᵀ and dPᵀ (32
 // each) hold 1.5·d + 64 values a thread: 160 at d = 64 (ptxas: 222 registers, no spill), 256 at
 // d = 128, past a thread's 255; wider heads keep attention_tc.cuh's dK/dV kernel.
-// dQ keeps its own kernel (one writer per element, no atomics).
+// dQ has its own kernel below (one writer per element, no atomics).
 constexpr int kFa2BackwardMaxHeadDim = 64;
 
 // Q, dO by row and transposed (bf16), then lse and delta (f32).
@@ -262,12 +299,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 
   uint32_t ka[kSteps][4], va[kSteps][4];
   const int64_t kv_at = first_key * kv_stride + int64_t{g_kv} * d;
-  BP_UNROLL
-  for (int s = 0; s < kSteps; ++s)
-    if (s * 16 < d) {
-      fa2_load_a(ka[s], k + kv_at, kv_stride, key0, tile.rows, s);
-      fa2_load_a(va[s], v + kv_at, kv_stride, key0, tile.rows, s);
-    }
+  fa2_load_a_pair<kSteps>(ka, va, k + kv_at, v + kv_at, kv_stride, key0, tile.rows, d);
   float dk_acc[kOutTiles][4], dv_acc[kOutTiles][4];
   BP_UNROLL
   for (int n = 0; n < kOutTiles; ++n)
@@ -321,21 +353,11 @@ __global__ void __launch_bounds__(kAttentionThreads)
       for (int ks = 0; ks < kFa2Rows / 16; ++ks) {
         if (ks * 16 >= rows) break;
         if (ks * 16 + 16 <= first_seen) continue;
-        const uint32_t pa[4] = {pack_bf16x2(p[2 * ks][0], p[2 * ks][1]), pack_bf16x2(p[2 * ks][2], p[2 * ks][3]),
-                                pack_bf16x2(p[2 * ks + 1][0], p[2 * ks + 1][1]),
-                                pack_bf16x2(p[2 * ks + 1][2], p[2 * ks + 1][3])};
-        const uint32_t dsa[4] = {pack_bf16x2(ds[2 * ks][0], ds[2 * ks][1]), pack_bf16x2(ds[2 * ks][2], ds[2 * ks][3]),
-                                 pack_bf16x2(ds[2 * ks + 1][0], ds[2 * ks + 1][1]),
-                                 pack_bf16x2(ds[2 * ks + 1][2], ds[2 * ks + 1][3])};
-        BP_UNROLL
-        for (int n = 0; n < kOutTiles; ++n) {
-          if (n * 8 >= d) break;
-          const int at = (n * 8 + g) * ldt + ks * 16 + 2 * t;  // dim n·8 + g, queries 2t, 2t + 1
-          const uint32_t dob[2] = {load_bf16x2(dOt + at), load_bf16x2(dOt + at + 8)};
-          const uint32_t qb[2] = {load_bf16x2(Qt + at), load_bf16x2(Qt + at + 8)};
-          mma_m16n8k16_bf16(dv_acc[n], pa, dob, dv_acc[n]);
-          mma_m16n8k16_bf16(dk_acc[n], dsa, qb, dk_acc[n]);
-        }
+        uint32_t pa[4], dsa[4];
+        fa2_c_to_a(pa, p[2 * ks], p[2 * ks + 1]);
+        fa2_c_to_a(dsa, ds[2 * ks], ds[2 * ks + 1]);
+        fa2_mma_by_col<kOutTiles>(dv_acc, pa, dOt, ks, d);
+        fa2_mma_by_col<kOutTiles>(dk_acc, dsa, Qt, ks, d);
       }
     }
   }
@@ -352,6 +374,129 @@ __global__ void __launch_bounds__(kAttentionThreads)
       dk[off + n * 8 + 1] = store_from_f32<T>(scale * dk_acc[n][2 * r + 1]);
       dv[off + n * 8] = store_from_f32<T>(dv_acc[n][2 * r]);
       dv[off + n * 8 + 1] = store_from_f32<T>(dv_acc[n][2 * r + 1]);
+    }
+  }
+#else
+  __trap();  // never launched below compute capability 8.0 (attention_backward)
+#endif
+}
+
+// dQ in the same style (the backward's step 3, attention.cuh): one block per (64-query tile, query
+// head) walking the key tiles 0..diagonal like the forward. Warp w keeps its 16 query rows' Q and
+// dO operands (A fragments), their lse and delta, and the dQ accumulator (d/8 m16n8 tiles, f32) in
+// registers for the whole walk. Per key tile the block stages K by row [64][d + 8] (the B operand
+// of S = Q·Kᵀ), V by row (of dP = dO·Vᵀ) and K transposed [d][64 + 8] (of dQ += dS·K), bf16. A
+// warp takes the tile's keys 16 at a time: S and dP of those keys (2 m16n8 tiles each), then
+// P = exp(scale·S − lse) and dS = P∘(dP − delta) on the accumulators, dS packed straight into the A
+// operand of dQ += dS·K (the C→A reuse of the forward's P). Sixteen keys at a time rather than 64
+// keep S and dP at 16 values a thread: with Q, dO (d/4 words each) and dQ (d/2) that is d + 16
+// values, 144 at d = 128 (ptxas: 202 registers for sm_90, 197 for sm_80..89, 124..128 at
+// d <= 64, no spill), so the cap is the forward's; d = 256 keeps attention_tc.cuh's dQ kernel. The sum over keys runs
+// in key order (tiles, then 16-key steps): bit-identical run to run, one writer per element.
+constexpr int kFa2DqMaxHeadDim = 128;
+
+// K by row, V by row, K transposed (bf16): 52 KiB at d = 128, past the default 48 (the launcher
+// opts in, as for the wide wmma kernels).
+inline size_t attention_fa2_dq_shared_bytes(int d) {
+  return (2 * size_t(kFa2Rows) * (d + 8) + size_t(d) * (kFa2Rows + 8)) * 2;
+}
+
+template <class T, int kMaxD>
+__global__ void __launch_bounds__(kAttentionThreads)
+    attention_backward_dq_fa2_kernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
+                                     const float* delta, const int32_t* cu, int64_t n_samples, int64_t T_tokens,
+                                     int n_heads, int group, int d, float scale, T* dq) {
+#if BP_CUDA_ARCH_HAS_BF16_MMA
+  constexpr int kSteps = kMaxD / 16, kOutTiles = kMaxD / 8;
+  AttentionTile tile;
+  if (!find_attention_tile(cu, n_samples, kFa2Rows, blockIdx.x, true, tile)) return;  // the whole block alike
+  BP_TC_SHARED(fa2_smem);
+  const int ld = d + 8;
+  bf16* Ks = reinterpret_cast<bf16*>(fa2_smem);
+  bf16* Vs = Ks + kFa2Rows * ld;
+  bf16* Kt = Vs + kFa2Rows * ld;
+  const int h = blockIdx.y, g_kv = h / group, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int row0 = threadIdx.x / 32 * 16;  // the warp's rows in the tile
+  const int64_t q_stride = int64_t{n_heads} * d, kv_stride = int64_t{n_heads / group} * d;
+  const int64_t first_row = tile.base + tile.start;  // the tile's first token
+  const bool warp_has_rows = row0 < tile.rows;       // the same for every lane of the warp
+
+  uint32_t qa[kSteps][4], doa[kSteps][4];
+  const int64_t q_at = first_row * q_stride + int64_t{h} * d;
+  fa2_load_a_pair<kSteps>(qa, doa, q + q_at, dout + q_at, q_stride, row0, tile.rows, d);
+  float acc[kOutTiles][4];
+  BP_UNROLL
+  for (int n = 0; n < kOutTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  float row_lse[2], row_delta[2];  // rows g, g + 8 of the warp
+  int64_t pos[2];
+  BP_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + g + 8 * r;
+    const int64_t at = int64_t{h} * T_tokens + first_row + row;
+    row_lse[r] = row < tile.rows ? lse[at] : 0.0f;
+    row_delta[r] = row < tile.rows ? delta[at] : 0.0f;
+    pos[r] = tile.start + row;
+  }
+
+  const int64_t key_end = tile.start + tile.rows;  // causal: later keys are seen by no row here
+  for (int64_t j0 = 0; j0 < key_end; j0 += kFa2Rows) {
+    const int keys = static_cast<int>(key_end - j0 < kFa2Rows ? key_end - j0 : kFa2Rows);
+    __syncthreads();  // the previous tile's readers of Ks, Vs, Kt are done
+    const int64_t kv_at = (tile.base + j0) * kv_stride + int64_t{g_kv} * d;
+    fa2_stage(Ks, Kt, k + kv_at, kv_stride, keys, d);
+    fa2_stage(Vs, nullptr, v + kv_at, kv_stride, keys, d);
+    __syncthreads();
+    if (!warp_has_rows) continue;  // warp-uniform: no mma
+    // Keys from `visible` on are after every row of the warp or past the tile (masked, skipped).
+    const int64_t after_last_row = tile.start + row0 + 16 - j0;
+    const int visible = static_cast<int>(after_last_row < keys ? after_last_row : keys);
+    BP_UNROLL
+    for (int ks = 0; ks < kFa2Rows / 16; ++ks) {
+      if (ks * 16 >= visible) break;  // dS = 0 from here on
+      // S and dP of keys 16ks..16ks + 15: tiles of 8 keys, k steps over d.
+      float s[2][4], dp[2][4];
+      BP_UNROLL
+      for (int half = 0; half < 2; ++half) {
+        for (int i = 0; i < 4; ++i) s[half][i] = dp[half][i] = 0.0f;
+        const int key = ks * 16 + half * 8;
+        if (key >= visible) continue;
+        const int at = (key + g) * ld + 2 * t;  // key + g, dims 2t, 2t + 1 of each step
+        BP_UNROLL
+        for (int st = 0; st < kSteps; ++st) {
+          if (st * 16 >= d) break;
+          const uint32_t kb[2] = {load_bf16x2(Ks + at + st * 16), load_bf16x2(Ks + at + st * 16 + 8)};
+          const uint32_t vb[2] = {load_bf16x2(Vs + at + st * 16), load_bf16x2(Vs + at + st * 16 + 8)};
+          mma_m16n8k16_bf16(s[half], qa[st], kb, s[half]);
+          mma_m16n8k16_bf16(dp[half], doa[st], vb, dp[half]);
+        }
+      }
+      // dS = P∘(dP − delta) in place of dP, 0 where masked (row past the sample, key past the
+      // tile, key after the query).
+      BP_UNROLL
+      for (int half = 0; half < 2; ++half) BP_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int r = i / 2, j = ks * 16 + half * 8 + 2 * t + i % 2;
+        const bool seen = row0 + g + 8 * r < tile.rows && j < keys && j0 + j <= pos[r];
+        const float p = seen ? expf(scale * s[half][i] - row_lse[r]) : 0.0f;
+        dp[half][i] = seen ? p * (dp[half][i] - row_delta[r]) : 0.0f;
+      }
+      // dQ += dS·K over these 16 keys: the A operand from the two dS tiles.
+      uint32_t dsa[4];
+      fa2_c_to_a(dsa, dp[0], dp[1]);
+      fa2_mma_by_col<kOutTiles>(acc, dsa, Kt, ks, d);
+    }
+  }
+  if (!warp_has_rows) return;
+  BP_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + g + 8 * r;
+    if (row >= tile.rows) continue;
+    T* out = dq + (first_row + row) * q_stride + int64_t{h} * d + 2 * t;
+    BP_UNROLL
+    for (int n = 0; n < kOutTiles; ++n) {
+      if (n * 8 >= d) break;
+      out[n * 8] = store_from_f32<T>(scale * acc[n][2 * r]);
+      out[n * 8 + 1] = store_from_f32<T>(scale * acc[n][2 * r + 1]);
     }
   }
 #else
