@@ -5,10 +5,11 @@
 // of the [T, in] input, the CPU's bit for bit) wherever x is read, so no [T, in] xd or dxd is
 // ever written: on a card those were memory-bound passes per projection, forward, recompute and
 // backward, and one saved [T, in] per projection without checkpointing.
-//   lora_dropout_xa:         xa[T, r] = (keep⊙x)·Aᵀ/(1−p). A block is `rows` tokens × a chunk of
-//                            R ranks (16, 32 or 64, by r; more chunks as grid.y past 64); it walks
-//                            the input in slices of 32 columns, staging the dropped x slice and A's
-//                            slice in shared memory: x is read once per rank chunk (once for r <= 64).
+//   lora_dropout_xa:         xa[T, r] = (keep⊙x)·Aᵀ/(1−p). A block is 256/R tokens × a chunk of
+//                            R ranks (16, 32 or 64, by r; more chunks as grid.y past 64), one output
+//                            per thread (r = 16, T = 2048: 128 blocks); it walks the input in slices
+//                            of 32 columns, staging the dropped x slice and A's slice in shared
+//                            memory: x is read once per rank chunk (once for r <= 64).
 //   lora_dropout_dA:         dA[r, in] += dxaᵀ·(keep⊙x)/(1−p), a reduction over the tokens: a block
 //                            is 32 columns × kDaRanks ranks with its tokens split over 16 thread rows
 //                            (row g sums tokens g, g + 16, ... in order), the 16 partials added in
@@ -29,7 +30,7 @@ namespace bp::BP_CUDA_NS {
 
 constexpr int kLoraThreads = 256;
 constexpr int kLoraCols = 32;     // input columns per slice / per block (a warp's width)
-constexpr int kXaOutputs = 1024;  // xa values per block: rows × R, 4 per thread
+constexpr int kXaOutputs = 256;   // xa values per block: rows × R, one per thread
 constexpr int kXaMaxRanks = 64;   // rank chunk of the xa kernel at most
 constexpr int kDaRanks = 8;       // ranks per dA block (grid.y = ceil(r / kDaRanks))
 constexpr int kDaRowGroups = 16;  // thread rows splitting the tokens of a dA block
@@ -50,7 +51,7 @@ __device__ __forceinline__ float dropped_input(const float* x, int64_t t, int64_
 // grid (ceil(T / rows), ceil(r / R)), kLoraThreads threads; rows·R = kXaOutputs.
 __global__ void lora_dropout_xa_kernel(const float* x, const float* A, float* xa, int64_t T, int64_t in, int64_t r,
                                        int R, float p, float inv_keep, uint64_t mixed) {
-  __shared__ float xs[kXaOutputs / 16][kLoraCols + 1];  // rows <= 64
+  __shared__ float xs[kXaOutputs / 16][kLoraCols + 1];  // rows = kXaOutputs / R <= kXaOutputs / 16
   __shared__ float as[kXaMaxRanks][kLoraCols + 1];
   constexpr int kPerThread = kXaOutputs / kLoraThreads;
   const int tid = static_cast<int>(threadIdx.x), rows = kXaOutputs / R;
