@@ -16,8 +16,9 @@ struct Case {
   int64_t T, in, r;
   float p;
 };
-const Case kCases[] = {{31, 33, 1, 0.05f}, {33, 97, 16, 0.5f},  {70, 45, 16, 0.05f}, {1, 1, 1, 0.5f},
-                       {45, 31, 17, 0.5f}, {19, 40, 33, 0.05f}, {23, 35, 67, 0.5f},  {0, 31, 16, 0.05f}};
+const Case kCases[] = {{31, 33, 1, 0.05f}, {33, 97, 16, 0.5f}, {70, 45, 16, 0.05f},
+                       {1, 1, 1, 0.5f},    {45, 31, 17, 0.5f}, {19, 40, 33, 0.05f},
+                       {23, 35, 67, 0.5f}, {0, 31, 16, 0.05f}, {257, 300, 16, 0.05f}};
 constexpr uint64_t kSeed = 0x5eedull;
 
 // A copy of `host` in simulated device memory (the write check watches cudaMalloc'd allocations).
