@@ -5,7 +5,7 @@
 //   xn [T,D], q/k/v [T,Hq·d]/[T,Hkv·d] (after q/k norm and RoPE), attn [T,Hq·d], lse [Hq,T],
 //   h [T,D], hn [T,D], gate/up/m [T,F], rstd1/rstd2 [T];
 //   Qwen3: q_pre/k_pre (before q/k norm) and rstd_q [T·Hq], rstd_k [T·Hkv];
-//   LoRA: per targeted module xa [T,r] (+ xd [T,in] when dropout > 0), see ops/linear.h.
+//   LoRA: per targeted module xa [T,r] (dropout regenerates its mask: no dropped input kept), see ops/linear.h.
 // The layer input x is referenced (it is the previous layer's output or a checkpoint).
 #pragma once
 

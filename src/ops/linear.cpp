@@ -7,6 +7,11 @@
 //   dW += gᵀ·x,  db += Σ_t g              (full mode only: non-null pointers)
 //   dB += s·gᵀ·xa                          (+=)
 //   dA += (s·g·B)ᵀ·xd                      (+=)
+// With dropout, xd is never kept: the mask is a hash of (seed, element index), so the kernels
+// regenerate it from x. lora_dropout_xa makes xa forward, lora_dropout_backward makes dA and the
+// LoRA term of dx; the CUDA kernels fuse the mask into those products (no [T, in] buffer at all),
+// the CPU ones write xd (and dxd) into scratch the front-end allocates for the call
+// (lora_dropout_scratch_floats: 0 on CUDA) and call sgemm as the plain path does.
 #include "ops/linear.h"
 
 #include "ops/held_range.h"
@@ -62,6 +67,11 @@ void base_forward(const Tensor& x, const Tensor& W, const Tensor* bias, Tensor& 
   if (bias) ops::kernels(x).add_bias_inplace(y.kernel_data<float>(), bias->kernel_data<float>(), T, out);
 }
 
+// The scratch a LoRA dropout kernel asks for (CPU: the dropped input, and dxd backward; CUDA: none).
+Tensor dropout_scratch(const Tensor& x, int64_t T, int64_t in, bool backward) {
+  return Tensor::empty({ops::kernels(x).lora_dropout_scratch_floats(T, in, backward)}, DType::F32, x.device());
+}
+
 // The LoRA part of linear_backward (see the file comment): dB, dA and the LoRA term of dx,
 // which is added to the dx the base GEMM already wrote.
 void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, const LinearSaved* saved,
@@ -69,12 +79,6 @@ void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, con
   BP_CHECK(saved && saved->xa.defined(), "[linear] LoRA backward needs the xa saved by linear_forward");
   ops::require_shape(kOp, "saved xa", saved->xa, Shape{T, r});
   const bool dropped = dropout_active(lora);
-  const float* xd = x.kernel_data<float>();
-  if (dropped) {
-    BP_CHECK(saved->xd.defined(), "[linear] LoRA dropout was active but forward saved no dropped input");
-    ops::require_shape(kOp, "saved xd", saved->xd, Shape{T, in});
-    xd = saved->xd.kernel_data<float>();
-  }
   const float* A = lora.A->kernel_data<float>();
   const float* B = lora.B->kernel_data<float>();
   const float s = lora.scale;
@@ -86,23 +90,22 @@ void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, con
   // dxa = s·g·B  [T, r]
   Tensor dxa = Tensor::empty({T, r}, DType::F32, x.device());
   ops::kernels(x).sgemm(false, false, T, r, out, s, g, out, B, r, 0.0f, dxa.kernel_data<float>(), r);
+  if (dropped) {
+    // dA and the LoRA term of dx through the regenerated mask: no saved xd, no dxd on the card.
+    Tensor scratch = dropout_scratch(x, T, in, true);
+    ops::kernels(x).lora_dropout_backward(dxa.kernel_data<float>(), x.kernel_data<float>(), A, lora.dropout,
+                                          lora.dropout_seed, scratch.kernel_data<float>(),
+                                          grads.dA ? grads.dA->kernel_data<float>() : nullptr,
+                                          grads.dx ? grads.dx->kernel_data<float>() : nullptr, T, in, r);
+    return;
+  }
   if (grads.dA)
-    ops::kernels(x).sgemm(true, false, r, in, T, 1.0f, dxa.kernel_data<float>(), r, xd, in, 1.0f,
+    ops::kernels(x).sgemm(true, false, r, in, T, 1.0f, dxa.kernel_data<float>(), r, x.kernel_data<float>(), in, 1.0f,
                           grads.dA->kernel_data<float>(), in);
-  if (!grads.dx) return;
-  if (!dropped) {
-    // dx += dxa·A straight into dx.
+  // dx += dxa·A straight into dx.
+  if (grads.dx)
     ops::kernels(x).sgemm(false, false, T, in, r, 1.0f, dxa.kernel_data<float>(), r, A, in, 1.0f,
                           grads.dx->kernel_data<float>(), in);
-  } else {
-    // dxd = dxa·A, then dx += dxd through the same mask (read off x and xd, see dropout_backward_accumulate).
-    Tensor dxd = Tensor::empty({T, in}, DType::F32, x.device());
-    ops::kernels(x).sgemm(false, false, T, in, r, 1.0f, dxa.kernel_data<float>(), r, A, in, 0.0f,
-                          dxd.kernel_data<float>(), in);
-    ops::kernels(x).dropout_backward_accumulate(dxd.kernel_data<float>(), x.kernel_data<float>(), xd,
-                                                grads.dx->kernel_data<float>(), T * in, lora.dropout,
-                                                lora.dropout_seed);
-  }
 }
 
 }  // namespace
@@ -118,25 +121,26 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
     return y;
   }
 
-  // The LoRA input: dropout(x) in training with p > 0 (kept for backward), else x itself.
-  // Done before the base GEMM so the three GEMMs run back to back: OpenBLAS's worker threads
-  // keep spinning after a call, and an OpenMP loop squeezed between two calls competes with them.
-  Tensor xd;
-  const float* xd_ptr = x.kernel_data<float>();
-  if (dropout_active(*lora)) {
-    xd = Tensor::empty({T, in}, DType::F32, x.device());
-    ops::kernels(x).dropout_forward(x.kernel_data<float>(), xd.kernel_data<float>(), T * in, lora->dropout,
-                                    lora->dropout_seed);
-    xd_ptr = xd.kernel_data<float>();
-  }
-  base_forward(x, W, bias, y);
   Tensor xa = Tensor::empty({T, r}, DType::F32, x.device());
-  ops::kernels(x).lora_forward(xd_ptr, lora->A->kernel_data<float>(), lora->B->kernel_data<float>(), lora->scale,
-                               xa.kernel_data<float>(), y.kernel_data<float>(), T, in, out, r);
-  if (saved) {
-    saved->xd = std::move(xd);
-    saved->xa = std::move(xa);
+  if (!dropout_active(*lora)) {
+    base_forward(x, W, bias, y);
+    ops::kernels(x).lora_forward(x.kernel_data<float>(), lora->A->kernel_data<float>(), lora->B->kernel_data<float>(),
+                                 lora->scale, xa.kernel_data<float>(), y.kernel_data<float>(), T, in, out, r);
+  } else {
+    // xa = dropout(x)·Aᵀ before the base GEMM, so the CPU kernel's mask loop comes first and the
+    // three GEMMs run back to back (OpenBLAS's worker threads keep spinning after a call, and an
+    // OpenMP loop squeezed between two calls competes with them); then y += s·xa·Bᵀ.
+    {
+      Tensor scratch = dropout_scratch(x, T, in, false);
+      ops::kernels(x).lora_dropout_xa(x.kernel_data<float>(), lora->A->kernel_data<float>(), lora->dropout,
+                                      lora->dropout_seed, scratch.kernel_data<float>(), xa.kernel_data<float>(), T, in,
+                                      r);
+    }
+    base_forward(x, W, bias, y);
+    ops::kernels(x).sgemm(false, true, T, out, r, lora->scale, xa.kernel_data<float>(), r,
+                          lora->B->kernel_data<float>(), r, 1.0f, y.kernel_data<float>(), out);
   }
+  if (saved) saved->xa = std::move(xa);
   return y;
 }
 
@@ -156,8 +160,9 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const L
   }
 
   ops::require_same_device(kOp, {&x, &dy, grads.dx, grads.dW, grads.db, grads.dA, grads.dB});
-  // All GEMMs first, back to back; the OpenMP loops (dropout mask, db) last: OpenBLAS's workers
-  // keep spinning after a call and would compete with an OpenMP loop placed between two calls.
+  // The GEMMs back to back, the OpenMP loops (db) last: OpenBLAS's workers keep spinning after a
+  // call and would compete with an OpenMP loop placed between two calls. (With dropout the CPU's
+  // backward kernel regenerates xd between the dxa GEMM and its own two: within noise, measured.)
   const float* g = dy.kernel_data<float>();
   BP_CHECK(!grads.dW || W.dtype() == DType::F32,
            "[linear] dW asked for a frozen {} weight (held weights get no gradient)", W.describe());
@@ -170,6 +175,10 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const L
     ops::kernels(x).linear_dW_accumulate(g, x.kernel_data<float>(), grads.dW->kernel_data<float>(), T, in, out);
   if (lora && T > 0 && (grads.dx || grads.dA || grads.dB)) lora_backward(g, x, *lora, saved, grads, T, in, out, r);
   if (grads.db) ops::kernels(x).bias_grad_accumulate(g, grads.db->kernel_data<float>(), T, out);
+}
+
+int64_t lora_dropout_scratch_floats(DeviceType device, int64_t T, int64_t in, bool backward) {
+  return ops::kernels(device).lora_dropout_scratch_floats(T, in, backward);
 }
 
 void matmul_accumulate(Tensor& C, float alpha, const Tensor& A, const Tensor& B) {

@@ -7,8 +7,10 @@
 // Dropout is deterministic: the mask comes from `dropout_seed` (same seed -> same mask), so a
 // recomputed forward (gradient checkpointing) and a resumed run see the same mask.
 //
-// Saved for backward (LinearSaved): the dropped LoRA input xd (only when dropout > 0; otherwise
-// x itself is used) and xa = xd·Aᵀ [T, r]. The caller keeps x.
+// Saved for backward (LinearSaved): xa = dropout(x)·Aᵀ [T, r] only. The caller keeps x; the
+// dropped input is never kept: its mask is a hash of (seed, element index), so backward
+// regenerates it from x (on CUDA inside the fused products, lora_dropout.cuh, never as a [T, in]
+// buffer; on the CPU into scratch that lives for one call: lora_dropout_scratch_floats).
 // Gradients: dx is overwritten (=), or accumulated (+=) with accumulate_dx (an input feeding several
 // projections, q/k/v or gate/up, sums their dx in place: no temporary, no separate add); dW, db,
 // dA, dB accumulate (+=). Null gradient pointers are
@@ -31,8 +33,7 @@ struct LoraWeights {
 };
 
 struct LinearSaved {
-  Tensor xd;  // dropout(x) for the LoRA path, defined only when dropout was applied
-  Tensor xa;  // [T, r] = xd·Aᵀ, defined when a LoRA path exists
+  Tensor xa;  // [T, r] = dropout(x)·Aᵀ, defined when a LoRA path exists
 };
 
 struct LinearGrads {
@@ -49,6 +50,11 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
                       LinearSaved* saved);
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const LoraWeights* lora,
                      const LinearSaved* saved, const LinearGrads& grads);
+
+// Floats of scratch one LoRA-dropout call allocates on `device` (forward: linear_forward; backward:
+// linear_backward), freed when the call returns: the CPU writes the dropped input (and its
+// gradient) there, CUDA needs none. For the memory plan (train/memory_plan.cpp).
+int64_t lora_dropout_scratch_floats(DeviceType device, int64_t T, int64_t in, bool backward);
 
 // C += alpha·A·B for A [M, K], B [K, N], C [M, N], all f32 (merging LoRA into a weight:
 // W += scale·B·A, model/merge.cpp).

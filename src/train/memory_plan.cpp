@@ -5,9 +5,10 @@
 // forward_backward) and the allocations inside the ops it calls:
 //   Batch              tokens, positions, labels [T] and cu_seqlens [S+1] int32, the whole step
 //   rms_norm_forward   rstd [N] (when kept) then y [N, D]
-//   linear_forward     y [T, out]; LoRA: xd [T, in] (dropout > 0), xa [T, r]; both freed at the
-//                      end unless saved for backward
-//   linear_backward    LoRA: dxa [T, r], plus dxd [T, in] with dropout (both transient)
+//   linear_forward     y [T, out]; LoRA: xa [T, r], freed at the end unless saved for backward;
+//                      with dropout, the kernel's scratch (CPU: xd [T, in]; CUDA: none), transient
+//   linear_backward    LoRA: dxa [T, r]; with dropout the kernel's scratch (CPU: xd and dxd
+//                      [T, in]; CUDA: none) (all transient)
 //   attention_forward  out [T, Hq·d], lse [Hq, T] (when kept), per-thread scratch (transient)
 //   attention_backward delta [Hq, T], per-thread score blocks and per-head partial dk/dv (transient)
 //   linear_cross_entropy: one logits chunk [min(chunk, window, T), V] (transient; window = the
@@ -30,6 +31,7 @@
 #include "model/held_weights.h"
 #include "ops/attention.h"
 #include "ops/device_compute.h"  // cuda_workspace::
+#include "ops/linear.h"
 
 namespace bp {
 
@@ -141,6 +143,12 @@ struct Dims {
     }
   }
   bool has_lora(LinearRole role) const { return lora[static_cast<size_t>(role)]; }
+  // The scratch linear_forward / linear_backward allocate for a LoRA dropout kernel
+  // (ops/linear.h lora_dropout_scratch_floats): the CPU's dropped input; the CUDA kernels take none.
+  int64_t dropout_scratch(LinearRole role, bool backward) const {
+    if (dropout <= 0 || device.cuda) return 0;
+    return lora_dropout_scratch_floats(DeviceType::CPU, T, in(role), backward);
+  }
 };
 
 // What one layer's forward keeps (ids into the replay), as Model::LayerActs.
@@ -148,25 +156,22 @@ struct Acts {
   Id x = -1;  // the layer input (owned by the caller's bookkeeping, freed with the acts)
   Id rstd1 = -1, xn = -1, q_pre = -1, k_pre = -1, rstd_q = -1, rstd_k = -1, q = -1, k = -1, v = -1;
   Id attn = -1, lse = -1, h = -1, rstd2 = -1, hn = -1, gate = -1, up = -1, m = -1;
-  std::array<Id, kNumLinearRoles> xd{-1, -1, -1, -1, -1, -1, -1}, xa{-1, -1, -1, -1, -1, -1, -1};
+  std::array<Id, kNumLinearRoles> xa{-1, -1, -1, -1, -1, -1, -1};
 };
 
-// linear_forward: y, then (LoRA) xd and xa, kept in `keep` or freed at the end of the op.
+// linear_forward: y, then (LoRA) xa, kept in `keep` or freed at the end of the op.
 Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* keep, Group keep_group) {
   Id y = R.alloc(y_group, m.T * m.out(role));
   if (!m.has_lora(role)) R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), false));
   if (m.has_lora(role)) {
     const auto ri = static_cast<size_t>(role);
-    Id xd = m.dropout > 0 ? R.alloc(keep ? keep_group : kWork, m.T * m.in(role)) : -1;
-    R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), false));  // the base GEMM
     Id xa = R.alloc(keep ? keep_group : kWork, m.T * m.r);
-    if (keep) {
-      keep->xd[ri] = xd;
+    if (m.dropout > 0) R.transient(kWork, m.dropout_scratch(role, false));                // before the base GEMM
+    R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), false));  // the base GEMM
+    if (keep)
       keep->xa[ri] = xa;
-    } else {
-      R.free(xd);
+    else
       R.free(xa);
-    }
   }
   return y;
 }
@@ -178,10 +183,9 @@ void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a) {
   R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), true));  // dx = dy·W
   if (m.has_lora(role)) {
     Id dxa = R.alloc(kWork, m.T * m.r);
-    if (m.dropout > 0) R.transient(kWork, m.T * m.in(role));
+    R.transient(kWork, m.dropout_scratch(role, true));
     R.free(dxa);
   }
-  R.free(a.xd[ri]);
   R.free(a.xa[ri]);
 }
 

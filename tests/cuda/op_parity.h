@@ -90,7 +90,7 @@ inline void linear_with_lora_dropout_and_bias(Tolerance tol) {
   LoraWeights lc{&A, &B, 0.5f, 0.25f, 99, true}, lg{&Ag, &Bg, 0.5f, 0.25f, 99, true};
   LinearSaved sc, sg;
   expect_same(linear_forward(xg, Wg, &bg, &lg, &sg), linear_forward(x, W, &bias, &lc, &sc), "y", tol);
-  expect_same(sg.xd, sc.xd, "xd (dropout mask)", tol);
+  expect_same(sg.xa, sc.xa, "xa (through the dropout mask)", tol);
   Tensor dx = Tensor::empty({T, in}), dW = random_tensor({out, in}, 26), db = random_tensor({out}, 27);
   Tensor dA = random_tensor({r, in}, 28), dB = random_tensor({out, r}, 29);
   Tensor dxg = Tensor::empty({T, in}, DType::F32, kGpu), dWg = gpu(dW), dbg = gpu(db), dAg = gpu(dA), dBg = gpu(dB);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/linear.h"
 #include "backend/cpu/optim.h"
 #include "backend/cpu/rms_norm.h"
 #include "backend/cpu/swiglu.h"
@@ -83,6 +84,29 @@ TEST(CudaDevice, RmsNormMatchesCpu) {
   expect_close(y.to_host(), y_ref, 1e-5, "y");
   expect_close(dx.to_host(), dx_ref, 1e-5, "dx");
   expect_close(dw.to_host(), dw_ref, 1e-4, "dw");
+}
+
+// LoRA dropout (lora_dropout.cuh) at a projection's size: xa, dA and dx with the mask regenerated
+// on the card against the CPU's materialized xd and sgemm.
+TEST(CudaDevice, LoraDropoutMatchesCpu) {
+  BP_NEED_DEVICE();
+  const int64_t T = 517, in = 896, r = 16;
+  const float p = 0.05f;
+  const uint64_t seed = 1234;
+  const auto x = random_floats(T * in, 21), A = random_floats(r * in, 22), dxa = random_floats(T * r, 23);
+  const auto dA0 = random_floats(r * in, 24), dx0 = random_floats(T * in, 25);
+  std::vector<float> xa_ref(T * r), dA_ref = dA0, dx_ref = dx0, scratch(cpu::lora_dropout_scratch_floats(T, in, true));
+  cpu::lora_dropout_xa(x.data(), A.data(), p, seed, scratch.data(), xa_ref.data(), T, in, r);
+  cpu::lora_dropout_backward(dxa.data(), x.data(), A.data(), p, seed, scratch.data(), dA_ref.data(), dx_ref.data(), T,
+                             in, r);
+  DeviceBuffer<float> xd{x}, Ad{A}, dxad{dxa}, xa{std::vector<float>(T * r)}, dA{dA0}, dx{dx0};
+  cuda::lora_dropout_xa(xd.ptr, Ad.ptr, xa.ptr, T, in, r, p, seed, nullptr);
+  cuda::lora_dropout_dA_accumulate(dxad.ptr, xd.ptr, dA.ptr, T, in, r, p, seed, nullptr);
+  cuda::lora_dropout_dx_accumulate(dxad.ptr, Ad.ptr, dx.ptr, T, in, r, p, seed, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  expect_close(xa.to_host(), xa_ref, 1e-4, "xa");
+  expect_close(dA.to_host(), dA_ref, 1e-4, "dA");
+  expect_close(dx.to_host(), dx_ref, 1e-5, "dx");
 }
 
 TEST(CudaDevice, SwigluAndGlobalNormMatchCpu) {

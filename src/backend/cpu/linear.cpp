@@ -61,6 +61,28 @@ void dropout_backward_accumulate(const float* g, const float* x, const float* xd
   }
 }
 
+int64_t lora_dropout_scratch_floats(int64_t T, int64_t in, bool backward) {
+  return (backward ? 2 : 1) * T * in;
+}
+
+void lora_dropout_xa(const float* x, const float* A, float p, uint64_t seed, float* scratch, float* xa, int64_t T,
+                     int64_t in, int64_t r) {
+  dropout_forward(x, scratch, T * in, p, seed);
+  sgemm(false, true, T, r, in, 1.0f, scratch, in, A, in, 0.0f, xa, r);
+}
+
+void lora_dropout_backward(const float* dxa, const float* x, const float* A, float p, uint64_t seed, float* scratch,
+                           float* dA, float* dx, int64_t T, int64_t in, int64_t r) {
+  float* xd = scratch;
+  float* dxd = scratch + T * in;
+  // The mask loop first, then both GEMMs back to back (OpenBLAS's workers spin after a call).
+  dropout_forward(x, xd, T * in, p, seed);
+  if (dA) sgemm(true, false, r, in, T, 1.0f, dxa, r, xd, in, 1.0f, dA, in);
+  if (!dx) return;
+  sgemm(false, false, T, in, r, 1.0f, dxa, r, A, in, 0.0f, dxd, in);
+  dropout_backward_accumulate(dxd, x, xd, dx, T * in, p, seed);
+}
+
 void linear_base_forward(const float* x, const float* W, const float* bias, float* y, int64_t T, int64_t in,
                          int64_t out) {
   float beta = 0.0f;

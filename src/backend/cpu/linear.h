@@ -21,6 +21,18 @@ void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t see
 void dropout_backward_accumulate(const float* g, const float* x, const float* xd, float* dx, int64_t n, float p,
                                  uint64_t seed);
 
+// LoRA dropout without a saved dropped input (ops/linear.cpp; the CUDA kernels, lora_dropout.cuh,
+// never materialize it): here xd = dropout(x) is written into the caller's scratch and the products
+// are the sgemm calls of the plain LoRA path, so the arithmetic is that of dropout_forward + sgemm.
+// Floats of scratch the two calls below need: T·in forward (xd), 2·T·in backward (xd and dxd).
+int64_t lora_dropout_scratch_floats(int64_t T, int64_t in, bool backward);
+// xa[T,r] = dropout(x)[T,in]·A[r,in]ᵀ   (=)
+void lora_dropout_xa(const float* x, const float* A, float p, uint64_t seed, float* scratch, float* xa, int64_t T,
+                     int64_t in, int64_t r);
+// dA[r,in] += dxaᵀ·dropout(x) (dA non-null); dx[T,in] += dropout'(dxa·A) (dx non-null).
+void lora_dropout_backward(const float* dxa, const float* x, const float* A, float p, uint64_t seed, float* scratch,
+                           float* dA, float* dx, int64_t T, int64_t in, int64_t r);
+
 // y[T,out] = x[T,in]·W[out,in]ᵀ (+ bias[out] when non-null).
 void linear_base_forward(const float* x, const float* W, const float* bias, float* y, int64_t T, int64_t in,
                          int64_t out);

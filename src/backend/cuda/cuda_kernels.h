@@ -67,9 +67,14 @@ void convert_f32_to_bf16(const float* src, bf16* dst, int64_t n, cudaStream_t st
 int f16_scale_exponent(float abs_max);
 void convert_f32_to_f16_scaled(const float* src, f16* dst, int64_t n, gemm::F16OperandScale* scale,
                                cudaStream_t stream);
-void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed, cudaStream_t stream);
-void dropout_backward_accumulate(const float* g, const float* x, const float* xd, float* dx, int64_t n, float p,
-                                 uint64_t seed, cudaStream_t stream);
+
+// lora_dropout.cuh: LoRA dropout fused into the skinny products, no dropped copy of x.
+void lora_dropout_xa(const float* x, const float* A, float* xa, int64_t T, int64_t in, int64_t r, float p,
+                     uint64_t seed, cudaStream_t stream);
+void lora_dropout_dA_accumulate(const float* dxa, const float* x, float* dA, int64_t T, int64_t in, int64_t r, float p,
+                                uint64_t seed, cudaStream_t stream);
+void lora_dropout_dx_accumulate(const float* dxa, const float* A, float* dx, int64_t T, int64_t in, int64_t r, float p,
+                                uint64_t seed, cudaStream_t stream);
 
 // dequant.cuh: rows of a held weight (any type dequantize_supported says) as f32, bf16 or f16; false for
 // another type (nothing launched).

@@ -12,8 +12,7 @@
 //                         device, then x·2^s rounded to nearest even f16 with s putting max|x| in
 //                         [2^13, 2^14) (exact: a power of two); s is chosen on the device too and
 //                         the caller's GEMM reads alpha = 2^-s from device memory (no wait)
-//   dropout_forward / dropout_backward_accumulate: the CPU kernel's mask bit for bit (the same
-//                         splitmix64 hash of (seed, index)), inverted dropout 1/(1−p)
+// (LoRA dropout: lora_dropout.cuh, fused into the LoRA products.)
 // Products use __fmul_rn/__fadd_rn: no FMA contraction, so the rounding is the CPU kernel's.
 // Compiled by nvcc through elementwise.cu, and as host C++ on the CPU simulation in tests/cuda.
 #pragma once
@@ -81,38 +80,6 @@ __global__ void f32_to_f16_scaled_kernel(const float* src, f16* dst, int64_t n, 
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     dst[i] = __float2half(__fmul_rn(src[i], scale));
-}
-
-__host__ __device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-// Element `index` is kept when the top 24 bits of splitmix64(mixed_seed ^ index) / 2^24 >= p.
-__device__ __forceinline__ bool dropout_keep_mixed(uint64_t mixed_seed, uint64_t index, float p) {
-  const uint64_t h = splitmix64(mixed_seed ^ index);
-  return __fmul_rn(static_cast<float>(h >> 40), 1.0f / 16777216.0f) >= p;
-}
-
-__global__ void dropout_forward_kernel(const float* x, float* xd, int64_t n, float p, float inv_keep, uint64_t mixed) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    xd[i] = dropout_keep_mixed(mixed, static_cast<uint64_t>(i), p) ? __fmul_rn(x[i], inv_keep) : 0.0f;
-}
-
-// dx += dropout'(g): the mask is read off xd (kept values are non-zero) except where x is exactly 0,
-// which hides it: there the hash is evaluated again (the CPU kernel's two passes, in its order).
-__global__ void dropout_backward_kernel(const float* g, const float* x, const float* xd, float* dx, int64_t n, float p,
-                                        float inv_keep, uint64_t mixed) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float d = dx[i];
-    const float gi = __fmul_rn(g[i], inv_keep);
-    d = __fadd_rn(d, xd[i] != 0.0f ? gi : 0.0f);
-    if (x[i] == 0.0f && dropout_keep_mixed(mixed, static_cast<uint64_t>(i), p)) d = __fadd_rn(d, gi);
-    dx[i] = d;
-  }
 }
 
 BP_HOST_FN void axpy_inplace(float* y, float a, const float* x, int64_t n, cudaStream_t stream = nullptr) {
@@ -193,16 +160,6 @@ BP_HOST_FN void convert_f32_to_f16_scaled(const float* src, f16* dst, int64_t n,
   if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, abs_max_bits_kernel)(src, n, max_bits);
   BP_LAUNCH(1, 1, 0, stream, f16_scale_kernel)(scale);
   if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, f32_to_f16_scaled_kernel)(src, dst, n, scale);
-}
-BP_HOST_FN void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed,
-                                cudaStream_t stream = nullptr) {
-  if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, dropout_forward_kernel)
-  (x, xd, n, p, 1.0f / (1.0f - p), splitmix64(seed));
-}
-BP_HOST_FN void dropout_backward_accumulate(const float* g, const float* x, const float* xd, float* dx, int64_t n,
-                                            float p, uint64_t seed, cudaStream_t stream = nullptr) {
-  if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, dropout_backward_kernel)
-  (g, x, xd, dx, n, p, 1.0f / (1.0f - p), splitmix64(seed));
 }
 
 }  // namespace bp::BP_CUDA_NS

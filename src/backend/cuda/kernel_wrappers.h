@@ -281,14 +281,24 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     ::bp::BP_WRAP_NS::bias_grad_accumulate(dy, db, T, N, nullptr);
     check_launch("bias_grad_accumulate");
   }
-  static void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed) {
-    ::bp::BP_WRAP_NS::dropout_forward(x, xd, n, p, seed, nullptr);
-    check_launch("dropout_forward");
+  // LoRA dropout (lora_dropout.cuh): the mask regenerated where x is read, no dropped copy of x,
+  // so no scratch either.
+  static int64_t lora_dropout_scratch_floats(int64_t /*T*/, int64_t /*in*/, bool /*backward*/) { return 0; }
+  static void lora_dropout_xa(const float* x, const float* A, float p, uint64_t seed, float* /*scratch*/, float* xa,
+                              int64_t T, int64_t in, int64_t r) {
+    ::bp::BP_WRAP_NS::lora_dropout_xa(x, A, xa, T, in, r, p, seed, nullptr);
+    check_launch("lora_dropout_xa");
   }
-  static void dropout_backward_accumulate(const float* g, const float* x, const float* xd, float* dx, int64_t n,
-                                          float p, uint64_t seed) {
-    ::bp::BP_WRAP_NS::dropout_backward_accumulate(g, x, xd, dx, n, p, seed, nullptr);
-    check_launch("dropout_backward_accumulate");
+  static void lora_dropout_backward(const float* dxa, const float* x, const float* A, float p, uint64_t seed,
+                                    float* /*scratch*/, float* dA, float* dx, int64_t T, int64_t in, int64_t r) {
+    if (dA) {
+      ::bp::BP_WRAP_NS::lora_dropout_dA_accumulate(dxa, x, dA, T, in, r, p, seed, nullptr);
+      check_launch("lora_dropout_dA_accumulate");
+    }
+    if (dx) {
+      ::bp::BP_WRAP_NS::lora_dropout_dx_accumulate(dxa, A, dx, T, in, r, p, seed, nullptr);
+      check_launch("lora_dropout_dx_accumulate");
+    }
   }
 
   // ---- embedding ----
