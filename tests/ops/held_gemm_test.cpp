@@ -257,6 +257,10 @@ TEST_P(HeldDequantEveryCpuVariant, HeldGemmUsesTheVariantAndMatchesTheReference)
     std::vector<float> dx(static_cast<size_t>(M * K));
     cpu::held_gemm_xw(g.data(), W, 0.0f, dx.data(), M);
     EXPECT_TRUE(all_close(dx, ref_xw(g, h.dq, M, N, K), test::kTolF32));
+    std::vector<float> acc(dx.size(), 0.75f);  // beta 1: added onto what dx holds
+    cpu::held_gemm_xw(g.data(), W, 1.0f, acc.data(), M);
+    for (float& v : dx) v += 0.75f;
+    EXPECT_TRUE(all_close(acc, dx, test::kTolF32)) << "beta 1";
   }
 }
 
