@@ -112,6 +112,18 @@ __device__ __forceinline__ void fa2_mma_by_col(float (*acc)[4], const uint32_t a
 }
 
 // Max (or sum) of a row's value over the 4 lanes of its quad.
+// Row `r` (0: g, 1: g + 8) of a warp's C accumulators (kOutTiles m16n8 tiles, columns 2t, 2t + 1
+// of each) times `mul`, stored at `out` (the row's first element + 2t): the backward's dK, dV, dQ.
+template <int kOutTiles, class T>
+__device__ __forceinline__ void fa2_store_row(T* out, const float (*acc)[4], int r, float mul, int d) {
+  BP_UNROLL
+  for (int n = 0; n < kOutTiles; ++n) {
+    if (n * 8 >= d) break;
+    out[n * 8] = store_from_f32<T>(mul * acc[n][2 * r]);
+    out[n * 8 + 1] = store_from_f32<T>(mul * acc[n][2 * r + 1]);
+  }
+}
+
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
@@ -367,14 +379,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
     const int key = key0 + g + 8 * r;
     if (key >= tile.rows) continue;
     const int64_t off = (first_key + key) * kv_stride + int64_t{g_kv} * d + 2 * t;
-    BP_UNROLL
-    for (int n = 0; n < kOutTiles; ++n) {
-      if (n * 8 >= d) break;
-      dk[off + n * 8] = store_from_f32<T>(scale * dk_acc[n][2 * r]);
-      dk[off + n * 8 + 1] = store_from_f32<T>(scale * dk_acc[n][2 * r + 1]);
-      dv[off + n * 8] = store_from_f32<T>(dv_acc[n][2 * r]);
-      dv[off + n * 8 + 1] = store_from_f32<T>(dv_acc[n][2 * r + 1]);
-    }
+    fa2_store_row<kOutTiles>(dk + off, dk_acc, r, scale, d);
+    fa2_store_row<kOutTiles>(dv + off, dv_acc, r, 1.0f, d);
   }
 #else
   __trap();  // never launched below compute capability 8.0 (attention_backward)
@@ -491,13 +497,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + g + 8 * r;
     if (row >= tile.rows) continue;
-    T* out = dq + (first_row + row) * q_stride + int64_t{h} * d + 2 * t;
-    BP_UNROLL
-    for (int n = 0; n < kOutTiles; ++n) {
-      if (n * 8 >= d) break;
-      out[n * 8] = store_from_f32<T>(scale * acc[n][2 * r]);
-      out[n * 8 + 1] = store_from_f32<T>(scale * acc[n][2 * r + 1]);
-    }
+    fa2_store_row<kOutTiles>(dq + (first_row + row) * q_stride + int64_t{h} * d + 2 * t, acc, r, scale, d);
   }
 #else
   __trap();  // never launched below compute capability 8.0 (attention_backward)

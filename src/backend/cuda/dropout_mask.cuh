@@ -1,7 +1,7 @@
 // The LoRA dropout mask on the card: the CPU kernel's counter-based hash bit for bit
 // (backend/cpu/linear.cpp: element `index` of the [T, in] LoRA input is kept when the top 24 bits
-// of splitmix64(splitmix64(seed) ^ index) / 2^24 >= p). Shared by elementwise.cuh's dropout kernels
-// and lora_dropout.cuh's fused ones (inline: included by several .cu files).
+// of splitmix64(splitmix64(seed) ^ index) / 2^24 >= p). Used by lora_dropout.cuh's fused kernels
+// (inline: header-only).
 #pragma once
 
 #include "backend/cuda/cuda_compat.cuh"
@@ -19,6 +19,18 @@ __host__ __device__ __forceinline__ uint64_t splitmix64(uint64_t z) {
 __device__ __forceinline__ bool dropout_keep_mixed(uint64_t mixed_seed, uint64_t index, float p) {
   const uint64_t h = splitmix64(mixed_seed ^ index);
   return __fmul_rn(static_cast<float>(h >> 40), 1.0f / 16777216.0f) >= p;
+}
+
+// One mask as a kernel argument: p, the inverted-dropout scale 1/(1 − p) and the mixed seed, made
+// once on the host (dropout_mask below).
+struct DropoutMask {
+  float p;
+  float inv_keep;
+  uint64_t mixed;
+  __device__ __forceinline__ bool keep(uint64_t index) const { return dropout_keep_mixed(mixed, index, p); }
+};
+inline DropoutMask dropout_mask(float p, uint64_t seed) {
+  return {p, 1.0f / (1.0f - p), splitmix64(seed)};
 }
 
 }  // namespace bp::BP_CUDA_NS

@@ -42,15 +42,15 @@ inline int lora_xa_rank_chunk(int64_t r) {
 }
 
 // x[t, c] kept and scaled (inverted dropout), or 0 outside [T, in] or where dropped.
-__device__ __forceinline__ float dropped_input(const float* x, int64_t t, int64_t c, int64_t T, int64_t in, float p,
-                                               float inv_keep, uint64_t mixed) {
+__device__ __forceinline__ float dropped_input(const float* x, int64_t t, int64_t c, int64_t T, int64_t in,
+                                               const DropoutMask& m) {
   if (t >= T || c >= in) return 0.0f;
-  return dropout_keep_mixed(mixed, static_cast<uint64_t>(t * in + c), p) ? __fmul_rn(x[t * in + c], inv_keep) : 0.0f;
+  return m.keep(static_cast<uint64_t>(t * in + c)) ? __fmul_rn(x[t * in + c], m.inv_keep) : 0.0f;
 }
 
 // grid (ceil(T / rows), ceil(r / R)), kLoraThreads threads; rows·R = kXaOutputs.
 __global__ void lora_dropout_xa_kernel(const float* x, const float* A, float* xa, int64_t T, int64_t in, int64_t r,
-                                       int R, float p, float inv_keep, uint64_t mixed) {
+                                       int R, DropoutMask m) {
   __shared__ float xs[kXaOutputs / 16][kLoraCols + 1];  // rows = kXaOutputs / R <= kXaOutputs / 16
   __shared__ float as[kXaMaxRanks][kLoraCols + 1];
   constexpr int kPerThread = kXaOutputs / kLoraThreads;
@@ -60,8 +60,7 @@ __global__ void lora_dropout_xa_kernel(const float* x, const float* A, float* xa
   for (int k = 0; k < kPerThread; ++k) acc[k] = 0.0f;
   for (int64_t c0 = 0; c0 < in; c0 += kLoraCols) {
     for (int i = tid; i < rows * kLoraCols; i += kLoraThreads)
-      xs[i / kLoraCols][i % kLoraCols] =
-          dropped_input(x, t0 + i / kLoraCols, c0 + i % kLoraCols, T, in, p, inv_keep, mixed);
+      xs[i / kLoraCols][i % kLoraCols] = dropped_input(x, t0 + i / kLoraCols, c0 + i % kLoraCols, T, in, m);
     for (int i = tid; i < R * kLoraCols; i += kLoraThreads) {
       const int64_t j = j0 + i / kLoraCols, c = c0 + i % kLoraCols;
       as[i / kLoraCols][i % kLoraCols] = j < r && c < in ? A[j * in + c] : 0.0f;
@@ -84,7 +83,7 @@ __global__ void lora_dropout_xa_kernel(const float* x, const float* A, float* xa
 
 // grid (ceil(in / 32), ceil(r / kDaRanks)), block (32, kDaRowGroups).
 __global__ void lora_dropout_dA_kernel(const float* dxa, const float* x, float* dA, int64_t T, int64_t in, int64_t r,
-                                       float p, float inv_keep, uint64_t mixed) {
+                                       DropoutMask m) {
   __shared__ float partial[kDaRowGroups][kDaRanks][kLoraCols + 1];
   const int c = static_cast<int>(threadIdx.x), g = static_cast<int>(threadIdx.y);
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kLoraCols + c,
@@ -94,7 +93,7 @@ __global__ void lora_dropout_dA_kernel(const float* dxa, const float* x, float* 
   for (int jj = 0; jj < kDaRanks; ++jj) acc[jj] = 0.0f;
   if (col < in)
     for (int64_t t = g; t < T; t += kDaRowGroups) {
-      const float v = dropped_input(x, t, col, T, in, p, inv_keep, mixed);
+      const float v = dropped_input(x, t, col, T, in, m);
       const float* d = dxa + t * r + j0;
       for (int jj = 0; jj < nj; ++jj) acc[jj] = __fadd_rn(acc[jj], __fmul_rn(d[jj], v));
     }
@@ -113,7 +112,7 @@ __global__ void lora_dropout_dA_kernel(const float* dxa, const float* x, float* 
 
 // grid (ceil(in / 32), ceil(T / kDxRows)), block (32, kDxThreadRows).
 __global__ void lora_dropout_dx_kernel(const float* dxa, const float* A, float* dx, int64_t T, int64_t in, int64_t r,
-                                       float p, float inv_keep, uint64_t mixed) {
+                                       DropoutMask m) {
   __shared__ float as[kDxRanks][kLoraCols + 1];
   __shared__ float ds[kDxRows][kDxRanks + 1];
   constexpr int kPerThread = kDxRows / kDxThreadRows;
@@ -144,8 +143,8 @@ __global__ void lora_dropout_dx_kernel(const float* dxa, const float* A, float* 
   if (col >= in) return;
   for (int k = 0; k < kPerThread; ++k) {
     const int64_t t = t0 + g + k * kDxThreadRows;
-    if (t < T && dropout_keep_mixed(mixed, static_cast<uint64_t>(t * in + col), p))
-      dx[t * in + col] = __fadd_rn(dx[t * in + col], __fmul_rn(acc[k], inv_keep));
+    if (t < T && m.keep(static_cast<uint64_t>(t * in + col)))
+      dx[t * in + col] = __fadd_rn(dx[t * in + col], __fmul_rn(acc[k], m.inv_keep));
   }
 }
 
@@ -155,7 +154,7 @@ BP_HOST_FN void lora_dropout_xa(const float* x, const float* A, float* xa, int64
   if (T <= 0 || r <= 0) return;
   const int R = lora_xa_rank_chunk(r), rows = kXaOutputs / R;
   BP_LAUNCH(dim3(blocks_for(T, rows), blocks_for(r, R)), kLoraThreads, 0, stream, lora_dropout_xa_kernel)
-  (x, A, xa, T, in, r, R, p, 1.0f / (1.0f - p), splitmix64(seed));
+  (x, A, xa, T, in, r, R, dropout_mask(p, seed));
 }
 // dA[r, in] += dxaᵀ·dropout(x).
 BP_HOST_FN void lora_dropout_dA_accumulate(const float* dxa, const float* x, float* dA, int64_t T, int64_t in,
@@ -163,7 +162,7 @@ BP_HOST_FN void lora_dropout_dA_accumulate(const float* dxa, const float* x, flo
   if (T <= 0 || r <= 0 || in <= 0) return;
   BP_LAUNCH(dim3(blocks_for(in, kLoraCols), blocks_for(r, kDaRanks)), dim3(kLoraCols, kDaRowGroups), 0, stream,
             lora_dropout_dA_kernel)
-  (dxa, x, dA, T, in, r, p, 1.0f / (1.0f - p), splitmix64(seed));
+  (dxa, x, dA, T, in, r, dropout_mask(p, seed));
 }
 // dx[T, in] += dropout'(dxa·A): kept elements get (dxa·A)/(1−p), dropped ones nothing.
 BP_HOST_FN void lora_dropout_dx_accumulate(const float* dxa, const float* A, float* dx, int64_t T, int64_t in,
@@ -171,7 +170,7 @@ BP_HOST_FN void lora_dropout_dx_accumulate(const float* dxa, const float* A, flo
   if (T <= 0 || r <= 0 || in <= 0) return;
   BP_LAUNCH(dim3(blocks_for(in, kLoraCols), blocks_for(T, kDxRows)), dim3(kLoraCols, kDxThreadRows), 0, stream,
             lora_dropout_dx_kernel)
-  (dxa, A, dx, T, in, r, p, 1.0f / (1.0f - p), splitmix64(seed));
+  (dxa, A, dx, T, in, r, dropout_mask(p, seed));
 }
 
 }  // namespace bp::BP_CUDA_NS
