@@ -86,7 +86,18 @@ TEST(CudaTrainer, FullFineTuningMatchesCpu) {
   const auto w_cpu = saved_tensor(co.output_dir + "/model/model.safetensors", name);
   const auto w_base = saved_tensor(co.model_dir + "/model.safetensors", name);
   EXPECT_FALSE(all_close(w_cpu, w_base, Tolerance{1e-7, 0})) << "the CPU run changed the weight";
-  EXPECT_TRUE(all_close(w_gpu, w_cpu, Tolerance{1e-5, 1e-4}));
+  // Element by element within f32 tolerance, except where AdamW amplifies a last-bit difference:
+  // an update is lr·m̂/(√v̂ + ε), and for a component whose gradient is near ε = 1e-8 it depends on
+  // that gradient's exact bits, which the device's and the CPU BLAS's summation orders set (OpenBLAS
+  // picks kernels by instruction set: on an AVX2-only EPYC one element of this weight differs by
+  // 2.2e-5). So: at most 0.1% of the elements outside the f32 tolerance, none by more than lr per step.
+  size_t outside = 0;
+  for (size_t i = 0; i < w_gpu.size(); ++i) {
+    const double d = std::fabs(w_gpu[i] - w_cpu[i]);
+    outside += d > 1e-5 + 1e-4 * std::fabs(w_cpu[i]);
+    ASSERT_LE(d, co.lr * static_cast<double>(co.steps)) << "element " << i;
+  }
+  EXPECT_LE(outside, w_gpu.size() / 1000) << outside << " of " << w_gpu.size() << " elements differ";
 }
 
 // A checkpoint written from the device (host copies) and resumed on the device (copied back)
