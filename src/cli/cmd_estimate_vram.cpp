@@ -67,6 +67,11 @@ std::string row(const std::string& name, const std::string& arithmetic, size_t b
 std::vector<std::string> notes(const bp::Estimate& e, const std::string& dtype_setting) {
   const bp::EstimateRequest& r = e.request;
   std::vector<std::string> out;
+  if (r.mode == bp::TrainMode::Full && r.matmul_dtype == bp::DType::BF16)
+    out.push_back(
+        fmt::format("full fine-tuning with bf16 GEMMs (--matmul-dtype): a bf16 copy of every linear "
+                    "matrix and the LM head, {}, beside the f32 master weights",
+                    bp::format_bytes(e.plan.weights)));
   if (r.weights_dtype == bp::DType::F32) return out;
   if (r.mode == bp::TrainMode::Full) {
     out.push_back(
@@ -117,6 +122,8 @@ std::string render_text(const std::string& model_path, const bp::ModelConfig& cf
                               bp::dtype_block_size(r.weights_dtype))
                 : fmt::format("{} × {} bytes", group_digits(e.base_parameters), bp::dtype_block_bytes(r.weights_dtype)),
             p.weights);
+  else if (r.matmul_dtype == bp::DType::BF16)
+    t += row("weights (bf16 GEMM copies)", "linear matrices and LM head × 2 bytes", p.weights);
   else
     t += row("weights (frozen)", "none: every weight is trainable", p.weights);
   t += row("trainable parameters", fmt::format("{} × 4 bytes", n_train), p.trainable);
@@ -214,6 +221,13 @@ int run_estimate_vram() {
     r.weights_dtype = *parse_base_dtype(base_setting);
   else
     r.weights_dtype = r.device == DeviceType::CUDA ? DType::BF16 : DType::F32;
+  // --matmul-dtype, as `train` resolves it (full mode): auto = bf16 GEMM copies on a card with bf16
+  // tensor cores (compute capability 8.0+; a plan for a card not here assumes one).
+  const std::string& matmul = st.get_string("training.matmul_dtype");
+  const bool f16_card = r.device == DeviceType::CUDA && !cuda.devices.empty() && cuda.devices[0].cc_major < 8;
+  if (r.mode == TrainMode::Full &&
+      (matmul == "bf16" || (matmul == "auto" && r.device == DeviceType::CUDA && !f16_card)))
+    r.matmul_dtype = DType::BF16;
   const Limit limit = memory_limit(st, cuda);
   r.limit_bytes = limit.bytes;
   const GemmWorkspaceSize gemm_ws = gemm_workspace_size(cuda);
@@ -248,7 +262,7 @@ bp::cli::RunFn setup_estimate_vram(CLI::App& sub) {
   bp::cli::bind_settings(sub, {"model.path", "model.offline", "training.mode", "lora.r", "lora.dropout",
                                "lora.target_modules", "training.batch_size", "training.micro_batch_size",
                                "training.max_seq_length", "training.gradient_checkpointing", "model.base_dtype",
-                               "training.vram_gb", "training.threads", "model.device"});
+                               "training.vram_gb", "training.threads", "model.device", "training.matmul_dtype"});
   sub.footer(
       "The estimate is for one micro-batch of --micro-batch-size sequences (auto = all --batch-size sequences of an "
       "optimizer step in one pass) of --max-seq-length tokens each, the worst case `backprop train` plans for. Only "

@@ -78,6 +78,7 @@ std::string format_train_summary(const TrainSummary& s, const TrainOptions& o) {
                      opt(s.final_eval_loss), opt(s.best_eval_loss));
   out += fmt::format("  peak memory       {}\n", format_bytes(s.peak_memory_bytes));
   if (!s.base_dtype.empty()) out += fmt::format("  frozen base       {}\n", s.base_dtype);
+  if (s.matmul_dtype == "bf16") out += "  GEMM inputs       bf16 copies of the f32 weights\n";
   out += fmt::format("  micro-batch       {} sequences x {} accumulation, gradient checkpointing {}\n",
                      s.micro_batch_size, s.grad_accum, s.gradient_checkpointing ? "on" : "off");
   out += fmt::format("  OOM recoveries    {}\n", s.oom_recoveries);

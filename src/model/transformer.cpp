@@ -127,6 +127,54 @@ Model::Model(ModelWeights weights, ModelOptions options) : weights_(std::move(we
            weights_.layers.size(), c.num_layers);
   lora_.layers.resize(weights_.layers.size());
   allocate_grads();
+  set_matmul_dtype(options_.matmul_dtype);
+}
+
+namespace {
+const Tensor& layer_matrix(const LayerWeights& w, LinearRole role) {
+  const Tensor* ws[kNumLinearRoles] = {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down};
+  return *ws[static_cast<int>(role)];
+}
+
+// dst = bf16(src), dst (re)made beside src when it is missing or elsewhere.
+void round_copy(const Tensor& src, Tensor& dst) {
+  if (!dst.defined() || dst.device() != src.device() || !(dst.shape() == src.shape()))
+    dst = Tensor::empty(src.shape(), DType::BF16, src.device());
+  round_to_bf16(src, dst);
+}
+}  // namespace
+
+void Model::set_matmul_dtype(DType dtype) {
+  if (dtype != DType::F32 && dtype != DType::BF16)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[model] GEMMs of trainable matrices take f32 or bf16 inputs, not {}", dtype_name(dtype)));
+  if (dtype == DType::BF16 && options_.mode != TrainMode::Full)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                "[model] bf16 GEMM copies are for full fine-tuning: LoRA's frozen base GEMMs follow how the base is "
+                "held (model.base_dtype)");
+  options_.matmul_dtype = dtype;
+  gemm_copies_.clear();
+  head_copy_ = Tensor();
+  refresh_gemm_copies();
+}
+
+void Model::refresh_gemm_copies() {
+  if (options_.matmul_dtype != DType::BF16) return;
+  gemm_copies_.resize(weights_.layers.size());
+  for (size_t l = 0; l < weights_.layers.size(); ++l)
+    for (int r = 0; r < kNumLinearRoles; ++r)
+      round_copy(layer_matrix(weights_.layers[l], static_cast<LinearRole>(r)), gemm_copies_[l][static_cast<size_t>(r)]);
+  round_copy(weights_.output_weight(), head_copy_);
+}
+
+const Tensor& Model::gemm_weight(int64_t layer, LinearRole role) const {
+  const auto l = static_cast<size_t>(layer);
+  if (l < gemm_copies_.size()) return gemm_copies_[l][static_cast<size_t>(role)];
+  return layer_matrix(weights_.layers[l], role);
+}
+
+const Tensor& Model::head_gemm_weight() const {
+  return head_copy_.defined() ? head_copy_ : weights_.output_weight();
 }
 
 void Model::attach_lora(const LoraView& lora) {
@@ -138,11 +186,7 @@ void Model::attach_lora(const LoraView& lora) {
     for (int r = 0; r < kNumLinearRoles; ++r) {
       const auto& m = lora.layers[static_cast<size_t>(l)][static_cast<size_t>(r)];
       if (!m.A) continue;
-      const Tensor& W = [&]() -> const Tensor& {
-        const auto& lw = weights_.layers[static_cast<size_t>(l)];
-        const Tensor* ws[kNumLinearRoles] = {&lw.q, &lw.k, &lw.v, &lw.o, &lw.gate, &lw.up, &lw.down};
-        return *ws[r];
-      }();
+      const Tensor& W = layer_matrix(weights_.layers[static_cast<size_t>(l)], static_cast<LinearRole>(r));
       if (!m.B || m.A->rank() != 2 || m.B->rank() != 2 || m.A->dim(1) != W.dim(1) || m.B->dim(0) != W.dim(0) ||
           m.A->dim(0) != m.B->dim(1))
         throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
@@ -353,14 +397,15 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
     lp[r] = lw[r].A ? &lw[r] : nullptr;
   }
   auto opt = [](const Tensor& t) { return t.defined() ? &t : nullptr; };
+  auto W = [&](LinearRole r) -> const Tensor& { return gemm_weight(l, r); };  // the bf16 copy or the weight
 
   // Without `acts` (checkpointed forward, inference) each intermediate is dropped as soon as
   // nothing needs it; train/memory_plan.cpp mirrors this order.
   a.x = x;
   a.xn = rms_norm_forward(x, w.input_norm, c.rms_norm_eps, acts ? &a.rstd1 : nullptr);
-  a.q = linear_forward(a.xn, w.q, opt(w.q_bias), lp[0], saved(LinearRole::Q));
-  a.k = linear_forward(a.xn, w.k, opt(w.k_bias), lp[1], saved(LinearRole::K));
-  a.v = linear_forward(a.xn, w.v, opt(w.v_bias), lp[2], saved(LinearRole::V));
+  a.q = linear_forward(a.xn, W(LinearRole::Q), opt(w.q_bias), lp[0], saved(LinearRole::Q));
+  a.k = linear_forward(a.xn, W(LinearRole::K), opt(w.k_bias), lp[1], saved(LinearRole::K));
+  a.v = linear_forward(a.xn, W(LinearRole::V), opt(w.v_bias), lp[2], saved(LinearRole::V));
   if (c.qk_norm) {
     a.q_pre = std::move(a.q);
     a.q = rms_norm_forward(a.q_pre.reshape({T * Hq, d}), w.q_norm, c.rms_norm_eps, acts ? &a.rstd_q : nullptr)
@@ -376,16 +421,16 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   AttentionShape shape{Hq, Hkv, static_cast<int>(d)};
   a.attn = attention_forward(a.q, a.k, a.v, b.cu_seqlens, shape, acts ? &a.lse : nullptr);
   if (!acts) a.q = a.k = a.v = Tensor();
-  a.h = linear_forward(a.attn, w.o, nullptr, lp[3], saved(LinearRole::O));
+  a.h = linear_forward(a.attn, W(LinearRole::O), nullptr, lp[3], saved(LinearRole::O));
   add_inplace(a.h, x);
   if (!acts) a.attn = a.xn = Tensor();
   a.hn = rms_norm_forward(a.h, w.post_norm, c.rms_norm_eps, acts ? &a.rstd2 : nullptr);
-  a.gate = linear_forward(a.hn, w.gate, nullptr, lp[4], saved(LinearRole::Gate));
-  a.up = linear_forward(a.hn, w.up, nullptr, lp[5], saved(LinearRole::Up));
+  a.gate = linear_forward(a.hn, W(LinearRole::Gate), nullptr, lp[4], saved(LinearRole::Gate));
+  a.up = linear_forward(a.hn, W(LinearRole::Up), nullptr, lp[5], saved(LinearRole::Up));
   if (!acts) a.hn = Tensor();
   a.m = swiglu_forward(a.gate, a.up);
   if (!acts) a.gate = a.up = Tensor();
-  Tensor out = linear_forward(a.m, w.down, nullptr, lp[6], saved(LinearRole::Down));
+  Tensor out = linear_forward(a.m, W(LinearRole::Down), nullptr, lp[6], saved(LinearRole::Down));
   if (!acts) a.m = Tensor();
   add_inplace(out, a.h);
   return out;
@@ -414,7 +459,7 @@ Tensor Model::hidden_states(const Batch& host_batch) {
 }
 
 Tensor Model::logits(const Batch& batch) {
-  return lm_head_logits(hidden_states(batch), weights_.output_weight());
+  return lm_head_logits(hidden_states(batch), head_gemm_weight());
 }
 
 Tensor Model::logits(const Tensor& tokens, const Tensor& positions) {
@@ -430,7 +475,7 @@ CrossEntropyResult Model::forward_loss(const Batch& batch) {
   Tensor xf = hidden_states(batch);
   const Tensor labels = batch.labels.to(device());
   const HostMirrorScope mirror({{&labels, &batch.labels}});
-  return linear_cross_entropy_forward(xf, weights_.output_weight(), labels, options_.ce_chunk_tokens);
+  return linear_cross_entropy_forward(xf, head_gemm_weight(), labels, options_.ce_chunk_tokens);
 }
 
 }  // namespace bp

@@ -107,6 +107,14 @@ struct ModelOptions {
   TrainMode mode = TrainMode::Lora;
   bool gradient_checkpointing = true;
   int64_t ce_chunk_tokens = kDefaultCrossEntropyChunk;
+  // The input type of the GEMMs of trainable matrices (full mode; training.matmul_dtype). BF16:
+  // mixed precision as Trainer(bf16=True) does it, with f32 masters, gradients and AdamW state and
+  // a bf16 GEMM copy of each matrix (the seven projections of every layer and the LM head, or the
+  // tied embedding as the head; norms, biases and the embedding lookup read the masters). Forward,
+  // recompute, dx and the head read the copy (bf16 tensor cores on a card); dW accumulates in f32
+  // into the master's gradient. The copies are derived: refresh_gemm_copies() after anything writes
+  // the masters. F32: the masters themselves (the CPU's arithmetic).
+  DType matmul_dtype = DType::F32;
 };
 
 class Model {
@@ -124,6 +132,16 @@ class Model {
   const ModelOptions& options() const { return options_; }
   void set_gradient_checkpointing(bool on) { options_.gradient_checkpointing = on; }
   void set_training(bool on) { training_ = on; }  // dropout on/off
+  // Switches the trainable matrices' GEMMs to `dtype` (ModelOptions::matmul_dtype): BF16 makes the
+  // copies from the masters where they are now, F32 frees them.
+  void set_matmul_dtype(DType dtype);
+  // Remakes the bf16 GEMM copies from the f32 masters (nothing with f32 GEMMs): call after anything
+  // writes the trainable weights (the optimizer's step, restoring a checkpoint, moving the weights
+  // to another device). One rounding kernel per matrix.
+  void refresh_gemm_copies();
+  // The tensor the GEMMs of a layer's projection (or the LM head) read: its bf16 copy, or the weight.
+  const Tensor& gemm_weight(int64_t layer, LinearRole role) const;
+  const Tensor& head_gemm_weight() const;
   bool training() const { return training_; }
 
   // Installs LoRA tensors (owned by the caller, must outlive the model) and allocates their
@@ -173,6 +191,9 @@ class Model {
   LoraView lora_;
   ModelGrads grads_;
   bool training_ = true;
+  // matmul_dtype BF16: the copies, [layer][role] and the head's (undefined with f32 GEMMs).
+  std::vector<std::array<Tensor, kNumLinearRoles>> gemm_copies_;
+  Tensor head_copy_;
 };
 
 }  // namespace bp

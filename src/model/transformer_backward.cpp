@@ -59,16 +59,16 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, const Batch& b, uint64_t se
 
   // ---- MLP: out = h + down(swiglu(gate(hn), up(hn)))
   Tensor dm = Tensor::empty({T, F}, DType::F32, dev);
-  lin_back(LinearRole::Down, dout, a.m, w.down, &dm, kAssignDx, &g.w.down, nullptr);
+  lin_back(LinearRole::Down, dout, a.m, gemm_weight(l, LinearRole::Down), &dm, kAssignDx, &g.w.down, nullptr);
   a.m = Tensor();
   Tensor dgate = Tensor::empty({T, F}, DType::F32, dev), dup = Tensor::empty({T, F}, DType::F32, dev);
   swiglu_backward(dm, a.gate, a.up, dgate, dup);
   dm = Tensor();
   a.gate = a.up = Tensor();
   Tensor dhn = Tensor::empty({T, D}, DType::F32, dev);
-  lin_back(LinearRole::Gate, dgate, a.hn, w.gate, &dhn, kAssignDx, &g.w.gate, nullptr);
+  lin_back(LinearRole::Gate, dgate, a.hn, gemm_weight(l, LinearRole::Gate), &dhn, kAssignDx, &g.w.gate, nullptr);
   dgate = Tensor();
-  lin_back(LinearRole::Up, dup, a.hn, w.up, &dhn, kAddDx, &g.w.up, nullptr);
+  lin_back(LinearRole::Up, dup, a.hn, gemm_weight(l, LinearRole::Up), &dhn, kAddDx, &g.w.up, nullptr);
   dup = Tensor();
   a.hn = Tensor();
   // dh = dout (residual h -> out) + the post-norm's backward, added into dout's buffer: nothing
@@ -80,7 +80,7 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, const Batch& b, uint64_t se
 
   // ---- attention: h = x + o(attn(rope(q), rope(k), v))
   Tensor dattn = Tensor::empty({T, Hq * d}, DType::F32, dev);
-  lin_back(LinearRole::O, dh, a.attn, w.o, &dattn, kAssignDx, &g.w.o, nullptr);
+  lin_back(LinearRole::O, dh, a.attn, gemm_weight(l, LinearRole::O), &dattn, kAssignDx, &g.w.o, nullptr);
   Tensor dq = Tensor::empty({T, Hq * d}, DType::F32, dev), dk = Tensor::empty({T, Hkv * d}, DType::F32, dev),
          dv = Tensor::empty({T, Hkv * d}, DType::F32, dev);
   AttentionShape shape{Hq, Hkv, static_cast<int>(d)};
@@ -101,11 +101,11 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, const Batch& b, uint64_t se
     a.q_pre = a.k_pre = Tensor();
   }
   Tensor dxn = Tensor::empty({T, D}, DType::F32, dev);
-  lin_back(LinearRole::Q, dq, a.xn, w.q, &dxn, kAssignDx, &g.w.q, opt(g.w.q_bias));
+  lin_back(LinearRole::Q, dq, a.xn, gemm_weight(l, LinearRole::Q), &dxn, kAssignDx, &g.w.q, opt(g.w.q_bias));
   dq = Tensor();
-  lin_back(LinearRole::K, dk, a.xn, w.k, &dxn, kAddDx, &g.w.k, opt(g.w.k_bias));
+  lin_back(LinearRole::K, dk, a.xn, gemm_weight(l, LinearRole::K), &dxn, kAddDx, &g.w.k, opt(g.w.k_bias));
   dk = Tensor();
-  lin_back(LinearRole::V, dv, a.xn, w.v, &dxn, kAddDx, &g.w.v, opt(g.w.v_bias));
+  lin_back(LinearRole::V, dv, a.xn, gemm_weight(l, LinearRole::V), &dxn, kAddDx, &g.w.v, opt(g.w.v_bias));
   dv = Tensor();
   a.xn = Tensor();
   // dx = dh (residual x -> h) + the input norm's backward, added into dh's buffer.
@@ -141,8 +141,8 @@ CrossEntropyResult Model::forward_backward(const Batch& host_batch, float grad_s
   Tensor dxf = Tensor::empty({T, D}, DType::F32, dev);
   Tensor* dW_head = nullptr;
   if (full) dW_head = c.tie_word_embeddings ? &grads_.embed : &grads_.lm_head;
-  CrossEntropyResult res = linear_cross_entropy_forward_backward(xf, weights_.output_weight(), batch.labels, grad_scale,
-                                                                 dxf, dW_head, options_.ce_chunk_tokens);
+  CrossEntropyResult res = linear_cross_entropy_forward_backward(xf, head_gemm_weight(), batch.labels, grad_scale, dxf,
+                                                                 dW_head, options_.ce_chunk_tokens);
   xf = Tensor();
   Tensor dx = Tensor::empty({T, D}, DType::F32, dev);
   rms_norm_backward(dxf, x, weights_.final_norm, rstd, dx, full ? &grads_.final_norm : nullptr);

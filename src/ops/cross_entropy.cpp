@@ -67,7 +67,8 @@ CrossEntropyResult linear_cross_entropy_forward_backward(const Tensor& x, const 
   check_operands(x, W, labels, chunk_tokens);
   BP_CHECK(dx.dtype() == DType::F32 && dx.shape() == x.shape(), "[cross_entropy] dx must be f32 {}, got {}",
            x.shape().str(), dx.describe());
-  BP_CHECK(!dW || W.dtype() == DType::F32,
+  // A trainable head is f32, or the bf16 GEMM copy of its f32 master (training.matmul_dtype bf16).
+  BP_CHECK(!dW || W.dtype() == DType::F32 || W.dtype() == DType::BF16,
            "[cross_entropy] dW asked for a frozen {} weight (held weights get no gradient)", W.describe());
   if (dW)
     BP_CHECK(dW->dtype() == DType::F32 && dW->shape() == W.shape(), "[cross_entropy] dW must be f32 {}, got {}",

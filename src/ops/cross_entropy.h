@@ -8,7 +8,8 @@
 // Gradients are produced in the same pass (the chunk's logits are turned into softmax − onehot
 // in place, then dx and dW are two GEMMs), so backward costs no recomputed logits:
 //   dx  (=)  = grad_scale · (softmax − onehot)·W
-//   dW  (+=) = grad_scale · (softmax − onehot)ᵀ·x     (only when dW is given: trainable head)
+//   dW  (+=) = grad_scale · (softmax − onehot)ᵀ·x     (only when dW is given: trainable head, W
+//                                                      f32 or its bf16 GEMM copy, dW f32)
 // grad_scale is normally 1 / (label tokens in the whole optimizer step), so micro-batches add
 // up to the gradient of the step's mean loss.
 #pragma once

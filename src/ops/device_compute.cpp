@@ -8,8 +8,8 @@
 
 namespace bp::ops {
 
-std::string cuda_compute_description(bool frozen_narrow) {
-  return cuda_compute::describe_run(frozen_narrow, cuda_frozen_gemms_in_f16());
+std::string cuda_compute_description(bool frozen_narrow, bool trained_bf16) {
+  return cuda_compute::describe_run(frozen_narrow, cuda_frozen_gemms_in_f16(), trained_bf16);
 }
 
 bool cuda_frozen_gemms_in_f16() {

@@ -16,8 +16,9 @@
 namespace bp::ops {
 
 // The 16-bit GEMMs are named only when some frozen weight is held narrower than f32; bf16, or f16
-// on a card whose GEMMs take f16 (cuda_frozen_gemms_in_f16).
-std::string cuda_compute_description(bool frozen_narrow);
+// on a card whose GEMMs take f16 (cuda_frozen_gemms_in_f16); and the trained matrices' bf16 GEMM
+// copies when the run makes them (training.matmul_dtype).
+std::string cuda_compute_description(bool frozen_narrow, bool trained_bf16 = false);
 
 // Whether the installed CUDA table's GEMMs against frozen weights take f16 (a compute capability
 // 7.5 card: backend/cuda/kernel_wrappers.h); false without CUDA or a card.

@@ -47,4 +47,12 @@ void bias_grad_accumulate(const Tensor& dy, Tensor& db) {
   ops::kernels(dy).bias_grad_accumulate(dy.kernel_data<float>(), db.kernel_data<float>(), dy.dim(0), dy.dim(1));
 }
 
+void round_to_bf16(const Tensor& src, Tensor& dst) {
+  ops::require_tensor("round_to_bf16", "src", src, DType::F32, src.rank());
+  ops::require_tensor("round_to_bf16", "dst", dst, DType::BF16, src.rank());
+  ops::require_shape("round_to_bf16", "dst", dst, src.shape(), DType::BF16);
+  ops::require_same_device("round_to_bf16", {&src, &dst});
+  ops::kernels(src).round_to_bf16(src.kernel_data<float>(), dst.kernel_data<uint16_t>(), src.numel());
+}
+
 }  // namespace bp

@@ -4,7 +4,8 @@
 //
 // Backward, with g = dy [T, out], s = lora.scale, xd = dropout(x) (or x), xa = xd·Aᵀ:
 //   dx  = g·W + dropout'(s·(g·B)·A)       (=, or += with accumulate_dx: the base GEMM's beta)
-//   dW += gᵀ·x,  db += Σ_t g              (full mode only: non-null pointers)
+//   dW += gᵀ·x,  db += Σ_t g              (full mode only: non-null pointers; W may then be the
+//                                          bf16 GEMM copy of the f32 master: bf16 operands on a card)
 //   dB += s·gᵀ·xa                          (+=)
 //   dA += (s·g·B)ᵀ·xd                      (+=)
 // With dropout, xd is never kept: the mask is a hash of (seed, element index), so the kernels
@@ -164,15 +165,19 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const L
   // call and would compete with an OpenMP loop placed between two calls. (With dropout the CPU's
   // backward kernel regenerates xd between the dxa GEMM and its own two: within noise, measured.)
   const float* g = dy.kernel_data<float>();
-  BP_CHECK(!grads.dW || W.dtype() == DType::F32,
+  // dW is asked for an f32 weight, or for the bf16 GEMM copy of a trainable f32 master (full
+  // fine-tuning with training.matmul_dtype bf16: model/transformer.h); held frozen types get none.
+  BP_CHECK(!grads.dW || W.dtype() == DType::F32 || W.dtype() == DType::BF16,
            "[linear] dW asked for a frozen {} weight (held weights get no gradient)", W.describe());
   const float dx_beta = grads.accumulate_dx ? 1.0f : 0.0f;
   if (grads.dx && W.dtype() == DType::F32)
     ops::kernels(x).linear_dx(g, W.kernel_data<float>(), dx_beta, grads.dx->kernel_data<float>(), T, in, out);
   if (grads.dx && W.dtype() != DType::F32)
     ops::kernels(x).held_gemm_xw(g, ops::held_gemm_matrix(W), dx_beta, grads.dx->kernel_data<float>(), T);
-  if (grads.dW)
+  if (grads.dW && W.dtype() == DType::F32)
     ops::kernels(x).linear_dW_accumulate(g, x.kernel_data<float>(), grads.dW->kernel_data<float>(), T, in, out);
+  if (grads.dW && W.dtype() != DType::F32)
+    ops::kernels(x).linear_dW_accumulate_narrow(g, x.kernel_data<float>(), grads.dW->kernel_data<float>(), T, in, out);
   if (lora && T > 0 && (grads.dx || grads.dA || grads.dB)) lora_backward(g, x, *lora, saved, grads, T, in, out, r);
   if (grads.db) ops::kernels(x).bias_grad_accumulate(g, grads.db->kernel_data<float>(), T, out);
 }

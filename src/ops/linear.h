@@ -14,7 +14,10 @@
 // Gradients: dx is overwritten (=), or accumulated (+=) with accumulate_dx (an input feeding several
 // projections, q/k/v or gate/up, sums their dx in place: no temporary, no separate add); dW, db,
 // dA, dB accumulate (+=). Null gradient pointers are
-// skipped: frozen W gets no dW (LoRA mode), dW only when W is trainable (full mode).
+// skipped: frozen W gets no dW (LoRA mode), dW only when W is trainable (full mode). In full mode
+// W may be the bf16 GEMM copy of a trainable f32 master (training.matmul_dtype bf16,
+// model/transformer.h): x·Wᵀ and dy·W read it like a held bf16 weight, dW (f32, the master's
+// gradient) is dyᵀ·x with both operands rounded to bf16 on a card (f32 on the CPU).
 #pragma once
 
 #include <cstdint>

@@ -44,6 +44,7 @@ class Searcher {
     m.threads = req_.threads;
     m.base_dtype = s.base;
     m.head_dtype = s.mode == TrainMode::Lora ? s.base : DType::F32;  // the head is held like the base
+    m.matmul_dtype = s.mode == TrainMode::Full ? req_.matmul_dtype : DType::F32;
     m.device = req_.device;
     m.gemm_workspace_bytes = req_.gemm_workspace_bytes;
     return m;
@@ -158,6 +159,7 @@ MemorySettings EstimateRequest::memory_settings() const {
   m.threads = threads;
   m.device = device;
   m.gemm_workspace_bytes = gemm_workspace_bytes;
+  m.matmul_dtype = mode == TrainMode::Full ? matmul_dtype : DType::F32;
   return m;
 }
 

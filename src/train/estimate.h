@@ -52,6 +52,7 @@ struct EstimateRequest {
   int64_t micro_batch_size = 0;  // sequences per micro-batch; 0 = batch_size; larger is clamped to it
   int64_t max_seq_length = 2048;
   DType weights_dtype = DType::F32;  // frozen base weights
+  DType matmul_dtype = DType::F32;   // full mode: BF16 = the trained matrices' bf16 GEMM copies
   size_t limit_bytes = 0;            // the memory size to fit
   int threads = 0;                   // as MemorySettings::threads
   int64_t ce_chunk_tokens = kDefaultCrossEntropyChunk;

@@ -91,10 +91,11 @@ using Id = Replay::Id;
 // whole plan).
 struct DeviceScratch {
   bool cuda = false;
-  DType held = DType::F32;  // frozen matrices (LoRA over a bf16, f16, q8_0, q4_K, ... base; f32 otherwise)
-  DType head = DType::F32;  // the LM head as held
-  bool f16 = false;         // the card's GEMMs against frozen weights take f16 (compute capability 7.5)
-  bool f32_panels = false;  // some frozen matrix lies outside f16's range: its GEMMs take f32 panels
+  DType held = DType::F32;   // frozen matrices (LoRA over a bf16, f16, q8_0, q4_K, ... base; f32 otherwise)
+  DType head = DType::F32;   // the LM head as held
+  bool f16 = false;          // the card's GEMMs against frozen weights take f16 (compute capability 7.5)
+  bool f32_panels = false;   // some frozen matrix lies outside f16's range: its GEMMs take f32 panels
+  bool gemm_copies = false;  // full mode's trained matrices read bf16 copies (held = head = BF16 then)
 
   // What one GEMM of x [T, in] with the frozen weight [out, in] holds besides its operands
   // (backend/cuda/device_workspace.h): the activation operand rounded to bf16 or f16 (x [T, in]
@@ -107,6 +108,11 @@ struct DeviceScratch {
                           cuda_workspace::held_gemm_panel_bytes(held, out, in, f16);
     if (!f32_panels || held == DType::F32) return narrow;
     return std::max(narrow, cuda_workspace::held_gemm_f32_panel_bytes(out, in));
+  }
+  // dW = dyᵀ·x of a matrix trained through its bf16 copy: both operands rounded to bf16
+  // (linear_dW_accumulate_narrow).
+  size_t linear_dW(int64_t T, int64_t in, int64_t out) const {
+    return cuda && gemm_copies ? cuda_workspace::narrow_dW_operand_bytes(T, in, out) : 0;
   }
   // linear_cross_entropy's workspace (the device kernel walks whole windows of min(chunk, T) rows:
   // the label windows do not shrink it). An f32 head, or a bf16 one on a bf16 card:
@@ -181,6 +187,7 @@ Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* ke
 void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a) {
   const auto ri = static_cast<size_t>(role);
   R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), true));  // dx = dy·W
+  R.transient_bytes(kWork, m.device.linear_dW(m.T, m.in(role), m.out(role)));          // dW += dyᵀ·x
   if (m.has_lora(role)) {
     Id dxa = R.alloc(kWork, m.T * m.r);
     R.transient(kWork, m.dropout_scratch(role, true));
@@ -365,8 +372,10 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
     m.lora[static_cast<size_t>(t)] = lora && s.lora.targets(static_cast<LoraTarget>(t));
   m.ce_chunk_tokens = s.ce_chunk_tokens;
   m.device.cuda = s.device == DeviceType::CUDA;
-  m.device.held = lora ? s.base_dtype : DType::F32;
-  m.device.head = lora ? s.head_dtype : DType::F32;
+  const bool copies = s.mode == TrainMode::Full && s.matmul_dtype == DType::BF16;
+  m.device.gemm_copies = copies;
+  m.device.held = lora ? s.base_dtype : copies ? DType::BF16 : DType::F32;
+  m.device.head = lora ? s.head_dtype : copies ? DType::BF16 : DType::F32;
   m.device.f16 = m.device.cuda && ops::cuda_frozen_gemms_in_f16();
   m.device.f32_panels = m.device.f16 && s.frozen_f32_panels;
   if (m.device.cuda) return m;  // attention tiles live in shared memory on the device
@@ -400,6 +409,12 @@ long double plan_bytes_bound(const ModelConfig& c, const MemorySettings& s) {
 }
 
 }  // namespace
+
+size_t gemm_copy_bytes(const ModelConfig& c) {
+  const int64_t D = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t layer = qd * D + 2 * kvd * D + D * qd + 3 * F * D;
+  return static_cast<size_t>(c.num_layers * layer + c.vocab_size * D) * 2;
+}
 
 nlohmann::json MemoryPlan::to_json() const {
   return {{"weights", weights},
@@ -448,6 +463,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
   }
   const size_t f = sizeof(float);
   p.trainable_parameters = trainable;
+  if (s.mode == TrainMode::Full && s.matmul_dtype == DType::BF16) p.weights = gemm_copy_bytes(cfg);
   if (s.mode != TrainMode::Full)
     p.weights = s.weights_bytes > 0          ? s.weights_bytes
                 : s.base_dtype == DType::F32 ? static_cast<size_t>(base) * f

@@ -2,8 +2,9 @@
 // before the first step, and the largest micro-batch that fits a limit.
 //
 // Groups:
-//   weights             frozen base weights (LoRA mode; 0 in full mode where all are trainable),
-//                       at the bytes of the type each is held in (f32, bf16, q8_0, q4_K, ...)
+//   weights             frozen base weights (LoRA mode), at the bytes of the type each is held in
+//                       (f32, bf16, q8_0, q4_K, ...); in full mode, where all are trainable, the
+//                       bf16 GEMM copies of the matrices with matmul_dtype bf16 (gemm_copy_bytes), else 0
 //   trainable           trainable parameters (LoRA A/B, or every weight in full mode)
 //   gradients           one f32 gradient per trainable parameter
 //   optimizer_state     AdamW m and v: 2 × trainable, f32
@@ -60,6 +61,10 @@ struct MemorySettings {
   // panels (ops/held_range.h; the trainer checks at upload).
   bool frozen_f32_panels = false;
   size_t weights_bytes = 0;
+  // Full mode: the input type of the trained matrices' GEMMs (training.matmul_dtype, resolved:
+  // ModelOptions::matmul_dtype). BF16 counts the copies and, on CUDA, the bf16 operands the GEMMs
+  // round (forward and dx like a bf16 base's, dW both of its operands).
+  DType matmul_dtype = DType::F32;
   // Where the step runs: on CUDA the kernels' own device workspace is counted (memory_plan.cpp
   // DeviceScratch) and the CPU's per-thread attention scratch is not.
   DeviceType device = DeviceType::CPU;
@@ -92,6 +97,10 @@ struct MemoryPlan {
   size_t resident() const { return total() + process; }  // what the process's peak RSS should be
   nlohmann::json to_json() const;
 };
+
+// Bytes of full fine-tuning's bf16 GEMM copies (ModelOptions::matmul_dtype): the seven projections
+// of every layer and the head [V, D] (the LM head, or the tied embedding).
+size_t gemm_copy_bytes(const ModelConfig& cfg);
 
 // Validates the settings (INPUT_VALIDATION_FAILED / CONFIG_INVALID_SETTING with the value).
 MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& settings);

@@ -213,6 +213,7 @@ void restore_trainable(Model& m, const std::string& file) {
       throw Error(ErrorCode::STATE_CHECKPOINT_INVALID, fmt::format("[checkpoint] {} has no tensor {}", file, p.name));
     p.param->copy_from(reader.read(p.name, p.param->shape()));
   }
+  m.refresh_gemm_copies();  // derived from the masters just restored
 }
 
 }  // namespace bp

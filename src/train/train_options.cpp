@@ -178,6 +178,14 @@ TrainOptions TrainOptions::from_settings(const Settings& s) {
                 fmt::format("[train] --base-dtype {} holds the frozen weights narrower, but --mode full trains every "
                             "weight in f32: use --mode lora (QLoRA) or --base-dtype f32",
                             o.base_dtype));
+  if (o.mode != TrainMode::Full && o.matmul_dtype != "auto")
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[train] --matmul-dtype {} sets the GEMMs of trained weights in --mode full; a LoRA run's "
+                            "base GEMMs follow how the frozen base is held",
+                            o.matmul_dtype))
+        .with_suggestion(
+            "Use --base-dtype bf16 for bf16 GEMMs against the frozen base (QLoRA: q8_0, q4_k), or "
+            "--mode full.");
   o.lora.validate();
   o.resolved_settings = s.to_json();
   return o;

@@ -51,6 +51,7 @@ struct TrainOptions {
   int64_t max_seq_length = 512;
   TrainMode mode = TrainMode::Lora;
   LoraConfig lora;
+  std::string matmul_dtype = "auto";           // training.matmul_dtype: auto | f32 | bf16 (full mode's GEMM copies)
   std::optional<bool> gradient_checkpointing;  // empty = auto: off when the memory plan says it fits
   uint64_t seed = 42;
   int64_t eval_every = 0;  // 0 = only at the end

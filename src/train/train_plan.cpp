@@ -55,6 +55,7 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
   ms.gemm_workspace_bytes = ops::device_gemm_workspace_bytes(ms.device);                     // the card's own size
   if (!model.weights().layers.empty()) ms.base_dtype = model.weights().layers[0].q.dtype();  // how they are held
   ms.head_dtype = model.weights().output_weight().dtype();
+  ms.matmul_dtype = model.options().matmul_dtype;  // full mode's bf16 GEMM copies, made already
   ms.frozen_f32_panels = !frozen_weights_outside_f16(model.weights()).empty();  // cached since the upload
   ms.gradient_checkpointing = o.gradient_checkpointing.value_or(true);
   ms.threads = o.threads;

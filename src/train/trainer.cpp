@@ -55,6 +55,7 @@ nlohmann::json TrainSummary::to_json() const {
           {"peak_memory_bytes", peak_memory_bytes},
           {"planned_memory_bytes", planned_memory_bytes},
           {"base_dtype", base_dtype},
+          {"matmul_dtype", matmul_dtype},
           {"oom_recoveries", oom_recoveries},
           {"skipped_steps", skipped_steps},
           {"micro_batch_size", micro_batch_size},
@@ -272,6 +273,7 @@ void Trainer::State::build_model() {
   for (const auto& n : held_notes) event("info", "frozen weights: " + n);
   summary.base_dtype = describe_held_weights(weights, o.mode == TrainMode::Full ? "f32" : o.base_dtype);
   model = std::make_unique<Model>(std::move(weights), mopt);
+  const DType matmul = matmul_dtype();
   if (device.type != DeviceType::CPU) {  // loaded (and held in their type) on the host, then copied over
     bool frozen_narrow = false;          // some GEMM runs on bf16 inputs (ops/device_compute.h)
     for (auto& [name, t] : model->named_weights()) {
@@ -286,10 +288,18 @@ void Trainer::State::build_model() {
       *t = t->to(device);
     }
     model->allocate_grads();  // full mode: the gradients beside the weights
-    event("info", fmt::format("training on {} ({})", device.name(), ops::cuda_compute_description(frozen_narrow)));
+    event("info", fmt::format("training on {} ({})", device.name(),
+                              ops::cuda_compute_description(frozen_narrow, matmul == DType::BF16)));
     if (const auto wide = frozen_weights_outside_f16(model->weights()); !wide.empty())  // f16 cards only
       event("warn", describe_f16_fallback(wide));
   }
+  model->set_matmul_dtype(matmul);  // the bf16 GEMM copies, made where the weights now live
+  summary.matmul_dtype = dtype_name(matmul);
+  if (matmul == DType::BF16)
+    event("info", fmt::format("full fine-tuning GEMMs on bf16 copies of the f32 weights (--matmul-dtype {}): "
+                              "masters, gradients and AdamW state stay f32{}",
+                              o.matmul_dtype,
+                              device.type == DeviceType::CPU ? "; on the CPU this is slower than f32 GEMMs" : ""));
   if (o.mode == TrainMode::Lora) {
     adapter = std::make_unique<LoraAdapter>(init_lora(model->config(), o.lora, o.seed));
     if (!o.init_adapter.empty()) start_from_adapter(*adapter, o.init_adapter, model->config());
@@ -303,6 +313,24 @@ void Trainer::State::build_model() {
     model->attach_lora(*adapter);
   }
   model->set_training(true);
+}
+
+// training.matmul_dtype for this run: bf16 GEMM copies in full mode, on a card with bf16 tensor
+// cores by default (auto) or anywhere when asked; never on an f16 card (no bf16 tensor cores, and
+// its f16 path checks a weight's range once, for frozen weights).
+DType Trainer::State::matmul_dtype() const {
+  if (opt.mode != TrainMode::Full || opt.matmul_dtype == "f32") return DType::F32;
+  const bool f16_card = device.type == DeviceType::CUDA && ops::cuda_frozen_gemms_in_f16();
+  if (opt.matmul_dtype == "auto") return device.type == DeviceType::CUDA && !f16_card ? DType::BF16 : DType::F32;
+  if (f16_card)
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[train] --matmul-dtype bf16 needs bf16 tensor cores (compute capability 8.0+); {} "
+                            "has none",
+                            device.name()))
+        .with_suggestion(
+            "Use --matmul-dtype f32 (what auto picks on this card), or LoRA over a bf16 base "
+            "(--mode lora --base-dtype bf16), whose GEMMs this card runs in f16.");
+  return DType::BF16;
 }
 
 // The schedule (steps, data order), the safety monitor (train/safety_monitor.h; --max-memory auto
@@ -464,6 +492,7 @@ void Trainer::State::update(const StepRecord& rec) {
   acfg.lr = static_cast<float>(rec.lr);
   acfg.weight_decay = static_cast<float>(opt.weight_decay);
   adamw.step(params, acfg);
+  model->refresh_gemm_copies();  // the masters changed (nothing without bf16 GEMM copies)
 }
 
 void Trainer::State::log_step(const Batch& batch, const StepRecord& rec) {

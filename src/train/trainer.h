@@ -42,6 +42,7 @@ struct TrainSummary {
   size_t peak_memory_bytes = 0;
   size_t planned_memory_bytes = 0;      // the memory plan's total for the micro-batch chosen before step 1
   std::string base_dtype;               // how the frozen base was held (model/held_weights.h describe_held_weights)
+  std::string matmul_dtype = "f32";     // input type of the trained matrices' GEMMs (training.matmul_dtype)
   bool gradient_checkpointing = false;  // at the end of the run (auto may turn it on after an OOM)
   std::vector<StepRecord> history;
   nlohmann::json to_json() const;

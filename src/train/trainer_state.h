@@ -60,6 +60,7 @@ struct Trainer::State {
   void open_run();
   void load_data();
   void build_model();
+  DType matmul_dtype() const;  // training.matmul_dtype resolved for this device and mode
   void plan_memory();
   void resume();
   // The step and what runs on its schedule.

@@ -8,12 +8,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "backend/cuda/device_workspace.h"
 #include "backend/cuda/sim/gemm_sim.h"
 #include "core/dtype.h"
 #include "op_parity.h"
+#include "ops/elementwise.h"
 #include "sim_device.h"
 #include "support/test_util.h"
 
@@ -169,6 +171,103 @@ TEST(CudaBf16Gemm, TrainableF32WeightsStayF32Gemms) {
   parity::expect_same(dWg, dW, "dW", kTolF32);
   ASSERT_EQ(rec.descs().size(), 3u);
   for (const auto& d : rec.descs()) EXPECT_TRUE(is_f32_gemm(d));
+}
+
+// Full fine-tuning with training.matmul_dtype bf16 (model/transformer.h): the layer reads the bf16
+// GEMM copy of an f32 master, and dW (the master's f32 gradient, beta 1) is a bf16 GEMM too: both
+// operands rounded, f32 accumulation, exactly the CPU's f32 product of the rounded operands and not
+// the unrounded one. Its workspace is the two bf16 operands (cuda_workspace::narrow_dW_operand_bytes,
+// what the memory plan counts). On a Turing card (no bf16 tensor cores; the trainer makes no copies
+// there) the same call is the f32 GEMM.
+TEST(CudaBf16Gemm, Bf16CopyOfATrainableWeightTakesBf16GemmsForItsGradient) {
+  SimulatedCudaDevice card;
+  const Tensor x = random_tensor({kT, kIn}, 51), W = random_tensor({kOut, kIn}, 52), dy = random_tensor({kT, kOut}, 53);
+  const Tensor copy = W.to(DType::BF16), prior = random_tensor({kOut, kIn}, 54);
+  const Tensor xg = gpu(x), copyg = gpu(copy), dyg = gpu(dy);
+  Tensor dxg = Tensor::empty({kT, kIn}, DType::F32, kGpu), dWg = gpu(prior);
+  {
+    sim::GemmRecorder rec;
+    linear_backward(dyg, xg, copyg, nullptr, nullptr, LinearGrads{&dxg, &dWg});
+    ASSERT_EQ(rec.descs().size(), 2u);
+    for (const auto& d : rec.descs()) EXPECT_TRUE(is_bf16_gemm(d));
+    const gemm::GemmDesc w = rec.descs()[1];
+    EXPECT_EQ(w.k, kT) << "the dW GEMM sums over the tokens";
+    EXPECT_EQ(w.beta, 1.0f) << "dW accumulates";
+  }
+  Tensor dW = prior.clone(), dW_unrounded = prior.clone();
+  linear_backward(bf16_rounded(dy), bf16_rounded(x), W, nullptr, nullptr, LinearGrads{nullptr, &dW});
+  linear_backward(dy, x, W, nullptr, nullptr, LinearGrads{nullptr, &dW_unrounded});
+  parity::expect_same(dWg, dW, "dW", kTolF32);
+  EXPECT_FALSE(all_close(dWg.to_vector(), dW_unrounded.to_vector(), kTolF32)) << "dW's operands were not rounded";
+  EXPECT_EQ(scratch_of(card,
+                       [&] {
+                         linear_backward(dyg, xg, copyg, nullptr, nullptr, LinearGrads{nullptr, &dWg});
+                       }),
+            cuda_workspace::narrow_dW_operand_bytes(kT, kIn, kOut));
+
+  SimulatedComputeCapability t4(7, 5);
+  Tensor dWt = gpu(prior), dW_f32 = prior.clone();
+  sim::GemmRecorder turing;
+  linear_backward(dyg, xg, copyg, nullptr, nullptr, LinearGrads{nullptr, &dWt});
+  ASSERT_EQ(turing.descs().size(), 1u);
+  EXPECT_TRUE(is_f32_gemm(turing.descs()[0]));
+  linear_backward(dy, x, W, nullptr, nullptr, LinearGrads{nullptr, &dW_f32});
+  parity::expect_same(dWt, dW_f32, "dW on a Turing card", kTolF32);
+}
+
+// The copy itself: round_to_bf16 on the card gives the CPU's bits (core's f32_to_bf16), NaN included.
+TEST(CudaBf16Gemm, GemmCopyRoundingMatchesTheCpuBitForBit) {
+  SimulatedCudaDevice card;
+  std::vector<float> v = random_tensor({777}, 61, -5.0f, 5.0f).to_vector();
+  v.push_back(std::numeric_limits<float>::quiet_NaN());
+  v.push_back(3.4028235e38f);
+  const Tensor src = Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
+  Tensor cpu = Tensor::empty(src.shape(), DType::BF16), dev = Tensor::empty(src.shape(), DType::BF16, kGpu);
+  round_to_bf16(src, cpu);
+  round_to_bf16(gpu(src), dev);
+  const Tensor back = dev.to(Device{});
+  ASSERT_EQ(back.nbytes(), cpu.nbytes());
+  EXPECT_EQ(std::memcmp(back.raw(), cpu.raw(), cpu.nbytes()), 0);
+}
+
+// A trainable head through its bf16 copy: the fused loss's bf16 instantiation gives dW too (bf16
+// inputs, the logits' gradient stored bf16, f32 accumulation into the master's gradient), within
+// the bound the gradient's rounding allows of the CPU's product over the rounded x and head; the
+// f32-panel path of a card whose GEMMs take f16 refuses a gradient rather than dropping it.
+TEST(CudaBf16Gemm, CrossEntropyOverABf16CopyOfATrainableHeadGivesItsGradient) {
+  SimulatedCudaDevice card;
+  const int64_t V = 101, chunk = 8;
+  const Tensor x = random_tensor({kT, kIn}, 71, -2.0f, 2.0f), W = random_tensor({V, kIn}, 72).to(DType::BF16);
+  std::vector<int32_t> lab(static_cast<size_t>(kT));
+  for (int64_t t = 0; t < kT; ++t) lab[static_cast<size_t>(t)] = t % 5 == 4 ? -100 : static_cast<int32_t>(t * 7 % V);
+  const Tensor labels = Tensor::from_vector(lab, {kT});
+  const float scale = 1.0f / 30.0f;
+  const Tensor prior = random_tensor({V, kIn}, 73);
+  Tensor dxg = Tensor::empty({kT, kIn}, DType::F32, kGpu), dWg = gpu(prior);
+  Tensor dx = Tensor::empty({kT, kIn}), dW = prior.clone();
+  sim::GemmRecorder rec;
+  linear_cross_entropy_forward_backward(gpu(x), gpu(W), gpu(labels), scale, dxg, &dWg, chunk);
+  int dW_gemms = 0;
+  for (const auto& d : rec.descs()) {
+    EXPECT_TRUE(d.a_type == gemm::DType::BF16 && d.b_type == gemm::DType::BF16);
+    dW_gemms += d.beta == 1.0f;
+  }
+  EXPECT_GT(dW_gemms, 0) << "no dW GEMM ran";
+  linear_cross_entropy_forward_backward(bf16_rounded(x), W, labels, scale, dx, &dW, chunk);
+  // dW[v, d] = Σ_t g[t, v]·x[t, d] with each g rounded (2⁻⁹ of itself, |g| ≤ scale): within
+  // 2⁻⁸·scale·Σ_t |x[t, d]| ≤ 2⁻⁸·scale·T·2.
+  const Tolerance bound{std::ldexp(scale * kT * 2.0, -8) + 1e-6, 0};
+  EXPECT_TRUE(all_close(dWg.to_vector(), dW.to_vector(), bound));
+  EXPECT_FALSE(all_close(dWg.to_vector(), prior.to_vector(), bound)) << "dW moved";
+
+  SimulatedComputeCapability t4(7, 5);
+  Tensor dWt = gpu(prior);
+  try {
+    linear_cross_entropy_forward_backward(gpu(x), gpu(W), gpu(labels), scale, dxg, &dWt, chunk);
+    ADD_FAILURE() << "a bf16 head on an f16 card took a gradient request it cannot serve";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::RUNTIME_INTERNAL) << e.what();
+  }
 }
 
 // The bf16 copy of the activation is device memory from the CUDA allocator, exactly the bytes

@@ -160,7 +160,8 @@ TEST(CudaTrainer, StickyErrorStopsTheRunNamingTheSavedCheckpoint) {
 // order tensor by tensor; what it does not model is small: the int32 batch tensors, the 512-byte
 // rounding of the cache, the optimizer's reduction scratch after backward). tiny-chat and
 // stories260K, LoRA over f32, bf16 and q8_0 bases (held: the kernels dequantize every weight and the
-// tied head panel by panel into device workspace), full fine-tuning, checkpointing on and off;
+// tied head panel by panel into device workspace), full fine-tuning through bf16 GEMM copies (the
+// copies, and dW's two bf16 operands) and with f32 GEMMs, checkpointing on and off;
 // a bf16 base on a Turing card (compute capability 7.5: f16 panels, scaled f16 operands, the head
 // in f32 panels).
 // cuBLASLt's workspace (4 MiB on the default CC 8.0 card, 32 MiB on a CC 9.0 one) is held from
@@ -173,13 +174,16 @@ TEST(CudaTrainer, MemoryPlanCoversTheMeasuredPeakOnTheCard) {
     TrainMode mode;
     bool checkpointing;
     int cc_major = 8, cc_minor = 0;  // 7.5: a Turing card (f16 GEMMs, bf16 weights through f16 panels)
+    std::string matmul = "auto";     // full mode: auto = bf16 GEMM copies from 8.0 on
   };
   const std::string stories = shared_dir() + "/models/stories260K";
   const std::string tiny = source_dir() + "/models/tiny-chat";
   const Case cases[] = {{"tiny-chat lora bf16 ckpt on a T4", tiny, "bf16", TrainMode::Lora, true, 7, 5},
                         {"tiny-chat lora f32 ckpt", tiny, "f32", TrainMode::Lora, true},
                         {"tiny-chat lora bf16 no-ckpt", tiny, "bf16", TrainMode::Lora, false},
-                        {"tiny-chat full ckpt", tiny, "f32", TrainMode::Full, true},
+                        {"tiny-chat full ckpt (bf16 GEMM copies)", tiny, "f32", TrainMode::Full, true},
+                        {"tiny-chat full no-ckpt (bf16 GEMM copies)", tiny, "f32", TrainMode::Full, false},
+                        {"tiny-chat full ckpt f32 GEMMs", tiny, "f32", TrainMode::Full, true, 8, 0, "f32"},
                         {"stories260K lora bf16 ckpt", stories, "bf16", TrainMode::Lora, true},
                         {"stories260K lora bf16 ckpt CC 9.0", stories, "bf16", TrainMode::Lora, true, 9},
                         {"tiny-chat lora q8_0 ckpt", tiny, "q8_0", TrainMode::Lora, true}};
@@ -189,6 +193,7 @@ TEST(CudaTrainer, MemoryPlanCoversTheMeasuredPeakOnTheCard) {
     o.model_dir = c.model;
     o.base_dtype = c.base;
     o.mode = c.mode;
+    o.matmul_dtype = c.matmul;
     o.gradient_checkpointing = c.checkpointing;
     o.steps = 2;  // with the first, every sample of the data: the plan sizes for the longest
     o.holdout = 0.0;

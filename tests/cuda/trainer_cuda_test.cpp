@@ -11,6 +11,7 @@
 // dequant.cuh) and train like on the CPU.
 #include <gtest/gtest.h>
 
+#include "backend/cuda/compute_precision.h"
 #include "trainer_cuda_util.h"
 
 namespace bp::test {
@@ -100,12 +101,86 @@ TEST(CudaTrainer, FullFineTuningMatchesCpu) {
   EXPECT_LE(outside, w_gpu.size() / 1000) << outside << " of " << w_gpu.size() << " elements differ";
 }
 
+// Full fine-tuning on a card with bf16 tensor cores (the simulated 8.0): --matmul-dtype auto makes
+// bf16 GEMM copies of the trained matrices (f32 masters, gradients and AdamW state), so every GEMM of
+// the run takes bf16 inputs, as Trainer(bf16=True) would; the start event and the summary say so.
+// Losses follow the CPU's f32 run within the bf16 bounds of a held-bf16 run, and after the last
+// step the copies hold exactly the rounded masters (remade after every update).
+const Tensor& layer_matrix_of(const ModelWeights& w, int64_t l, LinearRole r) {
+  const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
+  const Tensor* ws[kNumLinearRoles] = {&lw.q, &lw.k, &lw.v, &lw.o, &lw.gate, &lw.up, &lw.down};
+  return *ws[static_cast<int>(r)];
+}
+
+TEST(CudaTrainer, FullFineTuningOnABf16CardTrainsThroughBf16GemmCopies) {
+  TempDir cpu_dir, gpu_dir;
+  TrainOptions co = tiny_chat_options(cpu_dir.path, "cpu");
+  co.mode = TrainMode::Full;
+  co.steps = 2;
+  co.holdout = 0.0;
+  co.lr = 1e-3;
+  TrainOptions go = co;
+  go.output_dir = gpu_dir.path + "/run";
+  go.device = "cuda";
+  const TrainSummary ref = Trainer(co).run();
+  EXPECT_EQ(ref.matmul_dtype, "f32") << "auto on the CPU keeps f32 GEMMs";
+  SimulatedCudaDevice card;
+  std::string device_line;
+  sim::GemmRecorder rec;
+  Trainer trainer(go, capture_device_event(&device_line));
+  const TrainSummary got = trainer.run();
+  EXPECT_EQ(got.matmul_dtype, "bf16");
+  EXPECT_NE(device_line.find(cuda_compute::kTrainedBf16Gemms), std::string::npos) << device_line;
+  ASSERT_FALSE(rec.descs().empty());
+  for (const auto& d : rec.descs())
+    EXPECT_TRUE(d.a_type == gemm::DType::BF16 && d.b_type == gemm::DType::BF16)
+        << "an f32 GEMM in a bf16 full fine-tuning run: m=" << d.m << " n=" << d.n << " k=" << d.k;
+  expect_losses_close(got, ref, kBf16HeldRunTolerance);
+  const Model& m = trainer.model();
+  for (int64_t l = 0; l < m.config().num_layers; ++l)
+    for (LinearRole r : {LinearRole::Q, LinearRole::V, LinearRole::Down}) {
+      const Tensor& copy = m.gemm_weight(l, r);
+      ASSERT_EQ(copy.dtype(), DType::BF16);
+      EXPECT_EQ(copy.device(), kGpu);
+      const Tensor want = layer_matrix_of(m.weights(), l, r).to(Device{}).to(DType::BF16);
+      const Tensor have = copy.to(Device{});
+      EXPECT_EQ(std::memcmp(have.raw(), want.raw(), want.nbytes()), 0)
+          << "layer " << l << " " << linear_role_name(r) << ": the copy is not the rounded master";
+    }
+  const Tensor head = m.head_gemm_weight().to(Device{}),
+               head_want = m.weights().output_weight().to(Device{}).to(DType::BF16);
+  EXPECT_EQ(std::memcmp(head.raw(), head_want.raw(), head_want.nbytes()), 0) << "the head's copy";
+}
+
+// --matmul-dtype bf16 asked on a Turing card (no bf16 tensor cores) is refused before training with
+// what to use instead; auto there keeps f32 GEMMs (CudaTrainer.FullFineTuningMatchesCpu).
+TEST(CudaTrainer, Bf16GemmCopiesOnATuringCardAreRefused) {
+  TempDir dir;
+  TrainOptions o = tiny_chat_options(dir.path, "cuda");
+  o.mode = TrainMode::Full;
+  o.matmul_dtype = "bf16";
+  o.steps = 1;
+  SimulatedCudaDevice card;
+  SimulatedComputeCapability t4(7, 5);
+  try {
+    Trainer(o).run();
+    ADD_FAILURE() << "trained with bf16 GEMM copies on a Turing card";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::CONFIG_INVALID_SETTING) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--matmul-dtype bf16"), std::string::npos) << e.what();
+    EXPECT_NE(e.suggestion().find("--matmul-dtype f32"), std::string::npos) << e.suggestion();
+  }
+}
+
 // A checkpoint written from the device (host copies) and resumed on the device (copied back)
 // continues to the same losses and the same weights, bit for bit, as the run that never stopped.
-TEST(CudaTrainer, CheckpointFromTheDeviceResumesBitExact) {
+// Also in full fine-tuning through bf16 GEMM copies: the resumed run remakes the copies from the
+// restored masters.
+void expect_resume_bit_exact(TrainMode mode) {
   SimulatedCudaDevice card;
   TempDir a_dir, b_dir;
   TrainOptions straight = tiny_chat_options(a_dir.path, "cuda");
+  straight.mode = mode;
   straight.holdout = 0.0;  // no evaluation: only the training steps matter here
   straight.steps = 2;
   const TrainSummary full = Trainer(straight).run();
@@ -131,6 +206,14 @@ TEST(CudaTrainer, CheckpointFromTheDeviceResumesBitExact) {
     ASSERT_EQ(ta.nbytes(), tb.nbytes());
     EXPECT_EQ(std::memcmp(ta.raw(), tb.raw(), ta.nbytes()), 0) << n << " differs after resume";
   }
+}
+
+TEST(CudaTrainer, CheckpointFromTheDeviceResumesBitExact) {
+  expect_resume_bit_exact(TrainMode::Lora);
+}
+
+TEST(CudaTrainer, FullFineTuningWithBf16GemmCopiesResumesBitExact) {
+  expect_resume_bit_exact(TrainMode::Full);
 }
 
 // A random model with stories260K's tokenizer whose rows are all whole q4_K blocks (hidden 256,

@@ -151,6 +151,33 @@ TEST(CrossEntropy, AllIgnoredGivesZeroLossAndZeroGradients) {
   EXPECT_EQ(as_vec(dW), dW_before);
 }
 
+// A trainable head read through its bf16 GEMM copy (training.matmul_dtype bf16): loss and dx are
+// those of the rounded head, dW (the f32 master's gradient, added to what it held) is
+// grad_scale·(softmax − onehot)ᵀ·x of those logits, against the double reference over the rounded
+// values; chunks smaller than T. A head held in another type (f16) is still refused a gradient.
+TEST(CrossEntropy, Bf16GemmCopyOfATrainableHeadGetsTheMastersGradient) {
+  const int64_t T = 37, D = 24, V = 53;
+  const Tensor x = test::random_tensor({T, D}, 81), W = test::random_tensor({V, D}, 82);
+  const Tensor copy = W.to(DType::BF16);
+  const auto labels = random_labels(T, V, 83);
+  const Tensor lab = Tensor::from_vector(labels, {T});
+  const auto xv = as_vec(x), wv = as_vec(copy.to(DType::F32));
+  const RefCE ref = reference_ce(std::vector<double>(xv.begin(), xv.end()), std::vector<double>(wv.begin(), wv.end()),
+                                 labels, T, D, V, 0.125);
+  Tensor dx = Tensor::empty({T, D}), dW = test::random_tensor({V, D}, 84);
+  const auto prior = as_vec(dW);
+  const auto res = linear_cross_entropy_forward_backward(x, copy, lab, 0.125f, dx, &dW, 8);
+  EXPECT_EQ(res.n_counted, ref.n_counted);
+  EXPECT_NEAR(res.loss_sum, ref.loss_sum, 1e-5 * std::fabs(ref.loss_sum));
+  std::vector<double> want(prior.begin(), prior.end());
+  for (size_t i = 0; i < want.size(); ++i) want[i] += ref.dW[i];
+  const auto got_dW = as_vec(dW), got_dx = as_vec(dx);
+  EXPECT_TRUE(all_close(std::vector<double>(got_dW.begin(), got_dW.end()), want, {1e-5, 1e-5}));
+  EXPECT_TRUE(all_close(std::vector<double>(got_dx.begin(), got_dx.end()), ref.dx, {1e-5, 1e-5}));
+  Tensor dW_q = Tensor::zeros({V, D});
+  EXPECT_THROW(linear_cross_entropy_forward_backward(x, W.to(DType::F16), lab, 1.0f, dx, &dW_q, 8), Error);
+}
+
 TEST(CrossEntropy, RejectsLabelsOutsideTheVocabulary) {
   const int64_t T = 4, D = 3, V = 10;
   Tensor x = test::random_tensor({T, D}, 8), W = test::random_tensor({V, D}, 9);

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "op_test_util.h"
 #include "support/test_util.h"
 
@@ -59,6 +61,50 @@ TEST(Elementwise, BiasAddAndBiasGradMatchReference) {
     const auto got = db.to_vector();
     EXPECT_TRUE(all_close(std::vector<double>(got.begin(), got.end()), rdb, {1e-5, 1e-5})) << T << "x" << N;
   }
+}
+
+// The bf16 GEMM copy of a trainable matrix (training.matmul_dtype, model/transformer.h): each value
+// is the nearest bf16, ties to the even significand, checked against the bf16 grid itself (the two
+// neighbours of the result are no closer) rather than against the kernel's bit trick.
+TEST(Elementwise, RoundToBf16IsNearestEvenOnTheBf16Grid) {
+  std::vector<float> v = {0.0f,      -0.0f,         1.0f,           1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -1.0f - 0x1p-8f,
+                          0x1p-130f, 3.4028235e38f, -3.4028235e38f, INFINITY,       -INFINITY,          NAN};
+  const size_t named = v.size();
+  const Tensor r = random_tensor({5000}, 7);  // past the OpenMP threshold, magnitudes 2^-40 .. 2^40
+  const auto rv = r.to_vector();
+  for (size_t i = 0; i < rv.size(); ++i) v.push_back(std::ldexp(rv[i], static_cast<int>(i % 81) - 40));
+  const Tensor src = Tensor::from_vector(v, {static_cast<int64_t>(v.size())});
+  Tensor dst = Tensor::empty(src.shape(), DType::BF16);
+  round_to_bf16(src, dst);
+  const uint16_t* b = dst.data<uint16_t>();
+  auto f = [](uint32_t bits16) { return bf16_to_f32(static_cast<uint16_t>(bits16)); };
+  EXPECT_EQ(f(b[3]), 1.0f) << "a tie goes to the even significand (down)";
+  EXPECT_EQ(f(b[4]), 1.0f + 0x1p-6f) << "a tie goes to the even significand (up)";
+  EXPECT_EQ(f(b[5]), -1.0f);
+  EXPECT_EQ(f(b[7]), INFINITY) << "f32's largest value lies above bf16's largest and its midpoint";
+  EXPECT_EQ(f(b[8]), -INFINITY);
+  EXPECT_EQ(f(b[9]), INFINITY);
+  EXPECT_EQ(f(b[10]), -INFINITY);
+  EXPECT_TRUE(std::isnan(f(b[11])));
+  EXPECT_EQ(std::signbit(f(b[1])), true);
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double x = v[i], got = f(b[i]);
+    if (!std::isfinite(x) || !std::isfinite(got)) continue;
+    for (int step : {-1, 1}) {  // the neighbours on the bf16 grid (the sign bit stays)
+      const uint32_t nb = static_cast<uint32_t>(b[i]) + static_cast<uint32_t>(step);
+      if ((nb & 0x7fffu) == 0x7f80u || ((nb ^ b[i]) & 0x8000u)) continue;  // Inf, or across zero
+      const double other = f(nb & 0xffffu);
+      ASSERT_LE(std::fabs(x - got), std::fabs(x - other)) << "value " << i << " (" << v[i] << ")";
+      if (std::fabs(x - got) == std::fabs(x - other)) {
+        EXPECT_EQ(b[i] & 1u, 0u) << "tie to even at " << i;
+      }
+    }
+  }
+  EXPECT_GT(v.size(), named);
+  Tensor wrong = Tensor::empty(src.shape(), DType::F32);
+  EXPECT_THROW(round_to_bf16(src, wrong), Error);
+  Tensor short_dst = Tensor::empty({3}, DType::BF16);
+  EXPECT_THROW(round_to_bf16(src, short_dst), Error);
 }
 
 TEST(Elementwise, ShapeMismatchIsAnInternalError) {

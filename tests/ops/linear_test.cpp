@@ -245,6 +245,51 @@ TEST(Linear, DxAccumulatesWhenAsked) {
   }
 }
 
+// Full fine-tuning with training.matmul_dtype bf16 (model/transformer.h): W is the bf16 GEMM copy of
+// an f32 master. The products read the rounded weight; dW, the master's f32 gradient, is dyᵀ·x
+// added to what it held (on the CPU in f32: it does not read W). Other held types (f16) still get none.
+TEST(Linear, Bf16GemmCopyIsReadAndTheMasterGetsItsGradient) {
+  const int64_t T = 17, in = 29, out = 23;
+  const Tensor x = random_tensor({T, in}, 301), W = random_tensor({out, in}, 302), dy = random_tensor({T, out}, 303);
+  const Tensor copy = W.to(DType::BF16), rounded = copy.to(DType::F32);
+  const auto xv = x.to_vector(), wv = rounded.to_vector(), gv = dy.to_vector(), mv = W.to_vector();
+  std::vector<double> y_ref(T * out), dx_ref(T * in), dW_ref(out * in);
+  double moved = 0;  // the rounding changes the products: the test tells the copy from the master
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t o = 0; o < out; ++o) {
+      double a = 0, m = 0;
+      for (int64_t i = 0; i < in; ++i) a += xv[t * in + i] * wv[o * in + i], m += xv[t * in + i] * mv[o * in + i];
+      y_ref[t * out + o] = a;
+      moved = std::max(moved, std::fabs(a - m));
+    }
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < in; ++i) {
+      double a = 0;
+      for (int64_t o = 0; o < out; ++o) a += gv[t * out + o] * wv[o * in + i];
+      dx_ref[t * in + i] = a;
+    }
+  const Tensor prior = random_tensor({out, in}, 304);
+  const auto pv = prior.to_vector();
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t i = 0; i < in; ++i) {
+      double a = pv[o * in + i];
+      for (int64_t t = 0; t < T; ++t) a += gv[t * out + o] * xv[t * in + i];
+      dW_ref[o * in + i] = a;
+    }
+  EXPECT_GT(moved, 1e-4) << "bf16 rounding must show in the product";
+  const Tensor y = linear_forward(x, copy, nullptr, nullptr, nullptr);
+  const auto yv = y.to_vector();
+  EXPECT_TRUE(all_close(std::vector<double>(yv.begin(), yv.end()), y_ref, {1e-5, 1e-5}));
+  Tensor dx = Tensor::empty({T, in}), dW = prior.clone();
+  linear_backward(dy, x, copy, nullptr, nullptr, {&dx, &dW});
+  const auto dxv = dx.to_vector(), dWv = dW.to_vector();
+  EXPECT_TRUE(all_close(std::vector<double>(dxv.begin(), dxv.end()), dx_ref, {1e-5, 1e-5}));
+  EXPECT_TRUE(all_close(std::vector<double>(dWv.begin(), dWv.end()), dW_ref, {1e-5, 1e-5}));
+  Tensor dW_q = Tensor::zeros({out, in});
+  EXPECT_THROW(linear_backward(dy, x, W.to(DType::F16), nullptr, nullptr, {&dx, &dW_q}), Error)
+      << "a frozen f16 weight gets no gradient";
+}
+
 TEST(Linear, FrozenWeightGetsNoGradientAndOthersAreUnchanged) {
   Case c{6, 10, 8, 2};
   LinearCase s = make_setup(c, false, true, 0.0f, 21);

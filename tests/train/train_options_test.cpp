@@ -69,6 +69,7 @@ const std::map<std::string, std::vector<std::pair<std::string, std::string>>>& c
   static const std::map<std::string, std::vector<std::pair<std::string, std::string>>> c = {
       {"training.init_from_config", {{"training.mode", "full"}}},                      // from scratch needs full
       {"training.fault_inject_nan_count", {{"training.fault_inject_nan_step", "2"}}},  // steps from there
+      {"training.matmul_dtype", {{"training.mode", "full"}}},                          // full mode's GEMMs
   };
   return c;
 }
@@ -156,6 +157,24 @@ TEST(TrainOptionsFromSettings, ConversionsByMemberType) {
   EXPECT_FALSE(o.max_memory_auto);
   EXPECT_EQ(o.lora.target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
   EXPECT_EQ(o.monitor.memory_low_bytes, 0);
+}
+
+// --matmul-dtype sets full fine-tuning's GEMMs: in a LoRA run only auto is accepted, as a flag that
+// would do nothing there is refused with what to use instead.
+TEST(TrainOptionsFromSettings, MatmulDtypeOutsideFullModeIsRefused) {
+  Settings s;
+  s.set("model.path", "m");
+  s.set("data.path", "d.jsonl");
+  s.set("training.matmul_dtype", "bf16");
+  try {
+    TrainOptions::from_settings(s);
+    ADD_FAILURE() << "--matmul-dtype bf16 accepted in a LoRA run";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::CONFIG_INVALID_SETTING) << e.what();
+    EXPECT_NE(e.suggestion().find("--base-dtype bf16"), std::string::npos) << e.suggestion();
+  }
+  s.set("training.mode", "full");
+  EXPECT_EQ(TrainOptions::from_settings(s).matmul_dtype, "bf16");
 }
 
 }  // namespace

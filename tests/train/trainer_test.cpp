@@ -166,6 +166,48 @@ TEST(Trainer, ResumeContinuesBitIdentically) {
   }
 }
 
+// Full fine-tuning with --matmul-dtype bf16 on the CPU (for comparison with a card; slower here):
+// the GEMMs read bf16 copies of the f32 masters. The copies are remade after every update, so the
+// run learns as the f32 run does (copies left at the initial weights would leave the projections
+// where they started), and a resumed run remakes them from the restored masters: bit for bit the
+// run that never stopped.
+TEST(Trainer, FullFineTuningThroughBf16GemmCopies) {
+  test::TempDir f_dir, b_dir, r_dir;
+  auto full = [](const std::string& dir, const std::string& matmul) {
+    TrainOptions o = base_options(dir);
+    o.mode = TrainMode::Full;
+    o.matmul_dtype = matmul;
+    o.lr = 2e-3;
+    o.holdout = 0.0;
+    return o;
+  };
+  const TrainSummary f32 = Trainer(full(f_dir.path, "auto")).run();
+  const TrainOptions bo = full(b_dir.path, "bf16");
+  const TrainSummary bf16 = Trainer(bo).run();
+  EXPECT_EQ(f32.matmul_dtype, "f32") << "auto on the CPU";
+  EXPECT_EQ(bf16.matmul_dtype, "bf16");
+  ASSERT_EQ(bf16.history.size(), f32.history.size());
+  const double first = f32.history.front().loss;
+  EXPECT_NE(bf16.history.front().loss, first) << "the GEMMs did not read rounded weights";
+  EXPECT_NEAR(bf16.history.front().loss, first, first / 128);
+  const double drop_f32 = first - f32.history.back().loss,
+               drop_bf16 = bf16.history.front().loss - bf16.history.back().loss;
+  EXPECT_GT(drop_f32, 0.2 * first) << "the f32 run must learn for the comparison to mean anything";
+  EXPECT_GT(drop_bf16, 0.8 * drop_f32) << "the bf16 run does not learn like the f32 one: stale GEMM copies?";
+  for (size_t i = 0; i < f32.history.size(); ++i)
+    EXPECT_NEAR(bf16.history[i].loss, f32.history[i].loss, 0.05 * f32.history[i].loss) << "step " << i + 1;
+
+  TrainOptions first_part = full(r_dir.path, "bf16");
+  first_part.stop_after_step_for_tests = 3;
+  EXPECT_THROW(Trainer(first_part).run(), Error);
+  TrainOptions resumed = full(r_dir.path, "bf16");
+  resumed.resume = "latest";
+  const TrainSummary rest = Trainer(resumed).run();
+  ASSERT_EQ(rest.history.size(), 3u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(rest.history[i].loss, bf16.history[i + 3].loss) << "step " << i + 4 << " after the resume";
+}
+
 // Gradient checkpointing "auto": off when the chosen micro-batch fits without it, on when only
 // checkpointing makes it fit; an explicit setting is kept.
 TEST(Trainer, AutoCheckpointingFollowsTheMemoryPlan) {

@@ -93,7 +93,8 @@ CrossEntropyTotals linear_cross_entropy(const float* x, const HeldMatrix& Wm, co
     }
     if (dx && held) held_gemm_xw(logits, Wm, 0.0f, dx + begin * D, c);
     if (dx && !held) sgemm(false, false, c, D, V, 1.0f, logits, V, W, D, 0.0f, dx + begin * D, D);
-    if (dW && !held) sgemm(true, false, V, D, c, 1.0f, logits, V, xw, D, 1.0f, dW, D);
+    // dW does not read W: the same product for an f32 head and a bf16 GEMM copy of one.
+    if (dW) sgemm(true, false, V, D, c, 1.0f, logits, V, xw, D, 1.0f, dW, D);
     t = end;
   }
   return totals;

@@ -16,11 +16,11 @@ struct CrossEntropyTotals {
   int64_t n_counted = 0;
 };
 
-// x [T, D], W [V, D] (f32, or a frozen weight held in bf16/f16/a block type: backend/cpu/quant_gemm.h,
-// dW then must be null), labels [T] (already validated: −100 or in [0, V)). logits_chunk is the
-// workspace, at least cross_entropy_max_window(labels, T, chunk)·V floats. When dx is non-null it is overwritten with
-// grad_scale·(softmax − onehot)·W (zero rows for ignored tokens); when dW is non-null it gets
-// grad_scale·(softmax − onehot)ᵀ·x added.
+// x [T, D], W [V, D] (f32, or a weight held in bf16/f16/a block type: backend/cpu/quant_gemm.h; dW
+// only for f32 or the bf16 GEMM copy of a trainable head, and it does not read W), labels [T] (already validated: −100
+// or in [0, V)). logits_chunk is the workspace, at least cross_entropy_max_window(labels, T, chunk)·V floats. When dx
+// is non-null it is overwritten with grad_scale·(softmax − onehot)·W (zero rows for ignored tokens); when dW is
+// non-null it gets grad_scale·(softmax − onehot)ᵀ·x added.
 CrossEntropyTotals linear_cross_entropy(const float* x, const HeldMatrix& W, const int32_t* labels, int64_t T,
                                         int64_t D, int64_t V, int64_t chunk, float* logits_chunk, float grad_scale,
                                         float* dx, float* dW);

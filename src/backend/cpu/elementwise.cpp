@@ -3,6 +3,8 @@
 // and results do not depend on the thread count.
 #include "backend/cpu/elementwise.h"
 
+#include "core/dtype.h"
+
 namespace bp::cpu {
 
 namespace {
@@ -23,6 +25,11 @@ void axpy_inplace(float* y, float a, const float* x, int64_t n) {
 void scale_inplace(float* y, float a, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) y[i] *= a;
+}
+
+void round_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
 void add_bias_inplace(float* y, const float* b, int64_t T, int64_t N) {

@@ -11,5 +11,7 @@ void scale_inplace(float* y, float a, int64_t n);                 // y *= a
 void add_bias_inplace(float* y, const float* b, int64_t T, int64_t N);
 // db[N] += Σ_t dy[t, :]. Parallel over columns, each column summed in token order: deterministic.
 void bias_grad_accumulate(const float* dy, float* db, int64_t T, int64_t N);
+// dst[i] = src[i] rounded to nearest-even bf16 (core/dtype.h f32_to_bf16: NaN stays NaN).
+void round_to_bf16(const float* src, uint16_t* dst, int64_t n);
 
 }  // namespace bp::cpu

@@ -121,4 +121,8 @@ void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T,
   sgemm(true, false, out, in, T, 1.0f, dy, out, x, in, 1.0f, dW, in);
 }
 
+void linear_dW_accumulate_narrow(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out) {
+  linear_dW_accumulate(dy, x, dW, T, in, out);
+}
+
 }  // namespace bp::cpu

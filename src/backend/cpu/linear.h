@@ -44,5 +44,9 @@ void lora_forward(const float* xd, const float* A, const float* B, float scale, 
 void linear_dx(const float* dy, const float* W, float beta, float* dx, int64_t T, int64_t in, int64_t out);
 // dW[out,in] += dyᵀ·x
 void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out);
+// The same for a matrix whose forward reads a bf16 GEMM copy (full fine-tuning with
+// training.matmul_dtype bf16): on a card both operands are rounded to bf16 (tensor cores); the CPU
+// keeps its activations f32 in every GEMM, as it does against held weights, so it is the f32 product.
+void linear_dW_accumulate_narrow(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out);
 
 }  // namespace bp::cpu

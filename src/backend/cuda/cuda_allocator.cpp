@@ -65,7 +65,7 @@ std::unique_ptr<Allocator> make_cuda_allocator(int index) {
 CudaStatus cuda_status() {
   CudaStatus s;
   s.compiled = true;
-  s.compute = cuda_compute::describe_run(true);
+  s.compute = cuda_compute::describe_run(true, false, true);
   cudaRuntimeGetVersion(&s.runtime_version);
   cudaDriverGetVersion(&s.driver_version);
   try {
@@ -113,7 +113,7 @@ CudaStatus cuda_status() {
   else
     s.why_unavailable = unsupported_device_reason(s.devices[0].name, s.devices[0].cc_major, s.devices[0].cc_minor);
   if (!s.devices.empty())  // what device 0's GEMMs take: f16 below compute capability 8.0
-    s.compute = cuda_compute::describe_run(true, gemm::narrow_type(s.devices[0].cc_major) == gemm::DType::F16);
+    s.compute = cuda_compute::describe_run(true, gemm::narrow_type(s.devices[0].cc_major) == gemm::DType::F16, true);
   return s;
 }
 

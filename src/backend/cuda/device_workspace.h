@@ -96,6 +96,13 @@ inline size_t held_gemm_operand_bytes(DType held, int64_t rows, int64_t cols, bo
   return held == DType::F32 ? 0 : narrow_operand_bytes(f16_card, rows * cols);
 }
 
+// The weight gradient of a matrix trained through a bf16 GEMM copy (full fine-tuning,
+// training.matmul_dtype bf16: linear_dW_accumulate_narrow): x [T, in] and dy [T, out] rounded to
+// bf16, both live for the GEMM.
+inline size_t narrow_dW_operand_bytes(int64_t T, int64_t in, int64_t out) {
+  return narrow_operand_bytes(false, T * in) + narrow_operand_bytes(false, T * out);
+}
+
 // A GEMM against a weight [rows, cols] held as `held`: f16 and the block types (and bf16 on an
 // f16 card) are dequantized to the 16-bit type into one reused panel of at most held_panel_values()
 // values (at least one row); bf16 weights on a bf16 card and f32 weights are read as stored.

@@ -169,6 +169,19 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   static void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out) {
     if (T > 0) run_gemm(gemm::linear_dW_gemm(T, in, out, gemm::DType::F32), x, dy, dW);
   }
+  // dW[out, in] += dyᵀ·x for a trainable matrix whose forward reads its bf16 GEMM copy (full
+  // fine-tuning, training.matmul_dtype bf16): x and dy rounded to nearest-even bf16 into workspace
+  // (cuda_workspace::narrow_dW_operand_bytes), f32 accumulation, the f32 gradient as C (beta 1).
+  // An f16 card has no bf16 tensor cores and gets no GEMM copies from the trainer; called there
+  // anyway, it is the f32 GEMM.
+  static void linear_dW_accumulate_narrow(const float* dy, const float* x, float* dW, int64_t T, int64_t in,
+                                          int64_t out) {
+    if (T == 0) return;
+    if (narrow_gemm_type() != gemm::DType::BF16) return linear_dW_accumulate(dy, x, dW, T, in, out);
+    ActivationOperand xs(x, T * in), dys(dy, T * out);
+    run_gemm(gemm::linear_dW_gemm(T, in, out, gemm::DType::BF16), xs.as(gemm::DType::BF16), dys.as(gemm::DType::BF16),
+             dW);
+  }
   // C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K] held (for_each_weight_panel: an f32 GEMM for an f32
   // weight, 16-bit inputs with f32 accumulation and an f32 C for a weight held narrower; alpha,
   // read on the device, undoes the f16 operand's scale, and scales only the product, so beta's C is
@@ -222,7 +235,9 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   // (f16 or a block type; and a bf16 one on an f16 card, where the logits' gradient, as small as
   // 1/V times the loss scale, would meet f16's underflow) is dequantized panel by panel into f32 inside the kernel's
   // f32 GEMMs (linear_cross_entropy_held): held_panel_values() floats of panel, never the whole [V, D] head in f32.
-  // Like the CPU kernel, a held head gets no dW (the ops refuse asking for one).
+  // dW: an f32 head, or a bf16 one on a bf16 card (the bf16 GEMM copy of a trainable head,
+  // training.matmul_dtype); the f32-panel path of other held heads has none (frozen heads; the
+  // trainer makes no bf16 copies for an f16 card).
   static cpu::CrossEntropyTotals linear_cross_entropy(const float* x, const cpu::HeldMatrix& W, const int32_t* labels,
                                                       int64_t T, int64_t D, int64_t V, int64_t chunk,
                                                       float* /*logits_chunk: the workspace below holds them*/,
@@ -242,6 +257,10 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     }
     const int64_t c = std::min(chunk, T);
     if (W.type != DType::F32 && !cuda_workspace::read_as_stored(W.type, narrow_gemm_type() == gemm::DType::F16)) {
+      if (dW)
+        throw Error(ErrorCode::RUNTIME_INTERNAL,
+                    std::string("[linear_cross_entropy] dW asked for a head held as ") + dtype_name(W.type) +
+                        " on a card whose GEMMs take f16: only f32 heads and bf16 ones on a bf16 card get a gradient");
       const int64_t panel_rows = cuda_workspace::held_panel_rows(V, D);
       DeviceBuffer workspace(cross_entropy_held_workspace_bytes(c, V, D, panel_rows));
       const auto r =
@@ -276,6 +295,12 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   static void add_bias_inplace(float* y, const float* b, int64_t T, int64_t N) {
     ::bp::BP_WRAP_NS::add_bias_inplace(y, b, T, N, nullptr);
     check_launch("add_bias_inplace");
+  }
+  // A trainable matrix's bf16 GEMM copy from its f32 master (the same rounding as the activations':
+  // convert_f32_to_bf16, nearest even).
+  static void round_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+    ::bp::BP_WRAP_NS::convert_f32_to_bf16(src, reinterpret_cast<bf16*>(dst), n, nullptr);
+    check_launch("round_to_bf16");
   }
   static void bias_grad_accumulate(const float* dy, float* db, int64_t T, int64_t N) {
     ::bp::BP_WRAP_NS::bias_grad_accumulate(dy, db, T, N, nullptr);
