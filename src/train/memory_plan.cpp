@@ -8,7 +8,7 @@
 //   linear_forward     y [T, out]; LoRA: xa [T, r], freed at the end unless saved for backward;
 //                      with dropout, the kernel's scratch (CPU: xd [T, in]; CUDA: none), transient
 //   linear_backward    LoRA: dxa [T, r]; with dropout the kernel's scratch (CPU: xd and dxd
-//                      [T, in]; CUDA: none) (all transient)
+//                      [T, in]; CUDA: the dA kernel's per-slice partials, DeviceScratch) (all transient)
 //   attention_forward  out [T, Hq·d], lse [Hq, T] (when kept), per-thread scratch (transient)
 //   attention_backward delta [Hq, T], per-thread score blocks and per-head partial dk/dv (transient)
 //   linear_cross_entropy: one logits chunk [min(chunk, window, T), V] (transient; window = the
@@ -121,6 +121,11 @@ struct DeviceScratch {
   size_t cross_entropy(int64_t T, int64_t chunk, int64_t V, int64_t D) const {
     return cuda_workspace::cross_entropy_head_bytes(head, f16, T, D, V, chunk, true);
   }
+  // The LoRA dropout dA kernel's per-slice partials [S, r, in] when it splits the tokens
+  // (backend/cuda/lora_dropout_split.h; none for one slice), while dxa is live.
+  size_t lora_dropout_dA(int64_t T, int64_t in, int64_t r) const {
+    return cuda ? cuda_workspace::lora_dropout_dA_bytes(T, in, r) : 0;
+  }
 };
 
 struct Dims {
@@ -191,6 +196,7 @@ void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a) {
   if (m.has_lora(role)) {
     Id dxa = R.alloc(kWork, m.T * m.r);
     R.transient(kWork, m.dropout_scratch(role, true));
+    if (m.dropout > 0) R.transient_bytes(kWork, m.device.lora_dropout_dA(m.T, m.in(role), m.r));
     R.free(dxa);
   }
   R.free(a.xa[ri]);

@@ -17,6 +17,7 @@
 #include "backend/cpu/rms_norm.h"
 #include "backend/cpu/swiglu.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/lora_dropout_split.h"
 #include "core/quant_blocks.h"
 
 namespace bp {
@@ -87,7 +88,8 @@ TEST(CudaDevice, RmsNormMatchesCpu) {
 }
 
 // LoRA dropout (lora_dropout.cuh) at a projection's size: xa, dA and dx with the mask regenerated
-// on the card against the CPU's materialized xd and sgemm.
+// on the card against the CPU's materialized xd and sgemm; dA's tokens in 4 slices (partials in
+// workspace, lora_dropout_split.h).
 TEST(CudaDevice, LoraDropoutMatchesCpu) {
   BP_NEED_DEVICE();
   const int64_t T = 517, in = 896, r = 16;
@@ -99,9 +101,11 @@ TEST(CudaDevice, LoraDropoutMatchesCpu) {
   cpu::lora_dropout_xa(x.data(), A.data(), p, seed, scratch.data(), xa_ref.data(), T, in, r);
   cpu::lora_dropout_backward(dxa.data(), x.data(), A.data(), p, seed, scratch.data(), dA_ref.data(), dx_ref.data(), T,
                              in, r);
-  DeviceBuffer<float> xd{x}, Ad{A}, dxad{dxa}, xa{std::vector<float>(T * r)}, dA{dA0}, dx{dx0};
+  ASSERT_EQ(cuda_workspace::lora_dA_split(T, in, r).slices, 4);
+  DeviceBuffer<float> xd{x}, Ad{A}, dxad{dxa}, xa{std::vector<float>(T * r)}, dA{dA0}, dx{dx0},
+      partials{std::vector<float>(cuda_workspace::lora_dropout_dA_bytes(T, in, r) / sizeof(float))};
   cuda::lora_dropout_xa(xd.ptr, Ad.ptr, xa.ptr, T, in, r, p, seed, nullptr);
-  cuda::lora_dropout_dA_accumulate(dxad.ptr, xd.ptr, dA.ptr, T, in, r, p, seed, nullptr);
+  cuda::lora_dropout_dA_accumulate(dxad.ptr, xd.ptr, dA.ptr, T, in, r, p, seed, partials.ptr, nullptr);
   cuda::lora_dropout_dx_accumulate(dxad.ptr, Ad.ptr, dx.ptr, T, in, r, p, seed, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   expect_close(xa.to_host(), xa_ref, 1e-4, "xa");

@@ -72,7 +72,7 @@ void convert_f32_to_f16_scaled(const float* src, f16* dst, int64_t n, gemm::F16O
 void lora_dropout_xa(const float* x, const float* A, float* xa, int64_t T, int64_t in, int64_t r, float p,
                      uint64_t seed, cudaStream_t stream);
 void lora_dropout_dA_accumulate(const float* dxa, const float* x, float* dA, int64_t T, int64_t in, int64_t r, float p,
-                                uint64_t seed, cudaStream_t stream);
+                                uint64_t seed, float* workspace, cudaStream_t stream);
 void lora_dropout_dx_accumulate(const float* dxa, const float* A, float* dx, int64_t T, int64_t in, int64_t r, float p,
                                 uint64_t seed, cudaStream_t stream);
 

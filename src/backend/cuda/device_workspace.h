@@ -13,6 +13,7 @@
 
 #include "backend/cpu/quant_gemm.h"
 #include "backend/cuda/gemm_desc.h"
+#include "backend/cuda/lora_dropout_split.h"  // lora_dropout_dA_bytes: the LoRA dropout dA's partials
 #include "core/dtype.h"
 
 namespace bp::cuda_workspace {

@@ -307,7 +307,9 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     check_launch("bias_grad_accumulate");
   }
   // LoRA dropout (lora_dropout.cuh): the mask regenerated where x is read, no dropped copy of x,
-  // so no scratch either.
+  // so no scratch from the front-end. dA's reduction over the tokens, split into slices when its
+  // grid is small (lora_dropout_split.h), takes its per-slice partials from the CUDA allocator for
+  // the call (cuda_workspace::lora_dropout_dA_bytes; none for one slice).
   static int64_t lora_dropout_scratch_floats(int64_t /*T*/, int64_t /*in*/, bool /*backward*/) { return 0; }
   static void lora_dropout_xa(const float* x, const float* A, float p, uint64_t seed, float* /*scratch*/, float* xa,
                               int64_t T, int64_t in, int64_t r) {
@@ -317,7 +319,11 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   static void lora_dropout_backward(const float* dxa, const float* x, const float* A, float p, uint64_t seed,
                                     float* /*scratch*/, float* dA, float* dx, int64_t T, int64_t in, int64_t r) {
     if (dA) {
-      ::bp::BP_WRAP_NS::lora_dropout_dA_accumulate(dxa, x, dA, T, in, r, p, seed, nullptr);
+      const size_t bytes = cuda_workspace::lora_dropout_dA_bytes(T, in, r);
+      std::unique_ptr<DeviceBuffer> partials;
+      if (bytes) partials = std::make_unique<DeviceBuffer>(bytes);
+      ::bp::BP_WRAP_NS::lora_dropout_dA_accumulate(dxa, x, dA, T, in, r, p, seed,
+                                                   partials ? partials->as<float>() : nullptr, nullptr);
       check_launch("lora_dropout_dA_accumulate");
     }
     if (dx) {

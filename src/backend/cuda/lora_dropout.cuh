@@ -12,9 +12,16 @@
 //                            memory: x is read once per rank chunk (once for r <= 64).
 //   lora_dropout_dA:         dA[r, in] += dxaᵀ·(keep⊙x)/(1−p), a reduction over the tokens: a block
 //                            is 32 columns × kDaRanks ranks with its tokens split over 16 thread rows
-//                            (row g sums tokens g, g + 16, ... in order), the 16 partials added in
-//                            order g = 0..15 by thread row 0 (column_sum.cuh's pattern), then added
-//                            to dA. One writer per dA element; no atomics, no workspace.
+//                            (row g sums tokens g, g + 16, ... of its slice in order), the 16
+//                            partials added in order g = 0..15 (column_sum.cuh's pattern). The
+//                            base grid is small (in = 896, r = 16: 56 blocks), so the tokens are cut
+//                            into S slices of consecutive tokens, one grid layer (blockIdx.z) each,
+//                            S from the shape alone (lora_dropout_split.h lora_dA_split: up to ~512
+//                            blocks, slices of 128 tokens or more; in = 896, r = 16, T = 2048: S = 9,
+//                            504 blocks). S = 1: the block adds its sum into dA, no workspace. S > 1:
+//                            slice z writes its sums to partial z of an [S, r, in] device workspace
+//                            (lora_dropout_dA_bytes), then lora_dropout_dA_reduce adds partials
+//                            0..S−1 in that order into dA. One writer per element; no atomics.
 //   lora_dropout_dx:         dx[T, in] += keep⊙(dxa·A)/(1−p): a block is 32 columns × 32 tokens,
 //                            dxa's rows and A's columns staged by chunks of 64 ranks; each element
 //                            a sum of r products in rank order, masked, added into dx (one writer).
@@ -25,15 +32,19 @@
 
 #include "backend/cuda/cuda_compat.cuh"
 #include "backend/cuda/dropout_mask.cuh"
+#include "backend/cuda/lora_dropout_split.h"
 
 namespace bp::BP_CUDA_NS {
 
 constexpr int kLoraThreads = 256;
-constexpr int kLoraCols = 32;     // input columns per slice / per block (a warp's width)
-constexpr int kXaOutputs = 256;   // xa values per block: rows × R, one per thread
-constexpr int kXaMaxRanks = 64;   // rank chunk of the xa kernel at most
-constexpr int kDaRanks = 8;       // ranks per dA block (grid.y = ceil(r / kDaRanks))
-constexpr int kDaRowGroups = 16;  // thread rows splitting the tokens of a dA block
+constexpr int kLoraCols = 32;    // input columns per slice / per block (a warp's width)
+constexpr int kXaOutputs = 256;  // xa values per block: rows × R, one per thread
+constexpr int kXaMaxRanks = 64;  // rank chunk of the xa kernel at most
+// Ranks per dA block (grid.y = ceil(r / kDaRanks)): lora_dropout_split.h counts the blocks with it.
+constexpr int kDaRanks = static_cast<int>(cuda_workspace::kLoraDaRanks);
+constexpr int kDaRowGroups = 16;       // thread rows splitting the tokens of a dA block
+constexpr int kDaReduceThreads = 256;  // threads per block of the pass adding the slices' partials
+static_assert(kLoraCols == cuda_workspace::kLoraDaCols, "lora_dA_split counts the dA kernel's blocks");
 constexpr int kDxRows = 32, kDxThreadRows = 8, kDxRanks = 64;
 
 // The xa kernel's rank chunk: the smallest of 16, 32, 64 holding r (64 past that).
@@ -81,18 +92,22 @@ __global__ void lora_dropout_xa_kernel(const float* x, const float* A, float* xa
   }
 }
 
-// grid (ceil(in / 32), ceil(r / kDaRanks)), block (32, kDaRowGroups).
-__global__ void lora_dropout_dA_kernel(const float* dxa, const float* x, float* dA, int64_t T, int64_t in, int64_t r,
-                                       DropoutMask m) {
+// grid (ceil(in / 32), ceil(r / kDaRanks), S), block (32, kDaRowGroups). Layer z sums tokens
+// [z·L, min((z + 1)·L, T)) (L = slice_tokens). S = 1 (L = T): the sums are added into out = dA.
+// S > 1: layer z writes its sums to out + z·r·in, its partial (overwritten, every element).
+__global__ void lora_dropout_dA_kernel(const float* dxa, const float* x, float* out, int64_t T, int64_t in, int64_t r,
+                                       int64_t slice_tokens, bool partials, DropoutMask m) {
   __shared__ float partial[kDaRowGroups][kDaRanks][kLoraCols + 1];
   const int c = static_cast<int>(threadIdx.x), g = static_cast<int>(threadIdx.y);
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kLoraCols + c,
                 j0 = static_cast<int64_t>(blockIdx.y) * kDaRanks;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.z) * slice_tokens,
+                t1 = T - t0 < slice_tokens ? T : t0 + slice_tokens;
   const int nj = static_cast<int>(r - j0 < kDaRanks ? r - j0 : kDaRanks);
   float acc[kDaRanks];
   for (int jj = 0; jj < kDaRanks; ++jj) acc[jj] = 0.0f;
   if (col < in)
-    for (int64_t t = g; t < T; t += kDaRowGroups) {
+    for (int64_t t = t0 + g; t < t1; t += kDaRowGroups) {
       const float v = dropped_input(x, t, col, T, in, m);
       const float* d = dxa + t * r + j0;
       for (int jj = 0; jj < nj; ++jj) acc[jj] = __fadd_rn(acc[jj], __fmul_rn(d[jj], v));
@@ -101,13 +116,24 @@ __global__ void lora_dropout_dA_kernel(const float* dxa, const float* x, float* 
   __syncthreads();
   if (col >= in) return;
   // Thread row g adds up ranks g, g + 16, ... (at most one with kDaRanks <= kDaRowGroups): the
-  // row groups' partials in order 0..15, then into dA.
+  // row groups' partials in order 0..15, then into dA or the slice's partial.
+  float* dst = partials ? out + static_cast<int64_t>(blockIdx.z) * r * in : out;
   for (int jj = g; jj < nj; jj += kDaRowGroups) {
     float s = partial[0][jj][c];
     for (int q = 1; q < kDaRowGroups; ++q) s = __fadd_rn(s, partial[q][jj][c]);
-    float* out = dA + (j0 + jj) * in + col;
-    *out = __fadd_rn(*out, s);
+    float* o = dst + (j0 + jj) * in + col;
+    *o = partials ? s : __fadd_rn(*o, s);
   }
+}
+
+// grid ceil(n / kDaReduceThreads), kDaReduceThreads threads: dA[i] += Σ_{z = 0..S−1} partials[z·n + i],
+// summed in slice order, then added to dA[i] (n = r·in; one thread per element).
+__global__ void lora_dropout_dA_reduce_kernel(const float* partials, float* dA, int64_t n, int64_t slices) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kDaReduceThreads + threadIdx.x;
+  if (i >= n) return;
+  float s = partials[i];
+  for (int64_t z = 1; z < slices; ++z) s = __fadd_rn(s, partials[z * n + i]);
+  dA[i] = __fadd_rn(dA[i], s);
 }
 
 // grid (ceil(in / 32), ceil(T / kDxRows)), block (32, kDxThreadRows).
@@ -156,13 +182,20 @@ BP_HOST_FN void lora_dropout_xa(const float* x, const float* A, float* xa, int64
   BP_LAUNCH(dim3(blocks_for(T, rows), blocks_for(r, R)), kLoraThreads, 0, stream, lora_dropout_xa_kernel)
   (x, A, xa, T, in, r, R, dropout_mask(p, seed));
 }
-// dA[r, in] += dxaᵀ·dropout(x).
+// dA[r, in] += dxaᵀ·dropout(x). `workspace`: cuda_workspace::lora_dropout_dA_bytes(T, in, r) bytes of
+// device memory (none, and may be null, when lora_dA_split gives one slice), for this call only.
 BP_HOST_FN void lora_dropout_dA_accumulate(const float* dxa, const float* x, float* dA, int64_t T, int64_t in,
-                                           int64_t r, float p, uint64_t seed, cudaStream_t stream = nullptr) {
+                                           int64_t r, float p, uint64_t seed, float* workspace,
+                                           cudaStream_t stream = nullptr) {
   if (T <= 0 || r <= 0 || in <= 0) return;
-  BP_LAUNCH(dim3(blocks_for(in, kLoraCols), blocks_for(r, kDaRanks)), dim3(kLoraCols, kDaRowGroups), 0, stream,
-            lora_dropout_dA_kernel)
-  (dxa, x, dA, T, in, r, dropout_mask(p, seed));
+  const cuda_workspace::LoraDaSplit split = cuda_workspace::lora_dA_split(T, in, r);
+  const bool partials = split.slices > 1;
+  BP_LAUNCH(dim3(blocks_for(in, kLoraCols), blocks_for(r, kDaRanks), static_cast<unsigned>(split.slices)),
+            dim3(kLoraCols, kDaRowGroups), 0, stream, lora_dropout_dA_kernel)
+  (dxa, x, partials ? workspace : dA, T, in, r, split.slice_tokens, partials, dropout_mask(p, seed));
+  if (!partials) return;
+  BP_LAUNCH(blocks_for(r * in, kDaReduceThreads), kDaReduceThreads, 0, stream, lora_dropout_dA_reduce_kernel)
+  (workspace, dA, r * in, split.slices);
 }
 // dx[T, in] += dropout'(dxa·A): kept elements get (dxa·A)/(1−p), dropped ones nothing.
 BP_HOST_FN void lora_dropout_dx_accumulate(const float* dxa, const float* A, float* dx, int64_t T, int64_t in,
