@@ -172,12 +172,12 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const L
   const float dx_beta = grads.accumulate_dx ? 1.0f : 0.0f;
   if (grads.dx && W.dtype() == DType::F32)
     ops::kernels(x).linear_dx(g, W.kernel_data<float>(), dx_beta, grads.dx->kernel_data<float>(), T, in, out);
-  if (grads.dx && W.dtype() != DType::F32)
-    ops::kernels(x).held_gemm_xw(g, ops::held_gemm_matrix(W), dx_beta, grads.dx->kernel_data<float>(), T);
+  if ((grads.dx || grads.dW) && W.dtype() != DType::F32)  // dW: W is a bf16 GEMM copy (full fine-tuning)
+    ops::kernels(x).held_linear_backward(g, x.kernel_data<float>(), ops::held_gemm_matrix(W), dx_beta,
+                                         grads.dx ? grads.dx->kernel_data<float>() : nullptr,
+                                         grads.dW ? grads.dW->kernel_data<float>() : nullptr, T);
   if (grads.dW && W.dtype() == DType::F32)
     ops::kernels(x).linear_dW_accumulate(g, x.kernel_data<float>(), grads.dW->kernel_data<float>(), T, in, out);
-  if (grads.dW && W.dtype() != DType::F32)
-    ops::kernels(x).linear_dW_accumulate_narrow(g, x.kernel_data<float>(), grads.dW->kernel_data<float>(), T, in, out);
   if (lora && T > 0 && (grads.dx || grads.dA || grads.dB)) lora_backward(g, x, *lora, saved, grads, T, in, out, r);
   if (grads.db) ops::kernels(x).bias_grad_accumulate(g, grads.db->kernel_data<float>(), T, out);
 }

@@ -109,8 +109,8 @@ struct DeviceScratch {
     if (!f32_panels || held == DType::F32) return narrow;
     return std::max(narrow, cuda_workspace::held_gemm_f32_panel_bytes(out, in));
   }
-  // dW = dyᵀ·x of a matrix trained through its bf16 copy: both operands rounded to bf16
-  // (linear_dW_accumulate_narrow).
+  // The backward of a matrix trained through its bf16 copy: dy rounded to bf16 once for dx and dW,
+  // x for dW (held_linear_backward).
   size_t linear_dW(int64_t T, int64_t in, int64_t out) const {
     return cuda && gemm_copies ? cuda_workspace::narrow_dW_operand_bytes(T, in, out) : 0;
   }
@@ -191,8 +191,11 @@ Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* ke
 // that projection's saved LoRA activations.
 void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a) {
   const auto ri = static_cast<size_t>(role);
-  R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), true));  // dx = dy·W
-  R.transient_bytes(kWork, m.device.linear_dW(m.T, m.in(role), m.out(role)));          // dW += dyᵀ·x
+  // dx = dy·W; with a bf16 GEMM copy also dW += dyᵀ·x, the two sharing dy's bf16 copy.
+  if (m.device.gemm_copies)
+    R.transient_bytes(kWork, m.device.linear_dW(m.T, m.in(role), m.out(role)));
+  else
+    R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), true));
   if (m.has_lora(role)) {
     Id dxa = R.alloc(kWork, m.T * m.r);
     R.transient(kWork, m.dropout_scratch(role, true));

@@ -187,7 +187,9 @@ TEST(CudaBf16Gemm, Bf16CopyOfATrainableWeightTakesBf16GemmsForItsGradient) {
   Tensor dxg = Tensor::empty({kT, kIn}, DType::F32, kGpu), dWg = gpu(prior);
   {
     sim::GemmRecorder rec;
+    const uint64_t launches = sim::launch_count();
     linear_backward(dyg, xg, copyg, nullptr, nullptr, LinearGrads{&dxg, &dWg});
+    EXPECT_EQ(sim::launch_count() - launches, 2u) << "dy rounded once for dx and dW, x once";
     ASSERT_EQ(rec.descs().size(), 2u);
     for (const auto& d : rec.descs()) EXPECT_TRUE(is_bf16_gemm(d));
     const gemm::GemmDesc w = rec.descs()[1];
@@ -199,11 +201,15 @@ TEST(CudaBf16Gemm, Bf16CopyOfATrainableWeightTakesBf16GemmsForItsGradient) {
   linear_backward(dy, x, W, nullptr, nullptr, LinearGrads{nullptr, &dW_unrounded});
   parity::expect_same(dWg, dW, "dW", kTolF32);
   EXPECT_FALSE(all_close(dWg.to_vector(), dW_unrounded.to_vector(), kTolF32)) << "dW's operands were not rounded";
-  EXPECT_EQ(scratch_of(card,
-                       [&] {
-                         linear_backward(dyg, xg, copyg, nullptr, nullptr, LinearGrads{nullptr, &dWg});
-                       }),
-            cuda_workspace::narrow_dW_operand_bytes(kT, kIn, kOut));
+  for (Tensor* dx : {static_cast<Tensor*>(nullptr), &dxg})
+    EXPECT_EQ(scratch_of(card,
+                         [&] {
+                           linear_backward(dyg, xg, copyg, nullptr, nullptr, LinearGrads{dx, &dWg});
+                         }),
+              cuda_workspace::narrow_dW_operand_bytes(kT, kIn, kOut));
+  Tensor dx_ref = Tensor::empty({kT, kIn});
+  linear_backward(bf16_rounded(dy), x, copy, nullptr, nullptr, LinearGrads{&dx_ref});
+  parity::expect_same(dxg, dx_ref, "dx", kTolF32);
 
   SimulatedComputeCapability t4(7, 5);
   Tensor dWt = gpu(prior), dW_f32 = prior.clone();

@@ -9,6 +9,7 @@
 #include "backend/cpu/linear.h"
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/quant_gemm.h"
 
 namespace bp::cpu {
 
@@ -121,8 +122,10 @@ void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T,
   sgemm(true, false, out, in, T, 1.0f, dy, out, x, in, 1.0f, dW, in);
 }
 
-void linear_dW_accumulate_narrow(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out) {
-  linear_dW_accumulate(dy, x, dW, T, in, out);
+void held_linear_backward(const float* dy, const float* x, const HeldMatrix& W, float dx_beta, float* dx, float* dW,
+                          int64_t T) {
+  if (dx) held_gemm_xw(dy, W, dx_beta, dx, T);
+  if (dW) linear_dW_accumulate(dy, x, dW, T, W.cols, W.rows);
 }
 
 }  // namespace bp::cpu

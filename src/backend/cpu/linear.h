@@ -7,6 +7,8 @@
 
 namespace bp::cpu {
 
+struct HeldMatrix;  // quant_gemm.h
+
 // Deterministic dropout mask bit for element `index` of a LoRA input under `seed`: a
 // counter-based hash (splitmix64 of the mixed seed and the index), so a recompute of the
 // forward (or the backward) regenerates the same mask without storing it. True = kept.
@@ -44,9 +46,12 @@ void lora_forward(const float* xd, const float* A, const float* B, float scale, 
 void linear_dx(const float* dy, const float* W, float beta, float* dx, int64_t T, int64_t in, int64_t out);
 // dW[out,in] += dyᵀ·x
 void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out);
-// The same for a matrix whose forward reads a bf16 GEMM copy (full fine-tuning with
-// training.matmul_dtype bf16): on a card both operands are rounded to bf16 (tensor cores); the CPU
-// keeps its activations f32 in every GEMM, as it does against held weights, so it is the f32 product.
-void linear_dW_accumulate_narrow(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out);
+// The backward of a weight W [out, in] held narrower than f32 (quant_gemm.h): dx[T,in] = dy·W +
+// dx_beta·dx (dx non-null) and, for the bf16 GEMM copy of a trained matrix (full fine-tuning with
+// training.matmul_dtype bf16), dW[out,in] += dyᵀ·x (dW non-null, f32: the master's gradient). On a
+// card both GEMMs share dy's bf16 copy and dW rounds x too (tensor cores); the CPU keeps its
+// activations f32 in every GEMM, as it does against held weights: held_gemm_xw and the f32 product.
+void held_linear_backward(const float* dy, const float* x, const HeldMatrix& W, float dx_beta, float* dx, float* dW,
+                          int64_t T);
 
 }  // namespace bp::cpu

@@ -97,9 +97,9 @@ inline size_t held_gemm_operand_bytes(DType held, int64_t rows, int64_t cols, bo
   return held == DType::F32 ? 0 : narrow_operand_bytes(f16_card, rows * cols);
 }
 
-// The weight gradient of a matrix trained through a bf16 GEMM copy (full fine-tuning,
-// training.matmul_dtype bf16: linear_dW_accumulate_narrow): x [T, in] and dy [T, out] rounded to
-// bf16, both live for the GEMM.
+// The backward of a matrix trained through a bf16 GEMM copy (full fine-tuning, training.matmul_dtype
+// bf16: held_linear_backward): dy [T, out] rounded to bf16 once for dx and dW, and x [T, in] for dW,
+// both live for the dW GEMM.
 inline size_t narrow_dW_operand_bytes(int64_t T, int64_t in, int64_t out) {
   return narrow_operand_bytes(false, T * in) + narrow_operand_bytes(false, T * out);
 }

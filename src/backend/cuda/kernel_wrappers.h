@@ -169,18 +169,22 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   static void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out) {
     if (T > 0) run_gemm(gemm::linear_dW_gemm(T, in, out, gemm::DType::F32), x, dy, dW);
   }
-  // dW[out, in] += dyᵀ·x for a trainable matrix whose forward reads its bf16 GEMM copy (full
-  // fine-tuning, training.matmul_dtype bf16): x and dy rounded to nearest-even bf16 into workspace
-  // (cuda_workspace::narrow_dW_operand_bytes), f32 accumulation, the f32 gradient as C (beta 1).
-  // An f16 card has no bf16 tensor cores and gets no GEMM copies from the trainer; called there
-  // anyway, it is the f32 GEMM.
-  static void linear_dW_accumulate_narrow(const float* dy, const float* x, float* dW, int64_t T, int64_t in,
-                                          int64_t out) {
-    if (T == 0) return;
+  // The backward of a held weight W [out, in]: dx = dy·W + dx_beta·dx (held_gemm_xw) and, for the
+  // bf16 GEMM copy of a trained matrix (full fine-tuning, training.matmul_dtype bf16), dW += dyᵀ·x
+  // into the master's f32 gradient (beta 1) with both operands rounded to nearest-even bf16: the two
+  // GEMMs share dy's one bf16 copy, x's is made for dW (together
+  // cuda_workspace::narrow_dW_operand_bytes), f32 accumulation. An f16 card has no bf16 tensor cores
+  // and gets no GEMM copies from the trainer; called there anyway, dW is the f32 GEMM.
+  static void held_linear_backward(const float* dy, const float* x, const cpu::HeldMatrix& W, float dx_beta, float* dx,
+                                   float* dW, int64_t T) {
+    const int64_t out = W.rows, in = W.cols;
+    ActivationOperand g(dy, T * out);
+    if (dx) held_gemm_xw_over(g, W, dx_beta, dx, T);
+    if (!dW || T == 0) return;
     if (narrow_gemm_type() != gemm::DType::BF16) return linear_dW_accumulate(dy, x, dW, T, in, out);
-    ActivationOperand xs(x, T * in), dys(dy, T * out);
-    run_gemm(gemm::linear_dW_gemm(T, in, out, gemm::DType::BF16), xs.as(gemm::DType::BF16), dys.as(gemm::DType::BF16),
-             dW);
+    ActivationOperand xs(x, T * in);
+    const void* gb = g.as(gemm::DType::BF16);  // the copy dx's GEMM made (a bf16 weight on a bf16 card)
+    run_gemm(gemm::linear_dW_gemm(T, in, out, gemm::DType::BF16), xs.as(gemm::DType::BF16), gb, dW);
   }
   // C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K] held (for_each_weight_panel: an f32 GEMM for an f32
   // weight, 16-bit inputs with f32 accumulation and an f32 C for a weight held narrower; alpha,
@@ -197,14 +201,8 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   }
   // C[M, K] = X[M, N]·W + beta·C, W [N, K] held: C = beta·C + Σ_panels X[:, panel]·W[panel, :].
   static void held_gemm_xw(const float* X, const cpu::HeldMatrix& W, float beta, float* C, int64_t M) {
-    const int64_t N = W.rows, K = W.cols;
-    ActivationOperand x(X, M * N);
-    for_each_weight_panel(W, "held_gemm_xw", [&](int64_t n0, int64_t nb, const void* P, gemm::DType t) {
-      const void* xt = x.as(t, n0);
-      run_gemm(x.scaled(gemm::row_major_gemm(false, false, M, K, nb, 1.0f, N, K, n0 == 0 ? beta : 1.0f, K, t,
-                                             gemm::DType::F32)),
-               P, xt, C);
-    });
+    ActivationOperand x(X, M * W.rows);
+    held_gemm_xw_over(x, W, beta, C, M);
   }
   // max |w| over W's dequantized values: one reduction on the card (dequant.cuh held_abs_max_bits:
   // no panel, no f32 copy) and one 4-byte copy back; made once per frozen weight (ops/held_range.h).
@@ -526,6 +524,16 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
       check_launch("held weight dequantize");
       fn(n0, nb, static_cast<const void*>(panel.as<char>()), narrow);
     }
+  }
+  // held_gemm_xw over an operand the caller keeps (held_linear_backward: dW reads dy's copy too).
+  static void held_gemm_xw_over(ActivationOperand& x, const cpu::HeldMatrix& W, float beta, float* C, int64_t M) {
+    const int64_t N = W.rows, K = W.cols;
+    for_each_weight_panel(W, "held_gemm_xw", [&](int64_t n0, int64_t nb, const void* P, gemm::DType t) {
+      const void* xt = x.as(t, n0);
+      run_gemm(x.scaled(gemm::row_major_gemm(false, false, M, K, nb, 1.0f, N, K, n0 == 0 ? beta : 1.0f, K, t,
+                                             gemm::DType::F32)),
+               P, xt, C);
+    });
   }
 };
 
