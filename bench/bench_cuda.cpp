@@ -12,8 +12,9 @@
 //
 // Environment: BP_BENCH_SHAPES (qwen2.5-0.5b,qwen2.5-1.5b)  BP_BENCH_SEQ (2048)
 //   BP_BENCH_STEPS (5 timed, after 1 warm-up)  BP_BENCH_BASE_DTYPE (bf16: frozen weights; or f32)
-//   BP_BENCH_LAYERS (the shape's own: 24 / 28)  BP_SOURCE_DIR (the repository, for models/tiny-chat;
-//   default: the one it was built from; scripts/gpu_check.sh --prebuilt sets it)
+//   BP_BENCH_LAYERS (the shape's own: 24 / 28)  BP_BENCH_MODE (lora; full: every weight trained, f32
+//   masters, GEMMs on bf16 copies: BP_BENCH_MATMUL_DTYPE auto/bf16/f32)  BP_SOURCE_DIR (the repository, for
+//   models/tiny-chat; default: the one it was built from; scripts/gpu_check.sh --prebuilt sets it)
 // Run: ./build-gpu/bench/bench_cuda [--json FILE]   (FILE: one JSON line per shape, appended)
 #include <cuda_runtime_api.h>
 #include <spdlog/spdlog.h>
@@ -25,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "backend/cuda/cuda_kernels.h"
@@ -94,6 +96,10 @@ int main(int argc, char** argv) {
       spec.seq_len = env_int("BP_BENCH_SEQ", 2048);
       spec.steps = env_int("BP_BENCH_STEPS", 5);
       spec.base_dtype = env_str("BP_BENCH_BASE_DTYPE", "bf16");
+      const std::string mode = env_str("BP_BENCH_MODE", "lora");
+      if (mode != "lora" && mode != "full") throw std::runtime_error("BP_BENCH_MODE must be lora or full, not " + mode);
+      spec.mode = mode == "full" ? bp::TrainMode::Full : bp::TrainMode::Lora;
+      spec.matmul_dtype = env_str("BP_BENCH_MATMUL_DTYPE", "auto");
       spec.device = "cuda";
       spec.tokenizer_dir = env_str("BP_SOURCE_DIR", BP_SOURCE_DIR) + "/models/tiny-chat";
       spec.work_dir = work;

@@ -194,6 +194,14 @@ def compare(bp, args):
     cfg, rank = bp["config"], bp["rank"]
     alpha = float(bp.get("alpha", 2 * rank))
     flops, gemm = bp["model_flops_per_step"], bp["gemm_flops_per_s"]
+    if bp.get("mode") == "full":  # BP_BENCH_MODE=full: no scripted full fine-tuning on the python side yet
+        print(fmt_row(model, "backprop", bp["tokens_per_s"], bp["step_s"], bp["mfu"],
+                      "%s, full fine-tuning, %s GEMMs, checkpointing %s" % (
+                          bp["device"], bp.get("matmul_dtype", "f32"),
+                          "on" if bp["gradient_checkpointing"] else "off")))
+        print("  %s: full fine-tuning: no transformers or torch row to compare with (only LoRA is scripted); "
+              "backprop MFU %.1f%%" % (model, 100 * bp["mfu"]))
+        return
     print(fmt_row(model, "backprop", bp["tokens_per_s"], bp["step_s"], bp["mfu"],
                   "%s, frozen %s, checkpointing %s" % (bp["device"], bp["base_dtype"],
                                                        "on" if bp["gradient_checkpointing"] else "off")))

@@ -167,7 +167,8 @@ fi
 # shapes in the same run; scripts/gpu_bench_compare.py trains the same models with transformers +
 # PEFT and PyTorch eager on this GPU (rows whose python modules are missing are skipped, naming
 # them) and prints the ratio and MFU beside the targets (2x, 40%).
-# BP_BENCH_SHAPES, BP_BENCH_SEQ, BP_BENCH_STEPS, BP_BENCH_BASE_DTYPE pass through to bench_cuda.
+# BP_BENCH_SHAPES, BP_BENCH_SEQ, BP_BENCH_STEPS, BP_BENCH_BASE_DTYPE, BP_BENCH_MODE (lora or full) and
+# BP_BENCH_MATMUL_DTYPE pass through to bench_cuda (a full run is reported without comparison rows).
 bench_json=${out_dir:-build-gpu}/bench_cuda.jsonl # kept: the figures to record in docs/benchmarks.md
 [ -z "$prebuilt" ] || bench_json=${out_dir:-$work_dir}/bench_cuda.jsonl
 run_benchmark() {

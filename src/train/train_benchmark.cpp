@@ -75,6 +75,12 @@ StepFlops lora_step_flops(const ModelConfig& c, int64_t seq_len, int64_t rank) {
   return f;
 }
 
+StepFlops full_step_flops(const ModelConfig& c, int64_t seq_len) {
+  StepFlops f = lora_step_flops(c, seq_len, 0);
+  f.frozen_bwd = 2 * f.frozen_fwd;  // dx and dW
+  return f;
+}
+
 std::vector<GemmShape> model_gemm_shapes(const ModelConfig& c, int64_t T) {
   const int64_t D = c.hidden_size, F = c.intermediate_size, q = c.q_dim(), kv = c.kv_dim();
   return {{"q", T, D, q},    {"k", T, D, kv}, {"v", T, D, kv},   {"o", T, q, D},
@@ -160,8 +166,9 @@ TrainOptions bench_train_options(const TrainBenchSpec& spec, const fs::path& dir
   o.data_path = write_dataset(dir, spec.seq_len, spec.warmup_steps + spec.steps);
   o.output_dir = (dir / "run").string();
   o.device = spec.device;
-  o.base_dtype = spec.base_dtype;
-  o.mode = TrainMode::Lora;
+  o.base_dtype = spec.mode == TrainMode::Full ? "auto" : spec.base_dtype;
+  o.mode = spec.mode;
+  o.matmul_dtype = spec.mode == TrainMode::Full ? spec.matmul_dtype : "auto";
   o.lora.r = spec.rank;
   o.lora.alpha = spec.alpha;
   o.lora.dropout = 0.0f;
@@ -230,7 +237,10 @@ TrainBenchResult run_train_benchmark(const TrainBenchSpec& spec, const GemmRunne
   r.gradient_checkpointing = sum.gradient_checkpointing;
   r.final_loss = sum.final_loss;
   r.peak_memory_bytes = sum.peak_memory_bytes;
-  r.model_flops_per_step = lora_step_flops(spec.config, spec.seq_len, spec.rank).total();
+  r.mode = spec.mode == TrainMode::Full ? "full" : "lora";
+  r.matmul_dtype = sum.matmul_dtype;
+  r.model_flops_per_step = spec.mode == TrainMode::Full ? full_step_flops(spec.config, spec.seq_len).total()
+                                                        : lora_step_flops(spec.config, spec.seq_len, spec.rank).total();
   r.gemm_input_type = gemm::dtype_name(runner.input_type);
   r.gemm_flops_per_s =
       measure_gemm_rate(model_gemm_shapes(spec.config, spec.seq_len), runner, spec.gemm_min_seconds).flops_per_s;
@@ -243,6 +253,8 @@ nlohmann::json TrainBenchResult::to_json() const {
           {"model", name},
           {"device", device},
           {"base_dtype", base_dtype},
+          {"mode", mode},
+          {"matmul_dtype", matmul_dtype},
           {"layers", layers},
           {"seq", seq_len},
           {"rank", rank},
@@ -263,13 +275,15 @@ nlohmann::json TrainBenchResult::to_json() const {
 }
 
 std::string TrainBenchResult::report() const {
+  const std::string setup = mode == "full" ? fmt::format("full fine-tuning, {} GEMMs", matmul_dtype)
+                                           : fmt::format("LoRA r{} all-linear, frozen {}", rank, base_dtype);
   return fmt::format(
-      "{} ({} layers, seq {}, LoRA r{} all-linear, frozen {}, checkpointing {}) on {}: {} timed steps\n"
+      "{} ({} layers, seq {}, {}, checkpointing {}) on {}: {} timed steps\n"
       "  step {:.4f} s, {:.1f} tokens/s, model {:.3f} GFLOP/step = {:.2f} GFLOP/s\n"
       "  {} GEMM rate on the model's shapes {:.2f} GFLOP/s; MFU {:.1f}%; loss {:.4f}; peak memory {:.1f} MiB\n",
-      name, layers, seq_len, rank, base_dtype, gradient_checkpointing ? "on" : "off", device, steps, step_s,
-      tokens_per_s, model_flops_per_step / 1e9, model_flops_per_s / 1e9, gemm_input_type, gemm_flops_per_s / 1e9,
-      100.0 * mfu, final_loss, static_cast<double>(peak_memory_bytes) / (1 << 20));
+      name, layers, seq_len, setup, gradient_checkpointing ? "on" : "off", device, steps, step_s, tokens_per_s,
+      model_flops_per_step / 1e9, model_flops_per_s / 1e9, gemm_input_type, gemm_flops_per_s / 1e9, 100.0 * mfu,
+      final_loss, static_cast<double>(peak_memory_bytes) / (1 << 20));
 }
 
 std::string cuda_device_description() {

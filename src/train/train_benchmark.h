@@ -30,6 +30,7 @@
 
 #include "core/allocator.h"  // Device
 #include "model/config.h"
+#include "model/transformer.h"  // TrainMode
 #include "ops/device_gemm.h"
 
 namespace bp {
@@ -58,6 +59,9 @@ struct StepFlops {
 };
 // One LoRA step over one sequence of seq_len tokens, rank `rank` on all seven projections.
 StepFlops lora_step_flops(const ModelConfig& c, int64_t seq_len, int64_t rank);
+// One full fine-tuning step: the linear GEMMs forward, and twice that backward (dx and dW of every
+// matrix, the LM head's included); frozen_* then count the trained matrices, lora is 0.
+StepFlops full_step_flops(const ModelConfig& c, int64_t seq_len);
 
 // ---- GEMM rate --------------------------------------------------------------------------------
 // Executes one description on the runner's device: A, B, C are device pointers (cuBLASLt's roles).
@@ -96,14 +100,17 @@ struct TrainBenchSpec {
   int64_t rank = 16;
   float alpha = 32.0f;
   std::string device = "cuda";
-  std::string base_dtype = "bf16";  // how the frozen weights are held (--base-dtype)
-  std::string tokenizer_dir;        // any tokenizer of the model family's ids (< vocab): the texts' tokens
-  std::string work_dir;             // config.json, data.jsonl and the run folder are written here
+  std::string base_dtype = "bf16";    // how the frozen weights are held (--base-dtype; LoRA)
+  TrainMode mode = TrainMode::Lora;   // Full: every weight trained (base_dtype ignored: f32 masters)
+  std::string matmul_dtype = "auto";  // full mode's GEMM inputs (--matmul-dtype: auto, f32, bf16)
+  std::string tokenizer_dir;          // any tokenizer of the model family's ids (< vocab): the texts' tokens
+  std::string work_dir;               // config.json, data.jsonl and the run folder are written here
   int threads = 0;
   double gemm_min_seconds = 1.0;
 };
 struct TrainBenchResult {
   std::string name, device, base_dtype;
+  std::string mode = "lora", matmul_dtype = "f32";  // full fine-tuning: its GEMM inputs
   int64_t layers = 0, seq_len = 0, rank = 0;
   float alpha = 0;
   int steps = 0;
@@ -120,8 +127,8 @@ struct TrainBenchResult {
   std::string report() const;  // a few human-readable lines
 };
 // Trains spec.warmup_steps + spec.steps LoRA steps (batch of one sequence of seq_len tokens, r/alpha
-// of the spec, all-linear, dropout 0, lr constant) with bp::Trainer on spec.device, then measures
-// the GEMM rate with `runner` on the model's shapes at seq_len rows.
+// of the spec, all-linear, dropout 0, lr constant; or full fine-tuning steps with spec.mode Full) with bp::Trainer on
+// spec.device, then measures the GEMM rate with `runner` on the model's shapes at seq_len rows.
 TrainBenchResult run_train_benchmark(const TrainBenchSpec& spec, const GemmRunner& runner);
 // MFU arithmetic of a result (tokens/s, model FLOP/s, MFU) from its measured times and counts.
 void finish_train_benchmark(TrainBenchResult& r, double timed_seconds, int64_t timed_tokens, int timed_steps);

@@ -53,6 +53,12 @@ TEST(TrainBenchmark, FlopCountMatchesEnumerationOfEveryGemm) {
   // Qwen2.5-0.5B at 2048 tokens: ~2·2048·(494M - 136M embeddings + 136M head) per pass.
   const StepFlops q = lora_step_flops(bench_config(qwen25_05b_shape()), 2048, 16);
   EXPECT_NEAR(q.frozen_fwd / (2.0 * 2048), 494.0e6, 5e6);
+  // Full fine-tuning: every GEMM's dx and dW backward, no LoRA products.
+  const StepFlops full = full_step_flops(c, 5);
+  EXPECT_DOUBLE_EQ(full.frozen_fwd, fwd);
+  EXPECT_DOUBLE_EQ(full.frozen_bwd, 2 * fwd);
+  EXPECT_DOUBLE_EQ(full.lora, 0.0);
+  EXPECT_DOUBLE_EQ(full.total(), 16000.0 * 3 + 3600);
 }
 
 TEST(TrainBenchmark, MfuArithmetic) {
@@ -162,6 +168,20 @@ TEST(TrainBenchmark, TinyCpuRunMeasuresThroughTheTrainer) {
   bf.steps = 1;
   const TrainBenchResult rb = run_train_benchmark(bf, cpu_runner());
   EXPECT_EQ(rb.base_dtype, "bf16") << "not 'bf16 (held as f32)'";
+
+  // Full fine-tuning (BP_BENCH_MODE=full): every weight trained, its FLOP count, the GEMM inputs
+  // asked for (bf16 copies here, as a card's auto would pick) in the report and the JSON.
+  TrainBenchSpec full = tiny_spec(dir.path + "/full", "cpu", "bf16");
+  full.steps = 1;
+  full.mode = TrainMode::Full;
+  full.matmul_dtype = "bf16";
+  const TrainBenchResult rf = run_train_benchmark(full, cpu_runner());
+  EXPECT_EQ(rf.mode, "full");
+  EXPECT_EQ(rf.matmul_dtype, "bf16");
+  EXPECT_DOUBLE_EQ(rf.model_flops_per_step, full_step_flops(full.config, 32).total());
+  EXPECT_TRUE(std::filesystem::exists(dir.path + "/full/tiny/run/model")) << "a full run writes the model";
+  EXPECT_NE(rf.report().find("full fine-tuning, bf16 GEMMs"), std::string::npos) << rf.report();
+  EXPECT_EQ(rf.to_json().at("mode"), "full");
 }
 
 TEST(TrainBenchmark, RefusesRunsThatMeasureNothing) {
@@ -216,6 +236,15 @@ TEST(TrainBenchmark, GpuComparisonScriptCpuFallbackReadsTheBenchmarkJson) {
   char mfu[32];
   std::snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * r.mfu);
   EXPECT_NE(out.find(mfu), std::string::npos) << "backprop's MFU from the JSON: " << mfu << "\n" << out;
+
+  // A full fine-tuning result (BP_BENCH_MODE=full) is reported as such, not set beside LoRA rows.
+  nlohmann::json full = r.to_json();
+  full["mode"] = "full";
+  full["matmul_dtype"] = "bf16";
+  std::ofstream(json) << full.dump() << "\n";
+  ASSERT_EQ(run_command(cmd, &out), 0) << out;
+  EXPECT_NE(out.find("full fine-tuning, bf16 GEMMs"), std::string::npos) << out;
+  EXPECT_EQ(out.find("transformers+PEFT "), std::string::npos) << out;
 }
 
 }  // namespace
