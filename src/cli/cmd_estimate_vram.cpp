@@ -76,7 +76,7 @@ std::vector<std::string> notes(const bp::Estimate& e, const std::string& dtype_s
   if (r.mode == bp::TrainMode::Full) {
     out.push_back(
         fmt::format("{}: in full fine-tuning every weight is trainable and kept in f32 (master "
-                    "weights), so the dtype changes nothing here; the CPU backend computes in f32.",
+                    "weights), so the dtype changes nothing here; the GEMMs' input type is --matmul-dtype.",
                     dtype_setting));
     return out;
   }

@@ -332,6 +332,7 @@ nlohmann::json Estimate::to_json() const {
         {"max_seq_length", r.max_seq_length},
         {"micro_batch_tokens", micro_batch_tokens},
         {"weights_dtype", dtype_name(r.weights_dtype)},
+        {"matmul_dtype", dtype_name(r.mode == TrainMode::Full ? r.matmul_dtype : DType::F32)},
         {"cross_entropy_chunk_tokens", r.ce_chunk_tokens},
         {"device", r.device == DeviceType::CUDA ? "cuda" : "cpu"}}},
       {"base_parameters", base_parameters},

@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "support/test_util.h"
 #include "train/estimate.h"
+#include "train/memory_plan.h"
 
 namespace bp {
 namespace {
@@ -172,6 +173,30 @@ TEST(EstimateVramCli, DeviceCudaPlansTheCardsOwnWorkspace) {
     ASSERT_EQ(a.rc, 0) << a.out;
     EXPECT_EQ(nlohmann::json::parse(a.out)["settings"]["device"], "cpu");
   }
+}
+
+// Full fine-tuning planned for a card: --matmul-dtype auto makes bf16 GEMM copies of the linear
+// matrices and the head (2 bytes each, the weights row), as `train` does; f32 makes none, and
+// neither does auto on the CPU, where bf16 is still accepted.
+TEST(EstimateVramCli, FullFineTuningCountsTheBf16GemmCopies) {
+  SmolDir m;
+  const ModelConfig cfg = ModelConfig::from_file(m.path() + "/config.json");
+  const std::string common = " --mode full --model " + m.path() + " --batch-size 1 --max-seq-length 128 --vram-gb 16";
+  auto weights = [&](const std::string& flags, const char* matmul) {
+    Result r = backprop("estimate-vram --json" + flags + common, "", true);
+    EXPECT_EQ(r.rc, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["settings"]["matmul_dtype"], matmul) << flags;
+    return j["plan"]["weights"].get<size_t>();
+  };
+  EXPECT_EQ(weights(" --device cuda", "bf16"), gemm_copy_bytes(cfg));
+  EXPECT_EQ(weights(" --device cuda --matmul-dtype f32", "f32"), 0u);
+  EXPECT_EQ(weights(" --device cpu", "f32"), 0u);
+  EXPECT_EQ(weights(" --device cpu --matmul-dtype bf16", "bf16"), gemm_copy_bytes(cfg));
+  EXPECT_GT(gemm_copy_bytes(cfg), size_t{kSmolParameters});  // 2 bytes a matrix parameter, the head too
+  Result t = backprop("estimate-vram --device cuda" + common);
+  EXPECT_TRUE(has(t.out, "weights (bf16 GEMM copies)")) << t.out;
+  EXPECT_TRUE(has(t.out, "Note: full fine-tuning with bf16 GEMMs (--matmul-dtype)")) << t.out;
 }
 
 TEST(EstimateVramCli, Bf16CountsFrozenWeightsAtTwoBytesNormsAtFour) {
