@@ -130,12 +130,12 @@ Model::Model(ModelWeights weights, ModelOptions options) : weights_(std::move(we
   set_matmul_dtype(options_.matmul_dtype);
 }
 
-namespace {
 const Tensor& layer_matrix(const LayerWeights& w, LinearRole role) {
   const Tensor* ws[kNumLinearRoles] = {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down};
   return *ws[static_cast<int>(role)];
 }
 
+namespace {
 // dst = bf16(src), dst (re)made beside src when it is missing or elsewhere.
 void round_copy(const Tensor& src, Tensor& dst) {
   if (!dst.defined() || dst.device() != src.device() || !(dst.shape() == src.shape()))

@@ -63,7 +63,8 @@ struct Batch {
 // The seven linear projections of a layer, in PEFT's naming (target_modules).
 enum class LinearRole : int { Q = 0, K, V, O, Gate, Up, Down };
 constexpr int kNumLinearRoles = 7;
-const char* linear_role_name(LinearRole r);  // "q_proj", ..., "down_proj"
+const char* linear_role_name(LinearRole r);                          // "q_proj", ..., "down_proj"
+const Tensor& layer_matrix(const LayerWeights& w, LinearRole role);  // w.q, ..., w.down
 
 enum class TrainMode { Frozen, Lora, Full };
 

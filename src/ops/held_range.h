@@ -7,7 +7,9 @@
 // CPU's f32 arithmetic for that tensor, slower, exact. Every other weight keeps the f16 path.
 // The result is cached per tensor memory (Tensor::storage_token: the contract is that a weight held
 // narrower than f32 is frozen, never written once on the device), so a step pays one map lookup per
-// GEMM. bf16 cards (bf16 spans f32's range) and f32 weights are never checked.
+// GEMM. bf16 cards (bf16 spans f32's range) and f32 weights are never checked. The one kind of bf16
+// tensor that is rewritten, full fine-tuning's GEMM copies (model/transformer.h), is made only on
+// bf16 cards, so the cache never sees it.
 #pragma once
 
 #include <string>

@@ -49,6 +49,14 @@ void expect_within_bf16_bound(const Tensor& got, const Tensor& ref, const Tensor
   EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << g.size() << " values outside the bf16 bound";
 }
 
+// kT labels for a head of V rows: every `period`-th token ignored (−100), the others t·step mod V.
+Tensor head_labels(int64_t V, int64_t period, int64_t step) {
+  std::vector<int32_t> lab(static_cast<size_t>(kT));
+  for (int64_t t = 0; t < kT; ++t)
+    lab[static_cast<size_t>(t)] = t % period == period - 1 ? -100 : static_cast<int32_t>(t * step % V);
+  return Tensor::from_vector(lab, {kT});
+}
+
 bool is_bf16_gemm(const gemm::GemmDesc& d) {
   return d.a_type == gemm::DType::BF16 && d.b_type == gemm::DType::BF16 && d.c_type == gemm::DType::F32;
 }
@@ -244,9 +252,7 @@ TEST(CudaBf16Gemm, CrossEntropyOverABf16CopyOfATrainableHeadGivesItsGradient) {
   SimulatedCudaDevice card;
   const int64_t V = 101, chunk = 8;
   const Tensor x = random_tensor({kT, kIn}, 71, -2.0f, 2.0f), W = random_tensor({V, kIn}, 72).to(DType::BF16);
-  std::vector<int32_t> lab(static_cast<size_t>(kT));
-  for (int64_t t = 0; t < kT; ++t) lab[static_cast<size_t>(t)] = t % 5 == 4 ? -100 : static_cast<int32_t>(t * 7 % V);
-  const Tensor labels = Tensor::from_vector(lab, {kT});
+  const Tensor labels = head_labels(V, 5, 7);
   const float scale = 1.0f / 30.0f;
   const Tensor prior = random_tensor({V, kIn}, 73);
   Tensor dxg = Tensor::empty({kT, kIn}, DType::F32, kGpu), dWg = gpu(prior);
@@ -377,9 +383,7 @@ TEST(CudaBf16Gemm, CrossEntropyOverABf16HeadTakesBf16Inputs) {
   SimulatedCudaDevice card;
   const int64_t V = 101, chunk = 8;
   const Tensor x = random_tensor({kT, kIn}, 41, -2.0f, 2.0f), W = random_tensor({V, kIn}, 42).to(DType::BF16);
-  std::vector<int32_t> lab(static_cast<size_t>(kT));
-  for (int64_t t = 0; t < kT; ++t) lab[static_cast<size_t>(t)] = t % 4 == 3 ? -100 : static_cast<int32_t>(t * 13 % V);
-  const Tensor labels = Tensor::from_vector(lab, {kT});
+  const Tensor labels = head_labels(V, 4, 13);
   const float scale = 1.0f / 28.0f;
   Tensor dxg = Tensor::empty({kT, kIn}, DType::F32, kGpu), dx = Tensor::empty({kT, kIn});
   Tensor dx_f32 = Tensor::empty({kT, kIn});

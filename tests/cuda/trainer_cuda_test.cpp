@@ -62,10 +62,8 @@ TEST(CudaTrainer, TinyChatLoraRunMatchesCpu) {
   EXPECT_TRUE(all_close(b_gpu, b_cpu, Tolerance{1e-4 * scale, 0}));
 }
 
-// Full fine-tuning on the card: every weight and its gradient on the device, the saved model
-// written from host copies; losses and the saved weights agree with the CPU run.
-TEST(CudaTrainer, FullFineTuningMatchesCpu) {
-  TempDir cpu_dir, gpu_dir;
+// Two steps of full fine-tuning of tiny-chat on the CPU (first) and on the card (second).
+std::pair<TrainOptions, TrainOptions> full_cpu_and_card(const TempDir& cpu_dir, const TempDir& gpu_dir) {
   TrainOptions co = tiny_chat_options(cpu_dir.path, "cpu");
   co.mode = TrainMode::Full;
   co.steps = 2;
@@ -74,6 +72,14 @@ TEST(CudaTrainer, FullFineTuningMatchesCpu) {
   TrainOptions go = co;
   go.output_dir = gpu_dir.path + "/run";
   go.device = "cuda";
+  return {co, go};
+}
+
+// Full fine-tuning on the card: every weight and its gradient on the device, the saved model
+// written from host copies; losses and the saved weights agree with the CPU run.
+TEST(CudaTrainer, FullFineTuningMatchesCpu) {
+  TempDir cpu_dir, gpu_dir;
+  const auto [co, go] = full_cpu_and_card(cpu_dir, gpu_dir);
   const TrainSummary ref = Trainer(co).run();
   SimulatedCudaDevice card;
   SimulatedComputeCapability t4(7, 5);  // f32 attention (see TinyChatLoraRunMatchesCpu)
@@ -106,22 +112,10 @@ TEST(CudaTrainer, FullFineTuningMatchesCpu) {
 // the run takes bf16 inputs, as Trainer(bf16=True) would; the start event and the summary say so.
 // Losses follow the CPU's f32 run within the bf16 bounds of a held-bf16 run, and after the last
 // step the copies hold exactly the rounded masters (remade after every update).
-const Tensor& layer_matrix_of(const ModelWeights& w, int64_t l, LinearRole r) {
-  const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-  const Tensor* ws[kNumLinearRoles] = {&lw.q, &lw.k, &lw.v, &lw.o, &lw.gate, &lw.up, &lw.down};
-  return *ws[static_cast<int>(r)];
-}
 
 TEST(CudaTrainer, FullFineTuningOnABf16CardTrainsThroughBf16GemmCopies) {
   TempDir cpu_dir, gpu_dir;
-  TrainOptions co = tiny_chat_options(cpu_dir.path, "cpu");
-  co.mode = TrainMode::Full;
-  co.steps = 2;
-  co.holdout = 0.0;
-  co.lr = 1e-3;
-  TrainOptions go = co;
-  go.output_dir = gpu_dir.path + "/run";
-  go.device = "cuda";
+  const auto [co, go] = full_cpu_and_card(cpu_dir, gpu_dir);
   const TrainSummary ref = Trainer(co).run();
   EXPECT_EQ(ref.matmul_dtype, "f32") << "auto on the CPU keeps f32 GEMMs";
   SimulatedCudaDevice card;
@@ -142,7 +136,7 @@ TEST(CudaTrainer, FullFineTuningOnABf16CardTrainsThroughBf16GemmCopies) {
       const Tensor& copy = m.gemm_weight(l, r);
       ASSERT_EQ(copy.dtype(), DType::BF16);
       EXPECT_EQ(copy.device(), kGpu);
-      const Tensor want = layer_matrix_of(m.weights(), l, r).to(Device{}).to(DType::BF16);
+      const Tensor want = layer_matrix(m.weights().layers[static_cast<size_t>(l)], r).to(Device{}).to(DType::BF16);
       const Tensor have = copy.to(Device{});
       EXPECT_EQ(std::memcmp(have.raw(), want.raw(), want.nbytes()), 0)
           << "layer " << l << " " << linear_role_name(r) << ": the copy is not the rounded master";
