@@ -23,6 +23,7 @@
 #include "model/loader.h"
 #include "ops/device_compute.h"
 #include "train/estimate.h"
+#include "train/train_options.h"
 
 namespace {
 
@@ -221,13 +222,10 @@ int run_estimate_vram() {
     r.weights_dtype = *parse_base_dtype(base_setting);
   else
     r.weights_dtype = r.device == DeviceType::CUDA ? DType::BF16 : DType::F32;
-  // --matmul-dtype, as `train` resolves it (full mode): auto = bf16 GEMM copies on a card with bf16
-  // tensor cores (compute capability 8.0+; a plan for a card not here assumes one).
-  const std::string& matmul = st.get_string("training.matmul_dtype");
+  // --matmul-dtype, as `train` resolves it (a plan for a card not here assumes bf16 tensor cores).
   const bool f16_card = r.device == DeviceType::CUDA && !cuda.devices.empty() && cuda.devices[0].cc_major < 8;
-  if (r.mode == TrainMode::Full &&
-      (matmul == "bf16" || (matmul == "auto" && r.device == DeviceType::CUDA && !f16_card)))
-    r.matmul_dtype = DType::BF16;
+  r.matmul_dtype = resolve_matmul_dtype(st.get_string("training.matmul_dtype"), r.mode, r.device, f16_card,
+                                        cuda.devices.empty() ? "the CUDA device" : cuda.devices[0].name);
   const Limit limit = memory_limit(st, cuda);
   r.limit_bytes = limit.bytes;
   const GemmWorkspaceSize gemm_ws = gemm_workspace_size(cuda);

@@ -191,4 +191,19 @@ TrainOptions TrainOptions::from_settings(const Settings& s) {
   return o;
 }
 
+DType resolve_matmul_dtype(std::string_view setting, TrainMode mode, DeviceType device, bool f16_card,
+                           const std::string& device_name) {
+  if (mode != TrainMode::Full || setting == "f32") return DType::F32;
+  if (setting == "auto") return device == DeviceType::CUDA && !f16_card ? DType::BF16 : DType::F32;
+  if (device == DeviceType::CUDA && f16_card)
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[train] --matmul-dtype bf16 needs bf16 tensor cores (compute capability 8.0+); {} "
+                            "has none",
+                            device_name))
+        .with_suggestion(
+            "Use --matmul-dtype f32 (what auto picks on this card), or LoRA over a bf16 base "
+            "(--mode lora --base-dtype bf16), whose GEMMs this card runs in f16.");
+  return DType::BF16;
+}
+
 }  // namespace bp

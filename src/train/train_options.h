@@ -100,4 +100,12 @@ bool train_takes_setting(std::string_view key);
 // Runs the fills of the rows whose key starts with `prefix` ("" = every row); no cross-setting checks.
 void fill_train_options(TrainOptions& o, const Settings& s, std::string_view prefix = "");
 
+// training.matmul_dtype ("auto", "f32" or "bf16") resolved for a run of `mode` on `device`: BF16 =
+// full fine-tuning's bf16 GEMM copies, which auto picks on a CUDA card with bf16 tensor cores
+// (f16_card false) and never elsewhere; F32 otherwise. bf16 asked on an f16 card (no bf16 tensor
+// cores, and its f16 path checks a weight's range once, for frozen weights) is CONFIG_INVALID_SETTING
+// naming `device_name`. One function for `train` and `estimate-vram`.
+DType resolve_matmul_dtype(std::string_view setting, TrainMode mode, DeviceType device, bool f16_card,
+                           const std::string& device_name);
+
 }  // namespace bp

@@ -315,22 +315,10 @@ void Trainer::State::build_model() {
   model->set_training(true);
 }
 
-// training.matmul_dtype for this run: bf16 GEMM copies in full mode, on a card with bf16 tensor
-// cores by default (auto) or anywhere when asked; never on an f16 card (no bf16 tensor cores, and
-// its f16 path checks a weight's range once, for frozen weights).
+// training.matmul_dtype for this run (train_options.h resolve_matmul_dtype).
 DType Trainer::State::matmul_dtype() const {
-  if (opt.mode != TrainMode::Full || opt.matmul_dtype == "f32") return DType::F32;
   const bool f16_card = device.type == DeviceType::CUDA && ops::cuda_frozen_gemms_in_f16();
-  if (opt.matmul_dtype == "auto") return device.type == DeviceType::CUDA && !f16_card ? DType::BF16 : DType::F32;
-  if (f16_card)
-    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
-                fmt::format("[train] --matmul-dtype bf16 needs bf16 tensor cores (compute capability 8.0+); {} "
-                            "has none",
-                            device.name()))
-        .with_suggestion(
-            "Use --matmul-dtype f32 (what auto picks on this card), or LoRA over a bf16 base "
-            "(--mode lora --base-dtype bf16), whose GEMMs this card runs in f16.");
-  return DType::BF16;
+  return resolve_matmul_dtype(opt.matmul_dtype, opt.mode, device.type, f16_card, device.name());
 }
 
 // The schedule (steps, data order), the safety monitor (train/safety_monitor.h; --max-memory auto
