@@ -3,6 +3,7 @@
 #include "model/transformer.h"
 
 #include <cmath>
+#include <map>
 
 #include "model/lora.h"
 #include "model/transformer_acts.h"
@@ -316,6 +317,15 @@ std::vector<TrainableParam> Model::trainable_parameters() {
   };
   if (options_.mode == TrainMode::Full) {
     for_each_weight(weights_, &grads_, add);
+    // Each bf16 GEMM copy beside its master (matmul_dtype bf16), for the optimizer to rewrite.
+    std::map<const Tensor*, Tensor*> copy_of;
+    for (size_t l = 0; l < gemm_copies_.size(); ++l)
+      for (int r = 0; r < kNumLinearRoles; ++r)
+        copy_of[&layer_matrix(weights_.layers[l], static_cast<LinearRole>(r))] =
+            &gemm_copies_[l][static_cast<size_t>(r)];
+    if (head_copy_.defined()) copy_of[&weights_.output_weight()] = &head_copy_;
+    for (TrainableParam& p : out)
+      if (auto it = copy_of.find(p.param); it != copy_of.end()) p.gemm_copy = it->second;
   } else if (options_.mode == TrainMode::Lora) {
     for (size_t l = 0; l < lora_.layers.size(); ++l)
       for (size_t r = 0; r < kNumLinearRoles; ++r) {

@@ -102,6 +102,10 @@ struct TrainableParam {
   std::string name;
   Tensor* param = nullptr;
   Tensor* grad = nullptr;
+  // The parameter's bf16 GEMM copy (ModelOptions::matmul_dtype bf16), or null: the optimizer
+  // rewrites it as it writes the parameter (ops/optim.h AdamWTensors::gemm_copy). Valid until the
+  // next set_matmul_dtype.
+  Tensor* gemm_copy = nullptr;
 };
 
 struct ModelOptions {
@@ -113,8 +117,9 @@ struct ModelOptions {
   // a bf16 GEMM copy of each matrix (the seven projections of every layer and the LM head, or the
   // tied embedding as the head; norms, biases and the embedding lookup read the masters). Forward,
   // recompute, dx and the head read the copy (bf16 tensor cores on a card); dW accumulates in f32
-  // into the master's gradient. The copies are derived: refresh_gemm_copies() after anything writes
-  // the masters. F32: the masters themselves (the CPU's arithmetic).
+  // into the master's gradient. The copies are derived: the optimizer's step rewrites them with the
+  // masters (TrainableParam::gemm_copy), refresh_gemm_copies() after anything else writes them.
+  // F32: the masters themselves (the CPU's arithmetic).
   DType matmul_dtype = DType::F32;
 };
 
@@ -137,8 +142,9 @@ class Model {
   // copies from the masters where they are now, F32 frees them.
   void set_matmul_dtype(DType dtype);
   // Remakes the bf16 GEMM copies from the f32 masters (nothing with f32 GEMMs): call after anything
-  // writes the trainable weights (the optimizer's step, restoring a checkpoint, moving the weights
-  // to another device). One rounding kernel per matrix.
+  // but the optimizer writes the trainable weights (restoring a checkpoint, moving the weights to
+  // another device); an update through trainable_parameters()' gemm_copy rewrites them itself. One
+  // rounding kernel per matrix.
   void refresh_gemm_copies();
   // The tensor the GEMMs of a layer's projection (or the LM head) read: its bf16 copy, or the weight.
   const Tensor& gemm_weight(int64_t layer, LinearRole role) const;

@@ -17,6 +17,7 @@ static void require_cpu_f32(const Tensor& t, const char* op, const char* name) {
 void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWConfig& cfg, int64_t step) {
   std::vector<float*> params, ms, vs;
   std::vector<const float*> grads;
+  std::vector<uint16_t*> copies;
   std::vector<int64_t> sizes;
   for (const AdamWTensors& t : tensors) {
     BP_CHECK(t.param && t.grad && t.m && t.v, "[adamw] null tensor in the list");
@@ -29,6 +30,11 @@ void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWConfig& cfg
              "[adamw] shapes differ: param {}, grad {}, m {}, v {}", param.shape().str(), grad.shape().str(),
              m.shape().str(), v.shape().str());
     ops::require_same_device("adamw", {tensors.front().param, &param, &grad, &m, &v});
+    if (t.gemm_copy) {
+      ops::require_shape("adamw", "gemm_copy", *t.gemm_copy, param.shape(), DType::BF16);
+      ops::require_same_device("adamw", {&param, t.gemm_copy});
+    }
+    copies.push_back(t.gemm_copy ? t.gemm_copy->kernel_data<uint16_t>() : nullptr);
     params.push_back(t.param->kernel_data<float>());
     grads.push_back(grad.kernel_data<float>());
     ms.push_back(t.m->kernel_data<float>());
@@ -44,7 +50,7 @@ void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWConfig& cfg
                             cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay));
   if (tensors.empty()) return;
   ops::kernels(*tensors.front().param)
-      .adamw_step_all(params.data(), grads.data(), ms.data(), vs.data(), sizes.data(),
+      .adamw_step_all(params.data(), grads.data(), ms.data(), vs.data(), copies.data(), sizes.data(),
                       static_cast<int64_t>(tensors.size()), cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay,
                       step);
 }

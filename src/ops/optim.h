@@ -22,12 +22,16 @@ struct AdamWConfig {
 };
 
 // One trainable tensor's AdamW update: its parameter, gradient and two moments (same shape, f32,
-// one device).
+// one device), and optionally the parameter's bf16 GEMM copy (same shape, bf16, same device:
+// Model's copies for training.matmul_dtype bf16), rewritten as bf16(updated parameter), nearest
+// even, by the same kernel that writes the parameter (as llm.c does): no second pass over the
+// masters, no rounding launch per matrix.
 struct AdamWTensors {
   Tensor* param = nullptr;
   const Tensor* grad = nullptr;
   Tensor* m = nullptr;
   Tensor* v = nullptr;
+  Tensor* gemm_copy = nullptr;
 };
 // The update of every tensor of the list, in one kernel call: on a card, a few launches for the
 // whole list instead of one per tensor (a LoRA of Qwen2.5-0.5B trains 336 tensors).

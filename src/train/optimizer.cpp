@@ -22,8 +22,9 @@ void AdamW::step(const std::vector<TrainableParam>& params, const AdamWConfig& c
   BP_CHECK(params.size() == m_.size(), "[adamw] {} parameters but state for {}", params.size(), m_.size());
   ++step_;
   std::vector<AdamWTensors> all;
-  for (size_t i = 0; i < params.size(); ++i) all.push_back({params[i].param, params[i].grad, &m_[i], &v_[i]});
-  adamw_step(all, cfg, step_);  // one kernel call for every tensor
+  for (size_t i = 0; i < params.size(); ++i)
+    all.push_back({params[i].param, params[i].grad, &m_[i], &v_[i], params[i].gemm_copy});
+  adamw_step(all, cfg, step_);  // one kernel call for every tensor, bf16 GEMM copies included
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {

@@ -479,8 +479,7 @@ void Trainer::State::update(const StepRecord& rec) {
   AdamWConfig acfg;
   acfg.lr = static_cast<float>(rec.lr);
   acfg.weight_decay = static_cast<float>(opt.weight_decay);
-  adamw.step(params, acfg);
-  model->refresh_gemm_copies();  // the masters changed (nothing without bf16 GEMM copies)
+  adamw.step(params, acfg);  // rewrites the bf16 GEMM copies too (params' gemm_copy)
 }
 
 void Trainer::State::log_step(const Batch& batch, const StepRecord& rec) {

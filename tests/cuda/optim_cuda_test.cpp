@@ -6,6 +6,7 @@
 #include "backend/cpu/kernel_variants.h"
 #include "backend/cpu/optim.h"
 #include "backend/cuda/optim.cuh"
+#include "core/dtype.h"
 #include "sim_test_util.h"
 
 namespace bp::sim {
@@ -111,8 +112,17 @@ TEST(CudaOptimizerLists, HundredTensorsTakeAFewLaunchesAndMatchOneCallPerTensorB
   for (int64_t i = 0; i < kCount; ++i) cpu::scale_inplace(g_ref[i].data(), 0.37f, sizes[i]);
   EXPECT_EQ(g, g_ref);
 
+  // Every third tensor (the 300001-value one included) has a bf16 GEMM copy (full fine-tuning's
+  // matrices), the others none (norms): written in the same launches as the update.
+  std::vector<std::vector<bf16>> copies(kCount);
+  std::vector<bf16*> cp;
+  for (int64_t i = 0; i < kCount; ++i) {
+    if (i % 3 == 2) copies[i].assign(static_cast<size_t>(sizes[i]), bf16{});
+    cp.push_back(i % 3 == 2 ? copies[i].data() : nullptr);
+  }
   before = launch_count();
-  adamw_step_all(pp.data(), gc.data(), mp.data(), vp.data(), sizes.data(), kCount, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 4);
+  adamw_step_all(pp.data(), gc.data(), mp.data(), vp.data(), cp.data(), sizes.data(), kCount, 1e-3f, 0.9f, 0.999f,
+                 1e-8f, 0.1f, 4);
   EXPECT_EQ(launch_count() - before, static_cast<uint64_t>(groups)) << "adamw_step_all";
   for (int64_t i = 0; i < kCount; ++i)
     cpu::adamw_step(p_ref[i].data(), g_ref[i].data(), m_ref[i].data(), v_ref[i].data(), sizes[i], 1e-3f, 0.9f, 0.999f,
@@ -120,6 +130,11 @@ TEST(CudaOptimizerLists, HundredTensorsTakeAFewLaunchesAndMatchOneCallPerTensorB
   EXPECT_EQ(p, p_ref);
   EXPECT_EQ(m, m_ref);
   EXPECT_EQ(v, v_ref);
+  int64_t wrong = 0, written = 0;
+  for (int64_t i = 2; i < kCount; i += 3)
+    for (int64_t j = 0; j < sizes[i]; ++j, ++written) wrong += copies[i][j].bits != f32_to_bf16(p_ref[i][j]);
+  EXPECT_GT(written, 300001);
+  EXPECT_EQ(wrong, 0) << "copy elements that are not the CPU's rounding of the updated parameter";
   cpu::select_cpu_kernels("auto");
 }
 

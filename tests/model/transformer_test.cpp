@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <map>
 
 #include "core/allocator.h"
 #include "model/lora.h"
@@ -154,6 +155,41 @@ TEST(Transformer, FullModeTrainsEveryTensorAndTiedEmbeddingGetsHeadGradient) {
   }
   EXPECT_GT(row60, 0.0);
   EXPECT_GT(row61, 0.0);  // softmax mass on every vocabulary row
+}
+
+// With bf16 GEMM copies (matmul_dtype bf16) each trained matrix's entry names its copy, the one
+// the GEMMs read (gemm_weight; the head's, which is the tied embedding's when tied), for the
+// optimizer to rewrite; norms, biases and an untied embedding have none; with f32 GEMMs nothing has.
+TEST(Transformer, TrainableParametersNameTheBf16GemmCopyTheGemmsRead) {
+  for (bool tied : {true, false}) {
+    TinySpec s;
+    s.tied = tied;
+    s.bias = true;
+    Pair p = make(s, TrainMode::Full, true);
+    Model& m = *p.model;
+    for (const auto& tp : m.trainable_parameters()) EXPECT_EQ(tp.gemm_copy, nullptr) << tp.name;
+    m.set_matmul_dtype(DType::BF16);
+    std::map<const Tensor*, const Tensor*> want;
+    for (int64_t l = 0; l < m.config().num_layers; ++l)
+      for (int r = 0; r < kNumLinearRoles; ++r)
+        want[&layer_matrix(m.weights().layers[static_cast<size_t>(l)], static_cast<LinearRole>(r))] =
+            &m.gemm_weight(l, static_cast<LinearRole>(r));
+    want[&m.weights().output_weight()] = &m.head_gemm_weight();
+    size_t with_copy = 0;
+    for (const auto& tp : m.trainable_parameters()) {
+      const auto it = want.find(tp.param);
+      if (it == want.end()) {
+        EXPECT_EQ(tp.gemm_copy, nullptr) << tp.name;
+        continue;
+      }
+      ++with_copy;
+      EXPECT_EQ(tp.gemm_copy, it->second) << tp.name;
+      ASSERT_NE(tp.gemm_copy, nullptr) << tp.name;
+      EXPECT_EQ(tp.gemm_copy->dtype(), DType::BF16) << tp.name;
+    }
+    EXPECT_EQ(with_copy, want.size()) << (tied ? "tied" : "untied");
+    EXPECT_EQ(with_copy, static_cast<size_t>(m.config().num_layers * kNumLinearRoles + 1));
+  }
 }
 
 TEST(Transformer, AttachesAnAdapterFromInitLora) {

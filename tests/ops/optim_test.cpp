@@ -197,5 +197,46 @@ TEST(Optim, LargeTensorsTakeTheParallelPathWithTheSameResults) {
   EXPECT_FALSE(all_finite(g));
 }
 
+// A parameter's bf16 GEMM copy (full fine-tuning, training.matmul_dtype bf16) is rewritten by the
+// update itself: bit for bit the nearest-even rounding of the updated parameter, in every chunk of
+// a tensor above the parallel threshold; the parameter and moments are exactly an update without a
+// copy's; a tensor without one in the same list is untouched; a copy of another shape or type is
+// refused before anything is written.
+TEST(Optim, AdamwRewritesAParametersBf16GemmCopyFromTheUpdatedValues) {
+  const int64_t n = 100003;  // several chunks, the parallel path
+  AdamWConfig cfg{.lr = 1e-2f, .weight_decay = 0.05f};
+  Tensor p = test::random_tensor({n}, 31), g = test::random_tensor({n}, 32);
+  Tensor m = Tensor::zeros({n}), v = Tensor::zeros({n});
+  Tensor p2 = p.clone(), m2 = m.clone(), v2 = v.clone();
+  Tensor q = test::random_tensor({7, 5}, 33), gq = test::random_tensor({7, 5}, 34);
+  Tensor mq = Tensor::zeros({7, 5}), vq = Tensor::zeros({7, 5});
+  Tensor copy = Tensor::zeros({n}, DType::BF16);
+  for (int64_t t = 1; t <= 3; ++t) {
+    adamw_step({{&p, &g, &m, &v, &copy}, {&q, &gq, &mq, &vq}}, cfg, t);
+    adamw_step(p2, g, m2, v2, cfg, t);
+  }
+  EXPECT_EQ(p.to_vector(), p2.to_vector());
+  EXPECT_EQ(m.to_vector(), m2.to_vector());
+  EXPECT_EQ(v.to_vector(), v2.to_vector());
+  const float* pd = p.data<float>();
+  const uint16_t* cd = copy.data<uint16_t>();
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i) wrong += cd[i] != f32_to_bf16(pd[i]);
+  EXPECT_EQ(wrong, 0) << "elements of the copy that are not bf16(updated parameter)";
+  EXPECT_NE(copy.to(DType::F32).to_vector(), Tensor::zeros({n}).to_vector());
+
+  Tensor wrong_shape = Tensor::zeros({n - 1}, DType::BF16), wrong_type = Tensor::zeros({n}, DType::F16);
+  const auto before = p.to_vector();
+  for (Tensor* bad : {&wrong_shape, &wrong_type}) {
+    try {
+      adamw_step({{&p, &g, &m, &v, bad}}, cfg, 4);
+      ADD_FAILURE() << "a mismatched GEMM copy was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("gemm_copy"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(p.to_vector(), before) << "a refused update wrote the parameter";
+}
+
 }  // namespace
 }  // namespace bp

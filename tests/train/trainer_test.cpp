@@ -167,10 +167,10 @@ TEST(Trainer, ResumeContinuesBitIdentically) {
 }
 
 // Full fine-tuning with --matmul-dtype bf16 on the CPU (for comparison with a card; slower here):
-// the GEMMs read bf16 copies of the f32 masters. The copies are remade after every update, so the
-// run learns as the f32 run does (copies left at the initial weights would leave the projections
-// where they started), and a resumed run remakes them from the restored masters: bit for bit the
-// run that never stopped.
+// the GEMMs read bf16 copies of the f32 masters. Every update rewrites the copies (AdamW writes
+// them beside the masters), so the run learns as the f32 run does (copies left at the initial weights would leave the
+// projections where they started), and a resumed run remakes them from the restored masters: bit for bit the run that
+// never stopped.
 TEST(Trainer, FullFineTuningThroughBf16GemmCopies) {
   test::TempDir f_dir, b_dir, r_dir;
   auto full = [](const std::string& dir, const std::string& matmul) {

@@ -18,14 +18,15 @@
 
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/kernel_variants.h"  // the AdamW loop, per instruction set
+#include "core/dtype.h"
 
 namespace bp::cpu {
 
 // Below this many values a parallel region costs more than it saves.
 constexpr int64_t kParallelMin = 1 << 15;
 
-void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-                float eps, float weight_decay, int64_t step) {
+void adamw_step(float* param, const float* grad, float* m, float* v, uint16_t* copy, int64_t n, float lr, float beta1,
+                float beta2, float eps, float weight_decay, int64_t step) {
   const double lr_d = lr, b1 = beta1, b2 = beta2;
   const float decay = static_cast<float>(1.0 - lr_d * static_cast<double>(weight_decay));
   const float one_minus_b1 = static_cast<float>(1.0 - b1);
@@ -40,16 +41,25 @@ void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, 
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t b = c * kChunk;
-    kern.adamw(param + b, grad + b, m + b, v + b, std::min(kChunk, n - b), decay, beta1, beta2, one_minus_b1,
-               one_minus_b2, step_size, bc2_sqrt, eps);
+    const int64_t len = std::min(kChunk, n - b);
+    kern.adamw(param + b, grad + b, m + b, v + b, len, decay, beta1, beta2, one_minus_b1, one_minus_b2, step_size,
+               bc2_sqrt, eps);
+    if (copy)
+      for (int64_t i = b; i < b + len; ++i) copy[i] = f32_to_bf16(param[i]);
   }
 }
 
+void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                float eps, float weight_decay, int64_t step) {
+  adamw_step(param, grad, m, v, nullptr, n, lr, beta1, beta2, eps, weight_decay, step);
+}
+
 void adamw_step_all(float* const* params, const float* const* grads, float* const* ms, float* const* vs,
-                    const int64_t* ns, int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
-                    int64_t step) {
+                    uint16_t* const* copies, const int64_t* ns, int64_t count, float lr, float beta1, float beta2,
+                    float eps, float weight_decay, int64_t step) {
   for (int64_t i = 0; i < count; ++i)
-    adamw_step(params[i], grads[i], ms[i], vs[i], ns[i], lr, beta1, beta2, eps, weight_decay, step);
+    adamw_step(params[i], grads[i], ms[i], vs[i], copies ? copies[i] : nullptr, ns[i], lr, beta1, beta2, eps,
+               weight_decay, step);
 }
 
 void scale_all(float* const* ys, const int64_t* ns, int64_t count, float a) {

@@ -44,8 +44,8 @@ void embedding_backward(const T* dy, const int32_t* ids, float* dtable, int64_t 
 void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
                 float eps, float weight_decay, int64_t step, cudaStream_t stream);
 void adamw_step_all(float* const* params, const float* const* grads, float* const* ms, float* const* vs,
-                    const int64_t* ns, int64_t count, float lr, float beta1, float beta2, float eps, float weight_decay,
-                    int64_t step, cudaStream_t stream);
+                    bf16* const* copies, const int64_t* ns, int64_t count, float lr, float beta1, float beta2,
+                    float eps, float weight_decay, int64_t step, cudaStream_t stream);
 void scale_all(float* const* ys, const int64_t* ns, int64_t count, float a, cudaStream_t stream);
 template <class T>
 double sum_squares(const T* x, int64_t n, void* scratch, cudaStream_t stream);

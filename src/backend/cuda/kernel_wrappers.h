@@ -342,10 +342,10 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
 
   // ---- optimizer ----
   static void adamw_step_all(float* const* params, const float* const* grads, float* const* ms, float* const* vs,
-                             const int64_t* ns, int64_t count, float lr, float beta1, float beta2, float eps,
-                             float weight_decay, int64_t step) {
-    ::bp::BP_WRAP_NS::adamw_step_all(params, grads, ms, vs, ns, count, lr, beta1, beta2, eps, weight_decay, step,
-                                     nullptr);
+                             uint16_t* const* copies, const int64_t* ns, int64_t count, float lr, float beta1,
+                             float beta2, float eps, float weight_decay, int64_t step) {
+    ::bp::BP_WRAP_NS::adamw_step_all(params, grads, ms, vs, reinterpret_cast<bf16* const*>(copies), ns, count, lr,
+                                     beta1, beta2, eps, weight_decay, step, nullptr);
     check_launch("adamw_step_all");
   }
   static void scale_all(float* const* ys, const int64_t* ns, int64_t count, float a) {

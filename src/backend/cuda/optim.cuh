@@ -3,7 +3,9 @@
 // state loses small updates).
 //   adamw_step_all: PyTorch's order, the same float operations as the CPU kernel
 //                 (kernel_variants_impl.h adamw), host-side constants computed as optim.cpp does,
-//                 over a list of tensors in one launch per kTensorsPerLaunch of them;
+//                 over a list of tensors in one launch per kTensorsPerLaunch of them, writing a
+//                 tensor's bf16 GEMM copy (full fine-tuning, training.matmul_dtype bf16) in the same
+//                 pass when it has one;
 //   scale_all:    y *= a over a list of tensors (gradient clipping), the same way;
 //   sum_squares:  Σ x² in double, deterministic: each block sums a fixed slice into a partial
 //                 (threads stride, then a fixed shuffle/shared-memory tree), and one block adds
@@ -37,16 +39,17 @@ BP_HOST_FN size_t optim_scratch_bytes(int64_t n) {
 // A LoRA of Qwen2.5-0.5B trains 336 tensors; one launch each for the norm's sum, the clipping scale
 // and AdamW made ~1,350 launches a step, each a few µs of a card's queue. The list kernels take up to
 // kTensorsPerLaunch tensors per launch: their pointers and sizes travel in the kernel's arguments
-// (__grid_constant__: about 2 KiB, under the 4 KiB every CUDA version accepts), so nothing is
+// (__grid_constant__: about 2.5 KiB, under the 4 KiB every CUDA version accepts), so nothing is
 // uploaded and nothing waits. Tensor t of a group owns blocks [block_start[t], block_start[t + 1])
 // and strides over its values with them, exactly as a launch of its own would.
 constexpr int kTensorsPerLaunch = 48;
 struct TensorGroup {
-  void* ptr[4][kTensorsPerLaunch];  // up to 4 arrays per tensor (AdamW: param, grad, m, v)
+  void* ptr[5][kTensorsPerLaunch];  // up to 5 arrays per tensor (AdamW: param, grad, m, v, bf16 copy)
   int64_t n[kTensorsPerLaunch];
   int block_start[kTensorsPerLaunch + 1];
   int count;
 };
+static_assert(sizeof(TensorGroup) <= 4096, "a TensorGroup travels in a kernel's arguments: 4 KiB at most");
 
 // The tensor of the group that owns this block, and the block's first index and stride in it.
 struct GroupSlot {
@@ -84,6 +87,7 @@ __global__ void adamw_kernel(const __grid_constant__ TensorGroup g, float decay,
   const float* grad = static_cast<const float*>(g.ptr[1][at.t]);
   float* m = static_cast<float*>(g.ptr[2][at.t]);
   float* v = static_cast<float*>(g.ptr[3][at.t]);
+  bf16* copy = static_cast<bf16*>(g.ptr[4][at.t]);  // null: no GEMM copy
   for (int64_t i = at.first; i < g.n[at.t]; i += at.stride) {
     const float gi = grad[i];
     float p = __fmul_rn(param[i], decay);
@@ -95,14 +99,18 @@ __global__ void adamw_kernel(const __grid_constant__ TensorGroup g, float decay,
     m[i] = mi;
     v[i] = vi;
     param[i] = p;
+    if (copy) copy[i] = __float2bfloat16(p);  // convert_f32_to_bf16's rounding (nearest even)
   }
 }
 
 // AdamW on each of `count` tensors (params[i], grads[i], ms[i], vs[i]: ns[i] device values; the
-// pointer arrays are host memory): one launch per kTensorsPerLaunch tensors.
+// pointer arrays are host memory): one launch per kTensorsPerLaunch tensors. copies (null, or null
+// entries: none) are the parameters' bf16 GEMM copies, written from the updated values in the
+// same pass.
 BP_HOST_FN void adamw_step_all(float* const* params, const float* const* grads, float* const* ms, float* const* vs,
-                               const int64_t* ns, int64_t count, float lr, float beta1, float beta2, float eps,
-                               float weight_decay, int64_t step, cudaStream_t stream = nullptr) {
+                               bf16* const* copies, const int64_t* ns, int64_t count, float lr, float beta1,
+                               float beta2, float eps, float weight_decay, int64_t step,
+                               cudaStream_t stream = nullptr) {
   const double lr_d = lr, b1 = beta1, b2 = beta2;
   const float decay = static_cast<float>(1.0 - lr_d * static_cast<double>(weight_decay));
   const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step));
@@ -114,6 +122,7 @@ BP_HOST_FN void adamw_step_all(float* const* params, const float* const* grads, 
         g.ptr[1][s] = const_cast<float*>(grads[i]);  // read only by the kernel
         g.ptr[2][s] = ms[i];
         g.ptr[3][s] = vs[i];
+        g.ptr[4][s] = copies ? copies[i] : nullptr;
       },
       [&](const TensorGroup& g, int64_t, int blocks) {
         BP_LAUNCH(static_cast<unsigned>(blocks), 256, 0, stream, adamw_kernel)
@@ -125,7 +134,7 @@ BP_HOST_FN void adamw_step_all(float* const* params, const float* const* grads, 
 // One tensor's AdamW update (adamw_step_all of a list of one).
 BP_HOST_FN void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
                            float beta2, float eps, float weight_decay, int64_t step, cudaStream_t stream = nullptr) {
-  adamw_step_all(&param, &grad, &m, &v, &n, 1, lr, beta1, beta2, eps, weight_decay, step, stream);
+  adamw_step_all(&param, &grad, &m, &v, nullptr, &n, 1, lr, beta1, beta2, eps, weight_decay, step, stream);
 }
 
 __global__ void scale_list_kernel(const __grid_constant__ TensorGroup g, float a) {
