@@ -325,7 +325,7 @@ TEST(CliLogs, ConsoleAndFileSinksRedactAndCarryTheRunId) {
 
 TEST(Repo, CodeIsClangFormatted) {
   std::string files;
-  for (const char* top : {"src", "tests", "bench"}) {
+  for (const char* top : {"src", "tests", "bench", "cmake"}) {
     std::filesystem::path root = std::filesystem::path(test::source_dir()) / top;
     if (!std::filesystem::exists(root)) continue;
     for (auto it = std::filesystem::recursive_directory_iterator(root); it != decltype(it)(); ++it) {
