@@ -24,10 +24,11 @@ if [ -n "$layers" ]; then
   echo "== sanitizer build (build-asan: ASan + UBSan, CPU only; layers: $layers) =="
   # -O1 -g1: half the compile time of RelWithDebInfo's -O2 -g (measured 61 s -> 30 s on
   # cmd_export.cpp), still with line numbers in sanitizer reports.
-  # Precompiled headers here too (cmake/precompiled.h): without them this build alone took ~15 of
-  # CI's 40 minutes on a 2-core EPYC (docs/benchmarks.md, "Build and CI time").
+  # BACKPROP_PCH=OFF: build/ precompiles the common headers (cmake/precompiled.h), which would hide
+  # a file that forgets to include one; here every library, CLI and core/cli/fuzz test file must
+  # include what it uses (this build takes ~3 minutes longer for it).
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
-        -DBACKPROP_SANITIZE=ON -DBACKPROP_CUDA=OFF -DBACKPROP_BUILD_BENCH=OFF >/dev/null
+        -DBACKPROP_SANITIZE=ON -DBACKPROP_CUDA=OFF -DBACKPROP_BUILD_BENCH=OFF -DBACKPROP_PCH=OFF >/dev/null
   if [ "$layers" = all ]; then
     cmake --build build-asan -j"$jobs"
     label_args=()
