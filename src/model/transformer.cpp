@@ -3,6 +3,7 @@
 #include "model/transformer.h"
 
 #include <cmath>
+#include <initializer_list>
 #include <map>
 
 #include "model/lora.h"
@@ -409,13 +410,28 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   auto opt = [](const Tensor& t) { return t.defined() ? &t : nullptr; };
   auto W = [&](LinearRole r) -> const Tensor& { return gemm_weight(l, r); };  // the bf16 copy or the weight
 
+  // Where the projections' GEMMs take bf16 (a card of compute capability 8.0+ over held weights or
+  // bf16 GEMM copies), the norms and SwiGLU write their output's bf16 copy too, which the
+  // projections read instead of each rounding it (ops/linear.h x_bf16); dropped after its last GEMM,
+  // never kept for the backward.
+  auto bf16_in = [&](std::initializer_list<LinearRole> roles) {
+    for (LinearRole r : roles)
+      if (held_gemms_read_bf16(W(r))) return true;
+    return false;
+  };
+  Tensor x16;  // the bf16 copy of the GEMM input at hand (xn, then hn, then m), when made
+  auto want16 = [&](std::initializer_list<LinearRole> roles) { return bf16_in(roles) ? &x16 : nullptr; };
+  auto given16 = [&]() -> const Tensor* { return x16.defined() ? &x16 : nullptr; };
+
   // Without `acts` (checkpointed forward, inference) each intermediate is dropped as soon as
   // nothing needs it; train/memory_plan.cpp mirrors this order.
   a.x = x;
-  a.xn = rms_norm_forward(x, w.input_norm, c.rms_norm_eps, acts ? &a.rstd1 : nullptr);
-  a.q = linear_forward(a.xn, W(LinearRole::Q), opt(w.q_bias), lp[0], saved(LinearRole::Q));
-  a.k = linear_forward(a.xn, W(LinearRole::K), opt(w.k_bias), lp[1], saved(LinearRole::K));
-  a.v = linear_forward(a.xn, W(LinearRole::V), opt(w.v_bias), lp[2], saved(LinearRole::V));
+  a.xn = rms_norm_forward(x, w.input_norm, c.rms_norm_eps, acts ? &a.rstd1 : nullptr,
+                          want16({LinearRole::Q, LinearRole::K, LinearRole::V}));
+  a.q = linear_forward(a.xn, W(LinearRole::Q), opt(w.q_bias), lp[0], saved(LinearRole::Q), given16());
+  a.k = linear_forward(a.xn, W(LinearRole::K), opt(w.k_bias), lp[1], saved(LinearRole::K), given16());
+  a.v = linear_forward(a.xn, W(LinearRole::V), opt(w.v_bias), lp[2], saved(LinearRole::V), given16());
+  x16 = Tensor();
   if (c.qk_norm) {
     a.q_pre = std::move(a.q);
     a.q = rms_norm_forward(a.q_pre.reshape({T * Hq, d}), w.q_norm, c.rms_norm_eps, acts ? &a.rstd_q : nullptr)
@@ -434,13 +450,16 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   a.h = linear_forward(a.attn, W(LinearRole::O), nullptr, lp[3], saved(LinearRole::O));
   add_inplace(a.h, x);
   if (!acts) a.attn = a.xn = Tensor();
-  a.hn = rms_norm_forward(a.h, w.post_norm, c.rms_norm_eps, acts ? &a.rstd2 : nullptr);
-  a.gate = linear_forward(a.hn, W(LinearRole::Gate), nullptr, lp[4], saved(LinearRole::Gate));
-  a.up = linear_forward(a.hn, W(LinearRole::Up), nullptr, lp[5], saved(LinearRole::Up));
+  a.hn = rms_norm_forward(a.h, w.post_norm, c.rms_norm_eps, acts ? &a.rstd2 : nullptr,
+                          want16({LinearRole::Gate, LinearRole::Up}));
+  a.gate = linear_forward(a.hn, W(LinearRole::Gate), nullptr, lp[4], saved(LinearRole::Gate), given16());
+  a.up = linear_forward(a.hn, W(LinearRole::Up), nullptr, lp[5], saved(LinearRole::Up), given16());
+  x16 = Tensor();
   if (!acts) a.hn = Tensor();
-  a.m = swiglu_forward(a.gate, a.up);
+  a.m = swiglu_forward(a.gate, a.up, want16({LinearRole::Down}));
   if (!acts) a.gate = a.up = Tensor();
-  Tensor out = linear_forward(a.m, W(LinearRole::Down), nullptr, lp[6], saved(LinearRole::Down));
+  Tensor out = linear_forward(a.m, W(LinearRole::Down), nullptr, lp[6], saved(LinearRole::Down), given16());
+  x16 = Tensor();
   if (!acts) a.m = Tensor();
   add_inplace(out, a.h);
   return out;

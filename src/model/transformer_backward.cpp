@@ -41,7 +41,7 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, const Batch& b, uint64_t se
   // Linear backward for one role: dx (= or, with add_dx, +=) into *dx, weight/bias/LoRA grads (+=).
   constexpr bool kAssignDx = false, kAddDx = true;
   auto lin_back = [&](LinearRole role, const Tensor& dy, const Tensor& x, const Tensor& W, Tensor* dx, bool add_dx,
-                      Tensor* dW, Tensor* db) {
+                      Tensor* dW, Tensor* db, const Tensor* dy16 = nullptr) {
     const auto r = static_cast<size_t>(role);
     LoraWeights lw = lora_weights(l, role, training_, seed);
     LinearGrads lg;
@@ -53,7 +53,7 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, const Batch& b, uint64_t se
       lg.dA = opt(g.lora[r].dA);
       lg.dB = opt(g.lora[r].dB);
     }
-    linear_backward(dy, x, W, lw.A ? &lw : nullptr, &a.lin[r], lg);
+    linear_backward(dy, x, W, lw.A ? &lw : nullptr, &a.lin[r], lg, dy16);
     a.lin[r] = LinearSaved{};  // this projection's LoRA activations are no longer needed
   };
 
@@ -61,15 +61,21 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, const Batch& b, uint64_t se
   Tensor dm = Tensor::empty({T, F}, DType::F32, dev);
   lin_back(LinearRole::Down, dout, a.m, gemm_weight(l, LinearRole::Down), &dm, kAssignDx, &g.w.down, nullptr);
   a.m = Tensor();
+  // SwiGLU's backward also writes the bf16 copies of dgate and dup where gate's and up's GEMMs take
+  // bf16 (ops/linear.h dy_bf16): their dx (and a GEMM copy's dW) read them instead of rounding.
   Tensor dgate = Tensor::empty({T, F}, DType::F32, dev), dup = Tensor::empty({T, F}, DType::F32, dev);
-  swiglu_backward(dm, a.gate, a.up, dgate, dup);
+  const Tensor& Wgate = gemm_weight(l, LinearRole::Gate);
+  const Tensor& Wup = gemm_weight(l, LinearRole::Up);
+  Tensor dgate16, dup16;
+  const bool gate16 = held_gemms_read_bf16(Wgate), up16 = held_gemms_read_bf16(Wup);
+  swiglu_backward(dm, a.gate, a.up, dgate, dup, gate16 ? &dgate16 : nullptr, up16 ? &dup16 : nullptr);
   dm = Tensor();
   a.gate = a.up = Tensor();
   Tensor dhn = Tensor::empty({T, D}, DType::F32, dev);
-  lin_back(LinearRole::Gate, dgate, a.hn, gemm_weight(l, LinearRole::Gate), &dhn, kAssignDx, &g.w.gate, nullptr);
-  dgate = Tensor();
-  lin_back(LinearRole::Up, dup, a.hn, gemm_weight(l, LinearRole::Up), &dhn, kAddDx, &g.w.up, nullptr);
-  dup = Tensor();
+  lin_back(LinearRole::Gate, dgate, a.hn, Wgate, &dhn, kAssignDx, &g.w.gate, nullptr, opt(dgate16));
+  dgate = dgate16 = Tensor();
+  lin_back(LinearRole::Up, dup, a.hn, Wup, &dhn, kAddDx, &g.w.up, nullptr, opt(dup16));
+  dup = dup16 = Tensor();
   a.hn = Tensor();
   // dh = dout (residual h -> out) + the post-norm's backward, added into dout's buffer: nothing
   // reads dout after the down projection's backward.

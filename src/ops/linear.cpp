@@ -15,6 +15,7 @@
 // (lora_dropout_scratch_floats: 0 on CUDA) and call sgemm as the plain path does.
 #include "ops/linear.h"
 
+#include "ops/device_compute.h"
 #include "ops/held_range.h"
 #include "ops/op_checks.h"
 
@@ -55,8 +56,9 @@ int64_t check_linear_args(const Tensor& x, const Tensor& W, const Tensor* bias, 
 }
 
 // y = x·Wᵀ (+ b): one sgemm for an f32 W; a held W is dequantized tile by tile inside the GEMM
-// (backend/cpu/quant_gemm.h), then the bias is added.
-void base_forward(const Tensor& x, const Tensor& W, const Tensor* bias, Tensor& y) {
+// (backend/cpu/quant_gemm.h), reading x16 (x's bf16 copy, may be null) where the GEMM takes bf16,
+// then the bias is added.
+void base_forward(const Tensor& x, const uint16_t* x16, const Tensor& W, const Tensor* bias, Tensor& y) {
   const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
   if (W.dtype() == DType::F32) {
     ops::kernels(x).linear_base_forward(x.kernel_data<float>(), W.kernel_data<float>(),
@@ -64,7 +66,8 @@ void base_forward(const Tensor& x, const Tensor& W, const Tensor* bias, Tensor& 
                                         out);
     return;
   }
-  ops::kernels(x).held_gemm_xwt(x.kernel_data<float>(), ops::held_gemm_matrix(W), 0.0f, y.kernel_data<float>(), T);
+  ops::kernels(x).held_linear_forward(x.kernel_data<float>(), x16, ops::held_gemm_matrix(W), 0.0f,
+                                      y.kernel_data<float>(), T);
   if (bias) ops::kernels(x).add_bias_inplace(y.kernel_data<float>(), bias->kernel_data<float>(), T, out);
 }
 
@@ -111,20 +114,21 @@ void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, con
 
 }  // namespace
 
-Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, const LoraWeights* lora,
-                      LinearSaved* saved) {
+Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, const LoraWeights* lora, LinearSaved* saved,
+                      const Tensor* x_bf16) {
   const int64_t r = check_linear_args(x, W, bias, lora);
   const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
+  const uint16_t* x16 = ops::bf16_input(kOp, "x_bf16", x_bf16, x);
   Tensor y = Tensor::empty({T, out}, DType::F32, x.device());
   if (!lora) {
-    base_forward(x, W, bias, y);
+    base_forward(x, x16, W, bias, y);
     if (saved) *saved = LinearSaved{};  // nothing to keep; drop anything from an earlier call
     return y;
   }
 
   Tensor xa = Tensor::empty({T, r}, DType::F32, x.device());
   if (!dropout_active(*lora)) {
-    base_forward(x, W, bias, y);
+    base_forward(x, x16, W, bias, y);
     ops::kernels(x).lora_forward(x.kernel_data<float>(), lora->A->kernel_data<float>(), lora->B->kernel_data<float>(),
                                  lora->scale, xa.kernel_data<float>(), y.kernel_data<float>(), T, in, out, r);
   } else {
@@ -137,7 +141,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
                                       lora->dropout_seed, scratch.kernel_data<float>(), xa.kernel_data<float>(), T, in,
                                       r);
     }
-    base_forward(x, W, bias, y);
+    base_forward(x, x16, W, bias, y);
     ops::kernels(x).sgemm(false, true, T, out, r, lora->scale, xa.kernel_data<float>(), r,
                           lora->B->kernel_data<float>(), r, 1.0f, y.kernel_data<float>(), out);
   }
@@ -146,10 +150,11 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
 }
 
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const LoraWeights* lora,
-                     const LinearSaved* saved, const LinearGrads& grads) {
+                     const LinearSaved* saved, const LinearGrads& grads, const Tensor* dy_bf16) {
   const int64_t r = check_linear_args(x, W, nullptr, lora);
   const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
   ops::require_shape(kOp, "dy", dy, Shape{T, out});
+  const uint16_t* dy16 = ops::bf16_input(kOp, "dy_bf16", dy_bf16, dy);
   if (grads.dx) ops::require_shape(kOp, "dx", *grads.dx, Shape{T, in});
   if (grads.dW) ops::require_shape(kOp, "dW", *grads.dW, Shape{out, in});
   if (grads.db) ops::require_shape(kOp, "db", *grads.db, Shape{out});
@@ -173,13 +178,17 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const L
   if (grads.dx && W.dtype() == DType::F32)
     ops::kernels(x).linear_dx(g, W.kernel_data<float>(), dx_beta, grads.dx->kernel_data<float>(), T, in, out);
   if ((grads.dx || grads.dW) && W.dtype() != DType::F32)  // dW: W is a bf16 GEMM copy (full fine-tuning)
-    ops::kernels(x).held_linear_backward(g, x.kernel_data<float>(), ops::held_gemm_matrix(W), dx_beta,
+    ops::kernels(x).held_linear_backward(g, dy16, x.kernel_data<float>(), ops::held_gemm_matrix(W), dx_beta,
                                          grads.dx ? grads.dx->kernel_data<float>() : nullptr,
                                          grads.dW ? grads.dW->kernel_data<float>() : nullptr, T);
   if (grads.dW && W.dtype() == DType::F32)
     ops::kernels(x).linear_dW_accumulate(g, x.kernel_data<float>(), grads.dW->kernel_data<float>(), T, in, out);
   if (lora && T > 0 && (grads.dx || grads.dA || grads.dB)) lora_backward(g, x, *lora, saved, grads, T, in, out, r);
   if (grads.db) ops::kernels(x).bias_grad_accumulate(g, grads.db->kernel_data<float>(), T, out);
+}
+
+bool held_gemms_read_bf16(const Tensor& W) {
+  return W.dtype() != DType::F32 && W.device().type == DeviceType::CUDA && !ops::cuda_frozen_gemms_in_f16();
 }
 
 int64_t lora_dropout_scratch_floats(DeviceType device, int64_t T, int64_t in, bool backward) {

@@ -18,6 +18,14 @@
 // W may be the bf16 GEMM copy of a trainable f32 master (training.matmul_dtype bf16,
 // model/transformer.h): x·Wᵀ and dy·W read it like a held bf16 weight, dW (f32, the master's
 // gradient) is dyᵀ·x with both operands rounded to bf16 on a card (f32 on the CPU).
+//
+// x_bf16 (forward) and dy_bf16 (backward), may be null: x (dy) already rounded to nearest-even bf16
+// by its producer (rms_norm_forward, swiglu_forward/backward: their bf16 outputs). A GEMM against a
+// held W that takes bf16 inputs (a card of compute capability 8.0+: held_gemms_read_bf16 below)
+// reads it instead of rounding x (dy) into workspace per call: one write beside the producer's
+// instead of a pass reading the f32 tensor again, shared by every projection of that input
+// (q/k/v, gate/up). Other GEMMs (an f32 W, an f16 card, the CPU's) read the f32 tensor; the
+// results are the same bits either way.
 #pragma once
 
 #include <cstdint>
@@ -48,11 +56,16 @@ struct LinearGrads {
   bool accumulate_dx = false;  // dx += instead of dx =
 };
 
-// saved may be null (inference). bias and lora may be null.
-Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, const LoraWeights* lora,
-                      LinearSaved* saved);
+// saved may be null (inference). bias, lora, x_bf16 and dy_bf16 may be null.
+Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, const LoraWeights* lora, LinearSaved* saved,
+                      const Tensor* x_bf16 = nullptr);
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const LoraWeights* lora,
-                     const LinearSaved* saved, const LinearGrads& grads);
+                     const LinearSaved* saved, const LinearGrads& grads, const Tensor* dy_bf16 = nullptr);
+
+// Whether a GEMM of `device` against W reads a bf16 copy of its activation operand (W held
+// narrower than f32, or a bf16 GEMM copy, on a card whose GEMMs take bf16): where producers'
+// bf16 outputs (x_bf16, dy_bf16 above) save a rounding pass. False on the CPU and on an f16 card.
+bool held_gemms_read_bf16(const Tensor& W);
 
 // Floats of scratch one LoRA-dropout call allocates on `device` (forward: linear_forward; backward:
 // linear_backward), freed when the call returns: the CPU writes the dropped input (and its

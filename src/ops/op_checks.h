@@ -56,6 +56,28 @@ inline void require_same_device(const char* op, std::initializer_list<const Tens
   }
 }
 
+// An op's optional bf16 output (its f32 output also rounded to nearest even, for the bf16 GEMMs
+// that read it: ops/rms_norm.h, swiglu.h): null when not asked for; allocated with `shape` on
+// `device` when undefined, else it must be a bf16 tensor of `shape` there.
+inline uint16_t* bf16_output(const char* op, const char* name, Tensor* t, const Shape& shape, Device device) {
+  if (!t) return nullptr;
+  if (!t->defined()) *t = Tensor::empty(shape, DType::BF16, device);
+  require_shape(op, name, *t, shape, DType::BF16);
+  if (!(t->device() == device))
+    throw Error(ErrorCode::RUNTIME_INTERNAL,
+                fmt::format("[{}] {} is {}, on another device than the op's tensors", op, name, t->describe()));
+  return t->kernel_data<uint16_t>();
+}
+
+// An op's optional bf16 input: `of` rounded to nearest-even bf16 by its producer (ops/linear.h
+// x_bf16, dy_bf16), of `of`'s shape and device; null when not given.
+inline const uint16_t* bf16_input(const char* op, const char* name, const Tensor* t, const Tensor& of) {
+  if (!t) return nullptr;
+  require_shape(op, name, *t, of.shape(), DType::BF16);
+  require_same_device(op, {t, &of});
+  return t->kernel_data<uint16_t>();
+}
+
 // The i32 values of `t` readable by host code (argument checks of token ids, labels, positions):
 // t's own memory on the CPU; for a device tensor the host copy it was uploaded from when the
 // uploader keeps one (core/host_mirror.h: the model's batch, so a training step's checks never

@@ -19,7 +19,7 @@ void check_x_w(const Tensor& x, const Tensor& w) {
 }
 }  // namespace
 
-Tensor rms_norm_forward(const Tensor& x, const Tensor& w, float eps, Tensor* rstd) {
+Tensor rms_norm_forward(const Tensor& x, const Tensor& w, float eps, Tensor* rstd, Tensor* y_bf16) {
   check_x_w(x, w);
   if (!(eps > 0.0f) || !std::isfinite(eps))
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[rms_norm] eps must be positive but is {}", eps));
@@ -28,9 +28,10 @@ Tensor rms_norm_forward(const Tensor& x, const Tensor& w, float eps, Tensor* rst
     if (!rstd->defined()) *rstd = Tensor::empty({N}, DType::F32, x.device());
     ops::require_shape(kOp, "rstd", *rstd, Shape{N});
   }
+  uint16_t* y16 = ops::bf16_output(kOp, "y_bf16", y_bf16, Shape{N, D}, x.device());
   ops::require_same_device(kOp, {&x, rstd});
   Tensor y = Tensor::empty({N, D}, DType::F32, x.device());
-  ops::kernels(x).rms_norm_forward(x.kernel_data<float>(), w.kernel_data<float>(), eps, y.kernel_data<float>(),
+  ops::kernels(x).rms_norm_forward(x.kernel_data<float>(), w.kernel_data<float>(), eps, y.kernel_data<float>(), y16,
                                    rstd ? rstd->kernel_data<float>() : nullptr, N, D);
   return y;
 }

@@ -96,23 +96,28 @@ struct DeviceScratch {
   bool f16 = false;          // the card's GEMMs against frozen weights take f16 (compute capability 7.5)
   bool f32_panels = false;   // some frozen matrix lies outside f16's range: its GEMMs take f32 panels
   bool gemm_copies = false;  // full mode's trained matrices read bf16 copies (held = head = BF16 then)
+  // The projections' GEMMs take bf16 (a held or copied weight on a bf16 card: ops/linear.h
+  // held_gemms_read_bf16), so RMSNorm and SwiGLU write their outputs' bf16 copies (xn for q/k/v, hn
+  // for gate/up, m for down; dgate and dup backward), which the GEMMs read instead of rounding.
+  bool bf16_operands = false;
 
   // What one GEMM of x [T, in] with the frozen weight [out, in] holds besides its operands
   // (backend/cuda/device_workspace.h): the activation operand rounded to bf16 or f16 (x [T, in]
   // forward, dy [T, out] for dx) and, for f16 and block types (bf16 too on an f16 card), the
   // weight's 16-bit panel. When some frozen matrix takes f32 panels (which ones is not modelled),
   // every GEMM counts the larger of the two paths.
-  size_t linear_gemm(int64_t T, int64_t in, int64_t out, bool dx) const {
+  // operand_given: the producer's bf16 copy is read, nothing is rounded.
+  size_t linear_gemm(int64_t T, int64_t in, int64_t out, bool dx, bool operand_given = false) const {
     if (!cuda) return 0;
-    const size_t narrow = cuda_workspace::held_gemm_operand_bytes(held, T, dx ? out : in, f16) +
+    const size_t narrow = (operand_given ? 0 : cuda_workspace::held_gemm_operand_bytes(held, T, dx ? out : in, f16)) +
                           cuda_workspace::held_gemm_panel_bytes(held, out, in, f16);
     if (!f32_panels || held == DType::F32) return narrow;
     return std::max(narrow, cuda_workspace::held_gemm_f32_panel_bytes(out, in));
   }
   // The backward of a matrix trained through its bf16 copy: dy rounded to bf16 once for dx and dW,
   // x for dW (held_linear_backward).
-  size_t linear_dW(int64_t T, int64_t in, int64_t out) const {
-    return cuda && gemm_copies ? cuda_workspace::narrow_dW_operand_bytes(T, in, out) : 0;
+  size_t linear_dW(int64_t T, int64_t in, int64_t out, bool dy_given) const {
+    return cuda && gemm_copies ? cuda_workspace::narrow_dW_operand_bytes(T, in, out, dy_given) : 0;
   }
   // linear_cross_entropy's workspace (the device kernel walks whole windows of min(chunk, T) rows:
   // the label windows do not shrink it). An f32 head, or a bf16 one on a bf16 card:
@@ -170,15 +175,22 @@ struct Acts {
   std::array<Id, kNumLinearRoles> xa{-1, -1, -1, -1, -1, -1, -1};
 };
 
-// linear_forward: y, then (LoRA) xa, kept in `keep` or freed at the end of the op.
-Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* keep, Group keep_group) {
+// A producer's bf16 copy of a GEMM input [n] (DeviceScratch::bf16_operands), or none (-1).
+Id bf16_copy(Replay& R, const Dims& m, int64_t n) {
+  return m.device.bf16_operands ? R.alloc_bytes(kWork, static_cast<size_t>(n) * 2) : -1;
+}
+
+// linear_forward: y, then (LoRA) xa, kept in `keep` or freed at the end of the op. x16: the bf16
+// copy of x the producer made (-1: none, the GEMM rounds x itself).
+Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* keep, Group keep_group, Id x16) {
+  const bool given = x16 >= 0;
   Id y = R.alloc(y_group, m.T * m.out(role));
-  if (!m.has_lora(role)) R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), false));
+  if (!m.has_lora(role)) R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), false, given));
   if (m.has_lora(role)) {
     const auto ri = static_cast<size_t>(role);
     Id xa = R.alloc(keep ? keep_group : kWork, m.T * m.r);
-    if (m.dropout > 0) R.transient(kWork, m.dropout_scratch(role, false));                // before the base GEMM
-    R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), false));  // the base GEMM
+    if (m.dropout > 0) R.transient(kWork, m.dropout_scratch(role, false));                       // before the base GEMM
+    R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), false, given));  // the base GEMM
     if (keep)
       keep->xa[ri] = xa;
     else
@@ -188,14 +200,15 @@ Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* ke
 }
 
 // linear_backward's own temporaries (dx is allocated by the caller), then the transformer drops
-// that projection's saved LoRA activations.
-void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a) {
+// that projection's saved LoRA activations. dy16: dy's bf16 copy from its producer (-1: none).
+void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a, Id dy16 = -1) {
   const auto ri = static_cast<size_t>(role);
+  const bool given = dy16 >= 0;
   // dx = dy·W; with a bf16 GEMM copy also dW += dyᵀ·x, the two sharing dy's bf16 copy.
   if (m.device.gemm_copies)
-    R.transient_bytes(kWork, m.device.linear_dW(m.T, m.in(role), m.out(role)));
+    R.transient_bytes(kWork, m.device.linear_dW(m.T, m.in(role), m.out(role), given));
   else
-    R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), true));
+    R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), true, given));
   if (m.has_lora(role)) {
     Id dxa = R.alloc(kWork, m.T * m.r);
     R.transient(kWork, m.dropout_scratch(role, true));
@@ -213,9 +226,11 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   Acts& a = k ? *keep : local;
   if (k) a.rstd1 = R.alloc(g, m.T);
   a.xn = R.alloc(g, m.T * m.D);
-  a.q = linear_fwd(R, m, LinearRole::Q, g, keep, g);
-  a.k = linear_fwd(R, m, LinearRole::K, g, keep, g);
-  a.v = linear_fwd(R, m, LinearRole::V, g, keep, g);
+  Id x16 = bf16_copy(R, m, m.T * m.D);
+  a.q = linear_fwd(R, m, LinearRole::Q, g, keep, g, x16);
+  a.k = linear_fwd(R, m, LinearRole::K, g, keep, g, x16);
+  a.v = linear_fwd(R, m, LinearRole::V, g, keep, g, x16);
+  R.free(x16);
   if (m.qk_norm) {
     a.q_pre = a.q;
     if (k) a.rstd_q = R.alloc(g, m.T * m.Hq);
@@ -230,16 +245,20 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   if (k) a.lse = R.alloc(g, m.Hq * m.T);
   R.transient(kWork, m.attn_fwd_scratch);
   if (!k) R.free(a.q), R.free(a.k), R.free(a.v);
-  a.h = linear_fwd(R, m, LinearRole::O, g, keep, g);
+  a.h = linear_fwd(R, m, LinearRole::O, g, keep, g, -1);
   if (!k) R.free(a.attn), R.free(a.xn);
   if (k) a.rstd2 = R.alloc(g, m.T);
   a.hn = R.alloc(g, m.T * m.D);
-  a.gate = linear_fwd(R, m, LinearRole::Gate, g, keep, g);
-  a.up = linear_fwd(R, m, LinearRole::Up, g, keep, g);
+  x16 = bf16_copy(R, m, m.T * m.D);
+  a.gate = linear_fwd(R, m, LinearRole::Gate, g, keep, g, x16);
+  a.up = linear_fwd(R, m, LinearRole::Up, g, keep, g, x16);
+  R.free(x16);
   if (!k) R.free(a.hn);
+  x16 = bf16_copy(R, m, m.T * m.F);
   a.m = R.alloc(g, m.T * m.F);
   if (!k) R.free(a.gate), R.free(a.up);
-  Id out = linear_fwd(R, m, LinearRole::Down, out_group, keep, g);
+  Id out = linear_fwd(R, m, LinearRole::Down, out_group, keep, g, x16);
+  R.free(x16);
   if (!k) R.free(a.m), R.free(a.h);
   return out;
 }
@@ -252,13 +271,14 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout) {
   linear_bwd(R, m, LinearRole::Down, a);
   R.free(a.m);
   Id dgate = R.alloc(kWork, m.T * m.F), dup = R.alloc(kWork, m.T * m.F);
+  Id dgate16 = bf16_copy(R, m, m.T * m.F), dup16 = bf16_copy(R, m, m.T * m.F);
   R.free(dm);
   R.free(a.gate), R.free(a.up);
   Id dhn = R.alloc(kWork, m.T * m.D);
-  linear_bwd(R, m, LinearRole::Gate, a);
-  R.free(dgate);
-  linear_bwd(R, m, LinearRole::Up, a);
-  R.free(dup);
+  linear_bwd(R, m, LinearRole::Gate, a, dgate16);
+  R.free(dgate), R.free(dgate16);
+  linear_bwd(R, m, LinearRole::Up, a, dup16);
+  R.free(dup), R.free(dup16);
   R.free(a.hn);
   R.free(dhn);
   R.free(a.h);
@@ -387,6 +407,7 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
   m.device.head = lora ? s.head_dtype : copies ? DType::BF16 : DType::F32;
   m.device.f16 = m.device.cuda && ops::cuda_frozen_gemms_in_f16();
   m.device.f32_panels = m.device.f16 && s.frozen_f32_panels;
+  m.device.bf16_operands = m.device.cuda && !m.device.f16 && m.device.held != DType::F32;
   if (m.device.cuda) return m;  // attention tiles live in shared memory on the device
   const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
   // Attention scratch (ops/attention.h), bounded by one sample spanning the micro-batch.

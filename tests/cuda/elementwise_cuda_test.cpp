@@ -19,13 +19,22 @@ void check_swiglu(int64_t n) {
   const auto u = test::back(test::as<T>(test::random_floats(n, 11 + n)));
   const auto dh = test::back(test::as<T>(test::random_floats(n, 12 + n)));
   std::vector<float> h_ref(n), dg_ref(n), du_ref(n);
-  cpu::swiglu_forward(g.data(), u.data(), h_ref.data(), n);
-  cpu::swiglu_backward(dh.data(), g.data(), u.data(), dg_ref.data(), du_ref.data(), n);
+  cpu::swiglu_forward(g.data(), u.data(), h_ref.data(), nullptr, n);
+  cpu::swiglu_backward(dh.data(), g.data(), u.data(), dg_ref.data(), du_ref.data(), nullptr, nullptr, n);
   auto gd = test::as<T>(g), ud = test::as<T>(u), dhd = test::as<T>(dh);
-  std::vector<T> h(n), dg(n), du(n);
-  swiglu_forward<T>(gd.data(), ud.data(), h.data(), n);
-  swiglu_backward<T>(dhd.data(), gd.data(), ud.data(), dg.data(), du.data(), n);
+  std::vector<T> h(n), dg(n), du(n), h2(n), dg2(n), du2(n);
+  std::vector<bf16> h16(n), dg16(n), du16(n);  // the bf16 copies the GEMMs read
+  swiglu_forward<T>(gd.data(), ud.data(), h.data(), h16.data(), n);
+  swiglu_backward<T>(dhd.data(), gd.data(), ud.data(), dg.data(), du.data(), dg16.data(), du16.data(), n);
+  swiglu_forward<T>(gd.data(), ud.data(), h2.data(), nullptr, n);
+  swiglu_backward<T>(dhd.data(), gd.data(), ud.data(), dg2.data(), du2.data(), nullptr, nullptr, n);
   const std::string at = " n=" + std::to_string(n);
+  test::expect_bf16_copy(h16, test::back(h), "h bf16 copy" + at);
+  test::expect_bf16_copy(dg16, test::back(dg), "dgate bf16 copy" + at);
+  test::expect_bf16_copy(du16, test::back(du), "dup bf16 copy" + at);
+  EXPECT_EQ(test::back(h2), test::back(h)) << at;  // the copies change nothing else
+  EXPECT_EQ(test::back(dg2), test::back(dg)) << at;
+  EXPECT_EQ(test::back(du2), test::back(du)) << at;
   test::expect_close(test::back(h), h_ref, test::tolerance_of<T>(), "h" + at);
   test::expect_close(test::back(dg), dg_ref, test::tolerance_of<T>(), "dgate" + at);
   test::expect_close(test::back(du), du_ref, test::tolerance_of<T>(), "dup" + at);

@@ -229,6 +229,78 @@ TEST(CudaBf16Gemm, Bf16CopyOfATrainableWeightTakesBf16GemmsForItsGradient) {
   parity::expect_same(dWt, dW_f32, "dW on a Turing card", kTolF32);
 }
 
+// A producer's bf16 copy of the GEMM input (ops/linear.h x_bf16, dy_bf16: RMSNorm's and SwiGLU's
+// bf16 outputs) is read instead of rounding the f32 tensor: the same bits out, one launch and the
+// operand's workspace fewer per call, over a held bf16 weight and a trainable one's GEMM copy (dx
+// and dW share it). GEMMs that do not take bf16 (an f32 weight, a Turing card's f16) read the f32
+// tensor as before. A copy of another shape is refused.
+TEST(CudaBf16Gemm, AProducersBf16CopyIsReadInsteadOfRoundingWithTheSameBits) {
+  SimulatedCudaDevice card;
+  const Tensor xg = gpu(random_tensor({kT, kIn}, 81)), dyg = gpu(random_tensor({kT, kOut}, 82));
+  const Tensor W = gpu(random_tensor({kOut, kIn}, 83).to(DType::BF16));
+  Tensor x16 = Tensor::empty({kT, kIn}, DType::BF16, kGpu), dy16 = Tensor::empty({kT, kOut}, DType::BF16, kGpu);
+  round_to_bf16(xg, x16);
+  round_to_bf16(dyg, dy16);
+  EXPECT_TRUE(held_gemms_read_bf16(W));
+  const auto same_bits = [](const Tensor& a, const Tensor& b, const std::string& what) {
+    EXPECT_EQ(a.to_vector(), b.to_vector()) << what;
+  };
+  // Forward.
+  uint64_t before = sim::launch_count();
+  const Tensor y = linear_forward(xg, W, nullptr, nullptr, nullptr);
+  const uint64_t rounding = sim::launch_count() - before;
+  before = sim::launch_count();
+  const Tensor y_given = linear_forward(xg, W, nullptr, nullptr, nullptr, &x16);
+  EXPECT_EQ(sim::launch_count() - before, rounding - 1) << "x is not rounded again";
+  same_bits(y_given, y, "y");
+  EXPECT_EQ(scratch_of(card, [&] { linear_forward(xg, W, nullptr, nullptr, nullptr, &x16); }),
+            static_cast<size_t>(kT * kOut) * 4)
+      << "only y: no operand workspace";
+  // Backward: dx over a held weight, dx and dW over a trainable weight's GEMM copy.
+  Tensor dx = Tensor::empty({kT, kIn}, DType::F32, kGpu), dx_given = Tensor::empty({kT, kIn}, DType::F32, kGpu);
+  linear_backward(dyg, xg, W, nullptr, nullptr, LinearGrads{&dx});
+  before = sim::launch_count();
+  linear_backward(dyg, xg, W, nullptr, nullptr, LinearGrads{&dx_given}, &dy16);
+  EXPECT_EQ(sim::launch_count() - before, 0u) << "nothing rounded for dx";
+  same_bits(dx_given, dx, "dx");
+  const Tensor prior = random_tensor({kOut, kIn}, 84);
+  Tensor dW = gpu(prior), dW_given = gpu(prior);
+  linear_backward(dyg, xg, W, nullptr, nullptr, LinearGrads{&dx, &dW});
+  before = sim::launch_count();
+  linear_backward(dyg, xg, W, nullptr, nullptr, LinearGrads{&dx_given, &dW_given}, &dy16);
+  EXPECT_EQ(sim::launch_count() - before, 1u) << "x rounded for dW, dy not";
+  same_bits(dx_given, dx, "dx beside dW");
+  same_bits(dW_given, dW, "dW");
+  EXPECT_EQ(scratch_of(card,
+                       [&] {
+                         linear_backward(dyg, xg, W, nullptr, nullptr, LinearGrads{&dx, &dW_given}, &dy16);
+                       }),
+            cuda_workspace::narrow_dW_operand_bytes(kT, kIn, kOut, true));
+  // An f32 weight, and an f16 card: the copy is not what their GEMMs read.
+  const Tensor W32 = gpu(random_tensor({kOut, kIn}, 85));
+  EXPECT_FALSE(held_gemms_read_bf16(W32));
+  same_bits(linear_forward(xg, W32, nullptr, nullptr, nullptr, &x16),
+            linear_forward(xg, W32, nullptr, nullptr, nullptr), "y over an f32 weight");
+  {
+    SimulatedComputeCapability t4(7, 5);
+    EXPECT_FALSE(held_gemms_read_bf16(W));
+    sim::GemmRecorder rec;
+    same_bits(linear_forward(xg, W, nullptr, nullptr, nullptr, &x16), linear_forward(xg, W, nullptr, nullptr, nullptr),
+              "y on an f16 card");
+    for (const auto& d : rec.descs()) EXPECT_EQ(d.b_type, gemm::DType::F16) << "the f16 card's GEMMs took the copy";
+  }
+  const Tensor wrong = Tensor::empty({kT, kOut}, DType::BF16, kGpu);
+  for (const Tensor* bad : {&wrong, &xg}) {  // another shape; f32, not bf16
+    try {
+      linear_forward(xg, W, nullptr, nullptr, nullptr, bad);
+      ADD_FAILURE() << "a wrong x_bf16 was taken: " << bad->describe();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::RUNTIME_INTERNAL) << e.what();
+      EXPECT_NE(std::string(e.what()).find("x_bf16"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // The copy itself: round_to_bf16 on the card gives the CPU's bits (core's f32_to_bf16), NaN included.
 TEST(CudaBf16Gemm, GemmCopyRoundingMatchesTheCpuBitForBit) {
   SimulatedCudaDevice card;

@@ -15,13 +15,17 @@ void check_rms_norm(int64_t N, int64_t D) {
   const auto dy = test::back(test::as<T>(test::random_floats(N * D, 3 + N)));
   const float eps = 1e-5f;
   std::vector<float> y_ref(N * D), rstd_ref(N), dx_ref(N * D), dw_ref(D, 0.25f);
-  cpu::rms_norm_forward(x.data(), w.data(), eps, y_ref.data(), rstd_ref.data(), N, D);
+  cpu::rms_norm_forward(x.data(), w.data(), eps, y_ref.data(), nullptr, rstd_ref.data(), N, D);
   cpu::rms_norm_backward(dy.data(), x.data(), w.data(), rstd_ref.data(), dx_ref.data(), dw_ref.data(), N, D, false);
 
   auto xd = test::as<T>(x), dyd = test::as<T>(dy);
   std::vector<T> y(N * D), dx(N * D);
   std::vector<float> rstd(N, -1.0f), dw(D, 0.25f);  // dw accumulates (+=)
-  rms_norm_forward<T>(xd.data(), w.data(), eps, y.data(), rstd.data(), N, D);
+  std::vector<bf16> y16(N * D);                     // y's bf16 copy, the projections' GEMM operand
+  rms_norm_forward<T>(xd.data(), w.data(), eps, y.data(), y16.data(), rstd.data(), N, D);
+  // Without a copy asked for, the same y.
+  std::vector<T> y_alone(N * D);
+  rms_norm_forward<T>(xd.data(), w.data(), eps, y_alone.data(), nullptr, nullptr, N, D);
   rms_norm_backward<T>(dyd.data(), xd.data(), w.data(), rstd.data(), dx.data(), dw.data(), N, D, false);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   // Accumulated (dx += ...): onto a residual gradient the T storage holds.
@@ -32,6 +36,8 @@ void check_rms_norm(int64_t N, int64_t D) {
   rms_norm_backward<T>(dyd.data(), xd.data(), w.data(), rstd.data(), dx_acc.data(), nullptr, N, D, true);
   constexpr auto tol = test::tolerance_of<T>();
   test::expect_close(test::back(y), y_ref, tol, "y " + at);
+  test::expect_bf16_copy(y16, test::back(y), "y bf16 copy " + at);
+  EXPECT_EQ(test::back(y_alone), test::back(y)) << at;
   test::expect_close(rstd, rstd_ref, test::kF32Tol, "rstd " + at);
   test::expect_close(test::back(dx), dx_ref, tol, "dx " + at);
   test::expect_close(dw, dw_ref, {1e-4 * N, 1e-5}, "dw " + at);  // f32 sums of N products

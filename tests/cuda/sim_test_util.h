@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_compat.cuh"
+#include "core/dtype.h"
 
 namespace bp::sim::test {
 
@@ -73,6 +74,17 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
       ADD_FAILURE() << what << " [" << i << "]: got " << got[i] << ", reference " << ref[i];
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " values outside tolerance";
+}
+
+// `copy` is `of` rounded to nearest-even bf16, bit for bit (a producer's bf16 output beside its
+// own f32 one: ops/linear.h x_bf16).
+inline void expect_bf16_copy(const std::vector<bf16>& copy, const std::vector<float>& of, const std::string& what) {
+  ASSERT_EQ(copy.size(), of.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < of.size(); ++i)
+    if (copy[i].bits != ::bp::f32_to_bf16(of[i]) && ++bad <= 5)
+      ADD_FAILURE() << what << " [" << i << "]: bits " << copy[i].bits << " for " << of[i];
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << of.size() << " values not the rounded f32 output";
 }
 
 }  // namespace bp::sim::test

@@ -31,8 +31,12 @@ struct StepCounts {
 };
 
 // Trains tiny-chat's shape with `layers` layers (random weights: only the shape matters) on the
-// simulated card for 4 steps of 2 micro-batches and returns the counts of each step.
-StepCounts count_training(int layers, TrainMode mode, bool f16_card) {
+// simulated card for `steps` steps of 2 micro-batches and returns the counts of each step but the
+// first. base: the
+// frozen weights' dtype in LoRA mode ("" = the default, f32 here; bf16 with f16_card);
+// matmul: training.matmul_dtype.
+StepCounts count_training(int layers, TrainMode mode, bool f16_card, const std::string& base = "",
+                          const std::string& matmul = "auto", int steps = 4) {
   TempDir dir;
   nlohmann::json cfg = nlohmann::json::parse(read_file(source_dir() + "/models/tiny-chat/config.json"));
   cfg["num_hidden_layers"] = layers;
@@ -44,9 +48,11 @@ StepCounts count_training(int layers, TrainMode mode, bool f16_card) {
   o.tokenizer_dir = source_dir() + "/models/tiny-chat";
   o.mode = mode;
   o.holdout = 0.0;  // no evaluation between steps: only the steps are counted
-  o.steps = 4;
+  o.steps = steps;
   o.save_every = 0;
   if (f16_card) o.base_dtype = "bf16";  // frozen weights held narrow: f16 GEMMs on a Turing card
+  if (!base.empty()) o.base_dtype = base;
+  o.matmul_dtype = matmul;
 
   SimulatedCudaDevice card;
   std::unique_ptr<SimulatedComputeCapability> turing;
@@ -99,6 +105,35 @@ TEST(CudaTrainer, FullFineTuningStepWaitsForTheCardAFixedSmallNumberOfTimes) {
 TEST(CudaTrainer, TuringF16StepWaitsForTheCardAFixedSmallNumberOfTimes) {
   expect_constant_and_small(count_training(2, TrainMode::Lora, true), count_training(4, TrainMode::Lora, true),
                             "lora on an f16 card");
+}
+
+// The GEMM inputs a step rounds to bf16 itself, one launch each (the wrappers' ActivationOperand):
+// only those no producer wrote a bf16 copy of (ops/linear.h x_bf16, dy_bf16). Per layer and
+// micro-batch: attention's output for o, in the forward and again in the checkpointed recompute,
+// and the dy of down, o, q, k and v for their dx: 7, where rounding every GEMM input was 21 (RMSNorm
+// writes xn's copy for q/k/v and hn's for gate/up, SwiGLU m's for down and dgate's, dup's for the
+// backward). Counted as the launches a layer adds over the same run with f32 GEMMs (a base held
+// in f32, or full fine-tuning with --matmul-dtype f32), which round nothing and launch the
+// same kernels otherwise: 2 layers − 1 layer, in the second step (of 2 micro-batches). Full
+// fine-tuning through bf16 GEMM copies rounds dW's x too (xn for q/k/v, attention's output, hn for
+// gate/up, m: 7) and dy where dx and dW share it (down, o, q, k, v: 5): 14.
+TEST(CudaTrainer, GemmInputsAreRoundedOnlyWhereNoProducerWroteTheirBf16Copy) {
+  const auto launches_per_layer = [](TrainMode mode, const std::string& narrow_base, const std::string& f32_base,
+                                     const std::string& narrow_matmul, const std::string& f32_matmul) {
+    const auto launches = [&](int layers, const std::string& base, const std::string& matmul) {
+      const StepCounts c = count_training(layers, mode, false, base, matmul, 2);
+      EXPECT_EQ(c.per_step.size(), 1u);
+      return c.per_step.empty() ? 0 : static_cast<int64_t>(c.per_step.back().kernel_launches);
+    };
+    const int64_t narrow = launches(2, narrow_base, narrow_matmul) - launches(1, narrow_base, narrow_matmul);
+    const int64_t f32 = launches(2, f32_base, f32_matmul) - launches(1, f32_base, f32_matmul);
+    return narrow - f32;
+  };
+  constexpr int64_t kMicroBatches = 2;
+  EXPECT_EQ(launches_per_layer(TrainMode::Lora, "bf16", "f32", "auto", "auto"), 7 * kMicroBatches)
+      << "LoRA over a bf16 base: rounding launches per layer and step";
+  EXPECT_EQ(launches_per_layer(TrainMode::Full, "", "", "bf16", "f32"), 14 * kMicroBatches)
+      << "full fine-tuning through bf16 GEMM copies: rounding launches per layer and step";
 }
 
 // The counters count: a synchronous read of device memory is one wait, as is a synchronisation;

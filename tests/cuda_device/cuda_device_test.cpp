@@ -75,11 +75,11 @@ TEST(CudaDevice, RmsNormMatchesCpu) {
   const int64_t N = 7, D = 1000;
   const auto x = random_floats(N * D, 1), w = random_floats(D, 2), dy = random_floats(N * D, 3);
   std::vector<float> y_ref(N * D), r_ref(N), dx_ref(N * D), dw_ref(D, 0.0f);
-  cpu::rms_norm_forward(x.data(), w.data(), 1e-5f, y_ref.data(), r_ref.data(), N, D);
+  cpu::rms_norm_forward(x.data(), w.data(), 1e-5f, y_ref.data(), nullptr, r_ref.data(), N, D);
   cpu::rms_norm_backward(dy.data(), x.data(), w.data(), r_ref.data(), dx_ref.data(), dw_ref.data(), N, D, false);
   DeviceBuffer<float> xd{x}, wd{w}, dyd{dy}, y{std::vector<float>(N * D)}, r{std::vector<float>(N)},
       dx{std::vector<float>(N * D)}, dw{std::vector<float>(D, 0.0f)};
-  cuda::rms_norm_forward<float>(xd.ptr, wd.ptr, 1e-5f, y.ptr, r.ptr, N, D, nullptr);
+  cuda::rms_norm_forward<float>(xd.ptr, wd.ptr, 1e-5f, y.ptr, nullptr, r.ptr, N, D, nullptr);
   cuda::rms_norm_backward<float>(dyd.ptr, xd.ptr, wd.ptr, r.ptr, dx.ptr, dw.ptr, N, D, false, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   expect_close(y.to_host(), y_ref, 1e-5, "y");
@@ -118,9 +118,9 @@ TEST(CudaDevice, SwigluAndGlobalNormMatchCpu) {
   const int64_t n = 300001;
   const auto g = random_floats(n, 4), u = random_floats(n, 5);
   std::vector<float> h_ref(n);
-  cpu::swiglu_forward(g.data(), u.data(), h_ref.data(), n);
+  cpu::swiglu_forward(g.data(), u.data(), h_ref.data(), nullptr, n);
   DeviceBuffer<float> gd{g}, ud{u}, h{std::vector<float>(n)};
-  cuda::swiglu_forward<float>(gd.ptr, ud.ptr, h.ptr, n, nullptr);
+  cuda::swiglu_forward<float>(gd.ptr, ud.ptr, h.ptr, nullptr, n, nullptr);
   expect_close(h.to_host(), h_ref, 1e-5, "swiglu");
   DeviceBuffer<unsigned char> scratch{std::vector<unsigned char>(64 * 1024)};
   EXPECT_NEAR(cuda::sum_squares<float>(gd.ptr, n, scratch.ptr, nullptr), cpu::sum_squares(g.data(), n), 1e-9 * n);

@@ -102,6 +102,27 @@ TEST(RmsNorm, DwAccumulatesDxOverwritesFrozenWeightSkipsDw) {
   EXPECT_TRUE(all_close(dx_acc.to_vector(), want, {1e-6, 1e-6}));
 }
 
+// y's bf16 copy (the projections' GEMM operand on a card: ops/linear.h x_bf16): each value the
+// nearest-even rounding of y, rows above the parallel threshold; y unchanged by asking for it; a
+// copy of another shape or type is refused.
+TEST(RmsNorm, Bf16CopyIsTheRoundedOutput) {
+  const int64_t N = 29, D = 1023;
+  Tensor x = random_tensor({N, D}, 11, -3.0f, 3.0f), w = random_tensor({D}, 12, 0.5f, 1.5f);
+  Tensor y16;
+  const Tensor y = rms_norm_forward(x, w, 1e-5f, nullptr, &y16);
+  EXPECT_EQ(y.to_vector(), rms_norm_forward(x, w, 1e-5f, nullptr).to_vector());
+  ASSERT_EQ(y16.dtype(), DType::BF16);
+  ASSERT_EQ(y16.shape(), y.shape());
+  const auto v = y.to_vector();
+  size_t bad = 0;
+  for (size_t i = 0; i < v.size(); ++i) bad += y16.data<uint16_t>()[i] != f32_to_bf16(v[i]);
+  EXPECT_EQ(bad, 0u);
+  Tensor wrong_shape = Tensor::empty({N, D - 1}, DType::BF16), wrong_type = Tensor::empty({N, D});
+  for (Tensor* wrong : {&wrong_shape, &wrong_type})
+    test::expect_op_error([&] { rms_norm_forward(x, w, 1e-5f, nullptr, wrong); }, ErrorCode::RUNTIME_INTERNAL,
+                          {"[rms_norm]", "y_bf16"});
+}
+
 TEST(RmsNorm, Errors) {
   Tensor x = random_tensor({4, 16}, 1), w = random_tensor({15}, 2);
   test::expect_op_error([&] { rms_norm_forward(x, w, 1e-5f, nullptr); }, ErrorCode::RUNTIME_INTERNAL,

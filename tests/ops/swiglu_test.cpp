@@ -65,6 +65,34 @@ TEST(SwiGLU, BackwardMatchesFiniteDifferences) {
   EXPECT_TRUE(all_close(to_double(dup.to_vector()), test::numeric_gradient(&u, loss), {1e-5, 1e-4}));
 }
 
+// The bf16 copies (the GEMMs' operands on a card: ops/linear.h x_bf16, dy_bf16): each value the
+// nearest-even rounding of the f32 output beside it, above the parallel threshold; the f32
+// outputs unchanged by asking for them; a copy of another shape is refused.
+TEST(SwiGLU, Bf16CopiesAreTheRoundedOutputs) {
+  const int64_t T = 37, F = 1031;  // 38147 values: several parallel chunks, a partial last one
+  Tensor gate = random_tensor({T, F}, 6, -6.0f, 6.0f), up = random_tensor({T, F}, 7), dh = random_tensor({T, F}, 8);
+  Tensor h16, dg16, du16;
+  const Tensor h = swiglu_forward(gate, up, &h16);
+  Tensor dgate = Tensor::empty({T, F}), dup = Tensor::empty({T, F});
+  Tensor dgate_alone = Tensor::empty({T, F}), dup_alone = Tensor::empty({T, F});
+  swiglu_backward(dh, gate, up, dgate, dup, &dg16, &du16);
+  swiglu_backward(dh, gate, up, dgate_alone, dup_alone);
+  EXPECT_EQ(h.to_vector(), swiglu_forward(gate, up).to_vector());
+  EXPECT_EQ(dgate.to_vector(), dgate_alone.to_vector());
+  EXPECT_EQ(dup.to_vector(), dup_alone.to_vector());
+  for (auto [copy, of] : {std::pair{&h16, &h}, {&dg16, &dgate}, {&du16, &dup}}) {
+    ASSERT_EQ(copy->dtype(), DType::BF16);
+    ASSERT_EQ(copy->shape(), of->shape());
+    const auto v = of->to_vector();
+    const uint16_t* bits = copy->data<uint16_t>();
+    size_t bad = 0;
+    for (size_t i = 0; i < v.size(); ++i) bad += bits[i] != f32_to_bf16(v[i]);
+    EXPECT_EQ(bad, 0u);
+  }
+  Tensor wrong = Tensor::empty({T, F + 1}, DType::BF16);
+  test::expect_op_error([&] { swiglu_forward(gate, up, &wrong); }, ErrorCode::RUNTIME_INTERNAL, {"[swiglu]", "h_bf16"});
+}
+
 TEST(SwiGLU, ShapeMismatchIsAnInternalError) {
   Tensor gate = random_tensor({4, 8}, 1), up = random_tensor({4, 9}, 2);
   test::expect_op_error([&] { swiglu_forward(gate, up); }, ErrorCode::RUNTIME_INTERNAL,

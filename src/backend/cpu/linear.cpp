@@ -122,8 +122,13 @@ void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T,
   sgemm(true, false, out, in, T, 1.0f, dy, out, x, in, 1.0f, dW, in);
 }
 
-void held_linear_backward(const float* dy, const float* x, const HeldMatrix& W, float dx_beta, float* dx, float* dW,
-                          int64_t T) {
+void held_linear_forward(const float* x, const uint16_t* /*x_bf16: f32 GEMMs here*/, const HeldMatrix& W, float beta,
+                         float* y, int64_t T) {
+  held_gemm_xwt(x, W, beta, y, T);
+}
+
+void held_linear_backward(const float* dy, const uint16_t* /*dy_bf16: f32 GEMMs here*/, const float* x,
+                          const HeldMatrix& W, float dx_beta, float* dx, float* dW, int64_t T) {
   if (dx) held_gemm_xw(dy, W, dx_beta, dx, T);
   if (dW) linear_dW_accumulate(dy, x, dW, T, W.cols, W.rows);
 }

@@ -46,12 +46,18 @@ void lora_forward(const float* xd, const float* A, const float* B, float scale, 
 void linear_dx(const float* dy, const float* W, float beta, float* dx, int64_t T, int64_t in, int64_t out);
 // dW[out,in] += dyᵀ·x
 void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out);
+// The forward of a weight W [out, in] held narrower than f32 (quant_gemm.h): y[T,out] = x·Wᵀ +
+// beta·y. x_bf16 (may be null) is x already rounded to nearest-even bf16 by its producer (RMSNorm,
+// SwiGLU: ops/linear.h): a card whose GEMMs take bf16 reads it instead of rounding x itself; the
+// CPU keeps its activations f32 in every GEMM against held weights and reads x (held_gemm_xwt).
+void held_linear_forward(const float* x, const uint16_t* x_bf16, const HeldMatrix& W, float beta, float* y, int64_t T);
 // The backward of a weight W [out, in] held narrower than f32 (quant_gemm.h): dx[T,in] = dy·W +
 // dx_beta·dx (dx non-null) and, for the bf16 GEMM copy of a trained matrix (full fine-tuning with
 // training.matmul_dtype bf16), dW[out,in] += dyᵀ·x (dW non-null, f32: the master's gradient). On a
-// card both GEMMs share dy's bf16 copy and dW rounds x too (tensor cores); the CPU keeps its
-// activations f32 in every GEMM, as it does against held weights: held_gemm_xw and the f32 product.
-void held_linear_backward(const float* dy, const float* x, const HeldMatrix& W, float dx_beta, float* dx, float* dW,
-                          int64_t T);
+// card both GEMMs share dy's bf16 copy (dy_bf16 when dy's producer made it, may be null) and dW
+// rounds x too (tensor cores); the CPU keeps its activations f32 in every GEMM, as it does against
+// held weights: held_gemm_xw and the f32 product, dy_bf16 unread.
+void held_linear_backward(const float* dy, const uint16_t* dy_bf16, const float* x, const HeldMatrix& W, float dx_beta,
+                          float* dx, float* dW, int64_t T);
 
 }  // namespace bp::cpu

@@ -11,13 +11,16 @@
 
 #include <cmath>
 
+#include "core/dtype.h"
+
 namespace bp::cpu {
 
 namespace {
 constexpr int64_t kParallelMin = 1 << 14;
 }
 
-void rms_norm_forward(const float* x, const float* w, float eps, float* y, float* rstd, int64_t N, int64_t D) {
+void rms_norm_forward(const float* x, const float* w, float eps, float* y, uint16_t* y_bf16, float* rstd, int64_t N,
+                      int64_t D) {
 #pragma omp parallel for schedule(static) if (N * D >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float* xr = x + n * D;
@@ -29,6 +32,10 @@ void rms_norm_forward(const float* x, const float* w, float eps, float* y, float
     if (rstd) rstd[n] = r;
 #pragma omp simd
     for (int64_t j = 0; j < D; ++j) yr[j] = xr[j] * r * w[j];
+    if (!y_bf16) continue;
+    uint16_t* hr = y_bf16 + n * D;
+#pragma omp simd
+    for (int64_t j = 0; j < D; ++j) hr[j] = f32_to_bf16(yr[j]);
   }
 }
 

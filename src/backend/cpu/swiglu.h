@@ -5,9 +5,11 @@
 
 namespace bp::cpu {
 
-// h = silu(g)·u
-void swiglu_forward(const float* gate, const float* up, float* h, int64_t n);
-// dgate = dh·u·σ(g)·(1 + g·(1 − σ(g))),  dup = dh·silu(g)   (both =)
-void swiglu_backward(const float* dh, const float* gate, const float* up, float* dgate, float* dup, int64_t n);
+// h = silu(g)·u; h_bf16 (may be null): h rounded to nearest-even bf16 as well (ops/swiglu.h)
+void swiglu_forward(const float* gate, const float* up, float* h, uint16_t* h_bf16, int64_t n);
+// dgate = dh·u·σ(g)·(1 + g·(1 − σ(g))),  dup = dh·silu(g)   (both =); dgate_bf16, dup_bf16 (may
+// be null): the same rounded to nearest-even bf16
+void swiglu_backward(const float* dh, const float* gate, const float* up, float* dgate, float* dup,
+                     uint16_t* dgate_bf16, uint16_t* dup_bf16, int64_t n);
 
 }  // namespace bp::cpu

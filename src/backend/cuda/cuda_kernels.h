@@ -24,15 +24,16 @@ using bf16 = __nv_bfloat16;
 using f16 = __half;
 
 template <class T>
-void rms_norm_forward(const T* x, const float* w, float eps, T* y, float* rstd, int64_t N, int64_t D,
+void rms_norm_forward(const T* x, const float* w, float eps, T* y, bf16* y16, float* rstd, int64_t N, int64_t D,
                       cudaStream_t stream);
 template <class T>
 void rms_norm_backward(const T* dy, const T* x, const float* w, const float* rstd, T* dx, float* dw, int64_t N,
                        int64_t D, bool accumulate, cudaStream_t stream);
 template <class T>
-void swiglu_forward(const T* gate, const T* up, T* h, int64_t n, cudaStream_t stream);
+void swiglu_forward(const T* gate, const T* up, T* h, bf16* h16, int64_t n, cudaStream_t stream);
 template <class T>
-void swiglu_backward(const T* dh, const T* gate, const T* up, T* dgate, T* dup, int64_t n, cudaStream_t stream);
+void swiglu_backward(const T* dh, const T* gate, const T* up, T* dgate, T* dup, bf16* dgate16, bf16* dup16, int64_t n,
+                     cudaStream_t stream);
 template <class T>
 void rope_apply(T* x, const int32_t* positions, const float* inv_freq, int64_t T_tokens, int64_t n_heads,
                 int64_t head_dim, bool inverse, cudaStream_t stream);

@@ -17,9 +17,10 @@
 // dequantized to bf16 panel by panel (at most cuda_workspace::held_panel_values() values) into workspace. f16 card:
 // every held type, bf16 included, is dequantized to f16 panels the same way (frozen weights stay in their stored type
 // in memory: nothing to convert at upload, and one code path for every type). The f32 activation operand is rounded to
-// the narrow type into workspace (ActivationOperand), scaled by a power of two into f16's range on an f16 card (the
-// GEMM's alpha, read from device memory, undoes it: no wait for the card). GEMMs against f32 weights (trainable ones,
-// LoRA's A/B, a model held in f32) stay f32 GEMMs without TF32; other held types are refused
+// the narrow type into workspace (ActivationOperand; a bf16 GEMM reads the bf16 copy its producer wrote instead, when
+// the caller gives one: held_linear_forward, held_linear_backward), scaled by a power of two into f16's range on an f16
+// card (the GEMM's alpha, read from device memory, undoes it: no wait for the card). GEMMs against f32 weights
+// (trainable ones, LoRA's A/B, a model held in f32) stay f32 GEMMs without TF32; other held types are refused
 // (RUNTIME_NOT_BUILT_WITH_CUDA, never a crash). Attention: the ops front-end (ops/attention.cpp) validates cu_seqlens
 // on the host (the uploader's host copy, or a staged copy) and refuses mixed devices, so the pointer reaching the
 // wrapper is already the device's copy; heads wider than kCudaAttentionMaxHeadDim are refused here. Kernels not written
@@ -174,11 +175,12 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   // into the master's f32 gradient (beta 1) with both operands rounded to nearest-even bf16: the two
   // GEMMs share dy's one bf16 copy, x's is made for dW (together
   // cuda_workspace::narrow_dW_operand_bytes), f32 accumulation. An f16 card has no bf16 tensor cores
-  // and gets no GEMM copies from the trainer; called there anyway, dW is the f32 GEMM.
-  static void held_linear_backward(const float* dy, const float* x, const cpu::HeldMatrix& W, float dx_beta, float* dx,
-                                   float* dW, int64_t T) {
+  // and gets no GEMM copies from the trainer; called there anyway, dW is the f32 GEMM. dy_bf16 (may
+  // be null): dy's bf16 copy as its producer made it (SwiGLU's backward), read instead of rounding dy.
+  static void held_linear_backward(const float* dy, const uint16_t* dy_bf16, const float* x, const cpu::HeldMatrix& W,
+                                   float dx_beta, float* dx, float* dW, int64_t T) {
     const int64_t out = W.rows, in = W.cols;
-    ActivationOperand g(dy, T * out);
+    ActivationOperand g(dy, T * out, dy_bf16);
     if (dx) held_gemm_xw_over(g, W, dx_beta, dx, T);
     if (!dW || T == 0) return;
     if (narrow_gemm_type() != gemm::DType::BF16) return linear_dW_accumulate(dy, x, dW, T, in, out);
@@ -186,13 +188,24 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     const void* gb = g.as(gemm::DType::BF16);  // the copy dx's GEMM made (a bf16 weight on a bf16 card)
     run_gemm(gemm::linear_dW_gemm(T, in, out, gemm::DType::BF16), xs.as(gemm::DType::BF16), gb, dW);
   }
+  // A held linear's forward: y = x·Wᵀ + beta·y, reading x_bf16 (x's bf16 copy as its producer made
+  // it: RMSNorm, SwiGLU; may be null) where the GEMM takes bf16 instead of rounding x here.
+  static void held_linear_forward(const float* x, const uint16_t* x_bf16, const cpu::HeldMatrix& W, float beta,
+                                  float* y, int64_t T) {
+    held_gemm_xwt_given(x, x_bf16, W, beta, y, T);
+  }
   // C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K] held (for_each_weight_panel: an f32 GEMM for an f32
   // weight, 16-bit inputs with f32 accumulation and an f32 C for a weight held narrower; alpha,
   // read on the device, undoes the f16 operand's scale, and scales only the product, so beta's C is
   // untouched).
   static void held_gemm_xwt(const float* X, const cpu::HeldMatrix& W, float beta, float* C, int64_t M) {
+    held_gemm_xwt_given(X, nullptr, W, beta, C, M);
+  }
+  // held_gemm_xwt with X's bf16 copy when the caller has one (X16, may be null).
+  static void held_gemm_xwt_given(const float* X, const uint16_t* X16, const cpu::HeldMatrix& W, float beta, float* C,
+                                  int64_t M) {
     const int64_t N = W.rows, K = W.cols;
-    ActivationOperand x(X, M * K);
+    ActivationOperand x(X, M * K, X16);
     for_each_weight_panel(W, "held_gemm_xwt", [&](int64_t n0, int64_t nb, const void* P, gemm::DType t) {
       const void* xt = x.as(t);  // before x.scaled(): the f16 copy's scale exists once it is made
       run_gemm(x.scaled(gemm::row_major_gemm(false, true, M, nb, K, 1.0f, K, K, beta, N, t, gemm::DType::F32)), P, xt,
@@ -378,8 +391,9 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   }
 
   // ---- normalisation, rotary embedding, activation ----
-  static void rms_norm_forward(const float* x, const float* w, float eps, float* y, float* rstd, int64_t N, int64_t D) {
-    ::bp::BP_WRAP_NS::rms_norm_forward<float>(x, w, eps, y, rstd, N, D, nullptr);
+  static void rms_norm_forward(const float* x, const float* w, float eps, float* y, uint16_t* y_bf16, float* rstd,
+                               int64_t N, int64_t D) {
+    ::bp::BP_WRAP_NS::rms_norm_forward<float>(x, w, eps, y, reinterpret_cast<bf16*>(y_bf16), rstd, N, D, nullptr);
     check_launch("rms_norm_forward");
   }
   static void rms_norm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
@@ -400,13 +414,14 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     ::bp::BP_WRAP_NS::rope_apply<float>(x, positions, inv_freq, T, n_heads, head_dim, inverse, nullptr);
     check_launch("rope_apply");
   }
-  static void swiglu_forward(const float* gate, const float* up, float* h, int64_t n) {
-    ::bp::BP_WRAP_NS::swiglu_forward<float>(gate, up, h, n, nullptr);
+  static void swiglu_forward(const float* gate, const float* up, float* h, uint16_t* h_bf16, int64_t n) {
+    ::bp::BP_WRAP_NS::swiglu_forward<float>(gate, up, h, reinterpret_cast<bf16*>(h_bf16), n, nullptr);
     check_launch("swiglu_forward");
   }
   static void swiglu_backward(const float* dh, const float* gate, const float* up, float* dgate, float* dup,
-                              int64_t n) {
-    ::bp::BP_WRAP_NS::swiglu_backward<float>(dh, gate, up, dgate, dup, n, nullptr);
+                              uint16_t* dgate_bf16, uint16_t* dup_bf16, int64_t n) {
+    ::bp::BP_WRAP_NS::swiglu_backward<float>(dh, gate, up, dgate, dup, reinterpret_cast<bf16*>(dgate_bf16),
+                                             reinterpret_cast<bf16*>(dup_bf16), n, nullptr);
     check_launch("swiglu_backward");
   }
 
@@ -456,13 +471,16 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   // scaled into [2^13, 2^14) (convert_f32_to_f16_scaled; exact, a power of two): f16 tops out at
   // 65504 and loses gradients below 2^-24, where activations reach 1e5 and a backward's dy 1e-9.
   // The GEMM's alpha = 2^-s (read from device memory: scaled()) gives the f32 result back its scale: per-tensor
-  // scaling, so no global loss scale and no skipped steps.
+  // scaling, so no global loss scale and no skipped steps. `given` (may be null): x's bf16 copy as
+  // x's producer made it (the same rounding), which a bf16 GEMM reads instead: no copy, no
+  // workspace; an f32 or f16 GEMM still reads or converts x.
   class ActivationOperand {
    public:
-    ActivationOperand(const float* x, int64_t n) : x_(x), n_(n) {}
+    ActivationOperand(const float* x, int64_t n, const uint16_t* given = nullptr) : x_(x), n_(n), given_(given) {}
     // Element `offset` of the operand as `type` (f32, bf16 or f16) device memory.
     const void* as(gemm::DType type, int64_t offset = 0) {
       if (type == gemm::DType::F32) return x_ + offset;
+      if (type == gemm::DType::BF16 && given_) return given_ + offset;
       if (!rounded_ && n_ > 0) {
         rounded_ = std::make_unique<DeviceBuffer>(cuda_workspace::narrow_operand_bytes(type == gemm::DType::F16, n_));
         if (type == gemm::DType::BF16) {
@@ -491,6 +509,7 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
    private:
     const float* x_;
     int64_t n_;
+    const uint16_t* given_;
     gemm::F16OperandScale* scale_ = nullptr;  // device memory, inside rounded_
     std::unique_ptr<DeviceBuffer> rounded_;
   };

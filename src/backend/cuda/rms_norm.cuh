@@ -1,7 +1,8 @@
 // CUDA RMSNorm (contract: ops/rms_norm.h; CPU sibling: backend/cpu/rms_norm.cpp). x, y, dy, dx:
 // [N, D] stored as T (float, or bf16 for activations); w, dw: [D] f32 (trainable weights keep f32
 // masters); rstd: [N] f32, saved by the forward for the backward. Every sum is in f32.
-//   forward:  one block per row: Σx² (block_sum), rstd = 1/sqrt(Σx²/D + eps), y = x·rstd·w
+//   forward:  one block per row: Σx² (block_sum), rstd = 1/sqrt(Σx²/D + eps), y = x·rstd·w, and
+//             when y16 is given y rounded to nearest-even bf16 too (the bf16 GEMMs' operand)
 //   backward: one block per row: s = Σ w⊙dy⊙x, dx = rstd·(w⊙dy) − x·rstd³·s/D   (=)
 //             dw += Σ_n dy⊙x·rstd: the rows split over a block's thread rows, summed in a
 //             fixed order (column_sum.cuh; deterministic: no atomics)   (+=)
@@ -16,7 +17,8 @@ namespace bp::BP_CUDA_NS {
 constexpr int kRmsNormThreads = 256;
 
 template <class T>
-__global__ void rms_norm_forward_kernel(const T* x, const float* w, float eps, T* y, float* rstd, int64_t D) {
+__global__ void rms_norm_forward_kernel(const T* x, const float* w, float eps, T* y, bf16* y16, float* rstd,
+                                        int64_t D) {
   __shared__ float scratch[32];
   const T* xr = x + blockIdx.x * D;
   float ss = 0.0f;
@@ -28,7 +30,12 @@ __global__ void rms_norm_forward_kernel(const T* x, const float* w, float eps, T
   const float r = rsqrtf(ss / static_cast<float>(D) + eps);
   if (rstd && threadIdx.x == 0) rstd[blockIdx.x] = r;
   T* yr = y + blockIdx.x * D;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = store_from_f32<T>(load_f32(xr[i]) * r * w[i]);
+  bf16* hr = y16 ? y16 + blockIdx.x * D : nullptr;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const T v = store_from_f32<T>(load_f32(xr[i]) * r * w[i]);
+    yr[i] = v;
+    if (hr) hr[i] = store_from_f32<bf16>(load_f32(v));
+  }
 }
 
 template <class T>
@@ -62,10 +69,11 @@ struct RmsNormDwTerm {
 };
 
 template <class T>
-void rms_norm_forward(const T* x, const float* w, float eps, T* y, float* rstd, int64_t N, int64_t D,
+void rms_norm_forward(const T* x, const float* w, float eps, T* y, bf16* y16, float* rstd, int64_t N, int64_t D,
                       cudaStream_t stream = nullptr) {
   if (N == 0) return;
-  BP_LAUNCH(static_cast<unsigned>(N), kRmsNormThreads, 0, stream, rms_norm_forward_kernel<T>)(x, w, eps, y, rstd, D);
+  BP_LAUNCH(static_cast<unsigned>(N), kRmsNormThreads, 0, stream, rms_norm_forward_kernel<T>)
+  (x, w, eps, y, y16, rstd, D);
 }
 
 template <class T>

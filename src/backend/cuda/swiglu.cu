@@ -2,8 +2,10 @@
 #include "backend/cuda/swiglu.cuh"
 
 namespace bp::cuda {
-template void swiglu_forward<float>(const float*, const float*, float*, int64_t, cudaStream_t);
-template void swiglu_forward<bf16>(const bf16*, const bf16*, bf16*, int64_t, cudaStream_t);
-template void swiglu_backward<float>(const float*, const float*, const float*, float*, float*, int64_t, cudaStream_t);
-template void swiglu_backward<bf16>(const bf16*, const bf16*, const bf16*, bf16*, bf16*, int64_t, cudaStream_t);
+template void swiglu_forward<float>(const float*, const float*, float*, bf16*, int64_t, cudaStream_t);
+template void swiglu_forward<bf16>(const bf16*, const bf16*, bf16*, bf16*, int64_t, cudaStream_t);
+template void swiglu_backward<float>(const float*, const float*, const float*, float*, float*, bf16*, bf16*, int64_t,
+                                     cudaStream_t);
+template void swiglu_backward<bf16>(const bf16*, const bf16*, const bf16*, bf16*, bf16*, bf16*, bf16*, int64_t,
+                                    cudaStream_t);
 }  // namespace bp::cuda

@@ -1,5 +1,6 @@
 // CUDA SwiGLU (contract: ops/swiglu.h; CPU sibling: backend/cpu/swiglu.cpp). Elementwise over n
-// values stored as T (float or bf16), computed in f32:
+// values stored as T (float or bf16), computed in f32; the outputs optionally also as nearest-even
+// bf16 (h16, dgate16, dup16 non-null: the operands of the bf16 GEMMs that read them, ops/swiglu.h):
 //   forward:  h = silu(g)·u = g·σ(g)·u
 //   backward: dgate = dh·u·σ(g)·(1 + g·(1 − σ(g))),  dup = dh·silu(g)   (both =)
 // Grid-stride loops, so any n fits one launch.
@@ -13,35 +14,45 @@ __device__ __forceinline__ float sigmoid_f32(float g) {
   return 1.0f / (1.0f + expf(-g));
 }
 
+// v stored as T, and (out16 non-null) as nearest-even bf16 beside it: the bf16 GEMMs' operand.
 template <class T>
-__global__ void swiglu_forward_kernel(const T* gate, const T* up, T* h, int64_t n) {
+__device__ __forceinline__ void store_with_bf16(T* out, bf16* out16, int64_t i, float v) {
+  const T t = store_from_f32<T>(v);
+  out[i] = t;
+  if (out16) out16[i] = store_from_f32<bf16>(load_f32(t));
+}
+
+template <class T>
+__global__ void swiglu_forward_kernel(const T* gate, const T* up, T* h, bf16* h16, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float g = load_f32(gate[i]);
-    h[i] = store_from_f32<T>(g * sigmoid_f32(g) * load_f32(up[i]));
+    store_with_bf16(h, h16, i, g * sigmoid_f32(g) * load_f32(up[i]));
   }
 }
 
 template <class T>
-__global__ void swiglu_backward_kernel(const T* dh, const T* gate, const T* up, T* dgate, T* dup, int64_t n) {
+__global__ void swiglu_backward_kernel(const T* dh, const T* gate, const T* up, T* dgate, T* dup, bf16* dgate16,
+                                       bf16* dup16, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float g = load_f32(gate[i]), u = load_f32(up[i]), d = load_f32(dh[i]);
     const float s = sigmoid_f32(g);
-    dgate[i] = store_from_f32<T>(d * u * s * (1.0f + g * (1.0f - s)));
-    dup[i] = store_from_f32<T>(d * g * s);
+    store_with_bf16(dgate, dgate16, i, d * u * s * (1.0f + g * (1.0f - s)));
+    store_with_bf16(dup, dup16, i, d * g * s);
   }
 }
 
 template <class T>
-void swiglu_forward(const T* gate, const T* up, T* h, int64_t n, cudaStream_t stream = nullptr) {
-  if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, swiglu_forward_kernel<T>)(gate, up, h, n);
+void swiglu_forward(const T* gate, const T* up, T* h, bf16* h16, int64_t n, cudaStream_t stream = nullptr) {
+  if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, swiglu_forward_kernel<T>)(gate, up, h, h16, n);
 }
 
 template <class T>
-void swiglu_backward(const T* dh, const T* gate, const T* up, T* dgate, T* dup, int64_t n,
+void swiglu_backward(const T* dh, const T* gate, const T* up, T* dgate, T* dup, bf16* dgate16, bf16* dup16, int64_t n,
                      cudaStream_t stream = nullptr) {
-  if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, swiglu_backward_kernel<T>)(dh, gate, up, dgate, dup, n);
+  if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, swiglu_backward_kernel<T>)
+  (dh, gate, up, dgate, dup, dgate16, dup16, n);
 }
 
 }  // namespace bp::BP_CUDA_NS
