@@ -411,7 +411,7 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   auto W = [&](LinearRole r) -> const Tensor& { return gemm_weight(l, r); };  // the bf16 copy or the weight
 
   // Where the projections' GEMMs take bf16 (a card of compute capability 8.0+ over held weights or
-  // bf16 GEMM copies), the norms and SwiGLU write their output's bf16 copy too, which the
+  // bf16 GEMM copies), the norms, attention and SwiGLU write their output's bf16 copy too, which the
   // projections read instead of each rounding it (ops/linear.h x_bf16); dropped after its last GEMM,
   // never kept for the backward.
   auto bf16_in = [&](std::initializer_list<LinearRole> roles) {
@@ -445,9 +445,10 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   rope_forward(a.q, b.positions, Hq, c.rope);
   rope_forward(a.k, b.positions, Hkv, c.rope);
   AttentionShape shape{Hq, Hkv, static_cast<int>(d)};
-  a.attn = attention_forward(a.q, a.k, a.v, b.cu_seqlens, shape, acts ? &a.lse : nullptr);
+  a.attn = attention_forward(a.q, a.k, a.v, b.cu_seqlens, shape, acts ? &a.lse : nullptr, want16({LinearRole::O}));
   if (!acts) a.q = a.k = a.v = Tensor();
-  a.h = linear_forward(a.attn, W(LinearRole::O), nullptr, lp[3], saved(LinearRole::O));
+  a.h = linear_forward(a.attn, W(LinearRole::O), nullptr, lp[3], saved(LinearRole::O), given16());
+  x16 = Tensor();
   add_inplace(a.h, x);
   if (!acts) a.attn = a.xn = Tensor();
   a.hn = rms_norm_forward(a.h, w.post_norm, c.rms_norm_eps, acts ? &a.rstd2 : nullptr,

@@ -186,8 +186,12 @@ class Model {
  private:
   struct LayerActs;
   Tensor forward_layer(int64_t l, const Tensor& x, const Batch& b, bool train, uint64_t seed, LayerActs* acts);
-  // Consumes dout: its buffer is reused for the layer's dx (transformer_backward.cpp).
-  Tensor backward_layer(int64_t l, Tensor dout, const Batch& b, uint64_t seed, LayerActs& acts);
+  // Consumes dout: its buffer is reused for the layer's dx (transformer_backward.cpp). dout16: on
+  // entry dout's bf16 copy (undefined: none), on return the returned dx's, made when layer l−1's
+  // down projection reads bf16 (ops/linear.h dy_bf16).
+  Tensor backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch& b, uint64_t seed, LayerActs& acts);
+  // Whether layer l's down projection reads a bf16 copy of its dy (false for l < 0: no such layer).
+  bool down_reads_bf16(int64_t l) const;
   Tensor forward_trunk(const Batch& b, bool train, uint64_t seed, std::vector<Tensor>* layer_inputs,
                        std::vector<LayerActs>* acts);
   LoraWeights lora_weights(int64_t l, LinearRole role, bool train, uint64_t seed) const;

@@ -28,7 +28,11 @@ Tensor* opt(Tensor& t) {
 }
 }  // namespace
 
-Tensor Model::backward_layer(int64_t l, Tensor dout, const Batch& b, uint64_t seed, LayerActs& a) {
+bool Model::down_reads_bf16(int64_t l) const {
+  return l >= 0 && held_gemms_read_bf16(gemm_weight(l, LinearRole::Down));
+}
+
+Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch& b, uint64_t seed, LayerActs& a) {
   const auto& c = weights_.config;
   const auto& w = weights_.layers[static_cast<size_t>(l)];
   auto& g = grads_.layers[static_cast<size_t>(l)];
@@ -59,7 +63,9 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, const Batch& b, uint64_t se
 
   // ---- MLP: out = h + down(swiglu(gate(hn), up(hn)))
   Tensor dm = Tensor::empty({T, F}, DType::F32, dev);
-  lin_back(LinearRole::Down, dout, a.m, gemm_weight(l, LinearRole::Down), &dm, kAssignDx, &g.w.down, nullptr);
+  lin_back(LinearRole::Down, dout, a.m, gemm_weight(l, LinearRole::Down), &dm, kAssignDx, &g.w.down, nullptr,
+           opt(dout16));
+  dout16 = Tensor();
   a.m = Tensor();
   // SwiGLU's backward also writes the bf16 copies of dgate and dup where gate's and up's GEMMs take
   // bf16 (ops/linear.h dy_bf16): their dx (and a GEMM copy's dW) read them instead of rounding.
@@ -78,15 +84,19 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, const Batch& b, uint64_t se
   dup = dup16 = Tensor();
   a.hn = Tensor();
   // dh = dout (residual h -> out) + the post-norm's backward, added into dout's buffer: nothing
-  // reads dout after the down projection's backward.
+  // reads dout after the down projection's backward. Its bf16 copy is o's dy where o reads bf16.
   Tensor dh = std::move(dout);
-  rms_norm_backward(dhn, a.h, w.post_norm, a.rstd2, dh, full ? &g.w.post_norm : nullptr, /*accumulate_dx=*/true);
+  const Tensor& Wo = gemm_weight(l, LinearRole::O);
+  Tensor dh16;
+  rms_norm_backward(dhn, a.h, w.post_norm, a.rstd2, dh, full ? &g.w.post_norm : nullptr, /*accumulate_dx=*/true,
+                    held_gemms_read_bf16(Wo) ? &dh16 : nullptr);
   dhn = Tensor();
   a.h = Tensor();
 
   // ---- attention: h = x + o(attn(rope(q), rope(k), v))
   Tensor dattn = Tensor::empty({T, Hq * d}, DType::F32, dev);
-  lin_back(LinearRole::O, dh, a.attn, gemm_weight(l, LinearRole::O), &dattn, kAssignDx, &g.w.o, nullptr);
+  lin_back(LinearRole::O, dh, a.attn, Wo, &dattn, kAssignDx, &g.w.o, nullptr, opt(dh16));
+  dh16 = Tensor();
   Tensor dq = Tensor::empty({T, Hq * d}, DType::F32, dev), dk = Tensor::empty({T, Hkv * d}, DType::F32, dev),
          dv = Tensor::empty({T, Hkv * d}, DType::F32, dev);
   AttentionShape shape{Hq, Hkv, static_cast<int>(d)};
@@ -114,8 +124,10 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, const Batch& b, uint64_t se
   lin_back(LinearRole::V, dv, a.xn, gemm_weight(l, LinearRole::V), &dxn, kAddDx, &g.w.v, opt(g.w.v_bias));
   dv = Tensor();
   a.xn = Tensor();
-  // dx = dh (residual x -> h) + the input norm's backward, added into dh's buffer.
-  rms_norm_backward(dxn, a.x, w.input_norm, a.rstd1, dh, full ? &g.w.input_norm : nullptr, /*accumulate_dx=*/true);
+  // dx = dh (residual x -> h) + the input norm's backward, added into dh's buffer; its bf16 copy is
+  // the dy of layer l−1's down projection where that reads bf16.
+  rms_norm_backward(dxn, a.x, w.input_norm, a.rstd1, dh, full ? &g.w.input_norm : nullptr, /*accumulate_dx=*/true,
+                    down_reads_bf16(l - 1) ? &dout16 : nullptr);
   return dh;
 }
 
@@ -150,8 +162,9 @@ CrossEntropyResult Model::forward_backward(const Batch& host_batch, float grad_s
   CrossEntropyResult res = linear_cross_entropy_forward_backward(xf, head_gemm_weight(), batch.labels, grad_scale, dxf,
                                                                  dW_head, options_.ce_chunk_tokens);
   xf = Tensor();
-  Tensor dx = Tensor::empty({T, D}, DType::F32, dev);
-  rms_norm_backward(dxf, x, weights_.final_norm, rstd, dx, full ? &grads_.final_norm : nullptr);
+  Tensor dx = Tensor::empty({T, D}, DType::F32, dev), dx16;  // dx16: its bf16 copy for the top layer's down
+  rms_norm_backward(dxf, x, weights_.final_norm, rstd, dx, full ? &grads_.final_norm : nullptr, false,
+                    down_reads_bf16(L - 1) ? &dx16 : nullptr);
   dxf = rstd = x = Tensor();
 
   for (int64_t l = L - 1; l >= 0; --l) {
@@ -160,9 +173,9 @@ CrossEntropyResult Model::forward_backward(const Batch& host_batch, float grad_s
       LayerActs a;
       forward_layer(l, inputs[li], batch, train, dropout_seed, &a);  // recompute; output dropped
       inputs[li] = Tensor();
-      dx = backward_layer(l, std::move(dx), batch, dropout_seed, a);
+      dx = backward_layer(l, std::move(dx), dx16, batch, dropout_seed, a);
     } else {
-      dx = backward_layer(l, std::move(dx), batch, dropout_seed, acts[li]);
+      dx = backward_layer(l, std::move(dx), dx16, batch, dropout_seed, acts[li]);
       acts[li] = LayerActs{};
     }
   }

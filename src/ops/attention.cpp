@@ -52,8 +52,9 @@ cpu::AttentionDims check_operands(const Tensor& q, const Tensor& k, const Tensor
 }  // namespace
 
 Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
-                         const AttentionShape& shape, Tensor* lse) {
+                         const AttentionShape& shape, Tensor* lse, Tensor* o_bf16) {
   const auto dims = check_operands(q, k, v, cu_seqlens, shape);
+  uint16_t* o16 = ops::bf16_output("attention", "o_bf16", o_bf16, q.shape(), q.device());
   Tensor out = Tensor::empty(q.shape(), DType::F32, q.device());
   float* lse_ptr = nullptr;
   if (lse) {
@@ -65,7 +66,7 @@ Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
   }
   if (dims.tokens == 0) return out;
   ops::kernels(q).attention_forward(q.kernel_data<float>(), k.kernel_data<float>(), v.kernel_data<float>(),
-                                    cu_seqlens.kernel_data<int32_t>(), dims, out.kernel_data<float>(), lse_ptr);
+                                    cu_seqlens.kernel_data<int32_t>(), dims, out.kernel_data<float>(), o16, lse_ptr);
   return out;
 }
 

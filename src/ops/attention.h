@@ -7,6 +7,8 @@
 // longest sample (plus per-head partial dk/dv in backward), never with T²; nothing [T × T] is
 // materialised.
 // Saved for backward: q, k, v, o (kept by the caller) and lse [Hq, T] (log-sum-exp of each row).
+// o_bf16 (an output like lse, may be null; allocated when undefined): o also rounded to
+// nearest-even bf16 by the same kernel, the operand of o_proj's bf16 GEMM (ops/linear.h x_bf16).
 // Gradients: dq, dk, dv overwritten (=).
 #pragma once
 
@@ -23,7 +25,8 @@ struct AttentionShape {
 };
 
 Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
-                         const AttentionShape& shape, Tensor* lse /* out [Hq, T], may be null */);
+                         const AttentionShape& shape, Tensor* lse /* out [Hq, T], may be null */,
+                         Tensor* o_bf16 = nullptr);
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const Tensor& cu_seqlens, const AttentionShape& shape, Tensor& dq,
                         Tensor& dk, Tensor& dv);

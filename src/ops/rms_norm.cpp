@@ -37,7 +37,7 @@ Tensor rms_norm_forward(const Tensor& x, const Tensor& w, float eps, Tensor* rst
 }
 
 void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd, Tensor& dx, Tensor* dw,
-                       bool accumulate_dx) {
+                       bool accumulate_dx, Tensor* dx_bf16) {
   check_x_w(x, w);
   const int64_t N = x.dim(0), D = x.dim(1);
   ops::require_shape(kOp, "dy", dy, Shape{N, D});
@@ -45,8 +45,9 @@ void rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const
   ops::require_shape(kOp, "dx", dx, Shape{N, D});
   if (dw) ops::require_shape(kOp, "dw", *dw, Shape{D});
   ops::require_same_device(kOp, {&x, &dy, &rstd, &dx, dw});
+  uint16_t* dx16 = ops::bf16_output(kOp, "dx_bf16", dx_bf16, Shape{N, D}, x.device());
   ops::kernels(x).rms_norm_backward(dy.kernel_data<float>(), x.kernel_data<float>(), w.kernel_data<float>(),
-                                    rstd.kernel_data<float>(), dx.kernel_data<float>(),
+                                    rstd.kernel_data<float>(), dx.kernel_data<float>(), dx16,
                                     dw ? dw->kernel_data<float>() : nullptr, N, D, accumulate_dx);
 }
 

@@ -97,8 +97,9 @@ struct DeviceScratch {
   bool f32_panels = false;   // some frozen matrix lies outside f16's range: its GEMMs take f32 panels
   bool gemm_copies = false;  // full mode's trained matrices read bf16 copies (held = head = BF16 then)
   // The projections' GEMMs take bf16 (a held or copied weight on a bf16 card: ops/linear.h
-  // held_gemms_read_bf16), so RMSNorm and SwiGLU write their outputs' bf16 copies (xn for q/k/v, hn
-  // for gate/up, m for down; dgate and dup backward), which the GEMMs read instead of rounding.
+  // held_gemms_read_bf16), so RMSNorm, attention and SwiGLU write their outputs' bf16 copies (xn
+  // for q/k/v, attn for o, hn for gate/up, m for down; backward dgate and dup for gate/up, and
+  // the residual's gradients for o and down), which the GEMMs read instead of rounding.
   bool bf16_operands = false;
 
   // What one GEMM of x [T, in] with the frozen weight [out, in] holds besides its operands
@@ -243,9 +244,11 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   }
   a.attn = R.alloc(g, m.T * m.qd);
   if (k) a.lse = R.alloc(g, m.Hq * m.T);
+  x16 = bf16_copy(R, m, m.T * m.qd);
   R.transient(kWork, m.attn_fwd_scratch);
   if (!k) R.free(a.q), R.free(a.k), R.free(a.v);
-  a.h = linear_fwd(R, m, LinearRole::O, g, keep, g, -1);
+  a.h = linear_fwd(R, m, LinearRole::O, g, keep, g, x16);
+  R.free(x16);
   if (!k) R.free(a.attn), R.free(a.xn);
   if (k) a.rstd2 = R.alloc(g, m.T);
   a.hn = R.alloc(g, m.T * m.D);
@@ -266,9 +269,12 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
 // Model::backward_layer: dout live; its buffer becomes dh and then the layer's dx (returned: the
 // same id), the dx of q/k/v and of gate/up are summed in place. Frees the activations as the code does; what
 // the code leaves in LayerActs until the caller drops it (x, rstd1, rstd2, rstd_q, rstd_k) stays.
-Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout) {
+// dout16: dout's bf16 copy on entry (-1: none), the returned dx's on return (made when `below`, a
+// layer under this one, reads it).
+Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout, Id& dout16, bool below) {
   Id dm = R.alloc(kWork, m.T * m.F);
-  linear_bwd(R, m, LinearRole::Down, a);
+  linear_bwd(R, m, LinearRole::Down, a, dout16);
+  R.free(dout16);
   R.free(a.m);
   Id dgate = R.alloc(kWork, m.T * m.F), dup = R.alloc(kWork, m.T * m.F);
   Id dgate16 = bf16_copy(R, m, m.T * m.F), dup16 = bf16_copy(R, m, m.T * m.F);
@@ -280,10 +286,12 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout) {
   linear_bwd(R, m, LinearRole::Up, a, dup16);
   R.free(dup), R.free(dup16);
   R.free(a.hn);
+  Id dh16 = bf16_copy(R, m, m.T * m.D);  // the post-norm backward's, o's dy
   R.free(dhn);
   R.free(a.h);
   Id dattn = R.alloc(kWork, m.T * m.qd);
-  linear_bwd(R, m, LinearRole::O, a);
+  linear_bwd(R, m, LinearRole::O, a, dh16);
+  R.free(dh16);
   Id dq = R.alloc(kWork, m.T * m.qd), dk = R.alloc(kWork, m.T * m.kvd), dv = R.alloc(kWork, m.T * m.kvd);
   {
     Id delta = R.alloc(kWork, m.Hq * m.T);
@@ -309,6 +317,7 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout) {
   linear_bwd(R, m, LinearRole::V, a);
   R.free(dv);
   R.free(a.xn);
+  if (below) dout16 = bf16_copy(R, m, m.T * m.D);  // the input norm's backward, the down dy below
   R.free(dxn);
   return dout;
 }
@@ -348,6 +357,7 @@ std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::strin
   }
   R.free(xf);
   Id dx = R.alloc(kWork, m.T * m.D);
+  Id dx16 = m.L > 0 ? bf16_copy(R, m, m.T * m.D) : -1;  // the final norm's backward, the top layer's down dy
   R.free(dxf), R.free(rstd), R.free(x);
   for (int64_t l = m.L - 1; l >= 0; --l) {
     R.set_phase(fmt::format("backward layer {}", l));
@@ -356,10 +366,10 @@ std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::strin
       a.x = inputs[static_cast<size_t>(l)];
       Id out = forward_layer(R, m, &a, kRecompute, kWork);
       R.free(out);
-      dx = backward_layer(R, m, a, dx);
+      dx = backward_layer(R, m, a, dx, dx16, l > 0);
       drop_acts(R, a);
     } else {
-      dx = backward_layer(R, m, acts[static_cast<size_t>(l)], dx);
+      dx = backward_layer(R, m, acts[static_cast<size_t>(l)], dx, dx16, l > 0);
       drop_acts(R, acts[static_cast<size_t>(l)]);
     }
   }

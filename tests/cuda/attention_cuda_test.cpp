@@ -73,12 +73,13 @@ void check_attention(const Case& c, Card card = kTuring) {
 
   // Forward.
   std::vector<float> o_ref(nq), lse_ref(nlse);
-  cpu::attention_forward(q.data(), k.data(), v.data(), cu.data(), dims, o_ref.data(), lse_ref.data());
+  cpu::attention_forward(q.data(), k.data(), v.data(), cu.data(), dims, o_ref.data(), nullptr, lse_ref.data());
   const auto qd = test::as<T>(q), kd = test::as<T>(k), vd = test::as<T>(v), doutd = test::as<T>(dout);
   auto o = nan_filled<T>(nq);
   std::vector<float> lse(nlse, NAN);
   const uint64_t wmma_before_forward = wmma_mma_count(), mma_before_forward = mma_m16n8k16_count();
-  attention_forward<T>(qd.data(), kd.data(), vd.data(), cu.data(), dims, o.data(), lse.data());
+  std::vector<bf16> o16(nq);  // o's bf16 copy, o_proj's GEMM operand
+  attention_forward<T>(qd.data(), kd.data(), vd.data(), cu.data(), dims, o.data(), o16.data(), lse.data());
   // The forward of the tensor-core cards: the register-resident kernel (PTX mma) up to
   // kFa2MaxHeadDim, attention_tc.cuh's (wmma) above.
   const bool fa2 = tensor_cores && c.head_dim <= kFa2MaxHeadDim;
@@ -87,10 +88,11 @@ void check_attention(const Case& c, Card card = kTuring) {
   const auto tol = tensor_cores ? test::kBf16Tol : test::tolerance_of<T>();
   test::expect_close(test::back(o), o_ref, tol, "o " + at);
   test::expect_close(lse, lse_ref, tensor_cores ? test::kBf16Tol : test::kF32Tol, "lse " + at);  // f32 storage
+  test::expect_bf16_copy(o16, test::back(o), "o bf16 copy " + at);
 
-  // Without lse the output is the same.
+  // Without lse and the copy the output is the same.
   auto o_only = nan_filled<T>(nq);
-  attention_forward<T>(qd.data(), kd.data(), vd.data(), cu.data(), dims, o_only.data(), nullptr);
+  attention_forward<T>(qd.data(), kd.data(), vd.data(), cu.data(), dims, o_only.data(), nullptr, nullptr);
   EXPECT_EQ(0, std::memcmp(o_only.data(), o.data(), nq * sizeof(T))) << "forward without lse " << at;
 
   // Backward, from the same o (as stored in T) and lse on both sides.
@@ -221,7 +223,7 @@ TEST(CudaAttention, TensorCoresRoundTheProductsToBf16) {
   auto run = [&](Card card) {
     bp::test::SimulatedComputeCapability cc(card.major, card.minor);
     std::vector<float> o(nq, NAN);
-    attention_forward<float>(q.data(), k.data(), v.data(), cu.data(), dims, o.data(), nullptr);
+    attention_forward<float>(q.data(), k.data(), v.data(), cu.data(), dims, o.data(), nullptr, nullptr);
     return o;
   };
   const uint64_t mma_before = mma_m16n8k16_count();
@@ -250,7 +252,7 @@ void expect_bit_identical_under_every_schedule(int d) {
   auto run = [&](ScheduleChoice schedule) {
     const ScheduleChoice saved = set_schedule(schedule);
     std::vector<float> o(nq, NAN), lse(nlse, NAN), delta(nlse, NAN), dq(nq, NAN), dk(nkv, NAN), dv(nkv, NAN);
-    attention_forward<float>(q.data(), k.data(), v.data(), cu.data(), dims, o.data(), lse.data());
+    attention_forward<float>(q.data(), k.data(), v.data(), cu.data(), dims, o.data(), nullptr, lse.data());
     attention_backward<float>(dout.data(), q.data(), k.data(), v.data(), o.data(), lse.data(), cu.data(), dims,
                               delta.data(), dq.data(), dk.data(), dv.data());
     set_schedule(saved);

@@ -16,7 +16,8 @@ void check_rms_norm(int64_t N, int64_t D) {
   const float eps = 1e-5f;
   std::vector<float> y_ref(N * D), rstd_ref(N), dx_ref(N * D), dw_ref(D, 0.25f);
   cpu::rms_norm_forward(x.data(), w.data(), eps, y_ref.data(), nullptr, rstd_ref.data(), N, D);
-  cpu::rms_norm_backward(dy.data(), x.data(), w.data(), rstd_ref.data(), dx_ref.data(), dw_ref.data(), N, D, false);
+  cpu::rms_norm_backward(dy.data(), x.data(), w.data(), rstd_ref.data(), dx_ref.data(), nullptr, dw_ref.data(), N, D,
+                         false);
 
   auto xd = test::as<T>(x), dyd = test::as<T>(dy);
   std::vector<T> y(N * D), dx(N * D);
@@ -26,14 +27,15 @@ void check_rms_norm(int64_t N, int64_t D) {
   // Without a copy asked for, the same y.
   std::vector<T> y_alone(N * D);
   rms_norm_forward<T>(xd.data(), w.data(), eps, y_alone.data(), nullptr, nullptr, N, D);
-  rms_norm_backward<T>(dyd.data(), xd.data(), w.data(), rstd.data(), dx.data(), dw.data(), N, D, false);
+  rms_norm_backward<T>(dyd.data(), xd.data(), w.data(), rstd.data(), dx.data(), nullptr, dw.data(), N, D, false);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   // Accumulated (dx += ...): onto a residual gradient the T storage holds.
   const auto prior = test::back(test::as<T>(test::random_floats(N * D, 4 + N)));
   auto dx_acc = test::as<T>(prior);
   std::vector<float> acc_ref = prior;
-  cpu::rms_norm_backward(dy.data(), x.data(), w.data(), rstd_ref.data(), acc_ref.data(), nullptr, N, D, true);
-  rms_norm_backward<T>(dyd.data(), xd.data(), w.data(), rstd.data(), dx_acc.data(), nullptr, N, D, true);
+  cpu::rms_norm_backward(dy.data(), x.data(), w.data(), rstd_ref.data(), acc_ref.data(), nullptr, nullptr, N, D, true);
+  std::vector<bf16> dx16(N * D);  // the accumulated dx's bf16 copy (the dy of the GEMMs that read it)
+  rms_norm_backward<T>(dyd.data(), xd.data(), w.data(), rstd.data(), dx_acc.data(), dx16.data(), nullptr, N, D, true);
   constexpr auto tol = test::tolerance_of<T>();
   test::expect_close(test::back(y), y_ref, tol, "y " + at);
   test::expect_bf16_copy(y16, test::back(y), "y bf16 copy " + at);
@@ -42,6 +44,7 @@ void check_rms_norm(int64_t N, int64_t D) {
   test::expect_close(test::back(dx), dx_ref, tol, "dx " + at);
   test::expect_close(dw, dw_ref, {1e-4 * N, 1e-5}, "dw " + at);  // f32 sums of N products
   test::expect_close(test::back(dx_acc), acc_ref, tol, "dx accumulated " + at);
+  test::expect_bf16_copy(dx16, test::back(dx_acc), "accumulated dx bf16 copy " + at);
 }
 
 TEST(CudaRmsNorm, MatchesCpuF32AtOddSizes) {

@@ -76,11 +76,12 @@ TEST(CudaDevice, RmsNormMatchesCpu) {
   const auto x = random_floats(N * D, 1), w = random_floats(D, 2), dy = random_floats(N * D, 3);
   std::vector<float> y_ref(N * D), r_ref(N), dx_ref(N * D), dw_ref(D, 0.0f);
   cpu::rms_norm_forward(x.data(), w.data(), 1e-5f, y_ref.data(), nullptr, r_ref.data(), N, D);
-  cpu::rms_norm_backward(dy.data(), x.data(), w.data(), r_ref.data(), dx_ref.data(), dw_ref.data(), N, D, false);
+  cpu::rms_norm_backward(dy.data(), x.data(), w.data(), r_ref.data(), dx_ref.data(), nullptr, dw_ref.data(), N, D,
+                         false);
   DeviceBuffer<float> xd{x}, wd{w}, dyd{dy}, y{std::vector<float>(N * D)}, r{std::vector<float>(N)},
       dx{std::vector<float>(N * D)}, dw{std::vector<float>(D, 0.0f)};
   cuda::rms_norm_forward<float>(xd.ptr, wd.ptr, 1e-5f, y.ptr, nullptr, r.ptr, N, D, nullptr);
-  cuda::rms_norm_backward<float>(dyd.ptr, xd.ptr, wd.ptr, r.ptr, dx.ptr, dw.ptr, N, D, false, nullptr);
+  cuda::rms_norm_backward<float>(dyd.ptr, xd.ptr, wd.ptr, r.ptr, dx.ptr, nullptr, dw.ptr, N, D, false, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   expect_close(y.to_host(), y_ref, 1e-5, "y");
   expect_close(dx.to_host(), dx_ref, 1e-5, "dx");
@@ -140,14 +141,14 @@ void check_attention_on_device(const std::vector<int32_t>& lengths, int n_heads,
              dout = random_floats(nq, 14);
   std::vector<float> o_ref(nq), lse_ref(static_cast<size_t>(T) * n_heads), delta_ref(lse_ref.size()), dq_ref(nq),
       dk_ref(nkv), dv_ref(nkv);
-  cpu::attention_forward(q.data(), k.data(), v.data(), cu.data(), dims, o_ref.data(), lse_ref.data());
+  cpu::attention_forward(q.data(), k.data(), v.data(), cu.data(), dims, o_ref.data(), nullptr, lse_ref.data());
   cpu::attention_backward(dout.data(), q.data(), k.data(), v.data(), o_ref.data(), lse_ref.data(), cu.data(), dims,
                           delta_ref.data(), dq_ref.data(), dk_ref.data(), dv_ref.data());
   DeviceBuffer<float> qd{q}, kd{k}, vd{v}, doutd{dout}, o{std::vector<float>(nq)},
       lse{std::vector<float>(lse_ref.size())}, delta{std::vector<float>(lse_ref.size())}, dq{std::vector<float>(nq)},
       dk{std::vector<float>(nkv)}, dv{std::vector<float>(nkv)};
   DeviceBuffer<int32_t> cud{cu};
-  cuda::attention_forward<float>(qd.ptr, kd.ptr, vd.ptr, cud.ptr, dims, o.ptr, lse.ptr, nullptr);
+  cuda::attention_forward<float>(qd.ptr, kd.ptr, vd.ptr, cud.ptr, dims, o.ptr, nullptr, lse.ptr, nullptr);
   cuda::attention_backward<float>(doutd.ptr, qd.ptr, kd.ptr, vd.ptr, o.ptr, lse.ptr, cud.ptr, dims, delta.ptr, dq.ptr,
                                   dk.ptr, dv.ptr, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "d=" << head_dim;

@@ -195,7 +195,7 @@ TEST_P(AttentionEveryCpuVariant, BlockedKernelsMatchThePlainKernels) {
       const size_t nq = p.q.size(), nkv = p.k.size(), nl = size_t(hq * p.T);
       std::vector<float> o1(nq), o2(nq), l1(nl), l2(nl), dl(nl), dq1(nq, NAN), dq2(nq), dk1(nkv, NAN), dk2(nkv),
           dv1(nkv, NAN), dv2(nkv);
-      cpu::attention_forward(p.q.data(), p.k.data(), p.v.data(), p.cu.data(), dims, o1.data(), l1.data());
+      cpu::attention_forward(p.q.data(), p.k.data(), p.v.data(), p.cu.data(), dims, o1.data(), nullptr, l1.data());
       cpu::attention_forward_plain(p.q.data(), p.k.data(), p.v.data(), p.cu.data(), dims, o2.data(), l2.data());
       EXPECT_TRUE(all_close(o1, o2, test::kTolF32));
       EXPECT_TRUE(all_close(l1, l2, test::kTolF32));
@@ -209,6 +209,24 @@ TEST_P(AttentionEveryCpuVariant, BlockedKernelsMatchThePlainKernels) {
     }
 }
 BP_PER_KERNEL_VARIANT(AttentionEveryCpuVariant);
+
+// o's bf16 copy (o_proj's GEMM operand on a card: ops/linear.h x_bf16): each value the
+// nearest-even rounding of o; o unchanged by asking for it.
+TEST(Attention, Bf16CopyIsTheRoundedOutput) {
+  const Problem p = make_problem({37, 1, 90}, 4, 2, 24, 71);
+  const int64_t cq = int64_t{p.shape.n_heads} * p.shape.head_dim, ckv = int64_t{p.shape.n_kv_heads} * p.shape.head_dim;
+  const Tensor q = Tensor::from_vector(p.q, {p.T, cq}), k = Tensor::from_vector(p.k, {p.T, ckv}),
+               v = Tensor::from_vector(p.v, {p.T, ckv}), cu = Tensor::from_vector(p.cu, {int64_t(p.cu.size())});
+  Tensor o16;
+  const Tensor o = attention_forward(q, k, v, cu, p.shape, nullptr, &o16);
+  EXPECT_EQ(o.to_vector(), attention_forward(q, k, v, cu, p.shape, nullptr).to_vector());
+  ASSERT_EQ(o16.dtype(), DType::BF16);
+  ASSERT_EQ(o16.shape(), o.shape());
+  const auto ov = o.to_vector();
+  size_t bad = 0;
+  for (size_t i = 0; i < ov.size(); ++i) bad += o16.data<uint16_t>()[i] != f32_to_bf16(ov[i]);
+  EXPECT_EQ(bad, 0u);
+}
 
 TEST(Attention, LseOutputIsReusedOrReallocated) {
   Problem p = make_problem({3, 5}, 2, 1, 4, 17);

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "backend/cpu/cross_entropy.h"  // exp_approx
+#include "backend/cpu/elementwise.h"    // round_to_bf16
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernel_variants.h"  // the softmax rows, per instruction set
 #include "core/tensor.h"
@@ -260,7 +261,7 @@ int64_t attention_backward_scratch_floats(int64_t max_len, const AttentionDims& 
 }
 
 void attention_forward(const float* q, const float* k, const float* v, const int32_t* cu, const AttentionDims& dims,
-                       float* o, float* lse) {
+                       float* o, uint16_t* o_bf16, float* lse) {
   const int d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
   const int64_t q_stride = int64_t{dims.n_heads} * d, kv_stride = int64_t{dims.n_kv_heads} * d, T = dims.tokens;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -302,6 +303,7 @@ void attention_forward(const float* q, const float* k, const float* v, const int
       for (int c = 0; c < d; ++c) orow[c] *= inv_l[r];
     }
   }
+  if (o_bf16) round_to_bf16(o, o_bf16, T * q_stride);
 }
 
 void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* o,

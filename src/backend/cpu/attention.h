@@ -18,10 +18,11 @@ struct AttentionDims {
 // O(block rows × sample length), never O(T²).
 constexpr int64_t kAttentionTile = 64;
 
-// Blocked kernels, GEMMs through OpenBLAS (attention.cpp). o [T, Hq·d] (overwritten); lse [Hq, T]
-// written when non-null. Scratch comes from the CPU allocator, sizes below.
+// Blocked kernels, GEMMs through OpenBLAS (attention.cpp). o [T, Hq·d] (overwritten); o_bf16 (o
+// rounded to nearest-even bf16, for o_proj's bf16 GEMM: ops/attention.h) and lse [Hq, T] written
+// when non-null. Scratch comes from the CPU allocator, sizes below.
 void attention_forward(const float* q, const float* k, const float* v, const int32_t* cu_seqlens,
-                       const AttentionDims& dims, float* o, float* lse);
+                       const AttentionDims& dims, float* o, uint16_t* o_bf16, float* lse);
 // delta is scratch [Hq, T]; dq, dk, dv overwritten.
 void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* o,
                         const float* lse, const int32_t* cu_seqlens, const AttentionDims& dims, float* delta, float* dq,

@@ -39,8 +39,8 @@ void rms_norm_forward(const float* x, const float* w, float eps, float* y, uint1
   }
 }
 
-void rms_norm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
-                       int64_t N, int64_t D, bool accumulate) {
+void rms_norm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, uint16_t* dx_bf16,
+                       float* dw, int64_t N, int64_t D, bool accumulate) {
 #pragma omp parallel for schedule(static) if (N * D >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float* xr = x + n * D;
@@ -58,6 +58,10 @@ void rms_norm_backward(const float* dy, const float* x, const float* w, const fl
 #pragma omp simd
       for (int64_t j = 0; j < D; ++j) dxr[j] = r * w[j] * gr[j] - xr[j] * c;
     }
+    if (!dx_bf16) continue;
+    uint16_t* hr = dx_bf16 + n * D;
+#pragma omp simd
+    for (int64_t j = 0; j < D; ++j) hr[j] = f32_to_bf16(dxr[j]);
   }
   if (!dw) return;
   constexpr int64_t kBlock = 64;

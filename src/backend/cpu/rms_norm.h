@@ -10,8 +10,9 @@ namespace bp::cpu {
 void rms_norm_forward(const float* x, const float* w, float eps, float* y, uint16_t* y_bf16, float* rstd, int64_t N,
                       int64_t D);
 // dx = rstd·(w⊙dy) − x·rstd³/D·Σ(w⊙dy⊙x)   (=, or += when `accumulate`: a residual's gradient
-// already in dx);  dw += Σ_n dy⊙x·rstd   (+=, skipped when null)
-void rms_norm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, float* dw,
-                       int64_t N, int64_t D, bool accumulate);
+// already in dx);  dw += Σ_n dy⊙x·rstd   (+=, skipped when null); dx_bf16 (may be null): the
+// resulting dx rounded to nearest-even bf16 as well, for the bf16 GEMMs that read it as their dy.
+void rms_norm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx, uint16_t* dx_bf16,
+                       float* dw, int64_t N, int64_t D, bool accumulate);
 
 }  // namespace bp::cpu

@@ -3,9 +3,9 @@
 
 namespace bp::cuda {
 template void attention_forward<float>(const float*, const float*, const float*, const int32_t*, const AttentionDims&,
-                                       float*, float*, cudaStream_t);
+                                       float*, bf16*, float*, cudaStream_t);
 template void attention_forward<bf16>(const bf16*, const bf16*, const bf16*, const int32_t*, const AttentionDims&,
-                                      bf16*, float*, cudaStream_t);
+                                      bf16*, bf16*, float*, cudaStream_t);
 template void attention_backward<float>(const float*, const float*, const float*, const float*, const float*,
                                         const float*, const int32_t*, const AttentionDims&, float*, float*, float*,
                                         float*, cudaStream_t);

@@ -149,7 +149,7 @@ __device__ __forceinline__ float attention_dot(const float* a, const float* b, i
 template <class T>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_forward_kernel(const T* q, const T* k, const T* v, const int32_t* cu, int64_t n_samples, int64_t T_tokens,
-                             int n_heads, int group, int d, int B, float scale, T* o, float* lse) {
+                             int n_heads, int group, int d, int B, float scale, T* o, bf16* o16, float* lse) {
   AttentionTile tile;
   if (!find_attention_tile(cu, n_samples, B, blockIdx.x, true, tile)) return;  // the whole block alike
   BP_DYNAMIC_SHARED(float, smem);
@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
   for (int e = threadIdx.x; e < B * d; e += blockDim.x) {
     const int r = e / d, c = e % d;
     if (r < tile.rows)
-      o[(tile.base + tile.start + r) * q_stride + int64_t{h} * d + c] = store_from_f32<T>(Os[e] / row_sum[r]);
+      store_with_bf16(o, o16, (tile.base + tile.start + r) * q_stride + int64_t{h} * d + c, Os[e] / row_sum[r]);
   }
   if (lse)
     for (int r = threadIdx.x; r < tile.rows; r += blockDim.x)
@@ -456,12 +456,13 @@ inline dim3 fa2_grid(const AttentionDims& dims, int heads) {
               static_cast<unsigned>(heads));
 }
 
-// o (overwritten) and lse (written when non-null). Device pointers; cu_seqlens [S+1] i32 on the
+// o (overwritten), its nearest-even bf16 copy o16 (written when non-null: the operand of o_proj's
+// bf16 GEMM) and lse (written when non-null). Device pointers; cu_seqlens [S+1] i32 on the
 // device, dims.n_samples = S. Needs 1 <= head_dim <= kCudaAttentionMaxHeadDim and Hkv dividing Hq
 // (the front-end checks both).
 template <class T>
 void attention_forward(const T* q, const T* k, const T* v, const int32_t* cu_seqlens, const AttentionDims& dims, T* o,
-                       float* lse, cudaStream_t stream = nullptr) {
+                       bf16* o16, float* lse, cudaStream_t stream = nullptr) {
   if (dims.tokens == 0 || dims.n_heads == 0) return;
   const bool tensor_cores = attention_uses_tensor_cores(dims.head_dim);
   const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
@@ -472,14 +473,14 @@ void attention_forward(const T* q, const T* k, const T* v, const int32_t* cu_seq
     const size_t bytes = attention_fa2_shared_bytes(dims.head_dim);
     if (!allow_attention_shared(kernel, bytes)) return;
     BP_LAUNCH(fa2_grid(dims, dims.n_heads), kAttentionThreads, bytes, stream, kernel)
-    (q, k, v, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, dims.head_dim, scale, o, lse);
+    (q, k, v, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, dims.head_dim, scale, o, o16, lse);
     return;
   }
   const AttentionLaunch L = attention_launch(AttentionPass::Forward, dims, tensor_cores);
   const auto kernel = tensor_cores ? attention_forward_tc_kernel<T> : attention_forward_kernel<T>;
   if (!allow_attention_shared(kernel, L.shared_bytes)) return;
   BP_LAUNCH(L.grid, kAttentionThreads, L.shared_bytes, stream, kernel)
-  (q, k, v, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, dims.head_dim, L.rows, scale, o, lse);
+  (q, k, v, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, dims.head_dim, L.rows, scale, o, o16, lse);
 }
 
 // dq, dk, dv overwritten (=). delta: device scratch of [Hq, T] f32 (rowsum(dO∘O), as on the CPU).

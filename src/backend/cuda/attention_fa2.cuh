@@ -138,7 +138,8 @@ __device__ __forceinline__ float quad_sum(float x) {
 template <class T, int kMaxD>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_forward_fa2_kernel(const T* q, const T* k, const T* v, const int32_t* cu, int64_t n_samples,
-                                 int64_t T_tokens, int n_heads, int group, int d, float scale, T* o, float* lse) {
+                                 int64_t T_tokens, int n_heads, int group, int d, float scale, T* o, bf16* o16,
+                                 float* lse) {
 #if BP_CUDA_ARCH_HAS_BF16_MMA
   constexpr int kKeyTiles = kFa2Rows / 8, kSteps = kMaxD / 16, kOutTiles = kMaxD / 8;
   AttentionTile tile;
@@ -253,12 +254,14 @@ __global__ void __launch_bounds__(kAttentionThreads)
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + g + 8 * r;
     if (row >= tile.rows) continue;
-    T* out = o + (first_row + row) * q_stride + int64_t{h} * d;
+    const int64_t at = (first_row + row) * q_stride + int64_t{h} * d;
+    T* out = o + at;
+    bf16* out16 = o16 ? o16 + at : nullptr;
     BP_UNROLL
     for (int n = 0; n < kOutTiles; ++n) {
       if (n * 8 >= d) break;
-      out[n * 8 + 2 * t] = store_from_f32<T>(acc[n][2 * r] / row_sum[r]);
-      out[n * 8 + 2 * t + 1] = store_from_f32<T>(acc[n][2 * r + 1] / row_sum[r]);
+      store_with_bf16(out, out16, n * 8 + 2 * t, acc[n][2 * r] / row_sum[r]);
+      store_with_bf16(out, out16, n * 8 + 2 * t + 1, acc[n][2 * r + 1] / row_sum[r]);
     }
     if (lse && t == 0) lse[int64_t{h} * T_tokens + first_row + row] = m[r] + logf(row_sum[r]);  // l >= 1
   }

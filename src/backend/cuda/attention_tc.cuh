@@ -195,7 +195,8 @@ __device__ __forceinline__ void tc_probs_and_grads(const TcTiles& sh, const TcAt
 template <class T>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_forward_tc_kernel(const T* q, const T* k, const T* v, const int32_t* cu, int64_t n_samples,
-                                int64_t T_tokens, int n_heads, int group, int d, int B, float scale, T* o, float* lse) {
+                                int64_t T_tokens, int n_heads, int group, int d, int B, float scale, T* o, bf16* o16,
+                                float* lse) {
 #if BP_CUDA_ARCH_HAS_BF16_MMA
   namespace wmma = nvcuda::wmma;
   AttentionTile tile;
@@ -251,8 +252,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
   for (int e = threadIdx.x; e < B * d; e += blockDim.x) {
     const int r = e / d, c = e % d;
     if (r < tile.rows)
-      o[(tile.base + tile.start + r) * q_stride + int64_t{h} * d + c] =
-          store_from_f32<T>(Os[r * L.ld32 + c] / row_sum[r]);
+      store_with_bf16(o, o16, (tile.base + tile.start + r) * q_stride + int64_t{h} * d + c,
+                      Os[r * L.ld32 + c] / row_sum[r]);
   }
   if (lse)
     for (int r = threadIdx.x; r < tile.rows; r += blockDim.x)

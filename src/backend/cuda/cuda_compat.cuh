@@ -62,6 +62,15 @@ __device__ __forceinline__ f16 store_from_f32<f16>(float v) {
   return __float2half(v);  // round to nearest even
 }
 
+// v stored as T at out[i], and (out16 non-null) as nearest-even bf16 at out16[i] too: an
+// output's copy for the bf16 GEMMs that read it (ops/linear.h x_bf16).
+template <class T>
+__device__ __forceinline__ void store_with_bf16(T* out, bf16* out16, int64_t i, float v) {
+  const T t = store_from_f32<T>(v);
+  out[i] = t;
+  if (out16) out16[i] = store_from_f32<bf16>(load_f32(t));
+}
+
 // Sum over the 32 lanes of a warp; every lane gets the total.
 __device__ __forceinline__ float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);

@@ -27,8 +27,8 @@ template <class T>
 void rms_norm_forward(const T* x, const float* w, float eps, T* y, bf16* y16, float* rstd, int64_t N, int64_t D,
                       cudaStream_t stream);
 template <class T>
-void rms_norm_backward(const T* dy, const T* x, const float* w, const float* rstd, T* dx, float* dw, int64_t N,
-                       int64_t D, bool accumulate, cudaStream_t stream);
+void rms_norm_backward(const T* dy, const T* x, const float* w, const float* rstd, T* dx, bf16* dx16, float* dw,
+                       int64_t N, int64_t D, bool accumulate, cudaStream_t stream);
 template <class T>
 void swiglu_forward(const T* gate, const T* up, T* h, bf16* h16, int64_t n, cudaStream_t stream);
 template <class T>
@@ -122,7 +122,7 @@ CrossEntropyResult linear_cross_entropy_held(const float* x, DType w_type, const
 using AttentionDims = ::bp::cpu::AttentionDims;
 template <class T>
 void attention_forward(const T* q, const T* k, const T* v, const int32_t* cu_seqlens, const AttentionDims& dims, T* o,
-                       float* lse, cudaStream_t stream);
+                       bf16* o16, float* lse, cudaStream_t stream);
 template <class T>
 void attention_backward(const T* dout, const T* q, const T* k, const T* v, const T* o, const float* lse,
                         const int32_t* cu_seqlens, const AttentionDims& dims, float* delta, T* dq, T* dk, T* dv,

@@ -101,9 +101,10 @@ inline void check_attention_head_dim(const cpu::AttentionDims& dims, const char*
 struct KernelWrappers : cuda_gaps::KernelGaps {
   // ---- attention (attention.cuh): f32 storage; cu_seqlens is device memory (see above) ----
   static void attention_forward(const float* q, const float* k, const float* v, const int32_t* cu_seqlens,
-                                const cpu::AttentionDims& dims, float* o, float* lse) {
+                                const cpu::AttentionDims& dims, float* o, uint16_t* o_bf16, float* lse) {
     check_attention_head_dim(dims, "attention_forward");
-    ::bp::BP_WRAP_NS::attention_forward<float>(q, k, v, cu_seqlens, dims, o, lse, nullptr);
+    ::bp::BP_WRAP_NS::attention_forward<float>(q, k, v, cu_seqlens, dims, o, reinterpret_cast<bf16*>(o_bf16), lse,
+                                               nullptr);
     check_launch("attention_forward");
   }
   static void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* o,
@@ -397,8 +398,9 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     check_launch("rms_norm_forward");
   }
   static void rms_norm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
-                                float* dw, int64_t N, int64_t D, bool accumulate) {
-    ::bp::BP_WRAP_NS::rms_norm_backward<float>(dy, x, w, rstd, dx, dw, N, D, accumulate, nullptr);
+                                uint16_t* dx_bf16, float* dw, int64_t N, int64_t D, bool accumulate) {
+    ::bp::BP_WRAP_NS::rms_norm_backward<float>(dy, x, w, rstd, dx, reinterpret_cast<bf16*>(dx_bf16), dw, N, D,
+                                               accumulate, nullptr);
     check_launch("rms_norm_backward");
   }
   // inv_freq is host memory (the front-end's head_dim/2 table), handed to the kernel by value in

@@ -14,14 +14,6 @@ __device__ __forceinline__ float sigmoid_f32(float g) {
   return 1.0f / (1.0f + expf(-g));
 }
 
-// v stored as T, and (out16 non-null) as nearest-even bf16 beside it: the bf16 GEMMs' operand.
-template <class T>
-__device__ __forceinline__ void store_with_bf16(T* out, bf16* out16, int64_t i, float v) {
-  const T t = store_from_f32<T>(v);
-  out[i] = t;
-  if (out16) out16[i] = store_from_f32<bf16>(load_f32(t));
-}
-
 template <class T>
 __global__ void swiglu_forward_kernel(const T* gate, const T* up, T* h, bf16* h16, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
