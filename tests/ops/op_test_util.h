@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "backend/cpu/kernel_variants.h"
+#include "core/dtype.h"
 #include "core/error.h"
+#include "core/tensor.h"
 
 namespace bp::test {
 
@@ -22,6 +24,18 @@ void expect_op_error(F&& f, ErrorCode code, const std::vector<std::string>& part
     EXPECT_EQ(e.code(), code) << e.what();
     for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
   }
+}
+
+// `copy` is `of` (an op's f32 output) rounded to nearest-even bf16, bit for bit: the bf16 outputs
+// the bf16 GEMMs read (ops/linear.h x_bf16, dy_bf16).
+inline void expect_bf16_copy_of(const Tensor& copy, const Tensor& of, const std::string& what) {
+  ASSERT_EQ(copy.dtype(), DType::BF16) << what;
+  ASSERT_EQ(copy.shape(), of.shape()) << what;
+  const std::vector<float> v = of.to_vector();
+  const uint16_t* bits = copy.data<uint16_t>();
+  size_t bad = 0;
+  for (size_t i = 0; i < v.size(); ++i) bad += bits[i] != f32_to_bf16(v[i]);
+  EXPECT_EQ(bad, 0u) << what << ": values that are not the rounded output";
 }
 
 // A test fixture run once per CPU kernel variant this machine supports (generic, avx2, avx512:

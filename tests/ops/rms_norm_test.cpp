@@ -111,12 +111,7 @@ TEST(RmsNorm, Bf16CopyIsTheRoundedOutput) {
   Tensor y16;
   const Tensor y = rms_norm_forward(x, w, 1e-5f, nullptr, &y16);
   EXPECT_EQ(y.to_vector(), rms_norm_forward(x, w, 1e-5f, nullptr).to_vector());
-  ASSERT_EQ(y16.dtype(), DType::BF16);
-  ASSERT_EQ(y16.shape(), y.shape());
-  const auto v = y.to_vector();
-  size_t bad = 0;
-  for (size_t i = 0; i < v.size(); ++i) bad += y16.data<uint16_t>()[i] != f32_to_bf16(v[i]);
-  EXPECT_EQ(bad, 0u);
+  test::expect_bf16_copy_of(y16, y, "y");
   // Backward: the resulting dx's copy, accumulated onto a residual's gradient.
   const Tensor dy = random_tensor({N, D}, 13), prior = random_tensor({N, D}, 14);
   Tensor rstd, dx = prior.clone(), dx_alone = prior.clone(), dx16;
@@ -124,11 +119,7 @@ TEST(RmsNorm, Bf16CopyIsTheRoundedOutput) {
   rms_norm_backward(dy, x, w, rstd, dx, nullptr, true, &dx16);
   rms_norm_backward(dy, x, w, rstd, dx_alone, nullptr, true);
   EXPECT_EQ(dx.to_vector(), dx_alone.to_vector());
-  ASSERT_EQ(dx16.dtype(), DType::BF16);
-  const auto dv = dx.to_vector();
-  bad = 0;
-  for (size_t i = 0; i < dv.size(); ++i) bad += dx16.data<uint16_t>()[i] != f32_to_bf16(dv[i]);
-  EXPECT_EQ(bad, 0u);
+  test::expect_bf16_copy_of(dx16, dx, "accumulated dx");
   Tensor wrong_shape = Tensor::empty({N, D - 1}, DType::BF16), wrong_type = Tensor::empty({N, D});
   for (Tensor* wrong : {&wrong_shape, &wrong_type})
     test::expect_op_error([&] { rms_norm_forward(x, w, 1e-5f, nullptr, wrong); }, ErrorCode::RUNTIME_INTERNAL,

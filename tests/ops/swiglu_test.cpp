@@ -80,15 +80,9 @@ TEST(SwiGLU, Bf16CopiesAreTheRoundedOutputs) {
   EXPECT_EQ(h.to_vector(), swiglu_forward(gate, up).to_vector());
   EXPECT_EQ(dgate.to_vector(), dgate_alone.to_vector());
   EXPECT_EQ(dup.to_vector(), dup_alone.to_vector());
-  for (auto [copy, of] : {std::pair{&h16, &h}, {&dg16, &dgate}, {&du16, &dup}}) {
-    ASSERT_EQ(copy->dtype(), DType::BF16);
-    ASSERT_EQ(copy->shape(), of->shape());
-    const auto v = of->to_vector();
-    const uint16_t* bits = copy->data<uint16_t>();
-    size_t bad = 0;
-    for (size_t i = 0; i < v.size(); ++i) bad += bits[i] != f32_to_bf16(v[i]);
-    EXPECT_EQ(bad, 0u);
-  }
+  test::expect_bf16_copy_of(h16, h, "h");
+  test::expect_bf16_copy_of(dg16, dgate, "dgate");
+  test::expect_bf16_copy_of(du16, dup, "dup");
   Tensor wrong = Tensor::empty({T, F + 1}, DType::BF16);
   test::expect_op_error([&] { swiglu_forward(gate, up, &wrong); }, ErrorCode::RUNTIME_INTERNAL, {"[swiglu]", "h_bf16"});
 }
