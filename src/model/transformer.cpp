@@ -419,7 +419,7 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
       if (held_gemms_read_bf16(W(r))) return true;
     return false;
   };
-  Tensor x16;  // the bf16 copy of the GEMM input at hand (xn, then hn, then m), when made
+  Tensor x16;  // the bf16 copy of the GEMM input at hand (xn, attn, hn, then m), when made
   auto want16 = [&](std::initializer_list<LinearRole> roles) { return bf16_in(roles) ? &x16 : nullptr; };
   auto given16 = [&]() -> const Tensor* { return x16.defined() ? &x16 : nullptr; };
 
