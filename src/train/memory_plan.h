@@ -62,8 +62,9 @@ struct MemorySettings {
   bool frozen_f32_panels = false;
   size_t weights_bytes = 0;
   // Full mode: the input type of the trained matrices' GEMMs (training.matmul_dtype, resolved:
-  // ModelOptions::matmul_dtype). BF16 counts the copies and, on CUDA, the bf16 operands the GEMMs
-  // round (forward and dx like a bf16 base's, dW both of its operands).
+  // ModelOptions::matmul_dtype). BF16 counts the copies and, on CUDA, the bf16 operands of the
+  // GEMMs (forward and dx like a bf16 base's, dW both of its operands): rounded per GEMM, or written
+  // by their producers (memory_plan.cpp DeviceScratch::bf16_operands).
   DType matmul_dtype = DType::F32;
   // Where the step runs: on CUDA the kernels' own device workspace is counted (memory_plan.cpp
   // DeviceScratch) and the CPU's per-thread attention scratch is not.
