@@ -32,6 +32,11 @@ void round_to_bf16(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
 }
 
+void round_to_bf16_serial(const float* src, uint16_t* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
 void add_bias_inplace(float* y, const float* b, int64_t T, int64_t N) {
 #pragma omp parallel for schedule(static) if (T * N >= kParallelMin)
   for (int64_t t = 0; t < T; ++t) {

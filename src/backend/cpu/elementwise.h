@@ -13,5 +13,8 @@ void add_bias_inplace(float* y, const float* b, int64_t T, int64_t N);
 void bias_grad_accumulate(const float* dy, float* db, int64_t T, int64_t N);
 // dst[i] = src[i] rounded to nearest-even bf16 (core/dtype.h f32_to_bf16: NaN stays NaN).
 void round_to_bf16(const float* src, uint16_t* dst, int64_t n);
+// The same on the calling thread: for loops that already own the threads and round a chunk of
+// their output while it is in cache (AdamW's GEMM copies, the RMSNorm and SwiGLU bf16 outputs).
+void round_to_bf16_serial(const float* src, uint16_t* dst, int64_t n);
 
 }  // namespace bp::cpu

@@ -48,7 +48,7 @@ void linear_dx(const float* dy, const float* W, float beta, float* dx, int64_t T
 void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out);
 // The forward of a weight W [out, in] held narrower than f32 (quant_gemm.h): y[T,out] = x·Wᵀ +
 // beta·y. x_bf16 (may be null) is x already rounded to nearest-even bf16 by its producer (RMSNorm,
-// SwiGLU: ops/linear.h): a card whose GEMMs take bf16 reads it instead of rounding x itself; the
+// attention, SwiGLU: ops/linear.h): a card whose GEMMs take bf16 reads it instead of rounding x; the
 // CPU keeps its activations f32 in every GEMM against held weights and reads x (held_gemm_xwt).
 void held_linear_forward(const float* x, const uint16_t* x_bf16, const HeldMatrix& W, float beta, float* y, int64_t T);
 // The backward of a weight W [out, in] held narrower than f32 (quant_gemm.h): dx[T,in] = dy·W +

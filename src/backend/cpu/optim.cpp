@@ -18,7 +18,6 @@
 
 #include "backend/cpu/elementwise.h"
 #include "backend/cpu/kernel_variants.h"  // the AdamW loop, per instruction set
-#include "core/dtype.h"
 
 namespace bp::cpu {
 
@@ -44,8 +43,7 @@ void adamw_step(float* param, const float* grad, float* m, float* v, uint16_t* c
     const int64_t len = std::min(kChunk, n - b);
     kern.adamw(param + b, grad + b, m + b, v + b, len, decay, beta1, beta2, one_minus_b1, one_minus_b2, step_size,
                bc2_sqrt, eps);
-    if (copy)  // round_to_bf16's loop, inline: it would open a nested parallel region per chunk
-      for (int64_t i = b; i < b + len; ++i) copy[i] = f32_to_bf16(param[i]);
+    if (copy) round_to_bf16_serial(param + b, copy + b, len);  // this chunk, while in cache
   }
 }
 

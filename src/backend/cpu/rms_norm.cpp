@@ -11,7 +11,7 @@
 
 #include <cmath>
 
-#include "core/dtype.h"
+#include "backend/cpu/elementwise.h"  // round_to_bf16_serial
 
 namespace bp::cpu {
 
@@ -32,10 +32,7 @@ void rms_norm_forward(const float* x, const float* w, float eps, float* y, uint1
     if (rstd) rstd[n] = r;
 #pragma omp simd
     for (int64_t j = 0; j < D; ++j) yr[j] = xr[j] * r * w[j];
-    if (!y_bf16) continue;
-    uint16_t* hr = y_bf16 + n * D;
-#pragma omp simd
-    for (int64_t j = 0; j < D; ++j) hr[j] = f32_to_bf16(yr[j]);
+    if (y_bf16) round_to_bf16_serial(yr, y_bf16 + n * D, D);
   }
 }
 
@@ -58,10 +55,7 @@ void rms_norm_backward(const float* dy, const float* x, const float* w, const fl
 #pragma omp simd
       for (int64_t j = 0; j < D; ++j) dxr[j] = r * w[j] * gr[j] - xr[j] * c;
     }
-    if (!dx_bf16) continue;
-    uint16_t* hr = dx_bf16 + n * D;
-#pragma omp simd
-    for (int64_t j = 0; j < D; ++j) hr[j] = f32_to_bf16(dxr[j]);
+    if (dx_bf16) round_to_bf16_serial(dxr, dx_bf16 + n * D, D);
   }
   if (!dw) return;
   constexpr int64_t kBlock = 64;

@@ -9,8 +9,8 @@
 
 #include <algorithm>
 
+#include "backend/cpu/elementwise.h"      // round_to_bf16_serial
 #include "backend/cpu/kernel_variants.h"  // the vectorised loops, per instruction set
-#include "core/dtype.h"
 
 namespace bp::cpu {
 
@@ -18,12 +18,6 @@ namespace {
 constexpr int64_t kParallelMin = 1 << 14;
 constexpr int64_t kChunk = 1 << 12;  // elements per parallel task (elementwise: any split gives the same values)
 
-// A chunk's bf16 copy while it is in cache (no nested parallel region: the callers' loops own the threads).
-void round_chunk(const float* src, uint16_t* dst, int64_t n) {
-  if (!dst) return;
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
-}
 }  // namespace
 
 void swiglu_forward(const float* gate, const float* up, float* h, uint16_t* h_bf16, int64_t n) {
@@ -34,7 +28,7 @@ void swiglu_forward(const float* gate, const float* up, float* h, uint16_t* h_bf
     const int64_t b = c * kChunk;
     const int64_t len = std::min(kChunk, n - b);
     kern.swiglu_forward(gate + b, up + b, h + b, len);
-    round_chunk(h + b, h_bf16 ? h_bf16 + b : nullptr, len);
+    if (h_bf16) round_to_bf16_serial(h + b, h_bf16 + b, len);  // the chunk's copy while it is in cache
   }
 }
 
@@ -47,8 +41,8 @@ void swiglu_backward(const float* dh, const float* gate, const float* up, float*
     const int64_t b = c * kChunk;
     const int64_t len = std::min(kChunk, n - b);
     kern.swiglu_backward(dh + b, gate + b, up + b, dgate + b, dup + b, len);
-    round_chunk(dgate + b, dgate_bf16 ? dgate_bf16 + b : nullptr, len);
-    round_chunk(dup + b, dup_bf16 ? dup_bf16 + b : nullptr, len);
+    if (dgate_bf16) round_to_bf16_serial(dgate + b, dgate_bf16 + b, len);
+    if (dup_bf16) round_to_bf16_serial(dup + b, dup_bf16 + b, len);
   }
 }
 

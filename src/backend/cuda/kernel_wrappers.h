@@ -177,7 +177,8 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   // GEMMs share dy's one bf16 copy, x's is made for dW (together
   // cuda_workspace::narrow_dW_operand_bytes), f32 accumulation. An f16 card has no bf16 tensor cores
   // and gets no GEMM copies from the trainer; called there anyway, dW is the f32 GEMM. dy_bf16 (may
-  // be null): dy's bf16 copy as its producer made it (SwiGLU's backward), read instead of rounding dy.
+  // be null): dy's bf16 copy as its producer made it (SwiGLU's or RMSNorm's backward), read instead
+  // of rounding dy.
   static void held_linear_backward(const float* dy, const uint16_t* dy_bf16, const float* x, const cpu::HeldMatrix& W,
                                    float dx_beta, float* dx, float* dW, int64_t T) {
     const int64_t out = W.rows, in = W.cols;
@@ -189,21 +190,12 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     const void* gb = g.as(gemm::DType::BF16);  // the copy dx's GEMM made (a bf16 weight on a bf16 card)
     run_gemm(gemm::linear_dW_gemm(T, in, out, gemm::DType::BF16), xs.as(gemm::DType::BF16), gb, dW);
   }
-  // A held linear's forward: y = x·Wᵀ + beta·y, reading x_bf16 (x's bf16 copy as its producer made
-  // it: RMSNorm, SwiGLU; may be null) where the GEMM takes bf16 instead of rounding x here.
-  static void held_linear_forward(const float* x, const uint16_t* x_bf16, const cpu::HeldMatrix& W, float beta,
-                                  float* y, int64_t T) {
-    held_gemm_xwt_given(x, x_bf16, W, beta, y, T);
-  }
-  // C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K] held (for_each_weight_panel: an f32 GEMM for an f32
-  // weight, 16-bit inputs with f32 accumulation and an f32 C for a weight held narrower; alpha,
-  // read on the device, undoes the f16 operand's scale, and scales only the product, so beta's C is
-  // untouched).
-  static void held_gemm_xwt(const float* X, const cpu::HeldMatrix& W, float beta, float* C, int64_t M) {
-    held_gemm_xwt_given(X, nullptr, W, beta, C, M);
-  }
-  // held_gemm_xwt with X's bf16 copy when the caller has one (X16, may be null).
-  static void held_gemm_xwt_given(const float* X, const uint16_t* X16, const cpu::HeldMatrix& W, float beta, float* C,
+  // A held linear's forward: C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K] held (for_each_weight_panel:
+  // an f32 GEMM for an f32 weight, 16-bit inputs with f32 accumulation and an f32 C for a weight
+  // held narrower; alpha, read on the device, undoes the f16 operand's scale, and scales only the
+  // product, so beta's C is untouched). X16 (may be null): X's bf16 copy as its producer made it
+  // (RMSNorm, attention, SwiGLU), read where the GEMM takes bf16 instead of rounding X here.
+  static void held_linear_forward(const float* X, const uint16_t* X16, const cpu::HeldMatrix& W, float beta, float* C,
                                   int64_t M) {
     const int64_t N = W.rows, K = W.cols;
     ActivationOperand x(X, M * K, X16);
@@ -212,6 +204,10 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
       run_gemm(x.scaled(gemm::row_major_gemm(false, true, M, nb, K, 1.0f, K, K, beta, N, t, gemm::DType::F32)), P, xt,
                C + n0);
     });
+  }
+  // held_linear_forward with no copy: X rounded here where the GEMM takes 16 bits.
+  static void held_gemm_xwt(const float* X, const cpu::HeldMatrix& W, float beta, float* C, int64_t M) {
+    held_linear_forward(X, nullptr, W, beta, C, M);
   }
   // C[M, K] = X[M, N]·W + beta·C, W [N, K] held: C = beta·C + Σ_panels X[:, panel]·W[panel, :].
   static void held_gemm_xw(const float* X, const cpu::HeldMatrix& W, float beta, float* C, int64_t M) {
