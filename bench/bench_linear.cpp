@@ -2,7 +2,8 @@
 // (CONVENTIONS.md "Performance method": the machine is noisy, so only ratios hold).
 //
 // Shapes: T tokens × in × out = 512×576×1536 (an MLP projection of a 576-wide model) and
-// 512×576×49152 (a vocabulary-sized projection). LoRA rank 16, dropout 0.05 (training).
+// 512×576×49152 (a vocabulary-sized projection). LoRA rank 16, dropout 0.05 (training);
+// BP_BENCH_LORA_DROPOUT=<percent> sets another (0: the default of lora.dropout, no mask).
 // Counters are GFLOP/s, counting 2·M·N·K per GEMM including the LoRA products.
 //
 // held_xWt / held_dx: the same products with W held quantized (backend/cpu/quant_gemm.h: tiles
@@ -52,7 +53,8 @@ struct Problem {
     A = filled({kRank, in}, 0.05f);
     B = filled({out, kRank}, 0.05f);
     dy = filled({T, out}, 0.01f);
-    lora = {&A, &B, 2.0f, 0.05f, 1234, true};
+    const char* pct = std::getenv("BP_BENCH_LORA_DROPOUT");
+    lora = {&A, &B, 2.0f, pct ? static_cast<float>(std::atof(pct) / 100.0) : 0.05f, 1234, true};
   }
   double base_flops() const { return 2.0 * T * in * out; }
   double lora_fwd_flops() const { return 2.0 * T * kRank * (in + out); }
@@ -103,7 +105,7 @@ void BM_linear_forward_lora(benchmark::State& state) {
   set_gflops(state, p.base_flops() + p.lora_fwd_flops());
 }
 
-// LoRA training backward: dx (base + LoRA path through the dropout mask), dA, dB; W frozen.
+// LoRA training backward: dx (base + LoRA path, through the dropout mask if any), dA, dB; W frozen.
 void BM_linear_backward_lora(benchmark::State& state) {
   Problem p(state);
   bp::LinearSaved saved;

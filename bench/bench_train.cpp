@@ -16,7 +16,7 @@
 // after the steps.
 //
 // Environment: BP_BENCH_THREADS (default 2) sets OpenMP and OpenBLAS threads; BP_BENCH_STEPS (3);
-// BP_BENCH_LORA_DROPOUT (percent, default 0: the oracle has none; 5 is the training default);
+// BP_BENCH_LORA_DROPOUT (percent, default 0: the oracle has none, nor has the training default);
 // BP_BENCH_SEQ (512); BP_BENCH_SMOL_LAYERS (30); BP_BENCH_QWEN_LAYERS (8 of Qwen's 24: same layer
 // shapes, full-size vocabulary head; the whole model is heavy on 2 cores).
 // `--qlora` compares the frozen weights held at f32, q8_0 and q4_k in one process, steps interleaved

@@ -87,7 +87,6 @@ TEST(EstimateVramCli, JsonIsTheLibraryEstimate) {
   const auto j = nlohmann::json::parse(r.out);
   EstimateRequest q;  // the same settings, defaults as in the settings table
   q.lora.r = 8;
-  q.lora.dropout = 0.05f;
   q.lora.target_modules = {"all-linear"};
   q.batch_size = 8;
   q.micro_batch_size = 2;
@@ -139,7 +138,6 @@ TEST(EstimateVramCli, DeviceCudaPlansTheCardsOwnWorkspace) {
   EXPECT_EQ(jg["settings"]["weights_dtype"], "bf16");  // auto on the card
   EXPECT_EQ(jc["settings"]["device"], "cpu");
   EstimateRequest q;
-  q.lora.dropout = 0.05f;
   q.lora.target_modules = {"all-linear"};
   q.batch_size = 2;
   q.max_seq_length = 512;

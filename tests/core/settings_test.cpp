@@ -41,7 +41,7 @@ TEST(SettingsRegistry, EveryKeyIsWellFormedAndItsDefaultIsValid) {
   Settings defaults;                   // parses every default with the normal rules: throws if one is bad
   EXPECT_EQ(defaults.get_int("lora.r"), 16);
   EXPECT_DOUBLE_EQ(defaults.get_float("lora.alpha"), 32.0);
-  EXPECT_DOUBLE_EQ(defaults.get_float("lora.dropout"), 0.05);
+  EXPECT_DOUBLE_EQ(defaults.get_float("lora.dropout"), 0.0);  // PEFT's LoraConfig default
   EXPECT_EQ(defaults.get_string("lora.target_modules"), "all-linear");
   EXPECT_EQ(defaults.get_int("training.nan_guard_max_consecutive"), 3);
   EXPECT_EQ(defaults.get_string("training.micro_batch_size"), "auto");

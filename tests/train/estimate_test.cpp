@@ -204,7 +204,7 @@ struct MeasureCase {
   bool ckpt;
   int64_t micro, seq;
   int64_t r = 8;
-  float dropout = 0.05f;  // the trainer's default
+  float dropout = 0.05f;  // the CPU plan counts its per-call scratch (the default, 0, has none)
   std::vector<std::string> targets = {"all-linear"};
 };
 
