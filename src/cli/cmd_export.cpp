@@ -25,6 +25,7 @@ int export_command(const std::string& input_arg) {
   rq.input = input_arg;
   rq.format = st.get_string("export.format");
   rq.quantization = parse_gguf_quant(st.get_string("export.quantization"));
+  rq.quantization_given = st.source("export.quantization") != SettingSource::Default;
   rq.output = st.get_string("export.output");
   rq.model_path = st.get_string("model.path");
   rq.resolve_model = [](const std::string& ref) { return bp::cli::resolve_model(ref); };

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "core/error.h"
@@ -32,7 +33,14 @@ struct ExportJob {
   bool is_adapter() const { return input.kind == ExportInputKind::Adapter; }
   // --output when given, else `fallback`.
   fs::path output_or(const fs::path& fallback) const {
-    return request.output.empty() ? fallback : fs::absolute(request.output).lexically_normal();
+    if (request.output.empty()) return fallback;
+    const fs::path p = fs::absolute(request.output).lexically_normal();  // "dir/" keeps its empty filename
+    return p.filename() == "." ? p.parent_path() : p;
+  }
+  // The same as a folder: no trailing separator (dir/ and dir are one folder).
+  fs::path folder_output_or(const fs::path& fallback) const {
+    const fs::path p = output_or(fallback);
+    return p.filename().empty() ? p.parent_path() : p;
   }
 };
 
@@ -72,13 +80,122 @@ uint64_t folder_bytes(const fs::path& dir, const std::vector<std::string>& files
   return n;
 }
 
-// Refuses to write into the folder being read (a merged export over its own base, ...).
-void check_not_input(const fs::path& out, const std::vector<fs::path>& inputs) {
+// ---- where an export may write (exporter.h) ----------------------------------------------------
+
+// `p` with symbolic links and "." / ".." resolved as far as it exists (the rest appended as written).
+fs::path resolved(const fs::path& p) {
   std::error_code ec;
-  for (const auto& p : inputs)
-    if (!p.empty() && fs::exists(out, ec) && fs::equivalent(out, p, ec))
-      throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
-                  fmt::format("[export] --output {} is the folder being exported from; choose another", out.string()));
+  fs::path r = fs::weakly_canonical(fs::absolute(p), ec);
+  return ec ? fs::absolute(p).lexically_normal() : r;
+}
+
+// Whether `p` is `root` or inside it.
+bool is_within(const fs::path& p, const fs::path& root) {
+  const fs::path a = resolved(p), b = resolved(root);
+  auto ai = a.begin();
+  for (auto bi = b.begin(); bi != b.end(); ++bi, ++ai)
+    if (bi->empty())
+      continue;  // a trailing separator
+    else if (ai == a.end() || *ai != *bi)
+      return false;
+  return true;
+}
+
+// What the export reads, and what each is called in an error.
+std::vector<std::pair<fs::path, std::string>> read_paths(const ExportJob& job) {
+  std::vector<std::pair<fs::path, std::string>> p;
+  const std::string what = job.is_adapter() ? "the adapter being exported" : "the model being exported";
+  if (!job.input.shown.empty()) p.emplace_back(job.input.shown, what);
+  if (!job.input.dir.empty()) p.emplace_back(job.input.dir, what);
+  if (!job.input.run_dir.empty()) p.emplace_back(job.input.run_dir, "the run being exported");
+  if (!job.base_dir.empty()) p.emplace_back(job.base_dir, "the base model");
+  if (const std::string gguf = gguf_base_file(job.source_dir.string()); !gguf.empty())
+    p.emplace_back(gguf, "the base model's GGUF file");
+  return p;
+}
+
+[[noreturn]] void refuse_output(const fs::path& out, const std::string& why) {
+  throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[export] --output {} {}", out.string(), why))
+      .with_suggestion(
+          "Choose another --output (a new or empty folder, or a new file name), or leave it out for the default "
+          "place beside the input; nothing was written.");
+}
+
+// A folder export (lora, merged) writes `out` whole. `marker` is the file every export of this format
+// writes (adapter_config.json, config.json). Returns whether an earlier export there is replaced.
+bool check_folder_output(const fs::path& out, const ExportJob& job, const char* marker) {
+  for (const auto& [p, what] : read_paths(job))
+    if (is_within(p, out))
+      refuse_output(out, fmt::format("{} {}; the export would replace it", is_within(out, p) ? "is" : "holds", what));
+  std::error_code ec;
+  const fs::file_status st = fs::status(out, ec);
+  if (!fs::exists(st)) return false;
+  if (!fs::is_directory(st)) refuse_output(out, "exists and is not a folder");
+  std::vector<std::string> others;  // what shows it is not an earlier export
+  bool empty = true, has_marker = false;
+  for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) {
+    empty = false;
+    const std::string name = e.path().filename().string();
+    if (name == marker && e.is_regular_file(ec)) has_marker = true;
+    if (!e.is_regular_file(ec)) others.push_back(name + "/");
+  }
+  if (ec) refuse_output(out, fmt::format("cannot be read ({})", ec.message()));
+  if (empty) return false;
+  if (!has_marker || !others.empty()) {
+    std::string shown;
+    for (size_t i = 0; i < others.size() && i < 3; ++i) shown += (i ? ", " : "") + others[i];
+    refuse_output(out, fmt::format("is a folder that holds other things ({}); an export replaces its folder whole, "
+                                   "so it only writes over an earlier export of this format",
+                                   shown.empty() ? fmt::format("no {}", marker) : shown));
+  }
+  return true;
+}
+
+// A file export (gguf, gguf-lora) replaces `out`. Returns whether an earlier GGUF there is replaced.
+bool check_file_output(const fs::path& out, const ExportJob& job) {
+  std::error_code ec;
+  const bool exists = fs::exists(fs::symlink_status(out, ec));
+  for (const auto& [p, what] : read_paths(job)) {
+    const bool folder = fs::is_directory(p, ec);
+    if (is_within(p, out) || (exists && folder && is_within(out, p) && p != job.input.run_dir))
+      refuse_output(out, fmt::format("{} {}; the export would replace it", folder ? "is inside" : "is", what));
+  }
+  if (!exists) return false;
+  if (!fs::is_regular_file(out, ec)) refuse_output(out, "exists and is not a regular file");
+  std::ifstream f(out, std::ios::binary);
+  char magic[4] = {};
+  if (!f.read(magic, 4) || std::string_view(magic, 4) != "GGUF")
+    refuse_output(out, "is a file that is not a GGUF; an export only writes over an earlier GGUF");
+  return true;
+}
+
+// --output as a file path: a folder given (DIR/, an existing folder, or a name without an
+// extension) gets `file_name` inside it.
+fs::path file_output(const ExportJob& job, const fs::path& fallback, const std::string& file_name) {
+  fs::path out = job.output_or(fallback);
+  std::error_code ec;
+  if (out.filename().empty() || fs::is_directory(out, ec) || (!fs::exists(out, ec) && !out.has_extension()))
+    out = (out.filename().empty() ? out.parent_path() : out) / file_name;
+  return out;
+}
+
+// The Modelfile of a GGUF: beside it, named after it (model-q8_0.gguf: model-q8_0.Modelfile).
+fs::path modelfile_for(const fs::path& gguf) {
+  return gguf.parent_path() / (gguf.stem().string() + ".Modelfile");
+}
+
+void note_replaced(bool replaced, const fs::path& out, ExportReport& r) {
+  r.result["replaced_earlier_export"] = replaced;
+  if (replaced) r.messages.push_back(fmt::format("Replaced the earlier export at {}.", out.string()));
+}
+
+// --quantization chosen for a format that has no such choice: refused, not ignored.
+void check_no_quantization(const ExportJob& job, const char* format, const char* what) {
+  if (job.request.quantization_given)
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[export] --quantization {} does not apply to --format {}: {}",
+                            gguf_quant_name(job.request.quantization), format, what))
+        .with_suggestion("Drop --quantization, or use --format gguf (or gguf-lora: f32, f16) for a quantized file.");
 }
 
 void report_folder(const fs::path& out, const std::vector<std::string>& files, ExportReport& r) {
@@ -110,8 +227,9 @@ void note_dequantized_base(const ExportJob& job, const std::string& written_as, 
 }
 
 void write_lora(const ExportJob& job, ExportReport& r) {
-  const fs::path out = job.output_or(job.input.out_root / "adapter");
-  check_not_input(out, {job.input.dir});
+  check_no_quantization(job, "lora", "the PEFT adapter is written as trained (f32)");
+  const fs::path out = job.folder_output_or(job.input.out_root / "adapter");
+  const bool replaced = check_folder_output(out, job, "adapter_config.json");
   const ModelConfig cfg = load_model_config(job.base_dir.string());
   LoraAdapter adapter = load_peft_adapter(job.input.dir.string(), cfg);  // throws when it does not fit the base
   // Keep the adapter's own base reference when it is a folder that exists or a hub name (portable to
@@ -121,6 +239,7 @@ void write_lora(const ExportJob& job, ExportReport& r) {
     adapter.base_model_name_or_path = job.base_dir.string();
   make_dirs(out);
   report_folder(out, save_peft_adapter(adapter, out.string()), r);
+  note_replaced(replaced, out, r);
   r.result["lora_r"] = adapter.config.r;
   r.result["lora_alpha"] = adapter.config.alpha;
   r.next.push_back(
@@ -128,8 +247,9 @@ void write_lora(const ExportJob& job, ExportReport& r) {
 }
 
 void write_merged(const ExportJob& job, ExportReport& r) {
-  const fs::path out = job.output_or(job.input.merged_default);
-  check_not_input(out, {job.input.dir, job.base_dir});
+  check_no_quantization(job, "merged", "the merged model keeps the base model's dtype");
+  const fs::path out = job.folder_output_or(job.input.merged_default);
+  const bool replaced = check_folder_output(out, job, "config.json");
   ModelWeights base = load_model(job.source_dir.string());
   // Written into <out>.partial and moved into place when complete: a failure (a full disk)
   // leaves neither a half-written nor an empty folder, and an earlier export at <out> survives.
@@ -158,6 +278,7 @@ void write_merged(const ExportJob& job, ExportReport& r) {
     throw;
   }
   report_folder(out, files, r);
+  note_replaced(replaced, out, r);
   r.result["dtype"] = dtype_name(base.config.torch_dtype);
   note_dequantized_base(job, dtype_name(base.config.torch_dtype), r);
   r.next.push_back(fmt::format("backprop generate --model {} --prompt \"...\"", out.string()));
@@ -167,8 +288,7 @@ void write_merged(const ExportJob& job, ExportReport& r) {
 void register_gguf(const ExportJob& job, const fs::path& gguf, const OllamaTemplate& tmpl, int64_t num_ctx,
                    ExportReport& r) {
   const ExportRequest& rq = job.request;
-  const std::string create_cmd =
-      fmt::format("ollama create {} -f {}", job.ollama_name, (gguf.parent_path() / "Modelfile").string());
+  const std::string create_cmd = fmt::format("ollama create {} -f {}", job.ollama_name, modelfile_for(gguf).string());
   if (!rq.ollama) {
     r.next.push_back(create_cmd);
     r.next.push_back(fmt::format("ollama run {}", job.ollama_name));
@@ -198,8 +318,8 @@ void register_gguf(const ExportJob& job, const fs::path& gguf, const OllamaTempl
 void write_gguf(const ExportJob& job, ExportReport& r) {
   const GGUFQuant quant = job.request.quantization;
   const std::string file_name = fmt::format("model-{}.gguf", gguf_quant_name(quant));
-  fs::path out = job.output_or(job.input.out_root / file_name);
-  if (fs::is_directory(out) || out.filename().empty()) out = out / file_name;  // a folder: "--output dir/"
+  const fs::path out = file_output(job, job.input.out_root / file_name, file_name);
+  const bool replaced = check_file_output(out, job);
   make_dirs(out.parent_path());
   ModelWeights weights = load_model(job.source_dir.string());
   if (job.is_adapter()) {
@@ -212,12 +332,13 @@ void write_gguf(const ExportJob& job, ExportReport& r) {
   const OllamaTemplate tmpl = ollama_template_from_jinja(g.chat_template, g.end_tokens);
   // Ollama allocates the KV cache for num_ctx: cap a long-context model's default at 8192.
   const int64_t num_ctx = std::min<int64_t>(g.context_length > 0 ? g.context_length : 2048, 8192);
-  const fs::path modelfile = out.parent_path() / "Modelfile";
+  const fs::path modelfile = modelfile_for(out);
   write_file_atomic(modelfile.string(), make_modelfile(out.string(), tmpl, num_ctx));
   r.written.push_back(out.string());
   r.written.push_back(modelfile.string());
+  note_replaced(replaced, out, r);
   r.result["output"] = out.string();
-  r.result["files"] = {out.filename().string(), "Modelfile"};
+  r.result["files"] = {out.filename().string(), modelfile.filename().string()};
   r.result["bytes"] = g.bytes;
   r.result["quantization"] = g.file_type;
   r.result["tensor_count"] = g.tensor_types.size();
@@ -283,8 +404,8 @@ void write_gguf_lora(const ExportJob& job, ExportReport& r) {
                             "base type); got --quantization {}",
                             gguf_quant_name(quant)));
   const std::string file_name = fmt::format("adapter-{}.gguf", gguf_quant_name(quant));
-  fs::path out = job.output_or(job.input.out_root / file_name);
-  if (fs::is_directory(out) || out.filename().empty()) out = out / file_name;
+  const fs::path out = file_output(job, job.input.out_root / file_name, file_name);
+  const bool replaced = check_file_output(out, job);
   const ModelConfig cfg = load_model_config(job.base_dir.string());
   const AdapterBase base = adapter_base(job, cfg);
   if (job.request.ollama && !base.ollama && base.gguf.empty())
@@ -297,12 +418,13 @@ void write_gguf_lora(const ExportJob& job, ExportReport& r) {
   make_dirs(out.parent_path());
   const GGUFLoraResult g = export_gguf_lora(adapter, cfg, quant == GGUFQuant::F32 ? GGMLType::F32 : GGMLType::F16,
                                             out.string(), job.ollama_name);
-  const fs::path modelfile = out.parent_path() / "Modelfile";
+  const fs::path modelfile = modelfile_for(out);
   write_file_atomic(modelfile.string(), make_modelfile(base.from, base.tmpl, base.num_ctx, out.string(), base.system));
   r.written.push_back(out.string());
   r.written.push_back(modelfile.string());
+  note_replaced(replaced, out, r);
   r.result["output"] = out.string();
-  r.result["files"] = {out.filename().string(), "Modelfile"};
+  r.result["files"] = {out.filename().string(), modelfile.filename().string()};
   r.result["bytes"] = g.bytes;
   r.result["quantization"] = gguf_quant_name(quant);
   r.result["tensor_count"] = g.tensor_count;

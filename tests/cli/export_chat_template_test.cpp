@@ -95,7 +95,7 @@ class ExportChatTemplate : public ::testing::Test {
     ASSERT_NE(kv, nullptr);
     EXPECT_EQ(kv->value, expected);
     EXPECT_EQ(g.value("chat_template_family", ""), family);
-    const std::string modelfile = slurp(fs::path(gguf).parent_path().string() + "/Modelfile");
+    const std::string modelfile = slurp(g.value("modelfile", ""));
     EXPECT_EQ(modelfile.find("<start_of_turn>"), std::string::npos) << modelfile;  // not Gemma's
 
     const nlohmann::json m = run_json("export --json " + run + " --format merged");

@@ -280,7 +280,7 @@ TEST(GgufLora, OllamaBaseIsRegisteredFromItsNameWithTheAdapter) {
   EXPECT_EQ(c["parameters"]["stop"], nlohmann::json::array({"<|end|>"}));
   EXPECT_EQ(server.blobs.size(), 1u);
   EXPECT_EQ(server.blobs.at(digest), fs::file_size(adapter));
-  const std::string mf = read_file(d.path + "/out/Modelfile");
+  const std::string mf = read_file(d.path + "/out/adapter-f16.Modelfile");
   EXPECT_NE(mf.find("FROM tiny:v1\nADAPTER " + adapter + "\nTEMPLATE \"\"\"" + tmpl +
                     "\"\"\"\nSYSTEM \"\"\"You are terse.\"\"\"\n"),
             std::string::npos)

@@ -6,17 +6,20 @@
 //   - a GGUF export of an adapter holds the merged weights (f32 export, attn_v is not permuted);
 //   - --ollama registers with a fake Ollama server (cpp-httplib, 127.0.0.1, ephemeral port) that
 //     implements the blob and create endpoints; with nothing listening -> DEP_OLLAMA_REGISTRATION_FAILED;
-//   - bad inputs, a missing base model and a full disk give their catalog codes and exit codes.
+//   - bad inputs, a missing base model and a full disk give their catalog codes and exit codes;
+//   - an export never writes over what it reads or over anything but an earlier export of its kind.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -144,7 +147,8 @@ TEST_F(ExportRun, GgufWithModelfileNextToTheRun) {
   EXPECT_EQ(rd.find_tensor("blk.0.attn_q.weight")->type, GGMLType::F16);
   EXPECT_EQ(rd.find_tensor("blk.0.attn_norm.weight")->type, GGMLType::F32);
 
-  std::ifstream mf(run_dir_ + "/export/Modelfile");
+  EXPECT_EQ(r.json["modelfile"], run_dir_ + "/export/model-f16.Modelfile");  // named after its GGUF
+  std::ifstream mf(run_dir_ + "/export/model-f16.Modelfile");
   std::stringstream ss;
   ss << mf.rdbuf();
   const std::string modelfile = ss.str();
@@ -155,6 +159,101 @@ TEST_F(ExportRun, GgufWithModelfileNextToTheRun) {
   // Without --ollama it says how to register.
   const std::string next = r.json["next"].dump();
   EXPECT_NE(next.find("ollama create"), std::string::npos) << next;
+}
+
+// Every path under `dir` with its size and content hash: what "nothing was touched" compares.
+std::map<std::string, std::string> folder_state(const std::string& dir) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    const std::string rel = fs::relative(e.path(), dir).string();
+    m[rel] = e.is_regular_file() ? sha256_file_hex(e.path().string()) : (e.is_directory() ? "dir" : "other");
+  }
+  return m;
+}
+
+// An export never writes over what it reads, nor over a folder or file that is not an earlier
+// export of its kind; each refusal is INPUT_VALIDATION_FAILED with nothing touched. Re-exporting to
+// the same place replaces the earlier export and says so.
+TEST_F(ExportRun, OutputNeverReplacesWhatItReadsOrOtherFiles) {
+  TempDir d;
+  const auto run_before = folder_state(run_dir_);
+  auto refused = [&](const std::string& args, const std::string& what) {
+    CliRun r = export_json(args);
+    EXPECT_EQ(r.rc, 1) << args << "\n" << r.out;
+    EXPECT_EQ(r.json["code"], "INPUT_VALIDATION_FAILED") << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(what), std::string::npos) << args << "\n" << r.out;
+  };
+  // The run itself, the folder of runs holding it, the adapter folder.
+  refused(run_dir_ + " --format merged --output " + run_dir_, "holds the adapter being exported");
+  refused(run_dir_ + " --format merged --output " + dir_->path + "/runs/", "holds the adapter being exported");
+  refused(run_dir_ + " --format lora --output " + run_dir_ + "/adapter", "is the adapter being exported");
+  refused(run_dir_ + " --format gguf --output " + run_dir_ + "/adapter/adapter_model.safetensors",
+          "is inside the adapter being exported");
+  EXPECT_EQ(folder_state(run_dir_), run_before) << "a refused export touched the run";
+
+  // A folder of other things, a file that is not a GGUF, and what is not a regular file.
+  fs::create_directories(d.path + "/mine/sub");
+  std::ofstream(d.path + "/mine/notes.txt") << "keep me";
+  std::ofstream(d.path + "/mine/config.json") << "{}";
+  const auto mine_before = folder_state(d.path + "/mine");
+  refused(run_dir_ + " --format merged --output " + d.path + "/mine", "holds other things (sub/)");
+  std::ofstream(d.path + "/notes.gguf") << "keep me";
+  refused(run_dir_ + " --format gguf --output " + d.path + "/notes.gguf", "is a file that is not a GGUF");
+  EXPECT_EQ(folder_state(d.path + "/mine"), mine_before);
+  EXPECT_EQ(sha256_file_hex(d.path + "/notes.gguf"), sha256_file_hex(d.path + "/mine/notes.txt"));
+  ASSERT_EQ(::mkfifo((d.path + "/pipe.gguf").c_str(), 0600), 0);
+  refused(run_dir_ + " --format gguf --output " + d.path + "/pipe.gguf", "is not a regular file");
+  EXPECT_TRUE(fs::is_fifo(d.path + "/pipe.gguf"));
+
+  // The base model: a copy, so that a failure here cannot damage the shared one.
+  fs::copy(model_dir(), d.path + "/base", fs::copy_options::recursive);
+  const auto base_before = folder_state(d.path + "/base");
+  refused(d.path + "/base --format gguf --output " + d.path + "/base/config.json",
+          "is inside the model being exported");
+  refused(d.path + "/base --format merged --output " + d.path + "/base", "is the model being exported");
+  refused(run_dir_ + " --format merged --model " + d.path + "/base --output " + d.path, "holds the base model");
+  EXPECT_EQ(folder_state(d.path + "/base"), base_before);
+
+  // Re-exports replace the earlier one (a folder given with or without its trailing separator).
+  CliRun r = export_json(run_dir_ + " --format merged --output " + d.path + "/merged");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.json["replaced_earlier_export"], false);
+  r = export_json(run_dir_ + " --format merged --output " + d.path + "/merged/");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.json["output"], d.path + "/merged");
+  EXPECT_EQ(r.json["replaced_earlier_export"], true);
+  EXPECT_TRUE(fs::is_regular_file(d.path + "/merged/config.json"));
+  EXPECT_FALSE(fs::exists(d.path + "/merged.old")) << "the earlier export set aside is removed";
+
+  // A GGUF and a GGUF LoRA in one folder keep a Modelfile each, named after its file; a name
+  // without an extension is a folder.
+  r = export_json(run_dir_ + " --format gguf --quantization q8_0 --output " + d.path + "/out");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.json["output"], d.path + "/out/model-q8_0.gguf");
+  r = export_json(run_dir_ + " --format gguf-lora --output " + d.path + "/out/");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.json["modelfile"], d.path + "/out/adapter-f16.Modelfile");
+  std::ifstream merged_mf(d.path + "/out/model-q8_0.Modelfile"), lora_mf(d.path + "/out/adapter-f16.Modelfile");
+  std::stringstream a, b;
+  a << merged_mf.rdbuf();
+  b << lora_mf.rdbuf();
+  EXPECT_NE(a.str().find("FROM " + d.path + "/out/model-q8_0.gguf"), std::string::npos) << a.str();
+  EXPECT_NE(b.str().find("ADAPTER " + d.path + "/out/adapter-f16.gguf"), std::string::npos) << b.str();
+}
+
+// --quantization is a choice of the GGUF formats; set for another, it is refused rather than ignored.
+TEST_F(ExportRun, QuantizationForAFormatWithoutOneIsRefused) {
+  TempDir d;
+  for (const char* format : {"merged", "lora"}) {
+    CliRun r =
+        export_json(fmt::format("{} --format {} --quantization bf16 --output {}/{}", run_dir_, format, d.path, format));
+    EXPECT_EQ(r.rc, 1) << r.out;
+    EXPECT_EQ(r.json["code"], "CONFIG_INVALID_SETTING") << r.out;
+    EXPECT_FALSE(fs::exists(d.path + "/" + format));
+  }
+  // Its default is no choice: the same exports without the flag succeed.
+  CliRun r = export_json(run_dir_ + " --format lora --output " + d.path + "/lora");
+  EXPECT_EQ(r.rc, 0) << r.out;
 }
 
 TEST_F(ExportRun, MergedIsAModelFolderThatLoads) {
@@ -254,7 +353,7 @@ TEST(Export, GgufOfAnAdapterHoldsTheMergedWeights) {
   // Outside a run folder the default is <folder>-export/ next to it.
   const std::string gguf = d.path + "/adapter-export/model-f32.gguf";
   EXPECT_EQ(r.json["output"], gguf);
-  EXPECT_TRUE(fs::is_regular_file(d.path + "/adapter-export/Modelfile"));
+  EXPECT_TRUE(fs::is_regular_file(d.path + "/adapter-export/model-f32.Modelfile"));
   GGUFReader rd(gguf);
   const ModelWeights m = merge_lora(base, ad);
   for (int l : {0, 4}) {  // attn_v is stored as is (only q/k rows are permuted for llama)
@@ -300,7 +399,7 @@ TEST(Export, OllamaRegistersTheGguf) {
   EXPECT_EQ(r.json["ollama"]["model"], "stories:test");
   EXPECT_EQ(r.json["ollama"]["digest"], digest);
   EXPECT_EQ(r.json["next"][0], "ollama run stories:test");
-  EXPECT_TRUE(fs::is_regular_file(d.path + "/Modelfile"));
+  EXPECT_TRUE(fs::is_regular_file(d.path + "/m.Modelfile"));
 }
 
 TEST(Export, OllamaHostFallsBackToOllamaHostVariable) {
@@ -341,7 +440,7 @@ TEST(Export, OllamaDownIsADependencyErrorWithTheFilesKept) {
   EXPECT_EQ(r.json["code"], "DEP_OLLAMA_REGISTRATION_FAILED") << r.out;
   EXPECT_NE(r.json["suggestion"].get<std::string>().find("ollama create"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::is_regular_file(d.path + "/m.gguf"));
-  EXPECT_TRUE(fs::is_regular_file(d.path + "/Modelfile"));
+  EXPECT_TRUE(fs::is_regular_file(d.path + "/m.Modelfile"));
 }
 
 // ---- errors ---------------------------------------------------------------------------------
