@@ -19,8 +19,12 @@
 #include "core/device_info.h"
 #include "core/error.h"
 #include "core/sysinfo.h"
+#include "export/gguf_lora.h"
+#include "io/gguf_reader.h"
+#include "io/quantize.h"
 #include "model/held_weights.h"
 #include "model/loader.h"
+#include "model/weight_names.h"
 #include "ops/device_compute.h"
 #include "train/estimate.h"
 #include "train/train_options.h"
@@ -57,6 +61,16 @@ GemmWorkspaceSize gemm_workspace_size(const bp::CudaStatus& cuda) {
             fmt::format("NVIDIA's size for compute capability {}.{}", d.cc_major, d.cc_minor)};
   }
   return {bp::cuda_workspace::kGemmWorkspaceBytesMax, "no GPU here: the largest (Hopper's)"};
+}
+
+// How a GGUF base's frozen weights are held under --base-dtype auto, as the trainer's plan counts
+// them (train/train_plan.cpp): the stored type of the first layer's q projection (f32 where the
+// loader widens it).
+bp::DType gguf_stored_dtype(const std::string& gguf) {
+  bp::GGUFReader reader(gguf);
+  const bp::GGUFTensorInfo* t = reader.find_tensor(bp::gguf_name(bp::WeightRole::Q, 0));
+  const std::optional<bp::DType> d = t ? bp::dtype_of_ggml(t->type) : std::nullopt;
+  return d && bp::dtype_bytes(*d, t->numel()) == t->nbytes ? *d : bp::DType::F32;
 }
 
 std::string row(const std::string& name, const std::string& arithmetic, size_t bytes, const std::string& note = "") {
@@ -214,14 +228,14 @@ int run_estimate_vram() {
   // --device, as `train` reads it: auto plans for the GPU where a usable one would train.
   const std::string& device = st.get_string("model.device");
   r.device = (device == "auto" ? cuda.usable() : device.rfind("cuda", 0) == 0) ? DeviceType::CUDA : DeviceType::CPU;
-  // --base-dtype: how frozen weights are held, the one setting `train` reads for it too (auto: f32 on
-  // the CPU; bf16 where a usable GPU would train).
+  // --base-dtype: how frozen weights are held, resolved as `train` resolves it (model/held_weights.h:
+  // auto keeps a GGUF base's stored types, planned at the type of its first q projection as the
+  // trainer's plan counts them; any other base f32 on the CPU, bf16 on a card).
   const std::string base_setting = st.get_string("model.base_dtype");
   const std::string dtype_setting = "--base-dtype " + base_setting;
-  if (base_setting != "auto")
-    r.weights_dtype = *parse_base_dtype(base_setting);
-  else
-    r.weights_dtype = r.device == DeviceType::CUDA ? DType::BF16 : DType::F32;
+  const std::string gguf = gguf_base_file(fs::is_regular_file(model) ? fs::path(model).parent_path().string() : model);
+  const std::optional<DType> base = resolve_base_dtype(base_setting, r.device, !gguf.empty());
+  r.weights_dtype = base ? *base : gguf_stored_dtype(gguf);
   // --matmul-dtype, as `train` resolves it (a plan for a card not here assumes bf16 tensor cores).
   const bool f16_card = r.device == DeviceType::CUDA && !cuda.devices.empty() && cuda.devices[0].cc_major < 8;
   r.matmul_dtype = resolve_matmul_dtype(st.get_string("training.matmul_dtype"), r.mode, r.device, f16_card,

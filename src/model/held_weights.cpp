@@ -21,6 +21,12 @@ std::optional<DType> parse_base_dtype(std::string_view s) {
               fmt::format("[model] base dtype '{}' is not one of auto, f32, bf16, q8_0, q4_k", s));
 }
 
+std::optional<DType> resolve_base_dtype(std::string_view setting, DeviceType device, bool gguf_base) {
+  if (std::optional<DType> t = parse_base_dtype(setting)) return t;
+  if (gguf_base) return std::nullopt;
+  return device == DeviceType::CUDA ? DType::BF16 : DType::F32;
+}
+
 bool role_is_held(WeightRole role) {
   switch (role) {
     case WeightRole::Embed:

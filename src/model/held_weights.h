@@ -27,6 +27,12 @@ namespace bp {
 // Accepts auto, f32, bf16, q8_0, q4_k; CONFIG_INVALID_SETTING otherwise.
 std::optional<DType> parse_base_dtype(std::string_view s);
 
+// model.base_dtype resolved for a LoRA run on `device` (what `train` holds and `estimate-vram`
+// plans): a type, or nullopt = as stored. auto keeps a GGUF base in its stored types (nullopt) and
+// holds any other base at f32 on the CPU and at bf16 on a CUDA card (issue 18: frozen weights in
+// bf16, the tensor cores' GEMM inputs; an f16 card dequantizes them to f16 panels).
+std::optional<DType> resolve_base_dtype(std::string_view setting, DeviceType device, bool gguf_base);
+
 // Is this role held in the base dtype (linear projections, embedding, LM head)?
 bool role_is_held(WeightRole role);
 

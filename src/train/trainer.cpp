@@ -15,6 +15,7 @@
 #include "core/interrupt.h"
 #include "core/log.h"
 #include "core/threads.h"
+#include "export/gguf_lora.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/held_weights.h"
@@ -264,7 +265,9 @@ void Trainer::State::build_model() {
   mopt.mode = o.mode;
   mopt.gradient_checkpointing = o.gradient_checkpointing.value_or(true);
   std::vector<std::string> held_notes;
-  const std::optional<DType> base = o.mode == TrainMode::Full ? DType::F32 : parse_base_dtype(o.base_dtype);
+  const std::optional<DType> base =
+      o.mode == TrainMode::Full ? DType::F32
+                                : resolve_base_dtype(o.base_dtype, device.type, !gguf_base_file(o.model_dir).empty());
   ModelWeights weights = !o.init_from_config.empty()
                              ? init_random_weights(ModelConfig::from_file(o.init_from_config), o.seed)
                              : load_model(o.model_dir, base, &held_notes);
@@ -273,6 +276,7 @@ void Trainer::State::build_model() {
   for (const auto& n : held_notes) event("info", "frozen weights: " + n);
   summary.base_dtype = describe_held_weights(weights, o.mode == TrainMode::Full ? "f32" : o.base_dtype);
   model = std::make_unique<Model>(std::move(weights), mopt);
+  warn_beyond_context();
   const DType matmul = matmul_dtype();
   if (device.type != DeviceType::CPU) {  // loaded (and held in their type) on the host, then copied over
     bool frozen_narrow = false;          // some GEMM runs on bf16 inputs (ops/device_compute.h)
@@ -313,6 +317,20 @@ void Trainer::State::build_model() {
     model->attach_lora(*adapter);
   }
   model->set_training(true);
+}
+
+// Samples longer than the model's context (max_position_embeddings) train positions its makers never
+// did (RoPE runs on, as in transformers, which warns the same way): said once, with the cure.
+void Trainer::State::warn_beyond_context() {
+  int64_t longest = 0;
+  for (const std::vector<Sample>* set : {&data.train, &data.eval})
+    for (const Sample& smp : *set) longest = std::max<int64_t>(longest, static_cast<int64_t>(smp.ids.size()));
+  const int64_t ctx = model->config().max_position_embeddings;
+  if (ctx > 0 && longest > ctx)
+    event("warn", fmt::format("the longest sample has {} tokens, more than the model's context of {} "
+                              "(max_position_embeddings): positions past {} were never trained and may "
+                              "behave badly; --max-seq-length {} cuts samples there",
+                              longest, ctx, ctx, ctx));
 }
 
 // training.matmul_dtype for this run (train_options.h resolve_matmul_dtype).

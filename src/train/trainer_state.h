@@ -60,6 +60,7 @@ struct Trainer::State {
   void open_run();
   void load_data();
   void build_model();
+  void warn_beyond_context();  // samples longer than max_position_embeddings (build_model)
   DType matmul_dtype() const;  // training.matmul_dtype resolved for this device and mode
   void plan_memory();
   void resume();

@@ -229,6 +229,30 @@ TEST(EstimateVramCli, BaseDtypeCountsQuantizedBlocks) {
   EXPECT_TRUE(has(t.out, "rows that are not whole blocks use the nearest type")) << t.out;
 }
 
+// A GGUF base is planned as `train` holds it under --base-dtype auto: in its stored type (here
+// q8_0: the same bytes as the safetensors base quantized on load), not at f32.
+TEST(EstimateVramCli, GgufBaseIsPlannedInItsStoredType) {
+  const std::string model = test::shared_dir() + "/models/stories260K";
+  test::TempDir tmp;
+  const std::string gguf = tmp.path + "/m-q8_0.gguf";
+  Result x = backprop("export " + model + " --format gguf --quantization q8_0 --output " + gguf);
+  ASSERT_EQ(x.rc, 0) << x.out;
+  auto plan = [&](const std::string& args) {
+    Result r = backprop("estimate-vram --json --vram-gb 1 " + args, "", true);
+    EXPECT_EQ(r.rc, 0) << r.out;
+    return nlohmann::json::parse(r.out);
+  };
+  const auto auto_gguf = plan("--device cpu --model " + gguf);
+  EXPECT_EQ(auto_gguf["settings"]["weights_dtype"], "q8_0");
+  const auto q8 = plan("--device cpu --model " + model + " --base-dtype q8_0");
+  EXPECT_EQ(auto_gguf["plan"]["weights"], q8["plan"]["weights"]);
+  const auto f32 = plan("--device cpu --model " + gguf + " --base-dtype f32");  // asked for: dequantized on load
+  EXPECT_EQ(f32["settings"]["weights_dtype"], "f32");
+  EXPECT_GT(f32["plan"]["weights"].get<size_t>(), q8["plan"]["weights"].get<size_t>());
+  // A safetensors base on a card: bf16, as the trainer holds it there.
+  EXPECT_EQ(plan("--model " + model + " --device cuda")["settings"]["weights_dtype"], "bf16");
+}
+
 TEST(EstimateVramCli, NonFittingRunGetsTheCheapestChange) {
   SmolDir m;
   // Full fine-tuning needs 16 bytes per parameter (2.0 GiB) before any activation: 1 GiB is too

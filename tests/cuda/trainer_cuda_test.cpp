@@ -333,6 +333,30 @@ TEST(CudaTrainer, GgufBasesInTheirStoredTypesTrainOnTheCardLikeOnTheCpu) {
     EXPECT_TRUE(seen.count(t)) << dtype_name(t) << " never reached the card";
 }
 
+// --base-dtype auto on the card holds a safetensors base (tiny-chat, stored f32) in bf16, as
+// issue 18 asks and estimate-vram plans it; the CPU keeps f32. The run's GEMMs take bf16 inputs and
+// it trains like the CPU's f32 run within the bf16 bounds.
+TEST(CudaTrainer, AutoHoldsASafetensorsBaseInBf16OnTheCard) {
+  TempDir dir;
+  TrainOptions o = tiny_chat_options(dir.path, "cpu");
+  o.base_dtype = "auto";
+  o.steps = 1;
+  o.holdout = 0.0;
+  const TrainSummary ref = Trainer(o).run();
+  EXPECT_EQ(ref.base_dtype, "auto → f32");
+  o.output_dir += "-cuda";
+  o.device = "cuda";
+  SimulatedCudaDevice card;
+  std::string device_line;
+  Trainer trainer(o, capture_device_event(&device_line));
+  const TrainSummary got = trainer.run();
+  EXPECT_EQ(got.base_dtype, "auto → bf16");
+  EXPECT_EQ(trainer.model().weights().layers[0].q.dtype(), DType::BF16);
+  EXPECT_EQ(trainer.model().weights().layers[0].input_norm.dtype(), DType::F32) << "norms stay f32";
+  EXPECT_NE(device_line.find("bf16 inputs"), std::string::npos) << device_line;
+  expect_losses_close(got, ref, kBf16HeldRunTolerance);
+}
+
 // Whether this machine has a real card the trainer would use (scripts/gpu_check.sh runs test_cuda
 // there): then "no card" cannot be tested, and --device auto/cuda without a simulated card train on it.
 bool real_card_present() {

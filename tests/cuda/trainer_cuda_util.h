@@ -64,6 +64,9 @@ inline TrainOptions tiny_chat_options(const std::string& dir, const std::string&
   o.gradient_checkpointing = true;
   o.threads = 1;
   o.quiet = true;
+  // Held as stored (f32): the f32 comparisons with the CPU hold element for element. --base-dtype
+  // auto would hold it in bf16 on the card (CudaTrainer.AutoHoldsASafetensorsBaseInBf16OnTheCard).
+  o.base_dtype = "f32";
   return o;
 }
 

@@ -256,6 +256,34 @@ TEST(Trainer, TooManyBadRowsStopTheRun) {
   }
 }
 
+// A sample longer than the model's context (stories260K: 512 positions) is trained with a warning
+// that says so and how to cut it; cut at the context, no warning.
+TEST(Trainer, SamplesBeyondTheModelsContextAreWarnedAbout) {
+  for (int64_t max_seq : {1024, 512}) {
+    SCOPED_TRACE(max_seq);
+    test::TempDir tmp;
+    TrainOptions o = base_options(tmp.path);
+    std::string long_text;
+    for (int i = 0; i < 120; ++i) long_text += "Lily had a red ball. ";  // ~700 tokens
+    std::ofstream(o.data_path, std::ios::app) << "{\"text\": \"" << long_text << "\"}\n";
+    o.max_seq_length = max_seq;
+    o.steps = 1;
+    o.holdout = 0.0;
+    o.shuffle = false;
+    std::vector<std::string> warnings;
+    TrainCallbacks cb;
+    cb.on_event = [&](const std::string& level, const std::string& m) {
+      if (level == "warn") warnings.push_back(m);
+    };
+    EXPECT_EQ(Trainer(o, cb).run().steps_done, 1);
+    bool said = false;
+    for (const auto& w : warnings)
+      said = said || (w.find("more than the model's context of 512") != std::string::npos &&
+                      w.find("--max-seq-length 512") != std::string::npos);
+    EXPECT_EQ(said, max_seq > 512) << ::testing::PrintToString(warnings);
+  }
+}
+
 // --no-shuffle takes the samples in file order; the default order is a seeded permutation.
 TEST(Trainer, ShuffleOffTakesSamplesInOrder) {
   test::TempDir a_dir, b_dir;
