@@ -16,8 +16,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// An adapter that cannot be read: the code of a model that cannot be loaded, with advice for an
+// adapter (the catalog's default suggestion is about model folders).
 [[noreturn]] void fail(const std::string& where, const std::string& what) {
-  throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, fmt::format("[peft] {}: {}", where, what));
+  throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, fmt::format("[peft] {}: {}", where, what))
+      .with_suggestion(
+          "Pass a PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors, as `backprop train` "
+          "writes in <run>/adapter or PEFT's save_pretrained), trained for this base model (--model).");
 }
 
 // Numbers as PEFT writes them: integral values as integers (lora_alpha 16), others shortest.
