@@ -6,6 +6,9 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/command.h"
 #include "core/error_report.h"
@@ -112,6 +115,19 @@ bp::cli::RunFn setup_info(CLI::App& sub) {
     if (o->markdown && !o->error_codes && !o->env_vars && !o->ops)
       throw bp::Error(bp::ErrorCode::CONFIG_INVALID,
                       "[info] --markdown only applies to --error-codes, --env-vars and --ops");
+    // Each of these prints one whole document (its --json array, its docs/*.md page): two asked
+    // together used to print only the first, silently.
+    std::vector<std::string> asked;
+    for (const auto& [flag, on] : {std::pair<const char*, bool>{"--env-vars", o->env_vars},
+                                   {"--error-codes", o->error_codes},
+                                   {"--ops", o->ops},
+                                   {"--openblas-coretype", o->openblas_coretype}})
+      if (on) asked.emplace_back(flag);
+    if (asked.size() > 1)
+      throw bp::Error(bp::ErrorCode::CONFIG_INVALID,
+                      fmt::format("[info] {} each print a whole list: ask for one per call", fmt::join(asked, " and ")))
+          .with_suggestion(fmt::format("Run `backprop info {}` on its own, then the other{}.", asked.front(),
+                                       asked.size() > 2 ? "s one at a time" : ""));
     if (o->ops) {
       print_ops(json, o->markdown);
       return 0;

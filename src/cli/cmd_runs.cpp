@@ -61,13 +61,30 @@ int run_runs() {
   return 0;
 }
 
-// Settings of a run that differ from the built-in defaults.
+// Settings of a run that differ from the built-in defaults, compared as JSON values the way
+// settings.json holds them (Settings::to_json), so a float at its default (lora.alpha 32.0) equals
+// it; the text forms differ ("32" and "32.0").
 std::vector<std::pair<std::string, std::string>> changed_settings(const RunRecord& r) {
   std::vector<std::pair<std::string, std::string>> out;
-  const Settings defaults;
-  for (const auto& [key, value] : flatten_settings(r.settings))
-    if (defaults.text(key) != value) out.emplace_back(key, value);
+  const nlohmann::json defaults = Settings().to_json();
+  for (const auto& [key, value] : flatten_settings(r.settings)) {
+    const size_t dot = key.find('.');
+    const std::string sec = key.substr(0, dot), name = key.substr(dot + 1);
+    const nlohmann::json saved = r.settings.at(sec).at(name);  // flatten_settings listed it
+    if (!defaults.contains(sec) || !defaults[sec].contains(name) || defaults[sec][name] != saved)
+      out.emplace_back(key, value);
+  }
   return out;
+}
+
+// The preset a run used ("" when none): settings.json's {"preset": {"name", "applied"}}.
+std::string preset_line(const nlohmann::json& settings) {
+  const auto it = settings.find("preset");
+  if (it == settings.end() || !it->is_object()) return "";
+  const auto name = it->find("name");
+  if (name == it->end() || !name->is_string() || *name == "none") return "";
+  const auto applied = it->find("applied");
+  return name->get<std::string>() + " " + (applied == it->end() ? "{}" : applied->dump());
 }
 
 int run_show_run() {
@@ -87,9 +104,7 @@ int run_show_run() {
   std::cout << fmt::format("steps      {}\nfinal loss {}\nbest eval  {}\n", r.steps, opt_loss(r.final_loss),
                            opt_loss(r.best_eval_loss));
   if (r.tokens_per_second) std::cout << fmt::format("speed      {:.0f} tokens/s\n", *r.tokens_per_second);
-  if (r.settings.contains("preset") && r.settings["preset"].value("name", "none") != "none")
-    std::cout << "preset     " << r.settings["preset"]["name"].get<std::string>() << " "
-              << r.settings["preset"]["applied"].dump() << "\n";
+  if (const std::string preset = preset_line(r.settings); !preset.empty()) std::cout << "preset     " << preset << "\n";
   std::cout << "checkpoints " << (r.checkpoints.empty() ? "(none)" : fmt::format("{}", fmt::join(r.checkpoints, ", ")))
             << "\nsettings that differ from the defaults:\n";
   for (const auto& [k, v] : changed) std::cout << fmt::format("  {:<36} {}\n", k, v);

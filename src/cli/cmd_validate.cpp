@@ -160,7 +160,8 @@ int run_validate(const ValidateOptions& o) {
 bp::cli::RunFn setup_validate(CLI::App& sub) {
   auto o = std::make_shared<ValidateOptions>();
   sub.add_option("file", o->file, "Dataset file (JSONL, JSON array or .txt)")->required();
-  sub.add_option("--format", o->format, "auto, sharegpt, openai, alpaca or text")->capture_default_str();
+  sub.add_option("--format", o->format, fmt::format("Row format: {}", fmt::join(bp::dataset_format_names(), ", ")))
+      ->capture_default_str();
   sub.add_option("--max-errors", o->max_errors, "Bad rows to list (all are counted)")->capture_default_str();
   sub.add_option("--max-length,--max-seq-length", o->max_length,
                  "Rows longer than this many tokens are listed: training truncates them (0: no check)")

@@ -54,8 +54,11 @@ void print_error(const Error& e) {
   std::cerr << render_error_text(e, run_id) << std::flush;
 }
 
+// The error on the console (or stdout with --json), and once in the --log-file (an error record
+// `backprop doctor` reads; the console sink does not repeat it).
 int fail(const Error& e) {
   print_error(e);
+  log::record_error_in_files(render_error_json(e, log::run_started() ? log::run_id() : ""));
   return exit_code_for(e.code());
 }
 }  // namespace
@@ -144,7 +147,6 @@ int main(int argc, char** argv) {
     bp::log::flush();
     return rc;
   } catch (const bp::Error& e) {
-    spdlog::debug("error {}: {}", e.info().name, e.what());
     return fail(e);
   } catch (const std::filesystem::filesystem_error& e) {
     return fail(bp::error_from_filesystem(e));

@@ -38,13 +38,17 @@ std::string iso_time(spdlog::log_clock::time_point tp) {
   return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:03d}Z", tm, static_cast<int>(ms % 1000));
 }
 
+std::string json_line(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
 std::string json_record(const spdlog::details::log_msg& msg, const std::string& text) {
   nlohmann::json j = {{"ts", iso_time(msg.time)},
                       {"level", std::string(spdlog::level::to_string_view(msg.level).data(),
                                             spdlog::level::to_string_view(msg.level).size())},
                       {"run_id", run_id()},
                       {"msg", text}};
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return json_line(j);
 }
 
 // Redacts the message, then hands the clean text to write().
@@ -117,6 +121,12 @@ class JsonlFileSink final : public RedactingSink {
   ~JsonlFileSink() override {
     if (f_) std::fclose(f_);
   }
+  // A whole record built by the caller (record_error_in_files), under the sink's lock.
+  void write_line(const std::string& line) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::fwrite(line.data(), 1, line.size(), f_);
+    std::fflush(f_);
+  }
 
  protected:
   void write(const spdlog::details::log_msg& msg, const std::string& text) override {
@@ -185,6 +195,18 @@ void add_file(const std::string& path) {
 
 void flush() {
   spdlog::default_logger()->flush();
+}
+
+void record_error_in_files(const nlohmann::json& fields) {
+  if (!spdlog::default_logger()->should_log(spdlog::level::err)) return;  // --log-level off
+  nlohmann::json j = fields;                                              // already redacted (render_error_json)
+  j["ts"] = iso_time(spdlog::log_clock::now());
+  j["level"] = "error";
+  j["run_id"] = run_id();
+  j["msg"] = fmt::format("[{}] {}", fields.value("code", "?"), fields.value("message", ""));
+  const std::string line = json_line(j);
+  for (const spdlog::sink_ptr& sink : spdlog::default_logger()->sinks())
+    if (auto* file = dynamic_cast<JsonlFileSink*>(sink.get())) file->write_line(line);
 }
 
 std::string run_id() {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace bp {
@@ -36,6 +37,11 @@ void init_from_settings(const Settings& settings);
 // Adds another JSON-lines file sink (a run folder's log). Same errors as init.
 void add_file(const std::string& path);
 void flush();
+// The error a command ends with, as one record in the JSON-lines files only (the console shows the
+// error its own way, cli/main.cpp): the usual ts/level/run_id/msg with level "error" and msg
+// "[CODE] message", plus `fields` (render_error_json: code, message, suggestion, retryable,
+// details), so `backprop doctor <log file>` recognises it by its code. No file sink: nothing.
+void record_error_in_files(const nlohmann::json& fields);
 
 // This invocation's run id (a UUID4, created on first use).
 std::string run_id();

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/file_read.h"
+#include "core/settings.h"
 #include "text/dataset_internal.h"
 
 namespace bp {
@@ -84,14 +85,39 @@ std::optional<RowIssue> check_length(const DatasetRow& row, const DatasetLoadOpt
 
 }  // namespace
 
+// What each name of the data.format row means. The names accepted are the row's (so a name here that
+// the row lacks is refused like any other, and one the row has but this table lacks is a bug that
+// tests/text/dataset_test.cpp catches).
+struct FormatName {
+  std::string_view name;
+  DatasetFormat format;
+};
+constexpr FormatName kFormatMeanings[] = {
+    {"auto", DatasetFormat::Auto},       {"sharegpt", DatasetFormat::ShareGPT}, {"openai", DatasetFormat::OpenAI},
+    {"messages", DatasetFormat::OpenAI}, {"alpaca", DatasetFormat::Alpaca},     {"text", DatasetFormat::Text},
+    {"txt", DatasetFormat::PlainText},
+};
+
+std::vector<std::string> dataset_format_names() {
+  const SettingSpec* spec = find_setting("data.format");
+  BP_CHECK(spec != nullptr && spec->type == SettingType::Enum, "[dataset] the data.format setting is not an enum");
+  std::vector<std::string> names;
+  std::string_view rest = spec->choices;
+  for (size_t bar; (bar = rest.find('|')) != std::string_view::npos; rest.remove_prefix(bar + 1))
+    names.emplace_back(rest.substr(0, bar));
+  names.emplace_back(rest);
+  return names;
+}
+
 DatasetFormat parse_dataset_format(std::string_view name) {
-  if (name == "auto" || name.empty()) return DatasetFormat::Auto;
-  if (name == "sharegpt") return DatasetFormat::ShareGPT;
-  if (name == "openai" || name == "messages") return DatasetFormat::OpenAI;
-  if (name == "alpaca") return DatasetFormat::Alpaca;
-  if (name == "text" || name == "raw") return DatasetFormat::Text;
-  throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
-              fmt::format("[dataset] unknown format '{}' (use auto, sharegpt, openai, alpaca or text)", name));
+  if (name.empty()) return DatasetFormat::Auto;
+  const std::vector<std::string> names = dataset_format_names();
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[dataset] unknown format '{}' (use one of {})", name, fmt::join(names, ", ")));
+  for (const FormatName& f : kFormatMeanings)
+    if (f.name == name) return f.format;
+  throw Error(ErrorCode::RUNTIME_INTERNAL, fmt::format("[dataset] format '{}' has no meaning in dataset.cpp", name));
 }
 
 const char* dataset_format_name(DatasetFormat f) {
@@ -101,6 +127,7 @@ const char* dataset_format_name(DatasetFormat f) {
     case DatasetFormat::OpenAI: return "openai";
     case DatasetFormat::Alpaca: return "alpaca";
     case DatasetFormat::Text: return "text";
+    case DatasetFormat::PlainText: return "txt";
   }
   return "?";
 }
@@ -129,7 +156,8 @@ LoadedDataset parse_dataset(std::string_view content, const std::string& path, c
   LoadedDataset ds;
   ds.path = path;
   const bool plain =
-      has_txt_extension(path) && (opts.format == DatasetFormat::Auto || opts.format == DatasetFormat::Text);
+      opts.format == DatasetFormat::PlainText ||
+      (has_txt_extension(path) && (opts.format == DatasetFormat::Auto || opts.format == DatasetFormat::Text));
   bool json_array = false;
   std::string array_problem;
   const std::vector<data::RawRecord> records = data::split_records(content, plain, &json_array, &array_problem);

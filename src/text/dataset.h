@@ -27,8 +27,14 @@
 
 namespace bp {
 
-enum class DatasetFormat { Auto, ShareGPT, OpenAI, Alpaca, Text };
-// "auto", "sharegpt", "openai" (alias "messages"), "alpaca", "text"; else INPUT_VALIDATION_FAILED.
+// PlainText (--format txt) reads the file as plain text whatever its name (samples: paragraphs
+// separated by blank lines, as a .txt file under auto or text); its rows are then Text.
+enum class DatasetFormat { Auto, ShareGPT, OpenAI, Alpaca, Text, PlainText };
+// The names --format takes (train's data.format, validate's --format): the allowed values of the
+// data.format row of core/settings_registry.inc, the one list that the settings check, the help,
+// docs/settings.md and parse_dataset_format share.
+std::vector<std::string> dataset_format_names();
+// One of dataset_format_names() ("" = auto); any other name is INPUT_VALIDATION_FAILED listing them.
 DatasetFormat parse_dataset_format(std::string_view name);
 const char* dataset_format_name(DatasetFormat f);
 

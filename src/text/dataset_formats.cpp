@@ -128,7 +128,8 @@ std::optional<RowIssue> convert_row(const json& obj, DatasetFormat fmt, DatasetR
       row.is_text = true;
       return string_field(obj, row, "text", true, &row.text);
     }
-    case DatasetFormat::Auto: break;
+    case DatasetFormat::Auto:
+    case DatasetFormat::PlainText: break;  // a plain file's rows are Text (parse_dataset)
   }
   return issue(row, RowProblem::MissingField, "no known format");
 }

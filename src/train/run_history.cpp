@@ -35,6 +35,29 @@ std::optional<nlohmann::json> read_json_file(const fs::path& p) {
   }
 }
 
+// The run files as objects: one that parses to something else ([] or 5, not a file backprop wrote)
+// is treated as absent, like a broken one.
+std::optional<nlohmann::json> read_json_object(const fs::path& p) {
+  std::optional<nlohmann::json> j = read_json_file(p);
+  return j && j->is_object() ? j : std::nullopt;
+}
+
+// A field of a run file when it has the type backprop writes, else `fallback`: a hand-edited or
+// foreign file ({"status": 5}, {"steps": "x"}) leaves that field unknown instead of failing the
+// whole listing with nlohmann's type_error.
+std::string string_field(const nlohmann::json& j, const char* key, const std::string& fallback = "") {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+int64_t int_field(const nlohmann::json& j, const char* key, int64_t fallback) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+}
+std::optional<double> number_field(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? std::optional<double>(it->get<double>()) : std::nullopt;
+}
+
 std::string now_iso() {
   std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   std::tm tm{};
@@ -50,46 +73,48 @@ bool pid_alive(int64_t pid) {
 
 RunRecord read_run(const fs::path& dir) {
   RunRecord r;
-  r.id = dir.filename().string();
+  // The id is the folder's name, also when it is given as "runs/ID/" or ".".
+  fs::path named = fs::absolute(dir).lexically_normal();
+  if (!named.has_filename()) named = named.parent_path();
+  r.id = named.filename().string();
   r.path = dir.string();
-  r.settings = read_json_file(dir / "settings.json").value_or(nlohmann::json::object());
+  r.settings = read_json_object(dir / "settings.json").value_or(nlohmann::json::object());
   auto str = [&](const char* sec, const char* key) {
-    const auto& s = r.settings;
-    return s.contains(sec) && s[sec].contains(key) && s[sec][key].is_string() ? s[sec][key].get<std::string>() : "";
+    const auto it = r.settings.find(sec);
+    return it != r.settings.end() && it->is_object() ? string_field(*it, key) : std::string();
   };
   r.model = str("model", "path");
   r.data = str("data", "path");
-  const auto status = read_json_file(dir / "status.json");
-  const auto summary = read_json_file(dir / "summary.json");
-  r.status = status ? status->value("status", "unknown") : summary ? "finished" : "unknown";
+  const auto status = read_json_object(dir / "status.json");
+  const auto summary = read_json_object(dir / "summary.json");
+  r.status = status ? string_field(*status, "status", "unknown") : summary ? "finished" : "unknown";
   if (status) {
-    r.code = status->value("code", "");
-    r.started = status->value("started", "");
-    if (r.status == "running" && !pid_alive(status->value("pid", int64_t{0}))) r.status = "killed";
+    r.code = string_field(*status, "code");
+    r.started = string_field(*status, "started");
+    if (r.status == "running" && !pid_alive(int_field(*status, "pid", 0))) r.status = "killed";
   }
   // Steps, losses and speed from the metrics (they exist for unfinished runs too).
   std::ifstream m(dir / "metrics.jsonl");
   for (std::string line; std::getline(m, line);) {
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object()) continue;
-    const std::string type = j.value("type", "");
+    const std::string type = string_field(j, "type");
     if (type == "step") {
-      r.steps = std::max(r.steps, j.value("step", int64_t{0}));
-      if (j.contains("loss") && j["loss"].is_number()) r.final_loss = j["loss"].get<double>();
-    } else if (type == "eval" && j.contains("eval_loss") && j["eval_loss"].is_number()) {
-      const double v = j["eval_loss"].get<double>();
-      if (!r.best_eval_loss || v < *r.best_eval_loss) r.best_eval_loss = v;
+      r.steps = std::max(r.steps, int_field(j, "step", 0));
+      if (auto loss = number_field(j, "loss")) r.final_loss = loss;
+    } else if (type == "eval") {
+      if (auto v = number_field(j, "eval_loss"); v && (!r.best_eval_loss || *v < *r.best_eval_loss))
+        r.best_eval_loss = v;
     }
   }
   if (summary) {
-    r.steps = summary->value("steps", r.steps);
-    if (summary->contains("best_eval_loss") && (*summary)["best_eval_loss"].is_number())
-      r.best_eval_loss = (*summary)["best_eval_loss"].get<double>();
-    const double secs = summary->value("seconds", 0.0);
-    if (secs > 0) r.tokens_per_second = summary->value("tokens", 0.0) / secs;
+    r.steps = int_field(*summary, "steps", r.steps);
+    if (auto v = number_field(*summary, "best_eval_loss")) r.best_eval_loss = v;
+    const double secs = number_field(*summary, "seconds").value_or(0.0);
+    if (secs > 0) r.tokens_per_second = number_field(*summary, "tokens").value_or(0.0) / secs;
   }
-  if (r.settings.contains("training") && r.settings["training"].contains("steps"))
-    r.total_steps = r.settings["training"]["steps"].get<int64_t>();
+  if (const auto it = r.settings.find("training"); it != r.settings.end() && it->is_object())
+    r.total_steps = int_field(*it, "steps", 0);
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir / "checkpoints", ec))
     if (e.is_directory() && e.path().filename().string().rfind("checkpoint-", 0) == 0 &&
@@ -127,7 +152,7 @@ void write_run_status_running(const std::string& run_dir) {
 void write_run_status_end(const std::string& run_dir, const std::string& status, const std::string& code,
                           const std::string& message) {
   const fs::path p = fs::path(run_dir) / "status.json";
-  nlohmann::json j = read_json_file(p).value_or(nlohmann::json::object());
+  nlohmann::json j = read_json_object(p).value_or(nlohmann::json::object());
   j["status"] = status;
   j["ended"] = now_iso();
   if (!code.empty()) j["code"] = code;

@@ -66,9 +66,6 @@ int64_t auto_none_or_bytes(const Settings& s, std::string_view k) {
 
 // ---- the BP_FILLS_WITH functions ---------------------------------------------------------------
 
-void fill_whole_epochs(TrainOptions& o, const Settings& s, std::string_view k) {
-  o.epochs = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(s.get_float(k))));
-}
 void fill_max_memory(TrainOptions& o, const Settings& s, std::string_view k) {
   const std::string& mm = s.get_string(k);
   o.max_memory_bytes = (mm == "auto" || mm == "none") ? SIZE_MAX : parse_byte_size(mm, k);
@@ -128,7 +125,35 @@ const TrainRow kTrainRows[] = {
 #include "core/settings_registry.inc"
 };
 
+// --grad-accum without --micro-batch-size splits --batch-size into grad_accum equal micro-batches;
+// one that does not divide it would change the batch (8 / 3 trains 6 a step, 8 / 16 trains 16).
+void check_grad_accum_divides_batch(int64_t batch_size, int64_t grad_accum) {
+  if (batch_size % grad_accum == 0) return;
+  std::string divisors;
+  for (int64_t d = 1, listed = 0; d <= batch_size && listed < 12; ++d)
+    if (batch_size % d == 0) divisors += (listed++ ? ", " : "") + std::to_string(d);
+  const int64_t lower = batch_size / grad_accum * grad_accum, upper = lower + grad_accum;
+  const std::string batches = lower > 0 ? fmt::format("{} or {}", lower, upper) : std::to_string(upper);
+  throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+              fmt::format("[train] --grad-accum {} does not divide --batch-size {}: the {} sequences of an optimizer "
+                          "step cannot be split into {} equal micro-batches",
+                          grad_accum, batch_size, batch_size, grad_accum))
+      .with_suggestion(fmt::format(
+          "Use a --grad-accum that divides {} ({}), or a --batch-size that is a multiple of {} ({}); or set "
+          "--micro-batch-size too, which makes the batch micro-batch x accumulation.",
+          batch_size, divisors, grad_accum, batches));
+}
+
 }  // namespace
+
+int64_t total_optimizer_steps(const TrainOptions& o, int64_t train_samples) {
+  if (o.steps > 0) return o.steps;
+  const int64_t batch = std::max<int64_t>(1, o.batch_size);
+  const int64_t steps_per_epoch = std::max<int64_t>(1, (train_samples + batch - 1) / batch);
+  // The epsilon keeps a product that lands a rounding error above a whole number (0.7 x 10) on it.
+  const double steps = std::ceil(o.epochs * static_cast<double>(steps_per_epoch) - 1e-9);
+  return std::max<int64_t>(1, static_cast<int64_t>(steps));
+}
 
 TrainUse train_use(std::string_view key) {
   for (const TrainRow& row : kTrainRows)
@@ -159,8 +184,8 @@ TrainOptions TrainOptions::from_settings(const Settings& s) {
                                 o.batch_size, o.micro_batch_size, o.grad_accum));
       o.batch_size = o.micro_batch_size * o.grad_accum;
     } else {
-      o.micro_batch_size = std::max<int64_t>(1, o.batch_size / o.grad_accum);
-      o.batch_size = o.micro_batch_size * o.grad_accum;
+      check_grad_accum_divides_batch(o.batch_size, o.grad_accum);
+      o.micro_batch_size = o.batch_size / o.grad_accum;
     }
   }
   o.monitor.validate();

@@ -38,11 +38,11 @@ struct TrainOptions {
   std::string base_dtype = "f32";    // model.base_dtype: auto | f32 | bf16 | q8_0 | q4_k (model/held_weights.h)
   bool shuffle = true;               // a new sample order each epoch (seeded); false = file order
   int64_t max_bad_rows = 100;        // more skipped (bad) rows than this stop the run; 0 = no limit
-  int64_t steps = 0;                 // 0 -> from epochs
-  int64_t epochs = 1;
-  int64_t batch_size = 8;        // sequences per optimizer step
-  int64_t micro_batch_size = 0;  // 0 = auto (memory plan)
-  int64_t grad_accum = 0;        // 0 = derived
+  int64_t steps = 0;                 // 0 -> from epochs (total_optimizer_steps)
+  double epochs = 1.0;               // passes over the data; fractions allowed (0.5 = half the steps)
+  int64_t batch_size = 8;            // sequences per optimizer step
+  int64_t micro_batch_size = 0;      // 0 = auto (memory plan)
+  int64_t grad_accum = 0;            // 0 = derived
   double lr = 2e-4;
   LrScheduler lr_scheduler = LrScheduler::Cosine;
   int64_t warmup_steps = 0;
@@ -99,6 +99,11 @@ TrainUse train_use(std::string_view key);
 bool train_takes_setting(std::string_view key);
 // Runs the fills of the rows whose key starts with `prefix` ("" = every row); no cross-setting checks.
 void fill_train_options(TrainOptions& o, const Settings& s, std::string_view prefix = "");
+
+// The optimizer steps a run takes: `steps` when set, else ceil(epochs x steps per epoch), where an
+// epoch is ceil(train_samples / batch_size) steps (Hugging Face Trainer's num_train_epochs: 0.5 of
+// a 4-step epoch is 2 steps, 1.5 is 6); at least 1.
+int64_t total_optimizer_steps(const TrainOptions& o, int64_t train_samples);
 
 // training.matmul_dtype ("auto", "f32" or "bf16") resolved for a run of `mode` on `device`: BF16 =
 // full fine-tuning's bf16 GEMM copies, which auto picks on a CUDA card with bf16 tensor cores

@@ -344,9 +344,7 @@ DType Trainer::State::matmul_dtype() const {
 // (this fails when one sequence cannot fit).
 void Trainer::State::plan_memory() {
   TrainOptions& o = opt;
-  const int64_t steps_per_epoch =
-      std::max<int64_t>(1, (static_cast<int64_t>(data.train.size()) + o.batch_size - 1) / o.batch_size);
-  total_steps = o.steps > 0 ? o.steps : steps_per_epoch * std::max<int64_t>(1, o.epochs);
+  total_steps = total_optimizer_steps(o, static_cast<int64_t>(data.train.size()));
   cursor = std::make_unique<DataCursor>(static_cast<int64_t>(data.train.size()), o.seed, o.shuffle);
   safety = std::make_unique<SafetyMonitor>(o.monitor, [this](const nlohmann::json& r) {
     event(r.at("level").get<std::string>(), r.at("message").get<std::string>());

@@ -206,6 +206,21 @@ TEST(CliInfo, ErrorCodesPrintTheCatalog) {
   for (const auto& e : error_catalog()) EXPECT_NE(text.out.find(e.name), std::string::npos) << e.name;
 }
 
+// --env-vars, --error-codes, --ops and --openblas-coretype each print one whole document: two asked
+// together used to print only the first, silently; now they are refused, naming both.
+TEST(CliInfo, OneListPerCall) {
+  Result r = backprop("info --env-vars --error-codes");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("[ERROR] [CONFIG_INVALID] [info] --env-vars and --error-codes each print a whole list"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("Suggestion: Run `backprop info --env-vars` on its own"), std::string::npos) << r.out;
+  r = backprop("info --ops --error-codes --env-vars --markdown");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("--env-vars and --error-codes and --ops"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("# Ops and backends"), std::string::npos) << "nothing printed before the refusal";
+}
+
 TEST(CliDocs, ErrorsMarkdownIsUpToDate) {
   Result r = backprop("info --error-codes --markdown", "", true);
   ASSERT_EQ(r.rc, 0);

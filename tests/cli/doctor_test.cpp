@@ -511,6 +511,49 @@ TEST(Doctor, EveryCatalogCodeRecognisedInTextAndJson) {
   }
 }
 
+// --log-file records the error a command ends with (QA: the file held one info line, so doctor on it
+// said "not recognised"): one level-error record with code, message and suggestion, which doctor
+// explains; the console shows the error once, as before.
+TEST(Doctor, LogFileRecordsTheFatalErrorForDoctor) {
+  test::TempDir dir;
+  const std::string model = dir.path + "/broken-model", log = dir.path + "/bp.jsonl";
+  std::filesystem::create_directories(model);
+  std::ofstream(model + "/config.json") << "{ not json";
+  std::ofstream(dir.path + "/d.jsonl") << "{\"text\": \"hi\"}\n";
+  std::string out;
+  const int rc =
+      test::run_command("'" + test::backprop_exe() + "' --log-file '" + log + "' train --device cpu --model '" + model +
+                            "' --data '" + dir.path + "/d.jsonl' --output '" + dir.path + "/runs'",
+                        &out);
+  EXPECT_EQ(rc, 2) << out;
+  std::istringstream lines(read_file(log));
+  nlohmann::json error_record;
+  int errors = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json rec = nlohmann::json::parse(line);
+    EXPECT_EQ(rec.at("run_id").get<std::string>().size(), 36u) << line;
+    if (rec.at("level") == "error") ++errors, error_record = rec;
+  }
+  ASSERT_EQ(errors, 1) << read_file(log);
+  const std::string code = error_record.at("code");
+  EXPECT_EQ(code, "DEP_MODEL_LOAD_FAILED") << error_record.dump(2);
+  EXPECT_NE(error_record.at("message").get<std::string>().find("broken-model"), std::string::npos);
+  EXPECT_FALSE(error_record.at("suggestion").get<std::string>().empty());
+  EXPECT_EQ(error_record.at("msg"), "[" + code + "] " + error_record.at("message").get<std::string>());
+  size_t shown = 0;
+  for (size_t at = out.find("[ERROR] [" + code + "]"); at != std::string::npos;
+       at = out.find("[ERROR] [" + code + "]", at + 1))
+    ++shown;
+  EXPECT_EQ(shown, 1u) << "printed once on the console:\n" << out;
+  EXPECT_EQ(out.find("\"level\""), std::string::npos) << out;
+
+  const nlohmann::json report = doctor_json("'" + log + "'");
+  EXPECT_EQ(report.at("recognised"), true) << report.dump(2);
+  const nlohmann::json& m = first(report);
+  EXPECT_EQ(m.at("code"), code);
+  EXPECT_FALSE(m.at("fixes").empty());
+}
+
 // ---- the data file and its documentation ------------------------------------------------------------------------
 
 TEST(Doctor, DataFileIsWellFormed) {

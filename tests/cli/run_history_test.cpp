@@ -5,8 +5,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
+#include "core/settings.h"
 #include "support/test_util.h"
 
 namespace bp {
@@ -116,6 +118,96 @@ TEST(RunHistoryCli, ListsShowsDiffsAndReplaysRuns) {
   EXPECT_NE(out.find("CONFIG_INVALID_SETTING"), std::string::npos) << out;
   EXPECT_EQ(test::run_command(test::backprop_exe() + " show-run nope --output " + tmp.path + "/runs", &out), 1);
   EXPECT_NE(out.find("INPUT_RESUME_NOT_FOUND"), std::string::npos) << out;
+}
+
+// A run folder as `train` writes it, from files given as text (nullptr = not written).
+std::string write_run(const std::string& runs, const std::string& id, const std::string& settings, const char* status,
+                      const char* summary, const char* metrics) {
+  const std::string dir = runs + "/" + id;
+  fs::create_directories(dir);
+  std::ofstream(dir + "/settings.json") << settings;
+  if (status) std::ofstream(dir + "/status.json") << status;
+  if (summary) std::ofstream(dir + "/summary.json") << summary;
+  if (metrics) std::ofstream(dir + "/metrics.jsonl") << metrics;
+  return dir;
+}
+
+std::string settings_json(const std::vector<std::pair<std::string, std::string>>& set) {
+  Settings s;
+  for (const auto& [k, v] : set) s.set(k, v);
+  return s.to_json().dump(2);
+}
+
+// A run folder whose files parse but hold other types than backprop writes ({"status": 5}, [],
+// {"steps": "x"}, a string step) used to stop `backprop runs` with json type_error 302; such a run
+// is listed with those fields unknown, and the others as usual.
+TEST(RunHistoryCli, WrongTypesInOneRunLeaveTheOthersListed) {
+  test::TempDir tmp;
+  const std::string runs = tmp.path + "/runs", settings = settings_json({{"model.path", "m"}});
+  write_run(runs, "good", settings, R"({"status": "finished", "started": "2026-01-02T00:00:00Z"})",
+            R"({"steps": 3, "best_eval_loss": 1.5, "seconds": 2, "tokens": 100})",
+            R"({"type": "step", "step": 3, "loss": 2.0})"
+            "\n");
+  write_run(runs, "status-number", settings, R"({"status": 5, "code": 7, "started": 1, "pid": "x"})", nullptr, nullptr);
+  write_run(runs, "status-array", settings, "[]", R"({"steps": 2})", nullptr);
+  write_run(runs, "summary-string", settings, nullptr, R"({"steps": "x", "best_eval_loss": "y", "seconds": "z"})",
+            nullptr);
+  write_run(runs, "metrics-string", settings, nullptr, nullptr,
+            R"({"type": "step", "step": "7", "loss": "x"})"
+            "\n"
+            R"({"type": 5})"
+            "\n"
+            R"({"type": "eval", "eval_loss": "low"})"
+            "\n"
+            R"({"type": "step", "step": 2, "loss": 0.5})"
+            "\n");
+  write_run(runs, "settings-types", R"({"model": {"path": 5}, "data": "d", "training": {"steps": "x"}, "preset": 3})",
+            nullptr, nullptr, nullptr);
+  const nlohmann::json list = runs_json(tmp.path);
+  ASSERT_EQ(list.size(), 6u) << list.dump(2);
+  std::map<std::string, nlohmann::json> by_id;
+  for (const auto& r : list) by_id[r["id"]] = r;
+  EXPECT_EQ(by_id["good"]["status"], "finished");
+  EXPECT_EQ(by_id["good"]["steps"], 3);
+  EXPECT_EQ(by_id["good"]["best_eval_loss"], 1.5);
+  EXPECT_EQ(by_id["good"]["tokens_per_second"], 50.0);
+  EXPECT_EQ(by_id["status-number"]["status"], "unknown");
+  EXPECT_EQ(by_id["status-number"]["code"], "");
+  EXPECT_EQ(by_id["status-array"]["status"], "finished") << "a status file that is no object is absent";
+  EXPECT_EQ(by_id["status-array"]["steps"], 2);
+  EXPECT_EQ(by_id["summary-string"]["steps"], 0);
+  EXPECT_TRUE(by_id["summary-string"]["best_eval_loss"].is_null());
+  EXPECT_EQ(by_id["metrics-string"]["steps"], 2);
+  EXPECT_EQ(by_id["metrics-string"]["final_loss"], 0.5);
+  EXPECT_EQ(by_id["settings-types"]["model"], "");
+  EXPECT_EQ(by_id["settings-types"]["total_steps"], 0);
+
+  std::string out;
+  EXPECT_EQ(test::run_command(test::backprop_exe() + " runs --output " + runs, &out), 0) << out;
+  EXPECT_NE(out.find("status-number"), std::string::npos) << out;
+  for (const char* id : {"status-number", "status-array", "summary-string", "metrics-string", "settings-types"})
+    EXPECT_EQ(test::run_command(test::backprop_exe() + " show-run " + id + " --output " + runs, &out), 0) << id << "\n"
+                                                                                                          << out;
+}
+
+// show-run lists only settings that differ from the defaults: floats at their defaults (epochs
+// 1.0, lora.alpha 32.0, monitor.*) used to be listed, "32.0" compared with "32". And the run id is
+// the folder's name also when the folder is given with a trailing slash.
+TEST(RunHistoryCli, ShowRunListsOnlyChangedSettingsAndNamesTheRunFromAnyPath) {
+  test::TempDir tmp;
+  const std::string dir = write_run(tmp.path + "/runs", "run-a",
+                                    settings_json({{"model.path", "m"}, {"lora.r", "4"}, {"training.lr", "0.001"}}),
+                                    R"({"status": "finished"})", nullptr, nullptr);
+  std::string out;
+  ASSERT_EQ(test::run_command(test::backprop_exe() + " show-run run-a --json --output " + tmp.path + "/runs", &out), 0)
+      << out;
+  const nlohmann::json shown = nlohmann::json::parse(out);
+  EXPECT_EQ(shown["changed_settings"], nlohmann::json({{"model.path", "m"}, {"lora.r", "4"}, {"training.lr", "0.001"}}))
+      << shown["changed_settings"].dump(2);
+  for (const std::string& path : {dir + "/", dir + "//", dir + "/."}) {
+    ASSERT_EQ(test::run_command(test::backprop_exe() + " show-run '" + path + "'", &out), 0) << out;
+    EXPECT_NE(out.find("run        run-a\n"), std::string::npos) << path << "\n" << out;
+  }
 }
 
 }  // namespace

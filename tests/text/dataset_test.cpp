@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/settings.h"
 #include "text/data_test_util.h"
 
 namespace bp::test {
@@ -109,6 +110,43 @@ TEST(Dataset, ForcedFormatOverridesDetection) {
   EXPECT_EQ(detected.issues.size(), 1u);
   EXPECT_EQ(parse_dataset_format("sharegpt"), DatasetFormat::ShareGPT);
   EXPECT_EQ(code_of([] { parse_dataset_format("csv"); }), ErrorCode::INPUT_VALIDATION_FAILED);
+}
+
+// --format's names are one list: the data.format setting's allowed values are what the loader takes
+// (QA: the settings offered txt, which the loader refused, and refused messages, which it took).
+TEST(Dataset, FormatNamesAreTheSettingsAllowedValues) {
+  const std::vector<std::string> names = dataset_format_names();
+  EXPECT_EQ(fmt::format("{}", fmt::join(names, "|")), find_setting("data.format")->choices);
+  for (const char* name : {"auto", "sharegpt", "openai", "messages", "alpaca", "text", "txt"})
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  for (const std::string& name : names) {
+    Settings s;
+    EXPECT_NO_THROW(s.set("data.format", name)) << name;
+    EXPECT_NO_THROW(parse_dataset_format(name)) << name << ": allowed by the settings, refused by the loader";
+  }
+  EXPECT_EQ(parse_dataset_format("messages"), DatasetFormat::OpenAI);
+  EXPECT_EQ(parse_dataset_format("txt"), DatasetFormat::PlainText);
+  for (const char* refused : {"csv", "raw", "TXT"}) {
+    EXPECT_EQ(code_of([&] { parse_dataset_format(refused); }), ErrorCode::INPUT_VALIDATION_FAILED) << refused;
+    Settings s;
+    EXPECT_THROW(s.set("data.format", refused), Error) << refused;
+  }
+}
+
+// txt reads plain text whatever the file is called: paragraphs separated by blank lines, each a
+// text sample; text on a .jsonl file still wants {"text": ...} rows.
+TEST(Dataset, TxtFormatReadsPlainTextWhateverTheName) {
+  TempDir dir;
+  const std::string path = write_file(dir, "notes.md", "First paragraph,\nstill first.\n\nSecond one.\n");
+  LoadedDataset ds = load_dataset(path, {.format = DatasetFormat::PlainText});
+  EXPECT_EQ(ds.format, DatasetFormat::Text);
+  ASSERT_EQ(ds.rows.size(), 2u);
+  EXPECT_TRUE(ds.rows[0].is_text);
+  EXPECT_EQ(ds.rows[0].text, "First paragraph,\nstill first.");
+  EXPECT_EQ(ds.rows[1].text, "Second one.");
+  EXPECT_TRUE(ds.issues.empty());
+  LoadedDataset as_json = load_dataset(path, {.format = DatasetFormat::Text});
+  EXPECT_TRUE(as_json.rows.empty()) << "text on a non-.txt file reads JSON rows";
 }
 
 TEST(Dataset, EveryBadRowReasonWithItsLineNumber) {

@@ -148,7 +148,7 @@ TEST(TrainOptionsFromSettings, ConversionsByMemberType) {
   s.set("lora.target_modules", "q_proj, v_proj");
   s.set("monitor.memory_low", "none");
   const TrainOptions o = TrainOptions::from_settings(s);
-  EXPECT_EQ(o.epochs, 2) << "whole passes, rounded up";
+  EXPECT_DOUBLE_EQ(o.epochs, 1.2) << "fractions are kept (total_optimizer_steps rounds the steps)";
   EXPECT_EQ(o.micro_batch_size, 4);
   EXPECT_EQ(o.gradient_checkpointing, std::optional<bool>(false));
   EXPECT_EQ(o.fault_oom_step, 2) << "steps done before the failing one";
@@ -175,6 +175,63 @@ TEST(TrainOptionsFromSettings, MatmulDtypeOutsideFullModeIsRefused) {
   }
   s.set("training.mode", "full");
   EXPECT_EQ(TrainOptions::from_settings(s).matmul_dtype, "bf16");
+}
+
+// --epochs as Hugging Face's num_train_epochs: ceil(epochs x steps per epoch) optimizer steps, so a
+// fraction of an epoch is that fraction of its steps, not a whole pass (QA: 0.5 ran 4 steps of 4).
+TEST(TrainOptionsFromSettings, FractionalEpochsTakeThatShareOfTheSteps) {
+  Settings s;
+  s.set("model.path", "m");
+  s.set("data.path", "d.jsonl");
+  s.set("training.batch_size", "4");
+  auto steps_for = [&](const char* epochs, int64_t samples) {
+    s.set("training.epochs", epochs);
+    return total_optimizer_steps(TrainOptions::from_settings(s), samples);
+  };
+  EXPECT_EQ(steps_for("1", 16), 4);
+  EXPECT_EQ(steps_for("0.5", 16), 2);
+  EXPECT_EQ(steps_for("1.5", 16), 6);
+  EXPECT_EQ(steps_for("0.3", 16), 2) << "1.2 steps rounds up";
+  EXPECT_EQ(steps_for("0.001", 16), 1) << "at least one step";
+  EXPECT_EQ(steps_for("2", 13), 8) << "a partial last batch is a step of its epoch";
+  EXPECT_EQ(steps_for("2.2", 100), 55) << "2.2 x 25 is 55.00000000000001 in doubles: 55 steps, not 56";
+  s.set("training.steps", "3");
+  EXPECT_EQ(steps_for("0.5", 16), 3) << "--steps wins over --epochs";
+}
+
+// A --grad-accum that does not divide --batch-size used to change the batch silently (8 / 3
+// trained 6 a step, 8 / 16 trained 16): refused, with the divisors and the nearest batch sizes.
+TEST(TrainOptionsFromSettings, GradAccumThatDoesNotDivideTheBatchIsRefused) {
+  Settings s;
+  s.set("model.path", "m");
+  s.set("data.path", "d.jsonl");
+  s.set("training.batch_size", "8");
+  s.set("training.grad_accum", "4");
+  TrainOptions o = TrainOptions::from_settings(s);
+  EXPECT_EQ(o.batch_size, 8);
+  EXPECT_EQ(o.micro_batch_size, 2);
+  for (const char* accum : {"3", "16"}) {
+    s.set("training.grad_accum", accum);
+    try {
+      o = TrainOptions::from_settings(s);
+      ADD_FAILURE() << "--grad-accum " << accum << " accepted with --batch-size 8: trains "
+                    << o.micro_batch_size * o.grad_accum << " a step";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::CONFIG_INVALID_SETTING) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fmt::format("--grad-accum {} does not divide --batch-size 8", accum)),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(e.suggestion().find("(1, 2, 4, 8)"), std::string::npos) << e.suggestion();
+      EXPECT_NE(e.suggestion().find(std::string(accum) == "3" ? "(6 or 9)" : "(16)"), std::string::npos)
+          << e.suggestion();
+    }
+  }
+  // With --micro-batch-size the batch is micro x accumulation (Hugging Face style): any accumulation.
+  s.set("training.micro_batch_size", "2");
+  s.set("training.batch_size", "6");
+  s.set("training.grad_accum", "3");
+  o = TrainOptions::from_settings(s);
+  EXPECT_EQ(o.batch_size, 6);
 }
 
 }  // namespace
