@@ -389,6 +389,17 @@ TEST(Ollama, RealTemplatesKeepTheirFamiliesAndRenderExactly) {
   EXPECT_FALSE(last.warning.empty());
 }
 
+// /api/create carries the default system prompt as the Modelfile's SYSTEM does.
+TEST(Ollama, CreateSendsTheTemplatesDefaultSystemPrompt) {
+  FakeOllama srv;
+  test::TempDir d;
+  const OllamaTemplate qwen = ollama_template_from_jinja(template_file("qwen2.5"), {"<|im_end|>"});
+  register_with_ollama(make_file(d, "abc"), "q", qwen, 0, fast(srv.host()));
+  ASSERT_EQ(srv.created.size(), 1u);
+  EXPECT_EQ(srv.created[0].value("system", ""), qwen.default_system);
+  EXPECT_FALSE(qwen.default_system.empty());
+}
+
 TEST(Ollama, TemplatesFromRealChatTemplates) {
   const auto q = ollama_template_from_jinja(chat_template_of("qwen3"), {"<|im_end|>"});
   EXPECT_EQ(q.family, "chatml");

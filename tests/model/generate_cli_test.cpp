@@ -168,6 +168,10 @@ TEST_F(GenerateChat, ChatOnWithoutATemplateIsAClearError) {
       << out;
   EXPECT_NE(out.find("has no chat template"), std::string::npos) << out;
   EXPECT_NE(out.find("--chat off"), std::string::npos) << out;  // the suggestion
+  // --system has nowhere to go in raw text: refused, not dropped.
+  EXPECT_EQ(run_command(backprop_exe() + " generate --model " + model_dir() + " --prompt hi --system terse", &out), 1)
+      << out;
+  EXPECT_NE(out.find("--system needs the chat template"), std::string::npos) << out;
   // auto on a model without one: the raw text, as before.
   auto j = run_json("--prompt hi --temperature 0 --max-new-tokens 2");
   EXPECT_FALSE(j["chat_template_applied"].get<bool>());
