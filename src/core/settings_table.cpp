@@ -11,7 +11,7 @@ constexpr SettingSpec kSettings[] = {
 #include "core/settings_registry.inc"
 };
 
-constexpr const char* kSections[] = {"model",    "lora", "training", "data",    "export", "monitor",
+constexpr const char* kSections[] = {"model",    "lora", "training", "data",    "export", "generate", "monitor",
                                      "multirun", "ui",   "security", "runtime", "limits", "logging"};
 }  // namespace
 

@@ -171,7 +171,8 @@ OllamaResult create_ollama_model(const OllamaCreate& c, const OllamaOptions& opt
     body["adapters"] = {{std::filesystem::path(c.adapter_path).filename().string(), res.adapter_digest}};
   }
   if (!c.tmpl.go_template.empty()) body["template"] = c.tmpl.go_template;
-  if (!c.system.empty()) body["system"] = c.system;
+  if (!c.system.empty() || !c.tmpl.default_system.empty())
+    body["system"] = c.system.empty() ? c.tmpl.default_system : c.system;
   nlohmann::json params = nlohmann::json::object();
   if (!c.tmpl.stops.empty()) params["stop"] = c.tmpl.stops;
   if (c.num_ctx > 0) params["num_ctx"] = c.num_ctx;

@@ -12,30 +12,47 @@
 // other 4xx answers fail at once. Failure -> DEP_OLLAMA_REGISTRATION_FAILED (retryable), with
 // `ollama serve` suggested when nothing listens.
 //
-// Chat templates (Jinja in tokenizer_config.json) become Go templates for the common families:
-// ChatML (Qwen), Llama-3, Llama-2 / Mistral [INST], Gemma; anything else gets a plain
-// "{{ .Prompt }}" template and `fallback = true`, so the caller can say so.
+// Chat templates (Jinja, text/chat_template_source.h) become Ollama Go templates by rendering
+// (export/ollama_template_match.cpp): a family's template (ChatML, Llama-3, Gemma, Llama-2,
+// Mistral) or one derived from the rendered turns is used only when Ollama would render probe
+// chats to exactly the bytes the Jinja template renders; anything else gets a plain
+// "{{ .Prompt }}" template, `fallback = true` and a `warning` naming the difference.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "text/chat_template.h"
+
 namespace bp {
 
 struct OllamaTemplate {
-  std::string family;  // "chatml", "llama3", "llama2", "mistral", "gemma", "none"
+  std::string family;  // "chatml", "llama3", "llama2", "mistral", "gemma", "derived", "none"
   std::string go_template;
   std::vector<std::string> stops;
   bool fallback = false;
+  std::string warning;  // set with fallback: why no template fits, for the export's warnings
+  // The system prompt the chat template adds when a chat has none (Qwen2.5, SmolLM2): the
+  // Modelfile's SYSTEM (and /api/create's "system") unless the caller gives one.
+  std::string default_system;
 };
 
-// `end_tokens` (the tokenizer's eos strings) are added to the family's stop strings.
+// `end_tokens` (the tokenizer's eos strings) are added to the family's stop strings; the first is
+// the template's eos_token. bos_token renders as "" (llama.cpp and Ollama add BOS as a token).
 OllamaTemplate ollama_template_from_jinja(const std::string& chat_template, const std::vector<std::string>& end_tokens);
+
+// What Ollama sends the model for `messages` with a legacy Go template (.System, .Prompt,
+// .Response, {{ if .X }}...{{ end }}; other actions throw INPUT_VALIDATION_FAILED): the template
+// once per (system, user, assistant) turn, the last one cut after {{ .Response }}, as
+// ollama/template/template.go's Execute does.
+// `modelfile_system` is the Modelfile's SYSTEM, put first when the chat has no system message.
+std::string render_ollama_template(const std::string& go_template, const Conversation& messages,
+                                   const std::string& modelfile_system = "");
 
 // The Modelfile text: FROM `from` (a GGUF path, written as given: pass an absolute path, or an
 // Ollama model name), ADAPTER `adapter_path` when given, TEMPLATE when t.go_template is not empty,
-// SYSTEM when `system` is not empty, PARAMETER stop / num_ctx (num_ctx 0 = none).
+// SYSTEM `system`, else t.default_system, when not empty, PARAMETER stop / num_ctx (num_ctx 0 = none).
 std::string make_modelfile(const std::string& from, const OllamaTemplate& t, int64_t num_ctx,
                            const std::string& adapter_path = "", const std::string& system = "");
 

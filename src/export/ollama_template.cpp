@@ -1,4 +1,4 @@
-// Chat template conversion, Modelfile text, model-name and OLLAMA_HOST validation (export/ollama.h).
+// Modelfile text, model-name and OLLAMA_HOST validation (export/ollama.h).
 #include <algorithm>
 #include <cctype>
 
@@ -15,45 +15,6 @@ bool has(const std::string& s, const char* needle) {
 
 [[noreturn]] void bad_input(const std::string& msg) {
   throw Error(ErrorCode::INPUT_VALIDATION_FAILED, msg);
-}
-
-// One family: how to recognise its Jinja template, the Go template Ollama renders, its stops.
-struct Family {
-  const char* name;
-  std::vector<const char*> markers;  // all must appear in the Jinja template
-  const char* go_template;
-  std::vector<const char*> stops;
-};
-
-const std::vector<Family>& families() {
-  static const std::vector<Family> f = {
-      {"chatml",
-       {"<|im_start|>"},
-       "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}"
-       "{{ if .Prompt }}<|im_start|>user\n{{ .Prompt }}<|im_end|>\n{{ end }}"
-       "<|im_start|>assistant\n{{ .Response }}<|im_end|>\n",
-       {"<|im_start|>", "<|im_end|>"}},
-      {"llama3",
-       {"<|start_header_id|>"},
-       "{{ if .System }}<|start_header_id|>system<|end_header_id|>\n\n{{ .System }}<|eot_id|>{{ end }}"
-       "{{ if .Prompt }}<|start_header_id|>user<|end_header_id|>\n\n{{ .Prompt }}<|eot_id|>{{ end }}"
-       "<|start_header_id|>assistant<|end_header_id|>\n\n{{ .Response }}<|eot_id|>",
-       {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}},
-      {"gemma",
-       {"<start_of_turn>"},
-       "<start_of_turn>user\n{{ if .System }}{{ .System }}\n\n{{ end }}{{ .Prompt }}<end_of_turn>\n"
-       "<start_of_turn>model\n{{ .Response }}<end_of_turn>\n",
-       {"<start_of_turn>", "<end_of_turn>"}},
-      {"llama2",
-       {"[INST]", "<<SYS>>"},
-       "[INST] {{ if .System }}<<SYS>>\n{{ .System }}\n<</SYS>>\n\n{{ end }}{{ .Prompt }} [/INST] {{ .Response }}",
-       {"[INST]", "[/INST]", "<<SYS>>", "<</SYS>>"}},
-      {"mistral",
-       {"[INST]"},
-       "[INST] {{ if .System }}{{ .System }}\n\n{{ end }}{{ .Prompt }} [/INST]{{ .Response }}",
-       {"[INST]", "[/INST]"}},
-  };
-  return f;
 }
 
 // A name part: first character [A-Za-z0-9_], then also '-' and '.' (not '.' in a namespace).
@@ -76,28 +37,9 @@ void check_part(const std::string& full, const std::string& part, const char* ki
 
 }  // namespace
 
-OllamaTemplate ollama_template_from_jinja(const std::string& jinja, const std::vector<std::string>& end_tokens) {
-  OllamaTemplate t;
-  for (const auto& f : families()) {
-    if (std::all_of(f.markers.begin(), f.markers.end(), [&](const char* m) { return has(jinja, m); })) {
-      t.family = f.name;
-      t.go_template = f.go_template;
-      t.stops.assign(f.stops.begin(), f.stops.end());
-      break;
-    }
-  }
-  if (t.family.empty()) {
-    t.family = "none";
-    t.fallback = true;
-    t.go_template = "{{ if .System }}{{ .System }}\n\n{{ end }}{{ .Prompt }}{{ .Response }}";
-  }
-  for (const auto& e : end_tokens)
-    if (!e.empty() && std::find(t.stops.begin(), t.stops.end(), e) == t.stops.end()) t.stops.push_back(e);
-  return t;
-}
-
 std::string make_modelfile(const std::string& from, const OllamaTemplate& t, int64_t num_ctx,
-                           const std::string& adapter_path, const std::string& system) {
+                           const std::string& adapter_path, const std::string& given_system) {
+  const std::string& system = given_system.empty() ? t.default_system : given_system;
   auto quote = [](const std::string& s) {
     std::string q = "\"";
     for (char c : s) {
@@ -107,7 +49,9 @@ std::string make_modelfile(const std::string& from, const OllamaTemplate& t, int
     return q + "\"";
   };
   std::string m = "# Modelfile written by backprop export (" +
-                  std::string(t.fallback ? "no known chat template; plain prompt" : t.family + " chat template") +
+                  std::string(t.fallback              ? "no known chat template; plain prompt"
+                              : t.family == "derived" ? "template derived from the model's chat template"
+                                                      : t.family + " chat template") +
                   ")\n";
   m += "FROM " + from + "\n";
   if (!adapter_path.empty()) m += "ADAPTER " + adapter_path + "\n";

@@ -194,7 +194,11 @@ GenerateResult generate(const Model& model, const std::vector<int32_t>& prompt, 
       res.stopped = true;
       break;
     }
-    if (i + 1 == opts.max_new_tokens || cache.length() >= cache.capacity()) break;
+    if (i + 1 == opts.max_new_tokens) break;
+    if (cache.length() >= cache.capacity()) {  // the capacity is below P + max_new_tokens only at the context
+      res.context_full = true;
+      break;
+    }
     logits = decode_step(model, cache, {t});
   }
   return res;

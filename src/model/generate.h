@@ -34,6 +34,7 @@ struct GenerateOptions {
 struct GenerateResult {
   std::vector<int32_t> tokens;  // the new tokens only
   bool stopped = false;         // ended on a stop id (else: max_new_tokens or context length)
+  bool context_full = false;    // ended because the model's context (max_position_embeddings) is full
 };
 
 // Keys/values of every layer for positions [0, length). K/V rows are after RoPE (and q/k norm).

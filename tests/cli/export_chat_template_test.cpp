@@ -119,7 +119,7 @@ TEST_F(ExportChatTemplate, TemplateFileChosenForTrainingIsTheOneExported) {
   const nlohmann::json settings = nlohmann::json::parse(slurp(run + "/settings.json"));
   EXPECT_EQ(settings["chat_template_used"]["source"], "--chat-template");
   EXPECT_EQ(slurp(run + "/adapter/chat_template.jinja"), real_template("phi3.5"));
-  expect_exports_carry(run, real_template("phi3.5"), "none");
+  expect_exports_carry(run, real_template("phi3.5"), "derived");
   // @huggingface/gguf reads the same template from the file.
   const nlohmann::json o = gguf_testing::oracle_read(run + "/export/model-f16.gguf");
   EXPECT_EQ(o["metadata"]["tokenizer.chat_template"]["value"], real_template("phi3.5"));
@@ -140,7 +140,7 @@ TEST_F(ExportChatTemplate, FullFineTuningRecordsItInTheModelFolder) {
   // model/ got the base's tokenizer files, its template replaced by the one trained with.
   const nlohmann::json tc = nlohmann::json::parse(slurp(run + "/model/tokenizer_config.json"));
   EXPECT_EQ(tc.value("chat_template", ""), real_template("phi3.5"));
-  expect_exports_carry(run, real_template("phi3.5"), "none");
+  expect_exports_carry(run, real_template("phi3.5"), "derived");
 }
 
 TEST_F(ExportChatTemplate, MultiRunFinalAdapterShipsTheRunsTemplate) {

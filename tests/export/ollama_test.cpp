@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "io/sha256.h"
 #include "support/test_util.h"
+#include "text/chat_template.h"
 
 namespace bp {
 namespace {
@@ -123,13 +124,16 @@ std::string make_file(const test::TempDir& d, const std::string& content) {
   return p;
 }
 
-const OllamaTemplate kChatML = ollama_template_from_jinja("{{'<|im_start|>' + m.role}}", {"<|endoftext|>"});
+// A function, not a global: rendering the template at static-initialisation time would use the Jinja tables early.
+OllamaTemplate chatml_template() {
+  return ollama_template_from_jinja(kChatMLTemplate, {"<|endoftext|>"});
+}
 
 TEST(Ollama, RegistersBlobAndModel) {
   FakeOllama srv;
   test::TempDir d;
   const std::string content(3 << 20, 'g');  // several upload chunks
-  const auto r = register_with_ollama(make_file(d, content), "my-model:q4", kChatML, 2048, fast(srv.host()));
+  const auto r = register_with_ollama(make_file(d, content), "my-model:q4", chatml_template(), 2048, fast(srv.host()));
   EXPECT_TRUE(r.blob_uploaded);
   EXPECT_EQ(r.digest, "sha256:" + sha256_hex(content));
   EXPECT_EQ(r.requests, 3);  // HEAD, POST blob, POST create
@@ -138,13 +142,14 @@ TEST(Ollama, RegistersBlobAndModel) {
   const auto& c = srv.created[0];
   EXPECT_EQ(c["model"], "my-model:q4");
   EXPECT_EQ(c["files"]["tiny.gguf"], r.digest);
-  EXPECT_EQ(c["template"], kChatML.go_template);
+  EXPECT_EQ(c["template"], chatml_template().go_template);
   EXPECT_EQ(c["parameters"]["num_ctx"], 2048);
   EXPECT_EQ(c["parameters"]["stop"], nlohmann::json({"<|im_start|>", "<|im_end|>", "<|endoftext|>"}));
   EXPECT_EQ(c["stream"], false);
 
   // Second time the blob exists: HEAD 200, no upload.
-  const auto again = register_with_ollama(make_file(d, content), "my-model:q4", kChatML, 2048, fast(srv.host()));
+  const auto again =
+      register_with_ollama(make_file(d, content), "my-model:q4", chatml_template(), 2048, fast(srv.host()));
   EXPECT_FALSE(again.blob_uploaded);
   EXPECT_EQ(again.requests, 2);
   EXPECT_EQ(srv.uploads, 1);
@@ -154,10 +159,10 @@ TEST(Ollama, RetriesServerErrorsAndSlowAnswers) {
   FakeOllama srv;
   test::TempDir d;
   srv.fail_next = 2;
-  auto r = register_with_ollama(make_file(d, "abc"), "m", kChatML, 0, fast(srv.host()));
+  auto r = register_with_ollama(make_file(d, "abc"), "m", chatml_template(), 0, fast(srv.host()));
   EXPECT_EQ(r.requests, 5);  // HEAD 503, 503, 404; POST; create
   srv.slow_next = 1;         // the next HEAD times out (0.5 s) and is retried
-  r = register_with_ollama(make_file(d, "abcd"), "m2", kChatML, 0, fast(srv.host()));
+  r = register_with_ollama(make_file(d, "abcd"), "m2", chatml_template(), 0, fast(srv.host()));
   EXPECT_EQ(r.requests, 4);
   EXPECT_EQ(srv.created.size(), 2u);
 }
@@ -167,7 +172,7 @@ TEST(Ollama, PersistentFailureAndClientErrors) {
   test::TempDir d;
   srv.fail_next = 100;
   try {
-    register_with_ollama(make_file(d, "abc"), "m", kChatML, 0, fast(srv.host()));
+    register_with_ollama(make_file(d, "abc"), "m", chatml_template(), 0, fast(srv.host()));
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::DEP_OLLAMA_REGISTRATION_FAILED);
@@ -177,7 +182,7 @@ TEST(Ollama, PersistentFailureAndClientErrors) {
   srv.reject_create = true;
   const int before = srv.uploads;
   try {
-    register_with_ollama(make_file(d, "abc"), "m", kChatML, 0, fast(srv.host()));
+    register_with_ollama(make_file(d, "abc"), "m", chatml_template(), 0, fast(srv.host()));
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::DEP_OLLAMA_REGISTRATION_FAILED);
@@ -195,7 +200,8 @@ TEST(Ollama, ConnectionRefusedSuggestsOllamaServe) {
   }
   test::TempDir d;
   try {
-    register_with_ollama(make_file(d, "abc"), "m", kChatML, 0, fast("http://127.0.0.1:" + std::to_string(port)));
+    register_with_ollama(make_file(d, "abc"), "m", chatml_template(), 0,
+                         fast("http://127.0.0.1:" + std::to_string(port)));
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::DEP_OLLAMA_REGISTRATION_FAILED);
@@ -226,11 +232,11 @@ TEST(Ollama, ModelNameRules) {
 TEST(Ollama, CredentialsInTheHostUrlAreSentAsBasicAuth) {
   FakeOllama srv;
   test::TempDir d;
-  const auto r =
-      register_with_ollama(make_file(d, "gguf"), "m", kChatML, 2048, fast("http://alice:s3cretpw@" + srv.host()));
+  const auto r = register_with_ollama(make_file(d, "gguf"), "m", chatml_template(), 2048,
+                                      fast("http://alice:s3cretpw@" + srv.host()));
   EXPECT_EQ(srv.authorization, "Basic YWxpY2U6czNjcmV0cHc=");  // base64("alice:s3cretpw")
   EXPECT_EQ(r.endpoint, srv.host());
-  register_with_ollama(make_file(d, "gguf"), "m", kChatML, 2048, fast(srv.host()));
+  register_with_ollama(make_file(d, "gguf"), "m", chatml_template(), 2048, fast(srv.host()));
   EXPECT_EQ(srv.authorization, "");
 }
 
@@ -265,6 +271,135 @@ std::string chat_template_of(const std::string& family) {
   return j.value("chat_template", std::string());
 }
 
+std::string template_file(const std::string& name) {
+  std::ifstream f(test::source_dir() + "/tests/text/data/templates/" + name + ".jinja");
+  EXPECT_TRUE(f.good()) << name;
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Meta's Llama-2-chat template (as published in meta-llama/Llama-2-7b-chat-hf's tokenizer_config.json).
+const char* const kLlama2Chat =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif "
+    "%}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ "
+    "raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if "
+    "loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
+    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if "
+    "message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] "
+    "== 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
+
+// Chats of every shape Ollama sends: one turn, history, with and without a system prompt.
+std::vector<Conversation> sample_chats() {
+  return {{{"user", "What pet does Eric have?"}},
+          {{"system", "Be brief."}, {"user", "Hi there"}},
+          {{"user", "Hi"}, {"assistant", "Hello! How can I help?"}, {"user", "Name a colour."}},
+          {{"system", "You answer in French."},
+           {"user", "One"},
+           {"assistant", "Un"},
+           {"user", "Two"},
+           {"assistant", "Deux"},
+           {"user", "Three"}}};
+}
+
+// What Ollama sends the model with `t`, against what the chat template (the trainer's renderer) gives.
+void expect_renders_like_the_chat_template(const OllamaTemplate& t, const std::string& jinja, const std::string& eos,
+                                           bool with_system = true) {
+  const ChatTemplate ct(jinja, "", eos);
+  for (const auto& chat : sample_chats()) {
+    if (!with_system && chat[0].role == "system") continue;
+    EXPECT_EQ(render_ollama_template(t.go_template, chat, t.default_system), ct.render(chat, true))
+        << chat.back().content;
+  }
+}
+
+// The simulator itself, against strings written out by hand from Ollama's Execute: each turn renders the
+// whole template, the last is cut after {{ .Response }} (so the trailing <|im_end|> is not sent).
+TEST(Ollama, RendersLegacyTemplatesAsOllamaDoes) {
+  const std::string chatml = ollama_template_from_jinja(chat_template_of("qwen3"), {}).go_template;
+  EXPECT_EQ(render_ollama_template(chatml, {{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}}),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n"
+            "<|im_start|>user\nV<|im_end|>\n<|im_start|>assistant\n");
+  // The cut is by position, whatever the condition: nothing after the {{ if .Response }} block either.
+  EXPECT_EQ(render_ollama_template("<{{ .Prompt }}>{{ if .Response }}[{{ .Response }}]{{ end }}!", {{"user", "u"}}),
+            "<u>");
+  EXPECT_EQ(render_ollama_template("{{ .Prompt }}={{ .Response }};", {{"user", "a"}, {"user", "b"}}), "a\n\nb=");
+  EXPECT_THROW(render_ollama_template("{{ range .Messages }}{{ end }}", {{"user", "u"}}), Error);
+}
+
+// The shipped demo model's template is ChatML with <|im_sep|> after the role: its markers say "chatml",
+// its bytes do not. The Modelfile must reproduce what training rendered, byte for byte.
+TEST(Ollama, TinyChatTemplateIsReproducedExactly) {
+  const ChatTemplateSource src = read_model_chat_template(test::source_dir() + "/models/tiny-chat");
+  ASSERT_NE(src.text.find("<|im_sep|>"), std::string::npos);
+  const OllamaTemplate t = ollama_template_from_jinja(src.text, {"<|im_end|>"});
+  EXPECT_EQ(t.family, "derived");
+  EXPECT_FALSE(t.fallback);
+  EXPECT_TRUE(t.warning.empty()) << t.warning;
+  expect_renders_like_the_chat_template(t, src.text, "<|im_end|>");
+  // With the model's BOS (the runtime adds it as a token): exactly the trainer's text.
+  const Conversation one = {{"user", "What pet does Eric have?"}};
+  EXPECT_EQ("<s>" + render_ollama_template(t.go_template, one),
+            ChatTemplate(src.text, "<s>", "<|im_end|>").render(one, true));
+  EXPECT_EQ(render_ollama_template(t.go_template, one),
+            "<|im_start|>user<|im_sep|>What pet does Eric have?<|im_end|><|im_start|>assistant<|im_sep|>");
+  EXPECT_EQ(t.stops, (std::vector<std::string>{"<|im_end|>", "<|im_start|>user<|im_sep|>"}));
+  const std::string mf = make_modelfile("/m.gguf", t, 512);
+  EXPECT_NE(mf.find("TEMPLATE \"\"\"" + t.go_template + "\"\"\""), std::string::npos) << mf;
+  EXPECT_NE(mf.find("derived from the model's chat template"), std::string::npos) << mf;
+}
+
+// Real templates: each family keeps its name and renders exactly; templates of no family are derived
+// when their turns split cleanly, else plain with a warning that says why.
+TEST(Ollama, RealTemplatesKeepTheirFamiliesAndRenderExactly) {
+  struct Case {
+    std::string name, eos, family;
+    bool system = true;  // the template takes a system message
+  };
+  const Case cases[] = {
+      {"qwen3", "<|im_end|>", "chatml"},     {"smollm2", "<|im_end|>", "chatml"},
+      {"llama3", "<|eot_id|>", "llama3"},    {"llama3-lenml-3_1", "<|eot_id|>", "llama3"},
+      {"gemma3", "<end_of_turn>", "gemma"},  {"gemma2", "<end_of_turn>", "gemma", false},
+      {"mistral", "</s>", "mistral", false}, {"phi3.5", "<|endoftext|>", "derived"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string jinja = template_file(c.name);
+    const OllamaTemplate t = ollama_template_from_jinja(jinja, {c.eos});
+    EXPECT_EQ(t.family, c.family) << t.warning;
+    expect_renders_like_the_chat_template(t, jinja, c.eos, c.system);
+  }
+  // Qwen2.5 adds its own system prompt to chats without one: the Modelfile's SYSTEM carries it.
+  const OllamaTemplate qwen = ollama_template_from_jinja(template_file("qwen2.5"), {"<|im_end|>"});
+  EXPECT_EQ(qwen.family, "chatml");
+  EXPECT_EQ(qwen.default_system, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  EXPECT_NE(make_modelfile("/m.gguf", qwen, 0).find("SYSTEM \"\"\"" + qwen.default_system + "\"\"\"\n"),
+            std::string::npos);
+  expect_renders_like_the_chat_template(qwen, template_file("qwen2.5"), "<|im_end|>");
+  EXPECT_EQ(ollama_template_from_jinja(template_file("qwen3"), {}).default_system, "");
+  const OllamaTemplate l2 = ollama_template_from_jinja(kLlama2Chat, {"</s>"});
+  EXPECT_EQ(l2.family, "llama2");
+  expect_renders_like_the_chat_template(l2, kLlama2Chat, "</s>");
+  // Llama-3.1 puts a dated header into every system turn, which a legacy template cannot: plain, with why.
+  const OllamaTemplate l31 = ollama_template_from_jinja(template_file("llama3.1"), {"<|eot_id|>"});
+  EXPECT_TRUE(l31.fallback);
+  EXPECT_NE(l31.warning.find("Ollama"), std::string::npos) << l31.warning;
+  // A template that ignores roles renders nothing Ollama can build.
+  const OllamaTemplate last = ollama_template_from_jinja("{{ messages[-1]['content'] }}", {"</s>"});
+  EXPECT_TRUE(last.fallback);
+  EXPECT_FALSE(last.warning.empty());
+}
+
+// /api/create carries the default system prompt as the Modelfile's SYSTEM does.
+TEST(Ollama, CreateSendsTheTemplatesDefaultSystemPrompt) {
+  FakeOllama srv;
+  test::TempDir d;
+  const OllamaTemplate qwen = ollama_template_from_jinja(template_file("qwen2.5"), {"<|im_end|>"});
+  register_with_ollama(make_file(d, "abc"), "q", qwen, 0, fast(srv.host()));
+  ASSERT_EQ(srv.created.size(), 1u);
+  EXPECT_EQ(srv.created[0].value("system", ""), qwen.default_system);
+  EXPECT_FALSE(qwen.default_system.empty());
+}
+
 TEST(Ollama, TemplatesFromRealChatTemplates) {
   const auto q = ollama_template_from_jinja(chat_template_of("qwen3"), {"<|im_end|>"});
   EXPECT_EQ(q.family, "chatml");
@@ -276,14 +411,15 @@ TEST(Ollama, TemplatesFromRealChatTemplates) {
   EXPECT_EQ(l.stops.back(), "<|end_of_text|>");
   const auto g = ollama_template_from_jinja(chat_template_of("gemma3"), {"<end_of_turn>"});
   EXPECT_EQ(g.family, "gemma");
-  const auto mistral = ollama_template_from_jinja("{{ '[INST] ' + message['content'] + ' [/INST]' }}", {"</s>"});
+  const auto mistral = ollama_template_from_jinja(template_file("mistral"), {"</s>"});  // Mistral-7B-Instruct-v0.1
   EXPECT_EQ(mistral.family, "mistral");
-  const auto llama2 = ollama_template_from_jinja("[INST] <<SYS>>\\n{{ system }}<</SYS>>", {"</s>"});
+  const auto llama2 = ollama_template_from_jinja(kLlama2Chat, {"</s>"});
   EXPECT_EQ(llama2.family, "llama2");
   const auto none = ollama_template_from_jinja("", {"</s>"});
   EXPECT_TRUE(none.fallback);
   EXPECT_EQ(none.family, "none");
   EXPECT_EQ(none.stops, std::vector<std::string>{"</s>"});
+  EXPECT_NE(none.warning.find("no chat template"), std::string::npos) << none.warning;
 
   const std::string mf = make_modelfile("/out/model.gguf", q, 4096);
   EXPECT_NE(mf.find("FROM /out/model.gguf\n"), std::string::npos);
