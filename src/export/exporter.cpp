@@ -347,10 +347,7 @@ void write_gguf(const ExportJob& job, ExportReport& r) {
   r.result["num_ctx"] = num_ctx;
   r.result["ollama"] = nullptr;
   note_dequantized_base(job, gguf_quant_name(quant), r);
-  if (tmpl.fallback)
-    r.warnings.push_back(
-        "the chat template is none of the families the Modelfile knows (ChatML, Llama-3, Llama-2/Mistral, "
-        "Gemma); the Modelfile uses a plain {{ .Prompt }} template");
+  if (!tmpl.warning.empty()) r.warnings.push_back(tmpl.warning);
   register_gguf(job, out, tmpl, num_ctx, r);
   r.next.push_back(fmt::format("llama-cli -m {}", out.string()));
 }
@@ -431,6 +428,7 @@ void write_gguf_lora(const ExportJob& job, ExportReport& r) {
   r.result["lora_alpha"] = g.alpha;
   r.result["modelfile"] = modelfile.string();
   r.result["ollama_from"] = base.from;
+  if (!base.tmpl.warning.empty()) r.warnings.push_back(base.tmpl.warning);
   r.result["ollama"] = nullptr;
   const std::string create_cmd = fmt::format("ollama create {} -f {}", job.ollama_name, modelfile.string());
   if (!job.request.ollama) {

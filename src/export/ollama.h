@@ -31,8 +31,9 @@ struct OllamaTemplate {
   std::string family;  // "chatml", "llama3", "llama2", "mistral", "gemma", "derived", "none"
   std::string go_template;
   std::vector<std::string> stops;
-  bool fallback = false;
-  std::string warning;  // set with fallback: why no template fits, for the export's warnings
+  bool fallback = false;     // the plain {{ .Prompt }} template: no family fits
+  bool approximate = false;  // a family chosen by its markers: it does not render the template exactly
+  std::string warning;       // set with fallback or approximate: why, for the export's warnings
   // The system prompt the chat template adds when a chat has none (Qwen2.5, SmolLM2): the
   // Modelfile's SYSTEM (and /api/create's "system") unless the caller gives one.
   std::string default_system;

@@ -36,11 +36,13 @@
 namespace bp {
 namespace {
 
-// One family: its Go template (Ollama's legacy .System/.Prompt/.Response form) and stops.
+// One family: its Go template (Ollama's legacy .System/.Prompt/.Response form), stops, and the
+// markers (all in the Jinja template) that make it the approximate choice when nothing renders exactly.
 struct Family {
   const char* name;
   const char* go_template;
   std::vector<const char*> stops;
+  std::vector<const char*> markers;
 };
 
 const std::vector<Family>& families() {
@@ -49,24 +51,29 @@ const std::vector<Family>& families() {
        "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}"
        "{{ if .Prompt }}<|im_start|>user\n{{ .Prompt }}<|im_end|>\n{{ end }}"
        "<|im_start|>assistant\n{{ .Response }}<|im_end|>\n",
-       {"<|im_start|>", "<|im_end|>"}},
+       {"<|im_start|>", "<|im_end|>"},
+       {"<|im_start|>"}},
       {"llama3",
        "{{ if .System }}<|start_header_id|>system<|end_header_id|>\n\n{{ .System }}<|eot_id|>{{ end }}"
        "{{ if .Prompt }}<|start_header_id|>user<|end_header_id|>\n\n{{ .Prompt }}<|eot_id|>{{ end }}"
        "<|start_header_id|>assistant<|end_header_id|>\n\n{{ .Response }}<|eot_id|>",
-       {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}},
+       {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
+       {"<|start_header_id|>"}},
       {"gemma",
        "<start_of_turn>user\n{{ if .System }}{{ .System }}\n\n{{ end }}{{ .Prompt }}<end_of_turn>\n"
        "<start_of_turn>model\n{{ .Response }}<end_of_turn>\n",
-       {"<start_of_turn>", "<end_of_turn>"}},
+       {"<start_of_turn>", "<end_of_turn>"},
+       {"<start_of_turn>"}},
       // Meta's Llama-2-chat template: ' ' + answer + ' ' + eos after [/INST], nothing in the prompt.
       {"llama2",
        "[INST] {{ if .System }}<<SYS>>\n{{ .System }}\n<</SYS>>\n\n{{ end }}{{ .Prompt }} [/INST]"
        "{{ if .Response }} {{ end }}{{ .Response }} </s>",
-       {"[INST]", "[/INST]", "<<SYS>>", "<</SYS>>"}},
+       {"[INST]", "[/INST]", "<<SYS>>", "<</SYS>>"},
+       {"[INST]", "<<SYS>>"}},
       {"mistral",
        "[INST] {{ if .System }}{{ .System }}\n\n{{ end }}{{ .Prompt }} [/INST]{{ .Response }}</s>",
-       {"[INST]", "[/INST]"}},
+       {"[INST]", "[/INST]"},
+       {"[INST]"}},
   };
   return f;
 }
@@ -358,6 +365,23 @@ OllamaTemplate ollama_template_from_jinja(const std::string& jinja, const std::v
                   : "its turns do not split into Ollama's system, user and assistant pieces";
           if (d && why.empty()) t = *d;
         }
+        // Nothing renders it exactly, but it is plainly one family's (Llama-3.1's dated system
+        // header, Mistral's system prompt in the last user turn): that family's template, said to
+        // be approximate, serves far better than the plain one.
+        if (t.family.empty())
+          for (const auto& f : families())
+            if (std::all_of(f.markers.begin(), f.markers.end(),
+                            [&](const char* m) { return jinja.find(m) != std::string::npos; })) {
+              t.family = f.name;
+              t.go_template = f.go_template;
+              t.stops.assign(f.stops.begin(), f.stops.end());
+              t.approximate = true;
+              t.warning = fmt::format(
+                  "the Modelfile uses Ollama's {} template, which renders this chat template's turns only "
+                  "approximately ({}); check the answers of `ollama run`",
+                  f.name, why);
+              break;
+            }
       }
     } catch (const Error& e) {  // a template our interpreter cannot run (training could not have used it)
       why = fmt::format("the chat template cannot be rendered here ({})", e.what());
