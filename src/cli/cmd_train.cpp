@@ -13,6 +13,7 @@
 #include "core/settings.h"
 #include "hub/hf_cache.h"
 #include "train/presets.h"
+#include "train/resume_settings.h"
 #include "train/trainer.h"
 
 namespace {
@@ -46,6 +47,9 @@ void bind_train_settings(CLI::App& sub) {
 
 TrainOptions train_options_with_preset(bool json) {
   Settings st = settings();  // a copy: the preset fills the settings left at their defaults
+  // --resume: the run continues with its own settings.json; explicit values may change only what
+  // does not break the continuation (train/resume_settings.h).
+  const nlohmann::json resumed_preset = resume_with_saved_settings(st);
   // --model as a folder, a hub name (cache, then download), a GGUF file or ollama:NAME.
   const std::string reference = st.get_string("model.path");
   const std::string model_dir = reference.empty() ? reference : resolve_model(reference);
@@ -55,7 +59,7 @@ TrainOptions train_options_with_preset(bool json) {
   o.model_dir = model_dir;
   // A hub name stays the adapter's base (portable to transformers/PEFT); the cache path is local.
   if (model_dir != reference && hub::parse_hub_ref(reference)) o.base_model_name = reference;
-  o.resolved_settings["preset"] = preset.to_json();
+  o.resolved_settings["preset"] = resumed_preset.is_null() ? preset.to_json() : resumed_preset;
   return o;
 }
 }  // namespace bp::cli

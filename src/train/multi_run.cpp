@@ -193,7 +193,8 @@ TrainSummary MultiRun::train_run(int64_t i) {
   fs::create_directories(dir);
   const bool started = fs::exists(dir / "checkpoints") && !fs::is_empty(dir / "checkpoints");
   if (started) {
-    t.resume = "latest";  // the same files as before the crash are still there
+    t.resume = "latest";         // the same files as before the crash are still there
+    t.refinish_finished = true;  // finished but not committed: its summary is made again for the decision
   } else {
     t.resume.clear();
     write_rows(t.data_path, window(i));

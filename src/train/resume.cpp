@@ -1,10 +1,13 @@
 // Resume: finding the checkpoint, checking it, restoring trainable weights, trimming metrics (resume.h).
 #include "train/resume.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "io/atomic_file.h"
@@ -47,6 +50,8 @@ constexpr StateField kStateFields[] = {
     {"skipped_steps", FieldKind::Int, false, false},
     {"tokens", FieldKind::Int, false, false},
     {"mode", FieldKind::String, false, false},
+    {"train_samples", FieldKind::Int, false, false},
+    {"lora", FieldKind::Object, false, false},
 };
 
 bool has_kind(const nlohmann::json& v, FieldKind k) {
@@ -109,7 +114,7 @@ void check_resumable_checkpoint(const CheckpointInfo& c, TrainMode mode) {
   if (saved_mode.empty() && !names.empty())
     saved_mode = names.front().find(".lora_") != std::string::npos ? "lora" : "full";
   if (!saved_mode.empty() && saved_mode != train_mode_name(mode))
-    throw Error(ErrorCode::CONFIG_INVALID,
+    throw Error(ErrorCode::CONFIG_RESUME_MISMATCH,
                 fmt::format("[train] {} was trained with --mode {}, this run asks for --mode {}: the modes differ "
                             "(the checkpoint is fine)",
                             c.path, saved_mode, train_mode_name(mode)),
@@ -146,6 +151,18 @@ void truncate_metrics_after_step(const std::string& path, int64_t step) {
     kept += '\n';
   }
   if (changed) write_file_atomic(path, kept);
+}
+
+std::optional<double> step_zero_eval_loss(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"eval\"") == std::string::npos) continue;  // most lines are steps: skip the parse
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.value("type", std::string()) == "eval" && j.contains("step") && j["step"] == 0 &&
+        j.contains("eval_loss") && j["eval_loss"].is_number())
+      return j["eval_loss"].get<double>();
+  }
+  return std::nullopt;
 }
 
 // Finds the checkpoint folder a --resume value names: "latest" (newest valid one under the
@@ -204,6 +221,80 @@ NamedTensors trainable_tensors(Model& m) {
   NamedTensors out;
   for (auto& p : m.trainable_parameters()) out.emplace_back(p.name, host_readable(*p.param));
   return out;
+}
+
+// What a LoRA checkpoint's tensors say: its rank (lora_A is [r, in]) and the projections it adapts.
+static std::string describe_lora_tensors(const SafetensorsReader& reader, const nlohmann::json& state) {
+  std::set<std::string> targets;
+  int64_t r = -1;
+  for (const auto& n : reader.names()) {
+    const auto at = n.find(".lora_A");
+    if (at == std::string::npos) continue;
+    const auto dot = n.rfind('.', at - 1);
+    targets.insert(n.substr(dot + 1, at - dot - 1));
+    if (r < 0 && !reader.entry(n).shape.empty()) r = reader.entry(n).shape[0];
+  }
+  std::string out = fmt::format("r={} on {}", r, fmt::join(targets, ","));
+  if (state.contains("lora") && state["lora"].is_object()) {
+    const auto& l = state["lora"];
+    if (l.contains("alpha")) out += fmt::format(", alpha={}", l["alpha"].dump());
+    if (l.contains("use_rslora")) out += fmt::format(", rslora={}", l["use_rslora"].dump());
+  }
+  return out;
+}
+
+nlohmann::json lora_state_json(const LoraConfig& lora) {
+  return {{"r", lora.r},
+          {"alpha", lora.alpha},
+          {"use_rslora", lora.use_rslora},
+          {"target_modules", lora.resolved_targets()}};
+}
+
+void check_trainable_matches(const CheckpointInfo& c, Model& m, const TrainOptions& o) {
+  const std::string file = (fs::path(c.path) / "trainable.safetensors").string();
+  const SafetensorsReader reader = SafetensorsReader::open_file(file);
+  std::string differs;  // the first difference, for the message
+  size_t matched = 0;
+  for (auto& p : m.trainable_parameters()) {
+    if (!reader.contains(p.name)) {
+      differs = fmt::format("the checkpoint has no {}", p.name);
+      break;
+    }
+    const auto& shape = reader.entry(p.name).shape;
+    if (shape != p.param->shape().vec()) {
+      differs = fmt::format("{} is [{}] in the checkpoint, {} in this run", p.name, fmt::join(shape, ", "),
+                            p.param->shape().str());
+      break;
+    }
+    ++matched;
+  }
+  if (differs.empty() && matched != reader.names().size())
+    differs =
+        fmt::format("the checkpoint holds {} trainable tensors, this run trains {}", reader.names().size(), matched);
+  // alpha and rsLoRA leave no trace in the shapes: the checkpoint records them (older ones do not).
+  const nlohmann::json saved_lora = c.trainer_state.value("lora", nlohmann::json());
+  if (differs.empty() && o.mode == TrainMode::Lora && saved_lora.is_object()) {
+    const nlohmann::json now = lora_state_json(o.lora);
+    for (const char* k : {"alpha", "use_rslora"})
+      if (saved_lora.contains(k) && saved_lora[k] != now[k]) differs = fmt::format("its {} differs", k);
+  }
+  if (differs.empty()) return;
+  const bool lora = o.mode == TrainMode::Lora;
+  const std::string asked =
+      lora ? fmt::format("r={} on {}, alpha={}, rslora={}", o.lora.r, fmt::join(o.lora.resolved_targets(), ","),
+                         nlohmann::json(o.lora.alpha).dump(), o.lora.use_rslora)
+           : std::string("--mode full");
+  throw Error(ErrorCode::CONFIG_RESUME_MISMATCH,
+              fmt::format("[train] {} cannot continue as this run: it holds {}, this run asks for {} ({}). Resuming "
+                          "would replace the trained weights, so nothing was changed (the checkpoint is fine)",
+                          c.path,
+                          lora ? "a LoRA adapter with " + describe_lora_tensors(reader, c.trainer_state)
+                               : "other trainable tensors",
+                          asked, differs),
+              {{"path", c.path}})
+      .with_suggestion(lora ? "Drop --lora-r / --lora-alpha / --target-modules / --use-rslora to resume with the "
+                              "run's own LoRA shape, or start a new run (drop --resume) to train with the new one."
+                            : "Resume with the run's own settings, or start a new run (drop --resume).");
 }
 
 void restore_trainable(Model& m, const std::string& file) {

@@ -34,6 +34,8 @@ struct TrainOptions {
   std::string resume;                // "" | "latest" | run id | path
   std::string init_adapter;          // LoRA: start from this PEFT adapter folder instead of A random, B zero
   bool eval_only = false;            // set up, evaluate the held-out set once, return (multi-run's merge gate)
+  bool refinish_finished = false;    // resuming a finished run at its last step finishes it again (multi-run's
+                                     // uncommitted run) instead of refusing (CONFIG_RESUME_MISMATCH)
   std::string device = "auto";       // auto | cpu | cuda[:0] (trainer.cpp training_device)
   std::string base_dtype = "f32";    // model.base_dtype: auto | f32 | bf16 | q8_0 | q4_k (model/held_weights.h)
   bool shuffle = true;               // a new sample order each epoch (seeded); false = file order

@@ -145,7 +145,8 @@ static Error with_last_checkpoint(const Error& e, const CheckpointStore* store) 
 // output folder exists, then finished, interrupted or failed with the error code.
 TrainSummary Trainer::run() {
   auto end_status = [this](const char* status, const std::string& code, const std::string& message) {
-    if (s_->summary.output_dir.empty() || s_->opt.eval_only) return;
+    // A run refused before it wrote anything (a resume that does not fit) leaves status.json alone.
+    if (!s_->run_files_started || s_->opt.eval_only) return;
     try {
       write_run_status_end(s_->summary.output_dir, status, code, message);
     } catch (const std::exception& e) {  // never hide the run's own outcome behind this one
@@ -188,6 +189,8 @@ TrainSummary Trainer::run_impl() {
   s.plan_memory();
   s.adamw.init(s.model->trainable_parameters());
   if (s.resume_from) {
+    s.check_resume();
+    s.start_run_files();
     s.resume();
   } else {
     s.summary.initial_eval_loss = s.evaluate();
@@ -238,12 +241,7 @@ void Trainer::State::load_data() {
   tokenizer = Tokenizer::from_dir(tok_dir);
   data = build_train_data(o, *tokenizer);
   event("info", "chat template: " + data.chat_template.describe());
-  if (!o.resolved_settings.is_null()) {  // the run's saved settings name the template used (issue 15)
-    o.resolved_settings["chat_template_used"] = {{"source", data.chat_template.kind_name()},
-                                                 {"origin", data.chat_template.origin}};
-    write_file_atomic((fs::path(o.output_dir) / "settings.json").string(), o.resolved_settings.dump(2));
-    record_chat_template(o.output_dir, data);  // a checkpoint exported before the run ends finds it here
-  }
+  if (run_files_started) write_run_settings();  // now with the template used
   for (const auto& w : data.warnings) event("warn", w);
   if (o.max_bad_rows > 0 && data.rows_skipped > o.max_bad_rows)
     throw Error(ErrorCode::INPUT_DATASET_INVALID,

@@ -43,15 +43,82 @@ void Trainer::State::open_run() {
   if (o.output_dir.empty()) o.output_dir = (fs::path(o.output_root) / summary.run_id).string();
   ensure_writable_dir(o.output_dir, "the run's output folder (--output)");
   summary.output_dir = o.output_dir;
-  if (resume_from)  // the steps after the checkpoint are trained (and recorded) again
+  checkpoints = std::make_unique<CheckpointStore>((fs::path(o.output_dir) / "checkpoints").string());
+  if (!resume_from) start_run_files();
+}
+
+// From here on the run folder changes: the records of steps after the resumed checkpoint go (they
+// are trained and recorded again), the status says running, settings.json is this run's.
+void Trainer::State::start_run_files() {
+  TrainOptions& o = opt;
+  if (resume_from)
     truncate_metrics_after_step((fs::path(o.output_dir) / "metrics.jsonl").string(),
                                 resume_from->trainer_state.at("step").get<int64_t>());
   if (!o.eval_only) write_run_status_running(o.output_dir);
   metrics.open((fs::path(o.output_dir) / "metrics.jsonl").string(), std::ios::app);
-  if (!o.resolved_settings.is_null())
-    write_file_atomic((fs::path(o.output_dir) / "settings.json").string(), o.resolved_settings.dump(2));
-  checkpoints = std::make_unique<CheckpointStore>((fs::path(o.output_dir) / "checkpoints").string());
+  run_files_started = true;
+  for (auto& r : pending_records) {
+    metrics << r.dump() << "\n";
+  }
+  metrics.flush();
+  pending_records.clear();
+  write_run_settings();
   for (const auto& m : checkpoints->recover_interrupted_writes()) event("info", m);
+}
+
+void Trainer::State::write_run_settings() {
+  TrainOptions& o = opt;
+  if (o.resolved_settings.is_null()) return;
+  const bool data_read = tokenizer != nullptr;
+  if (data_read)  // the run's saved settings name the template used (issue 15)
+    o.resolved_settings["chat_template_used"] = {{"source", data.chat_template.kind_name()},
+                                                 {"origin", data.chat_template.origin}};
+  write_file_atomic((fs::path(o.output_dir) / "settings.json").string(), o.resolved_settings.dump(2));
+  if (data_read) record_chat_template(o.output_dir, data);  // a checkpoint exported before the run ends finds it
+}
+
+// A resume that cannot continue this run is refused here, before start_run_files touches the run
+// folder: tensors of another shape (check_trainable_matches), a dataset the saved position does not
+// fit, a run already finished at the steps asked for.
+void Trainer::State::check_resume() {
+  const auto& st = resume_from->trainer_state;
+  const int64_t at = st.at("step").get<int64_t>();
+  check_trainable_matches(*resume_from, *model, opt);
+  const CursorState pos = CursorState::from_json(st.at("cursor"));  // malformed: the checkpoint is damaged
+  const int64_t n = static_cast<int64_t>(data.train.size());
+  // Checkpoints record how many samples an epoch had (older ones do not: then only the position).
+  const int64_t saved_n = st.value("train_samples", int64_t{-1});
+  if (pos.index > n || (saved_n >= 0 && saved_n != n))
+    throw Error(ErrorCode::CONFIG_RESUME_MISMATCH,
+                fmt::format("[train] {} stopped at sample {} of epoch {}{}, but {} now gives {} training samples: the "
+                            "data (or --holdout) is not what the run was trained on (the checkpoint is fine)",
+                            resume_from->path, pos.index, pos.epoch,
+                            saved_n >= 0 ? fmt::format(" of {}", saved_n) : std::string(), opt.data_path, n),
+                {{"path", resume_from->path}, {"cursor_index", pos.index}, {"train_samples", n}})
+        .with_suggestion(
+            "Resume with the dataset the run was trained on, or start a new run (drop --resume) to "
+            "train on this one.");
+  const std::string steps_hint =
+      fmt::format("Pass --steps larger than {} to train it further, or start a new run (drop --resume).", at);
+  if (at > total_steps)
+    throw Error(ErrorCode::CONFIG_RESUME_MISMATCH,
+                fmt::format("[train] {} is at step {}, past the {} steps this run asks for (the checkpoint is fine)",
+                            resume_from->path, at, total_steps),
+                {{"path", resume_from->path}, {"step", at}, {"total_steps", total_steps}})
+        .with_suggestion(steps_hint);
+  if (at == total_steps && !opt.refinish_finished) {  // a run killed while finishing still finishes
+    std::error_code ec;
+    const fs::path status = fs::path(opt.output_dir) / "status.json";
+    nlohmann::json j = fs::is_regular_file(status, ec)
+                           ? nlohmann::json::parse(read_file(status.string()), nullptr, false)
+                           : nlohmann::json();
+    if (j.is_object() && j.value("status", std::string()) == "finished")
+      throw Error(ErrorCode::CONFIG_RESUME_MISMATCH,
+                  fmt::format("[train] the run in {} already finished at step {} of {}: there is nothing to resume",
+                              opt.output_dir, at, total_steps),
+                  {{"path", resume_from->path}, {"step", at}, {"total_steps", total_steps}})
+          .with_suggestion(steps_hint);
+  }
 }
 
 void Trainer::State::resume() {
@@ -71,6 +138,7 @@ void Trainer::State::resume() {
   summary.oom_recoveries = st.value("oom_recoveries", int64_t{0});
   summary.skipped_steps = st.value("skipped_steps", int64_t{0});
   summary.tokens = st.value("tokens", int64_t{0});
+  summary.initial_eval_loss = step_zero_eval_loss((fs::path(opt.output_dir) / "metrics.jsonl").string());
   event("info", fmt::format("resumed from {} at step {} of {}", resume_from->path, step, total_steps));
 }
 
@@ -83,6 +151,7 @@ std::string Trainer::State::save_checkpoint(std::optional<double> eval_loss) {
                        {"micro_batch_size", oom->micro_seqs()},
                        {"grad_accum", oom->accumulation()},
                        {"cursor", cursor->state().to_json()},
+                       {"train_samples", static_cast<int64_t>(data.train.size())},
                        {"run_id", summary.run_id},
                        {"seed", opt.seed},
                        {"mode", train_mode_name(opt.mode)},
@@ -92,6 +161,7 @@ std::string Trainer::State::save_checkpoint(std::optional<double> eval_loss) {
                        {"eval_loss", json_or_null(eval_loss)},
                        {"best_eval_loss", json_or_null(summary.best_eval_loss)},
                        {"best_checkpoint", best_checkpoint}};
+  if (opt.mode == TrainMode::Lora) st["lora"] = lora_state_json(opt.lora);
   nlohmann::json losses = nlohmann::json::array();
   for (const auto& h : summary.history) losses.push_back({{"step", h.step}, {"loss", h.loss}});
   st["loss_history"] = losses;

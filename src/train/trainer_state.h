@@ -52,17 +52,24 @@ struct Trainer::State {
   Allocator* alloc = nullptr;  // that device's allocator
   std::string tok_dir;         // tokenizer files (copied next to a full model)
   std::optional<CheckpointInfo> resume_from;
+  // The run folder is written from start_run_files on (a new run: at once; a resumed one: after
+  // check_resume), so a refused resume leaves it as it was. Records made before wait here.
+  bool run_files_started = false;
+  std::vector<nlohmann::json> pending_records;
   std::vector<TrainableParam> params;
   std::vector<Tensor*> grads;
   std::chrono::steady_clock::time_point t0;
 
   // Setup, in order (Trainer::run_impl).
   void open_run();
+  void start_run_files();     // status.json running, metrics.jsonl (trimmed on resume), settings.json
+  void write_run_settings();  // settings.json (and the chat template once the data is read)
   void load_data();
   void build_model();
   void warn_beyond_context();  // samples longer than max_position_embeddings (build_model)
   DType matmul_dtype() const;  // training.matmul_dtype resolved for this device and mode
   void plan_memory();
+  void check_resume();  // every refusal of the resume, before start_run_files
   void resume();
   // The step and what runs on its schedule.
   struct Batch {
@@ -102,6 +109,8 @@ struct Trainer::State {
     if (metrics.is_open()) {
       metrics << j.dump() << "\n";
       metrics.flush();
+    } else if (!run_files_started) {
+      pending_records.push_back(std::move(j));
     }
   }
 };

@@ -14,8 +14,6 @@
 
 #include "core/error.h"
 #include "core/file_read.h"
-#include "core/settings.h"
-#include "train/train_options.h"
 #include "ui/auth.h"
 #include "ui/process.h"
 
@@ -86,22 +84,6 @@ json get_path(const json& j, std::initializer_list<const char*> keys) {
     cur = &(*cur)[k];
   }
   return *cur;
-}
-
-// The settings a resumed run is started again with (from its settings.json), as train flags.
-// A resumed run gets back every setting `train` takes from the run's settings.json (the rows'
-// BP_FILLS column, train/train_options.h), except where it goes and what it resumes, which the
-// resume itself sets, the preset (its values are in the file already) and test aids.
-bool resumed_with_setting(const SettingSpec& spec) {
-  const std::string_view k = spec.key;
-  return spec.flag != nullptr && *spec.flag != 0 && train_takes_setting(k) && !is_testing_setting(spec) &&
-         k != "training.output" && k != "training.resume" && k != "training.preset";
-}
-
-std::string json_text(const json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
-  return v.dump();
 }
 
 }  // namespace
@@ -327,21 +309,15 @@ std::string RunStore::start_train(const std::vector<std::string>& train_args) {
   return spawn("train", "", args);
 }
 
+// The run starts again from its own settings.json: `train --resume` restores them itself
+// (train/resume_settings.h); only a later end (--steps) is passed.
 std::string RunStore::resume(const std::string& run_id, int64_t steps) {
   const fs::path dir = resolve_inside(root_, run_id);
-  json settings = read_json(dir / "settings.json");
   for (const auto& r : list())
     if (r["id"] == run_id && r["status"] == "running")
       throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[ui] run {} is still running", run_id));
   std::vector<std::string> args = {"train", "--json", "--output", root_.string(), "--resume", dir.string()};
-  for (const SettingSpec& spec : settings_registry()) {
-    if (!resumed_with_setting(spec)) continue;
-    const std::string k(spec.key);
-    json v = get_path(settings, {k.substr(0, k.find('.')).c_str(), k.substr(k.find('.') + 1).c_str()});
-    if (k == "training.steps" && steps > 0) v = steps;
-    if (v.is_null() || json_text(v).empty()) continue;
-    args.push_back(fmt::format("{}={}", spec.flag, json_text(v)));
-  }
+  if (steps > 0) args.push_back(fmt::format("--steps={}", steps));
   return spawn("train", run_id, args);
 }
 

@@ -166,9 +166,9 @@ TEST(NoLossCli, ResumeInAnotherModeSaysTheModesDiffer) {
   ASSERT_EQ(test::run_command(train_cmd(tmp.path, "--steps 1" + run), &out), 0) << out;
   int rc = test::run_command(train_cmd(tmp.path, "--steps 2 --resume latest --mode full" + run), &out);
   EXPECT_EQ(rc, 1) << out;
-  EXPECT_TRUE(has(out, "CONFIG_INVALID")) << out;
-  EXPECT_TRUE(has(out, "the modes differ")) << out;
-  EXPECT_TRUE(has(out, "--mode lora")) << out;
+  EXPECT_TRUE(has(out, "CONFIG_RESUME_MISMATCH")) << out;
+  EXPECT_TRUE(has(out, "the run was trained with --mode lora")) << out;
+  EXPECT_TRUE(has(out, "checkpoint is fine")) << out;
   EXPECT_FALSE(has(out, "damaged")) << out;
 }
 

@@ -4,11 +4,17 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
+#include <map>
 
+#include "core/settings.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "io/sha256.h"
 #include "support/test_util.h"
+#include "train/resume_settings.h"
+#include "train/trainer.h"
 
 namespace bp {
 
@@ -77,13 +83,13 @@ TEST(ResumeCheck, NonFiniteTrainableWeightsAreCheckpointInvalid) {
 
 // The other mode is a configuration mismatch, not damage; old checkpoints (no "mode") are
 // recognised by their tensor names.
-TEST(ResumeCheck, OtherModeIsConfigInvalidNamingBothModes) {
+TEST(ResumeCheck, OtherModeIsResumeMismatchNamingBothModes) {
   test::TempDir tmp;
   nlohmann::json st = good_state();
   st.erase("mode");
   for (const auto& state : {good_state(), st}) {
     Error e = error_of(checkpoint_with(tmp.path, state, 0.5f), TrainMode::Full);
-    EXPECT_EQ(e.code(), ErrorCode::CONFIG_INVALID) << e.what();
+    EXPECT_EQ(e.code(), ErrorCode::CONFIG_RESUME_MISMATCH) << e.what();
     EXPECT_NE(std::string(e.what()).find("--mode lora"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--mode full"), std::string::npos) << e.what();
   }
@@ -110,6 +116,118 @@ TEST(ResumeMetrics, DropsRecordsPastTheStepAndATornLine) {
             "{\"type\":\"step\",\"step\":2}\n");
   truncate_metrics_after_step(tmp.path + "/none.jsonl", 2);  // no file: nothing happens
   EXPECT_FALSE(fs::exists(tmp.path + "/none.jsonl"));
+}
+
+// A resumed run's settings: unset ones come from settings.json, explicit safe ones win, explicit
+// pinned ones that differ are refused naming both values (all of them at once).
+TEST(ResumeSettings, SavedUnderExplicitAndPinnedRefused) {
+  const nlohmann::json saved = {{"training", {{"lr", 0.001}, {"steps", 40}, {"batch_size", 2}, {"seed", 42}}},
+                                {"lora", {{"r", 8}, {"target_modules", "all-linear"}}},
+                                {"data", {{"path", "a.jsonl"}}},
+                                {"preset", {{"name", "none"}}}};
+  Settings st;
+  st.set("training.steps", "60");  // explicit, safe: extends the run
+  st.set("lora.r", "8");           // explicit, pinned, the same value
+  apply_resumed_settings(st, saved, "runs/x");
+  EXPECT_EQ(st.get_int("training.steps"), 60);
+  EXPECT_DOUBLE_EQ(st.get_float("training.lr"), 0.001);
+  EXPECT_EQ(st.get_int("training.batch_size"), 2);
+  EXPECT_EQ(st.get_string("data.path"), "a.jsonl");
+  Settings bad;
+  bad.set("lora.r", "4");
+  bad.set("data.path", "b.jsonl");
+  bad.set("training.lr", "0.5");  // not pinned: no complaint
+  try {
+    apply_resumed_settings(bad, saved, "runs/x");
+    ADD_FAILURE() << "a pinned setting changed on resume was accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::CONFIG_RESUME_MISMATCH) << m;
+    for (const char* s : {"--lora-r 4", "--lora-r 8", "--data b.jsonl", "--data a.jsonl"})
+      EXPECT_NE(m.find(s), std::string::npos) << s << ": " << m;
+    EXPECT_EQ(m.find("--lr"), std::string::npos) << m;
+  }
+}
+
+namespace {
+
+std::map<std::string, std::string> folder_hashes(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    out[fs::relative(e.path(), dir).string()] = e.is_regular_file() ? sha256_file_hex(e.path().string()) : "dir";
+  return out;
+}
+
+void write_rows(const std::string& path, int rows) {
+  std::ofstream f(path);
+  for (int i = 0; i < rows; ++i) f << "{\"text\": \"Ben had a red ball number " << i % 5 << ".\"}\n";
+}
+
+TrainOptions tiny_run(const std::string& dir) {
+  TrainOptions o;
+  o.model_dir = test::shared_dir() + "/models/stories260K";
+  o.device = "cpu";
+  o.data_path = dir + "/data.jsonl";
+  o.output_dir = dir + "/run";
+  o.steps = 2;
+  o.save_every = 1;
+  o.keep_checkpoints = 0;
+  o.batch_size = 4;
+  o.micro_batch_size = 4;
+  o.max_seq_length = 32;
+  o.holdout = 0.2;
+  o.lora.r = 4;
+  o.lora.alpha = 8;
+  o.lora.target_modules = {"all-linear"};
+  o.threads = 1;
+  o.quiet = true;
+  return o;
+}
+
+}  // namespace
+
+// Through the Trainer (no CLI settings merge): another LoRA shape (targets, r, alpha, rsLoRA), a
+// dataset the saved position does not fit, fewer steps than done, or a finished run: each is
+// CONFIG_RESUME_MISMATCH, not a damaged checkpoint, and the run folder stays byte-identical (the
+// status stays finished, metrics.jsonl keeps every step). A fitting resume then works and its
+// summary has the eval loss before training.
+TEST(ResumeRun, MismatchIsRefusedBeforeTheRunFolderChanges) {
+  test::TempDir tmp;
+  write_rows(tmp.path + "/data.jsonl", 20);
+  write_rows(tmp.path + "/small.jsonl", 4);
+  write_rows(tmp.path + "/big.jsonl", 30);
+  const TrainOptions first = tiny_run(tmp.path);
+  Trainer(first).run();
+  const auto before = folder_hashes(first.output_dir);
+  std::vector<std::pair<std::string, std::function<void(TrainOptions&)>>> cases = {
+      {"targets", [](TrainOptions& o) { o.lora.target_modules = {"q_proj"}; }},
+      {"r", [](TrainOptions& o) { o.lora.r = 8; }},
+      {"alpha", [](TrainOptions& o) { o.lora.alpha = 16; }},
+      {"rslora", [](TrainOptions& o) { o.lora.use_rslora = true; }},
+      {"data", [&](TrainOptions& o) { o.data_path = tmp.path + "/small.jsonl"; }},
+      {"more data", [&](TrainOptions& o) { o.data_path = tmp.path + "/big.jsonl"; }},
+      {"fewer steps", [](TrainOptions& o) { o.steps = 1; }},
+      {"finished", [](TrainOptions&) {}},
+  };
+  for (auto& [name, change] : cases) {
+    TrainOptions o = tiny_run(tmp.path);
+    o.resume = "latest";
+    change(o);
+    try {
+      Trainer(o).run();
+      ADD_FAILURE() << name << ": resumed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::CONFIG_RESUME_MISMATCH) << name << ": " << e.what();
+      EXPECT_EQ(std::string(e.what()).find("damaged"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(folder_hashes(first.output_dir), before) << name << ": a refused resume changed the run folder";
+  }
+  TrainOptions more = tiny_run(tmp.path);
+  more.resume = "latest";
+  more.steps = 3;
+  const TrainSummary s = Trainer(more).run();
+  EXPECT_EQ(s.steps_done, 3);
+  EXPECT_TRUE(s.initial_eval_loss.has_value());
 }
 
 }  // namespace bp
