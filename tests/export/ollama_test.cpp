@@ -379,10 +379,26 @@ TEST(Ollama, RealTemplatesKeepTheirFamiliesAndRenderExactly) {
   const OllamaTemplate l2 = ollama_template_from_jinja(kLlama2Chat, {"</s>"});
   EXPECT_EQ(l2.family, "llama2");
   expect_renders_like_the_chat_template(l2, kLlama2Chat, "</s>");
-  // Llama-3.1 puts a dated header into every system turn, which a legacy template cannot: plain, with why.
-  const OllamaTemplate l31 = ollama_template_from_jinja(template_file("llama3.1"), {"<|eot_id|>"});
-  EXPECT_TRUE(l31.fallback);
-  EXPECT_NE(l31.warning.find("Ollama"), std::string::npos) << l31.warning;
+  // Llama-3.1/3.2/3.3 put a dated header into every system turn, which a legacy template cannot:
+  // still the Llama-3 family (by its markers), said to be approximate, with why; not the plain one.
+  for (const char* name : {"llama3.1", "llama3.2", "llama3.3"}) {
+    SCOPED_TRACE(name);
+    const OllamaTemplate l3 = ollama_template_from_jinja(template_file(name), {"<|eot_id|>"});
+    EXPECT_FALSE(l3.fallback);
+    EXPECT_TRUE(l3.approximate);
+    EXPECT_EQ(l3.family, "llama3");
+    EXPECT_NE(l3.go_template.find("<|start_header_id|>user<|end_header_id|>"), std::string::npos);
+    EXPECT_NE(l3.warning.find("approximately"), std::string::npos) << l3.warning;
+    // Its user turns render as the chat template's do: the difference is the system header only.
+    const Conversation chat = {{"user", "Hi"}};
+    const std::string ours =
+        ChatTemplate(ChatTemplateSource{ChatTemplateSource::Kind::ModelConfigKey, template_file(name), "(test)"}, "",
+                     "<|eot_id|>")
+            .render(chat, true);
+    EXPECT_NE(ours.find(render_ollama_template(l3.go_template, chat)), std::string::npos)
+        << ours << "\n---\n"
+        << render_ollama_template(l3.go_template, chat);
+  }
   // A template that ignores roles renders nothing Ollama can build.
   const OllamaTemplate last = ollama_template_from_jinja("{{ messages[-1]['content'] }}", {"</s>"});
   EXPECT_TRUE(last.fallback);
