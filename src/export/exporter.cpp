@@ -93,11 +93,11 @@ fs::path resolved(const fs::path& p) {
 bool is_within(const fs::path& p, const fs::path& root) {
   const fs::path a = resolved(p), b = resolved(root);
   auto ai = a.begin();
-  for (auto bi = b.begin(); bi != b.end(); ++bi, ++ai)
-    if (bi->empty())
-      continue;  // a trailing separator
-    else if (ai == a.end() || *ai != *bi)
-      return false;
+  for (const fs::path& part : b) {
+    if (part.empty()) continue;  // a trailing separator
+    if (ai == a.end() || *ai != part) return false;
+    ++ai;
+  }
   return true;
 }
 
