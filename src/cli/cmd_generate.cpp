@@ -23,6 +23,7 @@
 
 #include "cli/command.h"
 #include "cli/model_ref.h"
+#include "export/export_input.h"
 #include "model/generate.h"
 #include "model/loader.h"
 #include "model/lora.h"
@@ -62,15 +63,10 @@ std::optional<uint64_t> parse_seed(const std::string& text) {
 bp::ChatTemplateSource chat_template_for(const bp::Tokenizer& tok, const std::string& adapter_dir) {
   if (!adapter_dir.empty()) {
     const fs::path adapter = fs::absolute(adapter_dir).lexically_normal();
-    std::error_code ec;
-    for (const fs::path& dir : {adapter, adapter.parent_path()}) {
-      if (!fs::is_regular_file(dir / "chat_template.jinja", ec)) continue;
-      if (dir != adapter && !fs::is_regular_file(dir / "summary.json", ec) &&
-          !fs::is_regular_file(dir / "metrics.jsonl", ec) && !fs::is_directory(dir / "checkpoints", ec))
-        continue;  // not a run folder: its template is not the adapter's
-      bp::ChatTemplateSource s = bp::read_model_chat_template(dir.string(), nlohmann::json::object());
-      if (s.kind == bp::ChatTemplateSource::Kind::ModelFile) return s;
-    }
+    if (auto s = bp::read_recorded_chat_template(adapter.string())) return *s;
+    // The run folder's, never another folder's: its template is not the adapter's.
+    if (bp::looks_like_run(adapter.parent_path()))
+      if (auto s = bp::read_recorded_chat_template(adapter.parent_path().string())) return *s;
   }
   return tok.chat_template_source();
 }

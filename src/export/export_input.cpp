@@ -33,12 +33,13 @@ bool is_model_dir(const fs::path& p) {
   return fs::is_regular_file(p / "config.json");
 }
 
-namespace {
-
 bool looks_like_run(const fs::path& p) {
   return fs::is_directory(p / "checkpoints") || fs::is_regular_file(p / "summary.json") ||
          fs::is_regular_file(p / "metrics.jsonl");
 }
+
+namespace {
+
 bool is_checkpoint_dir(const fs::path& p) {
   return fs::is_regular_file(p / "manifest.json") && fs::is_regular_file(p / "trainer_state.json");
 }

@@ -52,5 +52,6 @@ std::string derive_ollama_model_name(const ExportInput& in);
 
 bool is_adapter_dir(const std::filesystem::path& p);  // holds adapter_config.json
 bool is_model_dir(const std::filesystem::path& p);    // holds config.json
+bool looks_like_run(const std::filesystem::path& p);  // holds checkpoints/, summary.json or metrics.jsonl
 
 }  // namespace bp

@@ -50,12 +50,8 @@ namespace {
 // run folder (chat_template.jinja); nullopt for a plain model folder or a run from before this.
 std::optional<ChatTemplateSource> run_chat_template(const ExportJob& job) {
   if (!job.is_adapter() && job.input.run_dir.empty()) return std::nullopt;  // a model folder's own
-  std::error_code ec;
   for (const fs::path& dir : {job.input.dir, job.input.run_dir})
-    if (!dir.empty() && fs::exists(dir / "chat_template.jinja", ec)) {
-      ChatTemplateSource s = read_model_chat_template(dir.string(), nlohmann::json::object());
-      if (s.kind == ChatTemplateSource::Kind::ModelFile) return s;
-    }
+    if (auto s = read_recorded_chat_template(dir.string())) return s;
   return std::nullopt;
 }
 

@@ -125,6 +125,14 @@ std::string chat_template_text(const ChatTemplateSource& source) {
   return source.text.empty() ? std::string(kChatMLTemplate) : source.text;
 }
 
+std::optional<ChatTemplateSource> read_recorded_chat_template(const std::string& dir) {
+  std::error_code ec;
+  if (dir.empty() || !fs::is_regular_file(fs::path(dir) / "chat_template.jinja", ec)) return std::nullopt;
+  ChatTemplateSource s = read_model_chat_template(dir, nlohmann::json::object());
+  if (s.kind != ChatTemplateSource::Kind::ModelFile) return std::nullopt;
+  return s;
+}
+
 void save_chat_template(const std::string& dir, const std::string& text) {
   write_file_atomic((fs::path(dir) / "chat_template.jinja").string(), text);
   const fs::path config = fs::path(dir) / "tokenizer_config.json";

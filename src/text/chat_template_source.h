@@ -10,6 +10,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 namespace bp {
@@ -33,6 +34,10 @@ ChatTemplateSource read_model_chat_template(const std::string& model_dir, const 
 
 // The Jinja text a run trained with: the source's text, or the ChatML template for ChatML.
 std::string chat_template_text(const ChatTemplateSource& source);
+
+// The template save_chat_template recorded in `dir` (its chat_template.jinja), or nullopt when the
+// folder holds none.
+std::optional<ChatTemplateSource> read_recorded_chat_template(const std::string& dir);
 
 // Records the template a run trained with in a model or adapter folder, so export ships exactly it:
 // writes <dir>/chat_template.jinja and, where <dir>/tokenizer_config.json has a "chat_template"

@@ -165,6 +165,17 @@ std::optional<double> step_zero_eval_loss(const std::string& path) {
   return std::nullopt;
 }
 
+std::string resume_path(const std::string& resume, const std::string& output_root) {
+  std::error_code ec;
+  const fs::path under_root = fs::path(output_root) / resume;
+  return !fs::exists(resume, ec) && fs::exists(under_root, ec) ? under_root.string() : resume;
+}
+
+bool is_checkpoint_folder(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(fs::path(path) / "manifest.json", ec);
+}
+
 // Finds the checkpoint folder a --resume value names: "latest" (newest valid one under the
 // output folder, or under runs/), a run id (runs/<id>), a run folder or a checkpoint folder.
 std::optional<CheckpointInfo> find_resume_checkpoint(const TrainOptions& o, std::string* run_dir,
@@ -199,9 +210,8 @@ std::optional<CheckpointInfo> find_resume_checkpoint(const TrainOptions& o, std:
       }
     return std::nullopt;
   }
-  fs::path p(r);
-  if (!fs::exists(p) && fs::exists(fs::path(o.output_root) / r)) p = fs::path(o.output_root) / r;
-  if (fs::exists(p / "manifest.json")) {  // a checkpoint folder
+  const fs::path p = resume_path(r, o.output_root);
+  if (is_checkpoint_folder(p.string())) {
     *run_dir = p.parent_path().parent_path().string();
     int64_t step = 0;
     nlohmann::json st = CheckpointStore::verify(p.string());

@@ -35,6 +35,11 @@ void truncate_metrics_after_step(const std::string& path, int64_t step);
 // The eval loss before training (the step-0 eval record of metrics.jsonl), for a resumed run's summary.
 std::optional<double> step_zero_eval_loss(const std::string& metrics_path);
 
+// What a --resume value other than "latest" names: the path as given when it exists, else a run id
+// under `output_root`. A checkpoint folder (holding manifest.json) belongs to the run two levels up.
+std::string resume_path(const std::string& resume, const std::string& output_root);
+bool is_checkpoint_folder(const std::string& path);
+
 // The checkpoint a --resume value names: "latest" (the newest valid one under the output folder, or
 // under the runs folder), a run id, a run folder or a checkpoint folder; `run_dir` gets its run
 // folder. Damaged checkpoints are skipped with a warning. nullopt when none is found.

@@ -11,6 +11,7 @@
 #include "core/file_read.h"
 #include "core/settings.h"
 #include "io/atomic_file.h"
+#include "train/resume.h"
 #include "train/train_options.h"
 
 namespace bp {
@@ -100,9 +101,8 @@ std::optional<std::string> find_resume_run_dir(const std::string& resume, const 
     if (runs.empty()) return std::nullopt;
     return std::max_element(runs.begin(), runs.end())->second.string();
   }
-  fs::path p(resume);
-  if (!fs::exists(p, ec) && fs::exists(fs::path(output_root) / resume, ec)) p = fs::path(output_root) / resume;
-  if (fs::exists(p / "manifest.json", ec)) return p.parent_path().parent_path().string();
+  const fs::path p = resume_path(resume, output_root);
+  if (is_checkpoint_folder(p.string())) return p.parent_path().parent_path().string();
   if (fs::is_directory(p, ec)) return p.string();
   return std::nullopt;
 }
