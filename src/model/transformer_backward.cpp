@@ -99,30 +99,41 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
   dh16 = Tensor();
   Tensor dq = Tensor::empty({T, Hq * d}, DType::F32, dev), dk = Tensor::empty({T, Hkv * d}, DType::F32, dev),
          dv = Tensor::empty({T, Hkv * d}, DType::F32, dev);
+  // The last writer of dq, dk and dv writes the bf16 copy the GEMMs of q, k and v read as their dy
+  // (where they read bf16): the attention backward dv's, RoPE's backward dq's and dk's, or, with
+  // q/k norms, those norms' backward.
+  const Tensor& Wq = gemm_weight(l, LinearRole::Q);
+  const Tensor& Wk = gemm_weight(l, LinearRole::K);
+  const Tensor& Wv = gemm_weight(l, LinearRole::V);
+  Tensor dq16, dk16, dv16;
+  auto want16 = [](const Tensor& W, Tensor& t16) { return held_gemms_read_bf16(W) ? &t16 : nullptr; };
   AttentionShape shape{Hq, Hkv, static_cast<int>(d)};
-  attention_backward(dattn, a.q, a.k, a.v, a.attn, a.lse, b.cu_seqlens, shape, dq, dk, dv);
+  attention_backward(dattn, a.q, a.k, a.v, a.attn, a.lse, b.cu_seqlens, shape, dq, dk, dv, want16(Wv, dv16));
   dattn = Tensor();
   a.q = a.k = a.v = a.attn = a.lse = Tensor();
-  rope_backward(dq, b.positions, Hq, c.rope);
-  rope_backward(dk, b.positions, Hkv, c.rope);
-  if (c.qk_norm) {
+  const bool qk = c.qk_norm;
+  rope_backward(dq, b.positions, Hq, c.rope, qk ? nullptr : want16(Wq, dq16));
+  rope_backward(dk, b.positions, Hkv, c.rope, qk ? nullptr : want16(Wk, dk16));
+  if (qk) {
     Tensor dq_pre = Tensor::empty({T * Hq, d}, DType::F32, dev);
     rms_norm_backward(dq.reshape({T * Hq, d}), a.q_pre.reshape({T * Hq, d}), w.q_norm, a.rstd_q, dq_pre,
-                      full ? &g.w.q_norm : nullptr);
+                      full ? &g.w.q_norm : nullptr, false, want16(Wq, dq16));
     dq = dq_pre.reshape({T, Hq * d});
+    if (dq16.defined()) dq16 = dq16.reshape({T, Hq * d});
     Tensor dk_pre = Tensor::empty({T * Hkv, d}, DType::F32, dev);
     rms_norm_backward(dk.reshape({T * Hkv, d}), a.k_pre.reshape({T * Hkv, d}), w.k_norm, a.rstd_k, dk_pre,
-                      full ? &g.w.k_norm : nullptr);
+                      full ? &g.w.k_norm : nullptr, false, want16(Wk, dk16));
     dk = dk_pre.reshape({T, Hkv * d});
+    if (dk16.defined()) dk16 = dk16.reshape({T, Hkv * d});
     a.q_pre = a.k_pre = Tensor();
   }
   Tensor dxn = Tensor::empty({T, D}, DType::F32, dev);
-  lin_back(LinearRole::Q, dq, a.xn, gemm_weight(l, LinearRole::Q), &dxn, kAssignDx, &g.w.q, opt(g.w.q_bias));
-  dq = Tensor();
-  lin_back(LinearRole::K, dk, a.xn, gemm_weight(l, LinearRole::K), &dxn, kAddDx, &g.w.k, opt(g.w.k_bias));
-  dk = Tensor();
-  lin_back(LinearRole::V, dv, a.xn, gemm_weight(l, LinearRole::V), &dxn, kAddDx, &g.w.v, opt(g.w.v_bias));
-  dv = Tensor();
+  lin_back(LinearRole::Q, dq, a.xn, Wq, &dxn, kAssignDx, &g.w.q, opt(g.w.q_bias), opt(dq16));
+  dq = dq16 = Tensor();
+  lin_back(LinearRole::K, dk, a.xn, Wk, &dxn, kAddDx, &g.w.k, opt(g.w.k_bias), opt(dk16));
+  dk = dk16 = Tensor();
+  lin_back(LinearRole::V, dv, a.xn, Wv, &dxn, kAddDx, &g.w.v, opt(g.w.v_bias), opt(dv16));
+  dv = dv16 = Tensor();
   a.xn = Tensor();
   // dx = dh (residual x -> h) + the input norm's backward, added into dh's buffer; its bf16 copy is
   // the dy of layer l−1's down projection where that reads bf16.

@@ -72,7 +72,7 @@ Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const Tensor& cu_seqlens, const AttentionShape& shape, Tensor& dq,
-                        Tensor& dk, Tensor& dv) {
+                        Tensor& dk, Tensor& dv, Tensor* dv_bf16) {
   const auto dims = check_operands(q, k, v, cu_seqlens, shape);
   check_cpu({&dout, &out, &lse, &dq, &dk, &dv});
   ops::require_same_device("attention", {&q, &dout, &out, &lse, &dq, &dk, &dv});
@@ -83,12 +83,13 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
   check_matrix(dq, "dq", T, q.dim(1));
   check_matrix(dk, "dk", T, k.dim(1));
   check_matrix(dv, "dv", T, v.dim(1));
+  uint16_t* dv16 = ops::bf16_output("attention", "dv_bf16", dv_bf16, v.shape(), q.device());
   if (T == 0) return;
   Tensor delta = Tensor::empty({shape.n_heads, T}, DType::F32, q.device());
   ops::kernels(q).attention_backward(dout.kernel_data<float>(), q.kernel_data<float>(), k.kernel_data<float>(),
                                      v.kernel_data<float>(), out.kernel_data<float>(), lse.kernel_data<float>(),
                                      cu_seqlens.kernel_data<int32_t>(), dims, delta.kernel_data<float>(),
-                                     dq.kernel_data<float>(), dk.kernel_data<float>(), dv.kernel_data<float>());
+                                     dq.kernel_data<float>(), dk.kernel_data<float>(), dv.kernel_data<float>(), dv16);
 }
 
 int64_t attention_forward_scratch_floats(int64_t T, int threads) {

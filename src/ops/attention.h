@@ -9,7 +9,10 @@
 // Saved for backward: q, k, v, o (kept by the caller) and lse [Hq, T] (log-sum-exp of each row).
 // o_bf16 (an output like lse, may be null; allocated when undefined): o also rounded to
 // nearest-even bf16 by the same kernel, the operand of o_proj's bf16 GEMM (ops/linear.h x_bf16).
-// Gradients: dq, dk, dv overwritten (=).
+// Gradients: dq, dk, dv overwritten (=). dv_bf16 (an output, may be null; allocated when
+// undefined): dv also rounded to nearest-even bf16 by the same kernel, the dy of v_proj's bf16
+// GEMM (ops/linear.h dy_bf16). dq and dk have no copy here: RoPE's backward (or the q/k norms')
+// rewrites them after, and writes theirs (ops/rope.h).
 #pragma once
 
 #include <vector>
@@ -29,7 +32,7 @@ Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
                          Tensor* o_bf16 = nullptr);
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                         const Tensor& lse, const Tensor& cu_seqlens, const AttentionShape& shape, Tensor& dq,
-                        Tensor& dk, Tensor& dv);
+                        Tensor& dk, Tensor& dv, Tensor* dv_bf16 = nullptr);
 
 // Floats of scratch forward / backward allocate for T packed tokens when one sample may span all
 // of them (the memory plan's bound), on a CPU with `threads` OpenMP threads.

@@ -56,11 +56,12 @@ void check_x_positions(Tensor& x, const Tensor& positions, int n_heads, const Ro
                   fmt::format("[rope] position {} at token {} is negative", p[t], t));
 }
 
-void apply(Tensor& x, const Tensor& positions, int n_heads, const RopeConfig& cfg, bool inverse) {
+void apply(Tensor& x, const Tensor& positions, int n_heads, const RopeConfig& cfg, bool inverse, Tensor* x_bf16) {
   check_x_positions(x, positions, n_heads, cfg);
+  uint16_t* x16 = ops::bf16_output(kOp, "dx_bf16", x_bf16, x.shape(), x.device());
   const std::vector<float> inv_freq = rope_inv_freq(cfg);
   ops::kernels(x).rope_apply(x.kernel_data<float>(), positions.kernel_data<int32_t>(), inv_freq.data(), x.dim(0),
-                             n_heads, cfg.head_dim, inverse);
+                             n_heads, cfg.head_dim, inverse, x16);
 }
 
 }  // namespace
@@ -98,11 +99,11 @@ std::vector<float> rope_inv_freq(const RopeConfig& cfg) {
 }
 
 void rope_forward(Tensor& x, const Tensor& positions, int n_heads, const RopeConfig& cfg) {
-  apply(x, positions, n_heads, cfg, false);
+  apply(x, positions, n_heads, cfg, false, nullptr);
 }
 
-void rope_backward(Tensor& dx, const Tensor& positions, int n_heads, const RopeConfig& cfg) {
-  apply(dx, positions, n_heads, cfg, true);
+void rope_backward(Tensor& dx, const Tensor& positions, int n_heads, const RopeConfig& cfg, Tensor* dx_bf16) {
+  apply(dx, positions, n_heads, cfg, true, dx_bf16);
 }
 
 }  // namespace bp

@@ -5,7 +5,9 @@
 // inv_freq[i] = theta^(−2i/d), optionally rescaled by Llama-3's rope_scaling (rope_type "llama3":
 // factor, low_freq_factor, high_freq_factor, original_max_position_embeddings).
 // Applied in place to x [T, n_heads·head_dim] with per-token positions (i32 [T], restarting per
-// packed sample). Backward is the inverse rotation of dy, also in place (= semantics).
+// packed sample). Backward is the inverse rotation of dy, also in place (= semantics); dx_bf16 (an
+// output, may be null; allocated when undefined): the rotated dx also rounded to nearest-even bf16
+// by the same kernel, the dy of q_proj's / k_proj's bf16 GEMM (ops/linear.h dy_bf16).
 #pragma once
 
 #include <vector>
@@ -26,6 +28,6 @@ struct RopeConfig {
 
 std::vector<float> rope_inv_freq(const RopeConfig& cfg);  // [head_dim/2]
 void rope_forward(Tensor& x, const Tensor& positions, int n_heads, const RopeConfig& cfg);
-void rope_backward(Tensor& dx, const Tensor& positions, int n_heads, const RopeConfig& cfg);
+void rope_backward(Tensor& dx, const Tensor& positions, int n_heads, const RopeConfig& cfg, Tensor* dx_bf16 = nullptr);
 
 }  // namespace bp

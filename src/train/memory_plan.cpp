@@ -97,9 +97,10 @@ struct DeviceScratch {
   bool f32_panels = false;   // some frozen matrix lies outside f16's range: its GEMMs take f32 panels
   bool gemm_copies = false;  // full mode's trained matrices read bf16 copies (held = head = BF16 then)
   // The projections' GEMMs take bf16 (a held or copied weight on a bf16 card: ops/linear.h
-  // held_gemms_read_bf16), so RMSNorm, attention and SwiGLU write their outputs' bf16 copies (xn
-  // for q/k/v, attn for o, hn for gate/up, m for down; backward dgate and dup for gate/up, and
-  // the residual's gradients for o and down), which the GEMMs read instead of rounding.
+  // held_gemms_read_bf16), so RMSNorm, attention, RoPE and SwiGLU write their outputs' bf16 copies
+  // (xn for q/k/v, attn for o, hn for gate/up, m for down; backward dgate and dup for gate/up, the
+  // residual's gradients for o and down, dv (attention) and dq, dk (RoPE, or the q/k norms) for
+  // q, k, v), which the GEMMs read instead of rounding.
   bool bf16_operands = false;
 
   // What one GEMM of x [T, in] with the frozen weight [out, in] holds besides its operands
@@ -293,6 +294,7 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout, Id& dout16, bool b
   linear_bwd(R, m, LinearRole::O, a, dh16);
   R.free(dh16);
   Id dq = R.alloc(kWork, m.T * m.qd), dk = R.alloc(kWork, m.T * m.kvd), dv = R.alloc(kWork, m.T * m.kvd);
+  Id dv16 = bf16_copy(R, m, m.T * m.kvd);  // the attention backward's, v's dy
   {
     Id delta = R.alloc(kWork, m.Hq * m.T);
     R.transient(kWork, m.attn_bwd_scratch);
@@ -300,22 +302,28 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout, Id& dout16, bool b
   }
   R.free(dattn);
   R.free(a.q), R.free(a.k), R.free(a.v), R.free(a.attn), R.free(a.lse);
+  Id dq16 = -1, dk16 = -1;  // q's and k's dy: the q/k norms' backward writes them, else RoPE's
   if (m.qk_norm) {
     Id dq_pre = R.alloc(kWork, m.T * m.qd);
+    dq16 = bf16_copy(R, m, m.T * m.qd);
     R.free(dq);
     dq = dq_pre;
     Id dk_pre = R.alloc(kWork, m.T * m.kvd);
+    dk16 = bf16_copy(R, m, m.T * m.kvd);
     R.free(dk);
     dk = dk_pre;
     R.free(a.q_pre), R.free(a.k_pre);
+  } else {
+    dq16 = bf16_copy(R, m, m.T * m.qd);
+    dk16 = bf16_copy(R, m, m.T * m.kvd);
   }
   Id dxn = R.alloc(kWork, m.T * m.D);
-  linear_bwd(R, m, LinearRole::Q, a);
-  R.free(dq);
-  linear_bwd(R, m, LinearRole::K, a);
-  R.free(dk);
-  linear_bwd(R, m, LinearRole::V, a);
-  R.free(dv);
+  linear_bwd(R, m, LinearRole::Q, a, dq16);
+  R.free(dq), R.free(dq16);
+  linear_bwd(R, m, LinearRole::K, a, dk16);
+  R.free(dk), R.free(dk16);
+  linear_bwd(R, m, LinearRole::V, a, dv16);
+  R.free(dv), R.free(dv16);
   R.free(a.xn);
   if (below) dout16 = bf16_copy(R, m, m.T * m.D);  // the input norm's backward, the down dy below
   R.free(dxn);

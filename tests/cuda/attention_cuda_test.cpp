@@ -99,13 +99,14 @@ void check_attention(const Case& c, Card card = kTuring) {
   const auto o_in = test::back(test::as<T>(o_ref));
   std::vector<float> delta_ref(nlse), dq_ref(nq), dk_ref(nkv), dv_ref(nkv);
   cpu::attention_backward(dout.data(), q.data(), k.data(), v.data(), o_in.data(), lse_ref.data(), cu.data(), dims,
-                          delta_ref.data(), dq_ref.data(), dk_ref.data(), dv_ref.data());
+                          delta_ref.data(), dq_ref.data(), dk_ref.data(), dv_ref.data(), nullptr);
   const auto o_ind = test::as<T>(o_in);
   std::vector<float> delta(nlse, NAN);
   auto dq = nan_filled<T>(nq), dk = nan_filled<T>(nkv), dv = nan_filled<T>(nkv);
+  std::vector<bf16> dv16(nkv);  // dv's bf16 copy, v_proj's dy
   const uint64_t mma_before_backward = mma_m16n8k16_count(), wmma_before_backward = wmma_mma_count();
   attention_backward<T>(doutd.data(), qd.data(), kd.data(), vd.data(), o_ind.data(), lse_ref.data(), cu.data(), dims,
-                        delta.data(), dq.data(), dk.data(), dv.data());
+                        delta.data(), dq.data(), dk.data(), dv.data(), dv16.data());
   // On the tensor-core cards dK/dV run in registers (PTX mma) up to kFa2BackwardMaxHeadDim (64) and
   // dQ up to kFa2DqMaxHeadDim (128), each on wmma above. So no wmma at all up to 64 says dQ took
   // its mma kernel there, mma between 64 and 128 that it did there (dK/dV is on wmma), and no mma
@@ -120,6 +121,15 @@ void check_attention(const Case& c, Card card = kTuring) {
   test::expect_close(test::back(dq), dq_ref, tol, "dq " + at);
   test::expect_close(test::back(dk), dk_ref, tol, "dk " + at);
   test::expect_close(test::back(dv), dv_ref, tol, "dv " + at);
+  test::expect_bf16_copy(dv16, test::back(dv), "dv bf16 copy " + at);
+
+  // Without the copy the gradients are the same.
+  auto dq2 = nan_filled<T>(nq), dk2 = nan_filled<T>(nkv), dv2 = nan_filled<T>(nkv);
+  attention_backward<T>(doutd.data(), qd.data(), kd.data(), vd.data(), o_ind.data(), lse_ref.data(), cu.data(), dims,
+                        delta.data(), dq2.data(), dk2.data(), dv2.data(), nullptr);
+  EXPECT_EQ(0, std::memcmp(dq2.data(), dq.data(), nq * sizeof(T))) << "backward without the copy " << at;
+  EXPECT_EQ(0, std::memcmp(dk2.data(), dk.data(), nkv * sizeof(T))) << "backward without the copy " << at;
+  EXPECT_EQ(0, std::memcmp(dv2.data(), dv.data(), nkv * sizeof(T))) << "backward without the copy " << at;
   EXPECT_EQ(wmma_mma_count() > mma_before, tensor_cores && c.head_dim > kFa2BackwardMaxHeadDim)
       << "which kernels ran: " << at;
 }

@@ -1,6 +1,8 @@
 // CUDA SwiGLU, RoPE and embedding (src/backend/cuda/{swiglu,rope,embedding}.cuh) on the CPU
 // simulation against the CPU backend: f32 and bf16 storage, forward and backward, odd sizes; and the
 // column sums of the backward's reductions over tokens (column_sum.cuh, through the bias gradient).
+#include <cstring>
+
 #include "backend/cpu/embedding.h"
 #include "backend/cpu/rope.h"
 #include "backend/cpu/swiglu.h"
@@ -56,14 +58,19 @@ void check_rope(int64_t T_tokens, int64_t n_heads, int64_t head_dim, bool invers
   std::vector<float> inv_freq(head_dim / 2);
   for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
   auto ref = x;
-  cpu::rope_apply(ref.data(), pos.data(), inv_freq.data(), T_tokens, n_heads, head_dim, inverse);
+  cpu::rope_apply(ref.data(), pos.data(), inv_freq.data(), T_tokens, n_heads, head_dim, inverse, nullptr);
   auto got = test::as<T>(x);
-  rope_apply<T>(got.data(), pos.data(), inv_freq.data(), T_tokens, n_heads, head_dim, inverse);
+  std::vector<bf16> got16(static_cast<size_t>(n));  // the rotated x's bf16 copy (the backward's dq, dk)
+  rope_apply<T>(got.data(), pos.data(), inv_freq.data(), T_tokens, n_heads, head_dim, inverse, got16.data());
   // f32: angles up to ~2000 rad, where sincosf and the CPU's rounded double differ by a few ulp.
   const auto tol = std::is_same_v<T, float> ? test::Tolerance{2e-5, 2e-5} : test::kBf16Tol;
-  test::expect_close(test::back(got), ref, tol,
-                     "rope T=" + std::to_string(T_tokens) + " heads=" + std::to_string(n_heads) +
-                         " d=" + std::to_string(head_dim) + (inverse ? " inverse" : ""));
+  const std::string at = "rope T=" + std::to_string(T_tokens) + " heads=" + std::to_string(n_heads) +
+                         " d=" + std::to_string(head_dim) + (inverse ? " inverse" : "");
+  test::expect_close(test::back(got), ref, tol, at);
+  test::expect_bf16_copy(got16, test::back(got), "bf16 copy of " + at);
+  auto plain = test::as<T>(x);  // without the copy: the same values
+  rope_apply<T>(plain.data(), pos.data(), inv_freq.data(), T_tokens, n_heads, head_dim, inverse);
+  EXPECT_EQ(0, std::memcmp(plain.data(), got.data(), got.size() * sizeof(T))) << at;
 }
 
 TEST(CudaRope, ForwardAndInverseMatchCpu) {

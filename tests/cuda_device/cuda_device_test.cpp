@@ -143,14 +143,14 @@ void check_attention_on_device(const std::vector<int32_t>& lengths, int n_heads,
       dk_ref(nkv), dv_ref(nkv);
   cpu::attention_forward(q.data(), k.data(), v.data(), cu.data(), dims, o_ref.data(), nullptr, lse_ref.data());
   cpu::attention_backward(dout.data(), q.data(), k.data(), v.data(), o_ref.data(), lse_ref.data(), cu.data(), dims,
-                          delta_ref.data(), dq_ref.data(), dk_ref.data(), dv_ref.data());
+                          delta_ref.data(), dq_ref.data(), dk_ref.data(), dv_ref.data(), nullptr);
   DeviceBuffer<float> qd{q}, kd{k}, vd{v}, doutd{dout}, o{std::vector<float>(nq)},
       lse{std::vector<float>(lse_ref.size())}, delta{std::vector<float>(lse_ref.size())}, dq{std::vector<float>(nq)},
       dk{std::vector<float>(nkv)}, dv{std::vector<float>(nkv)};
   DeviceBuffer<int32_t> cud{cu};
   cuda::attention_forward<float>(qd.ptr, kd.ptr, vd.ptr, cud.ptr, dims, o.ptr, nullptr, lse.ptr, nullptr);
   cuda::attention_backward<float>(doutd.ptr, qd.ptr, kd.ptr, vd.ptr, o.ptr, lse.ptr, cud.ptr, dims, delta.ptr, dq.ptr,
-                                  dk.ptr, dv.ptr, nullptr);
+                                  dk.ptr, dv.ptr, nullptr, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "d=" << head_dim;
   // From compute capability 8.0 on these head dims take the tensor-core kernels (attention_tc.cuh),
   // whose products read bf16 inputs: bf16's tolerance (as tests/cuda/attention_cuda_test.cpp).
@@ -164,9 +164,15 @@ void check_attention_on_device(const std::vector<int32_t>& lengths, int n_heads,
   expect_close(dq1, dq_ref, tol_backward, "attention dq");
   expect_close(dk1, dk_ref, tol_backward, "attention dk");
   expect_close(dv1, dv_ref, tol_backward, "attention dv");
+  // Again with dv's bf16 copy (v_proj's dy): the same gradients, and the copy dv's rounding.
+  DeviceBuffer<uint16_t> dv16{std::vector<uint16_t>(nkv)};
   cuda::attention_backward<float>(doutd.ptr, qd.ptr, kd.ptr, vd.ptr, o.ptr, lse.ptr, cud.ptr, dims, delta.ptr, dq.ptr,
-                                  dk.ptr, dv.ptr, nullptr);
+                                  dk.ptr, dv.ptr, reinterpret_cast<cuda::bf16*>(dv16.ptr), nullptr);
   EXPECT_TRUE(dq.to_host() == dq1 && dk.to_host() == dk1 && dv.to_host() == dv1) << "backward not deterministic";
+  const std::vector<uint16_t> got16 = dv16.to_host();
+  size_t bad = 0;
+  for (size_t i = 0; i < nkv; ++i) bad += got16[i] != f32_to_bf16(dv1[i]);
+  EXPECT_EQ(bad, 0u) << "dv's bf16 copy, d=" << head_dim;
 }
 
 TEST(CudaDevice, AttentionMatchesCpu) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <array>
 #include <cmath>
 #include <numeric>
 
@@ -200,7 +201,7 @@ TEST_P(AttentionEveryCpuVariant, BlockedKernelsMatchThePlainKernels) {
       EXPECT_TRUE(all_close(o1, o2, test::kTolF32));
       EXPECT_TRUE(all_close(l1, l2, test::kTolF32));
       cpu::attention_backward(p.dout.data(), p.q.data(), p.k.data(), p.v.data(), o1.data(), l1.data(), p.cu.data(),
-                              dims, dl.data(), dq1.data(), dk1.data(), dv1.data());
+                              dims, dl.data(), dq1.data(), dk1.data(), dv1.data(), nullptr);
       cpu::attention_backward_plain(p.dout.data(), p.q.data(), p.k.data(), p.v.data(), o1.data(), l1.data(),
                                     p.cu.data(), dims, dl.data(), dq2.data(), dk2.data(), dv2.data());
       EXPECT_TRUE(all_close(dq1, dq2, kTolGrad));
@@ -221,6 +222,31 @@ TEST(Attention, Bf16CopyIsTheRoundedOutput) {
   const Tensor o = attention_forward(q, k, v, cu, p.shape, nullptr, &o16);
   EXPECT_EQ(o.to_vector(), attention_forward(q, k, v, cu, p.shape, nullptr).to_vector());
   test::expect_bf16_copy_of(o16, o, "o");
+}
+
+// dv's bf16 copy (v_proj's dy on a card: ops/linear.h dy_bf16): each value the nearest-even
+// rounding of dv; dq, dk, dv unchanged by asking for it. Grouped heads (dv summed over the group's
+// partials before it is rounded) and one head per KV head.
+TEST(Attention, BackwardBf16CopyIsTheRoundedDv) {
+  for (const int hkv : {2, 4}) {
+    const Problem p = make_problem({37, 1, 90}, 4, hkv, 24, 73);
+    const int64_t cq = int64_t{p.shape.n_heads} * p.shape.head_dim,
+                  ckv = int64_t{p.shape.n_kv_heads} * p.shape.head_dim;
+    const Tensor q = Tensor::from_vector(p.q, {p.T, cq}), k = Tensor::from_vector(p.k, {p.T, ckv}),
+                 v = Tensor::from_vector(p.v, {p.T, ckv}), cu = Tensor::from_vector(p.cu, {int64_t(p.cu.size())}),
+                 dout = Tensor::from_vector(p.dout, {p.T, cq});
+    Tensor lse;
+    const Tensor o = attention_forward(q, k, v, cu, p.shape, &lse);
+    auto grads = [&](Tensor* dv16) {
+      std::array<Tensor, 3> g{Tensor::empty({p.T, cq}), Tensor::empty({p.T, ckv}), Tensor::empty({p.T, ckv})};
+      attention_backward(dout, q, k, v, o, lse, cu, p.shape, g[0], g[1], g[2], dv16);
+      return g;
+    };
+    Tensor dv16;
+    const auto with = grads(&dv16), without = grads(nullptr);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(with[i].to_vector(), without[i].to_vector()) << "gradient " << i;
+    test::expect_bf16_copy_of(dv16, with[2], "dv, Hkv = " + std::to_string(hkv));
+  }
 }
 
 TEST(Attention, LseOutputIsReusedOrReallocated) {

@@ -202,6 +202,30 @@ TEST(Rope, BackwardMatchesFiniteDifferencesAndInvertsForward) {
   EXPECT_TRUE(all_close(r.to_vector(), x.to_vector(), {1e-6, 1e-6}));
 }
 
+// The backward's bf16 copy (q_proj's / k_proj's dy on a card: ops/linear.h dy_bf16): each value
+// the nearest-even rounding of the rotated dx, written while its row is in cache; dx unchanged by
+// asking for it. Above the kernel's parallel threshold, with packed positions; a copy of the wrong
+// shape or type is refused.
+TEST(Rope, BackwardBf16CopyIsTheRoundedGradient) {
+  RopeConfig cfg;
+  cfg.head_dim = 34;
+  const int64_t T = 301, H = 3;
+  Tensor pt = Tensor::from_vector(packed_positions(T, 97, 2), {T});
+  const Tensor dy = random_tensor({T, H * 34}, 8, -3.0f, 3.0f);
+  Tensor dx = dy.clone(), dx_alone = dy.clone(), dx16;
+  rope_backward(dx, pt, H, cfg, &dx16);
+  rope_backward(dx_alone, pt, H, cfg);
+  EXPECT_EQ(dx.to_vector(), dx_alone.to_vector());
+  test::expect_bf16_copy_of(dx16, dx, "dx");
+  Tensor wrong_shape = Tensor::empty({T, H * 34 - 1}, DType::BF16), wrong_type = Tensor::empty({T, H * 34});
+  for (Tensor* wrong : {&wrong_shape, &wrong_type}) {
+    Tensor again = dy.clone();
+    test::expect_op_error([&] { rope_backward(again, pt, H, cfg, wrong); }, ErrorCode::RUNTIME_INTERNAL,
+                          {"[rope]", "dx_bf16"});
+    EXPECT_EQ(again.to_vector(), dy.to_vector()) << "nothing written before the refusal";
+  }
+}
+
 TEST(Rope, Errors) {
   RopeConfig cfg;
   cfg.head_dim = 8;

@@ -308,7 +308,7 @@ void attention_forward(const float* q, const float* k, const float* v, const int
 
 void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* o,
                         const float* lse, const int32_t* cu, const AttentionDims& dims, float* delta, float* dq,
-                        float* dk, float* dv) {
+                        float* dk, float* dv, uint16_t* dv_bf16) {
   const int d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
   const int64_t q_stride = int64_t{dims.n_heads} * d, kv_stride = int64_t{dims.n_kv_heads} * d, T = dims.tokens;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -393,6 +393,7 @@ void attention_backward(const float* dout, const float* q, const float* k, const
         }
       }
   }
+  if (dv_bf16) round_to_bf16(dv, dv_bf16, T * kv_stride);
 }
 
 }  // namespace bp::cpu

@@ -23,10 +23,11 @@ constexpr int64_t kAttentionTile = 64;
 // when non-null. Scratch comes from the CPU allocator, sizes below.
 void attention_forward(const float* q, const float* k, const float* v, const int32_t* cu_seqlens,
                        const AttentionDims& dims, float* o, uint16_t* o_bf16, float* lse);
-// delta is scratch [Hq, T]; dq, dk, dv overwritten.
+// delta is scratch [Hq, T]; dq, dk, dv overwritten; dv_bf16 (dv rounded to nearest-even bf16, the
+// dy of v_proj's bf16 GEMM: ops/attention.h) written when non-null.
 void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* o,
                         const float* lse, const int32_t* cu_seqlens, const AttentionDims& dims, float* delta, float* dq,
-                        float* dk, float* dv);
+                        float* dk, float* dv, uint16_t* dv_bf16);
 
 // Floats of scratch the blocked kernels allocate (one tensor each) for samples of at most max_len
 // tokens, with `threads` = omp_get_max_threads() at the call. Forward: one [min(64, max_len) ×

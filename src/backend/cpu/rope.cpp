@@ -3,16 +3,19 @@
 //   out[i+d/2]   = x[i+d/2]·cos + x[i]·sin
 // The angle is formed as HF does, in f32: angle = float(pos) · inv_freq[i]; cos/sin of that f32
 // angle are then taken in double and rounded, i.e. the correctly rounded f32 values.
-// Parallel over tokens; each token computes its d/2 cos/sin once and applies them to all heads.
+// Parallel over tokens; each token computes its d/2 cos/sin once and applies them to all heads,
+// then writes the row's bf16 copy when asked while it is in cache.
 #include "backend/cpu/rope.h"
 
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/elementwise.h"  // round_to_bf16_serial
+
 namespace bp::cpu {
 
 void rope_apply(float* x, const int32_t* positions, const float* inv_freq, int64_t T, int64_t n_heads, int64_t head_dim,
-                bool inverse) {
+                bool inverse, uint16_t* x_bf16) {
   const int64_t half = head_dim / 2;
   const float sign = inverse ? -1.0f : 1.0f;
 #pragma omp parallel if (T * n_heads * head_dim >= (1 << 14))
@@ -38,6 +41,7 @@ void rope_apply(float* x, const int32_t* positions, const float* inv_freq, int64
           hi[i] = b * c + a * s;
         }
       }
+      if (x_bf16) round_to_bf16_serial(row, x_bf16 + t * n_heads * head_dim, n_heads * head_dim);
     }
   }
 }

@@ -8,7 +8,8 @@ template void attention_forward<bf16>(const bf16*, const bf16*, const bf16*, con
                                       bf16*, bf16*, float*, cudaStream_t);
 template void attention_backward<float>(const float*, const float*, const float*, const float*, const float*,
                                         const float*, const int32_t*, const AttentionDims&, float*, float*, float*,
-                                        float*, cudaStream_t);
+                                        float*, bf16*, cudaStream_t);
 template void attention_backward<bf16>(const bf16*, const bf16*, const bf16*, const bf16*, const bf16*, const float*,
-                                       const int32_t*, const AttentionDims&, float*, bf16*, bf16*, bf16*, cudaStream_t);
+                                       const int32_t*, const AttentionDims&, float*, bf16*, bf16*, bf16*, bf16*,
+                                       cudaStream_t);
 }  // namespace bp::cuda

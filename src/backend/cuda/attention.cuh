@@ -344,7 +344,7 @@ template <class T>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_backward_dkdv_kernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
                                    const float* delta, const int32_t* cu, int64_t n_samples, int64_t T_tokens,
-                                   int n_heads, int group, int d, int B, float scale, T* dk, T* dv) {
+                                   int n_heads, int group, int d, int B, float scale, T* dk, T* dv, bf16* dv16) {
   AttentionTile tile;  // a tile of keys
   if (!find_attention_tile(cu, n_samples, B, blockIdx.x, false, tile)) return;
   BP_DYNAMIC_SHARED(float, smem);
@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     if (j < keys) {
       const int64_t off = (key0 + j) * kv_stride + int64_t{g} * d + c;
       dk[off] = store_from_f32<T>(scale * dKs[e]);
-      dv[off] = store_from_f32<T>(dVs[e]);
+      store_with_bf16(dv, dv16, off, dVs[e]);
     }
   }
 }
@@ -483,11 +483,13 @@ void attention_forward(const T* q, const T* k, const T* v, const int32_t* cu_seq
   (q, k, v, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, dims.head_dim, L.rows, scale, o, o16, lse);
 }
 
-// dq, dk, dv overwritten (=). delta: device scratch of [Hq, T] f32 (rowsum(dO∘O), as on the CPU).
+// dq, dk, dv overwritten (=), and dv's nearest-even bf16 copy dv16 when non-null (the dy of
+// v_proj's bf16 GEMM; written by the dK/dV kernel beside dv). delta: device scratch of [Hq, T] f32
+// (rowsum(dO∘O), as on the CPU).
 template <class T>
 void attention_backward(const T* dout, const T* q, const T* k, const T* v, const T* o, const float* lse,
                         const int32_t* cu_seqlens, const AttentionDims& dims, float* delta, T* dq, T* dk, T* dv,
-                        cudaStream_t stream = nullptr) {
+                        bf16* dv16 = nullptr, cudaStream_t stream = nullptr) {
   if (dims.tokens == 0 || dims.n_heads == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
   const int group = dims.n_heads / dims.n_kv_heads, d = dims.head_dim;
@@ -501,14 +503,14 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
     if (!allow_attention_shared(attention_backward_dkdv_fa2_kernel<T, 64>, bytes)) return;
     BP_LAUNCH(fa2_grid(dims, dims.n_kv_heads), kAttentionThreads, bytes, stream,
               attention_backward_dkdv_fa2_kernel<T, 64>)
-    (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, scale, dk, dv);
+    (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, scale, dk, dv, dv16);
   } else {
     const AttentionLaunch Lkv = attention_launch(AttentionPass::GradKV, dims, tensor_cores);
     const auto dkdv_kernel = tensor_cores ? attention_backward_dkdv_tc_kernel<T> : attention_backward_dkdv_kernel<T>;
     if (!allow_attention_shared(dkdv_kernel, Lkv.shared_bytes)) return;
     BP_LAUNCH(Lkv.grid, kAttentionThreads, Lkv.shared_bytes, stream, dkdv_kernel)
     (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lkv.rows, scale, dk,
-     dv);
+     dv, dv16);
   }
 
   if (tensor_cores && d <= kFa2DqMaxHeadDim) {  // attention_fa2.cuh; wider heads: below

@@ -115,12 +115,13 @@ __device__ __forceinline__ void fa2_mma_by_col(float (*acc)[4], const uint32_t a
 // Row `r` (0: g, 1: g + 8) of a warp's C accumulators (kOutTiles m16n8 tiles, columns 2t, 2t + 1
 // of each) times `mul`, stored at `out` (the row's first element + 2t): the backward's dK, dV, dQ.
 template <int kOutTiles, class T>
-__device__ __forceinline__ void fa2_store_row(T* out, const float (*acc)[4], int r, float mul, int d) {
+__device__ __forceinline__ void fa2_store_row(T* out, const float (*acc)[4], int r, float mul, int d,
+                                              bf16* out16 = nullptr) {
   BP_UNROLL
   for (int n = 0; n < kOutTiles; ++n) {
     if (n * 8 >= d) break;
-    out[n * 8] = store_from_f32<T>(mul * acc[n][2 * r]);
-    out[n * 8 + 1] = store_from_f32<T>(mul * acc[n][2 * r + 1]);
+    store_with_bf16(out, out16, n * 8, mul * acc[n][2 * r]);
+    store_with_bf16(out, out16, n * 8 + 1, mul * acc[n][2 * r + 1]);
   }
 }
 
@@ -293,7 +294,7 @@ template <class T, int kMaxD>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_backward_dkdv_fa2_kernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
                                        const float* delta, const int32_t* cu, int64_t n_samples, int64_t T_tokens,
-                                       int n_heads, int group, int d, float scale, T* dk, T* dv) {
+                                       int n_heads, int group, int d, float scale, T* dk, T* dv, bf16* dv16) {
 #if BP_CUDA_ARCH_HAS_BF16_MMA
   constexpr int kQueryTiles = kFa2Rows / 8, kSteps = kMaxD / 16, kOutTiles = kMaxD / 8;
   AttentionTile tile;  // a tile of keys
@@ -383,7 +384,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     if (key >= tile.rows) continue;
     const int64_t off = (first_key + key) * kv_stride + int64_t{g_kv} * d + 2 * t;
     fa2_store_row<kOutTiles>(dk + off, dk_acc, r, scale, d);
-    fa2_store_row<kOutTiles>(dv + off, dv_acc, r, 1.0f, d);
+    fa2_store_row<kOutTiles>(dv + off, dv_acc, r, 1.0f, d, dv16 ? dv16 + off : nullptr);
   }
 #else
   __trap();  // never launched below compute capability 8.0 (attention_backward)

@@ -308,7 +308,7 @@ template <class T>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_backward_dkdv_tc_kernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
                                       const float* delta, const int32_t* cu, int64_t n_samples, int64_t T_tokens,
-                                      int n_heads, int group, int d, int B, float scale, T* dk, T* dv) {
+                                      int n_heads, int group, int d, int B, float scale, T* dk, T* dv, bf16* dv16) {
 #if BP_CUDA_ARCH_HAS_BF16_MMA
   namespace wmma = nvcuda::wmma;
   AttentionTile tile;  // a tile of keys
@@ -345,7 +345,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     if (j < keys) {
       const int64_t off = (key0 + j) * kv_stride + int64_t{g} * d + c;
       dk[off] = store_from_f32<T>(scale * sh.acc[j * L.ld32 + c]);
-      dv[off] = store_from_f32<T>(sh.acc2[j * L.ld32 + c]);
+      store_with_bf16(dv, dv16, off, sh.acc2[j * L.ld32 + c]);
     }
   }
 #else

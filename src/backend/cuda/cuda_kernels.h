@@ -36,7 +36,7 @@ void swiglu_backward(const T* dh, const T* gate, const T* up, T* dgate, T* dup, 
                      cudaStream_t stream);
 template <class T>
 void rope_apply(T* x, const int32_t* positions, const float* inv_freq, int64_t T_tokens, int64_t n_heads,
-                int64_t head_dim, bool inverse, cudaStream_t stream);
+                int64_t head_dim, bool inverse, bf16* x16, cudaStream_t stream);
 template <class T>
 void embedding_forward(const int32_t* ids, const T* table, T* y, int64_t T_tokens, int64_t D, cudaStream_t stream);
 template <class T>
@@ -126,6 +126,6 @@ void attention_forward(const T* q, const T* k, const T* v, const int32_t* cu_seq
 template <class T>
 void attention_backward(const T* dout, const T* q, const T* k, const T* v, const T* o, const float* lse,
                         const int32_t* cu_seqlens, const AttentionDims& dims, float* delta, T* dq, T* dk, T* dv,
-                        cudaStream_t stream);
+                        bf16* dv16, cudaStream_t stream);
 
 }  // namespace bp::cuda

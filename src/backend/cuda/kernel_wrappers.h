@@ -109,9 +109,10 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   }
   static void attention_backward(const float* dout, const float* q, const float* k, const float* v, const float* o,
                                  const float* lse, const int32_t* cu_seqlens, const cpu::AttentionDims& dims,
-                                 float* delta, float* dq, float* dk, float* dv) {
+                                 float* delta, float* dq, float* dk, float* dv, uint16_t* dv_bf16) {
     check_attention_head_dim(dims, "attention_backward");
-    ::bp::BP_WRAP_NS::attention_backward<float>(dout, q, k, v, o, lse, cu_seqlens, dims, delta, dq, dk, dv, nullptr);
+    ::bp::BP_WRAP_NS::attention_backward<float>(dout, q, k, v, o, lse, cu_seqlens, dims, delta, dq, dk, dv,
+                                                reinterpret_cast<bf16*>(dv_bf16), nullptr);
     check_launch("attention_backward");
   }
   // The CUDA kernels keep their tiles in shared memory: no global scratch beyond the front-end's
@@ -403,13 +404,14 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   // its launch arguments (rope.cuh RopeFreqs): no copy, no device buffer. Heads wider than the
   // attention kernels take (which bound RopeFreqs) are refused like there.
   static void rope_apply(float* x, const int32_t* positions, const float* inv_freq, int64_t T, int64_t n_heads,
-                         int64_t head_dim, bool inverse) {
+                         int64_t head_dim, bool inverse, uint16_t* x_bf16) {
     if (T == 0) return;
     if (head_dim > kCudaRopeMaxHeadDim)
       throw Error(ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA,
                   "[rope_apply] the CUDA rotary kernel takes head_dim up to " + std::to_string(kCudaRopeMaxHeadDim) +
                       ", this model has head_dim " + std::to_string(head_dim) + "; train it with --device cpu");
-    ::bp::BP_WRAP_NS::rope_apply<float>(x, positions, inv_freq, T, n_heads, head_dim, inverse, nullptr);
+    ::bp::BP_WRAP_NS::rope_apply<float>(x, positions, inv_freq, T, n_heads, head_dim, inverse,
+                                        reinterpret_cast<bf16*>(x_bf16), nullptr);
     check_launch("rope_apply");
   }
   static void swiglu_forward(const float* gate, const float* up, float* h, uint16_t* h_bf16, int64_t n) {

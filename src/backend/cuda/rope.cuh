@@ -24,7 +24,7 @@ struct RopeFreqs {
 
 template <class T>
 __global__ void rope_kernel(T* x, const int32_t* positions, const __grid_constant__ RopeFreqs inv_freq,
-                            int64_t T_tokens, int64_t n_heads, int64_t head_dim, float sign) {
+                            int64_t T_tokens, int64_t n_heads, int64_t head_dim, float sign, bf16* x16) {
   const int64_t half = head_dim / 2;
   const int64_t total = T_tokens * n_heads * half;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
@@ -37,22 +37,25 @@ __global__ void rope_kernel(T* x, const int32_t* positions, const __grid_constan
     s *= sign;
     T* lo = x + th * head_dim;
     const float a = load_f32(lo[i]), b = load_f32(lo[i + half]);
-    lo[i] = store_from_f32<T>(a * c - b * s);
-    lo[i + half] = store_from_f32<T>(b * c + a * s);
+    bf16* lo16 = x16 ? x16 + th * head_dim : nullptr;
+    store_with_bf16(lo, lo16, i, a * c - b * s);
+    store_with_bf16(lo, lo16, i + half, b * c + a * s);
   }
 }
 
-// inv_freq: host memory, head_dim/2 <= kRopeMaxPairs values (the caller refuses wider heads).
+// inv_freq: host memory, head_dim/2 <= kRopeMaxPairs values (the caller refuses wider heads). x16
+// (may be null): the rotated x's nearest-even bf16 copy, written beside it (the backward's dq, dk:
+// the dy of q_proj's / k_proj's bf16 GEMMs).
 template <class T>
 void rope_apply(T* x, const int32_t* positions, const float* inv_freq, int64_t T_tokens, int64_t n_heads,
-                int64_t head_dim, bool inverse, cudaStream_t stream = nullptr) {
+                int64_t head_dim, bool inverse, bf16* x16 = nullptr, cudaStream_t stream = nullptr) {
   const int64_t total = T_tokens * n_heads * (head_dim / 2);
   if (total == 0 || head_dim / 2 > kRopeMaxPairs) return;
   RopeFreqs freqs{};
   for (int64_t i = 0; i < head_dim / 2; ++i) freqs.v[i] = inv_freq[i];
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65535));
   BP_LAUNCH(blocks, 256, 0, stream, rope_kernel<T>)
-  (x, positions, freqs, T_tokens, n_heads, head_dim, inverse ? -1.0f : 1.0f);
+  (x, positions, freqs, T_tokens, n_heads, head_dim, inverse ? -1.0f : 1.0f, x16);
 }
 
 }  // namespace bp::BP_CUDA_NS
