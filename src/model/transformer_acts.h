@@ -5,7 +5,9 @@
 //   xn [T,D], q/k/v [T,Hq·d]/[T,Hkv·d] (after q/k norm and RoPE), attn [T,Hq·d], lse [Hq,T],
 //   h [T,D], hn [T,D], gate/up/m [T,F], rstd1/rstd2 [T];
 //   Qwen3: q_pre/k_pre (before q/k norm) and rstd_q [T·Hq], rstd_k [T·Hkv];
-//   LoRA: per targeted module xa [T,r] (dropout regenerates its mask: no dropped input kept), see ops/linear.h.
+//   LoRA: per targeted module xa [T,r] (dropout regenerates its mask: no dropped input kept), see ops/linear.h;
+//   full fine-tuning through bf16 GEMM copies on a card: the bf16 copies xn16, attn16, hn16, m16 the
+//   producers wrote for the forward's GEMMs, kept for dW's GEMMs (ops/linear.h x_bf16).
 // The layer input x is referenced (it is the previous layer's output or a checkpoint).
 #pragma once
 
@@ -25,6 +27,7 @@ struct Model::LayerActs {
   Tensor attn, lse;
   Tensor h, rstd2, hn;
   Tensor gate, up, m;
+  Tensor xn16, attn16, hn16, m16;
   std::array<LinearSaved, kNumLinearRoles> lin;
 };
 

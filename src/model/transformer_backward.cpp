@@ -44,8 +44,9 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
 
   // Linear backward for one role: dx (= or, with add_dx, +=) into *dx, weight/bias/LoRA grads (+=).
   constexpr bool kAssignDx = false, kAddDx = true;
+  // dy16, x16: dy's and x's bf16 copies where their producers made them (ops/linear.h).
   auto lin_back = [&](LinearRole role, const Tensor& dy, const Tensor& x, const Tensor& W, Tensor* dx, bool add_dx,
-                      Tensor* dW, Tensor* db, const Tensor* dy16 = nullptr) {
+                      Tensor* dW, Tensor* db, const Tensor* dy16, const Tensor* x16) {
     const auto r = static_cast<size_t>(role);
     LoraWeights lw = lora_weights(l, role, training_, seed);
     LinearGrads lg;
@@ -57,16 +58,16 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
       lg.dA = opt(g.lora[r].dA);
       lg.dB = opt(g.lora[r].dB);
     }
-    linear_backward(dy, x, W, lw.A ? &lw : nullptr, &a.lin[r], lg, dy16);
+    linear_backward(dy, x, W, lw.A ? &lw : nullptr, &a.lin[r], lg, dy16, x16);
     a.lin[r] = LinearSaved{};  // this projection's LoRA activations are no longer needed
   };
 
   // ---- MLP: out = h + down(swiglu(gate(hn), up(hn)))
   Tensor dm = Tensor::empty({T, F}, DType::F32, dev);
   lin_back(LinearRole::Down, dout, a.m, gemm_weight(l, LinearRole::Down), &dm, kAssignDx, &g.w.down, nullptr,
-           opt(dout16));
+           opt(dout16), opt(a.m16));
   dout16 = Tensor();
-  a.m = Tensor();
+  a.m = a.m16 = Tensor();
   // SwiGLU's backward also writes the bf16 copies of dgate and dup where gate's and up's GEMMs take
   // bf16 (ops/linear.h dy_bf16): their dx (and a GEMM copy's dW) read them instead of rounding.
   Tensor dgate = Tensor::empty({T, F}, DType::F32, dev), dup = Tensor::empty({T, F}, DType::F32, dev);
@@ -78,11 +79,11 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
   dm = Tensor();
   a.gate = a.up = Tensor();
   Tensor dhn = Tensor::empty({T, D}, DType::F32, dev);
-  lin_back(LinearRole::Gate, dgate, a.hn, Wgate, &dhn, kAssignDx, &g.w.gate, nullptr, opt(dgate16));
+  lin_back(LinearRole::Gate, dgate, a.hn, Wgate, &dhn, kAssignDx, &g.w.gate, nullptr, opt(dgate16), opt(a.hn16));
   dgate = dgate16 = Tensor();
-  lin_back(LinearRole::Up, dup, a.hn, Wup, &dhn, kAddDx, &g.w.up, nullptr, opt(dup16));
+  lin_back(LinearRole::Up, dup, a.hn, Wup, &dhn, kAddDx, &g.w.up, nullptr, opt(dup16), opt(a.hn16));
   dup = dup16 = Tensor();
-  a.hn = Tensor();
+  a.hn = a.hn16 = Tensor();
   // dh = dout (residual h -> out) + the post-norm's backward, added into dout's buffer: nothing
   // reads dout after the down projection's backward. Its bf16 copy is o's dy where o reads bf16.
   Tensor dh = std::move(dout);
@@ -95,8 +96,8 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
 
   // ---- attention: h = x + o(attn(rope(q), rope(k), v))
   Tensor dattn = Tensor::empty({T, Hq * d}, DType::F32, dev);
-  lin_back(LinearRole::O, dh, a.attn, Wo, &dattn, kAssignDx, &g.w.o, nullptr, opt(dh16));
-  dh16 = Tensor();
+  lin_back(LinearRole::O, dh, a.attn, Wo, &dattn, kAssignDx, &g.w.o, nullptr, opt(dh16), opt(a.attn16));
+  dh16 = a.attn16 = Tensor();
   Tensor dq = Tensor::empty({T, Hq * d}, DType::F32, dev), dk = Tensor::empty({T, Hkv * d}, DType::F32, dev),
          dv = Tensor::empty({T, Hkv * d}, DType::F32, dev);
   // The last writer of dq, dk and dv writes the bf16 copy the GEMMs of q, k and v read as their dy
@@ -128,13 +129,13 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
     a.q_pre = a.k_pre = Tensor();
   }
   Tensor dxn = Tensor::empty({T, D}, DType::F32, dev);
-  lin_back(LinearRole::Q, dq, a.xn, Wq, &dxn, kAssignDx, &g.w.q, opt(g.w.q_bias), opt(dq16));
+  lin_back(LinearRole::Q, dq, a.xn, Wq, &dxn, kAssignDx, &g.w.q, opt(g.w.q_bias), opt(dq16), opt(a.xn16));
   dq = dq16 = Tensor();
-  lin_back(LinearRole::K, dk, a.xn, Wk, &dxn, kAddDx, &g.w.k, opt(g.w.k_bias), opt(dk16));
+  lin_back(LinearRole::K, dk, a.xn, Wk, &dxn, kAddDx, &g.w.k, opt(g.w.k_bias), opt(dk16), opt(a.xn16));
   dk = dk16 = Tensor();
-  lin_back(LinearRole::V, dv, a.xn, Wv, &dxn, kAddDx, &g.w.v, opt(g.w.v_bias), opt(dv16));
+  lin_back(LinearRole::V, dv, a.xn, Wv, &dxn, kAddDx, &g.w.v, opt(g.w.v_bias), opt(dv16), opt(a.xn16));
   dv = dv16 = Tensor();
-  a.xn = Tensor();
+  a.xn = a.xn16 = Tensor();
   // dx = dh (residual x -> h) + the input norm's backward, added into dh's buffer; its bf16 copy is
   // the dy of layer l−1's down projection where that reads bf16.
   rms_norm_backward(dxn, a.x, w.input_norm, a.rstd1, dh, full ? &g.w.input_norm : nullptr, /*accumulate_dx=*/true,

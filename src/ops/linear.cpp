@@ -150,11 +150,13 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
 }
 
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const LoraWeights* lora,
-                     const LinearSaved* saved, const LinearGrads& grads, const Tensor* dy_bf16) {
+                     const LinearSaved* saved, const LinearGrads& grads, const Tensor* dy_bf16,
+                     const Tensor* x_bf16) {
   const int64_t r = check_linear_args(x, W, nullptr, lora);
   const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
   ops::require_shape(kOp, "dy", dy, Shape{T, out});
   const uint16_t* dy16 = ops::bf16_input(kOp, "dy_bf16", dy_bf16, dy);
+  const uint16_t* x16 = ops::bf16_input(kOp, "x_bf16", x_bf16, x);
   if (grads.dx) ops::require_shape(kOp, "dx", *grads.dx, Shape{T, in});
   if (grads.dW) ops::require_shape(kOp, "dW", *grads.dW, Shape{out, in});
   if (grads.db) ops::require_shape(kOp, "db", *grads.db, Shape{out});
@@ -178,7 +180,7 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const L
   if (grads.dx && W.dtype() == DType::F32)
     ops::kernels(x).linear_dx(g, W.kernel_data<float>(), dx_beta, grads.dx->kernel_data<float>(), T, in, out);
   if ((grads.dx || grads.dW) && W.dtype() != DType::F32)  // dW: W is a bf16 GEMM copy (full fine-tuning)
-    ops::kernels(x).held_linear_backward(g, dy16, x.kernel_data<float>(), ops::held_gemm_matrix(W), dx_beta,
+    ops::kernels(x).held_linear_backward(g, dy16, x.kernel_data<float>(), x16, ops::held_gemm_matrix(W), dx_beta,
                                          grads.dx ? grads.dx->kernel_data<float>() : nullptr,
                                          grads.dW ? grads.dW->kernel_data<float>() : nullptr, T);
   if (grads.dW && W.dtype() == DType::F32)

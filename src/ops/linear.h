@@ -19,13 +19,14 @@
 // model/transformer.h): x·Wᵀ and dy·W read it like a held bf16 weight, dW (f32, the master's
 // gradient) is dyᵀ·x with both operands rounded to bf16 on a card (f32 on the CPU).
 //
-// x_bf16 (forward) and dy_bf16 (backward), may be null: x (dy) already rounded to nearest-even bf16
-// by its producer (rms_norm_forward, swiglu_forward/backward: their bf16 outputs). A GEMM against a
-// held W that takes bf16 inputs (a card of compute capability 8.0+: held_gemms_read_bf16 below)
-// reads it instead of rounding x (dy) into workspace per call: one write beside the producer's
-// instead of a pass reading the f32 tensor again, shared by every projection of that input
-// (q/k/v, gate/up). Other GEMMs (an f32 W, an f16 card, the CPU's) read the f32 tensor; the
-// results are the same bits either way.
+// x_bf16 (forward, and backward for dW) and dy_bf16 (backward), may be null: x (dy) already rounded
+// to nearest-even bf16 by its producer (rms_norm_forward, attention_forward, swiglu_forward/backward,
+// rope_backward, attention_backward, rms_norm_backward: their bf16 outputs; backward, x's copy as
+// the forward kept it). A GEMM against a held W that takes bf16 inputs (a card of compute
+// capability 8.0+: held_gemms_read_bf16 below) reads it instead of rounding x (dy) into workspace
+// per call: one write beside the producer's instead of a pass reading the f32 tensor again, shared
+// by every projection of that input (q/k/v, gate/up). Other GEMMs (an f32 W, an f16 card, the
+// CPU's) read the f32 tensor; the results are the same bits either way.
 #pragma once
 
 #include <cstdint>
@@ -60,7 +61,8 @@ struct LinearGrads {
 Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, const LoraWeights* lora, LinearSaved* saved,
                       const Tensor* x_bf16 = nullptr);
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const LoraWeights* lora,
-                     const LinearSaved* saved, const LinearGrads& grads, const Tensor* dy_bf16 = nullptr);
+                     const LinearSaved* saved, const LinearGrads& grads, const Tensor* dy_bf16 = nullptr,
+                     const Tensor* x_bf16 = nullptr);
 
 // Whether a GEMM of `device` against W reads a bf16 copy of its activation operand (W held
 // narrower than f32, or a bf16 GEMM copy, on a card whose GEMMs take bf16): where producers'

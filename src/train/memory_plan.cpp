@@ -117,9 +117,9 @@ struct DeviceScratch {
     return std::max(narrow, cuda_workspace::held_gemm_f32_panel_bytes(out, in));
   }
   // The backward of a matrix trained through its bf16 copy: dy rounded to bf16 once for dx and dW,
-  // x for dW (held_linear_backward).
-  size_t linear_dW(int64_t T, int64_t in, int64_t out, bool dy_given) const {
-    return cuda && gemm_copies ? cuda_workspace::narrow_dW_operand_bytes(T, in, out, dy_given) : 0;
+  // x for dW (held_linear_backward), each unless its producer's copy is given.
+  size_t linear_dW(int64_t T, int64_t in, int64_t out, bool dy_given, bool x_given) const {
+    return cuda && gemm_copies ? cuda_workspace::narrow_dW_operand_bytes(T, in, out, dy_given, x_given) : 0;
   }
   // linear_cross_entropy's workspace (the device kernel walks whole windows of min(chunk, T) rows:
   // the label windows do not shrink it). An f32 head, or a bf16 one on a bf16 card:
@@ -174,12 +174,13 @@ struct Acts {
   Id x = -1;  // the layer input (owned by the caller's bookkeeping, freed with the acts)
   Id rstd1 = -1, xn = -1, q_pre = -1, k_pre = -1, rstd_q = -1, rstd_k = -1, q = -1, k = -1, v = -1;
   Id attn = -1, lse = -1, h = -1, rstd2 = -1, hn = -1, gate = -1, up = -1, m = -1;
+  Id xn16 = -1, attn16 = -1, hn16 = -1, m16 = -1;  // full fine-tuning's bf16 copies, kept for dW
   std::array<Id, kNumLinearRoles> xa{-1, -1, -1, -1, -1, -1, -1};
 };
 
 // A producer's bf16 copy of a GEMM input [n] (DeviceScratch::bf16_operands), or none (-1).
-Id bf16_copy(Replay& R, const Dims& m, int64_t n) {
-  return m.device.bf16_operands ? R.alloc_bytes(kWork, static_cast<size_t>(n) * 2) : -1;
+Id bf16_copy(Replay& R, const Dims& m, int64_t n, Group group = kWork) {
+  return m.device.bf16_operands ? R.alloc_bytes(group, static_cast<size_t>(n) * 2) : -1;
 }
 
 // linear_forward: y, then (LoRA) xa, kept in `keep` or freed at the end of the op. x16: the bf16
@@ -202,13 +203,14 @@ Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* ke
 }
 
 // linear_backward's own temporaries (dx is allocated by the caller), then the transformer drops
-// that projection's saved LoRA activations. dy16: dy's bf16 copy from its producer (-1: none).
-void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a, Id dy16 = -1) {
+// that projection's saved LoRA activations. dy16: dy's bf16 copy from its producer (-1: none); x16:
+// x's, as the forward kept it (full fine-tuning).
+void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a, Id dy16 = -1, Id x16 = -1) {
   const auto ri = static_cast<size_t>(role);
   const bool given = dy16 >= 0;
   // dx = dy·W; with a bf16 GEMM copy also dW += dyᵀ·x, the two sharing dy's bf16 copy.
   if (m.device.gemm_copies)
-    R.transient_bytes(kWork, m.device.linear_dW(m.T, m.in(role), m.out(role), given));
+    R.transient_bytes(kWork, m.device.linear_dW(m.T, m.in(role), m.out(role), given, x16 >= 0));
   else
     R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), true, given));
   if (m.has_lora(role)) {
@@ -226,13 +228,22 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   const bool k = keep != nullptr;
   Acts local;
   Acts& a = k ? *keep : local;
+  // Full fine-tuning keeps the producers' copies for dW's GEMMs (Model::forward_layer done16).
+  const bool keep16 = k && m.device.gemm_copies;
+  const Group g16 = keep16 ? g : kWork;
+  auto done16 = [&](Id x16, Id& kept) {
+    if (keep16)
+      kept = x16;
+    else
+      R.free(x16);
+  };
   if (k) a.rstd1 = R.alloc(g, m.T);
   a.xn = R.alloc(g, m.T * m.D);
-  Id x16 = bf16_copy(R, m, m.T * m.D);
+  Id x16 = bf16_copy(R, m, m.T * m.D, g16);
   a.q = linear_fwd(R, m, LinearRole::Q, g, keep, g, x16);
   a.k = linear_fwd(R, m, LinearRole::K, g, keep, g, x16);
   a.v = linear_fwd(R, m, LinearRole::V, g, keep, g, x16);
-  R.free(x16);
+  done16(x16, a.xn16);
   if (m.qk_norm) {
     a.q_pre = a.q;
     if (k) a.rstd_q = R.alloc(g, m.T * m.Hq);
@@ -245,24 +256,24 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   }
   a.attn = R.alloc(g, m.T * m.qd);
   if (k) a.lse = R.alloc(g, m.Hq * m.T);
-  x16 = bf16_copy(R, m, m.T * m.qd);
+  x16 = bf16_copy(R, m, m.T * m.qd, g16);
   R.transient(kWork, m.attn_fwd_scratch);
   if (!k) R.free(a.q), R.free(a.k), R.free(a.v);
   a.h = linear_fwd(R, m, LinearRole::O, g, keep, g, x16);
-  R.free(x16);
+  done16(x16, a.attn16);
   if (!k) R.free(a.attn), R.free(a.xn);
   if (k) a.rstd2 = R.alloc(g, m.T);
   a.hn = R.alloc(g, m.T * m.D);
-  x16 = bf16_copy(R, m, m.T * m.D);
+  x16 = bf16_copy(R, m, m.T * m.D, g16);
   a.gate = linear_fwd(R, m, LinearRole::Gate, g, keep, g, x16);
   a.up = linear_fwd(R, m, LinearRole::Up, g, keep, g, x16);
-  R.free(x16);
+  done16(x16, a.hn16);
   if (!k) R.free(a.hn);
-  x16 = bf16_copy(R, m, m.T * m.F);
+  x16 = bf16_copy(R, m, m.T * m.F, g16);
   a.m = R.alloc(g, m.T * m.F);
   if (!k) R.free(a.gate), R.free(a.up);
   Id out = linear_fwd(R, m, LinearRole::Down, out_group, keep, g, x16);
-  R.free(x16);
+  done16(x16, a.m16);
   if (!k) R.free(a.m), R.free(a.h);
   return out;
 }
@@ -274,25 +285,25 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
 // layer under this one, reads it).
 Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout, Id& dout16, bool below) {
   Id dm = R.alloc(kWork, m.T * m.F);
-  linear_bwd(R, m, LinearRole::Down, a, dout16);
+  linear_bwd(R, m, LinearRole::Down, a, dout16, a.m16);
   R.free(dout16);
-  R.free(a.m);
+  R.free(a.m), R.free(a.m16);
   Id dgate = R.alloc(kWork, m.T * m.F), dup = R.alloc(kWork, m.T * m.F);
   Id dgate16 = bf16_copy(R, m, m.T * m.F), dup16 = bf16_copy(R, m, m.T * m.F);
   R.free(dm);
   R.free(a.gate), R.free(a.up);
   Id dhn = R.alloc(kWork, m.T * m.D);
-  linear_bwd(R, m, LinearRole::Gate, a, dgate16);
+  linear_bwd(R, m, LinearRole::Gate, a, dgate16, a.hn16);
   R.free(dgate), R.free(dgate16);
-  linear_bwd(R, m, LinearRole::Up, a, dup16);
+  linear_bwd(R, m, LinearRole::Up, a, dup16, a.hn16);
   R.free(dup), R.free(dup16);
-  R.free(a.hn);
+  R.free(a.hn), R.free(a.hn16);
   Id dh16 = bf16_copy(R, m, m.T * m.D);  // the post-norm backward's, o's dy
   R.free(dhn);
   R.free(a.h);
   Id dattn = R.alloc(kWork, m.T * m.qd);
-  linear_bwd(R, m, LinearRole::O, a, dh16);
-  R.free(dh16);
+  linear_bwd(R, m, LinearRole::O, a, dh16, a.attn16);
+  R.free(dh16), R.free(a.attn16);
   Id dq = R.alloc(kWork, m.T * m.qd), dk = R.alloc(kWork, m.T * m.kvd), dv = R.alloc(kWork, m.T * m.kvd);
   Id dv16 = bf16_copy(R, m, m.T * m.kvd);  // the attention backward's, v's dy
   {
@@ -318,13 +329,13 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout, Id& dout16, bool b
     dk16 = bf16_copy(R, m, m.T * m.kvd);
   }
   Id dxn = R.alloc(kWork, m.T * m.D);
-  linear_bwd(R, m, LinearRole::Q, a, dq16);
+  linear_bwd(R, m, LinearRole::Q, a, dq16, a.xn16);
   R.free(dq), R.free(dq16);
-  linear_bwd(R, m, LinearRole::K, a, dk16);
+  linear_bwd(R, m, LinearRole::K, a, dk16, a.xn16);
   R.free(dk), R.free(dk16);
-  linear_bwd(R, m, LinearRole::V, a, dv16);
+  linear_bwd(R, m, LinearRole::V, a, dv16, a.xn16);
   R.free(dv), R.free(dv16);
-  R.free(a.xn);
+  R.free(a.xn), R.free(a.xn16);
   if (below) dout16 = bf16_copy(R, m, m.T * m.D);  // the input norm's backward, the down dy below
   R.free(dxn);
   return dout;

@@ -276,6 +276,26 @@ TEST(CudaBf16Gemm, AProducersBf16CopyIsReadInsteadOfRoundingWithTheSameBits) {
                          linear_backward(dyg, xg, W, nullptr, nullptr, LinearGrads{&dx, &dW_given}, &dy16);
                        }),
             cuda_workspace::narrow_dW_operand_bytes(kT, kIn, kOut, true));
+  // x's copy as the forward kept it (full fine-tuning): dW rounds nothing either, same bits, and
+  // the dW GEMM needs no workspace for its operands.
+  Tensor dW_both = gpu(prior), dx_both = Tensor::empty({kT, kIn}, DType::F32, kGpu);
+  before = sim::launch_count();
+  linear_backward(dyg, xg, W, nullptr, nullptr, LinearGrads{&dx_both, &dW_both}, &dy16, &x16);
+  EXPECT_EQ(sim::launch_count() - before, 0u) << "neither x nor dy rounded";
+  same_bits(dx_both, dx, "dx beside dW, both copies given");
+  same_bits(dW_both, dW, "dW, both copies given");
+  EXPECT_EQ(cuda_workspace::narrow_dW_operand_bytes(kT, kIn, kOut, true, true), 0u);
+  EXPECT_EQ(scratch_of(card,
+                       [&] {
+                         linear_backward(dyg, xg, W, nullptr, nullptr, LinearGrads{&dx, &dW_both}, &dy16, &x16);
+                       }),
+            0u);
+  EXPECT_EQ(scratch_of(card,
+                       [&] {
+                         linear_backward(dyg, xg, W, nullptr, nullptr, LinearGrads{&dx, &dW_both}, nullptr, &x16);
+                       }),
+            cuda_workspace::narrow_dW_operand_bytes(kT, kIn, kOut, false, true))
+      << "dy rounded, x given";
   // An f32 weight, and an f16 card: the copy is not what their GEMMs read.
   const Tensor W32 = gpu(random_tensor({kOut, kIn}, 85));
   EXPECT_FALSE(held_gemms_read_bf16(W32));
@@ -291,12 +311,17 @@ TEST(CudaBf16Gemm, AProducersBf16CopyIsReadInsteadOfRoundingWithTheSameBits) {
   }
   const Tensor wrong = Tensor::empty({kT, kOut}, DType::BF16, kGpu);
   for (const Tensor* bad : {&wrong, &xg}) {  // another shape; f32, not bf16
-    try {
-      linear_forward(xg, W, nullptr, nullptr, nullptr, bad);
-      ADD_FAILURE() << "a wrong x_bf16 was taken: " << bad->describe();
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::RUNTIME_INTERNAL) << e.what();
-      EXPECT_NE(std::string(e.what()).find("x_bf16"), std::string::npos) << e.what();
+    for (const bool backward : {false, true}) {
+      try {
+        if (backward)
+          linear_backward(dyg, xg, W, nullptr, nullptr, LinearGrads{&dx, &dW_both}, nullptr, bad);
+        else
+          linear_forward(xg, W, nullptr, nullptr, nullptr, bad);
+        ADD_FAILURE() << "a wrong x_bf16 was taken: " << bad->describe();
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::RUNTIME_INTERNAL) << e.what();
+        EXPECT_NE(std::string(e.what()).find("x_bf16"), std::string::npos) << e.what();
+      }
     }
   }
 }

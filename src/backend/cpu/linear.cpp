@@ -128,7 +128,8 @@ void held_linear_forward(const float* x, const uint16_t* /*x_bf16: f32 GEMMs her
 }
 
 void held_linear_backward(const float* dy, const uint16_t* /*dy_bf16: f32 GEMMs here*/, const float* x,
-                          const HeldMatrix& W, float dx_beta, float* dx, float* dW, int64_t T) {
+                          const uint16_t* /*x_bf16: likewise*/, const HeldMatrix& W, float dx_beta, float* dx,
+                          float* dW, int64_t T) {
   if (dx) held_gemm_xw(dy, W, dx_beta, dx, T);
   if (dW) linear_dW_accumulate(dy, x, dW, T, W.cols, W.rows);
 }

@@ -55,9 +55,10 @@ void held_linear_forward(const float* x, const uint16_t* x_bf16, const HeldMatri
 // dx_beta·dx (dx non-null) and, for the bf16 GEMM copy of a trained matrix (full fine-tuning with
 // training.matmul_dtype bf16), dW[out,in] += dyᵀ·x (dW non-null, f32: the master's gradient). On a
 // card both GEMMs share dy's bf16 copy (dy_bf16 when dy's producer made it, may be null) and dW
-// rounds x too (tensor cores); the CPU keeps its activations f32 in every GEMM, as it does against
-// held weights: held_gemm_xw and the f32 product, dy_bf16 unread.
-void held_linear_backward(const float* dy, const uint16_t* dy_bf16, const float* x, const HeldMatrix& W, float dx_beta,
-                          float* dx, float* dW, int64_t T);
+// reads x's (x_bf16 when the forward kept its producer's copy, may be null; else x rounded there:
+// tensor cores); the CPU keeps its activations f32 in every GEMM, as it does against held
+// weights: held_gemm_xw and the f32 product, dy_bf16 and x_bf16 unread.
+void held_linear_backward(const float* dy, const uint16_t* dy_bf16, const float* x, const uint16_t* x_bf16,
+                          const HeldMatrix& W, float dx_beta, float* dx, float* dW, int64_t T);
 
 }  // namespace bp::cpu

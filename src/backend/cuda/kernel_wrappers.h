@@ -177,17 +177,18 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   // into the master's f32 gradient (beta 1) with both operands rounded to nearest-even bf16: the two
   // GEMMs share dy's one bf16 copy, x's is made for dW (together
   // cuda_workspace::narrow_dW_operand_bytes), f32 accumulation. An f16 card has no bf16 tensor cores
-  // and gets no GEMM copies from the trainer; called there anyway, dW is the f32 GEMM. dy_bf16 (may
-  // be null): dy's bf16 copy as its producer made it (SwiGLU's or RMSNorm's backward), read instead
-  // of rounding dy.
-  static void held_linear_backward(const float* dy, const uint16_t* dy_bf16, const float* x, const cpu::HeldMatrix& W,
-                                   float dx_beta, float* dx, float* dW, int64_t T) {
+  // and gets no GEMM copies from the trainer; called there anyway, dW is the f32 GEMM. dy_bf16 and
+  // x_bf16 (may be null): dy's bf16 copy as its producer made it (SwiGLU's, RMSNorm's, RoPE's or the
+  // attention backward), x's as the forward kept it (RMSNorm's, attention's or SwiGLU's output), read
+  // instead of rounding dy or x.
+  static void held_linear_backward(const float* dy, const uint16_t* dy_bf16, const float* x, const uint16_t* x_bf16,
+                                   const cpu::HeldMatrix& W, float dx_beta, float* dx, float* dW, int64_t T) {
     const int64_t out = W.rows, in = W.cols;
     ActivationOperand g(dy, T * out, dy_bf16);
     if (dx) held_gemm_xw_over(g, W, dx_beta, dx, T);
     if (!dW || T == 0) return;
     if (narrow_gemm_type() != gemm::DType::BF16) return linear_dW_accumulate(dy, x, dW, T, in, out);
-    ActivationOperand xs(x, T * in);
+    ActivationOperand xs(x, T * in, x_bf16);
     const void* gb = g.as(gemm::DType::BF16);  // the copy dx's GEMM made (a bf16 weight on a bf16 card)
     run_gemm(gemm::linear_dW_gemm(T, in, out, gemm::DType::BF16), xs.as(gemm::DType::BF16), gb, dW);
   }
