@@ -150,8 +150,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
 }
 
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const LoraWeights* lora,
-                     const LinearSaved* saved, const LinearGrads& grads, const Tensor* dy_bf16,
-                     const Tensor* x_bf16) {
+                     const LinearSaved* saved, const LinearGrads& grads, const Tensor* dy_bf16, const Tensor* x_bf16) {
   const int64_t r = check_linear_args(x, W, nullptr, lora);
   const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
   ops::require_shape(kOp, "dy", dy, Shape{T, out});

@@ -101,8 +101,7 @@ inline size_t held_gemm_operand_bytes(DType held, int64_t rows, int64_t cols, bo
 // bf16: held_linear_backward): dy [T, out] rounded to bf16 once for dx and dW (unless dy's producer
 // gave its bf16 copy: dy_given), and x [T, in] for dW (unless the forward kept its producer's copy:
 // x_given), both live for the dW GEMM.
-inline size_t narrow_dW_operand_bytes(int64_t T, int64_t in, int64_t out, bool dy_given = false,
-                                      bool x_given = false) {
+inline size_t narrow_dW_operand_bytes(int64_t T, int64_t in, int64_t out, bool dy_given = false, bool x_given = false) {
   return (x_given ? 0 : narrow_operand_bytes(false, T * in)) + (dy_given ? 0 : narrow_operand_bytes(false, T * out));
 }
 
