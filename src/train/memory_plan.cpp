@@ -228,8 +228,9 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   const bool k = keep != nullptr;
   Acts local;
   Acts& a = k ? *keep : local;
-  // Full fine-tuning keeps the producers' copies for dW's GEMMs (Model::forward_layer done16).
-  const bool keep16 = k && m.device.gemm_copies;
+  // Full fine-tuning's checkpointed recompute keeps the producers' copies for dW's GEMMs
+  // (Model::forward_layer done16).
+  const bool keep16 = k && m.device.gemm_copies && m.ckpt;
   const Group g16 = keep16 ? g : kWork;
   auto done16 = [&](Id x16, Id& kept) {
     if (keep16)
