@@ -35,11 +35,16 @@ struct StepCounts {
 // first. base: the
 // frozen weights' dtype in LoRA mode ("" = the default, f32 here; bf16 with f16_card);
 // matmul: training.matmul_dtype.
+// qwen3: tiny-chat's shape as a Qwen3ForCausalLM (q/k norms), random weights.
 StepCounts count_training(int layers, TrainMode mode, bool f16_card, const std::string& base = "",
-                          const std::string& matmul = "auto", int steps = 4) {
+                          const std::string& matmul = "auto", int steps = 4, bool qwen3 = false) {
   TempDir dir;
   nlohmann::json cfg = nlohmann::json::parse(read_file(source_dir() + "/models/tiny-chat/config.json"));
   cfg["num_hidden_layers"] = layers;
+  if (qwen3) {
+    cfg["architectures"] = {"Qwen3ForCausalLM"};
+    cfg["model_type"] = "qwen3";
+  }
   const std::string config_path = dir.path + "/config.json";
   std::ofstream(config_path) << cfg.dump(2);
   TrainOptions o = tiny_chat_options(dir.path, "cuda");
@@ -121,9 +126,10 @@ TEST(CudaTrainer, TuringF16StepWaitsForTheCardAFixedSmallNumberOfTimes) {
 // its x (7). (These runs checkpoint: tiny_chat_options.)
 TEST(CudaTrainer, GemmInputsAreRoundedOnlyWhereNoProducerWroteTheirBf16Copy) {
   const auto launches_per_layer = [](TrainMode mode, const std::string& narrow_base, const std::string& f32_base,
-                                     const std::string& narrow_matmul, const std::string& f32_matmul) {
+                                     const std::string& narrow_matmul, const std::string& f32_matmul,
+                                     bool qwen3 = false) {
     const auto launches = [&](int layers, const std::string& base, const std::string& matmul) {
-      const StepCounts c = count_training(layers, mode, false, base, matmul, 2);
+      const StepCounts c = count_training(layers, mode, false, base, matmul, 2, qwen3);
       EXPECT_EQ(c.per_step.size(), 1u);
       return c.per_step.empty() ? 0 : static_cast<int64_t>(c.per_step.back().kernel_launches);
     };
@@ -136,6 +142,9 @@ TEST(CudaTrainer, GemmInputsAreRoundedOnlyWhereNoProducerWroteTheirBf16Copy) {
       << "LoRA over a bf16 base: rounding launches per layer and step";
   EXPECT_EQ(launches_per_layer(TrainMode::Full, "", "", "bf16", "f32"), 0 * kMicroBatches)
       << "full fine-tuning through bf16 GEMM copies: rounding launches per layer and step";
+  // With q/k norms (Qwen3) dq's and dk's last writers are those norms' backward, not RoPE's.
+  EXPECT_EQ(launches_per_layer(TrainMode::Lora, "bf16", "f32", "auto", "auto", true), 0 * kMicroBatches)
+      << "LoRA over a bf16 base, Qwen3: rounding launches per layer and step";
 }
 
 // The counters count: a synchronous read of device memory is one wait, as is a synchronisation;

@@ -161,7 +161,8 @@ TEST(CudaTrainer, StickyErrorStopsTheRunNamingTheSavedCheckpoint) {
 // rounding of the cache, the optimizer's reduction scratch after backward). tiny-chat and
 // stories260K, LoRA over f32, bf16 and q8_0 bases (held: the kernels dequantize every weight and the
 // tied head panel by panel into device workspace), full fine-tuning through bf16 GEMM copies (the
-// copies, and dW's two bf16 operands) and with f32 GEMMs, checkpointing on and off;
+// copies, and dW's two bf16 operands) and with f32 GEMMs, checkpointing on and off; tiny-chat's
+// shape as a Qwen3 (q/k norms, whose backward writes dq's and dk's bf16 copies);
 // a bf16 base on a Turing card (compute capability 7.5: f16 panels, scaled f16 operands, the head
 // in f32 panels).
 // cuBLASLt's workspace (4 MiB on the default CC 8.0 card, 32 MiB on a CC 9.0 one) is held from
@@ -175,6 +176,7 @@ TEST(CudaTrainer, MemoryPlanCoversTheMeasuredPeakOnTheCard) {
     bool checkpointing;
     int cc_major = 8, cc_minor = 0;  // 7.5: a Turing card (f16 GEMMs, bf16 weights through f16 panels)
     std::string matmul = "auto";     // full mode: auto = bf16 GEMM copies from 8.0 on
+    bool qwen3 = false;              // the model's shape as a Qwen3ForCausalLM (q/k norms), random weights
   };
   const std::string stories = shared_dir() + "/models/stories260K";
   const std::string tiny = source_dir() + "/models/tiny-chat";
@@ -186,11 +188,21 @@ TEST(CudaTrainer, MemoryPlanCoversTheMeasuredPeakOnTheCard) {
                         {"tiny-chat full ckpt f32 GEMMs", tiny, "f32", TrainMode::Full, true, 8, 0, "f32"},
                         {"stories260K lora bf16 ckpt", stories, "bf16", TrainMode::Lora, true},
                         {"stories260K lora bf16 ckpt CC 9.0", stories, "bf16", TrainMode::Lora, true, 9},
-                        {"tiny-chat lora q8_0 ckpt", tiny, "q8_0", TrainMode::Lora, true}};
+                        {"tiny-chat lora q8_0 ckpt", tiny, "q8_0", TrainMode::Lora, true},
+                        {"tiny-chat as Qwen3 lora bf16 ckpt", tiny, "bf16", TrainMode::Lora, true, 8, 0, "auto", true}};
   for (const Case& c : cases) {
     TempDir dir;
     TrainOptions o = tiny_chat_options(dir.path, "cuda");
     o.model_dir = c.model;
+    if (c.qwen3) {
+      nlohmann::json cfg = nlohmann::json::parse(read_file(c.model + "/config.json"));
+      cfg["architectures"] = {"Qwen3ForCausalLM"};
+      cfg["model_type"] = "qwen3";
+      o.init_from_config = dir.path + "/config.json";
+      std::ofstream(o.init_from_config) << cfg.dump(2);
+      o.tokenizer_dir = c.model;
+      o.model_dir.clear();
+    }
     o.base_dtype = c.base;
     o.mode = c.mode;
     o.matmul_dtype = c.matmul;
