@@ -413,10 +413,11 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   // Where the projections' GEMMs take bf16 (a card of compute capability 8.0+ over held weights or
   // bf16 GEMM copies), the norms, attention and SwiGLU write their output's bf16 copy too, which the
   // projections read instead of each rounding it (ops/linear.h x_bf16); dropped after its last GEMM,
-  // except in the checkpointed recompute of full fine-tuning, where the layer's backward follows and
-  // its dW GEMMs read it again (kept in `a`: one layer's copies). Without checkpointing they would be
-  // saved activations of every layer (2 bytes per value more: ~19% for Qwen2.5-0.5B), so dW rounds
-  // x there instead.
+  // except in full fine-tuning with `acts` (a backward follows), where dW's GEMMs read it again: kept
+  // in `a`, and the f32 xn, hn and m it was rounded from are dropped instead, nothing else reading
+  // them (attention's output stays: its backward reads o). A saving of 2 bytes per value of those
+  // three, less attention output's copy: saved activations without checkpointing, one layer's
+  // recompute with it.
   auto bf16_in = [&](std::initializer_list<LinearRole> roles) {
     for (LinearRole r : roles)
       if (held_gemms_read_bf16(W(r))) return true;
@@ -425,9 +426,12 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   Tensor x16;  // the bf16 copy of the GEMM input at hand (xn, attn, hn, then m), when made
   auto want16 = [&](std::initializer_list<LinearRole> roles) { return bf16_in(roles) ? &x16 : nullptr; };
   auto given16 = [&]() -> const Tensor* { return x16.defined() ? &x16 : nullptr; };
-  const bool keep16 = acts && options_.mode == TrainMode::Full && options_.gradient_checkpointing;
-  auto done16 = [&](Tensor& kept) {  // after the copy's last forward GEMM
-    if (keep16) kept = std::move(x16);
+  const bool keep16 = acts && options_.mode == TrainMode::Full;
+  auto done16 = [&](Tensor& kept, Tensor* f32) {  // after the copy's last forward GEMM
+    if (keep16 && x16.defined()) {
+      kept = std::move(x16);
+      if (f32) *f32 = Tensor();
+    }
     x16 = Tensor();
   };
 
@@ -439,7 +443,7 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   a.q = linear_forward(a.xn, W(LinearRole::Q), opt(w.q_bias), lp[0], saved(LinearRole::Q), given16());
   a.k = linear_forward(a.xn, W(LinearRole::K), opt(w.k_bias), lp[1], saved(LinearRole::K), given16());
   a.v = linear_forward(a.xn, W(LinearRole::V), opt(w.v_bias), lp[2], saved(LinearRole::V), given16());
-  done16(a.xn16);
+  done16(a.xn16, &a.xn);
   if (c.qk_norm) {
     a.q_pre = std::move(a.q);
     a.q = rms_norm_forward(a.q_pre.reshape({T * Hq, d}), w.q_norm, c.rms_norm_eps, acts ? &a.rstd_q : nullptr)
@@ -456,19 +460,19 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   a.attn = attention_forward(a.q, a.k, a.v, b.cu_seqlens, shape, acts ? &a.lse : nullptr, want16({LinearRole::O}));
   if (!acts) a.q = a.k = a.v = Tensor();
   a.h = linear_forward(a.attn, W(LinearRole::O), nullptr, lp[3], saved(LinearRole::O), given16());
-  done16(a.attn16);
+  done16(a.attn16, nullptr);
   add_inplace(a.h, x);
   if (!acts) a.attn = a.xn = Tensor();
   a.hn = rms_norm_forward(a.h, w.post_norm, c.rms_norm_eps, acts ? &a.rstd2 : nullptr,
                           want16({LinearRole::Gate, LinearRole::Up}));
   a.gate = linear_forward(a.hn, W(LinearRole::Gate), nullptr, lp[4], saved(LinearRole::Gate), given16());
   a.up = linear_forward(a.hn, W(LinearRole::Up), nullptr, lp[5], saved(LinearRole::Up), given16());
-  done16(a.hn16);
+  done16(a.hn16, &a.hn);
   if (!acts) a.hn = Tensor();
   a.m = swiglu_forward(a.gate, a.up, want16({LinearRole::Down}));
   if (!acts) a.gate = a.up = Tensor();
   Tensor out = linear_forward(a.m, W(LinearRole::Down), nullptr, lp[6], saved(LinearRole::Down), given16());
-  done16(a.m16);
+  done16(a.m16, &a.m);
   if (!acts) a.m = Tensor();
   add_inplace(out, a.h);
   return out;

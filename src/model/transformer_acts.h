@@ -6,8 +6,9 @@
 //   h [T,D], hn [T,D], gate/up/m [T,F], rstd1/rstd2 [T];
 //   Qwen3: q_pre/k_pre (before q/k norm) and rstd_q [T·Hq], rstd_k [T·Hkv];
 //   LoRA: per targeted module xa [T,r] (dropout regenerates its mask: no dropped input kept), see ops/linear.h;
-//   full fine-tuning through bf16 GEMM copies on a card, in the checkpointed recompute: the bf16 copies
-//   xn16, attn16, hn16, m16 the producers wrote for the forward's GEMMs, kept for dW's (ops/linear.h x_bf16).
+//   full fine-tuning through bf16 GEMM copies on a card: the bf16 copies xn16, attn16, hn16, m16 the
+//   producers wrote for the forward's GEMMs, kept for dW's (ops/linear.h x_bf16); xn, hn and m are then
+//   undefined (their copies are all the backward reads of them).
 // The layer input x is referenced (it is the previous layer's output or a checkpoint).
 #pragma once
 

@@ -149,9 +149,26 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
   return y;
 }
 
-void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const LoraWeights* lora,
+void linear_backward(const Tensor& dy, const Tensor& x_f32, const Tensor& W, const LoraWeights* lora,
                      const LinearSaved* saved, const LinearGrads& grads, const Tensor* dy_bf16, const Tensor* x_bf16) {
-  const int64_t r = check_linear_args(x, W, nullptr, lora);
+  // x's bf16 copy alone (x undefined) serves GEMMs that read bf16 and nothing else: no LoRA (its
+  // products read f32 x), W held or a GEMM copy on a bf16 card (held_gemms_read_bf16).
+  const bool x_as_copy = !x_f32.defined();
+  if (x_as_copy && !(x_bf16 && !lora && held_gemms_read_bf16(W)))
+    throw Error(ErrorCode::RUNTIME_INTERNAL,
+                fmt::format("[linear] backward without x needs x_bf16, no LoRA and a weight whose GEMMs read bf16 "
+                            "(x_bf16 {}, LoRA {}, W {})",
+                            x_bf16 ? "given" : "missing", lora ? "given" : "none", W.describe()));
+  const Tensor& x = x_as_copy ? *x_bf16 : x_f32;  // shapes and device; read as f32 only when defined
+  int64_t r = 0;
+  if (x_as_copy) {
+    ops::require_tensor(kOp, "x_bf16", x, DType::BF16, 2);
+    BP_CHECK(W.dim(1) == x.dim(1), "[linear] x_bf16 has {} columns but W has {} (W is {})", x.dim(1), W.dim(1),
+             W.shape().str());
+    ops::require_same_device(kOp, {&x, &W});
+  } else {
+    r = check_linear_args(x, W, nullptr, lora);
+  }
   const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
   ops::require_shape(kOp, "dy", dy, Shape{T, out});
   const uint16_t* dy16 = ops::bf16_input(kOp, "dy_bf16", dy_bf16, dy);
@@ -179,9 +196,9 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const L
   if (grads.dx && W.dtype() == DType::F32)
     ops::kernels(x).linear_dx(g, W.kernel_data<float>(), dx_beta, grads.dx->kernel_data<float>(), T, in, out);
   if ((grads.dx || grads.dW) && W.dtype() != DType::F32)  // dW: W is a bf16 GEMM copy (full fine-tuning)
-    ops::kernels(x).held_linear_backward(g, dy16, x.kernel_data<float>(), x16, ops::held_gemm_matrix(W), dx_beta,
-                                         grads.dx ? grads.dx->kernel_data<float>() : nullptr,
-                                         grads.dW ? grads.dW->kernel_data<float>() : nullptr, T);
+    ops::kernels(x).held_linear_backward(
+        g, dy16, x_as_copy ? nullptr : x.kernel_data<float>(), x16, ops::held_gemm_matrix(W), dx_beta,
+        grads.dx ? grads.dx->kernel_data<float>() : nullptr, grads.dW ? grads.dW->kernel_data<float>() : nullptr, T);
   if (grads.dW && W.dtype() == DType::F32)
     ops::kernels(x).linear_dW_accumulate(g, x.kernel_data<float>(), grads.dW->kernel_data<float>(), T, in, out);
   if (lora && T > 0 && (grads.dx || grads.dA || grads.dB)) lora_backward(g, x, *lora, saved, grads, T, in, out, r);

@@ -57,7 +57,9 @@ struct LinearGrads {
   bool accumulate_dx = false;  // dx += instead of dx =
 };
 
-// saved may be null (inference). bias, lora, x_bf16 and dy_bf16 may be null.
+// saved may be null (inference). bias, lora, x_bf16 and dy_bf16 may be null. linear_backward's x may
+// be undefined where x_bf16 is given, W's GEMMs read bf16 (held_gemms_read_bf16) and there is no
+// LoRA: the copy is all its GEMMs read of x (full fine-tuning drops the f32 xn, hn and m for it).
 Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, const LoraWeights* lora, LinearSaved* saved,
                       const Tensor* x_bf16 = nullptr);
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const LoraWeights* lora,

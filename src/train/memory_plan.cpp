@@ -228,15 +228,17 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   const bool k = keep != nullptr;
   Acts local;
   Acts& a = k ? *keep : local;
-  // Full fine-tuning's checkpointed recompute keeps the producers' copies for dW's GEMMs
-  // (Model::forward_layer done16).
-  const bool keep16 = k && m.device.gemm_copies && m.ckpt;
+  // Full fine-tuning keeps the producers' copies for dW's GEMMs and drops the f32 xn, hn and m
+  // instead (Model::forward_layer done16).
+  const bool keep16 = k && m.device.gemm_copies && m.device.bf16_operands;
   const Group g16 = keep16 ? g : kWork;
-  auto done16 = [&](Id x16, Id& kept) {
-    if (keep16)
+  auto done16 = [&](Id x16, Id& kept, Id* f32) {
+    if (keep16) {
       kept = x16;
-    else
+      if (f32) R.free(*f32);
+    } else {
       R.free(x16);
+    }
   };
   if (k) a.rstd1 = R.alloc(g, m.T);
   a.xn = R.alloc(g, m.T * m.D);
@@ -244,7 +246,7 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   a.q = linear_fwd(R, m, LinearRole::Q, g, keep, g, x16);
   a.k = linear_fwd(R, m, LinearRole::K, g, keep, g, x16);
   a.v = linear_fwd(R, m, LinearRole::V, g, keep, g, x16);
-  done16(x16, a.xn16);
+  done16(x16, a.xn16, &a.xn);
   if (m.qk_norm) {
     a.q_pre = a.q;
     if (k) a.rstd_q = R.alloc(g, m.T * m.Hq);
@@ -261,20 +263,20 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   R.transient(kWork, m.attn_fwd_scratch);
   if (!k) R.free(a.q), R.free(a.k), R.free(a.v);
   a.h = linear_fwd(R, m, LinearRole::O, g, keep, g, x16);
-  done16(x16, a.attn16);
+  done16(x16, a.attn16, nullptr);
   if (!k) R.free(a.attn), R.free(a.xn);
   if (k) a.rstd2 = R.alloc(g, m.T);
   a.hn = R.alloc(g, m.T * m.D);
   x16 = bf16_copy(R, m, m.T * m.D, g16);
   a.gate = linear_fwd(R, m, LinearRole::Gate, g, keep, g, x16);
   a.up = linear_fwd(R, m, LinearRole::Up, g, keep, g, x16);
-  done16(x16, a.hn16);
+  done16(x16, a.hn16, &a.hn);
   if (!k) R.free(a.hn);
   x16 = bf16_copy(R, m, m.T * m.F, g16);
   a.m = R.alloc(g, m.T * m.F);
   if (!k) R.free(a.gate), R.free(a.up);
   Id out = linear_fwd(R, m, LinearRole::Down, out_group, keep, g, x16);
-  done16(x16, a.m16);
+  done16(x16, a.m16, &a.m);
   if (!k) R.free(a.m), R.free(a.h);
   return out;
 }

@@ -296,6 +296,34 @@ TEST(CudaBf16Gemm, AProducersBf16CopyIsReadInsteadOfRoundingWithTheSameBits) {
                        }),
             cuda_workspace::narrow_dW_operand_bytes(kT, kIn, kOut, false, true))
       << "dy rounded, x given";
+  // x's copy alone, x itself undefined (full fine-tuning drops the f32 xn, hn and m once their
+  // copies exist): the same bits. Refused where something would read the f32 x: no copy given, an
+  // f32 weight, LoRA, an f16 card.
+  Tensor dW_alone = gpu(prior), dx_alone = Tensor::empty({kT, kIn}, DType::F32, kGpu);
+  linear_backward(dyg, Tensor(), W, nullptr, nullptr, LinearGrads{&dx_alone, &dW_alone}, &dy16, &x16);
+  same_bits(dx_alone, dx, "dx from x's copy alone");
+  same_bits(dW_alone, dW, "dW from x's copy alone");
+  const Tensor W32_ = gpu(random_tensor({kOut, kIn}, 86));
+  const Tensor A = gpu(random_tensor({4, kIn}, 87)), B = gpu(random_tensor({kOut, 4}, 88));
+  const LoraWeights lora{&A, &B, 2.0f};
+  const auto refused = [&](const std::string& what, auto&& call) {
+    try {
+      call();
+      ADD_FAILURE() << what << ": backward without x was taken";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::RUNTIME_INTERNAL) << what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("without x"), std::string::npos) << e.what();
+    }
+  };
+  refused("no copy", [&] { linear_backward(dyg, Tensor(), W, nullptr, nullptr, LinearGrads{&dx_alone}, &dy16); });
+  refused("an f32 weight",
+          [&] { linear_backward(dyg, Tensor(), W32_, nullptr, nullptr, LinearGrads{&dx_alone}, nullptr, &x16); });
+  refused("LoRA", [&] { linear_backward(dyg, Tensor(), W, &lora, nullptr, LinearGrads{&dx_alone}, &dy16, &x16); });
+  {
+    SimulatedComputeCapability t4(7, 5);
+    refused("an f16 card",
+            [&] { linear_backward(dyg, Tensor(), W, nullptr, nullptr, LinearGrads{&dx_alone}, &dy16, &x16); });
+  }
   // An f32 weight, and an f16 card: the copy is not what their GEMMs read.
   const Tensor W32 = gpu(random_tensor({kOut, kIn}, 85));
   EXPECT_FALSE(held_gemms_read_bf16(W32));

@@ -231,11 +231,11 @@ TEST(CudaModel, TinyChatLoraStepWithAQ8_0WeightBeyondF16OnATuringCardMatchesCpu)
 // norm), since dW's two rounded operands add about √2·u per product to the roundings the LoRA
 // bounds already count (measured: 15u, 3.0%, in layer 0's q_proj, whose gradient passes through
 // every rounded GEMM above it).
-TEST(CudaModel, TinyChatFullStepThroughBf16GemmCopiesMatchesCpuWithinBf16) {
+void expect_full_step_through_bf16_copies_matches_cpu(bool checkpointing) {
   SimulatedCudaDevice card;
   const Batch batch = sample_batch(load_model_config(tiny_chat_dir()).vocab_size);
   auto step = [&](Device device, DType matmul) {
-    Model m(load_model(tiny_chat_dir(), DType::F32), ModelOptions{TrainMode::Full, true, 16});
+    Model m(load_model(tiny_chat_dir(), DType::F32), ModelOptions{TrainMode::Full, checkpointing, 16});
     for (auto& [name, t] : m.named_weights()) *t = t->to(device);
     m.allocate_grads();
     m.set_matmul_dtype(matmul);
@@ -268,8 +268,14 @@ TEST(CudaModel, TinyChatFullStepThroughBf16GemmCopiesMatchesCpuWithinBf16) {
     if (e > worst) worst = e, worst_name = ref.names[i];
     EXPECT_LE(e, 32 * u) << ref.names[i];
   }
-  std::cout << "[full step through bf16 GEMM copies] largest gradient error " << worst / u << "u, in " << worst_name
-            << "\n";
+  std::cout << "[full step through bf16 GEMM copies" << (checkpointing ? ", checkpointing" : "")
+            << "] largest gradient error " << worst / u << "u, in " << worst_name << "\n";
+}
+
+// With and without checkpointing: dW's GEMMs read the forward's bf16 copies of xn, attention's
+// output, hn and m, the f32 xn, hn and m being dropped (model/transformer.cpp forward_layer).
+TEST(CudaModel, TinyChatFullStepThroughBf16GemmCopiesMatchesCpuWithinBf16) {
+  for (const bool checkpointing : {true, false}) expect_full_step_through_bf16_copies_matches_cpu(checkpointing);
 }
 
 // cuBLASLt's heuristic leaves the hot path (gemm_plan_cache.h): from an empty plan cache, a step

@@ -121,9 +121,9 @@ TEST(CudaTrainer, TuringF16StepWaitsForTheCardAFixedSmallNumberOfTimes) {
 // RoPE's backward dq's and dk's for v, q and k). Counted as the launches a layer
 // adds over the same run with f32 GEMMs (a base held in f32, or full fine-tuning with --matmul-dtype f32), which round
 // nothing and launch the same kernels otherwise: 2 layers − 1 layer, in the second step (of 2 micro-batches). Full
-// fine-tuning through bf16 GEMM copies: none either, dW's x being the recompute's copies kept for
-// the layer's backward (xn for q/k/v, attention's output, hn for gate/up, m), where each dW rounded
-// its x (7). (These runs checkpoint: tiny_chat_options.)
+// fine-tuning through bf16 GEMM copies: none either, dW's x being the forward's copies kept for the
+// layer's backward (xn for q/k/v, attention's output, hn for gate/up, m), where each dW rounded its
+// x (7).
 TEST(CudaTrainer, GemmInputsAreRoundedOnlyWhereNoProducerWroteTheirBf16Copy) {
   const auto launches_per_layer = [](TrainMode mode, const std::string& narrow_base, const std::string& f32_base,
                                      const std::string& narrow_matmul, const std::string& f32_matmul,
