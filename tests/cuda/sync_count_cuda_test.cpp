@@ -41,10 +41,7 @@ StepCounts count_training(int layers, TrainMode mode, bool f16_card, const std::
   TempDir dir;
   nlohmann::json cfg = nlohmann::json::parse(read_file(source_dir() + "/models/tiny-chat/config.json"));
   cfg["num_hidden_layers"] = layers;
-  if (qwen3) {
-    cfg["architectures"] = {"Qwen3ForCausalLM"};
-    cfg["model_type"] = "qwen3";
-  }
+  if (qwen3) cfg = config_as_qwen3(cfg);
   const std::string config_path = dir.path + "/config.json";
   std::ofstream(config_path) << cfg.dump(2);
   TrainOptions o = tiny_chat_options(dir.path, "cuda");

@@ -195,11 +195,9 @@ TEST(CudaTrainer, MemoryPlanCoversTheMeasuredPeakOnTheCard) {
     TrainOptions o = tiny_chat_options(dir.path, "cuda");
     o.model_dir = c.model;
     if (c.qwen3) {
-      nlohmann::json cfg = nlohmann::json::parse(read_file(c.model + "/config.json"));
-      cfg["architectures"] = {"Qwen3ForCausalLM"};
-      cfg["model_type"] = "qwen3";
       o.init_from_config = dir.path + "/config.json";
-      std::ofstream(o.init_from_config) << cfg.dump(2);
+      std::ofstream(o.init_from_config)
+          << config_as_qwen3(nlohmann::json::parse(read_file(c.model + "/config.json"))).dump(2);
       o.tokenizer_dir = c.model;
       o.model_dir.clear();
     }

@@ -32,6 +32,14 @@ namespace bp::test::cuda_trainer {
 
 constexpr Device kGpu{DeviceType::CUDA, 0};
 
+// A model's config.json as a Qwen3ForCausalLM (q/k norms) of the same shape: a run started from it
+// (TrainOptions::init_from_config) has random weights.
+inline nlohmann::json config_as_qwen3(nlohmann::json cfg) {
+  cfg["architectures"] = {"Qwen3ForCausalLM"};
+  cfg["model_type"] = "qwen3";
+  return cfg;
+}
+
 inline std::string write_dataset(const std::string& dir) {
   const std::string path = dir + "/data.jsonl";
   std::ofstream f(path);
