@@ -102,6 +102,25 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
   return t;
 }
 
+Tensor Tensor::joined_rows(std::span<const Tensor* const> parts) {
+  if (parts.empty() || !parts[0]) return Tensor();
+  const Tensor& first = *parts[0];
+  if (!first.storage_ || first.rank() < 1) return Tensor();
+  Tensor joined = first;
+  size_t next = first.offset_ + first.nbytes();
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (!parts[i]) return Tensor();
+    const Tensor& t = *parts[i];
+    if (t.storage_ != first.storage_ || t.dtype_ != first.dtype_ || t.rank() != first.rank() || t.offset_ != next)
+      return Tensor();
+    for (int d = 1; d < first.rank(); ++d)
+      if (t.dim(d) != first.dim(d)) return Tensor();
+    joined.shape_.dims[0] += t.dim(0);
+    next += t.nbytes();
+  }
+  return joined;
+}
+
 Tensor Tensor::reshape(Shape shape) const {
   BP_CHECK(shape.numel() == numel(), "[tensor] reshape {} to {}", shape_.str(), shape.str());
   Tensor t = *this;

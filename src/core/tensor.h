@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,10 @@ class Tensor {
 
   // Views (share storage).
   Tensor rows(int64_t begin, int64_t end) const;  // slice of the first dimension
+  // The view of `parts` as one tensor, rows after rows, when they are consecutive row ranges of one
+  // storage in that order (as rows() of one tensor gives them) with the same dtype, device and
+  // trailing dimensions; undefined otherwise (nothing is copied).
+  static Tensor joined_rows(std::span<const Tensor* const> parts);
   Tensor reshape(Shape shape) const;
   // Copies.
   Tensor clone() const;

@@ -81,15 +81,29 @@ Tensor dropout_scratch(const Tensor& x, int64_t T, int64_t in, bool backward) {
 void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, const LinearSaved* saved,
                    const LinearGrads& grads, int64_t T, int64_t in, int64_t out, int64_t r) {
   BP_CHECK(saved && saved->xa.defined(), "[linear] LoRA backward needs the xa saved by linear_forward");
-  ops::require_shape(kOp, "saved xa", saved->xa, Shape{T, r});
+  const int64_t ld_xa = saved->xa.rank() == 2 ? saved->xa.dim(1) : 0;
+  BP_CHECK(saved->xa.rank() == 2 && saved->xa.dim(0) == T && saved->col >= 0 && saved->col + r <= ld_xa,
+           "[linear] saved xa {} has no columns [{}, {}) of {} rows", saved->xa.shape().str(), saved->col,
+           saved->col + r, T);
   const bool dropped = dropout_active(lora);
   const float* A = lora.A->kernel_data<float>();
   const float* B = lora.B->kernel_data<float>();
   const float s = lora.scale;
 
   if (grads.dB)
-    ops::kernels(x).sgemm(true, false, out, r, T, s, g, out, saved->xa.kernel_data<float>(), r, 1.0f,
+    ops::kernels(x).sgemm(true, false, out, r, T, s, g, out, saved->xa.kernel_data<float>() + saved->col, ld_xa, 1.0f,
                           grads.dB->kernel_data<float>(), r);
+  if (lora.group_dxa) {  // a group member: its dxa columns; dA and dx's LoRA term are lora_group_backward's
+    BP_CHECK(!grads.dA, "[linear] a LoRA group member's dA is the group's (lora_group_backward)");
+    Tensor& dxa = *lora.group_dxa;
+    BP_CHECK(dxa.rank() == 2 && dxa.dim(0) == T && lora.group_col >= 0 && lora.group_col + r <= dxa.dim(1),
+             "[linear] group dxa {} has no columns [{}, {}) of {} rows", dxa.shape().str(), lora.group_col,
+             lora.group_col + r, T);
+    ops::require_same_device(kOp, {&x, &dxa});
+    ops::kernels(x).sgemm(false, false, T, r, out, s, g, out, B, r, 0.0f, dxa.kernel_data<float>() + lora.group_col,
+                          dxa.dim(1));
+    return;
+  }
   if (!grads.dA && !grads.dx) return;
   // dxa = s·g·B  [T, r]
   Tensor dxa = Tensor::empty({T, r}, DType::F32, x.device());
@@ -126,6 +140,21 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
     return y;
   }
 
+  if (lora->group_xa) {  // a group member: xa is the group's columns (lora_group_forward), no GEMM of x
+    BP_CHECK(!dropout_active(*lora), "[linear] a LoRA group member has dropout (each mask is its own)");
+    const Tensor& xa = *lora->group_xa;
+    ops::require_tensor(kOp, "group xa", xa, DType::F32, 2);
+    BP_CHECK(xa.dim(0) == T && lora->group_col >= 0 && lora->group_col + r <= xa.dim(1),
+             "[linear] group xa {} has no columns [{}, {}) of {} rows", xa.shape().str(), lora->group_col,
+             lora->group_col + r, T);
+    ops::require_same_device(kOp, {&x, &xa});
+    base_forward(x, x16, W, bias, y);
+    if (T > 0)
+      ops::kernels(x).sgemm(false, true, T, out, r, lora->scale, xa.kernel_data<float>() + lora->group_col, xa.dim(1),
+                            lora->B->kernel_data<float>(), r, 1.0f, y.kernel_data<float>(), out);
+    if (saved) *saved = LinearSaved{xa, lora->group_col};
+    return y;
+  }
   Tensor xa = Tensor::empty({T, r}, DType::F32, x.device());
   if (!dropout_active(*lora)) {
     base_forward(x, x16, W, bias, y);
@@ -201,8 +230,41 @@ void linear_backward(const Tensor& dy, const Tensor& x_f32, const Tensor& W, con
         grads.dx ? grads.dx->kernel_data<float>() : nullptr, grads.dW ? grads.dW->kernel_data<float>() : nullptr, T);
   if (grads.dW && W.dtype() == DType::F32)
     ops::kernels(x).linear_dW_accumulate(g, x.kernel_data<float>(), grads.dW->kernel_data<float>(), T, in, out);
-  if (lora && T > 0 && (grads.dx || grads.dA || grads.dB)) lora_backward(g, x, *lora, saved, grads, T, in, out, r);
+  if (lora && T > 0 && (grads.dx || grads.dA || grads.dB || lora->group_dxa))
+    lora_backward(g, x, *lora, saved, grads, T, in, out, r);
   if (grads.db) ops::kernels(x).bias_grad_accumulate(g, grads.db->kernel_data<float>(), T, out);
+}
+
+Tensor lora_group_forward(const Tensor& x, const Tensor& A_all) {
+  ops::require_tensor(kOp, "x", x, DType::F32, 2);
+  ops::require_tensor(kOp, "group A", A_all, DType::F32, 2);
+  const int64_t T = x.dim(0), in = x.dim(1), R = A_all.dim(0);
+  BP_CHECK(A_all.dim(1) == in, "[linear] x has {} columns but the group's A is {}", in, A_all.shape().str());
+  ops::require_same_device(kOp, {&x, &A_all});
+  Tensor xa = Tensor::empty({T, R}, DType::F32, x.device());
+  if (T > 0 && R > 0)
+    ops::kernels(x).sgemm(false, true, T, R, in, 1.0f, x.kernel_data<float>(), in, A_all.kernel_data<float>(), in, 0.0f,
+                          xa.kernel_data<float>(), R);
+  return xa;
+}
+
+void lora_group_backward(const Tensor& x, const Tensor& A_all, const Tensor& dxa_all, Tensor* dA_all, Tensor* dx) {
+  ops::require_tensor(kOp, "x", x, DType::F32, 2);
+  ops::require_tensor(kOp, "group A", A_all, DType::F32, 2);
+  const int64_t T = x.dim(0), in = x.dim(1), R = A_all.dim(0);
+  BP_CHECK(A_all.dim(1) == in, "[linear] x has {} columns but the group's A is {}", in, A_all.shape().str());
+  ops::require_shape(kOp, "group dxa", dxa_all, Shape{T, R});
+  if (dA_all) ops::require_shape(kOp, "group dA", *dA_all, Shape{R, in});
+  if (dx) ops::require_shape(kOp, "dx", *dx, Shape{T, in});
+  ops::require_same_device(kOp, {&x, &A_all, &dxa_all, dA_all, dx});
+  if (T == 0 || R == 0) return;
+  const float* dxa = dxa_all.kernel_data<float>();
+  if (dA_all)
+    ops::kernels(x).sgemm(true, false, R, in, T, 1.0f, dxa, R, x.kernel_data<float>(), in, 1.0f,
+                          dA_all->kernel_data<float>(), in);
+  if (dx)
+    ops::kernels(x).sgemm(false, false, T, in, R, 1.0f, dxa, R, A_all.kernel_data<float>(), in, 1.0f,
+                          dx->kernel_data<float>(), in);
 }
 
 bool held_gemms_read_bf16(const Tensor& W) {

@@ -42,10 +42,18 @@ struct LoraWeights {
   float dropout = 0.0f;       // probability in [0, 1)
   uint64_t dropout_seed = 0;  // per layer and per micro-batch
   bool training = true;       // dropout only when training
+  // A member of a group of projections that read one x (lora_group_forward below): its xa is
+  // columns [group_col, group_col + r) of the group's group_xa (forward: linear_forward reads them,
+  // no GEMM of x); backward, linear_backward writes its dxa there in group_dxa and leaves dA and
+  // the LoRA term of dx to lora_group_backward. Both [T, Σr]; null for a projection on its own.
+  const Tensor* group_xa = nullptr;
+  Tensor* group_dxa = nullptr;
+  int64_t group_col = 0;
 };
 
 struct LinearSaved {
-  Tensor xa;  // [T, r] = dropout(x)·Aᵀ, defined when a LoRA path exists
+  Tensor xa;        // [T, r] = dropout(x)·Aᵀ, defined when a LoRA path exists; a group member's is
+  int64_t col = 0;  // the group's [T, Σr], its columns [col, col + r)
 };
 
 struct LinearGrads {
@@ -65,6 +73,20 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const LoraWeights* lora,
                      const LinearSaved* saved, const LinearGrads& grads, const Tensor* dy_bf16 = nullptr,
                      const Tensor* x_bf16 = nullptr);
+
+// Projections that read one x with LoRA and no dropout (q/k/v, gate/up), whose A matrices are
+// consecutive rows of one tensor A_all [Σr, in] (Tensor::joined_rows; Model::attach_lora lays them
+// out so): the LoRA products that read x run once for the group instead of once per projection.
+//   lora_group_forward:  xa_all = x·A_allᵀ [T, Σr]; each member's linear_forward then reads its
+//                        columns (LoraWeights::group_xa) and saves them.
+//   lora_group_backward: after every member's linear_backward wrote its dxa = s·g·B into its columns
+//                        of dxa_all [T, Σr] (LoraWeights::group_dxa), dA_all += dxa_allᵀ·x and
+//                        dx += dxa_all·A_all (each skipped when null).
+// q/k/v: 2 GEMMs fewer forward and 4 backward; gate/up 1 and 2. The same sums as per projection,
+// up to the GEMMs' summation order. A member with dropout is refused (RUNTIME_INTERNAL): each
+// projection's dropout mask is its own (PEFT's), so a group has none.
+Tensor lora_group_forward(const Tensor& x, const Tensor& A_all);
+void lora_group_backward(const Tensor& x, const Tensor& A_all, const Tensor& dxa_all, Tensor* dA_all, Tensor* dx);
 
 // Whether a GEMM of `device` against W reads a bf16 copy of its activation operand (W held
 // narrower than f32, or a bf16 GEMM copy, on a card whose GEMMs take bf16): where producers'

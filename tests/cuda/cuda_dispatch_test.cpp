@@ -13,6 +13,7 @@
 #include "ops/attention.h"
 #include "ops/op_table.h"
 #include "sim_device.h"
+#include "support/lora_group_check.h"
 #include "support/test_util.h"
 
 namespace bp::test {
@@ -144,6 +145,13 @@ TEST(CudaDispatch, ElementwiseMatchesCpu) {
 TEST(CudaDispatch, LinearWithLoraDropoutAndBiasMatchesCpu) {
   SimulatedCudaDevice card;
   parity::linear_with_lora_dropout_and_bias(kTolF32);
+}
+
+// A LoRA input group on the card (q/k/v, gate/up: one GEMM of x per product, ops/linear.h) against
+// its members alone on the CPU.
+TEST(CudaDispatch, LoraGroupMatchesEachProjectionAloneOnTheCpu) {
+  SimulatedCudaDevice card;
+  expect_lora_groups_match_projections_alone(kGpu);
 }
 
 TEST(CudaDispatch, HeldWeightsOfEveryTypeMatchCpu) {

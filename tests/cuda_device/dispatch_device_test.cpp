@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_device.h"
 #include "cuda/op_parity.h"
+#include "support/lora_group_check.h"
 
 namespace bp::test {
 namespace {
@@ -35,6 +36,11 @@ TEST(CudaDeviceDispatch, ElementwiseMatchesCpu) {
 TEST(CudaDeviceDispatch, LinearWithLoraDropoutAndBiasMatchesCpu) {
   BP_NEED_DEVICE_TABLE();
   parity::linear_with_lora_dropout_and_bias(kDeviceTol);
+}
+
+TEST(CudaDeviceDispatch, LoraGroupMatchesEachProjectionAloneOnTheCpu) {
+  BP_NEED_DEVICE_TABLE();
+  expect_lora_groups_match_projections_alone(parity::kGpu, kDeviceTol);
 }
 
 TEST(CudaDeviceDispatch, HeldWeightsOfEveryTypeMatchCpu) {

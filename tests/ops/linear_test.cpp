@@ -1,6 +1,7 @@
 // linear: forward and backward against a plain double-precision reference at odd sizes, the
 // backward against finite differences of that reference, gradient semantics (= vs +=, frozen W),
-// LoRA identities (B = 0), deterministic dropout and eval mode, and error messages.
+// LoRA identities (B = 0), deterministic dropout and eval mode, and error messages. A LoRA input
+// group (q/k/v, gate/up as one GEMM of x each) against its members alone, and its refusals.
 #include "ops/linear.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include "backend/cpu/linear.h"
 #include "op_test_util.h"
 #include "support/finite_diff.h"
+#include "support/lora_group_check.h"
 #include "support/test_util.h"
 
 namespace bp {
@@ -386,6 +388,49 @@ TEST(Linear, ErrorsNameTheShapes) {
         linear_backward(dy, x, W2, &lora, nullptr, {&dx, nullptr, nullptr, nullptr, nullptr});
       },
       ErrorCode::RUNTIME_INTERNAL, {"xa"});
+}
+
+// The group's one GEMM of x per product gives each member's y, dA, dB and the shared dx of the
+// members alone (which the tests above hold to double references).
+TEST(Linear, LoraGroupMatchesEachProjectionAlone) {
+  test::expect_lora_groups_match_projections_alone(Device{});
+}
+
+// A group member with dropout (each projection's mask is its own), one handed its own dA (the
+// group's dA is lora_group_backward's: it would be left unwritten) and columns past the group's xa
+// are refused, as are a group A and dxa that do not fit x.
+TEST(Linear, LoraGroupRefusesWhatItCannotCompute) {
+  const int64_t T = 5, in = 7, r = 2;
+  Tensor x = random_tensor({T, in}, 1), W = random_tensor({3, in}, 2), A_all = random_tensor({2 * r, in}, 3);
+  Tensor A = A_all.rows(0, r), B = random_tensor({3, r}, 4);
+  Tensor xa = lora_group_forward(x, A_all);
+  LoraWeights l{&A, &B, 1.0f, 0.1f, 7, true};
+  l.group_xa = &xa;
+  test::expect_op_error([&] { linear_forward(x, W, nullptr, &l, nullptr); }, ErrorCode::RUNTIME_INTERNAL,
+                        {"[linear]", "group", "dropout"});
+  l.dropout = 0.0f;
+  l.group_col = 2 * r - 1;
+  test::expect_op_error([&] { linear_forward(x, W, nullptr, &l, nullptr); }, ErrorCode::RUNTIME_INTERNAL,
+                        {"group xa", "[5, 4]", "[3, 5)"});
+  l.group_col = r;
+  LinearSaved saved;
+  (void)linear_forward(x, W, nullptr, &l, &saved);
+  EXPECT_EQ(saved.col, r);
+  Tensor dy = random_tensor({T, 3}, 5), dx = Tensor::empty({T, in}), dxa = Tensor::empty({T, 2 * r});
+  Tensor dA = Tensor::zeros({r, in}), dB = Tensor::zeros({3, r});
+  l.group_xa = nullptr;
+  l.group_dxa = &dxa;
+  test::expect_op_error(
+      [&] {
+        linear_backward(dy, x, W, &l, &saved, {&dx, nullptr, nullptr, &dA, &dB});
+      },
+      ErrorCode::RUNTIME_INTERNAL, {"group member", "dA"});
+  Tensor narrow = random_tensor({2 * r, in + 1}, 6);
+  test::expect_op_error([&] { (void)lora_group_forward(x, narrow); }, ErrorCode::RUNTIME_INTERNAL,
+                        {"[linear]", "7 columns", "[4, 8]"});
+  Tensor dxa_bad = Tensor::empty({T, 2 * r + 1});
+  test::expect_op_error([&] { lora_group_backward(x, A_all, dxa_bad, nullptr, &dx); }, ErrorCode::RUNTIME_INTERNAL,
+                        {"group dxa", "[5, 5]", "[5, 4]"});
 }
 
 }  // namespace

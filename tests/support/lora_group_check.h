@@ -1,0 +1,119 @@
+// A LoRA input group (ops/linear.h lora_group_forward / lora_group_backward) against its members
+// alone: shared by the CPU test (tests/ops/linear_test.cpp), the simulated card's
+// (tests/cuda/cuda_dispatch_test.cpp) and a real card's (tests/cuda_device/dispatch_device_test.cpp).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "ops/linear.h"
+#include "support/test_util.h"
+
+namespace bp::test {
+
+// Projections of one x [T, in] with outputs `outs` (the first with a bias), LoRA rank r each and
+// random A, B, dy and accumulated dA/dB: run as a group on `dev` (A and dA rows of one tensor, x's
+// products one GEMM each), and each alone on the CPU (linear_forward / linear_backward, checked
+// against double references in linear_test.cpp). y, dx, dA and dB must agree within `tol`.
+inline void expect_lora_group_matches_projections_alone(Device dev, int64_t T, int64_t in,
+                                                        const std::vector<int64_t>& outs, int64_t r, uint64_t seed,
+                                                        Tolerance tol = kTolF32) {
+  const size_t n = outs.size();
+  const std::string where = "T=" + std::to_string(T) + " in=" + std::to_string(in) + " r=" + std::to_string(r) +
+                            " members=" + std::to_string(n);
+  const Tensor x = random_tensor({T, in}, seed);
+  const Tensor bias = random_tensor({outs[0]}, seed + 1);
+  const int64_t R = r * static_cast<int64_t>(n);
+  const Tensor A_all_host = random_tensor({R, in}, seed + 2), dA0 = random_tensor({R, in}, seed + 3);
+  std::vector<Tensor> W, B, dy, dB0;
+  for (size_t i = 0; i < n; ++i) {
+    W.push_back(random_tensor({outs[i], in}, seed + 10 + i));
+    B.push_back(random_tensor({outs[i], r}, seed + 20 + i));
+    dy.push_back(random_tensor({T, outs[i]}, seed + 30 + i));
+    dB0.push_back(random_tensor({outs[i], r}, seed + 40 + i));
+  }
+  const auto lora_of = [&](const Tensor* A, const Tensor* Bi) {
+    LoraWeights l;
+    l.A = A;
+    l.B = Bi;
+    l.scale = 0.625f;
+    return l;
+  };
+
+  // Each projection alone, on the CPU.
+  std::vector<Tensor> A_cpu, y_cpu, dA_cpu, dB_cpu;
+  std::vector<LinearSaved> saved_cpu(n);
+  Tensor dx_cpu = Tensor::empty({T, in});
+  for (size_t i = 0; i < n; ++i) {
+    const auto row = static_cast<int64_t>(i) * r;
+    A_cpu.push_back(A_all_host.rows(row, row + r).clone());
+    dA_cpu.push_back(dA0.rows(row, row + r).clone());
+    dB_cpu.push_back(dB0[i].clone());
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const LoraWeights l = lora_of(&A_cpu[i], &B[i]);
+    y_cpu.push_back(linear_forward(x, W[i], i == 0 ? &bias : nullptr, &l, &saved_cpu[i]));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const LoraWeights l = lora_of(&A_cpu[i], &B[i]);
+    LinearGrads g{&dx_cpu, nullptr, nullptr, &dA_cpu[i], &dB_cpu[i], i > 0};
+    linear_backward(dy[i], x, W[i], &l, &saved_cpu[i], g);
+  }
+
+  // The group on `dev`.
+  const Tensor xd = x.to(dev), bias_d = bias.to(dev), A_all = A_all_host.to(dev);
+  Tensor dA_all = dA0.to(dev);
+  std::vector<Tensor> A_d, W_d, B_d, dy_d, dB_d, y_d;
+  std::vector<LoraWeights> lw(n);
+  std::vector<LinearSaved> saved(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto row = static_cast<int64_t>(i) * r;
+    A_d.push_back(A_all.rows(row, row + r));
+    W_d.push_back(W[i].to(dev));
+    B_d.push_back(B[i].to(dev));
+    dy_d.push_back(dy[i].to(dev));
+    dB_d.push_back(dB0[i].to(dev));
+  }
+  std::vector<const Tensor*> parts;
+  for (const Tensor& a : A_d) parts.push_back(&a);
+  ASSERT_TRUE(Tensor::joined_rows(parts).defined()) << where;
+  Tensor xa_all = lora_group_forward(xd, Tensor::joined_rows(parts));
+  ASSERT_EQ(xa_all.shape(), (Shape{T, R})) << where;
+  for (size_t i = 0; i < n; ++i) {
+    lw[i] = lora_of(&A_d[i], &B_d[i]);
+    lw[i].group_xa = &xa_all;
+    lw[i].group_col = static_cast<int64_t>(i) * r;
+    y_d.push_back(linear_forward(xd, W_d[i], i == 0 ? &bias_d : nullptr, &lw[i], &saved[i]));
+  }
+  xa_all = Tensor();  // the members' saved columns keep it
+  Tensor dx = Tensor::empty({T, in}, DType::F32, dev), dxa_all = Tensor::empty({T, R}, DType::F32, dev);
+  for (size_t i = 0; i < n; ++i) {
+    lw[i].group_xa = nullptr;
+    lw[i].group_dxa = &dxa_all;
+    LinearGrads g{&dx, nullptr, nullptr, nullptr, &dB_d[i], i > 0};
+    linear_backward(dy_d[i], xd, W_d[i], &lw[i], &saved[i], g);
+  }
+  lora_group_backward(xd, A_all, dxa_all, &dA_all, &dx);
+
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_TRUE(all_close(y_d[i].to_vector(), y_cpu[i].to_vector(), tol)) << "y" << i << " " << where;
+    EXPECT_TRUE(all_close(dB_d[i].to_vector(), dB_cpu[i].to_vector(), tol)) << "dB" << i << " " << where;
+    const auto row = static_cast<int64_t>(i) * r;
+    EXPECT_TRUE(all_close(dA_all.rows(row, row + r).to_vector(), dA_cpu[i].to_vector(), kTolF32))
+        << "dA" << i << " " << where;
+  }
+  EXPECT_TRUE(all_close(dx.to_vector(), dx_cpu.to_vector(), tol)) << "dx " << where;
+}
+
+// q/k/v-like (three members, grouped-query outputs) and gate/up-like (two) groups at odd sizes,
+// r = 1 and past 8, T = 1, in = 1.
+inline void expect_lora_groups_match_projections_alone(Device dev, Tolerance tol = kTolF32) {
+  expect_lora_group_matches_projections_alone(dev, 31, 45, {33, 17, 17}, 3, 900, tol);
+  expect_lora_group_matches_projections_alone(dev, 1, 33, {65, 65}, 1, 910, tol);
+  expect_lora_group_matches_projections_alone(dev, 257, 32, {31, 1, 257}, 9, 920, tol);
+  expect_lora_group_matches_projections_alone(dev, 33, 1, {7, 7}, 2, 930, tol);
+}
+
+}  // namespace bp::test
