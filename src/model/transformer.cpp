@@ -198,7 +198,41 @@ void Model::attach_lora(const LoraView& lora) {
     }
   }
   lora_ = lora;
+  // Each input group's A matrices as rows of one tensor (lora_group_A), where they are not already.
+  for (auto& layer : lora_.layers)
+    for (const LinearInputGroup& grp : kLinearInputGroups) {
+      std::vector<const Tensor*> parts;
+      int64_t rows = 0;
+      for (int i = 0; i < grp.count; ++i) {
+        const Tensor* A = layer[static_cast<size_t>(grp.first) + static_cast<size_t>(i)].A;
+        if (!A || A->dtype() != DType::F32 || A->rank() != 2) break;
+        if (!parts.empty() && (!(A->device() == parts[0]->device()) || A->dim(1) != parts[0]->dim(1))) break;
+        parts.push_back(A);
+        rows += A->dim(0);
+      }
+      if (static_cast<int>(parts.size()) != grp.count || Tensor::joined_rows(parts).defined()) continue;
+      Tensor all = Tensor::empty({rows, parts[0]->dim(1)}, DType::F32, parts[0]->device());
+      int64_t at = 0;
+      for (int i = 0; i < grp.count; ++i) {
+        Tensor& A = *layer[static_cast<size_t>(grp.first) + static_cast<size_t>(i)].A;
+        Tensor view = all.rows(at, at + A.dim(0));
+        view.copy_from(A);
+        at += A.dim(0);
+        A = std::move(view);
+      }
+    }
   allocate_grads();
+}
+
+Tensor Model::lora_group_A(int64_t l, const LinearInputGroup& g, bool train) const {
+  if (train && lora_.dropout > 0.0f) return Tensor();  // each projection's mask is its own
+  std::vector<const Tensor*> parts;
+  for (int i = 0; i < g.count; ++i) {
+    const Tensor* A = lora_.layers[static_cast<size_t>(l)][static_cast<size_t>(g.first) + static_cast<size_t>(i)].A;
+    if (!A) return Tensor();
+    parts.push_back(A);
+  }
+  return Tensor::joined_rows(parts);
 }
 
 static_assert(kNumLoraTargets == kNumLinearRoles &&
@@ -260,13 +294,28 @@ void Model::allocate_grads() {
       g.gate = like(w.gate), g.up = like(w.up), g.down = like(w.down);
     }
   } else if (options_.mode == TrainMode::Lora) {
-    for (size_t l = 0; l < lora_.layers.size(); ++l)
+    for (size_t l = 0; l < lora_.layers.size(); ++l) {
+      auto& lg = grads_.layers[l].lora;
+      // A group's dA laid out like its A: rows of one tensor, for lora_group_backward's one GEMM.
+      for (const LinearInputGroup& grp : kLinearInputGroups) {
+        const Tensor A_all = lora_group_A(static_cast<int64_t>(l), grp, false);
+        if (!A_all.defined()) continue;
+        Tensor dA_all = Tensor::zeros(A_all.shape(), DType::F32, A_all.device());
+        int64_t at = 0;
+        for (int i = 0; i < grp.count; ++i) {
+          const size_t r = static_cast<size_t>(grp.first) + static_cast<size_t>(i);
+          const int64_t rows = lora_.layers[l][r].A->dim(0);
+          lg[r].dA = dA_all.rows(at, at + rows);
+          at += rows;
+        }
+      }
       for (size_t r = 0; r < kNumLinearRoles; ++r) {
         const auto& m = lora_.layers[l][r];
         if (!m.A) continue;
-        grads_.layers[l].lora[r].dA = Tensor::zeros(m.A->shape(), DType::F32, m.A->device());
-        grads_.layers[l].lora[r].dB = Tensor::zeros(m.B->shape(), DType::F32, m.B->device());
+        if (!lg[r].dA.defined()) lg[r].dA = Tensor::zeros(m.A->shape(), DType::F32, m.A->device());
+        lg[r].dB = Tensor::zeros(m.B->shape(), DType::F32, m.B->device());
       }
+    }
   }
 }
 
@@ -409,6 +458,22 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   }
   auto opt = [](const Tensor& t) { return t.defined() ? &t : nullptr; };
   auto W = [&](LinearRole r) -> const Tensor& { return gemm_weight(l, r); };  // the bf16 copy or the weight
+  // An input group's LoRA products of x in one GEMM (ops/linear.h lora_group_forward) where its A
+  // matrices are joined: xa_all, whose columns its members' linear_forward read and keep.
+  Tensor group_xa;
+  auto group_forward = [&](const Tensor& x, const LinearInputGroup& g) {
+    group_xa = Tensor();
+    const Tensor A_all = lora_group_A(l, g, train);
+    if (!A_all.defined()) return;
+    group_xa = lora_group_forward(x, A_all);
+    int64_t col = 0;
+    for (int i = 0; i < g.count; ++i) {
+      LoraWeights& m = lw[static_cast<int>(g.first) + i];
+      m.group_xa = &group_xa;
+      m.group_col = col;
+      col += m.A->dim(0);
+    }
+  };
 
   // Where the projections' GEMMs take bf16 (a card of compute capability 8.0+ over held weights or
   // bf16 GEMM copies), the norms, attention and SwiGLU write their output's bf16 copy too, which the
@@ -440,10 +505,12 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   a.x = x;
   a.xn = rms_norm_forward(x, w.input_norm, c.rms_norm_eps, acts ? &a.rstd1 : nullptr,
                           want16({LinearRole::Q, LinearRole::K, LinearRole::V}));
+  group_forward(a.xn, kQkvGroup);
   a.q = linear_forward(a.xn, W(LinearRole::Q), opt(w.q_bias), lp[0], saved(LinearRole::Q), given16());
   a.k = linear_forward(a.xn, W(LinearRole::K), opt(w.k_bias), lp[1], saved(LinearRole::K), given16());
   a.v = linear_forward(a.xn, W(LinearRole::V), opt(w.v_bias), lp[2], saved(LinearRole::V), given16());
   done16(a.xn16, &a.xn);
+  group_xa = Tensor();  // kept by the members' LinearSaved where a backward follows
   if (c.qk_norm) {
     a.q_pre = std::move(a.q);
     a.q = rms_norm_forward(a.q_pre.reshape({T * Hq, d}), w.q_norm, c.rms_norm_eps, acts ? &a.rstd_q : nullptr)
@@ -465,9 +532,11 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   if (!acts) a.attn = a.xn = Tensor();
   a.hn = rms_norm_forward(a.h, w.post_norm, c.rms_norm_eps, acts ? &a.rstd2 : nullptr,
                           want16({LinearRole::Gate, LinearRole::Up}));
+  group_forward(a.hn, kGateUpGroup);
   a.gate = linear_forward(a.hn, W(LinearRole::Gate), nullptr, lp[4], saved(LinearRole::Gate), given16());
   a.up = linear_forward(a.hn, W(LinearRole::Up), nullptr, lp[5], saved(LinearRole::Up), given16());
   done16(a.hn16, &a.hn);
+  group_xa = Tensor();
   if (!acts) a.hn = Tensor();
   a.m = swiglu_forward(a.gate, a.up, want16({LinearRole::Down}));
   if (!acts) a.gate = a.up = Tensor();

@@ -68,6 +68,24 @@ const Tensor& layer_matrix(const LayerWeights& w, LinearRole role);  // w.q, ...
 
 enum class TrainMode { Frozen, Lora, Full };
 
+// The projections that read one input, consecutive in LinearRole order: q/k/v (of xn) and gate/up
+// (of hn). Their LoRA A matrices are rows of one tensor (Model::attach_lora lays them out so, and
+// allocate_grads their dA), so the LoRA products of that input run as one GEMM per group
+// (ops/linear.h lora_group_forward, lora_group_backward) where every member has LoRA and none
+// dropout.
+struct LinearInputGroup {
+  LinearRole first;
+  int count;
+  bool contains(LinearRole r) const {
+    return static_cast<int>(r) >= static_cast<int>(first) && static_cast<int>(r) < static_cast<int>(first) + count;
+  }
+};
+inline constexpr std::array<LinearInputGroup, 2> kLinearInputGroups = {{{LinearRole::Q, 3}, {LinearRole::Gate, 2}}};
+inline constexpr const LinearInputGroup& kQkvGroup = kLinearInputGroups[0];
+inline constexpr const LinearInputGroup& kGateUpGroup = kLinearInputGroups[1];
+static_assert(kQkvGroup.first == LinearRole::Q && kQkvGroup.count == 3 && kGateUpGroup.first == LinearRole::Gate &&
+              kGateUpGroup.count == 2);
+
 // The LoRA tensors the transformer reads. The adapter object (model/lora.h) owns the tensors;
 // attach it with Model::attach_lora. A/B undefined (null) = module not targeted.
 struct LoraModuleView {
@@ -152,7 +170,9 @@ class Model {
   bool training() const { return training_; }
 
   // Installs LoRA tensors (owned by the caller, must outlive the model) and allocates their
-  // gradients when mode is Lora. Shapes are checked against the config.
+  // gradients when mode is Lora. Shapes are checked against the config. The A matrices of each
+  // input group (kLinearInputGroups) whose members all have LoRA are re-laid, values unchanged, as
+  // consecutive rows of one tensor on their device: the caller's tensors become views of it.
   void attach_lora(const LoraView& lora);
   // The same for an adapter from model/lora.h (init_lora or loaded from PEFT files): scale,
   // dropout and targets come from its LoraConfig.
@@ -195,6 +215,10 @@ class Model {
   Tensor forward_trunk(const Batch& b, bool train, uint64_t seed, std::vector<Tensor>* layer_inputs,
                        std::vector<LayerActs>* acts);
   LoraWeights lora_weights(int64_t l, LinearRole role, bool train, uint64_t seed) const;
+  // Layer l's group's A matrices as one tensor [Σr, in] (Tensor::joined_rows) when every member has
+  // LoRA and none dropout in this pass (train: dropout on); undefined otherwise: each projection
+  // runs its LoRA products alone.
+  Tensor lora_group_A(int64_t l, const LinearInputGroup& g, bool train) const;
   void check_batch(const Batch& b) const;
 
   ModelWeights weights_;

@@ -42,6 +42,37 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
   const bool full = options_.mode == TrainMode::Full;
   const Device dev = device();
 
+  // An input group's LoRA backward in one GEMM each for dA and dx's LoRA term (ops/linear.h
+  // lora_group_backward) where its A matrices are joined: its members write their dxa into dxa's
+  // columns, finish() runs the two GEMMs once the last member is done.
+  struct GroupBack {
+    const LinearInputGroup* of = nullptr;
+    Tensor A_all, dA_all, dxa;
+    std::array<int64_t, kNumLinearRoles> cols{};
+    int64_t col(LinearRole r) const { return cols[static_cast<size_t>(r)]; }
+  } group;
+  auto group_start = [&](const LinearInputGroup& grp) {
+    group = GroupBack{};
+    group.of = &grp;
+    group.A_all = lora_group_A(l, grp, training_);
+    std::vector<const Tensor*> dAs;
+    for (int i = 0; i < grp.count; ++i)
+      dAs.push_back(&g.lora[static_cast<size_t>(grp.first) + static_cast<size_t>(i)].dA);
+    group.dA_all = Tensor::joined_rows(dAs);                        // allocate_grads laid them out so
+    if (!group.A_all.defined() || !group.dA_all.defined()) return;  // each projection alone
+    int64_t col = 0;
+    for (int i = 0; i < grp.count; ++i) {
+      const size_t r = static_cast<size_t>(grp.first) + static_cast<size_t>(i);
+      group.cols[r] = col;
+      col += lora_.layers[static_cast<size_t>(l)][r].A->dim(0);
+    }
+    group.dxa = Tensor::empty({T, col}, DType::F32, dev);
+  };
+  auto group_finish = [&](const Tensor& x, Tensor& dx) {
+    if (group.dxa.defined()) lora_group_backward(x, group.A_all, group.dxa, &group.dA_all, &dx);
+    group = GroupBack{};
+  };
+
   // Linear backward for one role: dx (= or, with add_dx, +=) into *dx, weight/bias/LoRA grads (+=).
   constexpr bool kAssignDx = false, kAddDx = true;
   // dy16, x16: dy's and x's bf16 copies where their producers made them (ops/linear.h).
@@ -57,6 +88,11 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
     if (lw.A) {
       lg.dA = opt(g.lora[r].dA);
       lg.dB = opt(g.lora[r].dB);
+      if (group.dxa.defined() && group.of->contains(role)) {  // dA and dx's LoRA term: group.finish
+        lw.group_dxa = &group.dxa;
+        lw.group_col = group.col(role);
+        lg.dA = nullptr;
+      }
     }
     linear_backward(dy, x, W, lw.A ? &lw : nullptr, &a.lin[r], lg, dy16, x16);
     a.lin[r] = LinearSaved{};  // this projection's LoRA activations are no longer needed
@@ -79,10 +115,12 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
   dm = Tensor();
   a.gate = a.up = Tensor();
   Tensor dhn = Tensor::empty({T, D}, DType::F32, dev);
+  group_start(kGateUpGroup);
   lin_back(LinearRole::Gate, dgate, a.hn, Wgate, &dhn, kAssignDx, &g.w.gate, nullptr, opt(dgate16), opt(a.hn16));
   dgate = dgate16 = Tensor();
   lin_back(LinearRole::Up, dup, a.hn, Wup, &dhn, kAddDx, &g.w.up, nullptr, opt(dup16), opt(a.hn16));
   dup = dup16 = Tensor();
+  group_finish(a.hn, dhn);
   a.hn = a.hn16 = Tensor();
   // dh = dout (residual h -> out) + the post-norm's backward, added into dout's buffer: nothing
   // reads dout after the down projection's backward. Its bf16 copy is o's dy where o reads bf16.
@@ -129,12 +167,14 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
     a.q_pre = a.k_pre = Tensor();
   }
   Tensor dxn = Tensor::empty({T, D}, DType::F32, dev);
+  group_start(kQkvGroup);
   lin_back(LinearRole::Q, dq, a.xn, Wq, &dxn, kAssignDx, &g.w.q, opt(g.w.q_bias), opt(dq16), opt(a.xn16));
   dq = dq16 = Tensor();
   lin_back(LinearRole::K, dk, a.xn, Wk, &dxn, kAddDx, &g.w.k, opt(g.w.k_bias), opt(dk16), opt(a.xn16));
   dk = dk16 = Tensor();
   lin_back(LinearRole::V, dv, a.xn, Wv, &dxn, kAddDx, &g.w.v, opt(g.w.v_bias), opt(dv16), opt(a.xn16));
   dv = dv16 = Tensor();
+  group_finish(a.xn, dxn);
   a.xn = a.xn16 = Tensor();
   // dx = dh (residual x -> h) + the input norm's backward, added into dh's buffer; its bf16 copy is
   // the dy of layer l−1's down projection where that reads bf16.

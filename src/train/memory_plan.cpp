@@ -9,6 +9,10 @@
 //                      with dropout, the kernel's scratch (CPU: xd [T, in]; CUDA: none), transient
 //   linear_backward    LoRA: dxa [T, r]; with dropout the kernel's scratch (CPU: xd and dxd
 //                      [T, in]; CUDA: the dA kernel's per-slice partials, DeviceScratch) (all transient)
+//   LoRA input groups  (q/k/v, gate/up without dropout: Model::lora_group_A) one xa [T, Σr] before
+//                      the members' forward, kept until the last member's backward, and one dxa
+//                      [T, Σr] from before the first member's backward to lora_group_backward; the
+//                      members allocate no xa or dxa of their own
 //   attention_forward  out [T, Hq·d], lse [Hq, T] (when kept), per-thread scratch (transient)
 //   attention_backward delta [Hq, T], per-thread score blocks and per-head partial dk/dv (transient)
 //   linear_cross_entropy: one logits chunk [min(chunk, window, T), V] (transient; window = the
@@ -161,6 +165,15 @@ struct Dims {
     }
   }
   bool has_lora(LinearRole role) const { return lora[static_cast<size_t>(role)]; }
+  // An input group whose LoRA products of x run once for the group (Model::lora_group_A): every
+  // member adapted, no dropout (training).
+  bool grouped(const LinearInputGroup& g) const {
+    if (dropout > 0) return false;
+    for (int i = 0; i < g.count; ++i)
+      if (!lora[static_cast<size_t>(g.first) + static_cast<size_t>(i)]) return false;
+    return true;
+  }
+  int64_t group_r(const LinearInputGroup& g) const { return grouped(g) ? g.count * r : 0; }
   // The scratch linear_forward / linear_backward allocate for a LoRA dropout kernel
   // (ops/linear.h lora_dropout_scratch_floats): the CPU's dropped input; the CUDA kernels take none.
   int64_t dropout_scratch(LinearRole role, bool backward) const {
@@ -184,12 +197,15 @@ Id bf16_copy(Replay& R, const Dims& m, int64_t n, Group group = kWork) {
 }
 
 // linear_forward: y, then (LoRA) xa, kept in `keep` or freed at the end of the op. x16: the bf16
-// copy of x the producer made (-1: none, the GEMM rounds x itself).
-Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* keep, Group keep_group, Id x16) {
+// copy of x the producer made (-1: none, the GEMM rounds x itself). A grouped member's xa is the
+// group's (group_fwd): none of its own.
+Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* keep, Group keep_group, Id x16,
+              bool in_group = false) {
   const bool given = x16 >= 0;
   Id y = R.alloc(y_group, m.T * m.out(role));
-  if (!m.has_lora(role)) R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), false, given));
-  if (m.has_lora(role)) {
+  if (!m.has_lora(role) || in_group)
+    R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), false, given));
+  if (m.has_lora(role) && !in_group) {
     const auto ri = static_cast<size_t>(role);
     Id xa = R.alloc(keep ? keep_group : kWork, m.T * m.r);
     if (m.dropout > 0) R.transient(kWork, m.dropout_scratch(role, false));                       // before the base GEMM
@@ -205,7 +221,7 @@ Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* ke
 // linear_backward's own temporaries (dx is allocated by the caller), then the transformer drops
 // that projection's saved LoRA activations. dy16: dy's bf16 copy from its producer (-1: none); x16:
 // x's, as the forward kept it (full fine-tuning).
-void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a, Id dy16 = -1, Id x16 = -1) {
+void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a, Id dy16 = -1, Id x16 = -1, bool in_group = false) {
   const auto ri = static_cast<size_t>(role);
   const bool given = dy16 >= 0;
   // dx = dy·W; with a bf16 GEMM copy also dW += dyᵀ·x, the two sharing dy's bf16 copy.
@@ -213,13 +229,29 @@ void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a, Id dy16 = -1
     R.transient_bytes(kWork, m.device.linear_dW(m.T, m.in(role), m.out(role), given, x16 >= 0));
   else
     R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), true, given));
-  if (m.has_lora(role)) {
+  if (m.has_lora(role) && !in_group) {  // a grouped member writes the group's dxa (backward_layer)
     Id dxa = R.alloc(kWork, m.T * m.r);
     R.transient(kWork, m.dropout_scratch(role, true));
     if (m.dropout > 0) R.transient_bytes(kWork, m.device.lora_dropout_dA(m.T, m.in(role), m.r));
     R.free(dxa);
   }
   R.free(a.xa[ri]);
+}
+
+// lora_group_forward's xa_all [T, Σr] of a grouped input group, before its members' linear_forward:
+// kept (as its last member's xa: the backward frees it there) or freed after the group. -1: not
+// grouped.
+Id group_fwd(Replay& R, const Dims& m, const LinearInputGroup& grp, Acts* keep, Group keep_group) {
+  if (!m.grouped(grp)) return -1;
+  return R.alloc(keep ? keep_group : kWork, m.T * m.group_r(grp));
+}
+void group_fwd_done(Replay& R, const LinearInputGroup& grp, Id xa_all, Acts* keep) {
+  if (xa_all < 0) return;
+  const auto last = static_cast<size_t>(grp.first) + static_cast<size_t>(grp.count) - 1;
+  if (keep)
+    keep->xa[last] = xa_all;
+  else
+    R.free(xa_all);
 }
 
 // Model::forward_layer. keep = null: the checkpointed/inference path that frees as it goes.
@@ -243,10 +275,12 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   if (k) a.rstd1 = R.alloc(g, m.T);
   a.xn = R.alloc(g, m.T * m.D);
   Id x16 = bf16_copy(R, m, m.T * m.D, g16);
-  a.q = linear_fwd(R, m, LinearRole::Q, g, keep, g, x16);
-  a.k = linear_fwd(R, m, LinearRole::K, g, keep, g, x16);
-  a.v = linear_fwd(R, m, LinearRole::V, g, keep, g, x16);
+  Id xa_all = group_fwd(R, m, kQkvGroup, keep, g);
+  a.q = linear_fwd(R, m, LinearRole::Q, g, keep, g, x16, xa_all >= 0);
+  a.k = linear_fwd(R, m, LinearRole::K, g, keep, g, x16, xa_all >= 0);
+  a.v = linear_fwd(R, m, LinearRole::V, g, keep, g, x16, xa_all >= 0);
   done16(x16, a.xn16, &a.xn);
+  group_fwd_done(R, kQkvGroup, xa_all, keep);
   if (m.qk_norm) {
     a.q_pre = a.q;
     if (k) a.rstd_q = R.alloc(g, m.T * m.Hq);
@@ -268,9 +302,11 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   if (k) a.rstd2 = R.alloc(g, m.T);
   a.hn = R.alloc(g, m.T * m.D);
   x16 = bf16_copy(R, m, m.T * m.D, g16);
-  a.gate = linear_fwd(R, m, LinearRole::Gate, g, keep, g, x16);
-  a.up = linear_fwd(R, m, LinearRole::Up, g, keep, g, x16);
+  xa_all = group_fwd(R, m, kGateUpGroup, keep, g);
+  a.gate = linear_fwd(R, m, LinearRole::Gate, g, keep, g, x16, xa_all >= 0);
+  a.up = linear_fwd(R, m, LinearRole::Up, g, keep, g, x16, xa_all >= 0);
   done16(x16, a.hn16, &a.hn);
+  group_fwd_done(R, kGateUpGroup, xa_all, keep);
   if (!k) R.free(a.hn);
   x16 = bf16_copy(R, m, m.T * m.F, g16);
   a.m = R.alloc(g, m.T * m.F);
@@ -296,10 +332,14 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout, Id& dout16, bool b
   R.free(dm);
   R.free(a.gate), R.free(a.up);
   Id dhn = R.alloc(kWork, m.T * m.D);
-  linear_bwd(R, m, LinearRole::Gate, a, dgate16, a.hn16);
+  // A grouped input group's dxa [T, Σr], from before its first member to lora_group_backward.
+  const bool gate_up = m.grouped(kGateUpGroup);
+  Id dxa_all = gate_up ? R.alloc(kWork, m.T * m.group_r(kGateUpGroup)) : -1;
+  linear_bwd(R, m, LinearRole::Gate, a, dgate16, a.hn16, gate_up);
   R.free(dgate), R.free(dgate16);
-  linear_bwd(R, m, LinearRole::Up, a, dup16, a.hn16);
+  linear_bwd(R, m, LinearRole::Up, a, dup16, a.hn16, gate_up);
   R.free(dup), R.free(dup16);
+  R.free(dxa_all);
   R.free(a.hn), R.free(a.hn16);
   Id dh16 = bf16_copy(R, m, m.T * m.D);  // the post-norm backward's, o's dy
   R.free(dhn);
@@ -332,12 +372,15 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout, Id& dout16, bool b
     dk16 = bf16_copy(R, m, m.T * m.kvd);
   }
   Id dxn = R.alloc(kWork, m.T * m.D);
-  linear_bwd(R, m, LinearRole::Q, a, dq16, a.xn16);
+  const bool qkv = m.grouped(kQkvGroup);
+  dxa_all = qkv ? R.alloc(kWork, m.T * m.group_r(kQkvGroup)) : -1;
+  linear_bwd(R, m, LinearRole::Q, a, dq16, a.xn16, qkv);
   R.free(dq), R.free(dq16);
-  linear_bwd(R, m, LinearRole::K, a, dk16, a.xn16);
+  linear_bwd(R, m, LinearRole::K, a, dk16, a.xn16, qkv);
   R.free(dk), R.free(dk16);
-  linear_bwd(R, m, LinearRole::V, a, dv16, a.xn16);
+  linear_bwd(R, m, LinearRole::V, a, dv16, a.xn16, qkv);
   R.free(dv), R.free(dv16);
+  R.free(dxa_all);
   R.free(a.xn), R.free(a.xn16);
   if (below) dout16 = bf16_copy(R, m, m.T * m.D);  // the input norm's backward, the down dy below
   R.free(dxn);

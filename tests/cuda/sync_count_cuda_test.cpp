@@ -35,9 +35,11 @@ struct StepCounts {
 // first. base: the
 // frozen weights' dtype in LoRA mode ("" = the default, f32 here; bf16 with f16_card);
 // matmul: training.matmul_dtype.
-// qwen3: tiny-chat's shape as a Qwen3ForCausalLM (q/k norms), random weights.
+// qwen3: tiny-chat's shape as a Qwen3ForCausalLM (q/k norms), random weights. lora_dropout:
+// tiny_chat_options' 0.1 unless given.
 StepCounts count_training(int layers, TrainMode mode, bool f16_card, const std::string& base = "",
-                          const std::string& matmul = "auto", int steps = 4, bool qwen3 = false) {
+                          const std::string& matmul = "auto", int steps = 4, bool qwen3 = false,
+                          float lora_dropout = -1.0f) {
   TempDir dir;
   nlohmann::json cfg = nlohmann::json::parse(read_file(source_dir() + "/models/tiny-chat/config.json"));
   cfg["num_hidden_layers"] = layers;
@@ -55,6 +57,7 @@ StepCounts count_training(int layers, TrainMode mode, bool f16_card, const std::
   if (f16_card) o.base_dtype = "bf16";  // frozen weights held narrow: f16 GEMMs on a Turing card
   if (!base.empty()) o.base_dtype = base;
   o.matmul_dtype = matmul;
+  if (lora_dropout >= 0) o.lora.dropout = lora_dropout;
 
   SimulatedCudaDevice card;
   std::unique_ptr<SimulatedComputeCapability> turing;
@@ -142,6 +145,26 @@ TEST(CudaTrainer, GemmInputsAreRoundedOnlyWhereNoProducerWroteTheirBf16Copy) {
   // With q/k norms (Qwen3) dq's and dk's last writers are those norms' backward, not RoPE's.
   EXPECT_EQ(launches_per_layer(TrainMode::Lora, "bf16", "f32", "auto", "auto", true), 0 * kMicroBatches)
       << "LoRA over a bf16 base, Qwen3: rounding launches per layer and step";
+}
+
+// LoRA's GEMMs per layer and micro-batch (all seven projections adapted, checkpointing on: the
+// forward twice), where the LoRA input groups multiply their input once for every member
+// (ops/linear.h lora_group_forward / lora_group_backward): each forward 7 base + 4 xa (q/k/v's,
+// o's, gate/up's, down's) + 7 B; the backward 7 base dx + 7 dB + 7 dxa + 4 dA + 4 dx. One
+// projection at a time it was 7 xa, dA and dx each: 77. With dropout (each projection's mask its
+// own) the products of x are the dropout kernels' instead (2 · (7 + 7) + 3 · 7 GEMMs).
+TEST(CudaTrainer, LoraGroupsMultiplyTheirInputOnceForAllMembers) {
+  const auto gemms_per_layer = [](float dropout) {
+    const auto gemms = [&](int layers) {
+      const StepCounts c = count_training(layers, TrainMode::Lora, false, "bf16", "auto", 2, false, dropout);
+      EXPECT_EQ(c.per_step.size(), 1u);
+      return c.per_step.empty() ? 0 : static_cast<int64_t>(c.per_step.back().gemms);
+    };
+    return gemms(2) - gemms(1);
+  };
+  constexpr int64_t kMicroBatches = 2;
+  EXPECT_EQ(gemms_per_layer(0.0f), (2 * (7 + 4 + 7) + (7 + 7 + 7 + 4 + 4)) * kMicroBatches) << "no dropout: grouped";
+  EXPECT_EQ(gemms_per_layer(0.1f), (2 * (7 + 7) + 3 * 7) * kMicroBatches) << "dropout: each projection alone";
 }
 
 // The counters count: a synchronous read of device memory is one wait, as is a synchronisation;

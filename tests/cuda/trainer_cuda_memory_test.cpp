@@ -177,19 +177,23 @@ TEST(CudaTrainer, MemoryPlanCoversTheMeasuredPeakOnTheCard) {
     int cc_major = 8, cc_minor = 0;  // 7.5: a Turing card (f16 GEMMs, bf16 weights through f16 panels)
     std::string matmul = "auto";     // full mode: auto = bf16 GEMM copies from 8.0 on
     bool qwen3 = false;              // the model's shape as a Qwen3ForCausalLM (q/k norms), random weights
+    float lora_dropout = 0.1f;       // 0: q/k/v and gate/up as LoRA input groups (ops/linear.h)
   };
   const std::string stories = shared_dir() + "/models/stories260K";
   const std::string tiny = source_dir() + "/models/tiny-chat";
-  const Case cases[] = {{"tiny-chat lora bf16 ckpt on a T4", tiny, "bf16", TrainMode::Lora, true, 7, 5},
-                        {"tiny-chat lora f32 ckpt", tiny, "f32", TrainMode::Lora, true},
-                        {"tiny-chat lora bf16 no-ckpt", tiny, "bf16", TrainMode::Lora, false},
-                        {"tiny-chat full ckpt (bf16 GEMM copies)", tiny, "f32", TrainMode::Full, true},
-                        {"tiny-chat full no-ckpt (bf16 GEMM copies)", tiny, "f32", TrainMode::Full, false},
-                        {"tiny-chat full ckpt f32 GEMMs", tiny, "f32", TrainMode::Full, true, 8, 0, "f32"},
-                        {"stories260K lora bf16 ckpt", stories, "bf16", TrainMode::Lora, true},
-                        {"stories260K lora bf16 ckpt CC 9.0", stories, "bf16", TrainMode::Lora, true, 9},
-                        {"tiny-chat lora q8_0 ckpt", tiny, "q8_0", TrainMode::Lora, true},
-                        {"tiny-chat as Qwen3 lora bf16 ckpt", tiny, "bf16", TrainMode::Lora, true, 8, 0, "auto", true}};
+  const Case cases[] = {
+      {"tiny-chat lora bf16 ckpt on a T4", tiny, "bf16", TrainMode::Lora, true, 7, 5},
+      {"tiny-chat lora f32 ckpt", tiny, "f32", TrainMode::Lora, true},
+      {"tiny-chat lora bf16 no-ckpt", tiny, "bf16", TrainMode::Lora, false},
+      {"tiny-chat full ckpt (bf16 GEMM copies)", tiny, "f32", TrainMode::Full, true},
+      {"tiny-chat full no-ckpt (bf16 GEMM copies)", tiny, "f32", TrainMode::Full, false},
+      {"tiny-chat full ckpt f32 GEMMs", tiny, "f32", TrainMode::Full, true, 8, 0, "f32"},
+      {"stories260K lora bf16 ckpt", stories, "bf16", TrainMode::Lora, true},
+      {"stories260K lora bf16 ckpt CC 9.0", stories, "bf16", TrainMode::Lora, true, 9},
+      {"tiny-chat lora q8_0 ckpt", tiny, "q8_0", TrainMode::Lora, true},
+      {"tiny-chat as Qwen3 lora bf16 ckpt", tiny, "bf16", TrainMode::Lora, true, 8, 0, "auto", true},
+      {"tiny-chat lora bf16 ckpt, input groups", tiny, "bf16", TrainMode::Lora, true, 8, 0, "auto", false, 0.0f},
+      {"tiny-chat lora bf16 no-ckpt, input groups", tiny, "bf16", TrainMode::Lora, false, 8, 0, "auto", false, 0.0f}};
   for (const Case& c : cases) {
     TempDir dir;
     TrainOptions o = tiny_chat_options(dir.path, "cuda");
@@ -205,6 +209,7 @@ TEST(CudaTrainer, MemoryPlanCoversTheMeasuredPeakOnTheCard) {
     o.mode = c.mode;
     o.matmul_dtype = c.matmul;
     o.gradient_checkpointing = c.checkpointing;
+    o.lora.dropout = c.lora_dropout;
     o.steps = 2;  // with the first, every sample of the data: the plan sizes for the longest
     o.holdout = 0.0;
     o.max_seq_length = 64;

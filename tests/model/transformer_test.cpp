@@ -218,6 +218,44 @@ TEST(Transformer, AttachesAnAdapterFromInitLora) {
   }
 }
 
+// attach_lora lays each input group's A matrices (q/k/v, gate/up) out as rows of one tensor, values
+// unchanged, and allocate_grads their dA likewise: what lets the LoRA products of the group's input
+// run as one GEMM (ops/linear.h lora_group_forward; the oracle parity tests hold the gradients to
+// PyTorch's). A group missing a member keeps its tensors; o and down are alone anyway.
+TEST(Transformer, AttachLaysEachInputGroupsLoraAOutAsRowsOfOneTensor) {
+  TinySpec s;
+  const ModelConfig cfg = tiny_config(s);
+  TinyLora fresh, attached, partial;
+  make_tiny_lora(fresh, cfg, 4, 8.0f, false, all_roles(), 0.0f, 77);
+  make_tiny_lora(attached, cfg, 4, 8.0f, false, all_roles(), 0.0f, 77);
+  make_tiny_lora(partial, cfg, 4, 8.0f, false, {LinearRole::Q, LinearRole::V, LinearRole::Gate, LinearRole::Up}, 0.0f,
+                 78);
+  const float* o_before = attached.A[0][static_cast<size_t>(LinearRole::O)].data<float>();
+  Model m(tiny_weights(cfg, 9), ModelOptions{TrainMode::Lora});
+  m.attach_lora(attached.view);
+  Model mp(tiny_weights(cfg, 9), ModelOptions{TrainMode::Lora});
+  mp.attach_lora(partial.view);
+  auto joined = [](const std::array<Tensor, kNumLinearRoles>& t, std::initializer_list<LinearRole> roles) {
+    std::vector<const Tensor*> parts;
+    for (LinearRole r : roles) parts.push_back(&t[static_cast<size_t>(r)]);
+    return Tensor::joined_rows(parts).defined();
+  };
+  for (size_t l = 0; l < static_cast<size_t>(cfg.num_layers); ++l) {
+    SCOPED_TRACE(::testing::Message() << "layer " << l);
+    EXPECT_TRUE(joined(attached.A[l], {LinearRole::Q, LinearRole::K, LinearRole::V}));
+    EXPECT_TRUE(joined(attached.A[l], {LinearRole::Gate, LinearRole::Up}));
+    std::array<Tensor, kNumLinearRoles> dA;
+    for (size_t r = 0; r < kNumLinearRoles; ++r) dA[r] = m.grads().layers[l].lora[r].dA;
+    EXPECT_TRUE(joined(dA, {LinearRole::Q, LinearRole::K, LinearRole::V}));
+    EXPECT_TRUE(joined(dA, {LinearRole::Gate, LinearRole::Up}));
+    for (size_t r = 0; r < kNumLinearRoles; ++r)
+      EXPECT_EQ(attached.A[l][r].to_vector(), fresh.A[l][r].to_vector()) << linear_role_name(LinearRole(r));
+    EXPECT_FALSE(joined(partial.A[l], {LinearRole::Q, LinearRole::V}));
+    EXPECT_TRUE(joined(partial.A[l], {LinearRole::Gate, LinearRole::Up}));
+  }
+  EXPECT_EQ(attached.A[0][static_cast<size_t>(LinearRole::O)].data<float>(), o_before);
+}
+
 TEST(Transformer, BadBatchesAreInputErrors) {
   TinySpec s;
   Pair p = make(s, TrainMode::Lora, true);
