@@ -81,8 +81,9 @@ Tensor dropout_scratch(const Tensor& x, int64_t T, int64_t in, bool backward) {
 void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, const LinearSaved* saved,
                    const LinearGrads& grads, int64_t T, int64_t in, int64_t out, int64_t r) {
   BP_CHECK(saved && saved->xa.defined(), "[linear] LoRA backward needs the xa saved by linear_forward");
-  const int64_t ld_xa = saved->xa.rank() == 2 ? saved->xa.dim(1) : 0;
-  BP_CHECK(saved->xa.rank() == 2 && saved->xa.dim(0) == T && saved->col >= 0 && saved->col + r <= ld_xa,
+  ops::require_tensor(kOp, "saved xa", saved->xa, DType::F32, 2);
+  const int64_t ld_xa = saved->xa.dim(1);
+  BP_CHECK(saved->xa.dim(0) == T && saved->col >= 0 && saved->col + r <= ld_xa,
            "[linear] saved xa {} has no columns [{}, {}) of {} rows", saved->xa.shape().str(), saved->col,
            saved->col + r, T);
   const bool dropped = dropout_active(lora);
@@ -95,6 +96,7 @@ void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, con
                           grads.dB->kernel_data<float>(), r);
   if (lora.group_dxa) {  // a group member: its dxa columns; dA and dx's LoRA term are lora_group_backward's
     BP_CHECK(!grads.dA, "[linear] a LoRA group member's dA is the group's (lora_group_backward)");
+    BP_CHECK(!dropped, "[linear] a LoRA group member has dropout (each mask is its own)");
     Tensor& dxa = *lora.group_dxa;
     BP_CHECK(dxa.rank() == 2 && dxa.dim(0) == T && lora.group_col >= 0 && lora.group_col + r <= dxa.dim(1),
              "[linear] group dxa {} has no columns [{}, {}) of {} rows", dxa.shape().str(), lora.group_col,

@@ -396,7 +396,7 @@ TEST(Linear, LoraGroupMatchesEachProjectionAlone) {
   test::expect_lora_groups_match_projections_alone(Device{});
 }
 
-// A group member with dropout (each projection's mask is its own), one handed its own dA (the
+// A group member with dropout (each projection's mask is its own), forward or backward, one handed its own dA (the
 // group's dA is lora_group_backward's: it would be left unwritten) and columns past the group's xa
 // are refused, as are a group A and dxa that do not fit x.
 TEST(Linear, LoraGroupRefusesWhatItCannotCompute) {
@@ -425,6 +425,12 @@ TEST(Linear, LoraGroupRefusesWhatItCannotCompute) {
         linear_backward(dy, x, W, &l, &saved, {&dx, nullptr, nullptr, &dA, &dB});
       },
       ErrorCode::RUNTIME_INTERNAL, {"group member", "dA"});
+  l.dropout = 0.1f;  // backward too: dxa would miss the mask
+  test::expect_op_error(
+      [&] {
+        linear_backward(dy, x, W, &l, &saved, {&dx, nullptr, nullptr, nullptr, &dB});
+      },
+      ErrorCode::RUNTIME_INTERNAL, {"group member", "dropout"});
   Tensor narrow = random_tensor({2 * r, in + 1}, 6);
   test::expect_op_error([&] { (void)lora_group_forward(x, narrow); }, ErrorCode::RUNTIME_INTERNAL,
                         {"[linear]", "7 columns", "[4, 8]"});
