@@ -6,6 +6,9 @@
 // BP_BENCH_LORA_DROPOUT=<percent> sets another (0: the default of lora.dropout, no mask).
 // Counters are GFLOP/s, counting 2·M·N·K per GEMM including the LoRA products.
 //
+// lora_qkv: q/k/v's forward and backward with LoRA, each projection alone against a LoRA input
+// group (one GEMM of x per product for the three), at SmolLM-135M's and Qwen2.5-0.5B's shapes.
+//
 // held_xWt / held_dx: the same products with W held quantized (backend/cpu/quant_gemm.h: tiles
 // dequantized inside the GEMM), arg 0 the held type (0 f32, 1 q8_0, 2 q5_0, 3 q4_K), at the
 // projection shapes of SmolLM-135M and Qwen2.5-0.5B (q4_K only where rows are whole 256-blocks);
@@ -119,6 +122,51 @@ void BM_linear_backward_lora(benchmark::State& state) {
   set_gflops(state, p.base_flops() + 2.0 * p.lora_fwd_flops());
 }
 
+// q/k/v of one layer with LoRA (r 16, no dropout, f32 W), forward and backward through the op API:
+// arg 4 = 1 as a LoRA input group (ops/linear.h lora_group_forward / lora_group_backward: x's
+// products one GEMM each for the three), 0 each projection alone. Args 0-3: T, in (= D), q's out,
+// k's and v's out. Compare the two rows of a shape from the same run.
+void BM_lora_qkv(benchmark::State& state) {
+  const int64_t T = state.range(0), D = state.range(1), qd = state.range(2), kvd = state.range(3);
+  const bool grouped = state.range(4) != 0;
+  const int64_t outs[3] = {qd, kvd, kvd};
+  Tensor x = filled({T, D}, 1.0f), A_all = filled({3 * kRank, D}, 0.05f), dA_all = Tensor::zeros({3 * kRank, D});
+  Tensor dx = Tensor::empty({T, D});
+  std::array<Tensor, 3> W, A, B, dy, dA, dB;
+  std::array<bp::LoraWeights, 3> lora;
+  for (int i = 0; i < 3; ++i) {
+    W[i] = filled({outs[i], D}, 0.05f);
+    A[i] = A_all.rows(i * kRank, (i + 1) * kRank);
+    dA[i] = dA_all.rows(i * kRank, (i + 1) * kRank);
+    B[i] = filled({outs[i], kRank}, 0.05f);
+    dy[i] = filled({T, outs[i]}, 0.01f);
+    dB[i] = Tensor::zeros({outs[i], kRank});
+    lora[i] = {&A[i], &B[i], 2.0f, 0.0f, 0, true};
+  }
+  double flops = 0;
+  for (int64_t out : outs) flops += 2.0 * (2.0 * T * D * out) + 3.0 * (2.0 * T * kRank * (D + out));
+  for (auto _ : state) {
+    std::array<bp::LinearSaved, 3> saved;
+    Tensor xa_all = grouped ? bp::lora_group_forward(x, A_all) : Tensor();
+    for (int i = 0; i < 3; ++i) {
+      bp::LoraWeights l = lora[i];
+      if (grouped) l.group_xa = &xa_all, l.group_col = i * kRank;
+      Tensor y = bp::linear_forward(x, W[i], nullptr, &l, &saved[i]);
+      benchmark::DoNotOptimize(y.raw());
+    }
+    Tensor dxa_all = grouped ? Tensor::empty({T, 3 * kRank}) : Tensor();
+    for (int i = 0; i < 3; ++i) {
+      bp::LoraWeights l = lora[i];
+      if (grouped) l.group_dxa = &dxa_all, l.group_col = i * kRank;
+      bp::linear_backward(dy[i], x, W[i], &l, &saved[i],
+                          {&dx, nullptr, nullptr, grouped ? nullptr : &dA[i], &dB[i], i > 0});
+    }
+    if (grouped) bp::lora_group_backward(x, A_all, dxa_all, &dA_all, &dx);
+    benchmark::DoNotOptimize(dx.raw());
+  }
+  set_gflops(state, flops);
+}
+
 void BM_linear_forward_full(benchmark::State& state) {
   Problem p(state);
   for (auto _ : state) {
@@ -215,6 +263,15 @@ void held_shapes(benchmark::internal::Benchmark* b) {
   if (bench_threads() != 1) b->UseRealTime();
 }
 
+void qkv_shapes(benchmark::internal::Benchmark* b) {
+  // {T, D, q out, k/v out}: SmolLM-135M, Qwen2.5-0.5B; each alone (0) and grouped (1).
+  for (auto [T, D, qd, kvd] : {std::array<int64_t, 4>{512, 576, 576, 192}, {512, 896, 896, 128}})
+    for (int64_t grouped : {0, 1}) b->Args({T, D, qd, kvd, grouped});
+  b->Unit(benchmark::kMillisecond);
+  if (bench_threads() != 1) b->UseRealTime();
+}
+
+BENCHMARK(BM_lora_qkv)->Apply(qkv_shapes);
 BENCHMARK(BM_held_xWt)->Apply(held_shapes);
 BENCHMARK(BM_held_dx)->Apply(held_shapes);
 BENCHMARK(BM_sgemm_xWt)->Apply(shapes);
