@@ -155,12 +155,16 @@ TEST(CudaTrainer, GemmInputsAreRoundedOnlyWhereNoProducerWroteTheirBf16Copy) {
 // own) the products of x are the dropout kernels' instead (2 · (7 + 7) + 3 · 7 GEMMs).
 TEST(CudaTrainer, LoraGroupsMultiplyTheirInputOnceForAllMembers) {
   const auto gemms_per_layer = [](float dropout) {
-    const auto gemms = [&](int layers) {
+    const auto counts = [&](int layers) {
       const StepCounts c = count_training(layers, TrainMode::Lora, false, "bf16", "auto", 2, false, dropout);
       EXPECT_EQ(c.per_step.size(), 1u);
-      return c.per_step.empty() ? 0 : static_cast<int64_t>(c.per_step.back().gemms);
+      return c.per_step.empty() ? sim::RuntimeCounts{} : c.per_step.back();
     };
-    return gemms(2) - gemms(1);
+    const sim::RuntimeCounts two = counts(2), one = counts(1);
+    std::cout << "[lora groups] dropout " << dropout
+              << ", per layer and step of 2 micro-batches: " << two.gemms - one.gemms << " GEMMs, "
+              << two.kernel_launches - one.kernel_launches << " other kernel launches\n";
+    return static_cast<int64_t>(two.gemms - one.gemms);
   };
   constexpr int64_t kMicroBatches = 2;
   EXPECT_EQ(gemms_per_layer(0.0f), (2 * (7 + 4 + 7) + (7 + 7 + 7 + 4 + 4)) * kMicroBatches) << "no dropout: grouped";
