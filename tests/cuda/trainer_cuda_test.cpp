@@ -25,14 +25,20 @@ using namespace cuda_trainer;
 // a simulated Turing card, where attention is the scalar f32 kernel; from compute capability 8.0 on
 // tiny-chat's attention (head dim 32) runs on tensor cores with bf16 inputs (attention_tc.cuh), as
 // in the held-base runs further down, which are held to bf16 bounds.
-TEST(CudaTrainer, TinyChatLoraRunMatchesCpu) {
+// lora_dropout: tiny_chat_options' 0.1 (each projection's LoRA alone, the dropout kernels), or 0:
+// q/k/v and gate/up as LoRA input groups (ops/linear.h lora_group_forward).
+void expect_tiny_chat_lora_run_matches_cpu(float lora_dropout) {
+  SCOPED_TRACE(::testing::Message() << "LoRA dropout " << lora_dropout);
   TempDir cpu_dir, gpu_dir;
-  const TrainSummary ref = Trainer(tiny_chat_options(cpu_dir.path, "cpu")).run();
+  TrainOptions co = tiny_chat_options(cpu_dir.path, "cpu");
+  co.lora.dropout = lora_dropout;
+  const TrainSummary ref = Trainer(co).run();
 
   SimulatedCudaDevice card;
   SimulatedComputeCapability t4(7, 5);  // f32 attention (above)
   const uint64_t launches_before = sim::launch_count();
-  const TrainOptions go = tiny_chat_options(gpu_dir.path, "cuda");
+  TrainOptions go = tiny_chat_options(gpu_dir.path, "cuda");
+  go.lora.dropout = lora_dropout;
   std::string device_line;
   Trainer trainer(go, capture_device_event(&device_line));
   const TrainSummary got = trainer.run();
@@ -60,6 +66,14 @@ TEST(CudaTrainer, TinyChatLoraRunMatchesCpu) {
   for (float v : b_cpu) scale = std::max(scale, static_cast<double>(std::fabs(v)));
   ASSERT_GT(scale, 0.0) << "lora_B never moved: the comparison would prove nothing";
   EXPECT_TRUE(all_close(b_gpu, b_cpu, Tolerance{1e-4 * scale, 0}));
+}
+
+TEST(CudaTrainer, TinyChatLoraRunMatchesCpu) {
+  expect_tiny_chat_lora_run_matches_cpu(0.1f);
+}
+
+TEST(CudaTrainer, TinyChatLoraRunWithInputGroupsMatchesCpu) {
+  expect_tiny_chat_lora_run_matches_cpu(0.0f);
 }
 
 // Two steps of full fine-tuning of tiny-chat on the CPU (first) and on the card (second).
@@ -170,11 +184,12 @@ TEST(CudaTrainer, Bf16GemmCopiesOnATuringCardAreRefused) {
 // continues to the same losses and the same weights, bit for bit, as the run that never stopped.
 // Also in full fine-tuning through bf16 GEMM copies: the resumed run remakes the copies from the
 // restored masters.
-void expect_resume_bit_exact(TrainMode mode) {
+void expect_resume_bit_exact(TrainMode mode, float lora_dropout = 0.1f) {
   SimulatedCudaDevice card;
   TempDir a_dir, b_dir;
   TrainOptions straight = tiny_chat_options(a_dir.path, "cuda");
   straight.mode = mode;
+  straight.lora.dropout = lora_dropout;
   straight.holdout = 0.0;  // no evaluation: only the training steps matter here
   straight.steps = 2;
   const TrainSummary full = Trainer(straight).run();
@@ -204,6 +219,12 @@ void expect_resume_bit_exact(TrainMode mode) {
 
 TEST(CudaTrainer, CheckpointFromTheDeviceResumesBitExact) {
   expect_resume_bit_exact(TrainMode::Lora);
+}
+
+// No dropout: q/k/v's and gate/up's A are views of one tensor each; the checkpoint's tensors are
+// restored into them (and the AdamW moments beside them) bit for bit.
+TEST(CudaTrainer, LoraInputGroupsResumeBitExact) {
+  expect_resume_bit_exact(TrainMode::Lora, 0.0f);
 }
 
 TEST(CudaTrainer, FullFineTuningWithBf16GemmCopiesResumesBitExact) {
