@@ -235,6 +235,13 @@ Tensor Model::lora_group_A(int64_t l, const LinearInputGroup& g, bool train) con
   return Tensor::joined_rows(parts);
 }
 
+int64_t Model::lora_group_col(int64_t l, const LinearInputGroup& g, LinearRole r) const {
+  int64_t col = 0;
+  for (int i = static_cast<int>(g.first); i < static_cast<int>(r); ++i)
+    col += lora_.layers[static_cast<size_t>(l)][static_cast<size_t>(i)].A->dim(0);
+  return col;
+}
+
 static_assert(kNumLoraTargets == kNumLinearRoles &&
                   static_cast<int>(LoraTarget::Down) == static_cast<int>(LinearRole::Down),
               "LoraTarget and LinearRole must list the projections in the same order");
@@ -466,12 +473,10 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
     const Tensor A_all = lora_group_A(l, g, train);
     if (!A_all.defined()) return;
     group_xa = lora_group_forward(x, A_all);
-    int64_t col = 0;
     for (int i = 0; i < g.count; ++i) {
       LoraWeights& m = lw[static_cast<int>(g.first) + i];
       m.group_xa = &group_xa;
-      m.group_col = col;
-      col += m.A->dim(0);
+      m.group_col = lora_group_col(l, g, static_cast<LinearRole>(static_cast<int>(g.first) + i));
     }
   };
 

@@ -219,6 +219,8 @@ class Model {
   // LoRA and none dropout in this pass (train: dropout on); undefined otherwise: each projection
   // runs its LoRA products alone.
   Tensor lora_group_A(int64_t l, const LinearInputGroup& g, bool train) const;
+  // Member r's first column in its group's xa and dxa [T, Σr]: the ranks of the members before it.
+  int64_t lora_group_col(int64_t l, const LinearInputGroup& g, LinearRole r) const;
   void check_batch(const Batch& b) const;
 
   ModelWeights weights_;

@@ -48,8 +48,6 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
   struct GroupBack {
     const LinearInputGroup* of = nullptr;
     Tensor A_all, dA_all, dxa;
-    std::array<int64_t, kNumLinearRoles> cols{};
-    int64_t col(LinearRole r) const { return cols[static_cast<size_t>(r)]; }
   } group;
   auto group_start = [&](const LinearInputGroup& grp) {
     group = GroupBack{};
@@ -60,13 +58,7 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
       dAs.push_back(&g.lora[static_cast<size_t>(grp.first) + static_cast<size_t>(i)].dA);
     group.dA_all = Tensor::joined_rows(dAs);                        // allocate_grads laid them out so
     if (!group.A_all.defined() || !group.dA_all.defined()) return;  // each projection alone
-    int64_t col = 0;
-    for (int i = 0; i < grp.count; ++i) {
-      const size_t r = static_cast<size_t>(grp.first) + static_cast<size_t>(i);
-      group.cols[r] = col;
-      col += lora_.layers[static_cast<size_t>(l)][r].A->dim(0);
-    }
-    group.dxa = Tensor::empty({T, col}, DType::F32, dev);
+    group.dxa = Tensor::empty({T, group.A_all.dim(0)}, DType::F32, dev);
   };
   auto group_finish = [&](const Tensor& x, Tensor& dx) {
     if (group.dxa.defined()) lora_group_backward(x, group.A_all, group.dxa, &group.dA_all, &dx);
@@ -90,7 +82,7 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
       lg.dB = opt(g.lora[r].dB);
       if (group.dxa.defined() && group.of->contains(role)) {  // dA and dx's LoRA term: group.finish
         lw.group_dxa = &group.dxa;
-        lw.group_col = group.col(role);
+        lw.group_col = lora_group_col(l, *group.of, role);
         lg.dA = nullptr;
       }
     }
