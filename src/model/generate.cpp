@@ -11,7 +11,6 @@
 #include <cmath>
 #include <numeric>
 
-#include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
@@ -108,19 +107,17 @@ std::vector<float> decode_step(const Model& model, KvCache& cache, const std::ve
       q = rms_norm_forward(q.reshape({n * Hq, d}), w.q_norm, c.rms_norm_eps, nullptr).reshape({n, Hq * d});
       k = rms_norm_forward(k.reshape({n * Hkv, d}), w.k_norm, c.rms_norm_eps, nullptr).reshape({n, Hkv * d});
     }
-    rope_forward(q, positions, Hq, c.rope);
-    rope_forward(k, positions, Hkv, c.rope);
+    rope_forward(q, k, positions, Hq, Hkv, c.rope);
     cache.k(l).rows(start, start + n).copy_from(k);
     cache.v(l).rows(start, start + n).copy_from(v);
     Tensor attn = Tensor::empty({n, Hq * d});
     cached_attention(q, cache.k(l), cache.v(l), start, Hq, Hkv, d, attn);
-    Tensor h = linear_forward(attn, w.o, nullptr, lora(LinearRole::O), nullptr);
-    add_inplace(h, x);
+    // The residuals as the training forward adds them (model/transformer.cpp): the GEMMs' beta matrix.
+    Tensor h = linear_forward(attn, w.o, nullptr, lora(LinearRole::O), nullptr, nullptr, &x);
     Tensor hn = rms_norm_forward(h, w.post_norm, c.rms_norm_eps, nullptr);
     Tensor g = linear_forward(hn, w.gate, nullptr, lora(LinearRole::Gate), nullptr);
     Tensor u = linear_forward(hn, w.up, nullptr, lora(LinearRole::Up), nullptr);
-    x = linear_forward(swiglu_forward(g, u), w.down, nullptr, lora(LinearRole::Down), nullptr);
-    add_inplace(x, h);
+    x = linear_forward(swiglu_forward(g, u), w.down, nullptr, lora(LinearRole::Down), nullptr, nullptr, &h);
   }
   cache.advance(n);
   Tensor last = rms_norm_forward(x.rows(n - 1, n), W.final_norm, c.rms_norm_eps, nullptr);

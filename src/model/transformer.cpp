@@ -526,14 +526,13 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
               .reshape({T, Hkv * d});
     if (!acts) a.k_pre = Tensor();
   }
-  rope_forward(a.q, b.positions, Hq, c.rope);
-  rope_forward(a.k, b.positions, Hkv, c.rope);
+  rope_forward(a.q, a.k, b.positions, Hq, Hkv, c.rope);
   AttentionShape shape{Hq, Hkv, static_cast<int>(d)};
   a.attn = attention_forward(a.q, a.k, a.v, b.cu_seqlens, shape, acts ? &a.lse : nullptr, want16({LinearRole::O}));
   if (!acts) a.q = a.k = a.v = Tensor();
-  a.h = linear_forward(a.attn, W(LinearRole::O), nullptr, lp[3], saved(LinearRole::O), given16());
+  // h = x + o(attn) and out = h + down(m): the residual is the projection's GEMM's beta matrix, no add.
+  a.h = linear_forward(a.attn, W(LinearRole::O), nullptr, lp[3], saved(LinearRole::O), given16(), &x);
   done16(a.attn16, nullptr);
-  add_inplace(a.h, x);
   if (!acts) a.attn = a.xn = Tensor();
   a.hn = rms_norm_forward(a.h, w.post_norm, c.rms_norm_eps, acts ? &a.rstd2 : nullptr,
                           want16({LinearRole::Gate, LinearRole::Up}));
@@ -545,10 +544,9 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   if (!acts) a.hn = Tensor();
   a.m = swiglu_forward(a.gate, a.up, want16({LinearRole::Down}));
   if (!acts) a.gate = a.up = Tensor();
-  Tensor out = linear_forward(a.m, W(LinearRole::Down), nullptr, lp[6], saved(LinearRole::Down), given16());
+  Tensor out = linear_forward(a.m, W(LinearRole::Down), nullptr, lp[6], saved(LinearRole::Down), given16(), &a.h);
   done16(a.m16, &a.m);
   if (!acts) a.m = Tensor();
-  add_inplace(out, a.h);
   return out;
 }
 

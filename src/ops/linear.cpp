@@ -55,18 +55,20 @@ int64_t check_linear_args(const Tensor& x, const Tensor& W, const Tensor* bias, 
   return r;
 }
 
-// y = x·Wᵀ (+ b): one sgemm for an f32 W; a held W is dequantized tile by tile inside the GEMM
-// (backend/cpu/quant_gemm.h), reading x16 (x's bf16 copy, may be null) where the GEMM takes bf16,
-// then the bias is added.
-void base_forward(const Tensor& x, const uint16_t* x16, const Tensor& W, const Tensor* bias, Tensor& y) {
+// y = x·Wᵀ (+ b) (+ residual): one sgemm for an f32 W; a held W is dequantized tile by tile inside
+// the GEMM (backend/cpu/quant_gemm.h), reading x16 (x's bf16 copy, may be null) where the GEMM takes
+// bf16, then the bias is added. The residual (may be null) is the GEMM's beta matrix.
+void base_forward(const Tensor& x, const uint16_t* x16, const Tensor& W, const Tensor* bias, const Tensor* residual,
+                  Tensor& y) {
   const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
+  const float* res = residual ? residual->kernel_data<float>() : nullptr;
   if (W.dtype() == DType::F32) {
     ops::kernels(x).linear_base_forward(x.kernel_data<float>(), W.kernel_data<float>(),
-                                        bias ? bias->kernel_data<float>() : nullptr, y.kernel_data<float>(), T, in,
+                                        bias ? bias->kernel_data<float>() : nullptr, res, y.kernel_data<float>(), T, in,
                                         out);
     return;
   }
-  ops::kernels(x).held_linear_forward(x.kernel_data<float>(), x16, ops::held_gemm_matrix(W), 0.0f,
+  ops::kernels(x).held_linear_forward(x.kernel_data<float>(), x16, ops::held_gemm_matrix(W), res ? 1.0f : 0.0f, res,
                                       y.kernel_data<float>(), T);
   if (bias) ops::kernels(x).add_bias_inplace(y.kernel_data<float>(), bias->kernel_data<float>(), T, out);
 }
@@ -131,13 +133,17 @@ void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, con
 }  // namespace
 
 Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, const LoraWeights* lora, LinearSaved* saved,
-                      const Tensor* x_bf16) {
+                      const Tensor* x_bf16, const Tensor* residual) {
   const int64_t r = check_linear_args(x, W, bias, lora);
   const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
   const uint16_t* x16 = ops::bf16_input(kOp, "x_bf16", x_bf16, x);
+  if (residual) {
+    ops::require_shape(kOp, "residual", *residual, Shape{T, out});
+    ops::require_same_device(kOp, {&x, residual});
+  }
   Tensor y = Tensor::empty({T, out}, DType::F32, x.device());
   if (!lora) {
-    base_forward(x, x16, W, bias, y);
+    base_forward(x, x16, W, bias, residual, y);
     if (saved) *saved = LinearSaved{};  // nothing to keep; drop anything from an earlier call
     return y;
   }
@@ -150,7 +156,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
              "[linear] group xa {} has no columns [{}, {}) of {} rows", xa.shape().str(), lora->group_col,
              lora->group_col + r, T);
     ops::require_same_device(kOp, {&x, &xa});
-    base_forward(x, x16, W, bias, y);
+    base_forward(x, x16, W, bias, residual, y);
     if (T > 0)
       ops::kernels(x).sgemm(false, true, T, out, r, lora->scale, xa.kernel_data<float>() + lora->group_col, xa.dim(1),
                             lora->B->kernel_data<float>(), r, 1.0f, y.kernel_data<float>(), out);
@@ -159,7 +165,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
   }
   Tensor xa = Tensor::empty({T, r}, DType::F32, x.device());
   if (!dropout_active(*lora)) {
-    base_forward(x, x16, W, bias, y);
+    base_forward(x, x16, W, bias, residual, y);
     ops::kernels(x).lora_forward(x.kernel_data<float>(), lora->A->kernel_data<float>(), lora->B->kernel_data<float>(),
                                  lora->scale, xa.kernel_data<float>(), y.kernel_data<float>(), T, in, out, r);
   } else {
@@ -172,7 +178,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
                                       lora->dropout_seed, scratch.kernel_data<float>(), xa.kernel_data<float>(), T, in,
                                       r);
     }
-    base_forward(x, x16, W, bias, y);
+    base_forward(x, x16, W, bias, residual, y);
     ops::kernels(x).sgemm(false, true, T, out, r, lora->scale, xa.kernel_data<float>(), r,
                           lora->B->kernel_data<float>(), r, 1.0f, y.kernel_data<float>(), out);
   }

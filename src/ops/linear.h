@@ -65,11 +65,14 @@ struct LinearGrads {
   bool accumulate_dx = false;  // dx += instead of dx =
 };
 
+// residual (forward, may be null): [T, out] f32 added to y, y = residual + x·Wᵀ (+ b) (+ LoRA), by
+// the base GEMM (its beta; on a card out of place, cuBLASLt's C ≠ D): a residual connection with
+// no add of its own (o_proj onto the layer's input, down_proj onto h). Read, never written.
 // saved may be null (inference). bias, lora, x_bf16 and dy_bf16 may be null. linear_backward's x may
 // be undefined where x_bf16 is given, W's GEMMs read bf16 (held_gemms_read_bf16) and there is no
 // LoRA: the copy is all its GEMMs read of x (full fine-tuning drops the f32 xn, hn and m for it).
 Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, const LoraWeights* lora, LinearSaved* saved,
-                      const Tensor* x_bf16 = nullptr);
+                      const Tensor* x_bf16 = nullptr, const Tensor* residual = nullptr);
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const LoraWeights* lora,
                      const LinearSaved* saved, const LinearGrads& grads, const Tensor* dy_bf16 = nullptr,
                      const Tensor* x_bf16 = nullptr);

@@ -39,15 +39,17 @@ void check_config(const RopeConfig& cfg) {
   }
 }
 
-void check_x_positions(Tensor& x, const Tensor& positions, int n_heads, const RopeConfig& cfg) {
-  check_config(cfg);
-  ops::require_tensor(kOp, "x", x, DType::F32, 2);
-  ops::require_tensor(kOp, "positions", positions, DType::I32, 1);
+void check_x(const char* name, const Tensor& x, const Tensor& positions, int n_heads, const RopeConfig& cfg) {
+  ops::require_tensor(kOp, name, x, DType::F32, 2);
   BP_CHECK(n_heads > 0 && x.dim(1) == static_cast<int64_t>(n_heads) * cfg.head_dim,
-           "[rope] x has {} columns but {} heads × head_dim {} = {}", x.dim(1), n_heads, cfg.head_dim,
+           "[rope] {} has {} columns but {} heads × head_dim {} = {}", name, x.dim(1), n_heads, cfg.head_dim,
            static_cast<int64_t>(n_heads) * cfg.head_dim);
   ops::require_same_device(kOp, {&x, &positions});
-  BP_CHECK(positions.dim(0) == x.dim(0), "[rope] x has {} rows but positions has {}", x.dim(0), positions.dim(0));
+  BP_CHECK(positions.dim(0) == x.dim(0), "[rope] {} has {} rows but positions has {}", name, x.dim(0),
+           positions.dim(0));
+}
+
+void check_positions(const Tensor& positions) {
   std::vector<int32_t> staging;
   const int32_t* p = ops::host_ints(positions, staging);
   for (int64_t t = 0; t < positions.dim(0); ++t)
@@ -56,12 +58,20 @@ void check_x_positions(Tensor& x, const Tensor& positions, int n_heads, const Ro
                   fmt::format("[rope] position {} at token {} is negative", p[t], t));
 }
 
-void apply(Tensor& x, const Tensor& positions, int n_heads, const RopeConfig& cfg, bool inverse, Tensor* x_bf16) {
-  check_x_positions(x, positions, n_heads, cfg);
-  uint16_t* x16 = ops::bf16_output(kOp, "dx_bf16", x_bf16, x.shape(), x.device());
+// One tensor (k null) or q and k: one kernel call either way.
+void apply(Tensor& q, Tensor* k, const Tensor& positions, int q_heads, int k_heads, const RopeConfig& cfg, bool inverse,
+           Tensor* q_bf16, Tensor* k_bf16) {
+  check_config(cfg);
+  ops::require_tensor(kOp, "positions", positions, DType::I32, 1);
+  check_x(k ? "q" : "x", q, positions, q_heads, cfg);
+  if (k) check_x("k", *k, positions, k_heads, cfg);
+  check_positions(positions);
+  cpu::RopeTarget a{q.kernel_data<float>(), q_heads,
+                    ops::bf16_output(kOp, k ? "dq_bf16" : "dx_bf16", q_bf16, q.shape(), q.device())};
+  cpu::RopeTarget b;
+  if (k) b = {k->kernel_data<float>(), k_heads, ops::bf16_output(kOp, "dk_bf16", k_bf16, k->shape(), k->device())};
   const std::vector<float> inv_freq = rope_inv_freq(cfg);
-  ops::kernels(x).rope_apply(x.kernel_data<float>(), positions.kernel_data<int32_t>(), inv_freq.data(), x.dim(0),
-                             n_heads, cfg.head_dim, inverse, x16);
+  ops::kernels(q).rope_apply(a, b, positions.kernel_data<int32_t>(), inv_freq.data(), q.dim(0), cfg.head_dim, inverse);
 }
 
 }  // namespace
@@ -99,11 +109,20 @@ std::vector<float> rope_inv_freq(const RopeConfig& cfg) {
 }
 
 void rope_forward(Tensor& x, const Tensor& positions, int n_heads, const RopeConfig& cfg) {
-  apply(x, positions, n_heads, cfg, false, nullptr);
+  apply(x, nullptr, positions, n_heads, 0, cfg, false, nullptr, nullptr);
 }
 
 void rope_backward(Tensor& dx, const Tensor& positions, int n_heads, const RopeConfig& cfg, Tensor* dx_bf16) {
-  apply(dx, positions, n_heads, cfg, true, dx_bf16);
+  apply(dx, nullptr, positions, n_heads, 0, cfg, true, dx_bf16, nullptr);
+}
+
+void rope_forward(Tensor& q, Tensor& k, const Tensor& positions, int q_heads, int k_heads, const RopeConfig& cfg) {
+  apply(q, &k, positions, q_heads, k_heads, cfg, false, nullptr, nullptr);
+}
+
+void rope_backward(Tensor& dq, Tensor& dk, const Tensor& positions, int q_heads, int k_heads, const RopeConfig& cfg,
+                   Tensor* dq_bf16, Tensor* dk_bf16) {
+  apply(dq, &dk, positions, q_heads, k_heads, cfg, true, dq_bf16, dk_bf16);
 }
 
 }  // namespace bp

@@ -49,36 +49,62 @@ TEST(CudaSwiglu, MatchesCpuAtOddSizes) {
   }
 }
 
+// q [T, q_heads·d] and k [T, k_heads·d] (k_heads 0: q alone) in one launch against the CPU kernel,
+// with both bf16 copies.
 template <class T>
-void check_rope(int64_t T_tokens, int64_t n_heads, int64_t head_dim, bool inverse) {
-  const int64_t n = T_tokens * n_heads * head_dim;
-  const auto x = test::back(test::as<T>(test::random_floats(n, 20 + n)));
+void check_rope(int64_t T_tokens, int64_t q_heads, int64_t k_heads, int64_t head_dim, bool inverse) {
+  const int64_t nq = T_tokens * q_heads * head_dim, nk = T_tokens * k_heads * head_dim;
+  const auto q = test::back(test::as<T>(test::random_floats(nq, 20 + nq)));
+  const auto k = test::back(test::as<T>(test::random_floats(nk, 21 + nk)));
   std::vector<int32_t> pos(T_tokens);
   for (int64_t t = 0; t < T_tokens; ++t) pos[t] = static_cast<int32_t>((t * 7919) % 2049);  // packed: restarts
   std::vector<float> inv_freq(head_dim / 2);
   for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
-  auto ref = x;
-  cpu::rope_apply(ref.data(), pos.data(), inv_freq.data(), T_tokens, n_heads, head_dim, inverse, nullptr);
-  auto got = test::as<T>(x);
-  std::vector<bf16> got16(static_cast<size_t>(n));  // the rotated x's bf16 copy (the backward's dq, dk)
-  rope_apply<T>(got.data(), pos.data(), inv_freq.data(), T_tokens, n_heads, head_dim, inverse, got16.data());
+  auto q_ref = q, k_ref = k;
+  cpu::rope_apply({q_ref.data(), q_heads, nullptr}, {k_heads ? k_ref.data() : nullptr, k_heads, nullptr}, pos.data(),
+                  inv_freq.data(), T_tokens, head_dim, inverse);
+  auto qg = test::as<T>(q), kg = test::as<T>(k);
+  // the rotated tensors' bf16 copies (the backward's dq, dk)
+  std::vector<bf16> q16(static_cast<size_t>(nq)), k16(static_cast<size_t>(nk));
+  rope_apply<T>(qg.data(), q_heads, q16.data(), k_heads ? kg.data() : nullptr, k_heads, k16.data(), pos.data(),
+                inv_freq.data(), T_tokens, head_dim, inverse);
   // f32: angles up to ~2000 rad, where sincosf and the CPU's rounded double differ by a few ulp.
   const auto tol = std::is_same_v<T, float> ? test::Tolerance{2e-5, 2e-5} : test::kBf16Tol;
-  const std::string at = "rope T=" + std::to_string(T_tokens) + " heads=" + std::to_string(n_heads) +
-                         " d=" + std::to_string(head_dim) + (inverse ? " inverse" : "");
-  test::expect_close(test::back(got), ref, tol, at);
-  test::expect_bf16_copy(got16, test::back(got), "bf16 copy of " + at);
-  auto plain = test::as<T>(x);  // without the copy: the same values
-  rope_apply<T>(plain.data(), pos.data(), inv_freq.data(), T_tokens, n_heads, head_dim, inverse);
-  EXPECT_EQ(0, std::memcmp(plain.data(), got.data(), got.size() * sizeof(T))) << at;
+  const std::string at = "rope T=" + std::to_string(T_tokens) + " heads=" + std::to_string(q_heads) + "+" +
+                         std::to_string(k_heads) + " d=" + std::to_string(head_dim) + (inverse ? " inverse" : "");
+  test::expect_close(test::back(qg), q_ref, tol, "q " + at);
+  test::expect_bf16_copy(q16, test::back(qg), "bf16 copy of q " + at);
+  if (k_heads) {
+    test::expect_close(test::back(kg), k_ref, tol, "k " + at);
+    test::expect_bf16_copy(k16, test::back(kg), "bf16 copy of k " + at);
+  }
+  // Without the copies, and each tensor in a launch of its own: the same bits.
+  auto q_plain = test::as<T>(q), k_plain = test::as<T>(k);
+  rope_apply<T>(q_plain.data(), q_heads, nullptr, nullptr, 0, nullptr, pos.data(), inv_freq.data(), T_tokens, head_dim,
+                inverse);
+  EXPECT_EQ(0, std::memcmp(q_plain.data(), qg.data(), qg.size() * sizeof(T))) << at;
+  if (!k_heads) return;
+  rope_apply<T>(k_plain.data(), k_heads, nullptr, nullptr, 0, nullptr, pos.data(), inv_freq.data(), T_tokens, head_dim,
+                inverse);
+  EXPECT_EQ(0, std::memcmp(k_plain.data(), kg.data(), kg.size() * sizeof(T))) << at;
 }
 
 TEST(CudaRope, ForwardAndInverseMatchCpu) {
   for (bool inverse : {false, true}) {
-    check_rope<float>(1, 1, 2, inverse);
-    check_rope<float>(33, 3, 34, inverse);
-    check_rope<float>(31, 2, 64, inverse);
-    check_rope<bf16>(33, 3, 34, inverse);
+    check_rope<float>(1, 1, 0, 2, inverse);
+    check_rope<float>(33, 3, 0, 34, inverse);
+    check_rope<float>(31, 2, 0, 64, inverse);
+    check_rope<bf16>(33, 3, 0, 34, inverse);
+  }
+}
+
+// q and k of grouped heads in one launch: the grid walks both tensors' heads, each at its own row.
+TEST(CudaRope, QAndKInOneLaunchMatchCpu) {
+  for (bool inverse : {false, true}) {
+    check_rope<float>(1, 1, 1, 2, inverse);
+    check_rope<float>(33, 3, 1, 34, inverse);
+    check_rope<float>(31, 4, 2, 64, inverse);
+    check_rope<bf16>(33, 2, 3, 34, inverse);  // more k heads than q: the split is by count, not order
   }
 }
 

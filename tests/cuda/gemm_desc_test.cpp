@@ -174,6 +174,58 @@ TEST(GemmDesc, PanelPointersReportTheirRealAlignment) {
   cudaFree(y_mem);
 }
 
+// Out of place (gemm.cuh C_in: a residual the projection's GEMM adds, ops/linear.h): C = X·Wᵀ +
+// beta·C_in, C_in read and never written, C's old values never read; C_in's alignment is the C
+// preference and C's the D one (cuBLASLt's names), each refused below its element size.
+TEST(GemmDesc, OutOfPlaceAddsCInAndLeavesItUnwritten) {
+  const int64_t M = 5, N = 11, K = 7;
+  void *x_mem = nullptr, *w_mem = nullptr, *c_mem = nullptr, *r_mem = nullptr;
+  ASSERT_EQ(cudaMalloc(&x_mem, M * K * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&w_mem, N * K * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&c_mem, M * N * 4 + 8), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&r_mem, M * N * 4 + 8), cudaSuccess);
+  auto* X = static_cast<float*>(x_mem);
+  auto* W = static_cast<float*>(w_mem);
+  auto* C = static_cast<float*>(c_mem);
+  auto* R = static_cast<float*>(r_mem) + 1;  // 4 bytes past its allocation
+  const auto x = test::random_floats(M * K, 92), w = test::random_floats(N * K, 93), r = test::random_floats(M * N, 94);
+  std::copy(x.begin(), x.end(), X);
+  std::copy(w.begin(), w.end(), W);
+  std::copy(r.begin(), r.end(), R);
+  std::fill(C, C + M * N, std::nanf(""));  // never read
+  auto d = gemm::row_major_gemm(false, true, M, N, K, 1.0f, K, K, 1.0f, N);
+  gemm(d, W, X, C, nullptr, 0, nullptr, R);
+  const gemm::GemmAlignments al = last_gemm_alignments();
+  EXPECT_EQ(al.c, 4u) << "C_in's alignment";
+  EXPECT_EQ(al.d, 256u) << "the written matrix's";
+  std::vector<float> ref(r);
+  cpu::sgemm(false, true, M, N, K, 1.0f, x.data(), K, w.data(), K, 1.0f, ref.data(), N);
+  for (int64_t i = 0; i < M * N; ++i) EXPECT_NEAR(C[i], ref[i], 1e-5) << i;
+  EXPECT_TRUE(std::equal(r.begin(), r.end(), R)) << "C_in was written";
+
+  // beta 0 reads neither: C = X·Wᵀ.
+  d.beta = 0.0f;
+  gemm(d, W, X, C, nullptr, 0, nullptr, R);
+  cpu::sgemm(false, true, M, N, K, 1.0f, x.data(), K, w.data(), K, 0.0f, ref.data(), N);
+  for (int64_t i = 0; i < M * N; ++i) EXPECT_NEAR(C[i], ref[i], 1e-5) << i;
+
+  d.beta = 1.0f;
+  for (const bool bad_c_in : {true, false}) {
+    try {
+      if (bad_c_in)
+        gemm(d, W, X, C, nullptr, 0, nullptr, static_cast<char*>(r_mem) + 2);
+      else
+        gemm(d, W, X, static_cast<char*>(c_mem) + 2, nullptr, 0, nullptr, R);
+      ADD_FAILURE() << "a misaligned " << (bad_c_in ? "C_in" : "C") << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("CUBLAS_STATUS_NOT_SUPPORTED"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(bad_c_in ? "C is 2-byte aligned" : "D is 2-byte aligned"), std::string::npos)
+          << e.what();
+    }
+  }
+  for (void* p : {x_mem, w_mem, c_mem, r_mem}) cudaFree(p);
+}
+
 // The panels of a held weight (cuda_workspace::held_panel_rows) start every `rows` rows, and a panel
 // starting at row r0 hands cuBLASLt `y + r0` (f32) and `dy + r0` (16-bit) beside the panel: for
 // the shapes of Qwen2.5 and SmolLM (896 and 576 columns do not divide the tile) those stay 16-byte

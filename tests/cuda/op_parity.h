@@ -91,6 +91,22 @@ inline void linear_with_lora_dropout_and_bias(Tolerance tol) {
   LinearSaved sc, sg;
   expect_same(linear_forward(xg, Wg, &bg, &lg, &sg), linear_forward(x, W, &bias, &lc, &sc), "y", tol);
   expect_same(sg.xa, sc.xa, "xa (through the dropout mask)", tol);
+  // A residual the projection adds (ops/linear.h): the base GEMM's beta matrix, read, never written.
+  const Tensor res = random_tensor({T, out}, 31), resg = gpu(res);
+  for (float dropout : {0.25f, 0.0f}) {
+    lc.dropout = lg.dropout = dropout;
+    LinearSaved rc, rg;
+    const Tensor y_res = linear_forward(x, W, &bias, &lc, &rc, nullptr, &res);
+    expect_same(linear_forward(xg, Wg, &bg, &lg, &rg, nullptr, &resg), y_res, "y with a residual", tol);
+    Tensor y_add = linear_forward(x, W, &bias, &lc, nullptr);
+    add_inplace(y_add, res);
+    EXPECT_TRUE(all_close(y_res.to_vector(), y_add.to_vector(), tol)) << "y + residual";
+    EXPECT_EQ(resg.to_vector(), res.to_vector()) << "the residual was written";
+  }
+  expect_same(linear_forward(xg, Wg, nullptr, nullptr, nullptr, nullptr, &resg),
+              linear_forward(x, W, nullptr, nullptr, nullptr, nullptr, &res), "y with a residual, no LoRA", tol);
+  lc.dropout = lg.dropout = 0.25f;
+  linear_forward(xg, Wg, &bg, &lg, &sg), linear_forward(x, W, &bias, &lc, &sc);
   Tensor dx = Tensor::empty({T, in}), dW = random_tensor({out, in}, 26), db = random_tensor({out}, 27);
   Tensor dA = random_tensor({r, in}, 28), dB = random_tensor({out, r}, 29);
   Tensor dxg = Tensor::empty({T, in}, DType::F32, kGpu), dWg = gpu(dW), dbg = gpu(db), dAg = gpu(dA), dBg = gpu(dB);
@@ -143,6 +159,12 @@ inline void held_weights(DType type, Tolerance tol) {
   expect_same(y, linear_forward(bf16_rounded(x), W_bf16, nullptr, nullptr, nullptr), "y", widen(tol));
   EXPECT_FALSE(all_close(y.to_vector(), linear_forward(x, W, nullptr, nullptr, nullptr).to_vector(), widen(tol)))
       << "y: the activation was not rounded to bf16";
+  // A residual the projection adds: each panel's GEMM reads its columns of it (out of place).
+  const Tensor res = random_tensor({T, out}, 43), resg = gpu(res);
+  expect_same(linear_forward(xg, Wg, nullptr, nullptr, nullptr, nullptr, &resg),
+              linear_forward(bf16_rounded(x), W_bf16, nullptr, nullptr, nullptr, nullptr, &res), "y with a residual",
+              widen(tol));
+  EXPECT_EQ(resg.to_vector(), res.to_vector()) << "the residual was written";
   Tensor dx = Tensor::empty({T, in}), dx_f32 = Tensor::empty({T, in}), dxg = Tensor::empty({T, in}, DType::F32, kGpu);
   linear_backward(bf16_rounded(dy), x, W_bf16, nullptr, nullptr, LinearGrads{&dx});
   linear_backward(dy, x, W, nullptr, nullptr, LinearGrads{&dx_f32});
@@ -204,6 +226,13 @@ inline void norm_rope_swiglu_embedding(Tolerance tol) {
   expect_same(xg, x, "rope forward", tol);
   rope_backward(dy, p, heads, rc), rope_backward(dyg, pg, heads, rc);
   expect_same(dyg, dy, "rope backward", tol);
+  Tensor k = random_tensor({T, D}, 55), kg = gpu(k);  // q and k in one launch
+  rope_forward(x, k, p, heads, heads, rc), rope_forward(xg, kg, pg, heads, heads, rc);
+  expect_same(xg, x, "rope forward q of q+k", tol);
+  expect_same(kg, k, "rope forward k of q+k", tol);
+  rope_backward(dy, k, p, heads, heads, rc), rope_backward(dyg, kg, pg, heads, heads, rc);
+  expect_same(dyg, dy, "rope backward dq of dq+dk", tol);
+  expect_same(kg, k, "rope backward dk of dq+dk", tol);
 
   Tensor up = random_tensor({T, D}, 54), upg = gpu(up);
   expect_same(swiglu_forward(xg, upg), swiglu_forward(x, up), "swiglu h", tol);

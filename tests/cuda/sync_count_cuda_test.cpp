@@ -153,8 +153,16 @@ TEST(CudaTrainer, GemmInputsAreRoundedOnlyWhereNoProducerWroteTheirBf16Copy) {
 // o's, gate/up's, down's) + 7 B; the backward 7 base dx + 7 dB + 7 dxa + 4 dA + 4 dx. One
 // projection at a time it was 7 xa, dA and dx each: 77. With dropout (each projection's mask its
 // own) the products of x are the dropout kernels' instead (2 · (7 + 7) + 3 · 7 GEMMs).
+// The other launches: each forward 2 RMSNorms, one RoPE for q and k, attention and SwiGLU (the
+// residual adds are o's and down's GEMMs, their beta matrix); the backward SwiGLU's, 2 RMSNorms',
+// attention's 3 (delta, dK/dV, dQ) and one RoPE's: 2 · 5 + 7 (until the sixteenth session 2 · 7 + 7:
+// a RoPE launch each for q and k, and two residual adds). With dropout, 7 xa kernels in each
+// forward and a dA and a dx kernel per projection in the backward on top.
 TEST(CudaTrainer, LoraGroupsMultiplyTheirInputOnceForAllMembers) {
-  const auto gemms_per_layer = [](float dropout) {
+  struct PerLayer {
+    int64_t gemms = 0, others = 0;
+  };
+  const auto per_layer = [](float dropout) {
     const auto counts = [&](int layers) {
       const StepCounts c = count_training(layers, TrainMode::Lora, false, "bf16", "auto", 2, false, dropout);
       EXPECT_EQ(c.per_step.size(), 1u);
@@ -164,11 +172,15 @@ TEST(CudaTrainer, LoraGroupsMultiplyTheirInputOnceForAllMembers) {
     std::cout << "[lora groups] dropout " << dropout
               << ", per layer and step of 2 micro-batches: " << two.gemms - one.gemms << " GEMMs, "
               << two.kernel_launches - one.kernel_launches << " other kernel launches\n";
-    return static_cast<int64_t>(two.gemms - one.gemms);
+    return PerLayer{static_cast<int64_t>(two.gemms - one.gemms),
+                    static_cast<int64_t>(two.kernel_launches - one.kernel_launches)};
   };
   constexpr int64_t kMicroBatches = 2;
-  EXPECT_EQ(gemms_per_layer(0.0f), (2 * (7 + 4 + 7) + (7 + 7 + 7 + 4 + 4)) * kMicroBatches) << "no dropout: grouped";
-  EXPECT_EQ(gemms_per_layer(0.1f), (2 * (7 + 7) + 3 * 7) * kMicroBatches) << "dropout: each projection alone";
+  const PerLayer grouped = per_layer(0.0f), alone = per_layer(0.1f);
+  EXPECT_EQ(grouped.gemms, (2 * (7 + 4 + 7) + (7 + 7 + 7 + 4 + 4)) * kMicroBatches) << "no dropout: grouped";
+  EXPECT_EQ(alone.gemms, (2 * (7 + 7) + 3 * 7) * kMicroBatches) << "dropout: each projection alone";
+  EXPECT_EQ(grouped.others, (2 * 5 + 7) * kMicroBatches) << "no dropout: other launches";
+  EXPECT_EQ(alone.others, (2 * 5 + 7 + 2 * 7 + 2 * 7) * kMicroBatches) << "dropout: other launches";
 }
 
 // The counters count: a synchronous read of device memory is one wait, as is a synchronisation;

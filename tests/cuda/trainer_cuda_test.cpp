@@ -48,7 +48,7 @@ void expect_tiny_chat_lora_run_matches_cpu(float lora_dropout) {
   EXPECT_NE(device_line.find("activations, gradients and optimizer state stored f32"), std::string::npos);
   EXPECT_EQ(trainer.model().device(), kGpu);
   EXPECT_EQ(trainer.adapter()->layers[0].a(LoraTarget::Q).device(), kGpu);
-  EXPECT_GT(sim::launch_count(), launches_before + 1000);  // the simulated kernels did the work
+  EXPECT_GT(sim::launch_count(), launches_before + 500);  // the simulated kernels did the work
   EXPECT_GT(got.peak_memory_bytes, 0u);
   EXPECT_EQ(got.peak_memory_bytes, card.allocator().stats().bytes_peak) << "the card's allocator was the run's";
 

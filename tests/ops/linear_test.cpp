@@ -111,6 +111,53 @@ TEST(Linear, ForwardMatchesReferenceAtOddSizes) {
     }
 }
 
+// A residual the projection adds (ops/linear.h: the base GEMM's beta matrix; the model's o_proj
+// and down_proj): y = residual + the reference's y in every form (plain, bias, LoRA, bias + LoRA
+// with dropout; weights held in bf16 and q8_0; a LoRA group member), the residual unchanged. One
+// of the wrong shape is refused.
+TEST(Linear, ResidualIsAddedByEveryForm) {
+  uint64_t seed = 700;
+  for (const Case& c : kCases)
+    for (int mode = 0; mode < 4; ++mode) {
+      const bool bias = mode & 1, lora = mode >= 2;
+      LinearCase s = make_setup(c, bias, lora, mode == 3 ? 0.25f : 0.0f, seed += 10);
+      const Tensor res = random_tensor({c.T, c.out}, seed + 5);
+      const std::vector<float> res_before = res.to_vector();
+      const Tensor y =
+          linear_forward(s.x, s.W, bias ? &s.b : nullptr, lora ? &s.lora : nullptr, nullptr, nullptr, &res);
+      std::vector<double> ref = s.ref.forward();
+      for (size_t i = 0; i < ref.size(); ++i) ref[i] += res_before[i];
+      EXPECT_TRUE(all_close(to_double(y.to_vector()), ref, {1e-5, 1e-5}))
+          << "T=" << c.T << " in=" << c.in << " out=" << c.out << " mode " << mode;
+      EXPECT_EQ(res.to_vector(), res_before) << "the residual was written";
+    }
+
+  const int64_t T = 9, in = 64, out = 33, r = 3;
+  const Tensor x = random_tensor({T, in}, 1), res = random_tensor({T, out}, 2);
+  auto plus_res = [&](Tensor y) {
+    const auto rv = res.to_vector();
+    for (int64_t i = 0; i < T * out; ++i) y.data<float>()[i] += rv[static_cast<size_t>(i)];
+    return y.to_vector();
+  };
+  for (DType type : {DType::BF16, DType::Q8_0}) {
+    const Tensor W = random_tensor({out, in}, 3).to(type);
+    EXPECT_TRUE(all_close(linear_forward(x, W, nullptr, nullptr, nullptr, nullptr, &res).to_vector(),
+                          plus_res(linear_forward(x, W, nullptr, nullptr, nullptr)), test::kTolF32))
+        << dtype_name(type);
+  }
+  const Tensor W = random_tensor({out, in}, 4), A = random_tensor({r, in}, 5), B = random_tensor({out, r}, 6);
+  LoraWeights member{&A, &B, 0.5f, 0.0f, 0, true};
+  const Tensor xa_all = lora_group_forward(x, A);
+  member.group_xa = &xa_all;
+  EXPECT_TRUE(all_close(linear_forward(x, W, nullptr, &member, nullptr, nullptr, &res).to_vector(),
+                        plus_res(linear_forward(x, W, nullptr, &member, nullptr)), test::kTolF32))
+      << "a LoRA group member";
+
+  const Tensor wide = random_tensor({T, out + 1}, 7);
+  test::expect_op_error([&] { linear_forward(x, W, nullptr, nullptr, nullptr, nullptr, &wide); },
+                        ErrorCode::RUNTIME_INTERNAL, {"[linear]", "residual", "[9, 34]"});
+}
+
 // Analytic backward in double: dx = dy·W + dropout'(s·dy·B·A), dW = dyᵀx, db = Σdy,
 // dB = s·dyᵀ·xa, dA = s·(dy·B)ᵀ·xd.
 TEST(Linear, BackwardMatchesAnalyticReferenceAtOddSizes) {

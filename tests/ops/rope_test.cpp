@@ -226,6 +226,49 @@ TEST(Rope, BackwardBf16CopyIsTheRoundedGradient) {
   }
 }
 
+// q and k of one attention in one call (one kernel launch; the model's form): each the same bits as
+// a call of its own, forward and backward with both bf16 copies, grouped heads (3 q, 1 k), above
+// the kernel's parallel threshold. A k that does not fit (rows, width) or a wrong copy is refused
+// before anything is written.
+TEST(Rope, QAndKInOneCallMatchEachAlone) {
+  RopeConfig cfg;
+  cfg.head_dim = 34;
+  const int64_t T = 301, Hq = 3, Hk = 1;
+  Tensor pt = Tensor::from_vector(packed_positions(T, 41, 2), {T});
+  const Tensor q0 = random_tensor({T, Hq * 34}, 11), k0 = random_tensor({T, Hk * 34}, 12);
+  Tensor q = q0.clone(), k = k0.clone(), q_alone = q0.clone(), k_alone = k0.clone();
+  rope_forward(q, k, pt, Hq, Hk, cfg);
+  rope_forward(q_alone, pt, Hq, cfg);
+  rope_forward(k_alone, pt, Hk, cfg);
+  EXPECT_EQ(q.to_vector(), q_alone.to_vector());
+  EXPECT_EQ(k.to_vector(), k_alone.to_vector());
+  EXPECT_NE(q.to_vector(), q0.to_vector());
+
+  Tensor dq16, dk16, dq16_alone, dk16_alone;
+  rope_backward(q, k, pt, Hq, Hk, cfg, &dq16, &dk16);
+  rope_backward(q_alone, pt, Hq, cfg, &dq16_alone);
+  rope_backward(k_alone, pt, Hk, cfg, &dk16_alone);
+  EXPECT_EQ(q.to_vector(), q_alone.to_vector());
+  EXPECT_EQ(k.to_vector(), k_alone.to_vector());
+  test::expect_bf16_copy_of(dq16, q, "dq");
+  test::expect_bf16_copy_of(dk16, k, "dk");
+  EXPECT_TRUE(all_close(q.to_vector(), q0.to_vector(), {1e-5, 1e-5})) << "backward(forward(q)) = q";
+
+  Tensor short_k = random_tensor({T - 1, Hk * 34}, 13), wide_k = random_tensor({T, 2 * 34}, 14);
+  for (Tensor* bad : {&short_k, &wide_k}) {
+    Tensor q1 = q0.clone(), bad1 = bad->clone();
+    test::expect_op_error([&] { rope_forward(q1, bad1, pt, Hq, Hk, cfg); }, ErrorCode::RUNTIME_INTERNAL,
+                          {"[rope]", "k has"});
+    EXPECT_EQ(q1.to_vector(), q0.to_vector()) << "nothing written before the refusal";
+    EXPECT_EQ(bad1.to_vector(), bad->to_vector());
+  }
+  Tensor q1 = q0.clone(), k1 = k0.clone(), dq16_ok, wrong = Tensor::empty({T, Hk * 34});
+  test::expect_op_error([&] { rope_backward(q1, k1, pt, Hq, Hk, cfg, &dq16_ok, &wrong); }, ErrorCode::RUNTIME_INTERNAL,
+                        {"[rope]", "dk_bf16"});
+  EXPECT_EQ(q1.to_vector(), q0.to_vector());
+  EXPECT_EQ(k1.to_vector(), k0.to_vector());
+}
+
 TEST(Rope, Errors) {
   RopeConfig cfg;
   cfg.head_dim = 8;

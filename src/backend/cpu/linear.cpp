@@ -8,6 +8,8 @@
 // first means seeds s and s^1 do not give shifted copies of one mask.
 #include "backend/cpu/linear.h"
 
+#include <cstring>
+
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/quant_gemm.h"
 
@@ -84,18 +86,26 @@ void lora_dropout_backward(const float* dxa, const float* x, const float* A, flo
   dropout_backward_accumulate(dxd, x, xd, dx, T * in, p, seed);
 }
 
-void linear_base_forward(const float* x, const float* W, const float* bias, float* y, int64_t T, int64_t in,
-                         int64_t out) {
+void linear_base_forward(const float* x, const float* W, const float* bias, const float* residual, float* y, int64_t T,
+                         int64_t in, int64_t out) {
   float beta = 0.0f;
-  if (bias) {
-    // Start from the bias rows and let the GEMM accumulate (beta = 1): one pass over y, not two.
+  if (bias || residual) {
+    // Start from the bias rows (and the residual) and let the GEMM accumulate (beta = 1): one pass
+    // over y, not two.
 #pragma omp parallel for schedule(static) if (T * out >= kParallelMin)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t j = 0; j < out; ++j) y[t * out + j] = bias[j];
+    for (int64_t t = 0; t < T; ++t) {
+      float* row = y + t * out;
+      if (residual && bias)
+        for (int64_t j = 0; j < out; ++j) row[j] = residual[t * out + j] + bias[j];
+      else if (residual)
+        std::memcpy(row, residual + t * out, static_cast<size_t>(out) * sizeof(float));
+      else
+        std::memcpy(row, bias, static_cast<size_t>(out) * sizeof(float));
+    }
     beta = 1.0f;
   }
   if (in == 0) {
-    if (!bias)
+    if (beta == 0.0f)
       for (int64_t i = 0; i < T * out; ++i) y[i] = 0.0f;
     return;
   }
@@ -123,7 +133,8 @@ void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T,
 }
 
 void held_linear_forward(const float* x, const uint16_t* /*x_bf16: f32 GEMMs here*/, const HeldMatrix& W, float beta,
-                         float* y, int64_t T) {
+                         const float* y_in, float* y, int64_t T) {
+  if (y_in && y_in != y && beta != 0.0f) std::memcpy(y, y_in, static_cast<size_t>(T * W.rows) * sizeof(float));
   held_gemm_xwt(x, W, beta, y, T);
 }
 

@@ -35,9 +35,10 @@ void lora_dropout_xa(const float* x, const float* A, float p, uint64_t seed, flo
 void lora_dropout_backward(const float* dxa, const float* x, const float* A, float p, uint64_t seed, float* scratch,
                            float* dA, float* dx, int64_t T, int64_t in, int64_t r);
 
-// y[T,out] = x[T,in]·W[out,in]ᵀ (+ bias[out] when non-null).
-void linear_base_forward(const float* x, const float* W, const float* bias, float* y, int64_t T, int64_t in,
-                         int64_t out);
+// y[T,out] = x[T,in]·W[out,in]ᵀ (+ bias[out] when non-null) (+ residual[T,out] when non-null: a
+// residual connection the projection adds; the GEMM's beta on a card).
+void linear_base_forward(const float* x, const float* W, const float* bias, const float* residual, float* y, int64_t T,
+                         int64_t in, int64_t out);
 // xa[T,r] = xd[T,in]·A[r,in]ᵀ ;  y[T,out] += scale · xa·B[out,r]ᵀ
 void lora_forward(const float* xd, const float* A, const float* B, float scale, float* xa, float* y, int64_t T,
                   int64_t in, int64_t out, int64_t r);
@@ -47,10 +48,12 @@ void linear_dx(const float* dy, const float* W, float beta, float* dx, int64_t T
 // dW[out,in] += dyᵀ·x
 void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out);
 // The forward of a weight W [out, in] held narrower than f32 (quant_gemm.h): y[T,out] = x·Wᵀ +
-// beta·y. x_bf16 (may be null) is x already rounded to nearest-even bf16 by its producer (RMSNorm,
-// attention, SwiGLU: ops/linear.h): a card whose GEMMs take bf16 reads it instead of rounding x; the
-// CPU keeps its activations f32 in every GEMM against held weights and reads x (held_gemm_xwt).
-void held_linear_forward(const float* x, const uint16_t* x_bf16, const HeldMatrix& W, float beta, float* y, int64_t T);
+// beta·y_in, y_in = y when null (else a residual [T, out] the projection adds). x_bf16 (may be null) is x already
+// rounded to nearest-even bf16 by its producer (RMSNorm, attention, SwiGLU: ops/linear.h): a card whose GEMMs take bf16
+// reads it instead of rounding x; the CPU keeps its activations f32 in every GEMM against held weights and reads x
+// (held_gemm_xwt).
+void held_linear_forward(const float* x, const uint16_t* x_bf16, const HeldMatrix& W, float beta, const float* y_in,
+                         float* y, int64_t T);
 // The backward of a weight W [out, in] held narrower than f32 (quant_gemm.h): dx[T,in] = dy·W +
 // dx_beta·dx (dx non-null) and, for the bf16 GEMM copy of a trained matrix (full fine-tuning with
 // training.matmul_dtype bf16), dW[out,in] += dyᵀ·x (dW non-null, f32: the master's gradient). On a

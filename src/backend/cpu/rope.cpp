@@ -3,8 +3,8 @@
 //   out[i+d/2]   = x[i+d/2]·cos + x[i]·sin
 // The angle is formed as HF does, in f32: angle = float(pos) · inv_freq[i]; cos/sin of that f32
 // angle are then taken in double and rounded, i.e. the correctly rounded f32 values.
-// Parallel over tokens; each token computes its d/2 cos/sin once and applies them to all heads,
-// then writes the row's bf16 copy when asked while it is in cache.
+// Parallel over tokens; each token computes its d/2 cos/sin once and applies them to all heads of
+// both targets (q and k), then writes each row's bf16 copy when asked while it is in cache.
 #include "backend/cpu/rope.h"
 
 #include <cmath>
@@ -14,11 +14,32 @@
 
 namespace bp::cpu {
 
-void rope_apply(float* x, const int32_t* positions, const float* inv_freq, int64_t T, int64_t n_heads, int64_t head_dim,
-                bool inverse, uint16_t* x_bf16) {
+namespace {
+// One token's row of `t`: every head rotated by the token's cos/sin, then its bf16 copy.
+void rotate_row(const RopeTarget& t, int64_t token, const float* cos_v, const float* sin_v, int64_t head_dim) {
+  const int64_t half = head_dim / 2, width = t.n_heads * head_dim;
+  float* row = t.x + token * width;
+  for (int64_t h = 0; h < t.n_heads; ++h) {
+    float* lo = row + h * head_dim;
+    float* hi = lo + half;
+#pragma omp simd
+    for (int64_t i = 0; i < half; ++i) {
+      const float c = cos_v[i], s = sin_v[i];
+      const float a = lo[i], b = hi[i];
+      lo[i] = a * c - b * s;
+      hi[i] = b * c + a * s;
+    }
+  }
+  if (t.x_bf16) round_to_bf16_serial(row, t.x_bf16 + token * width, width);
+}
+}  // namespace
+
+void rope_apply(RopeTarget a, RopeTarget b, const int32_t* positions, const float* inv_freq, int64_t T,
+                int64_t head_dim, bool inverse) {
   const int64_t half = head_dim / 2;
   const float sign = inverse ? -1.0f : 1.0f;
-#pragma omp parallel if (T * n_heads * head_dim >= (1 << 14))
+  const int64_t heads = a.n_heads + (b.x ? b.n_heads : 0);
+#pragma omp parallel if (T * heads * head_dim >= (1 << 14))
   {
     std::vector<float> cos_v(static_cast<size_t>(half)), sin_v(static_cast<size_t>(half));
 #pragma omp for schedule(static)
@@ -29,19 +50,8 @@ void rope_apply(float* x, const int32_t* positions, const float* inv_freq, int64
         cos_v[static_cast<size_t>(i)] = static_cast<float>(std::cos(static_cast<double>(angle)));
         sin_v[static_cast<size_t>(i)] = sign * static_cast<float>(std::sin(static_cast<double>(angle)));
       }
-      float* row = x + t * n_heads * head_dim;
-      for (int64_t h = 0; h < n_heads; ++h) {
-        float* lo = row + h * head_dim;
-        float* hi = lo + half;
-#pragma omp simd
-        for (int64_t i = 0; i < half; ++i) {
-          const float c = cos_v[static_cast<size_t>(i)], s = sin_v[static_cast<size_t>(i)];
-          const float a = lo[i], b = hi[i];
-          lo[i] = a * c - b * s;
-          hi[i] = b * c + a * s;
-        }
-      }
-      if (x_bf16) round_to_bf16_serial(row, x_bf16 + t * n_heads * head_dim, n_heads * head_dim);
+      rotate_row(a, t, cos_v.data(), sin_v.data(), head_dim);
+      if (b.x) rotate_row(b, t, cos_v.data(), sin_v.data(), head_dim);
     }
   }
 }

@@ -134,11 +134,11 @@ int current_device() {
 }  // namespace
 
 void gemm(const gemm::GemmDesc& d, const void* A, const void* B, void* C, void* workspace, size_t workspace_bytes,
-          cudaStream_t stream) {
+          cudaStream_t stream, const void* C_in) {
   if (auto why = gemm::invalid_reason(d); !why.empty())
     throw Error(ErrorCode::RUNTIME_INTERNAL, "[gemm] invalid description " + why);
   if (d.m == 0 || d.n == 0) return;
-  const gemm::GemmAlignments al = gemm::gemm_alignments(d, A, B, C);
+  const gemm::GemmAlignments al = gemm::gemm_alignments(d, A, B, C, C_in);
   if (auto why = gemm::misaligned_reason(d, al); !why.empty())
     throw cuda_failure("cublasLtMatmul", "CUBLAS_STATUS_NOT_SUPPORTED", "[gemm] " + why);
   thread_local gemm::GemmPlanCache<LtPlan> plans;  // per handle: lt_handle() is thread_local too
@@ -152,8 +152,9 @@ void gemm(const gemm::GemmDesc& d, const void* A, const void* B, void* C, void* 
                             gemm::dtype_name(d.c_type), workspace_bytes));
   const float* alpha = d.alpha_beta_on_device ? d.alpha_beta_on_device : &d.alpha;
   const float* beta = d.alpha_beta_on_device ? d.alpha_beta_on_device + 1 : &d.beta;
-  check(cublasLtMatmul(lt_handle(), plan.op, alpha, A, plan.a, B, plan.b, beta, C, plan.c, C, plan.c, &plan.algo,
-                       workspace, workspace_bytes, stream),
+  // Out of place (C_in given): cuBLASLt's C is C_in and its D is C, one layout for both (its rule).
+  check(cublasLtMatmul(lt_handle(), plan.op, alpha, A, plan.a, B, plan.b, beta, C_in ? C_in : C, plan.c, C, plan.c,
+                       &plan.algo, workspace, workspace_bytes, stream),
         "cublasLtMatmul");
 }
 

@@ -35,8 +35,8 @@ template <class T>
 void swiglu_backward(const T* dh, const T* gate, const T* up, T* dgate, T* dup, bf16* dgate16, bf16* dup16, int64_t n,
                      cudaStream_t stream);
 template <class T>
-void rope_apply(T* x, const int32_t* positions, const float* inv_freq, int64_t T_tokens, int64_t n_heads,
-                int64_t head_dim, bool inverse, bf16* x16, cudaStream_t stream);
+void rope_apply(T* a, int64_t a_heads, bf16* a16, T* b, int64_t b_heads, bf16* b16, const int32_t* positions,
+                const float* inv_freq, int64_t T_tokens, int64_t head_dim, bool inverse, cudaStream_t stream);
 template <class T>
 void embedding_forward(const int32_t* ids, const T* table, T* y, int64_t T_tokens, int64_t D, cudaStream_t stream);
 template <class T>
@@ -92,7 +92,7 @@ bool held_abs_max_bits(DType type, const void* src, int64_t n_rows, int64_t cols
 
 // gemm.cuh (cublaslt_gemm.cpp)
 void gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C, void* workspace, size_t workspace_bytes,
-          cudaStream_t stream);
+          cudaStream_t stream, const void* C_in = nullptr);
 
 // cross_entropy.cuh (the same struct as there)
 struct CrossEntropyResult {

@@ -5,6 +5,8 @@
 //
 // Semantics, column-major as in cuBLAS: for each batch item b,
 //   C_b[m×n] = alpha · op(A_b)[m×k] · op(B_b)[k×n] + beta · C_b
+// (cuBLASLt's D = alpha·op(A)·op(B) + beta·C with D = C; a call may read beta's matrix from another
+// array of the same layout, C_in: out of place, D = C and C = C_in in cuBLASLt's names.)
 // where op(X) = Xᵀ when trans_x; A_b = A + b·stride_a (elements), likewise B and C; lda/ldb/ldc
 // are the column strides of the stored matrices (stored A is m×k, or k×m when transposed).
 // Inputs A and B are f32, bf16 or f16, C f32 (or a 16-bit type); products are accumulated in f32.
@@ -139,12 +141,14 @@ inline uint32_t pointer_alignment(const void* p) {
   return lowest_bit == 0 || lowest_bit >= 256 ? 256u : static_cast<uint32_t>(lowest_bit);
 }
 
-// The four MIN_ALIGNMENT preferences of one call (D = C). With a batch, every item starts
-// `stride` elements after the previous one, so the stride in bytes bounds the alignment too.
+// The four MIN_ALIGNMENT preferences of one call: c of the matrix beta reads (C_in, or C when null),
+// d of the one written (C). With a batch, every item starts `stride` elements after the previous
+// one, so the stride in bytes bounds the alignment too.
 struct GemmAlignments {
   uint32_t a = 256, b = 256, c = 256, d = 256;
 };
-inline GemmAlignments gemm_alignments(const GemmDesc& d, const void* A, const void* B, const void* C) {
+inline GemmAlignments gemm_alignments(const GemmDesc& d, const void* A, const void* B, const void* C,
+                                      const void* C_in = nullptr) {
   auto aligned = [&](const void* p, int64_t stride, DType t) {
     uint32_t bytes = pointer_alignment(p);
     if (d.batch > 1) {
@@ -156,7 +160,8 @@ inline GemmAlignments gemm_alignments(const GemmDesc& d, const void* A, const vo
   GemmAlignments r;
   r.a = aligned(A, d.stride_a, d.a_type);
   r.b = aligned(B, d.stride_b, d.b_type);
-  r.c = r.d = aligned(C, d.stride_c, d.c_type);
+  r.d = aligned(C, d.stride_c, d.c_type);
+  r.c = C_in ? aligned(C_in, d.stride_c, d.c_type) : r.d;
   return r;
 }
 
@@ -168,7 +173,8 @@ inline std::string misaligned_reason(const GemmDesc& d, const GemmAlignments& al
     return std::string(name) + " is " + std::to_string(bytes) + "-byte aligned, below its " + dtype_name(t) +
            " element size of " + std::to_string(dtype_bytes(t)) + " bytes";
   };
-  for (auto why : {check("A", al.a, d.a_type), check("B", al.b, d.b_type), check("C", al.c, d.c_type)})
+  for (auto why :
+       {check("A", al.a, d.a_type), check("B", al.b, d.b_type), check("C", al.c, d.c_type), check("D", al.d, d.c_type)})
     if (!why.empty()) return why;
   return "";
 }

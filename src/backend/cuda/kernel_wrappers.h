@@ -40,6 +40,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/cross_entropy.h"
 #include "backend/cpu/quant_gemm.h"
+#include "backend/cpu/rope.h"
 #include "backend/cuda/attention_limits.h"
 #include "backend/cuda/caching_allocator.h"
 #include "backend/cuda/cuda_device.h"
@@ -151,9 +152,20 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
     run_gemm(gemm::row_major_gemm(trans_a, trans_b, M, N, K, alpha, lda, ldb, beta, ldc), B, A, C);
   }
-  static void linear_base_forward(const float* x, const float* W, const float* bias, float* y, int64_t T, int64_t in,
-                                  int64_t out) {
-    run_gemm(gemm::linear_forward_gemm(T, in, out, gemm::DType::F32, gemm::DType::F32), W, x, y);
+  // residual (may be null): the GEMM adds it (out of place, beta 1: cublaslt_gemm.cpp), no add launch.
+  static void linear_base_forward(const float* x, const float* W, const float* bias, const float* residual, float* y,
+                                  int64_t T, int64_t in, int64_t out) {
+    if (in == 0) {  // no product: y = residual (+ bias)
+      if (residual)
+        check_cuda(cudaMemcpy(y, residual, static_cast<size_t>(T * out) * sizeof(float), cudaMemcpyDeviceToDevice),
+                   "cudaMemcpy(linear residual)");
+      else
+        check_cuda(cudaMemset(y, 0, static_cast<size_t>(T * out) * sizeof(float)), "cudaMemset(linear y)");
+    } else {
+      gemm::GemmDesc d = gemm::linear_forward_gemm(T, in, out, gemm::DType::F32, gemm::DType::F32);
+      if (residual) d.beta = 1.0f;
+      run_gemm(d, W, x, y, residual);
+    }
     if (bias) add_bias_inplace(y, bias, T, out);
   }
   static void lora_forward(const float* xd, const float* A, const float* B, float scale, float* xa, float* y, int64_t T,
@@ -192,24 +204,26 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     const void* gb = g.as(gemm::DType::BF16);  // the copy dx's GEMM made (a bf16 weight on a bf16 card)
     run_gemm(gemm::linear_dW_gemm(T, in, out, gemm::DType::BF16), xs.as(gemm::DType::BF16), gb, dW);
   }
-  // A held linear's forward: C[M, N] = X[M, K]·Wᵀ + beta·C, W [N, K] held (for_each_weight_panel:
+  // A held linear's forward: C[M, N] = X[M, K]·Wᵀ + beta·C_in, W [N, K] held (for_each_weight_panel:
   // an f32 GEMM for an f32 weight, 16-bit inputs with f32 accumulation and an f32 C for a weight
   // held narrower; alpha, read on the device, undoes the f16 operand's scale, and scales only the
   // product, so beta's C is untouched). X16 (may be null): X's bf16 copy as its producer made it
-  // (RMSNorm, attention, SwiGLU), read where the GEMM takes bf16 instead of rounding X here.
-  static void held_linear_forward(const float* X, const uint16_t* X16, const cpu::HeldMatrix& W, float beta, float* C,
-                                  int64_t M) {
+  // (RMSNorm, attention, SwiGLU), read where the GEMM takes bf16 instead of rounding X here. C_in
+  // (may be null: C): the [M, N] matrix beta scales, read by each panel's GEMM out of place (a
+  // residual the projection adds: no add launch).
+  static void held_linear_forward(const float* X, const uint16_t* X16, const cpu::HeldMatrix& W, float beta,
+                                  const float* C_in, float* C, int64_t M) {
     const int64_t N = W.rows, K = W.cols;
     ActivationOperand x(X, M * K, X16);
     for_each_weight_panel(W, "held_gemm_xwt", [&](int64_t n0, int64_t nb, const void* P, gemm::DType t) {
       const void* xt = x.as(t);  // before x.scaled(): the f16 copy's scale exists once it is made
       run_gemm(x.scaled(gemm::row_major_gemm(false, true, M, nb, K, 1.0f, K, K, beta, N, t, gemm::DType::F32)), P, xt,
-               C + n0);
+               C + n0, C_in ? C_in + n0 : nullptr);
     });
   }
   // held_linear_forward with no copy: X rounded here where the GEMM takes 16 bits.
   static void held_gemm_xwt(const float* X, const cpu::HeldMatrix& W, float beta, float* C, int64_t M) {
-    held_linear_forward(X, nullptr, W, beta, C, M);
+    held_linear_forward(X, nullptr, W, beta, nullptr, C, M);
   }
   // C[M, K] = X[M, N]·W + beta·C, W [N, K] held: C = beta·C + Σ_panels X[:, panel]·W[panel, :].
   static void held_gemm_xw(const float* X, const cpu::HeldMatrix& W, float beta, float* C, int64_t M) {
@@ -403,16 +417,17 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   }
   // inv_freq is host memory (the front-end's head_dim/2 table), handed to the kernel by value in
   // its launch arguments (rope.cuh RopeFreqs): no copy, no device buffer. Heads wider than the
-  // attention kernels take (which bound RopeFreqs) are refused like there.
-  static void rope_apply(float* x, const int32_t* positions, const float* inv_freq, int64_t T, int64_t n_heads,
-                         int64_t head_dim, bool inverse, uint16_t* x_bf16) {
+  // attention kernels take (which bound RopeFreqs) are refused like there. a and b (q and k): one launch.
+  static void rope_apply(cpu::RopeTarget a, cpu::RopeTarget b, const int32_t* positions, const float* inv_freq,
+                         int64_t T, int64_t head_dim, bool inverse) {
     if (T == 0) return;
     if (head_dim > kCudaRopeMaxHeadDim)
       throw Error(ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA,
                   "[rope_apply] the CUDA rotary kernel takes head_dim up to " + std::to_string(kCudaRopeMaxHeadDim) +
                       ", this model has head_dim " + std::to_string(head_dim) + "; train it with --device cpu");
-    ::bp::BP_WRAP_NS::rope_apply<float>(x, positions, inv_freq, T, n_heads, head_dim, inverse,
-                                        reinterpret_cast<bf16*>(x_bf16), nullptr);
+    ::bp::BP_WRAP_NS::rope_apply<float>(a.x, a.n_heads, reinterpret_cast<bf16*>(a.x_bf16), b.x, b.n_heads,
+                                        reinterpret_cast<bf16*>(b.x_bf16), positions, inv_freq, T, head_dim, inverse,
+                                        nullptr);
     check_launch("rope_apply");
   }
   static void swiglu_forward(const float* gate, const float* up, float* h, uint16_t* h_bf16, int64_t n) {
@@ -460,9 +475,10 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     const auto held = caching->gemm_workspace(gemm_workspace_bytes());
     return {held.ptr, held.bytes};
   }
-  static void run_gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C) {
+  // C_in (may be null): beta's matrix when it is not C (gemm.cuh).
+  static void run_gemm(const gemm::GemmDesc& desc, const void* A, const void* B, void* C, const void* C_in = nullptr) {
     const gemm::Workspace ws = gemm_workspace();
-    ::bp::BP_WRAP_NS::gemm(desc, A, B, C, ws.ptr, ws.bytes, nullptr);
+    ::bp::BP_WRAP_NS::gemm(desc, A, B, C, ws.ptr, ws.bytes, nullptr, C_in);
     check_launch("gemm");
   }
   // The activation operand of a GEMM against a held weight, in the type the weight's panels are

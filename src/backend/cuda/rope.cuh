@@ -7,7 +7,7 @@
 // The angle is formed in f32 as pos·inv_freq[i] (as HF and the CPU kernel do); sin/cos are the
 // non-fast-math f32 sincosf (a few ulp on the GPU; the CPU rounds the double result: the two
 // differ by ~1e-7 relative). `inverse` rotates by −angle: the backward (the rotation is
-// orthogonal). One thread per (token, head, pair).
+// orthogonal). One thread per (token, head, pair); q and k (RopeOperand a, b) in one launch.
 #pragma once
 
 #include "backend/cuda/attention_limits.h"
@@ -22,40 +22,57 @@ struct RopeFreqs {
   float v[kRopeMaxPairs];
 };
 
+// One tensor the kernel rotates: x [T, n_heads·head_dim] and its bf16 copy (may be null).
 template <class T>
-__global__ void rope_kernel(T* x, const int32_t* positions, const __grid_constant__ RopeFreqs inv_freq,
-                            int64_t T_tokens, int64_t n_heads, int64_t head_dim, float sign, bf16* x16) {
-  const int64_t half = head_dim / 2;
-  const int64_t total = T_tokens * n_heads * half;
+struct RopeOperand {
+  T* x = nullptr;
+  int64_t n_heads = 0;
+  bf16* x16 = nullptr;
+};
+
+// Heads a.n_heads + b.n_heads per token (b.n_heads 0: a alone): q and k of one attention in one
+// launch, each element rotated as a launch of its own tensor would (the same angle, the same sincosf).
+template <class T>
+__global__ void rope_kernel(RopeOperand<T> a, RopeOperand<T> b, const int32_t* positions,
+                            const __grid_constant__ RopeFreqs inv_freq, int64_t T_tokens, int64_t head_dim,
+                            float sign) {
+  const int64_t half = head_dim / 2, heads = a.n_heads + b.n_heads;
+  const int64_t total = T_tokens * heads * half;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t i = idx % half, th = idx / half;  // th = t·n_heads + h
-    const int64_t t = th / n_heads;
+    const int64_t i = idx % half, th = idx / half;  // th = t·heads + head
+    const int64_t t = th / heads, head = th % heads;
+    const bool in_a = head < a.n_heads;
+    const RopeOperand<T>& op = in_a ? a : b;
+    const int64_t row = t * op.n_heads + (in_a ? head : head - a.n_heads);  // this head's row of op.x
     const float angle = static_cast<float>(positions[t]) * inv_freq.v[i];
     float s, c;
     sincosf(angle, &s, &c);
     s *= sign;
-    T* lo = x + th * head_dim;
-    const float a = load_f32(lo[i]), b = load_f32(lo[i + half]);
-    bf16* lo16 = x16 ? x16 + th * head_dim : nullptr;
-    store_with_bf16(lo, lo16, i, a * c - b * s);
-    store_with_bf16(lo, lo16, i + half, b * c + a * s);
+    T* lo = op.x + row * head_dim;
+    const float x0 = load_f32(lo[i]), x1 = load_f32(lo[i + half]);
+    bf16* lo16 = op.x16 ? op.x16 + row * head_dim : nullptr;
+    store_with_bf16(lo, lo16, i, x0 * c - x1 * s);
+    store_with_bf16(lo, lo16, i + half, x1 * c + x0 * s);
   }
 }
 
-// inv_freq: host memory, head_dim/2 <= kRopeMaxPairs values (the caller refuses wider heads). x16
-// (may be null): the rotated x's nearest-even bf16 copy, written beside it (the backward's dq, dk:
-// the dy of q_proj's / k_proj's bf16 GEMMs).
+// inv_freq: host memory, head_dim/2 <= kRopeMaxPairs values (the caller refuses wider heads).
+// a [T, a_heads·head_dim] and b [T, b_heads·head_dim] (b null: a alone) rotated in place in one
+// launch. a16, b16 (may be null): the rotated tensor's nearest-even bf16 copy, written beside it
+// (the backward's dq, dk: the dy of q_proj's / k_proj's bf16 GEMMs).
 template <class T>
-void rope_apply(T* x, const int32_t* positions, const float* inv_freq, int64_t T_tokens, int64_t n_heads,
-                int64_t head_dim, bool inverse, bf16* x16 = nullptr, cudaStream_t stream = nullptr) {
-  const int64_t total = T_tokens * n_heads * (head_dim / 2);
+void rope_apply(T* a, int64_t a_heads, bf16* a16, T* b, int64_t b_heads, bf16* b16, const int32_t* positions,
+                const float* inv_freq, int64_t T_tokens, int64_t head_dim, bool inverse,
+                cudaStream_t stream = nullptr) {
+  const RopeOperand<T> first{a, a ? a_heads : 0, a16}, second{b, b ? b_heads : 0, b16};
+  const int64_t total = T_tokens * (first.n_heads + second.n_heads) * (head_dim / 2);
   if (total == 0 || head_dim / 2 > kRopeMaxPairs) return;
   RopeFreqs freqs{};
   for (int64_t i = 0; i < head_dim / 2; ++i) freqs.v[i] = inv_freq[i];
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65535));
   BP_LAUNCH(blocks, 256, 0, stream, rope_kernel<T>)
-  (x, positions, freqs, T_tokens, n_heads, head_dim, inverse ? -1.0f : 1.0f, x16);
+  (first, second, positions, freqs, T_tokens, head_dim, inverse ? -1.0f : 1.0f);
 }
 
 }  // namespace bp::BP_CUDA_NS

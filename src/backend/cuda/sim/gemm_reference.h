@@ -43,7 +43,9 @@ inline void store_element(void* p, DType t, int64_t i, float v) {
 // op(A) is widened to f32 once per batch entry (row i contiguous) and op(B)'s column j once per
 // column, so the inner product reads two contiguous arrays; every sum still runs over p in
 // ascending order with the same f32 values, so the results are those of the plain triple loop.
-inline void gemm_reference(const GemmDesc& d, const void* A, const void* B, void* C) {
+// C_in (may be null: C): the matrix beta scales, of C's layout; C is written.
+inline void gemm_reference(const GemmDesc& d, const void* A, const void* B, void* C, const void* C_in = nullptr) {
+  const void* prior_of = C_in ? C_in : C;
   std::vector<float> a_rows(static_cast<size_t>(d.m * d.k)), b_col(static_cast<size_t>(d.k));
   for (int32_t b = 0; b < d.batch; ++b) {
     for (int64_t i = 0; i < d.m; ++i)
@@ -61,7 +63,7 @@ inline void gemm_reference(const GemmDesc& d, const void* A, const void* B, void
         float acc = 0.0f;
         for (int64_t p = 0; p < d.k; ++p) acc += ar[p] * b_col[static_cast<size_t>(p)];
         const int64_t ic = b * d.stride_c + j * d.ldc + i;
-        const float prior = d.beta != 0.0f ? d.beta * load_element(C, d.c_type, ic) : 0.0f;
+        const float prior = d.beta != 0.0f ? d.beta * load_element(prior_of, d.c_type, ic) : 0.0f;
         store_element(C, d.c_type, ic, d.alpha * acc + prior);
       }
     }

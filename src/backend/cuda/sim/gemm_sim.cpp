@@ -55,7 +55,7 @@ std::string plan_mismatch(const SimPlan& plan, const gemm::GemmDesc& d, const ge
   if (c.m != d.m || c.n != d.n || c.k != d.k || c.trans_a != d.trans_a || c.trans_b != d.trans_b ||
       c.a_type != d.a_type || c.b_type != d.b_type || c.c_type != d.c_type || c.batch != d.batch)
     return "the cached algorithm was chosen for another shape";
-  if (al.a < plan.alignments.a || al.b < plan.alignments.b || al.c < plan.alignments.c)
+  if (al.a < plan.alignments.a || al.b < plan.alignments.b || al.c < plan.alignments.c || al.d < plan.alignments.d)
     return "the cached algorithm assumes more aligned pointers";
   if (workspace_bytes < plan.workspace_bytes) return "the cached algorithm assumes a larger workspace";
   return "";
@@ -91,7 +91,7 @@ GemmWorkspaceSeen last_gemm_workspace() {
 }
 
 void gemm(const gemm::GemmDesc& given, const void* A, const void* B, void* C, void* workspace, size_t workspace_bytes,
-          cudaStream_t) {
+          cudaStream_t, const void* C_in) {
   if (auto why = gemm::invalid_reason(given); !why.empty())
     throw Error(ErrorCode::RUNTIME_INTERNAL, "[gemm] invalid description " + why);
   gemm::GemmDesc desc = given;
@@ -112,7 +112,7 @@ void gemm(const gemm::GemmDesc& given, const void* A, const void* B, void* C, vo
                        fmt::format("{} ([gemm] a workspace of {} bytes at {} is not inside one live allocation of the "
                                    "device)",
                                    cudaGetErrorString(cudaErrorIllegalAddress), workspace_bytes, workspace));
-  last_alignments = gemm::gemm_alignments(desc, A, B, C);
+  last_alignments = gemm::gemm_alignments(desc, A, B, C, C_in);
   if (auto why = gemm::misaligned_reason(desc, last_alignments); !why.empty())
     throw cuda_failure("cublasLtMatmul", "CUBLAS_STATUS_NOT_SUPPORTED", "[gemm] " + why);
   if (desc.m == 0 || desc.n == 0) return;  // as cublaslt_gemm.cpp: no plan, nothing to do
@@ -122,7 +122,7 @@ void gemm(const gemm::GemmDesc& given, const void* A, const void* B, void* C, vo
                          [&](SimPlan& p) { simulated_heuristic(p, desc, last_alignments, workspace_bytes); });
   if (auto why = plan_mismatch(plan, desc, last_alignments, workspace_bytes); !why.empty())
     throw cuda_failure("cublasLtMatmul", "CUBLAS_STATUS_NOT_SUPPORTED", "[gemm] " + why);
-  gemm::gemm_reference(desc, A, B, C);
+  gemm::gemm_reference(desc, A, B, C, C_in);
 }
 
 }  // namespace bp::sim
