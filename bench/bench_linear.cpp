@@ -9,6 +9,13 @@
 // lora_qkv: q/k/v's forward and backward with LoRA, each projection alone against a LoRA input
 // group (one GEMM of x per product for the three), at SmolLM-135M's and Qwen2.5-0.5B's shapes.
 //
+// residual_o: o_proj's forward with LoRA (r 16, no dropout) and the residual connection after it,
+// arg 2 = 1 added by the GEMM (linear_forward's residual: the base GEMM's beta matrix, as the model
+// does), 0 by an add_inplace after it (the model until the sixteenth session). Args 0-1: T, D.
+//
+// rope_qk: RoPE of q and k (arg 2 = 1: one call, ops/rope.h's two-tensor form, each token's angles
+// computed once; 0: one call each), args 0, 1, 3: T, q heads, k heads, head_dim 64.
+//
 // held_xWt / held_dx: the same products with W held quantized (backend/cpu/quant_gemm.h: tiles
 // dequantized inside the GEMM), arg 0 the held type (0 f32, 1 q8_0, 2 q5_0, 3 q4_K), at the
 // projection shapes of SmolLM-135M and Qwen2.5-0.5B (q4_K only where rows are whole 256-blocks);
@@ -24,11 +31,14 @@
 
 #include <array>
 #include <cstdlib>
+#include <vector>
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/quant_gemm.h"
 #include "core/threads.h"
+#include "ops/elementwise.h"
 #include "ops/linear.h"
+#include "ops/rope.h"
 
 namespace {
 
@@ -167,6 +177,43 @@ void BM_lora_qkv(benchmark::State& state) {
   set_gflops(state, flops);
 }
 
+void BM_residual_o(benchmark::State& state) {
+  const int64_t T = state.range(0), D = state.range(1);
+  const bool in_gemm = state.range(2) != 0;
+  const Tensor x = filled({T, D}, 1.0f), res = filled({T, D}, 0.5f), W = filled({D, D}, 0.05f);
+  const Tensor A = filled({kRank, D}, 0.05f), B = filled({D, kRank}, 0.05f);
+  const bp::LoraWeights lora{&A, &B, 2.0f, 0.0f, 0, true};
+  for (auto _ : state) {
+    Tensor y = in_gemm ? bp::linear_forward(x, W, nullptr, &lora, nullptr, nullptr, &res)
+                       : bp::linear_forward(x, W, nullptr, &lora, nullptr);
+    if (!in_gemm) bp::add_inplace(y, res);
+    benchmark::DoNotOptimize(y.raw());
+  }
+  set_gflops(state, 2.0 * T * D * D + 2.0 * (2.0 * T * kRank * D));
+}
+
+void BM_rope_qk(benchmark::State& state) {
+  const int64_t T = state.range(0), Hq = state.range(1), Hk = state.range(3), d = 64;
+  const bool one_call = state.range(2) != 0;
+  Tensor q = filled({T, Hq * d}, 0.5f), k = filled({T, Hk * d}, 0.25f);
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(t % 256);  // packed
+  const Tensor positions = Tensor::from_vector(pos, {T});
+  bp::RopeConfig cfg;
+  cfg.head_dim = static_cast<int>(d);
+  for (auto _ : state) {
+    if (one_call) {
+      bp::rope_forward(q, k, positions, static_cast<int>(Hq), static_cast<int>(Hk), cfg);
+    } else {
+      bp::rope_forward(q, positions, static_cast<int>(Hq), cfg);
+      bp::rope_forward(k, positions, static_cast<int>(Hk), cfg);
+    }
+    benchmark::DoNotOptimize(q.raw());
+  }
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void BM_linear_forward_full(benchmark::State& state) {
   Problem p(state);
   for (auto _ : state) {
@@ -271,6 +318,24 @@ void qkv_shapes(benchmark::internal::Benchmark* b) {
   if (bench_threads() != 1) b->UseRealTime();
 }
 
+void residual_shapes(benchmark::internal::Benchmark* b) {
+  // {T, D}: SmolLM-135M, Qwen2.5-0.5B; added after (0) and by the GEMM (1).
+  for (auto [T, D] : {std::array<int64_t, 2>{512, 576}, {512, 896}})
+    for (int64_t in_gemm : {0, 1}) b->Args({T, D, in_gemm});
+  b->Unit(benchmark::kMillisecond);
+  if (bench_threads() != 1) b->UseRealTime();
+}
+
+void rope_shapes(benchmark::internal::Benchmark* b) {
+  // {T, q heads, one call, k heads}: SmolLM-135M (9 over 3), Qwen2.5-0.5B (14 over 2).
+  for (auto [Hq, Hk] : {std::array<int64_t, 2>{9, 3}, {14, 2}})
+    for (int64_t one_call : {0, 1}) b->Args({2048, Hq, one_call, Hk});
+  b->Unit(benchmark::kMillisecond);
+  if (bench_threads() != 1) b->UseRealTime();
+}
+
+BENCHMARK(BM_residual_o)->Apply(residual_shapes);
+BENCHMARK(BM_rope_qk)->Apply(rope_shapes);
 BENCHMARK(BM_lora_qkv)->Apply(qkv_shapes);
 BENCHMARK(BM_held_xWt)->Apply(held_shapes);
 BENCHMARK(BM_held_dx)->Apply(held_shapes);

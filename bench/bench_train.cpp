@@ -49,7 +49,6 @@
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "ops/attention.h"
-#include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/optim.h"
 #include "ops/rms_norm.h"
@@ -295,9 +294,11 @@ struct LayerRun {
   bp::LoraWeights lw(int r) {
     return {&lora.A[static_cast<size_t>(r)], &lora.B[static_cast<size_t>(r)], kAlpha / kRank, 0.0f, 0, true};
   }
-  Tensor lin(int r, const Tensor& in, const Tensor& W, const Tensor* bias) {
+  // residual (may be null): added by the projection's GEMM, as the model's o_proj and down_proj do.
+  Tensor lin(int r, const Tensor& in, const Tensor& W, const Tensor* bias, const Tensor* residual = nullptr) {
     auto l = lw(r);
-    return TIMED("linear+lora fwd", bp::linear_forward(in, W, bias, &l, &saved[static_cast<size_t>(r)]));
+    return TIMED("linear+lora fwd",
+                 bp::linear_forward(in, W, bias, &l, &saved[static_cast<size_t>(r)], nullptr, residual));
   }
   void lin_back(int r, const Tensor& dy, const Tensor& in, const Tensor& W, Tensor& dx, bool add_dx = false) {
     auto l = lw(r);
@@ -317,19 +318,15 @@ struct LayerRun {
     q = lin(0, xn, w.q, opt(w.q_bias));
     k = lin(1, xn, w.k, opt(w.k_bias));
     v = lin(2, xn, w.v, opt(w.v_bias));
-    TIMED("rope fwd", bp::rope_forward(q, b.positions, Hq, c.rope));
-    TIMED("rope fwd", bp::rope_forward(k, b.positions, Hkv, c.rope));
+    TIMED("rope fwd", bp::rope_forward(q, k, b.positions, Hq, Hkv, c.rope));
     bp::AttentionShape shape{Hq, Hkv, static_cast<int>(c.head_dim)};
     attn = TIMED("attention fwd", bp::attention_forward(q, k, v, b.cu_seqlens, shape, &lse));
-    h = lin(3, attn, w.o, nullptr);
-    TIMED("add (residual)", bp::add_inplace(h, x));
+    h = lin(3, attn, w.o, nullptr, &x);
     hn = TIMED("rms_norm fwd", bp::rms_norm_forward(h, w.post_norm, c.rms_norm_eps, &rstd2));
     gate = lin(4, hn, w.gate, nullptr);
     up = lin(5, hn, w.up, nullptr);
     m = TIMED("swiglu fwd", bp::swiglu_forward(gate, up));
-    Tensor out = lin(6, m, w.down, nullptr);
-    TIMED("add (residual)", bp::add_inplace(out, h));
-    return out;
+    return lin(6, m, w.down, nullptr, &h);
   }
 
   Tensor backward(Tensor dout) {  // consumed, as Model::backward_layer does: dout's buffer becomes dh
@@ -349,8 +346,7 @@ struct LayerRun {
     Tensor dq = Tensor::empty({T, c.q_dim()}), dk = Tensor::empty({T, c.kv_dim()}), dv = Tensor::empty({T, c.kv_dim()});
     bp::AttentionShape shape{Hq, Hkv, static_cast<int>(c.head_dim)};
     TIMED("attention bwd", bp::attention_backward(dattn, q, k, v, attn, lse, b.cu_seqlens, shape, dq, dk, dv));
-    TIMED("rope bwd", bp::rope_backward(dq, b.positions, Hq, c.rope));
-    TIMED("rope bwd", bp::rope_backward(dk, b.positions, Hkv, c.rope));
+    TIMED("rope bwd", bp::rope_backward(dq, dk, b.positions, Hq, Hkv, c.rope));
     Tensor dxn = Tensor::empty({T, D});
     lin_back(0, dq, xn, w.q, dxn);
     lin_back(1, dk, xn, w.k, dxn, true);
