@@ -42,16 +42,18 @@ __global__ void rope_kernel(RopeOperand<T> a, RopeOperand<T> b, const int32_t* p
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = idx % half, th = idx / half;  // th = t·heads + head
     const int64_t t = th / heads, head = th % heads;
+    // Fields picked one by one: a reference to either parameter would copy both to local memory.
     const bool in_a = head < a.n_heads;
-    const RopeOperand<T>& op = in_a ? a : b;
-    const int64_t row = t * op.n_heads + (in_a ? head : head - a.n_heads);  // this head's row of op.x
+    T* x = in_a ? a.x : b.x;
+    bf16* x16 = in_a ? a.x16 : b.x16;
+    const int64_t row = t * (in_a ? a.n_heads : b.n_heads) + (in_a ? head : head - a.n_heads);  // x's row
     const float angle = static_cast<float>(positions[t]) * inv_freq.v[i];
     float s, c;
     sincosf(angle, &s, &c);
     s *= sign;
-    T* lo = op.x + row * head_dim;
+    T* lo = x + row * head_dim;
     const float x0 = load_f32(lo[i]), x1 = load_f32(lo[i + half]);
-    bf16* lo16 = op.x16 ? op.x16 + row * head_dim : nullptr;
+    bf16* lo16 = x16 ? x16 + row * head_dim : nullptr;
     store_with_bf16(lo, lo16, i, x0 * c - x1 * s);
     store_with_bf16(lo, lo16, i + half, x1 * c + x0 * s);
   }
