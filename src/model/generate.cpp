@@ -100,14 +100,18 @@ std::vector<float> decode_step(const Model& model, KvCache& cache, const std::ve
     LoraWeights ls[kNumLinearRoles];
     auto lora = [&](LinearRole r) { return model.lora_for(l, r, &ls[static_cast<int>(r)]); };
     Tensor xn = rms_norm_forward(x, w.input_norm, c.rms_norm_eps, nullptr);
-    Tensor q = linear_forward(xn, w.q, opt(w.q_bias), lora(LinearRole::Q), nullptr);
-    Tensor k = linear_forward(xn, w.k, opt(w.k_bias), lora(LinearRole::K), nullptr);
+    // q's and k's biases as the training forward adds them (model/transformer.cpp): in RoPE's launch
+    // unless q/k norms come first.
+    const bool bias_in_rope = !c.qk_norm;
+    Tensor q = linear_forward(xn, w.q, bias_in_rope ? nullptr : opt(w.q_bias), lora(LinearRole::Q), nullptr);
+    Tensor k = linear_forward(xn, w.k, bias_in_rope ? nullptr : opt(w.k_bias), lora(LinearRole::K), nullptr);
     Tensor v = linear_forward(xn, w.v, opt(w.v_bias), lora(LinearRole::V), nullptr);
     if (c.qk_norm) {
       q = rms_norm_forward(q.reshape({n * Hq, d}), w.q_norm, c.rms_norm_eps, nullptr).reshape({n, Hq * d});
       k = rms_norm_forward(k.reshape({n * Hkv, d}), w.k_norm, c.rms_norm_eps, nullptr).reshape({n, Hkv * d});
     }
-    rope_forward(q, k, positions, Hq, Hkv, c.rope);
+    rope_forward(q, k, positions, Hq, Hkv, c.rope, bias_in_rope ? opt(w.q_bias) : nullptr,
+                 bias_in_rope ? opt(w.k_bias) : nullptr);
     cache.k(l).rows(start, start + n).copy_from(k);
     cache.v(l).rows(start, start + n).copy_from(v);
     Tensor attn = Tensor::empty({n, Hq * d});

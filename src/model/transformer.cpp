@@ -511,8 +511,13 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   a.xn = rms_norm_forward(x, w.input_norm, c.rms_norm_eps, acts ? &a.rstd1 : nullptr,
                           want16({LinearRole::Q, LinearRole::K, LinearRole::V}));
   group_forward(a.xn, kQkvGroup);
-  a.q = linear_forward(a.xn, W(LinearRole::Q), opt(w.q_bias), lp[0], saved(LinearRole::Q), given16());
-  a.k = linear_forward(a.xn, W(LinearRole::K), opt(w.k_bias), lp[1], saved(LinearRole::K), given16());
+  // q's and k's biases (Qwen2) ride in RoPE's launch (added before the rotation), except where
+  // q/k norms come between the projection and RoPE (Qwen3).
+  const bool bias_in_rope = !c.qk_norm;
+  const Tensor* q_bias = opt(w.q_bias);
+  const Tensor* k_bias = opt(w.k_bias);
+  a.q = linear_forward(a.xn, W(LinearRole::Q), bias_in_rope ? nullptr : q_bias, lp[0], saved(LinearRole::Q), given16());
+  a.k = linear_forward(a.xn, W(LinearRole::K), bias_in_rope ? nullptr : k_bias, lp[1], saved(LinearRole::K), given16());
   a.v = linear_forward(a.xn, W(LinearRole::V), opt(w.v_bias), lp[2], saved(LinearRole::V), given16());
   done16(a.xn16, &a.xn);
   group_xa = Tensor();  // kept by the members' LinearSaved where a backward follows
@@ -526,7 +531,8 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
               .reshape({T, Hkv * d});
     if (!acts) a.k_pre = Tensor();
   }
-  rope_forward(a.q, a.k, b.positions, Hq, Hkv, c.rope);
+  rope_forward(a.q, a.k, b.positions, Hq, Hkv, c.rope, bias_in_rope ? q_bias : nullptr,
+               bias_in_rope ? k_bias : nullptr);
   AttentionShape shape{Hq, Hkv, static_cast<int>(d)};
   a.attn = attention_forward(a.q, a.k, a.v, b.cu_seqlens, shape, acts ? &a.lse : nullptr, want16({LinearRole::O}));
   if (!acts) a.q = a.k = a.v = Tensor();

@@ -58,18 +58,28 @@ void check_positions(const Tensor& positions) {
                   fmt::format("[rope] position {} at token {} is negative", p[t], t));
 }
 
+// A bias (may be null) of x's width on x's device; its data, or null.
+const float* bias_of(const char* name, const Tensor* bias, const Tensor& x) {
+  if (!bias) return nullptr;
+  ops::require_shape(kOp, name, *bias, Shape{x.dim(1)});
+  ops::require_same_device(kOp, {&x, bias});
+  return bias->kernel_data<float>();
+}
+
 // One tensor (k null) or q and k: one kernel call either way.
 void apply(Tensor& q, Tensor* k, const Tensor& positions, int q_heads, int k_heads, const RopeConfig& cfg, bool inverse,
-           Tensor* q_bf16, Tensor* k_bf16) {
+           Tensor* q_bf16, Tensor* k_bf16, const Tensor* q_bias = nullptr, const Tensor* k_bias = nullptr) {
   check_config(cfg);
   ops::require_tensor(kOp, "positions", positions, DType::I32, 1);
   check_x(k ? "q" : "x", q, positions, q_heads, cfg);
   if (k) check_x("k", *k, positions, k_heads, cfg);
+  const float* qb = bias_of("q_bias", q_bias, q);
+  const float* kb = k ? bias_of("k_bias", k_bias, *k) : nullptr;
   check_positions(positions);
   cpu::RopeTarget a{q.kernel_data<float>(), q_heads,
-                    ops::bf16_output(kOp, k ? "dq_bf16" : "dx_bf16", q_bf16, q.shape(), q.device())};
+                    ops::bf16_output(kOp, k ? "dq_bf16" : "dx_bf16", q_bf16, q.shape(), q.device()), qb};
   cpu::RopeTarget b;
-  if (k) b = {k->kernel_data<float>(), k_heads, ops::bf16_output(kOp, "dk_bf16", k_bf16, k->shape(), k->device())};
+  if (k) b = {k->kernel_data<float>(), k_heads, ops::bf16_output(kOp, "dk_bf16", k_bf16, k->shape(), k->device()), kb};
   const std::vector<float> inv_freq = rope_inv_freq(cfg);
   ops::kernels(q).rope_apply(a, b, positions.kernel_data<int32_t>(), inv_freq.data(), q.dim(0), cfg.head_dim, inverse);
 }
@@ -116,8 +126,9 @@ void rope_backward(Tensor& dx, const Tensor& positions, int n_heads, const RopeC
   apply(dx, nullptr, positions, n_heads, 0, cfg, true, dx_bf16, nullptr);
 }
 
-void rope_forward(Tensor& q, Tensor& k, const Tensor& positions, int q_heads, int k_heads, const RopeConfig& cfg) {
-  apply(q, &k, positions, q_heads, k_heads, cfg, false, nullptr, nullptr);
+void rope_forward(Tensor& q, Tensor& k, const Tensor& positions, int q_heads, int k_heads, const RopeConfig& cfg,
+                  const Tensor* q_bias, const Tensor* k_bias) {
+  apply(q, &k, positions, q_heads, k_heads, cfg, false, nullptr, nullptr, q_bias, k_bias);
 }
 
 void rope_backward(Tensor& dq, Tensor& dk, const Tensor& positions, int q_heads, int k_heads, const RopeConfig& cfg,

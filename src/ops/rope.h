@@ -10,7 +10,9 @@
 // by the same kernel, the dy of q_proj's / k_proj's bf16 GEMM (ops/linear.h dy_bf16).
 // The two-tensor forms rotate q and k of one attention (their own head counts, the same positions)
 // in one kernel launch, each token's angles computed once for both: the values are those of two
-// one-tensor calls.
+// one-tensor calls. q_bias, k_bias (forward, may be null): [q_heads·head_dim], [k_heads·head_dim] added
+// to each row before the rotation: q_proj's and k_proj's biases (Qwen2) in the same launch, the
+// projections then run without theirs (model/transformer.cpp).
 #pragma once
 
 #include <vector>
@@ -32,7 +34,8 @@ struct RopeConfig {
 std::vector<float> rope_inv_freq(const RopeConfig& cfg);  // [head_dim/2]
 void rope_forward(Tensor& x, const Tensor& positions, int n_heads, const RopeConfig& cfg);
 void rope_backward(Tensor& dx, const Tensor& positions, int n_heads, const RopeConfig& cfg, Tensor* dx_bf16 = nullptr);
-void rope_forward(Tensor& q, Tensor& k, const Tensor& positions, int q_heads, int k_heads, const RopeConfig& cfg);
+void rope_forward(Tensor& q, Tensor& k, const Tensor& positions, int q_heads, int k_heads, const RopeConfig& cfg,
+                  const Tensor* q_bias = nullptr, const Tensor* k_bias = nullptr);
 void rope_backward(Tensor& dq, Tensor& dk, const Tensor& positions, int q_heads, int k_heads, const RopeConfig& cfg,
                    Tensor* dq_bf16 = nullptr, Tensor* dk_bf16 = nullptr);
 

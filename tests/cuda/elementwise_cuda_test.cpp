@@ -50,28 +50,33 @@ TEST(CudaSwiglu, MatchesCpuAtOddSizes) {
 }
 
 // q [T, q_heads·d] and k [T, k_heads·d] (k_heads 0: q alone) in one launch against the CPU kernel,
-// with both bf16 copies.
+// with both bf16 copies; with_bias: q's and k's biases added before the rotation.
 template <class T>
-void check_rope(int64_t T_tokens, int64_t q_heads, int64_t k_heads, int64_t head_dim, bool inverse) {
+void check_rope(int64_t T_tokens, int64_t q_heads, int64_t k_heads, int64_t head_dim, bool inverse,
+                bool with_bias = false) {
   const int64_t nq = T_tokens * q_heads * head_dim, nk = T_tokens * k_heads * head_dim;
   const auto q = test::back(test::as<T>(test::random_floats(nq, 20 + nq)));
   const auto k = test::back(test::as<T>(test::random_floats(nk, 21 + nk)));
+  const auto bq = test::random_floats(q_heads * head_dim, 22), bk = test::random_floats(k_heads * head_dim, 23);
+  const float* qb = with_bias ? bq.data() : nullptr;
+  const float* kb = with_bias ? bk.data() : nullptr;
   std::vector<int32_t> pos(T_tokens);
   for (int64_t t = 0; t < T_tokens; ++t) pos[t] = static_cast<int32_t>((t * 7919) % 2049);  // packed: restarts
   std::vector<float> inv_freq(head_dim / 2);
   for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
   auto q_ref = q, k_ref = k;
-  cpu::rope_apply({q_ref.data(), q_heads, nullptr}, {k_heads ? k_ref.data() : nullptr, k_heads, nullptr}, pos.data(),
-                  inv_freq.data(), T_tokens, head_dim, inverse);
+  cpu::rope_apply({q_ref.data(), q_heads, nullptr, qb}, {k_heads ? k_ref.data() : nullptr, k_heads, nullptr, kb},
+                  pos.data(), inv_freq.data(), T_tokens, head_dim, inverse);
   auto qg = test::as<T>(q), kg = test::as<T>(k);
   // the rotated tensors' bf16 copies (the backward's dq, dk)
   std::vector<bf16> q16(static_cast<size_t>(nq)), k16(static_cast<size_t>(nk));
-  rope_apply<T>(qg.data(), q_heads, q16.data(), k_heads ? kg.data() : nullptr, k_heads, k16.data(), pos.data(),
+  rope_apply<T>(qg.data(), q_heads, q16.data(), qb, k_heads ? kg.data() : nullptr, k_heads, k16.data(), kb, pos.data(),
                 inv_freq.data(), T_tokens, head_dim, inverse);
   // f32: angles up to ~2000 rad, where sincosf and the CPU's rounded double differ by a few ulp.
   const auto tol = std::is_same_v<T, float> ? test::Tolerance{2e-5, 2e-5} : test::kBf16Tol;
   const std::string at = "rope T=" + std::to_string(T_tokens) + " heads=" + std::to_string(q_heads) + "+" +
-                         std::to_string(k_heads) + " d=" + std::to_string(head_dim) + (inverse ? " inverse" : "");
+                         std::to_string(k_heads) + " d=" + std::to_string(head_dim) + (inverse ? " inverse" : "") +
+                         (with_bias ? " with biases" : "");
   test::expect_close(test::back(qg), q_ref, tol, "q " + at);
   test::expect_bf16_copy(q16, test::back(qg), "bf16 copy of q " + at);
   if (k_heads) {
@@ -80,12 +85,12 @@ void check_rope(int64_t T_tokens, int64_t q_heads, int64_t k_heads, int64_t head
   }
   // Without the copies, and each tensor in a launch of its own: the same bits.
   auto q_plain = test::as<T>(q), k_plain = test::as<T>(k);
-  rope_apply<T>(q_plain.data(), q_heads, nullptr, nullptr, 0, nullptr, pos.data(), inv_freq.data(), T_tokens, head_dim,
-                inverse);
+  rope_apply<T>(q_plain.data(), q_heads, nullptr, qb, nullptr, 0, nullptr, nullptr, pos.data(), inv_freq.data(),
+                T_tokens, head_dim, inverse);
   EXPECT_EQ(0, std::memcmp(q_plain.data(), qg.data(), qg.size() * sizeof(T))) << at;
   if (!k_heads) return;
-  rope_apply<T>(k_plain.data(), k_heads, nullptr, nullptr, 0, nullptr, pos.data(), inv_freq.data(), T_tokens, head_dim,
-                inverse);
+  rope_apply<T>(k_plain.data(), k_heads, nullptr, kb, nullptr, 0, nullptr, nullptr, pos.data(), inv_freq.data(),
+                T_tokens, head_dim, inverse);
   EXPECT_EQ(0, std::memcmp(k_plain.data(), kg.data(), kg.size() * sizeof(T))) << at;
 }
 
@@ -106,6 +111,10 @@ TEST(CudaRope, QAndKInOneLaunchMatchCpu) {
     check_rope<float>(31, 4, 2, 64, inverse);
     check_rope<bf16>(33, 2, 3, 34, inverse);  // more k heads than q: the split is by count, not order
   }
+  // q_proj's and k_proj's biases (Qwen2) added before the rotation, each at its own head's columns.
+  check_rope<float>(33, 3, 1, 34, false, true);
+  check_rope<float>(31, 2, 4, 64, false, true);
+  check_rope<bf16>(33, 3, 1, 34, false, true);
 }
 
 template <class T>

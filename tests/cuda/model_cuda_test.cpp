@@ -18,6 +18,7 @@
 #include "model/held_weights.h"
 #include "model/loader.h"
 #include "model/lora.h"
+#include "model/model_test_helpers.h"
 #include "model/transformer.h"
 #include "sim_device.h"
 #include "support/test_util.h"
@@ -33,8 +34,26 @@ struct StepResult {
   std::vector<std::vector<float>> grads;
 };
 
-// One LoRA model on `device`: the base weights loaded from `dir` (then copied to the device), an
-// adapter with r = 4, random B (seeded) and dropout 0.1 on every projection.
+// An adapter with r = 4, random B (seeded) and dropout 0.1 on every projection, on `device`.
+LoraAdapter random_adapter(const ModelConfig& config, Device device) {
+  LoraConfig lc;
+  lc.r = 4;
+  lc.alpha = 8.0f;
+  lc.dropout = 0.1f;
+  LoraAdapter adapter = init_lora(config, lc, 7);
+  uint64_t seed = 100;
+  for (auto& layer : adapter.layers)
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      if (!layer.enabled[static_cast<size_t>(t)]) continue;
+      Tensor& B = layer.B[static_cast<size_t>(t)];
+      B = random_tensor(B.shape(), seed++, -0.05f, 0.05f).to(device);
+      layer.A[static_cast<size_t>(t)] = layer.A[static_cast<size_t>(t)].to(device);
+    }
+  return adapter;
+}
+
+// One LoRA model on `device`: the base weights loaded from `dir` (then copied to the device), or
+// given (a tiny random model), with random_adapter's adapter.
 struct LoraModel {
   Model model;
   LoraAdapter adapter;
@@ -55,19 +74,13 @@ struct LoraModel {
     EXPECT_TRUE(outlier.empty() || device.type == DeviceType::CPU ||
                 frozen_weights_outside_f16(model.weights()) == std::vector<std::string>{outlier})
         << outlier << " was not found beyond f16's range";
-    LoraConfig lc;
-    lc.r = 4;
-    lc.alpha = 8.0f;
-    lc.dropout = 0.1f;
-    adapter = init_lora(model.config(), lc, 7);
-    uint64_t seed = 100;
-    for (auto& layer : adapter.layers)
-      for (int t = 0; t < kNumLoraTargets; ++t) {
-        if (!layer.enabled[static_cast<size_t>(t)]) continue;
-        Tensor& B = layer.B[static_cast<size_t>(t)];
-        B = random_tensor(B.shape(), seed++, -0.05f, 0.05f).to(device);
-        layer.A[static_cast<size_t>(t)] = layer.A[static_cast<size_t>(t)].to(device);
-      }
+    adapter = random_adapter(model.config(), device);
+    model.attach_lora(adapter);
+  }
+  LoraModel(ModelWeights weights, Device device, bool checkpointing)
+      : model(std::move(weights), ModelOptions{TrainMode::Lora, checkpointing, 16}) {
+    for (auto& [name, t] : model.named_weights()) *t = t->to(device);
+    adapter = random_adapter(model.config(), device);
     model.attach_lora(adapter);
   }
 
@@ -208,6 +221,41 @@ TEST(CudaModel, Stories260KLoraStepOverABf16BaseOnATuringCardMatchesCpuWithinF16
 }
 TEST(CudaModel, TinyChatLoraStepOverAQ8_0BaseOnATuringCardMatchesCpuWithinF16) {
   expect_step_matches_cpu(tiny_chat_dir(), false, DType::Q8_0, true);
+}
+
+// A Qwen2-like model (q/k/v biases, grouped KV heads; tiny random weights) on a Turing card (f32
+// attention and GEMMs: element for element) against the CPU, a LoRA step with checkpointing. q's
+// and k's biases ride in RoPE's launch (model/transformer.cpp), so a layer's only bias add is v's,
+// one launch per forward (twice here: the recompute): the step launches 2 per layer more than the
+// same model without biases (6 per layer if each projection added its own).
+TEST(CudaModel, Qwen2LikeBiasedLoraStepMatchesCpuWithOnlyVsBiasAddLaunched) {
+  SimulatedCudaDevice card;
+  SimulatedComputeCapability turing(7, 5);
+  TinySpec spec;
+  spec.arch = Arch::Qwen2;
+  spec.layers = 2;
+  auto step = [&](bool bias, Device device, uint64_t* launches) {
+    spec.bias = bias;
+    LoraModel m(tiny_weights(tiny_config(spec), 3), device, true);
+    const uint64_t before = sim::launch_count();
+    const StepResult r = m.step(sample_batch(spec.vocab));
+    if (launches) *launches = sim::launch_count() - before;
+    return r;
+  };
+  const StepResult ref = step(true, Device{}, nullptr);
+  uint64_t biased = 0, plain = 0;
+  const StepResult got = step(true, kGpu, &biased);
+  step(false, kGpu, &plain);
+  EXPECT_EQ(biased - plain, 2u * static_cast<uint64_t>(spec.layers)) << "bias launches per step";
+  EXPECT_NEAR(got.loss.mean(), ref.loss.mean(), 1e-5 * std::abs(ref.loss.mean()));
+  ASSERT_EQ(got.names, ref.names);
+  ASSERT_FALSE(ref.names.empty());
+  for (size_t i = 0; i < ref.grads.size(); ++i) {
+    double scale = 0;
+    for (float v : ref.grads[i]) scale = std::max(scale, static_cast<double>(std::abs(v)));
+    ASSERT_GT(scale, 0.0) << ref.names[i];
+    EXPECT_TRUE(all_close(got.grads[i], ref.grads[i], Tolerance{1e-5 * scale, 0})) << ref.names[i];
+  }
 }
 
 // A frozen weight holding 1e5 (beyond f16's 65504) on a Turing card: its GEMMs take f32 panels

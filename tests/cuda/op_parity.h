@@ -230,6 +230,10 @@ inline void norm_rope_swiglu_embedding(Tolerance tol) {
   rope_forward(x, k, p, heads, heads, rc), rope_forward(xg, kg, pg, heads, heads, rc);
   expect_same(xg, x, "rope forward q of q+k", tol);
   expect_same(kg, k, "rope forward k of q+k", tol);
+  const Tensor bq = random_tensor({D}, 56), bk = random_tensor({D}, 57), bqg = gpu(bq), bkg = gpu(bk);
+  rope_forward(x, k, p, heads, heads, rc, &bq, &bk), rope_forward(xg, kg, pg, heads, heads, rc, &bqg, &bkg);
+  expect_same(xg, x, "rope forward q + bias", tol);
+  expect_same(kg, k, "rope forward k + bias", tol);
   rope_backward(dy, k, p, heads, heads, rc), rope_backward(dyg, kg, pg, heads, heads, rc);
   expect_same(dyg, dy, "rope backward dq of dq+dk", tol);
   expect_same(kg, k, "rope backward dk of dq+dk", tol);

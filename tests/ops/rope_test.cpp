@@ -262,6 +262,24 @@ TEST(Rope, QAndKInOneCallMatchEachAlone) {
     EXPECT_EQ(q1.to_vector(), q0.to_vector()) << "nothing written before the refusal";
     EXPECT_EQ(bad1.to_vector(), bad->to_vector());
   }
+  // q_proj's and k_proj's biases in the same call: (q + b_q) and (k + b_k) rotated, as a bias add
+  // and a one-tensor call do; biases of another width are refused.
+  const Tensor bq = random_tensor({Hq * 34}, 15), bk = random_tensor({Hk * 34}, 16);
+  Tensor qb = q0.clone(), kb = k0.clone(), qb_ref = q0.clone(), kb_ref = k0.clone();
+  rope_forward(qb, kb, pt, Hq, Hk, cfg, &bq, &bk);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < Hq * 34; ++j) qb_ref.data<float>()[t * Hq * 34 + j] += bq.data<float>()[j];
+    for (int64_t j = 0; j < Hk * 34; ++j) kb_ref.data<float>()[t * Hk * 34 + j] += bk.data<float>()[j];
+  }
+  rope_forward(qb_ref, pt, Hq, cfg);
+  rope_forward(kb_ref, pt, Hk, cfg);
+  EXPECT_EQ(qb.to_vector(), qb_ref.to_vector()) << "q + bias, rotated";
+  EXPECT_EQ(kb.to_vector(), kb_ref.to_vector()) << "k + bias, rotated";
+  Tensor q2 = q0.clone(), k2 = k0.clone();
+  test::expect_op_error([&] { rope_forward(q2, k2, pt, Hq, Hk, cfg, &bq, &bq); }, ErrorCode::RUNTIME_INTERNAL,
+                        {"[rope]", "k_bias"});
+  EXPECT_EQ(q2.to_vector(), q0.to_vector()) << "nothing written before the refusal";
+
   Tensor q1 = q0.clone(), k1 = k0.clone(), dq16_ok, wrong = Tensor::empty({T, Hk * 34});
   test::expect_op_error([&] { rope_backward(q1, k1, pt, Hq, Hk, cfg, &dq16_ok, &wrong); }, ErrorCode::RUNTIME_INTERNAL,
                         {"[rope]", "dk_bf16"});

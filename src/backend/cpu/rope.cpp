@@ -22,6 +22,18 @@ void rotate_row(const RopeTarget& t, int64_t token, const float* cos_v, const fl
   for (int64_t h = 0; h < t.n_heads; ++h) {
     float* lo = row + h * head_dim;
     float* hi = lo + half;
+    if (t.bias) {  // x + bias, then rotated
+      const float* b_lo = t.bias + h * head_dim;
+      const float* b_hi = b_lo + half;
+#pragma omp simd
+      for (int64_t i = 0; i < half; ++i) {
+        const float c = cos_v[i], s = sin_v[i];
+        const float a = lo[i] + b_lo[i], b = hi[i] + b_hi[i];
+        lo[i] = a * c - b * s;
+        hi[i] = b * c + a * s;
+      }
+      continue;
+    }
 #pragma omp simd
     for (int64_t i = 0; i < half; ++i) {
       const float c = cos_v[i], s = sin_v[i];

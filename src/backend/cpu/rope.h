@@ -8,11 +8,13 @@ namespace bp::cpu {
 
 // A tensor RoPE rotates in place: x [T, n_heads·head_dim], and x_bf16 (may be null) where the
 // rotated x is also rounded to nearest-even bf16 [T, n_heads·head_dim], for the bf16 GEMMs that read
-// it (the backward's dq, dk: the dy of q_proj, k_proj).
+// it (the backward's dq, dk: the dy of q_proj, k_proj). bias (may be null): [n_heads·head_dim] added
+// to every row before the rotation (q_proj's / k_proj's bias, Qwen2: no launch of its own).
 struct RopeTarget {
   float* x = nullptr;
   int64_t n_heads = 0;
   uint16_t* x_bf16 = nullptr;
+  const float* bias = nullptr;
 };
 
 // Rotates every head of every token of `a` and of `b` (b.x null: none; q and k of one attention

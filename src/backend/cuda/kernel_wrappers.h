@@ -425,9 +425,9 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
       throw Error(ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA,
                   "[rope_apply] the CUDA rotary kernel takes head_dim up to " + std::to_string(kCudaRopeMaxHeadDim) +
                       ", this model has head_dim " + std::to_string(head_dim) + "; train it with --device cpu");
-    ::bp::BP_WRAP_NS::rope_apply<float>(a.x, a.n_heads, reinterpret_cast<bf16*>(a.x_bf16), b.x, b.n_heads,
-                                        reinterpret_cast<bf16*>(b.x_bf16), positions, inv_freq, T, head_dim, inverse,
-                                        nullptr);
+    ::bp::BP_WRAP_NS::rope_apply<float>(a.x, a.n_heads, reinterpret_cast<bf16*>(a.x_bf16), a.bias, b.x, b.n_heads,
+                                        reinterpret_cast<bf16*>(b.x_bf16), b.bias, positions, inv_freq, T, head_dim,
+                                        inverse, nullptr);
     check_launch("rope_apply");
   }
   static void swiglu_forward(const float* gate, const float* up, float* h, uint16_t* h_bf16, int64_t n) {

@@ -22,12 +22,14 @@ struct RopeFreqs {
   float v[kRopeMaxPairs];
 };
 
-// One tensor the kernel rotates: x [T, n_heads·head_dim] and its bf16 copy (may be null).
+// One tensor the kernel rotates: x [T, n_heads·head_dim], its bf16 copy (may be null) and a bias
+// [n_heads·head_dim] added to each row before the rotation (may be null: q_proj's / k_proj's).
 template <class T>
 struct RopeOperand {
   T* x = nullptr;
   int64_t n_heads = 0;
   bf16* x16 = nullptr;
+  const float* bias = nullptr;
 };
 
 // Heads a.n_heads + b.n_heads per token (b.n_heads 0: a alone): q and k of one attention in one
@@ -46,13 +48,19 @@ __global__ void rope_kernel(RopeOperand<T> a, RopeOperand<T> b, const int32_t* p
     const bool in_a = head < a.n_heads;
     T* x = in_a ? a.x : b.x;
     bf16* x16 = in_a ? a.x16 : b.x16;
-    const int64_t row = t * (in_a ? a.n_heads : b.n_heads) + (in_a ? head : head - a.n_heads);  // x's row
+    const float* bias = in_a ? a.bias : b.bias;
+    const int64_t h = in_a ? head : head - a.n_heads;            // the head within x
+    const int64_t row = t * (in_a ? a.n_heads : b.n_heads) + h;  // x's row of head_dim values
     const float angle = static_cast<float>(positions[t]) * inv_freq.v[i];
     float s, c;
     sincosf(angle, &s, &c);
     s *= sign;
     T* lo = x + row * head_dim;
-    const float x0 = load_f32(lo[i]), x1 = load_f32(lo[i + half]);
+    float x0 = load_f32(lo[i]), x1 = load_f32(lo[i + half]);
+    if (bias) {  // x + bias, then rotated
+      x0 += bias[h * head_dim + i];
+      x1 += bias[h * head_dim + i + half];
+    }
     bf16* lo16 = x16 ? x16 + row * head_dim : nullptr;
     store_with_bf16(lo, lo16, i, x0 * c - x1 * s);
     store_with_bf16(lo, lo16, i + half, x1 * c + x0 * s);
@@ -62,12 +70,13 @@ __global__ void rope_kernel(RopeOperand<T> a, RopeOperand<T> b, const int32_t* p
 // inv_freq: host memory, head_dim/2 <= kRopeMaxPairs values (the caller refuses wider heads).
 // a [T, a_heads·head_dim] and b [T, b_heads·head_dim] (b null: a alone) rotated in place in one
 // launch. a16, b16 (may be null): the rotated tensor's nearest-even bf16 copy, written beside it
-// (the backward's dq, dk: the dy of q_proj's / k_proj's bf16 GEMMs).
+// (the backward's dq, dk: the dy of q_proj's / k_proj's bf16 GEMMs). a_bias, b_bias (may be null):
+// [heads·head_dim] added to each row before its rotation (q_proj's and k_proj's biases, forward).
 template <class T>
-void rope_apply(T* a, int64_t a_heads, bf16* a16, T* b, int64_t b_heads, bf16* b16, const int32_t* positions,
-                const float* inv_freq, int64_t T_tokens, int64_t head_dim, bool inverse,
-                cudaStream_t stream = nullptr) {
-  const RopeOperand<T> first{a, a ? a_heads : 0, a16}, second{b, b ? b_heads : 0, b16};
+void rope_apply(T* a, int64_t a_heads, bf16* a16, const float* a_bias, T* b, int64_t b_heads, bf16* b16,
+                const float* b_bias, const int32_t* positions, const float* inv_freq, int64_t T_tokens,
+                int64_t head_dim, bool inverse, cudaStream_t stream = nullptr) {
+  const RopeOperand<T> first{a, a ? a_heads : 0, a16, a_bias}, second{b, b ? b_heads : 0, b16, b_bias};
   const int64_t total = T_tokens * (first.n_heads + second.n_heads) * (head_dim / 2);
   if (total == 0 || head_dim / 2 > kRopeMaxPairs) return;
   RopeFreqs freqs{};
