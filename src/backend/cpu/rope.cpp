@@ -15,32 +15,29 @@
 namespace bp::cpu {
 
 namespace {
-// One token's row of `t`: every head rotated by the token's cos/sin, then its bf16 copy.
+// One head's pairs (lo[i], lo[i + half]) rotated in place; kBias: bias added first (the branch
+// outside the vector loop).
+template <bool kBias>
+void rotate_head(float* lo, const float* bias, const float* cos_v, const float* sin_v, int64_t half) {
+  float* hi = lo + half;
+#pragma omp simd
+  for (int64_t i = 0; i < half; ++i) {
+    const float c = cos_v[i], s = sin_v[i];
+    const float a = kBias ? lo[i] + bias[i] : lo[i], b = kBias ? hi[i] + bias[i + half] : hi[i];
+    lo[i] = a * c - b * s;
+    hi[i] = b * c + a * s;
+  }
+}
+
+// One token's row of `t`: every head (+ its bias) rotated by the token's cos/sin, then its bf16 copy.
 void rotate_row(const RopeTarget& t, int64_t token, const float* cos_v, const float* sin_v, int64_t head_dim) {
   const int64_t half = head_dim / 2, width = t.n_heads * head_dim;
   float* row = t.x + token * width;
   for (int64_t h = 0; h < t.n_heads; ++h) {
-    float* lo = row + h * head_dim;
-    float* hi = lo + half;
-    if (t.bias) {  // x + bias, then rotated
-      const float* b_lo = t.bias + h * head_dim;
-      const float* b_hi = b_lo + half;
-#pragma omp simd
-      for (int64_t i = 0; i < half; ++i) {
-        const float c = cos_v[i], s = sin_v[i];
-        const float a = lo[i] + b_lo[i], b = hi[i] + b_hi[i];
-        lo[i] = a * c - b * s;
-        hi[i] = b * c + a * s;
-      }
-      continue;
-    }
-#pragma omp simd
-    for (int64_t i = 0; i < half; ++i) {
-      const float c = cos_v[i], s = sin_v[i];
-      const float a = lo[i], b = hi[i];
-      lo[i] = a * c - b * s;
-      hi[i] = b * c + a * s;
-    }
+    if (t.bias)
+      rotate_head<true>(row + h * head_dim, t.bias + h * head_dim, cos_v, sin_v, half);
+    else
+      rotate_head<false>(row + h * head_dim, nullptr, cos_v, sin_v, half);
   }
   if (t.x_bf16) round_to_bf16_serial(row, t.x_bf16 + token * width, width);
 }

@@ -155,17 +155,9 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   // residual (may be null): the GEMM adds it (out of place, beta 1: cublaslt_gemm.cpp), no add launch.
   static void linear_base_forward(const float* x, const float* W, const float* bias, const float* residual, float* y,
                                   int64_t T, int64_t in, int64_t out) {
-    if (in == 0) {  // no product: y = residual (+ bias)
-      if (residual)
-        check_cuda(cudaMemcpy(y, residual, static_cast<size_t>(T * out) * sizeof(float), cudaMemcpyDeviceToDevice),
-                   "cudaMemcpy(linear residual)");
-      else
-        check_cuda(cudaMemset(y, 0, static_cast<size_t>(T * out) * sizeof(float)), "cudaMemset(linear y)");
-    } else {
-      gemm::GemmDesc d = gemm::linear_forward_gemm(T, in, out, gemm::DType::F32, gemm::DType::F32);
-      if (residual) d.beta = 1.0f;
-      run_gemm(d, W, x, y, residual);
-    }
+    gemm::GemmDesc d = gemm::linear_forward_gemm(T, in, out, gemm::DType::F32, gemm::DType::F32);
+    if (residual) d.beta = 1.0f;
+    run_gemm(d, W, x, y, residual);
     if (bias) add_bias_inplace(y, bias, T, out);
   }
   static void lora_forward(const float* xd, const float* A, const float* B, float scale, float* xa, float* y, int64_t T,
