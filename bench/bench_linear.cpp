@@ -7,7 +7,9 @@
 // Counters are GFLOP/s, counting 2·M·N·K per GEMM including the LoRA products.
 //
 // lora_qkv: q/k/v's forward and backward with LoRA, each projection alone against a LoRA input
-// group (one GEMM of x per product for the three), at SmolLM-135M's and Qwen2.5-0.5B's shapes.
+// group (one GEMM of x per product for the three), at SmolLM-135M's and Qwen2.5-0.5B's shapes;
+// arg 5: dropout in percent (0, or 10: each member's own mask, the group's one dropout-kernel call
+// per product against one per projection).
 //
 // residual_o: o_proj's forward with LoRA (r 16, no dropout) and the residual connection after it,
 // arg 2 = 1 added by the GEMM (linear_forward's residual: the base GEMM's beta matrix, as the model
@@ -132,13 +134,16 @@ void BM_linear_backward_lora(benchmark::State& state) {
   set_gflops(state, p.base_flops() + 2.0 * p.lora_fwd_flops());
 }
 
-// q/k/v of one layer with LoRA (r 16, no dropout, f32 W), forward and backward through the op API:
-// arg 4 = 1 as a LoRA input group (ops/linear.h lora_group_forward / lora_group_backward: x's
-// products one GEMM each for the three), 0 each projection alone. Args 0-3: T, in (= D), q's out,
-// k's and v's out. Compare the two rows of a shape from the same run.
+// q/k/v of one layer with LoRA (r 16, f32 W), forward and backward through the op API: arg 4 = 1
+// as a LoRA input group (ops/linear.h lora_group_forward / lora_group_backward: x's products one
+// GEMM each for the three, or with dropout one call of the dropout kernels), 0 each projection
+// alone. Args 0-3: T, in (= D), q's out, k's and v's out; 5: dropout in percent. Compare the two
+// rows of a shape and dropout from the same run.
 void BM_lora_qkv(benchmark::State& state) {
   const int64_t T = state.range(0), D = state.range(1), qd = state.range(2), kvd = state.range(3);
   const bool grouped = state.range(4) != 0;
+  const float p = static_cast<float>(state.range(5)) / 100.0f;
+  bp::LoraGroupDropout dropout{p, {}};
   const int64_t outs[3] = {qd, kvd, kvd};
   Tensor x = filled({T, D}, 1.0f), A_all = filled({3 * kRank, D}, 0.05f), dA_all = Tensor::zeros({3 * kRank, D});
   Tensor dx = Tensor::empty({T, D});
@@ -151,13 +156,14 @@ void BM_lora_qkv(benchmark::State& state) {
     B[i] = filled({outs[i], kRank}, 0.05f);
     dy[i] = filled({T, outs[i]}, 0.01f);
     dB[i] = Tensor::zeros({outs[i], kRank});
-    lora[i] = {&A[i], &B[i], 2.0f, 0.0f, 0, true};
+    lora[i] = {&A[i], &B[i], 2.0f, p, static_cast<uint64_t>(100 + i), true};
+    dropout.members.push_back({kRank, static_cast<uint64_t>(100 + i)});
   }
   double flops = 0;
   for (int64_t out : outs) flops += 2.0 * (2.0 * T * D * out) + 3.0 * (2.0 * T * kRank * (D + out));
   for (auto _ : state) {
     std::array<bp::LinearSaved, 3> saved;
-    Tensor xa_all = grouped ? bp::lora_group_forward(x, A_all) : Tensor();
+    Tensor xa_all = grouped ? bp::lora_group_forward(x, A_all, &dropout) : Tensor();
     for (int i = 0; i < 3; ++i) {
       bp::LoraWeights l = lora[i];
       if (grouped) l.group_xa = &xa_all, l.group_col = i * kRank;
@@ -171,7 +177,7 @@ void BM_lora_qkv(benchmark::State& state) {
       bp::linear_backward(dy[i], x, W[i], &l, &saved[i],
                           {&dx, nullptr, nullptr, grouped ? nullptr : &dA[i], &dB[i], i > 0});
     }
-    if (grouped) bp::lora_group_backward(x, A_all, dxa_all, &dA_all, &dx);
+    if (grouped) bp::lora_group_backward(x, A_all, dxa_all, &dA_all, &dx, &dropout);
     benchmark::DoNotOptimize(dx.raw());
   }
   set_gflops(state, flops);
@@ -311,9 +317,11 @@ void held_shapes(benchmark::internal::Benchmark* b) {
 }
 
 void qkv_shapes(benchmark::internal::Benchmark* b) {
-  // {T, D, q out, k/v out}: SmolLM-135M, Qwen2.5-0.5B; each alone (0) and grouped (1).
-  for (auto [T, D, qd, kvd] : {std::array<int64_t, 4>{512, 576, 576, 192}, {512, 896, 896, 128}})
-    for (int64_t grouped : {0, 1}) b->Args({T, D, qd, kvd, grouped});
+  // {T, D, q out, k/v out}: SmolLM-135M, Qwen2.5-0.5B; each alone (0) and grouped (1); no dropout
+  // and 10%.
+  for (int64_t dropout : {0, 10})
+    for (auto [T, D, qd, kvd] : {std::array<int64_t, 4>{512, 576, 576, 192}, {512, 896, 896, 128}})
+      for (int64_t grouped : {0, 1}) b->Args({T, D, qd, kvd, grouped, dropout});
   b->Unit(benchmark::kMillisecond);
   if (bench_threads() != 1) b->UseRealTime();
 }

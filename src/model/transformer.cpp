@@ -224,8 +224,7 @@ void Model::attach_lora(const LoraView& lora) {
   allocate_grads();
 }
 
-Tensor Model::lora_group_A(int64_t l, const LinearInputGroup& g, bool train) const {
-  if (train && lora_.dropout > 0.0f) return Tensor();  // each projection's mask is its own
+Tensor Model::lora_group_A(int64_t l, const LinearInputGroup& g) const {
   std::vector<const Tensor*> parts;
   for (int i = 0; i < g.count; ++i) {
     const Tensor* A = lora_.layers[static_cast<size_t>(l)][static_cast<size_t>(g.first) + static_cast<size_t>(i)].A;
@@ -233,6 +232,18 @@ Tensor Model::lora_group_A(int64_t l, const LinearInputGroup& g, bool train) con
     parts.push_back(A);
   }
   return Tensor::joined_rows(parts);
+}
+
+LoraGroupDropout Model::lora_group_dropout(int64_t l, const LinearInputGroup& g, bool train, uint64_t seed) const {
+  LoraGroupDropout d;
+  if (!train || lora_.dropout <= 0.0f) return d;
+  d.p = lora_.dropout;
+  for (int i = 0; i < g.count; ++i) {
+    const auto role = static_cast<LinearRole>(static_cast<int>(g.first) + i);
+    const Tensor* A = lora_.layers[static_cast<size_t>(l)][static_cast<size_t>(role)].A;
+    if (A) d.members.push_back({A->dim(0), lora_weights(l, role, train, seed).dropout_seed});
+  }
+  return d;
 }
 
 int64_t Model::lora_group_col(int64_t l, const LinearInputGroup& g, LinearRole r) const {
@@ -305,7 +316,7 @@ void Model::allocate_grads() {
       auto& lg = grads_.layers[l].lora;
       // A group's dA laid out like its A: rows of one tensor, for lora_group_backward's one GEMM.
       for (const LinearInputGroup& grp : kLinearInputGroups) {
-        const Tensor A_all = lora_group_A(static_cast<int64_t>(l), grp, false);
+        const Tensor A_all = lora_group_A(static_cast<int64_t>(l), grp);
         if (!A_all.defined()) continue;
         Tensor dA_all = Tensor::zeros(A_all.shape(), DType::F32, A_all.device());
         int64_t at = 0;
@@ -470,9 +481,10 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   Tensor group_xa;
   auto group_forward = [&](const Tensor& x, const LinearInputGroup& g) {
     group_xa = Tensor();
-    const Tensor A_all = lora_group_A(l, g, train);
+    const Tensor A_all = lora_group_A(l, g);
     if (!A_all.defined()) return;
-    group_xa = lora_group_forward(x, A_all);
+    const LoraGroupDropout dropout = lora_group_dropout(l, g, train, seed);
+    group_xa = lora_group_forward(x, A_all, &dropout);
     for (int i = 0; i < g.count; ++i) {
       LoraWeights& m = lw[static_cast<int>(g.first) + i];
       m.group_xa = &group_xa;

@@ -71,8 +71,8 @@ enum class TrainMode { Frozen, Lora, Full };
 // The projections that read one input, consecutive in LinearRole order: q/k/v (of xn) and gate/up
 // (of hn). Their LoRA A matrices are rows of one tensor (Model::attach_lora lays them out so, and
 // allocate_grads their dA), so the LoRA products of that input run as one GEMM per group
-// (ops/linear.h lora_group_forward, lora_group_backward) where every member has LoRA and none
-// dropout.
+// (ops/linear.h lora_group_forward, lora_group_backward) where every member has LoRA; with dropout
+// one call of the dropout kernels per product, each member's mask its own.
 struct LinearInputGroup {
   LinearRole first;
   int count;
@@ -216,9 +216,12 @@ class Model {
                        std::vector<LayerActs>* acts);
   LoraWeights lora_weights(int64_t l, LinearRole role, bool train, uint64_t seed) const;
   // Layer l's group's A matrices as one tensor [Σr, in] (Tensor::joined_rows) when every member has
-  // LoRA and none dropout in this pass (train: dropout on); undefined otherwise: each projection
-  // runs its LoRA products alone.
-  Tensor lora_group_A(int64_t l, const LinearInputGroup& g, bool train) const;
+  // LoRA; undefined otherwise: each projection runs its LoRA products alone.
+  Tensor lora_group_A(int64_t l, const LinearInputGroup& g) const;
+  // The group's dropout in this pass (train with lora.dropout > 0): each member's rows and mask
+  // seed (lora_weights' dropout_seed), for lora_group_forward / lora_group_backward; p = 0 and no
+  // members otherwise.
+  LoraGroupDropout lora_group_dropout(int64_t l, const LinearInputGroup& g, bool train, uint64_t seed) const;
   // Member r's first column in its group's xa and dxa [T, Σr]: the ranks of the members before it.
   int64_t lora_group_col(int64_t l, const LinearInputGroup& g, LinearRole r) const;
   void check_batch(const Batch& b) const;

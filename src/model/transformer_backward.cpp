@@ -48,11 +48,13 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
   struct GroupBack {
     const LinearInputGroup* of = nullptr;
     Tensor A_all, dA_all, dxa;
+    LoraGroupDropout dropout;
   } group;
   auto group_start = [&](const LinearInputGroup& grp) {
     group = GroupBack{};
     group.of = &grp;
-    group.A_all = lora_group_A(l, grp, training_);
+    group.A_all = lora_group_A(l, grp);
+    group.dropout = lora_group_dropout(l, grp, training_, seed);
     std::vector<const Tensor*> dAs;
     for (int i = 0; i < grp.count; ++i)
       dAs.push_back(&g.lora[static_cast<size_t>(grp.first) + static_cast<size_t>(i)].dA);
@@ -61,7 +63,7 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
     group.dxa = Tensor::empty({T, group.A_all.dim(0)}, DType::F32, dev);
   };
   auto group_finish = [&](const Tensor& x, Tensor& dx) {
-    if (group.dxa.defined()) lora_group_backward(x, group.A_all, group.dxa, &group.dA_all, &dx);
+    if (group.dxa.defined()) lora_group_backward(x, group.A_all, group.dxa, &group.dA_all, &dx, &group.dropout);
     group = GroupBack{};
   };
 

@@ -78,6 +78,27 @@ Tensor dropout_scratch(const Tensor& x, int64_t T, int64_t in, bool backward) {
   return Tensor::empty({ops::kernels(x).lora_dropout_scratch_floats(T, in, backward)}, DType::F32, x.device());
 }
 
+// A group's dropout as the kernels' member list (empty: no dropout, the plain GEMMs), checked
+// against A_all's R rows: 1 to kMaxLoraDropoutMembers members of positive rows summing to R, p in [0, 1).
+std::vector<cpu::LoraDropoutMember> group_dropout_members(const LoraGroupDropout* dropout, int64_t R) {
+  std::vector<cpu::LoraDropoutMember> members;
+  if (!dropout || dropout->p == 0.0f) return members;
+  if (!(dropout->p > 0.0f && dropout->p < 1.0f))
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[linear] LoRA dropout must be in [0, 1) but is {}", dropout->p));
+  const size_t n = dropout->members.size();
+  BP_CHECK(n >= 1 && n <= static_cast<size_t>(cpu::kMaxLoraDropoutMembers),
+           "[linear] a LoRA group with dropout has {} members (1 to {})", n, cpu::kMaxLoraDropoutMembers);
+  int64_t rows = 0;
+  for (const LoraGroupDropout::Member& m : dropout->members) {
+    BP_CHECK(m.rows > 0, "[linear] a LoRA group member has {} rows of the group's A", m.rows);
+    members.push_back({m.rows, m.seed});
+    rows += m.rows;
+  }
+  BP_CHECK(rows == R, "[linear] the LoRA group's members have {} rows but its A has {}", rows, R);
+  return members;
+}
+
 // The LoRA part of linear_backward (see the file comment): dB, dA and the LoRA term of dx,
 // which is added to the dx the base GEMM already wrote.
 void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, const LinearSaved* saved,
@@ -98,7 +119,6 @@ void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, con
                           grads.dB->kernel_data<float>(), r);
   if (lora.group_dxa) {  // a group member: its dxa columns; dA and dx's LoRA term are lora_group_backward's
     BP_CHECK(!grads.dA, "[linear] a LoRA group member's dA is the group's (lora_group_backward)");
-    BP_CHECK(!dropped, "[linear] a LoRA group member has dropout (each mask is its own)");
     Tensor& dxa = *lora.group_dxa;
     BP_CHECK(dxa.rank() == 2 && dxa.dim(0) == T && lora.group_col >= 0 && lora.group_col + r <= dxa.dim(1),
              "[linear] group dxa {} has no columns [{}, {}) of {} rows", dxa.shape().str(), lora.group_col,
@@ -115,10 +135,11 @@ void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, con
   if (dropped) {
     // dA and the LoRA term of dx through the regenerated mask: no saved xd, no dxd on the card.
     Tensor scratch = dropout_scratch(x, T, in, true);
-    ops::kernels(x).lora_dropout_backward(dxa.kernel_data<float>(), x.kernel_data<float>(), A, lora.dropout,
-                                          lora.dropout_seed, scratch.kernel_data<float>(),
+    const cpu::LoraDropoutMember one{r, lora.dropout_seed};
+    ops::kernels(x).lora_dropout_backward(dxa.kernel_data<float>(), x.kernel_data<float>(), A, lora.dropout, &one, 1,
+                                          scratch.kernel_data<float>(),
                                           grads.dA ? grads.dA->kernel_data<float>() : nullptr,
-                                          grads.dx ? grads.dx->kernel_data<float>() : nullptr, T, in, r);
+                                          grads.dx ? grads.dx->kernel_data<float>() : nullptr, T, in);
     return;
   }
   if (grads.dA)
@@ -149,7 +170,6 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
   }
 
   if (lora->group_xa) {  // a group member: xa is the group's columns (lora_group_forward), no GEMM of x
-    BP_CHECK(!dropout_active(*lora), "[linear] a LoRA group member has dropout (each mask is its own)");
     const Tensor& xa = *lora->group_xa;
     ops::require_tensor(kOp, "group xa", xa, DType::F32, 2);
     BP_CHECK(xa.dim(0) == T && lora->group_col >= 0 && lora->group_col + r <= xa.dim(1),
@@ -174,9 +194,9 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
     // OpenMP loop squeezed between two calls competes with them); then y += s·xa·Bᵀ.
     {
       Tensor scratch = dropout_scratch(x, T, in, false);
-      ops::kernels(x).lora_dropout_xa(x.kernel_data<float>(), lora->A->kernel_data<float>(), lora->dropout,
-                                      lora->dropout_seed, scratch.kernel_data<float>(), xa.kernel_data<float>(), T, in,
-                                      r);
+      const cpu::LoraDropoutMember one{r, lora->dropout_seed};
+      ops::kernels(x).lora_dropout_xa(x.kernel_data<float>(), lora->A->kernel_data<float>(), lora->dropout, &one, 1,
+                                      scratch.kernel_data<float>(), xa.kernel_data<float>(), T, in);
     }
     base_forward(x, x16, W, bias, residual, y);
     ops::kernels(x).sgemm(false, true, T, out, r, lora->scale, xa.kernel_data<float>(), r,
@@ -243,20 +263,29 @@ void linear_backward(const Tensor& dy, const Tensor& x_f32, const Tensor& W, con
   if (grads.db) ops::kernels(x).bias_grad_accumulate(g, grads.db->kernel_data<float>(), T, out);
 }
 
-Tensor lora_group_forward(const Tensor& x, const Tensor& A_all) {
+Tensor lora_group_forward(const Tensor& x, const Tensor& A_all, const LoraGroupDropout* dropout) {
   ops::require_tensor(kOp, "x", x, DType::F32, 2);
   ops::require_tensor(kOp, "group A", A_all, DType::F32, 2);
   const int64_t T = x.dim(0), in = x.dim(1), R = A_all.dim(0);
   BP_CHECK(A_all.dim(1) == in, "[linear] x has {} columns but the group's A is {}", in, A_all.shape().str());
   ops::require_same_device(kOp, {&x, &A_all});
+  const std::vector<cpu::LoraDropoutMember> members = group_dropout_members(dropout, R);
   Tensor xa = Tensor::empty({T, R}, DType::F32, x.device());
-  if (T > 0 && R > 0)
-    ops::kernels(x).sgemm(false, true, T, R, in, 1.0f, x.kernel_data<float>(), in, A_all.kernel_data<float>(), in, 0.0f,
-                          xa.kernel_data<float>(), R);
+  if (T == 0 || R == 0) return xa;
+  if (!members.empty()) {
+    Tensor scratch = dropout_scratch(x, T, in, false);
+    ops::kernels(x).lora_dropout_xa(x.kernel_data<float>(), A_all.kernel_data<float>(), dropout->p, members.data(),
+                                    static_cast<int>(members.size()), scratch.kernel_data<float>(),
+                                    xa.kernel_data<float>(), T, in);
+    return xa;
+  }
+  ops::kernels(x).sgemm(false, true, T, R, in, 1.0f, x.kernel_data<float>(), in, A_all.kernel_data<float>(), in, 0.0f,
+                        xa.kernel_data<float>(), R);
   return xa;
 }
 
-void lora_group_backward(const Tensor& x, const Tensor& A_all, const Tensor& dxa_all, Tensor* dA_all, Tensor* dx) {
+void lora_group_backward(const Tensor& x, const Tensor& A_all, const Tensor& dxa_all, Tensor* dA_all, Tensor* dx,
+                         const LoraGroupDropout* dropout) {
   ops::require_tensor(kOp, "x", x, DType::F32, 2);
   ops::require_tensor(kOp, "group A", A_all, DType::F32, 2);
   const int64_t T = x.dim(0), in = x.dim(1), R = A_all.dim(0);
@@ -265,8 +294,17 @@ void lora_group_backward(const Tensor& x, const Tensor& A_all, const Tensor& dxa
   if (dA_all) ops::require_shape(kOp, "group dA", *dA_all, Shape{R, in});
   if (dx) ops::require_shape(kOp, "dx", *dx, Shape{T, in});
   ops::require_same_device(kOp, {&x, &A_all, &dxa_all, dA_all, dx});
-  if (T == 0 || R == 0) return;
+  const std::vector<cpu::LoraDropoutMember> members = group_dropout_members(dropout, R);
+  if (T == 0 || R == 0 || (!dA_all && !dx)) return;
   const float* dxa = dxa_all.kernel_data<float>();
+  if (!members.empty()) {
+    Tensor scratch = dropout_scratch(x, T, in, true);
+    ops::kernels(x).lora_dropout_backward(dxa, x.kernel_data<float>(), A_all.kernel_data<float>(), dropout->p,
+                                          members.data(), static_cast<int>(members.size()),
+                                          scratch.kernel_data<float>(), dA_all ? dA_all->kernel_data<float>() : nullptr,
+                                          dx ? dx->kernel_data<float>() : nullptr, T, in);
+    return;
+  }
   if (dA_all)
     ops::kernels(x).sgemm(true, false, R, in, T, 1.0f, dxa, R, x.kernel_data<float>(), in, 1.0f,
                           dA_all->kernel_data<float>(), in);

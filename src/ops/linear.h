@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -77,19 +78,36 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const L
                      const LinearSaved* saved, const LinearGrads& grads, const Tensor* dy_bf16 = nullptr,
                      const Tensor* x_bf16 = nullptr);
 
-// Projections that read one x with LoRA and no dropout (q/k/v, gate/up), whose A matrices are
-// consecutive rows of one tensor A_all [Σr, in] (Tensor::joined_rows; Model::attach_lora lays them
-// out so): the LoRA products that read x run once for the group instead of once per projection.
+// Projections that read one x with LoRA (q/k/v, gate/up), whose A matrices are consecutive rows of
+// one tensor A_all [Σr, in] (Tensor::joined_rows; Model::attach_lora lays them out so): the LoRA
+// products that read x run once for the group instead of once per projection.
 //   lora_group_forward:  xa_all = x·A_allᵀ [T, Σr]; each member's linear_forward then reads its
 //                        columns (LoraWeights::group_xa) and saves them.
 //   lora_group_backward: after every member's linear_backward wrote its dxa = s·g·B into its columns
 //                        of dxa_all [T, Σr] (LoraWeights::group_dxa), dA_all += dxa_allᵀ·x and
 //                        dx += dxa_all·A_all (each skipped when null).
 // q/k/v: 2 GEMMs fewer forward and 4 backward; gate/up 1 and 2. The same sums as per projection,
-// up to the GEMMs' summation order. A member with dropout is refused (RUNTIME_INTERNAL): each
-// projection's dropout mask is its own (PEFT's), so a group has none.
-Tensor lora_group_forward(const Tensor& x, const Tensor& A_all);
-void lora_group_backward(const Tensor& x, const Tensor& A_all, const Tensor& dxa_all, Tensor* dA_all, Tensor* dx);
+// up to the GEMMs' summation order.
+// With dropout (training, p > 0; `dropout` non-null) each member keeps its own mask (PEFT's: one
+// dropout module per projection): member m's columns are dropout_m(x)·A_mᵀ, its dA rows
+// dxa_mᵀ·dropout_m(x), its dx term dropout_m'(dxa_m·A_m), the masks those of the member's
+// LoraWeights::dropout_seed (the bits of linear_forward on that projection alone). One call of the
+// dropout kernels for the group (lora_dropout.cuh: one launch per product on a card, x read where
+// the masks are made) instead of one per projection; on the CPU each member's dropped input is
+// made in turn in one scratch buffer. members: each member's rows of A_all and seed, in order (1 to
+// 3 of them, summing to A_all's rows; RUNTIME_INTERNAL otherwise; p out of [0, 1):
+// INPUT_VALIDATION_FAILED).
+struct LoraGroupDropout {
+  float p = 0.0f;
+  struct Member {
+    int64_t rows = 0;
+    uint64_t seed = 0;
+  };
+  std::vector<Member> members;
+};
+Tensor lora_group_forward(const Tensor& x, const Tensor& A_all, const LoraGroupDropout* dropout = nullptr);
+void lora_group_backward(const Tensor& x, const Tensor& A_all, const Tensor& dxa_all, Tensor* dA_all, Tensor* dx,
+                         const LoraGroupDropout* dropout = nullptr);
 
 // Whether a GEMM of `device` against W reads a bf16 copy of its activation operand (W held
 // narrower than f32, or a bf16 GEMM copy, on a card whose GEMMs take bf16): where producers'

@@ -9,10 +9,12 @@
 //                      with dropout, the kernel's scratch (CPU: xd [T, in]; CUDA: none), transient
 //   linear_backward    LoRA: dxa [T, r]; with dropout the kernel's scratch (CPU: xd and dxd
 //                      [T, in]; CUDA: the dA kernel's per-slice partials, DeviceScratch) (all transient)
-//   LoRA input groups  (q/k/v, gate/up without dropout: Model::lora_group_A) one xa [T, Σr] before
-//                      the members' forward, kept until the last member's backward, and one dxa
-//                      [T, Σr] from before the first member's backward to lora_group_backward; the
-//                      members allocate no xa or dxa of their own
+//   LoRA input groups  (q/k/v, gate/up: Model::lora_group_A) one xa [T, Σr] before the members'
+//                      forward (with dropout then the kernel's scratch, transient), kept until the
+//                      last member's backward, and one dxa [T, Σr] from before the first member's
+//                      backward to lora_group_backward (with dropout its scratch, or on CUDA the
+//                      dA kernel's partials for r = Σr, transient, while dxa is live); the members
+//                      allocate no xa or dxa of their own
 //   attention_forward  out [T, Hq·d], lse [Hq, T] (when kept), per-thread scratch (transient)
 //   attention_backward delta [Hq, T], per-thread score blocks and per-head partial dk/dv (transient)
 //   linear_cross_entropy: one logits chunk [min(chunk, window, T), V] (transient; window = the
@@ -166,9 +168,8 @@ struct Dims {
   }
   bool has_lora(LinearRole role) const { return lora[static_cast<size_t>(role)]; }
   // An input group whose LoRA products of x run once for the group (Model::lora_group_A): every
-  // member adapted, no dropout (training).
+  // member adapted.
   bool grouped(const LinearInputGroup& g) const {
-    if (dropout > 0) return false;
     for (int i = 0; i < g.count; ++i)
       if (!lora[static_cast<size_t>(g.first) + static_cast<size_t>(i)]) return false;
     return true;
@@ -243,7 +244,15 @@ void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a, Id dy16 = -1
 // grouped.
 Id group_fwd(Replay& R, const Dims& m, const LinearInputGroup& grp, Acts* keep, Group keep_group) {
   if (!m.grouped(grp)) return -1;
-  return R.alloc(keep ? keep_group : kWork, m.T * m.group_r(grp));
+  Id xa_all = R.alloc(keep ? keep_group : kWork, m.T * m.group_r(grp));
+  R.transient(kWork, m.dropout_scratch(grp.first, false));
+  return xa_all;
+}
+// lora_group_backward's temporaries, while the group's dxa is live: with dropout the kernel's
+// scratch (CPU) or the dA kernel's partials (CUDA), for r = Σr.
+void group_bwd(Replay& R, const Dims& m, const LinearInputGroup& grp) {
+  R.transient(kWork, m.dropout_scratch(grp.first, true));
+  if (m.dropout > 0) R.transient_bytes(kWork, m.device.lora_dropout_dA(m.T, m.in(grp.first), m.group_r(grp)));
 }
 void group_fwd_done(Replay& R, const LinearInputGroup& grp, Id xa_all, Acts* keep) {
   if (xa_all < 0) return;
@@ -339,6 +348,7 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout, Id& dout16, bool b
   R.free(dgate), R.free(dgate16);
   linear_bwd(R, m, LinearRole::Up, a, dup16, a.hn16, gate_up);
   R.free(dup), R.free(dup16);
+  if (gate_up) group_bwd(R, m, kGateUpGroup);
   R.free(dxa_all);
   R.free(a.hn), R.free(a.hn16);
   Id dh16 = bf16_copy(R, m, m.T * m.D);  // the post-norm backward's, o's dy
@@ -380,6 +390,7 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout, Id& dout16, bool b
   R.free(dk), R.free(dk16);
   linear_bwd(R, m, LinearRole::V, a, dv16, a.xn16, qkv);
   R.free(dv), R.free(dv16);
+  if (qkv) group_bwd(R, m, kQkvGroup);
   R.free(dxa_all);
   R.free(a.xn), R.free(a.xn16);
   if (below) dout16 = bf16_copy(R, m, m.T * m.D);  // the input norm's backward, the down dy below

@@ -45,6 +45,10 @@ const SplitCase kSplitCases[] = {
     {{9001, 3, 2, 0.05f}, 64},    // the cap: one base block, T / 128 = 70
 };
 constexpr uint64_t kSeed = 0x5eedull;
+// A projection alone: a member list of one.
+cpu::LoraDropoutMember one_member(const Case& c) {
+  return {c.r, kSeed};
+}
 
 // A copy of `host` in simulated device memory (the write check watches cudaMalloc'd allocations).
 float* device_copy(const std::vector<float>& host) {
@@ -76,9 +80,10 @@ struct Outputs {
 Outputs cpu_reference(const Case& c, const Inputs& in) {
   Outputs o{std::vector<float>(c.T * c.r), in.dA0, in.dx0};
   std::vector<float> scratch(std::max<int64_t>(cpu::lora_dropout_scratch_floats(c.T, c.in, true), 1));
-  cpu::lora_dropout_xa(in.x.data(), in.A.data(), c.p, kSeed, scratch.data(), o.xa.data(), c.T, c.in, c.r);
-  cpu::lora_dropout_backward(in.dxa.data(), in.x.data(), in.A.data(), c.p, kSeed, scratch.data(), o.dA.data(),
-                             o.dx.data(), c.T, c.in, c.r);
+  const cpu::LoraDropoutMember one = one_member(c);
+  cpu::lora_dropout_xa(in.x.data(), in.A.data(), c.p, &one, 1, scratch.data(), o.xa.data(), c.T, c.in);
+  cpu::lora_dropout_backward(in.dxa.data(), in.x.data(), in.A.data(), c.p, &one, 1, scratch.data(), o.dA.data(),
+                             o.dx.data(), c.T, c.in);
   return o;
 }
 // The dA kernel's workspace, NaN-filled so a partial left unwritten would show in dA. `launches`:
@@ -91,11 +96,12 @@ Outputs simulated(const Case& c, const Inputs& in, uint64_t* dA_launches = nullp
   float *x = device_copy(in.x), *A = device_copy(in.A), *dxa = device_copy(in.dxa);
   float *xa = device_copy(std::vector<float>(c.T * c.r, NAN)), *dA = device_copy(in.dA0), *dx = device_copy(in.dx0);
   float* workspace = dA_workspace(c);
-  lora_dropout_xa(x, A, xa, c.T, c.in, c.r, c.p, kSeed);
+  const cpu::LoraDropoutMember one = one_member(c);
+  lora_dropout_xa(x, A, xa, c.T, c.in, &one, 1, c.p);
   const uint64_t before = launch_count();
-  lora_dropout_dA_accumulate(dxa, x, dA, c.T, c.in, c.r, c.p, kSeed, workspace);
+  lora_dropout_dA_accumulate(dxa, x, dA, c.T, c.in, &one, 1, c.p, workspace);
   if (dA_launches) *dA_launches = launch_count() - before;
-  lora_dropout_dx_accumulate(dxa, A, dx, c.T, c.in, c.r, c.p, kSeed);
+  lora_dropout_dx_accumulate(dxa, A, dx, c.T, c.in, &one, 1, c.p);
   Outputs o{host_copy(xa, c.T * c.r), host_copy(dA, c.r * c.in), host_copy(dx, c.T * c.in)};
   for (float* p : {x, A, dxa, xa, dA, dx}) cudaFree(p);
   if (workspace) cudaFree(workspace);
@@ -155,12 +161,13 @@ TEST(CudaLoraDropout, SplitTokensMatchCpuAndTakeTheChosenPath) {
     const Inputs in = inputs_for(c);
     Outputs ref{{}, in.dA0, {}};
     std::vector<float> scratch(std::max<int64_t>(cpu::lora_dropout_scratch_floats(c.T, c.in, true), 1));
-    cpu::lora_dropout_backward(in.dxa.data(), in.x.data(), in.A.data(), c.p, kSeed, scratch.data(), ref.dA.data(),
-                               nullptr, c.T, c.in, c.r);
+    const cpu::LoraDropoutMember one = one_member(c);
+    cpu::lora_dropout_backward(in.dxa.data(), in.x.data(), in.A.data(), c.p, &one, 1, scratch.data(), ref.dA.data(),
+                               nullptr, c.T, c.in);
     float *x = device_copy(in.x), *dxa = device_copy(in.dxa), *dA = device_copy(in.dA0);
     float* workspace = dA_workspace(c);
     const uint64_t before = launch_count();
-    lora_dropout_dA_accumulate(dxa, x, dA, c.T, c.in, c.r, c.p, kSeed, workspace);
+    lora_dropout_dA_accumulate(dxa, x, dA, c.T, c.in, &one, 1, c.p, workspace);
     EXPECT_EQ(launch_count() - before, sc.slices > 1 ? 2u : 1u) << name_of(c);
     const std::vector<float> got = host_copy(dA, c.r * c.in);
     for (float* p : {x, dxa, dA}) cudaFree(p);
@@ -213,7 +220,8 @@ TEST(CudaLoraDropout, DaSumsInTheDocumentedOrderBitForBit) {
     const std::vector<float> want = dA_in_kernel_order(c, in);
     float *x = device_copy(in.x), *dxa = device_copy(in.dxa), *dA = device_copy(in.dA0);
     float* workspace = dA_workspace(c);
-    lora_dropout_dA_accumulate(dxa, x, dA, c.T, c.in, c.r, c.p, kSeed, workspace);
+    const cpu::LoraDropoutMember one = one_member(c);
+    lora_dropout_dA_accumulate(dxa, x, dA, c.T, c.in, &one, 1, c.p, workspace);
     const std::vector<float> got = host_copy(dA, c.r * c.in);
     for (float* p : {x, dxa, dA}) cudaFree(p);
     if (workspace) cudaFree(workspace);
@@ -268,9 +276,10 @@ TEST(CudaLoraDropout, TokenSplitIsChosenFromTheShape) {
 
 TEST(CudaLoraDropout, NoTokensLaunchNothing) {
   const uint64_t before = launch_count();
-  lora_dropout_xa(nullptr, nullptr, nullptr, 0, 31, 16, 0.05f, kSeed);
-  lora_dropout_dA_accumulate(nullptr, nullptr, nullptr, 0, 31, 16, 0.05f, kSeed, nullptr);
-  lora_dropout_dx_accumulate(nullptr, nullptr, nullptr, 0, 31, 16, 0.05f, kSeed);
+  const cpu::LoraDropoutMember one{16, kSeed};
+  lora_dropout_xa(nullptr, nullptr, nullptr, 0, 31, &one, 1, 0.05f);
+  lora_dropout_dA_accumulate(nullptr, nullptr, nullptr, 0, 31, &one, 1, 0.05f, nullptr);
+  lora_dropout_dx_accumulate(nullptr, nullptr, nullptr, 0, 31, &one, 1, 0.05f);
   EXPECT_EQ(launch_count(), before);
 }
 
@@ -291,6 +300,86 @@ TEST(CudaLoraDropout, SameBitsUnderEveryScheduleWithTheCrossBlockWriteCheck) {
       EXPECT_EQ(0, std::memcmp(got.xa.data(), first.xa.data(), got.xa.size() * sizeof(float))) << name_of(c);
       EXPECT_EQ(0, std::memcmp(got.dA.data(), first.dA.data(), got.dA.size() * sizeof(float))) << name_of(c);
       EXPECT_EQ(0, std::memcmp(got.dx.data(), first.dx.data(), got.dx.size() * sizeof(float))) << name_of(c);
+    }
+  }
+  set_schedule(saved);
+  set_write_check(saved_check);
+}
+
+// A group's members in one launch per product (q/k/v, gate/up: ops/linear.h lora_group_forward):
+// A's rows and xa's / dxa's columns of one matrix, each member its own mask. Its xa, dA and dx are,
+// bit for bit, those of each member launched alone (dx: the members' launches in member order),
+// under every schedule with the cross-block write check on. Ranks 5, 70 (past one 64-rank chunk,
+// a chunk of 64 shared by no other member) and 16; one case splits dA's tokens (the same S for
+// the group's Σr = 91 as for each member alone, so the sums are the same).
+struct GroupCase {
+  int64_t T, in;
+  float p;
+};
+TEST(CudaLoraDropout, GroupInOneLaunchPerProductGivesEachMembersBits) {
+  const ScheduleChoice saved = current_schedule();
+  const bool saved_check = set_write_check(true);
+  const std::vector<cpu::LoraDropoutMember> members{{5, 11}, {70, 12}, {16, 13}};
+  const int64_t R = 91;
+  const int n = static_cast<int>(members.size());
+  for (const GroupCase& g : {GroupCase{47, 37, 0.3f}, GroupCase{300, 40, 0.1f}, GroupCase{1, 1, 0.5f}}) {
+    const std::string name = "T=" + std::to_string(g.T) + " in=" + std::to_string(g.in);
+    const int64_t T = g.T, in = g.in;
+    std::vector<float> x = test::random_floats(T * in, 1), A = test::random_floats(R * in, 2),
+                       dxa = test::random_floats(T * R, 3), dA0 = test::random_floats(R * in, 4),
+                       dx0 = test::random_floats(T * in, 5);
+    x[0] = 0.0f;
+    const int64_t slices = cuda_workspace::lora_dA_split(T, in, R).slices;
+    // Each member alone: its A rows, its dxa columns, its own dA; dx through all three in order.
+    std::vector<float> xa_want(T * R), dA_want = dA0, dx_want;
+    {
+      float* dx = device_copy(dx0);
+      int64_t col = 0;
+      for (const cpu::LoraDropoutMember& m : members) {
+        ASSERT_EQ(cuda_workspace::lora_dA_split(T, in, m.r).slices, slices) << name;
+        std::vector<float> Am(A.begin() + col * in, A.begin() + (col + m.r) * in), dxam(T * m.r);
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t j = 0; j < m.r; ++j) dxam[t * m.r + j] = dxa[t * R + col + j];
+        float *xd = device_copy(x), *Ad = device_copy(Am), *dxad = device_copy(dxam);
+        float *xa = device_copy(std::vector<float>(T * m.r)),
+              *dA = device_copy(std::vector<float>(dA0.begin() + col * in, dA0.begin() + (col + m.r) * in));
+        float* ws = dA_workspace(Case{T, in, m.r, g.p});
+        lora_dropout_xa(xd, Ad, xa, T, in, &m, 1, g.p);
+        lora_dropout_dA_accumulate(dxad, xd, dA, T, in, &m, 1, g.p, ws);
+        lora_dropout_dx_accumulate(dxad, Ad, dx, T, in, &m, 1, g.p);
+        const std::vector<float> xah = host_copy(xa, T * m.r), dAh = host_copy(dA, m.r * in);
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t j = 0; j < m.r; ++j) xa_want[t * R + col + j] = xah[t * m.r + j];
+        std::copy(dAh.begin(), dAh.end(), dA_want.begin() + col * in);
+        for (float* p : {xd, Ad, dxad, xa, dA}) cudaFree(p);
+        if (ws) cudaFree(ws);
+        col += m.r;
+      }
+      dx_want = host_copy(dx, T * in);
+      cudaFree(dx);
+    }
+    for (ScheduleChoice sched : {ScheduleChoice{Schedule::Forward, 0}, ScheduleChoice{Schedule::Reverse, 0},
+                                 ScheduleChoice{Schedule::Shuffle, 3}}) {
+      set_schedule(sched);
+      float *xd = device_copy(x), *Ad = device_copy(A), *dxad = device_copy(dxa);
+      float *xa = device_copy(std::vector<float>(T * R, NAN)), *dA = device_copy(dA0), *dx = device_copy(dx0);
+      float* ws = dA_workspace(Case{T, in, R, g.p});
+      const uint64_t before = launch_count();
+      lora_dropout_xa(xd, Ad, xa, T, in, members.data(), n, g.p);
+      EXPECT_EQ(launch_count() - before, 1u) << name;
+      lora_dropout_dA_accumulate(dxad, xd, dA, T, in, members.data(), n, g.p, ws);
+      EXPECT_EQ(launch_count() - before, slices > 1 ? 3u : 2u) << name;
+      lora_dropout_dx_accumulate(dxad, Ad, dx, T, in, members.data(), n, g.p);
+      EXPECT_EQ(launch_count() - before, slices > 1 ? 4u : 3u) << name;
+      const std::vector<float> xah = host_copy(xa, T * R), dAh = host_copy(dA, R * in), dxh = host_copy(dx, T * in);
+      for (float* p : {xd, Ad, dxad, xa, dA, dx}) cudaFree(p);
+      if (ws) cudaFree(ws);
+      EXPECT_EQ(0, std::memcmp(xah.data(), xa_want.data(), xah.size() * sizeof(float))) << "xa " << name;
+      EXPECT_EQ(0, std::memcmp(dAh.data(), dA_want.data(), dAh.size() * sizeof(float))) << "dA " << name;
+      EXPECT_EQ(0, std::memcmp(dxh.data(), dx_want.data(), dxh.size() * sizeof(float))) << "dx " << name;
+    }
+    if (T == 300) {
+      EXPECT_EQ(slices, 2) << "the split case does not split";
     }
   }
   set_schedule(saved);

@@ -151,13 +151,16 @@ TEST(CudaTrainer, GemmInputsAreRoundedOnlyWhereNoProducerWroteTheirBf16Copy) {
 // forward twice), where the LoRA input groups multiply their input once for every member
 // (ops/linear.h lora_group_forward / lora_group_backward): each forward 7 base + 4 xa (q/k/v's,
 // o's, gate/up's, down's) + 7 B; the backward 7 base dx + 7 dB + 7 dxa + 4 dA + 4 dx. One
-// projection at a time it was 7 xa, dA and dx each: 77. With dropout (each projection's mask its
-// own) the products of x are the dropout kernels' instead (2 · (7 + 7) + 3 · 7 GEMMs).
+// projection at a time it was 7 xa, dA and dx each: 77. With dropout the products of x are the
+// dropout kernels' instead (2 · (7 + 7) + 3 · 7 GEMMs), a group's in one launch per product with
+// each member's own mask (lora_dropout.cuh's member lists).
 // The other launches: each forward 2 RMSNorms, one RoPE for q and k, attention and SwiGLU (the
 // residual adds are o's and down's GEMMs, their beta matrix); the backward SwiGLU's, 2 RMSNorms',
 // attention's 3 (delta, dK/dV, dQ) and one RoPE's: 2 · 5 + 7 (until the sixteenth session 2 · 7 + 7:
-// a RoPE launch each for q and k, and two residual adds). With dropout, 7 xa kernels in each
-// forward and a dA and a dx kernel per projection in the backward on top.
+// a RoPE launch each for q and k, and two residual adds). With dropout, 4 xa kernels in each
+// forward (q/k/v's, o's, gate/up's, down's) and 4 dA and 4 dx kernels in the backward on top (the
+// tiny model's dA does not split its tokens: no second pass); until the seventeenth session, one
+// projection at a time, 7 of each: 2 · 7 + 7 + 7 more.
 TEST(CudaTrainer, LoraGroupsMultiplyTheirInputOnceForAllMembers) {
   struct PerLayer {
     int64_t gemms = 0, others = 0;
@@ -176,11 +179,11 @@ TEST(CudaTrainer, LoraGroupsMultiplyTheirInputOnceForAllMembers) {
                     static_cast<int64_t>(two.kernel_launches - one.kernel_launches)};
   };
   constexpr int64_t kMicroBatches = 2;
-  const PerLayer grouped = per_layer(0.0f), alone = per_layer(0.1f);
+  const PerLayer grouped = per_layer(0.0f), dropped = per_layer(0.1f);
   EXPECT_EQ(grouped.gemms, (2 * (7 + 4 + 7) + (7 + 7 + 7 + 4 + 4)) * kMicroBatches) << "no dropout: grouped";
-  EXPECT_EQ(alone.gemms, (2 * (7 + 7) + 3 * 7) * kMicroBatches) << "dropout: each projection alone";
+  EXPECT_EQ(dropped.gemms, (2 * (7 + 7) + 3 * 7) * kMicroBatches) << "dropout: products of x in its kernels";
   EXPECT_EQ(grouped.others, (2 * 5 + 7) * kMicroBatches) << "no dropout: other launches";
-  EXPECT_EQ(alone.others, (2 * 5 + 7 + 2 * 7 + 2 * 7) * kMicroBatches) << "dropout: other launches";
+  EXPECT_EQ(dropped.others, (2 * 5 + 7 + 2 * 4 + 4 + 4) * kMicroBatches) << "dropout: other launches, groups in one";
 }
 
 // The counters count: a synchronous read of device memory is one wait, as is a synchronisation;

@@ -177,7 +177,7 @@ TEST(CudaTrainer, MemoryPlanCoversTheMeasuredPeakOnTheCard) {
     int cc_major = 8, cc_minor = 0;  // 7.5: a Turing card (f16 GEMMs, bf16 weights through f16 panels)
     std::string matmul = "auto";     // full mode: auto = bf16 GEMM copies from 8.0 on
     bool qwen3 = false;              // the model's shape as a Qwen3ForCausalLM (q/k norms), random weights
-    float lora_dropout = 0.1f;       // 0: q/k/v and gate/up as LoRA input groups (ops/linear.h)
+    float lora_dropout = 0.1f;       // the input groups' dropout kernels; 0: their plain GEMMs (ops/linear.h)
   };
   const std::string stories = shared_dir() + "/models/stories260K";
   const std::string tiny = source_dir() + "/models/tiny-chat";
@@ -192,8 +192,8 @@ TEST(CudaTrainer, MemoryPlanCoversTheMeasuredPeakOnTheCard) {
       {"stories260K lora bf16 ckpt CC 9.0", stories, "bf16", TrainMode::Lora, true, 9},
       {"tiny-chat lora q8_0 ckpt", tiny, "q8_0", TrainMode::Lora, true},
       {"tiny-chat as Qwen3 lora bf16 ckpt", tiny, "bf16", TrainMode::Lora, true, 8, 0, "auto", true},
-      {"tiny-chat lora bf16 ckpt, input groups", tiny, "bf16", TrainMode::Lora, true, 8, 0, "auto", false, 0.0f},
-      {"tiny-chat lora bf16 no-ckpt, input groups", tiny, "bf16", TrainMode::Lora, false, 8, 0, "auto", false, 0.0f}};
+      {"tiny-chat lora bf16 ckpt, no dropout", tiny, "bf16", TrainMode::Lora, true, 8, 0, "auto", false, 0.0f},
+      {"tiny-chat lora bf16 no-ckpt, no dropout", tiny, "bf16", TrainMode::Lora, false, 8, 0, "auto", false, 0.0f}};
   for (const Case& c : cases) {
     TempDir dir;
     TrainOptions o = tiny_chat_options(dir.path, "cuda");

@@ -99,15 +99,16 @@ TEST(CudaDevice, LoraDropoutMatchesCpu) {
   const auto x = random_floats(T * in, 21), A = random_floats(r * in, 22), dxa = random_floats(T * r, 23);
   const auto dA0 = random_floats(r * in, 24), dx0 = random_floats(T * in, 25);
   std::vector<float> xa_ref(T * r), dA_ref = dA0, dx_ref = dx0, scratch(cpu::lora_dropout_scratch_floats(T, in, true));
-  cpu::lora_dropout_xa(x.data(), A.data(), p, seed, scratch.data(), xa_ref.data(), T, in, r);
-  cpu::lora_dropout_backward(dxa.data(), x.data(), A.data(), p, seed, scratch.data(), dA_ref.data(), dx_ref.data(), T,
-                             in, r);
+  const cpu::LoraDropoutMember one{r, seed};
+  cpu::lora_dropout_xa(x.data(), A.data(), p, &one, 1, scratch.data(), xa_ref.data(), T, in);
+  cpu::lora_dropout_backward(dxa.data(), x.data(), A.data(), p, &one, 1, scratch.data(), dA_ref.data(), dx_ref.data(),
+                             T, in);
   ASSERT_EQ(cuda_workspace::lora_dA_split(T, in, r).slices, 4);
   DeviceBuffer<float> xd{x}, Ad{A}, dxad{dxa}, xa{std::vector<float>(T * r)}, dA{dA0}, dx{dx0},
       partials{std::vector<float>(cuda_workspace::lora_dropout_dA_bytes(T, in, r) / sizeof(float))};
-  cuda::lora_dropout_xa(xd.ptr, Ad.ptr, xa.ptr, T, in, r, p, seed, nullptr);
-  cuda::lora_dropout_dA_accumulate(dxad.ptr, xd.ptr, dA.ptr, T, in, r, p, seed, partials.ptr, nullptr);
-  cuda::lora_dropout_dx_accumulate(dxad.ptr, Ad.ptr, dx.ptr, T, in, r, p, seed, nullptr);
+  cuda::lora_dropout_xa(xd.ptr, Ad.ptr, xa.ptr, T, in, &one, 1, p, nullptr);
+  cuda::lora_dropout_dA_accumulate(dxad.ptr, xd.ptr, dA.ptr, T, in, &one, 1, p, partials.ptr, nullptr);
+  cuda::lora_dropout_dx_accumulate(dxad.ptr, Ad.ptr, dx.ptr, T, in, &one, 1, p, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   expect_close(xa.to_host(), xa_ref, 1e-4, "xa");
   expect_close(dA.to_host(), dA_ref, 1e-4, "dA");

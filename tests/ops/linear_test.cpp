@@ -443,19 +443,17 @@ TEST(Linear, LoraGroupMatchesEachProjectionAlone) {
   test::expect_lora_groups_match_projections_alone(Device{});
 }
 
-// A group member with dropout (each projection's mask is its own), forward or backward, one handed its own dA (the
-// group's dA is lora_group_backward's: it would be left unwritten) and columns past the group's xa
-// are refused, as are a group A and dxa that do not fit x.
+// A group member handed its own dA (the group's dA is lora_group_backward's: it would be left
+// unwritten) and columns past the group's xa are refused, as are a group A and dxa that do not fit
+// x, and a group dropout whose members do not make up the group's A (or too many of them, or p out
+// of [0, 1)).
 TEST(Linear, LoraGroupRefusesWhatItCannotCompute) {
   const int64_t T = 5, in = 7, r = 2;
   Tensor x = random_tensor({T, in}, 1), W = random_tensor({3, in}, 2), A_all = random_tensor({2 * r, in}, 3);
   Tensor A = A_all.rows(0, r), B = random_tensor({3, r}, 4);
   Tensor xa = lora_group_forward(x, A_all);
-  LoraWeights l{&A, &B, 1.0f, 0.1f, 7, true};
+  LoraWeights l{&A, &B, 1.0f, 0.0f, 7, true};
   l.group_xa = &xa;
-  test::expect_op_error([&] { linear_forward(x, W, nullptr, &l, nullptr); }, ErrorCode::RUNTIME_INTERNAL,
-                        {"[linear]", "group", "dropout"});
-  l.dropout = 0.0f;
   l.group_col = 2 * r - 1;
   test::expect_op_error([&] { linear_forward(x, W, nullptr, &l, nullptr); }, ErrorCode::RUNTIME_INTERNAL,
                         {"group xa", "[5, 4]", "[3, 5)"});
@@ -472,12 +470,18 @@ TEST(Linear, LoraGroupRefusesWhatItCannotCompute) {
         linear_backward(dy, x, W, &l, &saved, {&dx, nullptr, nullptr, &dA, &dB});
       },
       ErrorCode::RUNTIME_INTERNAL, {"group member", "dA"});
-  l.dropout = 0.1f;  // backward too: dxa would miss the mask
-  test::expect_op_error(
-      [&] {
-        linear_backward(dy, x, W, &l, &saved, {&dx, nullptr, nullptr, nullptr, &dB});
-      },
-      ErrorCode::RUNTIME_INTERNAL, {"group member", "dropout"});
+  const LoraGroupDropout short_rows{0.1f, {{r, 1}, {r - 1, 2}}};
+  test::expect_op_error([&] { (void)lora_group_forward(x, A_all, &short_rows); }, ErrorCode::RUNTIME_INTERNAL,
+                        {"[linear]", "members have 3 rows", "A has 4"});
+  const LoraGroupDropout four{0.1f, {{1, 1}, {1, 2}, {1, 3}, {1, 4}}};
+  test::expect_op_error([&] { lora_group_backward(x, A_all, dxa, nullptr, &dx, &four); }, ErrorCode::RUNTIME_INTERNAL,
+                        {"[linear]", "4 members", "1 to 3"});
+  const LoraGroupDropout empty_member{0.1f, {{2 * r, 1}, {0, 2}}};
+  test::expect_op_error([&] { (void)lora_group_forward(x, A_all, &empty_member); }, ErrorCode::RUNTIME_INTERNAL,
+                        {"[linear]", "0 rows"});
+  const LoraGroupDropout certain{1.0f, {{r, 1}, {r, 2}}};
+  test::expect_op_error([&] { (void)lora_group_forward(x, A_all, &certain); }, ErrorCode::INPUT_VALIDATION_FAILED,
+                        {"[linear]", "dropout", "[0, 1)"});
   Tensor narrow = random_tensor({2 * r, in + 1}, 6);
   test::expect_op_error([&] { (void)lora_group_forward(x, narrow); }, ErrorCode::RUNTIME_INTERNAL,
                         {"[linear]", "7 columns", "[4, 8]"});

@@ -13,51 +13,65 @@
 
 namespace bp::test {
 
-// Projections of one x [T, in] with outputs `outs` (the first with a bias), LoRA rank r each and
+// Projections of one x [T, in] with outputs `outs` (the first with a bias), LoRA ranks `ranks` and
 // random A, B, dy and accumulated dA/dB: run as a group on `dev` (A and dA rows of one tensor, x's
-// products one GEMM each), and each alone on the CPU (linear_forward / linear_backward, checked
-// against double references in linear_test.cpp). y, dx, dA and dB must agree within `tol`.
+// products one GEMM each, or with dropout p > 0 one call of the dropout kernels each, every member
+// with its own mask seed), and each alone on the CPU (linear_forward / linear_backward with that
+// member's seed, checked against double references in linear_test.cpp). y, dx, dA and dB must
+// agree within `tol`.
 inline void expect_lora_group_matches_projections_alone(Device dev, int64_t T, int64_t in,
-                                                        const std::vector<int64_t>& outs, int64_t r, uint64_t seed,
-                                                        Tolerance tol = kTolF32) {
+                                                        const std::vector<int64_t>& outs,
+                                                        const std::vector<int64_t>& ranks, uint64_t seed,
+                                                        Tolerance tol = kTolF32, float p = 0.0f) {
   const size_t n = outs.size();
-  const std::string where = "T=" + std::to_string(T) + " in=" + std::to_string(in) + " r=" + std::to_string(r) +
-                            " members=" + std::to_string(n);
-  const Tensor x = random_tensor({T, in}, seed);
+  std::string where = "T=" + std::to_string(T) + " in=" + std::to_string(in) + " p=" + std::to_string(p) + " r=";
+  std::vector<int64_t> first_row;  // each member's first row of A_all
+  int64_t R = 0;
+  for (int64_t r : ranks) {
+    where += std::to_string(r) + ",";
+    first_row.push_back(R);
+    R += r;
+  }
+  Tensor x = random_tensor({T, in}, seed);
+  if (T > 0 && in > 0) x.data<float>()[0] = 0.0f;  // an exact zero: dropped or kept, it adds nothing
   const Tensor bias = random_tensor({outs[0]}, seed + 1);
-  const int64_t R = r * static_cast<int64_t>(n);
   const Tensor A_all_host = random_tensor({R, in}, seed + 2), dA0 = random_tensor({R, in}, seed + 3);
   std::vector<Tensor> W, B, dy, dB0;
   for (size_t i = 0; i < n; ++i) {
     W.push_back(random_tensor({outs[i], in}, seed + 10 + i));
-    B.push_back(random_tensor({outs[i], r}, seed + 20 + i));
+    B.push_back(random_tensor({outs[i], ranks[i]}, seed + 20 + i));
     dy.push_back(random_tensor({T, outs[i]}, seed + 30 + i));
-    dB0.push_back(random_tensor({outs[i], r}, seed + 40 + i));
+    dB0.push_back(random_tensor({outs[i], ranks[i]}, seed + 40 + i));
   }
-  const auto lora_of = [&](const Tensor* A, const Tensor* Bi) {
+  const auto mask_seed = [&](size_t i) { return seed * 31 + 7 * i + 1; };
+  const auto lora_of = [&](const Tensor* A, const Tensor* Bi, size_t i) {
     LoraWeights l;
     l.A = A;
     l.B = Bi;
     l.scale = 0.625f;
+    l.dropout = p;
+    l.dropout_seed = mask_seed(i);
     return l;
   };
+  LoraGroupDropout dropout{p, {}};
+  for (size_t i = 0; i < n; ++i) dropout.members.push_back({ranks[i], mask_seed(i)});
 
   // Each projection alone, on the CPU.
   std::vector<Tensor> A_cpu, y_cpu, dA_cpu, dB_cpu;
   std::vector<LinearSaved> saved_cpu(n);
   Tensor dx_cpu = Tensor::empty({T, in});
   for (size_t i = 0; i < n; ++i) {
-    const auto row = static_cast<int64_t>(i) * r;
-    A_cpu.push_back(A_all_host.rows(row, row + r).clone());
-    dA_cpu.push_back(dA0.rows(row, row + r).clone());
+    const int64_t row = first_row[i];
+    A_cpu.push_back(A_all_host.rows(row, row + ranks[i]).clone());
+    dA_cpu.push_back(dA0.rows(row, row + ranks[i]).clone());
     dB_cpu.push_back(dB0[i].clone());
   }
   for (size_t i = 0; i < n; ++i) {
-    const LoraWeights l = lora_of(&A_cpu[i], &B[i]);
+    const LoraWeights l = lora_of(&A_cpu[i], &B[i], i);
     y_cpu.push_back(linear_forward(x, W[i], i == 0 ? &bias : nullptr, &l, &saved_cpu[i]));
   }
   for (size_t i = 0; i < n; ++i) {
-    const LoraWeights l = lora_of(&A_cpu[i], &B[i]);
+    const LoraWeights l = lora_of(&A_cpu[i], &B[i], i);
     LinearGrads g{&dx_cpu, nullptr, nullptr, &dA_cpu[i], &dB_cpu[i], i > 0};
     linear_backward(dy[i], x, W[i], &l, &saved_cpu[i], g);
   }
@@ -69,8 +83,8 @@ inline void expect_lora_group_matches_projections_alone(Device dev, int64_t T, i
   std::vector<LoraWeights> lw(n);
   std::vector<LinearSaved> saved(n);
   for (size_t i = 0; i < n; ++i) {
-    const auto row = static_cast<int64_t>(i) * r;
-    A_d.push_back(A_all.rows(row, row + r));
+    const int64_t row = first_row[i];
+    A_d.push_back(A_all.rows(row, row + ranks[i]));
     W_d.push_back(W[i].to(dev));
     B_d.push_back(B[i].to(dev));
     dy_d.push_back(dy[i].to(dev));
@@ -79,12 +93,12 @@ inline void expect_lora_group_matches_projections_alone(Device dev, int64_t T, i
   std::vector<const Tensor*> parts;
   for (const Tensor& a : A_d) parts.push_back(&a);
   ASSERT_TRUE(Tensor::joined_rows(parts).defined()) << where;
-  Tensor xa_all = lora_group_forward(xd, Tensor::joined_rows(parts));
+  Tensor xa_all = lora_group_forward(xd, Tensor::joined_rows(parts), &dropout);
   ASSERT_EQ(xa_all.shape(), (Shape{T, R})) << where;
   for (size_t i = 0; i < n; ++i) {
-    lw[i] = lora_of(&A_d[i], &B_d[i]);
+    lw[i] = lora_of(&A_d[i], &B_d[i], i);
     lw[i].group_xa = &xa_all;
-    lw[i].group_col = static_cast<int64_t>(i) * r;
+    lw[i].group_col = first_row[i];
     y_d.push_back(linear_forward(xd, W_d[i], i == 0 ? &bias_d : nullptr, &lw[i], &saved[i]));
   }
   xa_all = Tensor();  // the members' saved columns keep it
@@ -95,25 +109,29 @@ inline void expect_lora_group_matches_projections_alone(Device dev, int64_t T, i
     LinearGrads g{&dx, nullptr, nullptr, nullptr, &dB_d[i], i > 0};
     linear_backward(dy_d[i], xd, W_d[i], &lw[i], &saved[i], g);
   }
-  lora_group_backward(xd, A_all, dxa_all, &dA_all, &dx);
+  lora_group_backward(xd, A_all, dxa_all, &dA_all, &dx, &dropout);
 
   for (size_t i = 0; i < n; ++i) {
     EXPECT_TRUE(all_close(y_d[i].to_vector(), y_cpu[i].to_vector(), tol)) << "y" << i << " " << where;
     EXPECT_TRUE(all_close(dB_d[i].to_vector(), dB_cpu[i].to_vector(), tol)) << "dB" << i << " " << where;
-    const auto row = static_cast<int64_t>(i) * r;
-    EXPECT_TRUE(all_close(dA_all.rows(row, row + r).to_vector(), dA_cpu[i].to_vector(), kTolF32))
+    const int64_t row = first_row[i];
+    EXPECT_TRUE(all_close(dA_all.rows(row, row + ranks[i]).to_vector(), dA_cpu[i].to_vector(), kTolF32))
         << "dA" << i << " " << where;
   }
   EXPECT_TRUE(all_close(dx.to_vector(), dx_cpu.to_vector(), tol)) << "dx " << where;
 }
 
 // q/k/v-like (three members, grouped-query outputs) and gate/up-like (two) groups at odd sizes,
-// r = 1 and past 8, T = 1, in = 1.
+// r = 1 and past 8, T = 1, in = 1; with dropout too (p = 0.1 and 0.5; members of unequal ranks,
+// past one 64-rank chunk; T = 300 splits the card's dA over the tokens).
 inline void expect_lora_groups_match_projections_alone(Device dev, Tolerance tol = kTolF32) {
-  expect_lora_group_matches_projections_alone(dev, 31, 45, {33, 17, 17}, 3, 900, tol);
-  expect_lora_group_matches_projections_alone(dev, 1, 33, {65, 65}, 1, 910, tol);
-  expect_lora_group_matches_projections_alone(dev, 257, 32, {31, 1, 257}, 9, 920, tol);
-  expect_lora_group_matches_projections_alone(dev, 33, 1, {7, 7}, 2, 930, tol);
+  expect_lora_group_matches_projections_alone(dev, 31, 45, {33, 17, 17}, {3, 3, 3}, 900, tol);
+  expect_lora_group_matches_projections_alone(dev, 1, 33, {65, 65}, {1, 1}, 910, tol);
+  expect_lora_group_matches_projections_alone(dev, 257, 32, {31, 1, 257}, {9, 9, 9}, 920, tol);
+  expect_lora_group_matches_projections_alone(dev, 33, 1, {7, 7}, {2, 2}, 930, tol);
+  expect_lora_group_matches_projections_alone(dev, 31, 45, {33, 17, 17}, {3, 3, 3}, 940, tol, 0.1f);
+  expect_lora_group_matches_projections_alone(dev, 300, 40, {31, 1, 20}, {9, 70, 2}, 950, tol, 0.5f);
+  expect_lora_group_matches_projections_alone(dev, 1, 33, {65, 65}, {16, 16}, 960, tol, 0.1f);
 }
 
 }  // namespace bp::test

@@ -32,6 +32,11 @@ inline bool keep_mixed(uint64_t mixed_seed, uint64_t index, float p) {
 
 constexpr int64_t kParallelMin = 1 << 14;
 
+int64_t lora_members_rank(const LoraDropoutMember* members, int n_members) {
+  int64_t R = 0;
+  for (int k = 0; k < n_members; ++k) R += members[k].r;
+  return R;
+}
 }  // namespace
 
 bool dropout_keep(uint64_t seed, uint64_t index, float p) {
@@ -68,22 +73,29 @@ int64_t lora_dropout_scratch_floats(int64_t T, int64_t in, bool backward) {
   return (backward ? 2 : 1) * T * in;
 }
 
-void lora_dropout_xa(const float* x, const float* A, float p, uint64_t seed, float* scratch, float* xa, int64_t T,
-                     int64_t in, int64_t r) {
-  dropout_forward(x, scratch, T * in, p, seed);
-  sgemm(false, true, T, r, in, 1.0f, scratch, in, A, in, 0.0f, xa, r);
+void lora_dropout_xa(const float* x, const float* A, float p, const LoraDropoutMember* members, int n_members,
+                     float* scratch, float* xa, int64_t T, int64_t in) {
+  const int64_t R = lora_members_rank(members, n_members);
+  for (int64_t k = 0, col = 0; k < n_members; col += members[k].r, ++k) {
+    dropout_forward(x, scratch, T * in, p, members[k].seed);
+    sgemm(false, true, T, members[k].r, in, 1.0f, scratch, in, A + col * in, in, 0.0f, xa + col, R);
+  }
 }
 
-void lora_dropout_backward(const float* dxa, const float* x, const float* A, float p, uint64_t seed, float* scratch,
-                           float* dA, float* dx, int64_t T, int64_t in, int64_t r) {
+void lora_dropout_backward(const float* dxa, const float* x, const float* A, float p, const LoraDropoutMember* members,
+                           int n_members, float* scratch, float* dA, float* dx, int64_t T, int64_t in) {
   float* xd = scratch;
   float* dxd = scratch + T * in;
-  // The mask loop first, then both GEMMs back to back (OpenBLAS's workers spin after a call).
-  dropout_forward(x, xd, T * in, p, seed);
-  if (dA) sgemm(true, false, r, in, T, 1.0f, dxa, r, xd, in, 1.0f, dA, in);
-  if (!dx) return;
-  sgemm(false, false, T, in, r, 1.0f, dxa, r, A, in, 0.0f, dxd, in);
-  dropout_backward_accumulate(dxd, x, xd, dx, T * in, p, seed);
+  const int64_t R = lora_members_rank(members, n_members);
+  for (int64_t k = 0, col = 0; k < n_members; col += members[k].r, ++k) {
+    const int64_t r = members[k].r;
+    // The mask loop first, then both GEMMs back to back (OpenBLAS's workers spin after a call).
+    dropout_forward(x, xd, T * in, p, members[k].seed);
+    if (dA) sgemm(true, false, r, in, T, 1.0f, dxa + col, R, xd, in, 1.0f, dA + col * in, in);
+    if (!dx) continue;
+    sgemm(false, false, T, in, r, 1.0f, dxa + col, R, A + col * in, in, 0.0f, dxd, in);
+    dropout_backward_accumulate(dxd, x, xd, dx, T * in, p, members[k].seed);
+  }
 }
 
 void linear_base_forward(const float* x, const float* W, const float* bias, const float* residual, float* y, int64_t T,

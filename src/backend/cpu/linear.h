@@ -26,14 +26,23 @@ void dropout_backward_accumulate(const float* g, const float* x, const float* xd
 // LoRA dropout without a saved dropped input (ops/linear.cpp; the CUDA kernels, lora_dropout.cuh,
 // never materialize it): here xd = dropout(x) is written into the caller's scratch and the products
 // are the sgemm calls of the plain LoRA path, so the arithmetic is that of dropout_forward + sgemm.
+// A call serves the members of an input group (q/k/v, gate/up: ops/linear.h lora_group_forward),
+// each with its own mask: A is their A matrices as rows of one [R, in] matrix (R = Σ r), xa, dxa
+// [T, R] their columns and dA [R, in] like A, members in that order. A projection alone is one
+// member. The kernel tables take 1 to kMaxLoraDropoutMembers members (the front-end checks).
+struct LoraDropoutMember {
+  int64_t r = 0;      // its rows of A, columns of xa and dxa
+  uint64_t seed = 0;  // its mask's seed (p is the call's)
+};
+inline constexpr int kMaxLoraDropoutMembers = 3;  // q, k, v
 // Floats of scratch the two calls below need: T·in forward (xd), 2·T·in backward (xd and dxd).
 int64_t lora_dropout_scratch_floats(int64_t T, int64_t in, bool backward);
-// xa[T,r] = dropout(x)[T,in]·A[r,in]ᵀ   (=)
-void lora_dropout_xa(const float* x, const float* A, float p, uint64_t seed, float* scratch, float* xa, int64_t T,
-                     int64_t in, int64_t r);
-// dA[r,in] += dxaᵀ·dropout(x) (dA non-null); dx[T,in] += dropout'(dxa·A) (dx non-null).
-void lora_dropout_backward(const float* dxa, const float* x, const float* A, float p, uint64_t seed, float* scratch,
-                           float* dA, float* dx, int64_t T, int64_t in, int64_t r);
+// xa[T,R] = dropout_m(x)[T,in]·A_m[r_m,in]ᵀ per member (=)
+void lora_dropout_xa(const float* x, const float* A, float p, const LoraDropoutMember* members, int n_members,
+                     float* scratch, float* xa, int64_t T, int64_t in);
+// dA[R,in] += dxa_mᵀ·dropout_m(x) (dA non-null); dx[T,in] += Σ_m dropout_m'(dxa_m·A_m) (dx non-null).
+void lora_dropout_backward(const float* dxa, const float* x, const float* A, float p, const LoraDropoutMember* members,
+                           int n_members, float* scratch, float* dA, float* dx, int64_t T, int64_t in);
 
 // y[T,out] = x[T,in]·W[out,in]ᵀ (+ bias[out] when non-null) (+ residual[T,out] when non-null: a
 // residual connection the projection adds; the GEMM's beta on a card).

@@ -5,6 +5,9 @@
 // - BP_LAUNCH(grid, block, shared_bytes, stream, kernel)(args...) is <<<...>>> or the simulated
 //   launch;
 // - BP_DYNAMIC_SHARED(type, name) declares the block's dynamic shared memory;
+// - BP_UNROLL fully unrolls the loop that follows under nvcc, so that register arrays (or a by-value
+//   argument's arrays) indexed by its counter stay in registers (indexed at run time they live in
+//   local memory); nothing on the host;
 // - BP_HOST_FN marks a launcher that is not a template (inline in the simulation, where several
 //   test files include the same .cuh; an ordinary function in its one .cu under nvcc);
 // - Storage types: kernels are templates over the element type their activations are stored in
@@ -20,6 +23,7 @@
 #define BP_LAUNCH(grid, block, shared_bytes, stream, ...) __VA_ARGS__<<<grid, block, shared_bytes, stream>>>
 #define BP_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 #define BP_HOST_FN
+#define BP_UNROLL _Pragma("unroll")
 #else
 #include "backend/cuda/sim/cuda_sim.h"
 #define BP_CUDA_NS sim
@@ -27,6 +31,7 @@
   ::bp::sim::make_launch(grid, block, shared_bytes, stream, __VA_ARGS__)
 #define BP_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::bp::sim::sim_dynamic_shared())
 #define BP_HOST_FN inline  // a non-template launcher: defined once by its .cu, in every test file here
+#define BP_UNROLL
 #endif
 
 #include <algorithm>

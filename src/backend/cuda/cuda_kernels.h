@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "backend/cpu/attention.h"  // AttentionDims, shared with the CPU kernels
+#include "backend/cpu/linear.h"     // LoraDropoutMember, shared with the CPU kernels
 #include "backend/cuda/attention_limits.h"
 #include "backend/cuda/dequant_types.h"
 #include "backend/cuda/gemm_desc.h"
@@ -71,12 +72,13 @@ void convert_f32_to_f16_scaled(const float* src, f16* dst, int64_t n, gemm::F16O
                                cudaStream_t stream);
 
 // lora_dropout.cuh: LoRA dropout fused into the skinny products, no dropped copy of x.
-void lora_dropout_xa(const float* x, const float* A, float* xa, int64_t T, int64_t in, int64_t r, float p,
-                     uint64_t seed, cudaStream_t stream);
-void lora_dropout_dA_accumulate(const float* dxa, const float* x, float* dA, int64_t T, int64_t in, int64_t r, float p,
-                                uint64_t seed, float* workspace, cudaStream_t stream);
-void lora_dropout_dx_accumulate(const float* dxa, const float* A, float* dx, int64_t T, int64_t in, int64_t r, float p,
-                                uint64_t seed, cudaStream_t stream);
+void lora_dropout_xa(const float* x, const float* A, float* xa, int64_t T, int64_t in,
+                     const cpu::LoraDropoutMember* members, int n_members, float p, cudaStream_t stream);
+void lora_dropout_dA_accumulate(const float* dxa, const float* x, float* dA, int64_t T, int64_t in,
+                                const cpu::LoraDropoutMember* members, int n_members, float p, float* workspace,
+                                cudaStream_t stream);
+void lora_dropout_dx_accumulate(const float* dxa, const float* A, float* dx, int64_t T, int64_t in,
+                                const cpu::LoraDropoutMember* members, int n_members, float p, cudaStream_t stream);
 
 // dequant.cuh: rows of a held weight (any type dequantize_supported says) as f32, bf16 or f16; false for
 // another type (nothing launched).

@@ -23,14 +23,6 @@
 #include "backend/cuda/sim/sim_mma.h"
 #endif
 
-// Fully unrolls the loop that follows under nvcc, so that register arrays indexed by its counter
-// stay in registers (an array indexed at run time lives in local memory); nothing on the host.
-#ifdef __CUDACC__
-#define BP_UNROLL _Pragma("unroll")
-#else
-#define BP_UNROLL
-#endif
-
 namespace bp::BP_CUDA_NS {
 
 #ifdef __CUDACC__

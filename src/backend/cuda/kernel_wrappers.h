@@ -39,6 +39,7 @@
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/cross_entropy.h"
+#include "backend/cpu/linear.h"
 #include "backend/cpu/quant_gemm.h"
 #include "backend/cpu/rope.h"
 #include "backend/cuda/attention_limits.h"
@@ -327,23 +328,26 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   // grid is small (lora_dropout_split.h), takes its per-slice partials from the CUDA allocator for
   // the call (cuda_workspace::lora_dropout_dA_bytes; none for one slice).
   static int64_t lora_dropout_scratch_floats(int64_t /*T*/, int64_t /*in*/, bool /*backward*/) { return 0; }
-  static void lora_dropout_xa(const float* x, const float* A, float p, uint64_t seed, float* /*scratch*/, float* xa,
-                              int64_t T, int64_t in, int64_t r) {
-    ::bp::BP_WRAP_NS::lora_dropout_xa(x, A, xa, T, in, r, p, seed, nullptr);
+  static void lora_dropout_xa(const float* x, const float* A, float p, const cpu::LoraDropoutMember* members,
+                              int n_members, float* /*scratch*/, float* xa, int64_t T, int64_t in) {
+    ::bp::BP_WRAP_NS::lora_dropout_xa(x, A, xa, T, in, members, n_members, p, nullptr);
     check_launch("lora_dropout_xa");
   }
-  static void lora_dropout_backward(const float* dxa, const float* x, const float* A, float p, uint64_t seed,
-                                    float* /*scratch*/, float* dA, float* dx, int64_t T, int64_t in, int64_t r) {
+  static void lora_dropout_backward(const float* dxa, const float* x, const float* A, float p,
+                                    const cpu::LoraDropoutMember* members, int n_members, float* /*scratch*/, float* dA,
+                                    float* dx, int64_t T, int64_t in) {
     if (dA) {
-      const size_t bytes = cuda_workspace::lora_dropout_dA_bytes(T, in, r);
+      int64_t R = 0;
+      for (int k = 0; k < n_members; ++k) R += members[k].r;
+      const size_t bytes = cuda_workspace::lora_dropout_dA_bytes(T, in, R);
       std::unique_ptr<DeviceBuffer> partials;
       if (bytes) partials = std::make_unique<DeviceBuffer>(bytes);
-      ::bp::BP_WRAP_NS::lora_dropout_dA_accumulate(dxa, x, dA, T, in, r, p, seed,
+      ::bp::BP_WRAP_NS::lora_dropout_dA_accumulate(dxa, x, dA, T, in, members, n_members, p,
                                                    partials ? partials->as<float>() : nullptr, nullptr);
       check_launch("lora_dropout_dA_accumulate");
     }
     if (dx) {
-      ::bp::BP_WRAP_NS::lora_dropout_dx_accumulate(dxa, A, dx, T, in, r, p, seed, nullptr);
+      ::bp::BP_WRAP_NS::lora_dropout_dx_accumulate(dxa, A, dx, T, in, members, n_members, p, nullptr);
       check_launch("lora_dropout_dx_accumulate");
     }
   }
