@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <set>
 
+#include "backend/cpu/linear.h"
 #include "core/dtype.h"
 #include "core/sysinfo.h"
 #include "op_test_util.h"
@@ -126,6 +128,36 @@ TEST_P(KernelEveryCpuVariant, F16ConversionRoundsLikeTheScalarOne) {
     EXPECT_EQ(done, int64_t(x.size()) / 8 * 8);  // F16C: 8 at a time
   }
   for (int64_t i = 0; i < done; ++i) EXPECT_EQ(out[size_t(i)], f32_to_f16(x[size_t(i)])) << x[size_t(i)];
+}
+
+// The LoRA dropout mask in vector lanes is dropout_keep's, element for element: every size around
+// the vector widths, at offsets into the input (first, odd and past 2^32), for p at 0, values
+// with and without an exact p·2^24 (1/16, 0.05), 0.5 and next to 1; kept values scaled exactly
+// (x·inv_keep), dropped ones +0.0 (even where x is negative).
+TEST_P(KernelEveryCpuVariant, DropoutMaskIsTheScalarRuleBitForBit) {
+  const uint64_t seed = 0xd00d;
+  const uint64_t mixed = cpu::dropout_mixed_seed(seed);
+  for (float p : {0.0f, 0.0625f, 0.05f, 0.1f, 0.5f, 0.999f})
+    for (uint64_t first : {uint64_t{0}, uint64_t{13}, (uint64_t{1} << 32) + 5})
+      for (int64_t n : kSizes) {
+        auto x = test::random_vector(size_t(n), 3 + n, -2.0f, 2.0f);
+        std::vector<float> xd(size_t(n), NAN);
+        const float inv_keep = 1.0f / (1.0f - p);
+        k().dropout_apply(x.data(), xd.data(), n, first, mixed, cpu::dropout_keep_threshold(p), inv_keep);
+        for (int64_t i = 0; i < n; ++i) {
+          const bool keep = cpu::dropout_keep(seed, first + uint64_t(i), p);
+          const float want = keep ? x[size_t(i)] * inv_keep : 0.0f;
+          ASSERT_EQ(std::memcmp(&xd[size_t(i)], &want, sizeof want), 0)
+              << "p=" << p << " first=" << first << " n=" << n << " i=" << i << " keep=" << keep;
+        }
+      }
+  // The threshold's edges: k / 2^24 >= p exactly when k >= threshold.
+  for (float p : {0.05f, 0.0625f, 0.3f, 0.999f}) {
+    const uint64_t t = cpu::dropout_keep_threshold(p);
+    EXPECT_GE(static_cast<float>(t) * (1.0f / 16777216.0f), p) << p;
+    EXPECT_LT(static_cast<float>(t - 1) * (1.0f / 16777216.0f), p) << p;
+  }
+  EXPECT_EQ(cpu::dropout_keep_threshold(0.0f), 0u);
 }
 
 BP_PER_KERNEL_VARIANT(KernelEveryCpuVariant);

@@ -40,6 +40,13 @@ struct KernelTable {
   // One AdamW update of [0, n) with the scalars optim.cpp forms in double (see there).
   void (*adamw)(float* param, const float* grad, float* m, float* v, int64_t n, float decay, float beta1, float beta2,
                 float one_minus_b1, float one_minus_b2, float step_size, float bc2_sqrt, float eps);
+  // The LoRA dropout mask (backend/cpu/linear.h dropout_keep) applied to x[0..n), which is elements
+  // first .. first + n − 1 of the input: xd[j] = x[j]·inv_keep where element first + j is kept, else
+  // 0. Kept: the top 24 bits of splitmix64(mixed ^ index) >= threshold (mixed = splitmix64(seed),
+  // threshold = dropout_keep_threshold(p): dropout_keep's float rule in integers, the same bits).
+  // The 64-bit hash in vector lanes (AVX-512's 64-bit multiply; 32-bit products on AVX2 and SSE).
+  void (*dropout_apply)(const float* x, float* xd, int64_t n, uint64_t first, uint64_t mixed, uint64_t threshold,
+                        float inv_keep);
   // f32 -> f16 (round to nearest even) of a prefix of [0, n); returns how many it converted (the
   // caller converts the rest with core/dtype's f32_to_f16). 0 where the ISA has no conversion.
   int64_t (*f32_to_f16_prefix)(const float* src, uint16_t* dst, int64_t n);

@@ -150,6 +150,41 @@ void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float
   }
 }
 
+// splitmix64 (backend/cpu/linear.cpp) on one lane type: uint64_t or a vector of them.
+template <class U>
+[[gnu::always_inline]] inline U splitmix64_of(U z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Half as many 64-bit lanes as float lanes: a vector of hashes per half vector of x.
+typedef uint64_t VecU64 __attribute__((vector_size(BP_KERNEL_VEC_BYTES)));
+typedef float HalfF __attribute__((vector_size(BP_KERNEL_VEC_BYTES / 2)));
+typedef int32_t HalfI __attribute__((vector_size(BP_KERNEL_VEC_BYTES / 2)));
+constexpr int64_t kLanes64 = BP_KERNEL_VEC_BYTES / 8;
+
+void dropout_apply(const float* x, float* xd, int64_t n, uint64_t first, uint64_t mixed, uint64_t threshold,
+                   float inv_keep) {
+  VecU64 index;
+  for (int64_t c = 0; c < kLanes64; ++c) index[c] = first + static_cast<uint64_t>(c);
+  int64_t i = 0;
+  for (; i + kLanes64 <= n; i += kLanes64) {
+    const VecU64 kept = (splitmix64_of(mixed ^ index) >> 40) >= threshold;  // all ones where kept
+    HalfF v;
+    std::memcpy(&v, x + i, sizeof v);
+    v *= inv_keep;
+    HalfI bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    bits &= __builtin_convertvector(kept, HalfI);  // 0.0f where dropped
+    std::memcpy(xd + i, &bits, sizeof bits);
+    index += static_cast<uint64_t>(kLanes64);
+  }
+  for (; i < n; ++i)
+    xd[i] = (splitmix64_of(mixed ^ (first + static_cast<uint64_t>(i))) >> 40) >= threshold ? x[i] * inv_keep : 0.0f;
+}
+
 int64_t f32_to_f16_prefix(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
 #if defined(BP_KERNEL_F16C)
@@ -168,7 +203,7 @@ int64_t f32_to_f16_prefix(const float* src, uint16_t* dst, int64_t n) {
 
 const KernelTable& table() {
   static const KernelTable t{row_max, exp_shifted_sum, probs_and_score_grads, scale, swiglu_forward, swiglu_backward,
-                             adamw, f32_to_f16_prefix,
+                             adamw, dropout_apply, f32_to_f16_prefix,
                              // dequant_kernels_impl.h
                              dequantize_q8_0, dequantize_q4_0, dequantize_q5_0, dequantize_q4_k};
   return t;

@@ -8,9 +8,11 @@
 // first means seeds s and s^1 do not give shifted copies of one mask.
 #include "backend/cpu/linear.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/kernel_variants.h"
 #include "backend/cpu/quant_gemm.h"
 
 namespace bp::cpu {
@@ -43,11 +45,24 @@ bool dropout_keep(uint64_t seed, uint64_t index, float p) {
   return keep_mixed(splitmix64(seed), index, p);
 }
 
+uint64_t dropout_mixed_seed(uint64_t seed) {
+  return splitmix64(seed);
+}
+
+uint64_t dropout_keep_threshold(float p) {
+  // u = k / 2^24 is exact for k < 2^24, and so is p·2^24 in double: u >= p ⇔ k >= ceil(p·2^24).
+  return p <= 0.0f ? 0 : static_cast<uint64_t>(std::ceil(static_cast<double>(p) * 16777216.0));
+}
+
 void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed) {
-  const uint64_t mixed = splitmix64(seed);
+  const uint64_t mixed = splitmix64(seed), threshold = dropout_keep_threshold(p);
   const float inv_keep = 1.0f / (1.0f - p);
+  const KernelTable& k = cpu_kernels();
+  constexpr int64_t kChunk = 4096;  // elements a call: an OpenMP thread's unit of work
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) xd[i] = keep_mixed(mixed, static_cast<uint64_t>(i), p) ? x[i] * inv_keep : 0.0f;
+  for (int64_t i = 0; i < n; i += kChunk)
+    k.dropout_apply(x + i, xd + i, n - i < kChunk ? n - i : kChunk, static_cast<uint64_t>(i), mixed, threshold,
+                    inv_keep);
 }
 
 void dropout_backward_accumulate(const float* g, const float* x, const float* xd, float* dx, int64_t n, float p,

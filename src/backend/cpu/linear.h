@@ -14,7 +14,12 @@ struct HeldMatrix;  // quant_gemm.h
 // forward (or the backward) regenerates the same mask without storing it. True = kept.
 bool dropout_keep(uint64_t seed, uint64_t index, float p);
 
-// xd[i] = keep(i) ? x[i] / (1 - p) : 0 for i < n.
+// dropout_keep's rule in integers: kept when the hash's top 24 bits k >= dropout_keep_threshold(p)
+// (k / 2^24 >= p exactly when k >= ceil(p·2^24)), which the vector kernels use (kernel_variants.h).
+uint64_t dropout_keep_threshold(float p);
+// splitmix64(seed): the mask's mixed seed (KernelTable::dropout_apply's `mixed`).
+uint64_t dropout_mixed_seed(uint64_t seed);
+// xd[i] = keep(i) ? x[i] / (1 - p) : 0 for i < n (the mask in vector lanes: KernelTable::dropout_apply).
 void dropout_forward(const float* x, float* xd, int64_t n, float p, uint64_t seed);
 // dx[i] += keep(i) ? g[i] / (1 - p) : 0 (the backward of dropout_forward, accumulated into dx).
 // x and xd are the forward's input and output: xd[i] != 0 means kept and x[i] != 0 == xd[i]
