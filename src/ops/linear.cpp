@@ -78,25 +78,21 @@ Tensor dropout_scratch(const Tensor& x, int64_t T, int64_t in, bool backward) {
   return Tensor::empty({ops::kernels(x).lora_dropout_scratch_floats(T, in, backward)}, DType::F32, x.device());
 }
 
-// A group's dropout as the kernels' member list (empty: no dropout, the plain GEMMs), checked
-// against A_all's R rows: 1 to kMaxLoraDropoutMembers members of positive rows summing to R, p in [0, 1).
-std::vector<cpu::LoraDropoutMember> group_dropout_members(const LoraGroupDropout* dropout, int64_t R) {
-  std::vector<cpu::LoraDropoutMember> members;
-  if (!dropout || dropout->p == 0.0f) return members;
+// A group's dropout members for the kernels (null: no dropout, the plain GEMMs), checked against
+// A_all's R rows: 1 to kMaxLoraDropoutMembers members of positive rows summing to R, p in [0, 1).
+const LoraGroupDropout* checked_group_dropout(const LoraGroupDropout* dropout, int64_t R) {
+  if (!dropout || dropout->p == 0.0f) return nullptr;
   if (!(dropout->p > 0.0f && dropout->p < 1.0f))
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 fmt::format("[linear] LoRA dropout must be in [0, 1) but is {}", dropout->p));
   const size_t n = dropout->members.size();
   BP_CHECK(n >= 1 && n <= static_cast<size_t>(cpu::kMaxLoraDropoutMembers),
            "[linear] a LoRA group with dropout has {} members (1 to {})", n, cpu::kMaxLoraDropoutMembers);
-  int64_t rows = 0;
-  for (const LoraGroupDropout::Member& m : dropout->members) {
-    BP_CHECK(m.rows > 0, "[linear] a LoRA group member has {} rows of the group's A", m.rows);
-    members.push_back({m.rows, m.seed});
-    rows += m.rows;
-  }
+  for (const cpu::LoraDropoutMember& m : dropout->members)
+    BP_CHECK(m.r > 0, "[linear] a LoRA group member has {} rows of the group's A", m.r);
+  const int64_t rows = cpu::lora_dropout_rank(dropout->members.data(), static_cast<int>(n));
   BP_CHECK(rows == R, "[linear] the LoRA group's members have {} rows but its A has {}", rows, R);
-  return members;
+  return dropout;
 }
 
 // The LoRA part of linear_backward (see the file comment): dB, dA and the LoRA term of dx,
@@ -269,14 +265,14 @@ Tensor lora_group_forward(const Tensor& x, const Tensor& A_all, const LoraGroupD
   const int64_t T = x.dim(0), in = x.dim(1), R = A_all.dim(0);
   BP_CHECK(A_all.dim(1) == in, "[linear] x has {} columns but the group's A is {}", in, A_all.shape().str());
   ops::require_same_device(kOp, {&x, &A_all});
-  const std::vector<cpu::LoraDropoutMember> members = group_dropout_members(dropout, R);
+  const LoraGroupDropout* dropped = checked_group_dropout(dropout, R);
   Tensor xa = Tensor::empty({T, R}, DType::F32, x.device());
   if (T == 0 || R == 0) return xa;
-  if (!members.empty()) {
+  if (dropped) {
     Tensor scratch = dropout_scratch(x, T, in, false);
-    ops::kernels(x).lora_dropout_xa(x.kernel_data<float>(), A_all.kernel_data<float>(), dropout->p, members.data(),
-                                    static_cast<int>(members.size()), scratch.kernel_data<float>(),
-                                    xa.kernel_data<float>(), T, in);
+    ops::kernels(x).lora_dropout_xa(x.kernel_data<float>(), A_all.kernel_data<float>(), dropped->p,
+                                    dropped->members.data(), static_cast<int>(dropped->members.size()),
+                                    scratch.kernel_data<float>(), xa.kernel_data<float>(), T, in);
     return xa;
   }
   ops::kernels(x).sgemm(false, true, T, R, in, 1.0f, x.kernel_data<float>(), in, A_all.kernel_data<float>(), in, 0.0f,
@@ -294,13 +290,13 @@ void lora_group_backward(const Tensor& x, const Tensor& A_all, const Tensor& dxa
   if (dA_all) ops::require_shape(kOp, "group dA", *dA_all, Shape{R, in});
   if (dx) ops::require_shape(kOp, "dx", *dx, Shape{T, in});
   ops::require_same_device(kOp, {&x, &A_all, &dxa_all, dA_all, dx});
-  const std::vector<cpu::LoraDropoutMember> members = group_dropout_members(dropout, R);
+  const LoraGroupDropout* dropped = checked_group_dropout(dropout, R);
   if (T == 0 || R == 0 || (!dA_all && !dx)) return;
   const float* dxa = dxa_all.kernel_data<float>();
-  if (!members.empty()) {
+  if (dropped) {
     Tensor scratch = dropout_scratch(x, T, in, true);
-    ops::kernels(x).lora_dropout_backward(dxa, x.kernel_data<float>(), A_all.kernel_data<float>(), dropout->p,
-                                          members.data(), static_cast<int>(members.size()),
+    ops::kernels(x).lora_dropout_backward(dxa, x.kernel_data<float>(), A_all.kernel_data<float>(), dropped->p,
+                                          dropped->members.data(), static_cast<int>(dropped->members.size()),
                                           scratch.kernel_data<float>(), dA_all ? dA_all->kernel_data<float>() : nullptr,
                                           dx ? dx->kernel_data<float>() : nullptr, T, in);
     return;

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/cpu/linear.h"  // LoraDropoutMember: the dropout kernels' member list
 #include "core/tensor.h"
 
 namespace bp {
@@ -99,11 +100,7 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& W, const L
 // INPUT_VALIDATION_FAILED).
 struct LoraGroupDropout {
   float p = 0.0f;
-  struct Member {
-    int64_t rows = 0;
-    uint64_t seed = 0;
-  };
-  std::vector<Member> members;
+  std::vector<cpu::LoraDropoutMember> members;  // {rows of A_all, mask seed} each, in order
 };
 Tensor lora_group_forward(const Tensor& x, const Tensor& A_all, const LoraGroupDropout* dropout = nullptr);
 void lora_group_backward(const Tensor& x, const Tensor& A_all, const Tensor& dxa_all, Tensor* dA_all, Tensor* dx,

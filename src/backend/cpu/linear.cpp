@@ -33,12 +33,6 @@ inline bool keep_mixed(uint64_t mixed_seed, uint64_t index, float p) {
 }
 
 constexpr int64_t kParallelMin = 1 << 14;
-
-int64_t lora_members_rank(const LoraDropoutMember* members, int n_members) {
-  int64_t R = 0;
-  for (int k = 0; k < n_members; ++k) R += members[k].r;
-  return R;
-}
 }  // namespace
 
 bool dropout_keep(uint64_t seed, uint64_t index, float p) {
@@ -88,9 +82,15 @@ int64_t lora_dropout_scratch_floats(int64_t T, int64_t in, bool backward) {
   return (backward ? 2 : 1) * T * in;
 }
 
+int64_t lora_dropout_rank(const LoraDropoutMember* members, int n_members) {
+  int64_t R = 0;
+  for (int k = 0; k < n_members; ++k) R += members[k].r;
+  return R;
+}
+
 void lora_dropout_xa(const float* x, const float* A, float p, const LoraDropoutMember* members, int n_members,
                      float* scratch, float* xa, int64_t T, int64_t in) {
-  const int64_t R = lora_members_rank(members, n_members);
+  const int64_t R = lora_dropout_rank(members, n_members);
   for (int64_t k = 0, col = 0; k < n_members; col += members[k].r, ++k) {
     dropout_forward(x, scratch, T * in, p, members[k].seed);
     sgemm(false, true, T, members[k].r, in, 1.0f, scratch, in, A + col * in, in, 0.0f, xa + col, R);
@@ -101,7 +101,7 @@ void lora_dropout_backward(const float* dxa, const float* x, const float* A, flo
                            int n_members, float* scratch, float* dA, float* dx, int64_t T, int64_t in) {
   float* xd = scratch;
   float* dxd = scratch + T * in;
-  const int64_t R = lora_members_rank(members, n_members);
+  const int64_t R = lora_dropout_rank(members, n_members);
   for (int64_t k = 0, col = 0; k < n_members; col += members[k].r, ++k) {
     const int64_t r = members[k].r;
     // The mask loop first, then both GEMMs back to back (OpenBLAS's workers spin after a call).

@@ -40,6 +40,8 @@ struct LoraDropoutMember {
   uint64_t seed = 0;  // its mask's seed (p is the call's)
 };
 inline constexpr int kMaxLoraDropoutMembers = 3;  // q, k, v
+// Σ r of the members: A's rows, xa's and dxa's columns.
+int64_t lora_dropout_rank(const LoraDropoutMember* members, int n_members);
 // Floats of scratch the two calls below need: T·in forward (xd), 2·T·in backward (xd and dxd).
 int64_t lora_dropout_scratch_floats(int64_t T, int64_t in, bool backward);
 // xa[T,R] = dropout_m(x)[T,in]·A_m[r_m,in]ᵀ per member (=)

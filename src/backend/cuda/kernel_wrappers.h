@@ -337,9 +337,7 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
                                     const cpu::LoraDropoutMember* members, int n_members, float* /*scratch*/, float* dA,
                                     float* dx, int64_t T, int64_t in) {
     if (dA) {
-      int64_t R = 0;
-      for (int k = 0; k < n_members; ++k) R += members[k].r;
-      const size_t bytes = cuda_workspace::lora_dropout_dA_bytes(T, in, R);
+      const size_t bytes = cuda_workspace::lora_dropout_dA_bytes(T, in, cpu::lora_dropout_rank(members, n_members));
       std::unique_ptr<DeviceBuffer> partials;
       if (bytes) partials = std::make_unique<DeviceBuffer>(bytes);
       ::bp::BP_WRAP_NS::lora_dropout_dA_accumulate(dxa, x, dA, T, in, members, n_members, p,
