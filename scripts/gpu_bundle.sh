@@ -194,4 +194,4 @@ total=$((bundle_bytes + ${tracked_bytes:-0}))
 echo "gpu_bundle: $out holds $bundle_bytes bytes; with the tracked tree ($tracked_bytes bytes): $total bytes" \
   "($((total * 100 / (64 * 1024 * 1024)))% of the 64 MiB a device call carries)"
 [ "$compress" = 0 ] || [ "$total" -le $((64 * 1024 * 1024)) ] || die "over the 64 MiB a device call carries"
-echo "gpu_bundle: done. On the GPU machine: bash scripts/gpu_check.sh --prebuilt $out --out \$OUT --stage ..."
+echo "gpu_bundle: done. On the GPU machine (docs/gpu_first_run.md): bash scripts/gpu_check.sh --prebuilt $out --out \$OUT --budget 450"

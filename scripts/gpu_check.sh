@@ -15,33 +15,43 @@
 # show all it can); the script ends with the list of failed stages and exit 1 when there are any.
 # Record what it prints in docs/benchmarks.md; never report GPU results you did not see.
 #
-# Usage: scripts/gpu_check.sh [--prebuilt DIR] [--stage NAME[,NAME]]... [--out DIR]
+# Usage: scripts/gpu_check.sh [--prebuilt DIR] [--stage NAME[,NAME]]... [--out DIR] [--budget SECONDS]
 #   --prebuilt DIR  no build: run the binaries of a bundle made by scripts/gpu_bundle.sh on another
 #                   machine (DIR: the folder holding backprop-gpu-bundle.tar.xz, the .tar.xz itself,
 #                   or an unpacked tree). For GPU machines without our build dependencies
 #                   (docs/gpu_first_run.md). The bundle's libraries go on LD_LIBRARY_PATH of our
 #                   programs only, with the folder of this machine's libcublasLt.so.13 (searched for,
 #                   or BP_CUBLAS_DIR); the bundle is checked to be self-contained first.
-#   --stage NAMES   run only these stages (repeatable or comma-separated; default all, in order):
-#                   sim-tests (test_cuda, in BP_TEST_SHARDS parallel gtest shards), device-tests,
-#                   bench, end-to-end. The machine's facts (nvidia-smi, backprop info, python) are
-#                   always printed first.
+#   --stage NAMES   run only these stages, in the order given (repeatable or comma-separated;
+#                   default all, most telling first): device-tests, end-to-end, bench (one model
+#                   after the other, BP_BENCH_SHAPES), sim-tests (test_cuda, in BP_TEST_SHARDS
+#                   parallel gtest shards). The machine's facts (nvidia-smi, backprop info, python)
+#                   are always printed first.
 #   --out DIR       write each stage's log there (info.log, sim-tests.log, device-tests.log,
 #                   bench.log, bench_cuda.jsonl, end-to-end.log) and summary.txt (each stage's
 #                   result and seconds): 7 files, under the 8 a device call brings back.
+#   --budget S      (or BP_BUDGET_S) the whole script ends within S seconds, unpacking included: every
+#                   program is stopped when the budget runs out, less BP_BUDGET_RESERVE_S (default
+#                   10: the summary, and the KILL 5 s after a SIGTERM a program did not obey); a
+#                   stage or model that would start with under BP_STAGE_MIN_S (default 20) left is
+#                   skipped and says so. For a device call whose limit must also leave time to rerun
+#                   (docs/gpu_first_run.md).
 # BP_TIMEOUT_S: each of our programs is stopped after this many seconds (default 420 with --prebuilt,
-# inside a device call's 10 minutes, so a hung kernel leaves time and logs for the rest; none else).
-# Exit: 0 every stage passed; 1 a stage (or the bundle) failed; 2 no GPU (nothing was run).
+# inside a device call's 10 minutes, so a hung kernel leaves time and logs for the rest; none else),
+# or sooner when the budget ends first.
+# Exit: 0 every stage passed; 1 a stage (or the bundle) failed; 2 no GPU (nothing was run); 3 none
+# failed, but the budget left a stage (or a model of the benchmark) out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${BACKPROP_JOBS:-$(nproc)}
-ALL_STAGES=(sim-tests device-tests bench end-to-end)
-prebuilt="" out_dir="" stages=()
+ALL_STAGES=(device-tests end-to-end bench sim-tests)
+prebuilt="" out_dir="" stages=() budget=${BP_BUDGET_S:-}
 while [ $# -gt 0 ]; do
   case $1 in
     --prebuilt) prebuilt=$2; shift 2 ;;
     --out) out_dir=$2; shift 2 ;;
     --stage) IFS=, read -r -a more <<<"$2"; stages+=("${more[@]}"); shift 2 ;;
+    --budget) budget=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "gpu_check: unknown argument $1 (--help)" >&2; exit 1 ;;
   esac
@@ -50,13 +60,37 @@ done
 for s in "${stages[@]}"; do
   [[ " ${ALL_STAGES[*]} " == *" $s "* ]] || { echo "gpu_check: unknown stage '$s' (one of: ${ALL_STAGES[*]})" >&2; exit 1; }
 done
-wants() { [[ " ${stages[*]} " == *" $1 "* ]]; }
+for n in "$budget" "${BP_TIMEOUT_S:-}" "${BP_BUDGET_RESERVE_S:-}" "${BP_STAGE_MIN_S:-}"; do
+  [[ -z "$n" || "$n" =~ ^[0-9]+$ ]] || { echo "gpu_check: '$n' is not a whole number of seconds" >&2; exit 1; }
+done
 if [ -n "$out_dir" ]; then
   mkdir -p "$out_dir"
   out_dir=$(cd "$out_dir" && pwd)
 fi
 work_dir=$(mktemp -d)
 trap 'rm -rf "$work_dir"' EXIT
+
+# ---- the budget: seconds left for programs, and each program's time limit -------------------------
+# SECONDS counts from the script's start. Without a budget, time_left is unbounded (a large number).
+reserve=${BP_BUDGET_RESERVE_S:-10} stage_min=${BP_STAGE_MIN_S:-20}
+time_left() {
+  if [ -n "$budget" ]; then echo $((budget - reserve - SECONDS)); else echo 1000000000; fi
+}
+out_of_budget() { [ "$(time_left)" -lt "$stage_min" ]; }
+# limited COMMAND...: runs it, stopped after BP_TIMEOUT_S or when the budget runs out, whichever
+# comes first (timeout exits 124, or 137 after the KILL 5 s later). timed: the same in run_env.
+limited() {
+  local limit
+  limit=$(time_left)
+  [ -z "${BP_TIMEOUT_S:-}" ] || [ "$BP_TIMEOUT_S" -ge "$limit" ] || limit=$BP_TIMEOUT_S
+  [ "$limit" -gt 0 ] || limit=1
+  if [ -n "$budget" ] || [ -n "${BP_TIMEOUT_S:-}" ]; then
+    timeout -k 5 "$limit" "$@"
+  else
+    "$@"
+  fi
+}
+timed() { limited "${run_env[@]}" "$@"; }
 
 # ---- where the programs come from: a bundle (--prebuilt) or build-gpu/ -----------------------------
 # run_env: the environment our programs run in (never python's: the bundle's libstdc++ is older).
@@ -73,9 +107,7 @@ else
   test_cuda_device=./build-gpu/tests/test_cuda_device bench_cuda=./build-gpu/bench/bench_cuda
   run_env=(env)
 fi
-if [ -n "${BP_TIMEOUT_S:-}" ]; then # timeout exits 124 (137 after the KILL 10 s later) when it stops one
-  run_env=(timeout -k 10 "$BP_TIMEOUT_S" "${run_env[@]}")
-fi
+[ -z "$budget" ] || echo "gpu_check: budget ${budget} s ($(time_left) s left for the stages: ${stages[*]})"
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   echo "gpu_check: no NVIDIA GPU is visible on this machine (nvidia-smi is missing or lists no GPU)." >&2
@@ -103,25 +135,46 @@ pick_python() {
 }
 python=$(pick_python)
 
-failed=() summary=()
-stage() { # stage NAME COMMAND...: runs it (its output also into OUT/NAME.log), records a failure, goes on
+failed=() skipped=() summary=()
+# stage NAME LOG COMMAND...: runs it (its output also appended to OUT/LOG.log), records the result
+# and goes on. Skipped, saying so, when the budget has under BP_STAGE_MIN_S left; a failure after
+# which the budget is spent reads "STOPPED": a program was cut off by the budget, not found wrong.
+stage() {
   local name=$1 log=/dev/null t0=$SECONDS result=passed
-  shift
-  [ -z "$out_dir" ] || log=$out_dir/$name.log
-  if ! "$@" 2>&1 | tee -a "$log"; then
-    echo "gpu_check: stage '$name' FAILED (a program stopped by BP_TIMEOUT_S=${BP_TIMEOUT_S:-none} exits 124)" >&2
-    failed+=("$name")
-    result=FAILED
+  [ -z "$out_dir" ] || log=$out_dir/$2.log
+  shift 2
+  if out_of_budget; then
+    local left
+    left=$(time_left)
+    echo "gpu_check: stage '$name' skipped: $((left > 0 ? left : 0)) s of the budget left" \
+      "(under BP_STAGE_MIN_S=$stage_min)" | tee -a "$log" >&2
+    skipped+=("$name")
+    summary+=("$(printf '%-24s %-7s %5d s' "$name" skipped 0)")
+    return
   fi
-  summary+=("$(printf '%-14s %-7s %5d s' "$name" "$result" $((SECONDS - t0)))")
+  local rc=0
+  "$@" 2>&1 | tee -a "$log" || rc=${PIPESTATUS[0]}
+  if [ "$rc" != 0 ]; then
+    result=FAILED
+    if [ -n "$budget" ] && [ "$(time_left)" -le 0 ]; then
+      result=STOPPED
+      echo "gpu_check: stage '$name' STOPPED: the budget of ${budget} s ran out (BP_BUDGET_S / --budget)" >&2
+    elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+      echo "gpu_check: stage '$name' FAILED: exit $rc, stopped after BP_TIMEOUT_S=${BP_TIMEOUT_S:-} s" >&2
+    else
+      echo "gpu_check: stage '$name' FAILED (exit $rc)" >&2
+    fi
+    failed+=("$name")
+  fi
+  summary+=("$(printf '%-24s %-7s %5d s' "$name" "$result" $((SECONDS - t0)))")
 }
 
 machine_facts() {
   nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
   [ -z "$prebuilt" ] || sed -n '1,8p' "$BUNDLE_TREE/MANIFEST.txt"
-  "${run_env[@]}" "$backprop" info | sed -n '1,40p'
+  timed "$backprop" info | sed -n '1,40p'
   echo "cores: $(nproc); python for the comparison rows: $python"
-  "$python" - <<'PY' || true
+  timeout -k 5 60 "$python" - <<'PY' || true
 import importlib
 for m in ("torch", "transformers", "peft"):
     try:
@@ -130,7 +183,7 @@ for m in ("torch", "transformers", "peft"):
         print("  %s: not importable (%s)" % (m, e))
 PY
 }
-stage info machine_facts
+stage info info machine_facts
 
 # test_cuda in gtest shards run side by side (GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX): the
 # simulation runs each kernel's threads one at a time, so more processes is what speeds it up.
@@ -141,7 +194,7 @@ sim_tests() {
   echo "test_cuda in $shards shards, $threads OpenMP threads each"
   for ((i = 0; i < shards; i++)); do
     GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i OMP_NUM_THREADS=$threads \
-      "${run_env[@]}" "$test_cuda" --gtest_brief=1 >"$work_dir/shard-$i.log" 2>&1 &
+      timed "$test_cuda" --gtest_brief=1 >"$work_dir/shard-$i.log" 2>&1 &
     pids+=($!)
   done
   for ((i = 0; i < shards; i++)); do
@@ -153,40 +206,49 @@ sim_tests() {
   done
   return "$status"
 }
-if wants sim-tests; then
+run_sim_tests() {
   echo "== CUDA kernels on the simulation (test_cuda) =="
-  stage sim-tests sim_tests
-fi
-if wants device-tests; then
+  stage sim-tests sim-tests sim_tests
+}
+run_device_tests() {
   echo "== CUDA kernels on the device against the CPU backend (test_cuda_device) =="
-  stage device-tests "${run_env[@]}" BP_REQUIRE_GPU=1 "$test_cuda_device"
-fi
+  stage device-tests device-tests timed env BP_REQUIRE_GPU=1 "$test_cuda_device"
+}
 
 # bench/bench_cuda.cpp: --device cuda training through the Trainer on the Qwen2.5-0.5B and 1.5B
 # shapes at sequence 2048, MFU against the bf16 GEMM rate our cuBLASLt path reaches on the model's
 # shapes in the same run; scripts/gpu_bench_compare.py trains the same models with transformers +
 # PEFT and PyTorch eager on this GPU (rows whose python modules are missing are skipped, naming
-# them) and prints the ratio and MFU beside the issue's targets (2x, 40%).
+# them) and prints the ratio and MFU beside the issue's targets (2x, 40%). One model at a time, in
+# the order of BP_BENCH_SHAPES, each a stage of its own in the summary (bench:MODEL), so that a
+# budget that runs out keeps the figures of the models before.
 # BP_BENCH_SHAPES, BP_BENCH_SEQ, BP_BENCH_STEPS, BP_BENCH_BASE_DTYPE, BP_BENCH_MODE (lora or full) and
 # BP_BENCH_MATMUL_DTYPE pass through to bench_cuda (a full run is reported without comparison rows).
 bench_json=${out_dir:-build-gpu}/bench_cuda.jsonl # kept: the figures to record in docs/benchmarks.md
 [ -z "$prebuilt" ] || bench_json=${out_dir:-$work_dir}/bench_cuda.jsonl
-run_benchmark() {
+bench_model() { # bench_model NAME: backprop's run of one model (appended to bench_json), then the others'
+  timed env BP_BENCH_SHAPES="$1" "$bench_cuda" --json "$bench_json" || return 1
+  limited env HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 "$python" scripts/gpu_bench_compare.py \
+    --backprop-json "$bench_json" --shapes "$1" --steps "${BP_BENCH_STEPS:-5}"
+}
+run_bench() {
+  echo "== GPU benchmark (LoRA training tokens/s and MFU; backprop vs transformers+PEFT and PyTorch eager) =="
   if [ -z "$prebuilt" ] && ! cmake --build build-gpu -j"$jobs" --target bench_cuda; then
     echo "gpu_check: bench_cuda could not be built (bench/ needs BACKPROP_BUILD_BENCH=ON and Google Benchmark:" \
       "apt install libbenchmark-dev); no GPU benchmark was run" >&2
-    return 1
+    failed+=(bench)
+    summary+=("$(printf '%-24s %-7s %5d s' bench FAILED 0)")
+    return
   fi
   rm -f "$bench_json"
-  "${run_env[@]}" "$bench_cuda" --json "$bench_json" || return 1
-  HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 "$python" scripts/gpu_bench_compare.py --backprop-json "$bench_json" --steps "${BP_BENCH_STEPS:-5}"
+  local model
+  IFS=, read -r -a models <<<"${BP_BENCH_SHAPES:-qwen2.5-0.5b,qwen2.5-1.5b}"
+  for model in "${models[@]}"; do
+    stage "bench:$model" bench bench_model "$model"
+  done
 }
-if wants bench; then
-  echo "== GPU benchmark (LoRA training tokens/s and MFU; backprop vs transformers+PEFT and PyTorch eager) =="
-  stage bench run_benchmark
-fi
 
-# Step 5. The same LoRA run of tiny-chat on the card and on the CPU: 20 steps, no dropout (its masks
+# The same LoRA run of tiny-chat on the card and on the CPU: 20 steps, no dropout (its masks
 # are drawn per device the same way, but without it nothing but arithmetic differs), one seed.
 # Tolerances: bf16 keeps 8 significant bits, a unit roundoff of 2^-9 ~ 0.2% per rounding; the step-1
 # loss is the forward pass alone (roundings of inputs and weights, f32 accumulation, averaged over
@@ -205,7 +267,7 @@ within_relative() { # awk: |a - b| <= rel * |b|
 end_to_end() { # end_to_end BASE_DTYPE: the run on the card against the run on the CPU
   local base=$1 device out what gpu cpu rel status=0
   for device in cuda cpu; do
-    "${run_env[@]}" "$backprop" train --device "$device" --base-dtype "$base" --output "$run_dir/$base-$device" \
+    timed "$backprop" train --device "$device" --base-dtype "$base" --output "$run_dir/$base-$device" \
       "${train_args[@]}" >"$run_dir/$base-$device.json" || {
       echo "gpu_check: backprop train --device $device --base-dtype $base failed; it printed:" >&2
       cat "$run_dir/$base-$device.json" >&2
@@ -238,12 +300,25 @@ end_to_end_both() {
   done
   return "$status"
 }
-wants end-to-end && stage end-to-end end_to_end_both
+run_end_to_end() { stage end-to-end end-to-end end_to_end_both; }
+
+for s in "${stages[@]}"; do
+  case $s in
+    device-tests) run_device_tests ;;
+    end-to-end) run_end_to_end ;;
+    bench) run_bench ;;
+    sim-tests) run_sim_tests ;;
+  esac
+done
 
 echo "== summary =="
 printf '%s\n' "${summary[@]}" | tee "${out_dir:-$work_dir}/summary.txt"
 if [ ${#failed[@]} -gt 0 ]; then
-  echo "gpu_check: failed stages: ${failed[*]}" >&2
+  echo "gpu_check: failed stages: ${failed[*]}${skipped[*]:+; left out for the budget: ${skipped[*]}}" >&2
   exit 1
+fi
+if [ ${#skipped[@]} -gt 0 ]; then
+  echo "gpu_check: every stage that ran passed; left out for the budget: ${skipped[*]}" >&2
+  exit 3
 fi
 echo "gpu_check: every stage passed"

@@ -13,7 +13,12 @@
 #   3. deletes one library (libfmt) from the bundle: --verify must fail naming it, and so must
 #      `backprop info` in the chroot;
 #   4. scripts/gpu_check.sh --prebuilt on a compressed bundle (xz -0: fast) unpacks and verifies it,
-#      then, on a machine without a GPU, exits 2 with its "no NVIDIA GPU" message.
+#      then, on a machine without a GPU, exits 2 with its "no NVIDIA GPU" message;
+#   5. gpu_check.sh's budget (--budget: a device call must end in time and leave a rerun), with a fake
+#      nvidia-smi that lists a GPU, so that every stage runs here and fails for want of a device, except
+#      the simulated kernel tests, which take minutes on 2 cores: the script must stop them at the budget
+#      and report them STOPPED, leave the stage after them out for the budget (skipped), give each
+#      benchmark model its own summary row and bring back no more files than a device call fetches.
 set -euo pipefail
 build=$(cd "$1" && pwd)
 cd "$(dirname "$0")/../.."
@@ -113,4 +118,37 @@ else
   [ "$status" = 2 ] || fail "gpu_check --prebuilt without a GPU exited $status, not 2"
   grep -q 'no NVIDIA GPU is visible' "$tmp/check" || fail "no 'no NVIDIA GPU' message"
 fi
+
+echo "== 5. gpu_check.sh --budget: every program stopped in time, what is left out said"
+mkdir -p "$tmp/fake-gpu"
+cat >"$tmp/fake-gpu/nvidia-smi" <<'SH'
+#!/bin/sh
+# A GPU that is listed but has no driver behind it: gpu_check.sh's stages run and find no device.
+case "$1" in
+  -L) echo "GPU 0: Fake H200 of gpu_bundle_test.sh (UUID: GPU-00000000-0000-0000-0000-000000000000)" ;;
+  *) printf 'name, compute_cap, driver_version, memory.total [MiB]\nFake H200, 9.0, 580.0, 143771 MiB\n' ;;
+esac
+SH
+chmod +x "$tmp/fake-gpu/nvidia-smi"
+budget=30
+t0=$SECONDS status=0
+PATH=$tmp/fake-gpu:$PATH BP_STAGE_MIN_S=5 BP_TEST_SHARDS=2 BP_BENCH_SHAPES=qwen2.5-0.5b,qwen2.5-1.5b \
+  bash scripts/gpu_check.sh --prebuilt "$tree" --out "$tmp/gpu-out" --budget "$budget" \
+  --stage device-tests,bench,sim-tests,end-to-end >"$tmp/budget" 2>&1 || status=$?
+took=$((SECONDS - t0))
+cat "$tmp/budget"
+[ "$took" -le "$budget" ] || fail "gpu_check --budget $budget took $took s"
+[ "$status" = 1 ] || fail "gpu_check exited $status with failed stages, not 1"
+row() { grep -qE "^$1 +$2 " "$tmp/gpu-out/summary.txt" || fail "summary.txt has no '$1 $2' row"; }
+row device-tests FAILED
+row bench:qwen2.5-0.5b FAILED
+row bench:qwen2.5-1.5b FAILED
+row sim-tests STOPPED
+row end-to-end skipped
+grep -q "stage 'sim-tests' STOPPED: the budget of $budget s ran out" "$tmp/budget" || fail "no STOPPED message"
+grep -q "stage 'end-to-end' skipped" "$tmp/gpu-out/end-to-end.log" || fail "the skipped stage's log does not say so"
+grep -q "left out for the budget: end-to-end" "$tmp/budget" || fail "the last line does not name what was left out"
+files=$(find "$tmp/gpu-out" -type f | wc -l)
+[ "$files" -le 8 ] || fail "$files files in --out, more than the 8 a device call brings back"
+echo "ok: budget $budget s, ended after $took s; sim-tests stopped, end-to-end left out; $files files"
 echo "PASS"
