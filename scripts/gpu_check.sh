@@ -39,8 +39,8 @@
 # BP_TIMEOUT_S: each of our programs is stopped after this many seconds (default 420 with --prebuilt,
 # inside a device call's 10 minutes, so a hung kernel leaves time and logs for the rest; none else),
 # or sooner when the budget ends first.
-# Exit: 0 every stage passed; 1 a stage (or the bundle) failed; 2 no GPU (nothing was run); 3 none
-# failed, but the budget left a stage (or a model of the benchmark) out.
+# Exit: 0 every stage passed; 1 a stage (or the bundle) failed, or was STOPPED by the budget; 2 no GPU
+# (nothing was run); 3 none failed or was stopped, but the budget left a stage (or a model) out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${BACKPROP_JOBS:-$(nproc)}

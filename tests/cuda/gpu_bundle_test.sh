@@ -18,7 +18,8 @@
 #      nvidia-smi that lists a GPU, so that every stage runs here and fails for want of a device, except
 #      the simulated kernel tests, which take minutes on 2 cores: the script must stop them at the budget
 #      and report them STOPPED, leave the stage after them out for the budget (skipped), give each
-#      benchmark model its own summary row and bring back no more files than a device call fetches.
+#      benchmark model its own summary row and bring back no more files than a device call fetches;
+#      and with the budget spent before the first stage, skip everything and exit 3, not 0.
 set -euo pipefail
 build=$(cd "$1" && pwd)
 cd "$(dirname "$0")/../.."
@@ -130,7 +131,7 @@ case "$1" in
 esac
 SH
 chmod +x "$tmp/fake-gpu/nvidia-smi"
-budget=30
+budget=40
 t0=$SECONDS status=0
 PATH=$tmp/fake-gpu:$PATH BP_STAGE_MIN_S=5 BP_TEST_SHARDS=2 BP_BENCH_SHAPES=qwen2.5-0.5b,qwen2.5-1.5b \
   bash scripts/gpu_check.sh --prebuilt "$tree" --out "$tmp/gpu-out" --budget "$budget" \
@@ -151,4 +152,11 @@ grep -q "left out for the budget: end-to-end" "$tmp/budget" || fail "the last li
 files=$(find "$tmp/gpu-out" -type f | wc -l)
 [ "$files" -le 8 ] || fail "$files files in --out, more than the 8 a device call brings back"
 echo "ok: budget $budget s, ended after $took s; sim-tests stopped, end-to-end left out; $files files"
+# A budget spent before the first stage: nothing starts, nothing fails, exit 3 (not 0: not checked).
+status=0
+PATH=$tmp/fake-gpu:$PATH BP_BUDGET_S=11 bash scripts/gpu_check.sh --prebuilt "$tree" --out "$tmp/gpu-out2" \
+  --stage device-tests >"$tmp/budget2" 2>&1 || status=$?
+cat "$tmp/budget2"
+[ "$status" = 3 ] || fail "gpu_check with every stage left out for the budget exited $status, not 3"
+grep -qE "^device-tests +skipped " "$tmp/gpu-out2/summary.txt" || fail "device-tests not reported skipped"
 echo "PASS"
