@@ -38,7 +38,8 @@ struct Limit {
   std::string source;  // for the text and JSON output
 };
 
-Limit memory_limit(const bp::Settings& st, const bp::CudaStatus& cuda) {
+// for_card: the plan is for a CUDA device (--device cuda, or auto with a usable GPU).
+Limit memory_limit(const bp::Settings& st, const bp::CudaStatus& cuda, bool for_card) {
   const double gb = st.get_float("training.vram_gb");
   if (gb > 0) return {static_cast<size_t>(gb * 1024.0 * 1024.0 * 1024.0), fmt::format("--vram-gb {}", gb)};
   const std::string& mm = st.get_string("training.max_memory");
@@ -46,7 +47,11 @@ Limit memory_limit(const bp::Settings& st, const bp::CudaStatus& cuda) {
     return {static_cast<size_t>(bp::parse_byte_size(mm, "training.max_memory")), "training.max_memory " + mm};
   if (cuda.usable())
     return {cuda.devices[0].bytes_free, fmt::format("free memory of GPU 0 ({})", cuda.devices[0].name)};
-  return {static_cast<size_t>(bp::mem_info().bytes_total), "this machine's RAM"};
+  const auto ram = static_cast<size_t>(bp::mem_info().bytes_total);
+  // A plan for a card that is not here: the RAM is all there is to read, which says nothing of the
+  // card; say so, and how to name the card's size.
+  if (for_card) return {ram, "this machine's RAM: no usable GPU here; --vram-gb N fits the plan to a card of N GiB"};
+  return {ram, "this machine's RAM"};
 }
 
 // cuBLASLt's workspace for a run on CUDA (memory_plan.h gemm_workspace) and where its size comes from.
@@ -240,7 +245,7 @@ int run_estimate_vram() {
   const bool f16_card = r.device == DeviceType::CUDA && !cuda.devices.empty() && cuda.devices[0].cc_major < 8;
   r.matmul_dtype = resolve_matmul_dtype(st.get_string("training.matmul_dtype"), r.mode, r.device, f16_card,
                                         cuda.devices.empty() ? "the CUDA device" : cuda.devices[0].name);
-  const Limit limit = memory_limit(st, cuda);
+  const Limit limit = memory_limit(st, cuda, r.device == DeviceType::CUDA);
   r.limit_bytes = limit.bytes;
   const GemmWorkspaceSize gemm_ws = gemm_workspace_size(cuda);
   r.gemm_workspace_bytes = gemm_ws.bytes;

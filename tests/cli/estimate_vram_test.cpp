@@ -300,6 +300,12 @@ TEST(EstimateVramCli, SettingsFromEnvironmentAndConfigFileAndDefaultLimit) {
     EXPECT_EQ(j["limit_source"], "this machine's RAM");
     EXPECT_EQ(j["limit_bytes"].get<uint64_t>(), mem_info().bytes_total);
     EXPECT_EQ(j["settings"]["weights_dtype"], "f32");  // dtype auto on the CPU
+    // A plan for a card that is not here still fits into the RAM, but says that it is no card's size.
+    r = backprop("estimate-vram --json --device cuda --model " + m.path(), "", true);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["limit_bytes"].get<uint64_t>(), mem_info().bytes_total);
+    EXPECT_TRUE(has(j["limit_source"].get<std::string>(), "no usable GPU here; --vram-gb N")) << j["limit_source"];
   }
   // Defaults: batch 8 in one micro-batch of 2,048-token sequences.
   EXPECT_EQ(j["settings"]["micro_batch_tokens"], 8 * 2048);
