@@ -131,6 +131,8 @@ case "$1" in
 esac
 SH
 chmod +x "$tmp/fake-gpu/nvidia-smi"
+# CUDA_VISIBLE_DEVICES empty: the programs see no device on a machine with a real GPU either.
+export CUDA_VISIBLE_DEVICES=
 budget=40
 t0=$SECONDS status=0
 PATH=$tmp/fake-gpu:$PATH BP_STAGE_MIN_S=5 BP_TEST_SHARDS=2 BP_BENCH_SHAPES=qwen2.5-0.5b,qwen2.5-1.5b \
