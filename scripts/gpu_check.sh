@@ -3,14 +3,15 @@
 # every kernel runs on the CPU simulation (test_cuda); this script is what to run where a GPU exists.
 #   1. checks that a GPU and driver are visible (nvidia-smi); without one it says so and exits 2;
 #   2. builds build-gpu/ with -DBACKPROP_CUDA=ON (nvcc for sm_75, sm_80, sm_86, sm_89, sm_90);
-#   3. runs the simulated kernel tests (test_cuda) and the same kernels on the device against the
-#      CPU backend (test_cuda_device, with BP_REQUIRE_GPU=1 so a missing device fails, not skips);
-#   4. runs the GPU benchmark (bench_cuda) and its comparison with transformers + PEFT and PyTorch
-#      eager (scripts/gpu_bench_compare.py), with the targets beside the figures;
-#   5. trains tiny-chat end to end with `backprop train --device cuda` and the same run with
-#      --device cpu, over its f32 weights and over them held in bf16 (the 16-bit GEMM path: bf16, or
-#      f16 on a Turing card), prints both step-1 and final losses and fails when they differ by more
-#      than bf16 allows (below).
+#   3. runs the stages (by default in this order, --stage to choose): device-tests, the kernels on
+#      the device against the CPU backend (test_cuda_device, with BP_REQUIRE_GPU=1 so a missing
+#      device fails, not skips); end-to-end, tiny-chat trained with `backprop train --device cuda`
+#      and the same run with --device cpu, over its f32 weights and over them held in bf16 (the
+#      16-bit GEMM path: bf16, or f16 on a Turing card), both step-1 and final losses printed, a
+#      failure when they differ by more than bf16 allows (below); bench, the GPU benchmark
+#      (bench_cuda) and its comparison with transformers + PEFT and PyTorch eager
+#      (scripts/gpu_bench_compare.py), with the targets beside the figures; sim-tests, the
+#      simulated kernel tests (test_cuda), last since CI runs them on every commit.
 # Every stage after the build runs even when an earlier one failed (a first run on a new card should
 # show all it can); the script ends with the list of failed stages and exit 1 when there are any.
 # Record what it prints in docs/benchmarks.md; never report GPU results you did not see.
