@@ -137,6 +137,7 @@ pick_python() {
 python=$(pick_python)
 
 failed=() skipped=() summary=()
+summary_row() { summary+=("$(printf '%-24s %-7s %5d s' "$1" "$2" "$3")"); } # NAME RESULT SECONDS
 # stage NAME LOG COMMAND...: runs it (its output also appended to OUT/LOG.log), records the result
 # and goes on. Skipped, saying so, when the budget has under BP_STAGE_MIN_S left; a failure after
 # which the budget is spent reads "STOPPED": a program was cut off by the budget, not found wrong.
@@ -150,7 +151,7 @@ stage() {
     echo "gpu_check: stage '$name' skipped: $((left > 0 ? left : 0)) s of the budget left" \
       "(under BP_STAGE_MIN_S=$stage_min)" | tee -a "$log" >&2
     skipped+=("$name")
-    summary+=("$(printf '%-24s %-7s %5d s' "$name" skipped 0)")
+    summary_row "$name" skipped 0
     return
   fi
   local rc=0
@@ -167,7 +168,7 @@ stage() {
     fi
     failed+=("$name")
   fi
-  summary+=("$(printf '%-24s %-7s %5d s' "$name" "$result" $((SECONDS - t0)))")
+  summary_row "$name" "$result" $((SECONDS - t0))
 }
 
 machine_facts() {
@@ -238,7 +239,7 @@ run_bench() {
     echo "gpu_check: bench_cuda could not be built (bench/ needs BACKPROP_BUILD_BENCH=ON and Google Benchmark:" \
       "apt install libbenchmark-dev); no GPU benchmark was run" >&2
     failed+=(bench)
-    summary+=("$(printf '%-24s %-7s %5d s' bench FAILED 0)")
+    summary_row bench FAILED 0
     return
   fi
   rm -f "$bench_json"
