@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/error_report.h"
 #include "core/interrupt.h"
+#include "io/atomic_file.h"
 #include "ui/server.h"
 
 namespace {
@@ -88,6 +89,9 @@ int run_ui() {
       std::cerr << render_error_text(e, "");
     return 1;
   }
+  // Tests: uploads meet a full disk after this many bytes (the io layer's one disk-full hook).
+  if (const int64_t n = st.get_int("training.fault_inject_enospc_after_bytes"); n >= 0)
+    io_faults().enospc_after_bytes = n;
   ui::UiServer server(o);
   server.bind();
   install_interrupt_handler();

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <fstream>
 #include <thread>
+#include <type_traits>
 
 #include "core/file_read.h"
 #include "core/nvml.h"
@@ -21,6 +22,7 @@
 #include "core/sysinfo.h"
 #include "core/system_readings.h"
 #include "ui/assets.h"
+#include "ui/dataset_upload.h"
 #include "ui/process.h"
 
 namespace bp::ui {
@@ -58,18 +60,23 @@ json settings_json(const char* const (&keys)[N]) {
 // The ones estimate-vram takes (the rest do not change the memory plan).
 constexpr const char* kPlanSettings[] = {"training.batch_size", "training.max_seq_length", "training.mode", "lora.r"};
 
+// Runs `fn`, answering what it throws: 400 for input and config errors, 507 for a full disk, else 500.
+template <class Fn>
+void answer_errors(Response& res, Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    const std::string_view cat = e.info().category;
+    const int status = (cat == "input" || cat == "config") ? 400 : e.code() == ErrorCode::STATE_DISK_FULL ? 507 : 500;
+    send_error(res, status, e.code(), e.what(), e.suggestion());
+  } catch (const std::exception& e) {
+    send_error(res, 500, ErrorCode::RUNTIME_INTERNAL, std::string("[ui] ") + e.what());
+  }
+}
+
 template <class Fn>
 auto guarded(Fn fn) {
-  return [fn](const Request& req, Response& res) {
-    try {
-      fn(req, res);
-    } catch (const Error& e) {
-      const std::string_view cat = e.info().category;
-      send_error(res, (cat == "input" || cat == "config") ? 400 : 500, e.code(), e.what());
-    } catch (const std::exception& e) {
-      send_error(res, 500, ErrorCode::RUNTIME_INTERNAL, std::string("[ui] ") + e.what());
-    }
-  };
+  return [fn](const Request& req, Response& res) { answer_errors(res, [&] { fn(req, res); }); };
 }
 
 void send_json(Response& res, const json& j) {
@@ -82,18 +89,40 @@ json parse_body(const Request& req) {
   return j;
 }
 
+// The body's field `key` as T (std::string, bool or int64_t), `fallback` when absent or null; a value
+// of another JSON type is INPUT_VALIDATION_FAILED naming the field (never a 500 from a JSON cast).
+template <class T>
+T field(const json& body, const std::string& key, T fallback) {
+  const auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return fallback;
+  const char* want = std::is_same_v<T, std::string> ? "a string"
+                     : std::is_same_v<T, bool>      ? "true or false"
+                                                    : "an integer";
+  const bool ok = std::is_same_v<T, std::string> ? it->is_string()
+                  : std::is_same_v<T, bool>      ? it->is_boolean()
+                                                 : it->is_number_integer();
+  if (!ok)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[ui] field '{}' must be {}, not {} ({})", key, want, it->type_name(), it->dump()));
+  return it->get<T>();
+}
+
 // {"training.steps": "20", ...} -> ["--steps=20", ...], each value checked against the settings
 // table first (CONFIG_INVALID_SETTING names the key); only keys in `allowed` are accepted.
 template <size_t N>
 std::vector<std::string> setting_flags(const json& settings, const char* const (&allowed)[N]) {
   std::vector<std::string> out;
   if (settings.is_null()) return out;
-  if (!settings.is_object()) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[ui] settings must be an object");
+  if (!settings.is_object()) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[ui] field 'settings' must be an object");
   Settings check;
   for (const auto& [key, value] : settings.items()) {
     if (std::find_if(std::begin(allowed), std::end(allowed), [&](const char* k) { return key == k; }) ==
         std::end(allowed))
       continue;
+    if (!value.is_string() && !value.is_number() && !value.is_boolean())
+      throw Error(
+          ErrorCode::INPUT_VALIDATION_FAILED,
+          fmt::format("[ui] field 'settings.{}' must be a string, number or boolean, not {}", key, value.type_name()));
     const std::string text = value.is_string() ? value.template get<std::string>() : value.dump();
     if (text.empty()) continue;
     check.set(key, text);
@@ -123,9 +152,19 @@ Api::Api(const UiOptions& opt, httplib::Server& svr, std::atomic<bool>& stopping
 }
 
 void Api::page_routes(httplib::Server& svr) {
-  svr.Get("/", [](const Request&, Response& res) {
+  svr.Get("/", [this](const Request&, Response& res) {
     const Asset* a = find_asset("index.html");
-    res.set_content(std::string(a->data), "text/html; charset=utf-8");
+    std::string html(a->data);
+    // Without auth there is no session to end: no "Log out" button.
+    const auto form = html.find("<form method=\"post\" action=\"/logout\"");
+    const auto end = html.find("</form>", form);
+    if (!opt_.credentials.enabled() && form != std::string::npos && end != std::string::npos)
+      html.erase(form, end + 7 - form);
+    res.set_content(html, "text/html; charset=utf-8");
+  });
+  // Whether logins are on (the page script may ask; the page itself comes without Log out then).
+  svr.Get("/api/session", [this](const Request&, Response& res) {
+    send_json(res, {{"auth", opt_.credentials.enabled()}});
   });
   svr.Get(R"(/assets/([A-Za-z0-9_.-]+))", [](const Request& req, Response& res) {
     const Asset* a = find_asset(req.matches[1].str());
@@ -147,52 +186,88 @@ void Api::run_routes(httplib::Server& svr) {
   svr.Get(R"(/api/runs/([^/]+)/events)", guarded([this](const Request& req, Response& res) {
             const std::string id = req.matches[1];
             runs_.detail(id);  // throws for a bad or unknown run before the stream starts
+            // A reconnecting page continues from the last event id it saw (or ?from=).
+            std::string from = req.get_header_value("Last-Event-ID");
+            if (from.empty()) from = req.get_param_value("from");
             auto offset = std::make_shared<size_t>(0);
-            res.set_chunked_content_provider("text/event-stream", [this, id, offset](size_t, httplib::DataSink& sink) {
-              try {
-                return stream_events(id, offset.get(), sink);
-              } catch (const std::exception&) {  // the run folder went away: end the stream
-                sink.done();
-                return true;
-              }
-            });
+            if (!from.empty() && from.size() < 19 && from.find_first_not_of("0123456789") == std::string::npos)
+              *offset = std::stoull(from);
+            std::shared_ptr<void> slot = take_stream_slot(req.remote_addr, res);
+            if (!slot) return;
+            res.set_chunked_content_provider(
+                "text/event-stream", [this, id, offset, slot](size_t, httplib::DataSink& sink) {
+                  try {
+                    return stream_events(id, offset.get(), sink);
+                  } catch (const std::exception&) {  // the run folder went away: end the stream
+                    sink.done();
+                    return true;
+                  }
+                });
           }));
   svr.Post("/api/runs", guarded([this](const Request& req, Response& res) {
              const json body = parse_body(req);
-             const std::string model = body.value("model", "");
+             const std::string model = field<std::string>(body, "model", "");
              if (model.empty()) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[ui] choose a model folder");
-             const fs::path data = resolve_inside(data_dir_, body.value("dataset", ""));
+             const fs::path data = resolve_inside(data_dir_, field<std::string>(body, "dataset", ""));
              std::vector<std::string> args = {"--model=" + model, "--data=" + data.string()};
              for (auto& f : setting_flags(body.value("settings", json()), kFormSettings)) args.push_back(f);
              send_json(res, {{"launch_id", runs_.start_train(args)}});
            }));
-  svr.Post(R"(/api/runs/([^/]+)/stop)", guarded([this](const Request& req, Response& res) {
-             send_json(res, {{"stopped", runs_.stop(req.matches[1])}});
-           }));
+  svr.Post(R"(/api/runs/([^/]+)/stop)",
+           guarded([this](const Request& req, Response& res) { send_json(res, runs_.stop(req.matches[1])); }));
   svr.Post(R"(/api/runs/([^/]+)/resume)", guarded([this](const Request& req, Response& res) {
              const json body = req.body.empty() ? json::object() : parse_body(req);
-             send_json(res, {{"launch_id", runs_.resume(req.matches[1], body.value("steps", int64_t{0}))}});
+             send_json(res, {{"launch_id", runs_.resume(req.matches[1], field<int64_t>(body, "steps", 0))}});
            }));
   svr.Post(R"(/api/runs/([^/]+)/export)", guarded([this](const Request& req, Response& res) {
              const json body = parse_body(req);
              Settings check;  // format and quantization are checked against the settings table
-             check.set("export.format", body.value("format", "lora"));
-             check.set("export.quantization", body.value("quantization", "f16"));
+             check.set("export.format", field<std::string>(body, "format", "lora"));
+             check.set("export.quantization", field<std::string>(body, "quantization", "f16"));
+             const bool ollama = field<bool>(body, "ollama", false);
              send_json(res, {{"launch_id", runs_.start_export(req.matches[1], check.get_string("export.format"),
-                                                              check.get_string("export.quantization"),
-                                                              body.value("ollama", false))}});
+                                                              check.get_string("export.quantization"), ollama)}});
            }));
   svr.Get(R"(/api/launches/([0-9a-f]+))",
           guarded([this](const Request& req, Response& res) { send_json(res, runs_.launch(req.matches[1])); }));
 }
 
+std::shared_ptr<void> Api::take_stream_slot(const std::string& client, Response& res) {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  int& mine = streams_by_client_[client];
+  if (mine >= kMaxStreamsPerClient || streams_total_ >= kMaxStreams) {
+    const bool per_client = mine >= kMaxStreamsPerClient;
+    if (mine == 0) streams_by_client_.erase(client);
+    send_error(res, per_client ? 429 : 503, ErrorCode::INPUT_VALIDATION_FAILED,
+               per_client ? fmt::format("[ui] this client already has {} live run streams open (the limit)",
+                                        kMaxStreamsPerClient)
+                          : fmt::format("[ui] the UI already serves {} live run streams (the limit)", kMaxStreams));
+    res.set_header("Retry-After", "10");
+    return nullptr;
+  }
+  ++mine;
+  ++streams_total_;
+  // Released when the response (and with it the stream's provider) is gone, however the stream ended.
+  struct Slot {
+    Api* api;
+    std::string client;
+    ~Slot() {
+      std::lock_guard<std::mutex> lock(api->streams_mu_);
+      --api->streams_total_;
+      if (--api->streams_by_client_[client] <= 0) api->streams_by_client_.erase(client);
+    }
+  };
+  return std::shared_ptr<Slot>(new Slot{this, client});
+}
+
 bool Api::stream_events(const std::string& id, size_t* offset, httplib::DataSink& sink) {
-  for (int idle = 0; !stopping_ && sink.is_writable(); ++idle) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(kStreamLifetimeSeconds);
+  for (int idle = 0; !stopping_ && sink.is_writable() && std::chrono::steady_clock::now() < end; ++idle) {
     size_t next = 0;
     auto records = runs_.metrics_since(id, *offset, &next);
     *offset = next;
     if (!records.empty()) {
-      const std::string msg = "event: metrics\ndata: " + json(records).dump() + "\n\n";
+      const std::string msg = fmt::format("event: metrics\nid: {}\ndata: {}\n\n", next, json(records).dump());
       if (!sink.write(msg.data(), msg.size())) return false;
     }
     if (!records.empty() || idle % 8 == 0) {
@@ -214,16 +289,9 @@ void Api::dataset_routes(httplib::Server& svr) {
                 out.push_back({{"name", e.path().filename().string()}, {"bytes", e.file_size()}});
             send_json(res, out);
           }));
-  svr.Put(R"(/api/datasets/([^/]+))", guarded([this](const Request& req, Response& res) {
-            const fs::path dest = resolve_inside(data_dir_, req.matches[1]);
-            const std::string ext = dest.extension().string();
-            if (ext != ".jsonl" && ext != ".json" && ext != ".txt")
-              throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[ui] datasets are .jsonl, .json or .txt files");
-            const fs::path tmp = dest.string() + ".upload";
-            std::ofstream(tmp, std::ios::binary | std::ios::trunc) << req.body;
-            fs::rename(tmp, dest);
-            send_json(res, {{"name", dest.filename().string()}, {"bytes", req.body.size()}});
-          }));
+  svr.Put(R"(/api/datasets/([^/]+))", [this](const Request& req, Response& res, const httplib::ContentReader& reader) {
+    answer_errors(res, [&] { upload_dataset(data_dir_, opt_.max_upload_bytes, req, res, reader); });
+  });
   svr.Get(R"(/api/datasets/([^/]+)/preview)", guarded([this](const Request& req, Response& res) {
             const fs::path file = resolve_inside(data_dir_, req.matches[1]);
             if (!fs::is_regular_file(file))
@@ -246,14 +314,14 @@ void Api::info_routes(httplib::Server& svr) {
           guarded([](const Request&, Response& res) { send_json(res, settings_json(kExportSettings)); }));
   svr.Post("/api/estimate", guarded([](const Request& req, Response& res) {
              const json body = parse_body(req);
-             const std::string model = body.value("model", "");
+             const std::string model = field<std::string>(body, "model", "");
              if (model.empty()) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[ui] choose a model folder");
              std::vector<std::string> argv = {self_exe(), "estimate-vram", "--json", "--model=" + model};
              const json settings = body.value("settings", json());
              for (auto& f : setting_flags(settings, kPlanSettings)) argv.push_back(f);
              // The run's memory budget is the plan's limit (estimate-vram takes it as --vram-gb).
              const std::string budget =
-                 settings.is_object() ? settings.value("training.max_memory", std::string("auto")) : "auto";
+                 settings.is_object() ? field<std::string>(settings, "training.max_memory", "auto") : "auto";
              if (budget != "auto" && budget != "none" && !budget.empty())
                argv.push_back(fmt::format(
                    "--vram-gb={:.17g}",

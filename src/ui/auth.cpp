@@ -19,9 +19,14 @@ namespace {
 
 constexpr auto kSessionLifetime = std::chrono::hours(12);
 constexpr auto kLockout = std::chrono::minutes(5);
+// Past this many (address, user) pairs the limiter forgets those that are not locked out.
+constexpr size_t kMaxLimiterEntries = 10000;
 // A password given on the command line lives only in memory: online guessing is what the limiter
 // stops, so fewer iterations keep each request with basic auth cheap. Files use the full count.
 constexpr int kMemoryIterations = 20000;
+// Iteration counts an auth file may name: at least a token cost, at most ~a few seconds per login.
+constexpr int kMinIterations = 1000;
+constexpr int kMaxIterations = 5000000;
 
 std::string to_hex(const std::string& bytes) {
   static const char* kDigits = "0123456789abcdef";
@@ -96,8 +101,14 @@ PasswordHash parse_hash(const std::string& text, const std::string& where) {
   } catch (const std::exception&) {
     h.iterations = 0;
   }
-  if (h.iterations < 1000 || !from_hex(parts[2], &h.salt) || !from_hex(parts[3], &h.hash) || h.hash.size() != 32)
-    throw file_error(fmt::format("{}: bad iterations (at least 1000), salt or 32-byte hash", where));
+  // Each login costs `iterations` HMACs: a huge count (2e9) would hang every login for minutes.
+  if (h.iterations < kMinIterations || h.iterations > kMaxIterations)
+    throw file_error(
+        fmt::format("{}: {} PBKDF2 iterations, outside {}..{}; store the password again with "
+                    "--set-password",
+                    where, parts[1], kMinIterations, kMaxIterations));
+  if (!from_hex(parts[2], &h.salt) || !from_hex(parts[3], &h.hash) || h.hash.size() != 32)
+    throw file_error(fmt::format("{}: bad salt or hash (hex; the hash has 32 bytes)", where));
   return h;
 }
 
@@ -193,23 +204,35 @@ void Sessions::remove(const std::string& token) {
   tokens_.erase(token);
 }
 
-bool LoginLimiter::locked(const std::string& address) {
+bool LoginLimiter::begin(const std::string& address, const std::string& user) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(address);
-  return it != entries_.end() && it->second.failures >= max_failures_ &&
-         std::chrono::steady_clock::now() < it->second.locked_until;
+  const auto now = std::chrono::steady_clock::now();
+  if (entries_.size() > kMaxLimiterEntries) prune(now);
+  Entry& e = entries_[{address, user}];
+  if (e.failures >= max_failures_ && now >= e.locked_until) e.failures = 0;  // the lockout is over
+  if (e.failures + e.in_flight >= max_failures_) return false;
+  ++e.in_flight;
+  return true;
 }
 
-void LoginLimiter::failed(const std::string& address) {
+void LoginLimiter::finish(const std::string& address, const std::string& user, bool success) {
   std::lock_guard<std::mutex> lock(mu_);
-  Entry& e = entries_[address];
-  if (e.failures >= max_failures_ && std::chrono::steady_clock::now() >= e.locked_until) e.failures = 0;
-  if (++e.failures >= max_failures_) e.locked_until = std::chrono::steady_clock::now() + kLockout;
+  Entry& e = entries_[{address, user}];
+  if (e.in_flight > 0) --e.in_flight;
+  if (success) {
+    e.failures = 0;
+  } else if (++e.failures >= max_failures_) {
+    e.locked_until = std::chrono::steady_clock::now() + kLockout;
+  }
+  if (e.failures == 0 && e.in_flight == 0) entries_.erase({address, user});
 }
 
-void LoginLimiter::succeeded(const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
-  entries_.erase(address);
+void LoginLimiter::prune(std::chrono::steady_clock::time_point now) {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    const Entry& e = it->second;
+    const bool locked = e.failures >= max_failures_ && now < e.locked_until;
+    it = (e.in_flight == 0 && !locked) ? entries_.erase(it) : std::next(it);
+  }
 }
 
 std::string base64_decode(const std::string& in) {

@@ -2,7 +2,8 @@
 // passwords), login sessions (random tokens in an HttpOnly cookie) and the failed-login limiter.
 //
 // Passwords are never kept in clear when they come from the file: each line is
-// `user:pbkdf2-sha256$<iterations>$<salt hex>$<hash hex>` (PBKDF2-HMAC-SHA256 from OpenSSL). A
+// `user:pbkdf2-sha256$<iterations>$<salt hex>$<hash hex>` (PBKDF2-HMAC-SHA256 from OpenSSL;
+// iterations 1,000..5,000,000, so no line can make a login hang). A
 // password given with --auth is hashed the same way at start-up, so every check is the same
 // PBKDF2 + constant-time comparison (CRYPTO_memcmp) whatever the source. Unknown users are checked
 // against a dummy hash so the time taken does not reveal which user names exist.
@@ -62,23 +63,31 @@ class Sessions {
   std::map<std::string, std::pair<std::string, std::chrono::steady_clock::time_point>> tokens_;
 };
 
-// Failed logins per client address: after `max_failures` failures the address is locked out for
-// five minutes (every attempt refused, right password or not). A success clears the count.
+// Failed logins per (client address, user name): after `max_failures` failures that pair is locked
+// out for five minutes (every attempt refused, right password or not). Keyed by the pair because all
+// loopback clients share 127.0.0.1: guesses at one user name, or at a name that does not exist,
+// never lock out another user, and a user locked out from one address can still log in from
+// another (Grafana and Jupyter limit per user name the same way). begin() counts an attempt in
+// flight against the limit, so parallel guesses cannot all pass the check before the first failure
+// is recorded: at most max_failures attempts of a pair are ever checked per lockout period.
 class LoginLimiter {
  public:
   explicit LoginLimiter(int max_failures) : max_failures_(max_failures) {}
-  bool locked(const std::string& address);
-  void failed(const std::string& address);
-  void succeeded(const std::string& address);
+  // Reserves one attempt; false (refuse it) while the pair is locked out or as many attempts as it
+  // has left are in flight. Every true must be followed by one finish().
+  bool begin(const std::string& address, const std::string& user);
+  void finish(const std::string& address, const std::string& user, bool success);
 
  private:
   struct Entry {
     int failures = 0;
+    int in_flight = 0;
     std::chrono::steady_clock::time_point locked_until{};
   };
+  void prune(std::chrono::steady_clock::time_point now);  // bounds the table (one entry per guessed name)
   int max_failures_;
   std::mutex mu_;
-  std::map<std::string, Entry> entries_;
+  std::map<std::pair<std::string, std::string>, Entry> entries_;
 };
 
 // Base64 decoding for the Authorization: Basic header (empty on malformed input).

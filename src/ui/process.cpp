@@ -112,16 +112,4 @@ void for_each_open_file(const std::function<bool(pid_t, const std::string& targe
   }
 }
 
-pid_t process_holding(const std::string& path) {
-  std::error_code ec;
-  const fs::path want = fs::weakly_canonical(path, ec);
-  pid_t holder = 0;
-  for_each_open_file([&](pid_t pid, const std::string& target) {
-    if (fs::path(target) != want) return true;
-    holder = pid;
-    return false;
-  });
-  return holder;
-}
-
 }  // namespace bp::ui

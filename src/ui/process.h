@@ -22,8 +22,6 @@ pid_t spawn_detached(const std::vector<std::string>& argv, const std::string& st
 // (at most max_bytes) in *out. stderr is discarded.
 int run_capture(const std::vector<std::string>& argv, std::string* out, size_t max_bytes = 8 << 20);
 
-// The pid of a live process that has `path` open (scans /proc/*/fd), or 0.
-pid_t process_holding(const std::string& path);
 // Calls visit(pid, target) for every file descriptor of every process readable in /proc, until
 // visit returns false.
 void for_each_open_file(const std::function<bool(pid_t, const std::string& target)>& visit);

@@ -7,7 +7,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -75,6 +77,21 @@ std::map<std::string, pid_t> open_metrics_files() {
     return true;
   });
   return out;
+}
+
+// True when `pid` runs this program's `train` command: its executable is named backprop* and one of
+// its arguments is "train".
+bool is_backprop_train(pid_t pid) {
+  std::error_code ec;
+  const std::string exe = fs::read_symlink(fmt::format("/proc/{}/exe", pid), ec).filename().string();
+  if (ec || exe.rfind("backprop", 0) != 0) return false;
+  const std::string cmdline = read_text(fmt::format("/proc/{}/cmdline", pid), 1 << 16);
+  std::istringstream args(cmdline);
+  std::string arg;
+  std::getline(args, arg, '\0');  // argv[0]
+  while (std::getline(args, arg, '\0'))
+    if (arg == "train") return true;
+  return false;
 }
 
 json get_path(const json& j, std::initializer_list<const char*> keys) {
@@ -321,10 +338,33 @@ std::string RunStore::resume(const std::string& run_id, int64_t steps) {
   return spawn("train", run_id, args);
 }
 
-bool RunStore::stop(const std::string& run_id) {
-  const fs::path file = resolve_inside(root_, run_id) / "metrics.jsonl";
-  const pid_t pid = process_holding(file.string());
-  return pid > 0 && ::kill(pid, SIGINT) == 0;
+json RunStore::stop(const std::string& run_id) {
+  const fs::path dir = resolve_inside(root_, run_id);
+  std::error_code ec;
+  const fs::path metrics = fs::weakly_canonical(dir / "metrics.jsonl", ec);
+  // Only `backprop train` itself: any program may hold the file open (a `tail -f`, an editor).
+  std::vector<pid_t> others;
+  pid_t trainer = 0;
+  for_each_open_file([&](pid_t pid, const std::string& target) {
+    if (fs::path(target) != metrics) return true;
+    if (is_backprop_train(pid)) {
+      trainer = pid;
+      return false;
+    }
+    others.push_back(pid);
+    return true;
+  });
+  if (trainer == 0)
+    return {{"stopped", false},
+            {"reason", others.empty() ? fmt::format("no backprop train process is training run {}", run_id)
+                                      : fmt::format("no backprop train process is training run {} (other programs "
+                                                    "have its metrics open; none was signalled)",
+                                                    run_id)}};
+  if (::kill(trainer, SIGINT) != 0)
+    return {{"stopped", false},
+            {"pid", trainer},
+            {"reason", fmt::format("could not signal process {}: {}", trainer, std::strerror(errno))}};
+  return {{"stopped", true}, {"pid", trainer}};
 }
 
 std::string RunStore::start_export(const std::string& run_id, const std::string& format,

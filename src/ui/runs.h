@@ -43,8 +43,10 @@ class RunStore {
   std::string start_train(const std::vector<std::string>& train_args);
   // `backprop train --resume` of the run with its settings.json; steps > 0 sets a new end step.
   std::string resume(const std::string& run_id, int64_t steps = 0);
-  // SIGINT to the process training this run (save and exit). False when none runs.
-  bool stop(const std::string& run_id);
+  // SIGINT (save and exit) to the `backprop train` process that holds this run's metrics.jsonl
+  // open, never to another program that has it open. {"stopped": true, "pid"} once the signal was
+  // delivered to it; {"stopped": false, "reason"} otherwise.
+  nlohmann::json stop(const std::string& run_id);
   std::string start_export(const std::string& run_id, const std::string& format, const std::string& quantization,
                            bool ollama);
   // {launch_id, kind, pid, running, run_id (when known), result (the --json output when done)}.

@@ -2,8 +2,10 @@
 // in which order); the routes live in api.cpp.
 #include "ui/server.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <httplib.h>
+#include <netinet/in.h>
 
 #include <algorithm>
 #include <atomic>
@@ -58,14 +60,24 @@ std::string cookie_value(const httplib::Request& req, const std::string& name) {
 }  // namespace
 
 bool is_loopback_host(const std::string& host) {
-  const std::string h = lower(host);
-  return h == "localhost" || h == "::1" || h == "[::1]" || h.rfind("127.", 0) == 0;
+  std::string h = lower(host);
+  if (h == "localhost") return true;
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  // Only IP literals count: a name such as 127.attacker.example resolves wherever its owner likes.
+  in_addr v4{};
+  if (::inet_pton(AF_INET, h.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;  // 127.0.0.0/8
+  in6_addr v6{};
+  return ::inet_pton(AF_INET6, h.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
-void send_error(httplib::Response& res, int status, ErrorCode code, const std::string& message) {
+void send_error(httplib::Response& res, int status, ErrorCode code, const std::string& message,
+                const std::string& suggestion) {
   const ErrorInfo& info = error_info(code);
   res.status = status;
-  res.set_content(nlohmann::json{{"code", info.name}, {"message", message}, {"suggestion", info.suggestion}}.dump(),
+  res.set_content(nlohmann::json{{"code", info.name},
+                                 {"message", message},
+                                 {"suggestion", suggestion.empty() ? std::string(info.suggestion) : suggestion}}
+                      .dump(),
                   "application/json");
 }
 
@@ -108,17 +120,17 @@ struct UiServer::Impl {
     if (!token.empty() && sessions.valid(token)) return true;
     const std::string authz = req.get_header_value("Authorization");
     if (authz.rfind("Basic ", 0) == 0) {
-      if (limiter.locked(req.remote_addr)) {
-        send_error(res, 429, ErrorCode::RUNTIME_UI_LOGIN_RATE_LIMITED, "[ui] too many failed logins from this address");
-        return false;
-      }
       const std::string pair = base64_decode(authz.substr(6));
       const auto colon = pair.find(':');
-      if (colon != std::string::npos && opt.credentials.check(pair.substr(0, colon), pair.substr(colon + 1))) {
-        limiter.succeeded(req.remote_addr);
-        return true;
+      const std::string user = pair.substr(0, colon);
+      if (!limiter.begin(req.remote_addr, user)) {
+        send_error(res, 429, ErrorCode::RUNTIME_UI_LOGIN_RATE_LIMITED,
+                   "[ui] too many failed logins for this user name from this address");
+        return false;
       }
-      limiter.failed(req.remote_addr);
+      const bool ok = colon != std::string::npos && opt.credentials.check(user, pair.substr(colon + 1));
+      limiter.finish(req.remote_addr, user, ok);
+      if (ok) return true;
     }
     const bool page = req.method == "GET" && req.get_header_value("Accept").find("text/html") != std::string::npos;
     if (page) {
@@ -147,7 +159,38 @@ struct UiServer::Impl {
     }
     const bool is_public = req.path == "/login" || req.path == "/assets/style.css";
     if (!is_public && !authenticated(req, res)) return httplib::Server::HandlerResponse::Handled;
+    // A chunked body has no length to check up front and httplib would keep all of it in memory:
+    // only dataset uploads (streamed to disk, counted against the limit) take one.
+    const bool upload = req.method == "PUT" && req.path.rfind("/api/datasets/", 0) == 0;
+    if (!upload && lower(req.get_header_value("Transfer-Encoding")).find("chunked") != std::string::npos) {
+      send_error(res, 411, ErrorCode::INPUT_VALIDATION_FAILED,
+                 "[ui] send this request with a Content-Length (only dataset uploads may be chunked)");
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     return httplib::Server::HandlerResponse::Unhandled;
+  }
+
+  // httplib answers 413 for a body over max_upload_bytes and for a form body
+  // (application/x-www-form-urlencoded, curl -d's default) over its fixed 8 KiB: say which.
+  void explain_too_large(const httplib::Request& req, httplib::Response& res) const {
+    const std::string type = lower(req.get_header_value("Content-Type"));
+    const std::string length = req.get_header_value("Content-Length");
+    const bool over_limit = !length.empty() && length.size() < 20 &&
+                            length.find_first_not_of("0123456789") == std::string::npos &&
+                            std::stoull(length) > opt.max_upload_bytes;
+    if (type.rfind("application/x-www-form-urlencoded", 0) == 0 && !over_limit) {
+      send_error(res, 415, ErrorCode::INPUT_VALIDATION_FAILED,
+                 fmt::format("[ui] the body ({} bytes) was sent as a form (Content-Type: "
+                             "application/x-www-form-urlencoded, curl -d's default); forms are read only up to "
+                             "8192 bytes. Send JSON with -H 'Content-Type: application/json' (a dataset: curl -T FILE)",
+                             length.empty() ? "?" : length));
+      return;
+    }
+    send_error(
+        res, 413, ErrorCode::RUNTIME_UI_UPLOAD_TOO_LARGE,
+        fmt::format("[ui] the body is {} bytes, over the limit of {} bytes (--max-upload-mb {})",
+                    length.empty() ? "more than that" : length, opt.max_upload_bytes, opt.max_upload_bytes >> 20));
   }
 
   void login_routes() {
@@ -158,18 +201,19 @@ struct UiServer::Impl {
         res.set_header("Location", "/");
         return;
       }
-      if (limiter.locked(req.remote_addr)) {
+      const std::string user = req.get_param_value("user");
+      if (!limiter.begin(req.remote_addr, user)) {
         res.status = 429;
-        login_page(res, "Too many failed logins from this address: wait 5 minutes.");
+        login_page(res, "Too many failed logins for this user name: wait 5 minutes.");
         return;
       }
-      if (!opt.credentials.check(req.get_param_value("user"), req.get_param_value("password"))) {
-        limiter.failed(req.remote_addr);
+      const bool ok = opt.credentials.check(user, req.get_param_value("password"));
+      limiter.finish(req.remote_addr, user, ok);
+      if (!ok) {
         res.status = 401;
         login_page(res, "Wrong user name or password.");
         return;
       }
-      limiter.succeeded(req.remote_addr);
       res.set_header("Set-Cookie", fmt::format("{}={}; HttpOnly; SameSite=Strict; Path=/", kCookie,
                                                sessions.create(req.get_param_value("user"))));
       res.status = 303;
@@ -204,11 +248,10 @@ UiServer::UiServer(UiOptions options) : impl_(std::make_unique<Impl>(std::move(o
   });
   m.svr.set_pre_routing_handler(
       [&m](const httplib::Request& req, httplib::Response& res) { return m.pre_route(req, res); });
-  m.svr.set_error_handler([&m](const httplib::Request&, httplib::Response& res) {
+  m.svr.set_error_handler([&m](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 413)
-      send_error(res, 413, ErrorCode::RUNTIME_UI_UPLOAD_TOO_LARGE,
-                 fmt::format("[ui] upload larger than {} bytes", m.opt.max_upload_bytes));
+      m.explain_too_large(req, res);
     else if (res.status == 404)
       send_error(res, 404, ErrorCode::INPUT_VALIDATION_FAILED, "[ui] no such page");
   });

@@ -3,7 +3,7 @@
 //
 // Order of checks for every request (pre-routing, before any route or asset is looked up, so an
 // unauthenticated client learns nothing about which paths exist):
-//   1. Host header in the allowlist (DNS rebinding): loopback names, --host, ui.allowed_hosts, and
+//   1. Host header in the allowlist (DNS rebinding): loopback (is_loopback_host), --host, ui.allowed_hosts, and
 //      IP literals when listening on every interface. Else 403 RUNTIME_UI_FORBIDDEN_ORIGIN.
 //   2. Origin (when sent) must be this same host:port; Sec-Fetch-Site (when sent) must be
 //      same-origin or none. Else 403.
@@ -35,7 +35,8 @@ struct UiOptions {
   std::string nvml_library = "libnvidia-ml.so.1";
 };
 
-// True for 127.0.0.0/8, ::1 and "localhost".
+// True for the IP literals 127.0.0.0/8 and ::1 (brackets allowed) and exactly "localhost"; names
+// that merely start with "127." are not loopback (DNS rebinding).
 bool is_loopback_host(const std::string& host);
 
 class UiServer {

@@ -44,12 +44,16 @@ const ui = spawn(exe, ["ui", "--port", String(port), "--runs", path.join(work, "
   path.join(work, "data"), "--auth", "tester:browser pass"], { stdio: ["ignore", "inherit", "inherit"] });
 let browser, runId;
 const problems = [];
+let allow409 = false;
 try {
   await waitReady(base + "/login");
   browser = await chromium.launch({ executablePath: "/usr/bin/chromium",
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"] });
   const page = await browser.newPage({ viewport: { width: 1200, height: 1600 } });
-  page.on("console", (m) => { if (m.type() === "error" || m.type() === "warning") problems.push(`console ${m.type()}: ${m.text()}`); });
+  page.on("console", (m) => {
+    if (allow409 && m.text().includes("status of 409")) return;  // the upload conflict below, on purpose
+    if (m.type() === "error" || m.type() === "warning") problems.push(`console ${m.type()}: ${m.text()}`);
+  });
   page.on("pageerror", (e) => problems.push("page error: " + e.message));
   page.setDefaultTimeout(60000);
 
@@ -75,6 +79,15 @@ try {
   if (!/Format sharegpt: \d+ of \d+ rows good/.test(summary)) throw new Error("validate summary: " + summary);
   if (!(await page.textContent("#rows")).includes("conversations")) throw new Error("no first rows shown");
   if ((await page.textContent("#preview")).includes("null")) throw new Error("the preview shows 'null'");
+  // The same name again: the page shows the conflict and replaces the file only when asked to.
+  allow409 = true;
+  await page.setInputFiles("#upload", path.join(srcDir, "examples/quickstart_sharegpt.jsonl"));
+  await page.waitForSelector("#upload-conflict");
+  allow409 = false;
+  await page.click("#upload-replace");
+  await waitUntil(page, () => !document.querySelector("#upload-conflict") && !!document.querySelector("#validate-summary"), null,
+    "the replaced dataset's preview");
+  log("a second upload of the same name asked first, then replaced it");
   await page.fill("#set-training-steps", "100000");
   await page.fill("#set-training-max_seq_length", "256");
   await page.fill("#set-training-eval_every", "4");

@@ -26,7 +26,7 @@
     if (res.status === 401) { location.href = "/login"; throw new Error("not logged in"); }
     const type = res.headers.get("Content-Type") || "";
     const data = type.includes("json") ? await res.json() : await res.text();
-    if (!res.ok) { const e = new Error(data.message || String(data)); e.data = data; throw e; }
+    if (!res.ok) { const e = new Error(data.message || String(data)); e.data = data; e.status = res.status; throw e; }
     return data;
   }
   const bytes = (n) => {
@@ -71,6 +71,7 @@
     const datasetSel = h("select", { id: "dataset", name: "dataset" });
     const upload = h("input", { id: "upload", type: "file", accept: ".jsonl,.json,.txt" });
     const preview = h("div", { id: "preview" });
+    const conflict = h("div", { id: "upload-conflict-box" });
     const plan = h("div", { id: "plan", class: "card plan" }, h("span", { class: "muted", text: "Memory plan: choose a model." }));
     const fields = {};
     let planSeq = 0;  // only the newest plan request may draw (answers can arrive out of order)
@@ -81,7 +82,7 @@
         h("span", { class: "help", id: "model-help", text: "A local Hugging Face folder (config.json, *.safetensors, tokenizer files)." }), model,
         h("label", { for: "dataset", text: "Dataset" }),
         h("span", { class: "help", text: "Pick a file from the dataset folder, or upload one (JSONL, JSON or .txt)." }),
-        h("div", { class: "row" }, datasetSel, h("label", { for: "upload", class: "sr", text: "Upload" }), upload), preview),
+        h("div", { class: "row" }, datasetSel, h("label", { for: "upload", class: "sr", text: "Upload" }), upload), conflict, preview),
       h("h2", { text: "Settings" }), h("div", { class: "card" }, settingsBox),
       h("h2", { text: "Memory plan" }), plan, err,
       h("button", { id: "start", type: "button", onclick: start }, "Start training"));
@@ -105,14 +106,33 @@
       } catch (e) { preview.append(h("p", { class: "error", text: e.message })); }
     }
     datasetSel.addEventListener("change", showPreview);
-    upload.addEventListener("change", async () => {
-      const f = upload.files[0];
-      if (!f) return;
+    // An upload never replaces a dataset silently: the server answers 409 for a name that exists,
+    // and the page offers another name or an explicit Replace (?overwrite=1).
+    async function sendDataset(file, name, overwrite) {
+      err.textContent = "";
+      conflict.replaceChildren();
       try {
-        await api("PUT", "/api/datasets/" + encodeURIComponent(f.name), f, true);
-        await loadDatasets(f.name);
+        await api("PUT", "/api/datasets/" + encodeURIComponent(name) + (overwrite ? "?overwrite=1" : ""), file, true);
+        await loadDatasets(name);
         await showPreview();
-      } catch (e) { err.textContent = e.message; }
+      } catch (e) {
+        if (e.status === 409) showConflict(file, name);
+        else err.textContent = e.message;
+      }
+    }
+    function showConflict(file, name) {
+      const dot = name.lastIndexOf(".");
+      const other = h("input", { id: "upload-name", "aria-label": "Another name for the upload" });
+      other.value = name.slice(0, dot) + "-2" + name.slice(dot);
+      conflict.append(
+        h("p", { class: "error", role: "alert", id: "upload-conflict", text: "A dataset named " + name + " already exists; nothing was changed." }),
+        h("div", { class: "row" }, other,
+          h("button", { type: "button", id: "upload-rename", onclick: () => sendDataset(file, other.value.trim(), false) }, "Upload under this name"),
+          h("button", { type: "button", id: "upload-replace", onclick: () => sendDataset(file, name, true) }, "Replace " + name)));
+    }
+    upload.addEventListener("change", () => {
+      const f = upload.files[0];
+      if (f) sendDataset(f, f.name, false);
     });
 
     const settings = await api("GET", "/api/settings");

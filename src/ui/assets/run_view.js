@@ -79,10 +79,17 @@
       return h("p", { class: "export-line" + (l.result && !l.result.code && !l.running ? " ok" : ""), text: argv.split(" ").slice(1, 6).join(" ") + " → " + text });
     }
 
-    const es = new EventSource("/api/runs/" + enc + "/events");
-    es.addEventListener("metrics", (e) => onMetrics(JSON.parse(e.data)));
-    es.addEventListener("status", (e) => onStatus(JSON.parse(e.data)));
-    onCleanup(() => es.close());
+    // The server ends each stream after a minute, and refuses one past its limit of open streams
+    // (429/503): open a new one a little later, from the metrics offset the last event named.
+    let es = null, offset = 0, reconnect = null;
+    function connect() {
+      es = new EventSource("/api/runs/" + enc + "/events?from=" + offset);
+      es.addEventListener("metrics", (e) => { if (e.lastEventId) offset = Number(e.lastEventId); onMetrics(JSON.parse(e.data)); });
+      es.addEventListener("status", (e) => onStatus(JSON.parse(e.data)));
+      es.onerror = () => { es.close(); clearTimeout(reconnect); reconnect = setTimeout(connect, 2000); };
+    }
+    connect();
+    onCleanup(() => { clearTimeout(reconnect); es.close(); });
     async function refreshLog() {
       try {
         const t = await api("GET", "/api/runs/" + enc + "/log");
@@ -97,7 +104,10 @@
 
     async function stop() {
       err.textContent = "";
-      try { await api("POST", "/api/runs/" + enc + "/stop"); } catch (e) { err.textContent = e.message; }
+      try {
+        const r = await api("POST", "/api/runs/" + enc + "/stop");
+        if (!r.stopped) err.textContent = "Not stopped: " + r.reason;
+      } catch (e) { err.textContent = e.message; }
     }
     async function resume() {
       err.textContent = "";
