@@ -132,6 +132,7 @@
     }
     upload.addEventListener("change", () => {
       const f = upload.files[0];
+      upload.value = "";  // picking the same file again must fire "change" again
       if (f) sendDataset(f, f.name, false);
     });
 
