@@ -44,6 +44,7 @@ std::vector<Route> all_routes() {
           {"GET", "/api/export-settings", ""},
           {"POST", "/api/estimate", "{\"model\": \"/nonexistent\"}"},
           {"GET", "/api/system", ""},
+          {"GET", "/api/session", ""},
           {"POST", "/api/runs", "{\"model\": \"\"}"},
           {"POST", "/api/runs/r1/stop", ""},
           {"POST", "/api/runs/r1/resume", "{\"steps\": 1}"},
