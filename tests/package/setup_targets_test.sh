@@ -3,7 +3,7 @@
 # (`setup.sh`, then `backprop train`) only the backprop program; `setup.sh --test` (scripts/test.sh,
 # which then runs the whole suite from build/) every target. Both configure build/ alike, so the
 # second only adds targets. Runs a copy of setup.sh with stand-ins for cmake, dpkg-query, apt-get and
-# npm on PATH that record their arguments: nothing is installed or built. Under a second.
+# npm on PATH that record their arguments: nothing is installed or built. Seconds.
 # Registered by cmake/packaging.cmake: setup_targets_test.sh (no arguments).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
