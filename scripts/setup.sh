@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install every Debian package backpropagate needs, then configure and build.
 # Idempotent and non-interactive; run as root on a fresh Debian 12 machine.
-#   scripts/setup.sh            -> packages for building and running
-#   scripts/setup.sh --test     -> also the test oracles (python3-torch, npm packages)
+#   scripts/setup.sh            -> packages for building and running; builds build/backprop only (the
+#                                  README's first command: `backprop train` needs nothing else built)
+#   scripts/setup.sh --test     -> also the test oracles (python3-torch, npm packages); builds every
+#                                  target of build/ (the tests, benchmarks and test helpers scripts/test.sh runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,4 +56,8 @@ if [[ "${BACKPROP_CMAKE_ARGS:-}" != *BACKPROP_CUDA* ]] && { [ -x /usr/local/cuda
   cuda_args=(-DBACKPROP_CUDA=ON)
 fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" "${cuda_args[@]}" ${BACKPROP_CMAKE_ARGS:-} >/dev/null
-cmake --build build -j"$jobs"
+# The same configuration either way, so a later `setup.sh --test` (or `cmake --build build`) only adds
+# the targets left out here. backprop links the whole library, the CUDA backend included where built.
+targets=(--target backprop)
+[ "$want_tests" = 1 ] && targets=()
+cmake --build build -j"$jobs" "${targets[@]}"

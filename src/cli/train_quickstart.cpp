@@ -43,18 +43,22 @@ bool is_quickstart(const Settings& s) {
          s.get_string("training.init_from_config").empty() && s.get_string("training.resume").empty();
 }
 
-// The repository folder holding models/ and examples/: the working directory, or the folder
-// above the executable's build folder (build/backprop).
+// The folder holding models/ and examples/: the working directory; else, walking up from the
+// executable, a folder holding them (the repository, above build/backprop) or its share/backpropagate
+// (an installed package: PREFIX/bin/backprop and PREFIX/share/backpropagate, cmake/packaging.cmake).
 static fs::path find_root() {
-  if (fs::exists(fs::path(kModel) / "config.json") && fs::exists(kData)) return fs::current_path();
+  auto has_files = [](const fs::path& p) { return fs::exists(p / kModel / "config.json") && fs::exists(p / kData); };
+  if (has_files(fs::current_path())) return fs::current_path();
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
-    if (fs::exists(p / kModel / "config.json") && fs::exists(p / kData)) return p;
+  for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path()) {
+    if (has_files(p)) return p;
+    if (has_files(p / "share/backpropagate")) return p / "share/backpropagate";
+  }
   throw Error(ErrorCode::CONFIG_INVALID,
               fmt::format("[train] no --model or --data given, and the quick-start files ({}, {}) were not found "
-                          "next to the working directory or the executable",
-                          kModel, kData))
+                          "in the working directory, above the executable ({}) or in its ../share/backpropagate",
+                          kModel, kData, exe.string()))
       .with_suggestion("Run from the repository folder for the quick start, or pass --model DIR --data FILE.");
 }
 
