@@ -52,25 +52,16 @@ BpeModel::BpeModel(const json& model, Vocab vocab, Merges merges) {
   if (model.contains("vocab") && !model["vocab"].is_object())
     throw std::invalid_argument("model.vocab must be an object of token -> id");
   vocab_.reserve(vocab.size() * 2);
-  int64_t max_id = -1;
-  // The table below is indexed by id: an id past the number of entries (1e9 in a 3-entry vocab)
-  // would allocate an id-sized table, so ids are checked against the vocabulary's size first.
-  const int64_t n_entries = static_cast<int64_t>(vocab.size());
   for (auto& [tok, id] : vocab) {
-    if (id < 0 || id >= n_entries)
+    if (id < 0 || id >= INT32_MAX)
       throw std::invalid_argument("model.vocab gives \"" + tok.substr(0, 40) + "\" the id " + std::to_string(id) +
-                                  ", outside 0.." + std::to_string(n_entries - 1) + " (the vocabulary has " +
-                                  std::to_string(n_entries) + " entries)");
-    max_id = std::max(max_id, id);
+                                  ", outside 0.." + std::to_string(INT32_MAX - 1));
+    max_id_ = std::max(max_id_, id);
     vocab_.emplace(std::move(tok), static_cast<int32_t>(id));
   }
   vocab = Vocab();
-  tokens_.resize(static_cast<size_t>(max_id + 1));
-  has_token_.assign(tokens_.size(), false);
-  for (const auto& [tok, id] : vocab_) {
-    tokens_[id] = tok;
-    has_token_[id] = true;
-  }
+  tokens_.reserve(vocab_.size());
+  for (const auto& [tok, id] : vocab_) tokens_.emplace(id, &tok);
 
   continuing_prefix_ = optional_string(model, "continuing_subword_prefix");
   end_of_word_suffix_ = optional_string(model, "end_of_word_suffix");
@@ -106,8 +97,8 @@ int32_t BpeModel::token_to_id(std::string_view token) const {
 }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= tokens_.size() || !has_token_[id]) return nullptr;
-  return &tokens_[id];
+  auto it = tokens_.find(id);
+  return it == tokens_.end() ? nullptr : it->second;
 }
 
 void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out) const {

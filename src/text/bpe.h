@@ -45,7 +45,9 @@ class BpeModel {
   // nullptr when the id has no token in the model vocab.
   const std::string* id_to_token(int32_t id) const;
   int32_t unk_id() const { return unk_id_; }
-  int64_t max_id() const { return static_cast<int64_t>(tokens_.size()) - 1; }
+  // The largest id in the vocab (-1 when empty). Ids need not be contiguous: a vocab with gaps
+  // (cl100k leaves 100256 and 100261..100275 unused) is accepted as Hugging Face accepts it.
+  int64_t max_id() const { return max_id_; }
 
  private:
   struct Merge {
@@ -57,8 +59,10 @@ class BpeModel {
   }
 
   TokenMap vocab_;
-  std::vector<std::string> tokens_;  // by id; "" for holes
-  std::vector<bool> has_token_;
+  // id -> its token (a key of vocab_, whose nodes never move). A map, not an id-indexed table:
+  // ids may have gaps, and an id of 1e9 in a 3-entry vocab must not allocate 1e9 slots.
+  std::unordered_map<int32_t, const std::string*> tokens_;
+  int64_t max_id_ = -1;
   std::unordered_map<uint64_t, Merge> merges_;
   std::array<int32_t, 256> byte_ids_{};  // id of <0xNN>, -1 when absent
   int32_t unk_id_ = -1;

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "text/unicode.h"
+#include "text/unicode_props.h"
 
 namespace bp::text {
 
@@ -20,9 +21,30 @@ using Ranges = std::vector<std::pair<size_t, size_t>>;
 // escapes: Onig's \s is the White_Space property (PCRE2's also takes U+180E), \w is
 // Alphabetic + marks + decimal digits + connector punctuation, \d is \p{Nd}, and \h is a hex
 // digit (PCRE2: horizontal space). Rewrite them to explicit properties; everything else
-// (\p{..}, (?i:..), lookarounds, quantifiers) means the same in both.
+// ((?i:..), lookarounds, quantifiers) means the same in both. Every property, \p{..} included,
+// then takes its members from ICU (unicode_props.h): PCRE2's own tables are older.
+namespace {
+
+// A property as PCRE2 class items (inside [...]) or as a whole class (outside).
+std::string property(const std::string& name, bool negated, bool in_class) {
+  if (in_class) {
+    std::string items = pcre2_property_items(name, negated);
+    return items.empty() ? (negated ? "\\P{" : "\\p{") + name + "}" : items;
+  }
+  const std::string plain = "\\p{" + name + "}", items = pcre2_property_items(name, false);
+  if (items.empty() || items == plain) return negated ? "\\P{" + name + "}" : plain;  // PCRE2's is ICU's
+  return (negated ? "[^" : "[") + items + "]";
+}
+
+std::string word_items() {
+  std::string out;
+  for (const char* name : {"Alphabetic", "M", "Nd", "Pc"}) out += property(name, false, true);
+  return out;
+}
+
+}  // namespace
+
 std::string onig_to_pcre2(const std::string& p) {
-  static const char* kWord = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}";
   std::string out;
   out.reserve(p.size() + 32);
   int class_depth = 0;
@@ -32,20 +54,38 @@ std::string onig_to_pcre2(const std::string& p) {
       const char e = p[++i];
       const bool in = class_depth > 0;
       switch (e) {
-        case 's': out += "\\p{White_Space}"; break;
-        case 'S': out += "\\P{White_Space}"; break;
-        case 'd': out += "\\p{Nd}"; break;
-        case 'D': out += "\\P{Nd}"; break;
-        case 'w': out += in ? std::string(kWord) : "[" + std::string(kWord) + "]"; break;
+        case 's': out += property("White_Space", false, in); break;
+        case 'S': out += property("White_Space", true, in); break;
+        case 'd': out += property("Nd", false, in); break;
+        case 'D': out += property("Nd", true, in); break;
+        case 'w': out += in ? word_items() : "[" + word_items() + "]"; break;
         case 'W':
           if (in) {
             out += "\\W";  // a complement inside a class has no property form; keep PCRE2's
           } else {
-            out += "[^" + std::string(kWord) + "]";
+            out += "[^" + word_items() + "]";
           }
           break;
         case 'h': out += in ? "0-9A-Fa-f" : "[0-9A-Fa-f]"; break;
         case 'H': out += in ? "\\H" : "[^0-9A-Fa-f]"; break;
+        case 'p':
+        case 'P': {
+          const size_t close = i + 1 < p.size() && p[i + 1] == '{' ? p.find('}', i + 2) : std::string::npos;
+          if (close == std::string::npos) {  // \pL and the like: PCRE2's meaning
+            out.push_back('\\');
+            out.push_back(e);
+            break;
+          }
+          std::string name = p.substr(i + 2, close - i - 2);
+          bool negated = e == 'P';
+          if (!name.empty() && name[0] == '^') {
+            negated = !negated;
+            name.erase(0, 1);
+          }
+          out += property(name, negated, in);
+          i = close;
+          break;
+        }
         default: out.push_back('\\'); out.push_back(e);
       }
       continue;

@@ -4,7 +4,8 @@
 // (SmolLM), Whitespace, WhitespaceSplit.
 // Regexes run through PCRE2 in UTF + UCP mode (JIT when available). Hugging Face writes them
 // for Oniguruma; the escapes whose meaning differs (\s \S \w \W \d \D \h \H) are rewritten to
-// Oniguruma's Unicode definitions, the rest of the syntax agrees.
+// Oniguruma's Unicode definitions, the rest of the syntax agrees. Every Unicode property
+// (\p{L}, \s, ...) takes its members from ICU, not from PCRE2's older tables (unicode_props.h).
 #pragma once
 
 #include <memory>

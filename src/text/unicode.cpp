@@ -5,7 +5,9 @@
 #include <unicode/unorm2.h>
 #include <unicode/ustring.h>
 
+#include <algorithm>
 #include <cctype>
+#include <climits>
 #include <vector>
 
 #include "core/error.h"
@@ -137,28 +139,56 @@ const ByteTables& byte_tables() {
   return tables;
 }
 
-std::u16string to_utf16(std::string_view s) {
-  std::u16string out(s.size() + 1, u'\0');
-  int32_t len = 0;
+// Runs an ICU call that writes into a caller-sized buffer: first with room for `guess` units,
+// then, when ICU answers U_BUFFER_OVERFLOW_ERROR with the length it needs, once more with exactly
+// that room. Normalization can grow text far past any fixed ratio (NFKC turns U+FDFA into 18 code
+// points), so the room must come from ICU's answer, never from a guess alone.
+template <class Unit, class Call>
+std::basic_string<Unit> icu_write(size_t guess, Call&& call, const char* what) {
+  std::basic_string<Unit> out(std::min<size_t>(guess, INT32_MAX), Unit{});
   UErrorCode err = U_ZERO_ERROR;
-  u_strFromUTF8(reinterpret_cast<UChar*>(out.data()), static_cast<int32_t>(out.size()), &len, s.data(),
-                static_cast<int32_t>(s.size()), &err);
+  int32_t len = call(out.data(), static_cast<int32_t>(out.size()), &err);
+  if (err == U_BUFFER_OVERFLOW_ERROR && len > static_cast<int32_t>(out.size())) {
+    out.assign(static_cast<size_t>(len), Unit{});
+    err = U_ZERO_ERROR;
+    len = call(out.data(), len, &err);
+  }
   if (U_FAILURE(err))
-    throw Error(ErrorCode::RUNTIME_INTERNAL, std::string("[tokenizer] ICU UTF-8 decode failed: ") + u_errorName(err));
+    throw Error(ErrorCode::RUNTIME_INTERNAL, std::string("[tokenizer] ICU ") + what + " failed: " + u_errorName(err) +
+                                                 " (" + std::to_string(out.size()) + " units of room)");
   out.resize(static_cast<size_t>(len));
   return out;
 }
 
+bool is_ascii(std::string_view text) {
+  for (char c : text)
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  return true;
+}
+
+std::u16string to_utf16(std::string_view s) {
+  if (s.size() > INT32_MAX)
+    throw Error(ErrorCode::RUNTIME_INTERNAL,
+                "[tokenizer] text of " + std::to_string(s.size()) + " bytes is past ICU's 2 GiB limit");
+  return icu_write<char16_t>(
+      s.size() + 1,
+      [&](char16_t* dst, int32_t cap, UErrorCode* e) {
+        int32_t len = 0;
+        u_strFromUTF8(reinterpret_cast<UChar*>(dst), cap, &len, s.data(), static_cast<int32_t>(s.size()), e);
+        return len;
+      },
+      "UTF-8 decode");
+}
+
 std::string to_utf8(const std::u16string& s) {
-  std::string out(s.size() * 3 + 1, '\0');
-  int32_t len = 0;
-  UErrorCode err = U_ZERO_ERROR;
-  u_strToUTF8(out.data(), static_cast<int32_t>(out.size()), &len, reinterpret_cast<const UChar*>(s.data()),
-              static_cast<int32_t>(s.size()), &err);
-  if (U_FAILURE(err))
-    throw Error(ErrorCode::RUNTIME_INTERNAL, std::string("[tokenizer] ICU UTF-8 encode failed: ") + u_errorName(err));
-  out.resize(static_cast<size_t>(len));
-  return out;
+  return icu_write<char>(
+      s.size() * 3 + 1,
+      [&](char* dst, int32_t cap, UErrorCode* e) {
+        int32_t len = 0;
+        u_strToUTF8(dst, cap, &len, reinterpret_cast<const UChar*>(s.data()), static_cast<int32_t>(s.size()), e);
+        return len;
+      },
+      "UTF-8 encode");
 }
 
 }  // namespace
@@ -177,9 +207,7 @@ bool is_unicode_whitespace(char32_t cp) {
 }
 
 std::string normalize_unicode(std::string_view text, NormalForm form) {
-  bool ascii = true;
-  for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
-  if (ascii) return std::string(text);  // ASCII is invariant under every normal form
+  if (is_ascii(text)) return std::string(text);  // ASCII is invariant under every normal form
   UErrorCode err = U_ZERO_ERROR;
   const UNormalizer2* norm = nullptr;
   switch (form) {
@@ -192,20 +220,19 @@ std::string normalize_unicode(std::string_view text, NormalForm form) {
     throw Error(ErrorCode::RUNTIME_INTERNAL,
                 std::string("[tokenizer] ICU normalizer unavailable: ") + u_errorName(err));
   const std::u16string in = to_utf16(text);
-  std::u16string out(in.size() * 3 + 16, u'\0');
-  const int32_t len = unorm2_normalize(norm, reinterpret_cast<const UChar*>(in.data()), static_cast<int32_t>(in.size()),
-                                       reinterpret_cast<UChar*>(out.data()), static_cast<int32_t>(out.size()), &err);
-  if (U_FAILURE(err))
-    throw Error(ErrorCode::RUNTIME_INTERNAL, std::string("[tokenizer] ICU normalize failed: ") + u_errorName(err));
-  out.resize(static_cast<size_t>(len));
-  return to_utf8(out);
+  const auto* src = reinterpret_cast<const UChar*>(in.data());
+  const auto n = static_cast<int32_t>(in.size());
+  return to_utf8(icu_write<char16_t>(
+      in.size() + in.size() / 2 + 16,
+      [&](char16_t* dst, int32_t cap, UErrorCode* e) {
+        return unorm2_normalize(norm, src, n, reinterpret_cast<UChar*>(dst), cap, e);
+      },
+      "normalize"));
 }
 
 namespace {
 std::string change_case(std::string_view text, bool upper) {
-  bool ascii = true;
-  for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
-  if (ascii) {
+  if (is_ascii(text)) {
     std::string out(text);
     for (char& c : out)
       c = static_cast<char>(upper ? std::toupper(static_cast<unsigned char>(c))
@@ -213,16 +240,15 @@ std::string change_case(std::string_view text, bool upper) {
     return out;
   }
   const std::u16string in = to_utf16(text);
-  std::u16string out(in.size() * 3 + 16, u'\0');
-  UErrorCode err = U_ZERO_ERROR;
   const auto* src = reinterpret_cast<const UChar*>(in.data());
-  auto* dst = reinterpret_cast<UChar*>(out.data());
-  const auto cap = static_cast<int32_t>(out.size()), n = static_cast<int32_t>(in.size());
-  const int32_t len = upper ? u_strToUpper(dst, cap, src, n, "", &err) : u_strToLower(dst, cap, src, n, "", &err);
-  if (U_FAILURE(err))
-    throw Error(ErrorCode::RUNTIME_INTERNAL, std::string("[unicode] ICU case mapping failed: ") + u_errorName(err));
-  out.resize(static_cast<size_t>(len));
-  return to_utf8(out);
+  const auto n = static_cast<int32_t>(in.size());
+  return to_utf8(icu_write<char16_t>(
+      in.size() + in.size() / 2 + 16,
+      [&](char16_t* d, int32_t cap, UErrorCode* e) {
+        auto* dst = reinterpret_cast<UChar*>(d);
+        return upper ? u_strToUpper(dst, cap, src, n, "", e) : u_strToLower(dst, cap, src, n, "", e);
+      },
+      "case mapping"));
 }
 }  // namespace
 

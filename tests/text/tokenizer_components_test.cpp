@@ -63,10 +63,9 @@ TEST(PreTokenizer, RegexIsUnicodeAware) {
 }
 
 TEST(PreTokenizer, OnigurumaEscapesBecomeUnicodeProperties) {
-  EXPECT_EQ(
-      text::onig_to_pcre2(R"([^\s\p{L}]\s+\S\h[\h\w]\w\d)"),
-      R"([^\p{White_Space}\p{L}]\p{White_Space}+\P{White_Space}[0-9A-Fa-f][0-9A-Fa-f\p{Alphabetic}\p{M}\p{Nd}\p{Pc}])"
-      R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}]\p{Nd})");
+  // (What \p{L}, \w and \d become depends on ICU: tests/text/unicode_props_test.cpp checks them.)
+  EXPECT_EQ(text::onig_to_pcre2(R"([^\s]\s+\S\h[\h]\H)"),
+            R"([^\p{White_Space}]\p{White_Space}+\P{White_Space}[0-9A-Fa-f][0-9A-Fa-f][^0-9A-Fa-f])");
   EXPECT_EQ(text::onig_to_pcre2(R"([]\s][[:alpha:]\s]\\s)"), R"([]\p{White_Space}][[:alpha:]\p{White_Space}]\\s)");
   // U+180E is not White_Space (PCRE2's own \s would take it): it stays glued to the letter.
   const json spec = {{"type", "Split"}, {"pattern", {{"Regex", "\\s+|\\S+"}}}, {"behavior", "Isolated"}};

