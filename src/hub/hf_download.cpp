@@ -8,7 +8,9 @@
 
 #include "core/error.h"
 #include "core/file_read.h"
+#include "hub/hf_answers.h"
 #include "hub/hf_http.h"
+#include "hub/hf_names.h"
 #include "io/sha256.h"
 
 namespace bp::hub {
@@ -150,6 +152,7 @@ void fetch_blob(Context& c, const std::string& file, const std::string& url, con
 // One file of the snapshot: HEAD for its etag, the blob if missing, the snapshot symlink.
 void fetch_file(Context& c, const std::string& file) {
   ++c.file_index;
+  check_remote_file_name(file, repo_url(c), c.ref.repo_id);  // checked when parsed; no path is made without it
   const fs::path link = fs::path(c.repo_dir) / "snapshots" / c.commit / file;
   std::error_code ec;
   if (fs::is_regular_file(link, ec)) return;
@@ -178,32 +181,23 @@ void fetch_file(Context& c, const std::string& file) {
   fs::create_symlink(target / "blobs" / etag, link);
 }
 
-std::vector<std::string> shards_of_index(const fs::path& index) {
-  std::ifstream in(index);
-  const std::string text{std::istreambuf_iterator<char>(in), {}};
-  const nlohmann::json j = parse_json_bounded(text, index.string(), "hub");
-  std::set<std::string> shards;
-  if (!j.is_discarded() && j.contains("weight_map") && j["weight_map"].is_object())
-    for (const auto& [name, shard] : j["weight_map"].items())
-      if (shard.is_string()) shards.insert(shard.get<std::string>());
-  return {shards.begin(), shards.end()};
+std::vector<std::string> shards_of_index(const Context& c, const fs::path& index) {
+  const std::string text =
+      read_file_capped(index.string(), FileKind::Config, {"hub", ErrorCode::DEP_MODEL_LOAD_FAILED});
+  return parse_index_shards(text, index.string(), c.ref.repo_id);
 }
 
 }  // namespace
 
 std::string download_snapshot(const HubRepoRef& ref, const HubOptions& o) {
+  check_revision(ref.repo_id, ref.revision);
   Context c{ref, o, HubHttp(o.endpoint, o.token, o.timeout_s), repo_cache_dir(o, ref.repo_id), "", 0, 0};
   const std::string api = o.endpoint + "/api/models/" + ref.repo_id + "/revision/" + url_quote(ref.revision, false);
   HttpReply info = c.http.request("GET", api, /*follow_absolute=*/true);
   check_reply(c, info, "asking the hub about " + ref.repo_id + "@" + ref.revision);
-  const nlohmann::json j = parse_json_bounded(info.body, info.url, "hub");
-  if (j.is_discarded() || !j.contains("sha") || !j["sha"].is_string() || !is_commit_sha(j["sha"].get<std::string>()))
-    fail_download(c, fmt::format("{} did not answer with the model's commit (no 'sha' in the JSON)", info.url));
-  c.commit = j["sha"].get<std::string>();
-  std::set<std::string> listed;
-  if (j.contains("siblings") && j["siblings"].is_array())
-    for (const auto& s : j["siblings"])
-      if (s.contains("rfilename") && s["rfilename"].is_string()) listed.insert(s["rfilename"].get<std::string>());
+  const HubModelInfo model = parse_model_info(info.body, info.url, ref.repo_id);  // checks every listed name
+  c.commit = model.sha;
+  const std::set<std::string>& listed = model.files;
 
   std::vector<std::string> files;
   for (const auto& f : listed)
@@ -227,7 +221,8 @@ std::string download_snapshot(const HubRepoRef& ref, const HubOptions& o) {
   c.file_count = files.size();
   for (const auto& f : files) fetch_file(c, f);
   if (weights && sharded) {
-    const auto shards = shards_of_index(fs::path(c.repo_dir) / "snapshots" / c.commit / "model.safetensors.index.json");
+    const auto shards =
+        shards_of_index(c, fs::path(c.repo_dir) / "snapshots" / c.commit / "model.safetensors.index.json");
     c.file_count += shards.size();
     for (const auto& s : shards) fetch_file(c, s);
   }

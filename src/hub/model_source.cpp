@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "hub/gguf_source.h"
 #include "hub/hf_download.h"
+#include "hub/hf_names.h"
 #include "hub/ollama_source.h"
 #include "io/atomic_file.h"
 
@@ -45,6 +46,7 @@ ModelSource resolve_model_source(const std::string& reference, const HubOptions&
   }
   if (reference.empty() || fs::exists(reference, ec) || !ref) return s;
   s.from_hub = true;
+  check_revision(ref->repo_id, ref->revision);  // before refs/<revision> names a path
   if (auto cached = find_cached_snapshot(o, *ref)) {
     s.path = *cached;
     s.commit = fs::path(*cached).filename().string();
