@@ -22,7 +22,8 @@ ModelSource resolve_model_source(const std::string& reference, const HubOptions&
   std::error_code ec;
   const auto ref = parse_hub_ref(reference);
   if (is_ollama_reference(reference)) {
-    const OllamaModel m = find_ollama_model(reference, o.ollama_dir);
+    const std::string verified = o.derived_dir.empty() ? "" : (fs::path(o.derived_dir) / "ollama-verified").string();
+    const OllamaModel m = find_ollama_model(reference, o.ollama_dir, verified);
     s.path = gguf_model_folder(m.gguf_path, o.derived_dir);
     s.from_ollama = true;
     s.ollama_template = m.template_text;
