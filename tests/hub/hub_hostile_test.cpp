@@ -9,8 +9,11 @@
 
 #include "core/error.h"
 #include "hub/hf_answers.h"
+#include "hub/hf_download.h"
 #include "hub/hf_names.h"
 #include "hub/hub_fixture.h"
+#include "io/atomic_file.h"
+#include "io/sha256.h"
 
 namespace bp {
 namespace {
@@ -150,6 +153,124 @@ TEST(HubAnswers, IndexesAndListingsAreCheckedWhereTheyAreParsed) {
       ADD_FAILURE() << bad;
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::DEP_MODEL_DOWNLOAD_FAILED) << bad;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace bp
+
+namespace bp {
+namespace {
+
+TEST_F(HubFixture, UnparsableSizeAndEtagHeadersNameTheHeader) {
+  struct Case {
+    std::string file, header, value, expect;
+  };
+  const std::vector<Case> cases = {
+      {"model.safetensors", "X-Linked-Size", "abc", "X-Linked-Size 'abc' for model.safetensors: not a byte count"},
+      {"model.safetensors", "X-Linked-Size", "-1", "X-Linked-Size '-1'"},
+      {"model.safetensors", "X-Linked-Size", "99999999999999999999999", "not a byte count"},
+      {"model.safetensors", "X-Linked-Size", "12 34", "not a byte count"},
+      {"config.json", "ETag", "\"..\"", "ETag '..' for config.json: not a blob name"},
+      {"config.json", "ETag", "\".\"", "ETag '.'"},
+      {"config.json", "ETag", "\"a b\"", "not a blob name"},
+      {"model.safetensors", "X-Linked-Etag", "\"../../../x\"", "X-Linked-Etag '../../../x'"},
+  };
+  std::string msg;
+  for (const Case& k : cases) {
+    fs::remove_all(repo_dir());  // each case from an empty cache, so the file is looked up again
+    hub.header_overrides = {{k.file, {{k.header, k.value}}}};
+    EXPECT_EQ(resolve_error("org/tiny", &msg), ErrorCode::DEP_MODEL_DOWNLOAD_FAILED) << k.value;
+    EXPECT_NE(msg.find(k.expect), std::string::npos) << msg;
+    // Nothing was made of those names: only good blobs (the files before the refused one) exist.
+    if (fs::exists(repo_dir() / "blobs")) {
+      for (const auto& e : fs::directory_iterator(repo_dir() / "blobs"))
+        EXPECT_TRUE(hub::is_safe_blob_name(e.path().filename().string())) << e.path();
+    }
+    EXPECT_FALSE(fs::exists(fs::path(cache.path) / "x"));
+    EXPECT_FALSE(fs::exists(repo_dir() / "refs" / "main"));
+  }
+  hub.header_overrides.clear();
+  EXPECT_EQ(hub::resolve_model_source("org/tiny", opts).commit, kSha);
+}
+
+}  // namespace
+}  // namespace bp
+
+namespace bp {
+namespace {
+
+TEST_F(HubFixture, TheHubsTextReachesMessagesEscapedAndCut) {
+  hub.gated.push_back("meta/llama");
+  hub.error_message =
+      "\x1b]0;pwned\x07\x1b[2J\x1b[31mAccess denied\x7f" + std::string(5000, 'A');  // no CR LF: httplib drops those
+  std::string msg, sugg;
+  EXPECT_EQ(resolve_error("meta/llama", &msg, &sugg), ErrorCode::DEP_MODEL_LOAD_FAILED);
+  for (const char c : msg) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << static_cast<int>(c) << " in " << msg;
+  EXPECT_NE(msg.find("\\x1b]0;pwned\\x07\\x1b[2J\\x1b[31mAccess denied\\x7f"), std::string::npos) << msg;
+  EXPECT_LT(msg.size(), 1000u) << msg;
+  EXPECT_NE(msg.find("..."), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace bp
+
+namespace bp {
+namespace {
+
+TEST_F(HubFixture, TooLittleFreeSpaceIsADiskFullErrorBeforeTheDownload) {
+  const uint64_t weights = test::tiny_files()["model.safetensors"].size();
+  std::vector<std::string> asked;
+  hub::hub_free_disk_bytes_for_tests() = [&](const std::string& dir) {
+    asked.push_back(dir);
+    return weights - 1;  // room for every small file, one byte short for the weights
+  };
+  std::string msg, sugg;
+  EXPECT_EQ(resolve_error("org/tiny", &msg, &sugg), ErrorCode::STATE_DISK_FULL);
+  hub::hub_free_disk_bytes_for_tests() = nullptr;
+  EXPECT_NE(msg.find(fmt::format("needs {} bytes", weights)), std::string::npos) << msg;
+  EXPECT_NE(msg.find(fmt::format("{} bytes are free", weights - 1)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(sugg.find("HF_HUB_CACHE"), std::string::npos) << sugg;
+  ASSERT_FALSE(asked.empty());
+  EXPECT_EQ(fs::path(asked.back()), repo_dir() / "blobs");
+  EXPECT_EQ(hub.count_requests("/cdn/"), 0u);  // refused before a byte was asked for
+  EXPECT_FALSE(fs::exists(repo_dir() / "refs" / "main"));
+}
+
+// Writes fail with ENOSPC after `bytes` (io_faults(), the disk-full hook of every writer); undone on exit.
+struct ScopedEnospc {
+  explicit ScopedEnospc(int64_t bytes) { io_faults().enospc_after_bytes = bytes; }
+  ~ScopedEnospc() { io_faults().enospc_after_bytes = -1; }
+};
+
+TEST_F(HubFixture, ADiskThatFillsUpMidDownloadIsADiskFullErrorAndResumes) {
+  const auto files = test::tiny_files();
+  const std::string& weights = files.at("model.safetensors");
+  int64_t small = 0;
+  for (const auto& [name, bytes] : files)
+    if (name != "model.safetensors") small += static_cast<int64_t>(bytes.size());
+  const int64_t written = static_cast<int64_t>(weights.size() / 2);
+  std::string msg, sugg;
+  {
+    ScopedEnospc full(small + written);
+    EXPECT_EQ(resolve_error("org/tiny", &msg, &sugg), ErrorCode::STATE_DISK_FULL);
+  }
+  EXPECT_NE(msg.find("disk"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("connection"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(fmt::format("{} of {} bytes", written, weights.size())), std::string::npos) << msg;
+  EXPECT_NE(sugg.find("resumes"), std::string::npos) << sugg;
+  const fs::path part = repo_dir() / "blobs" / (sha256_hex(weights) + ".incomplete");
+  ASSERT_TRUE(fs::exists(part));
+  EXPECT_EQ(fs::file_size(part), static_cast<uint64_t>(written));
+  // With room again, the next run asks only for the rest.
+  hub.clear_requests();
+  hub::ModelSource s = hub::resolve_model_source("org/tiny", opts);
+  EXPECT_EQ(test::read_bytes(fs::path(s.path) / "model.safetensors"), weights);
+  for (const auto& r : hub.requests()) {
+    if (r.path.rfind("/cdn/", 0) == 0) {
+      EXPECT_EQ(r.range, fmt::format("bytes={}-", written));
     }
   }
 }

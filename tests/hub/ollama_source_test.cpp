@@ -18,6 +18,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
 ErrorCode find_error(const std::string& ref, const std::string& store, std::string* msg = nullptr,
                      const std::string& verified = "") {
   try {
@@ -40,8 +45,7 @@ TEST(OllamaHostile, NamesThatArePathsAreRefused) {
   store.add_model("library/tiny", "latest", "GGUF model bytes");
   // A manifest outside the store, naming the store's real blobs: reading it must not be possible.
   test::TempDir outside;
-  const json good =
-      json::parse(test::read_bytes(store.root.path + "/manifests/registry.ollama.ai/library/tiny/latest"));
+  const json good = json::parse(slurp(store.root.path + "/manifests/registry.ollama.ai/library/tiny/latest"));
   write_manifest(fs::path(outside.path) / "m" / "latest", good);
   std::string msg;
   for (const std::string& ref :
