@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "core/file_read.h"
+#include "hub/hf_names.h"
 
 namespace bp::hub {
 
@@ -90,6 +91,7 @@ std::string repo_cache_dir(const HubOptions& o, const std::string& repo_id) {
 
 std::optional<std::string> cached_commit(const std::string& repo_dir, const std::string& revision) {
   if (is_commit_sha(revision)) return revision;
+  if (!revision_problem(revision).empty()) return std::nullopt;  // never a path outside refs/
   std::ifstream in(fs::path(repo_dir) / "refs" / revision);
   std::string sha;
   if (!in || !std::getline(in, sha)) return std::nullopt;
@@ -113,7 +115,9 @@ bool snapshot_complete(const std::string& snapshot_dir, ModelFiles need) {
   const nlohmann::json j = parse_json_bounded(text, (d / "model.safetensors.index.json").string(), "hub");
   if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object()) return false;
   for (const auto& [name, shard] : j["weight_map"].items())
-    if (!shard.is_string() || !fs::is_regular_file(d / shard.get<std::string>(), ec)) return false;
+    if (!shard.is_string() || !remote_file_problem(shard.get<std::string>()).empty() ||
+        !fs::is_regular_file(d / shard.get<std::string>(), ec))
+      return false;
   return true;
 }
 

@@ -1,6 +1,7 @@
 // Hub download into the local cache (see hf_download.h).
 #include "hub/hf_download.h"
 
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -8,7 +9,10 @@
 
 #include "core/error.h"
 #include "core/file_read.h"
+#include "hub/hf_answers.h"
 #include "hub/hf_http.h"
+#include "hub/hf_names.h"
+#include "io/atomic_file.h"
 #include "io/sha256.h"
 
 namespace bp::hub {
@@ -52,14 +56,18 @@ std::string repo_url(const Context& c) {
 
 // 401/403/404 and other failures of an answer, in the words of the hub's troubleshooting page.
 void check_reply(const Context& c, const HttpReply& r, const std::string& what) {
-  if (!r.error.empty()) fail_download(c, fmt::format("{} failed: {} ({})", what, r.error, r.url));
+  // The server's words (headers, a Location that became the URL) are escaped and cut before they
+  // reach a message: no terminal escape sequence from a hub reaches the user's terminal.
+  const std::string url = sanitize_server_text(r.url, 1000);
+  if (!r.error.empty()) fail_download(c, fmt::format("{} failed: {} ({})", what, r.error, url));
   if (r.status >= 200 && r.status < 400) return;
-  const std::string hub_code = r.header("x-error-code"), hub_msg = r.header("x-error-message");
+  const std::string hub_code = sanitize_server_text(r.header("x-error-code"), 100);
+  const std::string hub_msg = sanitize_server_text(r.header("x-error-message"));
   const std::string said = hub_msg.empty() ? "" : fmt::format(" ('{}')", hub_msg);
   const nlohmann::json details = {{"repo", c.ref.repo_id},
                                   {"revision", c.ref.revision},
                                   {"status", r.status},
-                                  {"url", r.url},
+                                  {"url", url},
                                   {"x_error_code", hub_code}};
   if (r.status == 401 || r.status == 403) {
     const std::string token_note = c.o.token.empty()
@@ -68,7 +76,7 @@ void check_reply(const Context& c, const HttpReply& r, const std::string& what) 
     throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
                 fmt::format("[hub] {} answered {} for '{}'{}: the repository is gated or private, or the name is "
                             "wrong; {}",
-                            r.url, r.status, c.ref.repo_id, said, token_note),
+                            url, r.status, c.ref.repo_id, said, token_note),
                 details)
         .with_suggestion(fmt::format(
             "Open {} and accept the licence if the model is gated; log in with `huggingface-cli login` (or set "
@@ -87,7 +95,7 @@ void check_reply(const Context& c, const HttpReply& r, const std::string& what) 
             "and HF_ENDPOINT (now {}).",
             c.ref.revision, c.o.endpoint));
   }
-  fail_download(c, fmt::format("{}: {} answered HTTP {}{}", what, r.url, r.status, said));
+  fail_download(c, fmt::format("{}: {} answered HTTP {}{}", what, url, r.status, said));
 }
 
 std::string normalize_etag(std::string e) {
@@ -106,7 +114,35 @@ uint64_t file_size_or_zero(const fs::path& p) {
   return ec ? 0 : static_cast<uint64_t>(n);
 }
 
-// Fetches blobs/<etag> (resuming its .incomplete), then verifies its size and LFS sha256.
+uint64_t cache_free_bytes(const std::string& dir) {
+  const auto& hook = hub_free_disk_bytes_for_tests();
+  return hook ? hook(dir) : free_disk_bytes(dir);
+}
+
+// STATE_DISK_FULL for a download that does not fit (`during`: the disk filled up mid-file).
+[[noreturn]] void disk_full(const Context& c, const std::string& file, const fs::path& part, uint64_t size,
+                            bool during) {
+  const std::string dir = part.parent_path().string();
+  const uint64_t free_b = cache_free_bytes(dir);
+  const uint64_t have = file_size_or_zero(part), need = size - std::min(size, have);
+  const std::string what =
+      during ? fmt::format(
+                   "the disk filled up (no space left on the device) while downloading {} of {}: {} of {} "
+                   "bytes are in {}, kept for the next run; {} bytes are free ({}) in {}",
+                   file, c.ref.repo_id, have, size, part.string(), free_b, format_bytes(free_b), dir)
+             : fmt::format("downloading {} of {} needs {} bytes ({}) but {} bytes are free ({}) in {}", file,
+                           c.ref.repo_id, need, format_bytes(need), free_b, format_bytes(free_b), dir);
+  throw Error(ErrorCode::STATE_DISK_FULL, "[hub] " + what,
+              {{"repo", c.ref.repo_id}, {"file", file}, {"bytes_needed", need}, {"bytes_free", free_b}, {"path", dir}})
+      .with_suggestion(fmt::format(
+          "Free {} or more in {} (or point HF_HUB_CACHE or HF_HOME at a disk with room) and run the command again: "
+          "the download resumes where it stopped.",
+          format_bytes(need), c.o.cache_dir));
+}
+
+// Fetches blobs/<etag> (resuming its .incomplete), then verifies its size and LFS sha256. The free
+// space is compared with what is left to fetch first, and a write that fails with ENOSPC is a
+// full disk (STATE_DISK_FULL), not a broken connection.
 void fetch_blob(Context& c, const std::string& file, const std::string& url, const fs::path& blob,
                 const std::string& etag, bool lfs, uint64_t size) {
   const fs::path part = blob.string() + ".incomplete";
@@ -121,8 +157,16 @@ void fetch_blob(Context& c, const std::string& file, const std::string& url, con
       have = 0;
     }
     if (fs::exists(part) && have == size) break;
+    const std::string dir = part.parent_path().string();
+    const uint64_t free_b = cache_free_bytes(dir);
+    if (free_b < size - have) disk_full(c, file, part, size, false);
     report(have);
     HttpReply r = c.http.download(url, part.string(), have, report);
+    if (r.write_errno == ENOSPC || r.write_errno == EDQUOT) disk_full(c, file, part, size, true);
+    if (r.write_errno != 0)
+      throw Error(ErrorCode::DEP_MODEL_DOWNLOAD_FAILED, "[hub] " + r.error, {{"repo", c.ref.repo_id}, {"file", file}})
+          .with_suggestion(
+              fmt::format("Check that the cache folder {} is writable (HF_HUB_CACHE, HF_HOME).", c.o.cache_dir));
     if (r.status == 416 && file_size_or_zero(part) == size) break;
     if (r.status != 0 && r.status != 200 && r.status != 206) check_reply(c, r, "downloading " + file);
     if (r.error.empty() && file_size_or_zero(part) == size) break;
@@ -150,21 +194,36 @@ void fetch_blob(Context& c, const std::string& file, const std::string& url, con
 // One file of the snapshot: HEAD for its etag, the blob if missing, the snapshot symlink.
 void fetch_file(Context& c, const std::string& file) {
   ++c.file_index;
+  check_remote_file_name(file, repo_url(c), c.ref.repo_id);  // checked when parsed; no path is made without it
   const fs::path link = fs::path(c.repo_dir) / "snapshots" / c.commit / file;
   std::error_code ec;
   if (fs::is_regular_file(link, ec)) return;
   const std::string url = repo_url(c) + "/resolve/" + c.commit + "/" + url_quote(file, true);
   HttpReply head = c.http.request("HEAD", url, /*follow_absolute=*/false);
   check_reply(c, head, "looking up " + file);
+  // The blob's name and size, strictly: an ETag names a file (blobs/<etag>), a size is digits.
   const std::string linked = normalize_etag(head.header("x-linked-etag"));
+  const char* etag_header = linked.empty() ? "ETag" : "X-Linked-Etag";
   const std::string etag = linked.empty() ? normalize_etag(head.header("etag")) : linked;
-  const std::string size_text =
-      head.header("x-linked-size").empty() ? head.header("content-length") : head.header("x-linked-size");
-  if (etag.empty() || size_text.empty() || etag.find('/') != std::string::npos)
-    fail_download(c, fmt::format("{} gave no usable ETag / size for {} (etag '{}', size '{}'); is HF_ENDPOINT a "
-                                 "Hugging Face hub?",
-                                 head.url, file, etag, size_text));
-  const uint64_t size = std::stoull(size_text);
+  const bool linked_size = !head.header("x-linked-size").empty();
+  const char* size_header = linked_size ? "X-Linked-Size" : "Content-Length";
+  const std::string size_text = head.header(linked_size ? "x-linked-size" : "content-length");
+  if (etag.empty() || size_text.empty())
+    fail_download(
+        c, fmt::format("{} gave no {} for {}; is HF_ENDPOINT a Hugging Face hub?", sanitize_server_text(head.url),
+                       etag.empty() ? "ETag"
+                                    : "size (X-Linked-Size or "
+                                      "Content-Length)",
+                       file));
+  if (!is_safe_blob_name(etag))
+    fail_download(c, fmt::format("{} answered {} '{}' for {}: not a blob name (hex digits or a token of letters, "
+                                 "digits, '-' and '_'); is HF_ENDPOINT a Hugging Face hub?",
+                                 sanitize_server_text(head.url), etag_header, sanitize_server_text(etag), file));
+  const std::optional<uint64_t> parsed_size = parse_size_header(size_text);
+  if (!parsed_size)
+    fail_download(c, fmt::format("{} answered {} '{}' for {}: not a byte count; is HF_ENDPOINT a Hugging Face hub?",
+                                 sanitize_server_text(head.url), size_header, sanitize_server_text(size_text), file));
+  const uint64_t size = *parsed_size;
   const bool cdn = head.status >= 300 && head.status < 400;
   const std::string download_url = cdn ? head.header("location") : head.url;
   const fs::path blob = fs::path(c.repo_dir) / "blobs" / etag;
@@ -178,32 +237,28 @@ void fetch_file(Context& c, const std::string& file) {
   fs::create_symlink(target / "blobs" / etag, link);
 }
 
-std::vector<std::string> shards_of_index(const fs::path& index) {
-  std::ifstream in(index);
-  const std::string text{std::istreambuf_iterator<char>(in), {}};
-  const nlohmann::json j = parse_json_bounded(text, index.string(), "hub");
-  std::set<std::string> shards;
-  if (!j.is_discarded() && j.contains("weight_map") && j["weight_map"].is_object())
-    for (const auto& [name, shard] : j["weight_map"].items())
-      if (shard.is_string()) shards.insert(shard.get<std::string>());
-  return {shards.begin(), shards.end()};
+std::vector<std::string> shards_of_index(const Context& c, const fs::path& index) {
+  const std::string text =
+      read_file_capped(index.string(), FileKind::Config, {"hub", ErrorCode::DEP_MODEL_LOAD_FAILED});
+  return parse_index_shards(text, index.string(), c.ref.repo_id);
 }
 
 }  // namespace
 
+std::function<uint64_t(const std::string&)>& hub_free_disk_bytes_for_tests() {
+  static std::function<uint64_t(const std::string&)> hook;
+  return hook;
+}
+
 std::string download_snapshot(const HubRepoRef& ref, const HubOptions& o) {
+  check_revision(ref.repo_id, ref.revision);
   Context c{ref, o, HubHttp(o.endpoint, o.token, o.timeout_s), repo_cache_dir(o, ref.repo_id), "", 0, 0};
   const std::string api = o.endpoint + "/api/models/" + ref.repo_id + "/revision/" + url_quote(ref.revision, false);
   HttpReply info = c.http.request("GET", api, /*follow_absolute=*/true);
   check_reply(c, info, "asking the hub about " + ref.repo_id + "@" + ref.revision);
-  const nlohmann::json j = parse_json_bounded(info.body, info.url, "hub");
-  if (j.is_discarded() || !j.contains("sha") || !j["sha"].is_string() || !is_commit_sha(j["sha"].get<std::string>()))
-    fail_download(c, fmt::format("{} did not answer with the model's commit (no 'sha' in the JSON)", info.url));
-  c.commit = j["sha"].get<std::string>();
-  std::set<std::string> listed;
-  if (j.contains("siblings") && j["siblings"].is_array())
-    for (const auto& s : j["siblings"])
-      if (s.contains("rfilename") && s["rfilename"].is_string()) listed.insert(s["rfilename"].get<std::string>());
+  const HubModelInfo model = parse_model_info(info.body, info.url, ref.repo_id);  // checks every listed name
+  c.commit = model.sha;
+  const std::set<std::string>& listed = model.files;
 
   std::vector<std::string> files;
   for (const auto& f : listed)
@@ -227,7 +282,8 @@ std::string download_snapshot(const HubRepoRef& ref, const HubOptions& o) {
   c.file_count = files.size();
   for (const auto& f : files) fetch_file(c, f);
   if (weights && sharded) {
-    const auto shards = shards_of_index(fs::path(c.repo_dir) / "snapshots" / c.commit / "model.safetensors.index.json");
+    const auto shards =
+        shards_of_index(c, fs::path(c.repo_dir) / "snapshots" / c.commit / "model.safetensors.index.json");
     c.file_count += shards.size();
     for (const auto& s : shards) fetch_file(c, s);
   }

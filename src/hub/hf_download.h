@@ -14,8 +14,16 @@
 //
 // Errors: 401/403 (gated or private) and 404 -> DEP_MODEL_LOAD_FAILED with the fixes; a connection
 // that keeps failing or a checksum mismatch -> DEP_MODEL_DOWNLOAD_FAILED (running again resumes).
+// Nothing from the hub is trusted (issue 37, hf_names.h): a listed or indexed file name that would
+// leave the snapshot -> DEP_MODEL_LOAD_FAILED before any file call; an ETag that is not a blob name
+// or a size header that is not a byte count -> DEP_MODEL_DOWNLOAD_FAILED naming the header; the
+// hub's text (X-Error-Message, URLs) is escaped and cut before it reaches a message. A file larger
+// than the free space of the cache's file system, or a write failing with ENOSPC mid-file ->
+// STATE_DISK_FULL with the bytes needed and free (the partial file is kept and resumed).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "hub/hf_cache.h"
@@ -25,5 +33,8 @@ namespace bp::hub {
 // Downloads what is missing of ref into the cache and returns the snapshot folder. Writes
 // refs/<revision> = commit. Never call with o.offline.
 std::string download_snapshot(const HubRepoRef& ref, const HubOptions& o);
+
+// Tests: replaces the free bytes of the cache's file system at a folder (empty = statvfs).
+std::function<uint64_t(const std::string&)>& hub_free_disk_bytes_for_tests();
 
 }  // namespace bp::hub

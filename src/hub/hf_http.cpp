@@ -1,12 +1,17 @@
 // HTTP for the hub client (see hf_http.h).
 #include "hub/hf_http.h"
 
+#include <fcntl.h>
+#include <fmt/format.h>
 #include <httplib.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "build_info.h"
+#include "io/atomic_file.h"
 
 namespace bp::hub {
 
@@ -46,6 +51,50 @@ httplib::Headers request_headers(const std::string& origin, const std::string& e
   if (!token.empty() && origin == endpoint_origin) h.emplace("Authorization", "Bearer " + token);
   return h;
 }
+
+// The file a download appends to: POSIX writes, so a failure keeps its errno (ENOSPC is a full
+// disk, not a broken connection), and io_faults().enospc_after_bytes injects one in tests.
+class PartFile {
+ public:
+  ~PartFile() { close(); }
+  bool open(const std::string& path, bool truncate) {
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : O_APPEND), 0644);
+    if (fd_ < 0) errno_ = errno;
+    return fd_ >= 0;
+  }
+  bool write(const char* data, size_t n) {
+    while (n > 0) {
+      size_t chunk = n;
+      IoFaults& f = io_faults();
+      if (f.enospc_after_bytes >= 0) {
+        if (f.enospc_after_bytes == 0) {
+          errno_ = f.fail_errno;
+          return false;
+        }
+        chunk = std::min<size_t>(chunk, static_cast<size_t>(f.enospc_after_bytes));
+        f.enospc_after_bytes -= static_cast<int64_t>(chunk);
+      }
+      const ssize_t w = ::write(fd_, data, chunk);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        errno_ = w < 0 ? errno : EIO;
+        return false;
+      }
+      data += w;
+      n -= static_cast<size_t>(w);
+    }
+    return true;
+  }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  int error() const { return errno_; }
+
+ private:
+  int fd_ = -1;
+  int errno_ = 0;
+};
 
 HttpReply too_many_redirects(const std::string& url) {
   HttpReply r;
@@ -124,7 +173,7 @@ HttpReply HubHttp::download(const std::string& url, const std::string& file, uin
     if (offset > 0) h.emplace("Range", "bytes=" + std::to_string(offset) + "-");
     HttpReply reply;
     reply.url = current;
-    std::ofstream out;
+    PartFile out;
     uint64_t size = offset;
     httplib::Result r = c.Get(
         path.c_str(), h,
@@ -133,17 +182,20 @@ HttpReply HubHttp::download(const std::string& url, const std::string& file, uin
           copy_headers(resp.headers, reply);
           if (resp.status == 200) size = 0;  // the server ignored Range: start the file again
           if (resp.status != 200 && resp.status != 206) return false;
-          out.open(file, size == 0 ? std::ios::binary | std::ios::trunc : std::ios::binary | std::ios::app);
-          return static_cast<bool>(out);
+          return out.open(file, size == 0);
         },
         [&](const char* data, size_t n) {
-          out.write(data, static_cast<std::streamsize>(n));
-          if (!out) return false;
+          if (!out.write(data, n)) return false;
           size += n;
           if (on_bytes) on_bytes(size);
           return true;
         });
     out.close();
+    if (out.error() != 0) {
+      reply.write_errno = out.error();
+      reply.error = fmt::format("writing {} failed: {}", file, std::strerror(out.error()));
+      return reply;
+    }
     if (reply.status != 0 && is_redirect(reply.status) && !reply.header("location").empty()) {
       current = resolve_location(current, reply.header("location"));
       continue;

@@ -19,6 +19,7 @@ struct HttpReply {
   std::string body;                            // GET only
   std::string url;                             // the URL that answered (after redirects)
   std::string error;                           // transport failure, empty when an answer came
+  int write_errno = 0;                         // download(): writing the file failed (ENOSPC: disk full)
   std::string header(const std::string& lower_name) const;
 };
 
@@ -29,7 +30,8 @@ class HubHttp {
   HttpReply request(const std::string& method, const std::string& url, bool follow_absolute) const;
   // GET url appending to `file`, asking for bytes from `offset` on (Range) when offset > 0. A 200
   // answer to a Range request restarts the file from byte 0. on_bytes gets the file's new size.
-  // Returns the reply (status and headers; error set when the connection broke).
+  // Returns the reply (status and headers; error set when the connection broke, write_errno too
+  // when writing the file failed).
   HttpReply download(const std::string& url, const std::string& file, uint64_t offset,
                      const std::function<void(uint64_t)>& on_bytes) const;
 

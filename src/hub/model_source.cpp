@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "hub/gguf_source.h"
 #include "hub/hf_download.h"
+#include "hub/hf_names.h"
 #include "hub/ollama_source.h"
 #include "io/atomic_file.h"
 
@@ -21,7 +22,8 @@ ModelSource resolve_model_source(const std::string& reference, const HubOptions&
   std::error_code ec;
   const auto ref = parse_hub_ref(reference);
   if (is_ollama_reference(reference)) {
-    const OllamaModel m = find_ollama_model(reference, o.ollama_dir);
+    const std::string verified = o.derived_dir.empty() ? "" : (fs::path(o.derived_dir) / "ollama-verified").string();
+    const OllamaModel m = find_ollama_model(reference, o.ollama_dir, verified);
     s.path = gguf_model_folder(m.gguf_path, o.derived_dir);
     s.from_ollama = true;
     s.ollama_template = m.template_text;
@@ -45,6 +47,7 @@ ModelSource resolve_model_source(const std::string& reference, const HubOptions&
   }
   if (reference.empty() || fs::exists(reference, ec) || !ref) return s;
   s.from_hub = true;
+  check_revision(ref->repo_id, ref->revision);  // before refs/<revision> names a path
   if (auto cached = find_cached_snapshot(o, *ref)) {
     s.path = *cached;
     s.commit = fs::path(*cached).filename().string();

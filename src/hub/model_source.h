@@ -28,7 +28,8 @@ struct ModelSource {
   std::string commit;                          // of the hub snapshot
 };
 
-// Throws DEP_MODEL_LOAD_FAILED for a hub name that is not cached while offline, and the errors of
+// Throws INPUT_VALIDATION_FAILED for a revision that is not a branch, tag or commit name (hf_names.h),
+// DEP_MODEL_LOAD_FAILED for a hub name that is not cached while offline, and the errors of
 // download_snapshot.
 ModelSource resolve_model_source(const std::string& reference, const HubOptions& o);
 

@@ -44,6 +44,12 @@
 #define LLVMFuzzerTestOneInput fuzz_model_config
 #include "fuzz/model_config_fuzz.cpp"  // NOLINT
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_ollama_manifest
+#include "fuzz/ollama_manifest_fuzz.cpp"  // NOLINT
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_hub_json
+#include "fuzz/hub_json_fuzz.cpp"  // NOLINT
+#undef LLVMFuzzerTestOneInput
 
 namespace bp {
 namespace {
@@ -215,6 +221,29 @@ TEST(FuzzReplay, ModelConfigAndMemoryPlan) {
   std::string huge = cfg;
   huge.replace(huge.find("\"head_dim\": 32"), 14, "\"head_dim\": 4194304");
   replay(fuzz_model_config, {cfg, huge, deep('[', ']', 100000)}, 1500, 7);
+}
+
+TEST(FuzzReplay, OllamaManifest) {
+  const std::string hex(64, 'a');
+  const std::string good = R"({"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+    "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": "sha256:)" +
+                           hex + R"(", "size": 485},
+    "layers": [{"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:)" +
+                           hex + R"(", "size": 1000},
+               {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:)" +
+                           hex + R"(", "size": 13}]})";
+  const std::string wrong_types = R"({"layers": [{"mediaType": 7, "digest": ["sha256:../../x"], "size": "big"}]})";
+  replay(fuzz_ollama_manifest, {good, wrong_types, R"({"layers": {}})", deep('[', ']', 100000)}, 1500, 9);
+}
+
+TEST(FuzzReplay, HubJsonAnswers) {
+  const std::string info = R"({"id": "org/tiny", "sha": "0123456789abcdef0123456789abcdef01234567", "siblings": [
+    {"rfilename": "config.json"}, {"rfilename": "model.safetensors.index.json"}, {"rfilename": "onnx/model.onnx"}]})";
+  const std::string index = R"({"metadata": {"total_size": 1000}, "weight_map": {
+    "model.embed_tokens.weight": "model-00001-of-00002.safetensors", "lm_head.weight": "model-00002-of-00002.safetensors"}})";
+  const std::string hostile = R"({"sha": "0123456789abcdef0123456789abcdef01234567", "siblings": [{"rfilename": "/a"}],
+    "weight_map": {"x": "../../x/evil.safetensors", "y": "a\\b", "z": 3}})";
+  replay(fuzz_hub_json, {info, index, hostile, deep('{', '}', 3), deep('[', ']', 100000)}, 1500, 10);
 }
 
 }  // namespace

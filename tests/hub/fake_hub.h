@@ -8,7 +8,8 @@
 //                                                 server: the CDN is another origin, as on the real hub
 // plus a renamed repository (old-org/* answers 307 with a relative Location to org/*), a connection
 // cut after `cut_after_bytes` bytes for the next `cuts_left` CDN answers, and a repository whose
-// LFS sha256 is wrong. Every request is recorded (path, Range, Authorization).
+// LFS sha256 is wrong, and the hostile answers of issue 37 (any revision accepted, extra listed
+// names, a chosen X-Error-Message, replaced /resolve/ headers). Every request is recorded (path, Range, Authorization).
 #pragma once
 
 #include <httplib.h>
@@ -44,6 +45,12 @@ class FakeHub {
   std::string wrong_sha256_repo;   // its LFS files advertise a wrong sha256
   uint64_t cut_after_bytes = 0;    // with cuts_left > 0: the CDN closes the connection here
   int cuts_left = 0;
+  // A hostile or broken hub (issue 37):
+  bool any_revision = false;                // the API answers every revision with the repo's commit
+  std::vector<std::string> extra_siblings;  // names added to every file listing
+  std::vector<std::string> unlisted;        // files served but left out of the listing
+  std::string error_message;                // X-Error-Message of gated answers ("" = the hub's words)
+  std::map<std::string, std::map<std::string, std::string>> header_overrides;  // file -> resolve headers
 
  private:
   struct Repo {

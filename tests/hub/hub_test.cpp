@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "hub/fake_hub.h"
+#include "hub/hub_fixture.h"
 #include "hub/model_source.h"
 #include "model/loader.h"
 #include "support/test_util.h"
@@ -21,40 +21,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kSha = "0123456789abcdef0123456789abcdef01234567";
-
-// stories260K's real files, served as repository org/tiny.
-std::map<std::string, std::string> tiny_files() {
-  const fs::path d = fs::path(test::shared_dir()) / "models" / "stories260K";
-  std::map<std::string, std::string> files;
-  for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "model.safetensors"})
-    files[f] = test::read_bytes(d / f);
-  return files;
-}
-
-struct HubFixture : ::testing::Test {
-  test::FakeHub hub;
-  test::TempDir cache;
-  hub::HubOptions opts;
-  void SetUp() override {
-    hub.add_repo("org/tiny", kSha, tiny_files());
-    opts.endpoint = hub.endpoint();
-    opts.cache_dir = cache.path;
-    opts.max_attempts = 1;
-  }
-  fs::path repo_dir() const { return fs::path(cache.path) / "models--org--tiny"; }
-  ErrorCode resolve_error(const std::string& ref, std::string* message = nullptr, std::string* suggestion = nullptr) {
-    try {
-      hub::resolve_model_source(ref, opts);
-    } catch (const Error& e) {
-      if (message) *message = e.what();
-      if (suggestion) *suggestion = e.suggestion();
-      return e.code();
-    }
-    ADD_FAILURE() << ref << " resolved without an error";
-    return ErrorCode::RUNTIME_INTERNAL;
-  }
-};
+using test::HubFixture;
+using test::kSha;
+using test::tiny_files;
 
 TEST(HubRef, ParsesNamesAndRevisions) {
   auto r = hub::parse_hub_ref("Qwen/Qwen2.5-0.5B-Instruct@v1.0");
