@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -44,29 +45,55 @@ json config_from_gguf(const GGUFReader& r, const std::string& path) {
   auto it = kArch.find(arch);
   if (it == kArch.end())
     fail(path, fmt::format("general.architecture is '{}'; backprop reads llama, qwen2 and qwen3 GGUF files", arch));
-  auto need = [&](const std::string& key) {
-    const json* v = meta(r, arch + "." + key);
-    if (!v || !v->is_number()) fail(path, fmt::format("metadata {}.{} is missing", arch, key));
-    return *v;
+  // Every size is checked before any arithmetic uses it (a head count of 0 once divided by zero).
+  auto size = [&](const std::string& key, std::optional<int64_t> fallback) {
+    const std::optional<int64_t> v = r.get_int(arch + "." + key);
+    if (!v && !fallback) fail(path, fmt::format("metadata {}.{} is missing", arch, key));
+    if (v && *v < 1) fail(path, fmt::format("metadata {}.{} is {}; it must be at least 1", arch, key, *v));
+    return v.value_or(*fallback);
   };
-  const int64_t heads = need("attention.head_count").get<int64_t>();
-  const int64_t hidden = need("embedding_length").get<int64_t>();
-  const int64_t head_dim = meta_or<int64_t>(r, arch + ".attention.key_length", hidden / heads);
-  const auto* tokens = meta(r, "tokenizer.ggml.tokens");
+  auto positive = [&](const std::string& key, std::optional<double> fallback) {
+    const std::optional<double> v = r.get_number(arch + "." + key);
+    if (!v && !fallback) fail(path, fmt::format("metadata {}.{} is missing", arch, key));
+    if (v && !(*v > 0)) fail(path, fmt::format("metadata {}.{} is {}; it must be greater than 0", arch, key, *v));
+    return v.value_or(*fallback);
+  };
+  const int64_t layers = size("block_count", {}), hidden = size("embedding_length", {});
+  const int64_t intermediate = size("feed_forward_length", {}), heads = size("attention.head_count", {});
+  const int64_t kv_heads = size("attention.head_count_kv", heads);
+  if (heads % kv_heads != 0)
+    fail(path, fmt::format("metadata {0}.attention.head_count ({1}) is not a multiple of "
+                           "{0}.attention.head_count_kv ({2})",
+                           arch, heads, kv_heads));
+  if (!r.find(arch + ".attention.key_length") && hidden % heads != 0)
+    fail(path, fmt::format("metadata {0}.embedding_length ({1}) is not divisible by {0}.attention.head_count ({2}) "
+                           "and {0}.attention.key_length is not given",
+                           arch, hidden, heads));
+  const int64_t head_dim = size("attention.key_length", hidden / heads);
+  if (head_dim < 2 || head_dim % 2 != 0)
+    fail(path, fmt::format("the head dimension ({}.attention.key_length, or embedding_length / head_count) is {}; "
+                           "rotary embeddings need an even number of at least 2",
+                           arch, head_dim));
   const GGUFTensorInfo* embd = r.find_tensor("token_embd.weight");
   if (!embd) fail(path, "tensor token_embd.weight is missing");
+  if (embd->shape.size() != 2 || embd->shape[0] < 1 || embd->shape[1] != hidden)
+    fail(path, fmt::format("tensor token_embd.weight has shape [{}]; it must be [vocabulary size, {}.embedding_length "
+                           "= {}]",
+                           fmt::join(embd->shape, ", "), arch, hidden));
+  const int64_t vocab = embd->shape[0];
+  const double theta = positive("rope.freq_base", 10000.0);
   json c = {{"architectures", {it->second.first}},
             {"model_type", it->second.second},
             {"hidden_size", hidden},
-            {"intermediate_size", need("feed_forward_length")},
-            {"num_hidden_layers", need("block_count")},
+            {"intermediate_size", intermediate},
+            {"num_hidden_layers", layers},
             {"num_attention_heads", heads},
-            {"num_key_value_heads", meta_or<int64_t>(r, arch + ".attention.head_count_kv", heads)},
+            {"num_key_value_heads", kv_heads},
             {"head_dim", head_dim},
-            {"vocab_size", embd->shape[0]},
-            {"max_position_embeddings", meta_or<int64_t>(r, arch + ".context_length", 2048)},
-            {"rms_norm_eps", need("attention.layer_norm_rms_epsilon")},
-            {"rope_theta", meta_or<double>(r, arch + ".rope.freq_base", 10000.0)},
+            {"vocab_size", vocab},
+            {"max_position_embeddings", size("context_length", 2048)},
+            {"rms_norm_eps", positive("attention.layer_norm_rms_epsilon", {})},
+            {"rope_theta", theta},
             {"hidden_act", "silu"},
             {"tie_word_embeddings", r.find_tensor("output.weight") == nullptr},
             {"attention_bias", arch == "llama" && r.find_tensor("blk.0.attn_q.bias") != nullptr},
@@ -74,11 +101,11 @@ json config_from_gguf(const GGUFReader& r, const std::string& path) {
                             : embd->type == GGMLType::F32 ? "float32"
                                                           : "float16"},
             {"backprop_gguf_file", fs::absolute(path).lexically_normal().string()}};
-  if (tokens && tokens->is_array() && static_cast<int64_t>(tokens->size()) > embd->shape[0])
-    fail(path, fmt::format("{} tokens for an embedding of {} rows", tokens->size(), embd->shape[0]));
+  const auto* tokens = meta(r, "tokenizer.ggml.tokens");
+  if (tokens && tokens->is_array() && static_cast<int64_t>(tokens->size()) > vocab)
+    fail(path, fmt::format("{} tokens for an embedding of {} rows", tokens->size(), vocab));
   // Llama-3.1/3.2: rope scaling lives in rope_freqs.weight only (hub/gguf_rope.h).
-  if (json rs = llama3_rope_scaling_from_gguf(r, path, c["rope_theta"].get<double>(), head_dim); !rs.is_null())
-    c["rope_scaling"] = rs;
+  if (json rs = llama3_rope_scaling_from_gguf(r, path, theta, head_dim); !rs.is_null()) c["rope_scaling"] = rs;
   if (const json* b = meta(r, "tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *b;
   if (const json* e = meta(r, "tokenizer.ggml.eos_token_id")) c["eos_token_id"] = *e;
   return c;

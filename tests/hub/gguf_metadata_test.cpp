@@ -1,0 +1,128 @@
+// GGUF files from outside with hostile metadata (issue 37): `--model FILE.gguf` turns the file's
+// metadata into config.json and tokenizer files (hub/gguf_source.h). Every case starts from
+// stories260K exported by our own writer (whose metadata loads, checked first) and changes one key;
+// each must end in DEP_MODEL_LOAD_FAILED naming the key and what is wrong with it, never in a
+// division by zero, an empty-vector dereference or a JSON conversion error (RUNTIME_INTERNAL).
+// A file that is no GGUF file is reported as such, not read as a model folder.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <optional>
+
+#include "core/error.h"
+#include "export/gguf_export.h"
+#include "hub/gguf_source.h"
+#include "hub/model_source.h"
+#include "io/atomic_file.h"
+#include "io/gguf_reader.h"
+#include "io/gguf_writer.h"
+#include "model/loader.h"
+#include "support/expect_error.h"
+#include "support/test_util.h"
+
+namespace bp {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string stories() {
+  return test::shared_dir() + "/models/stories260K";
+}
+
+// stories260K's GGUF metadata (hidden 64, 8 heads, 4 kv heads, head_dim 8 without key_length,
+// vocabulary of 512 SentencePiece tokens), read back from one export for the whole suite.
+const GGUFMetadata& base_metadata() {
+  static const GGUFMetadata meta = [] {
+    test::TempDir dir;
+    const std::string path = dir.path + "/base.gguf";
+    export_gguf(load_model(stories()), stories(), GGUFQuant::F32, path);
+    return GGUFReader(path).metadata();
+  }();
+  return meta;
+}
+
+struct Edit {
+  std::string key;
+  std::optional<GGUFValue> value;  // nullopt removes the key
+};
+
+// A GGUF file with the base metadata after `edits`, token_embd.weight of shape `embd` and `extra` tensors.
+std::string write_variant(const test::TempDir& d, const std::vector<Edit>& edits, Shape embd = Shape{512, 64},
+                          const std::vector<GGUFTensorSpec>& extra = {}) {
+  GGUFWriter w;
+  for (const auto& [k, v] : base_metadata()) {
+    bool removed = false;
+    for (const Edit& e : edits) removed |= e.key == k && !e.value;
+    if (!removed) w.set(k, v);
+  }
+  for (const Edit& e : edits)
+    if (e.value) w.set(e.key, *e.value);
+  w.add_tensor(gguf_tensor_from("token_embd.weight", test::random_tensor(embd, 5), GGMLType::F32));
+  for (const GGUFTensorSpec& t : extra) w.add_tensor(t);
+  static int n = 0;
+  const std::string path = fmt::format("{}/variant{}.gguf", d.path, n++);
+  w.write(path);
+  return path;
+}
+
+// The folder for a variant, or the error it raises.
+std::string folder(const std::string& path, const test::TempDir& d) {
+  return hub::gguf_model_folder(path, d.path + "/derived");
+}
+
+void expect_refused(const std::vector<Edit>& edits, std::initializer_list<std::string> needles,
+                    Shape embd = Shape{512, 64}, const std::vector<GGUFTensorSpec>& extra = {}) {
+  test::TempDir d;
+  const std::string path = write_variant(d, edits, embd, extra);
+  test::expect_error([&] { folder(path, d); }, ErrorCode::DEP_MODEL_LOAD_FAILED, needles);
+}
+
+TEST(GGUFMetadata, TheUnchangedMetadataLoads) {
+  test::TempDir d;
+  const ModelConfig c = load_model_config(folder(write_variant(d, {}), d));
+  EXPECT_EQ(c.hidden_size, 64);
+  EXPECT_EQ(c.num_heads, 8);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_EQ(c.vocab_size, 512);
+  EXPECT_EQ(c.bos_token_id, 1);
+}
+
+// A head count of 0 divided by zero (SIGFPE) before it was checked; every size is checked first.
+TEST(GGUFMetadata, ZeroAndNegativeSizesAreRefusedNamingTheKey) {
+  for (const char* key : {"block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+                          "attention.head_count_kv", "attention.key_length", "context_length"}) {
+    SCOPED_TRACE(key);
+    const std::string full = std::string("llama.") + key;
+    expect_refused({{full, GGUFValue::u32(0)}}, {full, "is 0", "at least 1"});
+    expect_refused({{full, GGUFValue::i32(-3)}}, {full, "is -3"});
+  }
+  expect_refused({{"llama.attention.layer_norm_rms_epsilon", GGUFValue::f32(0)}},
+                 {"llama.attention.layer_norm_rms_epsilon", "greater than 0"});
+  expect_refused({{"llama.rope.freq_base", GGUFValue::f32(-1)}}, {"llama.rope.freq_base", "greater than 0"});
+  expect_refused({{"llama.block_count", std::nullopt}}, {"llama.block_count is missing"});
+}
+
+TEST(GGUFMetadata, SizesThatDoNotFitTogetherAreRefused) {
+  expect_refused({{"llama.attention.head_count_kv", GGUFValue::u32(3)}},
+                 {"llama.attention.head_count (8) is not a multiple of llama.attention.head_count_kv (3)"});
+  expect_refused({{"llama.embedding_length", GGUFValue::u32(60)}},
+                 {"llama.embedding_length (60) is not divisible by llama.attention.head_count (8)"}, Shape{512, 60});
+  expect_refused({{"llama.attention.key_length", GGUFValue::u32(1)}}, {"key_length", "is 1", "even"});
+  expect_refused({{"llama.attention.key_length", GGUFValue::u32(7)}}, {"key_length", "is 7", "even"});
+  // The embedding must be [vocabulary, embedding_length], with at least one row.
+  expect_refused({}, {"token_embd.weight has shape [512, 32]"}, Shape{512, 32});
+  expect_refused({}, {"token_embd.weight has shape [0, 64]"}, Shape{0, 64});
+  expect_refused({}, {"token_embd.weight has shape [32768]"}, Shape{32768});
+}
+
+// An empty rope_freqs.weight with a key length of 1 reached max_element of an empty vector.
+TEST(GGUFMetadata, EmptyRopeFreqsWithATinyKeyLengthIsRefused) {
+  const GGUFTensorSpec empty = gguf_tensor_from("rope_freqs.weight", Tensor::zeros(Shape{0}), GGMLType::F32);
+  expect_refused({{"llama.attention.key_length", GGUFValue::u32(1)}}, {"llama.attention.key_length", "is 1"},
+                 Shape{512, 64}, {empty});
+  expect_refused({}, {"rope_freqs.weight has 0 values for head_dim 8 (needs 4"}, Shape{512, 64}, {empty});
+}
+
+}  // namespace
+}  // namespace bp
