@@ -283,6 +283,27 @@ bool is_gguf_file(const std::string& path) {
   return in && std::string(magic, 4) == "GGUF";
 }
 
+void check_non_gguf_model_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(64, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  std::string name = fs::path(path).filename().string();
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  const size_t first = head.find_first_not_of(" \t\r\n");
+  const bool gguf_name = name.size() >= 5 && name.compare(name.size() - 5, 5, ".gguf") == 0;
+  if (!gguf_name && first != std::string::npos && head[first] == '{') return;  // JSON: a config.json
+  std::string magic;
+  for (size_t i = 0; i < std::min<size_t>(head.size(), 4); ++i)
+    magic += fmt::format("{}{:02x}", i ? " " : "", static_cast<unsigned char>(head[i]));
+  throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
+              fmt::format("[gguf] {}: not a GGUF file (magic {}; a GGUF file begins with 47 47 55 46, \"GGUF\")", path,
+                          head.empty() ? "missing: the file is empty" : magic))
+      .with_suggestion(
+          "Pass a GGUF file, a Hugging Face model folder (config.json, *.safetensors, tokenizer.json) or a hub "
+          "name; a GGUF file that fails this check is damaged or incomplete (download it again).");
+}
+
 std::string gguf_model_folder(const std::string& gguf_path, const std::string& derived_dir) {
   const fs::path abs = fs::absolute(gguf_path).lexically_normal();
   const auto mtime = fs::last_write_time(abs).time_since_epoch().count();

@@ -21,6 +21,12 @@ namespace bp::hub {
 // True for an existing regular file whose first four bytes are "GGUF".
 bool is_gguf_file(const std::string& path);
 
+// For a regular file given as a model that is not a GGUF file: returns when it may be a config.json
+// (the name does not end in .gguf and its first non-blank byte is '{'; estimate-vram reads those);
+// otherwise DEP_MODEL_LOAD_FAILED "not a GGUF file (magic ...)" with the bytes found, instead of
+// treating the file as a folder.
+void check_non_gguf_model_file(const std::string& path);
+
 // The folder standing for `gguf_path` (written on first use). DEP_MODEL_LOAD_FAILED for an
 // architecture or tokenizer model we do not read.
 std::string gguf_model_folder(const std::string& gguf_path, const std::string& derived_dir);

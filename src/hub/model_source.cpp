@@ -43,6 +43,7 @@ ModelSource resolve_model_source(const std::string& reference, const HubOptions&
     s.from_gguf = true;
     return s;
   }
+  if (fs::is_regular_file(reference, ec)) check_non_gguf_model_file(reference);  // a file is no folder
   if (reference.empty() || fs::exists(reference, ec) || !ref) return s;
   s.from_hub = true;
   if (auto cached = find_cached_snapshot(o, *ref)) {

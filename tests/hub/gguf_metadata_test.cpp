@@ -124,5 +124,31 @@ TEST(GGUFMetadata, EmptyRopeFreqsWithATinyKeyLengthIsRefused) {
   expect_refused({}, {"rope_freqs.weight has 0 values for head_dim 8 (needs 4"}, Shape{512, 64}, {empty});
 }
 
+// A .gguf file with another magic number was taken for a folder ("x.gguf/tokenizer.json: cannot
+// open file"); so was any other regular file. A JSON file (estimate-vram's config.json) still passes.
+TEST(GGUFMetadata, AFileThatIsNoGGUFFileIsReportedAsSuch) {
+  test::TempDir d;
+  hub::HubOptions o;
+  o.derived_dir = d.path + "/derived";
+  o.offline = true;
+  const std::string bad = d.path + "/model.gguf", bin = d.path + "/model.bin", empty = d.path + "/empty.gguf";
+  write_file_atomic(bad, "GGML\x03\0\0\0 not a gguf file");
+  write_file_atomic(bin, "PK\x03\x04 a zip file");
+  write_file_atomic(empty, "");
+  test::expect_error([&] { hub::resolve_model_source(bad, o); }, ErrorCode::DEP_MODEL_LOAD_FAILED,
+                     {bad, "not a GGUF file (magic 47 47 4d 4c"});
+  test::expect_error([&] { hub::resolve_model_source(bin, o); }, ErrorCode::DEP_MODEL_LOAD_FAILED,
+                     {bin, "not a GGUF file (magic 50 4b 03 04"});
+  test::expect_error([&] { hub::resolve_model_source(empty, o); }, ErrorCode::DEP_MODEL_LOAD_FAILED,
+                     {"not a GGUF file (magic missing: the file is empty"});
+  const std::string config = stories() + "/config.json";
+  EXPECT_EQ(hub::resolve_model_source(config, o).path, config);
+  // A JSON file named .gguf is still no GGUF file.
+  const std::string json_named_gguf = d.path + "/config.gguf";
+  write_file_atomic(json_named_gguf, "{\"model_type\": \"llama\"}");
+  test::expect_error([&] { hub::resolve_model_source(json_named_gguf, o); }, ErrorCode::DEP_MODEL_LOAD_FAILED,
+                     {"not a GGUF file (magic 7b 22 6d 6f"});
+}
+
 }  // namespace
 }  // namespace bp
