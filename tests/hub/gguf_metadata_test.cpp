@@ -6,6 +6,7 @@
 // A file that is no GGUF file is reported as such, not read as a model folder.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <optional>
 
@@ -122,6 +123,70 @@ TEST(GGUFMetadata, EmptyRopeFreqsWithATinyKeyLengthIsRefused) {
   expect_refused({{"llama.attention.key_length", GGUFValue::u32(1)}}, {"llama.attention.key_length", "is 1"},
                  Shape{512, 64}, {empty});
   expect_refused({}, {"rope_freqs.weight has 0 values for head_dim 8 (needs 4"}, Shape{512, 64}, {empty});
+}
+
+// Metadata of the wrong type ended in a JSON conversion error (RUNTIME_INTERNAL, "this is a bug");
+// every typed read now names the key, the type expected and the GGUF type stored.
+TEST(GGUFMetadata, ValuesOfTheWrongTypeAreRefusedNamingKeyAndTypes) {
+  struct Case {
+    std::string key;
+    GGUFValue value;
+    std::string expected, stored;
+  };
+  const std::vector<Case> cases = {
+      {"llama.block_count", GGUFValue::str("5"), "an integer", "string"},
+      {"llama.embedding_length", GGUFValue::f32(64), "an integer", "float32"},
+      {"llama.attention.head_count", GGUFValue::i32s({8, 8, 8, 8, 8}), "an integer", "array of int32"},
+      {"llama.attention.layer_norm_rms_epsilon", GGUFValue::str("1e-5"), "a number", "string"},
+      {"llama.rope.freq_base", GGUFValue::boolean(true), "a number", "bool"},
+      {"general.architecture", GGUFValue::u32(1), "a string", "uint32"},
+      {"tokenizer.ggml.model", GGUFValue::strings({"llama"}), "a string", "array of string"},
+      {"tokenizer.ggml.tokens", GGUFValue::i32s({1, 2, 3}), "an array of strings", "array of int32"},
+      {"tokenizer.ggml.tokens", GGUFValue::str("<unk>"), "an array of strings", "string"},
+      {"tokenizer.ggml.scores", GGUFValue::strings({"0.5"}), "an array of numbers", "array of string"},
+      {"tokenizer.ggml.token_type", GGUFValue::f32s({1.0f}), "an array of integers", "array of float32"},
+      {"tokenizer.ggml.merges", GGUFValue::i32s({1, 2}), "an array of strings", "array of int32"},
+      {"tokenizer.ggml.bos_token_id", GGUFValue::str("<s>"), "an integer", "string"},
+      {"tokenizer.ggml.eos_token_id", GGUFValue::f64(2.0), "an integer", "float64"},
+      {"tokenizer.ggml.add_bos_token", GGUFValue::u8(1), "a bool", "uint8"},
+      {"tokenizer.chat_template", GGUFValue::i32s({1}), "a string", "array of int32"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.key);
+    expect_refused({{c.key, c.value}},
+                   {"'" + c.key + "' must be " + c.expected + ", but its GGUF type is " + c.stored});
+  }
+}
+
+TEST(GGUFMetadata, BadTokensAndTokenIdsAreRefusedNamingTheKey) {
+  std::vector<std::string> tokens;
+  for (const auto& [k, v] : base_metadata())
+    if (k == "tokenizer.ggml.tokens") tokens = v.value.get<std::vector<std::string>>();
+  ASSERT_EQ(tokens.size(), 512u);
+  std::vector<std::string> broken = tokens;
+  broken[300] = "ab\xff\xfe";  // no UTF-8: the tokenizer.json written from it failed to serialize
+  expect_refused({{"tokenizer.ggml.tokens", GGUFValue::strings(broken)}},
+                 {"'tokenizer.ggml.tokens' element 300 is not valid UTF-8"});
+  broken[300] = "\xed\xa0\x80";  // a UTF-16 surrogate
+  expect_refused({{"tokenizer.ggml.tokens", GGUFValue::strings(broken)}}, {"element 300 is not valid UTF-8"});
+  expect_refused({{"tokenizer.chat_template", GGUFValue::str("{{ bos_token }}\xc3")}},
+                 {"'tokenizer.chat_template' is not valid UTF-8"});
+  expect_refused({{"tokenizer.ggml.tokens", GGUFValue::strings({})}}, {"no tokenizer.ggml.tokens"});
+  for (const char* key :
+       {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id"}) {
+    SCOPED_TRACE(key);
+    expect_refused({{key, GGUFValue::u32(512)}}, {key, "is 512, but the vocabulary has 512 tokens"});
+    expect_refused({{key, GGUFValue::i32(-1)}}, {key, "is -1"});
+    expect_refused({{key, GGUFValue::u64(uint64_t{1} << 63)}}, {key, "past the largest 64-bit signed integer"});
+  }
+  expect_refused({{"tokenizer.ggml.scores", GGUFValue::f32s({0.5f, 1.0f})}},
+                 {"'tokenizer.ggml.scores' has 2 values for 512 tokens"});
+  expect_refused({{"tokenizer.ggml.scores", GGUFValue::array(GGUFValueType::FLOAT64, std::vector<double>(512, 1e300))}},
+                 {"'tokenizer.ggml.scores' element 0 is 1e+300, past a float's range"});
+  expect_refused({{"tokenizer.ggml.token_type", GGUFValue::i32s(std::vector<int32_t>(512, 9))}},
+                 {"'tokenizer.ggml.token_type' element 0 is 9"});
+  expect_refused({{"tokenizer.ggml.scores", GGUFValue::f32s(std::vector<float>(512, NAN))}},
+                 {"'tokenizer.ggml.scores' element 0 is nan; it must be a finite number"});
 }
 
 // A .gguf file with another magic number was taken for a folder ("x.gguf/tokenizer.json: cannot
