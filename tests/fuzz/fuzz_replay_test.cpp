@@ -44,6 +44,10 @@
 #define LLVMFuzzerTestOneInput fuzz_model_config
 #include "fuzz/model_config_fuzz.cpp"  // NOLINT
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_gguf_model
+#include "fuzz/gguf_model_fuzz.cpp"  // NOLINT
+#undef LLVMFuzzerTestOneInput
+#include "fuzz/gguf_model_seeds.h"
 
 namespace bp {
 namespace {
@@ -215,6 +219,15 @@ TEST(FuzzReplay, ModelConfigAndMemoryPlan) {
   std::string huge = cfg;
   huge.replace(huge.find("\"head_dim\": 32"), 14, "\"head_dim\": 4194304");
   replay(fuzz_model_config, {cfg, huge, deep('[', ']', 100000)}, 1500, 7);
+}
+
+TEST(FuzzReplay, GgufModel) {
+  const std::vector<std::string> seeds = test::gguf_model_seeds();
+  for (const std::string& s : seeds) {  // every seed goes all the way to a ModelConfig
+    const GGUFReader r(reinterpret_cast<const uint8_t*>(s.data()), s.size(), "seed.gguf");
+    EXPECT_GE(ModelConfig::from_json(hub::gguf_model_files(r, "seed.gguf").config, "seed").vocab_size, 6);
+  }
+  replay(fuzz_gguf_model, seeds, 1500, 9);
 }
 
 }  // namespace
