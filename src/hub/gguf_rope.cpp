@@ -72,11 +72,14 @@ nlohmann::json llama3_rope_scaling_from_gguf(const GGUFReader& r, const std::str
                                              int64_t head_dim) {
   const GGUFTensorInfo* t = r.find_tensor("rope_freqs.weight");
   if (!t) return nullptr;
-  const std::vector<float> stored = r.dequantize(*t);
-  if (static_cast<int64_t>(stored.size()) != head_dim / 2)
+  // Checked before anything is read: a head_dim of 0 or 1 with an empty tensor once reached
+  // max_element of an empty vector.
+  if (head_dim < 2 || head_dim % 2 != 0 || t->numel() != head_dim / 2)
     throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
-                fmt::format("[gguf] {}: rope_freqs.weight has {} values for head_dim {} (needs {})", path,
-                            stored.size(), head_dim, head_dim / 2));
+                fmt::format("[gguf] {}: rope_freqs.weight has {} values for head_dim {} (needs {}: one per rotary "
+                            "frequency, for an even head_dim of at least 2)",
+                            path, t->numel(), head_dim, std::max<int64_t>(head_dim / 2, 1)));
+  const std::vector<float> stored = r.dequantize(*t);
   const float factor = *std::max_element(stored.begin(), stored.end());
   if (!(factor > 1.0f + 1e-6f)) return nullptr;  // no scaling
   RopeConfig c;

@@ -20,7 +20,8 @@
 namespace bp::hub {
 
 // The rope_scaling object for config.json ({"rope_type": "llama3", ...}), or null when the file has
-// no rope_freqs.weight or every divisor is 1. `theta` and `head_dim` are the file's rope settings.
+// no rope_freqs.weight or every divisor is 1. `theta` and `head_dim` are the file's rope settings;
+// DEP_MODEL_LOAD_FAILED when head_dim is not even and at least 2, or the tensor does not hold head_dim / 2 values.
 nlohmann::json llama3_rope_scaling_from_gguf(const GGUFReader& r, const std::string& path, double theta,
                                              int64_t head_dim);
 

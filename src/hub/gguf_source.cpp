@@ -2,9 +2,12 @@
 #include "hub/gguf_source.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -24,19 +27,19 @@ namespace {
   throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, fmt::format("[gguf] {}: {}", path, what));
 }
 
-const json* meta(const GGUFReader& r, const std::string& key) {
-  const GGUFValue* v = r.find(key);
-  return v ? &v->value : nullptr;
-}
-
-template <typename T>
-T meta_or(const GGUFReader& r, const std::string& key, T fallback) {
-  const json* v = meta(r, key);
-  return v && !v->is_null() ? v->get<T>() : fallback;
-}
+struct Vocab {
+  std::string model, pre;
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  json merges;
+  int32_t bos = -1, eos = -1, unk = -1;
+  bool add_bos = false, add_eos = false, add_space_prefix = true;
+  std::optional<std::string> chat_template;
+};
 
 json config_from_gguf(const GGUFReader& r, const std::string& path) {
-  const std::string arch = meta_or<std::string>(r, "general.architecture", "");
+  const std::string arch = r.get_string("general.architecture").value_or("");
   static const std::map<std::string, std::pair<std::string, std::string>> kArch = {
       {"llama", {"LlamaForCausalLM", "llama"}},
       {"qwen2", {"Qwen2ForCausalLM", "qwen2"}},
@@ -44,29 +47,55 @@ json config_from_gguf(const GGUFReader& r, const std::string& path) {
   auto it = kArch.find(arch);
   if (it == kArch.end())
     fail(path, fmt::format("general.architecture is '{}'; backprop reads llama, qwen2 and qwen3 GGUF files", arch));
-  auto need = [&](const std::string& key) {
-    const json* v = meta(r, arch + "." + key);
-    if (!v || !v->is_number()) fail(path, fmt::format("metadata {}.{} is missing", arch, key));
-    return *v;
+  // Every size is checked before any arithmetic uses it (a head count of 0 once divided by zero).
+  auto size = [&](const std::string& key, std::optional<int64_t> fallback) {
+    const std::optional<int64_t> v = r.get_int(arch + "." + key);
+    if (!v && !fallback) fail(path, fmt::format("metadata {}.{} is missing", arch, key));
+    if (v && *v < 1) fail(path, fmt::format("metadata {}.{} is {}; it must be at least 1", arch, key, *v));
+    return v.value_or(*fallback);
   };
-  const int64_t heads = need("attention.head_count").get<int64_t>();
-  const int64_t hidden = need("embedding_length").get<int64_t>();
-  const int64_t head_dim = meta_or<int64_t>(r, arch + ".attention.key_length", hidden / heads);
-  const auto* tokens = meta(r, "tokenizer.ggml.tokens");
+  auto positive = [&](const std::string& key, std::optional<double> fallback) {
+    const std::optional<double> v = r.get_number(arch + "." + key);
+    if (!v && !fallback) fail(path, fmt::format("metadata {}.{} is missing", arch, key));
+    if (v && !(*v > 0)) fail(path, fmt::format("metadata {}.{} is {}; it must be greater than 0", arch, key, *v));
+    return v.value_or(*fallback);
+  };
+  const int64_t layers = size("block_count", {}), hidden = size("embedding_length", {});
+  const int64_t intermediate = size("feed_forward_length", {}), heads = size("attention.head_count", {});
+  const int64_t kv_heads = size("attention.head_count_kv", heads);
+  if (heads % kv_heads != 0)
+    fail(path, fmt::format("metadata {0}.attention.head_count ({1}) is not a multiple of "
+                           "{0}.attention.head_count_kv ({2})",
+                           arch, heads, kv_heads));
+  if (!r.find(arch + ".attention.key_length") && hidden % heads != 0)
+    fail(path, fmt::format("metadata {0}.embedding_length ({1}) is not divisible by {0}.attention.head_count ({2}) "
+                           "and {0}.attention.key_length is not given",
+                           arch, hidden, heads));
+  const int64_t head_dim = size("attention.key_length", hidden / heads);
+  if (head_dim < 2 || head_dim % 2 != 0)
+    fail(path, fmt::format("the head dimension ({}.attention.key_length, or embedding_length / head_count) is {}; "
+                           "rotary embeddings need an even number of at least 2",
+                           arch, head_dim));
   const GGUFTensorInfo* embd = r.find_tensor("token_embd.weight");
   if (!embd) fail(path, "tensor token_embd.weight is missing");
+  if (embd->shape.size() != 2 || embd->shape[0] < 1 || embd->shape[1] != hidden)
+    fail(path, fmt::format("tensor token_embd.weight has shape [{}]; it must be [vocabulary size, {}.embedding_length "
+                           "= {}]",
+                           fmt::join(embd->shape, ", "), arch, hidden));
+  const int64_t vocab = embd->shape[0];
+  const double theta = positive("rope.freq_base", 10000.0);
   json c = {{"architectures", {it->second.first}},
             {"model_type", it->second.second},
             {"hidden_size", hidden},
-            {"intermediate_size", need("feed_forward_length")},
-            {"num_hidden_layers", need("block_count")},
+            {"intermediate_size", intermediate},
+            {"num_hidden_layers", layers},
             {"num_attention_heads", heads},
-            {"num_key_value_heads", meta_or<int64_t>(r, arch + ".attention.head_count_kv", heads)},
+            {"num_key_value_heads", kv_heads},
             {"head_dim", head_dim},
-            {"vocab_size", embd->shape[0]},
-            {"max_position_embeddings", meta_or<int64_t>(r, arch + ".context_length", 2048)},
-            {"rms_norm_eps", need("attention.layer_norm_rms_epsilon")},
-            {"rope_theta", meta_or<double>(r, arch + ".rope.freq_base", 10000.0)},
+            {"vocab_size", vocab},
+            {"max_position_embeddings", size("context_length", 2048)},
+            {"rms_norm_eps", positive("attention.layer_norm_rms_epsilon", {})},
+            {"rope_theta", theta},
             {"hidden_act", "silu"},
             {"tie_word_embeddings", r.find_tensor("output.weight") == nullptr},
             {"attention_bias", arch == "llama" && r.find_tensor("blk.0.attn_q.bias") != nullptr},
@@ -74,13 +103,8 @@ json config_from_gguf(const GGUFReader& r, const std::string& path) {
                             : embd->type == GGMLType::F32 ? "float32"
                                                           : "float16"},
             {"backprop_gguf_file", fs::absolute(path).lexically_normal().string()}};
-  if (tokens && tokens->is_array() && static_cast<int64_t>(tokens->size()) > embd->shape[0])
-    fail(path, fmt::format("{} tokens for an embedding of {} rows", tokens->size(), embd->shape[0]));
   // Llama-3.1/3.2: rope scaling lives in rope_freqs.weight only (hub/gguf_rope.h).
-  if (json rs = llama3_rope_scaling_from_gguf(r, path, c["rope_theta"].get<double>(), head_dim); !rs.is_null())
-    c["rope_scaling"] = rs;
-  if (const json* b = meta(r, "tokenizer.ggml.bos_token_id")) c["bos_token_id"] = *b;
-  if (const json* e = meta(r, "tokenizer.ggml.eos_token_id")) c["eos_token_id"] = *e;
+  if (json rs = llama3_rope_scaling_from_gguf(r, path, theta, head_dim); !rs.is_null()) c["rope_scaling"] = rs;
   return c;
 }
 
@@ -136,40 +160,54 @@ json special_token_processor(const std::string& bos, int32_t bos_id) {
       {"special_tokens", {{bos, {{"id", bos}, {"ids", {bos_id}}, {"tokens", {bos}}}}}}};
 }
 
-struct Vocab {
-  std::string model, pre;
-  std::vector<std::string> tokens;
-  std::vector<float> scores;
-  std::vector<int32_t> types;
-  json merges;
-  int32_t bos = -1, eos = -1, unk = -1;
-  bool add_bos = false, add_eos = false, add_space_prefix = true;
-};
-
+// Every value is read through the reader's typed getters (io/gguf_reader.h): a key of the wrong type,
+// a token that is not UTF-8 or a special token id outside the vocabulary is refused naming the key.
 Vocab read_vocab(const GGUFReader& r, const std::string& path) {
   Vocab v;
-  v.model = meta_or<std::string>(r, "tokenizer.ggml.model", "");
-  v.pre = meta_or<std::string>(r, "tokenizer.ggml.pre", "default");
-  const json* toks = meta(r, "tokenizer.ggml.tokens");
-  if (!toks || !toks->is_array()) fail(path, "it has no tokenizer.ggml.tokens");
-  v.tokens = toks->get<std::vector<std::string>>();
-  v.scores.assign(v.tokens.size(), 0.0f);
-  v.types.assign(v.tokens.size(), 1);
-  if (const json* s = meta(r, "tokenizer.ggml.scores"); s && s->size() == v.tokens.size())
-    v.scores = s->get<std::vector<float>>();
-  if (const json* t = meta(r, "tokenizer.ggml.token_type"); t && t->size() == v.tokens.size())
-    v.types = t->get<std::vector<int32_t>>();
-  if (const json* m = meta(r, "tokenizer.ggml.merges")) v.merges = *m;
-  v.bos = meta_or<int32_t>(r, "tokenizer.ggml.bos_token_id", -1);
-  v.eos = meta_or<int32_t>(r, "tokenizer.ggml.eos_token_id", -1);
-  v.unk = meta_or<int32_t>(r, "tokenizer.ggml.unknown_token_id", -1);
-  v.add_bos = meta_or<bool>(r, "tokenizer.ggml.add_bos_token", v.model == "llama");
-  v.add_eos = meta_or<bool>(r, "tokenizer.ggml.add_eos_token", false);
-  v.add_space_prefix = meta_or<bool>(r, "tokenizer.ggml.add_space_prefix", true);
+  v.model = r.get_string("tokenizer.ggml.model").value_or("");
+  v.pre = r.get_string("tokenizer.ggml.pre").value_or("default");
   if (v.model != "gpt2" && v.model != "llama")
     fail(path, fmt::format("tokenizer.ggml.model is '{}'; backprop reads 'gpt2' (byte-level BPE) and 'llama' "
                            "(SentencePiece BPE) vocabularies",
                            v.model));
+  v.tokens = r.get_strings("tokenizer.ggml.tokens").value_or(std::vector<std::string>{});
+  if (v.tokens.empty()) fail(path, "it has no tokenizer.ggml.tokens (the vocabulary)");
+  const size_t n = v.tokens.size();
+  auto per_token = [&](const char* key, auto values) {
+    if (values && values->size() != n)
+      fail(path, fmt::format("metadata '{}' has {} values for {} tokens", key, values->size(), n));
+    return values;
+  };
+  v.scores.assign(n, 0.0f);
+  if (const auto s = per_token("tokenizer.ggml.scores", r.get_numbers("tokenizer.ggml.scores")))
+    for (size_t i = 0; i < n; ++i) {
+      if (std::abs((*s)[i]) > std::numeric_limits<float>::max())
+        fail(path, fmt::format("metadata 'tokenizer.ggml.scores' element {} is {}, past a float's range", i, (*s)[i]));
+      v.scores[i] = static_cast<float>((*s)[i]);
+    }
+  v.types.assign(n, 1);
+  if (const auto t = per_token("tokenizer.ggml.token_type", r.get_ints("tokenizer.ggml.token_type")))
+    for (size_t i = 0; i < n; ++i) {
+      if ((*t)[i] < 0 || (*t)[i] > 6)  // llama.cpp's token types: 0 undefined ... 6 byte
+        fail(path,
+             fmt::format("metadata 'tokenizer.ggml.token_type' element {} is {}; token types are 0 to 6", i, (*t)[i]));
+      v.types[i] = static_cast<int32_t>((*t)[i]);
+    }
+  if (auto m = r.get_strings("tokenizer.ggml.merges")) v.merges = std::move(*m);
+  auto token_id = [&](const char* key) {
+    const std::optional<int64_t> id = r.get_int(key);
+    if (id && (*id < 0 || *id >= static_cast<int64_t>(n)))
+      fail(path,
+           fmt::format("metadata '{}' is {}, but the vocabulary has {} tokens (ids 0 to {})", key, *id, n, n - 1));
+    return id ? static_cast<int32_t>(*id) : -1;
+  };
+  v.bos = token_id("tokenizer.ggml.bos_token_id");
+  v.eos = token_id("tokenizer.ggml.eos_token_id");
+  v.unk = token_id("tokenizer.ggml.unknown_token_id");
+  v.add_bos = r.get_bool("tokenizer.ggml.add_bos_token").value_or(v.model == "llama");
+  v.add_eos = r.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
+  v.add_space_prefix = r.get_bool("tokenizer.ggml.add_space_prefix").value_or(true);
+  v.chat_template = r.get_string("tokenizer.chat_template");
   return v;
 }
 
@@ -234,18 +272,31 @@ json tokenizer_json(const Vocab& v) {
   return j;
 }
 
-json tokenizer_config(const GGUFReader& r, const Vocab& v) {
+json tokenizer_config(const Vocab& v) {
   auto name = [&](int32_t id) {
     return id >= 0 && id < static_cast<int32_t>(v.tokens.size()) ? json(v.tokens[static_cast<size_t>(id)])
                                                                  : json(nullptr);
   };
   json c = {{"bos_token", name(v.bos)},   {"eos_token", name(v.eos)},   {"unk_token", name(v.unk)},
             {"add_bos_token", v.add_bos}, {"add_eos_token", v.add_eos}, {"clean_up_tokenization_spaces", false}};
-  if (const json* t = meta(r, "tokenizer.chat_template"); t && t->is_string()) c["chat_template"] = *t;
+  if (v.chat_template) c["chat_template"] = *v.chat_template;
   return c;
 }
 
 }  // namespace
+
+GGUFModelFiles gguf_model_files(const GGUFReader& r, const std::string& path) {
+  GGUFModelFiles f;
+  f.config = config_from_gguf(r, path);
+  const Vocab v = read_vocab(r, path);
+  if (const auto rows = f.config["vocab_size"].get<int64_t>(); static_cast<int64_t>(v.tokens.size()) > rows)
+    fail(path, fmt::format("{} tokens for an embedding of {} rows", v.tokens.size(), rows));
+  if (v.bos >= 0) f.config["bos_token_id"] = v.bos;
+  if (v.eos >= 0) f.config["eos_token_id"] = v.eos;
+  f.tokenizer = tokenizer_json(v);
+  f.tokenizer_config = tokenizer_config(v);
+  return f;
+}
 
 bool is_gguf_file(const std::string& path) {
   std::error_code ec;
@@ -256,6 +307,27 @@ bool is_gguf_file(const std::string& path) {
   return in && std::string(magic, 4) == "GGUF";
 }
 
+void check_non_gguf_model_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(64, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  std::string name = fs::path(path).filename().string();
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  const size_t first = head.find_first_not_of(" \t\r\n");
+  const bool gguf_name = name.size() >= 5 && name.compare(name.size() - 5, 5, ".gguf") == 0;
+  if (!gguf_name && first != std::string::npos && head[first] == '{') return;  // JSON: a config.json
+  std::string magic;
+  for (size_t i = 0; i < std::min<size_t>(head.size(), 4); ++i)
+    magic += fmt::format("{}{:02x}", i ? " " : "", static_cast<unsigned char>(head[i]));
+  throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
+              fmt::format("[gguf] {}: not a GGUF file (magic {}; a GGUF file begins with 47 47 55 46, \"GGUF\")", path,
+                          head.empty() ? "missing: the file is empty" : magic))
+      .with_suggestion(
+          "Pass a GGUF file, a Hugging Face model folder (config.json, *.safetensors, tokenizer.json) or a hub "
+          "name; a GGUF file that fails this check is damaged or incomplete (download it again).");
+}
+
 std::string gguf_model_folder(const std::string& gguf_path, const std::string& derived_dir) {
   const fs::path abs = fs::absolute(gguf_path).lexically_normal();
   const auto mtime = fs::last_write_time(abs).time_since_epoch().count();
@@ -264,13 +336,11 @@ std::string gguf_model_folder(const std::string& gguf_path, const std::string& d
   const fs::path dir = fs::path(derived_dir) / key;
   if (fs::is_regular_file(dir / "config.json") && fs::is_regular_file(dir / "tokenizer_config.json"))
     return dir.string();
-  GGUFReader r(abs.string());
-  const json config = config_from_gguf(r, abs.string());
-  const Vocab v = read_vocab(r, abs.string());
+  const GGUFModelFiles files = gguf_model_files(GGUFReader(abs.string()), abs.string());
   fs::create_directories(dir);
-  write_file_atomic((dir / "tokenizer.json").string(), tokenizer_json(v).dump());
-  write_file_atomic((dir / "config.json").string(), config.dump(2));
-  write_file_atomic((dir / "tokenizer_config.json").string(), tokenizer_config(r, v).dump(2));  // written last
+  write_file_atomic((dir / "tokenizer.json").string(), files.tokenizer.dump());
+  write_file_atomic((dir / "config.json").string(), files.config.dump(2));
+  write_file_atomic((dir / "tokenizer_config.json").string(), files.tokenizer_config.dump(2));  // written last
   return dir.string();
 }
 

@@ -45,6 +45,7 @@ ModelSource resolve_model_source(const std::string& reference, const HubOptions&
     s.from_gguf = true;
     return s;
   }
+  if (fs::is_regular_file(reference, ec)) check_non_gguf_model_file(reference);  // a file is no folder
   if (reference.empty() || fs::exists(reference, ec) || !ref) return s;
   s.from_hub = true;
   check_revision(ref->repo_id, ref->revision);  // before refs/<revision> names a path

@@ -4,6 +4,8 @@
 //   an existing path          -> itself (a Hugging Face folder, or for estimate-vram a config.json)
 //   ollama:NAME[:TAG]         -> as a GGUF file, for the model blob in Ollama's store (ollama_source.h)
 //   a GGUF file               -> a folder of config.json + tokenizer files standing for it (gguf_source.h)
+//   another regular file      -> DEP_MODEL_LOAD_FAILED "not a GGUF file (magic ...)", unless it is JSON
+//                                and not named *.gguf (a config.json, which estimate-vram reads)
 //   org/name[@revision]       -> the snapshot folder in the Hugging Face cache (hf_cache.h), downloaded
 //                                into it first when missing and not offline (hf_download.h)
 //   anything else             -> returned unchanged, so the loader reports what is wrong with it

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -71,6 +72,49 @@ nlohmann::json read_scalar(Cursor& c, GGUFValueType t) {
     case GGUFValueType::ARRAY: break;
   }
   c.fail(fmt::format("value type {}", static_cast<uint32_t>(t)));
+}
+
+bool is_integer(GGUFValueType t) {
+  switch (t) {
+    case GGUFValueType::UINT8:
+    case GGUFValueType::INT8:
+    case GGUFValueType::UINT16:
+    case GGUFValueType::INT16:
+    case GGUFValueType::UINT32:
+    case GGUFValueType::INT32:
+    case GGUFValueType::UINT64:
+    case GGUFValueType::INT64: return true;
+    default: return false;
+  }
+}
+
+// Well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF).
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    uint32_t cp = 0, min = 0;
+    if (c < 0x80)
+      n = 1, cp = c;
+    else if ((c & 0xE0) == 0xC0)
+      n = 2, cp = c & 0x1Fu, min = 0x80;
+    else if ((c & 0xF0) == 0xE0)
+      n = 3, cp = c & 0x0Fu, min = 0x800;
+    else if ((c & 0xF8) == 0xF0)
+      n = 4, cp = c & 0x07u, min = 0x10000;
+    else
+      return false;
+    if (n > s.size() - i) return false;
+    for (size_t k = 1; k < n; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3Fu);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n;
+  }
+  return true;
 }
 
 GGUFValueType value_type(Cursor& c, uint32_t raw) {
@@ -194,6 +238,88 @@ const GGUFValue* GGUFReader::find(const std::string& key) const {
   for (const auto& [k, v] : kv_)
     if (k == key) return &v;
   return nullptr;
+}
+
+void GGUFReader::bad_value(const std::string& what, const std::string& why) const {
+  throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED, fmt::format("[gguf] {}: metadata {} {}", path_, what, why))
+      .with_suggestion(
+          "The file's metadata does not follow llama.cpp's GGUF conventions; convert the model again with "
+          "llama.cpp's convert_hf_to_gguf.py, or pass the Hugging Face folder instead.");
+}
+
+const GGUFValue* GGUFReader::typed(const std::string& key, Kind kind, bool want_array) const {
+  const GGUFValue* v = find(key);
+  if (!v) return nullptr;
+  auto fits = [&](GGUFValueType t) {
+    switch (kind) {
+      case Kind::Integer: return is_integer(t);
+      case Kind::Number: return is_integer(t) || t == GGUFValueType::FLOAT32 || t == GGUFValueType::FLOAT64;
+      case Kind::Bool: return t == GGUFValueType::BOOL;
+      case Kind::String: return t == GGUFValueType::STRING;
+    }
+    return false;
+  };
+  if (want_array ? v->type == GGUFValueType::ARRAY && fits(v->elem_type) : fits(v->type)) return v;
+  static constexpr const char* kScalar[] = {"an integer", "a number", "a bool", "a string"};
+  static constexpr const char* kArray[] = {"an array of integers", "an array of numbers", "an array of bools",
+                                           "an array of strings"};
+  const char* expected = (want_array ? kArray : kScalar)[static_cast<int>(kind)];
+  const std::string stored = v->type == GGUFValueType::ARRAY
+                                 ? fmt::format("array of {}", gguf_value_type_name(v->elem_type))
+                                 : std::string(gguf_value_type_name(v->type));
+  bad_value("'" + key + "'", fmt::format("must be {}, but its GGUF type is {}", expected, stored));
+}
+
+const nlohmann::json& GGUFReader::element(const nlohmann::json& v, Kind kind, const std::string& key,
+                                          int64_t index) const {
+  auto what = [&] { return index < 0 ? fmt::format("'{}'", key) : fmt::format("'{}' element {}", key, index); };
+  if (kind == Kind::Integer && v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX})
+    bad_value(what(), fmt::format("is {}, past the largest 64-bit signed integer", v.get<uint64_t>()));
+  if (kind == Kind::Number && !std::isfinite(v.get<double>()))
+    bad_value(what(), fmt::format("is {}; it must be a finite number", v.get<double>()));
+  if (kind == Kind::String && !valid_utf8(v.get_ref<const std::string&>()))
+    bad_value(what(), "is not valid UTF-8 text");
+  return v;
+}
+
+template <class T>
+std::optional<T> GGUFReader::scalar(const std::string& key, Kind kind) const {
+  const GGUFValue* v = typed(key, kind, false);
+  if (!v) return std::nullopt;
+  return element(v->value, kind, key, -1).get<T>();
+}
+
+template <class T>
+std::optional<std::vector<T>> GGUFReader::array(const std::string& key, Kind kind) const {
+  const GGUFValue* v = typed(key, kind, true);
+  if (!v) return std::nullopt;
+  std::vector<T> out;
+  out.reserve(v->value.size());
+  for (size_t i = 0; i < v->value.size(); ++i)
+    out.push_back(element(v->value[i], kind, key, static_cast<int64_t>(i)).get<T>());
+  return out;
+}
+
+std::optional<int64_t> GGUFReader::get_int(const std::string& key) const {
+  return scalar<int64_t>(key, Kind::Integer);
+}
+std::optional<double> GGUFReader::get_number(const std::string& key) const {
+  return scalar<double>(key, Kind::Number);
+}
+std::optional<bool> GGUFReader::get_bool(const std::string& key) const {
+  return scalar<bool>(key, Kind::Bool);
+}
+std::optional<std::string> GGUFReader::get_string(const std::string& key) const {
+  return scalar<std::string>(key, Kind::String);
+}
+std::optional<std::vector<int64_t>> GGUFReader::get_ints(const std::string& key) const {
+  return array<int64_t>(key, Kind::Integer);
+}
+std::optional<std::vector<double>> GGUFReader::get_numbers(const std::string& key) const {
+  return array<double>(key, Kind::Number);
+}
+std::optional<std::vector<std::string>> GGUFReader::get_strings(const std::string& key) const {
+  return array<std::string>(key, Kind::String);
 }
 
 const GGUFTensorInfo* GGUFReader::find_tensor(const std::string& name) const {

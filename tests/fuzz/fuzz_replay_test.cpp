@@ -50,6 +50,10 @@
 #define LLVMFuzzerTestOneInput fuzz_hub_json
 #include "fuzz/hub_json_fuzz.cpp"  // NOLINT
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_gguf_model
+#include "fuzz/gguf_model_fuzz.cpp"  // NOLINT
+#undef LLVMFuzzerTestOneInput
+#include "fuzz/gguf_model_seeds.h"
 
 namespace bp {
 namespace {
@@ -244,6 +248,15 @@ TEST(FuzzReplay, HubJsonAnswers) {
   const std::string hostile = R"({"sha": "0123456789abcdef0123456789abcdef01234567", "siblings": [{"rfilename": "/a"}],
     "weight_map": {"x": "../../x/evil.safetensors", "y": "a\\b", "z": 3}})";
   replay(fuzz_hub_json, {info, index, hostile, deep('{', '}', 3), deep('[', ']', 100000)}, 1500, 10);
+}
+
+TEST(FuzzReplay, GgufModel) {
+  const std::vector<std::string> seeds = test::gguf_model_seeds();
+  for (const std::string& s : seeds) {  // every seed goes all the way to a ModelConfig
+    const GGUFReader r(reinterpret_cast<const uint8_t*>(s.data()), s.size(), "seed.gguf");
+    EXPECT_GE(ModelConfig::from_json(hub::gguf_model_files(r, "seed.gguf").config, "seed").vocab_size, 6);
+  }
+  replay(fuzz_gguf_model, seeds, 1500, 9);
 }
 
 }  // namespace

@@ -5,7 +5,10 @@
 // near 5000 its logits equal the Hugging Face config path's, and differ clearly without the scaling
 // (so the check can fail). Both the canonical band (low 1, high 4, L 8192) and another one
 // (L 1024, low 1, high 8: two blended frequencies, solved) are covered, and a rope_freqs that is
-// no Llama-3 scaling is refused; Llama-3.1/3.2 shapes give exactly their own parameters.
+// no Llama-3 scaling is refused; Llama-3.1/3.2 shapes give exactly their own parameters; a
+// rope_freqs of the wrong size (or a head_dim without rotary pairs) is refused before it is read.
+#include "hub/gguf_rope.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -20,6 +23,7 @@
 #include "model/loader.h"
 #include "model/transformer.h"
 #include "model/weight_names.h"
+#include "support/expect_error.h"
 #include "support/shaped_config.h"
 #include "support/test_util.h"
 
@@ -145,6 +149,25 @@ TEST(GGUFRope, RealLlama3ShapesGiveTheirOwnParameters) {
     EXPECT_EQ(back.rope.high_freq_factor, 4.0f);
     EXPECT_EQ(back.rope.original_max_position, 8192);
     EXPECT_EQ(rope_inv_freq(back.rope), rope_inv_freq(hf.rope));
+  }
+}
+
+// rope_freqs.weight must hold head_dim / 2 divisors for an even head_dim of at least 2: an empty one
+// with head_dim 0 or 1 once passed the size check (0 == 1 / 2) and dereferenced an empty vector.
+TEST(GGUFRope, RopeFreqsOfTheWrongSizeAreRefusedBeforeReading) {
+  test::TempDir d;
+  for (int64_t n : {0, 3}) {
+    GGUFWriter w;
+    w.add_tensor(gguf_tensor_from("rope_freqs.weight", Tensor::zeros(Shape{n}), GGMLType::F32));
+    const std::string path = d.path + fmt::format("/rope{}.gguf", n);
+    w.write(path);
+    const GGUFReader r(path);
+    for (int64_t head_dim : {0, 1, 3, 8}) {
+      SCOPED_TRACE(fmt::format("{} values, head_dim {}", n, head_dim));
+      test::expect_error(
+          [&] { hub::llama3_rope_scaling_from_gguf(r, path, 10000.0, head_dim); }, ErrorCode::DEP_MODEL_LOAD_FAILED,
+          {"rope_freqs.weight has " + std::to_string(n) + " values for head_dim " + std::to_string(head_dim)});
+    }
   }
 }
 
