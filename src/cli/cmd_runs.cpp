@@ -7,6 +7,7 @@
 //   backprop replay RUN --set k=v    a new run with RUN's settings and data, with the overrides
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include <filesystem>
 #include <iostream>
@@ -41,7 +42,10 @@ std::string opt_loss(const std::optional<double>& v) {
 }
 
 int run_runs() {
-  auto runs = list_runs(runs_dir());
+  std::vector<SkippedRun> skipped;
+  auto runs = list_runs(runs_dir(), &skipped);
+  for (const auto& s : skipped)  // on stderr, so the listing (and --json) stays what it was
+    spdlog::warn("[runs] skipped run folder {}: [{}] {}", s.path, error_info(s.code).name, s.message);
   if (cli::global_options().json) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& r : runs) j.push_back(r.to_json());

@@ -1,6 +1,7 @@
 // `backprop train`: fine-tune with LoRA or all weights (train/trainer.h does the work).
 // Every flag is a setting (settings table), so TOML and BACKPROPAGATE_* variables work too.
-// Prints a progress bar on stderr, a final summary on stdout (or JSON with --json).
+// Prints a progress bar on stderr, a final summary on stdout (or JSON with --json). Exit 3 (partial
+// success) when the run finished but some of its records could not be written (records_lost).
 #include <cstdio>
 #include <iostream>
 
@@ -32,7 +33,9 @@ int run_train() {
   } else {
     std::cout << cli::format_train_summary(sum, o);
   }
-  return 0;
+  // Trained and saved, but some of its records (metrics.jsonl, log files) could not be written:
+  // partial success (summary.json's records_lost says how many and where).
+  return sum.records_lost > 0 ? 3 : 0;
 }
 
 }  // namespace
@@ -67,6 +70,10 @@ TrainOptions train_options_with_preset(bool json) {
 namespace {
 bp::cli::RunFn setup_train(CLI::App& sub) {
   bp::cli::bind_train_settings(sub);
+  sub.footer(
+      "Exit codes: 0 trained and every record written; 3 trained and saved, but records of the run could not be "
+      "written (a full disk: summary.json's records_lost counts them, and names the files); 1 user error; 2 runtime "
+      "error; 130 interrupted.");
   return run_train;
 }
 }  // namespace

@@ -1,5 +1,6 @@
 #include "cli/progress.h"
 
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -83,6 +84,9 @@ std::string format_train_summary(const TrainSummary& s, const TrainOptions& o) {
                      s.micro_batch_size, s.grad_accum, s.gradient_checkpointing ? "on" : "off");
   out += fmt::format("  OOM recoveries    {}\n", s.oom_recoveries);
   out += fmt::format("  skipped steps     {}\n", s.skipped_steps);
+  if (s.records_lost > 0)  // a full disk: the run is saved, its records are not all written (exit 3)
+    out += fmt::format("  records lost      {} (not written to {})\n", s.records_lost,
+                       fmt::format("{}", fmt::join(s.records_lost_files, ", ")));
   out += fmt::format("  outputs           {}\n", s.output_dir);
   out += fmt::format("  final {}     {}\n", o.mode == TrainMode::Lora ? "adapter" : "model  ", s.final_artifact);
   out += "\nNext:\n";

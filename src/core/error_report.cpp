@@ -57,7 +57,9 @@ std::string error_catalog_markdown() {
       "`[ERROR] [CODE] message`, then `Run id: ...` when a run exists, then `Suggestion: ...`;\n"
       "with `--json` it prints `{code, message, retryable, suggestion, details, run_id}`.\n\n"
       "Exit codes: 0 ok, 1 user error (config and input codes), 2 runtime error (dependency,\n"
-      "runtime and state codes), 3 partial success, 130 interrupted (`RUNTIME_TRAINING_ABORTED`).\n\n"
+      "runtime and state codes), 3 partial success (`train`: the run is saved, but some of its records\n"
+      "could not be written, e.g. on a full disk; summary.json's `records_lost` counts them), 130\n"
+      "interrupted (`RUNTIME_TRAINING_ABORTED`).\n\n"
       "| Code | Category | Retryable | Exit code |\n|---|---|---|---|\n";
   for (const auto& e : error_catalog())
     s += fmt::format(

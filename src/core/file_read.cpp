@@ -1,4 +1,4 @@
-// Safe reading of user files (contract in core/file_read.h).
+// Safe reading of user files (contracts in core/file_read.h and core/file_lines.h).
 #include "core/file_read.h"
 
 #include <fcntl.h>
@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
+
+#include "core/file_lines.h"
 
 namespace bp {
 
@@ -27,6 +30,19 @@ const char* file_type_name(mode_t mode) {
   throw Error(ErrorCode::INPUT_FILE_NOT_REGULAR,
               fmt::format("[{}] {} is {}, not a regular file", component, path, file_type_name(mode)),
               {{"path", path}, {"file_type", file_type_name(mode)}});
+}
+
+// read(2) of up to `size` bytes, retried on EINTR; 0 at the end of the file. A read error throws
+// reader.open_error naming the file.
+size_t read_some(const OpenFile& file, char* data, size_t size, const std::string& path, const FileReader& reader) {
+  for (;;) {
+    const ssize_t n = ::read(file.fd(), data, size);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno != EINTR)
+      throw Error(reader.open_error,
+                  fmt::format("[{}] cannot read {}: {}", reader.component, path, std::strerror(errno)),
+                  {{"path", path}});
+  }
 }
 
 }  // namespace
@@ -109,18 +125,53 @@ std::string read_file_capped(const std::string& path, FileKind kind, const FileR
       if (have > cap) break;
       out.resize(std::max<size_t>(out.size() + 4096, std::min<uint64_t>(out.size() * 2, cap + 1)));
     }
-    const ssize_t n = ::read(file.fd(), out.data() + have, out.size() - have);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0)
-      throw Error(reader.open_error,
-                  fmt::format("[{}] cannot read {}: {}", reader.component, path, std::strerror(errno)),
-                  {{"path", path}});
+    const size_t n = read_some(file, out.data() + have, out.size() - have, path, reader);
     if (n == 0) break;
-    have += static_cast<size_t>(n);
+    have += n;
   }
   out.resize(have);
   check_file_size(path, have, kind, reader.component);
   return out;
+}
+
+// core/file_lines.h
+size_t for_each_line_capped(const std::string& path, FileKind kind, const FileReader& reader,
+                            const std::function<void(std::string_view)>& line, size_t max_line_bytes) {
+  const OpenFile file = open_regular_file(path, reader);
+  check_file_size(path, file.size(), kind, reader.component);
+  uint64_t total = 0;
+  size_t skipped = 0;
+  bool too_long = false;  // inside a line already past max_line_bytes: drop until its '\n'
+  std::string pending;
+  std::vector<char> buf(size_t{1} << 16);
+  for (;;) {
+    const size_t n = read_some(file, buf.data(), buf.size(), path, reader);
+    if (n == 0) break;
+    total += n;
+    check_file_size(path, total, kind, reader.component);  // a file that grows while we read stays capped
+    std::string_view chunk(buf.data(), n);
+    for (size_t nl; (nl = chunk.find('\n')) != std::string_view::npos; chunk.remove_prefix(nl + 1)) {
+      if (!too_long && pending.size() + nl <= max_line_bytes) {
+        pending.append(chunk.substr(0, nl));
+        line(pending);
+      } else {
+        ++skipped;
+      }
+      pending.clear();
+      too_long = false;
+    }
+    if (too_long || pending.size() + chunk.size() > max_line_bytes) {
+      too_long = true;
+      pending.clear();
+    } else {
+      pending.append(chunk);
+    }
+  }
+  if (too_long)
+    ++skipped;
+  else if (!pending.empty())
+    line(pending);
+  return skipped;
 }
 
 int json_nesting_depth(std::string_view s) {

@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "core/file_read.h"
+#include "core/record_file.h"
 #include "core/redact.h"
 #include "core/settings.h"
 #include "core/uuid.h"
@@ -90,7 +91,8 @@ class ConsoleSink final : public RedactingSink {
 // Opens --log-file for appending without ever blocking: O_NONBLOCK makes a FIFO with no reader
 // fail at once (ENXIO) instead of hanging in open(). A directory, FIFO or socket is refused with
 // INPUT_FILE_NOT_REGULAR; regular files and character devices (/dev/null, a terminal) are kept.
-FILE* open_log_file(const std::string& path) {
+// Returns the descriptor, or -1 with errno set.
+int open_log_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0644);
   const int open_errno = errno;
   struct stat st {};
@@ -101,44 +103,60 @@ FILE* open_log_file(const std::string& path) {
   }
   if (fd < 0) {
     errno = open_errno;
-    return nullptr;
+    return -1;
   }
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-  FILE* f = ::fdopen(fd, "a");
-  if (!f) ::close(fd);
-  return f;
+  return fd;
 }
 
+// Each record goes out with one write() (a crash must not lose the lines before it) through a
+// RecordFile (core/record_file.h): a failed write is said once on stderr (this sink cannot log
+// through the logger it belongs to), and then in the file itself once there is room again; the
+// record waits and is retried with the next one, and a loss is counted (records_lost()).
 class JsonlFileSink final : public RedactingSink {
  public:
   explicit JsonlFileSink(const std::string& path) : path_(path) {
-    f_ = open_log_file(path);
-    if (!f_)
+    const int fd = open_log_file(path);
+    if (fd < 0)
       throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                   fmt::format("[log] cannot open log file {}: {}", path, std::strerror(errno)), {{"path", path}});
-  }
-  ~JsonlFileSink() override {
-    if (f_) std::fclose(f_);
+    file_.attach(fd, path, "log file");
+    file_.set_on_failure([this](const std::string& m) {
+      std::fprintf(stderr, "[warning] %s\n", m.c_str());
+      failure_ = m;
+    });
   }
   // A whole record built by the caller (record_error_in_files), under the sink's lock.
   void write_line(const std::string& line) {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::fwrite(line.data(), 1, line.size(), f_);
-    std::fflush(f_);
+    put(line);
   }
+  // Records lost so far, counting those still waiting for room.
+  uint64_t records_lost() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    file_.flush_pending();
+    return file_.records_lost() + file_.records_waiting();
+  }
+  const std::string& path() const { return path_; }
 
  protected:
-  void write(const spdlog::details::log_msg& msg, const std::string& text) override {
-    std::string line = json_record(msg, text);
-    std::fwrite(line.data(), 1, line.size(), f_);
-    std::fflush(f_);  // a crash must not lose the lines before it
-  }
-  void flush_() override { std::fflush(f_); }
+  void write(const spdlog::details::log_msg& msg, const std::string& text) override { put(json_record(msg, text)); }
+  void flush_() override { file_.flush_pending(); }
 
  private:
+  void put(const std::string& line) {
+    file_.write(line);
+    if (failure_.empty()) return;
+    // The warning joins the file's own records (written once the disk has room again).
+    const nlohmann::json j = {
+        {"ts", iso_time(spdlog::log_clock::now())}, {"level", "warning"}, {"run_id", run_id()}, {"msg", failure_}};
+    failure_.clear();
+    file_.write(json_line(j));
+  }
   std::string path_;
-  FILE* f_ = nullptr;
+  RecordFile file_;
+  std::string failure_;  // set by the first failed write, recorded right after it
 };
 
 spdlog::level::level_enum parse_level(const std::string& level) {
@@ -195,6 +213,13 @@ void add_file(const std::string& path) {
 
 void flush() {
   spdlog::default_logger()->flush();
+}
+
+std::vector<std::pair<std::string, uint64_t>> records_lost() {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (const spdlog::sink_ptr& sink : spdlog::default_logger()->sinks())
+    if (auto* file = dynamic_cast<JsonlFileSink*>(sink.get())) out.emplace_back(file->path(), file->records_lost());
+  return out;
 }
 
 void record_error_in_files(const nlohmann::json& fields) {

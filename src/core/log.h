@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace bp {
 class Settings;
@@ -37,6 +39,10 @@ void init_from_settings(const Settings& settings);
 // Adds another JSON-lines file sink (a run folder's log). Same errors as init.
 void add_file(const std::string& path);
 void flush();
+// Per JSON-lines file sink: its path and the records that could not be written to it (a full
+// disk; see core/record_file.h), counting those still waiting for room. The trainer puts them in
+// summary.json.
+std::vector<std::pair<std::string, uint64_t>> records_lost();
 // The error a command ends with, as one record in the JSON-lines files only (the console shows the
 // error its own way, cli/main.cpp): the usual ts/level/run_id/msg with level "error" and msg
 // "[CODE] message", plus `fields` (render_error_json: code, message, suggestion, retryable,

@@ -210,7 +210,10 @@ std::string setting_allowed_text(const SettingSpec& spec) {
       switch (spec.rule) {
         case StringRule::Any: return "any text";
         case StringRule::AutoOrPositiveInt: return "auto or an integer >= 1";
-        case StringRule::AutoOrBytes: return "auto, none or a size such as 512M, 8G, 1073741824";
+        case StringRule::AutoOrBytes:
+          if (spec.min > 0)
+            return fmt::format("auto, none or a size of at least {} byte(s), such as 512M, 8G", spec.min);
+          return "auto, none or a size such as 512M, 8G, 1073741824";
         case StringRule::Device: return "auto, cpu, cuda or cuda:N";
         case StringRule::UserPass: return "empty or user:password";
         case StringRule::Bytes: return "a size such as 512K, 64M, 1G, 1073741824";
@@ -337,7 +340,11 @@ void parse_into(const SettingSpec& spec, std::string_view text, SettingSource so
           ok = text == "auto" || (v && *v >= 1);
           break;
         }
-        case StringRule::AutoOrBytes: ok = text == "auto" || text == "none" || try_parse_bytes(text).has_value(); break;
+        case StringRule::AutoOrBytes: {  // a row's min (e.g. 1 for a memory budget) refuses smaller sizes
+          auto v = try_parse_bytes(text);
+          ok = text == "auto" || text == "none" || (v && static_cast<double>(*v) >= spec.min);
+          break;
+        }
         case StringRule::Bytes: ok = try_parse_bytes(text).has_value(); break;
         case StringRule::Device: {
           ok = text == "auto" || text == "cpu" || text == "cuda";

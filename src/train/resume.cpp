@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/file_lines.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 
@@ -154,15 +155,20 @@ void truncate_metrics_after_step(const std::string& path, int64_t step) {
 }
 
 std::optional<double> step_zero_eval_loss(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  for (std::string line; std::getline(in, line);) {
-    if (line.find("\"eval\"") == std::string::npos) continue;  // most lines are steps: skip the parse
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.value("type", std::string()) == "eval" && j.contains("step") && j["step"] == 0 &&
-        j.contains("eval_loss") && j["eval_loss"].is_number())
-      return j["eval_loss"].get<double>();
+  std::optional<double> found;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return found;  // a link to /dev/zero is not read (core/file_read.h)
+  try {
+    for_each_line_capped(path, FileKind::Dataset, {"train"}, [&](std::string_view line) {
+      if (found || line.find("\"eval\"") == std::string_view::npos) return;  // most lines are steps: no parse
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("type", std::string()) == "eval" && j.contains("step") && j["step"] == 0 &&
+          j.contains("eval_loss") && j["eval_loss"].is_number())
+        found = j["eval_loss"].get<double>();
+    });
+  } catch (const Error&) {  // unreadable or over the cap: the summary goes without it
   }
-  return std::nullopt;
+  return found;
 }
 
 std::string resume_path(const std::string& resume, const std::string& output_root) {

@@ -10,10 +10,9 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 
 #include "core/error.h"
-#include "core/file_read.h"
+#include "core/file_lines.h"
 #include "core/settings.h"
 #include "io/atomic_file.h"
 
@@ -23,11 +22,19 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Run files are read like every other input (core/file_read.h): regular files only (a status.json
+// linked to /dev/zero is refused, not read forever) under the caps of limits.max_config_bytes
+// (status, summary, settings) and limits.max_dataset_bytes (metrics.jsonl, read line by line).
+// Those refusals throw (INPUT_FILE_NOT_REGULAR, INPUT_FILE_TOO_LARGE, or INPUT_VALIDATION_FAILED when
+// the file cannot be opened): the run folder is bad, and `runs` skips it while `show-run` fails.
+const FileReader kRunFiles{"runs", ErrorCode::INPUT_VALIDATION_FAILED};
+
 std::optional<nlohmann::json> read_json_file(const fs::path& p) {
-  std::ifstream f(p);
-  if (!f) return std::nullopt;
+  std::error_code ec;
+  if (!fs::exists(p, ec)) return std::nullopt;  // not written yet (or a link to nothing)
+  const std::string text = read_file_capped(p.string(), FileKind::Config, kRunFiles);
   try {
-    const nlohmann::json j = parse_json_bounded(std::string(std::istreambuf_iterator<char>(f), {}), p.string(), "runs");
+    const nlohmann::json j = parse_json_bounded(text, p.string(), "runs");
     if (j.is_discarded()) return std::nullopt;  // half-written by a crash: treated as absent
     return j;
   } catch (const Error&) {  // nested too deep: not a file backprop wrote
@@ -94,19 +101,20 @@ RunRecord read_run(const fs::path& dir) {
     if (r.status == "running" && !pid_alive(int_field(*status, "pid", 0))) r.status = "killed";
   }
   // Steps, losses and speed from the metrics (they exist for unfinished runs too).
-  std::ifstream m(dir / "metrics.jsonl");
-  for (std::string line; std::getline(m, line);) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object()) continue;
-    const std::string type = string_field(j, "type");
-    if (type == "step") {
-      r.steps = std::max(r.steps, int_field(j, "step", 0));
-      if (auto loss = number_field(j, "loss")) r.final_loss = loss;
-    } else if (type == "eval") {
-      if (auto v = number_field(j, "eval_loss"); v && (!r.best_eval_loss || *v < *r.best_eval_loss))
-        r.best_eval_loss = v;
-    }
-  }
+  std::error_code ec;
+  if (const fs::path metrics = dir / "metrics.jsonl"; fs::exists(metrics, ec))
+    for_each_line_capped(metrics.string(), FileKind::Dataset, kRunFiles, [&](std::string_view line) {
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_object()) return;
+      const std::string type = string_field(j, "type");
+      if (type == "step") {
+        r.steps = std::max(r.steps, int_field(j, "step", 0));
+        if (auto loss = number_field(j, "loss")) r.final_loss = loss;
+      } else if (type == "eval") {
+        if (auto v = number_field(j, "eval_loss"); v && (!r.best_eval_loss || *v < *r.best_eval_loss))
+          r.best_eval_loss = v;
+      }
+    });
   if (summary) {
     r.steps = int_field(*summary, "steps", r.steps);
     if (auto v = number_field(*summary, "best_eval_loss")) r.best_eval_loss = v;
@@ -115,7 +123,6 @@ RunRecord read_run(const fs::path& dir) {
   }
   if (const auto it = r.settings.find("training"); it != r.settings.end() && it->is_object())
     r.total_steps = int_field(*it, "steps", 0);
-  std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir / "checkpoints", ec))
     if (e.is_directory() && e.path().filename().string().rfind("checkpoint-", 0) == 0 &&
         e.path().extension() != ".partial")
@@ -152,7 +159,11 @@ void write_run_status_running(const std::string& run_dir) {
 void write_run_status_end(const std::string& run_dir, const std::string& status, const std::string& code,
                           const std::string& message) {
   const fs::path p = fs::path(run_dir) / "status.json";
-  nlohmann::json j = read_json_object(p).value_or(nlohmann::json::object());
+  nlohmann::json j = nlohmann::json::object();
+  try {
+    j = read_json_object(p).value_or(j);
+  } catch (const Error&) {  // not a file we can read back (a link to a device): replaced by this one
+  }
   j["status"] = status;
   j["ended"] = now_iso();
   if (!code.empty()) j["code"] = code;
@@ -160,11 +171,17 @@ void write_run_status_end(const std::string& run_dir, const std::string& status,
   write_file_atomic(p.string(), j.dump(2));
 }
 
-std::vector<RunRecord> list_runs(const std::string& runs_dir) {
+std::vector<RunRecord> list_runs(const std::string& runs_dir, std::vector<SkippedRun>* skipped) {
   std::vector<RunRecord> runs;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(runs_dir, ec))
-    if (e.is_directory() && fs::exists(e.path() / "settings.json")) runs.push_back(read_run(e.path()));
+  for (const auto& e : fs::directory_iterator(runs_dir, ec)) {
+    if (!e.is_directory() || !fs::exists(e.path() / "settings.json")) continue;
+    try {
+      runs.push_back(read_run(e.path()));
+    } catch (const Error& err) {  // one bad run folder does not hide the others
+      if (skipped) skipped->push_back({e.path().string(), err.code(), err.what()});
+    }
+  }
   std::sort(runs.begin(), runs.end(), [](const RunRecord& a, const RunRecord& b) {
     return a.started != b.started ? a.started > b.started : a.id > b.id;
   });

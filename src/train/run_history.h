@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+
 namespace bp {
 
 struct RunRecord {
@@ -32,13 +34,21 @@ void write_run_status_running(const std::string& run_dir);
 void write_run_status_end(const std::string& run_dir, const std::string& status, const std::string& code = "",
                           const std::string& message = "");
 
+// A run folder whose files cannot be read as run files: one is not a regular file (a link to
+// /dev/zero), is larger than its cap (limits.max_*_bytes) or cannot be opened.
+struct SkippedRun {
+  std::string path;
+  ErrorCode code;
+  std::string message;
+};
+
 // Every run folder (one holding settings.json) directly under `runs_dir`, newest first.
-// A missing folder gives an empty list.
-std::vector<RunRecord> list_runs(const std::string& runs_dir);
+// A missing folder gives an empty list; bad run folders are left out and listed in `skipped`.
+std::vector<RunRecord> list_runs(const std::string& runs_dir, std::vector<SkippedRun>* skipped = nullptr);
 
 // `ref` is a run folder path, or a run id (or unique prefix of one) under `runs_dir`.
 // INPUT_RESUME_NOT_FOUND naming both when nothing matches; INPUT_VALIDATION_FAILED when a prefix
-// is ambiguous.
+// is ambiguous; a bad run folder (see SkippedRun) throws that file's error.
 RunRecord find_run(const std::string& runs_dir, const std::string& ref);
 
 // Settings as dotted key -> value text, for replay and diffs ("lora.r" -> "16").

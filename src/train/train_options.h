@@ -77,10 +77,12 @@ struct TrainOptions {
   int64_t fault_oom_step = -1;
   int64_t fault_oom_repeat = 1;  // how many consecutive attempts of that step fail
   std::vector<int64_t> fault_nan_steps;
-  int64_t fault_eval_throw_at = -1;       // throw inside the eval after this step (tests)
-  int64_t fault_crash_after_step = 0;     // SIGKILL self after this step (and its checkpoint); 0 = off
-  std::string fault_crash_at;             // io_faults().crash_at for checkpoint writes
-  int64_t fault_enospc_after_bytes = -1;  // io_faults().enospc_after_bytes
+  int64_t fault_eval_throw_at = -1;               // throw inside the eval after this step (tests)
+  int64_t fault_crash_after_step = 0;             // SIGKILL self after this step (and its checkpoint); 0 = off
+  std::string fault_crash_at;                     // io_faults().crash_at for checkpoint writes
+  int64_t fault_enospc_after_bytes = -1;          // io_faults().enospc_after_bytes
+  int64_t fault_records_enospc_after_bytes = -1;  // record_write_faults() (core/record_file.h)
+  int64_t fault_records_failing_writes = 0;
   int64_t stop_after_step_for_tests = 0;  // behave as if SIGINT arrived during this step
 
   // Every row's fill (core/settings_registry.inc), then the checks that span settings (batch size

@@ -14,6 +14,7 @@
 #include "core/device_info.h"
 #include "core/interrupt.h"
 #include "core/log.h"
+#include "core/record_file.h"
 #include "core/threads.h"
 #include "export/gguf_lora.h"
 #include "io/atomic_file.h"
@@ -61,7 +62,9 @@ nlohmann::json TrainSummary::to_json() const {
           {"skipped_steps", skipped_steps},
           {"micro_batch_size", micro_batch_size},
           {"grad_accum", grad_accum},
-          {"gradient_checkpointing", gradient_checkpointing}};
+          {"gradient_checkpointing", gradient_checkpointing},
+          {"records_lost", records_lost},  // records of the run files that could not be written (a full disk)
+          {"records_lost_files", records_lost_files}};
 }
 
 Trainer::Trainer(TrainOptions options, TrainCallbacks callbacks) : s_(std::make_unique<State>()) {
@@ -567,6 +570,8 @@ void Trainer::State::inject_fault(FaultPoint where) {
     case FaultPoint::Start:  // crash points and a disk budget for the checkpoint writers
       if (!o.fault_crash_at.empty()) io_faults().crash_at = o.fault_crash_at;
       if (o.fault_enospc_after_bytes >= 0) io_faults().enospc_after_bytes = o.fault_enospc_after_bytes;
+      if (o.fault_records_enospc_after_bytes >= 0)  // and one for the run's records (core/record_file.h)
+        record_write_faults() = {o.fault_records_enospc_after_bytes, o.fault_records_failing_writes, ENOSPC};
       break;
     case FaultPoint::MicroBatch:  // OOM: the micro-batch's first allocation fails
       if (step == o.fault_oom_step && fault_oom_left > 0) {

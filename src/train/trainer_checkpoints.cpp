@@ -1,6 +1,12 @@
 // The run folder's side of the Trainer (trainer_state.h): opening the run (resume target, run id,
 // status.json, settings.json), resuming from a checkpoint, writing checkpoints, and finishing
 // (final eval and checkpoint, adapter/ or model/, summary.json). trainer.cpp has the step.
+#include <fcntl.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "core/log.h"
@@ -55,12 +61,20 @@ void Trainer::State::start_run_files() {
     truncate_metrics_after_step((fs::path(o.output_dir) / "metrics.jsonl").string(),
                                 resume_from->trainer_state.at("step").get<int64_t>());
   if (!o.eval_only) write_run_status_running(o.output_dir);
-  metrics.open((fs::path(o.output_dir) / "metrics.jsonl").string(), std::ios::app);
+  const std::string metrics_path = (fs::path(o.output_dir) / "metrics.jsonl").string();
+  const int fd = ::open(metrics_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[train] cannot open {} for the run's records: {}", metrics_path, std::strerror(errno)),
+                {{"path", metrics_path}});
+  metrics.attach(fd, metrics_path, "metrics file");
+  // Said once (stderr and the log files); the records wait in memory and are written when they can.
+  metrics.set_on_failure([this](const std::string& m) {
+    spdlog::warn("{}", m);
+    if (cb.on_event) cb.on_event("warn", m);
+  });
   run_files_started = true;
-  for (auto& r : pending_records) {
-    metrics << r.dump() << "\n";
-  }
-  metrics.flush();
+  for (auto& r : pending_records) metrics.write(r.dump() + "\n");
   pending_records.clear();
   write_run_settings();
   for (const auto& m : checkpoints->recover_interrupted_writes()) event("info", m);
@@ -200,8 +214,25 @@ void Trainer::State::finish() {
   summary.gradient_checkpointing = model->options().gradient_checkpointing;
   summary.peak_memory_bytes = alloc->stats().bytes_peak;
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  count_lost_records();
   write_file_atomic((fs::path(opt.output_dir) / "summary.json").string(), summary.to_json().dump(2));
   alloc->set_limit(kNoLimit);
+}
+
+// Records that did not reach their files by now: lost ones, and those still waiting for room (the
+// run ends soon after this). Said once more, with the count, on stderr.
+void Trainer::State::count_lost_records() {
+  metrics.flush_pending();
+  std::vector<std::pair<std::string, uint64_t>> lost = log::records_lost();
+  lost.emplace_back(metrics.path(), metrics.records_lost() + metrics.records_waiting());
+  for (const auto& [path, n] : lost) {
+    if (n == 0) continue;
+    summary.records_lost += n;
+    summary.records_lost_files.push_back(path);
+  }
+  if (summary.records_lost > 0)
+    spdlog::warn("[records] {} record(s) of this run could not be written to {}: the run's records are incomplete",
+                 summary.records_lost, fmt::format("{}", fmt::join(summary.records_lost_files, ", ")));
 }
 
 // The adapter and the weights as host tensors for the writers (io/ reads host memory only): the

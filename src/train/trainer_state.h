@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/record_file.h"
 #include "model/lora.h"
 #include "text/data_cursor.h"
 #include "text/tokenizer.h"
@@ -45,7 +46,7 @@ struct Trainer::State {
   int64_t total_steps = 0;
   int64_t step = 0;  // optimizer steps done
   std::string best_checkpoint;
-  std::ofstream metrics;
+  RecordFile metrics;  // metrics.jsonl: a failed write warns once, is retried, and a loss is counted
   int consecutive_nonfinite = 0;
   int64_t fault_oom_left = 0;
   Device device;               // where the model trains (--device)
@@ -87,6 +88,7 @@ struct Trainer::State {
   std::optional<double> evaluate();
   std::string save_checkpoint(std::optional<double> eval_loss);
   void finish();
+  void count_lost_records();  // into the summary: metrics.jsonl's and the log files' (finish)
   void save_final_artifact();
   // Fault injection for tests (the fault_* options), at these points of the loop only.
   enum class FaultPoint { Start, MicroBatch, Backward, Eval, Checkpointed };
@@ -107,8 +109,7 @@ struct Trainer::State {
     // Wall-clock seconds since the epoch: rates (tokens/s in `backprop ui`) come from the gaps.
     j["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     if (metrics.is_open()) {
-      metrics << j.dump() << "\n";
-      metrics.flush();
+      metrics.write(j.dump() + "\n");
     } else if (!run_files_started) {
       pending_records.push_back(std::move(j));
     }

@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "core/file_read.h"
+#include "core/file_lines.h"
 #include "ui/auth.h"
 #include "ui/process.h"
 
@@ -37,12 +37,13 @@ std::string read_text(const fs::path& p, size_t max_bytes = 64 << 20) {
   return s;
 }
 
-// The file's JSON, or null when it is missing or not JSON (a discarded value must never be sent).
+// A run file's JSON, or null when it is missing or not JSON (a discarded value must never be sent).
+// Read like every input (core/file_read.h): a link to /dev/zero or a file over the cap is null too.
 json read_json(const fs::path& p) {
   try {
-    json j = parse_json_bounded(read_text(p), p.string(), "ui");
+    json j = read_json_file_capped(p.string(), FileKind::Config, {"ui"});
     return j.is_discarded() ? json() : j;
-  } catch (const Error&) {  // nested too deep: not a file backprop wrote
+  } catch (const Error&) {  // missing, not a regular file, too large, nested too deep
     return json();
   }
 }
@@ -202,14 +203,16 @@ json RunStore::run_entry(const fs::path& dir) {
             {"steps_total", get_path(settings, {"training", "steps"})}};
   int64_t steps = 0;
   json best_eval;
-  std::istringstream lines(read_text(dir / "metrics.jsonl"));
-  for (std::string line; std::getline(lines, line);) {
-    json r = json::parse(line, nullptr, false);
-    if (!r.is_object()) continue;
-    if (r.value("type", "") == "step") steps = std::max<int64_t>(steps, r.value("step", int64_t{0}));
-    if (r.value("type", "") == "eval" && r["eval_loss"].is_number() &&
-        (best_eval.is_null() || r["eval_loss"].get<double>() < best_eval.get<double>()))
-      best_eval = r["eval_loss"];
+  try {
+    for_each_line_capped((dir / "metrics.jsonl").string(), FileKind::Dataset, {"ui"}, [&](std::string_view line) {
+      json r = json::parse(line, nullptr, false);
+      if (!r.is_object()) return;
+      if (r.value("type", "") == "step") steps = std::max<int64_t>(steps, r.value("step", int64_t{0}));
+      if (r.value("type", "") == "eval" && r["eval_loss"].is_number() &&
+          (best_eval.is_null() || r["eval_loss"].get<double>() < best_eval.get<double>()))
+        best_eval = r["eval_loss"];
+    });
+  } catch (const Error&) {  // missing, not a regular file, too large: no steps known
   }
   e["steps_done"] = steps;
   e["best_eval_loss"] = summary.is_object() ? summary.value("best_eval_loss", best_eval) : best_eval;
@@ -276,8 +279,13 @@ json RunStore::detail(const std::string& run_id) {
 std::vector<json> RunStore::metrics_since(const std::string& run_id, size_t offset, size_t* next_offset) {
   const fs::path file = resolve_inside(root_, run_id) / "metrics.jsonl";
   std::vector<json> out;
-  std::ifstream in(file, std::ios::binary);
   *next_offset = offset;
+  try {
+    check_not_special_file(file.string(), "ui");  // a link to /dev/zero would be one endless line
+  } catch (const Error&) {
+    return out;
+  }
+  std::ifstream in(file, std::ios::binary);
   if (!in) return out;
   in.seekg(static_cast<std::streamoff>(offset));
   std::string line;

@@ -72,6 +72,25 @@ std::vector<int64_t> checkpoint_steps(const std::string& run) {
   return steps;
 }
 
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+// The step records of a metrics.jsonl; every line parses (a doubled or torn record throws), except
+// a last line without its '\n' when `torn_end_ok` (the disk filled in the middle of that record).
+std::vector<int64_t> step_records(const std::string& metrics_path, bool torn_end_ok = false) {
+  std::vector<int64_t> steps;
+  std::ifstream in(metrics_path);
+  for (std::string line; std::getline(in, line);) {
+    if (torn_end_ok && in.eof()) break;
+    const auto j = nlohmann::json::parse(line);
+    if (j.at("type") == "step") steps.push_back(j.at("step").get<int64_t>());
+  }
+  return steps;
+}
+
 }  // namespace
 
 // --keep-checkpoints 0 is documented as "keep all": it deleted every checkpoint.
@@ -315,6 +334,56 @@ TEST(NoLossCli, MergedExportOnAFullDiskLeavesNothingHalfWritten) {
   EXPECT_EQ(rc, 2) << out;
   EXPECT_EQ(slurp(weights), before);
   EXPECT_FALSE(fs::exists(merged + ".partial"));
+}
+
+// A full disk under metrics.jsonl and --log-file (issue 37): the run used to exit 0 with 3 of 17
+// metric records and no word. Now the first failed write of each file is a warning naming the file
+// and the errno text; the records wait in memory and are written once there is room again, in
+// order and each once; what could not be written is counted in summary.json, and `train` exits 3.
+TEST(NoLossCli, RecordWritesThatFailForAWhileAreRetriedAndNothingIsLost) {
+  test::TempDir tmp;
+  write_data(tmp.path);
+  std::string out;
+  // After 1500 bytes of records the next 4 writes fail with ENOSPC; then there is room again.
+  const int rc = test::run_command(train_cmd(tmp.path,
+                                             "--steps 6 --fault-inject-records-enospc-after-bytes 1500 "
+                                             "--fault-inject-records-failing-writes 4 --output " +
+                                                 tmp.path + "/runs"),
+                                   &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(count_of(out, "cannot write the metrics file"), 1u) << "warned once\n" << out;
+  EXPECT_TRUE(has(out, "No space left on device")) << out;
+  const std::string run = only_run(tmp.path + "/runs");
+  EXPECT_TRUE(has(out, run + "/metrics.jsonl")) << "names the file\n" << out;
+  EXPECT_EQ(step_records(run + "/metrics.jsonl"), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  const auto summary = nlohmann::json::parse(slurp(run + "/summary.json"));
+  EXPECT_EQ(summary.at("records_lost"), 0) << summary.dump(2);
+  ASSERT_EQ(test::run_command(test::backprop_exe() + " show-run " + run + " --json 2>/dev/null", &out), 0) << out;
+  EXPECT_TRUE(nlohmann::json::parse(out).at("final_loss").is_number()) << out;
+}
+
+TEST(NoLossCli, RecordWritesOnAFullDiskAreCountedInTheSummaryAndExitThree) {
+  test::TempDir tmp;
+  write_data(tmp.path);
+  std::string out;
+  const std::string log = tmp.path + "/train.log.jsonl";
+  const int rc =
+      test::run_command(train_cmd(tmp.path, "--steps 6 --fault-inject-records-enospc-after-bytes 1500 --log-file " +
+                                                log + " --output " + tmp.path + "/runs --json"),
+                        &out);
+  EXPECT_EQ(rc, 3) << "trained and saved, records lost: partial success\n" << out;
+  EXPECT_EQ(count_of(out, "cannot write the metrics file"), 1u) << out;
+  EXPECT_EQ(count_of(out, "cannot write the log file " + log + ": No space left on device"), 1u) << out;
+  const std::string run = only_run(tmp.path + "/runs");
+  const auto summary = nlohmann::json::parse(slurp(run + "/summary.json"));
+  EXPECT_EQ(summary.at("steps"), 6);
+  EXPECT_GT(summary.at("records_lost").get<int64_t>(), 0) << summary.dump(2);
+  const auto files = summary.at("records_lost_files");
+  EXPECT_NE(std::find(files.begin(), files.end(), run + "/metrics.jsonl"), files.end()) << files;
+  EXPECT_NE(std::find(files.begin(), files.end(), log), files.end()) << files;
+  EXPECT_TRUE(fs::exists(run + "/adapter/adapter_model.safetensors")) << "the run itself is saved";
+  const auto steps = step_records(run + "/metrics.jsonl", /*torn_end_ok=*/true);
+  EXPECT_LT(steps.size(), 6u);
 }
 
 }  // namespace bp

@@ -190,6 +190,51 @@ TEST(RunHistoryCli, WrongTypesInOneRunLeaveTheOthersListed) {
                                                                                                           << out;
 }
 
+// Run files are read like every other input: a status.json or metrics.jsonl linked to /dev/zero
+// used to be read without bound (gigabytes, then std::bad_alloc), and a huge summary.json whole.
+// `runs` reports such a run folder on stderr and lists the others; `show-run` fails with the code.
+TEST(RunHistoryCli, RunFilesThatAreDevicesOrOverTheCapAreSkippedByRunsAndRefusedByShowRun) {
+  test::TempDir tmp;
+  const std::string runs = tmp.path + "/runs", settings = settings_json({{"model.path", "m"}});
+  write_run(runs, "good", settings, R"({"status": "finished"})", R"({"steps": 3})",
+            R"({"type": "step", "step": 3, "loss": 2.0})"
+            "\n");
+  fs::create_symlink("/dev/zero", write_run(runs, "zero-status", settings, nullptr, nullptr, nullptr) + "/status.json");
+  fs::create_symlink("/dev/zero",
+                     write_run(runs, "zero-metrics", settings, nullptr, nullptr, nullptr) + "/metrics.jsonl");
+  write_run(runs, "huge-summary", settings, nullptr,
+            (R"({"steps": 1, "pad": ")" + std::string(40000, 'x') + "\"}").c_str(), nullptr);
+  // A safety net only: the old code read /dev/zero until memory ran out.
+  const std::string env = "timeout 120 env BACKPROPAGATE_LIMITS__MAX_CONFIG_BYTES=32K ";
+  std::string out;
+  // The warnings go to stderr, away from the JSON (run_command adds 2>&1 after the command).
+  ASSERT_EQ(
+      test::run_command("(" + env + test::backprop_exe() + " runs --json --output " + runs + " 2>/dev/null)", &out), 0)
+      << out;
+  const nlohmann::json list = nlohmann::json::parse(out);
+  ASSERT_EQ(list.size(), 1u) << list.dump(2);
+  EXPECT_EQ(list[0]["id"], "good");
+  EXPECT_EQ(list[0]["steps"], 3);
+  ASSERT_EQ(test::run_command(env + test::backprop_exe() + " runs --output " + runs, &out), 0) << out;
+  EXPECT_NE(out.find("good"), std::string::npos) << out;
+  for (const char* id : {"zero-status", "zero-metrics", "huge-summary"})
+    EXPECT_NE(out.find(std::string("skipped run folder ") + runs + "/" + id), std::string::npos) << id << "\n" << out;
+  EXPECT_NE(out.find("INPUT_FILE_NOT_REGULAR"), std::string::npos) << out;
+  EXPECT_NE(out.find("INPUT_FILE_TOO_LARGE"), std::string::npos) << out;
+
+  for (const auto& [id, code] :
+       std::vector<std::pair<std::string, std::string>>{{"zero-status", "INPUT_FILE_NOT_REGULAR"},
+                                                        {"zero-metrics", "INPUT_FILE_NOT_REGULAR"},
+                                                        {"huge-summary", "INPUT_FILE_TOO_LARGE"}}) {
+    EXPECT_EQ(test::run_command(env + test::backprop_exe() + " show-run " + id + " --output " + runs, &out), 1)
+        << id << "\n"
+        << out;
+    EXPECT_NE(out.find(code), std::string::npos) << id << "\n" << out;
+    EXPECT_NE(out.find(id), std::string::npos) << "the message names the file\n" << out;
+  }
+  EXPECT_EQ(test::run_command(env + test::backprop_exe() + " show-run good --output " + runs, &out), 0) << out;
+}
+
 // show-run lists only settings that differ from the defaults: floats at their defaults (epochs
 // 1.0, lora.alpha 32.0, monitor.*) used to be listed, "32.0" compared with "32". And the run id is
 // the folder's name also when the folder is given with a trailing slash.

@@ -1,6 +1,7 @@
 // core/file_read: the one reader of user files refuses what would hang or exhaust memory (FIFOs,
 // devices, directories, files past their kind's cap, JSON nested past the depth bound), and the
 // limits.* settings set the caps (environment first, so they also cap the --config file).
+#include "core/file_lines.h"
 #include "core/file_read.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "core/settings.h"
 #include "support/test_util.h"
@@ -120,6 +123,25 @@ TEST(FileRead, LimitSettingsSetTheCapsAndCapTheConfigFileItself) {
   // --config naming a directory or a device is an error, not an empty file.
   EXPECT_EQ(code_of([&] { Settings::load(dir.path, {}, {}); }), ErrorCode::INPUT_FILE_NOT_REGULAR);
   EXPECT_EQ(code_of([&] { Settings::load("/dev/zero", {}, {}); }), ErrorCode::INPUT_FILE_NOT_REGULAR);
+}
+
+// The line reader of run files (metrics.jsonl): read in pieces, an overlong line skipped instead of
+// grown without bound, a device refused like everywhere else.
+TEST(FileReadLines, LinesAreReadInPiecesAndOverlongOnesSkipped) {
+  test::TempDir tmp;
+  const std::string path = tmp.path + "/m.jsonl";
+  std::ofstream(path, std::ios::binary) << "a\n" << std::string(200000, 'y') << "\nb\n\nc";
+  std::vector<std::string> lines;
+  const size_t skipped = for_each_line_capped(
+      path, FileKind::Dataset, {"test"}, [&](std::string_view l) { lines.emplace_back(l); }, 100000);
+  EXPECT_EQ(skipped, 1u);
+  EXPECT_EQ(lines, (std::vector<std::string>{"a", "b", "", "c"}));
+  try {
+    for_each_line_capped("/dev/zero", FileKind::Dataset, {"test"}, [](std::string_view) {});
+    ADD_FAILURE() << "a character device is not read";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::INPUT_FILE_NOT_REGULAR) << e.what();
+  }
 }
 
 }  // namespace

@@ -214,6 +214,15 @@ TEST(Settings, WrongTypesAndRangesNameKeyValueAndAllowed) {
         Settings::load("", {}, {{"training.max_memory", "8Q"}});
       },
       ErrorCode::CONFIG_INVALID_SETTING, {"training.max_memory", "8Q"});
+  // A memory budget of 0 (or less) would refuse every allocation: refused here, with the range.
+  for (const char* bad : {"0", "0G", "-1", "-8G"})
+    expect_error(
+        [&] {
+          Settings::load("", {}, {{"training.max_memory", bad}});
+        },
+        ErrorCode::CONFIG_INVALID_SETTING, {"training.max_memory", "at least 1 byte"});
+  EXPECT_EQ(Settings::load("", {}, {{"training.max_memory", "1"}}).get_string("training.max_memory"), "1");
+  EXPECT_EQ(Settings::load("", {}, {{"monitor.memory_headroom", "0"}}).get_string("monitor.memory_headroom"), "0");
   expect_error(
       [] {
         Settings::load("", {}, {{"model.device", "tpu"}});
