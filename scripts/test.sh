@@ -7,7 +7,9 @@
 #      libFuzzer target of tests/fuzz over its seeds and fixed mutations, docs/fuzzing.md);
 #      BACKPROP_ASAN_LAYERS="all" runs every layer under the sanitizers (slower: the model and op
 #      tests do real arithmetic), BACKPROP_ASAN_LAYERS="" skips the sanitizer run;
-#   3. the full suite in build/ last, so the closing lines are its ctest summary.
+#   3. the full suite in build/ last, so the closing lines are its ctest summary; it includes the
+#      numeric suites rerun under each OpenBLAS kernel set and CPU kernel variant this CPU runs
+#      (tests/CMakeLists.txt numeric_*, over the OPENBLAS_CORETYPE runtime_env.sh exports).
 # BACKPROP_JOBS overrides the parallelism (default: all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."

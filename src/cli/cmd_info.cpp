@@ -14,6 +14,7 @@
 #include "core/error_report.h"
 #include "core/settings.h"
 #include "core/sysinfo.h"
+#include "core/system_readings.h"
 #include "ops/cpu_kernels.h"
 #include "ops/op_table.h"
 
@@ -150,6 +151,10 @@ bp::cli::RunFn setup_info(CLI::App& sub) {
       return 0;
     }
     bp::SystemInfo info = bp::system_info();
+    // The memory limit under a fake /proc and /sys tree when one is set (monitor.system_root, as the
+    // safety monitor and the dashboard read it).
+    if (const std::string root = bp::cli::settings().get_string("monitor.system_root"); !root.empty())
+      info.mem_limit = bp::read_memory(root);
     const bp::ops::CpuKernelInfo kc = bp::ops::cpu_kernel_info();
     info.cpu_kernels = kc.variant;
     info.cpu_kernels_reason = kc.reason;

@@ -175,6 +175,7 @@ SystemInfo system_info() {
                         : fmt::format("OPENBLAS_CORETYPE={}, set by the user", env_core);
   s.cpu = cpu_info();
   s.mem = mem_info();
+  s.mem_limit = read_memory("");
   s.cuda = cuda_status();
   s.nvml_loadable = nvml_loadable();
 
@@ -252,7 +253,17 @@ nlohmann::json to_json(const SystemInfo& s) {
         {"features", s.cpu.features}}},
       {"cpu_kernels",
        {{"variant", s.cpu_kernels}, {"reason", s.cpu_kernels_reason}, {"supported", s.cpu_kernels_supported}}},
-      {"memory", {{"bytes_total", s.mem.bytes_total}, {"bytes_available", s.mem.bytes_available}}},
+      {"memory",
+       {{"bytes_total", s.mem.bytes_total},
+        {"bytes_available", s.mem.bytes_available},
+        {"limit",
+         {{"limited", s.mem_limit.cgroup_limited},
+          {"bytes_max", s.mem_limit.cgroup_limited ? nlohmann::json(s.mem_limit.cgroup_max_bytes) : nullptr},
+          {"bytes_current", s.mem_limit.cgroup_limited ? nlohmann::json(s.mem_limit.cgroup_current_bytes) : nullptr},
+          {"cgroup_version", s.mem_limit.cgroup_version},
+          {"path", s.mem_limit.cgroup_path},
+          {"file", s.mem_limit.cgroup_limit_file},
+          {"text", s.mem_limit.limit_text()}}}}},
       {"cuda",
        {{"compiled", s.cuda.compiled},
         {"runtime_version", s.cuda.runtime_version},
@@ -293,6 +304,7 @@ std::string to_text(const SystemInfo& s) {
   t += fmt::format("  features: {}\n", feats.empty() ? "(none of note)" : feats);
   t += fmt::format("RAM:        {} total, {} available\n", format_bytes(s.mem.bytes_total),
                    format_bytes(s.mem.bytes_available));
+  t += fmt::format("  memory limit: {}\n", s.mem_limit.limit_text());
   if (s.cuda.devices.empty()) {
     t += fmt::format("GPU:        no GPU found: training runs on the CPU ({})\n", s.cuda.why_unavailable);
   } else {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/device_info.h"
+#include "core/system_readings.h"
 
 namespace bp {
 
@@ -67,6 +68,9 @@ struct SystemInfo {
   std::vector<std::string> cpu_kernels_supported;
   CpuInfo cpu;
   MemInfo mem;
+  // The cgroup memory limit (v2, else v1) and where it was read: system_info() reads the real
+  // root; `backprop info` reads monitor.system_root when it is set (tests' fake trees).
+  MemoryReading mem_limit;
   CudaStatus cuda;
   bool nvml_loadable = false;
   std::vector<Feature> features;

@@ -1,6 +1,7 @@
 // Live readings of the machine for the safety monitor (issue 20; DESIGN.md "Trainer"): available
-// memory of the machine and of the cgroup v2 the process runs in, and CPU temperatures from hwmon
-// and thermal zones. GPU readings come from core/nvml.h.
+// memory of the machine and of the cgroup the process runs in (cgroup v2, else the v1 memory
+// controller: a container's limit on a v1 host), and CPU temperatures from hwmon and thermal zones.
+// GPU readings come from core/nvml.h.
 //
 // Every path is read under `root` ("" = the real "/"), so tests point the readings at a fake
 // sysfs/procfs tree (monitor.system_root). Readings never throw: a file that is missing or
@@ -17,16 +18,29 @@ namespace bp {
 struct MemoryReading {
   uint64_t mem_total_bytes = 0;      // /proc/meminfo MemTotal
   uint64_t mem_available_bytes = 0;  // /proc/meminfo MemAvailable
-  // cgroup v2: the tightest memory.max on the path from the process's cgroup up to the root, and
-  // that cgroup's memory.current. cgroup_limited false when every level says "max" (or no cgroup).
+  // The tightest memory limit on the path from the process's cgroup up to the root, and that
+  // cgroup's usage: cgroup v2 memory.max / memory.current; where v2 sets none, the v1 memory
+  // controller's memory.limit_in_bytes / memory.usage_in_bytes (and memory.stat's
+  // hierarchical_memory_limit, which also covers levels a container cannot see). cgroup_limited
+  // false when every level says "max" (v1: 9223372036854771712 or any value from 2^62 up) or
+  // there is no cgroup.
   bool cgroup_limited = false;
   uint64_t cgroup_max_bytes = 0;
   uint64_t cgroup_current_bytes = 0;
-  std::string cgroup_path;  // the folder whose memory.max is the tightest
+  // Where the limit was read: the folder whose limit is the tightest, or when there is none the
+  // process's own cgroup folder that was looked at; "" and version 0 when no cgroup memory
+  // controller was found (neither v2's memory.max nor a v1 memory mount).
+  int cgroup_version = 0;
+  std::string cgroup_path;
+  std::string cgroup_limit_file;  // "memory.max", "memory.limit_in_bytes" or "memory.stat" (v1 hierarchical)
 
   // What can still be allocated before the kernel acts: MemAvailable, or less when the cgroup's
   // room (memory.max - memory.current) is smaller. 0 when nothing is known.
   uint64_t available_bytes() const;
+  // "8.00 GiB (cgroup v1 /sys/fs/cgroup/memory/docker/x/memory.limit_in_bytes, 1.20 GiB in use)",
+  // "no limit (cgroup v2 /sys/fs/cgroup/user.slice)", "no limit (no cgroup memory controller found)":
+  // for `backprop info` and the dashboard.
+  std::string limit_text() const;
 };
 
 MemoryReading read_memory(const std::string& root);

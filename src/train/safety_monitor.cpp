@@ -193,11 +193,11 @@ size_t SafetyMonitor::memory_budget_bytes(size_t bytes_in_use) {
            "[monitor] --max-memory auto: {} ({} available{}, minus {} headroom, plus {} already held)",
            format_bytes(budget), format_bytes(avail),
            start_.memory.cgroup_limited
-               ? fmt::format(": MemAvailable {}, cgroup room {} of memory.max {}",
+               ? fmt::format(": MemAvailable {}, cgroup room {} of the limit {}",
                              format_bytes(start_.memory.mem_available_bytes),
                              format_bytes(start_.memory.cgroup_max_bytes -
                                           std::min(start_.memory.cgroup_max_bytes, start_.memory.cgroup_current_bytes)),
-                             format_bytes(start_.memory.cgroup_max_bytes))
+                             start_.memory.limit_text())
                : "",
            format_bytes(headroom_), format_bytes(bytes_in_use)),
        {{"bytes_budget", budget},
@@ -206,6 +206,8 @@ size_t SafetyMonitor::memory_budget_bytes(size_t bytes_in_use) {
         {"cgroup_limited", start_.memory.cgroup_limited},
         {"cgroup_max_bytes", start_.memory.cgroup_max_bytes},
         {"cgroup_current_bytes", start_.memory.cgroup_current_bytes},
+        {"cgroup_version", start_.memory.cgroup_version},
+        {"cgroup_path", start_.memory.cgroup_path},
         {"bytes_headroom", headroom_},
         {"bytes_low_threshold", memory_low_}});
   return static_cast<size_t>(budget);

@@ -375,6 +375,7 @@ void Api::info_routes(httplib::Server& svr) {
                  {"cgroup", mr.cgroup_limited
                                 ? json{{"bytes_max", mr.cgroup_max_bytes}, {"bytes_current", mr.cgroup_current_bytes}}
                                 : json(nullptr)},
+                 {"memory_limit", mr.limit_text()},  // the limit or "no limit", with where it was read
                  {"temperatures", temps},
                  {"gpus", gpus},
                  {"gpu_unavailable_reason", gpu_reason}});

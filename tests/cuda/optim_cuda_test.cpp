@@ -8,6 +8,7 @@
 #include "backend/cuda/optim.cuh"
 #include "core/dtype.h"
 #include "sim_test_util.h"
+#include "support/cpu_kernels_env.h"
 
 namespace bp::sim {
 namespace {
@@ -31,7 +32,7 @@ TEST(CudaAdamw, ThreeStepsMatchCpuBitForBit) {
     EXPECT_EQ(m, m_ref) << "n=" << n;
     EXPECT_EQ(v, v_ref) << "n=" << n;
   }
-  cpu::select_cpu_kernels("auto");
+  cpu::select_cpu_kernels(bp::test::test_cpu_kernels());
 }
 
 TEST(CudaGlobalNorm, SumOfSquaresMatchesCpuAndIsDeterministic) {
@@ -135,7 +136,7 @@ TEST(CudaOptimizerLists, HundredTensorsTakeAFewLaunchesAndMatchOneCallPerTensorB
     for (int64_t j = 0; j < sizes[i]; ++j, ++written) wrong += copies[i][j].bits != f32_to_bf16(p_ref[i][j]);
   EXPECT_GT(written, 300001);
   EXPECT_EQ(wrong, 0) << "copy elements that are not the CPU's rounding of the updated parameter";
-  cpu::select_cpu_kernels("auto");
+  cpu::select_cpu_kernels(bp::test::test_cpu_kernels());
 }
 
 TEST(CudaNonFinite, FindsOneInfOrNanAnywhere) {

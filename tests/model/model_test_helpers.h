@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/transformer.h"
+#include "ops/optim.h"
 #include "support/test_util.h"
 
 namespace bp::test {
@@ -262,6 +263,55 @@ inline double max_abs(const std::vector<double>& v) {
   double m = 0;
   for (double x : v) m = std::max(m, std::fabs(x));
   return m;
+}
+
+// The parity tolerances, f32 against the oracle's f64 (parity_test.cpp states them):
+inline constexpr double kParityLossRel = 1e-5;    // loss: |Δ| <= 1e-5·|loss|
+inline constexpr double kParityGradOfMax = 1e-4;  // gradients: |Δ| <= 1e-4·max|ref of that tensor|
+inline constexpr double kParityGradRel = 1e-3;    //                     + 1e-3·|ref|
+inline constexpr Tolerance kParityLogits{1e-4, 1e-4};
+
+// An AdamW trajectory of `ref_losses.size()` steps (our forward_backward + ops adamw_step against
+// torch.optim.AdamW on the oracle): each step's loss within a bound that grows with the step,
+// derived from the computation instead of one machine's rounding (CONVENTIONS.md). A step's loss is
+// one more forward: kParityLossRel·|loss|. Before it, every earlier update may differ: each
+// gradient is f32 sums along a chain of at most K terms (the LM head's vocab, and per layer the
+// hidden, intermediate and two token sums), so it is good to a relative K·2^-24; an Adam update
+// (lr·m̂/√v̂, invariant to the gradient's scale) then moves by at most lr·K·2^-24 relative, so
+// parameter i by that much and, to first order, the loss by |g_i|·lr·K·2^-24. The bound adds
+// lr·K·2^-24·Σ|g_i| of every earlier step (the gradients measured here); a real error (a wrong
+// sign, a missing term, a step's bias correction off by one) moves the loss by lr·Σ|g_i|-sized
+// amounts, thousands of times more.
+inline void expect_adamw_trajectory_matches(Model& model, const Batch& batch, const OracleAdamW& adam,
+                                            const std::vector<double>& ref_losses) {
+  const ModelConfig& c = model.config();
+  const double K = static_cast<double>(
+      c.vocab_size + c.num_layers * (2 * c.hidden_size + c.intermediate_size + 2 * batch.num_tokens()));
+  const double grad_rel = K * 0x1p-24;
+  auto params = model.trainable_parameters();
+  std::vector<Tensor> m, v;
+  for (auto& p : params) {
+    m.push_back(Tensor::zeros(p.param->shape()));
+    v.push_back(Tensor::zeros(p.param->shape()));
+  }
+  const AdamWConfig cfg{adam.lr, adam.beta1, adam.beta2, adam.eps, adam.weight_decay};
+  const float scale = 1.0f / static_cast<float>(batch.num_label_tokens());
+  double drift = 0;  // the earlier updates' share of the bound
+  for (size_t k = 0; k < ref_losses.size(); ++k) {
+    const int step = static_cast<int>(k) + 1;
+    model.zero_grads();
+    const double loss = model.forward_backward(batch, scale, 99).mean();
+    const double allowed = kParityLossRel * std::fabs(ref_losses[k]) + drift;
+    EXPECT_NEAR(loss, ref_losses[k], allowed) << "step " << step << " (bound: " << kParityLossRel << "·|loss| + "
+                                              << drift << " from the earlier updates, K = " << K << ")";
+    double g_l1 = 0;
+    for (auto& p : params)
+      for (float x : p.grad->to_vector()) g_l1 += std::fabs(static_cast<double>(x));
+    drift += adam.lr * grad_rel * g_l1;
+    for (size_t i = 0; i < params.size(); ++i) adamw_step(*params[i].param, *params[i].grad, m[i], v[i], cfg, step);
+  }
+  // The trajectory must actually move (a learning rate that does nothing proves nothing).
+  EXPECT_LT(ref_losses.back(), ref_losses.front() - 0.05);
 }
 
 }  // namespace bp::test

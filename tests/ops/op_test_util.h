@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "support/cpu_kernels_env.h"
 
 namespace bp::test {
 
@@ -39,13 +40,14 @@ inline void expect_bf16_copy_of(const Tensor& copy, const Tensor& of, const std:
 }
 
 // A test fixture run once per CPU kernel variant this machine supports (generic, avx2, avx512:
-// backend/cpu/kernel_variants.h); the variant is forced for the test and back to auto after it.
+// backend/cpu/kernel_variants.h); the variant is forced for the test and back to the binary's
+// (test_cpu_kernels()) after it.
 // Use: class MyVariants : public test::PerKernelVariant {}; TEST_P(MyVariants, ...) {...}
 //      BP_PER_KERNEL_VARIANT(MyVariants);
 class PerKernelVariant : public ::testing::TestWithParam<cpu::KernelVariant> {
  protected:
   void SetUp() override { cpu::select_cpu_kernels(cpu::kernel_variant_name(GetParam())); }
-  void TearDown() override { cpu::select_cpu_kernels("auto"); }
+  void TearDown() override { cpu::select_cpu_kernels(test_cpu_kernels()); }
 };
 
 inline std::string kernel_variant_test_name(const ::testing::TestParamInfo<cpu::KernelVariant>& info) {
