@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -16,7 +17,7 @@ constexpr int kMaxJsonDepth = 512;  // also stops a list that contains itself (l
 }  // namespace
 
 void check_value_size(size_t n, const char* what) {
-  if (g_limits && static_cast<int64_t>(n) > g_limits->max_bytes)
+  if (g_limits && n > static_cast<uint64_t>(std::max<int64_t>(g_limits->max_bytes, 0)))
     throw JinjaError(JinjaError::Kind::Budget, fmt::format("{} grew to {} bytes or items, past the limit of {} "
                                                            "(setting data.template_max_bytes)",
                                                            what, n, g_limits->max_bytes));

@@ -15,10 +15,26 @@ from datetime import datetime
 
 try:
     import jinja2
+    import jinja2.ext
+    import jinja2.nodes
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 except ImportError as e:
     sys.stderr.write(f"render_jinja2.py: Jinja2 is not installed (apt-get install python3-jinja2): {e}\n")
     sys.exit(2)
+
+
+class AssistantTracker(jinja2.ext.Extension):
+    """transformers' {% generation %} block, rendering its body (the spans are not needed here)."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_render", []), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
 
 
 def make_env(now_epoch_s):
@@ -32,7 +48,7 @@ def make_env(now_epoch_s):
         now = datetime.fromtimestamp(now_epoch_s) if now_epoch_s is not None else datetime.now()
         return now.strftime(fmt)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[AssistantTracker, "jinja2.ext.loopcontrols"])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
