@@ -39,6 +39,30 @@ Error budget_error(const ChatTemplateSource& source, const jinja::JinjaError& e)
                fmt::format("[chat_template] {} stopped: {}", source.describe(), e.what()));
 }
 
+// A render that failed. Only raise_exception is the conversation's fault (the template rejects
+// it); anything else is the template's own: past its budget, a construct we do not run reached
+// only by this conversation, or an error inside it (Python's Jinja2 fails there too).
+Error render_error(const ChatTemplateSource& source, const jinja::JinjaError& e) {
+  using K = jinja::JinjaError::Kind;
+  switch (e.kind()) {
+    case K::Budget: return budget_error(source, e);
+    case K::Raised:
+      return Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                   fmt::format("[chat_template] the chat template rejected the conversation: {}", e.what()));
+    case K::Syntax:
+    case K::Unsupported:
+      return Error(ErrorCode::INPUT_CHAT_TEMPLATE_UNSUPPORTED,
+                   fmt::format("[chat_template] {} cannot be run: {}", source.describe(), e.what()),
+                   {{"template_source", source.kind_name()}, {"template_origin", source.origin}});
+    case K::Runtime: break;
+  }
+  return Error(ErrorCode::INPUT_CHAT_TEMPLATE_UNSUPPORTED,
+               fmt::format("[chat_template] {} failed while rendering a conversation (Python's Jinja2 fails there "
+                           "too; the template, not the data, needs fixing): {}",
+                           source.describe(), e.what()),
+               {{"template_source", source.kind_name()}, {"template_origin", source.origin}});
+}
+
 // Renders sample conversations so constructs that only fail at run time (an unknown filter in a
 // branch taken for ordinary chats) are found up front. raise_exception is fine (the template
 // rejects our probe, e.g. a system message), anything Unsupported/Syntax/Budget is not.
@@ -102,10 +126,7 @@ std::string ChatTemplate::render(const Conversation& conv, bool add_generation_p
   try {
     return tmpl_of(impl_).render(make_context(conv, add_generation_prompt, bos_, eos_), -1, limits_);
   } catch (const jinja::JinjaError& e) {
-    if (e.kind() == jinja::JinjaError::Kind::Budget) throw budget_error(source_, e);
-    const char* what = e.kind() == jinja::JinjaError::Kind::Raised ? "the chat template rejected the conversation"
-                                                                   : "the chat template failed on the conversation";
-    throw Error(ErrorCode::INPUT_VALIDATION_FAILED, fmt::format("[chat_template] {}: {}", what, e.what()));
+    throw render_error(source_, e);
   }
 }
 
@@ -115,9 +136,7 @@ std::string ChatTemplate::render_spans(const Conversation& conv, std::vector<std
     spans = std::move(r.generation_spans);
     return std::move(r.text);
   } catch (const jinja::JinjaError& e) {
-    if (e.kind() == jinja::JinjaError::Kind::Budget) throw budget_error(source_, e);
-    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
-                fmt::format("[chat_template] the chat template failed on the conversation: {}", e.what()));
+    throw render_error(source_, e);
   }
 }
 

@@ -58,7 +58,9 @@ class ChatTemplate {
                                      const jinja::RenderLimits& limits = {});
 
   // Throws bp::Error: INPUT_VALIDATION_FAILED when the template rejects the conversation
-  // (raise_exception, e.g. roles that do not alternate) or fails on it; INPUT_CHAT_TEMPLATE_BUDGET.
+  // (raise_exception, e.g. roles that do not alternate: the row's fault); the template's own faults
+  // are INPUT_CHAT_TEMPLATE_UNSUPPORTED (a construct reached only now, or an error inside it such as
+  // an undefined value used as a dict, which Python's Jinja2 raises too) and INPUT_CHAT_TEMPLATE_BUDGET.
   std::string render(const Conversation& conv, bool add_generation_prompt) const;
   // render() plus the [begin, end) byte ranges of {% generation %} blocks.
   std::string render_spans(const Conversation& conv, std::vector<std::pair<size_t, size_t>>& spans) const;

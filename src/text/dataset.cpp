@@ -45,8 +45,14 @@ json issues_json(const std::vector<RowIssue>& issues, size_t max_listed) {
   return arr;
 }
 
+// The chat template, not the row, is at fault (it cannot be run, or fails inside itself): the
+// dataset stops at the first row it fails on, named once, instead of listing every row as bad.
+Error template_fault_at_row(const Error& e, const std::string& path, int64_t line) {
+  return Error(e.code(), fmt::format("{} (dataset row: line {} of {})", e.what(), line, path), e.details());
+}
+
 // Length of a good row in tokens (exact with a tokenizer, else estimated); may add an issue.
-std::optional<RowIssue> check_length(const DatasetRow& row, const DatasetLoadOptions& opts) {
+std::optional<RowIssue> check_length(const DatasetRow& row, const DatasetLoadOptions& opts, const std::string& path) {
   if (opts.max_length <= 0) return std::nullopt;
   if (opts.tokenizer) {
     int64_t n;
@@ -63,6 +69,7 @@ std::optional<RowIssue> check_length(const DatasetRow& row, const DatasetLoadOpt
       try {
         n = static_cast<int64_t>(encode_prefix(*opts.tokenizer, t.render(row.conv, false), false, keep, &cut).size());
       } catch (const Error& e) {
+        if (e.code() == ErrorCode::INPUT_CHAT_TEMPLATE_UNSUPPORTED) throw template_fault_at_row(e, path, row.line);
         return RowIssue{row.line, RowProblem::RejectedByTemplate, e.what()};
       }
     }
@@ -200,7 +207,7 @@ LoadedDataset parse_dataset(std::string_view content, const std::string& path, c
       ds.issues.push_back(*bad);
       continue;
     }
-    if (auto bad = check_length(row, opts)) {
+    if (auto bad = check_length(row, opts, path)) {
       ds.issues.push_back(*bad);
       continue;
     }
@@ -264,7 +271,7 @@ TokenizedDataset tokenize_dataset(const LoadedDataset& ds, const Tokenizer& tok,
         s.loss_mask = std::move(tc.loss_mask);
         cut = tc.cut;
       } catch (const Error& e) {
-        if (e.code() == ErrorCode::INPUT_CHAT_TEMPLATE_UNSUPPORTED) throw;
+        if (e.code() == ErrorCode::INPUT_CHAT_TEMPLATE_UNSUPPORTED) throw template_fault_at_row(e, ds.path, row.line);
         out.issues.push_back({row.line, RowProblem::RejectedByTemplate, e.what()});
         continue;
       }

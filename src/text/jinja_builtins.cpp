@@ -2,10 +2,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <ctime>
 
 #include "text/jinja_eval.h"
+#include "text/jinja_strings.h"
 #include "text/unicode.h"
 
 namespace bp::jinja {
@@ -19,48 +19,9 @@ namespace {
   throw JinjaError(JinjaError::Kind::Runtime, msg);
 }
 
-// Python's str.strip()/split() and JavaScript's trim() remove Unicode whitespace (U+00A0, U+3000,
-// ...), not only ASCII. Returns the byte length of the whitespace code point at s[i], or 0.
-size_t space_at(const std::string& s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  if (c < 0x80) return (c == ' ' || (c >= '\t' && c <= '\r')) ? 1 : 0;
-  const size_t n = std::min(text::utf8_len(c), s.size() - i);
-  size_t k = i;
-  const char32_t cp = text::next_code_point(std::string_view(s).substr(0, i + n), k);
-  return text::is_unicode_whitespace(cp) ? n : 0;
-}
-// Byte length of the whitespace code point that ends at s[e - 1], or 0.
-size_t space_before(const std::string& s, size_t e) {
-  size_t b = e - 1;
-  while (b > 0 && e - b < 4 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80) --b;
-  return space_at(s, b) == e - b ? e - b : 0;
-}
-
-std::string strip_whitespace(const std::string& s, bool left, bool right) {
-  size_t b = 0, e = s.size();
-  if (left)
-    while (b < e) {
-      const size_t n = space_at(s, b);
-      if (n == 0) break;
-      b += n;
-    }
-  if (right)
-    while (e > b) {
-      const size_t n = space_before(s, e);
-      if (n == 0) break;
-      e -= n;
-    }
-  return s.substr(b, e - b);
-}
-
 std::string strip_chars(const std::string& s, const Value& chars, bool left, bool right) {
-  if (!chars.is_string()) return strip_whitespace(s, left, right);
-  size_t b = 0, e = s.size();
-  if (left)
-    while (b < e && chars.s.find(s[b]) != std::string::npos) ++b;
-  if (right)
-    while (e > b && chars.s.find(s[e - 1]) != std::string::npos) --e;
-  return s.substr(b, e - b);
+  if (!chars.is_string()) return py_strip(s, left, right);
+  return py_strip_chars(s, chars.s, left, right);
 }
 
 std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
@@ -89,21 +50,8 @@ std::string replace_all(const std::string& s, const std::string& from, const std
 
 Value split(const std::string& s, const Value& sep, int64_t maxsplit) {
   Array parts;
-  if (sep.is_undefined() || sep.is_none()) {  // split on runs of (Unicode) whitespace
-    size_t k = 0;
-    while (k < s.size()) {
-      while (k < s.size() && space_at(s, k) > 0) k += space_at(s, k);
-      if (k >= s.size()) break;
-      if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) {
-        parts.push_back(Value::string(strip_whitespace(s.substr(k), false, true)));
-        break;
-      }
-      size_t e = k;
-      while (e < s.size() && space_at(s, e) == 0)
-        e += std::min(text::utf8_len(static_cast<unsigned char>(s[e])), s.size() - e);
-      parts.push_back(Value::string(s.substr(k, e - k)));
-      k = e;
-    }
+  if (sep.is_undefined() || sep.is_none()) {  // split on runs of (Python's Unicode) whitespace
+    for (auto& part : py_split_whitespace(s, maxsplit)) parts.push_back(Value::string(std::move(part)));
     return Value::array(std::move(parts));
   }
   if (!sep.is_string() || sep.s.empty()) type_error("split() separator must be a non-empty string");
@@ -132,23 +80,9 @@ bool affix_match(const std::string& s, const Value& pat, bool prefix) {
   type_error(fmt::format("{}() argument must be a string or tuple", prefix ? "startswith" : "endswith"));
 }
 
-std::string title_case(std::string s) {
-  bool start = true;
-  for (char& c : s) {
-    if (std::isalpha(static_cast<unsigned char>(c))) {
-      c = start ? static_cast<char>(std::toupper(static_cast<unsigned char>(c)))
-                : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      start = false;
-    } else {
-      start = true;
-    }
-  }
-  return s;
-}
-
 Value items_of(const Value& v) {
   Array out;
-  for (const auto& [k, x] : *v.obj) out.push_back(Value::array({Value::string(k), x}));
+  for (const auto& [k, x] : *v.obj) out.push_back(Value::array({key_value(k), x}));
   return Value::array(std::move(out));
 }
 
@@ -158,7 +92,7 @@ Array as_list(const Value& v) {
   if (v.is_string())
     for (auto& c : code_points(v.s)) out.push_back(Value::string(std::move(c)));
   else if (v.is_mapping())
-    for (const auto& [k, x] : *v.obj) out.push_back(Value::string(k));
+    for (const auto& [k, x] : *v.obj) out.push_back(key_value(k));
   else if (!v.is_undefined() && !v.is_none())
     type_error(fmt::format("a {} is not iterable", v.type_name()));
   return out;
@@ -217,6 +151,19 @@ Value select_items(const Value& operand, CallArgs& args, bool by_attr, bool keep
   return Value::array(std::move(out));
 }
 
+// Python's < for the values sort and dictsort compare: numbers by value, strings by code point
+// (lowercased first unless case_sensitive); anything else (or a mix) raises, as in Python.
+bool sort_less(const Value& l, const Value& r, bool case_sensitive) {
+  const bool ln = l.is_number() || l.type == Value::Type::Bool, rn = r.is_number() || r.type == Value::Type::Bool;
+  auto num = [](const Value& v) {
+    return v.type == Value::Type::Int ? static_cast<double>(v.i) : v.type == Value::Type::Bool ? v.b : v.f;
+  };
+  if (ln && rn) return num(l) < num(r);
+  if (l.is_string() && r.is_string())
+    return case_sensitive ? l.s < r.s : text::lowercase_unicode(l.s) < text::lowercase_unicode(r.s);
+  type_error(fmt::format("'<' not supported between instances of {} and {}", l.type_name(), r.type_name()));
+}
+
 // A copy of v with every dict's keys sorted (tojson(sort_keys=true)), recursively.
 Value sorted_keys(const Value& v) {
   if (v.is_array()) {
@@ -227,7 +174,9 @@ Value sorted_keys(const Value& v) {
   if (!v.is_mapping()) return v;
   Object o;
   for (const auto& [k, x] : *v.obj) o.emplace_back(k, sorted_keys(x));
-  std::stable_sort(o.begin(), o.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::stable_sort(o.begin(), o.end(), [](const auto& x, const auto& y) {
+    return sort_less(key_value(x.first), key_value(y.first), true);
+  });
   return Value::object(std::move(o));
 }
 
@@ -243,7 +192,27 @@ std::vector<std::string> code_points(const std::string& s) {
   return out;
 }
 
+namespace {
+Value filter_value(const std::string& name, const Value& v, CallArgs& a);
+}  // namespace
+
 Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
+  const bool markup_in = v.is_string() && v.markup;
+  if (name == "safe") return markup_in ? v : Value::markup_string(v.to_output());
+  if (name == "escape" || name == "e" || name == "forceescape")
+    return markup_in && name != "forceescape" ? v : Value::markup_string(html_escape(v.to_output()));
+  Value out = filter_value(name, v, a);
+  // Filters that call a str method on their operand keep a Markup one Markup (Jinja2's soft_str).
+  static const char* const kKeepMarkup[] = {"trim",       "strip",  "upper",   "lower", "title",
+                                            "capitalize", "string", "reverse", "indent"};
+  if (markup_in && out.is_string() &&
+      std::any_of(std::begin(kKeepMarkup), std::end(kKeepMarkup), [&](const char* f) { return name == f; }))
+    out.markup = true;
+  return out;
+}
+
+namespace {
+Value filter_value(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "trim" || name == "strip") {
     Value chars = a.arg(0, "chars");
     return Value::string(strip_chars(v.to_output(), chars, true, true));
@@ -257,12 +226,8 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   }
   if (name == "upper") return Value::string(text::uppercase_unicode(v.to_output()));
   if (name == "lower") return Value::string(text::lowercase_unicode(v.to_output()));
-  if (name == "title") return Value::string(title_case(v.to_output()));
-  if (name == "capitalize") {
-    const std::string s = v.to_output();
-    const size_t first = s.empty() ? 0 : std::min(text::utf8_len(static_cast<unsigned char>(s[0])), s.size());
-    return Value::string(text::uppercase_unicode(s.substr(0, first)) + text::lowercase_unicode(s.substr(first)));
-  }
+  if (name == "title") return Value::string(jinja_title(v.to_output()));
+  if (name == "capitalize") return Value::string(py_capitalize(v.to_output()));
   if (name == "replace") {
     Value count = a.arg(2, "count");
     return Value::string(replace_all(v.to_output(), a.arg(0, "old").to_output(), a.arg(1, "new").to_output(),
@@ -293,6 +258,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   }
   if (name == "list") return Value::array(as_list(v));
   if (name == "items") {
+    if (v.is_undefined()) return Value::array();  // Jinja2: an undefined value has no items
     if (!v.is_mapping()) type_error(fmt::format("items filter needs a dict, not {}", v.type_name()));
     return items_of(v);
   }
@@ -359,12 +325,20 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     }
     return Value::array(std::move(out));
   }
-  if (name == "safe") return v;
   if (name == "dictsort") {
     if (!v.is_mapping()) type_error("dictsort needs a dict");
-    Object o = *v.obj;
-    std::stable_sort(o.begin(), o.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-    return items_of(Value::object(std::move(o)));
+    // Jinja2's dictsort: by key (or by='value'), strings compared case-insensitively unless
+    // case_sensitive=true, integer keys by value; reverse=true reverses.
+    const bool case_sensitive = a.arg(0, "case_sensitive", Value::boolean(false)).truthy();
+    const bool by_value = a.arg(1, "by", Value::string("key")).to_output() == "value";
+    const bool reverse = a.arg(2, "reverse", Value::boolean(false)).truthy();
+    Array items = *items_of(v).arr;
+    std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+      const Value& l = (*x.arr)[by_value ? 1 : 0];
+      const Value& r = (*y.arr)[by_value ? 1 : 0];
+      return reverse ? sort_less(r, l, case_sensitive) : sort_less(l, r, case_sensitive);
+    });
+    return Value::array(std::move(items));
   }
   if (name == "indent") {
     int64_t width = a.arg(0, "width", Value::integer(4)).i;
@@ -380,6 +354,7 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   }
   unsupported(fmt::format("filter '{}'", name));
 }
+}  // namespace
 
 bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
   using T = Value::Type;
@@ -413,7 +388,7 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
     if (seq.is_array())
       return std::any_of(seq.arr->begin(), seq.arr->end(), [&](const Value& x) { return values_equal(x, v); });
     if (seq.is_string() && v.is_string()) return seq.s.find(v.s) != std::string::npos;
-    if (seq.is_mapping() && v.is_string()) return !seq.get(v.s).is_undefined();
+    if (seq.is_mapping()) return !seq.get_item(v).is_undefined();
     return false;
   }
   if (name == "lower" || name == "upper") {
@@ -423,33 +398,53 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
   unsupported(fmt::format("test '{}'", name));
 }
 
+namespace {
+Value string_method(const Value& v, const std::string& name) {
+  const std::string s = v.s;
+  if (name == "strip" || name == "lstrip" || name == "rstrip")
+    return Value::function([s, name](CallArgs& a) {
+      Value chars = a.arg(0, "chars");
+      return Value::string(strip_chars(s, chars, name != "rstrip", name != "lstrip"));
+    });
+  if (name == "split")
+    return Value::function([s](CallArgs& a) {
+      Value maxsplit = a.arg(1, "maxsplit", Value::integer(-1));
+      return split(s, a.arg(0, "sep"), maxsplit.type == Value::Type::Int ? maxsplit.i : -1);
+    });
+  if (name == "startswith" || name == "endswith")
+    return Value::function(
+        [s, name](CallArgs& a) { return Value::boolean(affix_match(s, a.arg(0, "prefix"), name == "startswith")); });
+  if (name == "upper" || name == "lower" || name == "capitalize")
+    return Value::function([s, name](CallArgs& a) { return apply_filter(name, Value::string(s), a); });
+  if (name == "title") return Value::function([s](CallArgs&) { return Value::string(py_title(s)); });
+  if (name == "replace")
+    return Value::function([s](CallArgs& a) { return apply_filter("replace", Value::string(s), a); });
+  return Value::undefined();
+}
+}  // namespace
+
 Value method_value(const Value& v, const std::string& name) {
   if (v.is_string()) {
-    const std::string s = v.s;
-    if (name == "strip" || name == "lstrip" || name == "rstrip")
-      return Value::function([s, name](CallArgs& a) {
-        Value chars = a.arg(0, "chars");
-        return Value::string(strip_chars(s, chars, name != "rstrip", name != "lstrip"));
-      });
-    if (name == "split")
-      return Value::function([s](CallArgs& a) {
-        Value maxsplit = a.arg(1, "maxsplit", Value::integer(-1));
-        return split(s, a.arg(0, "sep"), maxsplit.type == Value::Type::Int ? maxsplit.i : -1);
-      });
-    if (name == "startswith" || name == "endswith")
-      return Value::function(
-          [s, name](CallArgs& a) { return Value::boolean(affix_match(s, a.arg(0, "prefix"), name == "startswith")); });
-    if (name == "upper" || name == "lower" || name == "title" || name == "capitalize")
-      return Value::function([v, name](CallArgs& a) { return apply_filter(name, v, a); });
-    if (name == "replace") return Value::function([v](CallArgs& a) { return apply_filter("replace", v, a); });
-    return Value::undefined();
+    Value method = string_method(v, name);
+    if (!v.markup || method.type != Value::Type::Function || name == "split" || name == "startswith" ||
+        name == "endswith")
+      return method;
+    // Markup's methods return Markup, and replace() escapes its plain-string arguments first.
+    return Value::function([method, name](CallArgs& a) {
+      if (name == "replace")
+        for (auto& x : a.positional)
+          if (x.is_string() && !x.markup) x = Value::markup_string(html_escape(x.s));
+      Value out = (*method.fn)(a);
+      out.markup = true;
+      return out;
+    });
   }
   if (v.is_mapping()) {
     if (name == "items") return Value::function([v](CallArgs&) { return items_of(v); });
     if (name == "keys")
       return Value::function([v](CallArgs&) {
         Array out;
-        for (const auto& [k, x] : *v.obj) out.push_back(Value::string(k));
+        for (const auto& [k, x] : *v.obj) out.push_back(key_value(k));
         return Value::array(std::move(out));
       });
     if (name == "values")
@@ -460,7 +455,7 @@ Value method_value(const Value& v, const std::string& name) {
       });
     if (name == "get")
       return Value::function([v](CallArgs& a) {
-        Value got = v.get(a.arg(0, "key").to_output());
+        Value got = v.get_item(a.arg(0, "key"));
         return got.is_undefined() ? a.arg(1, "default", Value::none()) : got;
       });
     return Value::undefined();
@@ -468,6 +463,7 @@ Value method_value(const Value& v, const std::string& name) {
   if (v.is_array()) {
     if (name == "append")
       return Value::function([v](CallArgs& a) {
+        check_value_size(v.arr->size() + 1, "a list");
         v.arr->push_back(a.arg(0, "item"));
         return Value::none();
       });

@@ -4,7 +4,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 #include <map>
+
+#include "text/jinja_strings.h"
 
 namespace bp::jinja {
 
@@ -189,7 +192,7 @@ class Interpreter {
     if (iterable.is_array()) {
       items = *iterable.arr;
     } else if (iterable.is_mapping()) {
-      for (const auto& [k, v] : *iterable.obj) items.push_back(Value::string(k));
+      for (const auto& [k, v] : *iterable.obj) items.push_back(key_value(k));
     } else if (iterable.is_string()) {
       for (auto& c : code_points(iterable.s)) items.push_back(Value::string(std::move(c)));
     } else if (!iterable.is_undefined()) {  // none raises, as in Jinja; undefined iterates as empty
@@ -239,7 +242,20 @@ class Interpreter {
   CallArgs eval_args(const Expr& e) {
     CallArgs a;
     for (const auto& it : e.items) a.positional.push_back(eval(*it));
+    if (e.b) {  // f(*args): a list's items as more positional arguments
+      Value extra = eval(*e.b);
+      if (!extra.is_array()) runtime_error(e.line, fmt::format("*args must be a list, not {}", extra.type_name()));
+      a.positional.insert(a.positional.end(), extra.arr->begin(), extra.arr->end());
+    }
     for (const auto& [k, v] : e.kwargs) a.keyword.emplace_back(k, eval(*v));
+    if (e.c) {  // f(**kwargs): a dict's string keys as keyword arguments
+      Value extra = eval(*e.c);
+      if (!extra.is_mapping()) runtime_error(e.line, fmt::format("**kwargs must be a dict, not {}", extra.type_name()));
+      for (const auto& [k, v] : *extra.obj) {
+        if (!key_value(k).is_string()) runtime_error(e.line, "**kwargs keys must be strings");
+        a.keyword.emplace_back(k, v);
+      }
+    }
     return a;
   }
 
@@ -268,10 +284,11 @@ class Interpreter {
         Value o = Value::object();
         for (size_t k = 0; k + 1 < e.items.size(); k += 2) {
           Value key = eval(*e.items[k]);
-          // Jinja keeps integer keys as integers; @huggingface/jinja refuses them. Refuse rather
-          // than silently turn them into strings.
-          if (!key.is_string()) unsupported(e.line, fmt::format("dict literal with a {} key", key.type_name()));
-          o.set(key.s, eval(*e.items[k + 1]));
+          // Jinja keeps integer keys as integers (Seed-OSS: {0: 0, 512: 128, ...}); other key types
+          // are refused rather than silently turned into strings.
+          const auto stored = dict_key(key);
+          if (!stored) unsupported(e.line, fmt::format("dict literal with a {} key", key.type_name()));
+          o.set(*stored, eval(*e.items[k + 1]));
         }
         return o;
       }
@@ -288,22 +305,7 @@ class Interpreter {
         Value obj = eval(*e.a);
         Value key = eval(*e.b);
         if (obj.is_undefined()) runtime_error(e.line, "subscript of an undefined value");
-        if (obj.is_mapping()) {
-          if (!key.is_string()) key = Value::string(key.to_output());
-          Value v = obj.get(key.s);
-          return v.is_undefined() ? method_value(obj, key.s) : v;
-        }
-        if (obj.is_array() || obj.is_string()) {
-          std::vector<std::string> chars;
-          if (obj.is_string()) chars = code_points(obj.s);
-          const int64_t len =
-              obj.is_array() ? static_cast<int64_t>(obj.arr->size()) : static_cast<int64_t>(chars.size());
-          int64_t idx = to_index(key, e.line);
-          if (idx < 0) idx += len;
-          if (idx < 0 || idx >= len) return Value::undefined();
-          return obj.is_array() ? (*obj.arr)[idx] : Value::string(chars[static_cast<size_t>(idx)]);
-        }
-        runtime_error(e.line, fmt::format("cannot subscript a {}", obj.type_name()));
+        return subscript(obj, key);
       }
       case Expr::Kind::Slice: return eval_slice(e);
       case Expr::Kind::Call: {
@@ -350,6 +352,28 @@ class Interpreter {
     return Value::undefined();
   }
 
+  // obj[key] as Jinja2's Environment.getitem: the item, else (a string key) the attribute or method
+  // of that name, else undefined. Never an error: 'text'['type'] and none['x'] are undefined.
+  static Value subscript(const Value& obj, const Value& key) {
+    const bool int_key = key.type == Value::Type::Int || key.type == Value::Type::Bool;
+    if (obj.is_mapping()) {
+      Value v = obj.get_item(key);
+      if (!v.is_undefined()) return v;
+    } else if ((obj.is_array() || obj.is_string()) && int_key) {
+      std::vector<std::string> chars;
+      if (obj.is_string()) chars = code_points(obj.s);
+      const int64_t len = obj.is_array() ? static_cast<int64_t>(obj.arr->size()) : static_cast<int64_t>(chars.size());
+      int64_t idx = key.type == Value::Type::Int ? key.i : key.b;
+      if (idx < 0) idx += len;
+      if (idx < 0 || idx >= len) return Value::undefined();
+      if (obj.is_array()) return (*obj.arr)[idx];
+      Value ch = Value::string(chars[static_cast<size_t>(idx)]);
+      ch.markup = obj.markup;
+      return ch;
+    }
+    return key.is_string() ? method_value(obj, key.s) : Value::undefined();
+  }
+
   Value eval_slice(const Expr& e) {
     Value obj = eval(*e.a);
     std::vector<std::string> chars;  // strings slice by code point
@@ -378,7 +402,10 @@ class Interpreter {
       else
         sout += chars[static_cast<size_t>(k)];
     }
-    return obj.is_array() ? Value::array(std::move(out)) : Value::string(sout);
+    if (obj.is_array()) return Value::array(std::move(out));
+    Value sliced = Value::string(sout);
+    sliced.markup = obj.markup;
+    return sliced;
   }
 
   Value eval_binary(const Expr& e) {
@@ -395,7 +422,13 @@ class Interpreter {
     using T = Value::Type;
     if (op == "==") return Value::boolean(values_equal(l, r));
     if (op == "!=") return Value::boolean(!values_equal(l, r));
-    if (op == "~") return Value::string(l.to_output() + r.to_output());
+    if (op == "~") {
+      // Sizes first: a string that doubles itself must stop at the budget, not after building the copy.
+      if (l.is_string() && r.is_string()) check_value_size(l.s.size() + r.s.size(), "a string");
+      std::string ls = l.to_output(), rs = r.to_output();
+      check_value_size(ls.size() + rs.size(), "a string");
+      return Value::string(ls + rs);
+    }
     if (op == "in" || op == "not in") {
       bool found = false;
       if (r.is_string() && l.is_string()) {
@@ -403,7 +436,7 @@ class Interpreter {
       } else if (r.is_array()) {
         for (const auto& x : *r.arr) found = found || values_equal(x, l);
       } else if (r.is_mapping()) {
-        found = l.is_string() && !r.get(l.s).is_undefined();
+        found = !r.get_item(l).is_undefined();
       } else if (!r.is_undefined() && !r.is_none()) {
         runtime_error(e.line, fmt::format("'in' needs a string, list or dict on the right, not {}", r.type_name()));
       }
@@ -434,13 +467,13 @@ class Interpreter {
         a.insert(a.end(), r.arr->begin(), r.arr->end());
         return Value::array(std::move(a));
       }
-      // As Jinja (and @huggingface/jinja): 'a' + undefined and 'a' + none raise; 'a' + 1 concatenates.
-      // 'a' + a list or dict raises as in Python (@huggingface/jinja prints "[object Map]" there).
-      auto scalar = [](const Value& v) { return v.is_string() || v.is_number() || v.type == T::Bool; };
-      if ((l.is_string() || r.is_string()) && scalar(l) && scalar(r)) {
-        std::string ls = l.to_output(), rs = r.to_output();
-        check_value_size(ls.size() + rs.size(), "a string");
-        return Value::string(ls + rs);
+      // As Python: only a string adds to a string ('a' + 1, 'a' + none and 'a' + a list raise, where
+      // @huggingface/jinja concatenates or prints "[object Map]").
+      if (l.is_string() && r.is_string()) {
+        check_value_size(l.s.size() + r.s.size(), "a string");
+        if (!l.markup && !r.markup) return Value::string(l.s + r.s);
+        // Markup + str escapes the plain side (markupsafe): '<b>'|safe + '<i>' is "<b>&lt;i&gt;".
+        return Value::markup_string((l.markup ? l.s : html_escape(l.s)) + (r.markup ? r.s : html_escape(r.s)));
       }
       runtime_error(e.line, fmt::format("cannot add {} and {}", l.type_name(), r.type_name()));
     }
@@ -449,10 +482,14 @@ class Interpreter {
       const Value& cnt = l.is_string() ? r : l;
       if (cnt.type != T::Int) runtime_error(e.line, "a string can only be multiplied by an integer");
       std::string out;
-      if (cnt.i > 0)
-        check_value_size(str.s.size() * static_cast<size_t>(std::min<int64_t>(cnt.i, 1LL << 40)), "a string");
-      for (int64_t k = 0; k < cnt.i; ++k) out += str.s;
-      return Value::string(out);
+      if (cnt.i > 0 && !str.s.empty()) {  // the size without overflow: a long string times a huge count
+        const auto n = static_cast<uint64_t>(cnt.i);
+        check_value_size(n > (uint64_t{1} << 62) / str.s.size() ? SIZE_MAX : str.s.size() * n, "a string");
+      }
+      for (int64_t k = 0; k < cnt.i && !str.s.empty(); ++k) out += str.s;
+      Value repeated = Value::string(out);
+      repeated.markup = str.markup;
+      return repeated;
     }
     if (!nums) {
       if (op == "%" && l.is_string()) unsupported(e.line, "string formatting with '%'");

@@ -75,7 +75,18 @@ size_t read_string_literal(const std::string& src, size_t pos, int& line, std::s
 }  // namespace
 
 std::string preprocess_template(const std::string& source) {
-  std::string t = source;
+  // Jinja2 (newline_sequence '\n') turns every "\r\n" and lone "\r" of the source into "\n" before
+  // anything else, string literals included: a template saved with CRLF renders as the LF one.
+  std::string t;
+  t.reserve(source.size());
+  for (size_t k = 0; k < source.size(); ++k) {
+    if (source[k] != '\r') {
+      t += source[k];
+    } else {
+      t += '\n';
+      if (k + 1 < source.size() && source[k + 1] == '\n') ++k;
+    }
+  }
   if (!t.empty() && t.back() == '\n') t.pop_back();
   // lstrip_blocks: spaces/tabs at the start of a line before "{%", "{#" (or "{-") are removed.
   std::string out;

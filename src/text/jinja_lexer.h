@@ -1,9 +1,9 @@
 // Lexer of the Jinja subset used by Hugging Face chat templates.
 //
 // The source is first preprocessed exactly as transformers / @huggingface/jinja do
-// (trim_blocks and lstrip_blocks on, one trailing newline dropped); then text runs, `{{ }}`,
-// `{% %}` and `{# #}` are split, with `-` whitespace control applied to the neighbouring text,
-// and the inside of tags is cut into names, literals and operators.
+// (\r\n and \r turned into \n, trim_blocks and lstrip_blocks on, one trailing newline dropped);
+// then text runs, `{{ }}`, `{% %}` and `{# #}` are split, with `-` whitespace control applied to
+// the neighbouring text, and the inside of tags is cut into names, literals and operators.
 #pragma once
 
 #include <string>

@@ -340,7 +340,13 @@ class Parser {
   void parse_call_args(Expr& e) {
     expect_op("(");
     while (!is_op(")")) {
-      if (peek().type == TokType::Name && is_op("=", 1)) {
+      if (is_op("*") || is_op("**")) {  // f(*args, **kwargs): one of each, after the plain arguments
+        const bool star = is_op("*");
+        ExprPtr& slot = star ? e.b : e.c;
+        if (slot) fail(fmt::format("more than one {} in call arguments", star ? "*args" : "**kwargs"));
+        ++p_;
+        slot = parse_ternary(true);
+      } else if (peek().type == TokType::Name && is_op("=", 1)) {
         std::string k = next().text;
         ++p_;
         e.kwargs.emplace_back(k, parse_ternary(true));

@@ -29,8 +29,8 @@ struct Expr {
   std::string name;            // Name / Member attr / Filter & Test name / Unary & Binary op
   std::vector<ExprPtr> items;  // List items, Dict keys/values interleaved, Call/Filter/Test positional args
   std::vector<std::pair<std::string, ExprPtr>> kwargs;  // Call/Filter keyword args
-  ExprPtr a, b, c;                                      // operands (object, index/start, stop, step / cond)
-  bool negate = false;                                  // Test: "is not"
+  ExprPtr a, b, c;      // operands (object, index/start, stop, step / cond); Call/Filter/Test: b = *args, c = **kwargs
+  bool negate = false;  // Test: "is not"
 };
 
 struct Stmt;

@@ -3,8 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+
+#include "text/jinja_strings.h"
 
 namespace bp::jinja {
 
@@ -14,7 +17,7 @@ constexpr int kMaxJsonDepth = 512;  // also stops a list that contains itself (l
 }  // namespace
 
 void check_value_size(size_t n, const char* what) {
-  if (g_limits && static_cast<int64_t>(n) > g_limits->max_bytes)
+  if (g_limits && n > static_cast<uint64_t>(std::max<int64_t>(g_limits->max_bytes, 0)))
     throw JinjaError(JinjaError::Kind::Budget, fmt::format("{} grew to {} bytes or items, past the limit of {} "
                                                            "(setting data.template_max_bytes)",
                                                            what, n, g_limits->max_bytes));
@@ -51,9 +54,15 @@ Value Value::number(double x) {
   return v;
 }
 Value Value::string(std::string x) {
+  check_value_size(x.size(), "a string");  // every string a render builds is held to its budget
   Value v;
   v.type = Type::String;
   v.s = std::move(x);
+  return v;
+}
+Value Value::markup_string(std::string x) {
+  Value v = string(std::move(x));
+  v.markup = true;
   return v;
 }
 Value Value::array(Array x) {
@@ -145,10 +154,41 @@ std::string Value::to_output() const {
     case Type::String: return s;
     case Type::Array:
     case Type::Object:
-    case Type::Namespace: return to_json();
+    case Type::Namespace: return repr();
     case Type::Function: return "<function>";
   }
   return "";
+}
+
+std::string Value::repr(int depth) const {
+  if (depth > kMaxJsonDepth)
+    throw JinjaError(JinjaError::Kind::Budget,
+                     fmt::format("printing a value nested deeper than {} levels (a list or dict that contains itself?)",
+                                 kMaxJsonDepth));
+  switch (type) {
+    case Type::Undefined: return "Undefined";
+    case Type::String: return py_repr(s);
+    case Type::Array: {
+      std::string out = "[";
+      for (size_t k = 0; k < arr->size(); ++k) {
+        if (k) out += ", ";
+        out += (*arr)[k].repr(depth + 1);
+        check_value_size(out.size(), "a printed list");
+      }
+      return out + "]";
+    }
+    case Type::Object:
+    case Type::Namespace: {
+      std::string out = type == Type::Namespace ? "<Namespace {" : "{";
+      for (size_t k = 0; k < obj->size(); ++k) {
+        if (k) out += ", ";
+        out += key_value((*obj)[k].first).repr(depth + 1) + ": " + (*obj)[k].second.repr(depth + 1);
+        check_value_size(out.size(), "a printed dict");
+      }
+      return out + (type == Type::Namespace ? "}>" : "}");
+    }
+    default: return to_output();
+  }
 }
 
 static std::string json_string(const std::string& s) {
@@ -170,7 +210,10 @@ std::string Value::to_json(int indent, int depth) const {
     pad_out.append(static_cast<size_t>(indent) * static_cast<size_t>(depth), ' ');
   }
   switch (type) {
-    case Type::Undefined:
+    case Type::Undefined:  // json.dumps raises on Jinja2's Undefined (and on a macro)
+    case Type::Function:
+      throw JinjaError(JinjaError::Kind::Runtime, fmt::format("tojson: Object of type {} is not JSON serializable",
+                                                              type == Type::Function ? "function" : "Undefined"));
     case Type::None: return "null";
     case Type::Bool: return b ? "true" : "false";
     case Type::Int: return std::to_string(i);
@@ -192,12 +235,13 @@ std::string Value::to_json(int indent, int depth) const {
       std::string out = "{";
       for (size_t k = 0; k < obj->size(); ++k) {
         if (k) out += item_sep;
-        out += pad_in + json_string((*obj)[k].first) + ": " + (*obj)[k].second.to_json(indent, depth + 1);
+        // json.dumps writes an integer key as a string of its digits.
+        out += pad_in + json_string(key_value((*obj)[k].first).to_output()) + ": " +
+               (*obj)[k].second.to_json(indent, depth + 1);
         check_value_size(out.size(), "tojson output");
       }
       return out + pad_out + "}";
     }
-    case Type::Function: return "null";
   }
   return "null";
 }
@@ -207,6 +251,36 @@ Value Value::get(const std::string& key) const {
   for (const auto& [k, v] : *obj)
     if (k == key) return v;
   return undefined();
+}
+
+Value Value::get_item(const Value& key) const {
+  const auto k = dict_key(key);
+  return k ? get(*k) : undefined();
+}
+
+std::optional<std::string> dict_key(const Value& key) {
+  using T = Value::Type;
+  auto int_key = [](int64_t i) {
+    std::string k(1, '\xFF');
+    k.append(std::to_string(i));
+    return k;
+  };
+  switch (key.type) {
+    case T::String: return key.s;
+    case T::Int: return int_key(key.i);
+    case T::Bool: return int_key(key.b ? 1 : 0);
+    case T::Float:
+      if (std::isfinite(key.f) && key.f == std::floor(key.f) && std::fabs(key.f) < 9e18)
+        return int_key(static_cast<int64_t>(key.f));
+      return std::nullopt;
+    default: return std::nullopt;
+  }
+}
+
+Value key_value(const std::string& stored) {
+  if (!stored.empty() && static_cast<unsigned char>(stored[0]) == 0xFF)
+    return Value::integer(std::stoll(stored.substr(1)));
+  return Value::string(stored);
 }
 
 void Value::set(const std::string& key, Value v) {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -45,6 +46,9 @@ struct Value {
   int64_t i = 0;
   double f = 0.0;
   std::string s;
+  // String: a Markup (|safe, |escape). Adding a plain string to it HTML-escapes the plain one, as
+  // markupsafe does; `~`, join and tojson give plain strings. Ignored by comparisons.
+  bool markup = false;
   std::shared_ptr<Array> arr;
   std::shared_ptr<Object> obj;  // Object and Namespace
   std::shared_ptr<Function> fn;
@@ -55,6 +59,7 @@ struct Value {
   static Value integer(int64_t v);
   static Value number(double v);
   static Value string(std::string v);
+  static Value markup_string(std::string v);
   static Value array(Array v = {});
   static Value object(Object v = {});
   static Value ns(Object v = {});
@@ -69,17 +74,29 @@ struct Value {
   bool is_mapping() const { return type == Type::Object || type == Type::Namespace; }
 
   bool truthy() const;
-  // Python-ish str(): what {{ value }} prints.
+  // Python's str(): what {{ value }} and |string print; a list or dict prints as Python's repr
+  // ({'a': 1, 'b': [True, None]}), not as JSON.
   std::string to_output() const;
+  // Python's repr(): strings quoted and escaped as Python does; how items inside a list or dict print.
+  std::string repr(int depth = 0) const;
   // tojson with Python's default separators (", " and ": ") or an indent.
   std::string to_json(int indent = -1, int depth = 0) const;
   // Attribute/key lookup on objects; Undefined when absent.
   Value get(const std::string& key) const;
+  // d[key] for any key value (a string or an integer key); Undefined when absent.
+  Value get_item(const Value& key) const;
   void set(const std::string& key, Value v);
   const char* type_name() const;
 };
 
 bool values_equal(const Value& a, const Value& b);
+
+// Dict keys are stored as strings: a string key as itself, an integer key ({0: 0, 512: 128}, as
+// Python dicts allow) as "\xFF" + its decimal digits, which no UTF-8 string can start with. A bool
+// or integral float key is its integer, as Python hashes them. nullopt for any other key type.
+std::optional<std::string> dict_key(const Value& key);
+// The key as the template sees it (iteration, items(), dictsort): a string or an integer.
+Value key_value(const std::string& stored);
 
 // Limits on one render (issue 13): a hostile template (nested range loops, a list or string that
 // doubles itself) ends in JinjaError(Budget) instead of running for minutes or exhausting memory.
