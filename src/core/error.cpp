@@ -75,7 +75,8 @@ static std::string oom_message(const std::string& device, size_t req, size_t in_
 
 OutOfMemoryError::OutOfMemoryError(std::string device_name, size_t bytes_requested, size_t bytes_in_use,
                                    size_t bytes_cached, size_t bytes_limit, size_t bytes_total)
-    : Error(ErrorCode::RUNTIME_GPU_OOM,
+    : Error(out_of_memory_code(device_name.size() >= 3 &&
+                               (device_name.compare(0, 3, "CPU") == 0 || device_name.compare(0, 3, "cpu") == 0)),
             oom_message(device_name, bytes_requested, bytes_in_use, bytes_cached, bytes_limit, bytes_total),
             {{"device", device_name},
              {"bytes_requested", bytes_requested},

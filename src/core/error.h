@@ -61,8 +61,9 @@ class Error : public std::runtime_error {
   std::string suggestion_;
 };
 
-// Thrown by allocators past their limit (DESIGN.md "Allocators"). Code RUNTIME_GPU_OOM; the
-// message follows PyTorch's wording so users recognise it.
+// Thrown by allocators past their limit (DESIGN.md "Allocators"). Code RUNTIME_CPU_OOM when
+// device_name names the CPU ("CPU", "cpu"), else RUNTIME_GPU_OOM; the message follows PyTorch's
+// wording so users recognise it.
 class OutOfMemoryError : public Error {
  public:
   OutOfMemoryError(std::string device_name, size_t bytes_requested, size_t bytes_in_use, size_t bytes_cached,
@@ -76,6 +77,11 @@ class OutOfMemoryError : public Error {
  private:
   size_t bytes_requested_, bytes_in_use_, bytes_cached_, bytes_limit_, bytes_total_;
 };
+
+// The out-of-memory code for a device: RUNTIME_CPU_OOM for host memory, RUNTIME_GPU_OOM for a card.
+inline ErrorCode out_of_memory_code(bool on_cpu) {
+  return on_cpu ? ErrorCode::RUNTIME_CPU_OOM : ErrorCode::RUNTIME_GPU_OOM;
+}
 
 // "2.00 GiB", "512.00 KiB", "17 bytes" — the units PyTorch prints.
 std::string format_bytes(size_t bytes);

@@ -22,7 +22,8 @@ OomKind classify_oom(const std::exception& e) {
     // The safety monitor's low-memory signal: memory is running out, no allocation failed yet.
     if (be->code() == ErrorCode::RUNTIME_OOM_ADJACENT || be->code() == ErrorCode::RUNTIME_MEMORY_PRESSURE)
       return OomKind::Adjacent;
-    if (be->code() == ErrorCode::RUNTIME_GPU_OOM) return OomKind::OutOfMemory;
+    if (be->code() == ErrorCode::RUNTIME_GPU_OOM || be->code() == ErrorCode::RUNTIME_CPU_OOM)
+      return OomKind::OutOfMemory;
   }
   std::string_view w = e.what();
   if (contains_ci(w, "CUBLAS_STATUS_ALLOC_FAILED") || contains_ci(w, "CUDNN_STATUS_NOT_INITIALIZED") ||
@@ -69,7 +70,7 @@ void OomRecovery::run_step(int64_t n_seqs, const std::function<void(int64_t, int
                                  {"oom_kind", kind == OomKind::Adjacent ? "adjacent" : "oom"}};
       if (!enabled_)
         throw Error(
-            ErrorCode::RUNTIME_GPU_OOM,
+            out_of_memory_code(allocator_.device().type == DeviceType::CPU),
             fmt::format("[train] out of memory with OOM recovery off (--no-oom-recovery): {} "
                         "[micro-batch {} sequences; in use {}, peak {}, limit {}]",
                         ev.message, micro_seqs_, format_bytes(ev.memory.bytes_in_use),

@@ -10,8 +10,8 @@
 // checkpointing back on when "auto" had it off), else the micro-batch halved (so accumulation
 // doubles and the effective batch never changes), and the same step is redone with the same
 // samples. Three consecutive failures at one sequence per micro-batch end in
-// RUNTIME_OOM_RECOVERY_EXHAUSTED. With recovery off the first OOM is fatal (RUNTIME_GPU_OOM) with a
-// memory snapshot.
+// RUNTIME_OOM_RECOVERY_EXHAUSTED. With recovery off the first OOM is fatal (RUNTIME_CPU_OOM, or
+// RUNTIME_GPU_OOM on a card) with a memory snapshot.
 #pragma once
 
 #include <cstdint>

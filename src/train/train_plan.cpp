@@ -84,16 +84,20 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
   tp.limit_bytes = limit;
   MemoryPlan one = plan_for(1);
   if (enforced && one.total() > limit) {
-    std::string what = fmt::format("one sequence of {} tokens needs {} but the limit is {}", tokens_for(1),
-                                   format_bytes(one.total()), format_bytes(limit));
+    // The CPU's budget is host memory: its code and advice name no card (a quantized base is the big saving).
+    const bool cpu = ms.device == DeviceType::CPU;
+    std::string what = fmt::format("one sequence of {} tokens needs {} but the {} limit is {}", tokens_for(1),
+                                   format_bytes(one.total()), cpu ? "CPU memory" : "GPU memory", format_bytes(limit));
     throw Error(
-        ErrorCode::RUNTIME_GPU_OOM,
+        out_of_memory_code(cpu),
         fmt::format("[train] the run cannot fit before the first step: {}. Plan: {}", what, describe_memory_plan(one)),
         {{"plan", one.to_json()}, {"limit_bytes", limit}, {"tokens", tokens_for(1)}})
         .with_suggestion(fmt::format(
-            "Raise --max-memory (at least {}), shorten --max-seq-length (now {}), keep --gradient-checkpointing on, "
-            "use --mode lora or a lower --lora-r; `backprop estimate-vram` shows what fits.",
-            format_bytes(one.total()), o.max_seq_length));
+            "{} (at least {}), shorten --max-seq-length (now {}), keep --gradient-checkpointing on, "
+            "use --mode lora or a lower --lora-r{}; `backprop estimate-vram{}` shows what fits.",
+            cpu ? "Raise --max-memory if the machine has the RAM" : "Raise --max-memory", format_bytes(one.total()),
+            o.max_seq_length, cpu ? ", or hold the base quantized (--base-dtype q8_0 or q4_k)" : "",
+            cpu ? " --device cpu" : ""));
   }
   int64_t k;
   if (o.micro_batch_size > 0) {

@@ -1,8 +1,8 @@
 // Choosing the micro-batch before step 1 (DESIGN.md "Memory plan", issue "Memory"): the largest
 // number of sequences per micro-batch, up to the batch size, whose memory plan fits the limit
 // (--max-memory; with no limit, the machine's RAM), sized for the longest samples so no step can
-// need more. When even one sequence cannot fit, training does not start: RUNTIME_GPU_OOM with
-// the plan's breakdown and what to change.
+// need more. When even one sequence cannot fit, training does not start: RUNTIME_CPU_OOM
+// (RUNTIME_GPU_OOM on a card) with the plan's breakdown and what to change.
 // Gradient checkpointing "auto" (the default): the micro-batch is chosen as with checkpointing on;
 // then checkpointing is turned off when that micro-batch also fits without it — within the limit
 // when one is enforced, within 3/4 of the machine's RAM when not — because recomputing the forward

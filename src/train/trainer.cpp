@@ -440,7 +440,9 @@ void Trainer::State::report_oom(const OomEvent& ev) {
   ++summary.oom_recoveries;
   record({{"type", "oom_recovery"},
           {"step", step + 1},
-          {"code", ev.kind == OomKind::Adjacent ? "RUNTIME_OOM_ADJACENT" : "RUNTIME_GPU_OOM"},
+          {"code", ev.kind == OomKind::Adjacent
+                       ? "RUNTIME_OOM_ADJACENT"
+                       : error_info(out_of_memory_code(alloc->device().type == DeviceType::CPU)).name},
           {"micro_batch_before", ev.micro_seqs_before},
           {"micro_batch_after", ev.micro_seqs_after},
           {"grad_accum_after", ev.accum_after},

@@ -484,7 +484,7 @@ TEST(Doctor, OwnOutOfMemoryErrorAnalysed) {
   for (const std::string& text : {render_error_text(e, "run-1"), render_error_json(e, "run-1").dump(2)}) {
     auto m = first(doctor_text(text));
     EXPECT_EQ(m.at("id"), "cuda-oom") << text;
-    EXPECT_EQ(m.at("code"), "RUNTIME_GPU_OOM");
+    EXPECT_EQ(m.at("code"), "RUNTIME_CPU_OOM") << "the CPU allocator's own error";
     EXPECT_EQ(num_value(m, "requested"), int64_t{2} << 30);
     EXPECT_EQ(num_value(m, "limit"), int64_t{6} << 30);
     EXPECT_EQ(num_value(m, "reserved_unallocated"), int64_t{512} << 20);

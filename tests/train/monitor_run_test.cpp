@@ -209,7 +209,7 @@ TEST(MonitorRun, PlanUsesTheCgroupLimit) {
     Trainer(t).run();
     FAIL() << "one sequence cannot fit in 1 MiB";
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::RUNTIME_GPU_OOM);
+    EXPECT_EQ(e.code(), ErrorCode::RUNTIME_CPU_OOM);
     EXPECT_NE(std::string(e.what()).find("cannot fit before the first step"), std::string::npos) << e.what();
   }
 }

@@ -328,8 +328,17 @@ TEST(Trainer, MemoryLimitTooSmallFailsBeforeTrainingWithBreakdown) {
     Trainer(o).run();
     FAIL();
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::RUNTIME_GPU_OOM) << e.what();
+    // A CPU run: the CPU's code, the real numbers, and advice for host memory that names no GPU.
+    EXPECT_EQ(e.code(), ErrorCode::RUNTIME_CPU_OOM) << e.what();
     EXPECT_TRUE(e.details().contains("plan")) << e.details().dump();
+    const std::string what = e.what(), advice = e.suggestion();
+    EXPECT_NE(what.find("the CPU memory limit is 1.00 MiB"), std::string::npos) << what;
+    EXPECT_NE(advice.find("--max-memory"), std::string::npos) << advice;
+    EXPECT_NE(advice.find("--base-dtype q8_0 or q4_k"), std::string::npos) << advice;
+    for (const std::string& text : {what, advice, std::string(error_info(e.code()).suggestion)}) {
+      EXPECT_EQ(text.find("GPU"), std::string::npos) << text;
+      EXPECT_EQ(text.find("card"), std::string::npos) << text;
+    }
   }
   cpu_allocator().set_limit(kNoLimit);
 }
