@@ -1,7 +1,6 @@
 // core/file_read: the one reader of user files refuses what would hang or exhaust memory (FIFOs,
 // devices, directories, files past their kind's cap, JSON nested past the depth bound), and the
 // limits.* settings set the caps (environment first, so they also cap the --config file).
-#include "core/file_lines.h"
 #include "core/file_read.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/file_lines.h"
 #include "core/settings.h"
 #include "support/test_util.h"
 
