@@ -94,6 +94,29 @@ TEST_F(UiHardening, AnUploadReplacesAnExistingDatasetOnlyWhenAsked) {
 }
 
 // Sends `total` bytes of 'a' chunked (Transfer-Encoding: chunked, no Content-Length).
+// Sends `request` (all of it, in one write) from the local address `from` on a raw socket; returns
+// the socket and the status of the answer's first line (-1 when none came within 30 s).
+std::pair<int, int> send_raw(int port, const char* from, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  ::inet_pton(AF_INET, from, &local.sin_addr);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local);
+  sockaddr_in server{};
+  server.sin_family = AF_INET;
+  server.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &server.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&server), sizeof server) != 0) return {fd, -1};
+  timeval tv{30, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) return {fd, -1};
+  std::string head;
+  char ch;
+  while (head.find("\r\n") == std::string::npos && ::recv(fd, &ch, 1, 0) == 1) head.push_back(ch);
+  if (head.rfind("HTTP/1.1 ", 0) != 0 || head.size() < 12) return {fd, -1};
+  return {fd, std::stoi(head.substr(9, 3))};
+}
+
 httplib::Result put_chunked(httplib::Client& c, const std::string& path, size_t total) {
   auto sent = std::make_shared<size_t>(0);
   return c.Put(
@@ -121,15 +144,14 @@ TEST_F(UiHardening, ChunkedUploadsAreBoundedByTheLimitToo) {
   EXPECT_EQ(fs::file_size(fs::path(data()) / "small.jsonl"), 100000u);
   EXPECT_EQ(names_in(data()), (std::vector<std::string>{"d.jsonl", "small.jsonl"}));
   // Other routes take no chunked body at all (httplib would hold it in memory, unbounded).
-  auto chunked_json = c.Post(
-      "/api/runs",
-      [](size_t, httplib::DataSink& sink) {
-        sink.write("{}", 2);
-        sink.done();
-        return true;
-      },
-      "application/json");
-  EXPECT_EQ(status_of(chunked_json), 411);
+  // The whole request goes in one write: the server answers 411 from the headers and closes, so a
+  // client still sending the body could see the connection reset instead of the answer.
+  auto [fd, status] = send_raw(ui.port(), "127.0.0.1",
+                               "POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(ui.port()) +
+                                   "\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                   "2\r\n{}\r\n0\r\n\r\n");
+  ::close(fd);
+  EXPECT_EQ(status, 411);
 }
 
 TEST_F(UiHardening, CurlsDefaultFormTypeIsTakenForUploadsAndExplainedElsewhere) {
@@ -321,26 +343,9 @@ TEST_F(UiHardening, NoLogOutWithoutAuth) {
 // GET `path` from the local address `from` on a raw socket; returns the socket and the status of the
 // answer's first line (-1 when none came within 30 s).
 std::pair<int, int> open_stream(int port, const char* from, const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in local{};
-  local.sin_family = AF_INET;
-  ::inet_pton(AF_INET, from, &local.sin_addr);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local);
-  sockaddr_in server{};
-  server.sin_family = AF_INET;
-  server.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &server.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&server), sizeof server) != 0) return {fd, -1};
-  timeval tv{30, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  const std::string req =
-      "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) + "\r\nConnection: close\r\n\r\n";
-  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) return {fd, -1};
-  std::string head;
-  char ch;
-  while (head.find("\r\n") == std::string::npos && ::recv(fd, &ch, 1, 0) == 1) head.push_back(ch);
-  if (head.rfind("HTTP/1.1 ", 0) != 0 || head.size() < 12) return {fd, -1};
-  return {fd, std::stoi(head.substr(9, 3))};
+  return send_raw(
+      port, from,
+      "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) + "\r\nConnection: close\r\n\r\n");
 }
 
 TEST_F(UiHardening, OpenEventStreamsAreBoundedAndTheApiKeepsAnswering) {

@@ -7,6 +7,7 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -57,8 +58,16 @@ class UiProcess {
     std::vector<std::string> args = {backprop_exe(), "ui", "--port",     std::to_string(port_),
                                      "--runs",       runs, "--data-dir", data};
     args.insert(args.end(), extra.begin(), extra.end());
+    // A client write to a connection the server has closed is an error for the test to see, not a
+    // SIGPIPE that kills the test binary (and with it, before, the stop() below).
+    ::signal(SIGPIPE, SIG_IGN);
+    const pid_t parent = ::getpid();
     pid_ = ::fork();
     if (pid_ == 0) {
+      // The server dies with the test binary whatever ends it: a server left running holds ctest's
+      // output pipe open, and ctest then waits for its whole --timeout (seen in CI: 900 s).
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
