@@ -4,6 +4,7 @@
 // variable acts the same, and a new setting is one row (plus its member in train_options.h).
 #include "train/train_options.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/settings.h"
@@ -51,6 +52,15 @@ void read_into(std::optional<bool>& v, const Settings& s, std::string_view k) { 
 }
 void read_into(LrScheduler& v, const Settings& s, std::string_view k) {
   v = parse_lr_scheduler(s.get_string(k));
+}
+void read_into(TrainMethod& v, const Settings& s, std::string_view k) {
+  v = parse_train_method(s.get_string(k));
+}
+void read_into(DpoLoss& v, const Settings& s, std::string_view k) {
+  v = parse_dpo_loss(s.get_string(k));
+}
+void read_into(ReferenceSource& v, const Settings& s, std::string_view k) {
+  v = parse_reference_source(s.get_string(k));
 }
 void read_into(TrainMode& v, const Settings& s, std::string_view k) {
   v = s.get_string(k) == "full" ? TrainMode::Full : TrainMode::Lora;
@@ -171,6 +181,39 @@ void fill_train_options(TrainOptions& o, const Settings& s, std::string_view pre
     if (row.use.fill && std::string_view(row.key).starts_with(prefix)) row.use.fill(o, s, row.key);
 }
 
+namespace {
+
+// A preference setting belongs to the methods that read it: given (by flag, TOML, environment or
+// preset) to a run of another method it is refused, never ignored. Resolves training.reference.
+void check_method_settings(TrainOptions& o, const Settings& s) {
+  const std::vector<std::string> mine = method_setting_keys(o.method);
+  for (const std::string& key : preference_setting_keys()) {
+    if (s.source(key) == SettingSource::Default || std::find(mine.begin(), mine.end(), key) != mine.end()) continue;
+    std::string users;
+    for (TrainMethod m : {TrainMethod::Dpo, TrainMethod::Orpo, TrainMethod::Simpo, TrainMethod::Kto}) {
+      const auto keys = method_setting_keys(m);
+      if (std::find(keys.begin(), keys.end(), key) != keys.end())
+        users += (users.empty() ? "" : ", ") + std::string(train_method_name(m));
+    }
+    const SettingSpec* spec = find_setting(key);
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[train] {} is a setting of --method {}, and this run's method is {}; it would do nothing",
+                            spec ? spec->flag : key, users, train_method_name(o.method)))
+        .with_suggestion(fmt::format("Remove it ({} from {}), or pick one of those methods.", key,
+                                     setting_source_name(s.source(key))));
+  }
+  if (!method_needs_reference(o.method)) return;
+  if (o.pref.reference == ReferenceSource::Auto)
+    o.pref.reference = o.mode == TrainMode::Lora ? ReferenceSource::AdapterOff : ReferenceSource::Precomputed;
+  if (o.pref.reference == ReferenceSource::AdapterOff && o.mode != TrainMode::Lora)
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                "[train] --reference adapter-off needs a LoRA run (its reference is the base without the adapter); "
+                "--mode full has no adapter to switch off")
+        .with_suggestion("Use --reference precomputed (what auto picks in --mode full).");
+}
+
+}  // namespace
+
 TrainOptions TrainOptions::from_settings(const Settings& s) {
   TrainOptions o;
   fill_train_options(o, s);
@@ -212,6 +255,7 @@ TrainOptions TrainOptions::from_settings(const Settings& s) {
             "Use --base-dtype bf16 for bf16 GEMMs against the frozen base (QLoRA: q8_0, q4_k), or "
             "--mode full.");
   o.lora.validate();
+  check_method_settings(o, s);
   o.resolved_settings = s.to_json();
   return o;
 }

@@ -15,6 +15,7 @@
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "train/lr_schedule.h"
+#include "train/preference.h"
 #include "train/safety_monitor.h"
 
 namespace bp {
@@ -52,6 +53,8 @@ struct TrainOptions {
   double max_grad_norm = 1.0;  // 0 = no clipping
   int64_t max_seq_length = 512;
   TrainMode mode = TrainMode::Lora;
+  TrainMethod method = TrainMethod::Sft;  // training.method
+  PreferenceOptions pref;                 // the preference methods' settings (train/preference.h)
   LoraConfig lora;
   std::string matmul_dtype = "auto";           // training.matmul_dtype: auto | f32 | bf16 (full mode's GEMM copies)
   std::optional<bool> gradient_checkpointing;  // empty = auto: off when the memory plan says it fits
