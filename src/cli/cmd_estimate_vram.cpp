@@ -228,6 +228,13 @@ int run_estimate_vram() {
   const std::string& mb = st.get_string("training.micro_batch_size");
   r.micro_batch_size = mb == "auto" ? 0 : std::stoll(mb);
   r.max_seq_length = st.get_int("training.max_seq_length");
+  // --method: a pair (dpo, orpo, simpo) is two sequences in the same micro-batch, so batch and
+  // micro-batch count 2 sequences per example; the reference and KL passes run without gradient
+  // over the same micro-batch, below the training pass's peak.
+  const TrainMethod method = parse_train_method(st.get_string("training.method"));
+  const int64_t seqs_per_example = method_is_pairwise(method) ? 2 : 1;
+  r.batch_size *= seqs_per_example;
+  r.micro_batch_size *= seqs_per_example;
   r.threads = static_cast<int>(st.get_int("training.threads"));
   const CudaStatus cuda = cuda_status();
   // --device, as `train` reads it: auto plans for the GPU where a usable one would train.
@@ -268,18 +275,26 @@ int run_estimate_vram() {
     j["dtype_setting"] = dtype_setting;
     if (r.device == DeviceType::CUDA) j["gemm_workspace_source"] = gemm_ws.source;
     j["notes"] = notes(e, dtype_setting);
+    j["method"] = train_method_name(method);
+    j["sequences_per_example"] = seqs_per_example;
     std::cout << j.dump(2) << std::endl;
   } else {
+    if (seqs_per_example > 1)
+      std::cout << fmt::format(
+          "Method {}: each example is a pair, its chosen and rejected sequences in the same "
+          "micro-batch; sequences below are 2 per example.\n",
+          train_method_name(method));
     std::cout << render_text(model, cfg, e, limit, dtype_setting, gemm_ws);
   }
   return 0;
 }
 
 bp::cli::RunFn setup_estimate_vram(CLI::App& sub) {
-  bp::cli::bind_settings(sub, {"model.path", "model.offline", "training.mode", "lora.r", "lora.dropout",
-                               "lora.target_modules", "training.batch_size", "training.micro_batch_size",
-                               "training.max_seq_length", "training.gradient_checkpointing", "model.base_dtype",
-                               "training.vram_gb", "training.threads", "model.device", "training.matmul_dtype"});
+  bp::cli::bind_settings(
+      sub, {"model.path", "model.offline", "training.mode", "lora.r", "lora.dropout", "lora.target_modules",
+            "training.batch_size", "training.micro_batch_size", "training.max_seq_length",
+            "training.gradient_checkpointing", "model.base_dtype", "training.vram_gb", "training.threads",
+            "model.device", "training.matmul_dtype", "training.method"});
   sub.footer(
       "The estimate is for one micro-batch of --micro-batch-size sequences (auto = all --batch-size sequences of an "
       "optimizer step in one pass) of --max-seq-length tokens each, the worst case `backprop train` plans for. Only "

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "cli/command.h"
 #include "cli/progress.h"
@@ -108,6 +109,7 @@ int run_show_run() {
   std::cout << fmt::format("steps      {}\nfinal loss {}\nbest eval  {}\n", r.steps, opt_loss(r.final_loss),
                            opt_loss(r.best_eval_loss));
   if (r.tokens_per_second) std::cout << fmt::format("speed      {:.0f} tokens/s\n", *r.tokens_per_second);
+  for (auto& [k, v] : r.eval_metrics.items()) std::cout << fmt::format("{:<22} {:.4f}\n", k, v.get<double>());
   if (const std::string preset = preset_line(r.settings); !preset.empty()) std::cout << "preset     " << preset << "\n";
   std::cout << "checkpoints " << (r.checkpoints.empty() ? "(none)" : fmt::format("{}", fmt::join(r.checkpoints, ", ")))
             << "\nsettings that differ from the defaults:\n";
@@ -128,7 +130,8 @@ int run_diff_runs() {
         {"steps", r.steps},
         {"final_loss", r.final_loss ? nlohmann::json(*r.final_loss) : nlohmann::json(nullptr)},
         {"best_eval_loss", r.best_eval_loss ? nlohmann::json(*r.best_eval_loss) : nlohmann::json(nullptr)},
-        {"tokens_per_second", r.tokens_per_second ? nlohmann::json(*r.tokens_per_second) : nlohmann::json(nullptr)}};
+        {"tokens_per_second", r.tokens_per_second ? nlohmann::json(*r.tokens_per_second) : nlohmann::json(nullptr)},
+        {"eval_metrics", r.eval_metrics}};
   };
   if (cli::global_options().json) {
     nlohmann::json s = nlohmann::json::object();
@@ -146,6 +149,12 @@ int run_diff_runs() {
   auto ma = metrics(a), mb = metrics(b);
   for (const char* k : {"status", "steps", "final_loss", "best_eval_loss", "tokens_per_second"})
     std::cout << fmt::format("  {:<34} {:<24} {}\n", k, ma[k].dump(), mb[k].dump());
+  std::set<std::string> evals;  // preference methods' eval_ metrics, of either run
+  for (const RunRecord* r : {&a, &b})
+    for (auto& [k, v] : r->eval_metrics.items()) evals.insert(k);
+  for (const std::string& k : evals)
+    std::cout << fmt::format("  {:<34} {:<24} {}\n", k, a.eval_metrics.value(k, nlohmann::json()).dump(),
+                             b.eval_metrics.value(k, nlohmann::json()).dump());
   return 0;
 }
 

@@ -31,6 +31,11 @@ std::string format_progress_line(const StepRecord& r, int64_t total, double tps,
   if (filled < width) bar += '>';
   bar.resize(static_cast<size_t>(width), ' ');
   std::string loss = r.skipped ? std::string("skipped") : fmt::format("{:.4f}", r.loss);
+  // Preference methods: the step's reward accuracy and margin beside the loss (TRL's names).
+  for (const auto& [name, value] : r.metrics) {
+    if (name == "rewards/accuracies") loss += fmt::format(" acc {:.2f}", value);
+    if (name == "rewards/margins") loss += fmt::format(" margin {:.3f}", value);
+  }
   return fmt::format("[{}] {}/{} loss {} lr {:.2e} | {:.0f} tok/s | mem {} (peak {}) | ETA {}", bar, r.step, total,
                      loss, r.lr, tps, format_bytes(in_use), format_bytes(peak), format_duration(eta_s));
 }

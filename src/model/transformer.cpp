@@ -602,6 +602,34 @@ Tensor Model::logits(const Tensor& tokens, const Tensor& positions) {
   return logits(b);
 }
 
+Model::SequenceLosses Model::sequence_losses(const Batch& batch) {
+  if (!batch.labels.defined()) throw bad_batch("sequence_losses needs labels");
+  Tensor xf = hidden_states(batch);
+  const Tensor labels = batch.labels.to(device());
+  const HostMirrorScope mirror({{&labels, &batch.labels}});
+  const int32_t* cu = batch.cu_seqlens.data<int32_t>();
+  SequenceLosses out;
+  for (int64_t s = 0; s < batch.num_samples(); ++s) {
+    const auto r = linear_cross_entropy_forward(xf.rows(cu[s], cu[s + 1]), head_gemm_weight(),
+                                                labels.rows(cu[s], cu[s + 1]), options_.ce_chunk_tokens);
+    out.loss_sum.push_back(r.loss_sum);
+    out.n_counted.push_back(r.n_counted);
+  }
+  return out;
+}
+
+void Model::set_lora_enabled(bool enabled) {
+  if (enabled == lora_enabled()) return;
+  if (enabled) {
+    lora_ = std::move(*lora_off_);
+    lora_off_.reset();
+  } else {
+    lora_off_ = std::move(lora_);
+    lora_ = LoraView{};
+    lora_.layers.resize(lora_off_->layers.size());
+  }
+}
+
 CrossEntropyResult Model::forward_loss(const Batch& batch) {
   if (!batch.labels.defined()) throw bad_batch("forward_loss needs labels");
   Tensor xf = hidden_states(batch);

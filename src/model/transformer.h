@@ -24,6 +24,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -193,6 +195,28 @@ class Model {
   CrossEntropyResult forward_backward(const Batch& batch, float grad_scale, uint64_t dropout_seed);
   // Loss only, dropout off (evaluation).
   CrossEntropyResult forward_loss(const Batch& batch);
+
+  // Per-sequence losses (preference methods, train/preference.h): for each sample s of a packed
+  // batch, the summed cross-entropy of its counted tokens (−π, π = the completion's summed
+  // log-probability) and their count.
+  struct SequenceLosses {
+    std::vector<double> loss_sum;
+    std::vector<int64_t> n_counted;
+  };
+  // Given the forward's SequenceLosses, d(loss)/d(loss_sum[s]) for every sequence s.
+  using SequenceGradFn = std::function<std::vector<float>(const SequenceLosses&)>;
+  // Forward only, dropout off: each sequence's loss (reference and KL passes, evaluation).
+  SequenceLosses sequence_losses(const Batch& batch);
+  // Forward + backward of a loss that is a function of the sequences' losses: `grad_of` is called
+  // once, between the forward and the backward, and gradients accumulate (+=) as if each
+  // sequence's tokens had grad_scale = grad_of(...)[s]. A frozen head costs no extra pass (each
+  // sequence's dx is computed at scale 1, then scaled); a trainable head is run forward once
+  // more per sequence (its dW needs the scale while it is summed).
+  SequenceLosses forward_backward_sequences(const Batch& batch, const SequenceGradFn& grad_of, uint64_t dropout_seed);
+  // Switches the attached LoRA adapter off (the preference methods' reference: the frozen base)
+  // and on again; off, every pass runs the base weights alone.
+  void set_lora_enabled(bool enabled);
+  bool lora_enabled() const { return !lora_off_.has_value(); }
   // Full logits [T, V] (tests, generation prefill). positions i32 [T]; one causal sample.
   Tensor logits(const Tensor& tokens, const Tensor& positions);
   // Full logits of a packed batch (per-sample attention).
@@ -226,9 +250,15 @@ class Model {
   int64_t lora_group_col(int64_t l, const LinearInputGroup& g, LinearRole r) const;
   void check_batch(const Batch& b) const;
 
+  // The step after the trunk's forward: the final norm's output xf, the device labels and dxf to
+  // fill; the head's dW (null: frozen). Returns the loss (forward_backward's or the sequences').
+  using HeadStep = std::function<CrossEntropyResult(const Tensor& xf, const Tensor& labels, Tensor& dxf, Tensor* dW)>;
+  CrossEntropyResult train_pass(const Batch& host_batch, uint64_t dropout_seed, const HeadStep& head);
+
   ModelWeights weights_;
   ModelOptions options_;
   LoraView lora_;
+  std::optional<LoraView> lora_off_;  // set_lora_enabled(false): the adapter, parked here
   ModelGrads grads_;
   bool training_ = true;
   // matmul_dtype BF16: the copies, [layer][role] and the head's (undefined with f32 GEMMs).

@@ -11,6 +11,8 @@
 // (beta = 1, LinearGrads::accumulate_dx), and each residual's gradient is the buffer the RMSNorm
 // backward adds into (accumulate_dx): a layer's incoming gradient becomes dh, dh becomes the
 // layer's dx. No temporaries and no separate additions (5 fewer launches and T×D buffers a layer).
+#include <fmt/format.h>
+
 #include "model/transformer.h"
 #include "model/transformer_acts.h"
 #include "ops/attention.h"
@@ -177,6 +179,54 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
 }
 
 CrossEntropyResult Model::forward_backward(const Batch& host_batch, float grad_scale, uint64_t dropout_seed) {
+  return train_pass(host_batch, dropout_seed, [&](const Tensor& xf, const Tensor& labels, Tensor& dxf, Tensor* dW) {
+    return linear_cross_entropy_forward_backward(xf, head_gemm_weight(), labels, grad_scale, dxf, dW,
+                                                 options_.ce_chunk_tokens);
+  });
+}
+
+Model::SequenceLosses Model::forward_backward_sequences(const Batch& host_batch, const SequenceGradFn& grad_of,
+                                                        uint64_t dropout_seed) {
+  const int64_t S = host_batch.num_samples();
+  const int32_t* cu = host_batch.cu_seqlens.data<int32_t>();
+  SequenceLosses out;
+  train_pass(host_batch, dropout_seed, [&](const Tensor& xf, const Tensor& labels, Tensor& dxf, Tensor* dW) {
+    const Tensor& W = head_gemm_weight();
+    const int64_t chunk = options_.ce_chunk_tokens;
+    CrossEntropyResult total;
+    auto note = [&](const CrossEntropyResult& r) {
+      out.loss_sum.push_back(r.loss_sum);
+      out.n_counted.push_back(r.n_counted);
+      total.loss_sum += r.loss_sum;
+      total.n_counted += r.n_counted;
+    };
+    for (int64_t s = 0; s < S; ++s) {
+      const Tensor x_s = xf.rows(cu[s], cu[s + 1]), l_s = labels.rows(cu[s], cu[s + 1]);
+      if (dW) {
+        note(linear_cross_entropy_forward(x_s, W, l_s, chunk));
+      } else {
+        Tensor dx_s = dxf.rows(cu[s], cu[s + 1]);
+        note(linear_cross_entropy_forward_backward(x_s, W, l_s, 1.0f, dx_s, nullptr, chunk));
+      }
+    }
+    const std::vector<float> scale = grad_of(out);
+    if (static_cast<int64_t>(scale.size()) != S)
+      throw Error(ErrorCode::RUNTIME_INTERNAL,
+                  fmt::format("[model] {} sequence gradients for {} sequences", scale.size(), S));
+    for (int64_t s = 0; s < S; ++s) {
+      const Tensor x_s = xf.rows(cu[s], cu[s + 1]), l_s = labels.rows(cu[s], cu[s + 1]);
+      Tensor dx_s = dxf.rows(cu[s], cu[s + 1]);
+      if (dW)
+        linear_cross_entropy_forward_backward(x_s, W, l_s, scale[static_cast<size_t>(s)], dx_s, dW, chunk);
+      else
+        scale_inplace(dx_s, scale[static_cast<size_t>(s)]);
+    }
+    return total;
+  });
+  return out;
+}
+
+CrossEntropyResult Model::train_pass(const Batch& host_batch, uint64_t dropout_seed, const HeadStep& head) {
   check_batch(host_batch);
   if (!host_batch.labels.defined())
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[model] forward_backward needs labels");
@@ -204,8 +254,7 @@ CrossEntropyResult Model::forward_backward(const Batch& host_batch, float grad_s
   Tensor dxf = Tensor::empty({T, D}, DType::F32, dev);
   Tensor* dW_head = nullptr;
   if (full) dW_head = c.tie_word_embeddings ? &grads_.embed : &grads_.lm_head;
-  CrossEntropyResult res = linear_cross_entropy_forward_backward(xf, head_gemm_weight(), batch.labels, grad_scale, dxf,
-                                                                 dW_head, options_.ce_chunk_tokens);
+  CrossEntropyResult res = head(xf, batch.labels, dxf, dW_head);
   xf = Tensor();
   Tensor dx = Tensor::empty({T, D}, DType::F32, dev), dx16;  // dx16: its bf16 copy for the top layer's down
   rms_norm_backward(dxf, x, weights_.final_norm, rstd, dx, full ? &grads_.final_norm : nullptr, false,

@@ -99,6 +99,15 @@ struct Sample {
   std::vector<uint8_t> loss_mask;  // 1 = token is a training target
   int64_t source_line = 0;
   int64_t id = 0;  // position in the tokenized dataset (stable sample id)
+  // Preference data (training.method dpo/orpo/simpo/kto). ids/loss_mask: the chosen sequence (KTO:
+  // the one completion); rejected_*: the rejected one (pairs only). prompt_len: tokens of the prompt at
+  // the start of ids (rejected_prompt_len: of rejected_ids); the loss mask is 1 exactly on the final
+  // assistant turn's trained tokens (what the SFT mask marks there, {% generation %} included).
+  std::vector<int32_t> rejected_ids;
+  std::vector<uint8_t> rejected_loss_mask;
+  int64_t prompt_len = 0, rejected_prompt_len = 0;
+  int8_t label = -1;  // KTO: 1 desirable, 0 undesirable; -1 for other data
+  bool is_pair() const { return !rejected_ids.empty(); }
 };
 
 struct TokenizeOptions {

@@ -113,6 +113,9 @@ RunRecord read_run(const fs::path& dir) {
       } else if (type == "eval") {
         if (auto v = number_field(j, "eval_loss"); v && (!r.best_eval_loss || *v < *r.best_eval_loss))
           r.best_eval_loss = v;
+        r.eval_metrics = nlohmann::json::object();
+        for (auto& [k, v] : j.items())
+          if (k.rfind("eval_", 0) == 0 && k != "eval_loss" && v.is_number()) r.eval_metrics[k] = v;
       }
     });
   if (summary) {
@@ -147,7 +150,8 @@ nlohmann::json RunRecord::to_json() const {
           {"best_eval_loss", opt(best_eval_loss)},
           {"final_loss", opt(final_loss)},
           {"tokens_per_second", opt(tokens_per_second)},
-          {"checkpoints", checkpoints}};
+          {"checkpoints", checkpoints},
+          {"eval_metrics", eval_metrics}};
 }
 
 void write_run_status_running(const std::string& run_dir) {

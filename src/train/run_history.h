@@ -26,6 +26,8 @@ struct RunRecord {
   std::optional<double> best_eval_loss, final_loss, tokens_per_second;
   std::vector<std::string> checkpoints;
   nlohmann::json settings;  // settings.json as written
+  // The last evaluation's other metrics (preference methods: eval_rewards/accuracies, ...).
+  nlohmann::json eval_metrics = nlohmann::json::object();
   nlohmann::json to_json() const;
 };
 

@@ -53,7 +53,12 @@ TrainData build_train_data(const TrainOptions& o, const Tokenizer& tok) {
 int64_t sample_label_tokens(const Sample& s) {
   int64_t n = 0;
   for (size_t t = 1; t < s.loss_mask.size(); ++t) n += s.loss_mask[t] ? 1 : 0;
+  for (size_t t = 1; t < s.rejected_loss_mask.size(); ++t) n += s.rejected_loss_mask[t] ? 1 : 0;
   return n;
+}
+
+int64_t sample_tokens(const Sample& s) {
+  return static_cast<int64_t>(s.ids.size() + s.rejected_ids.size());
 }
 
 Batch make_batch(const std::vector<const Sample*>& samples) {

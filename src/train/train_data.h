@@ -29,8 +29,11 @@ struct TrainData {
 // off the holdout (seeded) or reads the eval file.
 TrainData build_train_data(const TrainOptions& options, const Tokenizer& tokenizer);
 
-// Label tokens a sample contributes once packed (its loss-mask positions after the first).
+// Label tokens a sample contributes once packed (its loss-mask positions after the first; a
+// preference pair's two sequences together).
 int64_t sample_label_tokens(const Sample& s);
+// Tokens a sample packs into (a pair: its chosen and rejected sequences).
+int64_t sample_tokens(const Sample& s);
 // Packs samples and makes the model's tensors.
 Batch make_batch(const std::vector<const Sample*>& samples);
 

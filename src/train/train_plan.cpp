@@ -61,7 +61,7 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
   ms.threads = o.threads;
   // Tokens of the k longest samples: the worst micro-batch of k sequences.
   std::vector<int64_t> lens;
-  for (const auto& s : data.train) lens.push_back(static_cast<int64_t>(s.ids.size()));
+  for (const auto& s : data.train) lens.push_back(sample_tokens(s));  // a pair: both its sequences
   std::sort(lens.begin(), lens.end(), std::greater<>());
   auto tokens_for = [&](int64_t k) {
     int64_t t = 0;

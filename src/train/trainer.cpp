@@ -196,9 +196,10 @@ TrainSummary Trainer::run_impl() {
     s.start_run_files();
     s.resume();
   } else {
+    s.precompute_reference();
     s.summary.initial_eval_loss = s.evaluate();
     if (s.summary.initial_eval_loss) {
-      s.record({{"type", "eval"}, {"step", 0}, {"eval_loss", *s.summary.initial_eval_loss}});
+      s.record(s.eval_record(0, *s.summary.initial_eval_loss));
       s.event("info", fmt::format("eval loss before training: {:.4f}", *s.summary.initial_eval_loss));
     }
   }
@@ -224,7 +225,14 @@ TrainSummary Trainer::run_impl() {
     rec.tokens = batch.n_tokens;
     rec.sample_ids = batch.ids;
     const double loss_sum = s.forward_backward(batch);
-    rec.loss = batch.n_labels ? loss_sum / static_cast<double>(batch.n_labels) : 0.0;
+    if (method_is_preference(s.opt.method)) {
+      rec.loss = loss_sum;  // already the step's mean (train/preference.h)
+      nlohmann::json m = nlohmann::json::object();
+      s.pref.step_metrics.write(m, "");
+      for (auto& [k, v] : m.items()) rec.metrics.emplace_back(k, v.get<double>());
+    } else {
+      rec.loss = batch.n_labels ? loss_sum / static_cast<double>(batch.n_labels) : 0.0;
+    }
     rec.lr = lr_at_step(s.opt.lr_scheduler, s.opt.lr, s.step, s.opt.warmup_steps, s.total_steps);
     if (s.clip_and_check(batch, rec)) s.update(rec);
     s.log_step(batch, rec);
@@ -397,7 +405,7 @@ Trainer::State::Batch Trainer::State::next_batch() {
   b.ids = cursor->next(opt.batch_size);
   for (int64_t id : b.ids) {
     b.n_labels += sample_label_tokens(data.train[static_cast<size_t>(id)]);
-    b.n_tokens += static_cast<int64_t>(data.train[static_cast<size_t>(id)].ids.size());
+    b.n_tokens += sample_tokens(data.train[static_cast<size_t>(id)]);
   }
   return b;
 }
@@ -409,6 +417,9 @@ Trainer::State::Batch Trainer::State::next_batch() {
 double Trainer::State::forward_backward(const Batch& batch) {
   const std::vector<int64_t>& ids = batch.ids;
   const float grad_scale = batch.n_labels ? 1.0f / static_cast<float>(batch.n_labels) : 0.0f;
+  const bool preference = method_is_preference(opt.method);
+  PreferenceStep ps;
+  if (preference) ps = begin_preference_step(batch);
   double loss_sum = 0;
   model->zero_grads();
   oom->run_step(
@@ -421,19 +432,27 @@ double Trainer::State::forward_backward(const Batch& batch) {
               save_checkpoint(std::nullopt);
             });
         inject_fault(FaultPoint::MicroBatch);
-        std::vector<const Sample*> micro;
-        for (int64_t i = b; i < e; ++i) micro.push_back(&data.train[static_cast<size_t>(ids[static_cast<size_t>(i)])]);
         uint64_t dropout_seed = opt.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) * 1000003ull +
                                 static_cast<uint64_t>(ids[static_cast<size_t>(b)]);
+        if (preference) {
+          preference_micro_batch(std::vector<int64_t>(ids.begin() + b, ids.begin() + e), ps, dropout_seed);
+          return;
+        }
+        std::vector<const Sample*> micro;
+        for (int64_t i = b; i < e; ++i) micro.push_back(&data.train[static_cast<size_t>(ids[static_cast<size_t>(i)])]);
         loss_sum += model->forward_backward(make_batch(micro), grad_scale, dropout_seed).loss_sum;
       },
       [&] {
         alloc->fail_after_allocations(0);
         model->zero_grads();
         loss_sum = 0;
+        ps.loss = 0;
+        ps.metrics = PreferenceMetrics{};
       },
       [&](const OomEvent& ev) { report_oom(ev); });
-  return loss_sum;
+  if (!preference) return loss_sum;
+  pref.step_metrics = ps.metrics;
+  return ps.loss;
 }
 
 void Trainer::State::report_oom(const OomEvent& ev) {
@@ -507,17 +526,20 @@ void Trainer::State::log_step(const Batch& batch, const StepRecord& rec) {
   summary.steps_done = step;
   summary.final_loss = rec.loss;
   summary.history.push_back(rec);
-  record({{"type", "step"},
-          {"step", rec.step},
-          {"loss", rec.skipped ? nlohmann::json(nullptr) : nlohmann::json(rec.loss)},
-          {"grad_norm", std::isfinite(rec.grad_norm) ? nlohmann::json(rec.grad_norm) : nlohmann::json(nullptr)},
-          {"lr", rec.lr},
-          {"tokens", rec.tokens},
-          {"micro_batch_size", oom->micro_seqs()},
-          {"grad_accum", oom->accumulation()},
-          {"bytes_in_use", alloc->stats().bytes_in_use},
-          {"bytes_peak", alloc->stats().bytes_peak},
-          {"samples", batch.ids}});
+  nlohmann::json step_record = {
+      {"type", "step"},
+      {"step", rec.step},
+      {"loss", rec.skipped ? nlohmann::json(nullptr) : nlohmann::json(rec.loss)},
+      {"grad_norm", std::isfinite(rec.grad_norm) ? nlohmann::json(rec.grad_norm) : nlohmann::json(nullptr)},
+      {"lr", rec.lr},
+      {"tokens", rec.tokens},
+      {"micro_batch_size", oom->micro_seqs()},
+      {"grad_accum", oom->accumulation()},
+      {"bytes_in_use", alloc->stats().bytes_in_use},
+      {"bytes_peak", alloc->stats().bytes_peak},
+      {"samples", batch.ids}};
+  for (const auto& [k, v] : rec.metrics) step_record[k] = v;
+  record(std::move(step_record));
   if (cb.on_step) cb.on_step(rec, summary, total_steps);
 }
 
@@ -527,7 +549,7 @@ void Trainer::State::after_step() {
   const bool last = step == total_steps;
   if (opt.eval_every > 0 && step % opt.eval_every == 0 && !last) {
     eval_loss = evaluate();
-    if (eval_loss) record({{"type", "eval"}, {"step", step}, {"eval_loss", *eval_loss}});
+    if (eval_loss) record(eval_record(step, *eval_loss));
   }
   const bool stopping =
       interrupt_requested() || (opt.stop_after_step_for_tests > 0 && step == opt.stop_after_step_for_tests);
@@ -549,6 +571,7 @@ std::optional<double> Trainer::State::evaluate() {
     ~RestoreTraining() { m.set_training(true); }
   } restore{*model};
   model->set_training(false);
+  if (method_is_preference(opt.method)) return preference_evaluate();
   double loss_sum = 0;
   int64_t count = 0;
   const int64_t mb = std::max<int64_t>(1, oom->micro_seqs());
@@ -561,6 +584,13 @@ std::optional<double> Trainer::State::evaluate() {
     count += r.n_counted;
   }
   return count ? std::optional<double>(loss_sum / static_cast<double>(count)) : std::nullopt;
+}
+
+nlohmann::json Trainer::State::eval_record(int64_t at_step, double eval_loss) const {
+  nlohmann::json j = {{"type", "eval"}, {"step", at_step}, {"eval_loss", eval_loss}};
+  if (method_is_preference(opt.method))
+    for (auto& [k, v] : pref.eval_metrics.items()) j[k] = v;
+  return j;
 }
 
 // ---- fault injection (tests) ------------------------------------------------------------------

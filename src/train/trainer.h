@@ -31,6 +31,8 @@ struct StepRecord {
   int64_t tokens = 0;
   bool skipped = false;
   std::vector<int64_t> sample_ids;
+  // Preference methods: TRL's metrics of the step ("rewards/chosen", "logps/rejected", ...).
+  std::vector<std::pair<std::string, double>> metrics;
 };
 
 struct TrainSummary {

@@ -153,6 +153,7 @@ void Trainer::State::resume() {
   summary.skipped_steps = st.value("skipped_steps", int64_t{0});
   summary.tokens = st.value("tokens", int64_t{0});
   summary.initial_eval_loss = step_zero_eval_loss((fs::path(opt.output_dir) / "metrics.jsonl").string());
+  load_reference(resume_from->path);
   event("info", fmt::format("resumed from {} at step {} of {}", resume_from->path, step, total_steps));
 }
 
@@ -180,16 +181,16 @@ std::string Trainer::State::save_checkpoint(std::optional<double> eval_loss) {
   for (const auto& h : summary.history) losses.push_back({{"step", h.step}, {"loss", h.loss}});
   st["loss_history"] = losses;
   Model& m = *model;
-  std::string path = checkpoints->write(
-      step,
-      {{"trainable.safetensors", [&](const std::string& p) { write_safetensors(p, trainable_tensors(m)); }},
-       {"optimizer.safetensors",
-        [&](const std::string& p) {
-          NamedTensors t;
-          for (auto& [n, v] : adamw.state_tensors()) t.emplace_back(n, host_readable(v));
-          write_safetensors(p, t);
-        }}},
-      st);
+  std::vector<CheckpointFile> files = {
+      {"trainable.safetensors", [&](const std::string& p) { write_safetensors(p, trainable_tensors(m)); }},
+      {"optimizer.safetensors", [&](const std::string& p) {
+         NamedTensors t;
+         for (auto& [n, v] : adamw.state_tensors()) t.emplace_back(n, host_readable(v));
+         write_safetensors(p, t);
+       }}};
+  for (auto& [name, writer] : reference_files()) files.push_back({name, writer});
+  if (method_is_preference(opt.method)) st["method"] = train_method_name(opt.method);
+  std::string path = checkpoints->write(step, files, st);
   if (eval_loss && (!summary.best_eval_loss || *eval_loss <= *summary.best_eval_loss)) {
     summary.best_eval_loss = *eval_loss;
     best_checkpoint = path;
@@ -203,7 +204,7 @@ std::string Trainer::State::save_checkpoint(std::optional<double> eval_loss) {
 void Trainer::State::finish() {
   summary.final_eval_loss = evaluate();
   if (summary.final_eval_loss) {
-    record({{"type", "eval"}, {"step", step}, {"eval_loss", *summary.final_eval_loss}});
+    record(eval_record(step, *summary.final_eval_loss));
     if (!summary.best_eval_loss || *summary.final_eval_loss < *summary.best_eval_loss)
       summary.best_eval_loss = summary.final_eval_loss;
   }

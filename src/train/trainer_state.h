@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 #include "train/checkpoint.h"
 #include "train/oom_recovery.h"
 #include "train/optimizer.h"
+#include "train/preference.h"
 #include "train/safety_monitor.h"
 #include "train/train_data.h"
 #include "train/trainer.h"
@@ -29,6 +31,12 @@ namespace bp {
 // Saves the template the samples were rendered with beside the weights in `dir` (issue 15), so
 // `backprop export` ships exactly it (trainer_checkpoints.cpp).
 void record_chat_template(const std::string& dir, const TrainData& data);
+
+// An example's reference log-probabilities (preference methods with a reference): chosen,
+// rejected (pairs) and KTO's mismatched KL sequence; f32 as they are kept in checkpoints.
+struct RefLogps {
+  float c = 0, r = 0, kl = 0;
+};
 
 struct Trainer::State {
   TrainOptions opt;
@@ -90,6 +98,35 @@ struct Trainer::State {
   void finish();
   void count_lost_records();  // into the summary: metrics.jsonl's and the log files' (finish)
   void save_final_artifact();
+  // Preference methods (trainer_preference.cpp).
+  struct PreferenceState {
+    std::vector<RefLogps> train_ref, eval_ref;  // precomputed reference: by position in data.train / data.eval
+    PreferenceMetrics step_metrics;             // of the last step (TRL's names in metrics.jsonl)
+    nlohmann::json eval_metrics;                // of the last evaluate(): eval_rewards/..., eval_logps/...
+  } pref;
+  struct PreferenceStep {
+    StepNorms norms;
+    double loss = 0;
+    PreferenceMetrics metrics;
+  };
+  bool reference_precomputed() const;
+  std::vector<double> reference_logps(const std::vector<Sample>& seqs);
+  std::vector<double> policy_logps(const std::vector<Sample>& seqs);
+  std::vector<RefLogps> references(const std::vector<Sample>& pool, const std::vector<int64_t>& idx, bool eval);
+  double kto_z(const std::vector<Sample>& pool, const std::vector<int64_t>& idx, bool eval);
+  void precompute_reference();
+  void write_reference(const std::string& path) const;
+  void load_reference(const std::string& checkpoint_dir);
+  std::vector<std::pair<std::string, std::function<void(const std::string&)>>> reference_files() const;
+  PreferenceStep begin_preference_step(const Batch& batch);
+  std::vector<float> preference_terms(const std::vector<const Sample*>& examples, const std::vector<double>& logp,
+                                      const std::vector<RefLogps>& refs, const std::vector<int64_t>& counts,
+                                      PreferenceStep& ps);
+  void preference_micro_batch(const std::vector<int64_t>& idx, PreferenceStep& ps, uint64_t dropout_seed);
+  std::optional<double> preference_evaluate();
+  // An "eval" record of metrics.jsonl, with the preference metrics of that evaluation.
+  nlohmann::json eval_record(int64_t at_step, double eval_loss) const;
+
   // Fault injection for tests (the fault_* options), at these points of the loop only.
   enum class FaultPoint { Start, MicroBatch, Backward, Eval, Checkpointed };
   void inject_fault(FaultPoint where);

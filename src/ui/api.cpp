@@ -21,6 +21,7 @@
 #include "core/settings.h"
 #include "core/sysinfo.h"
 #include "core/system_readings.h"
+#include "train/preference.h"
 #include "ui/assets.h"
 #include "ui/dataset_upload.h"
 #include "ui/process.h"
@@ -35,10 +36,30 @@ using nlohmann::json;
 namespace {
 
 // The settings the New-run form offers (help, defaults and ranges come from the settings table).
-constexpr const char* kFormSettings[] = {
-    "training.steps",        "training.epochs",         "training.batch_size", "training.lr",  "training.lr_scheduler",
-    "training.warmup_steps", "training.max_seq_length", "training.mode",       "lora.r",       "lora.alpha",
-    "lora.dropout",          "training.eval_every",     "training.save_every", "data.holdout", "training.max_memory"};
+constexpr const char* kFormSettings[] = {"training.method",
+                                         "training.steps",
+                                         "training.epochs",
+                                         "training.batch_size",
+                                         "training.lr",
+                                         "training.lr_scheduler",
+                                         "training.warmup_steps",
+                                         "training.max_seq_length",
+                                         "training.mode",
+                                         "lora.r",
+                                         "lora.alpha",
+                                         "lora.dropout",
+                                         "training.eval_every",
+                                         "training.save_every",
+                                         "data.holdout",
+                                         "training.max_memory",
+                                         "training.beta",
+                                         "training.dpo_loss",
+                                         "training.label_smoothing",
+                                         "training.orpo_lambda",
+                                         "training.simpo_gamma",
+                                         "training.kto_desirable_weight",
+                                         "training.kto_undesirable_weight",
+                                         "training.reference"};
 // The run page's export form.
 constexpr const char* kExportSettings[] = {"export.format", "export.quantization"};
 
@@ -54,11 +75,19 @@ json settings_json(const char* const (&keys)[N]) {
                    {"choices", s->choices},
                    {"allowed", setting_allowed_text(*s)},
                    {"help", s->help}});
+    // A preference method's setting: the methods that read it (the page shows it for those only).
+    json methods = json::array();
+    for (TrainMethod m : {TrainMethod::Dpo, TrainMethod::Orpo, TrainMethod::Simpo, TrainMethod::Kto}) {
+      const auto mine = method_setting_keys(m);
+      if (std::find(mine.begin(), mine.end(), key) != mine.end()) methods.push_back(train_method_name(m));
+    }
+    if (!methods.empty()) out.back()["methods"] = methods;
   }
   return out;
 }
 // The ones estimate-vram takes (the rest do not change the memory plan).
-constexpr const char* kPlanSettings[] = {"training.batch_size", "training.max_seq_length", "training.mode", "lora.r"};
+constexpr const char* kPlanSettings[] = {"training.batch_size", "training.max_seq_length", "training.mode", "lora.r",
+                                         "training.method"};
 
 // Runs `fn`, answering what it throws: 400 for input and config errors, 507 for a full disk, else 500.
 template <class Fn>
@@ -115,9 +144,18 @@ std::vector<std::string> setting_flags(const json& settings, const char* const (
   if (settings.is_null()) return out;
   if (!settings.is_object()) throw Error(ErrorCode::INPUT_VALIDATION_FAILED, "[ui] field 'settings' must be an object");
   Settings check;
+  // The form holds every method's settings; only the chosen method's go to the command (which
+  // refuses another method's setting rather than ignore it).
+  const json method = settings.value("training.method", json("sft"));
+  const std::vector<std::string> mine =
+      method_setting_keys(parse_train_method(method.is_string() ? method.get<std::string>() : "sft"));
+  const auto& preference = preference_setting_keys();
   for (const auto& [key, value] : settings.items()) {
     if (std::find_if(std::begin(allowed), std::end(allowed), [&](const char* k) { return key == k; }) ==
         std::end(allowed))
+      continue;
+    if (std::find(preference.begin(), preference.end(), key) != preference.end() &&
+        std::find(mine.begin(), mine.end(), key) == mine.end())
       continue;
     if (!value.is_string() && !value.is_number() && !value.is_boolean())
       throw Error(

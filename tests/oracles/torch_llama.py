@@ -11,6 +11,9 @@ Packed batches: tokens of several samples are concatenated; cu_seqlens gives the
 positions restart per sample, labels == -100 are ignored. Attention uses an explicit [T, T] mask
 (same sample and key <= query), which is fine for the tiny models of the tests.
 
+With "preference" in spec.json (method, settings, references, step sizes) the loss is the
+preference method's (preference_loss) instead of the mean NLL: tests/train/preference_parity_test.cpp.
+
 Usage: torch_llama.py IN_DIR OUT_DIR [IN_DIR OUT_DIR ...]   (several cases share one torch start-up)
   IN_DIR/spec.json    config, tensor table, batch, mode, lora settings, optional adamw settings
   IN_DIR/tensors.bin  little-endian float32 values of every tensor in the table, back to back
@@ -143,6 +146,66 @@ def loss_of(model, batch):
     return nll.mean(), logits, int(mask.sum())
 
 
+def sequence_logps(model, batch):
+    """Each packed sequence's summed log-probability of its labelled tokens, and their count."""
+    logits = model.forward(batch["tokens"], batch["positions"], batch["cu_seqlens"])
+    lp = torch.log_softmax(logits, dim=-1)
+    labels = batch["labels"]
+    cu = batch["cu_seqlens"]
+    sums, counts = [], []
+    for s in range(len(cu) - 1):
+        lab = labels[cu[s]:cu[s + 1]]
+        m = lab != -100
+        sums.append(lp[cu[s]:cu[s + 1]][m].gather(1, lab[m][:, None]).sum())
+        counts.append(int(m.sum()))
+    return sums, counts, logits
+
+
+def preference_loss(model, batch, p):
+    """The preference losses written from their papers' formulas as TRL implements them (DPO
+    sigmoid/ipo/hinge with label smoothing, ORPO, SimPO, KTO with a given reference point z);
+    every term a mean over the step's examples, ORPO's NLL a mean over its chosen tokens."""
+    F = torch.nn.functional
+    logps, counts, logits = sequence_logps(model, batch)
+    method, beta, n_ex = p["method"], p.get("beta", 0.1), p["n_examples"]
+    ls = p.get("label_smoothing", 0.0)
+    terms = []
+    if method in ("dpo", "orpo", "simpo"):
+        for i in range(len(logps) // 2):
+            pc, pr = logps[2 * i], logps[2 * i + 1]
+            nc, nr = counts[2 * i], counts[2 * i + 1]
+            if method == "dpo":
+                rc, rr = p["ref_c"][i], p["ref_r"][i]
+                if p["dpo_loss"] == "ipo":
+                    h = (pc / nc - rc / nc) - (pr / nr - rr / nr)
+                    terms.append((h - 1 / (2 * beta)) ** 2)
+                elif p["dpo_loss"] == "hinge":
+                    h = (pc - rc) - (pr - rr)
+                    terms.append(torch.relu(1 - beta * h))
+                else:
+                    h = (pc - rc) - (pr - rr)
+                    terms.append(-F.logsigmoid(beta * h) * (1 - ls) - F.logsigmoid(-beta * h) * ls)
+            elif method == "orpo":
+                a, b = pc / nc, pr / nr
+                log_odds = (a - b) - (torch.log1p(-torch.exp(a)) - torch.log1p(-torch.exp(b)))
+                terms.append(-p["orpo_lambda"] * F.logsigmoid(log_odds))
+            else:
+                u = beta * (pc / nc - pr / nr) - p["simpo_gamma"]
+                terms.append(-F.logsigmoid(u) * (1 - ls) - F.logsigmoid(-u) * ls)
+    else:  # kto
+        z = p["kto_z"]
+        for i, lp in enumerate(logps):
+            r = lp - p["ref_c"][i]
+            if p["desirable"][i]:
+                terms.append(p["kto_desirable_weight"] * (1 - torch.sigmoid(beta * (r - z))))
+            else:
+                terms.append(p["kto_undesirable_weight"] * (1 - torch.sigmoid(beta * (z - r))))
+    loss = sum(terms) / n_ex
+    if method == "orpo":
+        loss = loss - sum(logps[0::2]) / p["chosen_tokens"]
+    return loss, logits, sum(counts)
+
+
 def trainable_names(spec, tensors):
     if spec["mode"] == "full":
         return [t["name"] for t in spec["tensors"] if "lora_" not in t["name"]]
@@ -159,7 +222,10 @@ def run_case(in_dir, out_dir):
         tensors[n].requires_grad_(True)
     model = Llama(spec, tensors)
 
-    loss, logits, n_counted = loss_of(model, batch)
+    if "preference" in spec:
+        loss, logits, n_counted = preference_loss(model, batch, spec["preference"])
+    else:
+        loss, logits, n_counted = loss_of(model, batch)
     loss.backward()
     arrays = [("logits", logits.detach())]
     for n in names:

@@ -4,6 +4,7 @@
 // and the failed status with its error code. Waits poll the API; nothing depends on timing.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "ui/runs.h"
@@ -88,6 +89,57 @@ TEST(UiRuns, StartRestartTheUiStopResume) {
   EXPECT_EQ(done["status"], "finished");
   EXPECT_EQ(done["steps_done"], at + 2);
   EXPECT_EQ(done["summary"]["steps"], at + 2);
+}
+
+// The New run form offers the method and every method's settings, each marked with the methods
+// that read it; a run gets the chosen method's settings only (the others the form still holds
+// would be refused by `train`, which never ignores a setting).
+TEST(UiRuns, APreferenceRunGetsItsMethodsSettingsOnly) {
+  TempDir tmp;
+  const std::string runs = tmp.path + "/runs", data = tmp.path + "/data";
+  fs::create_directories(data);
+  {
+    std::ofstream f(data + "/pairs.jsonl");
+    for (int i = 0; i < 8; ++i)
+      f << json{{"prompt", "What is " + std::to_string(i) + " plus one?"},
+                {"chosen", "Answer: " + std::to_string(i + 1) + "."},
+                {"rejected", "I do not know."}}
+               .dump()
+        << "\n";
+  }
+  UiProcess ui(runs, data, {});
+  auto c = ui.client();
+  const json settings = get_json(c, "/api/settings");
+  json beta, method;
+  for (const auto& s : settings) {
+    if (s["key"] == "training.beta") beta = s;
+    if (s["key"] == "training.method") method = s;
+  }
+  ASSERT_TRUE(method.is_object()) << settings.dump();
+  EXPECT_EQ(method["choices"], "sft|dpo|orpo|simpo|kto");
+  ASSERT_TRUE(beta.is_object()) << settings.dump();
+  EXPECT_EQ(beta["methods"], json({"dpo", "simpo", "kto"}));
+  const json body = {{"model", source_dir() + "/models/tiny-chat"},
+                     {"dataset", "pairs.jsonl"},
+                     {"settings",
+                      {{"training.method", "orpo"},
+                       {"training.steps", "2"},
+                       {"training.batch_size", "2"},
+                       {"training.max_seq_length", "96"},
+                       {"training.beta", "0.3"},  // dpo/simpo/kto's, left in the form
+                       {"training.orpo_lambda", "0.25"}}}};
+  auto started = c.Post("/api/runs", body.dump(), "application/json");
+  ASSERT_EQ(started->status, 200) << started->body;
+  const std::string launch = json::parse(started->body)["launch_id"];
+  json l = wait_for(c, "/api/launches/" + launch, [](const json& j) { return !j["running"].get<bool>(); });
+  ASSERT_TRUE(l["result"].is_object()) << l.dump();
+  EXPECT_FALSE(l["result"].contains("code")) << l.dump();
+  const std::string id = l.value("run_id", "");
+  ASSERT_FALSE(id.empty()) << l.dump();
+  const json run_settings = json::parse(std::ifstream(runs + "/" + id + "/settings.json"));
+  EXPECT_EQ(run_settings["training"]["method"], "orpo") << run_settings.dump();
+  EXPECT_DOUBLE_EQ(run_settings["training"]["orpo_lambda"].get<double>(), 0.25);
+  EXPECT_DOUBLE_EQ(run_settings["training"]["beta"].get<double>(), 0.1);  // the default: not passed
 }
 
 TEST(UiRuns, AFailedRunShowsItsErrorCode) {

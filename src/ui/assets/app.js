@@ -137,6 +137,7 @@
     });
 
     const settings = await api("GET", "/api/settings");
+    const methodRows = [];
     for (const s of settings) {
       const id = "set-" + s.key.replace(".", "-");
       const input = s.choices
@@ -145,9 +146,19 @@
       input.value = s.default;
       fields[s.key] = input;
       input.addEventListener("change", refreshPlan);
-      settingsBox.append(h("div", {}, h("label", { for: id, text: s.flag + "  (" + s.key + ")" }), input,
-        h("span", { class: "help", id: id + "-help", text: s.help + " [" + s.allowed + "]" })));
+      const row = h("div", {}, h("label", { for: id, text: s.flag + "  (" + s.key + ")" }), input,
+        h("span", { class: "help", id: id + "-help", text: s.help + " [" + s.allowed + "]" }));
+      if (s.methods) methodRows.push([row, s.methods]);
+      settingsBox.append(row);
     }
+    // A preference method's settings show for the methods that read them only (the server sends
+    // the chosen method's alone).
+    function showMethodSettings() {
+      const m = fields["training.method"] ? fields["training.method"].value : "sft";
+      for (const [row, methods] of methodRows) row.hidden = !methods.includes(m);
+    }
+    if (fields["training.method"]) fields["training.method"].addEventListener("change", showMethodSettings);
+    showMethodSettings();
     model.addEventListener("change", refreshPlan);
     await loadDatasets();
 
