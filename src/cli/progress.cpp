@@ -82,6 +82,12 @@ std::string format_train_summary(const TrainSummary& s, const TrainOptions& o) {
   out += fmt::format("  final train loss  {:.4f}\n", s.final_loss);
   out += fmt::format("  eval loss         before {} -> after {} (best {})\n", opt(s.initial_eval_loss),
                      opt(s.final_eval_loss), opt(s.best_eval_loss));
+  for (auto& [k, v] : s.final_eval_metrics.items()) {  // preference methods: eval_rewards/accuracies, ...
+    const auto before = s.initial_eval_metrics.find(k);
+    out += fmt::format("  {:<24} before {} -> after {:.4f}\n", k.substr(5),
+                       before != s.initial_eval_metrics.end() ? fmt::format("{:.4f}", before->get<double>()) : "n/a",
+                       v.get<double>());
+  }
   out += fmt::format("  peak memory       {}\n", format_bytes(s.peak_memory_bytes));
   if (!s.base_dtype.empty()) out += fmt::format("  frozen base       {}\n", s.base_dtype);
   if (s.matmul_dtype == "bf16") out += "  GEMM inputs       bf16 copies of the f32 weights\n";

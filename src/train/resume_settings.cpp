@@ -36,6 +36,8 @@ constexpr std::string_view kPinned[] = {
     "training.max_seq_length",
     "training.seed",
     "training.init_from_config",
+    "training.method",     // the loss, and what a micro-batch holds (pairs)
+    "training.reference",  // whether checkpoints carry the precomputed reference
     "data.path",
     "data.format",
     "data.holdout",

@@ -64,7 +64,10 @@ nlohmann::json TrainSummary::to_json() const {
           {"grad_accum", grad_accum},
           {"gradient_checkpointing", gradient_checkpointing},
           {"records_lost", records_lost},  // records of the run files that could not be written (a full disk)
-          {"records_lost_files", records_lost_files}};
+          {"records_lost_files", records_lost_files},
+          {"method", method},
+          {"initial_eval_metrics", initial_eval_metrics},
+          {"final_eval_metrics", final_eval_metrics}};
 }
 
 Trainer::Trainer(TrainOptions options, TrainCallbacks callbacks) : s_(std::make_unique<State>()) {
@@ -186,6 +189,7 @@ TrainSummary Trainer::run_impl() {
   set_num_threads(s.opt.threads);
   s.inject_fault(State::FaultPoint::Start);
   s.alloc = &allocator_for(s.device);
+  s.summary.method = train_method_name(s.opt.method);
   s.open_run();
   s.load_data();
   s.build_model();
@@ -200,6 +204,7 @@ TrainSummary Trainer::run_impl() {
     s.summary.initial_eval_loss = s.evaluate();
     if (s.summary.initial_eval_loss) {
       s.record(s.eval_record(0, *s.summary.initial_eval_loss));
+      s.summary.initial_eval_metrics = s.pref.eval_metrics;
       s.event("info", fmt::format("eval loss before training: {:.4f}", *s.summary.initial_eval_loss));
     }
   }
@@ -421,35 +426,53 @@ double Trainer::State::forward_backward(const Batch& batch) {
   PreferenceStep ps;
   if (preference) ps = begin_preference_step(batch);
   double loss_sum = 0;
+  int64_t last_example = -1;  // the first example of the micro-batch being run (preference methods)
   model->zero_grads();
-  oom->run_step(
-      static_cast<int64_t>(ids.size()),
-      [&](int64_t b, int64_t e) {
-        safety->between_micro_batches(
-            step + 1, opt.oom_recovery && (oom->micro_seqs() > 1 || !model->options().gradient_checkpointing), [&] {
-              cursor = std::make_unique<DataCursor>(static_cast<int64_t>(data.train.size()), opt.seed, opt.shuffle,
-                                                    batch.start);
-              save_checkpoint(std::nullopt);
-            });
-        inject_fault(FaultPoint::MicroBatch);
-        uint64_t dropout_seed = opt.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) * 1000003ull +
-                                static_cast<uint64_t>(ids[static_cast<size_t>(b)]);
-        if (preference) {
-          preference_micro_batch(std::vector<int64_t>(ids.begin() + b, ids.begin() + e), ps, dropout_seed);
-          return;
-        }
-        std::vector<const Sample*> micro;
-        for (int64_t i = b; i < e; ++i) micro.push_back(&data.train[static_cast<size_t>(ids[static_cast<size_t>(i)])]);
-        loss_sum += model->forward_backward(make_batch(micro), grad_scale, dropout_seed).loss_sum;
-      },
-      [&] {
-        alloc->fail_after_allocations(0);
-        model->zero_grads();
-        loss_sum = 0;
-        ps.loss = 0;
-        ps.metrics = PreferenceMetrics{};
-      },
-      [&](const OomEvent& ev) { report_oom(ev); });
+  try {
+    oom->run_step(
+        static_cast<int64_t>(ids.size()),
+        [&](int64_t b, int64_t e) {
+          safety->between_micro_batches(
+              step + 1, opt.oom_recovery && (oom->micro_seqs() > 1 || !model->options().gradient_checkpointing), [&] {
+                cursor = std::make_unique<DataCursor>(static_cast<int64_t>(data.train.size()), opt.seed, opt.shuffle,
+                                                      batch.start);
+                save_checkpoint(std::nullopt);
+              });
+          inject_fault(FaultPoint::MicroBatch);
+          uint64_t dropout_seed = opt.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) * 1000003ull +
+                                  static_cast<uint64_t>(ids[static_cast<size_t>(b)]);
+          if (preference) {
+            last_example = ids[static_cast<size_t>(b)];
+            preference_micro_batch(std::vector<int64_t>(ids.begin() + b, ids.begin() + e), ps, dropout_seed);
+            return;
+          }
+          std::vector<const Sample*> micro;
+          for (int64_t i = b; i < e; ++i)
+            micro.push_back(&data.train[static_cast<size_t>(ids[static_cast<size_t>(i)])]);
+          loss_sum += model->forward_backward(make_batch(micro), grad_scale, dropout_seed).loss_sum;
+        },
+        [&] {
+          alloc->fail_after_allocations(0);
+          model->zero_grads();
+          loss_sum = 0;
+          ps.loss = 0;
+          ps.metrics = PreferenceMetrics{};
+        },
+        [&](const OomEvent& ev) { report_oom(ev); });
+  } catch (const Error& e) {
+    // One example alone does not fit: say which (its row and sizes), never truncate it silently.
+    if (!preference || e.code() != ErrorCode::RUNTIME_OOM_RECOVERY_EXHAUSTED || last_example < 0) throw;
+    const Sample& s = data.train[static_cast<size_t>(last_example)];
+    throw Error(e.code(),
+                fmt::format("{}; the example that does not fit alone is line {} of {} ({} tokens{})", e.what(),
+                            s.source_line, opt.data_path, s.ids.size(),
+                            s.is_pair() ? fmt::format(" chosen, {} rejected, in one micro-batch", s.rejected_ids.size())
+                                        : std::string()),
+                e.details())
+        .with_suggestion(
+            "Lower --max-seq-length (a pair's two sequences are trained together), turn on "
+            "--gradient-checkpointing, or leave that row out of the data.");
+  }
   if (!preference) return loss_sum;
   pref.step_metrics = ps.metrics;
   return ps.loss;

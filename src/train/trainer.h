@@ -51,6 +51,10 @@ struct TrainSummary {
   uint64_t records_lost = 0;
   std::vector<std::string> records_lost_files;
   std::vector<StepRecord> history;
+  // Preference methods: the method, and the held-out metrics before and after training
+  // (eval_rewards/accuracies, ...; empty objects without a held-out set).
+  std::string method = "sft";
+  nlohmann::json initial_eval_metrics = nlohmann::json::object(), final_eval_metrics = nlohmann::json::object();
   nlohmann::json to_json() const;
 };
 

@@ -205,6 +205,7 @@ void Trainer::State::finish() {
   summary.final_eval_loss = evaluate();
   if (summary.final_eval_loss) {
     record(eval_record(step, *summary.final_eval_loss));
+    summary.final_eval_metrics = pref.eval_metrics;
     if (!summary.best_eval_loss || *summary.final_eval_loss < *summary.best_eval_loss)
       summary.best_eval_loss = summary.final_eval_loss;
   }

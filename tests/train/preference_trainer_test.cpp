@@ -101,6 +101,9 @@ TEST(PreferenceTrainer, EachMethodLearnsAPreferenceItCanSeeOnHeldOutPairs) {
     EXPECT_TRUE(steps.back().contains("rewards/chosen")) << steps.back().dump();
     EXPECT_TRUE(steps.back().contains("rewards/accuracies")) << steps.back().dump();
     EXPECT_EQ(s.history.back().metrics.empty(), false);
+    EXPECT_EQ(s.method, train_method_name(m));
+    EXPECT_TRUE(s.final_eval_metrics.contains("eval_rewards/accuracies")) << s.final_eval_metrics.dump();
+    EXPECT_TRUE(s.initial_eval_metrics.contains("eval_rewards/accuracies")) << s.initial_eval_metrics.dump();
   }
 }
 
@@ -138,6 +141,22 @@ TEST(PreferenceTrainer, OomRecoveryKeepsPairsSamplesAndLosses) {
     EXPECT_EQ(sa.history[i].sample_ids, sb.history[i].sample_ids) << "step " << i + 1;
     EXPECT_NEAR(sa.history[i].loss, sb.history[i].loss, 1e-5 * std::max(1.0, std::fabs(sa.history[i].loss)))
         << "step " << i + 1;
+  }
+}
+
+TEST(PreferenceTrainer, APairThatDoesNotFitAloneIsNamedWithItsRowAndSizes) {
+  test::TempDir dir;
+  TrainOptions o = base(dir.path, TrainMethod::Dpo);
+  o.steps = 3;
+  o.fault_oom_step = 1;
+  o.fault_oom_repeat = 1000;  // every attempt of step 2 runs out of memory, at one pair too
+  try {
+    Trainer(o).run();
+    FAIL() << "the run went on";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::RUNTIME_OOM_RECOVERY_EXHAUSTED) << e.what();
+    EXPECT_NE(std::string(e.what()).find("line "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rejected"), std::string::npos) << e.what();
   }
 }
 
