@@ -4,7 +4,10 @@
 // Exit code 0 when every row is good, 1 when any row is bad or the file has no usable row.
 // Messages quote rows, so each goes through redact() (tokens in a dataset stay out of terminals and CI logs).
 // --show N (with --model) prints the first N samples as training renders them, the trained spans
-// between [TRAIN] and [/TRAIN], so a person can see what the model will learn (issue 15).
+// between [TRAIN] and [/TRAIN], so a person can see what the model will learn (issue 15); a pair
+// shows its rejected sequence too.
+// --method M (training.method, also from --config or the environment): a file whose format does not
+// fit the method is reported as INPUT_DATASET_WRONG_SHAPE (issue 38), exit code 1.
 #include <iostream>
 #include <memory>
 
@@ -14,6 +17,7 @@
 #include "core/redact.h"
 #include "model/loader.h"
 #include "text/dataset.h"
+#include "train/train_data.h"
 
 namespace {
 
@@ -37,20 +41,33 @@ nlohmann::ordered_json rendered_samples(const bp::LoadedDataset& ds, const bp::T
     head.rows.push_back(ds.rows[k]);
   const TokenizedDataset td =
       tokenize_dataset(head, tok, tmpl, {.max_seq_length = max_length > 0 ? max_length : 1 << 24});
+  // Decoded text with the trained spans marked, and the trained spans alone.
+  const auto mark = [&](const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask, std::string& marked,
+                        nlohmann::ordered_json& trained) {
+    trained = nlohmann::ordered_json::array();
+    for (size_t b = 0; b < ids.size();) {
+      size_t e = b;
+      while (e < ids.size() && mask[e] == mask[b]) ++e;
+      const std::string piece = tok.decode(std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(b),
+                                                                ids.begin() + static_cast<std::ptrdiff_t>(e)));
+      if (mask[b]) trained.push_back(piece);
+      marked += mask[b] ? "[TRAIN]" + piece + "[/TRAIN]" : piece;
+      b = e;
+    }
+  };
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const Sample& s : td.samples) {
     std::string marked;
-    nlohmann::ordered_json trained = nlohmann::ordered_json::array();
-    for (size_t b = 0; b < s.ids.size();) {
-      size_t e = b;
-      while (e < s.ids.size() && s.loss_mask[e] == s.loss_mask[b]) ++e;
-      const std::string piece = tok.decode(std::vector<int32_t>(s.ids.begin() + static_cast<std::ptrdiff_t>(b),
-                                                                s.ids.begin() + static_cast<std::ptrdiff_t>(e)));
-      if (s.loss_mask[b]) trained.push_back(piece);
-      marked += s.loss_mask[b] ? "[TRAIN]" + piece + "[/TRAIN]" : piece;
-      b = e;
-    }
+    nlohmann::ordered_json trained;
+    mark(s.ids, s.loss_mask, marked, trained);
     out.push_back({{"line", s.source_line}, {"tokens", s.ids.size()}, {"text", marked}, {"trained", trained}});
+    if (s.label >= 0) out.back()["label"] = s.label == 1;
+    if (!s.is_pair()) continue;
+    std::string rejected;
+    mark(s.rejected_ids, s.rejected_loss_mask, rejected, trained);
+    out.back()["rejected_tokens"] = s.rejected_ids.size();
+    out.back()["rejected_text"] = rejected;
+    out.back()["rejected_trained"] = trained;
   }
   return out;
 }
@@ -91,6 +108,11 @@ int run_validate(const ValidateOptions& o) {
       ++it;
     }
   const char* length_check = o.max_length <= 0 ? "off" : tok ? "tokens" : "estimate";
+  // The method's shape, when one was chosen (--method, --config or the environment).
+  const bool method_set = cli::settings().source("training.method") != SettingSource::Default;
+  const std::string& method = cli::settings().get_string("training.method");
+  const std::string shape_problem =
+      method_set ? data_shape_problem(ds.format, method_data_shape(parse_train_method(method))) : "";
   std::string invalid_reason;
   if (ds.total_rows == 0)
     invalid_reason = "the file has no rows";
@@ -101,6 +123,9 @@ int run_validate(const ValidateOptions& o) {
     nlohmann::ordered_json j;
     j["path"] = ds.path;
     j["format"] = dataset_format_name(ds.format);
+    j["shape"] = data_shape_name(dataset_format_shape(ds.format));
+    if (method_set) j["method"] = method;
+    if (!shape_problem.empty()) j["shape_problem"] = shape_problem;
     j["total_rows"] = ds.total_rows;
     j["good_rows"] = ds.rows.size() + long_rows.size();
     j["long_rows"] = long_rows.size();
@@ -119,8 +144,10 @@ int run_validate(const ValidateOptions& o) {
     j["long"] = nlohmann::ordered_json::array();
     for (size_t k = 0; k < std::min(long_rows.size(), static_cast<size_t>(o.max_errors)); ++k)
       j["long"].push_back({{"line", long_rows[k].line}, {"message", redact(long_rows[k].message)}});
-    j["valid"] = ds.issues.empty() && invalid_reason.empty();
-    j["error_code"] = invalid_reason.empty() ? nullptr : nlohmann::ordered_json("INPUT_DATASET_INVALID");
+    j["valid"] = ds.issues.empty() && invalid_reason.empty() && shape_problem.empty();
+    j["error_code"] = !shape_problem.empty()    ? nlohmann::ordered_json("INPUT_DATASET_WRONG_SHAPE")
+                      : !invalid_reason.empty() ? nlohmann::ordered_json("INPUT_DATASET_INVALID")
+                                                : nullptr;
     std::cout << j.dump(2) << std::endl;
   } else {
     std::cout << fmt::format("{}: format {}, {} rows, {} good, {} bad\n", ds.path, dataset_format_name(ds.format),
@@ -138,23 +165,30 @@ int run_validate(const ValidateOptions& o) {
           "part lies past it is skipped\n",
           long_rows.size(), o.max_length);
     if (tmpl) std::cout << "Chat template: " << tmpl->source().describe() << "\n";
-    for (const auto& smp : samples)
+    for (const auto& smp : samples) {
       std::cout << fmt::format("--- sample from line {} ({} tokens; trained spans in [TRAIN]...[/TRAIN]) ---\n{}\n",
                                smp["line"].get<int64_t>(), smp["tokens"].get<size_t>(), smp["text"].get<std::string>());
+      if (smp.contains("rejected_text"))
+        std::cout << fmt::format("--- its rejected sequence ({} tokens) ---\n{}\n",
+                                 smp["rejected_tokens"].get<size_t>(), smp["rejected_text"].get<std::string>());
+    }
     if (std::string(length_check) == "tokens")
       std::cout << fmt::format("Length check: exact token counts with the tokenizer of {} (max {})\n", o.model_dir,
                                o.max_length);
     else if (std::string(length_check) == "estimate")
       std::cout << fmt::format("Length check: estimated at 4 bytes per token (max {}); pass --model for exact counts\n",
                                o.max_length);
+    if (!shape_problem.empty())
+      std::cout << fmt::format("[INPUT_DATASET_WRONG_SHAPE] {}: training.method {} would stop\n", shape_problem,
+                               method);
     if (!invalid_reason.empty())
       std::cout << fmt::format("[INPUT_DATASET_INVALID] {}: training would stop\n", invalid_reason);
     else if (!ds.issues.empty())
       std::cout << fmt::format("Training skips the {} bad rows (or stops with --strict)\n", ds.issues.size());
-    else
+    else if (shape_problem.empty())
       std::cout << "OK: every row is valid\n";
   }
-  return ds.issues.empty() && invalid_reason.empty() ? 0 : 1;
+  return ds.issues.empty() && invalid_reason.empty() && shape_problem.empty() ? 0 : 1;
 }
 
 bp::cli::RunFn setup_validate(CLI::App& sub) {
@@ -172,7 +206,7 @@ bp::cli::RunFn setup_validate(CLI::App& sub) {
                  "Chat template as training uses it: a Jinja file or 'chatml' (default: the model's own)");
   sub.add_option("--show", o->show, "Print the first N samples as training renders them, trained spans marked")
       ->check(CLI::NonNegativeNumber);
-  bp::cli::bind_settings(sub, {"model.offline"});
+  bp::cli::bind_settings(sub, {"model.offline", "training.method"});
   sub.add_flag("--json", o->json, "Machine-readable report");
   return [o] { return run_validate(*o); };
 }

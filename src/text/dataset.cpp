@@ -67,7 +67,14 @@ std::optional<RowIssue> check_length(const DatasetRow& row, const DatasetLoadOpt
       if (!opts.chat_template) chatml.emplace("", "", "");
       const ChatTemplate& t = opts.chat_template ? *opts.chat_template : *chatml;
       try {
-        n = static_cast<int64_t>(encode_prefix(*opts.tokenizer, t.render(row.conv, false), false, keep, &cut).size());
+        n = 0;
+        for (const Conversation* c : {&row.conv, &row.rejected_conv}) {  // a pair's longer sequence counts
+          if (c->empty()) continue;
+          bool cut_c = false;
+          n = std::max(
+              n, static_cast<int64_t>(encode_prefix(*opts.tokenizer, t.render(*c, false), false, keep, &cut_c).size()));
+          cut = cut || cut_c;
+        }
       } catch (const Error& e) {
         if (e.code() == ErrorCode::INPUT_CHAT_TEMPLATE_UNSUPPORTED) throw template_fault_at_row(e, path, row.line);
         return RowIssue{row.line, RowProblem::RejectedByTemplate, e.what()};
@@ -79,8 +86,10 @@ std::optional<RowIssue> check_length(const DatasetRow& row, const DatasetLoadOpt
                                   cut ? opts.max_length : n, opts.max_length)};
     return std::nullopt;
   }
-  size_t bytes = row.text.size();
+  size_t bytes = row.text.size(), rejected_bytes = 0;
   for (const auto& m : row.conv) bytes += m.content.size();
+  for (const auto& m : row.rejected_conv) rejected_bytes += m.content.size();
+  bytes = std::max(bytes, rejected_bytes);  // a pair's longer sequence counts
   const int64_t est = static_cast<int64_t>((bytes + 3) / 4);
   if (est > opts.max_length)
     return RowIssue{row.line, RowProblem::TooLong,
@@ -100,9 +109,9 @@ struct FormatName {
   DatasetFormat format;
 };
 constexpr FormatName kFormatMeanings[] = {
-    {"auto", DatasetFormat::Auto},       {"sharegpt", DatasetFormat::ShareGPT}, {"openai", DatasetFormat::OpenAI},
-    {"messages", DatasetFormat::OpenAI}, {"alpaca", DatasetFormat::Alpaca},     {"text", DatasetFormat::Text},
-    {"txt", DatasetFormat::PlainText},
+    {"auto", DatasetFormat::Auto},       {"sharegpt", DatasetFormat::ShareGPT},     {"openai", DatasetFormat::OpenAI},
+    {"messages", DatasetFormat::OpenAI}, {"alpaca", DatasetFormat::Alpaca},         {"text", DatasetFormat::Text},
+    {"txt", DatasetFormat::PlainText},   {"preference", DatasetFormat::Preference}, {"kto", DatasetFormat::Unpaired},
 };
 
 std::vector<std::string> dataset_format_names() {
@@ -135,6 +144,8 @@ const char* dataset_format_name(DatasetFormat f) {
     case DatasetFormat::Alpaca: return "alpaca";
     case DatasetFormat::Text: return "text";
     case DatasetFormat::PlainText: return "txt";
+    case DatasetFormat::Preference: return "preference";
+    case DatasetFormat::Unpaired: return "kto";
   }
   return "?";
 }
@@ -151,6 +162,9 @@ const char* row_problem_name(RowProblem p) {
     case RowProblem::TooLong: return "too_long";
     case RowProblem::InvalidUtf8: return "invalid_utf8";
     case RowProblem::RejectedByTemplate: return "rejected_by_template";
+    case RowProblem::IdenticalPair: return "identical_pair";
+    case RowProblem::EmptyCompletion: return "empty_completion";
+    case RowProblem::PromptMismatch: return "prompt_mismatch";
   }
   return "?";
 }
@@ -191,7 +205,8 @@ LoadedDataset parse_dataset(std::string_view content, const std::string& path, c
     if (ds.format == DatasetFormat::Auto && saw_object)
       throw Error(ErrorCode::INPUT_DATASET_PARSE_FAILED,
                   fmt::format("[dataset] {}: no row matches a known format ({}); expected 'conversations' (ShareGPT), "
-                              "'messages' (OpenAI), 'instruction'/'output' (Alpaca) or 'text'",
+                              "'messages' (OpenAI), 'instruction'/'output' (Alpaca), 'text', "
+                              "'chosen'/'rejected' (preference pairs) or 'completion'/'label' (KTO)",
                               path, first_keys));
   }
   for (size_t k = 0; k < records.size(); ++k) {
@@ -266,6 +281,15 @@ TokenizedDataset tokenize_dataset(const LoadedDataset& ds, const Tokenizer& tok,
       s.loss_mask.assign(s.ids.size(), 1);
     } else {
       try {
+        if (row.is_preference()) {  // its own truncation and checks (both sequences of a pair)
+          if (auto bad = data::tokenize_preference_row(row, tok, tmpl, opts.max_seq_length, s, out)) {
+            out.issues.push_back(*bad);
+          } else {
+            s.id = static_cast<int64_t>(out.samples.size());
+            out.samples.push_back(std::move(s));
+          }
+          continue;
+        }
         TokenizedConversation tc = tokenize_conversation(tmpl, tok, row.conv, opts.train_on_all, keep);
         s.ids = std::move(tc.ids);
         s.loss_mask = std::move(tc.loss_mask);

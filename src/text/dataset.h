@@ -7,6 +7,10 @@
 //   openai    {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}]}
 //   alpaca    {"instruction": "...", "input": "..." (optional), "output": "...", "system": "..." (optional)}
 //   text      {"text": "..."}                      (and .txt files)
+//   preference {"prompt", "chosen", "rejected"}    (TRL's preference form; strings or message lists)
+//              {"chosen": [...], "rejected": [...]} (conversations; the prompt is all but the last message)
+//   kto        {"prompt", "completion", "label": true|false}   (TRL's unpaired preference form)
+// (docs/preference.md "Datasets" describes the preference forms and their checks.)
 // Every bad row is reported with its 1-based line number (for JSON arrays: the line where the
 // element starts) and a reason; loading never throws for a bad row. Conversations must be: an
 // optional system message first, then user/assistant alternating from user, with at least one
@@ -29,7 +33,8 @@ namespace bp {
 
 // PlainText (--format txt) reads the file as plain text whatever its name (samples: paragraphs
 // separated by blank lines, as a .txt file under auto or text); its rows are then Text.
-enum class DatasetFormat { Auto, ShareGPT, OpenAI, Alpaca, Text, PlainText };
+// Preference and Unpaired are the preference formats (docs/preference.md).
+enum class DatasetFormat { Auto, ShareGPT, OpenAI, Alpaca, Text, PlainText, Preference, Unpaired };
 // The names --format takes (train's data.format, validate's --format): the allowed values of the
 // data.format row of core/settings_registry.inc, the one list that the settings check, the help,
 // docs/settings.md and parse_dataset_format share.
@@ -37,6 +42,17 @@ std::vector<std::string> dataset_format_names();
 // One of dataset_format_names() ("" = auto); any other name is INPUT_VALIDATION_FAILED listing them.
 DatasetFormat parse_dataset_format(std::string_view name);
 const char* dataset_format_name(DatasetFormat f);
+
+// What a training method reads (sft: Single; dpo/orpo/simpo: Pair; kto: Labelled).
+enum class DataShape { Single, Pair, Labelled };
+const char* data_shape_name(DataShape s);         // "single", "pair", "labelled"
+DataShape dataset_format_shape(DatasetFormat f);  // Preference: Pair, Unpaired: Labelled, others: Single
+// Why data of format `f` cannot train a method reading `want` ("" when it fits). Pair data fits
+// Labelled (unpair_preference splits it); Single fits only Single; Labelled fits only Labelled.
+// Auto (no row could be read) fits anything: the empty file is check_dataset's to report.
+std::string data_shape_problem(DatasetFormat f, DataShape want);
+// Throws INPUT_DATASET_WRONG_SHAPE with data_shape_problem when the file's format does not fit.
+void check_data_shape(DatasetFormat f, DataShape want, const std::string& path);
 
 enum class RowProblem {
   NotJson,
@@ -48,7 +64,10 @@ enum class RowProblem {
   UnknownRole,
   TooLong,
   InvalidUtf8,
-  RejectedByTemplate
+  RejectedByTemplate,
+  IdenticalPair,    // chosen and rejected completions are the same text
+  EmptyCompletion,  // a preference row's completion (chosen, rejected, completion) is empty
+  PromptMismatch    // chosen and rejected conversations differ before their final message
 };
 const char* row_problem_name(RowProblem p);  // "not_json", "missing_field", ... (stable, for --json)
 
@@ -63,7 +82,13 @@ struct DatasetRow {
   int64_t index = 0;  // 0-based position among all rows (good and bad)
   bool is_text = false;
   std::string text;   // is_text
-  Conversation conv;  // otherwise
+  Conversation conv;  // otherwise (preference rows: the prompt + the chosen or the one completion)
+  // Preference rows: the prompt + the rejected completion (pairs), and KTO's label (1 desirable,
+  // 0 undesirable; -1 for other rows). The completion is always conv's final (assistant) message.
+  Conversation rejected_conv;
+  int8_t label = -1;
+  bool is_pair() const { return !rejected_conv.empty(); }
+  bool is_preference() const { return is_pair() || label >= 0; }
 };
 
 struct LoadedDataset {
@@ -89,6 +114,11 @@ LoadedDataset load_dataset(const std::string& path, const DatasetLoadOptions& op
 // Parses an in-memory file (path only names it; ".txt" selects plain text). Used by the fuzzer.
 LoadedDataset parse_dataset(std::string_view content, const std::string& path, const DatasetLoadOptions& opts = {});
 
+// Pair rows -> labelled rows, as TRL's unpair_preference_dataset: each pair becomes its chosen
+// (label 1) then its rejected (label 0) conversation, both with the pair's line. format becomes
+// Unpaired. Other rows are left alone.
+void unpair_preference(LoadedDataset& ds);
+
 // What the trainer calls after loading: throws INPUT_DATASET_INVALID when the file has no rows,
 // every row is bad, or strict and any row is bad (the message names the first bad rows with line
 // numbers). Otherwise logs a warning "skipped N of M rows" when rows are bad and returns N.
@@ -99,10 +129,12 @@ struct Sample {
   std::vector<uint8_t> loss_mask;  // 1 = token is a training target
   int64_t source_line = 0;
   int64_t id = 0;  // position in the tokenized dataset (stable sample id)
+
   // Preference data (training.method dpo/orpo/simpo/kto). ids/loss_mask: the chosen sequence (KTO:
   // the one completion); rejected_*: the rejected one (pairs only). prompt_len: tokens of the prompt at
   // the start of ids (rejected_prompt_len: of rejected_ids); the loss mask is 1 exactly on the final
   // assistant turn's trained tokens (what the SFT mask marks there, {% generation %} included).
+  // For a pair prompt_len == rejected_prompt_len and the first prompt_len tokens of both are equal.
   std::vector<int32_t> rejected_ids;
   std::vector<uint8_t> rejected_loss_mask;
   int64_t prompt_len = 0, rejected_prompt_len = 0;
@@ -124,9 +156,20 @@ struct TokenizedDataset {
 };
 
 // Text rows: encode(text, add_special=true) + the first eos id, all tokens trained. Chat rows:
-// tokenize_conversation. Truncation keeps the start and warns with counts.
+// tokenize_conversation. Preference rows: tokenize_preference_row. Truncation keeps the start
+// (a preference row keeps its prompt and cuts the completion's end) and warns with counts; a row
+// left without a trained token (past position 0) is an issue (TooLong).
 TokenizedDataset tokenize_dataset(const LoadedDataset& ds, const Tokenizer& tok, const ChatTemplate& tmpl,
                                   const TokenizeOptions& opts);
+
+struct TokenizedPreference {
+  TokenizedConversation seq;  // loss mask restricted to the final assistant turn
+  size_t prompt_len = 0;      // tokens before the final turn (lcp with the prompt's generation render)
+};
+// A preference conversation (the prompt + one final assistant message) through the SFT path
+// (tokenize_conversation, {% generation %} included), its mask kept only on the final turn.
+TokenizedPreference tokenize_preference_conv(const ChatTemplate& tmpl, const Tokenizer& tok, const Conversation& conv,
+                                             size_t keep_tokens);
 
 // Exported for tests and the fuzzer: strict UTF-8 check (no overlongs, surrogates or > U+10FFFF).
 bool is_valid_utf8(std::string_view s);

@@ -1,8 +1,11 @@
-// Internals shared by dataset_reader.cpp, dataset_formats.cpp and dataset.cpp (not a public API).
+// Internals shared by dataset_reader.cpp, dataset_formats.cpp, dataset_preference.cpp and
+// dataset.cpp (not a public API).
 #pragma once
 
+#include <cstddef>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -31,5 +34,28 @@ DatasetFormat detect_format(const nlohmann::ordered_json& obj);
 // Converts one parsed object in format `fmt` into row (line/index already set); returns the
 // problem when the row is bad.
 std::optional<RowIssue> convert_row(const nlohmann::ordered_json& obj, DatasetFormat fmt, DatasetRow& row);
+
+RowIssue issue(const DatasetRow& row, RowProblem p, std::string msg);
+// The keys of a message list's turns, and how its problems are worded.
+struct TurnKeys {
+  const char* role = "role";
+  const char* content = "content";
+  bool sharegpt = false;              // ShareGPT role names (human, gpt) are accepted
+  std::string what{};                 // prefix of the messages, e.g. "'chosen' "
+  size_t completion_from = SIZE_MAX;  // an empty turn at or past this index is EmptyCompletion
+};
+// Appends the turns of the JSON array `turns` to out (roles checked, contents non-empty strings).
+std::optional<RowIssue> parse_turns(const nlohmann::ordered_json& turns, const DatasetRow& row, const TurnKeys& keys,
+                                    Conversation& out);
+// Optional system first, then user/assistant alternating from user, at least one assistant.
+std::optional<RowIssue> check_order(const DatasetRow& row, const Conversation& c);
+// The preference formats (dataset_preference.cpp).
+std::optional<RowIssue> convert_pair_row(const nlohmann::ordered_json& obj, DatasetRow& row);
+std::optional<RowIssue> convert_unpaired_row(const nlohmann::ordered_json& obj, DatasetRow& row);
+// A preference row's sample (both sequences of a pair); a kept row's truncation is added to `counts`. The
+// returned issue is the row's problem (TooLong: nothing of a completion fits). Template errors throw
+// as tokenize_conversation's do.
+std::optional<RowIssue> tokenize_preference_row(const DatasetRow& row, const Tokenizer& tok, const ChatTemplate& tmpl,
+                                                int64_t max_seq_length, Sample& s, TokenizedDataset& counts);
 
 }  // namespace bp::data

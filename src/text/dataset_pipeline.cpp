@@ -38,12 +38,14 @@ TrainingData prepare_training_data(const DataSettings& s, const Tokenizer& tok) 
   data.template_warning = tmpl.warning();
   DatasetLoadOptions lo;
   lo.format = s.format;
-  const LoadedDataset ds = load_dataset(s.path, lo);
+  LoadedDataset ds = load_dataset(s.path, lo);
   data.format = ds.format;
   data.rows_total = ds.total_rows;
   data.seed = s.seed;
   data.shuffle = s.shuffle;
+  check_data_shape(ds.format, s.shape, s.path);  // first: a file for another method is no bad rows
   data.rows_bad = check_dataset(ds, s.strict);
+  if (s.shape == DataShape::Labelled) unpair_preference(ds);
   const TokenizeOptions to{.max_seq_length = s.max_seq_length, .train_on_all = s.train_on_all};
   data.tokenized = tokenize_dataset(ds, tok, tmpl, to);
   const auto dropped = static_cast<int64_t>(data.tokenized.issues.size());
@@ -60,8 +62,10 @@ TrainingData prepare_training_data(const DataSettings& s, const Tokenizer& tok) 
                 fmt::format("[dataset] no sample of {} is left for training ({} rows, {} skipped)", s.path,
                             ds.total_rows, data.rows_skipped));
   if (!s.eval_path.empty()) {  // a separate held-out file: all of `path` trains
-    const LoadedDataset eds = load_dataset(s.eval_path, lo);
+    LoadedDataset eds = load_dataset(s.eval_path, lo);
+    check_data_shape(eds.format, s.shape, s.eval_path);
     data.eval_rows_bad = check_dataset(eds, s.strict);
+    if (s.shape == DataShape::Labelled) unpair_preference(eds);
     data.eval_file = tokenize_dataset(eds, tok, tmpl, to);
     for (int64_t i = 0; i < n; ++i) data.train.push_back(i);
     return data;

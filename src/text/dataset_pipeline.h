@@ -33,13 +33,17 @@ struct DataSettings {
   std::string chat_template{};            // "" = the tokenizer's own, a Jinja file, or "chatml"
   jinja::RenderLimits template_limits{};  // step and size budget of one render
   std::string eval_path{};                // a separate held-out file: all of `path` trains, no holdout
+  // What the training method reads (train/train_data.cpp maps training.method): a file whose format
+  // does not fit is INPUT_DATASET_WRONG_SHAPE (data_shape_problem); pairs given to Labelled (KTO)
+  // are unpaired (unpair_preference). train_on_all does not apply to preference samples.
+  DataShape shape = DataShape::Single;
 };
 
 struct TrainingData {
-  DatasetFormat format = DatasetFormat::Auto;
-  TokenizedDataset tokenized;        // all usable samples; Sample::id indexes tokenized.samples
-  std::vector<int64_t> train, eval;  // sample ids of the two splits (disjoint)
-  TokenizedDataset eval_file;        // the samples of eval_path (then `eval` is empty)
+  DatasetFormat format = DatasetFormat::Auto;  // as detected (or forced), before any unpairing
+  TokenizedDataset tokenized;                  // all usable samples; Sample::id indexes tokenized.samples
+  std::vector<int64_t> train, eval;            // sample ids of the two splits (disjoint)
+  TokenizedDataset eval_file;                  // the samples of eval_path (then `eval` is empty)
   int64_t rows_total = 0;
   int64_t rows_bad = 0;              // rows check_dataset rejected (skipped)
   int64_t rows_skipped = 0;          // bad rows + rows dropped at tokenization (tokenized.issues)
@@ -59,7 +63,8 @@ struct TrainingData {
 };
 
 // Errors: INPUT_DATASET_NOT_FOUND, INPUT_DATASET_PARSE_FAILED, INPUT_DATASET_INVALID (empty, all
-// bad, strict with a bad row, or no sample left for training), CONFIG_INVALID_SETTING (holdout).
+// bad, strict with a bad row, or no sample left for training), INPUT_DATASET_WRONG_SHAPE (the
+// format does not fit settings.shape), CONFIG_INVALID_SETTING (holdout).
 TrainingData prepare_training_data(const DataSettings& settings, const Tokenizer& tok);
 
 }  // namespace bp

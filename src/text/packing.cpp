@@ -27,22 +27,29 @@ void append_sequence(PackedBatch& b, const std::vector<int32_t>& tokens, const s
 
 PackedBatch pack_samples(const std::vector<const Sample*>& samples) {
   PackedBatch b;
-  size_t total = 0;
-  for (const Sample* s : samples) total += s->ids.size();
+  size_t total = 0, sequences = 0;
+  for (const Sample* s : samples) {
+    total += s->ids.size() + s->rejected_ids.size();
+    sequences += s->is_pair() ? 2 : 1;
+  }
   b.tokens.reserve(total);
   b.positions.reserve(total);
   b.labels.reserve(total);
-  b.cu_seqlens.reserve(samples.size() + 1);
+  b.cu_seqlens.reserve(sequences + 1);
   b.cu_seqlens.push_back(0);
   std::vector<int32_t> labels;
-  for (const Sample* s : samples) {
-    BP_CHECK(s->ids.size() == s->loss_mask.size(), "[packing] sample {} has {} ids but {} mask entries", s->id,
-             s->ids.size(), s->loss_mask.size());
-    const size_t n = s->ids.size();
+  const auto append = [&](const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask, int64_t id) {
+    BP_CHECK(ids.size() == mask.size(), "[packing] sample {} has {} ids but {} mask entries", id, ids.size(),
+             mask.size());
+    const size_t n = ids.size();
     labels.assign(n, kIgnoreLabel);
     for (size_t t = 0; t + 1 < n; ++t)
-      if (s->loss_mask[t + 1]) labels[t] = s->ids[t + 1];
-    append_sequence(b, s->ids, labels, s->id);
+      if (mask[t + 1]) labels[t] = ids[t + 1];
+    append_sequence(b, ids, labels, id);
+  };
+  for (const Sample* s : samples) {
+    append(s->ids, s->loss_mask, s->id);
+    if (s->is_pair()) append(s->rejected_ids, s->rejected_loss_mask, s->id);  // the pair stays together
   }
   return b;
 }

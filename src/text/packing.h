@@ -10,7 +10,9 @@
 //                  otherwise -100 (ignored). So the last token of every sample has label -100 and
 //                  no label ever crosses a sample boundary. The model computes the loss of
 //                  predicting labels[t] from the hidden state at position t (no further shift).
-//   sample_ids     the Sample::id of each packed sample (for logs, resume checks and OOM replay)
+//   sample_ids     the Sample::id of each packed sequence (for logs, resume checks and OOM replay)
+// A preference pair (Sample::is_pair) is two sequences, chosen then rejected, adjacent and with the
+// same sample id, so a micro-batch never splits a pair; num_samples() counts sequences.
 #pragma once
 
 #include <cstdint>
@@ -26,11 +28,11 @@ struct PackedBatch {
   std::vector<int64_t> sample_ids;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
-  int64_t num_samples() const { return static_cast<int64_t>(sample_ids.size()); }
-  int64_t num_loss_tokens() const;  // labels != -100
+  int64_t num_samples() const { return static_cast<int64_t>(sample_ids.size()); }  // sequences
+  int64_t num_loss_tokens() const;                                                 // labels != -100
 };
 
-// Packs the given samples, in order, into one batch.
+// Packs the given samples, in order, into one batch (a pair as its two sequences).
 PackedBatch pack_samples(const std::vector<const Sample*>& samples);
 // The one packing step both packers share (pack_samples here, Batch::pack in model/ for explicit
 // labels): appends a sequence with its labels; positions restart at 0; cu_seqlens grows by one.

@@ -6,9 +6,15 @@
 #include "text/data_cursor.h"
 #include "text/dataset_pipeline.h"
 #include "text/tokenizer.h"
+#include "train/preference.h"
 #include "train/train_options.h"
 
 namespace bp {
+
+DataShape method_data_shape(TrainMethod m) {
+  if (method_is_pairwise(m)) return DataShape::Pair;
+  return m == TrainMethod::Kto ? DataShape::Labelled : DataShape::Single;
+}
 
 TrainData build_train_data(const TrainOptions& o, const Tokenizer& tok) {
   DataSettings ds;
@@ -23,6 +29,7 @@ TrainData build_train_data(const TrainOptions& o, const Tokenizer& tok) {
   ds.chat_template = o.chat_template;
   ds.template_limits = {.max_steps = o.template_max_steps, .max_bytes = o.template_max_bytes};
   ds.eval_path = o.eval_data_path;
+  ds.shape = method_data_shape(o.method);
   const TrainingData data = prepare_training_data(ds, tok);
 
   TrainData d;

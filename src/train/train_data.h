@@ -10,6 +10,7 @@
 #include "model/transformer.h"
 #include "text/dataset.h"
 #include "text/packing.h"
+#include "train/preference.h"
 
 namespace bp {
 
@@ -24,13 +25,17 @@ struct TrainData {
   ChatTemplateSource chat_template;  // the template the samples were rendered with, and its source
 };
 
-// prepare_training_data with the options: loads, validates (skipping bad rows unless strict),
+// What a training method reads: dpo/orpo/simpo pairs, kto labelled completions, sft single rows.
+DataShape method_data_shape(TrainMethod m);
+
+// prepare_training_data with the options (the method's shape: a file that does not fit it is
+// INPUT_DATASET_WRONG_SHAPE; pairs for kto are unpaired): loads, validates (skipping bad rows unless strict),
 // renders with the chat template, masks (assistant-only unless train_on_all), truncates and splits
 // off the holdout (seeded) or reads the eval file.
 TrainData build_train_data(const TrainOptions& options, const Tokenizer& tokenizer);
 
-// Label tokens a sample contributes once packed (its loss-mask positions after the first; a
-// preference pair's two sequences together).
+// Label tokens a sample contributes once packed (its loss-mask positions after the first; a pair's
+// two sequences both count).
 int64_t sample_label_tokens(const Sample& s);
 // Tokens a sample packs into (a pair: its chosen and rejected sequences).
 int64_t sample_tokens(const Sample& s);

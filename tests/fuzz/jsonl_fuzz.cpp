@@ -34,14 +34,15 @@ void parse_once(std::string_view content, const char* name, bp::DatasetFormat fo
 }  // namespace
 
 // Three parses per input (it was ten: every format for both file kinds, 62 executions/s): format
-// detection on JSONL, one forced format chosen by the input's size (so the corpus covers all four
+// detection on JSONL, one forced format chosen by the input's size (so the corpus covers all six
 // over its inputs), and plain-text paragraphs.
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view content(reinterpret_cast<const char*>(data), size);
-  const bp::DatasetFormat forced[] = {bp::DatasetFormat::ShareGPT, bp::DatasetFormat::OpenAI, bp::DatasetFormat::Alpaca,
-                                      bp::DatasetFormat::Text};
+  const bp::DatasetFormat forced[] = {bp::DatasetFormat::ShareGPT,   bp::DatasetFormat::OpenAI,
+                                      bp::DatasetFormat::Alpaca,     bp::DatasetFormat::Text,
+                                      bp::DatasetFormat::Preference, bp::DatasetFormat::Unpaired};
   parse_once(content, "fuzz.jsonl", bp::DatasetFormat::Auto);
-  parse_once(content, "fuzz.jsonl", forced[size % 4]);
+  parse_once(content, "fuzz.jsonl", forced[size % 6]);
   parse_once(content, "fuzz.txt", bp::DatasetFormat::Auto);
   return 0;
 }

@@ -27,6 +27,17 @@ const char* kValid =
     R"([{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}])"
     "\n";
 
+// Preference rows of every form (issue 38), and a KTO row.
+const char* kValidPreference =
+    R"({"prompt": "Q ✓", "chosen": "good", "rejected": "bad"})"
+    "\n"
+    R"({"prompt": [{"role": "user", "content": "Q"}], "chosen": [{"role": "assistant", "content": "a"}], "rejected": [{"role": "assistant", "content": "b"}]})"
+    "\n"
+    R"({"chosen": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "a"}], "rejected": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "b"}]})"
+    "\n"
+    R"({"prompt": "Q", "completion": "c", "label": false})"
+    "\n";
+
 struct Rng {
   uint64_t s;
   uint64_t next() {
@@ -75,18 +86,19 @@ std::string mutate(std::string s, Rng& r) {
   return s;
 }
 
-TEST(DatasetMutation, ThousandsOfMutationsNeverCrash) {
+// Parses `iterations` mutations of `valid` (formats in turn) and checks the contract; counts the
+// rows and issues seen.
+void mutate_and_check(const char* valid, const std::vector<DatasetFormat>& formats, int iterations, uint64_t seed,
+                      int* rows_seen, int* issues_seen) {
   const auto level = spdlog::get_level();
   spdlog::set_level(spdlog::level::err);  // thousands of "skipped/truncated" warnings otherwise
   FakeTokenizer tok({"<|im_start|>", "<|im_end|>"});
   ChatTemplate tmpl("", "", "");
-  Rng rng{0x9E3779B97F4A7C15ull};
-  int parse_failed = 0, rows_seen = 0, issues_seen = 0;
-  const DatasetFormat formats[] = {DatasetFormat::Auto, DatasetFormat::OpenAI, DatasetFormat::Text};
-  for (int iter = 0; iter < 3000; ++iter) {
-    const std::string content = mutate(kValid, rng);
+  Rng rng{seed};
+  for (int iter = 0; iter < iterations; ++iter) {
+    const std::string content = mutate(valid, rng);
     const int64_t lines = 1 + std::count(content.begin(), content.end(), '\n');
-    const DatasetFormat fmt = formats[iter % 3];
+    const DatasetFormat fmt = formats[static_cast<size_t>(iter) % formats.size()];
     const char* name = iter % 7 == 0 ? "m.txt" : "m.jsonl";
     try {
       const LoadedDataset ds = parse_dataset(content, name, {.format = fmt, .max_length = 40});
@@ -97,8 +109,8 @@ TEST(DatasetMutation, ThousandsOfMutationsNeverCrash) {
         ASSERT_FALSE(i.message.empty());
       }
       for (const auto& row : ds.rows) ASSERT_TRUE(row.is_text ? is_valid_utf8(row.text) : !row.conv.empty());
-      rows_seen += static_cast<int>(ds.rows.size());
-      issues_seen += static_cast<int>(ds.issues.size());
+      *rows_seen += static_cast<int>(ds.rows.size());
+      *issues_seen += static_cast<int>(ds.issues.size());
       const TokenizedDataset td = tokenize_dataset(ds, tok, tmpl, {.max_seq_length = 48});
       std::vector<const Sample*> ptrs;
       for (const auto& s : td.samples) ptrs.push_back(&s);
@@ -108,13 +120,32 @@ TEST(DatasetMutation, ThousandsOfMutationsNeverCrash) {
       }
     } catch (const Error& e) {
       ASSERT_EQ(e.code(), ErrorCode::INPUT_DATASET_PARSE_FAILED) << e.what() << "\n" << content;
-      ++parse_failed;
     }
   }
   spdlog::set_level(level);
-  // The mutations exercise both paths.
-  EXPECT_GT(rows_seen, 1000);
-  EXPECT_GT(issues_seen, 1000);
+}
+
+TEST(DatasetMutation, ThousandsOfMutationsNeverCrash) {
+  struct Case {
+    const char* valid;
+    std::vector<DatasetFormat> formats;
+    int iterations;
+    uint64_t seed;
+    int at_least;  // rows and issues each: the mutations exercise both paths
+  };
+  const Case cases[] = {
+      {kValid, {DatasetFormat::Auto, DatasetFormat::OpenAI, DatasetFormat::Text}, 3000, 0x9E3779B97F4A7C15ull, 1000},
+      {kValidPreference,
+       {DatasetFormat::Auto, DatasetFormat::Preference, DatasetFormat::Unpaired},
+       1500,
+       0x2545F4914F6CDD1Dull,
+       300}};
+  for (const Case& c : cases) {
+    int rows_seen = 0, issues_seen = 0;
+    mutate_and_check(c.valid, c.formats, c.iterations, c.seed, &rows_seen, &issues_seen);
+    EXPECT_GT(rows_seen, c.at_least) << c.valid;
+    EXPECT_GT(issues_seen, c.at_least) << c.valid;
+  }
 }
 
 }  // namespace

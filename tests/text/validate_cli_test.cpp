@@ -1,4 +1,5 @@
-// `backprop validate`: text and --json reports, exit codes, missing / empty / all-bad files.
+// `backprop validate`: text and --json reports, exit codes, missing / empty / all-bad files, preference
+// data and --method.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -179,6 +180,85 @@ TEST(ValidateCli, AdvertisedFormatNamesAreAccepted) {
   out = validate("'" + chat + "' --format csv", &rc);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("use one of auto, sharegpt, openai, messages, alpaca, text, txt"), std::string::npos) << out;
+}
+
+// Preference data (issue 38): each bad-row kind with its line, and --method (WRONG_SHAPE).
+const char* kPair = R"({"prompt": "Q", "chosen": "good", "rejected": "bad"})";
+const char* kKto = R"({"prompt": "Q", "completion": "good", "label": true})";
+
+TEST(ValidateCli, ReportsEachBadRowKindWithItsLine) {
+  TempDir dir;
+  const std::string path = dir.path + "/pairs.jsonl";
+  std::ofstream(path) << kPair << "\n"
+                      << R"({"prompt": "Q", "chosen": "good"})"
+                      << "\n"
+                      << R"({"prompt": "Q", "chosen": ["good"], "rejected": "bad"})"
+                      << "\n"
+                      << R"({"prompt": "Q", "chosen": "same", "rejected": "same"})"
+                      << "\n"
+                      << R"({"prompt": "Q", "chosen": "", "rejected": "bad"})"
+                      << "\n"
+                      << R"({"chosen": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "a"}], )"
+                      << R"("rejected": [{"role": "user", "content": "Q2"}, {"role": "assistant", "content": "b"}]})"
+                      << "\n";
+  int rc = 0;
+  std::string out = validate("'" + path + "'", &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("format preference, 6 rows, 1 good, 5 bad"), std::string::npos) << out;
+  for (const char* want : {"line 2: missing_field", "line 3: wrong_type", "line 4: identical_pair",
+                           "line 5: empty_completion", "line 6: prompt_mismatch"})
+    EXPECT_NE(out.find(want), std::string::npos) << want << "\n" << out;
+
+  out = validate("'" + path + "' --json --method dpo", &rc);
+  EXPECT_EQ(rc, 1);
+  const nlohmann::json j = json_of(out);
+  EXPECT_EQ(j["format"], "preference");
+  EXPECT_EQ(j["shape"], "pair");
+  EXPECT_EQ(j["method"], "dpo");
+  EXPECT_FALSE(j.contains("shape_problem")) << out;
+  EXPECT_TRUE(j["error_code"].is_null()) << out;  // bad rows are skipped, not fatal
+  const std::vector<std::pair<int, std::string>> want = {
+      {2, "missing_field"}, {3, "wrong_type"}, {4, "identical_pair"}, {5, "empty_completion"}, {6, "prompt_mismatch"}};
+  ASSERT_EQ(j["issues"].size(), want.size()) << out;
+  for (size_t k = 0; k < want.size(); ++k) {
+    EXPECT_EQ(j["issues"][k]["line"], want[k].first);
+    EXPECT_EQ(j["issues"][k]["reason"], want[k].second);
+  }
+}
+
+TEST(ValidateCli, AFileThatDoesNotFitTheMethodFailsWithTheCode) {
+  TempDir dir;
+  const std::string kto = dir.path + "/kto.jsonl";
+  std::ofstream(kto) << kKto << "\n";
+  const std::string pairs = dir.path + "/pairs.jsonl";
+  std::ofstream(pairs) << kPair << "\n";
+  int rc = 0;
+  // Without a method the file is only checked; KTO rows fit kto.
+  std::string out = validate("'" + kto + "'", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("format kto"), std::string::npos) << out;
+  EXPECT_EQ(out.find("WRONG_SHAPE"), std::string::npos) << out;
+  out = validate("'" + kto + "' --method kto", &rc);
+  EXPECT_EQ(rc, 0) << out;
+
+  out = validate("'" + kto + "' --method dpo", &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("[INPUT_DATASET_WRONG_SHAPE]"), std::string::npos) << out;
+  EXPECT_NE(out.find("kto data"), std::string::npos) << out;
+  out = validate("'" + kto + "' --method dpo --json", &rc);
+  EXPECT_EQ(rc, 1);
+  nlohmann::json j = json_of(out);
+  EXPECT_EQ(j["error_code"], "INPUT_DATASET_WRONG_SHAPE");
+  EXPECT_EQ(j["valid"], false);
+
+  // Pairs: dpo and kto (unpaired) take them; sft does not.
+  EXPECT_EQ((validate("'" + pairs + "' --method dpo", &rc), rc), 0);
+  EXPECT_EQ((validate("'" + pairs + "' --method kto", &rc), rc), 0);
+  out = validate("'" + pairs + "' --method sft --json", &rc);
+  EXPECT_EQ(rc, 1) << out;
+  j = json_of(out);
+  EXPECT_EQ(j["error_code"], "INPUT_DATASET_WRONG_SHAPE");
+  EXPECT_NE(j["shape_problem"].get<std::string>().find("preference data"), std::string::npos) << out;
 }
 
 }  // namespace
