@@ -28,6 +28,7 @@ bool in_a_training_section(std::string_view key) {
 std::string another_value(const SettingSpec& spec) {
   static const std::map<std::string, std::string> valid_for = {
       {"lora.target_modules", "q_proj,v_proj"},  // names the LoRA check accepts
+      {"training.reference", "precomputed"},     // auto is adapter-off in LoRA mode
   };
   if (auto it = valid_for.find(spec.key); it != valid_for.end()) return it->second;
   const std::string def = spec.default_value;
@@ -70,6 +71,15 @@ const std::map<std::string, std::vector<std::pair<std::string, std::string>>>& c
       {"training.init_from_config", {{"training.mode", "full"}}},                      // from scratch needs full
       {"training.fault_inject_nan_count", {{"training.fault_inject_nan_step", "2"}}},  // steps from there
       {"training.matmul_dtype", {{"training.mode", "full"}}},                          // full mode's GEMMs
+      // A preference method's setting, with a method that reads it (another's refuses it).
+      {"training.beta", {{"training.method", "dpo"}}},
+      {"training.dpo_loss", {{"training.method", "dpo"}}},
+      {"training.label_smoothing", {{"training.method", "dpo"}}},
+      {"training.reference", {{"training.method", "dpo"}}},
+      {"training.orpo_lambda", {{"training.method", "orpo"}}},
+      {"training.simpo_gamma", {{"training.method", "simpo"}}},
+      {"training.kto_desirable_weight", {{"training.method", "kto"}}},
+      {"training.kto_undesirable_weight", {{"training.method", "kto"}}},
   };
   return c;
 }
