@@ -38,6 +38,7 @@ constexpr std::string_view kPinned[] = {
     "training.init_from_config",
     "training.method",     // the loss, and what a micro-batch holds (pairs)
     "training.reference",  // whether checkpoints carry the precomputed reference
+    "training.init_adapter",
     "data.path",
     "data.format",
     "data.holdout",

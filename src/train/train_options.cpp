@@ -185,7 +185,7 @@ namespace {
 
 // A preference setting belongs to the methods that read it: given (by flag, TOML, environment or
 // preset) to a run of another method it is refused, never ignored. Resolves training.reference.
-void check_method_settings(TrainOptions& o, const Settings& s) {
+void check_method_settings(const TrainOptions& o, const Settings& s) {
   const std::vector<std::string> mine = method_setting_keys(o.method);
   for (const std::string& key : preference_setting_keys()) {
     if (s.source(key) == SettingSource::Default || std::find(mine.begin(), mine.end(), key) != mine.end()) continue;
@@ -202,17 +202,41 @@ void check_method_settings(TrainOptions& o, const Settings& s) {
         .with_suggestion(fmt::format("Remove it ({} from {}), or pick one of those methods.", key,
                                      setting_source_name(s.source(key))));
   }
-  if (!method_needs_reference(o.method)) return;
+  if (!o.init_adapter.empty() && o.mode != TrainMode::Lora)
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[train] --init-adapter {} starts a LoRA run from an adapter; --mode full trains the "
+                            "weights themselves",
+                            o.init_adapter))
+        .with_suggestion(
+            "Merge the adapter first (backprop export ADAPTER --format merged) and train that model "
+            "with --mode full, or use --mode lora.");
+  resolve_reference(o);  // refuses what cannot work; the trainer resolves again (multi-run sets init_adapter later)
+}
+
+}  // namespace
+
+ReferenceSource resolve_reference(const TrainOptions& o) {
+  if (!method_needs_reference(o.method)) return o.pref.reference;
+  // The reference is the model the run starts from: with --init-adapter that includes the adapter,
+  // which switching it off would lose.
   if (o.pref.reference == ReferenceSource::Auto)
-    o.pref.reference = o.mode == TrainMode::Lora ? ReferenceSource::AdapterOff : ReferenceSource::Precomputed;
+    return o.mode == TrainMode::Lora && o.init_adapter.empty() ? ReferenceSource::AdapterOff
+                                                               : ReferenceSource::Precomputed;
+  if (o.pref.reference == ReferenceSource::AdapterOff && !o.init_adapter.empty())
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[train] --reference adapter-off would compare against the base without {}, not the model "
+                            "this run starts from",
+                            o.init_adapter))
+        .with_suggestion(
+            "Use --reference precomputed (what auto picks with --init-adapter): the starting model's "
+            "log-probabilities, computed once before step 1.");
   if (o.pref.reference == ReferenceSource::AdapterOff && o.mode != TrainMode::Lora)
     throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                 "[train] --reference adapter-off needs a LoRA run (its reference is the base without the adapter); "
                 "--mode full has no adapter to switch off")
         .with_suggestion("Use --reference precomputed (what auto picks in --mode full).");
+  return o.pref.reference;
 }
-
-}  // namespace
 
 TrainOptions TrainOptions::from_settings(const Settings& s) {
   TrainOptions o;

@@ -94,6 +94,12 @@ struct TrainOptions {
   bool operator==(const TrainOptions&) const = default;
 };
 
+// training.reference for this run: auto becomes adapter-off for a LoRA run with a new adapter,
+// precomputed otherwise (full fine-tuning, --init-adapter: the reference is the starting model);
+// an explicit adapter-off that cannot be that throws CONFIG_INVALID_SETTING. The trainer calls it
+// at the start of a run (multi-run sets init_adapter after from_settings).
+ReferenceSource resolve_reference(const TrainOptions& o);
+
 // What `train` does with a setting: the last column of its row in core/settings_registry.inc.
 enum class TrainUse {
   Unmarked,       // no training column: a section train does not read (a training section's row must say)

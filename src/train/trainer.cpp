@@ -190,6 +190,7 @@ TrainSummary Trainer::run_impl() {
   s.inject_fault(State::FaultPoint::Start);
   s.alloc = &allocator_for(s.device);
   s.summary.method = train_method_name(s.opt.method);
+  s.opt.pref.reference = resolve_reference(s.opt);
   s.open_run();
   s.load_data();
   s.build_model();

@@ -100,11 +100,13 @@ bool Trainer::State::reference_precomputed() const {
   return method_needs_reference(opt.method) && opt.pref.reference == ReferenceSource::Precomputed;
 }
 
-// π of each sequence of `seqs` under the reference: the model without its adapter (LoRA) or the
-// starting weights (precomputed: only ever called before step 1 then). Forward only, dropout off.
+// π of each sequence of `seqs` under the reference: the model without its adapter (adapter-off)
+// or the model as the run starts (precomputed: only ever called before step 1, when the weights
+// are the starting ones; a LoRA run's new adapter has B = 0, so that is the base too, and with
+// --init-adapter it is the model with that adapter). Forward only, dropout off.
 std::vector<double> Trainer::State::reference_logps(const std::vector<Sample>& seqs) {
   std::optional<AdapterOff> off;
-  if (opt.mode == TrainMode::Lora) off.emplace(*model);
+  if (opt.pref.reference == ReferenceSource::AdapterOff) off.emplace(*model);
   struct RestoreTraining {
     Model& m;
     bool was;
@@ -178,7 +180,7 @@ void Trainer::State::precompute_reference() {
   auto fill = [&](const std::vector<Sample>& pool, std::vector<RefLogps>& table) {
     table.assign(pool.size(), RefLogps{});
     ReferenceSource saved = opt.pref.reference;
-    opt.pref.reference = ReferenceSource::AdapterOff;  // compute, do not look up
+    opt.pref.reference = ReferenceSource::Auto;  // compute (with the adapter on), do not look up
     for (size_t b = 0; b < pool.size(); b += static_cast<size_t>(mb)) {
       std::vector<int64_t> idx;
       for (size_t i = b; i < std::min(pool.size(), b + static_cast<size_t>(mb)); ++i)

@@ -101,8 +101,10 @@ TEST(PreferenceCli, EstimateVramCountsTwoSequencesPerPair) {
   const auto a = nlohmann::json::parse(sft.substr(sft.find('{'))), b = nlohmann::json::parse(dpo.substr(dpo.find('{')));
   EXPECT_EQ(b["sequences_per_example"], 2);
   EXPECT_EQ(a["sequences_per_example"], 1);
-  EXPECT_EQ(b["micro_batch_tokens"].get<int64_t>(), 2 * a["micro_batch_tokens"].get<int64_t>()) << dpo;
-  EXPECT_GT(b["plan"]["total"].get<int64_t>(), a["plan"]["total"].get<int64_t>()) << dpo;
+  EXPECT_DOUBLE_EQ(b["settings"]["micro_batch_tokens"].get<double>(),
+                   2 * a["settings"]["micro_batch_tokens"].get<double>())
+      << dpo;
+  EXPECT_GT(b["plan"]["total"].get<double>(), a["plan"]["total"].get<double>()) << dpo;
 }
 
 }  // namespace bp

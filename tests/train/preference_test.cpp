@@ -163,14 +163,14 @@ TEST(Preference, ASettingOfAnotherMethodIsRefusedNotIgnored) {
   EXPECT_EQ(o.method, TrainMethod::Dpo);
   EXPECT_EQ(o.pref.beta, 0.5);
   EXPECT_EQ(o.pref.dpo_loss, DpoLoss::Hinge);
-  EXPECT_EQ(o.pref.reference, ReferenceSource::AdapterOff);  // auto in LoRA mode
+  EXPECT_EQ(resolve_reference(o), ReferenceSource::AdapterOff);  // auto in LoRA mode
 }
 
 TEST(Preference, ReferenceResolvesByModeAndAdapterOffNeedsLora) {
   Settings full = base_settings();
   full.set("training.method", "kto");
   full.set("training.mode", "full");
-  EXPECT_EQ(TrainOptions::from_settings(full).pref.reference, ReferenceSource::Precomputed);
+  EXPECT_EQ(resolve_reference(TrainOptions::from_settings(full)), ReferenceSource::Precomputed);
   full.set("training.reference", "adapter-off");
   try {
     TrainOptions::from_settings(full);
@@ -178,6 +178,15 @@ TEST(Preference, ReferenceResolvesByModeAndAdapterOffNeedsLora) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::CONFIG_INVALID_SETTING);
   }
+}
+
+TEST(Preference, TheReferenceOfARunFromAnAdapterIsThatModelNotTheBase) {
+  Settings s = base_settings();
+  s.set("training.method", "dpo");
+  s.set("training.init_adapter", "sft-adapter");
+  EXPECT_EQ(resolve_reference(TrainOptions::from_settings(s)), ReferenceSource::Precomputed);
+  s.set("training.reference", "adapter-off");
+  EXPECT_THROW(TrainOptions::from_settings(s), Error);
 }
 
 TEST(Preference, UnknownMethodIsAnErrorWithTheChoices) {
