@@ -140,11 +140,12 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
   }
   int64_t accum = (o.batch_size + k - 1) / k;
   tp.description = fmt::format(
-      "memory plan for {} sequences per micro-batch (up to {} tokens): {}; with the process's own {} (code, "
+      "memory plan for {} {} per micro-batch (up to {} tokens): {}; with the process's own {} (code, "
       "libraries, tokenizer, data): resident {}; limit {}{}; micro-batch {} x accumulation {} = batch {}; gradient "
       "checkpointing {} ({})",
-      k, tp.micro_batch_tokens, describe_memory_plan(tp.plan), format_bytes(tp.plan.process),
-      format_bytes(tp.plan.resident()), format_bytes(limit),
+      k, method_is_pairwise(o.method) ? "pairs (2 sequences each)" : "sequences", tp.micro_batch_tokens,
+      describe_memory_plan(tp.plan), format_bytes(tp.plan.process), format_bytes(tp.plan.resident()),
+      format_bytes(limit),
       enforced                                 ? ""
       : alloc.device().type == DeviceType::CPU ? " (machine RAM, not enforced)"
                                                : " (the device's memory, not enforced)",

@@ -88,9 +88,12 @@ struct AdapterOff {
   AdapterOff& operator=(const AdapterOff&) = delete;
 };
 
+// Each sequence's π, rounded to f32 as the references are kept (RefLogps, checkpoints): policy and
+// reference are then the same numbers where the models agree (step 0: rewards exactly 0, not the
+// sign of a rounding difference).
 std::vector<double> logps_of(const Model::SequenceLosses& l) {
   std::vector<double> out(l.loss_sum.size());
-  for (size_t i = 0; i < out.size(); ++i) out[i] = -l.loss_sum[i];
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(-l.loss_sum[i]);
   return out;
 }
 
@@ -100,13 +103,11 @@ bool Trainer::State::reference_precomputed() const {
   return method_needs_reference(opt.method) && opt.pref.reference == ReferenceSource::Precomputed;
 }
 
-// π of each sequence of `seqs` under the reference: the model without its adapter (adapter-off)
-// or the model as the run starts (precomputed: only ever called before step 1, when the weights
-// are the starting ones; a LoRA run's new adapter has B = 0, so that is the base too, and with
-// --init-adapter it is the model with that adapter). Forward only, dropout off.
-std::vector<double> Trainer::State::reference_logps(const std::vector<Sample>& seqs) {
+// π of each sequence of `seqs`, forward only with dropout off; with the adapter switched off
+// when `adapter_off` (the LoRA reference).
+std::vector<double> Trainer::State::forward_logps(const std::vector<Sample>& seqs, bool adapter_off) {
   std::optional<AdapterOff> off;
-  if (opt.pref.reference == ReferenceSource::AdapterOff) off.emplace(*model);
+  if (adapter_off) off.emplace(*model);
   struct RestoreTraining {
     Model& m;
     bool was;
@@ -116,15 +117,12 @@ std::vector<double> Trainer::State::reference_logps(const std::vector<Sample>& s
   return logps_of(model->sequence_losses(batch_of(seqs)));
 }
 
-// π of each sequence of `seqs` under the model being trained, without gradient, dropout off.
-std::vector<double> Trainer::State::policy_logps(const std::vector<Sample>& seqs) {
-  struct RestoreTraining {
-    Model& m;
-    bool was;
-    ~RestoreTraining() { m.set_training(was); }
-  } restore{*model, model->training()};
-  model->set_training(false);
-  return logps_of(model->sequence_losses(batch_of(seqs)));
+// π under the reference: the model without its adapter (adapter-off) or the model as the run
+// starts (precomputed: only ever called before step 1, when the weights are the starting ones; a
+// LoRA run's new adapter has B = 0, so that is the base too, and with --init-adapter it is the
+// model with that adapter).
+std::vector<double> Trainer::State::reference_logps(const std::vector<Sample>& seqs) {
+  return forward_logps(seqs, opt.pref.reference == ReferenceSource::AdapterOff);
 }
 
 // The reference values of pool[i] for i in `idx`: chosen, rejected (pairs) and KL (KTO), from
@@ -164,7 +162,7 @@ double Trainer::State::kto_z(const std::vector<Sample>& pool, const std::vector<
                                     idx.begin() + static_cast<std::ptrdiff_t>(std::min(idx.size(), b + mb)));
     std::vector<Sample> kl;
     for (int64_t i : part) kl.push_back(kl_sample(pool, static_cast<size_t>(i), opt.max_seq_length));
-    for (double v : policy_logps(kl)) policy.push_back(v);
+    for (double v : forward_logps(kl, false)) policy.push_back(v);
     for (const RefLogps& r : references(pool, part, eval)) ref.push_back(r.kl);
   }
   return kto_reference_point(policy, ref);

@@ -110,8 +110,8 @@ struct Trainer::State {
     PreferenceMetrics metrics;
   };
   bool reference_precomputed() const;
+  std::vector<double> forward_logps(const std::vector<Sample>& seqs, bool adapter_off);
   std::vector<double> reference_logps(const std::vector<Sample>& seqs);
-  std::vector<double> policy_logps(const std::vector<Sample>& seqs);
   std::vector<RefLogps> references(const std::vector<Sample>& pool, const std::vector<int64_t>& idx, bool eval);
   double kto_z(const std::vector<Sample>& pool, const std::vector<int64_t>& idx, bool eval);
   void precompute_reference();
