@@ -183,12 +183,25 @@ void fill_train_options(TrainOptions& o, const Settings& s, std::string_view pre
 
 namespace {
 
-// A preference setting belongs to the methods that read it: given (by flag, TOML, environment or
-// preset) to a run of another method it is refused, never ignored. Resolves training.reference.
+// Whether the setting holds another value than its default (compared as its type, so "0.10" is
+// the default 0.1).
+bool differs_from_default(const Settings& s, const std::string& key) {
+  const SettingSpec* spec = find_setting(key);
+  if (!spec) return true;
+  if (spec->type == SettingType::Float) return s.get_float(key) != std::stod(spec->default_value);
+  return s.get_string(key) != spec->default_value;
+}
+
+// A preference setting belongs to the methods that read it: given another value than its default
+// (by flag, TOML, environment or preset) to a run of another method it is refused, never ignored.
+// Its default given explicitly changes nothing and passes: `replay` and a resumed run pass every
+// saved setting, and the dashboard's form holds them all.
 void check_method_settings(const TrainOptions& o, const Settings& s) {
   const std::vector<std::string> mine = method_setting_keys(o.method);
   for (const std::string& key : preference_setting_keys()) {
-    if (s.source(key) == SettingSource::Default || std::find(mine.begin(), mine.end(), key) != mine.end()) continue;
+    if (s.source(key) == SettingSource::Default || !differs_from_default(s, key) ||
+        std::find(mine.begin(), mine.end(), key) != mine.end())
+      continue;
     std::string users;
     for (TrainMethod m : {TrainMethod::Dpo, TrainMethod::Orpo, TrainMethod::Simpo, TrainMethod::Kto}) {
       const auto keys = method_setting_keys(m);

@@ -155,6 +155,11 @@ TEST(Preference, ASettingOfAnotherMethodIsRefusedNotIgnored) {
   Settings sft = base_settings();
   sft.set("training.dpo_loss", "ipo");
   EXPECT_THROW(TrainOptions::from_settings(sft), Error);
+  // Its default given explicitly (a replayed or resumed run's saved settings) changes nothing.
+  Settings replayed = base_settings();
+  replayed.set("training.beta", "0.10");
+  replayed.set("training.dpo_loss", "sigmoid");
+  EXPECT_NO_THROW(TrainOptions::from_settings(replayed));
   Settings ok = base_settings();
   ok.set("training.method", "dpo");
   ok.set("training.beta", "0.5");

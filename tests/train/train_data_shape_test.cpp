@@ -23,6 +23,7 @@ TEST(TrainDataShape, EachMethodReadsItsShape) {
 TEST(TrainDataShape, BuildTrainDataFollowsTheMethod) {
   const std::unique_ptr<Tokenizer> tok = Tokenizer::from_dir(source_dir() + "/models/tiny-chat");
   TrainOptions o;
+  o.device = "cpu";  // only the data is built, but every TrainOptions of the tests pins the CPU
   o.data_path = source_dir() + "/examples/preference/pairs.jsonl";
   o.holdout = 0;
   o.method = TrainMethod::Dpo;
