@@ -3,7 +3,8 @@
 #   1. scripts/setup.sh --test: installs every package (and the npm oracles), builds build/;
 #   2. a second build with AddressSanitizer + UBSan (build-asan/, CPU only) running the layers
 #      core, cli and fuzz by default (test labels; cli runs whole training runs, export, doctor and
-#      the quick start through the sanitized binary: 27 s of test time on 2 cores; fuzz replays every
+#      the quick start through the sanitized binary: 390 s of test time at -j2 on 2 cores, 2026-11-29,
+#      with the build ~20 min: the largest part of CI after the main suite; fuzz replays every
 #      libFuzzer target of tests/fuzz over its seeds and fixed mutations, docs/fuzzing.md);
 #      BACKPROP_ASAN_LAYERS="all" runs every layer under the sanitizers (slower: the model and op
 #      tests do real arithmetic), BACKPROP_ASAN_LAYERS="" skips the sanitizer run;
