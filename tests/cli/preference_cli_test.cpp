@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "support/test_util.h"
 
@@ -70,6 +71,38 @@ TEST(PreferenceCli, KillNineThenResumeIsByteIdentical) {
     const std::string summary = slurp(b + "/summary.json");
     EXPECT_NE(summary.find("\"final_loss\""), std::string::npos) << summary;
   }
+}
+
+// show-run and diff-runs carry the held-out preference metrics of the last evaluation.
+TEST(PreferenceCli, ShowRunAndDiffRunsShowTheHeldOutRewards) {
+  test::TempDir tmp;
+  write_pairs(tmp.path);
+  std::string out;
+  for (const char* beta : {"0.1", "0.5"})
+    ASSERT_EQ(test::run_command(train_cmd(tmp.path, std::string("--method dpo --steps 2 --holdout 0.25 --beta ") +
+                                                        beta + " --output " + tmp.path + "/runs"),
+                                &out),
+              0)
+        << out;
+  std::vector<std::string> ids;
+  for (const auto& e : fs::directory_iterator(tmp.path + "/runs")) ids.push_back(e.path().filename().string());
+  ASSERT_EQ(ids.size(), 2u);
+  ASSERT_EQ(test::run_command(test::backprop_exe() + " show-run " + ids[0] + " --output " + tmp.path + "/runs", &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("eval_rewards/accuracies"), std::string::npos) << out;
+  ASSERT_EQ(
+      test::run_command(test::backprop_exe() + " show-run " + ids[0] + " --json --output " + tmp.path + "/runs", &out),
+      0)
+      << out;
+  const auto shown = nlohmann::json::parse(out.substr(out.find('{')));
+  EXPECT_TRUE(shown["eval_metrics"].contains("eval_rewards/margins")) << out;
+  ASSERT_EQ(test::run_command(
+                test::backprop_exe() + " diff-runs " + ids[0] + " " + ids[1] + " --output " + tmp.path + "/runs", &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("eval_rewards/accuracies"), std::string::npos) << out;
+  EXPECT_NE(out.find("training.beta"), std::string::npos) << out;
 }
 
 TEST(PreferenceCli, ASettingOfAnotherMethodOrAnUnknownMethodIsRefused) {
