@@ -57,11 +57,14 @@ TrainData build_train_data(const TrainOptions& o, const Tokenizer& tok) {
   return d;
 }
 
-int64_t sample_label_tokens(const Sample& s) {
+int64_t label_tokens(const std::vector<uint8_t>& loss_mask) {
   int64_t n = 0;
-  for (size_t t = 1; t < s.loss_mask.size(); ++t) n += s.loss_mask[t] ? 1 : 0;
-  for (size_t t = 1; t < s.rejected_loss_mask.size(); ++t) n += s.rejected_loss_mask[t] ? 1 : 0;
+  for (size_t t = 1; t < loss_mask.size(); ++t) n += loss_mask[t] ? 1 : 0;
   return n;
+}
+
+int64_t sample_label_tokens(const Sample& s) {
+  return label_tokens(s.loss_mask) + label_tokens(s.rejected_loss_mask);
 }
 
 int64_t sample_tokens(const Sample& s) {

@@ -37,6 +37,8 @@ TrainData build_train_data(const TrainOptions& options, const Tokenizer& tokeniz
 // Label tokens a sample contributes once packed (its loss-mask positions after the first; a pair's
 // two sequences both count).
 int64_t sample_label_tokens(const Sample& s);
+// Label tokens of one sequence's loss mask once packed (its mask positions after the first).
+int64_t label_tokens(const std::vector<uint8_t>& loss_mask);
 // Tokens a sample packs into (a pair: its chosen and rejected sequences).
 int64_t sample_tokens(const Sample& s);
 // Packs samples and makes the model's tensors.

@@ -25,21 +25,17 @@ constexpr const char* kReferenceFile = "reference_logps.safetensors";
 std::vector<Sample> sequences_of(const std::vector<const Sample*>& examples) {
   std::vector<Sample> seqs;
   seqs.reserve(examples.size() * 2);
+  auto add = [&](const Sample& e, const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask) {
+    Sample s;
+    s.ids = ids;
+    s.loss_mask = mask;
+    s.id = e.id;
+    s.source_line = e.source_line;
+    seqs.push_back(std::move(s));
+  };
   for (const Sample* e : examples) {
-    Sample c;
-    c.ids = e->ids;
-    c.loss_mask = e->loss_mask;
-    c.id = e->id;
-    c.source_line = e->source_line;
-    seqs.push_back(std::move(c));
-    if (e->is_pair()) {
-      Sample r;
-      r.ids = e->rejected_ids;
-      r.loss_mask = e->rejected_loss_mask;
-      r.id = e->id;
-      r.source_line = e->source_line;
-      seqs.push_back(std::move(r));
-    }
+    add(*e, e->ids, e->loss_mask);
+    if (e->is_pair()) add(*e, e->rejected_ids, e->rejected_loss_mask);
   }
   return seqs;
 }
@@ -71,12 +67,6 @@ Sample kl_sample(const std::vector<Sample>& pool, size_t i, int64_t max_len) {
     s.loss_mask.resize(cap);
   }
   return s;
-}
-
-int64_t chosen_label_tokens(const Sample& s) {
-  int64_t n = 0;
-  for (size_t t = 1; t < s.loss_mask.size(); ++t) n += s.loss_mask[t] ? 1 : 0;
-  return n;
 }
 
 // The adapter is off for the lifetime of this object (the LoRA reference), on again after.
@@ -126,16 +116,22 @@ std::vector<double> Trainer::State::reference_logps(const std::vector<Sample>& s
 }
 
 // The reference values of pool[i] for i in `idx`: chosen, rejected (pairs) and KL (KTO), from
-// the precomputed table or a pass with the adapter off.
+// the precomputed table or computed (computed_references).
 std::vector<RefLogps> Trainer::State::references(const std::vector<Sample>& pool, const std::vector<int64_t>& idx,
                                                  bool eval) {
+  if (!method_needs_reference(opt.method)) return std::vector<RefLogps>(idx.size());
+  if (!reference_precomputed()) return computed_references(pool, idx);
+  const auto& table = eval ? pref.eval_ref : pref.train_ref;
+  std::vector<RefLogps> out;
+  for (int64_t i : idx) out.push_back(table.at(static_cast<size_t>(i)));
+  return out;
+}
+
+// A pass of the reference (reference_logps) over pool[idx]'s sequences, and for KTO their KL
+// sequences.
+std::vector<RefLogps> Trainer::State::computed_references(const std::vector<Sample>& pool,
+                                                          const std::vector<int64_t>& idx) {
   std::vector<RefLogps> out(idx.size());
-  if (!method_needs_reference(opt.method)) return out;
-  if (reference_precomputed()) {
-    const auto& table = eval ? pref.eval_ref : pref.train_ref;
-    for (size_t k = 0; k < idx.size(); ++k) out[k] = table.at(static_cast<size_t>(idx[k]));
-    return out;
-  }
   std::vector<const Sample*> ex;
   for (int64_t i : idx) ex.push_back(&pool[static_cast<size_t>(i)]);
   const std::vector<double> lp = reference_logps(sequences_of(ex));
@@ -145,25 +141,34 @@ std::vector<RefLogps> Trainer::State::references(const std::vector<Sample>& pool
     if (ex[k]->is_pair()) out[k].r = static_cast<float>(lp[at++]);
   }
   if (opt.method == TrainMethod::Kto) {
-    std::vector<Sample> kl;
-    for (int64_t i : idx) kl.push_back(kl_sample(pool, static_cast<size_t>(i), opt.max_seq_length));
-    const std::vector<double> kl_lp = reference_logps(kl);
+    const std::vector<double> kl_lp = reference_logps(kl_samples(pool, idx));
     for (size_t k = 0; k < idx.size(); ++k) out[k].kl = static_cast<float>(kl_lp[k]);
   }
   return out;
 }
 
+std::vector<Sample> Trainer::State::kl_samples(const std::vector<Sample>& pool, const std::vector<int64_t>& idx) const {
+  std::vector<Sample> kl;
+  for (int64_t i : idx) kl.push_back(kl_sample(pool, static_cast<size_t>(i), opt.max_seq_length));
+  return kl;
+}
+
 // KTO's z over the examples pool[idx]: max(0, mean(π_KL − ref_KL)), no gradient (TRL's KL pass).
+// Only the KL sequences run here; the examples' own references come with their micro-batch.
 double Trainer::State::kto_z(const std::vector<Sample>& pool, const std::vector<int64_t>& idx, bool eval) {
   const int64_t mb = std::max<int64_t>(1, oom->micro_seqs());
   std::vector<double> policy, ref;
   for (size_t b = 0; b < idx.size(); b += static_cast<size_t>(mb)) {
     const std::vector<int64_t> part(idx.begin() + static_cast<std::ptrdiff_t>(b),
                                     idx.begin() + static_cast<std::ptrdiff_t>(std::min(idx.size(), b + mb)));
-    std::vector<Sample> kl;
-    for (int64_t i : part) kl.push_back(kl_sample(pool, static_cast<size_t>(i), opt.max_seq_length));
+    const std::vector<Sample> kl = kl_samples(pool, part);
     for (double v : forward_logps(kl, false)) policy.push_back(v);
-    for (const RefLogps& r : references(pool, part, eval)) ref.push_back(r.kl);
+    if (reference_precomputed()) {
+      const auto& table = eval ? pref.eval_ref : pref.train_ref;
+      for (int64_t i : part) ref.push_back(table.at(static_cast<size_t>(i)).kl);
+    } else {
+      for (double v : reference_logps(kl)) ref.push_back(v);
+    }
   }
   return kto_reference_point(policy, ref);
 }
@@ -176,17 +181,13 @@ void Trainer::State::precompute_reference() {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t mb = std::max<int64_t>(1, oom->micro_seqs());
   auto fill = [&](const std::vector<Sample>& pool, std::vector<RefLogps>& table) {
-    table.assign(pool.size(), RefLogps{});
-    ReferenceSource saved = opt.pref.reference;
-    opt.pref.reference = ReferenceSource::Auto;  // compute (with the adapter on), do not look up
+    table.clear();
     for (size_t b = 0; b < pool.size(); b += static_cast<size_t>(mb)) {
       std::vector<int64_t> idx;
       for (size_t i = b; i < std::min(pool.size(), b + static_cast<size_t>(mb)); ++i)
         idx.push_back(static_cast<int64_t>(i));
-      const auto r = references(pool, idx, false);
-      for (size_t k = 0; k < idx.size(); ++k) table[static_cast<size_t>(idx[k])] = r[k];
+      for (const RefLogps& r : computed_references(pool, idx)) table.push_back(r);
     }
-    opt.pref.reference = saved;
   };
   fill(data.train, pref.train_ref);
   fill(data.eval, pref.eval_ref);
@@ -245,7 +246,7 @@ std::vector<std::pair<std::string, std::function<void(const std::string&)>>> Tra
 Trainer::State::PreferenceStep Trainer::State::begin_preference_step(const Batch& batch) {
   PreferenceStep ps;
   ps.norms.examples = static_cast<int64_t>(batch.ids.size());
-  for (int64_t id : batch.ids) ps.norms.chosen_tokens += chosen_label_tokens(data.train[static_cast<size_t>(id)]);
+  for (int64_t id : batch.ids) ps.norms.chosen_tokens += label_tokens(data.train[static_cast<size_t>(id)].loss_mask);
   if (opt.method == TrainMethod::Kto) ps.norms.kto_z = kto_z(data.train, batch.ids, false);
   return ps;
 }
@@ -300,7 +301,7 @@ std::optional<double> Trainer::State::preference_evaluate() {
   std::vector<int64_t> all(data.eval.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
   ps.norms.examples = static_cast<int64_t>(all.size());
-  for (const Sample& s : data.eval) ps.norms.chosen_tokens += chosen_label_tokens(s);
+  for (const Sample& s : data.eval) ps.norms.chosen_tokens += label_tokens(s.loss_mask);
   if (opt.method == TrainMethod::Kto) ps.norms.kto_z = kto_z(data.eval, all, true);
   const int64_t mb = std::max<int64_t>(1, oom->micro_seqs());
   for (size_t b = 0; b < all.size(); b += static_cast<size_t>(mb)) {

@@ -113,6 +113,8 @@ struct Trainer::State {
   std::vector<double> forward_logps(const std::vector<Sample>& seqs, bool adapter_off);
   std::vector<double> reference_logps(const std::vector<Sample>& seqs);
   std::vector<RefLogps> references(const std::vector<Sample>& pool, const std::vector<int64_t>& idx, bool eval);
+  std::vector<RefLogps> computed_references(const std::vector<Sample>& pool, const std::vector<int64_t>& idx);
+  std::vector<Sample> kl_samples(const std::vector<Sample>& pool, const std::vector<int64_t>& idx) const;
   double kto_z(const std::vector<Sample>& pool, const std::vector<int64_t>& idx, bool eval);
   void precompute_reference();
   void write_reference(const std::string& path) const;
