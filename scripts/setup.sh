@@ -24,6 +24,8 @@ pkgs=(build-essential cmake pkg-config git
       libgtest-dev libgmock-dev libbenchmark-dev clang-format-14 libomp-dev)
 if [ "$want_tests" = 1 ]; then
   pkgs+=(python3-torch python3-numpy)
+  # The sanitizer build of scripts/test.sh (clang compiles it twice as fast as gcc) and its runtimes.
+  pkgs+=(clang-14 libclang-rt-14-dev)
   # Python Jinja2, what transformers renders chat templates with (tests/oracles/render_jinja2.py).
   pkgs+=(python3-jinja2)
   # Browser test of `backprop ui` (tests/ui/browser_test.mjs drives it with playwright-core from npm).

@@ -48,6 +48,7 @@ bp::ui::UiOptions options_from_settings(const bp::Settings& st) {
   o.allowed_hosts = split_commas(st.get_string("ui.allowed_hosts"));
   o.max_upload_bytes = static_cast<size_t>(st.get_int("ui.max_upload_mb")) << 20;
   o.max_login_failures = static_cast<int>(st.get_int("ui.max_login_failures"));
+  o.stream_lifetime_s = static_cast<int>(st.get_int("ui.stream_lifetime_s"));
   const std::string& auth = st.get_string("ui.auth");
   const std::string& auth_file = st.get_string("ui.auth_file");
   if (!auth.empty() && !auth_file.empty())
@@ -109,8 +110,9 @@ int run_ui() {
 }
 
 bp::cli::RunFn setup_ui(CLI::App& sub) {
-  bp::cli::bind_settings(sub, {"ui.host", "ui.port", "ui.auth", "ui.auth_file", "ui.runs", "ui.data_dir",
-                               "ui.allowed_hosts", "ui.max_upload_mb", "ui.max_login_failures"});
+  bp::cli::bind_settings(sub,
+                         {"ui.host", "ui.port", "ui.auth", "ui.auth_file", "ui.runs", "ui.data_dir", "ui.allowed_hosts",
+                          "ui.max_upload_mb", "ui.max_login_failures", "ui.stream_lifetime_s"});
   sub.add_option("--set-password", g_set_password_user,
                  "Store a hash of a password read from stdin for this user in --auth-file, then exit");
   sub.footer(

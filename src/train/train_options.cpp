@@ -215,6 +215,15 @@ void check_method_settings(const TrainOptions& o, const Settings& s) {
         .with_suggestion(fmt::format("Remove it ({} from {}), or pick one of those methods.", key,
                                      setting_source_name(s.source(key))));
   }
+  // A preference loss is taken on completions only (the prompt is the condition, TRL's masking);
+  // --train-on-all would be silently ignored there, so it is refused.
+  if (o.method != TrainMethod::Sft && o.train_on_all)
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[train] --train-on-all takes the loss on every token; --method {} compares the "
+                            "log-probabilities of completions only, so it would do nothing",
+                            train_method_name(o.method)))
+        .with_suggestion(fmt::format("Remove it (data.train_on_all from {}), or use --method sft.",
+                                     setting_source_name(s.source("data.train_on_all"))));
   if (!o.init_adapter.empty() && o.mode != TrainMode::Lora)
     throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                 fmt::format("[train] --init-adapter {} starts a LoRA run from an adapter; --mode full trains the "

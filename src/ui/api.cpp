@@ -150,7 +150,10 @@ std::vector<std::string> setting_flags(const json& settings, const char* const (
   const std::vector<std::string> mine =
       method_setting_keys(parse_train_method(method.is_string() ? method.get<std::string>() : "sft"));
   const auto& preference = preference_setting_keys();
-  for (const auto& [key, value] : settings.items()) {
+  for (const auto& item : settings.items()) {
+    // Named copies, not a structured binding: clang 14 (the sanitizer build) cannot capture one.
+    const std::string& key = item.key();
+    const json& value = item.value();
     if (std::find_if(std::begin(allowed), std::end(allowed), [&](const char* k) { return key == k; }) ==
         std::end(allowed))
       continue;
@@ -299,7 +302,7 @@ std::shared_ptr<void> Api::take_stream_slot(const std::string& client, Response&
 }
 
 bool Api::stream_events(const std::string& id, size_t* offset, httplib::DataSink& sink) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(kStreamLifetimeSeconds);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(opt_.stream_lifetime_s);
   for (int idle = 0; !stopping_ && sink.is_writable() && std::chrono::steady_clock::now() < end; ++idle) {
     size_t next = 0;
     auto records = runs_.metrics_since(id, *offset, &next);

@@ -25,12 +25,11 @@ namespace bp::ui {
 void send_error(httplib::Response& res, int status, ErrorCode code, const std::string& message,
                 const std::string& suggestion = "");
 
-// Event streams (run pages) the server keeps open at once, per client address and overall, and how
-// long one lasts: the server has 24 threads and each open stream holds one, so the limits keep
-// the rest of the API answering however many pages are open.
+// Event streams (run pages) the server keeps open at once, per client address and overall (each
+// lasts UiOptions::stream_lifetime_s): the server has 24 threads and each open stream holds one, so
+// the limits keep the rest of the API answering however many pages are open.
 inline constexpr int kMaxStreams = 12;
 inline constexpr int kMaxStreamsPerClient = 6;
-inline constexpr int kStreamLifetimeSeconds = 60;
 
 class Api {
  public:
@@ -43,7 +42,7 @@ class Api {
   void info_routes(httplib::Server& svr);
   // Server-sent events of run `id`: "metrics" (new metrics.jsonl records from *offset, the event id
   // is the offset after them) and "status" (the run's detail), until the client leaves, the server
-  // stops or kStreamLifetime passed (the page opens a new stream from the last id).
+  // stops or opt_.stream_lifetime_s passed (the page's EventSource reconnects with the last id).
   bool stream_events(const std::string& id, size_t* offset, httplib::DataSink& sink);
   // One of the bounded event-stream slots for `client` (each live stream holds a server thread):
   // null, with the refusal written, past kMaxStreamsPerClient for the client or kMaxStreams overall.

@@ -30,6 +30,7 @@ struct UiOptions {
   std::vector<std::string> allowed_hosts;
   size_t max_upload_bytes = 256u << 20;
   int max_login_failures = 5;
+  int stream_lifetime_s = 60;  // ui.stream_lifetime_s: how long one run-page event stream lasts
   // The safety monitor's readings for the System page (monitor.system_root, monitor.nvml_library).
   std::string system_root;
   std::string nvml_library = "libnvidia-ml.so.1";

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/settings.h"
+#include "support/fake_system_root.h"
 #include "support/test_util.h"
 
 namespace bp {
@@ -87,6 +88,34 @@ TEST(CliInfo, TextReportsBuildMachineGpuAndFeatures) {
   bool gpu_line = r.out.find("GPU 0:") != std::string::npos;
   bool no_gpu = r.out.find("no GPU found: training runs on the CPU") != std::string::npos;
   EXPECT_TRUE(gpu_line != no_gpu) << r.out;
+}
+
+// On a cgroup v1 host `info` shows the container's memory limit and where it was read (a fake
+// /proc and /sys tree through monitor.system_root), in text and JSON; with no limit it says so.
+TEST(CliInfo, ShowsTheCgroupV1MemoryLimitAndItsSource) {
+  test::TempDir tmp;
+  test::FakeSystemRoot fake{tmp.path};
+  fake.meminfo(64ull << 30, 32ull << 30);
+  fake.own_cgroup_v1("/docker/abc");
+  fake.cgroup_v1_memory("", 9223372036854771712ull, 5ull << 30);
+  fake.cgroup_v1_memory("/docker", 9223372036854771712ull, 3ull << 30);
+  fake.cgroup_v1_memory("/docker/abc", 3ull << 30, 1ull << 30);
+  const std::string env = "BACKPROPAGATE_MONITOR__SYSTEM_ROOT=" + tmp.path;
+  const std::string dir = tmp.path + "/sys/fs/cgroup/memory/docker/abc";
+  Result text = backprop("info", env);
+  ASSERT_EQ(text.rc, 0) << text.out;
+  EXPECT_NE(text.out.find("memory limit: 3.00 GiB (cgroup v1 " + dir + "/memory.limit_in_bytes, 1.00 GiB in use)"),
+            std::string::npos)
+      << text.out;
+  Result js = backprop("info --json", env, true);
+  ASSERT_EQ(js.rc, 0) << js.out;
+  const auto limit = nlohmann::json::parse(js.out)["memory"]["limit"];
+  EXPECT_EQ(limit["cgroup_version"], 1);
+  EXPECT_EQ(limit["bytes_max"], 3ull << 30);
+  EXPECT_EQ(limit["file"], "memory.limit_in_bytes");
+  fake.cgroup_v1_memory("/docker/abc", 9223372036854771712ull, 1ull << 30);
+  Result none = backprop("info", env);
+  EXPECT_NE(none.out.find("memory limit: no limit (cgroup v1 " + dir + ")"), std::string::npos) << none.out;
 }
 
 TEST(CliInfo, JsonIsMachineReadable) {

@@ -14,19 +14,13 @@
 
 #include "core/file_lines.h"
 #include "core/settings.h"
+#include "support/expect_error.h"
 #include "support/test_util.h"
 
 namespace bp {
 namespace {
 
-ErrorCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return ErrorCode::RUNTIME_INTERNAL;  // "did not throw"
-}
+using test::code_of;
 
 std::string write(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "support/expect_error.h"
 #include "text/chat_template.h"
 #include "text/data_test_util.h"
 #include "text/dataset.h"
@@ -15,17 +16,6 @@
 
 namespace bp::test {
 namespace {
-
-ErrorCode code_of(const std::function<void()>& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (message) *message = e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "expected a bp::Error";
-  return ErrorCode::RUNTIME_INTERNAL;
-}
 
 // Item 7: a string a template doubles in a loop stops at data.template_max_bytes, whatever
 // operator builds it; before, `~` was not counted and memory grew until the process died.

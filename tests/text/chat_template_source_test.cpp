@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "support/expect_error.h"
 #include "text/chat_template.h"
 #include "text/data_test_util.h"
 #include "text/dataset.h"
@@ -22,17 +23,6 @@ const char* kTurnTemplate =
 
 void write(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
-}
-
-ErrorCode code_of(const std::function<void()>& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (message) *message = e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "expected a bp::Error";
-  return ErrorCode::RUNTIME_INTERNAL;
 }
 
 TEST(ChatTemplateSource, JinjaFileWinsOverTokenizerConfigKey) {

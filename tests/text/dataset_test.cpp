@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/settings.h"
+#include "support/expect_error.h"
 #include "text/data_test_util.h"
 
 namespace bp::test {
@@ -17,16 +18,6 @@ std::string write_file(const TempDir& dir, const std::string& name, const std::s
   const std::string path = dir.path + "/" + name;
   std::ofstream(path, std::ios::binary) << content;
   return path;
-}
-
-ErrorCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  ADD_FAILURE() << "expected a bp::Error";
-  return ErrorCode::RUNTIME_INTERNAL;
 }
 
 TEST(Dataset, DetectsAndReadsEveryFormat) {

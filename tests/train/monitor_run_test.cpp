@@ -214,6 +214,29 @@ TEST(MonitorRun, PlanUsesTheCgroupLimit) {
   }
 }
 
+// The same on a cgroup v1 host (older Docker and Kubernetes nodes): the memory controller's
+// memory.limit_in_bytes of the tightest level above the process bounds the plan, not the host's RAM.
+TEST(MonitorRun, PlanUsesTheCgroupV1Limit) {
+  test::TempDir tmp;
+  TrainOptions o = monitored(tiny_chat_options(tmp.path), tmp.path, "temps 40");
+  test::FakeSystemRoot fake{tmp.path + "/root"};
+  fake.meminfo(64000 * kMiB, 32000 * kMiB);
+  fake.own_cgroup_v1("/docker/job");
+  fake.cgroup_v1_memory("", 9223372036854771712ull, 5000 * kMiB);  // v1's "no limit"
+  fake.cgroup_v1_memory("/docker", 500 * kMiB, 200 * kMiB);        // 300 MiB of room: the tightest
+  fake.cgroup_v1_memory("/docker/job", 800 * kMiB, 100 * kMiB);
+  o.max_memory_auto = true;
+  o.monitor.memory_headroom_bytes = 30 * kMiB;
+  Trainer(o).run();
+  auto records = monitor_records(o.output_dir);
+  const nlohmann::json* budget = find_event(records, "memory_budget");
+  ASSERT_TRUE(budget);
+  EXPECT_EQ(budget->at("bytes_available"), 300 * kMiB) << "the v1 cgroup's room, not MemAvailable";
+  const uint64_t bytes = budget->at("bytes_budget");
+  EXPECT_GE(bytes, 270 * kMiB);
+  EXPECT_LT(bytes, 300 * kMiB);
+}
+
 // Another program takes memory during training: after step 2 MemAvailable falls under
 // monitor.memory_low, so step 3 turns gradient checkpointing on; after step 4 it falls further, so
 // step 5 halves the micro-batch. No allocation ever failed; same samples, same losses.

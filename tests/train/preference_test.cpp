@@ -171,6 +171,28 @@ TEST(Preference, ASettingOfAnotherMethodIsRefusedNotIgnored) {
   EXPECT_EQ(resolve_reference(o), ReferenceSource::AdapterOff);  // auto in LoRA mode
 }
 
+// Preference losses read completions only: --train-on-all with them is refused, not ignored; its
+// default (false) given explicitly passes.
+TEST(Preference, TrainOnAllIsRefusedForAPreferenceMethod) {
+  for (const char* method : {"dpo", "orpo", "simpo", "kto"}) {
+    Settings s = base_settings();
+    s.set("training.method", method);
+    s.set("data.train_on_all", "true");
+    try {
+      TrainOptions::from_settings(s);
+      ADD_FAILURE() << "--train-on-all with --method " << method << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::CONFIG_INVALID_SETTING);
+      EXPECT_NE(std::string(e.what()).find("--train-on-all"), std::string::npos) << e.what();
+    }
+    s.set("data.train_on_all", "false");
+    EXPECT_NO_THROW(TrainOptions::from_settings(s));
+  }
+  Settings sft = base_settings();
+  sft.set("data.train_on_all", "true");
+  EXPECT_TRUE(TrainOptions::from_settings(sft).train_on_all);
+}
+
 TEST(Preference, ReferenceResolvesByModeAndAdapterOffNeedsLora) {
   Settings full = base_settings();
   full.set("training.method", "kto");

@@ -9,12 +9,15 @@
 
 #include "core/allocator.h"
 #include "core/settings.h"
+#include "support/expect_error.h"
 #include "support/fake_system_root.h"
 #include "support/test_util.h"
 
 namespace bp {
 
 namespace {
+
+using test::code_of;
 
 constexpr uint64_t kMiB = 1ull << 20;
 
@@ -78,16 +81,6 @@ struct Harness {
     return out;
   }
 };
-
-ErrorCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  ADD_FAILURE() << "no error thrown";
-  return ErrorCode::RUNTIME_INTERNAL;
-}
 
 }  // namespace
 

@@ -41,7 +41,7 @@ async function waitUntil(page, fn, arg, what) {
 const port = await freePort();
 const base = `http://127.0.0.1:${port}`;
 const ui = spawn(exe, ["ui", "--port", String(port), "--runs", path.join(work, "runs"), "--data-dir",
-  path.join(work, "data"), "--auth", "tester:browser pass"], { stdio: ["ignore", "inherit", "inherit"] });
+  path.join(work, "data"), "--auth", "tester:browser pass", "--stream-lifetime-s", "3"], { stdio: ["ignore", "inherit", "inherit"] });
 let browser, runId;
 const problems = [];
 let allow409 = false;
@@ -106,6 +106,13 @@ try {
   const p1 = await points();
   await waitUntil(page, (n) => Number(document.querySelector("#loss-chart").getAttribute("data-points")) >= n + 2, p1, "more loss points");
   log(`loss chart grew from ${p1} to ${await points()} points while running`);
+  // The server ends each event stream after --stream-lifetime-s (3 s here); the page reconnects from
+  // its last event id, so the chart keeps growing past it.
+  await new Promise((r) => setTimeout(r, 4000));
+  const p2 = await points();
+  await waitUntil(page, (n) => Number(document.querySelector("#loss-chart").getAttribute("data-points")) >= n + 2, p2,
+    "loss points after the stream's lifetime");
+  log(`after the first stream ended the chart grew from ${p2} to ${await points()} points`);
   await page.waitForSelector("#run-head[data-status=running]");
 
   // Stop (SIGINT: save and exit), then resume to two steps later.

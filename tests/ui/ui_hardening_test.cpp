@@ -15,6 +15,8 @@
 #include <atomic>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
 
 #include "ui/ui_test_util.h"
 
@@ -384,6 +386,42 @@ TEST_F(UiHardening, OpenEventStreamsAreBoundedAndTheApiKeepsAnswering) {
   }
   EXPECT_NE(events.find("event: status"), std::string::npos);
   EXPECT_EQ(events.find("event: metrics"), std::string::npos) << events.substr(0, 300);
+}
+
+// A stream ends after --stream-lifetime-s (60 s by default) and gives its thread back, whether or not
+// the page is still there; the page's EventSource then reconnects from the last event id it saw.
+TEST_F(UiHardening, EventStreamsEndAfterTheirLifetimeAndFreeTheirSlot) {
+  UiProcess ui(runs(), data(), {"--stream-lifetime-s", "2"});
+  auto c = ui.client();
+  c.set_read_timeout(30, 0);  // a 60 s stream (the flag not applied) fails here
+  std::string events;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = c.Get("/api/runs/r1/events", [&](const char* d, size_t n) {
+    events.append(d, n);
+    return true;  // a page that stays: only the server ends the stream
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(status_of(r), 200) << httplib::to_string(r.error());
+  EXPECT_GE(seconds, 1.9);
+  EXPECT_LT(seconds, 20.0);
+  EXPECT_NE(events.find("event: metrics"), std::string::npos);
+  const size_t id_at = events.rfind("\nid: ");
+  ASSERT_NE(id_at, std::string::npos) << events.substr(0, 300);
+  EXPECT_EQ(std::stoull(events.substr(id_at + 5)), fs::file_size(runs() + "/r1/metrics.jsonl"));
+  // Every slot of this client comes back: six pages (the per-client limit) whose streams the server
+  // ended, then six more, all served.
+  std::atomic<int> ok{0};
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::thread> pages;
+    for (int i = 0; i < 6; ++i)
+      pages.emplace_back([&] {
+        auto p = ui.client();
+        p.set_read_timeout(30, 0);
+        if (status_of(p.Get("/api/runs/r1/events", [](const char*, size_t) { return true; })) == 200) ++ok;
+      });
+    for (auto& t : pages) t.join();
+  }
+  EXPECT_EQ(ok.load(), 12) << "streams that ended must free their slots";
 }
 
 }  // namespace
