@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "core/sanitizers.h"
 #include "core/tensor.h"
 #include "support/test_util.h"
 
@@ -85,7 +86,7 @@ long minor_faults_now() {
 // keeps freed memory for reuse, so the repeats page-fault nothing (glibc's defaults unmap such
 // blocks or trim them from the heap, and each repeat faulted all 4,096 pages in again).
 TEST_F(AllocatorTest, RepeatedLargeAllocationsReuseMemoryWithoutPageFaults) {
-#ifdef __SANITIZE_ADDRESS__
+#if BP_ASAN
   GTEST_SKIP() << "AddressSanitizer's malloc quarantines freed blocks and ignores mallopt: glibc's reuse is not "
                   "what runs here";
 #endif

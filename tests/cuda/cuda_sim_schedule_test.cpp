@@ -5,7 +5,7 @@
 // every order (blocks never interleave here), is reported; the atomicAdd version is not. Values
 // are small integers (held in floats where the kernel is float), so every sum is exact and results
 // compare bit for bit. The kernel tests of tests/cuda run under reverse and shuffle with the write
-// check too (ctest entries test_cuda_schedule_*, tests/CMakeLists.txt).
+// check too (ctest entries numeric_cuda_Haswell and numeric_cuda_generic, tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "core/allocator.h"
 #include "core/settings.h"
@@ -173,27 +174,48 @@ TEST(MonitorRun, BrokenNvmlWarnsAndTrainingGoesOn) {
   EXPECT_EQ(failed->at("run_id"), sum.run_id);
 }
 
+// A tiny run with --max-memory auto and 30 MiB of headroom on a fake tree that `make_tree` finishes
+// (MemAvailable is 32000 MiB, so only a cgroup can leave the 300 MiB of room it must see): the
+// memory_budget event's budget, after checking that room; `output_dir` gets the run folder.
+namespace {
+uint64_t cgroup_budget(const std::string& dir, const std::function<void(const test::FakeSystemRoot&)>& make_tree,
+                       std::string* output_dir) {
+  TrainOptions o = monitored(tiny_chat_options(dir), dir, "temps 40");
+  test::FakeSystemRoot fake{dir + "/root"};
+  fake.meminfo(64000 * kMiB, 32000 * kMiB);
+  make_tree(fake);
+  o.max_memory_auto = true;
+  o.monitor.memory_headroom_bytes = 30 * kMiB;
+  Trainer(o).run();
+  *output_dir = o.output_dir;
+  auto records = monitor_records(o.output_dir);
+  const nlohmann::json* budget = find_event(records, "memory_budget");
+  if (!budget) {
+    ADD_FAILURE() << "no memory_budget event";
+    return 0;
+  }
+  EXPECT_EQ(budget->at("bytes_available"), 300 * kMiB) << "the cgroup's room, not MemAvailable";
+  const uint64_t bytes = budget->at("bytes_budget");
+  EXPECT_GE(bytes, 270 * kMiB);
+  EXPECT_LT(bytes, 300 * kMiB) << "the run held less than the 30 MiB headroom when it planned";
+  return bytes;
+}
+}  // namespace
+
 // --max-memory auto with a cgroup limit: the plan's budget is the cgroup's room minus the
 // headroom; when that room cannot hold one sequence, the run refuses to start instead of being
 // killed by the kernel.
 TEST(MonitorRun, PlanUsesTheCgroupLimit) {
   test::TempDir tmp;
-  TrainOptions o = monitored(tiny_chat_options(tmp.path), tmp.path, "temps 40");
-  test::FakeSystemRoot fake{tmp.path + "/root"};
-  fake.meminfo(64000 * kMiB, 32000 * kMiB);
-  fake.own_cgroup("/train");
-  fake.cgroup_memory("/train", std::to_string(400 * kMiB), 100 * kMiB);
-  o.max_memory_auto = true;
-  o.monitor.memory_headroom_bytes = 30 * kMiB;
-  Trainer(o).run();
-  auto records = monitor_records(o.output_dir);
-  const nlohmann::json* budget = find_event(records, "memory_budget");
-  ASSERT_TRUE(budget);
-  EXPECT_EQ(budget->at("bytes_available"), 300 * kMiB) << "the cgroup's room, not MemAvailable";
-  const uint64_t bytes = budget->at("bytes_budget");
-  EXPECT_GE(bytes, 270 * kMiB);
-  EXPECT_LT(bytes, 300 * kMiB) << "the run held less than the 30 MiB headroom when it planned";
-  std::ifstream in(o.output_dir + "/metrics.jsonl");
+  std::string run_dir;
+  const uint64_t bytes = cgroup_budget(
+      tmp.path,
+      [](const test::FakeSystemRoot& fake) {
+        fake.own_cgroup("/train");
+        fake.cgroup_memory("/train", std::to_string(400 * kMiB), 100 * kMiB);
+      },
+      &run_dir);
+  std::ifstream in(run_dir + "/metrics.jsonl");
   std::string metrics((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(metrics.find("limit " + format_bytes(bytes) + ";"), std::string::npos) << "the plan's enforced limit";
 
@@ -218,23 +240,16 @@ TEST(MonitorRun, PlanUsesTheCgroupLimit) {
 // memory.limit_in_bytes of the tightest level above the process bounds the plan, not the host's RAM.
 TEST(MonitorRun, PlanUsesTheCgroupV1Limit) {
   test::TempDir tmp;
-  TrainOptions o = monitored(tiny_chat_options(tmp.path), tmp.path, "temps 40");
-  test::FakeSystemRoot fake{tmp.path + "/root"};
-  fake.meminfo(64000 * kMiB, 32000 * kMiB);
-  fake.own_cgroup_v1("/docker/job");
-  fake.cgroup_v1_memory("", 9223372036854771712ull, 5000 * kMiB);  // v1's "no limit"
-  fake.cgroup_v1_memory("/docker", 500 * kMiB, 200 * kMiB);        // 300 MiB of room: the tightest
-  fake.cgroup_v1_memory("/docker/job", 800 * kMiB, 100 * kMiB);
-  o.max_memory_auto = true;
-  o.monitor.memory_headroom_bytes = 30 * kMiB;
-  Trainer(o).run();
-  auto records = monitor_records(o.output_dir);
-  const nlohmann::json* budget = find_event(records, "memory_budget");
-  ASSERT_TRUE(budget);
-  EXPECT_EQ(budget->at("bytes_available"), 300 * kMiB) << "the v1 cgroup's room, not MemAvailable";
-  const uint64_t bytes = budget->at("bytes_budget");
-  EXPECT_GE(bytes, 270 * kMiB);
-  EXPECT_LT(bytes, 300 * kMiB);
+  std::string run_dir;
+  cgroup_budget(
+      tmp.path,
+      [](const test::FakeSystemRoot& fake) {
+        fake.own_cgroup_v1("/docker/job");
+        fake.cgroup_v1_memory("", 9223372036854771712ull, 5000 * kMiB);  // v1's "no limit"
+        fake.cgroup_v1_memory("/docker", 500 * kMiB, 200 * kMiB);        // 300 MiB of room: the tightest
+        fake.cgroup_v1_memory("/docker/job", 800 * kMiB, 100 * kMiB);
+      },
+      &run_dir);
 }
 
 // Another program takes memory during training: after step 2 MemAvailable falls under

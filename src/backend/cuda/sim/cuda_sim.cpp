@@ -20,8 +20,9 @@
 #include <ucontext.h>
 
 #include "backend/cuda/sim/sim_races.h"
+#include "core/sanitizers.h"
 
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(BP_SIM_UCONTEXT)
+#if defined(__x86_64__) && !BP_ASAN && !defined(BP_SIM_UCONTEXT)
 #define BP_SIM_ASM_SWITCH 1
 // void bp_sim_switch_stack(void** save_sp, void* load_sp): saves this context on the current stack
 // and its stack pointer in *save_sp, then resumes the context saved at load_sp.
