@@ -83,3 +83,17 @@ def test_injected_oom_exhaustion_is_out_of_memory_error(runs_dir, tmp_path):
         bp.Trainer(MODEL, output=runs_dir, **inject).train(DATA, progress=False)
     except bp.OutOfMemoryError as caught:  # the way a user writes it
         assert caught.code == "RUNTIME_OOM_RECOVERY_EXHAUSTED"
+
+
+def test_config_file_is_read_like_the_clis(tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text("[lora]\nr = 6\n[training]\nlr = 0.003\n")
+    t = bp.Trainer(MODEL, config=str(good), lr=0.001)
+    assert t.setting("lora_r") == "6" and t.setting("training.lr") == "0.001", "keyword arguments beat the file"
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[lora]\nr = 0\n")
+    with pytest.raises(bp.ConfigError) as e:
+        bp.Trainer(MODEL, config=bad)
+    code, env = cli_json("--config", bad, "train", "--model", MODEL, "--data", DATA, check=False)
+    assert code == 1
+    envelope_matches(e.value, env)
