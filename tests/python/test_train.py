@@ -161,3 +161,10 @@ def test_progress_lines_and_logging(runs_dir, capsys, caplog):
     err = capsys.readouterr().err
     assert "[train] step 1/2" in err and "[train] step 2/2" in err
     assert any(r.name == "backpropagate" for r in caplog.records), "the library's log lines reach logging"
+
+
+def test_progress_bar_with_tqdm(runs_dir, capsys):
+    pytest.importorskip("tqdm")
+    bp.Trainer(MODEL, output=runs_dir, **TINY).train(DATA)
+    err = capsys.readouterr().err
+    assert "train" in err and "2/2" in err and "loss" in err
