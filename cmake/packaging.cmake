@@ -24,8 +24,9 @@ install(FILES ${CMAKE_SOURCE_DIR}/models/README.md DESTINATION ${BP_SHARE_DIR}/m
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/examples/ DESTINATION ${BP_SHARE_DIR}/examples)
 install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION ${BP_DOC_DIR})
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/docs/ DESTINATION ${BP_DOC_DIR}/docs FILES_MATCHING PATTERN "*.md")
-# The Python package does not exist yet. When it does, install it here (for Debian's python3:
-# DESTINATION lib/python3/dist-packages) and add python3 to CPACK_DEBIAN_PACKAGE_DEPENDS below.
+# The Python package (src/python/, build/python/backpropagate) is not in the .deb: it installs with
+# pip (pyproject.toml, setup.py; README "Python"). To ship it here: DESTINATION lib/python3/dist-packages
+# and python3 in CPACK_DEBIAN_PACKAGE_DEPENDS.
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME backpropagate)

@@ -21,11 +21,14 @@ done
 pkgs=(build-essential cmake pkg-config git
       libopenblas-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
       libtomlplusplus-dev libcpp-httplib-dev libpcre2-dev libicu-dev libssl-dev
-      libgtest-dev libgmock-dev libbenchmark-dev clang-format-14 libomp-dev)
+      libgtest-dev libgmock-dev libbenchmark-dev clang-format-14 libomp-dev
+      pybind11-dev python3-dev python3-venv python3-setuptools python3-wheel python3-pip)
 if [ "$want_tests" = 1 ]; then
   pkgs+=(python3-torch python3-numpy)
   # The sanitizer build of scripts/test.sh (clang compiles it twice as fast as gcc) and its runtimes.
   pkgs+=(clang-14 libclang-rt-14-dev)
+  # The Python package's tests (tests/python: pytest; tqdm for its progress bar).
+  pkgs+=(python3-pytest python3-tqdm)
   # Python Jinja2, what transformers renders chat templates with (tests/oracles/render_jinja2.py).
   pkgs+=(python3-jinja2)
   # Browser test of `backprop ui` (tests/ui/browser_test.mjs drives it with playwright-core from npm).

@@ -26,11 +26,7 @@ struct DoctorOptions {
   bool markdown = false;
 };
 
-// What doctor reads: the last kMaxInputBytes of the input, and the input's full size.
-struct DoctorInput {
-  std::string text;
-  uint64_t total_bytes = 0;
-};
+using bp::cli::doctor::DoctorInput;
 
 // Keeps the last kMaxInputBytes of a stream of chunks.
 void append_tail(std::string& tail, const char* data, size_t n) {
@@ -56,6 +52,9 @@ DoctorInput read_stdin() {
   return in;
 }
 
+}  // namespace
+
+namespace bp::cli::doctor {
 DoctorInput read_input(const std::string& file) {
   if (file.empty() || file == "-") {
     if (file.empty() && isatty(STDIN_FILENO))
@@ -83,6 +82,21 @@ DoctorInput read_input(const std::string& file) {
   return in;
 }
 
+nlohmann::json diagnose_input(const DoctorInput& input, const std::string& file) {
+  const std::string& text = input.text;
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw bp::Error(bp::ErrorCode::INPUT_VALIDATION_FAILED,
+                    fmt::format("[doctor] the input{} is empty: nothing to diagnose",
+                                file.empty() || file == "-" ? "" : " '" + file + "'"));
+  nlohmann::json report = diagnose(text);
+  report["truncated"] = input.total_bytes > text.size();
+  return report;
+}
+}  // namespace bp::cli::doctor
+
+namespace {
+using bp::cli::doctor::read_input;
+
 bp::cli::RunFn setup_doctor(CLI::App& sub) {
   auto o = std::make_shared<DoctorOptions>();
   sub.add_option("file", o->file, "Log or error message to diagnose; `-` (or nothing, with a pipe) reads stdin");
@@ -94,13 +108,8 @@ bp::cli::RunFn setup_doctor(CLI::App& sub) {
     }
     const DoctorInput input = read_input(o->file);
     const std::string& text = input.text;
-    if (text.find_first_not_of(" \t\r\n") == std::string::npos)
-      throw bp::Error(bp::ErrorCode::INPUT_VALIDATION_FAILED,
-                      fmt::format("[doctor] the input{} is empty: nothing to diagnose",
-                                  o->file.empty() || o->file == "-" ? "" : " '" + o->file + "'"));
-    const bool truncated = input.total_bytes > text.size();
-    nlohmann::json report = bp::cli::doctor::diagnose(text);
-    report["truncated"] = truncated;
+    const nlohmann::json report = bp::cli::doctor::diagnose_input(input, o->file);
+    const bool truncated = report["truncated"].get<bool>();
     if (bp::cli::global_options().json) {
       std::cout << report.dump(2) << std::endl;
     } else {

@@ -15,6 +15,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "cli/estimate_vram.h"
 #include "cli/model_ref.h"
 #include "core/device_info.h"
 #include "core/error.h"
@@ -207,9 +208,10 @@ std::string render_text(const std::string& model_path, const bp::ModelConfig& cf
   return t;
 }
 
-int run_estimate_vram() {
-  using namespace bp;
-  const Settings& st = cli::settings();
+}  // namespace
+
+namespace bp::cli {
+VramReport estimate_vram_report(const Settings& st) {
   const std::string model = cli::resolve_model(st.get_string("model.path"), hub::ModelFiles::Config);
   if (model.empty())
     throw Error(ErrorCode::CONFIG_INVALID,
@@ -264,8 +266,10 @@ int run_estimate_vram() {
     off.micro_batch_size = e.micro_batch_size;
     if (Estimate e_off = estimate_memory(cfg, off); e_off.fits) e = std::move(e_off);
   }
-  if (cli::global_options().json) {
-    nlohmann::json j = e.to_json();
+  VramReport out;
+  {
+    nlohmann::json& j = out.json;
+    j = e.to_json();
     j["model"] = {{"path", model},
                   {"architecture", cfg.architecture_name},
                   {"num_layers", cfg.num_layers},
@@ -277,24 +281,32 @@ int run_estimate_vram() {
     j["notes"] = notes(e, dtype_setting);
     j["method"] = train_method_name(method);
     j["sequences_per_example"] = seqs_per_example;
-    std::cout << j.dump(2) << std::endl;
-  } else {
+  }
+  {
     if (seqs_per_example > 1)
-      std::cout << fmt::format(
+      out.text += fmt::format(
           "Method {}: each example is a pair, its chosen and rejected sequences in the same "
           "micro-batch; sequences below are 2 per example.\n",
           train_method_name(method));
-    std::cout << render_text(model, cfg, e, limit, dtype_setting, gemm_ws);
+    out.text += render_text(model, cfg, e, limit, dtype_setting, gemm_ws);
   }
+  return out;
+}
+}  // namespace bp::cli
+
+namespace {
+
+int run_estimate_vram() {
+  const bp::cli::VramReport r = bp::cli::estimate_vram_report(bp::cli::settings());
+  if (bp::cli::global_options().json)
+    std::cout << r.json.dump(2) << std::endl;
+  else
+    std::cout << r.text;
   return 0;
 }
 
 bp::cli::RunFn setup_estimate_vram(CLI::App& sub) {
-  bp::cli::bind_settings(
-      sub, {"model.path", "model.offline", "training.mode", "lora.r", "lora.dropout", "lora.target_modules",
-            "training.batch_size", "training.micro_batch_size", "training.max_seq_length",
-            "training.gradient_checkpointing", "model.base_dtype", "training.vram_gb", "training.threads",
-            "model.device", "training.matmul_dtype", "training.method"});
+  for (std::string_view key : bp::cli::kEstimateVramSettingKeys) bp::cli::bind_settings(sub, {key});
   sub.footer(
       "The estimate is for one micro-batch of --micro-batch-size sequences (auto = all --batch-size sequences of an "
       "optimizer step in one pass) of --max-seq-length tokens each, the worst case `backprop train` plans for. Only "

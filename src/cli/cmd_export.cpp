@@ -7,18 +7,15 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/export_request.h"
 #include "cli/model_ref.h"
 #include "core/error.h"
 #include "export/exporter.h"
 #include "io/atomic_file.h"
 #include "io/gguf_writer.h"
 
-namespace {
-
-int export_command(const std::string& input_arg) {
-  using namespace bp;
-  const Settings& st = cli::settings();
-  const bool json = cli::global_options().json;
+namespace bp::cli {
+ExportRequest export_request(const Settings& st, const std::string& input_arg) {
   if (const int64_t n = st.get_int("training.fault_inject_enospc_after_bytes"); n >= 0)  // tests: a full disk
     io_faults().enospc_after_bytes = n;
   ExportRequest rq;
@@ -35,6 +32,16 @@ int export_command(const std::string& input_arg) {
   // export.ollama_host set anywhere (flag, env, TOML) wins; else OLLAMA_HOST, else 127.0.0.1:11434.
   if (st.source("export.ollama_host") != SettingSource::Default) rq.ollama_host = st.get_string("export.ollama_host");
   rq.ollama_max_attempts = static_cast<int>(st.get_int("export.ollama_retries")) + 1;
+  return rq;
+}
+}  // namespace bp::cli
+
+namespace {
+
+int export_command(const std::string& input_arg) {
+  using namespace bp;
+  const bool json = cli::global_options().json;
+  const ExportRequest rq = cli::export_request(cli::settings(), input_arg);
 
   const ExportReport r = run_export(rq);
   const nlohmann::json& result = r.result;

@@ -22,6 +22,7 @@
 #include <random>
 
 #include "cli/command.h"
+#include "cli/generate.h"
 #include "cli/model_ref.h"
 #include "export/export_input.h"
 #include "model/generate.h"
@@ -36,14 +37,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct GenerateArgs {
-  std::string model_dir, adapter_dir, prompt, system;
-  int64_t max_new_tokens = 64;
-  float temperature = 0.8f;
-  float top_p = 0.95f;
-  int64_t top_k = 40;
-  std::string seed;  // "" = random; else 0 .. 2^64-1, as training.seed
-};
+using bp::cli::GenerateArgs;
 
 // --seed: the whole unsigned 64-bit range (the sampler's generator takes 64 bits); nullopt = random.
 std::optional<uint64_t> parse_seed(const std::string& text) {
@@ -117,13 +111,15 @@ PromptTokens encode_prompt(const bp::Tokenizer& tok, const GenerateArgs& a, cons
   return p;
 }
 
-int run_generate(const GenerateArgs& a) {
-  using namespace bp;
+}  // namespace
+
+namespace bp::cli {
+nlohmann::json generate_report(const GenerateArgs& a, const Settings& st) {
   if (a.max_new_tokens < 0)
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 fmt::format("[generate] --max-new-tokens must be >= 0, got {}", a.max_new_tokens));
   const std::optional<uint64_t> seed = parse_seed(a.seed);
-  const std::string chat_mode = cli::settings().get_string("generate.chat");
+  const std::string chat_mode = st.get_string("generate.chat");
   const std::string model_dir = cli::resolve_model(a.model_dir);
   auto tokenizer = Tokenizer::from_dir(model_dir);
   const PromptTokens prompt = encode_prompt(*tokenizer, a, chat_mode);
@@ -161,7 +157,7 @@ int run_generate(const GenerateArgs& a) {
   if (res.stopped && !continuation.empty()) continuation.pop_back();  // the stop token is not text
   const std::string text = tokenizer->decode(all, /*skip_special=*/true);
   const std::string completion = tokenizer->decode(continuation, /*skip_special=*/true);
-  if (cli::global_options().json) {
+  {
     nlohmann::json j = {{"prompt", a.prompt},
                         {"prompt_ids", prompt_ids},
                         {"output_ids", res.tokens},
@@ -181,10 +177,19 @@ int run_generate(const GenerateArgs& a) {
                         {"top_k", a.top_k},
                         {"seed", opts.sampling.seed},
                         {"adapter", a.adapter_dir}};
-    std::cout << j.dump(2) << std::endl;
-  } else {
-    std::cout << (prompt.chat ? completion : text) << std::endl;  // a chat shows the answer, as ollama run does
+    return j;
   }
+}
+}  // namespace bp::cli
+
+namespace {
+
+int run_generate(const GenerateArgs& a) {
+  const nlohmann::json j = bp::cli::generate_report(a, bp::cli::settings());
+  if (bp::cli::global_options().json)
+    std::cout << j.dump(2) << std::endl;
+  else  // a chat shows the answer, as ollama run does
+    std::cout << j[j["chat_template_applied"].get<bool>() ? "completion" : "text"].get<std::string>() << std::endl;
   return 0;
 }
 

@@ -13,6 +13,7 @@
 
 #include "cli/command.h"
 #include "cli/model_ref.h"
+#include "cli/validate.h"
 #include "core/error.h"
 #include "core/redact.h"
 #include "model/loader.h"
@@ -20,17 +21,6 @@
 #include "train/train_data.h"
 
 namespace {
-
-struct ValidateOptions {
-  std::string file;
-  std::string format = "auto";
-  int64_t max_errors = 50;
-  int64_t max_length = 2048;
-  std::string model_dir;
-  std::string chat_template;  // --chat-template FILE|chatml, as training (setting data.chat_template)
-  int64_t show = 0;
-  bool json = false;
-};
 
 // The first n samples as training sees them: decoded text with the trained spans marked.
 nlohmann::ordered_json rendered_samples(const bp::LoadedDataset& ds, const bp::Tokenizer& tok,
@@ -72,10 +62,11 @@ nlohmann::ordered_json rendered_samples(const bp::LoadedDataset& ds, const bp::T
   return out;
 }
 
-int run_validate(const ValidateOptions& o) {
-  using namespace bp;
-  if (o.json) cli::global_options().json = true;
-  const bool json_out = cli::global_options().json;
+}  // namespace
+
+namespace bp::cli {
+ValidateReport validate_report(const ValidateOptions& o, const Settings& st) {
+  ValidateReport out;
   if (o.max_errors < 0)
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 fmt::format("[validate] --max-errors must be >= 0, got {}", o.max_errors));
@@ -109,8 +100,8 @@ int run_validate(const ValidateOptions& o) {
     }
   const char* length_check = o.max_length <= 0 ? "off" : tok ? "tokens" : "estimate";
   // The method's shape, when one was chosen (--method, --config or the environment).
-  const bool method_set = cli::settings().source("training.method") != SettingSource::Default;
-  const std::string& method = cli::settings().get_string("training.method");
+  const bool method_set = st.source("training.method") != SettingSource::Default;
+  const std::string& method = st.get_string("training.method");
   const std::string shape_problem =
       method_set ? data_shape_problem(ds.format, method_data_shape(parse_train_method(method))) : "";
   std::string invalid_reason;
@@ -119,8 +110,8 @@ int run_validate(const ValidateOptions& o) {
   else if (ds.rows.empty() && long_rows.empty())
     invalid_reason = "every row is bad";
   const auto shown = static_cast<size_t>(std::min<int64_t>(o.max_errors, static_cast<int64_t>(ds.issues.size())));
-  if (json_out) {
-    nlohmann::ordered_json j;
+  {
+    nlohmann::ordered_json& j = out.json;
     j["path"] = ds.path;
     j["format"] = dataset_format_name(ds.format);
     j["shape"] = data_shape_name(dataset_format_shape(ds.format));
@@ -148,47 +139,61 @@ int run_validate(const ValidateOptions& o) {
     j["error_code"] = !shape_problem.empty()    ? nlohmann::ordered_json("INPUT_DATASET_WRONG_SHAPE")
                       : !invalid_reason.empty() ? nlohmann::ordered_json("INPUT_DATASET_INVALID")
                                                 : nullptr;
-    std::cout << j.dump(2) << std::endl;
-  } else {
-    std::cout << fmt::format("{}: format {}, {} rows, {} good, {} bad\n", ds.path, dataset_format_name(ds.format),
-                             ds.total_rows, ds.rows.size() + long_rows.size(), ds.issues.size());
+  }
+  {
+    out.text += fmt::format("{}: format {}, {} rows, {} good, {} bad\n", ds.path, dataset_format_name(ds.format),
+                            ds.total_rows, ds.rows.size() + long_rows.size(), ds.issues.size());
     for (size_t k = 0; k < shown; ++k)
-      std::cout << fmt::format("line {}: {}: {}\n", ds.issues[k].line, row_problem_name(ds.issues[k].problem),
-                               redact(ds.issues[k].message));
+      out.text += fmt::format("line {}: {}: {}\n", ds.issues[k].line, row_problem_name(ds.issues[k].problem),
+                              redact(ds.issues[k].message));
     if (shown < ds.issues.size())
-      std::cout << fmt::format("... {} more bad rows not shown (raise --max-errors)\n", ds.issues.size() - shown);
+      out.text += fmt::format("... {} more bad rows not shown (raise --max-errors)\n", ds.issues.size() - shown);
     for (size_t k = 0; k < std::min(long_rows.size(), static_cast<size_t>(o.max_errors)); ++k)
-      std::cout << fmt::format("line {}: long: {}\n", long_rows[k].line, redact(long_rows[k].message));
+      out.text += fmt::format("line {}: long: {}\n", long_rows[k].line, redact(long_rows[k].message));
     if (!long_rows.empty())
-      std::cout << fmt::format(
+      out.text += fmt::format(
           "{} rows are longer than {} tokens: training keeps their start (--max-seq-length); a row whose trainable "
           "part lies past it is skipped\n",
           long_rows.size(), o.max_length);
-    if (tmpl) std::cout << "Chat template: " << tmpl->source().describe() << "\n";
+    if (tmpl) out.text += "Chat template: " + tmpl->source().describe() + "\n";
     for (const auto& smp : samples) {
-      std::cout << fmt::format("--- sample from line {} ({} tokens; trained spans in [TRAIN]...[/TRAIN]) ---\n{}\n",
-                               smp["line"].get<int64_t>(), smp["tokens"].get<size_t>(), smp["text"].get<std::string>());
+      out.text += fmt::format("--- sample from line {} ({} tokens; trained spans in [TRAIN]...[/TRAIN]) ---\n{}\n",
+                              smp["line"].get<int64_t>(), smp["tokens"].get<size_t>(), smp["text"].get<std::string>());
       if (smp.contains("rejected_text"))
-        std::cout << fmt::format("--- its rejected sequence ({} tokens) ---\n{}\n",
-                                 smp["rejected_tokens"].get<size_t>(), smp["rejected_text"].get<std::string>());
+        out.text += fmt::format("--- its rejected sequence ({} tokens) ---\n{}\n", smp["rejected_tokens"].get<size_t>(),
+                                smp["rejected_text"].get<std::string>());
     }
     if (std::string(length_check) == "tokens")
-      std::cout << fmt::format("Length check: exact token counts with the tokenizer of {} (max {})\n", o.model_dir,
-                               o.max_length);
+      out.text += fmt::format("Length check: exact token counts with the tokenizer of {} (max {})\n", o.model_dir,
+                              o.max_length);
     else if (std::string(length_check) == "estimate")
-      std::cout << fmt::format("Length check: estimated at 4 bytes per token (max {}); pass --model for exact counts\n",
-                               o.max_length);
+      out.text += fmt::format("Length check: estimated at 4 bytes per token (max {}); pass --model for exact counts\n",
+                              o.max_length);
     if (!shape_problem.empty())
-      std::cout << fmt::format("[INPUT_DATASET_WRONG_SHAPE] {}: training.method {} would stop\n", shape_problem,
-                               method);
+      out.text += fmt::format("[INPUT_DATASET_WRONG_SHAPE] {}: training.method {} would stop\n", shape_problem, method);
     if (!invalid_reason.empty())
-      std::cout << fmt::format("[INPUT_DATASET_INVALID] {}: training would stop\n", invalid_reason);
+      out.text += fmt::format("[INPUT_DATASET_INVALID] {}: training would stop\n", invalid_reason);
     else if (!ds.issues.empty())
-      std::cout << fmt::format("Training skips the {} bad rows (or stops with --strict)\n", ds.issues.size());
+      out.text += fmt::format("Training skips the {} bad rows (or stops with --strict)\n", ds.issues.size());
     else if (shape_problem.empty())
-      std::cout << "OK: every row is valid\n";
+      out.text += "OK: every row is valid\n";
   }
-  return ds.issues.empty() && invalid_reason.empty() && shape_problem.empty() ? 0 : 1;
+  out.exit_code = ds.issues.empty() && invalid_reason.empty() && shape_problem.empty() ? 0 : 1;
+  return out;
+}
+}  // namespace bp::cli
+
+namespace {
+using bp::cli::ValidateOptions;
+
+int run_validate(const ValidateOptions& o) {
+  if (o.json) bp::cli::global_options().json = true;
+  const bp::cli::ValidateReport r = bp::cli::validate_report(o, bp::cli::settings());
+  if (bp::cli::global_options().json)
+    std::cout << r.json.dump(2) << std::endl;
+  else
+    std::cout << r.text;
+  return r.exit_code;
 }
 
 bp::cli::RunFn setup_validate(CLI::App& sub) {

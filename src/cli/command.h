@@ -10,8 +10,10 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "core/log.h"
 #include "core/settings.h"
 
 namespace bp::cli {
@@ -26,12 +28,24 @@ GlobalOptions& global_options();
 // The settings of this invocation, loaded by main after parsing (defaults < --config TOML <
 // BACKPROPAGATE_* environment < flags). Valid inside run functions.
 const Settings& settings();
+// The same settings to replace (main after parsing; the Python package before it calls a
+// command's function), and the values the bound flags collected (main passes them to Settings::load).
+Settings& mutable_settings();
+std::vector<SettingOverride>& flag_overrides();
 // Adds flags for these settings to a subcommand (names, types and help come from the settings
 // table): `bind_settings(sub, {"training.lr", "training.steps"})` gives --lr and --steps.
 void bind_settings(CLI::App& sub, std::initializer_list<std::string_view> keys);
 // Adds a flag for every setting (with a flag) for which `takes` is true: a command that takes whole
 // sections binds them this way, so a new row needs no edit here.
 void bind_settings_where(CLI::App& sub, const std::function<bool(const SettingSpec&)>& takes);
+
+// The settings every command takes, bound on the app itself (`backprop --log-level debug train ...`).
+inline constexpr std::string_view kGlobalSettingKeys[] = {"logging.level", "logging.format", "logging.file",
+                                                          "security.redact_secrets", "runtime.cpu_kernels"};
+void bind_global_settings(CLI::App& app);
+// What those settings do for the whole process: logging (console records to `console_handler`
+// when one is given: the Python package's `logging`) and the CPU kernel variant.
+void apply_global_settings(const Settings& s, log::ConsoleHandler console_handler = {});
 
 using RunFn = std::function<int()>;
 using SetupFn = RunFn (*)(CLI::App& sub);

@@ -11,6 +11,7 @@
 // codes no entry explains get an entry built from the catalog's trigger and suggestion.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -31,6 +32,17 @@ std::string_view knowledge_json();
 //                                                   only when nothing was recognised)
 // Throws bp::Error(RUNTIME_INTERNAL) when the embedded data file is malformed.
 nlohmann::json diagnose(std::string_view text);
+
+// What `doctor FILE` reads: the last 64 MiB of FILE (a regular file), or of stdin for "" or "-"
+// (INPUT_VALIDATION_FAILED for "" when stdin is a terminal), and the input's full size.
+struct DoctorInput {
+  std::string text;
+  uint64_t total_bytes = 0;
+};
+DoctorInput read_input(const std::string& file);
+// diagnose() of what was read, with "truncated" (only the tail was read); INPUT_VALIDATION_FAILED
+// for an empty input (`file` names it in the message).
+nlohmann::json diagnose_input(const DoctorInput& input, const std::string& file);
 
 // Human-readable rendering of a diagnose() report.
 std::string render_text(const nlohmann::json& report);

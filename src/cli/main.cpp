@@ -24,26 +24,7 @@
 
 namespace bp::cli {
 
-GlobalOptions& global_options() {
-  static GlobalOptions g;
-  return g;
-}
-
-std::vector<CommandSpec>& command_registry() {
-  static std::vector<CommandSpec> r;
-  return r;
-}
-
 namespace {
-Settings& mutable_settings() {
-  static Settings s;
-  return s;
-}
-std::vector<SettingOverride>& flag_overrides() {
-  static std::vector<SettingOverride> v;
-  return v;
-}
-
 void print_error(const Error& e) {
   std::string run_id = log::run_started() ? log::run_id() : "";
   if (global_options().json) {
@@ -62,18 +43,6 @@ int fail(const Error& e) {
   return exit_code_for(e.code());
 }
 }  // namespace
-
-const Settings& settings() {
-  return mutable_settings();
-}
-
-void bind_settings(CLI::App& sub, std::initializer_list<std::string_view> keys) {
-  bind_setting_flags(sub, flag_overrides(), keys);
-}
-
-void bind_settings_where(CLI::App& sub, const std::function<bool(const SettingSpec&)>& takes) {
-  bind_setting_flags_where(sub, flag_overrides(), takes);
-}
 
 }  // namespace bp::cli
 
@@ -114,8 +83,7 @@ int main(int argc, char** argv) {
   auto& g = global_options();
   app.add_flag("--json", g.json, "Machine-readable output (and a JSON error envelope)");
   app.add_option("--config", g.config_path, "TOML settings file ([section] key = value; see info --env-vars)");
-  bind_settings(app,
-                {"logging.level", "logging.format", "logging.file", "security.redact_secrets", "runtime.cpu_kernels"});
+  bind_global_settings(app);
   std::vector<std::pair<CLI::App*, RunFn>> runs;
   for (auto& spec : command_registry()) {
     CLI::App* sub = app.add_subcommand(spec.name, spec.help);
@@ -136,8 +104,7 @@ int main(int argc, char** argv) {
   try {
     mutable_settings() = bp::Settings::load(g.config_path, bp::current_environment(), flag_overrides());
     const auto& s = settings();
-    bp::log::init_from_settings(s);
-    bp::ops::select_cpu_kernels(s.get_string("runtime.cpu_kernels"));
+    apply_global_settings(s);
     std::string cmdline;
     for (int i = 0; i < argc; ++i) cmdline += (i ? " " : "") + std::string(argv[i]);
     spdlog::debug("command line: {}", cmdline);

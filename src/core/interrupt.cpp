@@ -36,5 +36,9 @@ int interrupt_signal() {
 void clear_interrupt() {
   g_signal.store(0);
 }
+void request_interrupt(int sig) {
+  int none = 0;
+  g_signal.compare_exchange_strong(none, sig);
+}
 
 }  // namespace bp

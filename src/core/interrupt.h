@@ -11,5 +11,8 @@ bool interrupt_requested();
 // The signal number that requested the interrupt (0 when none).
 int interrupt_signal();
 void clear_interrupt();  // for tests and for a resumed loop
+// Asks the loop to stop as if `sig` had arrived (no second-signal exit): the Python package's
+// KeyboardInterrupt and its callback's `False` take the same path as Ctrl-C in the CLI.
+void request_interrupt(int sig);
 
 }  // namespace bp

@@ -63,10 +63,14 @@ class RedactingSink : public spdlog::sinks::base_sink<std::mutex> {
 
 class ConsoleSink final : public RedactingSink {
  public:
-  ConsoleSink(FILE* out, bool json) : out_(out), json_(json) {}
+  ConsoleSink(FILE* out, bool json, ConsoleHandler handler) : out_(out), json_(json), handler_(std::move(handler)) {}
 
  protected:
   void write(const spdlog::details::log_msg& msg, const std::string& text) override {
+    if (handler_ && !json_) {
+      handler_(static_cast<int>(msg.level), text);
+      return;
+    }
     std::string line;
     if (json_) {
       line = json_record(msg, text);
@@ -86,6 +90,7 @@ class ConsoleSink final : public RedactingSink {
  private:
   FILE* out_;
   bool json_;
+  ConsoleHandler handler_;
 };
 
 // Opens --log-file for appending without ever blocking: O_NONBLOCK makes a FIFO with no reader
@@ -175,7 +180,7 @@ std::shared_ptr<spdlog::logger> make_logger(const LogOptions& o) {
                 {{"key", "logging.format"}, {"value", o.format}});
   auto level = parse_level(o.level);
   std::vector<spdlog::sink_ptr> sinks;
-  sinks.push_back(std::make_shared<ConsoleSink>(o.console ? o.console : stderr, o.format == "json"));
+  sinks.push_back(std::make_shared<ConsoleSink>(o.console ? o.console : stderr, o.format == "json", o.console_handler));
   if (!o.file.empty()) sinks.push_back(std::make_shared<JsonlFileSink>(o.file));
   auto logger = std::make_shared<spdlog::logger>("backprop", sinks.begin(), sinks.end());
   logger->set_level(level);
@@ -190,7 +195,7 @@ void init(const LogOptions& options) {
   spdlog::set_default_logger(logger);
 }
 
-void init_from_settings(const Settings& s) {
+void init_from_settings(const Settings& s, ConsoleHandler console_handler) {
   set_redaction_enabled(s.get_bool("security.redact_secrets"));
   for (const auto& spec : settings_registry()) {
     if (!spec.secret) continue;
@@ -203,6 +208,7 @@ void init_from_settings(const Settings& s) {
   o.level = s.get_string("logging.level");
   o.format = s.get_string("logging.format");
   o.file = s.get_string("logging.file");
+  o.console_handler = std::move(console_handler);
   init(o);
 }
 

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -23,11 +24,16 @@ class Settings;
 
 namespace bp::log {
 
+// Where console records go instead of a FILE* (the Python package hands them to Python's `logging`):
+// spdlog's level (0 trace ... 5 critical) and the redacted message, without time or level prefix.
+using ConsoleHandler = std::function<void(int level, const std::string& message)>;
+
 struct LogOptions {
   std::string level = "info";      // trace|debug|info|warn|error|off
   std::string format = "console";  // console|json
   std::string file;                // JSON-lines file; empty = none
   FILE* console = stderr;          // console sink target (tests pass a temporary file)
+  ConsoleHandler console_handler;  // when set, console records go here (format console) instead
 };
 
 // (Re)configures the logger. Throws CONFIG_INVALID_SETTING for an unknown level or format and
@@ -35,7 +41,7 @@ struct LogOptions {
 void init(const LogOptions& options);
 // logging.level/format/file from settings; security.redact_secrets; registers secret settings
 // (the password of ui.auth) with the redactor.
-void init_from_settings(const Settings& settings);
+void init_from_settings(const Settings& settings, ConsoleHandler console_handler = {});
 // Adds another JSON-lines file sink (a run folder's log). Same errors as init.
 void add_file(const std::string& path);
 void flush();

@@ -62,6 +62,9 @@ struct TrainSummary {
 struct TrainCallbacks {
   std::function<void(const StepRecord&, const TrainSummary&, int64_t total_steps)> on_step;
   std::function<void(const std::string& level, const std::string& message)> on_event;
+  // Every record of metrics.jsonl (step, eval, event, checkpoint, OOM recovery, ...), as written,
+  // with the run's total steps: the Python package's callback and progress bar.
+  std::function<void(const nlohmann::json& record, int64_t total_steps)> on_record;
 };
 
 class Trainer {

@@ -147,6 +147,7 @@ struct Trainer::State {
     j["run_id"] = summary.run_id;
     // Wall-clock seconds since the epoch: rates (tokens/s in `backprop ui`) come from the gaps.
     j["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    if (cb.on_record) cb.on_record(j, total_steps);
     if (metrics.is_open()) {
       metrics.write(j.dump() + "\n");
     } else if (!run_files_started) {

@@ -1,5 +1,5 @@
 // The layer order of DESIGN.md ("Layers"), enforced on every #include in src/ so it cannot drift:
-//   core < backend < ops < io < hub < text < model < train = export < ui = cli
+//   core < backend < ops < io < hub < text < model < train = export < ui = cli = python
 // A file may include headers of its own layer and of layers below it, never above. Backends are
 // reached only through the ops' dispatch: outside backend/ and ops/ nothing includes backend/.
 // Only cli/ and ui/ include CLI11 (core parses and checks settings; binding flags is cli/'s job).
@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 const std::map<std::string, int>& layer_rank() {
   static const std::map<std::string, int> rank = {{"core", 0},   {"backend", 1}, {"ops", 2},   {"io", 3},
                                                   {"hub", 4},    {"text", 5},    {"model", 6}, {"train", 7},
-                                                  {"export", 7}, {"ui", 8},      {"cli", 8}};
+                                                  {"export", 7}, {"ui", 8},      {"cli", 8},   {"python", 8}};
   return rank;
 }
 

@@ -101,6 +101,39 @@ TEST_F(LogTest, EverySinkRedactsAndFileRecordsCarryTheRunId) {
   }
 }
 
+// The Python package's logging: console records go to the handler (spdlog's level, the redacted
+// message, no time prefix) instead of the FILE*; the file sinks are unchanged; JSON format keeps
+// its console lines.
+TEST_F(LogTest, ConsoleHandlerGetsLevelAndRedactedMessage) {
+  std::vector<std::pair<int, std::string>> got;
+  const std::string console_path = dir.path + "/console.txt";
+  FILE* console = std::fopen(console_path.c_str(), "w");
+  ASSERT_NE(console, nullptr);
+  log::LogOptions o;
+  o.level = "info";
+  o.console = console;
+  o.file = dir.path + "/log.jsonl";
+  o.console_handler = [&](int level, const std::string& message) { got.emplace_back(level, message); };
+  log::init(o);
+  spdlog::info("hello {}", 7);
+  spdlog::warn("{}", kSecretLine);
+  spdlog::debug("below the level");
+  log::flush();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0], std::make_pair(static_cast<int>(spdlog::level::info), std::string("hello 7")));
+  EXPECT_EQ(got[1].first, static_cast<int>(spdlog::level::warn));
+  expect_no_secrets(got[1].second);
+  EXPECT_EQ(json_lines(slurp(dir.path + "/log.jsonl")).size(), 2u);
+  o.format = "json";
+  log::init(o);
+  spdlog::info("as json");
+  log::init(log::LogOptions{});
+  std::fclose(console);
+  EXPECT_EQ(got.size(), 2u) << "json format writes its records to the console stream";
+  EXPECT_NE(slurp(console_path).find("as json"), std::string::npos);
+  EXPECT_EQ(slurp(console_path).find("hello 7"), std::string::npos);
+}
+
 TEST_F(LogTest, SettingsDriveLevelFileAndRedaction) {
   std::string file_path = dir.path + "/s.jsonl";
   Settings s = Settings::load("", {}, {{"logging.level", "warn"}, {"logging.file", file_path}});
