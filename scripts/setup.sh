@@ -25,7 +25,7 @@ pkgs=(build-essential cmake pkg-config git
       pybind11-dev python3-dev python3-venv python3-setuptools python3-wheel python3-pip)
 if [ "$want_tests" = 1 ]; then
   pkgs+=(python3-torch python3-numpy)
-  # The sanitizer build of scripts/test.sh (clang compiles it twice as fast as gcc) and its runtimes.
+  # The sanitizer build of scripts/test.sh (clang compiles it faster than gcc) and its runtimes.
   pkgs+=(clang-14 libclang-rt-14-dev)
   # The Python package's tests (tests/python: pytest; tqdm for its progress bar).
   pkgs+=(python3-pytest python3-tqdm)
