@@ -3,7 +3,8 @@
 #   cmake --build build --target package -> the same from backprop as it is (CMake's own target; CPack's
 #                                           step that would build every target first, tests and
 #                                           benchmarks included, is off: CMAKE_SKIP_INSTALL_ALL_DEPENDENCY)
-#   dpkg -i build/backpropagate_*.deb    -> /usr/bin/backprop, /usr/share/backpropagate, /usr/share/doc/backpropagate
+#   dpkg -i build/backpropagate_*.deb    -> /usr/bin/backprop, /usr/share/backpropagate, /usr/share/doc/backpropagate,
+#                                           /usr/lib/python3/dist-packages/backpropagate (where it was built)
 # The layout under the prefix:
 #   bin/backprop
 #   share/backpropagate/models/tiny-chat, share/backpropagate/examples
@@ -24,9 +25,14 @@ install(FILES ${CMAKE_SOURCE_DIR}/models/README.md DESTINATION ${BP_SHARE_DIR}/m
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/examples/ DESTINATION ${BP_SHARE_DIR}/examples)
 install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION ${BP_DOC_DIR})
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/docs/ DESTINATION ${BP_DOC_DIR}/docs FILES_MATCHING PATTERN "*.md")
-# The Python package (src/python/, build/python/backpropagate) is not in the .deb: it installs with
-# pip (pyproject.toml, setup.py; README "Python"). To ship it here: DESTINATION lib/python3/dist-packages
-# and python3 in CPACK_DEBIAN_PACKAGE_DEPENDS.
+# The Python package (build/python/backpropagate: the .py files and the extension module, built for
+# Debian's python3) where /usr/bin/python3 finds it; pip installs it too (pyproject.toml, README "Python").
+set(BP_DEB_DEPENDS "")
+if(BP_HAVE_PYTHON)
+  install(DIRECTORY ${CMAKE_BINARY_DIR}/python/backpropagate DESTINATION lib/python3/dist-packages
+          PATTERN "__pycache__" EXCLUDE)
+  list(APPEND BP_DEB_DEPENDS python3)
+endif()
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME backpropagate)
@@ -50,13 +56,17 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # dpkg-shlibdeps names libopenblas0, which any of Debian's OpenBLAS builds satisfies; the RUNPATH asks
 # for the OpenMP build (see CMakeLists.txt: the pthread build's threads fight OpenMP's), so name it.
 if(BP_BLAS_TARGET STREQUAL "bp_openblas")
-  set(CPACK_DEBIAN_PACKAGE_DEPENDS libopenblas0-openmp)
+  list(APPEND BP_DEB_DEPENDS libopenblas0-openmp)
 endif()
+list(JOIN BP_DEB_DEPENDS ", " CPACK_DEBIAN_PACKAGE_DEPENDS)
 include(CPack)
 
 add_custom_target(deb COMMAND ${CMAKE_CPACK_COMMAND} -G DEB --config ${CMAKE_BINARY_DIR}/CPackConfig.cmake
                   WORKING_DIRECTORY ${CMAKE_BINARY_DIR} COMMENT "Debian package of backprop" VERBATIM)
 add_dependencies(deb backprop)
+if(BP_HAVE_PYTHON)
+  add_dependencies(deb python_package)
+endif()
 
 if(BACKPROP_BUILD_TESTS)
   # setup.sh builds backprop alone for the first run and everything for the tests (seconds); the package

@@ -10,7 +10,9 @@
 #      model, the quick start's data and the docs;
 #   4. from a scratch working folder outside the repository: `backprop info`, and the quick start
 #      (`backprop train` with no model or data, 3 steps), which must take the model and data from
-#      the package's share/backpropagate and write its adapter and GGUF file under ./runs.
+#      the package's share/backpropagate and write its adapter and GGUF file under ./runs;
+#   5. where BUILD_DIR built the Python package: it is in the package, and Debian's python3 imports
+#      it from the scratch root's dist-packages and trains the packaged model 2 steps with it.
 # About 30 s of CPU (105 s of wall time on a busy 2-core machine, 2026-11-29).
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -86,4 +88,23 @@ for f in adapter/adapter_model.safetensors adapter/adapter_config.json summary.j
   [ -s "$run/$f" ] || fail "the quick start did not write $run/$f"
 done
 grep -q '"steps": 3' "$run/summary.json" || fail "summary.json does not say 3 steps: $(cat "$run/summary.json")"
+
+if [ -f "$build/python/backpropagate/__init__.py" ]; then
+  echo "== 5. import backpropagate from the package ($SECONDS s so far)"
+  site=$root/usr/lib/python3/dist-packages
+  [ -f "$site/backpropagate/__init__.py" ] && ls "$site"/backpropagate/_core*.so >/dev/null 2>&1 ||
+    fail "the package lacks the Python package under /usr/lib/python3/dist-packages"
+  grep -qw python3 <<<"$depends" || fail "Depends lacks python3: $(dpkg-deb -f "$deb" Depends)"
+  PYTHONPATH=$site BP_SHARE=$share /usr/bin/python3 - > python.txt 2>&1 <<'PY' || { cat python.txt; fail "the packaged Python package failed"; }
+import os
+import backpropagate as bp
+assert bp.__file__.startswith(os.environ["PYTHONPATH"]), bp.__file__
+share = os.environ["BP_SHARE"]
+r = bp.Trainer(share + "/models/tiny-chat", steps=2, batch_size=2, max_seq_length=64, lora_r=4,
+               device="cpu").train(share + "/examples/quickstart_sharegpt.jsonl")
+assert os.path.isfile(os.path.join(r.adapter_path, "adapter_model.safetensors")), r.adapter_path
+print("python run", r.run_id, r.final_loss)
+PY
+  tail -1 python.txt
+fi
 echo "OK ($SECONDS s)"
