@@ -2,6 +2,7 @@
 """Generates the quickstart fine-tuning datasets in examples/ (see examples/README.md).
 
 Usage: /usr/bin/python3 scripts/make_examples.py [--seed 2024] [--train 400] [--holdout 50] [--pairs 64]
+                                                [--pair-holdout 32]
                                                 [--out examples]
 
 Both datasets ask the reading-comprehension questions the base model (models/tiny-chat) was
@@ -16,6 +17,8 @@ sets (docs/preference.md) ask new questions of the same kind:
   preference/pairs.jsonl     {"prompt", "chosen", "rejected"}: chosen "Answer: <the right fact>.",
                              rejected "Answer: <another fact of the same text>."
   preference/kto.jsonl       the same pairs unpaired: {"prompt", "completion", "label": true|false}
+  preference/pairs_holdout.jsonl  more pairs of the same kind whose prompts occur in no other file
+                             (--eval-data for the README's DPO run)
 Python 3 standard library only; the same seed writes the same bytes.
 """
 import argparse
@@ -77,6 +80,7 @@ def main():
     ap.add_argument("--train", type=int, default=400)
     ap.add_argument("--holdout", type=int, default=50)
     ap.add_argument("--pairs", type=int, default=64)
+    ap.add_argument("--pair-holdout", type=int, default=32)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -96,6 +100,10 @@ def main():
     write(os.path.join(args.out, "preference", "kto.jsonl"),
           [{"prompt": p, "completion": f"Answer: {a}.", "label": good}
            for p, c, r in pairs for a, good in ((c, True), (r, False))])
+    # Drawn after the pairs (every file above keeps its bytes), never a prompt of theirs.
+    held = preference_questions(rng, args.pair_holdout, shared)
+    write(os.path.join(args.out, "preference", "pairs_holdout.jsonl"),
+          [{"prompt": p, "chosen": f"Answer: {c}.", "rejected": f"Answer: {r}."} for p, c, r in held])
 
 
 if __name__ == "__main__":

@@ -377,6 +377,17 @@ MultiRunOptions MultiRunOptions::from_settings(const Settings& s, TrainOptions t
   o.validation = s.get_float("multirun.validation_split");
   o.resume = !s.get_string("training.resume").empty();
   o.fault_inject = s.get_string("multirun.fault_inject");
+  // Run 1 starts from the base and runs 2.. from the merge so far: an adapter of the user's would
+  // be replaced by the first run's, so it is refused rather than silently dropped.
+  if (!o.train.init_adapter.empty())
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[multi-run] --init-adapter {} cannot be used: run 1 starts from the base model and "
+                            "every later run from the merge of the runs before it",
+                            o.train.init_adapter))
+        .with_suggestion(
+            "Merge the adapter into the model first (backprop export ADAPTER --format merged --output DIR) and "
+            "give that folder as --model.");
+  o.train.pref.reference_is_base = true;  // DPO/KTO: one reference, the base, for every run and gate
   return o;
 }
 

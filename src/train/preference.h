@@ -52,6 +52,11 @@ struct PreferenceOptions {
   double kto_desirable_weight = 1.0;
   double kto_undesirable_weight = 1.0;
   ReferenceSource reference = ReferenceSource::Auto;
+  // Multi-run sets this (not a setting): the reference of every run and of every merge's held-out
+  // check is the base model without any adapter, though runs 2.. start from the merge so far.
+  // Without it, each run's reference would be its own starting merge and the held-out DPO/KTO
+  // losses the gates compare would all be log 2.
+  bool reference_is_base = false;
   bool operator==(const PreferenceOptions&) const = default;
 };
 

@@ -239,6 +239,8 @@ void check_method_settings(const TrainOptions& o, const Settings& s) {
 
 ReferenceSource resolve_reference(const TrainOptions& o) {
   if (!method_needs_reference(o.method)) return o.pref.reference;
+  if (o.pref.reference_is_base)  // multi-run: the base without any adapter, switched off or precomputed
+    return o.pref.reference == ReferenceSource::Auto ? ReferenceSource::AdapterOff : o.pref.reference;
   // The reference is the model the run starts from: with --init-adapter that includes the adapter,
   // which switching it off would lose.
   if (o.pref.reference == ReferenceSource::Auto)

@@ -112,7 +112,7 @@ std::vector<double> Trainer::State::forward_logps(const std::vector<Sample>& seq
 // LoRA run's new adapter has B = 0, so that is the base too, and with --init-adapter it is the
 // model with that adapter).
 std::vector<double> Trainer::State::reference_logps(const std::vector<Sample>& seqs) {
-  return forward_logps(seqs, opt.pref.reference == ReferenceSource::AdapterOff);
+  return forward_logps(seqs, opt.pref.reference == ReferenceSource::AdapterOff || opt.pref.reference_is_base);
 }
 
 // The reference values of pool[i] for i in `idx`: chosen, rejected (pairs) and KL (KTO), from

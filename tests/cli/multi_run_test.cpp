@@ -166,5 +166,62 @@ TEST(MultiRunCli, SamplesBeyondThePoolAreRefusedWithTheSize) {
   EXPECT_NE(out.find("--validation-split 0"), std::string::npos) << out;
 }
 
+// A preference method (DPO) in multi-run: every run and every merge's held-out check measure
+// against one reference, the base model. Runs 2.. start from the merge so far; were that start
+// their reference (as a single run's --init-adapter is), the gate's held-out losses would all be
+// log 2 and no gate could ever fire.
+TEST(MultiRunCli, APreferenceMethodMeasuresEveryRunAgainstTheBase) {
+  test::TempDir tmp;
+  {
+    std::ofstream f(tmp.path + "/data.jsonl");
+    const char* who[] = {"Lily", "Tom", "Ben", "Sue", "Max"};
+    for (int i = 0; i < 20; ++i)
+      f << nlohmann::json{{"prompt", std::string(who[i % 5]) + " saw a bird number " + std::to_string(i % 7) + "."},
+                          {"chosen", "It was happy and sang."},
+                          {"rejected", "It was sad and fell."}}
+               .dump()
+        << "\n";
+  }
+  std::string out;
+  ASSERT_EQ(test::run_command(multi_cmd(tmp.path, "dpo", "--method dpo --eval-tolerance 100",
+                                        "--runs 3 --samples 5 --lr 5e-4"),
+                              &out),
+            0)
+      << out;
+  const std::string mr = tmp.path + "/dpo";
+  const auto h = read_json(mr + "/history.json");
+  ASSERT_EQ(h["history"].size(), 3u) << h.dump(2);
+  const double log2 = std::log(2.0);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i + 1);
+    const auto run = read_json(mr + "/run-" + std::to_string(i + 1) + "/summary.json");
+    // Each run starts measured against the base: the untrained base (run 1) ties, so log 2; a run
+    // starting from a merge is already better than the base.
+    if (i == 0)
+      EXPECT_NEAR(run["initial_eval_loss"].get<double>(), log2, 1e-9);
+    else
+      EXPECT_LT(run["initial_eval_loss"].get<double>(), log2 - 0.05) << run.dump(2);
+    EXPECT_LT(h["history"][i]["heldout_loss"].get<double>(), log2 - 0.05) << h.dump(2);
+    EXPECT_TRUE(run["final_eval_metrics"].contains("eval_rewards/accuracies")) << run.dump(2);
+  }
+  // Run 1's merge is its adapter (lambda 1): the gate's held-out loss is the run's own final one.
+  EXPECT_NEAR(h["history"][0]["heldout_loss"].get<double>(),
+              read_json(mr + "/run-1/summary.json")["final_eval_loss"].get<double>(), 1e-9);
+}
+
+// Run 1 starts from the base and later runs from the merge: an adapter of the user's would be
+// dropped, so it is refused.
+TEST(MultiRunCli, AnInitAdapterIsRefusedNotDropped) {
+  test::TempDir tmp;
+  write_data(tmp.path);
+  std::string out;
+  ASSERT_EQ(test::run_command(multi_cmd(tmp.path, "first", "", "--runs 1 --samples 5"), &out), 0) << out;
+  EXPECT_EQ(test::run_command(multi_cmd(tmp.path, "second", "--init-adapter " + tmp.path + "/first/adapter"), &out), 1)
+      << out;
+  EXPECT_NE(out.find("CONFIG_INVALID_SETTING"), std::string::npos) << out;
+  EXPECT_NE(out.find("--format merged"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(tmp.path + "/second/run-1")) << "refused after it started";
+}
+
 }  // namespace
 }  // namespace bp

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
 
 #include "core/error.h"
 #include "text/data_test_util.h"
@@ -337,6 +338,17 @@ TEST(PreferenceData, ShippedExamplesAreCleanForTheDemoModel) {
   EXPECT_TRUE(td.issues.empty()) << td.issues[0].message;
   EXPECT_EQ(td.samples.size(), 64u);
   EXPECT_EQ(td.truncated, 0);
+  // The held-out pairs (the README's --eval-data) are clean too and share no prompt with the others.
+  const LoadedDataset held = load_dataset(dir + "pairs_holdout.jsonl");
+  EXPECT_EQ(held.format, DatasetFormat::Preference);
+  EXPECT_EQ(held.total_rows, 32);
+  EXPECT_TRUE(held.issues.empty()) << held.issues[0].message;
+  std::set<std::string> prompts;
+  for (const DatasetRow& r : pairs.rows) prompts.insert(r.conv.front().content);
+  for (const DatasetRow& r : held.rows) EXPECT_EQ(prompts.count(r.conv.front().content), 0u) << r.conv.front().content;
+  const TokenizedDataset th = tokenize_dataset(held, *tok, tmpl, {.max_seq_length = 256});
+  EXPECT_TRUE(th.issues.empty()) << th.issues[0].message;
+  EXPECT_EQ(th.truncated, 0);
 }
 
 }  // namespace
