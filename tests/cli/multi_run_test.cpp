@@ -183,10 +183,10 @@ TEST(MultiRunCli, APreferenceMethodMeasuresEveryRunAgainstTheBase) {
         << "\n";
   }
   std::string out;
-  ASSERT_EQ(test::run_command(multi_cmd(tmp.path, "dpo", "--method dpo --eval-tolerance 100",
-                                        "--runs 3 --samples 5 --lr 5e-4"),
-                              &out),
-            0)
+  ASSERT_EQ(
+      test::run_command(
+          multi_cmd(tmp.path, "dpo", "--method dpo --eval-tolerance 100", "--runs 3 --samples 5 --lr 5e-4"), &out),
+      0)
       << out;
   const std::string mr = tmp.path + "/dpo";
   const auto h = read_json(mr + "/history.json");

@@ -1,11 +1,15 @@
-// The preference methods' model passes on the simulated CUDA device against the CPU: per-sequence
+// The preference methods on the simulated CUDA device against the CPU. The model passes: per-sequence
 // losses (reference and KL passes, with the adapter switched off), and the per-sequence backward
 // whose scales depend on the forward's losses, LoRA (frozen head: dx scaled on the device) and full
 // fine-tuning (trainable head: a second pass per sequence into the head's dW). stories260K, f32
 // weights: the device's arithmetic is the CPU's, element for element, up to the order of sums.
+// The whole Trainer: DPO in LoRA mode (the reference is the adapter switched off on the card) and in
+// full fine-tuning (the reference precomputed on the card before step 1), step for step against
+// the same run on the CPU. (KTO's KL pass is the same sequence_losses call as the reference pass.)
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "model/loader.h"
 #include "model/lora.h"
@@ -13,6 +17,7 @@
 #include "model/transformer.h"
 #include "sim_device.h"
 #include "support/test_util.h"
+#include "trainer_cuda_util.h"
 
 namespace bp::test {
 namespace {
@@ -134,6 +139,84 @@ TEST(CudaPreference, SequenceLossesAndTheirBackwardMatchCpu) {
       if (scale == 0) continue;  // an embedding row no token uses
       EXPECT_TRUE(all_close(gpu.grads[i], cpu.grads[i], Tolerance{K * 0x1p-24 * scale, 0})) << cpu.names[i];
     }
+  }
+}
+
+// One preference run of tiny-chat on `device`: 2 steps of 2 examples in micro-batches of 1 (so the
+// card accumulates), with a held-out evaluation before and after.
+TrainOptions preference_options(const std::string& dir, const std::string& device, TrainMethod method, TrainMode mode) {
+  TrainOptions o = cuda_trainer::tiny_chat_options(dir, device);
+  o.method = method;
+  o.mode = mode;
+  // The shipped pairs with the shortest prompts (the simulated card is slow: its time grows with
+  // the sequences' length): four to train on (two steps of two), two held out.
+  auto shortest = [&](const std::string& from, const std::string& to, size_t n) {
+    std::ifstream in(source_dir() + "/examples/preference/" + from);
+    std::ofstream out(dir + "/" + to);
+    std::string line;
+    size_t kept = 0;
+    while (kept < n && std::getline(in, line))
+      if (nlohmann::json::parse(line)["prompt"].get<std::string>().size() <= 60) {
+        out << line << "\n";
+        ++kept;
+      }
+    return dir + "/" + to;
+  };
+  o.data_path = shortest("pairs.jsonl", "pairs.jsonl", 4);
+  o.eval_data_path = shortest("pairs_holdout.jsonl", "heldout.jsonl", 2);
+  o.holdout = 0.0;
+  o.steps = 2;
+  o.batch_size = 2;
+  o.micro_batch_size = 1;
+  o.max_seq_length = 96;  // every pair above whole
+  o.lora.dropout = 0.0f;
+  o.gradient_checkpointing = false;
+  o.lr = mode == TrainMode::Full ? 1e-3 : 5e-3;
+  return o;
+}
+
+// In the CudaTrainer suite, which the numeric variant reruns leave out (tests/CMakeLists.txt): a
+// run on the simulated card takes tens of seconds.
+TEST(CudaTrainer, PreferenceRunsMatchTheCpu) {
+  struct Case {
+    TrainMethod method;
+    TrainMode mode;
+    const char* name;
+  };
+  for (const Case c : {Case{TrainMethod::Dpo, TrainMode::Lora, "dpo lora, adapter-off reference"},
+                       Case{TrainMethod::Dpo, TrainMode::Full, "dpo full, precomputed reference"}}) {
+    SCOPED_TRACE(c.name);
+    TempDir cpu_dir, gpu_dir;
+    const TrainSummary ref = Trainer(preference_options(cpu_dir.path, "cpu", c.method, c.mode)).run();
+    SimulatedCudaDevice card;
+    SimulatedComputeCapability t4(7, 5);  // f32 attention, as trainer_cuda_test.cpp's f32 runs
+    TrainOptions go = preference_options(gpu_dir.path, "cuda", c.method, c.mode);
+    Trainer trainer(go);
+    const TrainSummary got = trainer.run();
+    EXPECT_EQ(trainer.model().device(), kGpu);
+    EXPECT_EQ(got.peak_memory_bytes, card.allocator().stats().bytes_peak) << "the card's allocator was the run's";
+    ASSERT_EQ(got.steps_done, 2);
+    // Sequence log-probabilities are sums over a sequence's tokens, the losses smooth functions of
+    // their differences: f32 sums in another order, the default RunTolerance.
+    cuda_trainer::expect_losses_close(got, ref);
+    ASSERT_TRUE(got.final_eval_loss && ref.final_eval_loss);
+    // After AdamW updates an f32 difference in the last bit of a near-zero gradient component can
+    // move its weight by up to 2·lr (trainer_cuda_test.cpp, FullFineTuningMatchesCpu): the final
+    // evaluation is held to the bound the SFT runs use there (measured: 3e-5 relative).
+    const double tol = cuda_trainer::kBf16HeldRunTolerance.loss;
+    EXPECT_NEAR(*got.final_eval_loss, *ref.final_eval_loss, tol * *ref.final_eval_loss)
+        << got.final_eval_metrics.dump() << "\n"
+        << ref.final_eval_metrics.dump();
+    ASSERT_TRUE(ref.final_eval_metrics.contains("eval_rewards/chosen")) << ref.final_eval_metrics.dump();
+    for (const auto& [k, v] : ref.final_eval_metrics.items()) {
+      ASSERT_TRUE(got.final_eval_metrics.contains(k)) << k;
+      if (k.find("logps") != std::string::npos || k.find("rewards/") != std::string::npos) {
+        EXPECT_NEAR(got.final_eval_metrics[k].get<double>(), v.get<double>(),
+                    tol * std::max(1.0, std::fabs(v.get<double>())))
+            << k;
+      }
+    }
+    EXPECT_NE(ref.final_eval_metrics["eval_rewards/chosen"].get<double>(), 0.0) << "the runs trained";
   }
 }
 
