@@ -60,6 +60,17 @@ PresetApplied apply_preset(Settings& s, const std::string& model_dir) {
               {"training.epochs", "2"}};
   else if (out.name == "auto")
     values = auto_values(load_model_config(model_dir).num_parameters(), &out.reason);
+  // The learning rates above are SFT's. Preference losses are trained far more gently: LLaMA-Factory's
+  // and Unsloth's LoRA DPO/KTO/ORPO examples use 5e-6 where their SFT examples use 1e-4 to 2e-4, so a
+  // preference method gets the preset's rate / 40 (balanced: 5e-6).
+  const std::string method = s.get_string("training.method");
+  if (method != "sft")
+    for (auto& [key, value] : values)
+      if (key == "training.lr") {
+        value = fmt::format("{:g}", std::stod(value) / kPreferenceLrDivisor);
+        if (!out.reason.empty()) out.reason += "; ";
+        out.reason += fmt::format("--method {}: the SFT learning rate / {:g}", method, kPreferenceLrDivisor);
+      }
   for (auto& [key, value] : values) {
     if (s.source(key) != SettingSource::Default) {
       out.kept.push_back(key);

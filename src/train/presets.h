@@ -11,6 +11,8 @@
 //               < 10B    r 16, alpha 16, lr 1e-4, max_seq_length 2048
 //               larger   r 8,  alpha 16, lr 1e-4, max_seq_length 2048
 //             (the micro-batch always comes from the memory plan: micro_batch_size auto)
+// With --method dpo|orpo|simpo|kto every learning rate above is divided by kPreferenceLrDivisor
+// (balanced: 5e-6, the value LLaMA-Factory's and Unsloth's LoRA preference examples use).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -21,6 +23,8 @@
 namespace bp {
 
 class Settings;
+
+inline constexpr double kPreferenceLrDivisor = 40.0;
 
 struct PresetApplied {
   std::string name;                                         // "none" when no preset was asked for

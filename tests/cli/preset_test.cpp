@@ -19,11 +19,16 @@ struct TrainedRun {
   double first_lr = -1;
 };
 
-TrainedRun train(const std::string& dir, const std::string& name, const std::string& extra,
-                 const std::string& env = "") {
+TrainedRun train(const std::string& dir, const std::string& name, const std::string& extra, const std::string& env = "",
+                 bool pairs = false) {
   {
     std::ofstream f(dir + "/data.jsonl");
-    for (int i = 0; i < 8; ++i) f << "{\"text\": \"Tom saw a bird number " << i << ". It was happy.\"}\n";
+    for (int i = 0; i < 8; ++i)
+      if (pairs)
+        f << "{\"prompt\": \"Tom saw bird " << i
+          << ".\", \"chosen\": \"It was happy.\", \"rejected\": \"It was sad.\"}\n";
+      else
+        f << "{\"text\": \"Tom saw a bird number " << i << ". It was happy.\"}\n";
   }
   TrainedRun r;
   const std::string out_root = dir + "/" + name;
@@ -90,6 +95,29 @@ TEST(PresetCli, FlagsAndEnvironmentBeatThePreset) {
   EXPECT_NE(r.out.find("yours kept: lora.r, training.lr"), std::string::npos) << r.out;
   auto kept = r.settings["preset"]["kept_from_user"];
   EXPECT_EQ(kept.size(), 2u) << kept.dump();
+}
+
+// A preference method trains with the preset's learning rate / 40 (balanced: 5e-6, where SFT gets
+// 2e-4), says so, and an explicit --lr still wins.
+TEST(PresetCli, APreferenceMethodGetsTheGentlerLearningRate) {
+  test::TempDir tmp;
+  for (const char* method : {"dpo", "kto"}) {
+    SCOPED_TRACE(method);
+    TrainedRun r =
+        train(tmp.path, std::string("bal-") + method, std::string("--preset balanced --method ") + method, "", true);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_DOUBLE_EQ(r.first_lr, 5e-6);
+    EXPECT_EQ(r.settings["preset"]["applied"]["training.lr"], "5e-06");
+    EXPECT_NE(r.out.find(std::string("--method ") + method + ": the SFT learning rate / 40"), std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.adapter_config["r"], 16);  // the rest of the preset is SFT's
+  }
+  TrainedRun a = train(tmp.path, "auto-orpo", "--preset auto --method orpo", "", true);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  EXPECT_DOUBLE_EQ(a.first_lr, 1e-3 / 40);
+  TrainedRun mine = train(tmp.path, "mine", "--preset balanced --method dpo --lr 1e-4", "", true);
+  ASSERT_EQ(mine.rc, 0) << mine.out;
+  EXPECT_DOUBLE_EQ(mine.first_lr, 1e-4);
 }
 
 }  // namespace
