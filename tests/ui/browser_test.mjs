@@ -88,6 +88,23 @@ try {
   await waitUntil(page, () => !document.querySelector("#upload-conflict") && !!document.querySelector("#validate-summary"), null,
     "the replaced dataset's preview");
   log("a second upload of the same name asked first, then replaced it");
+  // The method field: each preference method's settings show for it alone (hidden for sft).
+  const shown = (id) => page.evaluate((i) => !document.getElementById(i).parentElement.hidden, id);
+  const expectShown = async (method, want) => {
+    await page.selectOption("#set-training-method", method);
+    for (const [id, on] of Object.entries(want))
+      if ((await shown(id)) !== on) throw new Error(`--method ${method}: ${id} ${on ? "hidden" : "shown"}`);
+  };
+  const prefIds = ["set-training-beta", "set-training-dpo_loss", "set-training-orpo_lambda", "set-training-simpo_gamma",
+    "set-training-kto_desirable_weight", "set-training-reference"];
+  const only = (...ids) => Object.fromEntries(prefIds.map((i) => [i, ids.includes(i)]));
+  await expectShown("sft", only());
+  await expectShown("dpo", only("set-training-beta", "set-training-dpo_loss", "set-training-reference"));
+  await expectShown("orpo", only("set-training-orpo_lambda"));
+  await expectShown("simpo", only("set-training-beta", "set-training-simpo_gamma"));
+  await expectShown("kto", only("set-training-beta", "set-training-kto_desirable_weight", "set-training-reference"));
+  await expectShown("sft", only());
+  log("the method field shows each method's settings alone");
   await page.fill("#set-training-steps", "100000");
   await page.fill("#set-training-max_seq_length", "256");
   await page.fill("#set-training-eval_every", "4");
