@@ -37,10 +37,12 @@ std::string write_data(const std::string& dir, const std::string& name = "data.j
 
 // One process's (or one rank's) command: a global batch of 4 in micro-batches of 2, so a rank's
 // share of 2 is one micro-batch, as each micro-batch of the single process is.
-std::string train_args(const std::string& data, const std::string& out, const std::string& extra = "") {
+std::string train_args(const std::string& data, const std::string& out, const std::string& extra = "",
+                       const std::string& lr = "5e-3", const std::string& batch = "4") {
   return " train --device cpu --model " + model_dir() + " --data " + data + " --output " + out +
-         " --steps 4 --batch-size 4 --micro-batch-size 2 --lr 5e-3 --warmup-steps 0 --lr-scheduler constant"
-         " --lora-r 4 --lora-dropout 0 --max-seq-length 64 --holdout 0 --threads 1 --seed 7 " +
+         " --steps 4 --batch-size " + batch + " --micro-batch-size " + (batch == "4" ? "2" : batch) + " --lr " + lr +
+         " --warmup-steps 0 --lr-scheduler constant --lora-r 4 --lora-dropout 0 --max-seq-length 64 --holdout 0"
+         " --threads 1 --seed 7 " +
          extra;
 }
 
@@ -96,12 +98,14 @@ void expect_losses_close(const std::vector<double>& a, const std::vector<double>
   for (size_t i = 0; i < a.size(); ++i) EXPECT_LE(std::fabs(a[i] - b[i]), 1e-5 * std::fabs(b[i])) << "step " << i + 1;
 }
 
-// The adapters' tensors: ||a - b|| <= 1e-4 ||b|| per tensor. The ranks' gradients differ from one
-// process's only by the order of f32 additions (relative ~2^-24 per addition of the sum, a few per
-// element here); AdamW divides by the gradients' own scale, so a relative change in a gradient
-// becomes about the same relative change in its step, except for coordinates whose gradient is
-// itself at rounding level, whose steps may differ by up to lr each but weigh little in the norm.
-// 1e-4 leaves room for 4 steps of that on any BLAS kernel set and thread count.
+// The adapters' tensors: ||a - b|| <= 2.5e-4 · steps · ||b|| per tensor (1e-3 for these 4 steps).
+// The ranks' gradients differ from one process's only by the order of their f32 additions (about
+// 2^-24 relative per addition). AdamW divides each step by the gradient's own running scale, so a
+// coordinate whose gradient is near rounding level can move by a noticeable part of lr either way,
+// and that grows with the steps (CONVENTIONS.md: trajectories). Measured here: a 2-rank run whose
+// shares are the single process's micro-batches, 0 (the same bits); one process with micro-batches
+// of 1 instead of 2, 7.5e-5; the OOM run below (micro-batches of 1 from step 2), 1.25e-4, in
+// layer 1's q_proj lora_A. lora_B starts at zero, so its norm is what training moved.
 void expect_adapters_close(const std::string& a_run, const std::string& b_run) {
   auto a = SafetensorsReader::open_file(a_run + "/adapter/adapter_model.safetensors");
   auto b = SafetensorsReader::open_file(b_run + "/adapter/adapter_model.safetensors");
@@ -115,7 +119,10 @@ void expect_adapters_close(const std::string& a_run, const std::string& b_run) {
       diff += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
       norm += double(y[i]) * y[i];
     }
-    EXPECT_LE(std::sqrt(diff), 1e-4 * std::sqrt(norm)) << name;
+    EXPECT_LE(std::sqrt(diff), 2.5e-4 * 4 * std::sqrt(norm)) << name;
+    if (name.find("lora_B") != std::string::npos) {
+      EXPECT_GT(norm, 0.0) << name << " never trained";
+    }
   }
 }
 
@@ -184,7 +191,7 @@ TEST(Distributed, RanksThatDisagreeAreRefused) {
   std::string out;
   // MPMD: rank 0 and rank 1 run different command lines.
   int rc = test::run_command(mpirun_prefix(1) + test::backprop_exe() + train_args(data, tmp.path + "/s") + " : -np 1 " +
-                                 test::backprop_exe() + train_args(data, tmp.path + "/s", "--lr 4e-3") + " 2>&1",
+                                 test::backprop_exe() + train_args(data, tmp.path + "/s", "", "4e-3") + " 2>&1",
                              &out);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("CONFIG_DISTRIBUTED_MISMATCH"), std::string::npos) << out;
@@ -199,19 +206,22 @@ TEST(Distributed, RanksThatDisagreeAreRefused) {
   EXPECT_EQ(out.find("settings ("), std::string::npos) << out;  // the data path differs, its content is what counts
 }
 
-// An OOM on rank 1 alone: every rank redoes the step with rank 1's smaller micro-batch (the same
-// samples), and the run ends as the one without the OOM (within the f32 order of the sums).
+// Two OOMs in a row on rank 1 alone (the first turns gradient checkpointing on, the second halves its
+// micro-batch): every rank redoes the step that way (the same samples), and the run ends as the one
+// without the OOM (within the f32 order of the sums).
 TEST(Distributed, OutOfMemoryOnOneRankIsRedoneByEveryRank) {
   SKIP_WITHOUT_MPIRUN();
   test::TempDir tmp;
   const std::string data = write_data(tmp.path);
   std::string out;
   ASSERT_EQ(test::run_command(test::backprop_exe() + train_args(data, tmp.path + "/one") + " 2>&1", &out), 0) << out;
-  ASSERT_EQ(test::run_command(
-                mpirun_prefix(2) + test::backprop_exe() +
-                    train_args(data, tmp.path + "/oom", "--fault-inject-oom-step 2 --fault-inject-rank 1") + " 2>&1",
-                &out),
-            0)
+  ASSERT_EQ(
+      test::run_command(mpirun_prefix(2) + test::backprop_exe() +
+                            train_args(data, tmp.path + "/oom",
+                                       "--fault-inject-oom-step 2 --fault-inject-oom-count 2 --fault-inject-rank 1") +
+                            " 2>&1",
+                        &out),
+      0)
       << out;
   const std::string one = only_run(tmp.path + "/one"), oom = only_run(tmp.path + "/oom");
   const auto agreed = records(oom, "oom_recovery_agreed");
@@ -219,9 +229,11 @@ TEST(Distributed, OutOfMemoryOnOneRankIsRedoneByEveryRank) {
   EXPECT_EQ(agreed[0]["step"], 2);
   EXPECT_EQ(agreed[0]["ranks"], nlohmann::json::array({1}));
   EXPECT_EQ(agreed[0]["micro_batch_after"], 1);
+  EXPECT_EQ(agreed[0]["gradient_checkpointing"], true);
   EXPECT_TRUE(records(oom, "oom_recovery").empty());  // rank 0 did not run out itself
   EXPECT_EQ(summary(oom)["oom_recoveries"], 1);
   EXPECT_EQ(summary(oom)["micro_batch_size"], 1);  // kept for the rest of the run, on every rank
+  EXPECT_EQ(summary(oom)["gradient_checkpointing"], true);
   expect_losses_close(losses(oom), losses(one));
   expect_adapters_close(oom, one);
 }
@@ -282,10 +294,8 @@ TEST(Distributed, BatchSmallerThanTheRanksIsRefused) {
   test::TempDir tmp;
   const std::string data = write_data(tmp.path);
   std::string out;
-  const int rc =
-      test::run_command(mpirun_prefix(2) + test::backprop_exe() +
-                            train_args(data, tmp.path + "/b", "--batch-size 1 --micro-batch-size 1") + " 2>&1",
-                        &out);
+  const int rc = test::run_command(
+      mpirun_prefix(2) + test::backprop_exe() + train_args(data, tmp.path + "/b", "", "5e-3", "1") + " 2>&1", &out);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("CONFIG_DISTRIBUTED_MISMATCH"), std::string::npos) << out;
   EXPECT_NE(out.find("--batch-size 1 is smaller than the 2 ranks"), std::string::npos) << out;

@@ -87,7 +87,7 @@ int run_workers(int np, std::string* out) {
                           " --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo --mca btl_tcp_if_include "
                           "lo -x BP_COLLECTIVE_WORKER -x BP_COLLECTIVE_PLUGIN -x OMP_NUM_THREADS=1 -np " +
                           std::to_string(np) + " " + std::string(BP_BINARY_DIR) +
-                          "/tests/test_core --gtest_filter='MpiWorker.*' 2>&1";
+                          "/tests/test_core --gtest_color=no --gtest_filter='MpiWorker.*' 2>&1";
   return test::run_command(cmd, out);
 }
 
@@ -229,15 +229,17 @@ TEST_F(MpiWorker, AllReduceIsTheRankOrderSumOnEveryRank) {
         some_order_shows = some_order_shows || !bits_equal(rev, want);
       }
       // Every rank holds the same bits: compare hashes of the result across ranks.
-      int64_t h = 0;
+      uint64_t h = 0;
       for (size_t i = 0; i < n; ++i) {
         uint32_t b;
         std::memcpy(&b, &x[i], 4);
-        h = h * 1000003 + b;
+        h = h * 1000003u + b;
       }
-      for (int64_t other : comm_->all_gather(h)) EXPECT_EQ(other, h);
+      for (int64_t other : comm_->all_gather(static_cast<int64_t>(h))) EXPECT_EQ(other, static_cast<int64_t>(h));
     }
-  if (w >= 3) EXPECT_TRUE(some_order_shows);
+  if (w >= 3) {
+    EXPECT_TRUE(some_order_shows);
+  }
 }
 
 TEST_F(MpiWorker, TensorAllReduceAcrossBuckets) {
