@@ -183,6 +183,32 @@ TEST(Distributed, TwoRunsAtTwoRanksAreBitIdentical) {
   EXPECT_TRUE(ca == slurp(b + "/checkpoints/checkpoint-4/trainable.safetensors"));
 }
 
+// A run saved at one rank count continues at another: 1 -> 2 and 2 -> 1 ranks, each killed after
+// step 2's checkpoint and resumed, end as the straight single-process run (the checkpoint holds no
+// per-rank state: the data cursor and the optimizer are global).
+TEST(Distributed, ResumeAtAnotherRankCount) {
+  SKIP_WITHOUT_MPIRUN();
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path);
+  std::string out;
+  ASSERT_EQ(test::run_command(test::backprop_exe() + train_args(data, tmp.path + "/straight") + " 2>&1", &out), 0)
+      << out;
+  const std::string straight = only_run(tmp.path + "/straight");
+  const std::string crash = "--save-every 2 --fault-inject-crash-step 2";
+  for (const auto& [first, then] : {std::pair<int, int>{1, 2}, std::pair<int, int>{2, 1}}) {
+    const std::string root = tmp.path + "/r" + std::to_string(first) + std::to_string(then);
+    auto launch = [&](int np) { return np == 1 ? test::backprop_exe() : mpirun_prefix(np) + test::backprop_exe(); };
+    EXPECT_NE(test::run_command(launch(first) + train_args(data, root, crash) + " 2>&1", &out), 0) << out;
+    const std::string run = only_run(root);
+    ASSERT_TRUE(fs::exists(run + "/checkpoints/checkpoint-2")) << out;
+    ASSERT_EQ(test::run_command(launch(then) + train_args(data, root, "--resume latest") + " 2>&1", &out), 0) << out;
+    EXPECT_EQ(summary(run)["world_size"], then);
+    EXPECT_EQ(summary(run)["steps"], 4);
+    expect_losses_close(losses(run), losses(straight));
+    expect_adapters_close(run, straight);
+  }
+}
+
 // Ranks started with different settings, or reading different data, are refused before training.
 TEST(Distributed, RanksThatDisagreeAreRefused) {
   SKIP_WITHOUT_MPIRUN();
