@@ -37,6 +37,10 @@ namespace {
 struct Hash64 {
   uint64_t h = 0x243F6A8885A308D3ull;
   void add(const void* data, size_t n) {
+    if (n == 0) {  // an empty vector's data() may be null
+      mix(0);
+      return;
+    }
     const auto* p = static_cast<const unsigned char*>(data);
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -45,7 +49,7 @@ struct Hash64 {
       mix(w);
     }
     uint64_t tail = 0;
-    std::memcpy(&tail, p + i, n - i);
+    if (n > i) std::memcpy(&tail, p + i, n - i);
     mix(tail ^ (static_cast<uint64_t>(n) << 56));
   }
   void add(const std::string& s) { add(s.data(), s.size()); }
