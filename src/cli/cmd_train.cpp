@@ -93,10 +93,9 @@ int run_train() {
   const LaunchInfo launch = launch_from_environment();
   const int64_t nproc = cli::settings().get_int("training.nproc");
   if (nproc > 1 && launch.launcher.empty()) return exec_under_mpirun(nproc);
-  // Ranks other than 0 of a data-parallel run: no progress bar, no summary, warnings and errors only
-  // (rank 0 speaks for the run).
+  // Ranks other than 0 of a data-parallel run: no progress bar and no summary (rank 0 speaks for the
+  // run; their console shows warnings and errors only, their --log-file is FILE.rank<r>: core/log.h).
   const bool quiet_rank = launch.rank > 0;
-  if (quiet_rank && spdlog::get_level() < spdlog::level::warn) spdlog::set_level(spdlog::level::warn);
   bool json = cli::global_options().json;
   TrainOptions o = cli::train_options_with_preset(json);
   cli::ProgressBar bar(!json && !o.quiet && !quiet_rank);

@@ -373,6 +373,40 @@ TEST(Distributed, BatchSmallerThanTheRanksIsRefused) {
   EXPECT_NE(out.find("--batch-size 1 is smaller than the 2 ranks"), std::string::npos) << out;
 }
 
+// Rank 0 alone shows the run's info on the console; with --log-file every rank keeps its whole log
+// (rank 1's in FILE.rank1), under the run id rank 0 made.
+TEST(Distributed, EveryRankWritesItsOwnLogFile) {
+  SKIP_WITHOUT_MPIRUN();
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path), log = tmp.path + "/log.jsonl";
+  std::string out;
+  ASSERT_EQ(test::run_command(mpirun_prefix(2) + test::backprop_exe() +
+                                  train_args(data, tmp.path + "/run", "--log-file " + log) + " 2>&1",
+                              &out),
+            0)
+      << out;
+  size_t shown = 0;
+  for (size_t at = out.find("data-parallel over 2 ranks"); at != std::string::npos;
+       at = out.find("data-parallel over 2 ranks", at + 1))
+    ++shown;
+  EXPECT_EQ(shown, 1u) << out;
+  const std::string run_id = fs::path(only_run(tmp.path + "/run")).filename().string();
+  for (const std::string& file : {log, log + ".rank1"}) {
+    std::ifstream in(file);
+    ASSERT_TRUE(in.good()) << file;
+    bool said = false;
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("msg", "").find("data-parallel over 2 ranks") != std::string::npos) {
+        said = true;
+        EXPECT_EQ(j.value("run_id", ""), run_id) << file;
+      }
+    }
+    EXPECT_TRUE(said) << file;
+  }
+  EXPECT_FALSE(fs::exists(log + ".rank0"));
+}
+
 // `backprop info` says whether MPI is there.
 TEST(Distributed, InfoSaysWhetherMpiIsAvailable) {
   std::string out;
