@@ -53,10 +53,11 @@ std::string rank_env() {
          "/tests/support/lsan_openmpi.supp:print_suppressions=0:fast_unwind_on_malloc=0 ";
 }
 
+// --timeout: a rank that hangs ends the job (and the test) in minutes, not at ctest's limit.
 std::string mpirun_prefix(int np, const std::string& env = "") {
   return rank_env() + find_mpirun() +
-         " --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo " + env +
-         " -np " + std::to_string(np) + " ";
+         " --allow-run-as-root --oversubscribe --timeout 300 --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo " +
+         env + " -np " + std::to_string(np) + " ";
 }
 
 #define SKIP_WITHOUT_MPIRUN()                                                                           \

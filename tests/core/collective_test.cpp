@@ -90,7 +90,7 @@ int run_workers(int np, std::string* out) {
       // (tests/support/lsan_openmpi.supp says why).
       " LSAN_OPTIONS=suppressions=" + test::source_dir() +
       "/tests/support/lsan_openmpi.supp:print_suppressions=0:fast_unwind_on_malloc=0 " + mpirun_or_empty() +
-      " --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo --mca btl_tcp_if_include "
+      " --allow-run-as-root --oversubscribe --timeout 300 --mca oob_tcp_if_include lo --mca btl_tcp_if_include "
       "lo -x BP_COLLECTIVE_WORKER -x BP_COLLECTIVE_PLUGIN -x OMP_NUM_THREADS=1 -np " +
       std::to_string(np) + " " + std::string(BP_BINARY_DIR) +
       "/tests/test_core --gtest_color=no --gtest_filter=Collective.DeterministicAllReduceUnderMpirun 2>&1";
