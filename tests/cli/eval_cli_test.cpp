@@ -22,9 +22,10 @@ TEST(EvalCli, QuickStartRunMeasuredTheSameWayAndGated) {
   test::TempDir tmp;
   std::string out;
   // The no-argument quick start (30 steps) in an empty folder: its runs/ lands there.
-  ASSERT_EQ(test::run_command("cd " + tmp.path + " && " + test::backprop_exe() + " train --steps 30 --json 2>/dev/null",
-                              &out),
-            0)
+  ASSERT_EQ(
+      test::run_command(
+          "cd " + tmp.path + " && " + test::backprop_exe() + " train --device cpu --steps 30 --json 2>/dev/null", &out),
+      0)
       << out;
   const auto qs = json_of(out);
   const std::string run = qs["output_dir"];
