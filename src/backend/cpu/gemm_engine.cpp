@@ -147,9 +147,13 @@ void run_matmul(const Matmul& m, const uint16_t* src, const uint16_t* wei, float
   dnnl::memory wei_m(m.wei, e, const_cast<uint16_t*>(wei));
   dnnl::memory dst_m(m.dst, e, dst);
   dnnl::memory scr_m(m.scratch, e, scratch.data());
-  m.prim.execute(
-      s, {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}, {DNNL_ARG_SCRATCHPAD, scr_m}});
-  s.wait();
+  try {
+    m.prim.execute(
+        s, {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, wei_m}, {DNNL_ARG_DST, dst_m}, {DNNL_ARG_SCRATCHPAD, scr_m}});
+    s.wait();
+  } catch (const dnnl::error& e) {
+    throw Error(ErrorCode::RUNTIME_INTERNAL, fmt::format("[cpu gemm] oneDNN's bf16 matmul failed: {}", e.what()));
+  }
 }
 
 #endif  // BP_HAVE_ONEDNN
