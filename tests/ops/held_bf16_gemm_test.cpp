@@ -330,5 +330,26 @@ TEST(HeldBf16Gemm, OnednnPrimitivesAreMadeOncePerShapeAndRunOnSeveralThreads) {
   EXPECT_EQ(cpu::onednn_primitives_made(), before + 1);
 }
 
+TEST(HeldBf16Gemm, OnednnCacheHoldsAtMostItsBoundAndRemakesAnEvictedShape) {
+  if (!onednn_runs_here()) GTEST_SKIP() << "oneDNN is not linked or cannot make a bf16 matmul on this CPU";
+  ForcePath force(HeldBf16Path::OneDnn);
+  // A new token count per call, as packed micro-batches bring: more shapes than the cache holds.
+  const int64_t in = 32, out = 16;
+  const std::vector<uint16_t> W = to_bf16(random_vec(out * in, 51));
+  const std::vector<float> x = random_vec((cpu::kOnednnCachedPrimitives + 20) * in, 52);
+  std::vector<float> y((cpu::kOnednnCachedPrimitives + 20) * out);
+  const int64_t before = cpu::onednn_primitives_made();
+  for (int64_t T = 1; T <= cpu::kOnednnCachedPrimitives + 20; ++T)
+    cpu::held_linear_forward(x.data(), nullptr, held(W, out, in), 0.0f, nullptr, y.data(), T);
+  EXPECT_EQ(cpu::onednn_primitives_made(), before + cpu::kOnednnCachedPrimitives + 20);
+  EXPECT_LE(cpu::onednn_cached_primitives(), cpu::kOnednnCachedPrimitives);
+  // T = 1 was evicted: it is made again, and computes what the reference says.
+  std::vector<float> y1(out);
+  cpu::held_linear_forward(x.data(), nullptr, held(W, out, in), 0.0f, nullptr, y1.data(), 1);
+  EXPECT_EQ(cpu::onednn_primitives_made(), before + cpu::kOnednnCachedPrimitives + 21);
+  const Ref r = ref_xwt(x, W, nullptr, 1, out, in);
+  EXPECT_TRUE(test::within_f32_sum_bound(y1, r.value, r.magnitude, in + 1));
+}
+
 }  // namespace
 }  // namespace bp

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -82,10 +83,15 @@ struct Matmul {
   size_t scratch_bytes = 0;
 };
 
+using Key = std::tuple<int, int64_t, int64_t, int64_t, float>;
+
 struct Cache {
   std::mutex mutex;
-  // (kind: 0 = x·Wᵀ, 1 = x·W; M, N, K; beta) -> primitive.
-  std::map<std::tuple<int, int64_t, int64_t, int64_t, float>, std::shared_ptr<const Matmul>> prims;
+  // (kind: 0 = x·Wᵀ, 1 = x·W; M, N, K; beta) -> primitive, and the keys in the order they were made:
+  // packed micro-batches give a new M (tokens) at almost every step, so the oldest primitive goes
+  // once kOnednnCachedPrimitives are held (a caller still running it keeps its shared_ptr).
+  std::map<Key, std::shared_ptr<const Matmul>> prims;
+  std::deque<Key> order;
   std::atomic<int64_t> made{0};
   std::string last_impl;
 };
@@ -135,6 +141,11 @@ std::shared_ptr<const Matmul> matmul_for(int kind, int64_t M, int64_t N, int64_t
   }
   c.made.fetch_add(1, std::memory_order_relaxed);
   c.prims.emplace(key, m);
+  c.order.push_back(key);
+  while (static_cast<int64_t>(c.order.size()) > kOnednnCachedPrimitives) {
+    c.prims.erase(c.order.front());
+    c.order.pop_front();
+  }
   return m;
 }
 
@@ -273,6 +284,16 @@ void onednn_bf16_gemm_xw(const uint16_t* Xb, const uint16_t* W, float beta, floa
 int64_t onednn_primitives_made() {
 #ifdef BP_HAVE_ONEDNN
   return cache().made.load(std::memory_order_relaxed);
+#else
+  return 0;
+#endif
+}
+
+int64_t onednn_cached_primitives() {
+#ifdef BP_HAVE_ONEDNN
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return static_cast<int64_t>(c.prims.size());
 #else
   return 0;
 #endif

@@ -73,9 +73,13 @@ std::string describe_cpu_gemms(bool frozen_bf16);
 // Throws DEP_CPU_GEMM_UNAVAILABLE without oneDNN or where it cannot make the primitive.
 void onednn_bf16_gemm_xwt(const uint16_t* Xb, const uint16_t* W, float beta, float* C, int64_t M, int64_t N, int64_t K);
 void onednn_bf16_gemm_xw(const uint16_t* Xb, const uint16_t* W, float beta, float* C, int64_t M, int64_t N, int64_t K);
-// Primitives made so far (tests: a second call of a shape makes none), and the implementation
-// oneDNN picked for the last one made ("brg:avx512_core_bf16", ...; "" before any).
+// Primitives made so far (tests: a second call of a shape makes none), those held now (at most
+// kOnednnCachedPrimitives: the oldest goes first, since packed micro-batches bring a new token count
+// M at almost every step; making one again is a JIT: 0.3 ms at [1..276]x32x16), and the implementation oneDNN
+// picked for the last one made ("brg:avx512_core_bf16", ...; "" before any).
+inline constexpr int64_t kOnednnCachedPrimitives = 256;
 int64_t onednn_primitives_made();
+int64_t onednn_cached_primitives();
 std::string onednn_last_impl();
 
 }  // namespace bp::cpu
