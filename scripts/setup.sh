@@ -2,7 +2,8 @@
 # Install every Debian package backpropagate needs, then configure and build.
 # Idempotent and non-interactive; run as root on a fresh Debian 12 machine.
 #   scripts/setup.sh            -> packages for building and running; builds build/backprop only (the
-#                                  README's first command: `backprop train` needs nothing else built)
+#                                  README's first command: `backprop train` needs nothing else built) and,
+#                                  with Open MPI installed, the data-parallel plugin libbp_collective_mpi.so
 #   scripts/setup.sh --test     -> also the test oracles (python3-torch, npm packages); builds every
 #                                  target of build/ (the tests, benchmarks and test helpers scripts/test.sh runs)
 set -euo pipefail
@@ -22,7 +23,8 @@ pkgs=(build-essential cmake pkg-config git
       libopenblas-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
       libtomlplusplus-dev libcpp-httplib-dev libpcre2-dev libicu-dev libssl-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang-format-14 libomp-dev libdnnl-dev
-      pybind11-dev python3-dev python3-venv python3-setuptools python3-wheel python3-pip)
+      pybind11-dev python3-dev python3-venv python3-setuptools python3-wheel python3-pip
+      openmpi-bin libopenmpi-dev)
 if [ "$want_tests" = 1 ]; then
   pkgs+=(python3-torch python3-numpy)
   # The sanitizer build of scripts/test.sh (clang compiles it faster than gcc) and its runtimes.

@@ -35,8 +35,6 @@
 
 namespace {
 
-namespace fs = std::filesystem;
-
 using bp::cli::GenerateArgs;
 
 // --seed: the whole unsigned 64-bit range (the sampler's generator takes 64 bits); nullopt = random.
@@ -52,19 +50,6 @@ std::optional<uint64_t> parse_seed(const std::string& text) {
   return v;
 }
 
-// The template the adapter was trained with (the trainer writes chat_template.jinja into the adapter
-// folder and its run folder), else the model's own (ChatMLDefault when it has none).
-bp::ChatTemplateSource chat_template_for(const bp::Tokenizer& tok, const std::string& adapter_dir) {
-  if (!adapter_dir.empty()) {
-    const fs::path adapter = fs::absolute(adapter_dir).lexically_normal();
-    if (auto s = bp::read_recorded_chat_template(adapter.string())) return *s;
-    // The run folder's, never another folder's: its template is not the adapter's.
-    if (bp::looks_like_run(adapter.parent_path()))
-      if (auto s = bp::read_recorded_chat_template(adapter.parent_path().string())) return *s;
-  }
-  return tok.chat_template_source();
-}
-
 struct PromptTokens {
   std::vector<int32_t> ids;
   std::optional<bp::ChatTemplateSource> chat;  // set when the chat template rendered the prompt
@@ -73,7 +58,7 @@ struct PromptTokens {
 PromptTokens encode_prompt(const bp::Tokenizer& tok, const GenerateArgs& a, const std::string& mode) {
   using namespace bp;
   PromptTokens p;
-  const ChatTemplateSource source = chat_template_for(tok, a.adapter_dir);
+  const ChatTemplateSource source = adapter_chat_template_source(tok, a.adapter_dir);
   const bool has_template = source.kind != ChatTemplateSource::Kind::ChatMLDefault;
   if (mode == "on" && !has_template)
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,

@@ -110,6 +110,11 @@ int run_show_run() {
                            opt_loss(r.best_eval_loss));
   if (r.tokens_per_second) std::cout << fmt::format("speed      {:.0f} tokens/s\n", *r.tokens_per_second);
   for (auto& [k, v] : r.eval_metrics.items()) std::cout << fmt::format("{:<22} {:.4f}\n", k, v.get<double>());
+  if (!r.eval_results.empty()) std::cout << fmt::format("backprop eval on {}:\n", r.eval_results_data);
+  for (auto& [k, v] : r.eval_results.items())
+    if (v.is_object() && v.value("value", nlohmann::json()).is_number())
+      std::cout << fmt::format("  {:<20} {:.4f}  [{:.4f}, {:.4f}]\n", k, v["value"].get<double>(),
+                               v.value("ci_low", 0.0), v.value("ci_high", 0.0));
   if (const std::string preset = preset_line(r.settings); !preset.empty()) std::cout << "preset     " << preset << "\n";
   std::cout << "checkpoints " << (r.checkpoints.empty() ? "(none)" : fmt::format("{}", fmt::join(r.checkpoints, ", ")))
             << "\nsettings that differ from the defaults:\n";
@@ -131,7 +136,8 @@ int run_diff_runs() {
         {"final_loss", r.final_loss ? nlohmann::json(*r.final_loss) : nlohmann::json(nullptr)},
         {"best_eval_loss", r.best_eval_loss ? nlohmann::json(*r.best_eval_loss) : nlohmann::json(nullptr)},
         {"tokens_per_second", r.tokens_per_second ? nlohmann::json(*r.tokens_per_second) : nlohmann::json(nullptr)},
-        {"eval_metrics", r.eval_metrics}};
+        {"eval_metrics", r.eval_metrics},
+        {"eval_results", r.eval_results}};
   };
   if (cli::global_options().json) {
     nlohmann::json s = nlohmann::json::object();
@@ -155,6 +161,16 @@ int run_diff_runs() {
   for (const std::string& k : evals)
     std::cout << fmt::format("  {:<34} {:<24} {}\n", k, a.eval_metrics.value(k, nlohmann::json()).dump(),
                              b.eval_metrics.value(k, nlohmann::json()).dump());
+  std::set<std::string> results;  // `backprop eval`'s, of either run
+  for (const RunRecord* r : {&a, &b})
+    for (auto& [k, v] : r->eval_results.items()) results.insert(k);
+  auto result = [](const RunRecord& r, const std::string& k) {
+    const auto it = r.eval_results.find(k);
+    return it != r.eval_results.end() && it->is_object() && it->contains("value") ? (*it)["value"].dump()
+                                                                                  : std::string("null");
+  };
+  for (const std::string& k : results)
+    std::cout << fmt::format("  eval {:<29} {:<24} {}\n", k, result(a, k), result(b, k));
   return 0;
 }
 

@@ -91,8 +91,10 @@ std::string format_train_summary(const TrainSummary& s, const TrainOptions& o) {
   out += fmt::format("  peak memory       {}\n", format_bytes(s.peak_memory_bytes));
   if (!s.base_dtype.empty()) out += fmt::format("  frozen base       {}\n", s.base_dtype);
   if (s.matmul_dtype == "bf16") out += "  GEMM inputs       bf16 copies of the f32 weights\n";
-  out += fmt::format("  micro-batch       {} sequences x {} accumulation, gradient checkpointing {}\n",
-                     s.micro_batch_size, s.grad_accum, s.gradient_checkpointing ? "on" : "off");
+  out += fmt::format("  micro-batch       {} sequences x {} accumulation{}, gradient checkpointing {}\n",
+                     s.micro_batch_size, s.grad_accum,
+                     s.world_size > 1 ? fmt::format(" on each of {} ranks", s.world_size) : std::string(),
+                     s.gradient_checkpointing ? "on" : "off");
   out += fmt::format("  OOM recoveries    {}\n", s.oom_recoveries);
   out += fmt::format("  skipped steps     {}\n", s.skipped_steps);
   if (s.records_lost > 0)  // a full disk: the run is saved, its records are not all written (exit 3)

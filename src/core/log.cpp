@@ -16,6 +16,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "core/collective.h"
 #include "core/error.h"
 #include "core/file_read.h"
 #include "core/record_file.h"
@@ -182,6 +183,7 @@ std::shared_ptr<spdlog::logger> make_logger(const LogOptions& o) {
   std::vector<spdlog::sink_ptr> sinks;
   sinks.push_back(std::make_shared<ConsoleSink>(o.console ? o.console : stderr, o.format == "json", o.console_handler));
   if (!o.file.empty()) sinks.push_back(std::make_shared<JsonlFileSink>(o.file));
+  if (!o.console_level.empty()) sinks[0]->set_level(parse_level(o.console_level));
   auto logger = std::make_shared<spdlog::logger>("backprop", sinks.begin(), sinks.end());
   logger->set_level(level);
   logger->flush_on(spdlog::level::warn);
@@ -208,6 +210,10 @@ void init_from_settings(const Settings& s, ConsoleHandler console_handler) {
   o.level = s.get_string("logging.level");
   o.format = s.get_string("logging.format");
   o.file = s.get_string("logging.file");
+  if (const LaunchInfo launch = launch_from_environment(); launch.rank > 0) {
+    if (!o.file.empty()) o.file += ".rank" + std::to_string(launch.rank);
+    o.console_level = "warn";
+  }
   o.console_handler = std::move(console_handler);
   init(o);
 }

@@ -34,13 +34,16 @@ struct LogOptions {
   std::string file;                // JSON-lines file; empty = none
   FILE* console = stderr;          // console sink target (tests pass a temporary file)
   ConsoleHandler console_handler;  // when set, console records go here (format console) instead
+  std::string console_level;       // when set, the console shows only this level and above (the file all)
 };
 
 // (Re)configures the logger. Throws CONFIG_INVALID_SETTING for an unknown level or format and
 // INPUT_VALIDATION_FAILED when the log file cannot be opened.
 void init(const LogOptions& options);
 // logging.level/format/file from settings; security.redact_secrets; registers secret settings
-// (the password of ui.auth) with the redactor.
+// (the password of ui.auth) with the redactor. In rank r > 0 of a data-parallel launch (mpirun,
+// srun: core/collective.h) the console shows warnings and errors only (rank 0 speaks for the run)
+// and the log file is FILE.rank<r>, so every rank keeps its whole log.
 void init_from_settings(const Settings& settings, ConsoleHandler console_handler = {});
 // Adds another JSON-lines file sink (a run folder's log). Same errors as init.
 void add_file(const std::string& path);

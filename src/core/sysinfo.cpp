@@ -15,6 +15,7 @@
 #endif
 
 #include "build_info.h"
+#include "core/collective.h"
 #include "core/error.h"
 #include "core/threads.h"
 
@@ -214,6 +215,18 @@ SystemInfo system_info() {
                         !s.nvml_loadable ? "libnvidia-ml.so.1 (NVML, from the NVIDIA driver) cannot be loaded"
                         : !gpu           ? "NVML loads, but no GPU is usable"
                                          : "NVML temperature and memory readings"});
+  // Data-parallel training over MPI (core/collective.h): the plugin loads (with the MPI library it
+  // links) and mpirun is there for `train --nproc`.
+  {
+    const PluginAvailability mpi = mpi_plugin_availability();
+    const std::string mpirun = find_mpirun();
+    s.features.push_back(
+        {"mpi", mpi.available,
+         mpi.available ? fmt::format("data-parallel training under mpirun / srun (plugin {}); train --nproc N: {}",
+                                     mpi.path, mpirun.empty() ? "mpirun not found" : mpirun)
+                       : "the MPI collective plugin cannot be loaded: " + mpi.why +
+                             " (apt-get install openmpi-bin libopenmpi-dev, then rebuild)"});
+  }
   s.features.push_back({"sanitizers", s.sanitizers,
                         s.sanitizers ? "built with AddressSanitizer and UBSan"
                                      : "release build (configure with -DBACKPROP_SANITIZE=ON)"});

@@ -12,6 +12,7 @@
 #include "core/file_read.h"
 #include "io/atomic_file.h"
 #include "model/loader.h"
+#include "text/chat_template_source.h"
 #include "train/checkpoint.h"
 
 namespace bp {
@@ -196,6 +197,22 @@ std::string derive_ollama_model_name(const ExportInput& in) {
   while (!name.empty() && !std::isalnum(static_cast<unsigned char>(name.front()))) name.erase(0, 1);
   if (name.size() > 60) name.resize(60);
   return name.empty() ? "backprop-model" : name;
+}
+
+ChatTemplateSource adapter_chat_template_source(const Tokenizer& tok, const std::string& adapter_dir) {
+  if (!adapter_dir.empty()) {
+    const std::filesystem::path adapter = std::filesystem::absolute(adapter_dir).lexically_normal();
+    if (auto s = read_recorded_chat_template(adapter.string())) return *s;
+    if (looks_like_run(adapter.parent_path()))
+      if (auto s = read_recorded_chat_template(adapter.parent_path().string())) return *s;
+  }
+  return tok.chat_template_source();
+}
+
+ChatTemplate adapter_chat_template(const Tokenizer& tok, const std::string& adapter_dir) {
+  const std::string bos = tok.bos_id() >= 0 ? tok.id_to_token(tok.bos_id()) : "";
+  const std::string eos = tok.eos_ids().empty() ? "" : tok.id_to_token(tok.eos_ids().front());
+  return ChatTemplate(adapter_chat_template_source(tok, adapter_dir), bos, eos);
 }
 
 }  // namespace bp

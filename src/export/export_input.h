@@ -19,6 +19,9 @@
 #include <memory>
 #include <string>
 
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
 namespace bp {
 
 enum class ExportInputKind { Adapter, Model };
@@ -53,5 +56,12 @@ std::string derive_ollama_model_name(const ExportInput& in);
 bool is_adapter_dir(const std::filesystem::path& p);  // holds adapter_config.json
 bool is_model_dir(const std::filesystem::path& p);    // holds config.json
 bool looks_like_run(const std::filesystem::path& p);  // holds checkpoints/, summary.json or metrics.jsonl
+
+// The chat template an adapter was trained with (the trainer writes chat_template.jinja into the
+// adapter folder and its run folder; another folder's is never taken), else the model's own
+// (ChatMLDefault when it has none). `adapter_dir` "" = the model's own. generate and eval use it.
+ChatTemplateSource adapter_chat_template_source(const Tokenizer& tok, const std::string& adapter_dir);
+// The same as a ChatTemplate, with the tokenizer's bos/eos token strings.
+ChatTemplate adapter_chat_template(const Tokenizer& tok, const std::string& adapter_dir);
 
 }  // namespace bp

@@ -37,6 +37,7 @@
 #include "cli/generate.h"
 #include "cli/train_flags.h"
 #include "cli/validate.h"
+#include "core/collective.h"
 #include "core/error.h"
 #include "core/error_report.h"
 #include "core/interrupt.h"
@@ -279,6 +280,16 @@ std::string train(const PySettings& s, py::object on_record) {
     bp::cli::apply_global_settings(s.settings, log_to_python);
     bp::cli::mutable_settings() = s.settings;
     o = bp::cli::train_options_with_preset(/*json=*/true);
+    // nproc starts mpirun from the backprop command; a Python process cannot run itself again that
+    // way. Under mpirun / srun the script's processes are the ranks (training.distributed auto).
+    if (const int64_t nproc = s.settings.get_int("training.nproc");
+        nproc > 1 && bp::launch_from_environment().launcher.empty())
+      throw bp::Error(bp::ErrorCode::CONFIG_INVALID_SETTING,
+                      fmt::format("[python] nproc={} starts mpirun from the backprop command, not from Python", nproc),
+                      {{"key", "training.nproc"}, {"value", nproc}})
+          .with_suggestion(fmt::format("Start the script itself as {} processes: mpirun -np {} python3 SCRIPT "
+                                       "(each process trains its share), or run `backprop train --nproc {}`.",
+                                       nproc, nproc, nproc));
   }
   o.quiet = true;  // the Python half draws the progress
   bool keyboard = false, stopped_by_callback = false;

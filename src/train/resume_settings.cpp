@@ -83,7 +83,8 @@ bool explicit_source(SettingSource s) {
 bool resumed_with_setting(const SettingSpec& spec) {
   const std::string_view k = spec.key;
   return spec.flag != nullptr && *spec.flag != 0 && !spec.secret && train_takes_setting(k) &&
-         !is_testing_setting(spec) && k != "training.output" && k != "training.resume" && k != "training.preset";
+         !is_testing_setting(spec) && k != "training.output" && k != "training.resume" && k != "training.preset" &&
+         k != "training.nproc";  // how many processes continue the run is this command's choice
 }
 
 bool pinned_on_resume(std::string_view key) {

@@ -126,6 +126,13 @@ RunRecord read_run(const fs::path& dir) {
   }
   if (const auto it = r.settings.find("training"); it != r.settings.end() && it->is_object())
     r.total_steps = int_field(*it, "steps", 0);
+  if (const auto ev = read_json_object(dir / "eval_results.json")) {
+    const auto m = ev->find("metrics");
+    if (m != ev->end() && m->is_object()) {
+      r.eval_results = *m;
+      r.eval_results_data = string_field(*ev, "eval_data");
+    }
+  }
   for (const auto& e : fs::directory_iterator(dir / "checkpoints", ec))
     if (e.is_directory() && e.path().filename().string().rfind("checkpoint-", 0) == 0 &&
         e.path().extension() != ".partial")
@@ -151,7 +158,9 @@ nlohmann::json RunRecord::to_json() const {
           {"final_loss", opt(final_loss)},
           {"tokens_per_second", opt(tokens_per_second)},
           {"checkpoints", checkpoints},
-          {"eval_metrics", eval_metrics}};
+          {"eval_metrics", eval_metrics},
+          {"eval_results", eval_results},
+          {"eval_results_data", eval_results_data}};
 }
 
 void write_run_status_running(const std::string& run_dir) {

@@ -28,6 +28,9 @@ struct RunRecord {
   nlohmann::json settings;  // settings.json as written
   // The last evaluation's other metrics (preference methods: eval_rewards/accuracies, ...).
   nlohmann::json eval_metrics = nlohmann::json::object();
+  // `backprop eval`'s last results for this run (eval_results.json: label -> value, ci_low, ci_high).
+  nlohmann::json eval_results = nlohmann::json::object();
+  std::string eval_results_data;  // the file they were measured on
   nlohmann::json to_json() const;
 };
 

@@ -67,6 +67,11 @@ struct TrainOptions {
   bool max_memory_auto = false;  // --max-memory auto: the safety monitor's CPU budget (when it is on)
   MonitorOptions monitor;        // [monitor] settings (off unless from_settings or a test turns it on)
   int threads = 0;
+  // Data-parallel runs (core/collective.h): auto | mpi | single, the MPI plugin's path ("" = beside the
+  // binary) and how long a barrier waits for every rank.
+  std::string distributed = "auto";
+  std::string mpi_library;
+  double distributed_timeout_s = 600;
   bool oom_recovery = true;
   int nan_max_consecutive = 3;
   bool strict = false;
@@ -87,6 +92,7 @@ struct TrainOptions {
   int64_t fault_records_enospc_after_bytes = -1;  // record_write_faults() (core/record_file.h)
   int64_t fault_records_failing_writes = 0;
   int64_t stop_after_step_for_tests = 0;  // behave as if SIGINT arrived during this step
+  int fault_rank = -1;                    // the OOM and NaN faults on this rank only (-1 = every rank)
 
   // Every row's fill (core/settings_registry.inc), then the checks that span settings (batch size
   // vs micro-batch x accumulation, a model and data named, LoRA and monitor values).

@@ -64,6 +64,7 @@ nlohmann::json TrainSummary::to_json() const {
           {"micro_batch_size", micro_batch_size},
           {"grad_accum", grad_accum},
           {"gradient_checkpointing", gradient_checkpointing},
+          {"world_size", world_size},
           {"records_lost", records_lost},  // records of the run files that could not be written (a full disk)
           {"records_lost_files", records_lost_files},
           {"method", method},
@@ -192,11 +193,13 @@ TrainSummary Trainer::run_impl() {
   s.alloc = &allocator_for(s.device);
   s.summary.method = train_method_name(s.opt.method);
   s.opt.pref.reference = resolve_reference(s.opt);
+  s.start_distributed();  // one rank, or this rank of mpirun / srun (trainer_distributed.cpp)
   s.open_run();
   s.load_data();
   s.build_model();
   s.plan_memory();
   s.adamw.init(s.model->trainable_parameters());
+  s.check_ranks_agree();
   if (s.resume_from) {
     s.check_resume();
     s.start_run_files();
@@ -231,7 +234,7 @@ TrainSummary Trainer::run_impl() {
     rec.step = s.step + 1;
     rec.tokens = batch.n_tokens;
     rec.sample_ids = batch.ids;
-    const double loss_sum = s.forward_backward(batch);
+    const double loss_sum = s.forward_backward_all_ranks(batch);
     if (method_is_preference(s.opt.method)) {
       rec.loss = loss_sum;  // already the step's mean (train/preference.h)
       nlohmann::json m = nlohmann::json::object();
@@ -399,7 +402,7 @@ void Trainer::State::plan_memory() {
   event("info", plan.description);
   summary.planned_memory_bytes = plan.plan.total();
   model->set_gradient_checkpointing(plan.gradient_checkpointing);
-  oom = std::make_unique<OomRecovery>(o.batch_size, plan.micro_batch_size, o.oom_recovery, *alloc);
+  oom = std::make_unique<OomRecovery>(local_batch_size(), plan.micro_batch_size, o.oom_recovery, *alloc);
   if (!o.gradient_checkpointing && !plan.gradient_checkpointing)
     oom->set_relief([this]() -> std::string {  // auto turned it off: the first OOM turns it back on
       if (model->options().gradient_checkpointing) return {};
@@ -414,6 +417,7 @@ Trainer::State::Batch Trainer::State::next_batch() {
   Batch b;
   b.start = cursor->state();
   b.ids = cursor->next(opt.batch_size);
+  b.local_ids = local_share(b.ids);
   for (int64_t id : b.ids) {
     b.n_labels += sample_label_tokens(data.train[static_cast<size_t>(id)]);
     b.n_tokens += sample_tokens(data.train[static_cast<size_t>(id)]);
@@ -426,7 +430,7 @@ Trainer::State::Batch Trainer::State::next_batch() {
 // looks in before each micro-batch; a stop there saves the last finished step. Returns the summed
 // loss.
 double Trainer::State::forward_backward(const Batch& batch) {
-  const std::vector<int64_t>& ids = batch.ids;
+  const std::vector<int64_t>& ids = batch.local_ids;
   const float grad_scale = batch.n_labels ? 1.0f / static_cast<float>(batch.n_labels) : 0.0f;
   const bool preference = method_is_preference(opt.method);
   PreferenceStep ps;
@@ -514,7 +518,7 @@ bool Trainer::State::clip_and_check(const Batch& batch, StepRecord& rec) {
   inject_fault(FaultPoint::Backward);
   rec.grad_norm = opt.max_grad_norm > 0 ? clip_grad_norm(grads, opt.max_grad_norm)
                                         : global_grad_norm(std::vector<const Tensor*>(grads.begin(), grads.end()));
-  if (std::isfinite(rec.loss) && std::isfinite(rec.grad_norm)) {
+  if (!on_any_rank(!std::isfinite(rec.loss) || !std::isfinite(rec.grad_norm))) {
     consecutive_nonfinite = 0;
     return true;
   }
@@ -580,8 +584,8 @@ void Trainer::State::after_step() {
     eval_loss = evaluate();
     if (eval_loss) record(eval_record(step, *eval_loss));
   }
-  const bool stopping =
-      interrupt_requested() || (opt.stop_after_step_for_tests > 0 && step == opt.stop_after_step_for_tests);
+  const bool stopping = on_any_rank(interrupt_requested() ||
+                                    (opt.stop_after_step_for_tests > 0 && step == opt.stop_after_step_for_tests));
   if ((opt.save_every > 0 && step % opt.save_every == 0) || stopping) save_checkpoint(eval_loss);
   inject_fault(FaultPoint::Checkpointed);
   if (stopping)
@@ -635,14 +639,14 @@ void Trainer::State::inject_fault(FaultPoint where) {
         record_write_faults() = {o.fault_records_enospc_after_bytes, o.fault_records_failing_writes, ENOSPC};
       break;
     case FaultPoint::MicroBatch:  // OOM: the micro-batch's first allocation fails
-      if (step == o.fault_oom_step && fault_oom_left > 0) {
+      if (step == o.fault_oom_step && fault_oom_left > 0 && (o.fault_rank < 0 || o.fault_rank == comm->rank())) {
         --fault_oom_left;
         alloc->fail_after_allocations(1);
       }
       break;
     case FaultPoint::Backward:  // a NaN gradient
       if (std::find(o.fault_nan_steps.begin(), o.fault_nan_steps.end(), step + 1) != o.fault_nan_steps.end() &&
-          !grads.empty() && grads[0]->numel() > 0) {
+          !grads.empty() && grads[0]->numel() > 0 && (o.fault_rank < 0 || o.fault_rank == comm->rank())) {
         Tensor g = host_readable(*grads[0]);  // through a copy when the gradients live on a device
         g.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
         if (grads[0]->device().type != DeviceType::CPU) grads[0]->copy_from(g);

@@ -46,6 +46,7 @@ struct TrainSummary {
   std::string base_dtype;               // how the frozen base was held (model/held_weights.h describe_held_weights)
   std::string matmul_dtype = "f32";     // input type of the trained matrices' GEMMs (training.matmul_dtype)
   bool gradient_checkpointing = false;  // at the end of the run (auto may turn it on after an OOM)
+  int world_size = 1;                   // processes of a data-parallel run (mpirun / srun / --nproc)
   // Records (metrics.jsonl lines, log records) that could not be written, e.g. on a full disk, and
   // the files they belong to: `train` exits 3 (partial success) when there are any.
   uint64_t records_lost = 0;

@@ -41,13 +41,13 @@ void Trainer::State::open_run() {
                   fmt::format("[train] --resume {}: no valid checkpoint found{}", o.resume,
                               o.output_dir.empty() ? " under " + o.output_root : " under " + o.output_dir));
     if (o.output_dir.empty()) o.output_dir = run_dir;
-    log::begin_run(resume_from->trainer_state.value("run_id", std::string()));
+    log::begin_run(shared_run_id(resume_from->trainer_state.value("run_id", std::string())));
   } else {
-    log::begin_run();
+    log::begin_run(shared_run_id(""));  // one rank: a new id; several: rank 0's
   }
   summary.run_id = log::run_id();
   if (o.output_dir.empty()) o.output_dir = (fs::path(o.output_root) / summary.run_id).string();
-  ensure_writable_dir(o.output_dir, "the run's output folder (--output)");
+  if (writer) ensure_writable_dir(o.output_dir, "the run's output folder (--output)");  // rank 0 writes the run
   summary.output_dir = o.output_dir;
   checkpoints = std::make_unique<CheckpointStore>((fs::path(o.output_dir) / "checkpoints").string());
   if (!resume_from) start_run_files();
@@ -57,6 +57,7 @@ void Trainer::State::open_run() {
 // are trained and recorded again), the status says running, settings.json is this run's.
 void Trainer::State::start_run_files() {
   TrainOptions& o = opt;
+  if (!writer) return;
   if (resume_from)
     truncate_metrics_after_step((fs::path(o.output_dir) / "metrics.jsonl").string(),
                                 resume_from->trainer_state.at("step").get<int64_t>());
@@ -159,6 +160,12 @@ void Trainer::State::resume() {
 
 // The safety monitor checks the disk first (train/safety_monitor.h).
 std::string Trainer::State::save_checkpoint(std::optional<double> eval_loss) {
+  if (comm->world() > 1) comm->barrier(opt.distributed_timeout_s);  // every rank finished the step
+  if (!writer) {  // rank 0 writes it; the others keep the bookkeeping the same
+    if (eval_loss && (!summary.best_eval_loss || *eval_loss <= *summary.best_eval_loss))
+      summary.best_eval_loss = *eval_loss;
+    return {};
+  }
   safety->before_checkpoint(checkpoints->root(), checkpoint_bytes_estimate(*model), step);
   auto json_or_null = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
   nlohmann::json st = {{"step", step},
@@ -210,14 +217,14 @@ void Trainer::State::finish() {
       summary.best_eval_loss = summary.final_eval_loss;
   }
   save_checkpoint(summary.final_eval_loss);
-  save_final_artifact();
+  if (writer) save_final_artifact();
   summary.micro_batch_size = oom->micro_seqs();
   summary.grad_accum = oom->accumulation();
   summary.gradient_checkpointing = model->options().gradient_checkpointing;
   summary.peak_memory_bytes = alloc->stats().bytes_peak;
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   count_lost_records();
-  write_file_atomic((fs::path(opt.output_dir) / "summary.json").string(), summary.to_json().dump(2));
+  if (writer) write_file_atomic((fs::path(opt.output_dir) / "summary.json").string(), summary.to_json().dump(2));
   alloc->set_limit(kNoLimit);
 }
 

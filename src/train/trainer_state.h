@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/collective.h"
 #include "core/record_file.h"
 #include "model/lora.h"
 #include "text/data_cursor.h"
@@ -68,6 +69,10 @@ struct Trainer::State {
   std::vector<TrainableParam> params;
   std::vector<Tensor*> grads;
   std::chrono::steady_clock::time_point t0;
+  // Data parallelism (trainer_distributed.cpp): the ranks' collective (one rank: in-process), and
+  // whether this rank writes the run folder (rank 0).
+  Collective* comm = nullptr;
+  bool writer = true;
 
   // Setup, in order (Trainer::run_impl).
   void open_run();
@@ -82,9 +87,10 @@ struct Trainer::State {
   void resume();
   // The step and what runs on its schedule.
   struct Batch {
-    CursorState start;  // the cursor before the step: a monitor stop saves the last finished step
-    std::vector<int64_t> ids;
-    int64_t n_labels = 0, n_tokens = 0;
+    CursorState start;                   // the cursor before the step: a monitor stop saves the last finished step
+    std::vector<int64_t> ids;            // the step's sequences (the global batch)
+    std::vector<int64_t> local_ids;      // this rank's share of them (all of them in one process)
+    int64_t n_labels = 0, n_tokens = 0;  // of the global batch
   };
   Batch next_batch();
   double forward_backward(const Batch& batch);
@@ -129,6 +135,15 @@ struct Trainer::State {
   // An "eval" record of metrics.jsonl, with the preference metrics of that evaluation.
   nlohmann::json eval_record(int64_t at_step, double eval_loss) const;
 
+  // Data parallelism (trainer_distributed.cpp).
+  void start_distributed();
+  std::string shared_run_id(const std::string& resumed_id) const;
+  std::vector<int64_t> local_share(const std::vector<int64_t>& ids) const;
+  int64_t local_batch_size() const;
+  void check_ranks_agree();
+  double forward_backward_all_ranks(const Batch& batch);
+  bool on_any_rank(bool value);
+
   // Fault injection for tests (the fault_* options), at these points of the loop only.
   enum class FaultPoint { Start, MicroBatch, Backward, Eval, Checkpointed };
   void inject_fault(FaultPoint where);
@@ -150,7 +165,7 @@ struct Trainer::State {
     if (cb.on_record) cb.on_record(j, total_steps);
     if (metrics.is_open()) {
       metrics.write(j.dump() + "\n");
-    } else if (!run_files_started) {
+    } else if (!run_files_started && writer) {
       pending_records.push_back(std::move(j));
     }
   }

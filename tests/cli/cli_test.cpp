@@ -57,6 +57,18 @@ TEST(CliSettings, EveryFlagInTheTableIsAcceptedBySomeCommand) {
     ASSERT_EQ(h.rc, 0) << name << ": " << h.out;
     helps += h.out;
     ++commands;
+    // A command with subcommands of its own (`data report`, `data split`): their flags too.
+    const size_t nested = h.out.find("Subcommands:");
+    if (nested == std::string::npos) continue;
+    std::istringstream nested_lines(h.out.substr(nested));
+    for (std::string nl; std::getline(nested_lines, nl);) {
+      std::istringstream nw(nl);
+      std::string child;
+      if (nl.rfind("  ", 0) != 0 || !(nw >> child)) continue;
+      Result ch = backprop(name + " " + child + " --help");
+      ASSERT_EQ(ch.rc, 0) << name << " " << child << ": " << ch.out;
+      helps += ch.out;
+    }
   }
   EXPECT_GE(commands, 7);
   // Test aids have hidden flags: they must be in the generated Testing section of the docs instead.

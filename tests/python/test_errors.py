@@ -97,3 +97,11 @@ def test_config_file_is_read_like_the_clis(tmp_path):
     code, env = cli_json("--config", bad, "train", "--model", MODEL, "--data", DATA, check=False)
     assert code == 1
     envelope_matches(e.value, env)
+
+
+def test_nproc_is_the_commands_not_pythons(runs_dir):
+    # `backprop train --nproc N` runs itself under mpirun; a Python process cannot: refused, with the way.
+    with pytest.raises(bp.ConfigError) as e:
+        bp.Trainer(MODEL, output=runs_dir, nproc=2, **TINY).train(DATA, progress=False)
+    assert e.value.code == "CONFIG_INVALID_SETTING"
+    assert "mpirun -np 2 python3" in e.value.suggestion

@@ -88,6 +88,23 @@ try {
   await waitUntil(page, () => !document.querySelector("#upload-conflict") && !!document.querySelector("#validate-summary"), null,
     "the replaced dataset's preview");
   log("a second upload of the same name asked first, then replaced it");
+  // The method field: each preference method's settings show for it alone (hidden for sft).
+  const shown = (id) => page.evaluate((i) => !document.getElementById(i).parentElement.hidden, id);
+  const expectShown = async (method, want) => {
+    await page.selectOption("#set-training-method", method);
+    for (const [id, on] of Object.entries(want))
+      if ((await shown(id)) !== on) throw new Error(`--method ${method}: ${id} ${on ? "hidden" : "shown"}`);
+  };
+  const prefIds = ["set-training-beta", "set-training-dpo_loss", "set-training-orpo_lambda", "set-training-simpo_gamma",
+    "set-training-kto_desirable_weight", "set-training-reference"];
+  const only = (...ids) => Object.fromEntries(prefIds.map((i) => [i, ids.includes(i)]));
+  await expectShown("sft", only());
+  await expectShown("dpo", only("set-training-beta", "set-training-dpo_loss", "set-training-reference"));
+  await expectShown("orpo", only("set-training-orpo_lambda"));
+  await expectShown("simpo", only("set-training-beta", "set-training-simpo_gamma"));
+  await expectShown("kto", only("set-training-beta", "set-training-kto_desirable_weight", "set-training-reference"));
+  await expectShown("sft", only());
+  log("the method field shows each method's settings alone");
   await page.fill("#set-training-steps", "100000");
   await page.fill("#set-training-max_seq_length", "256");
   await page.fill("#set-training-eval_every", "4");
@@ -144,6 +161,32 @@ try {
   const gguf = (exported.match(/done: (\S+\.gguf)/) || [])[1];
   if (!gguf || !fs.existsSync(gguf)) throw new Error("no GGUF written: " + exported);
   log("exported " + gguf);
+
+  // A DPO run from the form: the run page draws its reward accuracy and margin, train and held-out.
+  await page.click("#nav-new");
+  await page.waitForSelector("#set-training-steps");
+  await page.fill("#model", path.join(srcDir, "models/tiny-chat"));
+  await page.dispatchEvent("#model", "change");
+  await page.setInputFiles("#upload", path.join(srcDir, "examples/preference/pairs.jsonl"));
+  await page.waitForSelector("#validate-summary");
+  await page.selectOption("#set-training-method", "dpo");
+  await page.fill("#set-training-steps", "6");
+  await page.fill("#set-training-batch_size", "4");
+  await page.fill("#set-training-max_seq_length", "256");
+  await page.fill("#set-training-eval_every", "3");
+  await page.fill("#set-data-holdout", "0.1");
+  await page.click("#start");
+  await waitUntil(page, (prev) => location.hash.startsWith("#/run/") && location.hash !== prev, "#/run/" + runId,
+    "the DPO run's page");
+  const dpoId = decodeURIComponent((await page.evaluate(() => location.hash)).slice(6));
+  await page.waitForSelector("#run-head[data-status=finished]");
+  const chartPoints = (id) => page.evaluate((i) => Number(document.getElementById(i)?.getAttribute("data-points") || 0), id);
+  await waitUntil(page, () => Number(document.querySelector("#reward-accuracy-chart")?.getAttribute("data-points")) >= 6 + 3,
+    null, "6 train and 3 eval reward points");
+  const dpoSummary = await page.evaluate(async (id) => (await (await fetch("/api/runs/" + id)).json()), dpoId);
+  if (dpoSummary.method !== undefined && dpoSummary.method !== "dpo") throw new Error("run method: " + dpoSummary.method);
+  log(`DPO run ${dpoId}: reward accuracy ${await chartPoints("reward-accuracy-chart")} points, margin ` +
+    `${await chartPoints("reward-margin-chart")} points`);
 
   await page.evaluate(() => window.scrollTo(0, 0));
   await page.screenshot({ path: shot, fullPage: true });

@@ -70,6 +70,9 @@ class Trainer:
         resume: Optional[str] = None,  # training.resume
         max_memory: Optional[str] = None,  # training.max_memory
         threads: Optional[int] = None,  # training.threads
+        nproc: Optional[int] = None,  # training.nproc
+        distributed: Optional[str] = None,  # training.distributed
+        distributed_timeout: Optional[float] = None,  # training.distributed_timeout
         oom_recovery: Optional[bool] = None,  # training.oom_recovery
         nan_guard_max_consecutive: Optional[int] = None,  # training.nan_guard_max_consecutive
         init_from_config: Optional[str] = None,  # training.init_from_config

@@ -42,16 +42,42 @@
     const tps = C.create(charts, "Tokens/s", ["tokens/s"], (v) => v.toFixed(0));
     const mem = C.create(charts, "Memory in use", ["bytes"], (v) => bytes(v));
     charts.querySelectorAll("svg")[0].id = "loss-chart";
+    // A preference run's records carry TRL's reward metrics: two more charts, made on the first such
+    // record (train from step records, eval from eval records' eval_-prefixed keys).
+    let rewards = null;
+    function rewardCharts() {
+      if (!rewards) {
+        rewards = {
+          acc: C.create(charts, "Reward accuracy", ["train", "eval"], (v) => v.toFixed(2)),
+          margin: C.create(charts, "Reward margin", ["train", "eval"]),
+        };
+        const svgs = charts.querySelectorAll("svg");
+        svgs[svgs.length - 2].id = "reward-accuracy-chart";
+        svgs[svgs.length - 1].id = "reward-margin-chart";
+      }
+      return rewards;
+    }
+    function addRewards(series, step, r, prefix) {
+      const acc = r[prefix + "rewards/accuracies"], margin = r[prefix + "rewards/margins"];
+      if (typeof acc !== "number" && typeof margin !== "number") return;
+      const c = rewardCharts();
+      if (typeof acc === "number") c.acc.add(series, step, acc);
+      if (typeof margin === "number") c.margin.add(series, step, margin);
+    }
     let prev = null;
     function onMetrics(records) {
       for (const r of records) {
         if (r.type === "step") {
+          addRewards(0, r.step, r, "");
           loss.add(0, r.step, r.loss);
           lr.add(0, r.step, r.lr);
           mem.add(0, r.step, r.bytes_in_use);
           if (prev && r.step === prev.step + 1 && r.time > prev.time) tps.add(0, r.step, r.tokens / (r.time - prev.time));
           prev = r;
-        } else if (r.type === "eval") loss.add(1, r.step, r.eval_loss);
+        } else if (r.type === "eval") {
+          loss.add(1, r.step, r.eval_loss);
+          addRewards(1, r.step, r, "eval_");
+        }
       }
     }
     function onStatus(d) {

@@ -1,0 +1,411 @@
+// The Collective's algorithms (rank-ordered sums), the in-process single rank, the MPI plugin's
+// loader and the process-wide instance. See collective.h.
+#include "core/collective.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+#include "core/collective_plugin.h"
+#include "core/error.h"
+
+namespace bp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = env(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return end && *end == 0 && n >= 0 && n < (1L << 30) ? static_cast<int>(n) : fallback;
+}
+
+}  // namespace
+
+LaunchInfo launch_from_environment() {
+  LaunchInfo li;
+  if (env("OMPI_COMM_WORLD_SIZE")) {
+    li.launcher = "mpirun";
+    li.world = env_int("OMPI_COMM_WORLD_SIZE", 1);
+    li.rank = env_int("OMPI_COMM_WORLD_RANK", 0);
+  } else if (env("PMI_SIZE")) {
+    li.launcher = "pmi";
+    li.world = env_int("PMI_SIZE", 1);
+    li.rank = env_int("PMI_RANK", 0);
+  } else if (env("SLURM_STEP_ID") && env("SLURM_STEP_NUM_TASKS")) {  // a job step started by srun
+    li.launcher = "srun";
+    li.world = env_int("SLURM_STEP_NUM_TASKS", 1);
+    li.rank = env_int("SLURM_PROCID", 0);
+  }
+  if (li.world < 1) li.world = 1;
+  return li;
+}
+
+// ---- the algorithms -----------------------------------------------------------------------------
+
+void Collective::all_reduce_sum(float* data, size_t n, size_t segment_floats) {
+  const int w = world();
+  if (w == 1 || n == 0) return;
+  segment_floats = std::max<size_t>(segment_floats, 1);
+  const size_t W = static_cast<size_t>(w), me = static_cast<size_t>(rank());
+  std::vector<size_t> send_bytes(W), send_off(W), recv_bytes(W), recv_off(W), chunk_bytes(W), chunk_off(W);
+  std::vector<float> gathered, sum;
+  for (size_t seg = 0; seg < n; seg += segment_floats) {
+    const size_t m = std::min(segment_floats, n - seg);
+    float* x = data + seg;
+    // Chunk q of the segment: [m*q/W, m*(q+1)/W) (sizes differ by at most one).
+    for (size_t q = 0; q < W; ++q) {
+      const size_t b = m * q / W, e = m * (q + 1) / W;
+      chunk_off[q] = b * sizeof(float);
+      chunk_bytes[q] = (e - b) * sizeof(float);
+    }
+    const size_t mine = chunk_bytes[me] / sizeof(float);
+    // 1. reduce-scatter's exchange: my chunk q to rank q; rank q's copy of my chunk into slot q.
+    for (size_t q = 0; q < W; ++q) {
+      send_bytes[q] = chunk_bytes[q];
+      send_off[q] = chunk_off[q];
+      recv_bytes[q] = chunk_bytes[me];
+      recv_off[q] = q * chunk_bytes[me];
+    }
+    gathered.resize(W * mine);
+    all_to_all_bytes(x, send_bytes.data(), send_off.data(), gathered.data(), recv_bytes.data(), recv_off.data());
+    // 2. the sum of my chunk, ranks added in order 0, 1, ..., W-1.
+    sum.assign(gathered.begin(), gathered.begin() + static_cast<std::ptrdiff_t>(mine));
+    for (size_t q = 1; q < W; ++q) {
+      const float* g = gathered.data() + q * mine;
+      for (size_t i = 0; i < mine; ++i) sum[i] += g[i];
+    }
+    // 3. all-gather: every rank gets every summed chunk in place.
+    all_gather_v_bytes(sum.data(), mine * sizeof(float), x, chunk_bytes.data(), chunk_off.data());
+  }
+}
+
+void Collective::all_reduce_sum(const std::vector<Tensor*>& tensors, size_t bucket_floats) {
+  if (world() == 1) return;
+  bucket_floats = std::max<size_t>(bucket_floats, 1);
+  // Host views of the tensors: the tensor itself on the CPU, a copy of a device tensor (written back).
+  std::vector<Tensor> host(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    Tensor& t = *tensors[i];
+    if (t.dtype() != DType::F32)
+      throw Error(ErrorCode::RUNTIME_INTERNAL,
+                  fmt::format("[collective] all-reduce of a {} tensor: only f32 is summed", dtype_name(t.dtype())));
+    host[i] = t.device().type == DeviceType::CPU ? t : t.to(Device{});
+  }
+  // Buckets of up to bucket_floats: the tensors' values packed in order (a large tensor
+  // spans several), summed, and unpacked. Where a tensor falls in a bucket does not change its sums.
+  std::vector<float> bucket;
+  bucket.reserve(bucket_floats);
+  struct Piece {
+    size_t tensor, offset, count;
+  };
+  std::vector<Piece> pieces;
+  auto flush = [&] {
+    if (bucket.empty()) return;
+    all_reduce_sum(bucket.data(), bucket.size(), bucket_floats);
+    size_t at = 0;
+    for (const Piece& p : pieces) {
+      std::memcpy(host[p.tensor].data<float>() + p.offset, bucket.data() + at, p.count * sizeof(float));
+      at += p.count;
+    }
+    bucket.clear();
+    pieces.clear();
+  };
+  for (size_t i = 0; i < host.size(); ++i) {
+    const float* v = host[i].data<float>();
+    const size_t n = static_cast<size_t>(host[i].numel());
+    for (size_t off = 0; off < n;) {
+      const size_t take = std::min(n - off, bucket_floats - bucket.size());
+      pieces.push_back({i, off, take});
+      bucket.insert(bucket.end(), v + off, v + off + take);
+      off += take;
+      if (bucket.size() == bucket_floats) flush();
+    }
+  }
+  flush();
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i]->device().type != DeviceType::CPU) tensors[i]->copy_from(host[i]);
+}
+
+std::vector<int64_t> Collective::all_gather(int64_t value) {
+  std::vector<int64_t> out(static_cast<size_t>(world()));
+  all_gather_bytes(&value, sizeof value, out.data());
+  return out;
+}
+
+std::vector<double> Collective::all_gather(double value) {
+  std::vector<double> out(static_cast<size_t>(world()));
+  all_gather_bytes(&value, sizeof value, out.data());
+  return out;
+}
+
+double Collective::sum_in_rank_order(double value) {
+  if (world() == 1) return value;
+  double s = 0;
+  bool first = true;
+  for (double v : all_gather(value)) {
+    s = first ? v : s + v;
+    first = false;
+  }
+  return s;
+}
+
+bool Collective::any(bool value) {
+  if (world() == 1) return value;
+  for (int64_t v : all_gather(int64_t{value ? 1 : 0}))
+    if (v) return true;
+  return false;
+}
+
+std::string Collective::broadcast(const std::string& text, int root) {
+  if (world() == 1) return text;
+  int64_t n = static_cast<int64_t>(text.size());
+  broadcast_bytes(&n, sizeof n, root);
+  std::string out = rank() == root ? text : std::string(static_cast<size_t>(n), '\0');
+  if (n > 0) broadcast_bytes(out.data(), out.size(), root);
+  return out;
+}
+
+// ---- the single process ---------------------------------------------------------------------
+
+namespace {
+
+class SingleCollective final : public Collective {
+ public:
+  int rank() const override { return 0; }
+  int world() const override { return 1; }
+  std::string name() const override { return "single"; }
+  std::string description() const override { return "one process"; }
+  std::string host_name() override {
+    char buf[256] = {0};
+    if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+    return buf;
+  }
+  void barrier(double) override {}
+  void broadcast_bytes(void*, size_t, int) override {}
+  void all_gather_bytes(const void* send, size_t bytes, void* recv) override {
+    if (bytes) std::memmove(recv, send, bytes);
+  }
+  void all_to_all_bytes(const void* send, const size_t* send_bytes, const size_t* send_offsets, void* recv,
+                        const size_t*, const size_t* recv_offsets) override {
+    if (send_bytes[0])
+      std::memmove(static_cast<char*>(recv) + recv_offsets[0], static_cast<const char*>(send) + send_offsets[0],
+                   send_bytes[0]);
+  }
+  void all_gather_v_bytes(const void* send, size_t bytes, void* recv, const size_t*,
+                          const size_t* recv_offsets) override {
+    if (bytes) std::memmove(static_cast<char*>(recv) + recv_offsets[0], send, bytes);
+  }
+};
+
+// ---- the MPI plugin --------------------------------------------------------------------------
+
+constexpr const char* kMpiPluginFile = "libbp_collective_mpi.so";
+
+// Where this code lives (the backprop binary, or the Python package's extension module).
+fs::path own_binary_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&launch_from_environment), &info) && info.dli_fname && *info.dli_fname) {
+    std::error_code ec;
+    fs::path p = fs::canonical(info.dli_fname, ec);
+    if (!ec) return p.parent_path();
+  }
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path() : exe.parent_path();
+}
+
+std::vector<std::string> plugin_candidates(const std::string& library) {
+  if (!library.empty()) return {library};
+  std::vector<std::string> out;
+  const fs::path dir = own_binary_dir();
+  if (!dir.empty()) {
+    out.push_back((dir / kMpiPluginFile).string());                              // the build tree: build/
+    out.push_back((dir / ".." / "lib" / "backprop" / kMpiPluginFile).string());  // installed: bin/ -> lib/backprop/
+    out.push_back((dir / ".." / ".." / kMpiPluginFile).string());  // the Python package in build/python/backpropagate/
+  }
+  out.push_back(kMpiPluginFile);  // the loader's search path (LD_LIBRARY_PATH)
+  return out;
+}
+
+struct LoadedPlugin {
+  void* handle = nullptr;
+  const bp_collective_plugin* api = nullptr;
+  std::string path;
+  std::string why;  // all that was tried, when nothing loaded
+};
+
+// RTLD_GLOBAL: Open MPI loads its own components with dlopen and they resolve libmpi's symbols
+// globally; with RTLD_LOCAL they fail to load.
+LoadedPlugin open_plugin(const std::string& library) {
+  LoadedPlugin lp;
+  std::vector<std::string> tried;
+  for (const std::string& path : plugin_candidates(library)) {
+    const bool is_path = path.find('/') != std::string::npos;
+    std::error_code ec;
+    if (is_path && !fs::exists(path, ec)) {
+      tried.push_back(path + ": not found");
+      continue;
+    }
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+      const char* e = dlerror();
+      tried.push_back(e ? std::string(e) : path + ": cannot be loaded");
+      continue;
+    }
+    auto fn = reinterpret_cast<bp_collective_plugin_fn>(dlsym(h, BP_COLLECTIVE_PLUGIN_SYMBOL));
+    const bp_collective_plugin* api = fn ? fn() : nullptr;
+    if (!api || api->abi != BP_COLLECTIVE_PLUGIN_ABI) {
+      tried.push_back(path + ": not a backprop collective plugin of ABI " + std::to_string(BP_COLLECTIVE_PLUGIN_ABI));
+      dlclose(h);
+      continue;
+    }
+    lp.handle = h;
+    lp.api = api;
+    lp.path = is_path ? fs::weakly_canonical(path, ec).string() : path;
+    return lp;
+  }
+  std::string all;
+  for (const auto& t : tried) all += (all.empty() ? "" : "; ") + t;
+  lp.why = all;
+  return lp;
+}
+
+class MpiCollective final : public Collective {
+ public:
+  MpiCollective(const bp_collective_plugin* api, std::string path) : api_(api), path_(std::move(path)) {
+    char version[256] = {0};
+    call("init", api_->init(&rank_, &world_, version, sizeof version, error_, sizeof error_));
+    version_ = version;
+  }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  std::string name() const override { return "mpi"; }
+  std::string description() const override {
+    return fmt::format("{}, {} ranks (plugin {})", version_.empty() ? "MPI" : version_, world_, path_);
+  }
+  std::string host_name() override {
+    char name[256] = {0};
+    call("host_name", api_->host_name(name, sizeof name, error_, sizeof error_));
+    return name;
+  }
+  void barrier(double timeout_s) override { call("barrier", api_->barrier(timeout_s, error_, sizeof error_)); }
+  void broadcast_bytes(void* data, size_t bytes, int root) override {
+    call("broadcast", api_->broadcast(data, bytes, root, error_, sizeof error_));
+  }
+  void all_gather_bytes(const void* send, size_t bytes, void* recv) override {
+    call("all-gather", api_->all_gather(send, bytes, recv, error_, sizeof error_));
+  }
+  void all_to_all_bytes(const void* send, const size_t* send_bytes, const size_t* send_offsets, void* recv,
+                        const size_t* recv_bytes, const size_t* recv_offsets) override {
+    call("all-to-all",
+         api_->all_to_all(send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, error_, sizeof error_));
+  }
+  void all_gather_v_bytes(const void* send, size_t bytes, void* recv, const size_t* recv_bytes,
+                          const size_t* recv_offsets) override {
+    call("all-gather", api_->all_gather_v(send, bytes, recv, recv_bytes, recv_offsets, error_, sizeof error_));
+  }
+  void finalize() { call("finalize", api_->finalize(error_, sizeof error_)); }
+
+ private:
+  void call(const char* what, int rc) {
+    if (rc == 0) return;
+    error_[sizeof error_ - 1] = 0;
+    throw Error(ErrorCode::RUNTIME_DISTRIBUTED_FAILED,
+                fmt::format("[collective] {} on rank {} of {}: {}", what, rank_, world_, error_),
+                {{"rank", rank_}, {"world", world_}, {"operation", what}});
+  }
+  const bp_collective_plugin* api_;
+  std::string path_, version_;
+  int rank_ = 0, world_ = 1;
+  char error_[1024] = {0};
+};
+
+std::mutex& process_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::unique_ptr<Collective>& process_instance() {
+  static std::unique_ptr<Collective> c;
+  return c;
+}
+
+}  // namespace
+
+std::unique_ptr<Collective> make_single_collective() {
+  return std::make_unique<SingleCollective>();
+}
+
+PluginAvailability mpi_plugin_availability(const std::string& library) {
+  PluginAvailability a;
+  LoadedPlugin lp = open_plugin(library);
+  a.available = lp.api != nullptr;
+  a.path = lp.path;
+  a.why = lp.why;
+  // The handle stays open: Open MPI's libraries do not support being unloaded and loaded again.
+  return a;
+}
+
+std::string find_mpirun() {
+  std::string dirs = env("PATH") ? env("PATH") : "";
+  dirs += ":/usr/bin:/usr/local/bin";
+  for (size_t b = 0; b <= dirs.size();) {
+    size_t e = dirs.find(':', b);
+    if (e == std::string::npos) e = dirs.size();
+    if (e > b) {
+      const std::string cand = dirs.substr(b, e - b) + "/mpirun";
+      if (::access(cand.c_str(), X_OK) == 0) return cand;
+    }
+    b = e + 1;
+  }
+  return {};
+}
+
+std::unique_ptr<Collective> load_mpi_collective(const std::string& library) {
+  LoadedPlugin lp = open_plugin(library);
+  if (!lp.api) {
+    const LaunchInfo li = launch_from_environment();
+    throw Error(ErrorCode::DEP_DISTRIBUTED_UNAVAILABLE,
+                fmt::format("[collective] {}, but the MPI collective plugin cannot be loaded ({})",
+                            li.world > 1 ? fmt::format("launched by {} as {} processes", li.launcher, li.world)
+                                         : std::string("MPI was asked for (training.distributed mpi)"),
+                            lp.why),
+                {{"plugin", kMpiPluginFile}, {"world", li.world}})
+        .with_suggestion(
+            "Install Open MPI (apt-get install openmpi-bin libopenmpi-dev) and rebuild, so "
+            "libbp_collective_mpi.so is built beside backprop; or name the plugin with "
+            "training.mpi_library. `backprop info` says whether MPI is available.");
+  }
+  return std::make_unique<MpiCollective>(lp.api, lp.path);
+}
+
+Collective& process_collective(const std::string& mode, const std::string& library) {
+  std::lock_guard<std::mutex> lock(process_mutex());
+  auto& c = process_instance();
+  if (c) return *c;
+  const bool mpi = mode == "mpi" || (mode == "auto" && launch_from_environment().world > 1);
+  c = mpi ? load_mpi_collective(library) : make_single_collective();
+  return *c;
+}
+
+void finalize_process_collective() {
+  std::lock_guard<std::mutex> lock(process_mutex());
+  auto& c = process_instance();
+  if (auto* m = dynamic_cast<MpiCollective*>(c.get())) m->finalize();
+}
+
+}  // namespace bp

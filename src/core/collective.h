@@ -1,0 +1,113 @@
+// The Collective (DESIGN.md "Distributed"): how the processes of one data-parallel run talk. The
+// trainer sees only this interface; the implementations are an in-process one (one rank, every
+// call trivial) and the MPI plugin (backend/mpi/collective_mpi.cpp, libbp_collective_mpi.so),
+// loaded with dlopen only when the process was launched by mpirun / srun or asked for MPI, so
+// `backprop` never links MPI. Later NCCL sits behind the same calls.
+//
+// Deterministic all-reduce. The plugin only moves bytes; the sums are done here, always in rank
+// order, so two runs with the same number of ranks give the same bits whatever algorithm the MPI
+// library would have picked for MPI_Allreduce (which may split, reorder or tree-sum differently
+// from run to run and between rank counts). For a buffer of n floats, in segments of at most
+// kReduceSegmentFloats:
+//   1. reduce-scatter: the segment is cut into world chunks, chunk q = [m*q/W, m*(q+1)/W); an
+//      all-to-all sends chunk q of every rank to rank q;
+//   2. rank q sums its chunk over the ranks in order: ((x_0 + x_1) + x_2) + ... + x_{W-1}, in f32
+//      (each element alone: vectorising across elements does not change any element's order);
+//   3. all-gather: every rank receives every summed chunk, so all ranks hold identical bits.
+// The result is bit-equal to a plain loop that adds the ranks' buffers in rank order, and within
+// f32 rounding (W-1 additions: (W-1)·2^-24·Σ|x_r| per element) of the exact sum.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace bp {
+
+// The processes' launch, read from the launcher's environment: Open MPI's mpirun
+// (OMPI_COMM_WORLD_SIZE/RANK), a PMI launcher (PMI_SIZE/RANK: MPICH's, srun --mpi=pmi2) or a
+// Slurm job step (SLURM_STEP_NUM_TASKS/SLURM_PROCID under srun). world 1: not launched as a group.
+struct LaunchInfo {
+  int world = 1;
+  int rank = 0;
+  std::string launcher;  // "mpirun", "pmi", "srun" or "" (a plain process)
+};
+LaunchInfo launch_from_environment();
+
+// Floats summed per exchange (64 MiB): bounds the scratch memory of an all-reduce and keeps every
+// MPI count far below 2^31 bytes.
+inline constexpr size_t kReduceSegmentFloats = size_t{16} << 20;
+
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  // "single" or "mpi"; and a line for logs ("Open MPI v4.1.4, 2 ranks").
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;
+  virtual std::string host_name() = 0;
+
+  // The primitives (collective: every rank calls them in the same order with matching sizes).
+  // Failures throw RUNTIME_DISTRIBUTED_FAILED.
+  //   barrier: every rank waits for all; a rank missing after timeout_s (<= 0: no limit) throws.
+  virtual void barrier(double timeout_s) = 0;
+  virtual void broadcast_bytes(void* data, size_t bytes, int root) = 0;
+  // recv holds world() * bytes: rank r's bytes at r * bytes.
+  virtual void all_gather_bytes(const void* send, size_t bytes, void* recv) = 0;
+  // Counts and offsets per rank, each below 2^31 (the algorithms below keep them so).
+  virtual void all_to_all_bytes(const void* send, const size_t* send_bytes, const size_t* send_offsets, void* recv,
+                                const size_t* recv_bytes, const size_t* recv_offsets) = 0;
+  virtual void all_gather_v_bytes(const void* send, size_t bytes, void* recv, const size_t* recv_bytes,
+                                  const size_t* recv_offsets) = 0;
+
+  // The algorithms, the same over every implementation.
+  // Sum over ranks, deterministic (the header's comment): every rank ends with identical bits.
+  void all_reduce_sum(float* data, size_t n) { all_reduce_sum(data, n, kReduceSegmentFloats); }
+  // The same in segments of `segment_floats` (tests take small ones to cross segment borders).
+  void all_reduce_sum(float* data, size_t n, size_t segment_floats);
+  // The same over f32 tensors (host or device), packed into buckets of kReduceSegmentFloats.
+  void all_reduce_sum(const std::vector<Tensor*>& tensors, size_t bucket_floats = kReduceSegmentFloats);
+  // Every rank's value, in rank order.
+  std::vector<int64_t> all_gather(int64_t value);
+  std::vector<double> all_gather(double value);
+  // Sum of every rank's value, added in rank order (identical on every rank).
+  double sum_in_rank_order(double value);
+  bool any(bool value);
+  // Rank root's text on every rank.
+  std::string broadcast(const std::string& text, int root);
+};
+
+// The in-process collective of a single process (world 1).
+std::unique_ptr<Collective> make_single_collective();
+
+// The MPI plugin: `library` is its path, or "" to look beside the program (the folder of the
+// binary holding this code, then ../lib/backprop, then the loader's search path). Loads it, starts
+// MPI, and returns the collective; DEP_DISTRIBUTED_UNAVAILABLE when the plugin or the MPI library
+// it needs cannot be loaded (the message says what was tried and the fix).
+std::unique_ptr<Collective> load_mpi_collective(const std::string& library = "");
+
+// Whether the MPI plugin would load (`backprop info`): its path, or why not. Does not start MPI.
+struct PluginAvailability {
+  bool available = false;
+  std::string path;  // the plugin found
+  std::string why;   // when not available
+};
+PluginAvailability mpi_plugin_availability(const std::string& library = "");
+// The mpirun on PATH (then /usr/bin), or "" when there is none (`train --nproc`, `backprop info`).
+std::string find_mpirun();
+
+// The process's collective, made on first call: `mode` "auto" = MPI when the launcher's
+// environment says more than one process (launch_from_environment), else single; "mpi" = MPI
+// always; "single" = in-process. Later calls return the same one (the mode of the first call).
+Collective& process_collective(const std::string& mode = "auto", const std::string& library = "");
+// Ends MPI after a run every rank finished (cli/: after a successful `train`). After an error it
+// is not called: finalizing while another rank waits in a collective would hang, and the launcher
+// ends the other ranks when this one exits.
+void finalize_process_collective();
+
+}  // namespace bp

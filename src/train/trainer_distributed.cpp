@@ -1,0 +1,234 @@
+// The Trainer's data-parallel side (DESIGN.md "Distributed"; core/collective.h): N ranks, each
+// holding the whole model, train one run together.
+//   - Each optimizer step's sequences (the global --batch-size, from the one seeded data cursor
+//     every rank runs identically) are cut into N contiguous shares, rank r taking
+//     [B·r/N, B·(r+1)/N): disjoint, deterministic, together the step a single process takes.
+//   - Every rank scales its gradients by 1/(label tokens of the whole global batch), as the single
+//     process does, so the sum over ranks is the single process's gradient; the sum (the
+//     Collective's rank-ordered all-reduce) happens once per step, after the micro-batches and
+//     before clipping. Loss sums are added in rank order too, so the loss is the global one.
+//   - After the all-reduce every rank holds the same gradient bits, so clipping, the NaN guard's
+//     skip and the update agree by construction; a rank's own non-finite values are still made a
+//     global decision (any()), as are the stop (interrupt) and OOM recovery: a rank that ran out of
+//     memory changed its micro-batch (or turned gradient checkpointing on), and every rank redoes
+//     the step with the smallest micro-batch any rank has (and checkpointing if any has it).
+//   - Rank 0 alone writes the run folder (metrics, checkpoints after a barrier, adapter, summary);
+//     the others compute the same state and write nothing.
+//   - At the start the ranks compare hashes of their settings, model weights and training data and
+//     refuse to train on a mismatch (CONFIG_DISTRIBUTED_MISMATCH).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/collective.h"
+#include "core/log.h"
+#include "core/uuid.h"
+#include "train/resume.h"
+#include "train/trainer_state.h"
+
+namespace bp {
+
+namespace {
+
+// A 64-bit hash of bytes, 8 at a time (not cryptographic: it tells copies apart, fast enough to run
+// over every weight at the start of a run).
+struct Hash64 {
+  uint64_t h = 0x243F6A8885A308D3ull;
+  void add(const void* data, size_t n) {
+    if (n == 0) {  // an empty vector's data() may be null
+      mix(0);
+      return;
+    }
+    const auto* p = static_cast<const unsigned char*>(data);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      mix(w);
+    }
+    uint64_t tail = 0;
+    if (n > i) std::memcpy(&tail, p + i, n - i);
+    mix(tail ^ (static_cast<uint64_t>(n) << 56));
+  }
+  void add(const std::string& s) { add(s.data(), s.size()); }
+  void mix(uint64_t w) {
+    h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+  }
+};
+
+void hash_tensor(Hash64& h, const Tensor& t) {
+  if (!t.defined() || t.numel() == 0) return;
+  const Tensor host = t.device().type == DeviceType::CPU ? t : t.to(Device{});
+  h.add(host.raw(), host.nbytes());
+}
+
+// Settings that may differ between ranks without changing the training: paths (another node may
+// mount the model and data elsewhere: their contents are hashed instead), threads, and how the
+// ranks talk.
+bool rank_local_setting(const std::string& section, const std::string& key) {
+  static const char* const kLocal[] = {"model.path",
+                                       "data.path",
+                                       "data.eval_path",
+                                       "training.output",
+                                       "training.resume",
+                                       "training.threads",
+                                       "training.mpi_library",
+                                       "training.init_adapter",
+                                       "training.distributed_timeout",
+                                       "training.max_memory",
+                                       "training.nproc"};
+  const std::string full = section + "." + key;
+  return std::any_of(std::begin(kLocal), std::end(kLocal), [&](const char* k) { return full == k; });
+}
+
+}  // namespace
+
+// Before the run folder is opened: which rank this is, and what a data-parallel run cannot do yet.
+void Trainer::State::start_distributed() {
+  comm = &process_collective(opt.distributed, opt.mpi_library);
+  summary.world_size = comm->world();
+  writer = comm->rank() == 0;
+  if (comm->world() == 1) return;
+  const int w = comm->world();
+  if (method_is_preference(opt.method))
+    throw Error(ErrorCode::CONFIG_DISTRIBUTED_MISMATCH,
+                fmt::format("[train] --method {} does not run data-parallel yet ({} ranks): only sft does",
+                            train_method_name(opt.method), w))
+        .with_suggestion("Train it in one process (drop mpirun / --nproc), or use --method sft.");
+  if (opt.batch_size < w)
+    throw Error(ErrorCode::CONFIG_DISTRIBUTED_MISMATCH,
+                fmt::format("[train] --batch-size {} is smaller than the {} ranks: every rank needs at least one "
+                            "sequence of each step",
+                            opt.batch_size, w),
+                {{"batch_size", opt.batch_size}, {"world", w}})
+        .with_suggestion(fmt::format("Use --batch-size {} or more (the global batch: it means the same at any rank "
+                                     "count), or fewer ranks.",
+                                     w));
+  if (opt.eval_only)
+    throw Error(ErrorCode::CONFIG_DISTRIBUTED_MISMATCH, "[train] an evaluation-only run is not data-parallel")
+        .with_suggestion("Run it in one process.");
+}
+
+// The run id: rank 0's (a new run) or the resumed checkpoint's, the same on every rank.
+std::string Trainer::State::shared_run_id(const std::string& resumed_id) const {
+  if (comm->world() == 1) return resumed_id;
+  return comm->broadcast(resumed_id.empty() ? uuid4() : resumed_id, 0);
+}
+
+// This rank's sequences of a step whose global batch is `ids`.
+std::vector<int64_t> Trainer::State::local_share(const std::vector<int64_t>& ids) const {
+  const size_t n = ids.size(), w = static_cast<size_t>(comm->world()), r = static_cast<size_t>(comm->rank());
+  return std::vector<int64_t>(ids.begin() + static_cast<std::ptrdiff_t>(n * r / w),
+                              ids.begin() + static_cast<std::ptrdiff_t>(n * (r + 1) / w));
+}
+
+// The largest share a rank gets of a step (OOM recovery's batch: micro-batches never exceed it).
+int64_t Trainer::State::local_batch_size() const {
+  const int64_t w = comm->world();
+  return (opt.batch_size + w - 1) / w;
+}
+
+// Settings, model weights (and the adapter as initialised) and training data hashed and compared
+// across ranks; a mismatch names what differs on which ranks. Then a barrier (bounded).
+void Trainer::State::check_ranks_agree() {
+  if (comm->world() == 1) return;
+  Hash64 hs, hw, hd;
+  nlohmann::json settings = nlohmann::json::object();
+  if (opt.resolved_settings.is_object())
+    for (const char* section : {"model", "lora", "training", "data"})
+      if (opt.resolved_settings.contains(section) && opt.resolved_settings[section].is_object())
+        for (auto& [k, v] : opt.resolved_settings[section].items())
+          if (!rank_local_setting(section, k)) settings[section][k] = v;
+  settings["_options"] = {opt.batch_size,     opt.seed,          opt.steps,  opt.lr, train_mode_name(opt.mode),
+                          opt.max_seq_length, opt.max_grad_norm, opt.shuffle};
+  hs.add(settings.dump());
+  for (auto& [name, t] : model->named_weights()) {
+    hw.add(name);
+    hash_tensor(hw, *t);
+  }
+  for (auto& p : model->trainable_parameters()) {
+    hw.add(p.name);
+    hash_tensor(hw, *p.param);
+  }
+  for (const std::vector<Sample>* set : {&data.train, &data.eval}) {
+    const int64_t n = static_cast<int64_t>(set->size());
+    hd.add(&n, sizeof n);
+    for (const Sample& smp : *set) {
+      hd.add(smp.ids.data(), smp.ids.size() * sizeof(int32_t));
+      hd.add(smp.loss_mask.data(), smp.loss_mask.size());
+    }
+  }
+  const std::pair<const char*, uint64_t> parts[] = {
+      {"settings", hs.h}, {"model weights", hw.h}, {"training data", hd.h}};
+  std::vector<std::string> differ;
+  for (const auto& [what, h] : parts) {
+    const std::vector<int64_t> all = comm->all_gather(static_cast<int64_t>(h));
+    std::vector<int> ranks;
+    for (size_t r = 1; r < all.size(); ++r)
+      if (all[r] != all[0]) ranks.push_back(static_cast<int>(r));
+    if (!ranks.empty())
+      differ.push_back(fmt::format("{} (rank{} {} differ{} from rank 0)", what, ranks.size() > 1 ? "s" : "",
+                                   fmt::join(ranks, ", "), ranks.size() > 1 ? "" : "s"));
+  }
+  if (!differ.empty())
+    throw Error(ErrorCode::CONFIG_DISTRIBUTED_MISMATCH,
+                fmt::format("[train] the {} ranks of this run do not train the same thing: {}", comm->world(),
+                            fmt::join(differ, "; ")),
+                {{"world", comm->world()}, {"rank", comm->rank()}, {"differs", differ}});
+  comm->barrier(opt.distributed_timeout_s);
+  event("info", fmt::format("data-parallel over {} ranks ({}): each takes {} of the {} sequences of a step; "
+                            "settings, weights and data agree on every rank",
+                            comm->world(), comm->description(),
+                            opt.batch_size % comm->world() == 0 ? std::to_string(opt.batch_size / comm->world())
+                                                                : fmt::format("up to {}", local_batch_size()),
+                            opt.batch_size));
+}
+
+// forward_backward on every rank's share, with OOM recovery agreed across the ranks, then the
+// gradients summed over the ranks (the one all-reduce of the step). Returns the global loss sum.
+double Trainer::State::forward_backward_all_ranks(const Batch& batch) {
+  if (comm->world() == 1) return forward_backward(batch);
+  for (;;) {
+    const int64_t micro_before = oom->micro_seqs();
+    const bool gc_before = model->options().gradient_checkpointing;
+    const double local = forward_backward(batch);
+    const std::vector<int64_t> micro = comm->all_gather(oom->micro_seqs());
+    const std::vector<int64_t> gc = comm->all_gather(int64_t{model->options().gradient_checkpointing ? 1 : 0});
+    const int64_t agreed_micro = *std::min_element(micro.begin(), micro.end());
+    const bool agreed_gc = std::any_of(gc.begin(), gc.end(), [](int64_t v) { return v != 0; });
+    bool agree = true;
+    std::vector<int> recovered;  // ranks that changed their micro-batch or checkpointing this step
+    for (size_t r = 0; r < micro.size(); ++r) {
+      agree = agree && micro[r] == agreed_micro && (gc[r] != 0) == agreed_gc;
+      if (micro[r] != micro_before || (gc[r] != 0) != gc_before) recovered.push_back(static_cast<int>(r));
+    }
+    if (agree) {
+      comm->all_reduce_sum(grads);
+      return comm->sum_in_rank_order(local);
+    }
+    // Some rank ran out of memory: every rank redoes the step the same way.
+    const bool mine = std::find(recovered.begin(), recovered.end(), comm->rank()) != recovered.end();
+    if (!mine) ++summary.oom_recoveries;  // the rank that recovered counted it in report_oom
+    oom->set_micro_seqs(agreed_micro);
+    if (agreed_gc) model->set_gradient_checkpointing(true);
+    event("warn", fmt::format("rank{} {} ran out of memory at step {}: every rank redoes the step with micro-batch "
+                              "{}{}",
+                              recovered.size() > 1 ? "s" : "", fmt::join(recovered, ", "), step + 1, agreed_micro,
+                              agreed_gc ? " and gradient checkpointing on" : ""));
+    record({{"type", "oom_recovery_agreed"},
+            {"step", step + 1},
+            {"ranks", recovered},
+            {"micro_batch_after", agreed_micro},
+            {"gradient_checkpointing", agreed_gc}});
+  }
+}
+
+// A decision every rank must take the same way: true when it is true on any rank.
+bool Trainer::State::on_any_rank(bool value) {
+  return comm->world() == 1 ? value : comm->any(value);
+}
+
+}  // namespace bp

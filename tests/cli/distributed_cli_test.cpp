@@ -1,0 +1,428 @@
+// Data-parallel training as a user runs it (issue 40; train/trainer_distributed.cpp): the real
+// backprop under real `mpirun --allow-run-as-root --oversubscribe -np 2` over the loopback, one
+// thread per rank, on the real stories260K model. Against one process on the same global batch:
+// the same losses and adapter; two 2-rank runs: the same bits; ranks that disagree: refused; an
+// OOM or a NaN on one rank: decided for all. Only an absent mpirun skips them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/collective.h"
+#include "io/safetensors.h"
+#include "support/test_util.h"
+
+namespace bp {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string model_dir() {
+  return test::shared_dir() + "/models/stories260K";
+}
+
+std::string write_data(const std::string& dir, const std::string& name = "data.jsonl", int changed_row = -1) {
+  const std::string p = dir + "/" + name;
+  std::ofstream f(p);
+  const char* who[] = {"Lily", "Tom", "Ben", "Sue", "Max"};
+  for (int i = 0; i < 24; ++i)
+    f << "{\"text\": \"" << who[i % 5] << " saw a " << (i == changed_row ? "cat" : "bird") << " number " << i % 7
+      << ". It was happy.\"}\n";
+  return p;
+}
+
+// One process's (or one rank's) command: a global batch of 4 in micro-batches of 2, so a rank's
+// share of 2 is one micro-batch, as each micro-batch of the single process is.
+std::string train_args(const std::string& data, const std::string& out, const std::string& extra = "",
+                       const std::string& lr = "5e-3", const std::string& batch = "4") {
+  return " train --device cpu --model " + model_dir() + " --data " + data + " --output " + out +
+         " --steps 4 --batch-size " + batch + " --micro-batch-size " + (batch == "4" ? "2" : batch) + " --lr " + lr +
+         " --warmup-steps 0 --lr-scheduler constant --lora-r 4 --lora-dropout 0 --max-seq-length 64 --holdout 0"
+         " --threads 1 --seed 7 " +
+         extra;
+}
+
+// The environment of every command that starts ranks: under the sanitizer build, LeakSanitizer
+// leaves Open MPI's own allocations alone (tests/support/lsan_openmpi.supp); elsewhere it is unused.
+std::string rank_env() {
+  return "LSAN_OPTIONS=suppressions=" + test::source_dir() +
+         "/tests/support/lsan_openmpi.supp:print_suppressions=0:fast_unwind_on_malloc=0 ";
+}
+
+// --timeout: a rank that hangs ends the job (and the test) in minutes, not at ctest's limit.
+std::string mpirun_prefix(int np, const std::string& env = "") {
+  return rank_env() + find_mpirun() +
+         " --allow-run-as-root --oversubscribe --timeout 300 --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo " +
+         env + " -np " + std::to_string(np) + " ";
+}
+
+#define SKIP_WITHOUT_MPIRUN()                                                                           \
+  do {                                                                                                  \
+    if (find_mpirun().empty()) GTEST_SKIP() << "mpirun is not installed (apt-get install openmpi-bin)"; \
+  } while (0)
+
+// The one run folder under a --output root (both ranks share rank 0's run id; rank 1 writes none).
+std::string only_run(const std::string& root) {
+  std::vector<std::string> runs;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory()) runs.push_back(e.path().string());
+  EXPECT_EQ(runs.size(), 1u) << root;
+  return runs.empty() ? root : runs[0];
+}
+
+std::vector<nlohmann::json> records(const std::string& run, const std::string& type) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(run + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.value("type", "") == type) out.push_back(j);
+  }
+  return out;
+}
+
+std::vector<double> losses(const std::string& run) {
+  std::vector<double> out;
+  for (const auto& r : records(run, "step")) out.push_back(r["loss"].is_null() ? NAN : r["loss"].get<double>());
+  return out;
+}
+
+nlohmann::json summary(const std::string& run) {
+  std::ifstream in(run + "/summary.json");
+  return nlohmann::json::parse(in);
+}
+
+std::string slurp(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// Per step, |a - b| <= 1e-5 |b| (the two sum the same terms in another f32 order).
+void expect_losses_close(const std::vector<double>& a, const std::vector<double>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_LE(std::fabs(a[i] - b[i]), 1e-5 * std::fabs(b[i])) << "step " << i + 1;
+}
+
+// The adapters' tensors: ||a - b|| <= 2.5e-4 · steps · ||b|| per tensor (1e-3 for these 4 steps).
+// The ranks' gradients differ from one process's only by the order of their f32 additions (about
+// 2^-24 relative per addition). AdamW divides each step by the gradient's own running scale, so a
+// coordinate whose gradient is near rounding level can move by a noticeable part of lr either way,
+// and that grows with the steps (CONVENTIONS.md: trajectories). Measured here: a 2-rank run whose
+// shares are the single process's micro-batches, 0 (the same bits); one process with micro-batches
+// of 1 instead of 2, 7.5e-5; the OOM run below (micro-batches of 1 from step 2), 1.25e-4, in
+// layer 1's q_proj lora_A. lora_B starts at zero, so its norm is what training moved.
+void expect_adapters_close(const std::string& a_run, const std::string& b_run) {
+  auto a = SafetensorsReader::open_file(a_run + "/adapter/adapter_model.safetensors");
+  auto b = SafetensorsReader::open_file(b_run + "/adapter/adapter_model.safetensors");
+  ASSERT_EQ(a.names(), b.names());
+  ASSERT_FALSE(a.names().empty());
+  for (const auto& name : a.names()) {
+    const std::vector<float> x = a.read(name).to_vector(), y = b.read(name).to_vector();
+    ASSERT_EQ(x.size(), y.size()) << name;
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      diff += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+      norm += double(y[i]) * y[i];
+    }
+    EXPECT_LE(std::sqrt(diff), 2.5e-4 * 4 * std::sqrt(norm)) << name;
+    if (name.find("lora_B") != std::string::npos) {
+      EXPECT_GT(norm, 0.0) << name << " never trained";
+    }
+  }
+}
+
+}  // namespace
+
+// 2 ranks x 2 sequences = 1 process x 4 sequences: losses, gradient norms and the adapter agree;
+// summary.json says world_size; rank 0 alone wrote (one run folder under --output).
+TEST(Distributed, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
+  SKIP_WITHOUT_MPIRUN();
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path);
+  std::string out;
+  ASSERT_EQ(test::run_command(test::backprop_exe() + train_args(data, tmp.path + "/one") + " 2>&1", &out), 0) << out;
+  ASSERT_EQ(
+      test::run_command(mpirun_prefix(2) + test::backprop_exe() + train_args(data, tmp.path + "/two") + " 2>&1", &out),
+      0)
+      << out;
+  const std::string one = only_run(tmp.path + "/one"), two = only_run(tmp.path + "/two");
+  EXPECT_EQ(summary(one)["world_size"], 1);
+  EXPECT_EQ(summary(two)["world_size"], 2);
+  EXPECT_EQ(summary(two)["steps"], 4);
+  EXPECT_EQ(summary(two)["tokens"], summary(one)["tokens"]);  // the same sequences, all of them
+  const auto l1 = losses(one), l2 = losses(two);
+  ASSERT_EQ(l1.size(), 4u);
+  expect_losses_close(l2, l1);
+  const auto s1 = records(one, "step"), s2 = records(two, "step");
+  for (size_t i = 0; i < s1.size(); ++i) {
+    EXPECT_EQ(s2[i]["samples"], s1[i]["samples"]);  // the same global batch each step
+    EXPECT_LE(std::fabs(s2[i]["grad_norm"].get<double>() - s1[i]["grad_norm"].get<double>()),
+              1e-5 * s1[i]["grad_norm"].get<double>());
+  }
+  EXPECT_GT(std::fabs(l1.front() - l1.back()), 1e-3);  // it trained: the comparison is not of constants
+  expect_adapters_close(two, one);
+  EXPECT_NE(out.find("data-parallel over 2 ranks"), std::string::npos) << out;
+}
+
+// Full fine-tuning: every weight's gradient is summed over the ranks. The losses agree, and each
+// weight ends as one process's within 2.5e-4 · steps of how far training moved it from the base
+// (measured: 8.3e-6, in layer 0's input_layernorm).
+TEST(Distributed, TwoRanksMatchOneProcessInFullFineTuning) {
+  SKIP_WITHOUT_MPIRUN();
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path);
+  std::string out;
+  const std::string full = "--mode full";
+  ASSERT_EQ(test::run_command(test::backprop_exe() + train_args(data, tmp.path + "/one", full, "1e-3") + " 2>&1", &out),
+            0)
+      << out;
+  ASSERT_EQ(
+      test::run_command(
+          mpirun_prefix(2) + test::backprop_exe() + train_args(data, tmp.path + "/two", full, "1e-3") + " 2>&1", &out),
+      0)
+      << out;
+  const std::string one = only_run(tmp.path + "/one"), two = only_run(tmp.path + "/two");
+  EXPECT_EQ(summary(two)["world_size"], 2);
+  expect_losses_close(losses(two), losses(one));
+  auto base = SafetensorsReader::open_model(model_dir());
+  auto a = SafetensorsReader::open_model(two + "/model"), b = SafetensorsReader::open_model(one + "/model");
+  ASSERT_EQ(a.names(), b.names());
+  for (const auto& name : b.names()) {
+    const std::vector<float> x = a.read(name).to_vector(), y = b.read(name).to_vector(),
+                             w0 = base.read(name).to_vector();
+    ASSERT_EQ(x.size(), y.size()) << name;
+    double diff = 0, moved = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      diff += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+      moved += (double(y[i]) - w0[i]) * (double(y[i]) - w0[i]);
+    }
+    EXPECT_GT(moved, 0.0) << name << " never trained";
+    EXPECT_LE(std::sqrt(diff), 2.5e-4 * 4 * std::sqrt(moved)) << name;
+  }
+}
+
+// Two 2-rank runs, one under mpirun and one through `train --nproc 2`, give the same bits.
+TEST(Distributed, TwoRunsAtTwoRanksAreBitIdentical) {
+  SKIP_WITHOUT_MPIRUN();
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path);
+  std::string out;
+  ASSERT_EQ(
+      test::run_command(mpirun_prefix(2) + test::backprop_exe() + train_args(data, tmp.path + "/a") + " 2>&1", &out), 0)
+      << out;
+  ASSERT_EQ(test::run_command(
+                rank_env() + test::backprop_exe() + train_args(data, tmp.path + "/b", "--nproc 2") + " 2>&1", &out),
+            0)
+      << out;
+  const std::string a = only_run(tmp.path + "/a"), b = only_run(tmp.path + "/b");
+  EXPECT_EQ(summary(b)["world_size"], 2);
+  const auto la = losses(a), lb = losses(b);
+  ASSERT_EQ(la.size(), 4u);
+  for (size_t i = 0; i < la.size(); ++i) EXPECT_EQ(la[i], lb[i]) << "step " << i + 1;  // bit for bit
+  const std::string wa = slurp(a + "/adapter/adapter_model.safetensors");
+  ASSERT_FALSE(wa.empty());
+  EXPECT_TRUE(wa == slurp(b + "/adapter/adapter_model.safetensors"));
+  const std::string ca = slurp(a + "/checkpoints/checkpoint-4/trainable.safetensors");
+  ASSERT_FALSE(ca.empty());
+  EXPECT_TRUE(ca == slurp(b + "/checkpoints/checkpoint-4/trainable.safetensors"));
+}
+
+// A run saved at one rank count continues at another: 1 -> 2 and 2 -> 1 ranks, each killed after
+// step 2's checkpoint and resumed, end as the straight single-process run (the checkpoint holds no
+// per-rank state: the data cursor and the optimizer are global).
+TEST(Distributed, ResumeAtAnotherRankCount) {
+  SKIP_WITHOUT_MPIRUN();
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path);
+  std::string out;
+  ASSERT_EQ(test::run_command(test::backprop_exe() + train_args(data, tmp.path + "/straight") + " 2>&1", &out), 0)
+      << out;
+  const std::string straight = only_run(tmp.path + "/straight");
+  const std::string crash = "--save-every 2 --fault-inject-crash-step 2";
+  for (const auto& [first, then] : {std::pair<int, int>{1, 2}, std::pair<int, int>{2, 1}}) {
+    const std::string root = tmp.path + "/r" + std::to_string(first) + std::to_string(then);
+    auto launch = [&](int np) { return np == 1 ? test::backprop_exe() : mpirun_prefix(np) + test::backprop_exe(); };
+    EXPECT_NE(test::run_command(launch(first) + train_args(data, root, crash) + " 2>&1", &out), 0) << out;
+    const std::string run = only_run(root);
+    ASSERT_TRUE(fs::exists(run + "/checkpoints/checkpoint-2")) << out;
+    ASSERT_EQ(test::run_command(launch(then) + train_args(data, root, "--resume latest") + " 2>&1", &out), 0) << out;
+    EXPECT_EQ(summary(run)["world_size"], then);
+    EXPECT_EQ(summary(run)["steps"], 4);
+    expect_losses_close(losses(run), losses(straight));
+    expect_adapters_close(run, straight);
+  }
+}
+
+// Ranks started with different settings, or reading different data, are refused before training.
+TEST(Distributed, RanksThatDisagreeAreRefused) {
+  SKIP_WITHOUT_MPIRUN();
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path), other = write_data(tmp.path, "other.jsonl", 5);
+  std::string out;
+  // MPMD: rank 0 and rank 1 run different command lines.
+  int rc = test::run_command(mpirun_prefix(1) + test::backprop_exe() + train_args(data, tmp.path + "/s") + " : -np 1 " +
+                                 test::backprop_exe() + train_args(data, tmp.path + "/s", "", "4e-3") + " 2>&1",
+                             &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("CONFIG_DISTRIBUTED_MISMATCH"), std::string::npos) << out;
+  EXPECT_NE(out.find("settings (rank 1 differs from rank 0)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("training data ("), std::string::npos) << out;
+  rc = test::run_command(mpirun_prefix(1) + test::backprop_exe() + train_args(data, tmp.path + "/d") + " : -np 1 " +
+                             test::backprop_exe() + train_args(other, tmp.path + "/d") + " 2>&1",
+                         &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("CONFIG_DISTRIBUTED_MISMATCH"), std::string::npos) << out;
+  EXPECT_NE(out.find("training data (rank 1 differs from rank 0)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("settings ("), std::string::npos) << out;  // the data path differs, its content is what counts
+}
+
+// Two OOMs in a row on rank 1 alone (the first turns gradient checkpointing on, the second halves its
+// micro-batch): every rank redoes the step that way (the same samples), and the run ends as the one
+// without the OOM (within the f32 order of the sums).
+TEST(Distributed, OutOfMemoryOnOneRankIsRedoneByEveryRank) {
+  SKIP_WITHOUT_MPIRUN();
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path);
+  std::string out;
+  ASSERT_EQ(test::run_command(test::backprop_exe() + train_args(data, tmp.path + "/one") + " 2>&1", &out), 0) << out;
+  ASSERT_EQ(
+      test::run_command(mpirun_prefix(2) + test::backprop_exe() +
+                            train_args(data, tmp.path + "/oom",
+                                       "--fault-inject-oom-step 2 --fault-inject-oom-count 2 --fault-inject-rank 1") +
+                            " 2>&1",
+                        &out),
+      0)
+      << out;
+  const std::string one = only_run(tmp.path + "/one"), oom = only_run(tmp.path + "/oom");
+  const auto agreed = records(oom, "oom_recovery_agreed");
+  ASSERT_EQ(agreed.size(), 1u) << out;
+  EXPECT_EQ(agreed[0]["step"], 2);
+  EXPECT_EQ(agreed[0]["ranks"], nlohmann::json::array({1}));
+  EXPECT_EQ(agreed[0]["micro_batch_after"], 1);
+  EXPECT_EQ(agreed[0]["gradient_checkpointing"], true);
+  EXPECT_TRUE(records(oom, "oom_recovery").empty());  // rank 0 did not run out itself
+  EXPECT_EQ(summary(oom)["oom_recoveries"], 1);
+  EXPECT_EQ(summary(oom)["micro_batch_size"], 1);  // kept for the rest of the run, on every rank
+  EXPECT_EQ(summary(oom)["gradient_checkpointing"], true);
+  expect_losses_close(losses(oom), losses(one));
+  expect_adapters_close(oom, one);
+}
+
+// A NaN gradient on rank 1 alone skips the step on every rank (rank 0 records it though its own
+// gradients were finite); the run goes on together.
+TEST(Distributed, NonFiniteGradientOnOneRankSkipsTheStepEverywhere) {
+  SKIP_WITHOUT_MPIRUN();
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path);
+  std::string out;
+  ASSERT_EQ(test::run_command(
+                mpirun_prefix(2) + test::backprop_exe() +
+                    train_args(data, tmp.path + "/nan", "--fault-inject-nan-step 2 --fault-inject-rank 1") + " 2>&1",
+                &out),
+            0)
+      << out;
+  const std::string run = only_run(tmp.path + "/nan");
+  const auto nonfinite = records(run, "nonfinite");
+  ASSERT_EQ(nonfinite.size(), 1u) << out;
+  EXPECT_EQ(nonfinite[0]["step"], 2);
+  const auto l = losses(run);
+  ASSERT_EQ(l.size(), 4u);
+  EXPECT_TRUE(std::isnan(l[1]));
+  EXPECT_EQ(summary(run)["skipped_steps"], 1);
+}
+
+// The plugin named by training.mpi_library is missing: every rank stops with the catalog code.
+TEST(Distributed, MissingPluginUnderMpirunIsACatalogError) {
+  SKIP_WITHOUT_MPIRUN();
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path);
+  std::string out;
+  const int rc = test::run_command(
+      mpirun_prefix(2, "-x BACKPROPAGATE_TRAINING__MPI_LIBRARY=/nonexistent/libbp_collective_mpi.so") +
+          test::backprop_exe() + train_args(data, tmp.path + "/x") + " 2>&1",
+      &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("DEP_DISTRIBUTED_UNAVAILABLE"), std::string::npos) << out;
+  EXPECT_NE(out.find("/nonexistent/libbp_collective_mpi.so"), std::string::npos) << out;
+}
+
+TEST(Distributed, NprocZeroIsRefused) {
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path);
+  std::string out;
+  const int rc =
+      test::run_command(test::backprop_exe() + train_args(data, tmp.path + "/z", "--nproc 0") + " 2>&1", &out);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("CONFIG_INVALID_SETTING"), std::string::npos) << out;
+  EXPECT_NE(out.find("nproc"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(tmp.path + "/z"));
+}
+
+// A global batch smaller than the rank count leaves a rank without work: refused, naming both.
+TEST(Distributed, BatchSmallerThanTheRanksIsRefused) {
+  SKIP_WITHOUT_MPIRUN();
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path);
+  std::string out;
+  const int rc = test::run_command(
+      mpirun_prefix(2) + test::backprop_exe() + train_args(data, tmp.path + "/b", "", "5e-3", "1") + " 2>&1", &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("CONFIG_DISTRIBUTED_MISMATCH"), std::string::npos) << out;
+  EXPECT_NE(out.find("--batch-size 1 is smaller than the 2 ranks"), std::string::npos) << out;
+}
+
+// Rank 0 alone shows the run's info on the console; with --log-file every rank keeps its whole log
+// (rank 1's in FILE.rank1), under the run id rank 0 made.
+TEST(Distributed, EveryRankWritesItsOwnLogFile) {
+  SKIP_WITHOUT_MPIRUN();
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path), log = tmp.path + "/log.jsonl";
+  std::string out;
+  ASSERT_EQ(test::run_command(mpirun_prefix(2) + test::backprop_exe() +
+                                  train_args(data, tmp.path + "/run", "--log-file " + log) + " 2>&1",
+                              &out),
+            0)
+      << out;
+  size_t shown = 0;
+  for (size_t at = out.find("data-parallel over 2 ranks"); at != std::string::npos;
+       at = out.find("data-parallel over 2 ranks", at + 1))
+    ++shown;
+  EXPECT_EQ(shown, 1u) << out;
+  const std::string run_id = fs::path(only_run(tmp.path + "/run")).filename().string();
+  for (const std::string& file : {log, log + ".rank1"}) {
+    std::ifstream in(file);
+    ASSERT_TRUE(in.good()) << file;
+    bool said = false;
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.value("msg", "").find("data-parallel over 2 ranks") != std::string::npos) {
+        said = true;
+        EXPECT_EQ(j.value("run_id", ""), run_id) << file;
+      }
+    }
+    EXPECT_TRUE(said) << file;
+  }
+  EXPECT_FALSE(fs::exists(log + ".rank0"));
+}
+
+// `backprop info` says whether MPI is there.
+TEST(Distributed, InfoSaysWhetherMpiIsAvailable) {
+  std::string out;
+  ASSERT_EQ(test::run_command(test::backprop_exe() + " info --json 2>/dev/null", &out), 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  bool found = false;
+  for (const auto& f : j["features"])
+    if (f["name"] == "mpi") {
+      found = true;
+      if (!find_mpirun().empty()) {  // CI installs Open MPI: then the plugin is built and loads
+        EXPECT_TRUE(f["available"].get<bool>()) << f.dump();
+        EXPECT_NE(f["detail"].get<std::string>().find("libbp_collective_mpi.so"), std::string::npos) << f.dump();
+      }
+    }
+  EXPECT_TRUE(found) << out;
+}
+
+}  // namespace bp

@@ -1,0 +1,84 @@
+// `backprop eval` as a user runs it (the real binary): on a quick-start run its exact match is the
+// quick start's own and its loss the run's held-out eval loss; intervals, --vs against the base
+// model, --gate's exit codes, the results in the run folder and show-run, and bad input.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "support/test_util.h"
+
+namespace bp {
+namespace {
+
+namespace fs = std::filesystem;
+
+nlohmann::json json_of(const std::string& out) {
+  return nlohmann::json::parse(out.substr(out.find('{')));
+}
+
+TEST(EvalCli, QuickStartRunMeasuredTheSameWayAndGated) {
+  test::TempDir tmp;
+  std::string out;
+  // The no-argument quick start (30 steps) in an empty folder: its runs/ lands there.
+  ASSERT_EQ(test::run_command("cd " + tmp.path + " && " + test::backprop_exe() + " train --steps 30 --json 2>/dev/null",
+                              &out),
+            0)
+      << out;
+  const auto qs = json_of(out);
+  const std::string run = qs["output_dir"];
+  const std::string held = test::source_dir() + "/examples/quickstart_sharegpt_holdout.jsonl";
+  const std::string eval = "cd " + tmp.path + " && " + test::backprop_exe() + " eval " + run + " --eval-data " + held;
+  ASSERT_EQ(test::run_command(eval + " --metric exact_match,token_f1,loss --vs " + test::source_dir() +
+                                  "/models/tiny-chat --json 2>/dev/null",
+                              &out),
+            0)
+      << out;
+  const auto j = json_of(out);
+  EXPECT_EQ(j["examples"], 50);
+  EXPECT_DOUBLE_EQ(j["metrics"]["exact_match"]["value"].get<double>(), qs["exact_match_after"].get<double>());
+  EXPECT_DOUBLE_EQ(j["vs"]["metrics"]["exact_match"]["value"].get<double>(), qs["exact_match_before"].get<double>());
+  const double loss = j["metrics"]["loss"]["value"];
+  EXPECT_NEAR(loss, qs["final_eval_loss"].get<double>(), 1e-6 * loss) << "eval's loss is the run's held-out loss";
+  for (const char* m : {"exact_match", "token_f1", "loss"}) {
+    const auto& e = j["metrics"][m];
+    EXPECT_LE(e["ci_low"].get<double>(), e["value"].get<double>()) << m;
+    EXPECT_GE(e["ci_high"].get<double>(), e["value"].get<double>()) << m;
+  }
+  // The difference is vs − evaluated, on the same rows.
+  EXPECT_NEAR(j["difference"]["loss"]["value"].get<double>(), j["vs"]["metrics"]["loss"]["value"].get<double>() - loss,
+              1e-9);
+  // The run folder keeps the results; show-run prints them.
+  ASSERT_TRUE(fs::exists(fs::path(tmp.path) / run / "eval_results.json"));
+  ASSERT_EQ(test::run_command("cd " + tmp.path + " && " + test::backprop_exe() + " show-run " + run, &out), 0) << out;
+  EXPECT_NE(out.find("backprop eval on " + held), std::string::npos) << out;
+  EXPECT_NE(out.find("  token_f1"), std::string::npos) << out;
+  // Gates: one that holds exits 0, one that fails exits 1 and says which.
+  const double em = j["metrics"]["exact_match"]["value"];
+  EXPECT_EQ(test::run_command(eval + " --resamples 0 --gate 'exact_match>=" + std::to_string(em - 0.01) + "'", &out), 0)
+      << out;
+  EXPECT_EQ(test::run_command(eval + " --resamples 0 --gate 'exact_match>" + std::to_string(em + 0.01) + "'", &out), 1)
+      << out;
+  EXPECT_NE(out.find("FAILED"), std::string::npos) << out;
+}
+
+TEST(EvalCli, BadInputIsRefusedBeforeAnyWork) {
+  std::string out;
+  const std::string bp = test::backprop_exe();
+  const std::string model = " --model " + test::source_dir() + "/models/tiny-chat";
+  const std::string held = " --eval-data " + test::source_dir() + "/examples/quickstart_sharegpt_holdout.jsonl";
+  EXPECT_EQ(test::run_command(bp + " eval" + model, &out), 1) << out;  // no --eval-data
+  EXPECT_NE(out.find("--eval-data FILE is required"), std::string::npos) << out;
+  EXPECT_EQ(test::run_command(bp + " eval" + held, &out), 1) << out;  // nothing to evaluate
+  EXPECT_NE(out.find("nothing to evaluate"), std::string::npos) << out;
+  EXPECT_EQ(test::run_command(bp + " eval" + model + held + " --metric accuracy", &out), 1) << out;
+  EXPECT_NE(out.find("not a metric"), std::string::npos) << out;
+  EXPECT_EQ(test::run_command(bp + " eval" + model + held + " --gate 'loss<1'", &out), 1) << out;
+  EXPECT_NE(out.find("not one of the --metric values"), std::string::npos) << out;
+  EXPECT_EQ(test::run_command(bp + " eval" + model + " --eval-data /nonexistent.jsonl", &out), 1) << out;
+  EXPECT_NE(out.find("INPUT_DATASET_NOT_FOUND"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace bp
