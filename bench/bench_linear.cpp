@@ -23,6 +23,12 @@
 // projection shapes of SmolLM-135M and Qwen2.5-0.5B (q4_K only where rows are whole 256-blocks);
 // compare each with the f32 row of the same shape, same run.
 //
+// held_bf16_xWt / held_bf16_dx: the same products against W held in bf16 through the CPU's GEMM
+// engines (backend/cpu/gemm_engine.h, cpu::held_linear_forward / held_linear_backward), arg 0 the
+// path: 0 f32-openblas (--cpu-gemm openblas: x f32, W widened), 1 bf16-openblas (x rounded to bf16
+// and widened, f32 sgemm), 2 bf16-onednn (oneDNN's bf16 matmul; skipped without oneDNN), at the
+// shapes of held_xWt; the f32 sgemm row of held_xWt is the baseline.
+//
 // Threads: BP_BENCH_THREADS=n (default: all cores) sets OpenMP and OpenBLAS threads. With one
 // thread the rates use CPU time, which stays stable on a loaded shared machine; with more they
 // use wall time (CPU time of the main thread would miss the BLAS worker threads).
@@ -36,7 +42,11 @@
 #include <vector>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_engine.h"
+#include "backend/cpu/linear.h"
 #include "backend/cpu/quant_gemm.h"
+#include "core/error.h"
+#include "core/sysinfo.h"
 #include "core/threads.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
@@ -292,6 +302,61 @@ void BM_held_dx(benchmark::State& state) {
   state.SetLabel(bp::dtype_name(p.held.type));
 }
 
+// Forces a GEMM path for a benchmark (false: not available in this build or on this CPU).
+bool force_path(int64_t code) {
+  try {
+    if (code == 0) bp::cpu::select_cpu_gemm("openblas");
+    if (code == 1) {
+      bp::CpuIsa isa = bp::cpu_isa();
+      isa.avx512_bf16 = isa.amx_bf16 = false;  // auto without bf16 dot products
+      bp::cpu::select_cpu_gemm("auto", isa, bp::cpu::onednn_built());
+    }
+    if (code == 2) bp::cpu::select_cpu_gemm("onednn");
+    return true;
+  } catch (const bp::Error&) {
+    return false;
+  }
+}
+
+struct HeldBf16Problem {
+  int64_t T, in, out;
+  Tensor x, W, dy;
+  bp::cpu::HeldMatrix held;
+  explicit HeldBf16Problem(const benchmark::State& s) : T(s.range(1)), in(s.range(2)), out(s.range(3)) {
+    x = filled({T, in}, 1.0f);
+    W = filled({out, in}, 0.05f).to(bp::DType::BF16);
+    dy = filled({T, out}, 0.01f);
+    held = {W.raw(), W.dtype(), out, in};
+  }
+};
+
+void BM_held_bf16_xWt(benchmark::State& state) {
+  if (!force_path(state.range(0))) return state.SkipWithError("path not available here");
+  HeldBf16Problem p(state);
+  Tensor y = Tensor::empty({p.T, p.out});
+  for (auto _ : state) {
+    bp::cpu::held_linear_forward(p.x.data<float>(), nullptr, p.held, 0.0f, nullptr, y.data<float>(), p.T);
+    benchmark::DoNotOptimize(y.raw());
+  }
+  set_gflops(state, 2.0 * p.T * p.in * p.out);
+  state.SetLabel(bp::cpu::held_bf16_path_name(bp::cpu::cpu_gemm_choice().held_bf16));
+  bp::cpu::select_cpu_gemm("auto");
+}
+
+void BM_held_bf16_dx(benchmark::State& state) {
+  if (!force_path(state.range(0))) return state.SkipWithError("path not available here");
+  HeldBf16Problem p(state);
+  Tensor dx = Tensor::empty({p.T, p.in});
+  for (auto _ : state) {
+    bp::cpu::held_linear_backward(p.dy.data<float>(), nullptr, nullptr, nullptr, p.held, 0.0f, dx.data<float>(),
+                                  nullptr, p.T);
+    benchmark::DoNotOptimize(dx.raw());
+  }
+  set_gflops(state, 2.0 * p.T * p.in * p.out);
+  state.SetLabel(bp::cpu::held_bf16_path_name(bp::cpu::cpu_gemm_choice().held_bf16));
+  bp::cpu::select_cpu_gemm("auto");
+}
+
 int bench_threads() {
   const char* env = std::getenv("BP_BENCH_THREADS");
   return env ? std::atoi(env) : 0;  // 0: all cores
@@ -312,6 +377,18 @@ void held_shapes(benchmark::internal::Benchmark* b) {
                             {512, 4864, 896}})
     for (int64_t type : {0, 1, 2, 3})
       if (type != 3 || in % 256 == 0) b->Args({type, T, in, out});
+  b->Unit(benchmark::kMillisecond);
+  if (bench_threads() != 1) b->UseRealTime();
+}
+
+void held_bf16_shapes(benchmark::internal::Benchmark* b) {
+  for (auto [T, in, out] : {std::array<int64_t, 3>{512, 576, 576},
+                            {512, 576, 1536},
+                            {512, 1536, 576},
+                            {512, 896, 896},
+                            {512, 896, 4864},
+                            {512, 4864, 896}})
+    for (int64_t path : {0, 1, 2}) b->Args({path, T, in, out});
   b->Unit(benchmark::kMillisecond);
   if (bench_threads() != 1) b->UseRealTime();
 }
@@ -347,6 +424,8 @@ BENCHMARK(BM_rope_qk)->Apply(rope_shapes);
 BENCHMARK(BM_lora_qkv)->Apply(qkv_shapes);
 BENCHMARK(BM_held_xWt)->Apply(held_shapes);
 BENCHMARK(BM_held_dx)->Apply(held_shapes);
+BENCHMARK(BM_held_bf16_xWt)->Apply(held_bf16_shapes);
+BENCHMARK(BM_held_bf16_dx)->Apply(held_bf16_shapes);
 BENCHMARK(BM_sgemm_xWt)->Apply(shapes);
 BENCHMARK(BM_linear_forward_full)->Apply(shapes);
 BENCHMARK(BM_linear_forward_lora)->Apply(shapes);

@@ -22,7 +22,7 @@ done
 pkgs=(build-essential cmake pkg-config git
       libopenblas-dev libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
       libtomlplusplus-dev libcpp-httplib-dev libpcre2-dev libicu-dev libssl-dev
-      libgtest-dev libgmock-dev libbenchmark-dev clang-format-14 libomp-dev
+      libgtest-dev libgmock-dev libbenchmark-dev clang-format-14 libomp-dev libdnnl-dev
       pybind11-dev python3-dev python3-venv python3-setuptools python3-wheel python3-pip
       openmpi-bin libopenmpi-dev)
 if [ "$want_tests" = 1 ]; then

@@ -159,6 +159,12 @@ bp::cli::RunFn setup_info(CLI::App& sub) {
     info.cpu_kernels = kc.variant;
     info.cpu_kernels_reason = kc.reason;
     info.cpu_kernels_supported = kc.supported;
+    const bp::ops::CpuGemmInfo gi = bp::ops::cpu_gemm_info();
+    info.cpu_gemm = gi.setting;
+    info.cpu_gemm_held_bf16 = gi.held_bf16;
+    info.cpu_gemm_reason = gi.reason;
+    info.onednn_version = gi.onednn_version;
+    info.cpu_compute = bp::ops::cpu_gemm_description(true);
     if (json)
       std::cout << bp::to_json(info).dump(2) << std::endl;
     else

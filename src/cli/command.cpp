@@ -43,6 +43,7 @@ void bind_settings_where(CLI::App& sub, const std::function<bool(const SettingSp
 void apply_global_settings(const Settings& s, log::ConsoleHandler console_handler) {
   log::init_from_settings(s, std::move(console_handler));
   ops::select_cpu_kernels(s.get_string("runtime.cpu_kernels"));
+  ops::select_cpu_gemm(s.get_string("runtime.cpu_gemm"));
 }
 
 void bind_global_settings(CLI::App& app) {

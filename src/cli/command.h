@@ -40,11 +40,12 @@ void bind_settings(CLI::App& sub, std::initializer_list<std::string_view> keys);
 void bind_settings_where(CLI::App& sub, const std::function<bool(const SettingSpec&)>& takes);
 
 // The settings every command takes, bound on the app itself (`backprop --log-level debug train ...`).
-inline constexpr std::string_view kGlobalSettingKeys[] = {"logging.level", "logging.format", "logging.file",
-                                                          "security.redact_secrets", "runtime.cpu_kernels"};
+inline constexpr std::string_view kGlobalSettingKeys[] = {"logging.level",       "logging.format",
+                                                          "logging.file",        "security.redact_secrets",
+                                                          "runtime.cpu_kernels", "runtime.cpu_gemm"};
 void bind_global_settings(CLI::App& app);
 // What those settings do for the whole process: logging (console records to `console_handler`
-// when one is given: the Python package's `logging`) and the CPU kernel variant.
+// when one is given: the Python package's `logging`), the CPU kernel variant and GEMM engine.
 void apply_global_settings(const Settings& s, log::ConsoleHandler console_handler = {});
 
 using RunFn = std::function<int()>;

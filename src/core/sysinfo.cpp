@@ -110,6 +110,12 @@ CpuIsa cpu_isa() {
   const bool avx512bw = b & (1u << 30), avx512vl = b & (1u << 31);
   isa.avx2_fma = ymm_saved && avx2 && fma && f16c;
   isa.avx512 = isa.avx2_fma && zmm_saved && avx512f && avx512dq && avx512bw && avx512vl;
+  const bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24);
+  const bool tile_saved = (xcr0_lo & 0x60000u) == 0x60000u;  // XTILECFG and XTILEDATA
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  __cpuid_count(7, 1, a1, b1, c1, d1);
+  isa.avx512_bf16 = isa.avx512 && (a1 & (1u << 5));
+  isa.amx_bf16 = isa.avx512 && amx_bf16 && amx_tile && tile_saved;
 #endif
   return isa;
 }
@@ -266,6 +272,13 @@ nlohmann::json to_json(const SystemInfo& s) {
         {"features", s.cpu.features}}},
       {"cpu_kernels",
        {{"variant", s.cpu_kernels}, {"reason", s.cpu_kernels_reason}, {"supported", s.cpu_kernels_supported}}},
+      {"cpu_gemm",
+       {{"setting", s.cpu_gemm},
+        {"held_bf16", s.cpu_gemm_held_bf16},
+        {"reason", s.cpu_gemm_reason},
+        {"onednn", !s.onednn_version.empty()},
+        {"onednn_version", s.onednn_version},
+        {"compute", s.cpu_compute}}},
       {"memory",
        {{"bytes_total", s.mem.bytes_total},
         {"bytes_available", s.mem.bytes_available},
@@ -303,6 +316,12 @@ std::string to_text(const SystemInfo& s) {
     std::string sup;
     for (const auto& v : s.cpu_kernels_supported) sup += (sup.empty() ? "" : ", ") + v;
     t += fmt::format("  CPU kernels: {} ({}); this CPU runs: {}\n", s.cpu_kernels, s.cpu_kernels_reason, sup);
+  }
+  if (!s.cpu_gemm.empty()) {
+    t += fmt::format("  CPU GEMMs: runtime.cpu_gemm = {}; against bf16-held weights {} ({}); oneDNN {}\n", s.cpu_gemm,
+                     s.cpu_gemm_held_bf16, s.cpu_gemm_reason,
+                     s.onednn_version.empty() ? "not linked" : s.onednn_version + " linked");
+    t += fmt::format("  CPU compute: {}\n", s.cpu_compute);
   }
   t += fmt::format("  CUDA:     {}\n", s.cuda.compiled ? fmt::format("training kernels, caching allocator, device "
                                                                      "queries; runtime {}, driver {}",

@@ -27,9 +27,11 @@ CpuInfo cpu_info();
 // elsewhere). The one place that reads them: the CPU kernel variants (backend/cpu/kernel_variants.h)
 // and the OpenBLAS core type both decide from this.
 struct CpuIsa {
-  std::string vendor;     // "GenuineIntel", "AuthenticAMD", ... ("" off x86)
-  bool avx2_fma = false;  // AVX2 + FMA + F16C, YMM state saved by the OS
-  bool avx512 = false;    // AVX-512 F, BW, DQ, VL, ZMM state saved by the OS
+  std::string vendor;        // "GenuineIntel", "AuthenticAMD", ... ("" off x86)
+  bool avx2_fma = false;     // AVX2 + FMA + F16C, YMM state saved by the OS
+  bool avx512 = false;       // AVX-512 F, BW, DQ, VL, ZMM state saved by the OS
+  bool avx512_bf16 = false;  // avx512 and AVX512_BF16 (bf16 dot products: Cooper Lake, Zen 4 and later)
+  bool amx_bf16 = false;     // AMX-BF16 tiles, tile state saved by the OS (Sapphire Rapids and later)
 };
 CpuIsa cpu_isa();
 
@@ -66,6 +68,10 @@ struct SystemInfo {
   // since core sits below backend. Empty = not reported.
   std::string cpu_kernels, cpu_kernels_reason;
   std::vector<std::string> cpu_kernels_supported;
+  // The CPU's GEMM engines (backend/cpu/gemm_engine.h), filled by the caller likewise: runtime.cpu_gemm,
+  // the path of the GEMMs against bf16-held weights and why, oneDNN's version ("" = not linked), and
+  // what each GEMM kind computes in. Empty cpu_gemm = not reported.
+  std::string cpu_gemm, cpu_gemm_held_bf16, cpu_gemm_reason, onednn_version, cpu_compute;
   CpuInfo cpu;
   MemInfo mem;
   // The cgroup memory limit (v2, else v1) and where it was read: system_info() reads the real

@@ -23,6 +23,7 @@
 #include "model/loader.h"
 #include "model/merge.h"
 #include "model/peft.h"
+#include "ops/cpu_kernels.h"
 #include "ops/device_compute.h"
 #include "ops/dispatch.h"
 #include "ops/optim.h"
@@ -314,6 +315,10 @@ void Trainer::State::build_model() {
                               ops::cuda_compute_description(frozen_narrow, matmul == DType::BF16)));
     if (const auto wide = frozen_weights_outside_f16(model->weights()); !wide.empty())  // f16 cards only
       event("warn", describe_f16_fallback(wide));
+  } else {  // which engine and dtype each GEMM kind runs in (backend/cpu/gemm_engine.h)
+    bool frozen_bf16 = matmul == DType::BF16;  // the bf16 GEMM copies take the same path
+    for (auto& [name, t] : model->named_weights()) frozen_bf16 = frozen_bf16 || t->dtype() == DType::BF16;
+    event("info", fmt::format("training on the CPU ({})", ops::cpu_gemm_description(frozen_bf16)));
   }
   model->set_matmul_dtype(matmul);  // the bf16 GEMM copies, made where the weights now live
   summary.matmul_dtype = dtype_name(matmul);

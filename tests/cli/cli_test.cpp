@@ -187,6 +187,47 @@ TEST(CliInfo, NamesTheCpuKernelVariantAndWhy) {
     }
 }
 
+// runtime.cpu_gemm: `info` names the path of the GEMMs against bf16-held weights and why, whether
+// oneDNN is linked, and what every GEMM kind computes in; the flag and the variable choose it; onednn
+// without oneDNN is DEP_CPU_GEMM_UNAVAILABLE, an unknown engine CONFIG_INVALID_SETTING.
+TEST(CliInfo, NamesTheCpuGemmEngineOfEachGemmKind) {
+  Result r = backprop("info --json", "", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out)["cpu_gemm"];
+  EXPECT_EQ(j["setting"], "auto");
+  const bool onednn = j["onednn"].get<bool>();
+  EXPECT_EQ(onednn, !j["onednn_version"].get<std::string>().empty());
+  const std::string held = j["held_bf16"];
+  EXPECT_TRUE(held == "bf16-onednn" || held == "bf16-openblas") << held;
+  EXPECT_TRUE(onednn || held == "bf16-openblas") << held;
+  EXPECT_EQ(j["reason"].get<std::string>().rfind("auto:", 0), 0u) << j;
+  EXPECT_NE(j["compute"].get<std::string>().find("every other GEMM"), std::string::npos) << j;
+  for (const auto& [args, env] : {std::pair<std::string, std::string>{"info --json --cpu-gemm openblas", ""},
+                                  {"info --json", "BACKPROPAGATE_RUNTIME__CPU_GEMM=openblas"}}) {
+    Result f = backprop(args, env, true);
+    ASSERT_EQ(f.rc, 0) << args << " " << env << "\n" << f.out;
+    auto k = nlohmann::json::parse(f.out)["cpu_gemm"];
+    EXPECT_EQ(k["setting"], "openblas");
+    EXPECT_EQ(k["held_bf16"], "f32-openblas");
+  }
+  Result text = backprop("info --cpu-gemm openblas");
+  EXPECT_NE(text.out.find("CPU GEMMs: runtime.cpu_gemm = openblas; against bf16-held weights f32-openblas"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("CPU compute: GEMMs against weights held in bf16"), std::string::npos) << text.out;
+  Result forced = backprop("info --cpu-gemm onednn");
+  if (onednn) {
+    // Linked: it runs where oneDNN can make a bf16 matmul (AVX-512), else the same code says so.
+    EXPECT_TRUE(forced.rc == 0 || forced.out.find("DEP_CPU_GEMM_UNAVAILABLE") != std::string::npos) << forced.out;
+  } else {
+    EXPECT_NE(forced.rc, 0);
+    EXPECT_NE(forced.out.find("DEP_CPU_GEMM_UNAVAILABLE"), std::string::npos) << forced.out;
+  }
+  Result bad = backprop("info --cpu-gemm mkl");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.out.find("CONFIG_INVALID_SETTING"), std::string::npos) << bad.out;
+}
+
 // With OPENBLAS_CORETYPE unset, the binary either keeps OpenBLAS's own pick or names a core type,
 // and `info` reports which, and the kernels OpenBLAS then runs. A user's value is left alone.
 TEST(CliInfo, OpenblasCoreTypeIsReportedWithWhoChoseIt) {

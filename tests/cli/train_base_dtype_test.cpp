@@ -67,5 +67,26 @@ TEST(TrainBaseDtype, FullFineTuningRefusesAQuantizedBase) {
   EXPECT_NE(out.find("--mode full trains every weight in f32"), std::string::npos) << out;
 }
 
+// The training start event says which engine and dtype each GEMM kind runs in on the CPU
+// (backend/cpu/gemm_engine.h describe_cpu_gemms): over a bf16 base the GEMMs against it, as
+// --cpu-gemm chose them, then every other GEMM; over an f32 base only the f32 line.
+TEST(TrainBaseDtype, CpuStartEventNamesTheEngineOfEachGemmKind) {
+  test::TempDir a, b, c;
+  int rc = 0;
+  const std::string f32 = run_train(a, "--base-dtype f32", &rc);
+  ASSERT_EQ(rc, 0) << f32;
+  EXPECT_NE(f32.find("training on the CPU (every other GEMM"), std::string::npos) << f32;
+  const std::string openblas = run_train(b, "--base-dtype bf16 --cpu-gemm openblas", &rc);
+  ASSERT_EQ(rc, 0) << openblas;
+  EXPECT_NE(openblas.find("training on the CPU (GEMMs against weights held in bf16 (a bf16 base, --matmul-dtype "
+                          "bf16 copies): f32 inputs (weights widened), OpenBLAS sgemm"),
+            std::string::npos)
+      << openblas;
+  const std::string dflt = run_train(c, "--base-dtype bf16", &rc);
+  ASSERT_EQ(rc, 0) << dflt;
+  EXPECT_NE(dflt.find("held in bf16 (a bf16 base, --matmul-dtype bf16 copies): bf16 inputs"), std::string::npos)
+      << dflt;
+}
+
 }  // namespace
 }  // namespace bp

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backend/cpu/gemm_engine.h"
 #include "backend/cpu/linear.h"
 #include "op_test_util.h"
 #include "support/finite_diff.h"
@@ -302,19 +303,30 @@ TEST(Linear, Bf16GemmCopyIsReadAndTheMasterGetsItsGradient) {
   const Tensor x = random_tensor({T, in}, 301), W = random_tensor({out, in}, 302), dy = random_tensor({T, out}, 303);
   const Tensor copy = W.to(DType::BF16), rounded = copy.to(DType::F32);
   const auto xv = x.to_vector(), wv = rounded.to_vector(), gv = dy.to_vector(), mv = W.to_vector();
+  // The CPU's GEMMs against a bf16 weight round x and dy to bf16 too unless --cpu-gemm openblas
+  // (backend/cpu/gemm_engine.h; tests/ops/held_bf16_gemm_test.cpp checks each path): y and dx read
+  // the operands the path reads, dW the f32 ones.
+  const bool bf16_inputs = cpu::cpu_gemm_choice().held_bf16 != cpu::HeldBf16Path::F32;
+  auto operand = [&](const std::vector<float>& v) {
+    std::vector<float> r = v;
+    if (bf16_inputs)
+      for (float& e : r) e = bf16_to_f32(f32_to_bf16(e));
+    return r;
+  };
+  const auto xo = operand(xv), go = operand(gv);
   std::vector<double> y_ref(T * out), dx_ref(T * in), dW_ref(out * in);
   double moved = 0;  // the rounding changes the products: the test tells the copy from the master
   for (int64_t t = 0; t < T; ++t)
     for (int64_t o = 0; o < out; ++o) {
       double a = 0, m = 0;
-      for (int64_t i = 0; i < in; ++i) a += xv[t * in + i] * wv[o * in + i], m += xv[t * in + i] * mv[o * in + i];
+      for (int64_t i = 0; i < in; ++i) a += xo[t * in + i] * wv[o * in + i], m += xo[t * in + i] * mv[o * in + i];
       y_ref[t * out + o] = a;
       moved = std::max(moved, std::fabs(a - m));
     }
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < in; ++i) {
       double a = 0;
-      for (int64_t o = 0; o < out; ++o) a += gv[t * out + o] * wv[o * in + i];
+      for (int64_t o = 0; o < out; ++o) a += go[t * out + o] * wv[o * in + i];
       dx_ref[t * in + i] = a;
     }
   const Tensor prior = random_tensor({out, in}, 304);

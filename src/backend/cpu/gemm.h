@@ -1,7 +1,7 @@
-// The one GEMM entry point of the CPU backend: row-major C = alpha * op(A) * op(B) + beta * C
-// through OpenBLAS. Never call it inside an OpenMP parallel region (BLAS has its own threads);
-// the one exception is backend/cpu/attention.cpp, whose per-task GEMMs rely on the OpenMP build
-// of OpenBLAS running a call made inside a parallel region on the calling thread (see there).
+// The f32 GEMM entry point of the CPU backend: row-major C = alpha * op(A) * op(B) + beta * C
+// through OpenBLAS (the bf16 products against bf16-held weights: gemm_engine.h). Never call it inside an OpenMP
+// parallel region (BLAS has its own threads); the one exception is backend/cpu/attention.cpp, whose per-task GEMMs rely
+// on the OpenMP build of OpenBLAS running a call made inside a parallel region on the calling thread (see there).
 #pragma once
 
 #include <cstddef>
@@ -20,7 +20,7 @@ inline size_t gemm_workspace_bytes() {
   return 0;
 }
 // Whether the backend's GEMMs against frozen weights take f16 rather than bf16 inputs: never here
-// (the CPU widens held weights to f32); the CUDA backend does on a compute capability 7.5 card.
+// (bf16 or f32 inputs: gemm_engine.h); the CUDA backend does on a compute capability 7.5 card.
 inline bool frozen_gemms_in_f16() {
   return false;
 }

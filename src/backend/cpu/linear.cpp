@@ -10,10 +10,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
+#include "backend/cpu/elementwise.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_engine.h"
 #include "backend/cpu/kernel_variants.h"
 #include "backend/cpu/quant_gemm.h"
+#include "core/dtype.h"
 
 namespace bp::cpu {
 
@@ -159,16 +163,75 @@ void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T,
   sgemm(true, false, out, in, T, 1.0f, dy, out, x, in, 1.0f, dW, in);
 }
 
-void held_linear_forward(const float* x, const uint16_t* /*x_bf16: f32 GEMMs here*/, const HeldMatrix& W, float beta,
-                         const float* y_in, float* y, int64_t T) {
-  if (y_in && y_in != y && beta != 0.0f) std::memcpy(y, y_in, static_cast<size_t>(T * W.rows) * sizeof(float));
-  held_gemm_xwt(x, W, beta, y, T);
+namespace {
+
+// How this product against a held weight runs (gemm_engine.h decides): only bf16 weights take the
+// bf16 paths; an empty product keeps the f32 one (it writes what held_gemm_xwt/xw write).
+HeldBf16Path held_path(const HeldMatrix& W) {
+  if (W.type != DType::BF16 || W.rows == 0 || W.cols == 0) return HeldBf16Path::F32;
+  return cpu_gemm_choice().held_bf16;
 }
 
-void held_linear_backward(const float* dy, const uint16_t* /*dy_bf16: f32 GEMMs here*/, const float* x,
-                          const uint16_t* /*x_bf16: likewise*/, const HeldMatrix& W, float dx_beta, float* dx,
-                          float* dW, int64_t T) {
-  if (dx) held_gemm_xw(dy, W, dx_beta, dx, T);
+// The activation operand [n] as bf16 (nearest even): the producer's copy when given, else rounded
+// into `buf`.
+const uint16_t* bf16_operand(const float* x, const uint16_t* x_bf16, int64_t n, std::vector<uint16_t>& buf) {
+  if (x_bf16) return x_bf16;
+  buf.resize(static_cast<size_t>(n));
+  round_to_bf16(x, buf.data(), n);
+  return buf.data();
+}
+
+// The activation operand [n] rounded to bf16 and widened back to f32 (the OpenBLAS path of the
+// bf16 numerics): exactly the values oneDNN multiplies.
+const float* bf16_rounded_f32(const float* x, const uint16_t* x_bf16, int64_t n, std::vector<float>& buf) {
+  buf.resize(static_cast<size_t>(n));
+  float* out = buf.data();
+  if (x_bf16) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(x_bf16[i]);
+  } else {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  }
+  return out;
+}
+
+}  // namespace
+
+void held_linear_forward(const float* x, const uint16_t* x_bf16, const HeldMatrix& W, float beta, const float* y_in,
+                         float* y, int64_t T) {
+  if (y_in && y_in != y && beta != 0.0f) std::memcpy(y, y_in, static_cast<size_t>(T * W.rows) * sizeof(float));
+  if (T == 0) return;
+  switch (held_path(W)) {
+    case HeldBf16Path::F32: return held_gemm_xwt(x, W, beta, y, T);
+    case HeldBf16Path::Bf16Sgemm: {
+      std::vector<float> buf;
+      return held_gemm_xwt(bf16_rounded_f32(x, x_bf16, T * W.cols, buf), W, beta, y, T);
+    }
+    case HeldBf16Path::OneDnn: {
+      std::vector<uint16_t> buf;
+      return onednn_bf16_gemm_xwt(bf16_operand(x, x_bf16, T * W.cols, buf), static_cast<const uint16_t*>(W.data), beta,
+                                  y, T, W.rows, W.cols);
+    }
+  }
+}
+
+void held_linear_backward(const float* dy, const uint16_t* dy_bf16, const float* x, const uint16_t* /*x_bf16: dW f32*/,
+                          const HeldMatrix& W, float dx_beta, float* dx, float* dW, int64_t T) {
+  if (dx && T > 0) switch (held_path(W)) {
+      case HeldBf16Path::F32: held_gemm_xw(dy, W, dx_beta, dx, T); break;
+      case HeldBf16Path::Bf16Sgemm: {
+        std::vector<float> buf;
+        held_gemm_xw(bf16_rounded_f32(dy, dy_bf16, T * W.rows, buf), W, dx_beta, dx, T);
+        break;
+      }
+      case HeldBf16Path::OneDnn: {
+        std::vector<uint16_t> buf;
+        onednn_bf16_gemm_xw(bf16_operand(dy, dy_bf16, T * W.rows, buf), static_cast<const uint16_t*>(W.data), dx_beta,
+                            dx, T, W.rows, W.cols);
+        break;
+      }
+    }
   if (dW) linear_dW_accumulate(dy, x, dW, T, W.cols, W.rows);
 }
 

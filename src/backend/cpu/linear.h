@@ -65,9 +65,10 @@ void linear_dx(const float* dy, const float* W, float beta, float* dx, int64_t T
 void linear_dW_accumulate(const float* dy, const float* x, float* dW, int64_t T, int64_t in, int64_t out);
 // The forward of a weight W [out, in] held narrower than f32 (quant_gemm.h): y[T,out] = x·Wᵀ +
 // beta·y_in, y_in = y when null (else a residual [T, out] the projection adds). x_bf16 (may be null) is x already
-// rounded to nearest-even bf16 by its producer (RMSNorm, attention, SwiGLU: ops/linear.h): a card whose GEMMs take bf16
-// reads it instead of rounding x; the CPU keeps its activations f32 in every GEMM against held weights and reads x
-// (held_gemm_xwt).
+// rounded to nearest-even bf16 by its producer (RMSNorm, attention, SwiGLU: ops/linear.h): a GEMM that takes bf16
+// reads it instead of rounding x. On the CPU a weight held in bf16 takes the path gemm_engine.h decides
+// (runtime.cpu_gemm): bf16 numerics (x rounded to bf16, f32 accumulation) through oneDNN's bf16 matmul or through
+// OpenBLAS on x rounded and widened back, or f32 activations (held_gemm_xwt); other held types take held_gemm_xwt.
 void held_linear_forward(const float* x, const uint16_t* x_bf16, const HeldMatrix& W, float beta, const float* y_in,
                          float* y, int64_t T);
 // The backward of a weight W [out, in] held narrower than f32 (quant_gemm.h): dx[T,in] = dy·W +
@@ -75,8 +76,8 @@ void held_linear_forward(const float* x, const uint16_t* x_bf16, const HeldMatri
 // training.matmul_dtype bf16), dW[out,in] += dyᵀ·x (dW non-null, f32: the master's gradient). On a
 // card both GEMMs share dy's bf16 copy (dy_bf16 when dy's producer made it, may be null) and dW
 // reads x's (x_bf16 when the forward kept its producer's copy, may be null; else x rounded there:
-// tensor cores); the CPU keeps its activations f32 in every GEMM, as it does against held
-// weights: held_gemm_xw and the f32 product, dy_bf16 and x_bf16 unread.
+// tensor cores). On the CPU dx follows held_linear_forward's path for a bf16 weight (dy rounded to bf16, or dy_bf16
+// read, under the bf16 numerics; held_gemm_xw otherwise) and dW is the f32 product dyᵀ·x (x_bf16 unread).
 void held_linear_backward(const float* dy, const uint16_t* dy_bf16, const float* x, const uint16_t* x_bf16,
                           const HeldMatrix& W, float dx_beta, float* dx, float* dW, int64_t T);
 

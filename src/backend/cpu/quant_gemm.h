@@ -30,7 +30,7 @@ struct HeldMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   // Some value lies outside the range of the device's 16-bit GEMM type (ops/held_range.h): the
-  // CUDA GEMMs read it through f32 panels instead of f16 ones. The CPU reads every weight in f32.
+  // CUDA GEMMs read it through f32 panels instead of f16 ones. The CPU's f16 paths do not exist (gemm_engine.h).
   bool f32_panels = false;
 };
 
