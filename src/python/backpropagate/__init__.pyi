@@ -89,6 +89,7 @@ class Trainer:
         monitor: Optional[bool] = None,  # monitor.enabled
         redact_secrets: Optional[bool] = None,  # security.redact_secrets
         cpu_kernels: Optional[str] = None,  # runtime.cpu_kernels
+        cpu_gemm: Optional[str] = None,  # runtime.cpu_gemm
         log_level: Optional[str] = None,  # logging.level
         log_format: Optional[str] = None,  # logging.format
         log_file: Optional[str] = None,  # logging.file
