@@ -10,8 +10,9 @@
 //                     losses are arithmetic on the same per-sequence numbers)
 //   kto adapter-off   the KL pass (policy and reference, no gradient) + the reference pass +
 //                     forward_backward_sequences, for one sequence of the pair per example
-// The optimizer step (the same for every method) is left out. Each case: 1 warm-up, then the
-// median of BP_BENCH_STEPS (default 3) timed runs. BP_BENCH_THREADS (2), BP_BENCH_SMOL_LAYERS (30),
+// The optimizer step (the same for every method) is left out. One warm-up round, then
+// BP_BENCH_STEPS (default 5) rounds of every case in turn; "x SFT" is the median of the rounds'
+// ratios (run_rounds says why), with their range. BP_BENCH_THREADS (2), BP_BENCH_SMOL_LAYERS (30),
 // BP_BENCH_QWEN_LAYERS (8 of 24; full-size vocabulary head).
 //
 // Run: ./build/bench/bench_preference
@@ -20,8 +21,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/allocator.h"
@@ -40,29 +43,45 @@ int env_int(const char* name, int fallback) {
   return v && *v ? std::atoi(v) : fallback;
 }
 
-struct Measured {
-  double seconds = 0;
+// One case of the benchmark: its work, and per round its time and the allocator's peak.
+struct Case {
+  Case(const char* n, std::function<void()> f) : name(n), fn(std::move(f)) {}
+  const char* name;
+  std::function<void()> fn;
+  std::vector<double> seconds;
   size_t peak = 0;
 };
 
-template <class Fn>
-Measured measure(Fn&& fn, int steps) {
-  bp::Allocator& alloc = bp::allocator_for(bp::Device{});
-  fn();  // warm-up
-  std::vector<double> t;
-  size_t peak = 0;
-  for (int i = 0; i < steps; ++i) {
-    alloc.reset_peak();
-    const auto t0 = Clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-    peak = std::max(peak, alloc.stats().bytes_peak);
-  }
-  std::sort(t.begin(), t.end());
-  return {t[t.size() / 2], peak};
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
-void run_shape(bp::BenchShape shape, int layers, int steps) {
+// Every case once per round, `rounds` rounds after one warm-up round. Interleaving matters: on a
+// shared 2-vCPU machine the speed drifts by ±25% over minutes (2026-12-07: the same SFT step took
+// 2.4 s in one run and 3.0 s in the next), so a case timed minutes after another would compare
+// the machine's moods, not the methods. Ratios are the median of each round's ratio.
+void run_rounds(std::vector<Case>& cases, int rounds) {
+  bp::Allocator& alloc = bp::allocator_for(bp::Device{});
+  for (auto& c : cases) c.fn();  // warm-up
+  for (int r = 0; r < rounds; ++r)
+    for (auto& c : cases) {
+      alloc.reset_peak();
+      const auto t0 = Clock::now();
+      c.fn();
+      c.seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      c.peak = std::max(c.peak, alloc.stats().bytes_peak);
+    }
+}
+
+// The median over rounds of case a's time over case b's.
+double ratio(const Case& a, const Case& b) {
+  std::vector<double> r;
+  for (size_t i = 0; i < a.seconds.size(); ++i) r.push_back(a.seconds[i] / b.seconds[i]);
+  return median(r);
+}
+
+void run_shape(bp::BenchShape shape, int layers, int rounds) {
   shape.layers = layers;
   const bp::ModelConfig cfg = bp::bench_config(shape);
   bp::LoraConfig lc;
@@ -97,55 +116,55 @@ void run_shape(bp::BenchShape shape, int layers, int steps) {
     model.set_lora_enabled(true);
   };
 
-  const Measured sft = measure(
-      [&] {
-        model.zero_grads();
-        model.forward_backward(pair, scale, 1);
-      },
-      steps);
-  const Measured dpo_off = measure(
-      [&] {
-        model.zero_grads();
-        reference(pair);
-        model.forward_backward_sequences(pair, weights, 1);
-      },
-      steps);
-  const Measured dpo_pre = measure(
-      [&] {
-        model.zero_grads();
-        model.forward_backward_sequences(pair, weights, 1);
-      },
-      steps);
   // KTO per example: one sequence trained, its KL sequence (policy and reference) and its reference.
-  const Measured kto = measure(
-      [&] {
-        model.zero_grads();
-        model.sequence_losses(one);  // the KL pass, policy (the KL sequence has the same length)
-        reference(one);              // the KL pass, reference
-        reference(one);              // the example's reference
-        model.forward_backward_sequences(one, weights, 1);
-      },
-      steps);
-  const Measured sft_one = measure(
-      [&] {
-        model.zero_grads();
-        model.forward_backward(one, scale, 1);
-      },
-      steps);
+  std::vector<Case> cases = {
+      {"sft (2 samples)",
+       [&] {
+         model.zero_grads();
+         model.forward_backward(pair, scale, 1);
+       }},
+      {"dpo adapter-off",
+       [&] {
+         model.zero_grads();
+         reference(pair);
+         model.forward_backward_sequences(pair, weights, 1);
+       }},
+      {"dpo precomputed/orpo/simpo",
+       [&] {
+         model.zero_grads();
+         model.forward_backward_sequences(pair, weights, 1);
+       }},
+      {"sft (1 sample)",
+       [&] {
+         model.zero_grads();
+         model.forward_backward(one, scale, 1);
+       }},
+      {"kto adapter-off (1 sample)",
+       [&] {
+         model.zero_grads();
+         model.sequence_losses(one);  // the KL pass, policy (the KL sequence has the same length)
+         reference(one);              // the KL pass, reference
+         reference(one);              // the example's reference
+         model.forward_backward_sequences(one, weights, 1);
+       }},
+  };
+  run_rounds(cases, rounds);
   std::printf("%s (%d layers), %lld + %lld tokens per sequence, %lld trained tokens per pair\n", shape.name, layers,
               static_cast<long long>(P), static_cast<long long>(C), static_cast<long long>(trained));
-  std::printf("  %-26s %10s %12s %10s %10s\n", "", "ms", "us/trained", "x SFT", "peak MiB");
-  auto row = [&](const char* name, const Measured& m, const Measured& base, int64_t tokens) {
-    std::printf("  %-26s %10.1f %12.1f %10.3f %10.1f (x%.3f)\n", name, m.seconds * 1e3,
-                m.seconds * 1e6 / static_cast<double>(tokens),
-                (m.seconds / static_cast<double>(tokens)) / (base.seconds / static_cast<double>(tokens)),
-                static_cast<double>(m.peak) / (1 << 20), static_cast<double>(m.peak) / static_cast<double>(base.peak));
+  std::printf("  %-26s %10s %12s %16s %10s\n", "", "median ms", "us/trained", "x SFT (min-max)", "peak MiB");
+  // Both SFT baselines and the cases against them train the same tokens, so the ratio of times is
+  // the ratio per trained token.
+  auto row = [&](const Case& c, const Case& base, int64_t tokens) {
+    std::vector<double> each;
+    for (size_t i = 0; i < c.seconds.size(); ++i) each.push_back(c.seconds[i] / base.seconds[i]);
+    const double med = median(c.seconds);
+    std::printf("  %-26s %10.1f %12.1f %6.3f (%.2f-%.2f) %10.1f (x%.3f)\n", c.name, med * 1e3,
+                med * 1e6 / static_cast<double>(tokens), ratio(c, base), *std::min_element(each.begin(), each.end()),
+                *std::max_element(each.begin(), each.end()), static_cast<double>(c.peak) / (1 << 20),
+                static_cast<double>(c.peak) / static_cast<double>(base.peak));
   };
-  row("sft (2 samples)", sft, sft, trained);
-  row("dpo adapter-off", dpo_off, sft, trained);
-  row("dpo precomputed/orpo/simpo", dpo_pre, sft, trained);
-  row("sft (1 sample)", sft_one, sft_one, trained / 2);
-  row("kto adapter-off (1 sample)", kto, sft_one, trained / 2);
+  for (size_t i = 0; i < 3; ++i) row(cases[i], cases[0], trained);
+  for (size_t i = 3; i < 5; ++i) row(cases[i], cases[3], trained / 2);
 }
 
 }  // namespace
@@ -153,8 +172,8 @@ void run_shape(bp::BenchShape shape, int layers, int steps) {
 int main() {
   const int threads = env_int("BP_BENCH_THREADS", 2);
   bp::set_num_threads(threads);
-  const int steps = env_int("BP_BENCH_STEPS", 3);
-  std::printf("bench_preference: %d threads, median of %d\n", threads, steps);
+  const int steps = env_int("BP_BENCH_STEPS", 5);
+  std::printf("bench_preference: %d threads, %d interleaved rounds\n", threads, steps);
   run_shape(bp::smollm135m_shape(), env_int("BP_BENCH_SMOL_LAYERS", 30), steps);
   run_shape(bp::qwen25_05b_shape(), env_int("BP_BENCH_QWEN_LAYERS", 8), steps);
   return 0;

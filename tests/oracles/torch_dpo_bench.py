@@ -11,10 +11,11 @@ completion labelled), packed with a block-diagonal causal mask.
        switched off (PEFT's disable_adapter(); no second model), then one forward of chosen and
        rejected together (TRL's concatenated_forward), the sigmoid loss with beta 0.1, backward.
 Eager float32 and, with --bf16, under torch.autocast("cpu", dtype=torch.bfloat16). AdamW is left out
-on both sides, as in bench_preference. 1 warm-up, then the median of --steps timed steps.
+on both sides, as in bench_preference. 1 warm-up, then --steps rounds of one SFT and one DPO step;
+dpo_over_sft is the median of the rounds' ratios.
 
 Usage: torch_dpo_bench.py --model smollm135m|qwen2.5-0.5b [--layers N] [--prompt 64]
-                          [--completion 192] [--steps 3] [--threads 2] [--bf16]
+                          [--completion 192] [--steps 5] [--threads 2] [--bf16]
 Prints one JSON line: model, layers, threads, dtype, sft_s, dpo_s, dpo_over_sft.
 """
 import argparse
@@ -38,7 +39,7 @@ def main():
     ap.add_argument("--layers", type=int, default=0)
     ap.add_argument("--prompt", type=int, default=64)
     ap.add_argument("--completion", type=int, default=192)
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--bf16", action="store_true")
     args = ap.parse_args()
@@ -95,19 +96,20 @@ def main():
             loss = -torch.nn.functional.logsigmoid(beta * h.float())
         loss.backward()
 
-    def timed(fn):
-        fn()  # warm-up
-        t = []
-        for _ in range(args.steps):
+    # Interleaved rounds (one SFT step, then one DPO step), as bench_preference does: a shared
+    # machine's speed drifts by a quarter over minutes, so the ratio is the median of each round's.
+    sft(), dpo()  # warm-up
+    ts, td = [], []
+    for _ in range(args.steps):
+        for fn, out in ((sft, ts), (dpo, td)):
             t0 = time.perf_counter()
             fn()
-            t.append(time.perf_counter() - t0)
-        return statistics.median(t)
-
-    sft_s, dpo_s = timed(sft), timed(dpo)
+            out.append(time.perf_counter() - t0)
+    sft_s, dpo_s = statistics.median(ts), statistics.median(td)
+    ratio = statistics.median(d / s for s, d in zip(ts, td))
     print(json.dumps({"impl": "torch", "model": args.model, "layers": layers, "threads": args.threads,
                       "dtype": "bf16 autocast" if args.bf16 else "f32 eager", "prompt": P, "completion": C,
-                      "sft_s": sft_s, "dpo_s": dpo_s, "dpo_over_sft": dpo_s / sft_s, "torch": torch.__version__}))
+                      "sft_s": sft_s, "dpo_s": dpo_s, "dpo_over_sft": ratio, "torch": torch.__version__}))
 
 
 if __name__ == "__main__":
