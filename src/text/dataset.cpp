@@ -29,6 +29,14 @@ bool has_txt_extension(const std::string& path) {
   return ext == ".txt";
 }
 
+// The delimiter of a .csv (',') or .tsv ('\t') file; 0 for any other name.
+char csv_delimiter(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return ext == ".csv" ? ',' : ext == ".tsv" ? '\t' : '\0';
+}
+
 std::string issue_summary(const std::vector<RowIssue>& issues, size_t max_listed) {
   std::string out;
   for (size_t k = 0; k < issues.size() && k < max_listed; ++k)
@@ -165,6 +173,7 @@ const char* row_problem_name(RowProblem p) {
     case RowProblem::IdenticalPair: return "identical_pair";
     case RowProblem::EmptyCompletion: return "empty_completion";
     case RowProblem::PromptMismatch: return "prompt_mismatch";
+    case RowProblem::BadCsvRow: return "bad_csv_row";
   }
   return "?";
 }
@@ -181,7 +190,11 @@ LoadedDataset parse_dataset(std::string_view content, const std::string& path, c
       (has_txt_extension(path) && (opts.format == DatasetFormat::Auto || opts.format == DatasetFormat::Text));
   bool json_array = false;
   std::string array_problem;
-  const std::vector<data::RawRecord> records = data::split_records(content, plain, &json_array, &array_problem);
+  const char delim = plain ? '\0' : csv_delimiter(path);
+  data::CsvRecords csv;
+  if (delim) csv = data::split_csv_records(content, delim, path);
+  const std::vector<data::RawRecord> records =
+      delim ? std::move(csv.records) : data::split_records(content, plain, &json_array, &array_problem);
   if (!array_problem.empty())
     throw Error(ErrorCode::INPUT_DATASET_PARSE_FAILED, fmt::format("[dataset] {}: {}", path, array_problem),
                 {{"path", path}});

@@ -67,7 +67,8 @@ enum class RowProblem {
   RejectedByTemplate,
   IdenticalPair,    // chosen and rejected completions are the same text
   EmptyCompletion,  // a preference row's completion (chosen, rejected, completion) is empty
-  PromptMismatch    // chosen and rejected conversations differ before their final message
+  PromptMismatch,   // chosen and rejected conversations differ before their final message
+  BadCsvRow         // a .csv/.tsv record that is not one row of the header's columns
 };
 const char* row_problem_name(RowProblem p);  // "not_json", "missing_field", ... (stable, for --json)
 

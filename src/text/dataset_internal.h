@@ -18,7 +18,8 @@ inline constexpr int kMaxJsonDepth = 64;
 struct RawRecord {
   int64_t line;
   std::string_view text;
-  bool plain_text;  // a .txt paragraph, not JSON
+  bool plain_text;                // a .txt paragraph, not JSON
+  std::optional<RowIssue> issue;  // a row already known to be bad (a malformed CSV record)
 };
 
 bool valid_utf8(std::string_view s, size_t* bad_offset);
@@ -26,6 +27,15 @@ bool valid_utf8(std::string_view s, size_t* bad_offset);
 // closing ']' of a JSON array sets *array_problem (the file is not JSON).
 std::vector<RawRecord> split_records(std::string_view content, bool plain_text, bool* json_array,
                                      std::string* array_problem);
+// A .csv/.tsv file's records (text/dataset_csv.cpp): its header names the keys and each later
+// record is one JSON object in `texts`, which the good records' text points into (keep `texts`
+// alive and unmoved while the records are used). A malformed record carries its issue. A bad
+// header (malformed, unnamed or repeated column) throws INPUT_DATASET_PARSE_FAILED.
+struct CsvRecords {
+  std::vector<std::string> texts;
+  std::vector<RawRecord> records;
+};
+CsvRecords split_csv_records(std::string_view content, char delim, const std::string& path);
 // UTF-8 check + JSON parse; a plain-text record becomes {"text": ...}. nullopt when fine.
 std::optional<RowIssue> parse_record(const RawRecord& rec, nlohmann::ordered_json* out);
 

@@ -74,7 +74,7 @@ std::vector<RawRecord> split_records(std::string_view content, bool plain_text, 
     auto flush = [&] {
       if (in_para) {
         while (para_end > para_start && (content[para_end - 1] == '\n' || content[para_end - 1] == '\r')) --para_end;
-        out.push_back({para_line, content.substr(para_start, para_end - para_start), true});
+        out.push_back({para_line, content.substr(para_start, para_end - para_start), true, std::nullopt});
       }
       in_para = false;
     };
@@ -142,7 +142,7 @@ std::vector<RawRecord> split_records(std::string_view content, bool plain_text, 
         line += c == '\n';
         ++pos;
       }
-      out.push_back({start_line, content.substr(start, pos - start), false});
+      out.push_back({start_line, content.substr(start, pos - start), false, std::nullopt});
     }
     return out;
   }
@@ -155,7 +155,7 @@ std::vector<RawRecord> split_records(std::string_view content, bool plain_text, 
     std::string_view l = content.substr(pos, end - pos);
     bool blank = true;
     for (char c : l) blank = blank && is_ws(c);
-    if (!blank) out.push_back({line, l, false});
+    if (!blank) out.push_back({line, l, false, std::nullopt});
     pos = end + 1;
     ++line;
   }
@@ -163,6 +163,7 @@ std::vector<RawRecord> split_records(std::string_view content, bool plain_text, 
 }
 
 std::optional<RowIssue> parse_record(const RawRecord& rec, nlohmann::ordered_json* out) {
+  if (rec.issue) return rec.issue;
   size_t bad = 0;
   if (!valid_utf8(rec.text, &bad))
     return RowIssue{rec.line, RowProblem::InvalidUtf8, fmt::format("invalid UTF-8 at byte {} of the row", bad + 1)};
