@@ -126,7 +126,9 @@ TEST(FuzzReplay, JsonlRows) {
       "\n",
       R"([{"text": "one"}, {"text": "two"}] trailing)",
       "{\"text\": \"a\"}\n" + deep('[', ']', 5000) + "\n",
-      "plain\n\nparagraphs of text\n"};
+      "plain\n\nparagraphs of text\n",
+      "\xEF\xBB\xBFinstruction,input,output\r\n\"a, \"\"b\"\"\",,\"two\nlines\"\r\nq,x,y\r\n",
+      "prompt,completion,label\nQ,A,true\nQ2,B,False\n"};
   replay(fuzz_jsonl, seeds, 1500, 1);
 }
 
