@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # End-to-end LoRA training speed: backprop (bench/bench_train.cpp) next to the PyTorch oracle
 # (tests/oracles/torch_train_bench.py) doing the same steps with the same threads, in the same run,
-# interleaved per model so both see the same machine load. Prints tokens/s, the ratio
-# backprop / torch, and model-FLOPs utilisation against OpenBLAS sgemm measured in the same run.
+# interleaved per model so both see the same machine load. PyTorch runs twice: eager f32 and under
+# torch.autocast("cpu", dtype=torch.bfloat16) (issue 41: what a PyTorch user runs on a CPU with bf16
+# dot products). Prints tokens/s, the ratios backprop / torch f32 and backprop / torch bf16, and
+# model-FLOPs utilisation against OpenBLAS sgemm measured in the same run (torch's rows: against its
+# own matmul rate, in bf16 for the autocast row).
 #
 # Usage: scripts/bench_train.sh [smollm135m] [qwen2.5-0.5b]      (default: both)
 # Both sides run with scripts/runtime_env.sh (passive OpenMP waits, OpenBLAS kernels for this CPU)
@@ -13,6 +16,8 @@
 #   BUILD_DIR (build)  BP_BENCH_THREADS (2)  BP_BENCH_STEPS (3, after 1 warm-up)  BP_BENCH_SEQ (512)
 #   BACKPROPAGATE_RUNTIME__CPU_KERNELS (auto; generic|avx2|avx512 forces backprop's kernel variant)
 #   BP_BENCH_SMOL_LAYERS (30 = full)  BP_BENCH_QWEN_LAYERS (8 of 24; same layer shapes and head)
+#   BP_BENCH_BASE_DTYPE (f32; bf16 holds backprop's frozen weights in bf16, whose GEMMs take the CPU
+#     GEMM engine's bf16 path)  BACKPROPAGATE_RUNTIME__CPU_GEMM (auto|openblas|onednn)
 #   BP_BENCH_IDLE_BELOW (unset; e.g. 1.0): before each side's run, wait (at most 15 minutes) until the
 #     1-minute load average is under this value, and print the load each run started at
 # Needs a Release build of bench_train:
@@ -69,24 +74,32 @@ for m in "${models[@]}"; do
   wait_idle "torch $m"
   "${torch_env[@]}" $PY tests/oracles/torch_train_bench.py --model "$m" --layers "$layers" --seq "$BP_BENCH_SEQ" \
     --steps "$BP_BENCH_STEPS" --threads "$BP_BENCH_THREADS" >"$tmp/torch_$m.json"
+  wait_idle "torch bf16 $m"
+  "${torch_env[@]}" $PY tests/oracles/torch_train_bench.py --model "$m" --layers "$layers" --seq "$BP_BENCH_SEQ" \
+    --steps "$BP_BENCH_STEPS" --threads "$BP_BENCH_THREADS" --bf16 >"$tmp/torch16_$m.json"
   echo "load after $m: $(cut -d' ' -f1-3 /proc/loadavg)"
-  $PY - "$tmp/cpp_$m.json" "$tmp/torch_$m.json" <<'EOF'
+  $PY - "$tmp/cpp_$m.json" "$tmp/torch_$m.json" "$tmp/torch16_$m.json" <<'EOF'
 import json, sys
 cpp = json.load(open(sys.argv[1]))["benchmarks"]
 tor = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
-print("%-28s %7s %7s %9s %9s %9s %7s %8s %8s" % ("%s, %d layers" % (tor["model"], tor["layers"]), "step s",
-      "cpu s", "tok/s", "model GF/s", "sgemm GF/s", "MFU", "vs torch", "faults"))
+t16 = json.loads(open(sys.argv[3]).read().strip().splitlines()[-1])
+print("%-30s %7s %7s %9s %9s %9s %7s %8s %8s %8s" % ("%s, %d layers" % (tor["model"], tor["layers"]), "step s",
+      "cpu s", "tok/s", "model GF/s", "GEMM GF/s", "MFU", "vs f32", "vs bf16", "faults"))
 for b in cpp:
     mode = b["name"].split("/")[2]
     step = b["real_time"]  # seconds (Unit kSecond)
     mfu = b["modelGF/s"] / b["sgemmGF/s"]
-    print("%-28s %7.2f %7.2f %9.0f %9.1f %9.1f %6.1f%% %7.2fx %8.0f" % ("backprop " + mode, step, b["cpu_s/step"],
-          b["tok/s"], b["modelGF/s"], b["sgemmGF/s"], 100 * mfu, b["tok/s"] / tor["tokens_per_s"], b["faults/step"]))
+    print("%-30s %7.2f %7.2f %9.0f %9.1f %9.1f %6.1f%% %7.2fx %7.2fx %8.0f" % ("backprop " + mode, step,
+          b["cpu_s/step"], b["tok/s"], b["modelGF/s"], b["sgemmGF/s"], 100 * mfu, b["tok/s"] / tor["tokens_per_s"],
+          b["tok/s"] / t16["tokens_per_s"], b["faults/step"]))
 gf = cpp[0]["model_GF"]
-print("%-28s %7.2f %7.2f %9.0f %9.1f %9.1f %6.1f%% %7s %8.0f" % ("torch (eager, no ckpt)", tor["step_s"],
-      tor["cpu_s_per_step"], tor["tokens_per_s"], gf / tor["step_s"], tor["matmul_gflops"],
-      100 * gf / tor["step_s"] / tor["matmul_gflops"], "1.00x", tor["faults_per_step"]))
-print("  model FLOPs per step: %.1f GFLOP; torch MFU uses torch's own matmul rate on the same shape" % gf)
+for name, t in (("torch (eager f32, no ckpt)", tor), ("torch (bf16 autocast, no ckpt)", t16)):
+    print("%-30s %7.2f %7.2f %9.0f %9.1f %9.1f %6.1f%% %8s %8s %8.0f" % (name, t["step_s"], t["cpu_s_per_step"],
+          t["tokens_per_s"], gf / t["step_s"], t["matmul_gflops"], 100 * gf / t["step_s"] / t["matmul_gflops"],
+          "%.2fx" % (t["tokens_per_s"] / tor["tokens_per_s"]), "%.2fx" % (t["tokens_per_s"] / t16["tokens_per_s"]),
+          t["faults_per_step"]))
+print("  model FLOPs per step: %.1f GFLOP; backprop's MFU is against OpenBLAS sgemm (f32), torch's against its own"
+      " matmul rate on the same shape (bf16 for the autocast row)" % gf)
 print("  torch %s, BLAS %s" % (tor.get("torch", "?"), tor.get("blas", "?")))
 EOF
 done

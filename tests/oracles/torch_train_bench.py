@@ -8,14 +8,19 @@ benchmark: zero_grad + loss + backward + torch.optim.AdamW step over the LoRA A/
 (frozen weights get no gradient), r=16, alpha=32, all seven projections, one packed sequence of
 --seq tokens with random ids, 1 warm-up step then --steps timed steps (wall time).
 
-Also measures torch's own matmul rate on the layer's MLP shape (T x D x F) in the same process.
+With --bf16 the forward runs under torch.autocast("cpu", dtype=torch.bfloat16) (what a PyTorch user
+runs on a CPU with bf16 dot products: matmuls in bf16 through oneDNN, weights and AdamW f32).
+
+Also measures torch's own matmul rate on the layer's MLP shape (T x D x F) in the same process (in
+bf16 with --bf16).
 
 Usage: torch_train_bench.py --model smollm135m|qwen2.5-0.5b [--layers N] [--seq 512] [--steps 3]
-                            [--threads 2]
+                            [--threads 2] [--bf16]
 Prints one JSON line: model, layers, seq, threads, step_s (mean wall), cpu_s_per_step (process CPU, all
 threads), faults_per_step (minor page faults), tokens_per_s, matmul_gflops.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -74,8 +79,8 @@ def build(shape, layers, seed=0):
     return spec, t, lora
 
 
-def matmul_gflops(M, K, N, min_s=1.0):
-    a, w = torch.randn(M, K), torch.randn(N, K)
+def matmul_gflops(M, K, N, min_s=1.0, dtype=torch.float32):
+    a, w = torch.randn(M, K).to(dtype), torch.randn(N, K).to(dtype)
     a @ w.T
     calls, t0 = 0, time.perf_counter()
     while True:
@@ -93,9 +98,13 @@ def main():
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bf16", action="store_true",
+                    help='the step under torch.autocast("cpu", dtype=torch.bfloat16), as a PyTorch user would '
+                         "run it on a CPU with bf16 dot products; weights and AdamW stay f32")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch_llama.DT = torch.float32  # the oracle computes in float64 by default; train in float32
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.bf16 else contextlib.nullcontext
     shape = SHAPES[args.model]
     layers = args.layers or shape["layers"]
     spec, tensors, lora = build(shape, layers)
@@ -108,8 +117,9 @@ def main():
 
     def step():
         opt.zero_grad()
-        loss, _, _ = torch_llama.loss_of(model, batch)
-        loss.backward()
+        with autocast():
+            loss, _, _ = torch_llama.loss_of(model, batch)
+        loss.float().backward()
         opt.step()
         return loss.item()
 
@@ -125,7 +135,9 @@ def main():
     print(json.dumps({"impl": "torch", "model": args.model, "layers": layers, "seq": args.seq, "threads": args.threads,
                       "steps": args.steps, "step_s": step_s, "cpu_s_per_step": cpu_s, "faults_per_step": faults, "tokens_per_s": args.seq / step_s, "loss": loss,
                       "torch": torch.__version__, "blas": loaded_blas(),
-                      "matmul_gflops": matmul_gflops(args.seq, shape["hidden"], shape["inter"])}))
+                      "dtype": "bf16 autocast" if args.bf16 else "f32 eager",
+                      "matmul_gflops": matmul_gflops(args.seq, shape["hidden"], shape["inter"],
+                                                     dtype=torch.bfloat16 if args.bf16 else torch.float32)}))
 
 
 def loaded_blas():
