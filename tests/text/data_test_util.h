@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "support/test_util.h"
+#include "text/dataset.h"
 #include "text/tokenizer.h"
 
 namespace bp::test {
@@ -94,6 +95,17 @@ inline nlohmann::ordered_json render_with_oracle(const nlohmann::ordered_json& r
     return nlohmann::ordered_json::array();
   }
   return nlohmann::ordered_json::parse(out);
+}
+
+// The issues of `ds`, in file order, are exactly these (line, problem) pairs, each with a message.
+inline void expect_issues(const LoadedDataset& ds, const std::vector<std::pair<int64_t, RowProblem>>& expected) {
+  ASSERT_EQ(ds.issues.size(), expected.size());
+  for (size_t k = 0; k < expected.size(); ++k) {
+    SCOPED_TRACE(ds.issues[k].message);
+    EXPECT_EQ(ds.issues[k].line, expected[k].first);
+    EXPECT_EQ(ds.issues[k].problem, expected[k].second);
+    EXPECT_FALSE(ds.issues[k].message.empty());
+  }
 }
 
 }  // namespace bp::test

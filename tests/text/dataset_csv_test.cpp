@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "support/expect_error.h"
 #include "support/test_util.h"
+#include "text/data_test_util.h"
 #include "text/dataset.h"
 
 namespace bp::test {
@@ -152,12 +153,8 @@ TEST(DatasetCsv, MalformedRecordsAreReportedWithTheirLinesAndTheRestKept) {
       {3, RowProblem::BadCsvRow},   {4, RowProblem::BadCsvRow},  {5, RowProblem::BadCsvRow},
       {6, RowProblem::InvalidUtf8}, {10, RowProblem::BadCsvRow},
   };
-  ASSERT_EQ(ds.issues.size(), expected.size());
-  for (size_t k = 0; k < expected.size(); ++k) {
-    SCOPED_TRACE(ds.issues[k].message);
-    EXPECT_EQ(ds.issues[k].line, expected[k].first);
-    EXPECT_EQ(ds.issues[k].problem, expected[k].second);
-  }
+  expect_issues(ds, expected);
+  if (ds.issues.size() != expected.size()) return;
   EXPECT_NE(ds.issues[0].message.find("3 fields where the header has 2 columns"), std::string::npos);
   EXPECT_NE(ds.issues[2].message.find("after the closing quote"), std::string::npos);
   EXPECT_NE(ds.issues[3].message.find("column 'instruction'"), std::string::npos);

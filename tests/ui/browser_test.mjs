@@ -38,6 +38,19 @@ async function waitUntil(page, fn, arg, what) {
   throw new Error("timed out waiting for " + what);
 }
 
+// Waits for the run page's head to show `status`; on a timeout the error carries what the server
+// says of the run (its status, error and last events), so a failure under load explains itself.
+async function waitStatus(page, id, status) {
+  try {
+    await page.waitForSelector(`#run-head[data-status=${status}]`);
+  } catch (e) {
+    const run = await page.evaluate(async (i) => {
+      try { return await (await fetch("/api/runs/" + encodeURIComponent(i))).text(); } catch (err) { return String(err); }
+    }, id);
+    throw new Error(`run ${id} never showed status ${status}: ${e.message}\nserver says: ${run.slice(0, 4000)}`);
+  }
+}
+
 const port = await freePort();
 const base = `http://127.0.0.1:${port}`;
 const ui = spawn(exe, ["ui", "--port", String(port), "--runs", path.join(work, "runs"), "--data-dir",
@@ -130,17 +143,17 @@ try {
   await waitUntil(page, (n) => Number(document.querySelector("#loss-chart").getAttribute("data-points")) >= n + 2, p2,
     "loss points after the stream's lifetime");
   log(`after the first stream ended the chart grew from ${p2} to ${await points()} points`);
-  await page.waitForSelector("#run-head[data-status=running]");
+  await waitStatus(page, runId, "running");
 
   // Stop (SIGINT: save and exit), then resume to two steps later.
   await page.click("#stop");
-  await page.waitForSelector("#run-head[data-status=interrupted]");
+  await waitStatus(page, runId, "interrupted");
   const stopped = await page.evaluate(async (id) => (await (await fetch("/api/runs/" + id)).json()), runId);
   log(`stopped at step ${stopped.steps_done}; checkpoints: ${stopped.checkpoints.length}`);
   if (stopped.checkpoints.length === 0) throw new Error("Stop saved no checkpoint");
   await page.fill("#resume-steps", String(stopped.steps_done + 2));
   await page.click("#resume");
-  await page.waitForSelector("#run-head[data-status=finished]");
+  await waitStatus(page, runId, "finished");
   const done = await page.evaluate(async (id) => (await (await fetch("/api/runs/" + id)).json()), runId);
   if (done.steps_done !== stopped.steps_done + 2) throw new Error(`resumed run ended at step ${done.steps_done}`);
   await page.waitForSelector("#summary-text");
@@ -179,7 +192,7 @@ try {
   await waitUntil(page, (prev) => location.hash.startsWith("#/run/") && location.hash !== prev, "#/run/" + runId,
     "the DPO run's page");
   const dpoId = decodeURIComponent((await page.evaluate(() => location.hash)).slice(6));
-  await page.waitForSelector("#run-head[data-status=finished]");
+  await waitStatus(page, dpoId, "finished");
   const chartPoints = (id) => page.evaluate((i) => Number(document.getElementById(i)?.getAttribute("data-points") || 0), id);
   await waitUntil(page, () => Number(document.querySelector("#reward-accuracy-chart")?.getAttribute("data-points")) >= 6 + 3,
     null, "6 train and 3 eval reward points");
