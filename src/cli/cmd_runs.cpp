@@ -109,6 +109,7 @@ int run_show_run() {
   std::cout << fmt::format("steps      {}\nfinal loss {}\nbest eval  {}\n", r.steps, opt_loss(r.final_loss),
                            opt_loss(r.best_eval_loss));
   if (r.tokens_per_second) std::cout << fmt::format("speed      {:.0f} tokens/s\n", *r.tokens_per_second);
+  if (r.world_size > 1) std::cout << fmt::format("processes  {} (data-parallel)\n", r.world_size);
   for (auto& [k, v] : r.eval_metrics.items()) std::cout << fmt::format("{:<22} {:.4f}\n", k, v.get<double>());
   if (!r.eval_results.empty()) std::cout << fmt::format("backprop eval on {}:\n", r.eval_results_data);
   for (auto& [k, v] : r.eval_results.items())
@@ -133,6 +134,7 @@ int run_diff_runs() {
     return nlohmann::json{
         {"status", r.status},
         {"steps", r.steps},
+        {"world_size", r.world_size},
         {"final_loss", r.final_loss ? nlohmann::json(*r.final_loss) : nlohmann::json(nullptr)},
         {"best_eval_loss", r.best_eval_loss ? nlohmann::json(*r.best_eval_loss) : nlohmann::json(nullptr)},
         {"tokens_per_second", r.tokens_per_second ? nlohmann::json(*r.tokens_per_second) : nlohmann::json(nullptr)},

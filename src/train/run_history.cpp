@@ -120,6 +120,7 @@ RunRecord read_run(const fs::path& dir) {
     });
   if (summary) {
     r.steps = int_field(*summary, "steps", r.steps);
+    r.world_size = std::max<int64_t>(1, int_field(*summary, "world_size", 1));
     if (auto v = number_field(*summary, "best_eval_loss")) r.best_eval_loss = v;
     const double secs = number_field(*summary, "seconds").value_or(0.0);
     if (secs > 0) r.tokens_per_second = number_field(*summary, "tokens").value_or(0.0) / secs;
@@ -154,6 +155,7 @@ nlohmann::json RunRecord::to_json() const {
           {"started", started},
           {"steps", steps},
           {"total_steps", total_steps},
+          {"world_size", world_size},
           {"best_eval_loss", opt(best_eval_loss)},
           {"final_loss", opt(final_loss)},
           {"tokens_per_second", opt(tokens_per_second)},

@@ -23,6 +23,7 @@ struct RunRecord {
   std::string id, path, status, code;  // code: the error code of a failed run
   std::string model, data, started;    // started: ISO time of status.json's "started"
   int64_t steps = 0, total_steps = 0;
+  int64_t world_size = 1;  // processes of a data-parallel run (summary.json; 1 until one is written)
   std::optional<double> best_eval_loss, final_loss, tokens_per_second;
   std::vector<std::string> checkpoints;
   nlohmann::json settings;  // settings.json as written

@@ -262,6 +262,7 @@ json RunStore::detail(const std::string& run_id) {
   if (out.is_null()) out = run_entry(dir);
   out["settings"] = read_json(dir / "settings.json");
   out["summary"] = read_json(dir / "summary.json");
+  out["eval_results"] = read_json(dir / "eval_results.json");  // `backprop eval`'s last results (null: none)
   json cps = json::array();
   std::error_code ec;
   for (const auto& c : fs::directory_iterator(dir / "checkpoints", ec))

@@ -165,6 +165,16 @@ TEST(Distributed, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
   EXPECT_GT(std::fabs(l1.front() - l1.back()), 1e-3);  // it trained: the comparison is not of constants
   expect_adapters_close(two, one);
   EXPECT_NE(out.find("data-parallel over 2 ranks"), std::string::npos) << out;
+  // show-run says how many processes trained (text and --json); a single process says nothing.
+  std::string shown;
+  ASSERT_EQ(test::run_command(test::backprop_exe() + " show-run " + two + " 2>&1", &shown), 0) << shown;
+  EXPECT_NE(shown.find("processes  2 (data-parallel)"), std::string::npos) << shown;
+  std::string single;
+  ASSERT_EQ(test::run_command(test::backprop_exe() + " show-run " + one + " 2>&1", &single), 0) << single;
+  EXPECT_EQ(single.find("processes"), std::string::npos) << single;
+  std::string js;
+  ASSERT_EQ(test::run_command(test::backprop_exe() + " show-run " + two + " --json 2>/dev/null", &js), 0) << js;
+  EXPECT_EQ(nlohmann::json::parse(js.substr(js.find('{')))["world_size"], 2) << js;
 }
 
 // Full fine-tuning: every weight's gradient is summed over the ranks. The losses agree, and each

@@ -4,7 +4,7 @@
 // step, export a GGUF, and check the console shows no CSP violation or script error. Keeps a
 // screenshot of the run page. Run by tests/ui/browser_test.cpp:
 //   node browser_test.mjs BACKPROP_EXE SOURCE_DIR WORK_DIR SCREENSHOT_PATH
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import fs from "node:fs";
 import net from "node:net";
@@ -161,6 +161,18 @@ try {
   // The summary says how the frozen base was held (the default, auto, holds a safetensors base at f32).
   if (!summaryText.includes("frozen base auto → f32")) throw new Error("summary without the base dtype: " + summaryText);
   log(`resumed and finished at step ${done.steps_done}`);
+
+  // `backprop eval` on the finished run: its page lists each metric with its interval, and the gates.
+  execFileSync(exe, ["eval", done.path, "--eval-data", path.join(srcDir, "examples/quickstart_sharegpt_holdout.jsonl"),
+    "--metric", "exact_match,loss", "--gate", "loss<1000", "--resamples", "200", "--max-examples", "10"], { stdio: "pipe" });
+  await page.reload();
+  await page.waitForSelector("#eval-results");
+  const evalRows = await page.$$eval("#eval-results tr", (trs) => trs.map((tr) => tr.textContent));
+  if (!evalRows.some((t) => /^exact_match\d/.test(t)) || !evalRows.some((t) => /^loss\d[\d.]* \[[\d.]+, [\d.]+\]$/.test(t)))
+    throw new Error("eval results rows: " + JSON.stringify(evalRows));
+  const gateText = await page.textContent("#eval-gates");
+  if (!gateText.includes("loss<1000: passed")) throw new Error("eval gates: " + gateText);
+  log("eval results on the run page: " + evalRows.slice(1).join(" | "));
 
   // Export a GGUF (q8_0) and see the resulting path.
   // The export form offers exactly the formats `backprop export --format` takes (one registry row).

@@ -12,6 +12,7 @@
     const logPre = h("pre", { id: "log", tabindex: "0", "aria-label": "Log" });
     const cps = h("ul", { id: "checkpoints" });
     const summary = h("div", { id: "summary" });
+    const evalBox = h("div", { id: "eval-results-box" });
     const exportsBox = h("div", { id: "exports" });
     const resumeSteps = h("input", { id: "resume-steps", inputmode: "numeric", placeholder: "same as before", size: 10 });
     // Export choices: the registry rows of export.format and export.quantization (default first).
@@ -33,7 +34,7 @@
       h("div", { class: "card row" }, h("span", {}, h("label", { for: "export-format", text: "Export format" }), fmtSel),
         h("span", {}, h("label", { for: "export-quant", text: "GGUF quantization" }), quantSel),
         h("span", {}, h("label", { for: "export-ollama", text: "Register with Ollama" }), ollama), exportBtn),
-      exportsBox, charts, h("h2", { text: "Summary" }), summary, h("h2", { text: "Checkpoints" }), cps,
+      exportsBox, charts, h("h2", { text: "Summary" }), summary, evalBox, h("h2", { text: "Checkpoints" }), cps,
       h("h2", { text: "Log" }), logPre);
 
     const C = window.BpChart;
@@ -90,9 +91,26 @@
       cps.replaceChildren(...(d.checkpoints.length ? d.checkpoints.map((c) => h("li", { text: c })) : [h("li", { class: "muted", text: "none yet" })]));
       const s = d.summary;
       summary.replaceChildren(s && s.run_id
-        ? h("p", { id: "summary-text", text: `${s.steps} steps, ${s.tokens} tokens in ${num(s.seconds, 1)} s; final loss ${num(s.final_loss)}, best eval loss ${num(s.best_eval_loss)}; peak memory ${bytes(s.peak_memory_bytes)}${s.base_dtype ? "; frozen base " + s.base_dtype : ""}; result ${s.final_artifact}` })
+        ? h("p", { id: "summary-text", text: `${s.steps} steps, ${s.tokens} tokens in ${num(s.seconds, 1)} s${s.world_size > 1 ? " on " + s.world_size + " processes (data-parallel)" : ""}; final loss ${num(s.final_loss)}, best eval loss ${num(s.best_eval_loss)}; peak memory ${bytes(s.peak_memory_bytes)}${s.base_dtype ? "; frozen base " + s.base_dtype : ""}; result ${s.final_artifact}` })
         : h("p", { class: "muted", text: "The run has not finished." }));
+      evalBox.replaceChildren(...evalResults(d.eval_results));
       exportsBox.replaceChildren(...d.exports.map(exportLine));
+    }
+    // `backprop eval`'s last results for this run (its eval_results.json): each metric with its 95%
+    // bootstrap interval, the paired difference against --vs, and the gates.
+    function evalResults(r) {
+      if (!r || typeof r.metrics !== "object" || !r.metrics) return [];
+      const diff = r.difference || {}, vs = (r.vs && r.vs.metrics) || {};
+      const ci = (e) => e && typeof e.value === "number" ? `${num(e.value)} [${num(e.ci_low)}, ${num(e.ci_high)}]` : "";
+      const hasVs = Object.keys(vs).length > 0;
+      const rows = Object.entries(r.metrics).map(([k, e]) => h("tr", {}, h("td", { text: k }), h("td", { text: ci(e) }),
+        ...(hasVs ? [h("td", { text: ci(vs[k]) }), h("td", { text: ci(diff[k]) })] : [])));
+      const gates = (r.gates || []).map((g) => h("li", { class: g.passed ? "" : "bad", text: `${g.gate}: ${g.passed ? "passed" : "FAILED"}` }));
+      return [h("h2", { text: "Evaluation (backprop eval)" }),
+        h("p", { class: "muted", text: `${r.examples} examples of ${r.eval_data}; 95% bootstrap intervals, ${r.resamples} resamples` }),
+        h("table", { id: "eval-results" }, h("tr", {}, h("th", { text: "metric" }), h("th", { text: r.evaluated || "this run" }),
+          ...(hasVs ? [h("th", { text: "vs " + r.vs.evaluated }), h("th", { text: "difference" })] : [])), ...rows),
+        ...(gates.length ? [h("ul", { id: "eval-gates" }, ...gates)] : [])];
     }
     function exportLine(l) {
       const argv = (l.argv || []).join(" ");
