@@ -221,10 +221,14 @@ try {
   await page.waitForSelector("#ram");
   const ram = await page.textContent("#ram");
   if (!/\d[\d.]* [KMGT]iB used of \d[\d.]* [KMGT]iB/.test(ram)) throw new Error("RAM reading: " + ram);
-  // Keyboard only: Tab reaches the main links and Enter follows one.
+  // Keyboard only: Tab reaches the main links and Enter follows one. The router focuses <main> once
+  // a view is drawn, after the view's elements appear: wait for that first, or it can take the focus
+  // back between the key presses (under load it did, and the Enter went nowhere).
+  await waitUntil(page, () => document.activeElement?.id === "main", null, "the System view's focus on <main>");
   await page.focus("#nav-system");
   await page.keyboard.press("Shift+Tab");
   await page.keyboard.press("Shift+Tab");
+  await waitUntil(page, () => document.activeElement?.id === "nav-runs", null, "Shift+Tab twice from System to Runs");
   await page.keyboard.press("Enter");
   await page.waitForSelector("#runs-table");
   // A phone-sized window: the runs list, kept as a second artifact.
