@@ -97,6 +97,13 @@ inline nlohmann::ordered_json render_with_oracle(const nlohmann::ordered_json& r
   return nlohmann::ordered_json::parse(out);
 }
 
+// Writes `content` to dir/name byte for byte; returns the path.
+inline std::string write_file(const TempDir& dir, const std::string& name, const std::string& content) {
+  const std::string path = dir.path + "/" + name;
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
 // The issues of `ds`, in file order, are exactly these (line, problem) pairs, each with a message.
 inline void expect_issues(const LoadedDataset& ds, const std::vector<std::pair<int64_t, RowProblem>>& expected) {
   ASSERT_EQ(ds.issues.size(), expected.size());

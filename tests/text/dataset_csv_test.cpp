@@ -20,12 +20,6 @@
 namespace bp::test {
 namespace {
 
-std::string write_file(const TempDir& dir, const std::string& name, const std::string& content) {
-  const std::string path = dir.path + "/" + name;
-  std::ofstream(path, std::ios::binary) << content;
-  return path;
-}
-
 void expect_same_rows(const LoadedDataset& a, const LoadedDataset& b) {
   EXPECT_EQ(a.format, b.format);
   EXPECT_EQ(a.issues.size(), b.issues.size());

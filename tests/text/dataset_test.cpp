@@ -14,12 +14,6 @@
 namespace bp::test {
 namespace {
 
-std::string write_file(const TempDir& dir, const std::string& name, const std::string& content) {
-  const std::string path = dir.path + "/" + name;
-  std::ofstream(path, std::ios::binary) << content;
-  return path;
-}
-
 TEST(Dataset, DetectsAndReadsEveryFormat) {
   TempDir dir;
   struct Case {
