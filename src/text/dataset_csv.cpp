@@ -166,19 +166,15 @@ CsvRecords split_csv_records(std::string_view content, char delim, const std::st
     if (row.problem.empty() && row.cells.size() != keys.size())
       row.problem = fmt::format("{} fields where the header has {} columns ({}); quote a field that holds a '{}'",
                                 row.cells.size(), keys.size(), fmt::join(keys, ", "), delim == '\t' ? "\\t" : ",");
-    if (row.problem.empty())
-      for (size_t c = 0; c < row.cells.size() && row.problem.empty(); ++c) {
-        size_t bad = 0;
-        if (!valid_utf8(row.cells[c], &bad))
-          out.records.push_back({row.line,
-                                 {},
-                                 false,
-                                 RowIssue{row.line, RowProblem::InvalidUtf8,
-                                          fmt::format("invalid UTF-8 at byte {} of column '{}'", bad + 1, keys[c])}});
-      }
-    if (!out.records.empty() && out.records.back().line == row.line && out.records.back().issue) continue;
-    if (!row.problem.empty()) {
-      out.records.push_back({row.line, {}, false, RowIssue{row.line, RowProblem::BadCsvRow, row.problem}});
+    // One issue per record: its malformation, else its first cell that is not UTF-8.
+    std::optional<RowIssue> bad_row;
+    if (!row.problem.empty()) bad_row = RowIssue{row.line, RowProblem::BadCsvRow, row.problem};
+    for (size_t c = 0; c < row.cells.size() && !bad_row; ++c)
+      if (size_t at = 0; !valid_utf8(row.cells[c], &at))
+        bad_row = RowIssue{row.line, RowProblem::InvalidUtf8,
+                           fmt::format("invalid UTF-8 at byte {} of column '{}'", at + 1, keys[c])};
+    if (bad_row) {
+      out.records.push_back({row.line, {}, false, std::move(bad_row)});
       continue;
     }
     nlohmann::ordered_json obj = nlohmann::ordered_json::object();

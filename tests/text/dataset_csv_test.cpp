@@ -131,7 +131,7 @@ TEST(DatasetCsv, MalformedRecordsAreReportedWithTheirLinesAndTheRestKept) {
   content += "three,fields,here\n";              // 3 too many fields
   content += "only one field\n";                 // 4 too few
   content += "\"quoted\"tail,x\n";               // 5 text after a closing quote
-  content += "bad \xC3\x28 byte,x\n";            // 6 invalid UTF-8
+  content += "bad \xC3\x28 byte,\xFF\n";         // 6 invalid UTF-8 twice: one issue
   content += "\"multi\nline\",ok\n";             // 7-8 ok
   content += "ok two,fine\n";                    // 9 ok
   content += "\"never closed,x\nmore\n";         // 10 to the end: unterminated
