@@ -3,17 +3,25 @@
 // folder); without it, --model [--adapter]. --vs INPUT2 evaluates a second model on the same rows
 // and reports the paired difference; --gate METRIC>=X (repeatable) exits 1 when one fails. When
 // INPUT is a run, the results are also written to its folder (eval_results.json), where show-run
-// finds them.
+// finds them. The frozen base is held as `train` holds it (--base-dtype, resolved the same way: auto is
+// bf16 on a CPU whose bf16 GEMMs run in oneDNN), and a run is evaluated, unless --base-dtype is given,
+// at the base dtype it trained with (its settings.json), so the run's own held-out loss is eval's.
 #include <fmt/ranges.h>
 
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/command.h"
 #include "cli/model_ref.h"
 #include "core/error.h"
 #include "export/export_input.h"
+#include "export/gguf_lora.h"
 #include "io/atomic_file.h"
+#include "model/held_weights.h"
 #include "model/loader.h"
 #include "model/peft.h"
 #include "train/eval_metrics.h"
@@ -70,11 +78,27 @@ struct Evaluated {
   bp::EvalValues values;
 };
 
+// model.base_dtype for `s`: the flag (or environment, config) when given, else a run's own setting
+// from its settings.json, else auto.
+std::string base_dtype_setting(const Subject& s) {
+  const bp::Settings& st = bp::cli::settings();
+  if (st.source("model.base_dtype") != bp::SettingSource::Default || s.run_dir.empty())
+    return st.get_string("model.base_dtype");
+  std::ifstream f(fs::path(s.run_dir) / "settings.json");
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("model") && j["model"].is_object() && j["model"].contains("base_dtype") &&
+      j["model"]["base_dtype"].is_string())
+    return j["model"]["base_dtype"].get<std::string>();
+  return st.get_string("model.base_dtype");
+}
+
 Evaluated evaluate(const Subject& s, const std::vector<bp::EvalMetric>& metrics, const EvalOptions& o) {
   auto tok = bp::Tokenizer::from_dir(s.model_dir);
   const bp::ChatTemplate tmpl = bp::adapter_chat_template(*tok, s.adapter_dir);
   const std::vector<bp::TaskExample> examples = bp::load_task_examples(o.eval_data, bp::parse_dataset_format(o.format));
-  bp::ModelWeights weights = bp::load_model(s.model_dir);
+  const std::optional<bp::DType> base =
+      bp::resolve_base_dtype(base_dtype_setting(s), bp::DeviceType::CPU, !bp::gguf_base_file(s.model_dir).empty());
+  bp::ModelWeights weights = bp::load_model(s.model_dir, base);
   const bp::ModelConfig cfg = weights.config;
   bp::LoraAdapter adapter;
   bp::Model model(std::move(weights),
@@ -198,7 +222,7 @@ bp::cli::RunFn setup_eval(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--seed", o->seed, "Seed of the bootstrap (same seed, same intervals)")->capture_default_str();
   sub.add_flag("--json", o->json, "Machine-readable results");
-  bp::cli::bind_settings(sub, {"model.offline", "training.output"});
+  bp::cli::bind_settings(sub, {"model.offline", "model.base_dtype", "training.output"});
   return [o] { return run_eval(*o); };
 }
 

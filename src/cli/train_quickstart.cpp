@@ -105,8 +105,10 @@ int run_quickstart(Settings st, bool json) {
   trainer.model().set_training(false);
   TaskEvalResult after = evaluate_task(trainer.model(), *tok, tmpl, examples, teo);
 
-  // GGUF export of the merged model.
-  ModelWeights merged = merge_lora(trainer.model().weights(), *trainer.adapter());
+  // GGUF export of the merged model: the adapter merged into the base as shipped (f32), as
+  // `backprop export` merges it, not into the copy training held (bf16 where --base-dtype auto
+  // picks it).
+  ModelWeights merged = merge_lora(load_model(o.model_dir), *trainer.adapter());
   std::string gguf_path = (fs::path(sum.output_dir) / "export" / "tiny-chat-q8_0.gguf").string();
   fs::create_directories(fs::path(gguf_path).parent_path());
   GGUFExportResult gguf =

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/cpu_kernels.h"
 #include "ops/held_range.h"
 
 namespace bp {
@@ -24,7 +25,11 @@ std::optional<DType> parse_base_dtype(std::string_view s) {
 std::optional<DType> resolve_base_dtype(std::string_view setting, DeviceType device, bool gguf_base) {
   if (std::optional<DType> t = parse_base_dtype(setting)) return t;
   if (gguf_base) return std::nullopt;
-  return device == DeviceType::CUDA ? DType::BF16 : DType::F32;
+  if (device == DeviceType::CUDA) return DType::BF16;
+  // The CPU: bf16 where its GEMMs against bf16-held weights run as bf16 products in oneDNN (the CPU
+  // has bf16 dot products and runtime.cpu_gemm resolved to it): half the bytes and the faster path
+  // (issue 41). Elsewhere a bf16 weight would only be widened back to f32 for sgemm, so f32.
+  return ops::cpu_gemm_info().held_bf16 == "bf16-onednn" ? DType::BF16 : DType::F32;
 }
 
 bool role_is_held(WeightRole role) {

@@ -23,14 +23,17 @@
 
 namespace bp {
 
-// model.base_dtype: nullopt = auto (a GGUF base keeps its stored types, any other base f32).
+// model.base_dtype: nullopt = auto (resolved by resolve_base_dtype).
 // Accepts auto, f32, bf16, q8_0, q4_k; CONFIG_INVALID_SETTING otherwise.
 std::optional<DType> parse_base_dtype(std::string_view s);
 
 // model.base_dtype resolved for a LoRA run on `device` (what `train` holds and `estimate-vram`
 // plans): a type, or nullopt = as stored. auto keeps a GGUF base in its stored types (nullopt) and
-// holds any other base at f32 on the CPU and at bf16 on a CUDA card (issue 18: frozen weights in
-// bf16, the tensor cores' GEMM inputs; an f16 card dequantizes them to f16 panels).
+// holds any other base at bf16 on a CUDA card (issue 18: frozen weights in bf16, the tensor cores'
+// GEMM inputs; an f16 card dequantizes them to f16 panels) and on a CPU whose held-bf16 GEMMs run
+// in oneDNN's bf16 matmul (ops::cpu_gemm_info().held_bf16 "bf16-onednn": bf16 dot products and
+// runtime.cpu_gemm auto|onednn, as selected when the command started; issue 41), else at f32.
+// Full fine-tuning does not call this (its weights are trained, f32).
 std::optional<DType> resolve_base_dtype(std::string_view setting, DeviceType device, bool gguf_base);
 
 // Is this role held in the base dtype (linear projections, embedding, LM head)?

@@ -91,7 +91,9 @@ ModelWeights merge_lora(const ModelWeights& base, const LoraAdapter& adapter) {
     for (LoraTarget t : kAllLoraTargets)
       if (adapter.layers[li].has(t)) {
         Tensor& W = weight_ref(w, lora_target_role(t), static_cast<int64_t>(li));
-        W = W.clone();
+        // A frozen weight held narrower (bf16, q8_0, q4_K, ...: --base-dtype) is merged in f32: its
+        // held values widened, as the training GEMMs read them.
+        W = W.to(DType::F32);
       }
   merge_lora_into(w, adapter);
   return w;

@@ -36,7 +36,8 @@ std::vector<std::string> save_hf_model(const ModelWeights& w, const std::string&
 // W += scale·B·A in place. Throws RUNTIME_EXPORT_FAILED when the adapter does not fit the model
 // (layer count, A/B shapes), naming the layer, projection and shapes.
 void merge_lora_into(ModelWeights& w, const LoraAdapter& adapter);
-// A merged copy: adapted weights are new tensors, everything else is shared with `base`.
+// A merged copy: adapted weights are new f32 tensors (a base held narrower is widened first),
+// everything else is shared with `base`.
 ModelWeights merge_lora(const ModelWeights& base, const LoraAdapter& adapter);
 
 }  // namespace bp

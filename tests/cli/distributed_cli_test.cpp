@@ -36,13 +36,15 @@ std::string write_data(const std::string& dir, const std::string& name = "data.j
 }
 
 // One process's (or one rank's) command: a global batch of 4 in micro-batches of 2, so a rank's
-// share of 2 is one micro-batch, as each micro-batch of the single process is.
+// share of 2 is one micro-batch, as each micro-batch of the single process is. The base is held in
+// f32 (--base-dtype f32): the comparisons across micro-batch sizes are to f32 summation order, which
+// a bf16 base (auto on a CPU with bf16 dot products) would turn into activation roundings of 2^-8.
 std::string train_args(const std::string& data, const std::string& out, const std::string& extra = "",
                        const std::string& lr = "5e-3", const std::string& batch = "4") {
   return " train --device cpu --model " + model_dir() + " --data " + data + " --output " + out +
          " --steps 4 --batch-size " + batch + " --micro-batch-size " + (batch == "4" ? "2" : batch) + " --lr " + lr +
          " --warmup-steps 0 --lr-scheduler constant --lora-r 4 --lora-dropout 0 --max-seq-length 64 --holdout 0"
-         " --threads 1 --seed 7 " +
+         " --threads 1 --seed 7 --base-dtype f32 " +
          extra;
 }
 

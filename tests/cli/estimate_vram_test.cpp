@@ -27,9 +27,14 @@ struct Result {
   std::string out;
 };
 
+// The plans below are worked out for a base held in f32, which --base-dtype auto gives on the CPU
+// under --cpu-gemm openblas on every CPU (on one with bf16 dot products, auto with oneDNN holds bf16:
+// AutoOnTheCpuPlansTheBaseAsTrainHoldsIt); a test's `env` may set it back.
 Result backprop(const std::string& args, const std::string& env = "", bool stdout_only = false) {
-  std::string cmd = "{ env -u BACKPROPAGATE_TRAINING__MAX_MEMORY -u BACKPROPAGATE_TRAINING__VRAM_GB " + env + " " +
-                    test::backprop_exe() + " " + args + (stdout_only ? " 2>/dev/null; }" : " 2>&1; }");
+  std::string cmd =
+      "{ env -u BACKPROPAGATE_TRAINING__MAX_MEMORY -u BACKPROPAGATE_TRAINING__VRAM_GB "
+      "BACKPROPAGATE_RUNTIME__CPU_GEMM=openblas " +
+      env + " " + test::backprop_exe() + " " + args + (stdout_only ? " 2>/dev/null; }" : " 2>&1; }");
   Result r;
   r.rc = test::run_command(cmd, &r.out);
   return r;
@@ -276,6 +281,23 @@ TEST(EstimateVramCli, NonFittingRunGetsTheCheapestChange) {
   EXPECT_GT(jj["plan"]["total"].get<size_t>(), size_t{1} << 30);
 }
 
+// --base-dtype auto on the CPU plans the base as `train` holds it: bf16 where `backprop info` says the
+// CPU's bf16 GEMMs run in oneDNN, else f32 (model/held_weights.h resolve_base_dtype).
+TEST(EstimateVramCli, AutoOnTheCpuPlansTheBaseAsTrainHoldsIt) {
+  SmolDir m;
+  Result info = backprop("info --json", "BACKPROPAGATE_RUNTIME__CPU_GEMM=auto", true);
+  ASSERT_EQ(info.rc, 0) << info.out;
+  const bool onednn = nlohmann::json::parse(info.out)["cpu_gemm"]["held_bf16"] == "bf16-onednn";
+  const std::string args = "estimate-vram --json --device cpu --model " + m.path() + " --vram-gb 16";
+  Result a = backprop(args, "BACKPROPAGATE_RUNTIME__CPU_GEMM=auto", true);
+  ASSERT_EQ(a.rc, 0) << a.out;
+  const auto j = nlohmann::json::parse(a.out);
+  EXPECT_EQ(j["settings"]["weights_dtype"], onednn ? "bf16" : "f32") << info.out;
+  Result explicit_type = backprop(args + (onednn ? " --base-dtype bf16" : " --base-dtype f32"), "", true);
+  ASSERT_EQ(explicit_type.rc, 0) << explicit_type.out;
+  EXPECT_EQ(j["plan"]["weights"], nlohmann::json::parse(explicit_type.out)["plan"]["weights"]);
+}
+
 TEST(EstimateVramCli, SettingsFromEnvironmentAndConfigFileAndDefaultLimit) {
   SmolDir m;
   // The config.json path itself works as --model; vram_gb from the environment.
@@ -299,7 +321,7 @@ TEST(EstimateVramCli, SettingsFromEnvironmentAndConfigFileAndDefaultLimit) {
   } else {
     EXPECT_EQ(j["limit_source"], "this machine's RAM");
     EXPECT_EQ(j["limit_bytes"].get<uint64_t>(), mem_info().bytes_total);
-    EXPECT_EQ(j["settings"]["weights_dtype"], "f32");  // dtype auto on the CPU
+    EXPECT_EQ(j["settings"]["weights_dtype"], "f32");  // dtype auto on the CPU, under --cpu-gemm openblas
     // A plan for a card that is not here still fits into the RAM, but says that it is no card's size.
     r = backprop("estimate-vram --json --device cuda --model " + m.path(), "", true);
     ASSERT_EQ(r.rc, 0) << r.out;

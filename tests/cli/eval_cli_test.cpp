@@ -41,7 +41,13 @@ TEST(EvalCli, QuickStartRunMeasuredTheSameWayAndGated) {
   EXPECT_DOUBLE_EQ(j["metrics"]["exact_match"]["value"].get<double>(), qs["exact_match_after"].get<double>());
   EXPECT_DOUBLE_EQ(j["vs"]["metrics"]["exact_match"]["value"].get<double>(), qs["exact_match_before"].get<double>());
   const double loss = j["metrics"]["loss"]["value"];
-  EXPECT_NEAR(loss, qs["final_eval_loss"].get<double>(), 1e-6 * loss) << "eval's loss is the run's held-out loss";
+  // eval holds the base as the run did (auto: bf16 on a CPU whose bf16 GEMMs run in oneDNN). Over an
+  // f32 base the two losses differ by f32 summation order only; over a bf16 one the GEMMs' other
+  // token counts (eval's batches are not the run's) reach activations rounded to bf16, which turns
+  // those differences into a few bf16 roundings (measured 2.5e-5 relative on a Zen 5).
+  const bool bf16_base = qs["base_dtype"].get<std::string>().find("bf16") != std::string::npos;
+  EXPECT_NEAR(loss, qs["final_eval_loss"].get<double>(), (bf16_base ? 2e-4 : 1e-6) * loss)
+      << "eval's loss is the run's held-out loss; base " << qs["base_dtype"];
   for (const char* m : {"exact_match", "token_f1", "loss"}) {
     const auto& e = j["metrics"][m];
     EXPECT_LE(e["ci_low"].get<double>(), e["value"].get<double>()) << m;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "support/test_util.h"
@@ -49,13 +50,33 @@ TEST(TrainBaseDtype, Q8BaseShrinksThePlannedWeightsAndTrains) {
   ASSERT_EQ(rc, 0) << env;
   EXPECT_EQ(plan_weights(env), plan_weights(q8));
   // The run summary says how the base was held: stories260K's 172-wide down_proj rows are not
-  // whole q8_0 blocks (bf16 instead); the default (auto) holds a safetensors base at f32.
+  // whole q8_0 blocks (bf16 instead).
   EXPECT_NE(q8.find("frozen base       q8_0 (held as q8_0, bf16)"), std::string::npos) << q8;
   EXPECT_NE(f32.find("frozen base       f32\n"), std::string::npos) << f32;
-  test::TempDir d;
-  const std::string dflt = run_train(d, "", &rc);
+}
+
+// The default (auto) holds a safetensors base in bf16 where the CPU's bf16 GEMMs run in oneDNN
+// (`backprop info` says "bf16-onednn": the CPU has bf16 dot products and the build has oneDNN),
+// else in f32; --cpu-gemm openblas keeps f32 on every CPU. The plan's weights follow the held type.
+TEST(TrainBaseDtype, AutoHoldsTheBaseInBf16WhereOneDnnRunsTheBf16Gemms) {
+  std::string info;
+  ASSERT_EQ(test::run_command(test::backprop_exe() + " info --json 2>/dev/null", &info), 0) << info;
+  const std::string held = nlohmann::json::parse(info).at("cpu_gemm").at("held_bf16").get<std::string>();
+  const bool onednn = held == "bf16-onednn";
+  test::TempDir a, b, c;
+  int rc = 0;
+  const std::string dflt = run_train(a, "", &rc);
   ASSERT_EQ(rc, 0) << dflt;
-  EXPECT_NE(dflt.find("frozen base       auto → f32"), std::string::npos) << dflt;
+  EXPECT_NE(dflt.find(onednn ? "frozen base       auto → bf16" : "frozen base       auto → f32"), std::string::npos)
+      << held << "\n"
+      << dflt;
+  const std::string openblas = run_train(b, "--cpu-gemm openblas", &rc);
+  ASSERT_EQ(rc, 0) << openblas;
+  EXPECT_NE(openblas.find("frozen base       auto → f32"), std::string::npos) << openblas;
+  const std::string bf16 = run_train(c, "--base-dtype bf16 --cpu-gemm openblas", &rc);
+  ASSERT_EQ(rc, 0) << bf16;
+  EXPECT_EQ(plan_weights(dflt), plan_weights(onednn ? bf16 : openblas)) << dflt;
+  EXPECT_NE(plan_weights(bf16), plan_weights(openblas));
 }
 
 TEST(TrainBaseDtype, FullFineTuningRefusesAQuantizedBase) {

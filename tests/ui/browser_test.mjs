@@ -158,8 +158,12 @@ try {
   if (done.steps_done !== stopped.steps_done + 2) throw new Error(`resumed run ended at step ${done.steps_done}`);
   await page.waitForSelector("#summary-text");
   const summaryText = await page.textContent("#summary-text");
-  // The summary says how the frozen base was held (the default, auto, holds a safetensors base at f32).
-  if (!summaryText.includes("frozen base auto → f32")) throw new Error("summary without the base dtype: " + summaryText);
+  // The summary says how the frozen base was held: the default, auto, holds a safetensors base in
+  // bf16 where `backprop info` says the CPU's bf16 GEMMs run in oneDNN, else in f32.
+  const gemm = JSON.parse(execFileSync(exe, ["info", "--json"], { stdio: ["ignore", "pipe", "ignore"] }).toString()).cpu_gemm;
+  const heldAs = gemm.held_bf16 === "bf16-onednn" ? "bf16" : "f32";
+  if (!summaryText.includes("frozen base auto → " + heldAs))
+    throw new Error(`summary without the base dtype (auto → ${heldAs} expected): ` + summaryText);
   log(`resumed and finished at step ${done.steps_done}`);
 
   // `backprop eval` on the finished run: its page lists each metric with its interval, and the gates.
