@@ -6,6 +6,7 @@
 
 #include "export/merged_model.h"
 #include "io/safetensors.h"
+#include "model/held_weights.h"
 #include "model/loader.h"
 #include "model/peft.h"
 #include "model/weight_names.h"
@@ -87,6 +88,31 @@ TEST(Merge, MatchesPlainFormulaAndLeavesBaseAlone) {
       }
     }
   EXPECT_EQ(m.layers[0].q_bias.raw(), base.layers[0].q_bias.raw());  // biases untouched
+}
+
+// A base held narrower for training (--base-dtype bf16 or q8_0; auto on a CPU with bf16 dot
+// products) merges in f32: its held values widened, then W + scale·B·A, as the plain formula over the
+// widened weights gives. (Before, merging into a held bf16 base stopped with RUNTIME_EXPORT_FAILED.)
+TEST(Merge, AHeldBaseIsWidenedToF32AndMerged) {
+  ModelConfig c = tiny_config("float32");
+  LoraConfig lc;
+  lc.r = 2;
+  lc.target_modules = {"all-linear"};
+  const LoraAdapter ad = trained_adapter(c, lc, 4);
+  for (DType held : {DType::BF16, DType::Q8_0}) {
+    ModelWeights base = init_random_weights(c, 1);
+    hold_weights(base, held);
+    ModelWeights m = merge_lora(base, ad);
+    for (size_t li = 0; li < 2; ++li)
+      for (LoraTarget t : kAllLoraTargets) {
+        const WeightRole role = lora_target_role(t);
+        const Tensor &W = weight_ref(base, role, int64_t(li)), &M = weight_ref(m, role, int64_t(li));
+        ASSERT_EQ(M.dtype(), DType::F32) << dtype_name(held) << " " << lora_target_name(t);
+        EXPECT_TRUE(test::all_close(
+            M.to_vector(), reference_merge(W, ad.layers[li].a(t), ad.layers[li].b(t), lc.scale()), test::kTolF32))
+            << dtype_name(held) << " " << lora_target_name(t);
+      }
+  }
 }
 
 TEST(Merge, FreshAdapterChangesNothing) {
