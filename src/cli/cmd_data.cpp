@@ -3,6 +3,7 @@
 // --fail-on is found (CI gates); split: train and eval JSONL files with near-duplicates on one side.
 #include <fmt/ranges.h>
 
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -13,6 +14,8 @@
 #include "train/data_report.h"
 
 namespace {
+
+namespace fs = std::filesystem;
 
 struct DataOptions {
   std::string file, eval_file, model, chat_template, format = "auto", fail_on;
@@ -44,8 +47,8 @@ std::vector<std::string> fail_kinds(const std::string& list) {
 int run_report(const DataOptions& o) {
   const std::vector<std::string> gates = fail_kinds(o.fail_on);  // refused before any work
   bp::DataReportOptions r;
-  r.file = o.file;
-  r.eval_file = o.eval_file;
+  r.file = bp::cli::resolve_data(o.file);
+  r.eval_file = o.eval_file.empty() ? o.eval_file : bp::cli::resolve_data(o.eval_file);
   if (!o.model.empty()) r.model_dir = bp::cli::resolve_model(o.model, bp::hub::ModelFiles::Tokenizer);
   r.chat_template = o.chat_template;
   r.format = bp::parse_dataset_format(o.format);
@@ -69,11 +72,16 @@ int run_report(const DataOptions& o) {
 
 int run_split(const DataOptions& o) {
   bp::DataSplitOptions s;
-  s.file = o.file;
+  s.file = bp::cli::resolve_data(o.file);
   s.eval_fraction = o.eval_fraction;
   s.seed = o.seed;
   s.train_out = o.train_out;
   s.eval_out = o.eval_out;
+  if (s.file != o.file) {  // a hub file: the halves go to this folder, named after it, never into the cache
+    const std::string stem = fs::path(s.file).stem().string();
+    if (s.train_out.empty()) s.train_out = stem + ".train.jsonl";
+    if (s.eval_out.empty()) s.eval_out = stem + ".eval.jsonl";
+  }
   s.near_threshold = bp::cli::settings().get_float("data.near_duplicate_threshold");
   const bp::DataSplitResult r = bp::split_dataset(s);
   if (o.json || bp::cli::global_options().json) {

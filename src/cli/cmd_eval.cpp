@@ -95,7 +95,8 @@ std::string base_dtype_setting(const Subject& s) {
 Evaluated evaluate(const Subject& s, const std::vector<bp::EvalMetric>& metrics, const EvalOptions& o) {
   auto tok = bp::Tokenizer::from_dir(s.model_dir);
   const bp::ChatTemplate tmpl = bp::adapter_chat_template(*tok, s.adapter_dir);
-  const std::vector<bp::TaskExample> examples = bp::load_task_examples(o.eval_data, bp::parse_dataset_format(o.format));
+  const std::vector<bp::TaskExample> examples =
+      bp::load_task_examples(bp::cli::resolve_data(o.eval_data), bp::parse_dataset_format(o.format));
   const std::optional<bp::DType> base =
       bp::resolve_base_dtype(base_dtype_setting(s), bp::DeviceType::CPU, !bp::gguf_base_file(s.model_dir).empty());
   bp::ModelWeights weights = bp::load_model(s.model_dir, base);

@@ -136,6 +136,10 @@ TrainOptions train_options_with_preset(bool json) {
   if (!preset.describe().empty()) (json ? std::cerr : std::cout) << preset.describe() << "\n";
   TrainOptions o = TrainOptions::from_settings(st);
   o.model_dir = model_dir;
+  // --data / --eval-data as hf://datasets/... : the cached file (downloaded when missing); the run's
+  // settings.json keeps the reference.
+  o.data_path = resolve_data(o.data_path);
+  if (!o.eval_data_path.empty()) o.eval_data_path = resolve_data(o.eval_data_path);
   // A hub name stays the adapter's base (portable to transformers/PEFT); the cache path is local.
   if (model_dir != reference && hub::parse_hub_ref(reference)) o.base_model_name = reference;
   o.resolved_settings["preset"] = resumed_preset.is_null() ? preset.to_json() : resumed_preset;

@@ -84,7 +84,7 @@ ValidateReport validate_report(const ValidateOptions& o, const Settings& st) {
   if (o.show > 0 && !tok)
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 "[validate] --show needs --model: the samples are rendered with the model's tokenizer and template");
-  LoadedDataset ds = load_dataset(o.file, lo);
+  LoadedDataset ds = load_dataset(cli::resolve_data(o.file), lo);
   const nlohmann::ordered_json samples =
       o.show > 0 ? rendered_samples(ds, *tok, *tmpl, o.max_length, o.show) : nlohmann::ordered_json::array();
   // Rows over the length are not bad: training keeps them, truncated to --max-seq-length (the

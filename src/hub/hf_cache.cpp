@@ -83,8 +83,8 @@ HubOptions HubOptions::from_environment(bool offline_flag) {
   return o;
 }
 
-std::string repo_cache_dir(const HubOptions& o, const std::string& repo_id) {
-  std::string folder = "models--" + repo_id;
+std::string repo_cache_dir(const HubOptions& o, const std::string& repo_id, HubRepoType type) {
+  std::string folder = (type == HubRepoType::Dataset ? "datasets--" : "models--") + repo_id;
   for (size_t p = folder.find('/'); p != std::string::npos; p = folder.find('/', p + 2)) folder.replace(p, 1, "--");
   return (fs::path(o.cache_dir) / folder).string();
 }

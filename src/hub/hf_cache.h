@@ -17,10 +17,15 @@
 
 namespace bp::hub {
 
+// Which kind of hub repository: a model (<cache>/models--org--name, {endpoint}/org/name) or a
+// dataset (<cache>/datasets--org--name, {endpoint}/datasets/org/name, /api/datasets/...).
+enum class HubRepoType { Model, Dataset };
+
 // A hub model name: "org/name" or "org/name@revision" (a branch, tag or commit sha).
 struct HubRepoRef {
   std::string repo_id;            // "Qwen/Qwen2.5-0.5B-Instruct"
   std::string revision = "main";  // "main", "v1.0", "refs/pr/3" or a 40-hex commit
+  HubRepoType type = HubRepoType::Model;
 };
 // nullopt when `s` is not shaped like a hub name (a path with ./, /, ~, or more than one '/').
 std::optional<HubRepoRef> parse_hub_ref(const std::string& s);
@@ -52,8 +57,8 @@ struct HubOptions {
   static HubOptions from_environment(bool offline_flag);
 };
 
-// <cache>/models--org--name
-std::string repo_cache_dir(const HubOptions& o, const std::string& repo_id);
+// <cache>/models--org--name (datasets--org--name for a dataset)
+std::string repo_cache_dir(const HubOptions& o, const std::string& repo_id, HubRepoType type = HubRepoType::Model);
 // The commit `revision` stands for in the cache (refs/<revision>, or the revision itself when it is
 // a sha); nullopt when unknown.
 std::optional<std::string> cached_commit(const std::string& repo_dir, const std::string& revision);

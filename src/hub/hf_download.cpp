@@ -41,8 +41,12 @@ struct Context {
   size_t file_index = 0, file_count = 0;
 };
 
+bool is_dataset(const Context& c) {
+  return c.ref.type == HubRepoType::Dataset;
+}
+
 std::string repo_url(const Context& c) {
-  return c.o.endpoint + "/" + c.ref.repo_id;
+  return c.o.endpoint + (is_dataset(c) ? "/datasets/" : "/") + c.ref.repo_id;
 }
 
 [[noreturn]] void fail_download(const Context& c, const std::string& what) {
@@ -69,31 +73,34 @@ void check_reply(const Context& c, const HttpReply& r, const std::string& what) 
                                   {"status", r.status},
                                   {"url", url},
                                   {"x_error_code", hub_code}};
+  // A dataset that cannot be had is the user's --data: INPUT_DATASET_NOT_FOUND, in the same words.
+  const ErrorCode unavailable = is_dataset(c) ? ErrorCode::INPUT_DATASET_NOT_FOUND : ErrorCode::DEP_MODEL_LOAD_FAILED;
+  const char* kind = is_dataset(c) ? "dataset" : "model";
   if (r.status == 401 || r.status == 403) {
     const std::string token_note = c.o.token.empty()
                                        ? "no token was sent (HF_TOKEN is unset and there is no token file)"
                                        : "a token was sent but it has no access to this repository";
-    throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
+    throw Error(unavailable,
                 fmt::format("[hub] {} answered {} for '{}'{}: the repository is gated or private, or the name is "
                             "wrong; {}",
                             url, r.status, c.ref.repo_id, said, token_note),
                 details)
         .with_suggestion(fmt::format(
-            "Open {} and accept the licence if the model is gated; log in with `huggingface-cli login` (or set "
-            "HF_TOKEN to a token with read access); copy the exact name from the model page (org/name, case "
+            "Open {} and accept the licence if the {} is gated; log in with `huggingface-cli login` (or set "
+            "HF_TOKEN to a token with read access); copy the exact name from the {} page (org/name, case "
             "matters).",
-            repo_url(c)));
+            repo_url(c), kind, kind));
   }
   if (r.status == 404) {
     const std::string which = hub_code == "RevisionNotFound" ? fmt::format("revision '{}'", c.ref.revision)
                               : hub_code == "EntryNotFound"  ? "file"
                                                              : fmt::format("repository '{}'", c.ref.repo_id);
-    throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
-                fmt::format("[hub] {}: {} not found on {} (404){}", what, which, c.o.endpoint, said), details)
+    throw Error(unavailable, fmt::format("[hub] {}: {} not found on {} (404){}", what, which, c.o.endpoint, said),
+                details)
         .with_suggestion(fmt::format(
-            "Copy the exact name from the model page (org/name, case matters), check the @revision (now '{}'), "
+            "Copy the exact name from the {} page (org/name, case matters), check the @revision (now '{}'), "
             "and HF_ENDPOINT (now {}).",
-            c.ref.revision, c.o.endpoint));
+            kind, c.ref.revision, c.o.endpoint));
   }
   fail_download(c, fmt::format("{}: {} answered HTTP {}{}", what, url, r.status, said));
 }
@@ -243,6 +250,23 @@ std::vector<std::string> shards_of_index(const Context& c, const fs::path& index
   return parse_index_shards(text, index.string(), c.ref.repo_id);
 }
 
+// Writes refs/<revision> = the commit (a branch or tag name; a commit needs none).
+void write_ref(const Context& c) {
+  if (is_commit_sha(c.ref.revision)) return;
+  const fs::path refs = fs::path(c.repo_dir) / "refs" / c.ref.revision;
+  fs::create_directories(refs.parent_path());
+  std::ofstream(refs, std::ios::trunc) << c.commit;
+}
+
+// The revision's commit and listing: GET {endpoint}/api/{models|datasets}/{repo}/revision/{rev}.
+HubModelInfo revision_info(Context& c) {
+  const std::string api = c.o.endpoint + (is_dataset(c) ? "/api/datasets/" : "/api/models/") + c.ref.repo_id +
+                          "/revision/" + url_quote(c.ref.revision, false);
+  HttpReply info = c.http.request("GET", api, /*follow_absolute=*/true);
+  check_reply(c, info, "asking the hub about " + c.ref.repo_id + "@" + c.ref.revision);
+  return parse_model_info(info.body, info.url, c.ref.repo_id);  // checks every listed name
+}
+
 }  // namespace
 
 std::function<uint64_t(const std::string&)>& hub_free_disk_bytes_for_tests() {
@@ -250,13 +274,29 @@ std::function<uint64_t(const std::string&)>& hub_free_disk_bytes_for_tests() {
   return hook;
 }
 
+std::string download_repo_file(const HubRepoRef& ref, const std::string& file, const HubOptions& o) {
+  check_revision(ref.repo_id, ref.revision);
+  check_remote_file_name(file, "the reference", ref.repo_id);
+  Context c{ref, o, HubHttp(o.endpoint, o.token, o.timeout_s), repo_cache_dir(o, ref.repo_id, ref.type), "", 0, 1};
+  const HubModelInfo listing = revision_info(c);
+  c.commit = listing.sha;
+  if (!listing.files.count(file))
+    throw Error(ErrorCode::INPUT_DATASET_NOT_FOUND,
+                fmt::format("[hub] {}@{} has no file '{}' ({} files listed)", ref.repo_id, ref.revision,
+                            sanitize_server_text(file), listing.files.size()),
+                {{"repo", ref.repo_id}, {"revision", ref.revision}, {"file", sanitize_server_text(file)}})
+        .with_suggestion(fmt::format("Open {}/tree/{} for the file names (the path inside the repository, case "
+                                     "matters): hf://datasets/{}/<path>[@revision].",
+                                     repo_url(c), url_quote(ref.revision, false), ref.repo_id));
+  fetch_file(c, file);
+  write_ref(c);
+  return (fs::path(c.repo_dir) / "snapshots" / c.commit / file).string();
+}
+
 std::string download_snapshot(const HubRepoRef& ref, const HubOptions& o) {
   check_revision(ref.repo_id, ref.revision);
-  Context c{ref, o, HubHttp(o.endpoint, o.token, o.timeout_s), repo_cache_dir(o, ref.repo_id), "", 0, 0};
-  const std::string api = o.endpoint + "/api/models/" + ref.repo_id + "/revision/" + url_quote(ref.revision, false);
-  HttpReply info = c.http.request("GET", api, /*follow_absolute=*/true);
-  check_reply(c, info, "asking the hub about " + ref.repo_id + "@" + ref.revision);
-  const HubModelInfo model = parse_model_info(info.body, info.url, ref.repo_id);  // checks every listed name
+  Context c{ref, o, HubHttp(o.endpoint, o.token, o.timeout_s), repo_cache_dir(o, ref.repo_id, ref.type), "", 0, 0};
+  const HubModelInfo model = revision_info(c);
   c.commit = model.sha;
   const std::set<std::string>& listed = model.files;
 
@@ -287,11 +327,7 @@ std::string download_snapshot(const HubRepoRef& ref, const HubOptions& o) {
     c.file_count += shards.size();
     for (const auto& s : shards) fetch_file(c, s);
   }
-  if (!is_commit_sha(ref.revision)) {
-    const fs::path refs = fs::path(c.repo_dir) / "refs" / ref.revision;
-    fs::create_directories(refs.parent_path());
-    std::ofstream(refs, std::ios::trunc) << c.commit;
-  }
+  write_ref(c);
   return (fs::path(c.repo_dir) / "snapshots" / c.commit).string();
 }
 

@@ -34,6 +34,13 @@ namespace bp::hub {
 // refs/<revision> = commit. Never call with o.offline.
 std::string download_snapshot(const HubRepoRef& ref, const HubOptions& o);
 
+// One file of a repository (a dataset's data file: hf_dataset.h), through the same revision API,
+// blob download, resume and sha256 check: GET {endpoint}/api/datasets/{repo}/revision/{rev}, then
+// {endpoint}/datasets/{repo}/resolve/{commit}/{file}. Returns snapshots/<commit>/<file>; writes
+// refs/<revision>. For a dataset, 401/403/404 (a private or gated dataset without a token, or no such
+// dataset, revision or file) are INPUT_DATASET_NOT_FOUND; the rest as above. Never call with o.offline.
+std::string download_repo_file(const HubRepoRef& ref, const std::string& file, const HubOptions& o);
+
 // Tests: replaces the free bytes of the cache's file system at a folder (empty = statvfs).
 std::function<uint64_t(const std::string&)>& hub_free_disk_bytes_for_tests();
 

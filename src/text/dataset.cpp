@@ -22,19 +22,38 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-bool has_txt_extension(const std::string& path) {
+std::string lower_extension(const std::string& path) {
   std::string ext = std::filesystem::path(path).extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return ext == ".txt";
+  return ext;
+}
+
+bool has_txt_extension(const std::string& path) {
+  return lower_extension(path) == ".txt";
 }
 
 // The delimiter of a .csv (',') or .tsv ('\t') file; 0 for any other name.
 char csv_delimiter(const std::string& path) {
-  std::string ext = std::filesystem::path(path).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string ext = lower_extension(path);
   return ext == ".csv" ? ',' : ext == ".tsv" ? '\t' : '\0';
+}
+
+// Parquet (a .parquet name, or the "PAR1" magic at both ends) is refused until a reader exists,
+// with the one-line conversion; never parsed as JSONL into a wall of bad rows.
+void refuse_parquet(std::string_view content, const std::string& path) {
+  const bool magic =
+      content.size() >= 8 && content.substr(0, 4) == "PAR1" && content.substr(content.size() - 4) == "PAR1";
+  if (lower_extension(path) != ".parquet" && !magic) return;
+  throw Error(ErrorCode::INPUT_DATASET_PARSE_FAILED,
+              fmt::format("[dataset] {} is a Parquet file; backprop reads JSONL, JSON, CSV/TSV and .txt datasets, "
+                          "not Parquet yet",
+                          path),
+              {{"path", path}})
+      .with_suggestion(
+          "Convert it once: python3 -c \"import pandas as pd; pd.read_parquet('FILE.parquet').to_json('FILE.jsonl', "
+          "orient='records', lines=True, force_ascii=False)\" (Debian: python3-pandas python3-pyarrow), or use the "
+          "dataset's JSONL/CSV files where the repository has them.");
 }
 
 std::string issue_summary(const std::vector<RowIssue>& issues, size_t max_listed) {
@@ -183,6 +202,7 @@ bool is_valid_utf8(std::string_view s) {
 }
 
 LoadedDataset parse_dataset(std::string_view content, const std::string& path, const DatasetLoadOptions& opts) {
+  refuse_parquet(content, path);
   LoadedDataset ds;
   ds.path = path;
   const bool plain =

@@ -4,6 +4,7 @@
 //        GatedRepo for a gated repository (403 when a token was sent), 404 RepoNotFound / RevisionNotFound
 //   HEAD|GET /{org}/{name}/resolve/{sha}/{file}   small files: 200, ETag (git sha1) and X-Repo-Commit;
 //        LFS files (*.safetensors): 302 to /cdn/{sha256} with X-Linked-Etag and X-Linked-Size
+//   GET  /api/datasets/..., /datasets/{org}/{name}/resolve/...  the same for dataset repositories
 //   GET  /cdn/{sha256}                            the bytes, with Range support (206), from a second
 //                                                 server: the CDN is another origin, as on the real hub
 // plus a renamed repository (old-org/* answers 307 with a relative Location to org/*), a connection
@@ -33,7 +34,8 @@ class FakeHub {
  public:
   FakeHub();
   ~FakeHub();
-  // Serves files under repo `repo_id` at commit `sha`; names ending in .safetensors are LFS files.
+  // Serves files under repo `repo_id` ("org/name", or "datasets/org/name" for a dataset) at commit
+  // `sha`; names ending in .safetensors (and a dataset's .jsonl files) are LFS files.
   void add_repo(const std::string& repo_id, const std::string& sha, const std::map<std::string, std::string>& files);
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::string cdn_endpoint() const { return "http://127.0.0.1:" + std::to_string(cdn_port_); }  // another origin
