@@ -53,7 +53,7 @@ class PushCli : public ::testing::Test {
     ASSERT_EQ(rc, 0) << out;
     run_dir_ = nlohmann::json::parse(out).at("output_dir").get<std::string>();
     rc = run_env(fmt::format("eval {} --eval-data {} --metric exact_match,token_f1 --max-examples 4 "
-                             "--max-new-tokens 4 --resamples 50 --threads 1 2>&1",
+                             "--max-new-tokens 4 --resamples 50 2>&1",
                              run_dir_, data_),
                  &out);
     ASSERT_EQ(rc, 0) << out;
