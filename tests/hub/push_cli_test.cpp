@@ -6,10 +6,12 @@
 // backprop version and the command that reproduces the run; 429/500 answers are retried; 401/403/
 // 404 and bad names end in their catalog codes; the token (HF_TOKEN or the login file) appears in
 // no output, log or file.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
