@@ -86,6 +86,7 @@ class FakeHub {
   // The next `count` requests whose path contains path_part, after `skip` of them pass, answer `status`.
   void fail(const std::string& path_part, int status, int count, const std::string& retry_after = "", int skip = 0);
   std::vector<FakeCommit> commits();
+  void forget_uploads();  // open multipart uploads expire: the next batch answer starts new ones
   bool has_repo(const std::string& repo_id);
   bool is_private(const std::string& repo_id);
   bool has_blob(const std::string& sha256);
@@ -104,6 +105,7 @@ class FakeHub {
   std::map<std::string, bool> private_;                       // repo -> private
   std::map<std::string, std::vector<std::string>> branches_;  // repo -> branches
   std::map<std::string, std::string> upload_ids_;             // oid -> open multipart upload
+  int uploads_started_ = 0;                                   // names new upload ids
   std::map<std::string, std::map<int, std::string>> parts_;   // upload id -> part -> bytes
   std::vector<FakeCommit> commits_;
 

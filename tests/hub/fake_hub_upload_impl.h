@@ -63,6 +63,12 @@ inline std::vector<FakeCommit> FakeHub::commits() {
   return commits_;
 }
 
+inline void FakeHub::forget_uploads() {
+  std::lock_guard<std::mutex> l(mu_);
+  upload_ids_.clear();
+  parts_.clear();
+}
+
 inline bool FakeHub::has_repo(const std::string& repo_id) {
   std::lock_guard<std::mutex> l(mu_);
   return repos_.count(repo_id) > 0;
@@ -203,7 +209,7 @@ inline void FakeHub::add_upload_routes() {
             if (size > multipart_threshold) {
               out["transfer"] = "multipart";
               std::string& id = upload_ids_[oid];
-              if (id.empty()) id = sha256_hex(oid + std::to_string(upload_ids_.size())).substr(0, 16);
+              if (id.empty()) id = sha256_hex(oid + std::to_string(++uploads_started_)).substr(0, 16);
               json header = {{"chunk_size", std::to_string(chunk_size)}};
               for (uint64_t p = 1; (p - 1) * chunk_size < size; ++p)
                 header[std::to_string(p)] = cdn_endpoint() + "/upload/" + oid + "/" + id + "/" + std::to_string(p);

@@ -169,6 +169,35 @@ TEST_F(HubUpload, AnInterruptedMultipartUploadResumesFromItsAcknowledgedParts) {
   EXPECT_FALSE(fs::exists(rq.state_dir + "/" + oid + ".json"));    // done: the record is gone
 }
 
+// Parts recorded for an upload the hub no longer has open (another completion URL) are not
+// reused: every part goes again, and the commit holds the right bytes.
+TEST_F(HubUpload, PartsOfAnExpiredUploadAreSentAgain) {
+  hub.multipart_threshold = 1000;
+  hub.chunk_size = 4096;
+  const std::string big = random_bytes(3 * 4096, 4);
+  const std::string oid = sha256_hex(big);
+  add("model.safetensors", big);
+  hub.fail("/upload/" + oid + "/", 500, 3, "", /*skip=*/1);
+  EXPECT_EQ(push_error(), ErrorCode::DEP_HUB_UPLOAD_FAILED);
+  hub.forget_uploads();
+  const hub::UploadResult r = hub::upload_to_hub(rq, opts);
+  EXPECT_EQ(r.parts_resumed, 0);
+  EXPECT_EQ(r.parts_sent, 3);
+  ASSERT_EQ(hub.commits().size(), 1u);
+  EXPECT_EQ(hub.commits()[0].files.at("model.safetensors"), big);
+}
+
+// A token that may not create repositories in the namespace but may write to an existing one: the
+// hub answers 403 to create, the repository is there, the push goes on.
+TEST_F(HubUpload, ForbiddenCreateOfAnExistingRepositoryStillPushes) {
+  add("config.json", "{}");
+  hub::upload_to_hub(rq, opts);
+  hub.fail("/api/repos/create", 403, 1);
+  const hub::UploadResult r = hub::upload_to_hub(rq, opts);
+  EXPECT_FALSE(r.created_repo);
+  EXPECT_EQ(hub.commits().size(), 2u);
+}
+
 TEST_F(HubUpload, RateLimitsAndServerErrorsAreRetried) {
   add("config.json", "{}");
   hub.fail("/api/repos/create", 429, 1, "0");
