@@ -2,15 +2,20 @@
 // to ship (issue 7). Only wiring: settings become an ExportRequest (export/exporter.h, which also
 // says what INPUT may be and where outputs go), and the report is printed as text or --json.
 // Every flag is a setting (export.*), so TOML and BACKPROPAGATE_EXPORT__* work too.
+// --push-to-hub org/name then commits the export to the Hugging Face hub as `backprop push` does
+// (cmd_push.cpp, export/hub_push.h); --json adds the push's result under "push".
 #include <cerrno>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "cli/command.h"
 #include "cli/export_request.h"
 #include "cli/model_ref.h"
 #include "core/error.h"
 #include "export/exporter.h"
+#include "export/hub_push.h"
 #include "io/atomic_file.h"
 #include "io/gguf_writer.h"
 
@@ -42,12 +47,19 @@ int export_command(const std::string& input_arg) {
   using namespace bp;
   const bool json = cli::global_options().json;
   const ExportRequest rq = cli::export_request(cli::settings(), input_arg);
-
-  const ExportReport r = run_export(rq);
+  const std::string push_to = cli::settings().get_string("export.push_to_hub");
+  std::optional<PushReport> pushed;
+  if (!push_to.empty()) pushed = run_push(cli::push_request(cli::settings(), input_arg, push_to));
+  const ExportReport r = pushed ? pushed->exported : run_export(rq);
   const nlohmann::json& result = r.result;
   if (!r.note.empty()) std::cerr << r.note << "\n";
   if (json) {
-    std::cout << result.dump(2) << std::endl;
+    nlohmann::json out = result;
+    if (pushed) {  // the export's own result, with the push's beside it
+      out["push"] = pushed->result;
+      out["push"].erase("export");
+    }
+    std::cout << out.dump(2) << std::endl;
     return 0;
   }
   for (const auto& w : r.warnings) std::cerr << "[WARN] " << w << "\n";
@@ -62,6 +74,7 @@ int export_command(const std::string& input_arg) {
   if (result.contains("ollama") && !result["ollama"].is_null())
     std::cout << fmt::format("Registered with Ollama at {} as {}\n", result["ollama"]["endpoint"].get<std::string>(),
                              result["ollama"]["model"].get<std::string>());
+  if (pushed) cli::print_push_report(*pushed);
   std::cout << "Next:\n";
   for (const auto& n : r.next) std::cout << "  " << n << "\n";
   return 0;
@@ -73,9 +86,10 @@ bp::cli::RunFn setup_export(CLI::App& sub) {
                  "Run folder (or the folder given to train --output, or a run id), PEFT adapter folder, Hugging Face "
                  "model folder or LoRA checkpoint folder to export")
       ->required();
-  bp::cli::bind_settings(sub,
-                         {"model.offline", "export.format", "export.quantization", "export.output", "export.ollama",
-                          "export.ollama_name", "export.ollama_host", "export.ollama_retries", "model.path"});
+  bp::cli::bind_settings(sub, {"model.offline", "export.format", "export.quantization", "export.output",
+                               "export.ollama", "export.ollama_name", "export.ollama_host", "export.ollama_retries",
+                               "model.path", "export.push_to_hub", "export.hub_private", "export.hub_revision",
+                               "export.hub_commit_message", "export.hub_retries", "export.hub_retry_wait_s"});
   return [input] { return export_command(*input); };
 }
 

@@ -66,22 +66,6 @@ int run_runs() {
   return 0;
 }
 
-// Settings of a run that differ from the built-in defaults, compared as JSON values the way
-// settings.json holds them (Settings::to_json), so a float at its default (lora.alpha 32.0) equals
-// it; the text forms differ ("32" and "32.0").
-std::vector<std::pair<std::string, std::string>> changed_settings(const RunRecord& r) {
-  std::vector<std::pair<std::string, std::string>> out;
-  const nlohmann::json defaults = Settings().to_json();
-  for (const auto& [key, value] : flatten_settings(r.settings)) {
-    const size_t dot = key.find('.');
-    const std::string sec = key.substr(0, dot), name = key.substr(dot + 1);
-    const nlohmann::json saved = r.settings.at(sec).at(name);  // flatten_settings listed it
-    if (!defaults.contains(sec) || !defaults[sec].contains(name) || defaults[sec][name] != saved)
-      out.emplace_back(key, value);
-  }
-  return out;
-}
-
 // The preset a run used ("" when none): settings.json's {"preset": {"name", "applied"}}.
 std::string preset_line(const nlohmann::json& settings) {
   const auto it = settings.find("preset");
@@ -94,7 +78,7 @@ std::string preset_line(const nlohmann::json& settings) {
 
 int run_show_run() {
   RunRecord r = find_run(runs_dir(), args().run);
-  auto changed = changed_settings(r);
+  auto changed = changed_settings(r.settings);
   if (cli::global_options().json) {
     nlohmann::json j = r.to_json();
     j["settings"] = r.settings;

@@ -6,9 +6,13 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
+#include <map>
+#include <string>
 
 #include "build_info.h"
 #include "io/atomic_file.h"
@@ -138,22 +142,38 @@ std::string url_quote(const std::string& s, bool keep_slash) {
 HubHttp::HubHttp(std::string endpoint, std::string token, int timeout_s)
     : endpoint_origin_(split_url(endpoint).first), token_(std::move(token)), timeout_s_(timeout_s) {}
 
+namespace {
+// Adds the server-given headers (an LFS action's), replacing ours of the same name.
+void add_headers(httplib::Headers& h, const std::map<std::string, std::string>& extra) {
+  for (const auto& [k, v] : extra) {
+    for (auto it = h.begin(); it != h.end();) it = lower(it->first) == lower(k) ? h.erase(it) : std::next(it);
+    h.emplace(k, v);
+  }
+}
+
+HttpReply reply_of(const httplib::Result& r, const std::string& url) {
+  HttpReply reply;
+  reply.url = url;
+  if (!r) {
+    reply.error = httplib::to_string(r.error());
+    return reply;
+  }
+  reply.status = r->status;
+  copy_headers(r->headers, reply);
+  reply.body = r->body;
+  return reply;
+}
+}  // namespace
+
 HttpReply HubHttp::request(const std::string& method, const std::string& url, bool follow_absolute) const {
   std::string current = url;
   for (int hop = 0; hop <= kMaxRedirects; ++hop) {
     const auto [origin, path] = split_url(current);
     httplib::Client c = make_client(origin, timeout_s_);
     httplib::Headers h = request_headers(origin, endpoint_origin_, token_);
-    httplib::Result r = method == "HEAD" ? c.Head(path.c_str(), h) : c.Get(path.c_str(), h);
-    HttpReply reply;
-    reply.url = current;
-    if (!r) {
-      reply.error = httplib::to_string(r.error());
-      return reply;
-    }
-    reply.status = r->status;
-    copy_headers(r->headers, reply);
-    reply.body = r->body;
+    const httplib::Result r = method == "HEAD" ? c.Head(path.c_str(), h) : c.Get(path.c_str(), h);
+    HttpReply reply = reply_of(r, current);
+    if (!r) return reply;
     if (!is_redirect(r->status) || reply.header("location").empty()) return reply;
     const std::string location = reply.header("location");
     const bool absolute = location.rfind("http://", 0) == 0 || location.rfind("https://", 0) == 0;
@@ -161,6 +181,51 @@ HttpReply HubHttp::request(const std::string& method, const std::string& url, bo
     current = resolve_location(current, location);
   }
   return too_many_redirects(current);
+}
+
+HttpReply HubHttp::send(const std::string& method, const std::string& url, const std::string& body,
+                        const std::string& content_type, const std::map<std::string, std::string>& headers) const {
+  const auto [origin, path] = split_url(url);
+  httplib::Client c = make_client(origin, timeout_s_);
+  httplib::Headers h = request_headers(origin, endpoint_origin_, token_);
+  add_headers(h, headers);
+  const httplib::Result r = method == "PUT" ? c.Put(path.c_str(), h, body, content_type.c_str())
+                                            : c.Post(path.c_str(), h, body, content_type.c_str());
+  return reply_of(r, url);
+}
+
+HttpReply HubHttp::put_file_range(const std::string& url, const std::string& file, uint64_t offset, uint64_t length,
+                                  const std::map<std::string, std::string>& headers) const {
+  const auto [origin, path] = split_url(url);
+  httplib::Client c = make_client(origin, timeout_s_);
+  httplib::Headers h = request_headers(origin, endpoint_origin_, token_);
+  add_headers(h, headers);
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    HttpReply reply;
+    reply.url = url;
+    reply.error = fmt::format("cannot read {}: {}", file, std::strerror(errno));
+    return reply;
+  }
+  std::string read_error;
+  const httplib::Result r = c.Put(
+      path.c_str(), h, static_cast<size_t>(length),
+      [&](size_t at, size_t n, httplib::DataSink& sink) {
+        char buf[1 << 16];
+        const size_t want = std::min(n, sizeof(buf));
+        const ssize_t got = ::pread(fd, buf, want, static_cast<off_t>(offset + at));
+        if (got <= 0) {
+          read_error = fmt::format("reading {} at byte {} failed: {}", file, offset + at,
+                                   got < 0 ? std::strerror(errno) : "the file is shorter than it was");
+          return false;
+        }
+        return sink.write(buf, static_cast<size_t>(got));
+      },
+      "application/octet-stream");
+  ::close(fd);
+  HttpReply reply = reply_of(r, url);
+  if (!read_error.empty()) reply.error = read_error;
+  return reply;
 }
 
 HttpReply HubHttp::download(const std::string& url, const std::string& file, uint64_t offset,

@@ -34,6 +34,14 @@ class HubHttp {
   // when writing the file failed).
   HttpReply download(const std::string& url, const std::string& file, uint64_t offset,
                      const std::function<void(uint64_t)>& on_bytes) const;
+  // POST or PUT `body` (JSON, NDJSON) with `headers` added (a server-given header replaces ours of
+  // the same name). Redirects are not followed: the upload API answers where it was asked.
+  HttpReply send(const std::string& method, const std::string& url, const std::string& body,
+                 const std::string& content_type, const std::map<std::string, std::string>& headers = {}) const;
+  // PUT `length` bytes of `file` from byte `offset`, streamed from the file (an LFS upload or one
+  // part of one). error is set when the file cannot be read or the connection broke.
+  HttpReply put_file_range(const std::string& url, const std::string& file, uint64_t offset, uint64_t length,
+                           const std::map<std::string, std::string>& headers) const;
 
  private:
   std::string endpoint_origin_, token_;

@@ -370,8 +370,17 @@ std::string export_run(const PySettings& s, const std::string& input) {
   std::lock_guard<std::mutex> lock(g_interface_mu);
   bp::cli::apply_global_settings(s.settings, log_to_python);
   bp::cli::mutable_settings() = s.settings;
-  const bp::ExportReport r = bp::run_export(bp::cli::export_request(s.settings, input));
+  // push_to_hub="org/name" (export.push_to_hub) commits the export to the hub as `export
+  // --push-to-hub` does; its result goes under "push".
+  const std::string push_to = s.settings.get_string("export.push_to_hub");
+  std::optional<bp::PushReport> pushed;
+  if (!push_to.empty()) pushed = bp::run_push(bp::cli::push_request(s.settings, input, push_to));
+  const bp::ExportReport r = pushed ? pushed->exported : bp::run_export(bp::cli::export_request(s.settings, input));
   nlohmann::json j = r.result;
+  if (pushed) {
+    j["push"] = pushed->result;
+    j["push"].erase("export");
+  }
   j["written"] = r.written;
   j["next"] = r.next;
   j["warnings"] = r.warnings;

@@ -234,4 +234,17 @@ std::vector<std::pair<std::string, std::string>> flatten_settings(const nlohmann
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> changed_settings(const nlohmann::json& settings) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const nlohmann::json defaults = Settings().to_json();
+  for (const auto& [key, value] : flatten_settings(settings)) {
+    const size_t dot = key.find('.');
+    const std::string sec = key.substr(0, dot), name = key.substr(dot + 1);
+    const nlohmann::json saved = settings.at(sec).at(name);  // flatten_settings listed it
+    if (!defaults.contains(sec) || !defaults[sec].contains(name) || defaults[sec][name] != saved)
+      out.emplace_back(key, value);
+  }
+  return out;
+}
+
 }  // namespace bp

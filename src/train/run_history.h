@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -59,5 +60,10 @@ RunRecord find_run(const std::string& runs_dir, const std::string& ref);
 
 // Settings as dotted key -> value text, for replay and diffs ("lora.r" -> "16").
 std::vector<std::pair<std::string, std::string>> flatten_settings(const nlohmann::json& settings);
+// The settings of a run that differ from the built-in defaults, compared as JSON values the way
+// settings.json holds them (Settings::to_json), so a float at its default (lora.alpha 32.0) equals
+// it; the text forms differ ("32" and "32.0"). show-run lists them; a pushed model card turns them
+// into the command that reproduces the run.
+std::vector<std::pair<std::string, std::string>> changed_settings(const nlohmann::json& settings);
 
 }  // namespace bp

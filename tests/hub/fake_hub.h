@@ -11,6 +11,24 @@
 // cut after `cut_after_bytes` bytes for the next `cuts_left` CDN answers, and a repository whose
 // LFS sha256 is wrong, and the hostile answers of issue 37 (any revision accepted, extra listed
 // names, a chosen X-Error-Message, replaced /resolve/ headers). Every request is recorded (path, Range, Authorization).
+//
+// Uploads (fake_hub_upload_impl.h), as the hub's documented API answers them:
+//   POST /api/repos/create                       {"name", "organization", "private"}: 200, 409 when it exists
+//   GET  /api/models/{org}/{name}                {"id", "private", "cardData": {"license"}}; 404 RepoNotFound
+//   POST /api/models/{org}/{name}/branch/{b}     200, 409 when it exists
+//   POST /api/models/{org}/{name}/preupload/{rev}  uploadMode "lfs" for *.safetensors, *.gguf, *.bin and files
+//        larger than lfs_threshold, else "regular"
+//   POST /{org}/{name}.git/info/lfs/objects/batch  no actions for an oid the hub has; else basic (PUT to the
+//        CDN origin's /upload/{oid}, then verify) or, above multipart_threshold, multipart: chunk_size and
+//        part URLs on the CDN origin, the same upload id (completion URL) until it is completed
+//   PUT  /upload/{oid}[/{id}/{part}]             on the CDN origin (no token expected there); a part answers
+//        its ETag; a basic upload whose bytes do not hash to oid is refused (400)
+//   POST /lfs-complete/{oid}/{id}                {"oid", "parts"}: every part, ETags matching, the bytes hashing
+//        to oid -> stored; else 400
+//   POST /api/models/{org}/{name}/commit/{rev}   NDJSON header / file (base64) / lfsFile lines; an lfsFile the
+//        hub does not hold -> 422; a commit to main replaces the files the download routes serve
+// With write_token set, every write answers 401 without a token and 403 with another one. fail()
+// makes the next `count` requests whose path contains a string answer a status (with Retry-After).
 #pragma once
 
 #include <httplib.h>
@@ -28,6 +46,14 @@ std::string read_bytes(const std::string& path);
 
 struct FakeRequest {
   std::string method, path, range, authorization;
+  std::string body;  // uploads: what was sent (parts and files as bytes)
+};
+
+// A commit the fake hub took.
+struct FakeCommit {
+  std::string repo, revision, summary;
+  std::map<std::string, std::string> files;  // path -> bytes (LFS files resolved to their bytes)
+  std::vector<std::string> lfs_paths;
 };
 
 class FakeHub {
@@ -53,8 +79,38 @@ class FakeHub {
   std::vector<std::string> unlisted;        // files served but left out of the listing
   std::string error_message;                // X-Error-Message of gated answers ("" = the hub's words)
   std::map<std::string, std::map<std::string, std::string>> header_overrides;  // file -> resolve headers
+  // Uploads:
+  std::string write_token;                      // "" = writes need no token
+  uint64_t lfs_threshold = 10 << 20;            // larger files go through LFS whatever their name
+  uint64_t multipart_threshold = 1ull << 40;    // larger LFS objects are uploaded in parts
+  uint64_t chunk_size = 5 << 20;                // of a multipart upload
+  std::map<std::string, std::string> licenses;  // repo -> cardData.license
+  // The next `count` requests whose path contains path_part, after `skip` of them pass, answer `status`.
+  void fail(const std::string& path_part, int status, int count, const std::string& retry_after = "", int skip = 0);
+  std::vector<FakeCommit> commits();
+  void forget_uploads();  // open multipart uploads expire: the next batch answer starts new ones
+  bool has_repo(const std::string& repo_id);
+  bool is_private(const std::string& repo_id);
+  bool has_blob(const std::string& sha256);
 
  private:
+  struct Failure {
+    std::string path_part;
+    int status, count;
+    std::string retry_after;
+    int skip;
+  };
+  void add_upload_routes();
+  bool injected_failure(const httplib::Request& req, httplib::Response& res);  // locks mu_
+  bool write_refused(const httplib::Request& req, httplib::Response& res);     // mu_ held
+  std::vector<Failure> failures_;
+  std::map<std::string, bool> private_;                       // repo -> private
+  std::map<std::string, std::vector<std::string>> branches_;  // repo -> branches
+  std::map<std::string, std::string> upload_ids_;             // oid -> open multipart upload
+  int uploads_started_ = 0;                                   // names new upload ids
+  std::map<std::string, std::map<int, std::string>> parts_;   // upload id -> part -> bytes
+  std::vector<FakeCommit> commits_;
+
   struct Repo {
     std::string sha;
     std::map<std::string, std::string> files;
@@ -71,4 +127,5 @@ class FakeHub {
 
 }  // namespace bp::test
 
-#include "hub/fake_hub_impl.h"  // IWYU pragma: keep
+#include "hub/fake_hub_impl.h"         // IWYU pragma: keep
+#include "hub/fake_hub_upload_impl.h"  // IWYU pragma: keep

@@ -122,6 +122,7 @@ inline FakeHub::FakeHub() {
     }
     res.set_content(it->second, "application/octet-stream");  // httplib answers Range with 206
   });
+  add_upload_routes();
   port_ = srv_.bind_to_any_port("127.0.0.1");
   cdn_port_ = cdn_srv_.bind_to_any_port("127.0.0.1");
   thread_ = std::thread([this] { srv_.listen_after_bind(); });
@@ -146,7 +147,8 @@ inline void FakeHub::add_repo(const std::string& repo_id, const std::string& sha
 
 inline void FakeHub::record(const httplib::Request& req) {
   std::lock_guard<std::mutex> l(mu_);
-  requests_.push_back({req.method, req.path, req.get_header_value("Range"), req.get_header_value("Authorization")});
+  requests_.push_back(
+      {req.method, req.path, req.get_header_value("Range"), req.get_header_value("Authorization"), req.body});
 }
 
 inline std::vector<FakeRequest> FakeHub::requests() {

@@ -75,6 +75,24 @@ def test_export_refuses_what_the_cli_refuses(trained):
         t.export(format="onnx")
 
 
+def test_export_push_to_hub_reaches_the_push(trained, monkeypatch):
+    # push_to_hub= is not ignored: the push's own checks run (a bad name, then no token), with the
+    # CLI's codes, before anything is exported or sent (the upload itself: tests/hub/push_cli_test.cpp).
+    t, run = trained
+    with pytest.raises(bp.InputError) as e:
+        t.export(format="lora", push_to_hub="not-a-repo")
+    assert e.value.code == "INPUT_VALIDATION_FAILED" and "not-a-repo" in e.value.message
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_TOKEN_PATH", os.path.join(run.output_dir, "no-token-file"))
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    with pytest.raises(bp.DependencyError) as e:
+        t.export(format="lora", push_to_hub="alice/tiny", private=True)
+    assert e.value.code == "DEP_HUB_AUTH_FAILED"
+    _, env = cli_json("push", run.output_dir, "--repo", "alice/tiny", check=False)
+    assert env["code"] == "DEP_HUB_AUTH_FAILED" and env["message"] == e.value.message
+
+
 def test_runs_and_load_run(trained):
     t, run = trained
     root = os.path.dirname(run.output_dir)

@@ -167,8 +167,11 @@ class Trainer:
         """Export a run as ``backprop export`` does: ``format`` lora | merged | gguf | gguf-lora,
         ``quantization`` (GGUF: f16, q8_0, q4_k_m, ...), ``output`` (a folder or file; default: in
         the run folder), ``ollama=True`` registers the GGUF with Ollama (``ollama_name``,
-        ``ollama_host``, ``ollama_retries``). ``input``: a run folder, run id, checkpoint, adapter
-        or model folder; default: this trainer's last run. Returns an :class:`ExportResult`."""
+        ``ollama_host``, ``ollama_retries``), ``push_to_hub="org/name"`` then commits the export
+        with a generated model card to the Hugging Face hub as ``backprop push`` does (``private``,
+        ``revision``, ``commit_message``, ``push_retries``; the token from HF_TOKEN or the login
+        file; the push's result under ``data["push"]``). ``input``: a run folder, run id, checkpoint,
+        adapter or model folder; default: this trainer's last run. Returns an :class:`ExportResult`."""
         if input is None:
             if self.last_result is None:
                 raise _input_error("[python] export: no run to export: train first, or pass input=RUN")
