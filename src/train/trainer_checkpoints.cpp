@@ -161,6 +161,9 @@ void Trainer::State::resume() {
 // The safety monitor checks the disk first (train/safety_monitor.h).
 std::string Trainer::State::save_checkpoint(std::optional<double> eval_loss) {
   if (comm->world() > 1) comm->barrier(opt.distributed_timeout_s);  // every rank finished the step
+  // ZeRO-1: every rank's share of m and v, gathered to rank 0 (every rank takes part).
+  std::vector<std::pair<std::string, Tensor>> optimizer_state;
+  if (adamw.sharded()) optimizer_state = adamw.full_state_tensors(0);
   if (!writer) {  // rank 0 writes it; the others keep the bookkeeping the same
     if (eval_loss && (!summary.best_eval_loss || *eval_loss <= *summary.best_eval_loss))
       summary.best_eval_loss = *eval_loss;
@@ -192,7 +195,8 @@ std::string Trainer::State::save_checkpoint(std::optional<double> eval_loss) {
       {"trainable.safetensors", [&](const std::string& p) { write_safetensors(p, trainable_tensors(m)); }},
       {"optimizer.safetensors", [&](const std::string& p) {
          NamedTensors t;
-         for (auto& [n, v] : adamw.state_tensors()) t.emplace_back(n, host_readable(v));
+         for (auto& [n, v] : adamw.sharded() ? optimizer_state : adamw.state_tensors())
+           t.emplace_back(n, host_readable(v));
          write_safetensors(p, t);
        }}};
   for (auto& [name, writer] : reference_files()) files.push_back({name, writer});
