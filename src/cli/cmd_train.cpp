@@ -2,20 +2,8 @@
 // Every flag is a setting (settings table), so TOML and BACKPROPAGATE_* variables work too.
 // Prints a progress bar on stderr, a final summary on stdout (or JSON with --json). Exit 3 (partial
 // success) when the run finished but some of its records could not be written (records_lost).
-#include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <string>
-#include <vector>
 
 #include "cli/command.h"
 #include "cli/model_ref.h"
