@@ -167,46 +167,30 @@ void AdamW::exchange(const std::function<void(size_t, float*)>& mine,
   }
 }
 
-std::vector<std::pair<std::string, Tensor>> AdamW::full_state_tensors(int root) {
-  if (!sharded()) return state_tensors();
-  const bool keep = comm_->rank() == root;
-  std::vector<Tensor> full_m, full_v;
-  if (keep)
-    for (const Shape& s : shapes_) {
-      full_m.push_back(Tensor::empty(s, DType::F32));
-      full_v.push_back(Tensor::empty(s, DType::F32));
-    }
-  for (const bool first : {true, false}) {
-    std::vector<Tensor>& state = first ? m_ : v_;
-    std::vector<Tensor>& full = first ? full_m : full_v;
-    exchange([&](size_t chunk, float* out) { host_floats(out, state[chunk].numel()).copy_from(state[chunk]); },
-             [&](const Segment& seg, float* whole) {
-               if (!keep) return;
-               for (size_t i = 0; i < shapes_.size(); ++i) {
-                 const int64_t pb = starts_[i], pe = pb + shapes_[i].numel();
-                 const int64_t b = std::max(pb, seg.begin), e = std::min(pe, seg.begin + seg.size);
-                 if (b < e)
-                   std::memcpy(full[i].data<float>() + (b - pb), whole + (b - seg.begin),
-                               static_cast<size_t>(e - b) * sizeof(float));
-               }
-             });
-  }
-  std::vector<std::pair<std::string, Tensor>> out;
-  if (keep)
-    for (size_t i = 0; i < names_.size(); ++i) {
-      out.emplace_back(names_[i] + ".exp_avg", full_m[i]);
-      out.emplace_back(names_[i] + ".exp_avg_sq", full_v[i]);
-    }
+std::vector<std::pair<std::string, Shape>> AdamW::state_layout() const {
+  std::vector<std::pair<std::string, Shape>> out;
+  for (const char* which : {".exp_avg", ".exp_avg_sq"})
+    for (size_t i = 0; i < names_.size(); ++i) out.emplace_back(names_[i] + which, shapes_[i]);
   return out;
 }
 
+// m's segments, then v's: in the flat order of the parameters, so each segment's bytes follow the
+// previous ones in the file.
+void AdamW::stream_state(int root, const std::function<void(const void*, size_t)>* write) {
+  BP_CHECK(sharded(), "[adamw] stream_state of an unsharded optimizer: use state_tensors");
+  const bool keep = comm_->rank() == root && write;
+  for (std::vector<Tensor>* state : {&m_, &v_})
+    exchange([&](size_t chunk, float* out) { host_floats(out, (*state)[chunk].numel()).copy_from((*state)[chunk]); },
+             [&](const Segment& seg, float* whole) {
+               if (keep) (*write)(whole, static_cast<size_t>(seg.size) * sizeof(float));
+             });
+}
+
 std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {
-  BP_CHECK(!sharded(), "[adamw] state_tensors of a sharded optimizer: use full_state_tensors");
+  BP_CHECK(!sharded(), "[adamw] state_tensors of a sharded optimizer: use stream_state");
   std::vector<std::pair<std::string, Tensor>> out;
-  for (size_t i = 0; i < names_.size(); ++i) {
-    out.emplace_back(names_[i] + ".exp_avg", m_[i]);
-    out.emplace_back(names_[i] + ".exp_avg_sq", v_[i]);
-  }
+  for (size_t i = 0; i < names_.size(); ++i) out.emplace_back(names_[i] + ".exp_avg", m_[i]);
+  for (size_t i = 0; i < names_.size(); ++i) out.emplace_back(names_[i] + ".exp_avg_sq", v_[i]);
   return out;
 }
 

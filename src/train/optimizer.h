@@ -12,8 +12,9 @@
 // same elementwise kernel, then the parameters are all-gathered: every rank copies the owner's bits,
 // so the ranks agree bit for bit, and each value is the unsharded update's (the kernel is
 // elementwise, and any split gives the same values: backend/cpu/optim.cpp). Checkpoints hold the
-// whole m and v, gathered to rank 0 on save (full_state_tensors), so a checkpoint is the same file
-// sharded or not and resumes at any rank count: load_state keeps this rank's part.
+// whole m and v, streamed to rank 0 segment by segment as it writes the file (stream_state: no rank
+// holds the whole state), so a checkpoint is the same file sharded or not and resumes at any rank
+// count: load_state keeps this rank's part.
 #pragma once
 
 #include <cstdint>
@@ -45,12 +46,16 @@ class AdamW {
   // f32 values of m and v this rank holds (2 × trainable values, or this rank's share of them).
   int64_t state_values() const;
 
-  // "<name>.exp_avg" / "<name>.exp_avg_sq" tensors plus the step counter, for checkpoints
+  // "<name>.exp_avg" tensors of every parameter, then their "<name>.exp_avg_sq", for checkpoints
   // (unsharded: this rank holds them all).
   std::vector<std::pair<std::string, Tensor>> state_tensors() const;
-  // The same whole tensors sharded or not: sharded, gathered from every rank (collective: every
-  // rank calls it), on host memory of `root` only; the other ranks get an empty list.
-  std::vector<std::pair<std::string, Tensor>> full_state_tensors(int root = 0);
+  // Sharded: the names and shapes of those tensors, in that order, and their values streamed in
+  // that order to `write` on rank `root`, gathered from every rank segment by segment (collective:
+  // every rank calls it; the others pass null). Nobody holds the whole state: rank 0 writes a
+  // checkpoint's optimizer.safetensors from it (io/safetensors.h write_safetensors_streamed), the
+  // same bytes as the unsharded state_tensors() give.
+  std::vector<std::pair<std::string, Shape>> state_layout() const;
+  void stream_state(int root, const std::function<void(const void*, size_t)>* write);
   // Restores from whole tensors (state_tensors() output); sharded, this rank's chunks of them.
   // Throws STATE_CHECKPOINT_INVALID on a missing or mis-shaped entry.
   void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t step);
