@@ -149,7 +149,11 @@ std::string render_text(const std::string& model_path, const bp::ModelConfig& cf
     t += row("weights (frozen)", "none: every weight is trainable", p.weights);
   t += row("trainable parameters", fmt::format("{} × 4 bytes", n_train), p.trainable);
   t += row("gradients", fmt::format("{} × 4 bytes", n_train), p.gradients);
-  t += row("optimizer state (AdamW)", fmt::format("2 × {} × 4 bytes (m, v)", n_train), p.optimizer_state);
+  t += row("optimizer state (AdamW)",
+           r.optimizer_shards > 1
+               ? fmt::format("2 × {} × 4 bytes (m, v) ÷ {} ranks (ZeRO-1)", n_train, r.optimizer_shards)
+               : fmt::format("2 × {} × 4 bytes (m, v)", n_train),
+           p.optimizer_state);
   if (r.device == bp::DeviceType::CUDA) t += row("GEMM workspace (cuBLASLt)", gemm_ws.source, p.gemm_workspace);
   t += row("saved activations",
            r.gradient_checkpointing ? "layer inputs (gradient checkpointing)" : "every layer's activations",
@@ -227,6 +231,12 @@ VramReport estimate_vram_report(const Settings& st) {
   const std::string& gc = st.get_string("training.gradient_checkpointing");
   r.gradient_checkpointing = gc != "false";
   r.batch_size = st.get_int("training.batch_size");
+  // --nproc N: one rank's memory. A rank trains its share of the global batch (at most ceil(B/N)
+  // sequences per step, so micro-batches never exceed it) and, with ZeRO-1 (--shard-optimizer, on
+  // by default when N > 1), holds 1/N of AdamW's m and v.
+  const int64_t nproc = st.get_int("training.nproc");
+  if (nproc > 1) r.batch_size = (r.batch_size + nproc - 1) / nproc;
+  r.optimizer_shards = nproc > 1 && st.get_string("training.shard_optimizer") != "false" ? static_cast<int>(nproc) : 1;
   const std::string& mb = st.get_string("training.micro_batch_size");
   r.micro_batch_size = mb == "auto" ? 0 : std::stoll(mb);
   r.max_seq_length = st.get_int("training.max_seq_length");
@@ -281,6 +291,8 @@ VramReport estimate_vram_report(const Settings& st) {
     j["notes"] = notes(e, dtype_setting);
     j["method"] = train_method_name(method);
     j["sequences_per_example"] = seqs_per_example;
+    j["nproc"] = nproc;  // the plan is one rank's
+    j["optimizer_shards"] = r.optimizer_shards;
   }
   {
     if (seqs_per_example > 1)

@@ -2,23 +2,12 @@
 // Every flag is a setting (settings table), so TOML and BACKPROPAGATE_* variables work too.
 // Prints a progress bar on stderr, a final summary on stdout (or JSON with --json). Exit 3 (partial
 // success) when the run finished but some of its records could not be written (records_lost).
-#include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <string>
-#include <vector>
 
 #include "cli/command.h"
 #include "cli/model_ref.h"
+#include "cli/mpirun_launcher.h"
 #include "cli/progress.h"
 #include "cli/train_flags.h"
 #include "cli/train_quickstart.h"
@@ -32,67 +21,12 @@
 
 namespace {
 
-// `train --nproc N` (N > 1) outside a launcher: this same command line again under
-// `mpirun -np N` on this machine, over 127.0.0.1 only (the ranks' out-of-band and TCP traffic on
-// the loopback; Open MPI moves the data through shared memory). --oversubscribe lets N exceed the
-// cores; --allow-run-as-root is Open MPI's consent to run as root (containers). Each rank sees
-// mpirun's environment and trains (training.distributed auto); --nproc is not acted on again there.
-// Returns only on failure.
-int exec_under_mpirun(int64_t nproc) {
-  using namespace bp;
-  const std::string mpirun = find_mpirun();
-  if (mpirun.empty())
-    throw Error(ErrorCode::DEP_DISTRIBUTED_UNAVAILABLE,
-                fmt::format("[train] --nproc {} runs `mpirun -np {}`, but mpirun is not installed", nproc, nproc))
-        .with_suggestion("apt-get install openmpi-bin libopenmpi-dev, or train in one process (--nproc 1).");
-  const PluginAvailability plugin = mpi_plugin_availability(cli::settings().get_string("training.mpi_library"));
-  if (!plugin.available)
-    throw Error(ErrorCode::DEP_DISTRIBUTED_UNAVAILABLE,
-                fmt::format("[train] --nproc {}: the MPI collective plugin cannot be loaded ({})", nproc, plugin.why))
-        .with_suggestion(
-            "Install Open MPI (apt-get install openmpi-bin libopenmpi-dev) and rebuild, so libbp_collective_mpi.so "
-            "is built beside backprop.");
-  // This command line as it was started (/proc/self/cmdline: NUL-separated), its program replaced by
-  // this binary's path.
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  const std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::string> args;
-  for (size_t b = 0; b < cmdline.size();) {
-    const size_t e = cmdline.find('\0', b);
-    args.push_back(cmdline.substr(b, e == std::string::npos ? std::string::npos : e - b));
-    if (e == std::string::npos) break;
-    b = e + 1;
-  }
-  std::error_code ec;
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-  if (args.empty() || self.empty())
-    throw Error(ErrorCode::RUNTIME_INTERNAL, "[train] --nproc: cannot read this process's command line");
-  std::vector<std::string> argv = {mpirun};
-  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
-  for (const char* a : {"--oversubscribe", "--host", "127.0.0.1", "--mca", "oob_tcp_if_include", "lo", "--mca",
-                        "btl_tcp_if_include", "lo", "-np"})
-    argv.push_back(a);
-  argv.push_back(std::to_string(nproc));
-  argv.push_back(self);
-  argv.insert(argv.end(), args.begin() + 1, args.end());
-  std::vector<char*> cargv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  spdlog::info("--nproc {}: {}", nproc, fmt::format("{}", fmt::join(argv, " ")));
-  log::flush();
-  std::fflush(stdout);
-  std::fflush(stderr);
-  ::execv(mpirun.c_str(), cargv.data());
-  throw Error(ErrorCode::DEP_DISTRIBUTED_UNAVAILABLE,
-              fmt::format("[train] --nproc {}: could not start {}: {}", nproc, mpirun, std::strerror(errno)));
-}
-
 int run_train() {
   using namespace bp;
   if (cli::is_quickstart(cli::settings())) return cli::run_quickstart(cli::settings(), cli::global_options().json);
   const LaunchInfo launch = launch_from_environment();
   const int64_t nproc = cli::settings().get_int("training.nproc");
-  if (nproc > 1 && launch.launcher.empty()) return exec_under_mpirun(nproc);
+  if (nproc > 1 && launch.launcher.empty()) return cli::run_under_mpirun(nproc);
   // Ranks other than 0 of a data-parallel run: no progress bar and no summary (rank 0 speaks for the
   // run; their console shows warnings and errors only, their --log-file is FILE.rank<r>: core/log.h).
   const bool quiet_rank = launch.rank > 0;

@@ -27,7 +27,9 @@ inline constexpr std::string_view kEstimateVramSettingKeys[] = {"model.path",
                                                                 "training.threads",
                                                                 "model.device",
                                                                 "training.matmul_dtype",
-                                                                "training.method"};
+                                                                "training.method",
+                                                                "training.nproc",
+                                                                "training.shard_optimizer"};
 
 struct VramReport {
   nlohmann::json json;  // what `estimate-vram --json` prints

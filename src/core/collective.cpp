@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 
 #include "core/collective_plugin.h"
 #include "core/error.h"
+#include "core/system_readings.h"
 
 namespace bp {
 
@@ -291,17 +293,19 @@ class MpiCollective final : public Collective {
     char version[256] = {0};
     call("init", api_->init(&rank_, &world_, version, sizeof version, error_, sizeof error_));
     version_ = version;
+    learn_peers();
+    api_->set_wait_hook(&MpiCollective::wait_hook, this);
   }
+  ~MpiCollective() override { api_->set_wait_hook(nullptr, nullptr); }
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   std::string name() const override { return "mpi"; }
   std::string description() const override {
     return fmt::format("{}, {} ranks (plugin {})", version_.empty() ? "MPI" : version_, world_, path_);
   }
-  std::string host_name() override {
-    char name[256] = {0};
-    call("host_name", api_->host_name(name, sizeof name, error_, sizeof error_));
-    return name;
+  std::string host_name() override { return host_; }
+  void check_peers() override {
+    if (const Peer* p = lost_peer()) throw rank_lost(*p, "");
   }
   void barrier(double timeout_s) override { call("barrier", api_->barrier(timeout_s, error_, sizeof error_)); }
   void broadcast_bytes(void* data, size_t bytes, int root) override {
@@ -322,16 +326,74 @@ class MpiCollective final : public Collective {
   void finalize() { call("finalize", api_->finalize(error_, sizeof error_)); }
 
  private:
+  // Another rank's process as every rank told at the start.
+  struct Peer {
+    int rank = 0;
+    long pid = 0;
+    long long start = -1;  // live_process_start: clock ticks since boot
+    std::string host;
+    bool checkable = false;  // on this host, and seen running with that start time at the start
+  };
+  struct PeerRecord {  // what each rank all-gathers about itself
+    int64_t pid = 0;
+    int64_t start = -1;
+    char host[128] = {0};
+  };
+
+  void learn_peers() {
+    char name[256] = {0};
+    call("host_name", api_->host_name(name, sizeof name, error_, sizeof error_));
+    host_ = name;
+    PeerRecord me;
+    me.pid = static_cast<int64_t>(::getpid());
+    me.start = live_process_start(static_cast<long>(::getpid()));
+    std::snprintf(me.host, sizeof me.host, "%s", name);
+    std::vector<PeerRecord> all(static_cast<size_t>(world_));
+    call("all-gather", api_->all_gather(&me, sizeof me, all.data(), error_, sizeof error_));
+    for (int r = 0; r < world_; ++r) {
+      const PeerRecord& pr = all[static_cast<size_t>(r)];
+      Peer p;
+      p.rank = r;
+      p.pid = static_cast<long>(pr.pid);
+      p.start = pr.start;
+      p.host = std::string(pr.host, strnlen(pr.host, sizeof pr.host));
+      // Same host name is not proof of one process table (containers): the peer must be visible
+      // here, with its own start time, before its absence means anything.
+      p.checkable = r != rank_ && p.host == host_ && p.start >= 0 && live_process_start(p.pid) == p.start;
+      peers_.push_back(p);
+    }
+  }
+  const Peer* lost_peer() const {
+    for (const Peer& p : peers_)
+      if (p.checkable && live_process_start(p.pid) != p.start) return &p;
+    return nullptr;
+  }
+  static int wait_hook(void* context, double) {
+    auto* self = static_cast<MpiCollective*>(context);
+    self->lost_ = self->lost_peer();
+    return self->lost_ ? 1 : 0;
+  }
+  Error rank_lost(const Peer& p, const std::string& during) const {
+    return Error(
+        ErrorCode::RUNTIME_DISTRIBUTED_RANK_LOST,
+        fmt::format("[collective] rank {} of {} (pid {} on host {}) is gone: killed or crashed{}; rank {} "
+                    "stops the run instead of waiting for it",
+                    p.rank, world_, p.pid, p.host, during, rank_),
+        {{"lost_rank", p.rank}, {"lost_host", p.host}, {"lost_pid", p.pid}, {"rank", rank_}, {"world", world_}});
+  }
   void call(const char* what, int rc) {
     if (rc == 0) return;
     error_[sizeof error_ - 1] = 0;
+    if (rc == 3 && lost_) throw rank_lost(*lost_, fmt::format(" ({} waited for it: {})", what, error_));
     throw Error(ErrorCode::RUNTIME_DISTRIBUTED_FAILED,
                 fmt::format("[collective] {} on rank {} of {}: {}", what, rank_, world_, error_),
                 {{"rank", rank_}, {"world", world_}, {"operation", what}});
   }
   const bp_collective_plugin* api_;
-  std::string path_, version_;
+  std::string path_, version_, host_;
   int rank_ = 0, world_ = 1;
+  std::vector<Peer> peers_;
+  const Peer* lost_ = nullptr;
   char error_[1024] = {0};
 };
 

@@ -52,8 +52,16 @@ class Collective {
   virtual std::string description() const = 0;
   virtual std::string host_name() = 0;
 
+  // Throws RUNTIME_DISTRIBUTED_RANK_LOST when another rank's process is gone (killed, crashed).
+  // Checkable ranks are those on this host whose process this one could see at the start (its pid
+  // and start time, all-gathered then); ranks elsewhere are noticed by the launcher, which ends the
+  // job, or by the barrier's timeout. Cheap (a /proc read per local rank): the trainer calls it
+  // between micro-batches, and every wait in a collective calls it every 100 ms.
+  virtual void check_peers() {}
+
   // The primitives (collective: every rank calls them in the same order with matching sizes).
-  // Failures throw RUNTIME_DISTRIBUTED_FAILED.
+  // Failures throw RUNTIME_DISTRIBUTED_FAILED; a rank found gone while waiting,
+  // RUNTIME_DISTRIBUTED_RANK_LOST (check_peers).
   //   barrier: every rank waits for all; a rank missing after timeout_s (<= 0: no limit) throws.
   virtual void barrier(double timeout_s) = 0;
   virtual void broadcast_bytes(void* data, size_t bytes, int root) = 0;

@@ -6,7 +6,8 @@
  * The plugin moves bytes; it never adds. Sums are done by core/collective.cpp in a fixed rank
  * order, so the result does not depend on which algorithm the library picks. Every function
  * returns 0 on success; otherwise non-zero, with a message in `error` (a buffer of `error_size`
- * bytes, always NUL-terminated). All calls are collective: every rank calls them in the same
+ * bytes, always NUL-terminated): 2 a barrier's timeout, 3 a wait the hook abandoned. All calls
+ * are collective: every rank calls them in the same
  * order with matching sizes.
  */
 #ifndef BP_CORE_COLLECTIVE_PLUGIN_H
@@ -18,8 +19,14 @@
 extern "C" {
 #endif
 
-#define BP_COLLECTIVE_PLUGIN_ABI 1
+#define BP_COLLECTIVE_PLUGIN_ABI 2
 #define BP_COLLECTIVE_PLUGIN_SYMBOL "bp_collective_plugin_v1"
+
+/* Called by the plugin about every 100 ms while a collective waits for the other ranks (every
+ * collective below is started non-blocking and polled): a non-zero return abandons the wait, and
+ * the call returns 3. The program uses it to notice a rank that is gone (killed, crashed) instead
+ * of waiting for it forever. `waited_s`: how long this call has waited so far. */
+typedef int (*bp_collective_wait_hook)(void* context, double waited_s);
 
 typedef struct bp_collective_plugin {
   int abi;          /* BP_COLLECTIVE_PLUGIN_ABI */
@@ -47,6 +54,8 @@ typedef struct bp_collective_plugin {
                       char* error, size_t error_size);
   /* This rank's host name (MPI_Get_processor_name). */
   int (*host_name)(char* name, size_t name_size, char* error, size_t error_size);
+  /* The hook every later wait calls (NULL: none). */
+  void (*set_wait_hook)(bp_collective_wait_hook hook, void* context);
 } bp_collective_plugin;
 
 typedef const bp_collective_plugin* (*bp_collective_plugin_fn)(void);

@@ -25,6 +25,7 @@ void install_interrupt_handler() {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
 }
 
 bool interrupt_requested() {

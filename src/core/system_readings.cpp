@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -278,6 +279,21 @@ std::vector<TemperatureReading> read_cpu_temperatures(const std::string& root) {
     out.push_back(t);
   }
   return out;
+}
+
+long long live_process_start(long pid) {
+  if (pid <= 0) return -1;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat, '\0');
+  const auto paren = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] == 'Z' || stat[paren + 2] == 'X')
+    return -1;
+  std::istringstream fields(stat.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i)
+    if (i == 22) return std::strtoll(field.c_str(), nullptr, 10);
+  return -1;
 }
 
 }  // namespace bp

@@ -56,4 +56,9 @@ struct TemperatureReading {
 // (<root>/sys/class/thermal/thermal_zone*/temp).
 std::vector<TemperatureReading> read_cpu_temperatures(const std::string& root);
 
+// A live (not zombie) process's start time in clock ticks since boot (field 22 of /proc/PID/stat),
+// or -1 when there is no such live process. The start time identifies the process across execve
+// and tells a reused pid apart (the dashboard's run list; a data-parallel rank watching the others).
+long long live_process_start(long pid);
+
 }  // namespace bp

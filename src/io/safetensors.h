@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -111,6 +112,19 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 // Writes one file atomically. Tensors are written in the given order; names must be unique.
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const SafetensorsWriteOptions& options = {});
+
+// The same file written from a stream: the tensors' names, dtypes and shapes first (the header),
+// then `produce(write)` hands their bytes in that order, in pieces of any size, exactly their total
+// (else RUNTIME_INTERNAL). For data gathered piece by piece (a ZeRO-1 optimizer state from every
+// rank) that is never held whole.
+struct SafetensorsSpec {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+};
+void write_safetensors_streamed(const std::string& path, const std::vector<SafetensorsSpec>& specs,
+                                const std::function<void(const std::function<void(const void*, size_t)>&)>& produce,
+                                const SafetensorsWriteOptions& options = {});
 
 // Writes a model's weights into `dir`: one model.safetensors when the data fits in
 // `max_shard_bytes` (0 = no limit), else model-0000i-of-0000K.safetensors + the index.

@@ -48,30 +48,59 @@ bool is_shard_name(const std::string& n) {
 
 }  // namespace
 
-void write_safetensors(const std::string& path, const NamedTensors& tensors, const SafetensorsWriteOptions& options) {
+// The header (its 8-byte length first, padded so the data starts 8-byte aligned) of tensors with
+// these names, dtypes and shapes, in order.
+static std::string safetensors_header(const std::string& path, const std::vector<SafetensorsSpec>& specs,
+                                      const SafetensorsWriteOptions& options, uint64_t* data_bytes) {
   nlohmann::json header = nlohmann::json::object();
   if (!options.metadata.empty()) header["__metadata__"] = options.metadata;
   uint64_t offset = 0;
   std::set<std::string> seen;
-  for (const auto& [name, t] : tensors) {
-    BP_CHECK(seen.insert(name).second, "[safetensors] {}: tensor '{}' given twice", path, name);
-    BP_CHECK(name != "__metadata__", "[safetensors] {}: reserved tensor name '__metadata__'", path);
-    BP_CHECK(t.defined() && t.device().type == DeviceType::CPU, "[safetensors] {}: tensor '{}' is {}", path, name,
-             t.defined() ? t.describe() : "undefined");
-    const DType dt = output_dtype(t, options);
-    const uint64_t nbytes = static_cast<uint64_t>(t.numel()) * dtype_size(dt);
-    header[name] = {
-        {"dtype", safetensors_dtype(dt)}, {"shape", t.shape().vec()}, {"data_offsets", {offset, offset + nbytes}}};
+  for (const SafetensorsSpec& s : specs) {
+    BP_CHECK(seen.insert(s.name).second, "[safetensors] {}: tensor '{}' given twice", path, s.name);
+    BP_CHECK(s.name != "__metadata__", "[safetensors] {}: reserved tensor name '__metadata__'", path);
+    const uint64_t nbytes = static_cast<uint64_t>(s.shape.numel()) * dtype_size(s.dtype);
+    header[s.name] = {
+        {"dtype", safetensors_dtype(s.dtype)}, {"shape", s.shape.vec()}, {"data_offsets", {offset, offset + nbytes}}};
     offset += nbytes;
   }
   std::string h = header.dump();
   while ((8 + h.size()) % 8 != 0) h.push_back(' ');  // data section starts 8-byte aligned
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(h.size()) >> (8 * i));
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>(static_cast<uint64_t>(h.size()) >> (8 * i));
+  *data_bytes = offset;
+  return out + h;
+}
 
+void write_safetensors_streamed(const std::string& path, const std::vector<SafetensorsSpec>& specs,
+                                const std::function<void(const std::function<void(const void*, size_t)>&)>& produce,
+                                const SafetensorsWriteOptions& options) {
+  uint64_t total = 0;
+  const std::string head = safetensors_header(path, specs, options, &total);
   AtomicFile f(path);
-  f.write(len, 8);
-  f.write(h.data(), h.size());
+  f.write(head);
+  uint64_t written = 0;
+  produce([&](const void* data, size_t bytes) {
+    f.write(data, bytes);
+    written += bytes;
+  });
+  BP_CHECK(written == total, "[safetensors] {}: {} bytes of tensor data written, the header says {}", path, written,
+           total);
+  f.commit();
+}
+
+void write_safetensors(const std::string& path, const NamedTensors& tensors, const SafetensorsWriteOptions& options) {
+  std::vector<SafetensorsSpec> specs;
+  for (const auto& [name, t] : tensors) {
+    BP_CHECK(t.defined() && t.device().type == DeviceType::CPU, "[safetensors] {}: tensor '{}' is {}", path, name,
+             t.defined() ? t.describe() : "undefined");
+    specs.push_back({name, output_dtype(t, options), t.shape()});
+  }
+  uint64_t total = 0;
+  const std::string head = safetensors_header(path, specs, options, &total);
+  AtomicFile f(path);
+  f.write(head);
   std::vector<uint8_t> buf;
   for (const auto& [name, t] : tensors) {
     const DType dt = output_dtype(t, options);

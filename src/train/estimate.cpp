@@ -42,6 +42,7 @@ class Searcher {
     m.micro_batch_tokens = tokens;
     m.ce_chunk_tokens = req_.ce_chunk_tokens;
     m.threads = req_.threads;
+    m.optimizer_shards = req_.optimizer_shards;
     m.base_dtype = s.base;
     m.head_dtype = s.mode == TrainMode::Lora ? s.base : DType::F32;  // the head is held like the base
     m.matmul_dtype = s.mode == TrainMode::Full ? req_.matmul_dtype : DType::F32;
@@ -157,6 +158,7 @@ MemorySettings EstimateRequest::memory_settings() const {
   m.micro_batch_tokens = micro_batch_tokens();
   m.ce_chunk_tokens = ce_chunk_tokens;
   m.threads = threads;
+  m.optimizer_shards = optimizer_shards;
   m.device = device;
   m.gemm_workspace_bytes = gemm_workspace_bytes;
   m.matmul_dtype = mode == TrainMode::Full ? matmul_dtype : DType::F32;

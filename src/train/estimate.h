@@ -55,6 +55,7 @@ struct EstimateRequest {
   DType matmul_dtype = DType::F32;   // full mode: BF16 = the trained matrices' bf16 GEMM copies
   size_t limit_bytes = 0;            // the memory size to fit
   int threads = 0;                   // as MemorySettings::threads
+  int optimizer_shards = 1;          // as MemorySettings::optimizer_shards (estimate-vram --nproc N)
   int64_t ce_chunk_tokens = kDefaultCrossEntropyChunk;
   // Where the run would train: on CUDA the kernels' own device memory is counted (the fused loss's
   // workspace over whole chunks, bf16 operand copies, held-weight panels: memory_plan.cpp).

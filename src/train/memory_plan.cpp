@@ -586,7 +586,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
                                              : held_weight_bytes(cfg, s.base_dtype);
   p.trainable = static_cast<size_t>(trainable) * f;
   p.gradients = p.trainable;
-  p.optimizer_state = s.optimizer ? 2 * p.trainable : 0;
+  const size_t shards = static_cast<size_t>(std::max(1, s.optimizer_shards));
+  p.optimizer_state = s.optimizer ? 2 * ((static_cast<size_t>(trainable) + shards - 1) / shards) * f : 0;
   p.gemm_workspace = s.device == DeviceType::CUDA ? s.gemm_workspace_bytes : 0;
   const auto groups = replay_forward_backward(dims_of(cfg, s), &p.peak_phase);
   p.saved_activations = groups[kSaved];

@@ -7,7 +7,7 @@
 //                       bf16 GEMM copies of the matrices with matmul_dtype bf16 (gemm_copy_bytes), else 0
 //   trainable           trainable parameters (LoRA A/B, or every weight in full mode)
 //   gradients           one f32 gradient per trainable parameter
-//   optimizer_state     AdamW m and v: 2 × trainable, f32
+//   optimizer_state     AdamW m and v: 2 × trainable, f32 (÷ N ranks with ZeRO-1, rounded up)
 //   gemm_workspace      on CUDA: cuBLASLt's workspace, one block held from the first GEMM on (the
 //                       size NVIDIA recommends for the card: backend/cuda/device_workspace.h); 0 on
 //                       the CPU
@@ -48,8 +48,9 @@ struct MemorySettings {
   // Rows of the largest cross-entropy window the data can make (ops/cross_entropy.h: −100 spans
   // such as SFT prompts cost no logits rows); 0 = unknown, every token labelled: min(chunk, tokens).
   int64_t ce_window_tokens = 0;
-  bool optimizer = true;  // count AdamW state (the trainer allocates it before the first step)
-  int threads = 0;        // OpenMP threads for per-thread op scratch; 0 = omp_get_max_threads()
+  bool optimizer = true;     // count AdamW state (the trainer allocates it before the first step)
+  int optimizer_shards = 1;  // ZeRO-1 over N ranks (train/optimizer.h): a rank holds 1/N of m and v
+  int threads = 0;           // OpenMP threads for per-thread op scratch; 0 = omp_get_max_threads()
   // How the frozen weights are held (model.base_dtype, model/held_weights.h): their real bytes
   // per type, norms and biases at f32. `weights_bytes` > 0 (the loaded model's resident bytes, a
   // GGUF base in its stored types) overrides the count from base_dtype.

@@ -58,6 +58,8 @@ struct TrainOptions {
   LoraConfig lora;
   std::string matmul_dtype = "auto";           // training.matmul_dtype: auto | f32 | bf16 (full mode's GEMM copies)
   std::optional<bool> gradient_checkpointing;  // empty = auto: off when the memory plan says it fits
+  std::optional<bool> shard_optimizer;         // ZeRO-1; empty = auto: on when more than one rank trains
+  int optimizer_shards = 1;  // set by the trainer: ranks AdamW's state is split over (the memory plan counts 1/N)
   uint64_t seed = 42;
   int64_t eval_every = 0;  // 0 = only at the end
   double holdout = 0.1;
@@ -92,7 +94,8 @@ struct TrainOptions {
   int64_t fault_records_enospc_after_bytes = -1;  // record_write_faults() (core/record_file.h)
   int64_t fault_records_failing_writes = 0;
   int64_t stop_after_step_for_tests = 0;  // behave as if SIGINT arrived during this step
-  int fault_rank = -1;                    // the OOM and NaN faults on this rank only (-1 = every rank)
+  int fault_rank = -1;                    // the OOM, NaN and hang faults on this rank only (-1 = every rank)
+  int64_t fault_hang_after_step = 0;      // wait for a signal after this step (and its checkpoint); 0 = off
 
   // Every row's fill (core/settings_registry.inc), then the checks that span settings (batch size
   // vs micro-batch x accumulation, a model and data named, LoRA and monitor values).

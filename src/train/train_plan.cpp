@@ -59,6 +59,7 @@ TrainPlan plan_training(const TrainOptions& o, const Model& model, const TrainDa
   ms.frozen_f32_panels = !frozen_weights_outside_f16(model.weights()).empty();  // cached since the upload
   ms.gradient_checkpointing = o.gradient_checkpointing.value_or(true);
   ms.threads = o.threads;
+  ms.optimizer_shards = o.optimizer_shards;
   // Tokens of the k longest samples: the worst micro-batch of k sequences.
   std::vector<int64_t> lens;
   for (const auto& s : data.train) lens.push_back(sample_tokens(s));  // a pair: both its sequences

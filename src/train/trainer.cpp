@@ -166,7 +166,8 @@ TrainSummary Trainer::run() {
     end_status("finished", "", "");
     return sum;
   } catch (const Error& e) {
-    if (e.code() == ErrorCode::RUNTIME_GPU_KERNEL_FAULT) {  // the device is lost: say what is saved
+    // The device or another rank is lost: say what is saved.
+    if (e.code() == ErrorCode::RUNTIME_GPU_KERNEL_FAULT || e.code() == ErrorCode::RUNTIME_DISTRIBUTED_RANK_LOST) {
       Error named = with_last_checkpoint(e, s_->checkpoints.get());
       end_status("failed", named.info().name, named.what());
       throw named;
@@ -198,7 +199,7 @@ TrainSummary Trainer::run_impl() {
   s.load_data();
   s.build_model();
   s.plan_memory();
-  s.adamw.init(s.model->trainable_parameters());
+  s.init_optimizer();  // whole, or this rank's ZeRO-1 share (trainer_distributed.cpp)
   s.check_ranks_agree();
   if (s.resume_from) {
     s.check_resume();
@@ -449,6 +450,7 @@ double Trainer::State::forward_backward(const Batch& batch) {
                 save_checkpoint(std::nullopt);
               });
           inject_fault(FaultPoint::MicroBatch);
+          comm->check_peers();  // a rank gone during a long step is noticed before the all-reduce
           uint64_t dropout_seed = opt.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) * 1000003ull +
                                   static_cast<uint64_t>(ids[static_cast<size_t>(b)]);
           if (preference) {
@@ -576,6 +578,14 @@ void Trainer::State::log_step(const Batch& batch, const StepRecord& rec) {
   if (cb.on_step) cb.on_step(rec, summary, total_steps);
 }
 
+// What stopped the run, for its message: the signal, or (data-parallel) another rank's.
+static std::string interrupt_cause() {
+  const int sig = interrupt_signal();
+  if (sig == SIGUSR1)
+    return fmt::format("signal {} (SIGUSR1: the launcher's stop, which mpirun forwards to every rank)", sig);
+  return sig ? fmt::format("signal {}", sig) : std::string("a signal another rank received");
+}
+
 // Evaluation and checkpoints on their schedule; an interrupt saves a checkpoint and stops.
 void Trainer::State::after_step() {
   std::optional<double> eval_loss;
@@ -588,10 +598,13 @@ void Trainer::State::after_step() {
                                     (opt.stop_after_step_for_tests > 0 && step == opt.stop_after_step_for_tests));
   if ((opt.save_every > 0 && step % opt.save_every == 0) || stopping) save_checkpoint(eval_loss);
   inject_fault(FaultPoint::Checkpointed);
+  // Every rank stops only once rank 0 has written the checkpoint: a rank that exits first makes the
+  // launcher end the others, rank 0 in the middle of its write among them.
+  if (stopping && comm->world() > 1) comm->barrier(opt.distributed_timeout_s);
   if (stopping)
     throw Error(ErrorCode::RUNTIME_TRAINING_ABORTED,
-                fmt::format("[train] interrupted by signal {} after step {} of {}; checkpoint saved in {}",
-                            interrupt_signal(), step, total_steps, checkpoints->root()));
+                fmt::format("[train] interrupted by {} after step {} of {}; checkpoint saved in {}", interrupt_cause(),
+                            step, total_steps, checkpoints->root()));
 }
 
 // ---- evaluate (saving and finishing: trainer_checkpoints.cpp) ------------------------------------
@@ -661,6 +674,12 @@ void Trainer::State::inject_fault(FaultPoint where) {
         spdlog::warn("[fault] crash injected after step {}", step);
         log::flush();
         ::kill(::getpid(), SIGKILL);
+      }
+      if (o.fault_hang_after_step > 0 && step == o.fault_hang_after_step &&
+          (o.fault_rank < 0 || o.fault_rank == comm->rank())) {  // a hung rank: an interrupt or a kill ends it
+        spdlog::warn("[fault] rank {} hangs after step {}", comm->rank(), step);
+        log::flush();
+        while (!interrupt_requested()) ::usleep(10000);
       }
       break;
   }

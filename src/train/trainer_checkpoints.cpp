@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "core/log.h"
 #include "export/gguf_lora.h"
@@ -162,6 +163,8 @@ void Trainer::State::resume() {
 std::string Trainer::State::save_checkpoint(std::optional<double> eval_loss) {
   if (comm->world() > 1) comm->barrier(opt.distributed_timeout_s);  // every rank finished the step
   if (!writer) {  // rank 0 writes it; the others keep the bookkeeping the same
+    // ZeRO-1: this rank's share of m and v, streamed to rank 0 as it writes optimizer.safetensors.
+    if (adamw.sharded()) adamw.stream_state(0, nullptr);
     if (eval_loss && (!summary.best_eval_loss || *eval_loss <= *summary.best_eval_loss))
       summary.best_eval_loss = *eval_loss;
     return {};
@@ -191,6 +194,13 @@ std::string Trainer::State::save_checkpoint(std::optional<double> eval_loss) {
   std::vector<CheckpointFile> files = {
       {"trainable.safetensors", [&](const std::string& p) { write_safetensors(p, trainable_tensors(m)); }},
       {"optimizer.safetensors", [&](const std::string& p) {
+         if (adamw.sharded()) {  // every rank's share, segment by segment: never the whole state at once
+           std::vector<SafetensorsSpec> specs;
+           for (auto& [n, shape] : adamw.state_layout()) specs.push_back({n, DType::F32, shape});
+           write_safetensors_streamed(
+               p, specs, [&](const std::function<void(const void*, size_t)>& write) { adamw.stream_state(0, &write); });
+           return;
+         }
          NamedTensors t;
          for (auto& [n, v] : adamw.state_tensors()) t.emplace_back(n, host_readable(v));
          write_safetensors(p, t);

@@ -91,6 +91,7 @@ void Trainer::State::start_distributed() {
   comm = &process_collective(opt.distributed, opt.mpi_library);
   summary.world_size = comm->world();
   writer = comm->rank() == 0;
+  opt.optimizer_shards = comm->world() > 1 && opt.shard_optimizer.value_or(true) ? comm->world() : 1;
   if (comm->world() == 1) return;
   const int w = comm->world();
   if (method_is_preference(opt.method))
@@ -110,6 +111,22 @@ void Trainer::State::start_distributed() {
   if (opt.eval_only)
     throw Error(ErrorCode::CONFIG_DISTRIBUTED_MISMATCH, "[train] an evaluation-only run is not data-parallel")
         .with_suggestion("Run it in one process.");
+}
+
+// AdamW's state: whole, or with ZeRO-1 (--shard-optimizer, on by default over several ranks) this
+// rank's 1/N of it (train/optimizer.h); the memory plan counted the same share.
+void Trainer::State::init_optimizer() {
+  const std::vector<TrainableParam> ps = model->trainable_parameters();
+  if (opt.optimizer_shards <= 1) {
+    adamw.init(ps);
+    return;
+  }
+  adamw.init_sharded(ps, *comm);
+  int64_t total = 0;
+  for (const auto& p : ps) total += p.param->numel();
+  event("info", fmt::format("ZeRO-1: AdamW's m and v are split over {} ranks; rank {} holds {} of their {} values ({})",
+                            comm->world(), comm->rank(), adamw.state_values(), 2 * total,
+                            format_bytes(static_cast<size_t>(adamw.state_values()) * sizeof(float))));
 }
 
 // The run id: rank 0's (a new run) or the resumed checkpoint's, the same on every rank.

@@ -137,6 +137,7 @@ struct Trainer::State {
 
   // Data parallelism (trainer_distributed.cpp).
   void start_distributed();
+  void init_optimizer();
   std::string shared_run_id(const std::string& resumed_id) const;
   std::vector<int64_t> local_share(const std::vector<int64_t>& ids) const;
   int64_t local_batch_size() const;

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/file_lines.h"
+#include "core/system_readings.h"
 #include "ui/auth.h"
 #include "ui/process.h"
 
@@ -53,21 +54,6 @@ json last_json_object(const std::string& text) {
   const auto start = text.rfind("\n{");
   json j = json::parse(start == std::string::npos ? text : text.substr(start + 1), nullptr, false);
   return j.is_object() ? j : json();
-}
-
-// A live (not zombie) process's start time in clock ticks since boot (field 22 of /proc/PID/stat), or -1
-// when there is no such live process. The start time identifies the process across execve and tells a
-// reused pid apart; its command line does not: it reads empty for an instant while execve replaces it.
-long long live_process_start(pid_t pid) {
-  if (pid <= 0) return -1;
-  const std::string stat = read_text(fmt::format("/proc/{}/stat", pid), 4096);
-  const auto paren = stat.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] == 'Z') return -1;
-  std::istringstream fields(stat.substr(paren + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && fields >> field; ++i)
-    if (i == 22) return std::strtoll(field.c_str(), nullptr, 10);
-  return -1;
 }
 
 // Every metrics.jsonl some live process holds open: path -> pid (one scan of /proc per listing).

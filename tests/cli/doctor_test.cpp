@@ -335,6 +335,24 @@ TEST(Doctor, NcclUnhandledCudaError) {  // NVIDIA/nccl#1410
   EXPECT_TRUE(analysis_mentions(m, "same GPU"));
 }
 
+// A rank of a data-parallel run killed: mpirun's own line (open-mpi/ompi#2661), and the coded line
+// backprop's surviving rank prints, both name the rank, its host and the signal where they say it.
+TEST(Doctor, DataParallelRankLost) {
+  auto m = first(doctor_file("mpirun_rank_killed_ompi_2661.txt"));
+  EXPECT_EQ(m.at("id"), "distributed-rank-lost");
+  EXPECT_EQ(num_value(m, "lost_rank"), 0);
+  EXPECT_EQ(num_text(m, "host"), "host01");
+  EXPECT_EQ(num_value(m, "signal"), 9);
+  auto own = first(doctor_text(
+      "[ERROR] [RUNTIME_DISTRIBUTED_RANK_LOST] [collective] rank 1 of 2 (pid 4242 on host node7) is gone: killed or "
+      "crashed (all-to-all waited for it: MPI_Ialltoallv abandoned after 0.1 s); rank 0 stops the run instead of "
+      "waiting for it; the last saved checkpoint is runs/x/checkpoints/checkpoint-2 (step 2): continue from it with "
+      "--resume latest\n"));
+  EXPECT_EQ(own.at("id"), "distributed-rank-lost");
+  EXPECT_EQ(num_value(own, "lost_rank"), 1);
+  EXPECT_EQ(num_text(own, "host"), "node7");
+}
+
 TEST(Doctor, NoRouteToHostHidesGenericSystemError) {  // hkproj/pytorch-transformer-distributed#1
   auto r = doctor_file("nccl_no_route_hkproj_1.txt");
   auto v = ids(r);

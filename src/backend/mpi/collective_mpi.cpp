@@ -6,7 +6,17 @@
 // Errors come back as return codes (MPI_ERRORS_RETURN on MPI_COMM_WORLD), never as MPI's default
 // abort, so the program can throw its catalog error. Counts above INT_MAX are the caller's to
 // split (core/collective.cpp exchanges at most kMaxExchangeBytes at a time).
+//
+// Every collective is started non-blocking (MPI_Ibarrier, MPI_Ibcast, MPI_Iallgather,
+// MPI_Ialltoallv, MPI_Iallgatherv) and polled with MPI_Test: a blocking call whose peer was
+// killed never returns (Open MPI's shared-memory transport does not notice a dead peer), while a
+// polled one asks the program's wait hook every 100 ms whether to keep waiting (the program checks
+// that the other ranks' processes are still alive: core/collective.cpp). The poll spins (with
+// sched_yield, as Open MPI's own blocking wait spins) for the first second, which keeps a large
+// exchange progressing at full speed, then sleeps 200 us between tests: a rank that waits long for a
+// slower one leaves the cores to it.
 #include <mpi.h>
+#include <sched.h>
 
 #include <chrono>
 #include <climits>
@@ -45,6 +55,54 @@ int check_counts(const size_t* counts, const size_t* offsets, int world, std::ve
     o[static_cast<size_t>(q)] = static_cast<int>(offsets[q]);
   }
   return 0;
+}
+
+bp_collective_wait_hook g_hook = nullptr;
+void* g_hook_context = nullptr;
+
+void mpi_set_wait_hook(bp_collective_wait_hook hook, void* context) {
+  g_hook = hook;
+  g_hook_context = context;
+}
+
+// Polls a started collective until it completes: 0 done, 1 an MPI error, 2 past timeout_s (> 0),
+// 3 abandoned by the wait hook. The request is left as it is on 2 and 3: the program stops.
+int wait_for(MPI_Request& req, const char* what, double timeout_s, char* error, size_t error_size) {
+  const auto start = std::chrono::steady_clock::now();
+  double next_hook = 0.1;
+  for (int done = 0;;) {
+    const int rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      say(error, error_size, what, rc);
+      return 1;
+    }
+    if (done) return 0;
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (timeout_s > 0 && waited > timeout_s) {
+      std::snprintf(error, error_size, "%s: not every rank arrived within %.0f s", what, timeout_s);
+      return 2;
+    }
+    if (g_hook && waited >= next_hook) {
+      next_hook = waited + 0.1;
+      if (g_hook(g_hook_context, waited) != 0) {
+        std::snprintf(error, error_size, "%s abandoned after %.1f s", what, waited);
+        return 3;
+      }
+    }
+    if (waited < 1.0)
+      sched_yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// Starts a collective (rc of the MPI_I* call) and waits for it.
+int started(int rc, MPI_Request& req, const char* what, double timeout_s, char* error, size_t error_size) {
+  if (rc != MPI_SUCCESS) {
+    say(error, error_size, what, rc);
+    return 1;
+  }
+  return wait_for(req, what, timeout_s, error, error_size);
 }
 
 int world_size() {
@@ -94,30 +152,10 @@ int mpi_finalize(char* error, size_t error_size) {
   return 0;
 }
 
-// MPI_Ibarrier polled with short sleeps, so a rank that never arrives (crashed, hung) ends the
-// wait after timeout_s instead of blocking forever.
+// A rank that never arrives (crashed, hung) ends the wait after timeout_s instead of blocking forever.
 int mpi_barrier(double timeout_s, char* error, size_t error_size) {
   MPI_Request req;
-  int rc = MPI_Ibarrier(MPI_COMM_WORLD, &req);
-  if (rc != MPI_SUCCESS) {
-    say(error, error_size, "MPI_Ibarrier", rc);
-    return 1;
-  }
-  const auto start = std::chrono::steady_clock::now();
-  for (int done = 0;;) {
-    rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      say(error, error_size, "MPI_Test (barrier)", rc);
-      return 1;
-    }
-    if (done) return 0;
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (timeout_s > 0 && waited > timeout_s) {
-      std::snprintf(error, error_size, "not every rank reached the barrier within %.0f s", timeout_s);
-      return 2;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(waited < 0.01 ? 10 : 1000));
-  }
+  return started(MPI_Ibarrier(MPI_COMM_WORLD, &req), req, "MPI_Ibarrier", timeout_s, error, error_size);
 }
 
 int mpi_broadcast(void* buffer, size_t bytes, int root, char* error, size_t error_size) {
@@ -125,12 +163,9 @@ int mpi_broadcast(void* buffer, size_t bytes, int root, char* error, size_t erro
     std::snprintf(error, error_size, "broadcast of %zu bytes is larger than MPI's int counts", bytes);
     return 1;
   }
-  const int rc = MPI_Bcast(buffer, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD);
-  if (rc != MPI_SUCCESS) {
-    say(error, error_size, "MPI_Bcast", rc);
-    return 1;
-  }
-  return 0;
+  MPI_Request req;
+  return started(MPI_Ibcast(buffer, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD, &req), req, "MPI_Ibcast",
+                 0, error, error_size);
 }
 
 int mpi_all_gather(const void* send, size_t bytes, void* recv, char* error, size_t error_size) {
@@ -138,13 +173,10 @@ int mpi_all_gather(const void* send, size_t bytes, void* recv, char* error, size
     std::snprintf(error, error_size, "all-gather of %zu bytes is larger than MPI's int counts", bytes);
     return 1;
   }
-  const int rc =
-      MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE, MPI_COMM_WORLD);
-  if (rc != MPI_SUCCESS) {
-    say(error, error_size, "MPI_Allgather", rc);
-    return 1;
-  }
-  return 0;
+  MPI_Request req;
+  return started(MPI_Iallgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
+                                MPI_COMM_WORLD, &req),
+                 req, "MPI_Iallgather", 0, error, error_size);
 }
 
 int mpi_all_to_all(const void* send, const size_t* send_bytes, const size_t* send_offsets, void* recv,
@@ -154,13 +186,10 @@ int mpi_all_to_all(const void* send, const size_t* send_bytes, const size_t* sen
   if (check_counts(send_bytes, send_offsets, w, sc, so, error, error_size) ||
       check_counts(recv_bytes, recv_offsets, w, rcnt, ro, error, error_size))
     return 1;
-  const int rc =
-      MPI_Alltoallv(send, sc.data(), so.data(), MPI_BYTE, recv, rcnt.data(), ro.data(), MPI_BYTE, MPI_COMM_WORLD);
-  if (rc != MPI_SUCCESS) {
-    say(error, error_size, "MPI_Alltoallv", rc);
-    return 1;
-  }
-  return 0;
+  MPI_Request req;
+  return started(MPI_Ialltoallv(send, sc.data(), so.data(), MPI_BYTE, recv, rcnt.data(), ro.data(), MPI_BYTE,
+                                MPI_COMM_WORLD, &req),
+                 req, "MPI_Ialltoallv", 0, error, error_size);
 }
 
 int mpi_all_gather_v(const void* send, size_t bytes, void* recv, const size_t* recv_bytes, const size_t* recv_offsets,
@@ -172,13 +201,10 @@ int mpi_all_gather_v(const void* send, size_t bytes, void* recv, const size_t* r
     return 1;
   }
   if (check_counts(recv_bytes, recv_offsets, w, rcnt, ro, error, error_size)) return 1;
-  const int rc =
-      MPI_Allgatherv(send, static_cast<int>(bytes), MPI_BYTE, recv, rcnt.data(), ro.data(), MPI_BYTE, MPI_COMM_WORLD);
-  if (rc != MPI_SUCCESS) {
-    say(error, error_size, "MPI_Allgatherv", rc);
-    return 1;
-  }
-  return 0;
+  MPI_Request req;
+  return started(MPI_Iallgatherv(send, static_cast<int>(bytes), MPI_BYTE, recv, rcnt.data(), ro.data(), MPI_BYTE,
+                                 MPI_COMM_WORLD, &req),
+                 req, "MPI_Iallgatherv", 0, error, error_size);
 }
 
 int mpi_host_name(char* name, size_t name_size, char* error, size_t error_size) {
@@ -194,8 +220,8 @@ int mpi_host_name(char* name, size_t name_size, char* error, size_t error_size) 
 }
 
 const bp_collective_plugin kPlugin = {
-    BP_COLLECTIVE_PLUGIN_ABI, "mpi",          mpi_init,         mpi_finalize, mpi_barrier, mpi_broadcast,
-    mpi_all_gather,           mpi_all_to_all, mpi_all_gather_v, mpi_host_name};
+    BP_COLLECTIVE_PLUGIN_ABI, "mpi",          mpi_init,         mpi_finalize,  mpi_barrier,      mpi_broadcast,
+    mpi_all_gather,           mpi_all_to_all, mpi_all_gather_v, mpi_host_name, mpi_set_wait_hook};
 
 }  // namespace
 
