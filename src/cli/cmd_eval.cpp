@@ -72,8 +72,11 @@ struct Evaluated {
 
 Evaluated evaluate(const Subject& s, const std::vector<bp::EvalMetric>& metrics, const EvalOptions& o) {
   auto tok = bp::Tokenizer::from_dir(s.model_dir);
-  const bp::ChatTemplate tmpl = bp::adapter_chat_template(*tok, s.adapter_dir);
-  const std::vector<bp::TaskExample> examples = bp::load_task_examples(o.eval_data, bp::parse_dataset_format(o.format));
+  bp::ChatTemplate tmpl = bp::adapter_chat_template(*tok, s.adapter_dir);
+  const bp::ChatDataOptions chat = bp::ChatDataOptions::from_settings(bp::cli::settings());
+  chat.apply(tmpl);
+  const std::vector<bp::TaskExample> examples =
+      bp::load_task_examples(o.eval_data, bp::parse_dataset_format(o.format), false, chat);
   bp::ModelWeights weights = bp::load_model(s.model_dir);
   const bp::ModelConfig cfg = weights.config;
   bp::LoraAdapter adapter;
@@ -198,7 +201,8 @@ bp::cli::RunFn setup_eval(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--seed", o->seed, "Seed of the bootstrap (same seed, same intervals)")->capture_default_str();
   sub.add_flag("--json", o->json, "Machine-readable results");
-  bp::cli::bind_settings(sub, {"model.offline", "training.output"});
+  bp::cli::bind_settings(sub, {"model.offline", "training.output", "data.tools", "data.template_kwargs",
+                               "data.reasoning", "data.tool_arguments"});
   return [o] { return run_eval(*o); };
 }
 
