@@ -206,15 +206,6 @@ bool ChatMessage::has_tool_calls() const {
   return it != extra.end() && it->is_array() && !it->empty();
 }
 
-std::string ChatMessage::reasoning() const {
-  if (!extra.is_object()) return "";
-  for (const char* key : {"reasoning_content", "thinking"}) {
-    auto it = extra.find(key);
-    if (it != extra.end() && it->is_string()) return it->get<std::string>();
-  }
-  return "";
-}
-
 Conversation Conversation::head(size_t n) const {
   Conversation c(begin(), begin() + static_cast<std::ptrdiff_t>(std::min(n, size())));
   c.tools = tools;

@@ -64,8 +64,6 @@ struct ChatMessage {
   ContentKind content_kind = ContentKind::Text;
 
   bool has_tool_calls() const;
-  // The reasoning the template may render (reasoning_content, else thinking); "" when none.
-  std::string reasoning() const;
 };
 
 // The messages of one conversation plus what transformers passes beside them: `tools` (a JSON list of

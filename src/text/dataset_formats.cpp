@@ -5,6 +5,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "text/dataset_internal.h"
 
