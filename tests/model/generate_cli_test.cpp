@@ -162,6 +162,36 @@ TEST_F(GenerateChat, TheAdaptersTemplateWinsOverTheModels) {
   EXPECT_EQ(j["prompt_ids"].get<std::vector<int32_t>>(), trainer_ids({{"user", "hi"}}, "chatml"));
 }
 
+// --template-kwargs reach the template at generation as in training (issue 43: Qwen3's
+// enable_thinking); a value that is no JSON object is refused.
+TEST_F(GenerateChat, TemplateKwargsReachTheTemplate) {
+  TempDir dir;
+  ModelWeights w = load_model(tiny_chat());
+  LoraConfig lc;
+  lc.r = 2;
+  std::filesystem::create_directories(dir.path + "/adapter");
+  save_peft_adapter(init_lora(w.config, lc, 1), dir.path + "/adapter");
+  std::ofstream(dir.path + "/summary.json") << "{}";
+  const std::string tmpl = std::string(kChatMLTemplate) + "{% if add_generation_prompt and thinking is defined %}" +
+                           "<think>{{ thinking }}</think>{% endif %}";
+  std::ofstream(dir.path + "/chat_template.jinja") << tmpl;
+  const auto tok = Tokenizer::from_dir(tiny_chat());
+  ChatTemplate t(tmpl, "", "");
+  const auto ids = [&] { return tok->encode(t.render({{"user", "hi"}}, true), false); };
+  const auto plain = ids();
+  t.set_template_kwargs(nlohmann::ordered_json{{"thinking", "no"}});
+  const auto with = ids();
+  ASSERT_NE(plain, with);
+  const std::string adapter = fmt::format("--adapter {}/adapter --chat on --prompt hi", dir.path);
+  EXPECT_EQ(run(adapter)["prompt_ids"].get<std::vector<int32_t>>(), plain);
+  EXPECT_EQ(run(adapter + " --template-kwargs '{\"thinking\": \"no\"}'")["prompt_ids"].get<std::vector<int32_t>>(),
+            with);
+  std::string out;
+  EXPECT_NE(run_command(backprop_exe() + " generate --model " + tiny_chat() + " --prompt hi --template-kwargs x", &out),
+            0);
+  EXPECT_NE(out.find("CONFIG_INVALID_SETTING"), std::string::npos) << out;
+}
+
 TEST_F(GenerateChat, ChatOnWithoutATemplateIsAClearError) {
   std::string out;
   EXPECT_EQ(run_command(backprop_exe() + " generate --model " + model_dir() + " --prompt hi --chat on", &out), 1)
