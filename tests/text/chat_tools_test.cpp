@@ -320,6 +320,21 @@ TEST(ToolRows, ToolResultsAndPromptsAreNeverTrainedOnAnyTemplate) {
   EXPECT_GT(checked, 40);
 }
 
+// A null content beside tool calls (OpenAI's form) fails in Qwen3's template as in Python (`'</think>' in
+// None`): the template's error, with the way out named.
+TEST(ToolRows, NullContentATemplateCannotTakeSaysWhatToWrite) {
+  ChatTemplate qwen3(read_text_file(template_path("qwen3")), "", "<|im_end|>");
+  try {
+    qwen3.render(row_conv(tool_rows()[0]), false);
+    FAIL() << "Qwen3 cannot take content null";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::INPUT_CHAT_TEMPLATE_UNSUPPORTED);
+    EXPECT_NE(std::string(e.what()).find("content is null or missing"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("write \"content\": \"\" there"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(qwen3.render(row_conv(tool_rows()[1]), false));  // content ""
+}
+
 // Item 3: LLaMA-Factory's ShareGPT tool roles are OpenAI messages: a row renders as its OpenAI twin.
 TEST(ToolRows, ShareGptFunctionCallAndObservationAreToolCallsAndResults) {
   const json sharegpt{
