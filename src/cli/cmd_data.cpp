@@ -51,6 +51,7 @@ int run_report(const DataOptions& o) {
   r.eval_file = o.eval_file.empty() ? o.eval_file : bp::cli::resolve_data(o.eval_file);
   if (!o.model.empty()) r.model_dir = bp::cli::resolve_model(o.model, bp::hub::ModelFiles::Tokenizer);
   r.chat_template = o.chat_template;
+  r.chat = bp::ChatDataOptions::from_settings(bp::cli::settings());
   r.format = bp::parse_dataset_format(o.format);
   r.max_seq_length = o.max_seq_length;
   r.near_threshold = bp::cli::settings().get_float("data.near_duplicate_threshold");
@@ -122,7 +123,8 @@ bp::cli::RunFn setup_data(CLI::App& sub) {
                      fmt::format("Exit 1 when any of these kinds is found (comma-separated: {}, or any)",
                                  fmt::join(bp::data_finding_kinds(), ", ")));
   report->add_flag("--json", o->json, "Machine-readable report");
-  bp::cli::bind_settings(*report, {"data.near_duplicate_threshold", "model.offline"});
+  bp::cli::bind_settings(*report, {"data.near_duplicate_threshold", "model.offline", "data.tools",
+                                   "data.template_kwargs", "data.reasoning", "data.tool_arguments"});
   CLI::App* split = sub.add_subcommand("split", "Write train and eval JSONL files, near-duplicates on one side");
   split->add_option("file", o->file, "Dataset file (JSONL)")->required();
   split->add_option("--eval-fraction", o->eval_fraction, "Share of rows for the eval file, in (0, 1)")

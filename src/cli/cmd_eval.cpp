@@ -94,9 +94,11 @@ std::string base_dtype_setting(const Subject& s) {
 
 Evaluated evaluate(const Subject& s, const std::vector<bp::EvalMetric>& metrics, const EvalOptions& o) {
   auto tok = bp::Tokenizer::from_dir(s.model_dir);
-  const bp::ChatTemplate tmpl = bp::adapter_chat_template(*tok, s.adapter_dir);
+  bp::ChatTemplate tmpl = bp::adapter_chat_template(*tok, s.adapter_dir);
+  const bp::ChatDataOptions chat = bp::ChatDataOptions::from_settings(bp::cli::settings());
+  chat.apply(tmpl);
   const std::vector<bp::TaskExample> examples =
-      bp::load_task_examples(bp::cli::resolve_data(o.eval_data), bp::parse_dataset_format(o.format));
+      bp::load_task_examples(bp::cli::resolve_data(o.eval_data), bp::parse_dataset_format(o.format), false, chat);
   const std::optional<bp::DType> base =
       bp::resolve_base_dtype(base_dtype_setting(s), bp::DeviceType::CPU, !bp::gguf_base_file(s.model_dir).empty());
   bp::ModelWeights weights = bp::load_model(s.model_dir, base);
@@ -223,7 +225,8 @@ bp::cli::RunFn setup_eval(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--seed", o->seed, "Seed of the bootstrap (same seed, same intervals)")->capture_default_str();
   sub.add_flag("--json", o->json, "Machine-readable results");
-  bp::cli::bind_settings(sub, {"model.offline", "model.base_dtype", "training.output"});
+  bp::cli::bind_settings(sub, {"model.offline", "model.base_dtype", "training.output", "data.tools",
+                               "data.template_kwargs", "data.reasoning", "data.tool_arguments"});
   return [o] { return run_eval(*o); };
 }
 

@@ -31,6 +31,7 @@
 #include "model/peft.h"
 #include "model/transformer.h"
 #include "text/chat_template.h"
+#include "text/dataset.h"
 #include "text/tokenizer.h"
 
 namespace {
@@ -83,7 +84,9 @@ PromptTokens encode_prompt(const bp::Tokenizer& tok, const GenerateArgs& a, cons
   try {
     const std::string bos = tok.bos_id() >= 0 ? tok.id_to_token(tok.bos_id()) : "";
     const std::string eos = tok.eos_ids().empty() ? "" : tok.id_to_token(tok.eos_ids().front());
-    const ChatTemplate tmpl(source, bos, eos);
+    ChatTemplate tmpl(source, bos, eos);
+    // --template-kwargs, as training rendered its rows ('{"enable_thinking": false}' for Qwen3).
+    tmpl.set_template_kwargs(parse_template_kwargs(bp::cli::settings().get_string("data.template_kwargs")));
     p.ids = tok.encode(tmpl.render(conv, /*add_generation_prompt=*/true), /*add_special=*/false);  // as training
   } catch (Error& e) {
     if (e.code() == ErrorCode::INPUT_CHAT_TEMPLATE_UNSUPPORTED || e.code() == ErrorCode::INPUT_VALIDATION_FAILED)
@@ -182,7 +185,7 @@ bp::cli::RunFn setup_generate(CLI::App& sub) {
   auto args = std::make_shared<GenerateArgs>();
   sub.add_option("--model", args->model_dir, "Model folder (Hugging Face format) or hub name org/name[@revision]")
       ->required();
-  bp::cli::bind_settings(sub, {"model.offline", "generate.chat"});
+  bp::cli::bind_settings(sub, {"model.offline", "generate.chat", "data.template_kwargs"});
   sub.add_option("--adapter", args->adapter_dir, "PEFT LoRA adapter folder to apply");
   sub.add_option("--prompt", args->prompt, "The user message (chat), or the text to continue (--chat off)")->required();
   sub.add_option("--system", args->system, "System prompt before the user message (chat template only)");

@@ -73,11 +73,14 @@ ValidateReport validate_report(const ValidateOptions& o, const Settings& st) {
   DatasetLoadOptions lo;
   lo.format = parse_dataset_format(o.format);
   lo.max_length = o.max_length;
+  const ChatDataOptions chat = ChatDataOptions::from_settings(st);  // tools, reasoning, ... as training
+  chat.apply(lo);
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<ChatTemplate> tmpl;
   if (!o.model_dir.empty()) {
     tok = Tokenizer::from_dir(cli::resolve_model(o.model_dir, hub::ModelFiles::Tokenizer));
     tmpl = std::make_unique<ChatTemplate>(ChatTemplate::from_tokenizer(*tok, o.chat_template));
+    chat.apply(*tmpl);
     lo.tokenizer = tok.get();
     lo.chat_template = tmpl.get();
   }
@@ -211,7 +214,8 @@ bp::cli::RunFn setup_validate(CLI::App& sub) {
                  "Chat template as training uses it: a Jinja file or 'chatml' (default: the model's own)");
   sub.add_option("--show", o->show, "Print the first N samples as training renders them, trained spans marked")
       ->check(CLI::NonNegativeNumber);
-  bp::cli::bind_settings(sub, {"model.offline", "training.method"});
+  bp::cli::bind_settings(sub, {"model.offline", "training.method", "data.tools", "data.template_kwargs",
+                               "data.reasoning", "data.tool_arguments"});
   sub.add_flag("--json", o->json, "Machine-readable report");
   return [o] { return run_validate(*o); };
 }

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
@@ -217,6 +218,7 @@ std::string setting_allowed_text(const SettingSpec& spec) {
         case StringRule::Device: return "auto, cpu, cuda or cuda:N";
         case StringRule::UserPass: return "empty or user:password";
         case StringRule::Bytes: return "a size such as 512K, 64M, 1G, 1073741824";
+        case StringRule::JsonObject: return "empty or a JSON object such as {\"enable_thinking\": false}";
       }
   }
   return "?";
@@ -346,6 +348,11 @@ void parse_into(const SettingSpec& spec, std::string_view text, SettingSource so
           break;
         }
         case StringRule::Bytes: ok = try_parse_bytes(text).has_value(); break;
+        case StringRule::JsonObject: {
+          const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+          ok = text.empty() || (!j.is_discarded() && j.is_object());
+          break;
+        }
         case StringRule::Device: {
           ok = text == "auto" || text == "cpu" || text == "cuda";
           if (!ok && text.substr(0, 5) == "cuda:") {

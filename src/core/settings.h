@@ -32,6 +32,7 @@ enum class StringRule {
   Device,             // auto | cpu | cuda | cuda:N
   UserPass,           // empty or "user:password"
   Bytes,              // a size: 123, 512K, 8M, 2G, 1T (powers of 1024)
+  JsonObject,         // empty or a JSON object: {"enable_thinking": false}
 };
 
 struct SettingSpec {

@@ -17,17 +17,43 @@ const char* const kChatMLTemplate =
 
 namespace {
 
+jinja::Value message_value(const ChatMessage& m) {
+  jinja::Object o;
+  o.reserve(2 + (m.extra.is_object() ? m.extra.size() : 0));
+  o.emplace_back("role", jinja::Value::string(m.role));
+  switch (m.content_kind) {
+    case ChatMessage::ContentKind::Text: o.emplace_back("content", jinja::Value::string(m.content)); break;
+    case ChatMessage::ContentKind::Null: o.emplace_back("content", jinja::Value::none()); break;
+    case ChatMessage::ContentKind::Absent: break;
+  }
+  if (m.extra.is_object())
+    for (auto it = m.extra.begin(); it != m.extra.end(); ++it) o.emplace_back(it.key(), jinja::Value::from_json(*it));
+  return jinja::Value::object(std::move(o));
+}
+
+// transformers: compiled_template.render(messages=chat, tools=tool_schemas, documents=documents,
+// add_generation_prompt=..., **{**special_tokens_map, **kwargs}).
 jinja::Value make_context(const Conversation& conv, bool add_generation_prompt, const std::string& bos,
-                          const std::string& eos) {
+                          const std::string& eos, const nlohmann::ordered_json& kwargs = nlohmann::ordered_json()) {
   jinja::Array msgs;
   msgs.reserve(conv.size());
-  for (const auto& m : conv)
-    msgs.push_back(
-        jinja::Value::object({{"role", jinja::Value::string(m.role)}, {"content", jinja::Value::string(m.content)}}));
-  return jinja::Value::object({{"messages", jinja::Value::array(std::move(msgs))},
-                               {"add_generation_prompt", jinja::Value::boolean(add_generation_prompt)},
-                               {"bos_token", jinja::Value::string(bos)},
-                               {"eos_token", jinja::Value::string(eos)}});
+  for (const auto& m : conv) msgs.push_back(message_value(m));
+  jinja::Value ctx = jinja::Value::object(
+      {{"messages", jinja::Value::array(std::move(msgs))},
+       {"tools", conv.tools.is_array() ? jinja::Value::from_json(conv.tools) : jinja::Value::none()},
+       {"documents", jinja::Value::none()},
+       {"add_generation_prompt", jinja::Value::boolean(add_generation_prompt)},
+       {"bos_token", jinja::Value::string(bos)},
+       {"eos_token", jinja::Value::string(eos)}});
+  for (const nlohmann::ordered_json* vars : {&kwargs, &conv.template_kwargs})
+    if (vars->is_object())
+      for (auto it = vars->begin(); it != vars->end(); ++it) ctx.set(it.key(), jinja::Value::from_json(*it));
+  return ctx;
+}
+
+bool has_null_content(const Conversation& conv) {
+  return std::any_of(conv.begin(), conv.end(),
+                     [](const ChatMessage& m) { return m.content_kind != ChatMessage::ContentKind::Text; });
 }
 
 const jinja::Template& tmpl_of(const std::shared_ptr<const void>& p) {
@@ -42,7 +68,7 @@ Error budget_error(const ChatTemplateSource& source, const jinja::JinjaError& e)
 // A render that failed. Only raise_exception is the conversation's fault (the template rejects
 // it); anything else is the template's own: past its budget, a construct we do not run reached
 // only by this conversation, or an error inside it (Python's Jinja2 fails there too).
-Error render_error(const ChatTemplateSource& source, const jinja::JinjaError& e) {
+Error render_error(const ChatTemplateSource& source, const jinja::JinjaError& e, bool null_content = false) {
   using K = jinja::JinjaError::Kind;
   switch (e.kind()) {
     case K::Budget: return budget_error(source, e);
@@ -57,9 +83,15 @@ Error render_error(const ChatTemplateSource& source, const jinja::JinjaError& e)
     case K::Runtime: break;
   }
   return Error(ErrorCode::INPUT_CHAT_TEMPLATE_UNSUPPORTED,
-               fmt::format("[chat_template] {} failed while rendering a conversation (Python's Jinja2 fails there "
-                           "too; the template, not the data, needs fixing): {}",
-                           source.describe(), e.what()),
+               null_content
+                   ? fmt::format("[chat_template] {} failed while rendering a conversation (Python's Jinja2 fails "
+                                 "there too): {}. The conversation has a message whose content is null or missing "
+                                 "(OpenAI's form of a message that only calls tools), which this template cannot "
+                                 "take: write \"content\": \"\" there",
+                                 source.describe(), e.what())
+                   : fmt::format("[chat_template] {} failed while rendering a conversation (Python's Jinja2 fails "
+                                 "there too; the template, not the data, needs fixing): {}",
+                                 source.describe(), e.what()),
                {{"template_source", source.kind_name()}, {"template_origin", source.origin}});
 }
 
@@ -124,20 +156,61 @@ ChatTemplate ChatTemplate::from_tokenizer(const Tokenizer& tok, const std::strin
 
 std::string ChatTemplate::render(const Conversation& conv, bool add_generation_prompt) const {
   try {
-    return tmpl_of(impl_).render(make_context(conv, add_generation_prompt, bos_, eos_), -1, limits_);
+    return tmpl_of(impl_).render(make_context(conv, add_generation_prompt, bos_, eos_, kwargs_), now_epoch_s_, limits_);
   } catch (const jinja::JinjaError& e) {
-    throw render_error(source_, e);
+    throw render_error(source_, e, has_null_content(conv));
   }
 }
 
 std::string ChatTemplate::render_spans(const Conversation& conv, std::vector<std::pair<size_t, size_t>>& spans) const {
   try {
-    jinja::RenderedText r = tmpl_of(impl_).render_with_spans(make_context(conv, false, bos_, eos_), -1, limits_);
+    jinja::RenderedText r =
+        tmpl_of(impl_).render_with_spans(make_context(conv, false, bos_, eos_, kwargs_), now_epoch_s_, limits_);
     spans = std::move(r.generation_spans);
     return std::move(r.text);
   } catch (const jinja::JinjaError& e) {
-    throw render_error(source_, e);
+    throw render_error(source_, e, has_null_content(conv));
   }
+}
+
+void ChatTemplate::set_template_kwargs(const nlohmann::ordered_json& kwargs) {
+  if (kwargs.is_null()) {
+    kwargs_ = nlohmann::ordered_json::object();
+    return;
+  }
+  check_template_variables(kwargs, "--template-kwargs");
+  kwargs_ = kwargs;
+}
+
+void check_template_variables(const nlohmann::ordered_json& kwargs, std::string_view what) {
+  if (!kwargs.is_object())
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[chat_template] {} must be a JSON object of template variables such as "
+                            "{{\"enable_thinking\": false}}, got {}",
+                            what, kwargs.dump()));
+  for (auto it = kwargs.begin(); it != kwargs.end(); ++it)
+    if (is_reserved_template_variable(it.key()))
+      throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                  fmt::format("[chat_template] {} may not set '{}': every render passes it already (messages and "
+                              "tools come from the data, tools also from --tools)",
+                              what, it.key()));
+}
+
+bool is_reserved_template_variable(std::string_view key) {
+  return key == "messages" || key == "tools" || key == "documents" || key == "add_generation_prompt";
+}
+
+bool ChatMessage::has_tool_calls() const {
+  if (!extra.is_object()) return false;
+  auto it = extra.find("tool_calls");
+  return it != extra.end() && it->is_array() && !it->empty();
+}
+
+Conversation Conversation::head(size_t n) const {
+  Conversation c(begin(), begin() + static_cast<std::ptrdiff_t>(std::min(n, size())));
+  c.tools = tools;
+  c.template_kwargs = template_kwargs;
+  return c;
 }
 
 }  // namespace bp

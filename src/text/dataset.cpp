@@ -113,9 +113,13 @@ std::optional<RowIssue> check_length(const DatasetRow& row, const DatasetLoadOpt
                                   cut ? opts.max_length : n, opts.max_length)};
     return std::nullopt;
   }
-  size_t bytes = row.text.size(), rejected_bytes = 0;
-  for (const auto& m : row.conv) bytes += m.content.size();
-  for (const auto& m : row.rejected_conv) rejected_bytes += m.content.size();
+  // Tool calls, reasoning and tool definitions are text the template renders too.
+  const auto conv_bytes = [](const Conversation& c) {
+    size_t n = c.tools.is_array() ? c.tools.dump().size() : 0;
+    for (const auto& m : c) n += m.content.size() + (m.extra.is_object() ? m.extra.dump().size() : 0);
+    return n;
+  };
+  size_t bytes = row.text.size() + conv_bytes(row.conv), rejected_bytes = conv_bytes(row.rejected_conv);
   bytes = std::max(bytes, rejected_bytes);  // a pair's longer sequence counts
   const int64_t est = static_cast<int64_t>((bytes + 3) / 4);
   if (est > opts.max_length)
@@ -193,6 +197,8 @@ const char* row_problem_name(RowProblem p) {
     case RowProblem::EmptyCompletion: return "empty_completion";
     case RowProblem::PromptMismatch: return "prompt_mismatch";
     case RowProblem::BadCsvRow: return "bad_csv_row";
+    case RowProblem::BadToolCall: return "bad_tool_call";
+    case RowProblem::BadTools: return "bad_tools";
   }
   return "?";
 }
@@ -251,9 +257,16 @@ LoadedDataset parse_dataset(std::string_view content, const std::string& path, c
       continue;
     }
     if (ds.format == DatasetFormat::Auto) continue;  // nothing parsed as an object: unreachable
-    if (auto bad = data::convert_row(obj, ds.format, row)) {
+    if (auto bad = data::convert_row(obj, ds.format, row, opts)) {
       ds.issues.push_back(*bad);
       continue;
+    }
+    if (!row.is_text) {
+      for (Conversation* c : {&row.conv, &row.rejected_conv}) {
+        if (c->empty()) continue;
+        if (c->tools.is_null() && opts.tools.is_array()) c->tools = opts.tools;  // --tools: rows without their own
+        if (opts.reasoning == ReasoningMode::Drop) data::drop_history_reasoning(*c);
+      }
     }
     if (auto bad = check_length(row, opts, path)) {
       ds.issues.push_back(*bad);

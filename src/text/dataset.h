@@ -4,7 +4,12 @@
 // Files: JSONL (one JSON object per line), a JSON array of objects, or plain .txt (samples are
 // paragraphs separated by blank lines). Row formats, detected from the first JSON object or forced:
 //   sharegpt  {"conversations": [{"from": "human"|"user"|"gpt"|"assistant"|"system", "value": "..."}]}
-//   openai    {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}]}
+//             (LLaMA-Factory's tool roles too: "function_call" is an assistant turn calling tools, its
+//             value the call JSON; "observation" a tool result; row keys "system" and "tools")
+//   openai    {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": "...", ...}],
+//              "tools": [...] (optional), "chat_template_kwargs": {...} (optional)}
+//             every key of a message reaches the template (tool_calls, tool_call_id, name,
+//             reasoning_content, thinking, ...), as transformers passes it (see "Tool calls" below)
 //   alpaca    {"instruction": "...", "input": "..." (optional), "output": "...", "system": "..." (optional)}
 //   text      {"text": "..."}                      (and .txt files)
 //   preference {"prompt", "chosen", "rejected"}    (TRL's preference form; strings or message lists)
@@ -14,7 +19,15 @@
 // Every bad row is reported with its 1-based line number (for JSON arrays: the line where the
 // element starts) and a reason; loading never throws for a bad row. Conversations must be: an
 // optional system message first, then user/assistant alternating from user, with at least one
-// assistant turn.
+// assistant turn; an assistant turn with tool calls is followed by its tool results (role tool, one or
+// more), then the assistant again.
+//
+// Tool calls (issue 43): a message's tool_calls is a list of {"type": "function", "function": {"name",
+// "arguments"}, "id"} (or {"name", "arguments"}); arguments an object or a JSON string of one, given
+// to the template as data.tool_arguments says (object by default: a string is parsed, as TRL and
+// LLaMA-Factory do, since most templates write `arguments | tojson`). A key whose value is null is left
+// out (datasets exported from Arrow tables carry null for every missing key), content excepted, and so
+// is an empty tool_calls list. A malformed call is bad_tool_call, a malformed tools list bad_tools.
 //
 // Pipeline: load_dataset -> check_dataset (skip bad rows and say how many, or --strict fails)
 // -> tokenize_dataset (chat template + loss mask, truncation to max_seq_length keeping the start)
@@ -22,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,7 +82,9 @@ enum class RowProblem {
   IdenticalPair,    // chosen and rejected completions are the same text
   EmptyCompletion,  // a preference row's completion (chosen, rejected, completion) is empty
   PromptMismatch,   // chosen and rejected conversations differ before their final message
-  BadCsvRow         // a .csv/.tsv record that is not one row of the header's columns
+  BadCsvRow,        // a .csv/.tsv record that is not one row of the header's columns
+  BadToolCall,      // a malformed tool call (arguments not a JSON object, no name, an unanswered id, ...)
+  BadTools          // a row's tools is not a list of tool definitions
 };
 const char* row_problem_name(RowProblem p);  // "not_json", "missing_field", ... (stable, for --json)
 
@@ -100,13 +116,53 @@ struct LoadedDataset {
   std::vector<RowIssue> issues;  // bad rows, in file order
 };
 
+// data.reasoning: what reaches the template of the reasoning (reasoning_content, thinking) of
+// assistant turns before the conversation's last user message. Keep: all of it (the template decides,
+// as at inference: Qwen3 shows only the turns after the last user message); Drop: those keys are
+// removed first, whatever the template would do.
+enum class ReasoningMode { Keep, Drop };
+ReasoningMode parse_reasoning_mode(std::string_view name);  // "keep" | "drop"
+// data.tool_arguments: a tool call's arguments as the template gets them. Object: a JSON string is
+// parsed into its object (what `arguments | tojson` templates need: Qwen, Llama 3.x, Mistral, ...);
+// String: an object is written as JSON text (json.dumps as transformers' tojson writes it; what
+// DeepSeek's and FireFunction's templates concatenate).
+enum class ToolArguments { Object, String };
+ToolArguments parse_tool_arguments(std::string_view name);  // "object" | "string"
+// data.template_kwargs: "" = null (none), else a JSON object (CONFIG_INVALID_SETTING otherwise).
+nlohmann::ordered_json parse_template_kwargs(std::string_view text);
+
 struct DatasetLoadOptions {
   DatasetFormat format = DatasetFormat::Auto;
+  ReasoningMode reasoning = ReasoningMode::Keep;
+  ToolArguments tool_arguments = ToolArguments::Object;
+  // The tools of every conversation row that has none of its own (data.tools, read by
+  // load_tools_file): a JSON list, or null for none.
+  nlohmann::ordered_json tools = nullptr;
   // > 0: rows longer than this are reported as TooLong. With a tokenizer (and template) the
   // length is exact in tokens; without one it is estimated as ceil(bytes / 4) tokens.
   int64_t max_length = 0;
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat_template = nullptr;
+};
+
+// The tool definitions of data.tools: a JSON file holding a list of tools ({"type": "function",
+// "function": {...}}) or an object with such a list under "tools". Errors: INPUT_DATASET_NOT_FOUND,
+// INPUT_DATASET_PARSE_FAILED (not JSON, or not a list of objects).
+nlohmann::ordered_json load_tools_file(const std::string& path);
+
+class Settings;
+// What conversation rows carry to the chat template besides their messages, as training, validate and
+// data report read it: data.tools, data.template_kwargs, data.reasoning, data.tool_arguments.
+struct ChatDataOptions {
+  std::string tools_path;                            // "" = none
+  nlohmann::ordered_json template_kwargs = nullptr;  // an object, or null for none
+  ReasoningMode reasoning = ReasoningMode::Keep;
+  ToolArguments tool_arguments = ToolArguments::Object;
+  static ChatDataOptions from_settings(const Settings& s);
+  // Into the load options (reads the tools file) and the template (its variables).
+  void apply(DatasetLoadOptions& lo) const;
+  void apply(ChatTemplate& tmpl) const;
+  bool operator==(const ChatDataOptions&) const = default;
 };
 
 // Errors: INPUT_DATASET_NOT_FOUND (missing/unreadable), INPUT_DATASET_PARSE_FAILED (JSON objects

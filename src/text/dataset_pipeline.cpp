@@ -27,17 +27,29 @@ std::vector<const Sample*> TrainingData::eval_samples() const {
   return out;
 }
 
+ChatTemplate data_chat_template(const DataSettings& s, const Tokenizer& tok) {
+  ChatTemplate tmpl = ChatTemplate::from_tokenizer(tok, s.chat_template, s.template_limits);
+  s.chat.apply(tmpl);
+  return tmpl;
+}
+
+DatasetLoadOptions data_load_options(const DataSettings& s) {
+  DatasetLoadOptions lo;
+  lo.format = s.format;
+  s.chat.apply(lo);
+  return lo;
+}
+
 TrainingData prepare_training_data(const DataSettings& s, const Tokenizer& tok) {
   if (!(s.holdout >= 0.0 && s.holdout < 1.0))
     throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                 fmt::format("[dataset] --holdout must be in [0, 1), got {}", s.holdout));
   TrainingData data;
-  const ChatTemplate tmpl = ChatTemplate::from_tokenizer(tok, s.chat_template, s.template_limits);
+  const ChatTemplate tmpl = data_chat_template(s, tok);
   data.chat_template = tmpl.source();
   data.template_is_fallback = tmpl.is_fallback();
   data.template_warning = tmpl.warning();
-  DatasetLoadOptions lo;
-  lo.format = s.format;
+  const DatasetLoadOptions lo = data_load_options(s);
   LoadedDataset ds = load_dataset(s.path, lo);
   data.format = ds.format;
   data.rows_total = ds.total_rows;

@@ -30,7 +30,8 @@ struct DataSettings {
   double holdout = 0.0;       // fraction of samples held out for evaluation, [0, 1); none below 2 samples
   uint64_t seed = 0;          // shuffling and the holdout split
   bool shuffle = true;
-  std::string chat_template{};            // "" = the tokenizer's own, a Jinja file, or "chatml"
+  std::string chat_template{};  // "" = the tokenizer's own, a Jinja file, or "chatml"
+  ChatDataOptions chat{};       // tools, template variables, reasoning, tool arguments (dataset.h "Tool calls")
   jinja::RenderLimits template_limits{};  // step and size budget of one render
   std::string eval_path{};                // a separate held-out file: all of `path` trains, no holdout
   // What the training method reads (train/train_data.cpp maps training.method): a file whose format
@@ -61,6 +62,12 @@ struct TrainingData {
   // The held-out samples: the eval split, or every sample of eval_path.
   std::vector<const Sample*> eval_samples() const;
 };
+
+// The chat template of `s` (its choice, render limits and template variables) and the load options of
+// its files (format, tools, reasoning, tool arguments). Errors: those of ChatTemplate::from_tokenizer
+// and load_tools_file, CONFIG_INVALID_SETTING (a reserved template variable).
+ChatTemplate data_chat_template(const DataSettings& s, const Tokenizer& tok);
+DatasetLoadOptions data_load_options(const DataSettings& s);
 
 // Errors: INPUT_DATASET_NOT_FOUND, INPUT_DATASET_PARSE_FAILED, INPUT_DATASET_INVALID (empty, all
 // bad, strict with a bad row, or no sample left for training), INPUT_DATASET_WRONG_SHAPE (the

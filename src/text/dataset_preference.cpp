@@ -184,7 +184,7 @@ TokenizedPreference tokenize_preference_conv(const ChatTemplate& tmpl, const Tok
                                              size_t keep) {
   BP_CHECK(conv.size() >= 2 && conv.back().role == "assistant",
            "[dataset] a preference conversation ends with its assistant completion ({} messages)", conv.size());
-  const Conversation prompt(conv.begin(), conv.end() - 1);
+  const Conversation prompt = conv.head(conv.size() - 1);
   const std::string asked = tmpl.render(prompt, true);
   // The prompt must render the same whether the completion follows or the model is asked to write
   // one: compared as text, so a token merging across the boundary does not matter.

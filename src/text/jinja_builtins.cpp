@@ -369,8 +369,10 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "true") return v.type == T::Bool && v.b;
   if (name == "false") return v.type == T::Bool && !v.b;
   if (name == "mapping") return v.is_mapping();
-  if (name == "iterable") return v.is_array() || v.is_string() || v.is_mapping();
-  if (name == "sequence") return v.is_array() || v.is_string() || v.is_mapping();
+  // Jinja2's Undefined iterates as empty and has a length and __getitem__: it is iterable and a
+  // sequence (Gemma 3 tests a message without content with `is iterable`).
+  if (name == "iterable") return v.is_array() || v.is_string() || v.is_mapping() || v.is_undefined();
+  if (name == "sequence") return v.is_array() || v.is_string() || v.is_mapping() || v.is_undefined();
   if (name == "callable") return v.type == T::Function;
   if (name == "odd" || name == "even") {
     if (v.type != T::Int) type_error(fmt::format("'{}' test needs an integer", name));

@@ -437,7 +437,7 @@ class Interpreter {
         for (const auto& x : *r.arr) found = found || values_equal(x, l);
       } else if (r.is_mapping()) {
         found = !r.get_item(l).is_undefined();
-      } else if (!r.is_undefined() && !r.is_none()) {
+      } else if (!r.is_undefined()) {  // Python: `x in None` raises (Qwen3, gpt-oss test content with `in`)
         runtime_error(e.line, fmt::format("'in' needs a string, list or dict on the right, not {}", r.type_name()));
       }
       return Value::boolean(op == "in" ? found : !found);

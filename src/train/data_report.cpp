@@ -22,7 +22,10 @@ namespace {
 std::string row_text(const DatasetRow& r) {
   if (r.is_text) return r.text;
   std::string s;
-  for (const ChatMessage& m : r.conv) s += m.role + "\n" + m.content + "\n";
+  // Tool calls, reasoning and tools are part of what a row teaches: rows differing there differ.
+  if (r.conv.tools.is_array()) s += "tools\n" + r.conv.tools.dump() + "\n";
+  for (const ChatMessage& m : r.conv)
+    s += m.role + "\n" + m.content + "\n" + (m.extra.is_object() ? m.extra.dump() + "\n" : "");
   if (r.is_pair()) s += "rejected\n" + r.rejected_conv.back().content + "\n";
   return s;
 }
@@ -78,6 +81,7 @@ FileScan scan_file(const std::string& path, const DataReportOptions& o, const To
   FileScan f;
   DatasetLoadOptions lo;
   lo.format = o.format;  // no length check here: every good row is kept, its length measured below
+  o.chat.apply(lo);
   f.ds = load_dataset(path, lo);
   f.summary.path = path;
   f.summary.format = dataset_format_name(f.ds.format);
@@ -188,6 +192,7 @@ DataReport build_data_report(const DataReportOptions& o) {
   if (!o.model_dir.empty()) {
     tok = Tokenizer::from_dir(o.model_dir);
     tmpl = std::make_unique<ChatTemplate>(ChatTemplate::from_tokenizer(*tok, o.chat_template));
+    o.chat.apply(*tmpl);
   }
   DataReport rep;
   rep.max_seq_length = o.max_seq_length;

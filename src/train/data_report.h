@@ -38,6 +38,7 @@ struct DataReportOptions {
   std::string eval_file;      // optional: contamination against it, and its own findings
   std::string model_dir;      // optional: exact token lengths and loss masks (tokenizer + template)
   std::string chat_template;  // as data.chat_template
+  ChatDataOptions chat;       // tools, template variables, reasoning, tool arguments (as training)
   DatasetFormat format = DatasetFormat::Auto;
   int64_t max_seq_length = 2048;
   double near_threshold = 0.8;  // data.near_duplicate_threshold

@@ -44,12 +44,17 @@ constexpr std::string_view kPinned[] = {
     "data.holdout",
     "data.train_on_all",
     "data.chat_template",
+    "data.tools",
+    "data.template_kwargs",
+    "data.reasoning",
+    "data.tool_arguments",
     "data.shuffle",
 };
 
 // Settings naming files: the same file written another way ("./d.jsonl", an absolute path) is the same.
 bool names_a_path(std::string_view key) {
-  return key == "model.path" || key == "data.path" || key == "data.chat_template" || key == "training.init_from_config";
+  return key == "model.path" || key == "data.path" || key == "data.chat_template" || key == "data.tools" ||
+         key == "training.init_from_config";
 }
 
 bool same_value(std::string_view key, const std::string& a, const std::string& b) {

@@ -29,16 +29,18 @@ std::vector<TaskExample> task_examples_from_conversations(const std::vector<Conv
       throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                   fmt::format("[task_eval] held-out conversation {} starts with the assistant: there is no prompt", i));
     TaskExample ex;
-    ex.prompt.assign(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(last));
+    ex.prompt = c.head(last);  // with the conversation's tools and template variables
     ex.reference = c[last].content;
     out.push_back(std::move(ex));
   }
   return out;
 }
 
-std::vector<TaskExample> load_task_examples(const std::string& path, DatasetFormat format, bool strict) {
+std::vector<TaskExample> load_task_examples(const std::string& path, DatasetFormat format, bool strict,
+                                            const ChatDataOptions& chat) {
   DatasetLoadOptions lo;
   lo.format = format;
+  chat.apply(lo);
   const LoadedDataset ds = load_dataset(path, lo);
   check_dataset(ds, strict);
   std::vector<Conversation> convs;

@@ -36,8 +36,9 @@ std::vector<TaskExample> task_examples_from_conversations(const std::vector<Conv
 // Reads a held-out file in any format load_dataset understands (ShareGPT, OpenAI, Alpaca) and
 // splits its conversations as above. Bad rows are skipped as check_dataset does (strict: an
 // error); plain-text rows have no answer to compare with: INPUT_DATASET_INVALID.
+// chat: the rows' tools, reasoning and tool arguments as training reads them (data.tools, ...).
 std::vector<TaskExample> load_task_examples(const std::string& path, DatasetFormat format = DatasetFormat::Auto,
-                                            bool strict = false);
+                                            bool strict = false, const ChatDataOptions& chat = {});
 
 struct TaskEvalOptions {
   int64_t max_new_tokens = 32;

@@ -27,6 +27,10 @@ TrainData build_train_data(const TrainOptions& o, const Tokenizer& tok) {
   ds.seed = o.seed;
   ds.shuffle = o.shuffle;
   ds.chat_template = o.chat_template;
+  ds.chat.tools_path = o.tools_path;
+  ds.chat.template_kwargs = parse_template_kwargs(o.template_kwargs);
+  ds.chat.reasoning = parse_reasoning_mode(o.reasoning);
+  ds.chat.tool_arguments = parse_tool_arguments(o.tool_arguments);
   ds.template_limits = {.max_steps = o.template_max_steps, .max_bytes = o.template_max_bytes};
   ds.eval_path = o.eval_data_path;
   ds.shape = method_data_shape(o.method);

@@ -79,6 +79,10 @@ struct TrainOptions {
   bool strict = false;
   bool train_on_all = false;
   std::string chat_template;                // --chat-template: "" = the model's own, a file, or "chatml"
+  std::string tools_path;                   // --tools: default tool definitions of conversation rows
+  std::string template_kwargs;              // --template-kwargs: a JSON object ("" = none)
+  std::string reasoning = "keep";           // --reasoning keep|drop
+  std::string tool_arguments = "object";    // --tool-arguments object|string
   int64_t template_max_steps = 50'000'000;  // chat-template render budget (jinja::RenderLimits)
   int64_t template_max_bytes = 256 << 20;
   bool quiet = false;                // no progress bar (tests)

@@ -93,6 +93,45 @@ TEST(DataCli, ReportFindsEveryPlantedProblemAtItsLine) {
     }
 }
 
+// Tool-calling rows (issue 43): two rows that differ only in a call's arguments are not exact
+// duplicates (the call is what they teach), the same row twice is; a malformed call is a bad_row naming
+// bad_tool_call; --tools is read (a missing file is refused).
+TEST(DataCli, ToolCallsCountInDuplicatesAndBadCallsAreBadRows) {
+  test::TempDir tmp;
+  const auto row = [](const std::string& args) {
+    return nlohmann::json{
+        {"messages",
+         {{{"role", "user"}, {"content", "What is the weather like in the city right now, please tell me?"}},
+          {{"role", "assistant"},
+           {"content", nullptr},
+           {"tool_calls", {{{"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", args}}}}}}},
+          {{"role", "tool"}, {"content", "3 C"}},
+          {{"role", "assistant"}, {"content", "It is 3 degrees right now in the city you asked about."}}}}};
+  };
+  std::ofstream(tmp.path + "/t.jsonl") << row("{\"city\": \"Oslo\"}").dump() << "\n"
+                                       << row("{\"city\": \"Lima\"}").dump() << "\n"
+                                       << row("{\"city\": \"Oslo\"}").dump() << "\n"
+                                       << row("{oops").dump() << "\n";
+  std::ofstream(tmp.path + "/tools.json") << R"([{"type": "function", "function": {"name": "get_weather"}}])";
+  int rc = -1;
+  const auto j = report_json(tmp.path + "/t.jsonl --tools " + tmp.path + "/tools.json", &rc);
+  EXPECT_EQ(rc, 0);
+  const auto f = by_kind(j);
+  using P = std::set<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(f.at("duplicate"), (P{{3, 1}})) << j.dump();
+  EXPECT_EQ(f.at("bad_row"), (P{{4, 0}}));
+  for (const auto& x : j["findings"])
+    if (x["kind"] == "bad_row") {
+      EXPECT_NE(x["message"].get<std::string>().find("bad_tool_call"), std::string::npos);
+    }
+  std::string out;
+  EXPECT_NE(
+      test::run_command(
+          test::backprop_exe() + " data report " + tmp.path + "/t.jsonl --tools " + tmp.path + "/missing.json", &out),
+      0)
+      << out;
+}
+
 TEST(DataCli, FailOnGatesTheExitCode) {
   test::TempDir tmp;
   write_files(tmp.path);

@@ -124,11 +124,20 @@ TEST(FuzzReplay, JsonlRows) {
       repo_file("examples/quickstart_alpaca.jsonl").substr(0, 3000),
       R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})"
       "\n",
-      R"([{"text": "one"}, {"text": "two"}] trailing)",
-      "{\"text\": \"a\"}\n" + deep('[', ']', 5000) + "\n",
+      R"([{"text": "one"}, {"text": "two"}] trailing)", "{\"text\": \"a\"}\n" + deep('[', ']', 5000) + "\n",
       "plain\n\nparagraphs of text\n",
       "\xEF\xBB\xBFinstruction,input,output\r\n\"a, \"\"b\"\"\",,\"two\nlines\"\r\nq,x,y\r\n",
-      "prompt,completion,label\nQ,A,true\nQ2,B,False\n"};
+      "prompt,completion,label\nQ,A,true\nQ2,B,False\n",
+      // Tool calls (issue 43): arguments as a JSON string, a tool result, tools, ShareGPT's roles.
+      R"({"messages": [{"role": "user", "content": "W?"}, {"role": "assistant", "content": null, "tool_calls": )"
+      R"([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": [1, {\"b\": 2}]}"}}]}, )"
+      R"({"role": "tool", "tool_call_id": "c1", "content": "r"}, {"role": "assistant", "content": "A", )"
+      R"("reasoning_content": "R"}], "tools": [{"type": "function", "function": {"name": "f"}}]})"
+      "\n",
+      R"({"conversations": [{"from": "human", "value": "Q"}, {"from": "function_call", "value": )"
+      R"("{\"name\": \"f\", \"arguments\": {}}"}, {"from": "observation", "value": "r"}, {"from": "gpt", )"
+      R"("value": "A"}], "system": "S", "tools": "[{\"name\": \"f\"}]"})"
+      "\n"};
   replay(fuzz_jsonl, seeds, 1500, 1);
 }
 

@@ -124,6 +124,16 @@ class GenerateChat : public ::testing::Test {
     const ChatTemplate t = ChatTemplate::from_tokenizer(*tok, template_file);
     return tok->encode(t.render(chat, true), false);
   }
+  // A run folder in `dir` with a fresh adapter of tiny-chat, trained (as it says) with `chat_template`.
+  static void make_run(const std::string& dir, const std::string& chat_template) {
+    ModelWeights w = load_model(tiny_chat());
+    LoraConfig lc;
+    lc.r = 2;
+    std::filesystem::create_directories(dir + "/adapter");
+    save_peft_adapter(init_lora(w.config, lc, 1), dir + "/adapter");
+    std::ofstream(dir + "/summary.json") << "{}";
+    std::ofstream(dir + "/chat_template.jinja") << chat_template;
+  }
   static constexpr const char* kQuestion =
       "Kate has an orange lamp. Eric has a pet owl. Lena likes grapes. What pet does Eric have?";
 };
@@ -150,16 +160,34 @@ TEST_F(GenerateChat, TheChatTemplateWrapsThePromptAsTrainingDid) {
 // An adapter's run trained with another template: that one is used, as export ships it.
 TEST_F(GenerateChat, TheAdaptersTemplateWinsOverTheModels) {
   TempDir dir;
-  ModelWeights w = load_model(tiny_chat());
-  LoraConfig lc;
-  lc.r = 2;
-  std::filesystem::create_directories(dir.path + "/adapter");
-  save_peft_adapter(init_lora(w.config, lc, 1), dir.path + "/adapter");
-  std::ofstream(dir.path + "/summary.json") << "{}";
-  std::ofstream(dir.path + "/chat_template.jinja") << kChatMLTemplate;  // in the run folder only
+  make_run(dir.path, kChatMLTemplate);  // the template in the run folder only
   auto j = run(fmt::format("--adapter {}/adapter --chat on --prompt hi", dir.path));
   EXPECT_NE(j["chat_template_source"].get<std::string>().find(dir.path), std::string::npos) << j;
   EXPECT_EQ(j["prompt_ids"].get<std::vector<int32_t>>(), trainer_ids({{"user", "hi"}}, "chatml"));
+}
+
+// --template-kwargs reach the template at generation as in training (issue 43: Qwen3's
+// enable_thinking); a value that is no JSON object is refused.
+TEST_F(GenerateChat, TemplateKwargsReachTheTemplate) {
+  TempDir dir;
+  const std::string tmpl = std::string(kChatMLTemplate) + "{% if add_generation_prompt and thinking is defined %}" +
+                           "<think>{{ thinking }}</think>{% endif %}";
+  make_run(dir.path, tmpl);
+  const auto tok = Tokenizer::from_dir(tiny_chat());
+  ChatTemplate t(tmpl, "", "");
+  const auto ids = [&] { return tok->encode(t.render({{"user", "hi"}}, true), false); };
+  const auto plain = ids();
+  t.set_template_kwargs(nlohmann::ordered_json{{"thinking", "no"}});
+  const auto with = ids();
+  ASSERT_NE(plain, with);
+  const std::string adapter = fmt::format("--adapter {}/adapter --chat on --prompt hi", dir.path);
+  EXPECT_EQ(run(adapter)["prompt_ids"].get<std::vector<int32_t>>(), plain);
+  EXPECT_EQ(run(adapter + " --template-kwargs '{\"thinking\": \"no\"}'")["prompt_ids"].get<std::vector<int32_t>>(),
+            with);
+  std::string out;
+  EXPECT_NE(run_command(backprop_exe() + " generate --model " + tiny_chat() + " --prompt hi --template-kwargs x", &out),
+            0);
+  EXPECT_NE(out.find("CONFIG_INVALID_SETTING"), std::string::npos) << out;
 }
 
 TEST_F(GenerateChat, ChatOnWithoutATemplateIsAClearError) {

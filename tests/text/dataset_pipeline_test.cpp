@@ -80,5 +80,48 @@ TEST(DatasetPipeline, HoldoutAndResumedCursorGiveTheSameBatches) {
   EXPECT_EQ(c1.next(45), c2.next(45));
 }
 
+// Tool-calling settings reach the samples training gets (issue 43): --tools gives rows without tools
+// their list, --template-kwargs reach the template, --reasoning drop removes earlier turns'
+// reasoning, --tool-arguments string keeps the arguments as text.
+TEST(DatasetPipeline, ToolDataSettingsReachTheSamples) {
+  TempDir dir;
+  const std::string tmpl =
+      "{% if tools %}T={{ tools[0].function.name }};{% endif %}K={{ flag }};{% for m in messages %}<|im_start|>"
+      "{{ m.role }}:{% if m.reasoning_content %}R({{ m.reasoning_content }}){% endif %}{{ m.content }}"
+      "{% for c in m.tool_calls or [] %}C({{ c.function.arguments }}){% endfor %}<|im_end|>{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant:{% endif %}";
+  FakeTokenizer tok({"<|im_start|>", "<|im_end|>"}, tmpl, -1, 1);
+  const std::string path = dir.path + "/tools.jsonl";
+  std::ofstream(path)
+      << R"({"messages": [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "A1", )"
+         R"("reasoning_content": "r1"}, {"role": "user", "content": "Q2"}, {"role": "assistant", "content": "", )"
+         R"("reasoning_content": "r2", "tool_calls": [{"type": "function", "function": {"name": "get_weather", )"
+         R"("arguments": "{\"city\":\"Oslo\"}"}}]}, {"role": "tool", "content": "3 C"}, )"
+         R"({"role": "assistant", "content": "Cold."}]})"
+      << "\n";
+  const std::string tools = dir.path + "/tools.json";
+  std::ofstream(tools) << R"([{"type": "function", "function": {"name": "get_weather"}}])";
+  DataSettings s;
+  s.path = path;
+  s.chat.tools_path = tools;
+  s.chat.template_kwargs = nlohmann::ordered_json{{"flag", "on"}};
+  s.chat.reasoning = ReasoningMode::Drop;
+  s.chat.tool_arguments = ToolArguments::String;
+  const TrainingData data = prepare_training_data(s, tok);
+  ASSERT_EQ(data.tokenized.samples.size(), 1u);
+  const std::string text = tok.decode(data.tokenized.samples[0].ids);
+  EXPECT_EQ(text,
+            "T=get_weather;K=on;<|im_start|>user:Q1<|im_end|><|im_start|>assistant:A1<|im_end|><|im_start|>user:Q2"
+            "<|im_end|><|im_start|>assistant:R(r2)C({\"city\":\"Oslo\"})<|im_end|><|im_start|>tool:3 C<|im_end|>"
+            "<|im_start|>assistant:Cold.<|im_end|>");
+  // Without the settings: no tools, no variable, both turns' reasoning, the arguments an object.
+  DataSettings plain;
+  plain.path = path;
+  const std::string text2 = tok.decode(prepare_training_data(plain, tok).tokenized.samples[0].ids);
+  EXPECT_EQ(text2.substr(0, 3), "K=;") << text2;
+  EXPECT_NE(text2.find("R(r1)A1"), std::string::npos) << text2;
+  EXPECT_NE(text2.find("C({'city': 'Oslo'})"), std::string::npos) << text2;
+}
+
 }  // namespace
 }  // namespace bp::test

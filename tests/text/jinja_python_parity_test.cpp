@@ -96,6 +96,21 @@ TEST(JinjaPythonParity, AddingANonStringToAStringRaises) {
   expect_as_jinja2({{"{{ 'n=' + 7 }}"}, {"{{ 'a' + true }}"}, {"{{ 7 ~ 'x' }}|{{ 'a' + 'b' }}"}});
 }
 
+// `x in None` raises (TypeError: argument of type 'NoneType' is not iterable), as a message's null
+// content does in Qwen3's and gpt-oss's templates; `x in undefined` is false, and undefined is
+// iterable (issue 43: tool-call messages with null or no content).
+TEST(JinjaPythonParity, InNoneRaisesInUndefinedIsFalse) {
+  const json ctx{{"m", json{{"content", nullptr}}}};
+  expect_as_jinja2({{"{{ '</think>' in m.content }}", ctx},
+                    {"{{ '</think>' not in m.content }}", ctx},
+                    {"{{ 'x' in m.missing }}|{{ 'x' not in nothing }}", ctx},
+                    {"{{ 1 in 'abc' }}", ctx},
+                    // Undefined is iterable (empty) and a sequence, as a message without content is.
+                    {"{{ m.missing is iterable }}|{{ m.missing is sequence }}|{{ m.missing is mapping }}|"
+                     "{{ m.content is iterable }}|{% for x in m.missing %}x{% endfor %}|{{ m.missing | length }}",
+                     ctx}});
+}
+
 // Item 2: a list or dict prints as Python's repr, not JSON.
 TEST(JinjaPythonParity, ContainersPrintAsPythonRepr) {
   const json ctx{{"d", json{{"a", 1}, {"b", json::array({true, nullptr})}}},

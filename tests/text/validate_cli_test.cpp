@@ -261,5 +261,68 @@ TEST(ValidateCli, AFileThatDoesNotFitTheMethodFailsWithTheCode) {
   EXPECT_NE(j["shape_problem"].get<std::string>().find("preference data"), std::string::npos) << out;
 }
 
+// Tool-calling rows (issue 43): a malformed call is bad_tool_call on its line; --show renders the
+// tool call trained; --tools, --template-kwargs, --reasoning and --tool-arguments are taken and
+// checked as training checks them.
+TEST(ValidateCli, ToolCallsByLineAndTheirFlags) {
+  TempDir dir;
+  const std::string path = dir.path + "/tools.jsonl";
+  const std::string tools =
+      R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])";
+  std::ofstream(path)
+      << R"({"messages": [{"role": "user", "content": "Weather in Oslo?"}, {"role": "assistant", "content": null, )"
+         R"("tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": )"
+         R"("{\"city\": \"Oslo\"}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "3 C"}, )"
+         R"({"role": "assistant", "content": "It is 3 degrees."}], "tools": )"
+      << tools << "}\n"
+      << R"({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": null, )"
+         R"("tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]})"
+         "\n";
+  int rc = 0;
+  std::string out = validate("'" + path + "'", &rc);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("format openai, 2 rows, 1 good, 1 bad"), std::string::npos) << out;
+  EXPECT_NE(out.find("line 2: bad_tool_call: turn 2 (assistant): tool call 1 (f): 'arguments' is not valid JSON"),
+            std::string::npos)
+      << out;
+  nlohmann::json j = json_of(validate("'" + path + "' --json", &rc));
+  ASSERT_EQ(j["issues"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["issues"][0]["line"], 2);
+  EXPECT_EQ(j["issues"][0]["reason"], "bad_tool_call");
+
+  // The call trained, as Qwen2.5's template writes it (the tiny model's tokenizer, that template).
+  const std::string model = "--model '" + source_dir() + "/models/tiny-chat' --chat-template '" + source_dir() +
+                            "/tests/text/data/templates/qwen2.5.jinja'";
+  j = json_of(validate("'" + path + "' --json --show 1 " + model, &rc));
+  ASSERT_EQ(j["samples"].size(), 1u) << j.dump();
+  std::string trained;
+  for (const auto& piece : j["samples"][0]["trained"]) trained += piece.get<std::string>() + "|";
+  EXPECT_NE(trained.find("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}"), std::string::npos)
+      << trained;
+  EXPECT_NE(trained.find("It is 3 degrees."), std::string::npos) << trained;
+  EXPECT_EQ(trained.find("3 C"), std::string::npos) << trained;
+  const std::string text = j["samples"][0]["text"].get<std::string>();
+  EXPECT_NE(text.find("\"name\": \"get_weather\""), std::string::npos)
+      << "the row's tools reach the template: " << text;
+
+  // The flags: taken, and refused as training refuses them.
+  out = validate(
+      "'" + path + "' --reasoning drop --tool-arguments string --template-kwargs '{\"enable_thinking\": false}'", &rc);
+  EXPECT_EQ(rc, 1) << out;  // the bad row is still bad
+  EXPECT_NE(out.find("1 good, 1 bad"), std::string::npos) << out;
+  const std::string tools_file = dir.path + "/tools.json";
+  std::ofstream(tools_file) << tools;
+  out = validate("'" + path + "' --tools '" + tools_file + "'", &rc);
+  EXPECT_NE(out.find("1 good, 1 bad"), std::string::npos) << out;
+  out = validate("'" + path + "' --tools '" + dir.path + "/missing.json'", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("INPUT_DATASET_NOT_FOUND"), std::string::npos) << out;
+  out = validate("'" + path + "' --template-kwargs 'enable_thinking=false'", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("CONFIG_INVALID_SETTING"), std::string::npos) << out;
+  out = validate("'" + path + "' --reasoning sometimes", &rc);
+  EXPECT_NE(rc, 0) << out;
+}
+
 }  // namespace
 }  // namespace bp::test

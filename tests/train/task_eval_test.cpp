@@ -48,6 +48,28 @@ TEST(TaskEval, ExamplesSplitAtTheLastAssistantMessage) {
   EXPECT_EQ(ex[1].reference, "a2");
 }
 
+// A prompt keeps its conversation's tools and template variables (issue 43): eval renders it as
+// training rendered the row; --tools gives a held-out file's rows without tools the list.
+TEST(TaskEval, PromptsKeepTheRowsToolsAndTemplateVariables) {
+  test::TempDir dir;
+  const std::string path = dir.path + "/held.jsonl";
+  std::ofstream(path) << R"({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}], )"
+                         R"("tools": [{"type": "function", "function": {"name": "f"}}], )"
+                         R"("chat_template_kwargs": {"enable_thinking": false}})"
+                         "\n"
+                      << R"({"messages": [{"role": "user", "content": "Q2"}, {"role": "assistant", "content": "B"}]})"
+                         "\n";
+  const std::string tools = dir.path + "/tools.json";
+  std::ofstream(tools) << R"([{"type": "function", "function": {"name": "g"}}])";
+  ChatDataOptions chat;
+  chat.tools_path = tools;
+  const auto ex = load_task_examples(path, DatasetFormat::Auto, false, chat);
+  ASSERT_EQ(ex.size(), 2u);
+  EXPECT_EQ(ex[0].prompt.tools[0]["function"]["name"], "f");
+  EXPECT_EQ(ex[0].prompt.template_kwargs, (nlohmann::ordered_json{{"enable_thinking", false}}));
+  EXPECT_EQ(ex[1].prompt.tools[0]["function"]["name"], "g");
+}
+
 TEST(TaskEval, ConversationsWithoutAPromptOrAnAnswerAreInputErrors) {
   for (const Conversation& bad :
        {Conversation{{"user", "only a question"}}, Conversation{{"assistant", "no prompt"}}}) {

@@ -59,6 +59,7 @@ std::string another_value(const SettingSpec& spec) {
         case StringRule::AutoOrPositiveInt: return "3";
         case StringRule::AutoOrBytes: return "1G";
         case StringRule::Device: return "cpu";
+        case StringRule::JsonObject: return "{\"enable_thinking\": false}";
         default: return def + "changed";
       }
   }

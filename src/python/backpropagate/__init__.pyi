@@ -85,6 +85,10 @@ class Trainer:
         strict: Optional[bool] = None,  # data.strict
         train_on_all: Optional[bool] = None,  # data.train_on_all
         chat_template: Optional[str] = None,  # data.chat_template
+        tools: Optional[str] = None,  # data.tools
+        template_kwargs: Optional[str] = None,  # data.template_kwargs
+        reasoning: Optional[str] = None,  # data.reasoning
+        tool_arguments: Optional[str] = None,  # data.tool_arguments
         max_errors: Optional[int] = None,  # data.max_errors
         shuffle: Optional[bool] = None,  # data.shuffle
         monitor: Optional[bool] = None,  # monitor.enabled
