@@ -14,7 +14,7 @@ namespace bp::test {
 
 namespace fake_hub_detail {
 inline bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 // Weights are LFS files, and so are a dataset repository's data files (the hub's .gitattributes).
 inline bool is_lfs(const std::string& repo, const std::string& file) {

@@ -40,10 +40,6 @@ inline std::string base64_decode(const std::string& in) {
   return out;
 }
 
-inline bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 inline void hub_error(httplib::Response& res, int status, const std::string& code, const std::string& message) {
   res.status = status;
   if (!code.empty()) res.set_header("X-Error-Code", code);
