@@ -130,7 +130,7 @@ TEST(DistributedFaults, KilledRankStopsTheOthersWithTheCodeAndTheRunResumes) {
   test::TempDir tmp;
   const std::string data = write_data(tmp.path);
   for (const bool nproc : {true, false}) {
-    SCOPED_TRACE(nproc ? "train --nproc 2" : "mpirun -np 2");
+    SCOPED_TRACE(nproc ? "the --nproc 2 launcher" : "mpirun -np 2");
     const std::string root = tmp.path + (nproc ? "/nproc" : "/mpirun");
     const std::string marker = root;
     const std::string hang = "--fault-inject-hang-step 3 --fault-inject-rank 1";
@@ -183,7 +183,7 @@ TEST(DistributedFaults, InterruptSavesOneCheckpointAndEveryRankStops) {
   test::TempDir tmp;
   const std::string data = write_data(tmp.path);
   for (const bool nproc : {true, false}) {
-    SCOPED_TRACE(nproc ? "Ctrl-C on train --nproc 2" : "SIGUSR1 on mpirun");
+    SCOPED_TRACE(nproc ? "Ctrl-C on the --nproc 2 launcher" : "SIGUSR1 on mpirun");
     const std::string root = tmp.path + (nproc ? "/nproc" : "/mpirun");
     const std::string hang = "--fault-inject-hang-step 2";
     // `exec env`: the background job's pid is the launcher's (backprop, or mpirun) itself.
