@@ -12,12 +12,14 @@
 #include "core/error.h"
 #include "hub/fake_hub.h"
 #include "hub/hf_dataset.h"
+#include "support/expect_error.h"
 #include "support/test_util.h"
 
 namespace bp {
 namespace {
 
 namespace fs = std::filesystem;
+using test::code_of;
 
 const std::string kSha = "fedcba9876543210fedcba9876543210fedcba98";
 
@@ -28,16 +30,6 @@ std::string rows(int n) {
     s += std::string("{\"messages\": [{\"role\": \"user\", \"content\": \"Who saw bird ") + std::to_string(i) +
          "?\"}, {\"role\": \"assistant\", \"content\": \"" + who[i % 4] + " saw it.\"}]}\n";
   return s;
-}
-
-ErrorCode code_of(const std::function<void()>& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (message) *message = e.what();
-    return e.code();
-  }
-  return ErrorCode::RUNTIME_INTERNAL;
 }
 
 struct HubDataset : ::testing::Test {
