@@ -99,7 +99,9 @@ TEST(ChatTemplateSource, UnrunnableTemplateIsRefusedNamingConstructAndLine) {
        "test 'divisibleby3'"},
       {"{% for m in messages %}{{ m.content }", "unterminated tag"},
   };
-  for (const auto& [src, construct] : cases) {
+  for (const auto& c : cases) {  // not a structured binding: clang 14 cannot capture one in the lambda
+    const char* src = c.first;
+    const char* construct = c.second;
     SCOPED_TRACE(src);
     std::string msg;
     EXPECT_EQ(code_of([&] { ChatTemplate(src, "", ""); }, &msg), ErrorCode::INPUT_CHAT_TEMPLATE_UNSUPPORTED);
@@ -117,8 +119,8 @@ TEST(ChatTemplateBudget, HostileTemplatesStopWithTheBudgetCode) {
       // nested range(100000) loops
       "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
       // tojson of a self-doubling list
-      "{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}"
-      "{{ ns.l | tojson }}",
+      ("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}{% endfor %}"
+       "{{ ns.l | tojson }}"),
       // a string doubled 40 times
       "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s }}",
       "{{ 'x' * 100000000 }}",
