@@ -9,7 +9,6 @@
 #include <fmt/ranges.h>
 
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,6 +19,7 @@
 #include "core/error.h"
 #include "export/export_input.h"
 #include "export/gguf_lora.h"
+#include "export/model_card.h"
 #include "io/atomic_file.h"
 #include "model/held_weights.h"
 #include "model/loader.h"
@@ -84,12 +84,11 @@ std::string base_dtype_setting(const Subject& s) {
   const bp::Settings& st = bp::cli::settings();
   if (st.source("model.base_dtype") != bp::SettingSource::Default || s.run_dir.empty())
     return st.get_string("model.base_dtype");
-  std::ifstream f(fs::path(s.run_dir) / "settings.json");
-  const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
-  if (j.is_object() && j.contains("model") && j["model"].is_object() && j["model"].contains("base_dtype") &&
-      j["model"]["base_dtype"].is_string())
-    return j["model"]["base_dtype"].get<std::string>();
-  return st.get_string("model.base_dtype");
+  const nlohmann::json j =
+      bp::read_json_object_file((fs::path(s.run_dir) / "settings.json").string()).value_or(nlohmann::json::object());
+  const nlohmann::json dtype = j.contains("model") && j["model"].is_object() ? j["model"].value("base_dtype", "") : "";
+  return dtype.is_string() && !dtype.get<std::string>().empty() ? dtype.get<std::string>()
+                                                                : st.get_string("model.base_dtype");
 }
 
 Evaluated evaluate(const Subject& s, const std::vector<bp::EvalMetric>& metrics, const EvalOptions& o) {
@@ -98,7 +97,7 @@ Evaluated evaluate(const Subject& s, const std::vector<bp::EvalMetric>& metrics,
   const bp::ChatDataOptions chat = bp::ChatDataOptions::from_settings(bp::cli::settings());
   chat.apply(tmpl);
   const std::vector<bp::TaskExample> examples =
-      bp::load_task_examples(bp::cli::resolve_data(o.eval_data), bp::parse_dataset_format(o.format), false, chat);
+      bp::load_task_examples(o.eval_data, bp::parse_dataset_format(o.format), false, chat);
   const std::optional<bp::DType> base =
       bp::resolve_base_dtype(base_dtype_setting(s), bp::DeviceType::CPU, !bp::gguf_base_file(s.model_dir).empty());
   bp::ModelWeights weights = bp::load_model(s.model_dir, base);
@@ -131,9 +130,11 @@ int run_eval(const EvalOptions& o) {
   std::vector<bp::EvalGate> gates;
   for (const std::string& g : o.gates) gates.push_back(bp::parse_eval_gate(g, metrics));  // before any work
   const Subject a_subject = resolve_subject(o.input, o.model, o.adapter);
-  const Evaluated a = evaluate(a_subject, metrics, o);
+  EvalOptions local = o;  // an hf:// file resolved to its cached copy once, for both sides of --vs
+  local.eval_data = bp::cli::resolve_data(o.eval_data);
+  const Evaluated a = evaluate(a_subject, metrics, local);
   std::optional<Evaluated> b;
-  if (!o.vs.empty()) b = evaluate(resolve_subject(o.vs, "", ""), metrics, o);
+  if (!o.vs.empty()) b = evaluate(resolve_subject(o.vs, "", ""), metrics, local);
 
   nlohmann::ordered_json j;
   j["evaluated"] = a.subject.shown;
