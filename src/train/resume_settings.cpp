@@ -41,6 +41,7 @@ constexpr std::string_view kPinned[] = {
     "training.init_adapter",
     "data.path",
     "data.format",
+    "data.columns",
     "data.holdout",
     "data.train_on_all",
     "data.chat_template",

@@ -27,6 +27,7 @@ TrainData build_train_data(const TrainOptions& o, const Tokenizer& tok) {
   ds.seed = o.seed;
   ds.shuffle = o.shuffle;
   ds.chat_template = o.chat_template;
+  ds.chat.columns = parse_column_map(o.data_columns);
   ds.chat.tools_path = o.tools_path;
   ds.chat.template_kwargs = parse_template_kwargs(o.template_kwargs);
   ds.chat.reasoning = parse_reasoning_mode(o.reasoning);

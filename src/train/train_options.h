@@ -29,6 +29,7 @@ struct TrainOptions {
   std::string base_model_name;   // adapter_config's base_model_name_or_path when not model_dir (a hub name)
   std::string data_path;
   std::string data_format = "auto";
+  std::string data_columns;          // --columns: the file's names for the formats' keys (text/dataset.h ColumnMap)
   std::string eval_data_path;        // a separate held-out file; replaces the --holdout split
   std::string output_root = "runs";  // runs folder: a new run writes to <output_root>/<run id>
   std::string output_dir;            // set explicitly (tests) to write exactly there

@@ -80,6 +80,7 @@ class Trainer:
         init_adapter: Optional[str] = None,  # training.init_adapter
         data: Optional[str] = None,  # data.path
         format: Optional[str] = None,  # data.format
+        columns: Optional[str] = None,  # data.columns
         eval_data: Optional[str] = None,  # data.eval_path
         holdout: Optional[float] = None,  # data.holdout
         strict: Optional[bool] = None,  # data.strict
