@@ -62,7 +62,10 @@ struct TrainOptions {
   std::optional<bool> shard_optimizer;         // ZeRO-1; empty = auto: on when more than one rank trains
   int optimizer_shards = 1;  // set by the trainer: ranks AdamW's state is split over (the memory plan counts 1/N)
   uint64_t seed = 42;
-  int64_t eval_every = 0;  // 0 = only at the end
+  int64_t eval_every = 0;             // 0 = only at the end
+  std::string eval_metrics;           // --eval-metric: task metrics of each evaluation (train/eval_metrics.h)
+  int64_t eval_metric_examples = 50;  // held-out rows they answer
+  int64_t eval_max_new_tokens = 64;   // greedy answer length
   double holdout = 0.1;
   int64_t save_every = 0;  // 0 = only at the end
   int keep_checkpoints = 2;

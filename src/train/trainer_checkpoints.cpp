@@ -222,7 +222,7 @@ void Trainer::State::finish() {
   summary.final_eval_loss = evaluate();
   if (summary.final_eval_loss) {
     record(eval_record(step, *summary.final_eval_loss));
-    summary.final_eval_metrics = pref.eval_metrics;
+    summary.final_eval_metrics = eval_metrics_json();
     if (!summary.best_eval_loss || *summary.final_eval_loss < *summary.best_eval_loss)
       summary.best_eval_loss = summary.final_eval_loss;
   }

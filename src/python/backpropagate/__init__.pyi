@@ -64,6 +64,9 @@ class Trainer:
         matmul_dtype: Optional[str] = None,  # training.matmul_dtype
         seed: Optional[int] = None,  # training.seed
         eval_every: Optional[int] = None,  # training.eval_every
+        eval_metric: Optional[str] = None,  # training.eval_metrics
+        eval_metric_examples: Optional[int] = None,  # training.eval_metric_examples
+        eval_max_new_tokens: Optional[int] = None,  # training.eval_max_new_tokens
         save_every: Optional[int] = None,  # training.save_every
         keep_checkpoints: Optional[int] = None,  # training.keep_checkpoints
         output: Optional[str] = None,  # training.output
