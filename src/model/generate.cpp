@@ -12,6 +12,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "ops/attention.h"
 #include "ops/embedding.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
