@@ -38,6 +38,35 @@ struct Vocab {
   std::optional<std::string> chat_template;
 };
 
+// {arch}.attention.sliding_window (llama.cpp's key) as config.json says it: a llama file with a
+// window is Mistral's (which llama.cpp converts as llama), qwen2/qwen3 turn use_sliding_window
+// on. {arch}.attention.sliding_window_pattern (one bool per layer) picks the windowed layers;
+// without it every layer has the window.
+void add_sliding_window(const GGUFReader& r, const std::string& path, const std::string& arch, int64_t layers,
+                        json& c) {
+  const std::string key = arch + ".attention.sliding_window", pattern_key = arch + ".attention.sliding_window_pattern";
+  const std::optional<int64_t> window = r.get_int(key);
+  if (!window || *window == 0) return;
+  if (*window < 0) fail(path, fmt::format("metadata {} is {}; it must be at least 0", key, *window));
+  json types = json::array();
+  if (const GGUFValue* p = r.find(pattern_key)) {
+    if (p->type != GGUFValueType::ARRAY || p->elem_type != GGUFValueType::BOOL ||
+        static_cast<int64_t>(p->value.size()) != layers)
+      fail(path, fmt::format("metadata {} must be an array of {}.block_count = {} bools", pattern_key, arch, layers));
+    for (const json& b : p->value) types.push_back(b.get<bool>() ? "sliding_attention" : "full_attention");
+  } else {
+    for (int64_t l = 0; l < layers; ++l) types.push_back("sliding_attention");
+  }
+  if (arch == "llama") {
+    c["architectures"] = {"MistralForCausalLM"};
+    c["model_type"] = "mistral";
+  } else {
+    c["use_sliding_window"] = true;
+  }
+  c["sliding_window"] = *window;
+  c["layer_types"] = types;
+}
+
 json config_from_gguf(const GGUFReader& r, const std::string& path) {
   const std::string arch = r.get_string("general.architecture").value_or("");
   static const std::map<std::string, std::pair<std::string, std::string>> kArch = {
@@ -103,6 +132,7 @@ json config_from_gguf(const GGUFReader& r, const std::string& path) {
                             : embd->type == GGMLType::F32 ? "float32"
                                                           : "float16"},
             {"backprop_gguf_file", fs::absolute(path).lexically_normal().string()}};
+  add_sliding_window(r, path, arch, layers, c);
   // Llama-3.1/3.2: rope scaling lives in rope_freqs.weight only (hub/gguf_rope.h).
   if (json rs = llama3_rope_scaling_from_gguf(r, path, theta, head_dim); !rs.is_null()) c["rope_scaling"] = rs;
   return c;

@@ -9,13 +9,17 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "ops/attention.h"
 #include "ops/rope.h"
 
 namespace bp {
 
 enum class Arch { Llama, Mistral, Qwen2, Qwen3 };
 
-// Where config.json's sliding window is read from.
+// Where config.json's sliding window is read from, and which layers it applies to when the config
+// has no `layer_types` list: Always (Mistral): sliding_window, on every layer; IfUseSlidingWindow
+// (Qwen2/3): sliding_window when use_sliding_window is true, on layers >= max_window_layers
+// (default 28), as transformers' Qwen2Config derives layer_types.
 enum class SlidingWindowKey { None, Always, IfUseSlidingWindow };
 
 // Everything that differs between the supported architectures, one row each (kArchs in
@@ -51,7 +55,13 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v bias (Qwen2 always true)
   bool qk_norm = false;         // Qwen3
-  int64_t sliding_window = 0;   // Mistral; 0 = none (recorded, not yet applied)
+  int64_t sliding_window = 0;   // config.json's sliding window (Mistral, Qwen2/3); 0 = none
+  // Window of each layer (attention_window); empty: sliding_window on every layer. From
+  // `layer_types` ("sliding_attention" layers get sliding_window, "full_attention" ones none) when
+  // config.json has it, else from the architecture's rule (SlidingWindowKey).
+  std::vector<int64_t> layer_windows;
+  float attention_scale = 0.0f;    // q·k scale; 0 = 1/sqrt(head_dim) (Gemma: query_pre_attn_scalar^-0.5)
+  float attention_softcap = 0.0f;  // attention logit soft-capping (Gemma 2); 0 = none
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;
   DType torch_dtype = DType::F32;  // dtype of the stored weights
@@ -61,6 +71,10 @@ struct ModelConfig {
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
   static ModelConfig from_file(const std::string& config_json_path);
   nlohmann::json to_json() const;  // HF config.json (raw, updated with our fields)
+
+  // Sliding window of layer l (0 = full attention) and the attention op's shape for that layer.
+  int64_t attention_window(int64_t layer) const;
+  AttentionShape attention_shape(int64_t layer) const;
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }

@@ -545,7 +545,7 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   }
   rope_forward(a.q, a.k, b.positions, Hq, Hkv, c.rope, bias_in_rope ? q_bias : nullptr,
                bias_in_rope ? k_bias : nullptr);
-  AttentionShape shape{Hq, Hkv, static_cast<int>(d)};
+  const AttentionShape shape = c.attention_shape(l);  // the layer's window, scale, soft cap
   a.attn = attention_forward(a.q, a.k, a.v, b.cu_seqlens, shape, acts ? &a.lse : nullptr, want16({LinearRole::O}));
   if (!acts) a.q = a.k = a.v = Tensor();
   // h = x + o(attn) and out = h + down(m): the residual is the projection's GEMM's beta matrix, no add.

@@ -22,6 +22,9 @@ struct TinySpec {
   int64_t vocab = 67, hidden = 32, inter = 48, layers = 2, heads = 4, kv_heads = 2, head_dim = 8;
   bool tied = true, bias = false, qk_norm = false, llama3_rope = false;
   float theta = 10000.0f;
+  int64_t sliding_window = 0;          // on every layer, unless layer_windows says per layer
+  std::vector<int64_t> layer_windows;  // ModelConfig::layer_windows
+  float attention_scale = 0.0f, attention_softcap = 0.0f;
 };
 
 inline ModelConfig tiny_config(const TinySpec& s) {
@@ -48,6 +51,10 @@ inline ModelConfig tiny_config(const TinySpec& s) {
   c.tie_word_embeddings = s.tied;
   c.attention_bias = s.bias;
   c.qk_norm = s.qk_norm;
+  c.sliding_window = s.sliding_window;
+  c.layer_windows = s.layer_windows;
+  c.attention_scale = s.attention_scale;
+  c.attention_softcap = s.attention_softcap;
   return c;
 }
 
@@ -167,6 +174,11 @@ inline void write_oracle_case(const std::string& dir, Model& model, const TinyLo
                     {"num_kv_heads", c.num_kv_heads}, {"head_dim", c.head_dim},
                     {"rms_norm_eps", c.rms_norm_eps}, {"rope_theta", c.rope.theta},
                     {"qk_norm", c.qk_norm},           {"tie_word_embeddings", c.tie_word_embeddings}};
+  nlohmann::json windows = nlohmann::json::array();
+  for (int64_t l = 0; l < c.num_layers; ++l) windows.push_back(c.attention_window(l));
+  spec["config"]["layer_windows"] = windows;
+  spec["config"]["attention_scale"] = c.attention_scale;
+  spec["config"]["attention_softcap"] = c.attention_softcap;
   if (c.rope.llama3_scaling)
     spec["config"]["rope_scaling"] = {{"rope_type", "llama3"},
                                       {"factor", c.rope.factor},

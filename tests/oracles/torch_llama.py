@@ -9,7 +9,12 @@ implementation. It runs in float64 so its numbers are a reference for the f32 C+
 
 Packed batches: tokens of several samples are concatenated; cu_seqlens gives the boundaries,
 positions restart per sample, labels == -100 are ignored. Attention uses an explicit [T, T] mask
-(same sample and key <= query), which is fine for the tiny models of the tests.
+(same sample and key <= query), which is fine for the tiny models of the tests. Optional config
+keys: "layer_windows" (per layer, 0 = full attention; else the sliding-window causal mask of
+transformers' masking_utils: key kv_idx visible to query q_idx when kv_idx > q_idx - window),
+"attention_scale" (0 = 1/sqrt(head_dim); Gemma's query_pre_attn_scalar ** -0.5) and
+"attention_softcap" (0 = none; else scores -> softcap * tanh(scores / softcap) after the scale and
+before the mask, as Gemma 2's attn_logit_softcapping).
 
 With "preference" in spec.json (method, settings, references, step sizes) the loss is the
 preference method's (preference_loss) instead of the mean NLL: tests/train/preference_parity_test.cpp.
@@ -105,6 +110,9 @@ class Llama:
             sample[cu_seqlens[s]:cu_seqlens[s + 1]] = s
         idx = torch.arange(T)
         allowed = (sample[:, None] == sample[None, :]) & (idx[None, :] <= idx[:, None])
+        windows = c.get("layer_windows") or [0] * c["num_layers"]
+        scale = c.get("attention_scale") or 1.0 / math.sqrt(d)
+        softcap = c.get("attention_softcap") or 0.0
         freqs = positions.to(DT)[:, None] * rope_inv_freq(c)[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
@@ -124,8 +132,13 @@ class Llama:
             rep = H // Hkv
             k = k.repeat_interleave(rep, dim=1)  # query head h reads kv head h // rep
             v = v.repeat_interleave(rep, dim=1)
-            scores = torch.einsum("thd,shd->hts", q, k) / math.sqrt(d)
-            scores = scores.masked_fill(~allowed[None], float("-inf"))
+            scores = torch.einsum("thd,shd->hts", q, k) * scale
+            if softcap:
+                scores = torch.tanh(scores / softcap) * softcap
+            mask = allowed
+            if windows[l]:
+                mask = allowed & (idx[None, :] > idx[:, None] - windows[l])
+            scores = scores.masked_fill(~mask[None], float("-inf"))
             attn = torch.einsum("hts,shd->thd", torch.softmax(scores, dim=-1), v).reshape(T, H * d)
             h = x + self.linear(attn, p + ".self_attn", "o_proj")
             hn = rms_norm(h, w[p + ".post_attention_layernorm.weight"], eps)
