@@ -115,6 +115,39 @@ TEST(Merge, AHeldBaseIsWidenedToF32AndMerged) {
   }
 }
 
+// DoRA's merge (PEFT's): W' = (m / ||W + s·B·A||_row) ⊙ (W + s·B·A), against the plain merge
+// rescaled row by row in double here.
+TEST(Merge, DoraScalesEachMergedRowToItsMagnitude) {
+  ModelConfig c = tiny_config("float32");
+  ModelWeights base = init_random_weights(c, 2);
+  LoraConfig lc;
+  lc.r = 3;
+  lc.alpha = 6;
+  lc.use_dora = true;
+  lc.target_modules = {"q_proj", "up_proj"};
+  LoraAdapter ad = trained_adapter(c, lc, 4);
+  uint64_t seed = 40;
+  for (LoraLayer& l : ad.layers)
+    for (LoraTarget t : kAllLoraTargets)
+      if (l.has(t)) l.m(t) = test::random_tensor({l.b(t).dim(0)}, ++seed, 0.5f, 1.5f);
+  const ModelWeights m = merge_lora(base, ad);
+  for (size_t li = 0; li < 2; ++li)
+    for (LoraTarget t : {LoraTarget::Q, LoraTarget::Up}) {
+      const Tensor& W = weight_ref(base, lora_target_role(t), static_cast<int64_t>(li));
+      std::vector<float> ref = reference_merge(W, ad.layers[li].a(t), ad.layers[li].b(t), ad.config.scale());
+      const int64_t out = W.dim(0), in = W.dim(1);
+      const std::vector<float> mag = ad.layers[li].m(t).to_vector();
+      for (int64_t o = 0; o < out; ++o) {
+        double n = 0;
+        for (int64_t i = 0; i < in; ++i) n += double(ref[o * in + i]) * ref[o * in + i];
+        for (int64_t i = 0; i < in; ++i) ref[o * in + i] = static_cast<float>(ref[o * in + i] * mag[o] / std::sqrt(n));
+      }
+      const std::vector<float> got = weight_ref(m, lora_target_role(t), static_cast<int64_t>(li)).to_vector();
+      for (size_t i = 0; i < ref.size(); ++i)
+        EXPECT_NEAR(got[i], ref[i], 1e-6 + 1e-5 * std::fabs(ref[i])) << lora_target_name(t) << " " << i;
+    }
+}
+
 TEST(Merge, FreshAdapterChangesNothing) {
   ModelConfig c = tiny_config("float32");
   ModelWeights base = init_random_weights(c, 1);

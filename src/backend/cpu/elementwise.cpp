@@ -3,6 +3,8 @@
 // and results do not depend on the thread count.
 #include "backend/cpu/elementwise.h"
 
+#include <cmath>
+
 #include "core/dtype.h"
 
 namespace bp::cpu {
@@ -60,6 +62,41 @@ void bias_grad_accumulate(const float* dy, float* db, int64_t T, int64_t N) {
       for (int64_t j = j0; j < j1; ++j) acc[j - j0] += row[j];
     }
     for (int64_t j = j0; j < j1; ++j) db[j] += acc[j - j0];
+  }
+}
+
+void column_scale_add(float* y, const float* c, const float* z, int64_t T, int64_t N) {
+#pragma omp parallel for schedule(static) if (T * N >= kParallelMin)
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = y + t * N;
+    const float* zr = z + t * N;
+#pragma omp simd
+    for (int64_t j = 0; j < N; ++j) row[j] += c[j] * zr[j];
+  }
+}
+
+void column_dot_accumulate(const float* a, const float* b, const float* w, float* acc, int64_t T, int64_t N) {
+  // As bias_grad_accumulate: column blocks, each column's tokens summed in order.
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (N + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (T * N >= kParallelMin)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t j0 = blk * kBlock, j1 = j0 + kBlock < N ? j0 + kBlock : N;
+    float s[kBlock] = {};
+    for (int64_t t = 0; t < T; ++t) {
+      const float* ar = a + t * N;
+      const float* br = b + t * N;
+#pragma omp simd
+      for (int64_t j = j0; j < j1; ++j) s[j - j0] += ar[j] * br[j];
+    }
+    for (int64_t j = j0; j < j1; ++j) acc[j] += w ? w[j] * s[j - j0] : s[j - j0];
+  }
+}
+
+void dora_column_scale(const float* m, const float* nsq, float* c, float* inv_n, int64_t N) {
+  for (int64_t j = 0; j < N; ++j) {
+    inv_n[j] = 1.0f / std::sqrt(nsq[j]);
+    c[j] = m[j] * inv_n[j];
   }
 }
 
