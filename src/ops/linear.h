@@ -70,8 +70,8 @@ struct LinearGrads {
   Tensor* db = nullptr;        // [out]     (+=)
   Tensor* dA = nullptr;        // [r, in]   (+=)
   Tensor* dB = nullptr;        // [out, r]  (+=)
-  Tensor* dm = nullptr;        // [out]     (+=) DoRA's magnitude
   bool accumulate_dx = false;  // dx += instead of dx =
+  Tensor* dm = nullptr;        // [out]     (+=) DoRA's magnitude
 };
 
 // DoRA (Liu et al. 2024, as PEFT's DoraLinearLayer for nn.Linear): with n_j = ||W_j + s·(B·A)_j||

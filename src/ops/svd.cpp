@@ -1,6 +1,7 @@
 // Thin SVD front-end (contract: ops/svd.h): checks, widening to f64, LAPACK through backend/cpu/svd.h.
 #include "ops/svd.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 

@@ -40,22 +40,32 @@ std::string write_data(const std::string& dir) {
   return data;
 }
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(double(a[i]) - b[i]));
-  return d;
+// `backprop train` on stories260K with `flags`; returns the run folder.
+std::string train_run(const std::string& dir, const std::string& flags) {
+  std::string out;
+  const int rc =
+      run_command(fmt::format("({} train --device cpu --json --model {} --data {} --output {}/runs --batch-size 2 "
+                              "--threads 1 --lora-r 4 {} 2>/dev/null)",
+                              backprop_exe(), model_dir(), write_data(dir), dir, flags),
+                  &out);
+  EXPECT_EQ(rc, 0) << out;
+  return rc == 0 ? nlohmann::json::parse(out).at("output_dir").get<std::string>() : "";
+}
+
+// `backprop export RUN --format merged` gives the logits of `base` with the run's adapter `ad`.
+void expect_merged_export_matches(const std::string& run, const std::string& dir, ModelWeights base, LoraAdapter& ad) {
+  std::string out;
+  const int rc = run_command(
+      fmt::format("({} export --json {} --format merged --output {}/merged 2>/dev/null)", backprop_exe(), run, dir),
+      &out);
+  ASSERT_EQ(rc, 0) << out;
+  expect_merged_logits_match(std::move(base), ad, load_model(dir + "/merged"), 1e-3);
 }
 
 TEST(DoraCli, TrainsSavesAsPeftAndMergesToTheSameLogits) {
   TempDir d;
-  const std::string data = write_data(d.path);
-  std::string out;
-  int rc = run_command(fmt::format("({} train --device cpu --json --model {} --data {} --output {}/runs --steps 4 "
-                                   "--batch-size 2 --threads 1 --lr 0.05 --lora-r 4 --use-dora 2>/dev/null)",
-                                   backprop_exe(), model_dir(), data, d.path),
-                       &out);
-  ASSERT_EQ(rc, 0) << out;
-  const std::string run = nlohmann::json::parse(out).at("output_dir").get<std::string>();
+  const std::string run = train_run(d.path, "--steps 4 --lr 0.05 --use-dora");
+  ASSERT_FALSE(run.empty());
   const std::string adapter_dir = run + "/adapter";
   const nlohmann::json cfg_json = nlohmann::json::parse(std::ifstream(adapter_dir + "/adapter_config.json"));
   EXPECT_EQ(cfg_json["use_dora"], true);
@@ -72,24 +82,10 @@ TEST(DoraCli, TrainsSavesAsPeftAndMergesToTheSameLogits) {
   const Tensor norms = weight_row_norms(weight_ref(base, WeightRole::Q, 0), false);
   EXPECT_GT(max_abs_diff(ad.layers[0].m(LoraTarget::Q).to_vector(), norms.to_vector()), 1e-4);
 
-  out.clear();
-  rc = run_command(
-      fmt::format("({} export --json {} --format merged --output {}/merged 2>/dev/null)", backprop_exe(), run, d.path),
-      &out);
-  ASSERT_EQ(rc, 0) << out;
-  Model frozen(load_model(model_dir()), ModelOptions{TrainMode::Frozen});
-  frozen.set_training(false);
-  Model with_dora(std::move(base), ModelOptions{TrainMode::Lora});
-  with_dora.attach_lora(ad);
-  with_dora.set_training(false);
-  Model merged(load_model(d.path + "/merged"), ModelOptions{TrainMode::Frozen});
-  merged.set_training(false);
-  const auto want = story_logits(with_dora), got = story_logits(merged), plain = story_logits(frozen);
-  EXPECT_TRUE(all_close(got, want, {1e-4, 1e-4})) << max_abs_diff(got, want);
-  EXPECT_GT(max_abs_diff(plain, want), 1e-3) << "the adapter should change the logits";
+  expect_merged_export_matches(run, d.path, std::move(base), ad);
 
-  out.clear();
-  rc = run_command(
+  std::string out;
+  const int rc = run_command(
       fmt::format("({} export --json {} --format gguf-lora --output {}/a.gguf)", backprop_exe(), run, d.path), &out);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("RUNTIME_GGUF_EXPORT_FAILED"), std::string::npos) << out;
@@ -98,36 +94,15 @@ TEST(DoraCli, TrainsSavesAsPeftAndMergesToTheSameLogits) {
 
 TEST(PissaCli, TrainsAndSavesTheLoraOfTheOriginalBase) {
   TempDir d;
-  const std::string data = write_data(d.path);
-  std::string out;
-  int rc = run_command(fmt::format("({} train --device cpu --json --model {} --data {} --output {}/runs --steps 3 "
-                                   "--batch-size 2 --threads 1 --lr 0.02 --lora-r 4 --lora-alpha 8 "
-                                   "--init-lora-weights pissa 2>/dev/null)",
-                                   backprop_exe(), model_dir(), data, d.path),
-                       &out);
-  ASSERT_EQ(rc, 0) << out;
-  const std::string run = nlohmann::json::parse(out).at("output_dir").get<std::string>();
+  const std::string run = train_run(d.path, "--steps 3 --lr 0.02 --lora-alpha 8 --init-lora-weights pissa");
+  ASSERT_FALSE(run.empty());
   const nlohmann::json j = nlohmann::json::parse(std::ifstream(run + "/adapter/adapter_config.json"));
   EXPECT_EQ(j["r"], 8);
   EXPECT_EQ(j["lora_alpha"], 16);
   EXPECT_EQ(j["init_lora_weights"], true);
   ModelWeights base = load_model(model_dir());
   LoraAdapter ad = load_peft_adapter(run + "/adapter", base.config);
-  out.clear();
-  rc = run_command(fmt::format("({} export --json {} --format merged --output {}/merged 2>/dev/null)", backprop_exe(),
-                               run, d.path),
-                   &out);
-  ASSERT_EQ(rc, 0) << out;
-  Model frozen(load_model(model_dir()), ModelOptions{TrainMode::Frozen});
-  frozen.set_training(false);
-  Model with_lora(std::move(base), ModelOptions{TrainMode::Lora});
-  with_lora.attach_lora(ad);
-  with_lora.set_training(false);
-  Model merged(load_model(d.path + "/merged"), ModelOptions{TrainMode::Frozen});
-  merged.set_training(false);
-  const auto want = story_logits(with_lora), got = story_logits(merged), plain = story_logits(frozen);
-  EXPECT_TRUE(all_close(got, want, {1e-4, 1e-4})) << max_abs_diff(got, want);
-  EXPECT_GT(max_abs_diff(plain, want), 1e-3) << "the trained adapter should change the logits";
+  expect_merged_export_matches(run, d.path, std::move(base), ad);
 }
 
 TEST(DoraCli, DoraWithDropoutIsRefused) {

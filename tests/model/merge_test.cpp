@@ -10,6 +10,7 @@
 #include "model/loader.h"
 #include "model/peft.h"
 #include "model/weight_names.h"
+#include "support/lora_test_util.h"
 #include "support/test_util.h"
 
 namespace bp {
@@ -36,6 +37,14 @@ LoraAdapter trained_adapter(const ModelConfig& c, LoraConfig lc, uint64_t seed) 
     for (LoraTarget t : kAllLoraTargets)
       if (l.has(t)) l.b(t).copy_from(test::random_tensor(l.b(t).shape(), ++s));
   return ad;
+}
+
+LoraConfig lora_config(int64_t r, float alpha, std::vector<std::string> targets) {
+  LoraConfig lc;
+  lc.r = r;
+  lc.alpha = alpha;
+  lc.target_modules = std::move(targets);
+  return lc;
 }
 
 // W + scale·B·A in double, plainly.
@@ -65,11 +74,8 @@ void run_oracle(const std::string& base, const std::string& adapter, const std::
 TEST(Merge, MatchesPlainFormulaAndLeavesBaseAlone) {
   ModelConfig c = tiny_config("float32");
   ModelWeights base = init_random_weights(c, 1);
-  LoraConfig lc;
-  lc.r = 3;
-  lc.alpha = 5;
+  LoraConfig lc = lora_config(3, 5, {"q_proj", "k_proj", "o_proj", "up_proj", "down_proj"});
   lc.use_rslora = true;
-  lc.target_modules = {"q_proj", "k_proj", "o_proj", "up_proj", "down_proj"};
   LoraAdapter ad = trained_adapter(c, lc, 2);
   const std::vector<float> q_before = base.layers[1].q.to_vector();
   ModelWeights m = merge_lora(base, ad);
@@ -120,16 +126,10 @@ TEST(Merge, AHeldBaseIsWidenedToF32AndMerged) {
 TEST(Merge, DoraScalesEachMergedRowToItsMagnitude) {
   ModelConfig c = tiny_config("float32");
   ModelWeights base = init_random_weights(c, 2);
-  LoraConfig lc;
-  lc.r = 3;
-  lc.alpha = 6;
+  LoraConfig lc = lora_config(3, 6, {"q_proj", "up_proj"});
   lc.use_dora = true;
-  lc.target_modules = {"q_proj", "up_proj"};
   LoraAdapter ad = trained_adapter(c, lc, 4);
-  uint64_t seed = 40;
-  for (LoraLayer& l : ad.layers)
-    for (LoraTarget t : kAllLoraTargets)
-      if (l.has(t)) l.m(t) = test::random_tensor({l.b(t).dim(0)}, ++seed, 0.5f, 1.5f);
+  test::randomize_dora_magnitudes(ad, 40);
   const ModelWeights m = merge_lora(base, ad);
   for (size_t li = 0; li < 2; ++li)
     for (LoraTarget t : {LoraTarget::Q, LoraTarget::Up}) {

@@ -7,6 +7,7 @@
 
 #include "io/safetensors.h"
 #include "model/weight_names.h"
+#include "support/lora_test_util.h"
 #include "support/test_util.h"
 
 namespace bp {
@@ -128,10 +129,7 @@ TEST(Peft, DoraMagnitudesSavedAsPeftSavesThem) {
   lc.use_dora = true;
   lc.target_modules = {"k_proj", "down_proj"};
   LoraAdapter ad = trained_adapter(c, lc, 5);
-  uint64_t seed = 77;
-  for (LoraLayer& l : ad.layers)
-    for (LoraTarget t : kAllLoraTargets)
-      if (l.has(t)) l.m(t) = test::random_tensor({l.b(t).dim(0)}, ++seed, 0.5f, 1.5f);
+  test::randomize_dora_magnitudes(ad, 77);
   test::TempDir dir;
   save_peft_adapter(ad, dir.path);
   EXPECT_EQ(read_json(dir.path + "/adapter_config.json")["use_dora"], true);
