@@ -29,6 +29,8 @@ constexpr std::string_view kPinned[] = {
     "lora.alpha",
     "lora.target_modules",
     "lora.use_rslora",
+    "lora.use_dora",
+    "lora.init_lora_weights",
     "training.mode",
     "training.batch_size",
     "training.micro_batch_size",

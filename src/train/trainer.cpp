@@ -105,6 +105,11 @@ static void start_from_adapter(LoraAdapter& adapter, const std::string& dir, con
       if (adapter.layers[l].has(t)) {
         adapter.layers[l].a(t).copy_from(init.layers[l].a(t));
         adapter.layers[l].b(t).copy_from(init.layers[l].b(t));
+        if (adapter.layers[l].m(t).defined() != init.layers[l].m(t).defined())
+          throw Error(ErrorCode::CONFIG_INVALID,
+                      fmt::format("[train] the adapter in {} is {}a DoRA adapter, this run trains {}", dir,
+                                  init.config.use_dora ? "" : "not ", adapter.config.use_dora ? "DoRA" : "plain LoRA"));
+        if (adapter.layers[l].m(t).defined()) adapter.layers[l].m(t).copy_from(init.layers[l].m(t));
       }
 }
 
@@ -382,12 +387,24 @@ void Trainer::State::build_model() {
                               device.type == DeviceType::CPU ? "; on the CPU this is slower than f32 GEMMs" : ""));
   if (o.mode == TrainMode::Lora) {
     adapter = std::make_unique<LoraAdapter>(init_lora(model->config(), o.lora, o.seed));
+    init_dora_magnitudes(*adapter, model->weights());  // DoRA: m = the base rows' norms
+    if (o.lora.pissa() && method_needs_reference(o.method))
+      throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                  "[train] --init-lora-weights pissa with a method that compares to a reference (dpo, kto): the "
+                  "reference is the model with the adapter off, which under PiSSA is the residual, not the base")
+          .with_suggestion("Use the default --init-lora-weights true with dpo and kto, or orpo/simpo with pissa.");
+    if (o.lora.pissa() && !o.init_adapter.empty())
+      throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                  "[train] --init-lora-weights pissa starts A and B from the base's singular vectors; it cannot "
+                  "also start from an adapter (multi-run, --init-adapter)");
+    init_pissa(*adapter, model->weights());  // PiSSA: A, B from the SVD, the base weights replaced by the residual
     if (!o.init_adapter.empty()) start_from_adapter(*adapter, o.init_adapter, model->config());
     for (auto& layer : adapter->layers)  // initialised on the host (seeded), trained on the device
       for (LoraTarget t : kAllLoraTargets)
         if (layer.has(t) && device.type != DeviceType::CPU) {
           layer.a(t) = layer.a(t).to(device);
           layer.b(t) = layer.b(t).to(device);
+          if (layer.m(t).defined()) layer.m(t) = layer.m(t).to(device);
         }
     adapter->base_model_name_or_path = o.base_model_name.empty() ? o.model_dir : o.base_model_name;
     model->attach_lora(*adapter);

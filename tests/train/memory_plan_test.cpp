@@ -27,6 +27,7 @@ struct PlanCase {
   float dropout = 0.0f;
   std::vector<std::string> targets = {"all-linear"};
   int64_t chunk = 64;
+  bool dora = false, pissa = false;
 };
 
 std::vector<PlanCase> plan_cases() {
@@ -48,6 +49,9 @@ std::vector<PlanCase> plan_cases() {
       {"wide_full_nockpt", wide, TrainMode::Full, false, 100},
       {"qwen3_lora_ckpt_dropout", qwen3, TrainMode::Lora, true, 110, 0.2f},
       {"qwen3_full_nockpt", qwen3, TrainMode::Full, false, 90},
+      {"wide_dora_ckpt", wide, TrainMode::Lora, true, 120, 0.0f, {"all-linear"}, 64, true},
+      {"qwen3_dora_nockpt", qwen3, TrainMode::Lora, false, 90, 0.0f, {"q_proj", "up_proj", "down_proj"}, 64, true},
+      {"small_pissa_nockpt", small, TrainMode::Lora, false, 40, 0.0f, {"q_proj", "down_proj"}, 64, false, true},
   };
 }
 
@@ -58,6 +62,8 @@ MemorySettings settings_of(const PlanCase& pc) {
   s.lora.alpha = 16;
   s.lora.dropout = pc.dropout;
   s.lora.target_modules = pc.targets;
+  s.lora.use_dora = pc.dora;
+  s.lora.init_lora_weights = pc.pissa ? "pissa" : "true";
   s.gradient_checkpointing = pc.ckpt;
   s.micro_batch_tokens = pc.tokens;
   s.ce_chunk_tokens = pc.chunk;
@@ -93,6 +99,8 @@ Measured measure(const PlanCase& pc, const MemorySettings& s, size_t limit = kNo
   LoraAdapter adapter;
   if (pc.mode == TrainMode::Lora) {
     adapter = init_lora(cfg, s.lora, 5);
+    init_dora_magnitudes(adapter, model.weights());
+    init_pissa(adapter, model.weights());
     model.attach_lora(adapter);
   }
   std::vector<Tensor> adam;

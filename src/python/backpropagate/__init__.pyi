@@ -38,6 +38,8 @@ class Trainer:
         lora_dropout: Optional[float] = None,  # lora.dropout
         target_modules: Optional[Union[str, list[str]]] = None,  # lora.target_modules
         use_rslora: Optional[bool] = None,  # lora.use_rslora
+        use_dora: Optional[bool] = None,  # lora.use_dora
+        init_lora_weights: Optional[str] = None,  # lora.init_lora_weights
         mode: Optional[str] = None,  # training.mode
         method: Optional[str] = None,  # training.method
         beta: Optional[float] = None,  # training.beta
