@@ -180,11 +180,31 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
   w.set(arch + ".attention.head_count", u32(c.num_heads));
   w.set(arch + ".attention.head_count_kv", u32(c.num_kv_heads));
   w.set(arch + ".rope.freq_base", GGUFValue::f32(c.rope.theta));
-  w.set(arch + ".rope.dimension_count", u32(c.head_dim));
+  // llama.cpp's n_rot: the rotated dims (Phi-3: int(partial_rotary_factor · hidden) / heads).
+  w.set(arch + ".rope.dimension_count", u32(c.rope.rot_dim()));
   w.set(arch + ".attention.layer_norm_rms_epsilon", GGUFValue::f32(c.rms_norm_eps));
   if (c.head_dim * c.num_heads != c.hidden_size) {
     w.set(arch + ".attention.key_length", u32(c.head_dim));
     w.set(arch + ".attention.value_length", u32(c.head_dim));
+  }
+
+  if (c.arch == Arch::Phi3) {  // convert_hf_to_gguf.py Phi3MiniModel
+    w.set(arch + ".attention.sliding_window", u32(c.sliding_window));
+    if (c.rope.longrope) {
+      w.set(arch + ".rope.scaling.original_context_length", u32(c.rope.original_max_position));
+      w.set(arch + ".rope.scaling.attn_factor", GGUFValue::f32(c.rope.attention_factor));
+    }
+  }
+  if (c.arch == Arch::SmolLM3) {
+    // llama.cpp's smollm3 has no key for the layers without RoPE: it takes every 4th
+    // (n_no_rope_layer_step = 4), SmolLM3Config's default. Another pattern would run wrong there.
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      if (c.rope_for_layer(l).rot_dim() != ((l + 1) % 4 != 0 ? c.rope.rot_dim() : 0))
+        throw Error(ErrorCode::RUNTIME_EXPORT_FAILED,
+                    fmt::format("[gguf] this SmolLM3 has RoPE on layer {} {}; llama.cpp's smollm3 takes RoPE off "
+                                "every 4th layer only (no_rope_layer_interval 4) and has no metadata for another "
+                                "pattern: export it as a merged Hugging Face folder instead",
+                                l, c.rope_for_layer(l).rot_dim() ? "on" : "off"));
   }
 
   const bool tied = c.tie_word_embeddings;
@@ -204,12 +224,27 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
   for (const auto& [role, layer] : model_roles(c)) {
     const bool qk =
         role == WeightRole::Q || role == WeightRole::K || role == WeightRole::QBias || role == WeightRole::KBias;
+    if (const FusedProjection* f = fused_projection_of(c, role)) {  // phi3: attn_qkv, ffn_up = gate + up rows
+      if (role != f->first) continue;
+      std::vector<const Tensor*> parts;
+      for (int i = 0; i < f->count; ++i)
+        parts.push_back(&weight_ref(mw, static_cast<WeightRole>(static_cast<int>(f->first) + i), layer));
+      add(fmt::format(fmt::runtime(f->gguf), layer), join_rows_or_copy(parts), static_cast<int>(layer));
+      continue;
+    }
     add(gguf_name(role, layer), weight_ref(mw, role, layer), static_cast<int>(layer), qk ? qk_perm : 0);
     if (role == WeightRole::Embed && c.rope.llama3_scaling) {
       RopeConfig r = c.rope;
       r.head_dim = static_cast<int>(c.head_dim);
       const auto f = llama3_rope_factors(r);
       add("rope_freqs.weight", Tensor::from_vector(f, Shape{static_cast<int64_t>(f.size())}), -1);
+    }
+    if (role == WeightRole::Embed && c.rope.longrope) {  // Phi-3's LongRoPE factors, f32 [rot_dim/2]
+      const auto n = static_cast<int64_t>(c.rope.long_factor.size());
+      w.add_tensor(gguf_tensor_from("rope_factors_long.weight", Tensor::from_vector(c.rope.long_factor, Shape{n}),
+                                    GGMLType::F32));
+      w.add_tensor(gguf_tensor_from("rope_factors_short.weight", Tensor::from_vector(c.rope.short_factor, Shape{n}),
+                                    GGMLType::F32));
     }
   }
 }

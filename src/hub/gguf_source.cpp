@@ -38,15 +38,45 @@ struct Vocab {
   std::optional<std::string> chat_template;
 };
 
+// Phi-3 as convert_hf_to_gguf.py's Phi3MiniModel writes it: rope.dimension_count the rotated dims
+// (partial rotary), LongRoPE's factors in rope_factors_long/short.weight with
+// rope.scaling.original_context_length and rope.scaling.attn_factor, attention.sliding_window.
+void phi3_rope_from_gguf(const GGUFReader& r, const std::string& path, int64_t head_dim, json& c) {
+  const int64_t rot = r.get_int("phi3.rope.dimension_count").value_or(head_dim);
+  if (rot < 2 || rot > head_dim || rot % 2 != 0)
+    fail(path, fmt::format("metadata phi3.rope.dimension_count is {}; it must be even and in [2, head_dim {}]", rot,
+                           head_dim));
+  if (rot != head_dim) c["partial_rotary_factor"] = static_cast<double>(rot) / static_cast<double>(head_dim);
+  if (const std::optional<int64_t> sw = r.get_int("phi3.attention.sliding_window"); sw && *sw > 0)
+    c["sliding_window"] = *sw;
+  const GGUFTensorInfo* lf = r.find_tensor("rope_factors_long.weight");
+  const GGUFTensorInfo* sf = r.find_tensor("rope_factors_short.weight");
+  if (!lf && !sf) return;
+  if (!lf || !sf || lf->numel() != rot / 2 || sf->numel() != rot / 2)
+    fail(path, fmt::format("rope_factors_long.weight and rope_factors_short.weight must both hold "
+                           "rope.dimension_count / 2 = {} values",
+                           rot / 2));
+  const std::optional<int64_t> orig = r.get_int("phi3.rope.scaling.original_context_length");
+  if (!orig || *orig < 1) fail(path, "metadata phi3.rope.scaling.original_context_length is missing or not positive");
+  c["original_max_position_embeddings"] = *orig;
+  c["rope_scaling"] = {{"type", "longrope"}, {"long_factor", r.dequantize(*lf)}, {"short_factor", r.dequantize(*sf)}};
+  if (const std::optional<double> af = r.get_number("phi3.rope.scaling.attn_factor"))
+    c["rope_scaling"]["attention_factor"] = *af;
+}
+
 json config_from_gguf(const GGUFReader& r, const std::string& path) {
   const std::string arch = r.get_string("general.architecture").value_or("");
   static const std::map<std::string, std::pair<std::string, std::string>> kArch = {
       {"llama", {"LlamaForCausalLM", "llama"}},
       {"qwen2", {"Qwen2ForCausalLM", "qwen2"}},
-      {"qwen3", {"Qwen3ForCausalLM", "qwen3"}}};
+      {"qwen3", {"Qwen3ForCausalLM", "qwen3"}},
+      {"phi3", {"Phi3ForCausalLM", "phi3"}},
+      {"smollm3", {"SmolLM3ForCausalLM", "smollm3"}}};
   auto it = kArch.find(arch);
   if (it == kArch.end())
-    fail(path, fmt::format("general.architecture is '{}'; backprop reads llama, qwen2 and qwen3 GGUF files", arch));
+    fail(path, fmt::format("general.architecture is '{}'; backprop reads llama, qwen2, qwen3, phi3 and smollm3 GGUF "
+                           "files",
+                           arch));
   // Every size is checked before any arithmetic uses it (a head count of 0 once divided by zero).
   auto size = [&](const std::string& key, std::optional<int64_t> fallback) {
     const std::optional<int64_t> v = r.get_int(arch + "." + key);
@@ -105,6 +135,9 @@ json config_from_gguf(const GGUFReader& r, const std::string& path) {
             {"backprop_gguf_file", fs::absolute(path).lexically_normal().string()}};
   // Llama-3.1/3.2: rope scaling lives in rope_freqs.weight only (hub/gguf_rope.h).
   if (json rs = llama3_rope_scaling_from_gguf(r, path, theta, head_dim); !rs.is_null()) c["rope_scaling"] = rs;
+  if (arch == "phi3") phi3_rope_from_gguf(r, path, head_dim, c);
+  // llama.cpp's smollm3 takes RoPE off every 4th layer (n_no_rope_layer_step = 4), with no key for it.
+  if (arch == "smollm3") c["no_rope_layer_interval"] = 4;
   return c;
 }
 

@@ -20,13 +20,23 @@ namespace {
 using ArchEntry = ArchInfo;
 using SW = SlidingWindowKey;
 // arch, architecture, model_type, gguf_arch, gguf_tokenizer_pre, qkv_bias, qk_norm, tied_head_default,
-// gguf_permute_qk, sliding_window. (Llama-3's "llama-bpe" pre-tokenizer is recognised from its vocabulary.)
+// gguf_permute_qk, sliding_window, fused_projections, default_rope_theta. (Llama-3's "llama-bpe"
+// pre-tokenizer is recognised from its vocabulary.) Phi-3's defaults follow Phi3Config (untied,
+// theta 1e4, original_max_position_embeddings 4096), SmolLM3's SmolLM3Config (tied, theta 2e6).
 constexpr ArchEntry kArchs[] = {
-    {Arch::Llama, "LlamaForCausalLM", "llama", "llama", "", false, false, false, true, SW::None},
-    {Arch::Mistral, "MistralForCausalLM", "mistral", "llama", "", false, false, false, true, SW::Always},
-    {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2", "qwen2", "qwen2", true, false, false, false, SW::IfUseSlidingWindow},
-    {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3", "qwen3", "qwen2", false, true, false, false, SW::IfUseSlidingWindow},
+    {Arch::Llama, "LlamaForCausalLM", "llama", "llama", "", false, false, false, true, SW::None, false, 10000.0},
+    {Arch::Mistral, "MistralForCausalLM", "mistral", "llama", "", false, false, false, true, SW::Always, false,
+     10000.0},
+    {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2", "qwen2", "qwen2", true, false, false, false, SW::IfUseSlidingWindow,
+     false, 10000.0},
+    {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3", "qwen3", "qwen2", false, true, false, false, SW::IfUseSlidingWindow,
+     false, 10000.0},
+    {Arch::Phi3, "Phi3ForCausalLM", "phi3", "phi3", "", false, false, false, false, SW::Always, true, 10000.0},
+    {Arch::SmolLM3, "SmolLM3ForCausalLM", "smollm3", "smollm3", "", false, false, true, true, SW::None, false,
+     2000000.0},
 };
+// Phi3Config's original_max_position_embeddings when config.json does not say.
+constexpr int64_t kPhi3OriginalMaxPosition = 4096;
 
 // Bounds far above any real model (Llama 3.1 405B: hidden 16384, intermediate 53248, 126 layers)
 // that keep every size product, e.g. num_parameters(), inside int64.
@@ -128,6 +138,46 @@ void check_sizes(const ModelConfig& c, const std::string& source) {
                                what, static_cast<double>(n), static_cast<double>(kMaxParameters)));
 }
 
+// A list of numbers (LongRoPE's factors) of exactly n entries.
+std::vector<float> get_factor_list(const nlohmann::json& j, const char* key, size_t n, const std::string& source) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array())
+    fail(source, fmt::format("rope_scaling longrope needs '{}', a list of rotary_dim/2 = {} numbers", key, n));
+  if (it->size() != n)
+    fail(source, fmt::format("rope_scaling '{}' has {} values but rotary_dim/2 = {} are needed (head_dim x "
+                             "partial_rotary_factor / 2)",
+                             key, it->size(), n));
+  std::vector<float> v;
+  for (const auto& x : *it) {
+    if (!x.is_number() || !(x.get<double>() > 0) || !(x.get<double>() < 3e38))
+      fail(source, fmt::format("rope_scaling '{}' must hold positive numbers, got {}", key, x.dump()));
+    v.push_back(static_cast<float>(x.get<double>()));
+  }
+  return v;
+}
+
+// The layers that apply RoPE (SmolLM3Config): no_rope_layers (1 = RoPE) or, without it, every
+// no_rope_layer_interval-th layer without (default 4).
+std::vector<uint8_t> parse_rope_layers(const nlohmann::json& j, int64_t layers, const std::string& source) {
+  std::vector<uint8_t> v;
+  if (auto it = j.find("no_rope_layers"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || static_cast<int64_t>(it->size()) != layers)
+      fail(source, fmt::format("no_rope_layers must be a list of num_hidden_layers = {} entries (1 = the layer uses "
+                               "RoPE, 0 = no position encoding), got {}",
+                               layers, it->dump()));
+    for (const auto& x : *it) {
+      if (!x.is_number_integer() || (x.get<int64_t>() != 0 && x.get<int64_t>() != 1))
+        fail(source, fmt::format("no_rope_layers entries must be 0 or 1, got {}", x.dump()));
+      v.push_back(static_cast<uint8_t>(x.get<int64_t>()));
+    }
+    return v;
+  }
+  const int64_t interval = get_int(j, "no_rope_layer_interval", source, 4, false);
+  if (interval < 1) fail(source, fmt::format("no_rope_layer_interval must be >= 1, got {}", interval));
+  for (int64_t l = 0; l < layers; ++l) v.push_back(static_cast<uint8_t>((l + 1) % interval != 0));
+  return v;
+}
+
 // A float as JSON in its shortest decimal form (1e-05, not 9.99999974737875e-06).
 double float_for_json(float f) {
   return std::stod(fmt::format("{}", f));
@@ -225,7 +275,16 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
   if (get_bool(j, "mlp_bias", source, false)) fail(source, "mlp_bias = true is not supported");
 
   c.rope.head_dim = static_cast<int>(c.head_dim);
-  c.rope.theta = static_cast<float>(get_number(j, "rope_theta", source, 10000.0));
+  c.rope.theta = static_cast<float>(get_number(j, "rope_theta", source, entry->default_rope_theta));
+  // Partial rotary (read for every architecture, as modeling_rope_utils does): the first
+  // int(head_dim · factor) dims of each head rotate.
+  const double prf = get_number(j, "partial_rotary_factor", source, 1.0);
+  if (!(prf > 0.0 && prf <= 1.0)) fail(source, fmt::format("partial_rotary_factor must be in (0, 1], got {}", prf));
+  const auto rot = static_cast<int64_t>(static_cast<double>(c.head_dim) * prf);
+  if (rot < 2 || rot % 2 != 0)
+    fail(source, fmt::format("partial_rotary_factor {} rotates {} of head_dim {} dims; it must be an even number >= 2",
+                             prf, rot, c.head_dim));
+  if (rot != c.head_dim) c.rope.rotary_dim = static_cast<int>(rot);
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) fail(source, "field 'rope_scaling' must be an object or null");
     std::string type = get_string(*it, "rope_type", source, get_string(*it, "type", source, ""));
@@ -238,13 +297,44 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
           static_cast<int>(get_int(*it, "original_max_position_embeddings", source, 8192, false));
       if (!(c.rope.factor > 0) || !(c.rope.high_freq_factor > c.rope.low_freq_factor))
         fail(source, "rope_scaling llama3 needs factor > 0 and high_freq_factor > low_freq_factor");
+    } else if (type == "longrope") {
+      // _compute_longrope_parameters: with original_max_position_embeddings in the config (always
+      // for Phi-3), the scale is max_position_embeddings / original; else rope_scaling's factor.
+      c.rope.longrope = true;
+      const size_t n = static_cast<size_t>(rot / 2);
+      c.rope.short_factor = get_factor_list(*it, "short_factor", n, source);
+      c.rope.long_factor = get_factor_list(*it, "long_factor", n, source);
+      int64_t original = get_int(j, "original_max_position_embeddings", source,
+                                 c.arch == Arch::Phi3 ? kPhi3OriginalMaxPosition : -1, false);
+      double factor = 0;
+      if (original > 0) {
+        factor = static_cast<double>(c.max_position_embeddings) / static_cast<double>(original);
+      } else {
+        original = c.max_position_embeddings;
+        factor = get_number(*it, "factor", source, 1.0);
+      }
+      if (original < 1 || original > (int64_t{1} << 30))
+        fail(source, fmt::format("original_max_position_embeddings must be in [1, 2^30], got {}", original));
+      c.rope.original_max_position = static_cast<int>(original);
+      double af = get_number(*it, "attention_factor", source, -1.0);
+      if (af < 0)
+        af = factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(original)));
+      if (!(af > 0)) fail(source, fmt::format("rope_scaling attention_factor must be > 0, got {}", af));
+      c.rope.attention_factor = static_cast<float>(af);
     } else if (type != "default") {
-      fail(source, fmt::format("rope_scaling type '{}' is not supported (supported: llama3, default)", type));
+      fail(source, fmt::format("rope_scaling type '{}' is not supported (supported: llama3, longrope, default)", type));
     }
+  }
+  if (c.arch == Arch::SmolLM3) {
+    c.rope_layers = parse_rope_layers(j, c.num_layers, source);
+    if (get_bool(j, "use_sliding_window", source, false))
+      fail(source, "use_sliding_window = true (sliding windows on SmolLM3's layers without RoPE) is not supported");
   }
 
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", source, entry->tied_head_default);
-  c.attention_bias = entry->qkv_bias ? true : get_bool(j, "attention_bias", source, false);
+  // Phi-3's qkv_proj has no bias (Phi3Config has no attention_bias).
+  c.attention_bias =
+      entry->qkv_bias ? true : (!entry->fused_projections && get_bool(j, "attention_bias", source, false));
   c.qk_norm = entry->qk_norm;
   if (entry->sliding_window == SW::Always ||
       (entry->sliding_window == SW::IfUseSlidingWindow && get_bool(j, "use_sliding_window", source, false)))
@@ -302,6 +392,22 @@ nlohmann::json ModelConfig::to_json() const {
   if (j.contains("dtype")) j["dtype"] = torch_dtype_name(torch_dtype);
   j["torch_dtype"] = torch_dtype_name(torch_dtype);
   return j;
+}
+
+RopeConfig ModelConfig::rope_for_layer(int64_t l) const {
+  if (l >= 0 && l < static_cast<int64_t>(rope_layers.size()) && !rope_layers[static_cast<size_t>(l)]) {
+    RopeConfig none = rope;
+    none.rotary_dim = 0;
+    none.longrope = false;
+    none.short_factor.clear();
+    none.long_factor.clear();
+    return none;
+  }
+  return rope;
+}
+
+bool ModelConfig::fused_projections() const {
+  return arch_info(arch).fused_projections;
 }
 
 int64_t ModelConfig::num_parameters() const {

@@ -1,6 +1,8 @@
 // ModelConfig: the Hugging Face config.json of a Llama-family model (DESIGN.md "Model").
 // Supported architectures: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v bias),
-// Qwen3ForCausalLM (per-head q_norm/k_norm). Anything else -> DEP_MODEL_LOAD_FAILED listing these.
+// Qwen3ForCausalLM (per-head q_norm/k_norm), Phi3ForCausalLM (Phi-3, Phi-3.5, Phi-4-mini: fused
+// qkv_proj / gate_up_proj, partial rotary, LongRoPE), SmolLM3ForCausalLM (layers without RoPE).
+// Anything else -> DEP_MODEL_LOAD_FAILED listing these.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +15,7 @@
 
 namespace bp {
 
-enum class Arch { Llama, Mistral, Qwen2, Qwen3 };
+enum class Arch { Llama, Mistral, Qwen2, Qwen3, Phi3, SmolLM3 };
 
 // Where config.json's sliding window is read from.
 enum class SlidingWindowKey { None, Always, IfUseSlidingWindow };
@@ -31,6 +33,10 @@ struct ArchInfo {
   bool tied_head_default;          // tie_word_embeddings when config.json does not say
   bool gguf_permute_qk;            // GGUF keeps q/k rows in Meta's interleaved rotary layout
   SlidingWindowKey sliding_window;
+  // Hugging Face stores q/k/v as one qkv_proj [q_dim + 2·kv_dim, D] and gate/up as one gate_up_proj
+  // [2F, D] (gate rows first), and PEFT names those modules (Phi-3): weight_names.h "fused".
+  bool fused_projections;
+  double default_rope_theta;  // rope_theta when config.json does not say
 };
 const ArchInfo& arch_info(Arch a);
 
@@ -51,7 +57,10 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v bias (Qwen2 always true)
   bool qk_norm = false;         // Qwen3
-  int64_t sliding_window = 0;   // Mistral; 0 = none (recorded, not yet applied)
+  int64_t sliding_window = 0;   // Mistral, Phi-3; 0 = none (recorded, not yet applied)
+  // SmolLM3: per layer, 1 = the layer applies RoPE, 0 = no position encoding (HF's no_rope_layers,
+  // or every no_rope_layer_interval-th layer without). Empty: every layer uses RoPE.
+  std::vector<uint8_t> rope_layers;
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;
   DType torch_dtype = DType::F32;  // dtype of the stored weights
@@ -61,6 +70,10 @@ struct ModelConfig {
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
   static ModelConfig from_file(const std::string& config_json_path);
   nlohmann::json to_json() const;  // HF config.json (raw, updated with our fields)
+
+  // RoPE of layer l: `rope`, or rotary_dim 0 (nothing rotates) for a layer without RoPE.
+  RopeConfig rope_for_layer(int64_t l) const;
+  bool fused_projections() const;  // arch_info(arch).fused_projections
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }

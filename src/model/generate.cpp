@@ -110,7 +110,7 @@ std::vector<float> decode_step(const Model& model, KvCache& cache, const std::ve
       q = rms_norm_forward(q.reshape({n * Hq, d}), w.q_norm, c.rms_norm_eps, nullptr).reshape({n, Hq * d});
       k = rms_norm_forward(k.reshape({n * Hkv, d}), w.k_norm, c.rms_norm_eps, nullptr).reshape({n, Hkv * d});
     }
-    rope_forward(q, k, positions, Hq, Hkv, c.rope, bias_in_rope ? opt(w.q_bias) : nullptr,
+    rope_forward(q, k, positions, Hq, Hkv, c.rope_for_layer(l), bias_in_rope ? opt(w.q_bias) : nullptr,
                  bias_in_rope ? opt(w.k_bias) : nullptr);
     cache.k(l).rows(start, start + n).copy_from(k);
     cache.v(l).rows(start, start + n).copy_from(v);

@@ -6,10 +6,18 @@
 // One LoraLayer per transformer layer holds A/B for each of the seven projections, indexed by
 // LoraTarget; `enabled[t]` says whether that projection is adapted (A/B undefined otherwise).
 // Save/load in PEFT's files: model/peft.h. Merge into base weights: model/merge.h.
+// A model that stores projections fused (Phi-3: qkv_proj, gate_up_proj) has PEFT's LoRA on the
+// fused module: ONE A [r, D] and ONE B [Σout, r]. Here its members (q, k, v or gate, up) share that
+// A (the same tensor) and their B are row views of the one B (rows in the fused weight's order), so
+// every per-projection path (forward, merge) computes the fused module's values, and the gradient
+// of the shared A is the sum over the members (model/transformer.h). Target names on such a model
+// are the fused modules' ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"; q_proj etc. refused:
+// LoraConfig::validate_for).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,6 +34,19 @@ inline constexpr int kNumLoraTargets = 7;
 inline constexpr std::array<LoraTarget, kNumLoraTargets> kAllLoraTargets = {
     LoraTarget::Q, LoraTarget::K, LoraTarget::V, LoraTarget::O, LoraTarget::Gate, LoraTarget::Up, LoraTarget::Down};
 
+// PEFT's fused modules (on a model with fused projections): qkv_proj = q, k, v; gate_up_proj = gate, up.
+struct LoraFusedModule {
+  const char* name;
+  LoraTarget first;
+  int count;
+  bool contains(LoraTarget t) const {
+    return static_cast<int>(t) >= static_cast<int>(first) && static_cast<int>(t) < static_cast<int>(first) + count;
+  }
+};
+inline constexpr std::array<LoraFusedModule, 2> kLoraFusedModules = {
+    {{"qkv_proj", LoraTarget::Q, 3}, {"gate_up_proj", LoraTarget::Gate, 2}}};
+const LoraFusedModule* lora_fused_module_of(LoraTarget t);  // null for o_proj, down_proj
+
 // "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj".
 const char* lora_target_name(LoraTarget t);
 std::optional<LoraTarget> parse_lora_target(std::string_view name);
@@ -38,9 +59,13 @@ struct LoraConfig {
   float alpha = 16.0f;
   float dropout = 0.0f;  // probability in [0, 1), on the LoRA input only
   bool use_rslora = false;
-  // Projection names ("q_proj", ...) or the single entry "all-linear" (all seven).
+  // Projection names ("q_proj", ...; "qkv_proj", "gate_up_proj" on a fused model) or the single
+  // entry "all-linear" (all seven).
   std::vector<std::string> target_modules = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                              "gate_proj", "up_proj", "down_proj"};
+  // The model stores q/k/v and gate/up fused (Phi-3; set by init_lora / load_peft_adapter from the
+  // model): LoRA on qkv_proj / gate_up_proj as one module each, and resolved_targets names them so.
+  bool fused = false;
 
   float scale() const;                                // alpha / r, or alpha / sqrt(r) with rsLoRA
   bool targets(LoraTarget t) const;                   // is this projection adapted?
@@ -48,6 +73,10 @@ struct LoraConfig {
   // Throws CONFIG_INVALID_SETTING for r < 1, dropout outside [0, 1), alpha <= 0 or an unknown
   // target name (the message lists the known ones).
   void validate() const;
+  // validate() and the names fit the model: on a fused model (ModelConfig::fused_projections)
+  // q_proj, k_proj, v_proj, gate_proj and up_proj are refused (PEFT has no such modules there: use
+  // qkv_proj, gate_up_proj), elsewhere qkv_proj and gate_up_proj. CONFIG_INVALID_SETTING.
+  void validate_for(const ModelConfig& cfg) const;
   bool operator==(const LoraConfig&) const = default;
 };
 
@@ -74,6 +103,13 @@ struct LoraAdapter {
 // PEFT initialisation: A Kaiming-uniform (bound 1/sqrt(in)), B zeros; f32 tensors from the CPU
 // allocator. Deterministic in `seed`; each (layer, target) draws from its own stream, so enabling
 // another target does not change the others' values. Validates `lora`.
+// On a fused model the members of a fused module share A (drawn from the first member's stream) and
+// their B are rows of one zero tensor. Validates `lora` for `cfg` (validate_for).
 LoraAdapter init_lora(const ModelConfig& cfg, const LoraConfig& lora, uint64_t seed);
+
+// Replaces every A and B by copy(it) (to a device, to the host, a clone), keeping a fused module's
+// layout: its shared A copied once, its B [Σout, r] copied as one tensor whose row views the
+// members' B stay.
+void copy_adapter_tensors(LoraAdapter& adapter, const std::function<Tensor(const Tensor&)>& copy);
 
 }  // namespace bp

@@ -112,8 +112,16 @@ std::vector<std::string> save_peft_adapter(const LoraAdapter& a, const std::stri
       BP_CHECK(l.a(t).rank() == 2 && l.b(t).rank() == 2 && l.a(t).dim(0) == a.config.r && l.b(t).dim(1) == a.config.r,
                "[peft] layer {} {}: A {} / B {} do not match r = {}", li, lora_target_name(t), l.a(t).describe(),
                l.b(t).describe(), a.config.r);
-      ts.emplace_back(peft_lora_name(static_cast<int64_t>(li), t, true), l.a(t));
-      ts.emplace_back(peft_lora_name(static_cast<int64_t>(li), t, false), l.b(t));
+      const LoraFusedModule* f = a.config.fused ? lora_fused_module_of(t) : nullptr;
+      if (f && f->first != t) continue;  // written with the module's first member
+      Tensor B = l.b(t);
+      if (f) {  // PEFT's fused module: the shared A, and B [Σout, r] of the members' rows
+        std::vector<const Tensor*> bs;
+        for (int i = 0; i < f->count; ++i) bs.push_back(&l.b(static_cast<LoraTarget>(static_cast<int>(t) + i)));
+        B = join_rows_or_copy(bs);
+      }
+      ts.emplace_back(peft_lora_name(static_cast<int64_t>(li), t, true, f != nullptr), l.a(t));
+      ts.emplace_back(peft_lora_name(static_cast<int64_t>(li), t, false, f != nullptr), B);
     }
   }
   write_safetensors((fs::path(dir) / kWeightsFile).string(), ts);
@@ -141,25 +149,43 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
   }
   SafetensorsReader reader = SafetensorsReader::open_file(weights_path);
   const int64_t r = ad.config.r;
+  ad.config.fused = cfg.fused_projections();
   ad.layers.resize(static_cast<size_t>(cfg.num_layers));
   for (const std::string& name : reader.names()) {
     const bool is_a = name.ends_with(".lora_A.weight"), is_b = name.ends_with(".lora_B.weight");
     std::optional<std::pair<WeightRole, int64_t>> parsed;
-    if (is_a || is_b) parsed = parse_peft_module_name(std::string_view(name).substr(0, name.size() - 14));
+    std::optional<std::pair<LoraTarget, int64_t>> fused;
+    if (is_a || is_b) {
+      const std::string_view module = std::string_view(name).substr(0, name.size() - 14);
+      parsed = parse_peft_module_name(module);
+      if (ad.config.fused) fused = parse_peft_fused_module_name(module);
+    }
     std::optional<LoraTarget> target;
-    if (parsed)
+    if (parsed)  // on a fused model q_proj etc. do not exist: only the fused modules' names
       for (LoraTarget t : kAllLoraTargets)
-        if (lora_target_role(t) == parsed->first) target = t;
+        if (lora_target_role(t) == parsed->first && !(ad.config.fused && lora_fused_module_of(t))) target = t;
+    if (fused) {
+      target = fused->first;
+      parsed = std::pair{lora_target_role(fused->first), fused->second};
+    }
     if (!target)
-      fail(weights_path, fmt::format("tensor '{}' is not a lora_A/lora_B weight of {} (other PEFT modules are "
-                                     "not supported)",
-                                     name, "q/k/v/o/gate/up/down_proj"));
+      fail(weights_path,
+           fmt::format("tensor '{}' is not a lora_A/lora_B weight of {} (other PEFT modules are "
+                       "not supported)",
+                       name,
+                       ad.config.fused ? "qkv_proj/o_proj/gate_up_proj/down_proj on " + cfg.architecture_name
+                                       : std::string("q/k/v/o/gate/up/down_proj")));
     const int64_t layer = parsed->second;
     if (layer >= cfg.num_layers)
       fail(weights_path, fmt::format("tensor '{}' is for layer {} but the model has {} layers: the adapter was "
                                      "trained for a different base model",
                                      name, layer, cfg.num_layers));
-    const Shape want = is_a ? Shape{r, lora_target_in(cfg, *target)} : Shape{lora_target_out(cfg, *target), r};
+    const LoraFusedModule* f = fused ? lora_fused_module_of(*target) : nullptr;
+    int64_t out = lora_target_out(cfg, *target);
+    if (f)
+      for (int i = 1; i < f->count; ++i)
+        out += lora_target_out(cfg, static_cast<LoraTarget>(static_cast<int>(*target) + i));
+    const Shape want = is_a ? Shape{r, lora_target_in(cfg, *target)} : Shape{out, r};
     const std::vector<int64_t>& got = reader.entry(name).shape;
     if (got != want.vec())
       fail(weights_path,
@@ -167,7 +193,18 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
                        "adapter does not fit this base model",
                        name, fmt::join(got, ", "), cfg.architecture_name, cfg.hidden_size, r, want.str()));
     LoraLayer& l = ad.layers[static_cast<size_t>(layer)];
-    (is_a ? l.a(*target) : l.b(*target)) = reader.read(name, want);
+    const Tensor t = reader.read(name, want);
+    if (!f) {
+      (is_a ? l.a(*target) : l.b(*target)) = t;
+      continue;
+    }
+    int64_t at = 0;  // a fused module: the members share A, their B are its rows
+    for (int i = 0; i < f->count; ++i) {
+      const auto m = static_cast<LoraTarget>(static_cast<int>(*target) + i);
+      const int64_t rows = lora_target_out(cfg, m);
+      (is_a ? l.a(m) : l.b(m)) = is_a ? t : t.rows(at, at + rows);
+      at += rows;
+    }
   }
   // Every adapted projection needs both halves; targets are the projections found.
   std::vector<bool> seen(kNumLoraTargets, false);
@@ -176,8 +213,9 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
     for (LoraTarget t : kAllLoraTargets) {
       const bool a = l.a(t).defined(), b = l.b(t).defined();
       if (a != b)
-        fail(weights_path, fmt::format("tensor '{}' is missing (its {} is present)",
-                                       peft_lora_name(static_cast<int64_t>(li), t, !a), a ? "lora_A" : "lora_B"));
+        fail(weights_path,
+             fmt::format("tensor '{}' is missing (its {} is present)",
+                         peft_lora_name(static_cast<int64_t>(li), t, !a, ad.config.fused), a ? "lora_A" : "lora_B"));
       l.enabled[static_cast<size_t>(t)] = a;
       if (a) seen[static_cast<size_t>(t)] = true;
     }
@@ -185,6 +223,7 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
   ad.config.target_modules.clear();
   for (LoraTarget t : kAllLoraTargets)
     if (seen[static_cast<size_t>(t)]) ad.config.target_modules.emplace_back(lora_target_name(t));
+  ad.config.target_modules = ad.config.resolved_targets();  // the fused modules' names on a fused model
   if (ad.config.target_modules.empty()) fail(weights_path, "the adapter holds no LoRA weights");
   return ad;
 }

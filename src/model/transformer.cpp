@@ -211,6 +211,9 @@ void Model::attach_lora(const LoraView& lora) {
         rows += A->dim(0);
       }
       if (static_cast<int>(parts.size()) != grp.count || Tensor::joined_rows(parts).defined()) continue;
+      bool shared = true;  // a fused module's one A: kept as it is (lora_group_shared)
+      for (const Tensor* A : parts) shared = shared && A->raw() == parts[0]->raw() && A->shape() == parts[0]->shape();
+      if (shared) continue;
       Tensor all = Tensor::empty({rows, parts[0]->dim(1)}, DType::F32, parts[0]->device());
       int64_t at = 0;
       for (int i = 0; i < grp.count; ++i) {
@@ -232,6 +235,17 @@ Tensor Model::lora_group_A(int64_t l, const LinearInputGroup& g) const {
     parts.push_back(A);
   }
   return Tensor::joined_rows(parts);
+}
+
+bool Model::lora_group_shared(int64_t l, const LinearInputGroup& g) const {
+  const auto& layer = lora_.layers[static_cast<size_t>(l)];
+  const Tensor* first = layer[static_cast<size_t>(g.first)].A;
+  if (!first || g.count < 2) return false;
+  for (int i = 1; i < g.count; ++i) {
+    const Tensor* A = layer[static_cast<size_t>(g.first) + static_cast<size_t>(i)].A;
+    if (!A || A->raw() != first->raw() || !(A->shape() == first->shape())) return false;
+  }
+  return true;
 }
 
 LoraGroupDropout Model::lora_group_dropout(int64_t l, const LinearInputGroup& g, bool train, uint64_t seed) const {
@@ -256,6 +270,11 @@ int64_t Model::lora_group_col(int64_t l, const LinearInputGroup& g, LinearRole r
 static_assert(kNumLoraTargets == kNumLinearRoles &&
                   static_cast<int>(LoraTarget::Down) == static_cast<int>(LinearRole::Down),
               "LoraTarget and LinearRole must list the projections in the same order");
+static_assert(static_cast<int>(kLoraFusedModules[0].first) == static_cast<int>(kQkvGroup.first) &&
+                  kLoraFusedModules[0].count == kQkvGroup.count &&
+                  static_cast<int>(kLoraFusedModules[1].first) == static_cast<int>(kGateUpGroup.first) &&
+                  kLoraFusedModules[1].count == kGateUpGroup.count,
+              "PEFT's fused modules are the input groups, in the same order");
 
 LoraView LoraView::of(LoraAdapter& adapter) {
   LoraView v;
@@ -289,7 +308,10 @@ LoraWeights Model::lora_weights(int64_t l, LinearRole role, bool train, uint64_t
   w.scale = lora_.scale;
   w.dropout = train ? lora_.dropout : 0.0f;
   w.training = train;
-  w.dropout_seed = lora_dropout_seed(seed, l, role);
+  LinearRole mask_of = role;  // a fused module's members: one dropout mask, its first member's
+  for (const LinearInputGroup& g : kLinearInputGroups)
+    if (g.contains(role) && lora_group_shared(l, g)) mask_of = g.first;
+  w.dropout_seed = lora_dropout_seed(seed, l, mask_of);
   return w;
 }
 
@@ -314,6 +336,32 @@ void Model::allocate_grads() {
   } else if (options_.mode == TrainMode::Lora) {
     for (size_t l = 0; l < lora_.layers.size(); ++l) {
       auto& lg = grads_.layers[l].lora;
+      // A fused module: one dA for its members (they accumulate into it: the sum), and its B's
+      // gradient laid out like B, rows of one tensor.
+      for (size_t gi = 0; gi < kLinearInputGroups.size(); ++gi) {
+        const LinearInputGroup& grp = kLinearInputGroups[gi];
+        if (!lora_group_shared(static_cast<int64_t>(l), grp)) continue;
+        const Tensor& A = *lora_.layers[l][static_cast<size_t>(grp.first)].A;
+        std::vector<const Tensor*> bs;
+        for (int i = 0; i < grp.count; ++i) bs.push_back(lora_.layers[l][static_cast<size_t>(grp.first) + i].B);
+        const Tensor B_all = Tensor::joined_rows(bs);
+        if (!B_all.defined())
+          throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                      fmt::format("[lora] layer {}: the members of a fused LoRA module share A but their B are not "
+                                  "rows of one tensor (model/lora.h)",
+                                  l));
+        const Tensor dA = Tensor::zeros(A.shape(), DType::F32, A.device());
+        const Tensor dB_all = Tensor::zeros(B_all.shape(), DType::F32, B_all.device());
+        grads_.layers[l].fused_B[gi] = B_all;
+        grads_.layers[l].fused_dB[gi] = dB_all;
+        int64_t at = 0;
+        for (int i = 0; i < grp.count; ++i) {
+          const size_t r = static_cast<size_t>(grp.first) + static_cast<size_t>(i);
+          lg[r].dA = dA;
+          lg[r].dB = dB_all.rows(at, at + bs[static_cast<size_t>(i)]->dim(0));
+          at += bs[static_cast<size_t>(i)]->dim(0);
+        }
+      }
       // A group's dA laid out like its A: rows of one tensor, for lora_group_backward's one GEMM.
       for (const LinearInputGroup& grp : kLinearInputGroups) {
         const Tensor A_all = lora_group_A(static_cast<int64_t>(l), grp);
@@ -331,7 +379,7 @@ void Model::allocate_grads() {
         const auto& m = lora_.layers[l][r];
         if (!m.A) continue;
         if (!lg[r].dA.defined()) lg[r].dA = Tensor::zeros(m.A->shape(), DType::F32, m.A->device());
-        lg[r].dB = Tensor::zeros(m.B->shape(), DType::F32, m.B->device());
+        if (!lg[r].dB.defined()) lg[r].dB = Tensor::zeros(m.B->shape(), DType::F32, m.B->device());
       }
     }
   }
@@ -400,10 +448,21 @@ std::vector<TrainableParam> Model::trainable_parameters() {
         auto& m = lora_.layers[l][r];
         if (!m.A) continue;
         const char* module = r < 4 ? "self_attn" : "mlp";
-        const std::string p = fmt::format("base_model.model.model.layers.{}.{}.{}.", l, module,
-                                          linear_role_name(static_cast<LinearRole>(r)));
+        const auto role = static_cast<LinearRole>(r);
+        int fused = -1;  // a fused module: its A and its one B, under PEFT's name, once
+        for (size_t gi = 0; gi < kLinearInputGroups.size(); ++gi)
+          if (kLinearInputGroups[gi].contains(role) && grads_.layers[l].fused_B[gi].defined())
+            fused = static_cast<int>(gi);
+        if (fused >= 0 && kLinearInputGroups[static_cast<size_t>(fused)].first != role) continue;
+        const std::string p =
+            fmt::format("base_model.model.model.layers.{}.{}.{}.", l, module,
+                        fused >= 0 ? kLoraFusedModules[static_cast<size_t>(fused)].name : linear_role_name(role));
         add(p + "lora_A.weight", *m.A, grads_.layers[l].lora[r].dA);
-        add(p + "lora_B.weight", *m.B, grads_.layers[l].lora[r].dB);
+        if (fused >= 0)
+          add(p + "lora_B.weight", grads_.layers[l].fused_B[static_cast<size_t>(fused)],
+              grads_.layers[l].fused_dB[static_cast<size_t>(fused)]);
+        else
+          add(p + "lora_B.weight", *m.B, grads_.layers[l].lora[r].dB);
       }
   }
   return out;
@@ -543,7 +602,7 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
               .reshape({T, Hkv * d});
     if (!acts) a.k_pre = Tensor();
   }
-  rope_forward(a.q, a.k, b.positions, Hq, Hkv, c.rope, bias_in_rope ? q_bias : nullptr,
+  rope_forward(a.q, a.k, b.positions, Hq, Hkv, c.rope_for_layer(l), bias_in_rope ? q_bias : nullptr,
                bias_in_rope ? k_bias : nullptr);
   AttentionShape shape{Hq, Hkv, static_cast<int>(d)};
   a.attn = attention_forward(a.q, a.k, a.v, b.cu_seqlens, shape, acts ? &a.lse : nullptr, want16({LinearRole::O}));

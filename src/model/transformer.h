@@ -110,6 +110,10 @@ struct LoraGradPair {
 struct LayerGrads {
   LayerWeights w;  // full mode: same fields as the weights
   std::array<LoraGradPair, kNumLinearRoles> lora;
+  // A fused LoRA module (model/lora.h: the group's members share A, their B are rows of one
+  // tensor), per input group: that B and its gradient, whose row views the members' dB are (their
+  // dA is one tensor too, the sum over the members). Undefined for an ordinary group.
+  std::array<Tensor, kLinearInputGroups.size()> fused_B, fused_dB;
 };
 struct ModelGrads {
   Tensor embed, final_norm, lm_head;
@@ -246,6 +250,10 @@ class Model {
   // seed (lora_weights' dropout_seed), for lora_group_forward / lora_group_backward; p = 0 and no
   // members otherwise.
   LoraGroupDropout lora_group_dropout(int64_t l, const LinearInputGroup& g, bool train, uint64_t seed) const;
+  // Whether layer l's group is a fused LoRA module (model/lora.h): every member has LoRA and they
+  // share one A (the same tensor). Its products then run per member (no joined A: the shared A's
+  // gradient sums the members'), with the first member's dropout mask for all (PEFT's one module).
+  bool lora_group_shared(int64_t l, const LinearInputGroup& g) const;
   // Member r's first column in its group's xa and dxa [T, Σr]: the ranks of the members before it.
   int64_t lora_group_col(int64_t l, const LinearInputGroup& g, LinearRole r) const;
   void check_batch(const Batch& b) const;

@@ -147,7 +147,8 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
   dattn = Tensor();
   a.q = a.k = a.v = a.attn = a.lse = Tensor();
   const bool qk = c.qk_norm;
-  rope_backward(dq, dk, b.positions, Hq, Hkv, c.rope, qk ? nullptr : want16(Wq, dq16), qk ? nullptr : want16(Wk, dk16));
+  rope_backward(dq, dk, b.positions, Hq, Hkv, c.rope_for_layer(l), qk ? nullptr : want16(Wq, dq16),
+                qk ? nullptr : want16(Wk, dk16));
   if (qk) {
     Tensor dq_pre = Tensor::empty({T * Hq, d}, DType::F32, dev);
     rms_norm_backward(dq.reshape({T * Hq, d}), a.q_pre.reshape({T * Hq, d}), w.q_norm, a.rstd_q, dq_pre,

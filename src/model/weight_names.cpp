@@ -46,6 +46,13 @@ const std::vector<WeightNameEntry> kTable = {
     {R::LmHead, false, "lm_head.weight", "base_model.model.lm_head", "output.weight", "lm_head"},
 };
 
+const std::vector<FusedProjection> kFused = {
+    {"model.layers.{}.self_attn.qkv_proj.weight", "base_model.model.model.layers.{}.self_attn.qkv_proj",
+     "blk.{}.attn_qkv.weight", R::Q, 3},
+    {"model.layers.{}.mlp.gate_up_proj.weight", "base_model.model.model.layers.{}.mlp.gate_up_proj",
+     "blk.{}.ffn_up.weight", R::Gate, 2},
+};
+
 std::string fill(const char* tmpl, bool per_layer, int64_t layer) {
   if (!per_layer) return tmpl;
   BP_CHECK(layer >= 0, "[weights] per-layer name '{}' needs a layer index", tmpl);
@@ -194,10 +201,66 @@ std::vector<std::pair<WeightRole, int64_t>> model_roles(const ModelConfig& cfg) 
   return out;
 }
 
+const std::vector<FusedProjection>& fused_projection_table() {
+  return kFused;
+}
+
+const FusedProjection* fused_projection_of(const ModelConfig& cfg, WeightRole role) {
+  if (!cfg.fused_projections()) return nullptr;
+  for (const FusedProjection& f : kFused)
+    if (f.contains(role)) return &f;
+  return nullptr;
+}
+
+Shape fused_shape(const ModelConfig& cfg, const FusedProjection& f) {
+  int64_t rows = 0;
+  for (int i = 0; i < f.count; ++i) rows += role_shape(cfg, static_cast<WeightRole>(static_cast<int>(f.first) + i))[0];
+  return {rows, cfg.hidden_size};
+}
+
+std::pair<int64_t, int64_t> fused_rows(const ModelConfig& cfg, WeightRole role) {
+  for (const FusedProjection& f : kFused) {
+    if (!f.contains(role)) continue;
+    int64_t at = 0;
+    for (int r = static_cast<int>(f.first); r < static_cast<int>(role); ++r)
+      at += role_shape(cfg, static_cast<WeightRole>(r))[0];
+    return {at, at + role_shape(cfg, role)[0]};
+  }
+  return {0, role_shape(cfg, role)[0]};
+}
+
+Tensor join_rows_or_copy(const std::vector<const Tensor*>& parts) {
+  if (Tensor joined = Tensor::joined_rows(parts); joined.defined()) return joined;
+  bool same = true;
+  int64_t rows = 0;
+  for (const Tensor* p : parts) {
+    same = same && p->dtype() == parts[0]->dtype();
+    rows += p->dim(0);
+  }
+  const DType dt = same ? parts[0]->dtype() : DType::F32;
+  Tensor all = Tensor::empty({rows, parts[0]->dim(1)}, dt);
+  int64_t at = 0;
+  for (const Tensor* p : parts) {
+    const Tensor host = p->device().type == DeviceType::CPU ? *p : p->to(Device{});
+    all.rows(at, at + p->dim(0)).copy_from(host.dtype() == dt ? host : host.to(dt));
+    at += p->dim(0);
+  }
+  return all;
+}
+
 std::vector<std::pair<std::string, Tensor>> named_hf_weights(const ModelWeights& w) {
   std::vector<std::pair<std::string, Tensor>> out;
-  for (const auto& [role, layer] : model_roles(w.config))
+  for (const auto& [role, layer] : model_roles(w.config)) {
+    if (const FusedProjection* f = fused_projection_of(w.config, role)) {
+      if (role != f->first) continue;  // written with the first member
+      std::vector<const Tensor*> parts;
+      for (int i = 0; i < f->count; ++i)
+        parts.push_back(&weight_ref(w, static_cast<WeightRole>(static_cast<int>(f->first) + i), layer));
+      out.emplace_back(fill(f->hf, true, layer), join_rows_or_copy(parts));
+      continue;
+    }
     out.emplace_back(hf_name(role, layer), weight_ref(w, role, layer));
+  }
   return out;
 }
 
@@ -214,8 +277,20 @@ WeightRole lora_target_role(LoraTarget t) {
   return R::Q;
 }
 
-std::string peft_lora_name(int64_t layer, LoraTarget t, bool is_a) {
-  return peft_module_name(lora_target_role(t), layer) + (is_a ? ".lora_A.weight" : ".lora_B.weight");
+std::string peft_lora_name(int64_t layer, LoraTarget t, bool is_a, bool fused) {
+  const char* suffix = is_a ? ".lora_A.weight" : ".lora_B.weight";
+  if (fused)
+    for (const FusedProjection& f : kFused)
+      if (f.contains(lora_target_role(t))) return fill(f.peft, true, layer) + suffix;
+  return peft_module_name(lora_target_role(t), layer) + suffix;
+}
+
+std::optional<std::pair<LoraTarget, int64_t>> parse_peft_fused_module_name(std::string_view name) {
+  for (const FusedProjection& f : kFused)
+    if (auto l = match(f.peft, true, name))
+      for (LoraTarget t : kAllLoraTargets)
+        if (lora_target_role(t) == f.first) return std::pair{t, *l};
+  return std::nullopt;
 }
 
 }  // namespace bp

@@ -144,6 +144,7 @@ struct DeviceScratch {
 struct Dims {
   int64_t T, D, F, V, qd, kvd, Hq, Hkv, d, L, r, chunk, attn_fwd_scratch, attn_bwd_scratch;
   bool qk_norm;
+  bool fused_lora;  // LoRA on fused modules (Phi-3, model/lora.h): members share A, never grouped
   bool ckpt;
   float dropout;
   int64_t ce_chunk_tokens;  // the setting itself (the device kernel ignores the label windows)
@@ -170,6 +171,7 @@ struct Dims {
   // An input group whose LoRA products of x run once for the group (Model::lora_group_A): every
   // member adapted.
   bool grouped(const LinearInputGroup& g) const {
+    if (fused_lora) return false;  // a fused module's shared A: each member's products alone
     for (int i = 0; i < g.count; ++i)
       if (!lora[static_cast<size_t>(g.first) + static_cast<size_t>(i)]) return false;
     return true;
@@ -482,6 +484,7 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
   m.ckpt = s.gradient_checkpointing;
   const bool lora = s.mode == TrainMode::Lora;
   m.r = lora ? s.lora.r : 0;
+  m.fused_lora = lora && c.fused_projections();
   m.dropout = lora ? s.lora.dropout : 0.0f;
   for (int t = 0; t < kNumLinearRoles; ++t)
     m.lora[static_cast<size_t>(t)] = lora && s.lora.targets(static_cast<LoraTarget>(t));
@@ -573,8 +576,13 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
   if (s.mode == TrainMode::Full) {
     trainable = base;
   } else if (s.mode == TrainMode::Lora) {
-    for (auto t : kAllLoraTargets)
-      if (s.lora.targets(t)) trainable += s.lora.r * (lora_target_in(cfg, t) + lora_target_out(cfg, t));
+    for (auto t : kAllLoraTargets) {
+      if (!s.lora.targets(t)) continue;
+      // A fused module (Phi-3's qkv_proj, gate_up_proj) has one A: counted with its first member.
+      const LoraFusedModule* fm = cfg.fused_projections() ? lora_fused_module_of(t) : nullptr;
+      const bool shared_a = fm && fm->first != t;
+      trainable += s.lora.r * ((shared_a ? 0 : lora_target_in(cfg, t)) + lora_target_out(cfg, t));
+    }
     trainable *= cfg.num_layers;
   }
   const size_t f = sizeof(float);

@@ -11,8 +11,11 @@
 
 #include "core/error.h"
 #include "export/gguf_lora.h"
+#include "hub/gguf_source.h"
 #include "io/gguf_reader.h"
 #include "model/loader.h"
+#include "model/loader_gguf.h"
+#include "model/weight_names.h"
 #include "support/gguf_oracle.h"
 #include "support/test_util.h"
 
@@ -464,4 +467,120 @@ TEST(GGUFLoraExport, Qwen3AdapterIsStoredAsIsAndOnlyItsTargets) {
 }
 
 }  // namespace
+}  // namespace bp
+
+namespace bp {
+namespace {
+
+// A Phi-4-mini-shaped config on stories260K's vocabulary (its tokenizer files give the metadata):
+// head_dim 16, partial rotary 0.75 (12 dims: 6 factors), LongRoPE, sliding window.
+ModelConfig phi3_like() {
+  nlohmann::json j = ModelConfig::from_file(stories_dir() + "/config.json").raw;
+  j["architectures"] = {"Phi3ForCausalLM"};
+  j["model_type"] = "phi3";
+  j["head_dim"] = 16;
+  j["num_attention_heads"] = 4;
+  j["num_key_value_heads"] = 2;
+  j["num_hidden_layers"] = 2;
+  j["tie_word_embeddings"] = false;
+  j["partial_rotary_factor"] = 0.75;
+  j["max_position_embeddings"] = 4096;
+  j["original_max_position_embeddings"] = 256;
+  j["sliding_window"] = 2047;
+  j["rope_scaling"] = {{"type", "longrope"},
+                       {"short_factor", {1.0, 1.25, 1.5, 2.0, 3.0, 5.0}},
+                       {"long_factor", {1.5, 2.5, 4.0, 8.0, 16.0, 40.0}}};
+  return ModelConfig::from_json(j, "phi3_like");
+}
+
+// The GGUF read back as `--model FILE.gguf` reads it: config from the metadata, then the weights.
+ModelWeights load_back(const std::string& path) {
+  GGUFReader r(path);
+  const ModelConfig c = ModelConfig::from_json(hub::gguf_model_files(r, path).config, path);
+  return load_gguf_weights(c, path, std::nullopt, nullptr);
+}
+
+}  // namespace
+
+// llama.cpp's phi3 (convert_hf_to_gguf.py Phi3MiniModel): attn_qkv and ffn_up (gate rows, then up
+// rows) as HF's fused tensors, no q/k permutation, rope.dimension_count the rotated dims, LongRoPE
+// factors as rope_factors_long/short.weight with the original context and the attention factor.
+// Our reader and @huggingface/gguf agree on the file; loading it back gives the same model.
+TEST(GGUFExport, Phi3FusedTensorsAndLongRopeRoundTrip) {
+  const ModelConfig c = phi3_like();
+  const ModelWeights w = random_model(c, 21);
+  test::TempDir dir;
+  const std::string path = dir.path + "/phi3.gguf";
+  export_gguf(w, stories_dir(), GGUFQuant::F32, path);
+  GGUFReader r(path);
+  EXPECT_EQ(str(r, "general.architecture"), "\"phi3\"");
+  EXPECT_EQ(r.get_int("phi3.rope.dimension_count"), 12);
+  EXPECT_EQ(r.get_int("phi3.rope.scaling.original_context_length"), 256);
+  EXPECT_EQ(r.get_int("phi3.attention.sliding_window"), 2047);
+  EXPECT_NEAR(*r.get_number("phi3.rope.scaling.attn_factor"), std::sqrt(1 + std::log(16.0) / std::log(256.0)), 1e-6);
+  EXPECT_EQ(r.find_tensor("blk.0.attn_q.weight"), nullptr);
+  EXPECT_EQ(r.find_tensor("blk.0.ffn_gate.weight"), nullptr);
+  std::vector<float> qkv = w.layers[1].q.to_vector(), gate_up = w.layers[1].gate.to_vector();
+  for (const Tensor* t : {&w.layers[1].k, &w.layers[1].v}) {
+    const auto v = t->to_vector();
+    qkv.insert(qkv.end(), v.begin(), v.end());
+  }
+  const auto up = w.layers[1].up.to_vector();
+  gate_up.insert(gate_up.end(), up.begin(), up.end());
+  EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.attn_qkv.weight")), qkv);  // NEOX rope: rows as HF has them
+  EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.ffn_up.weight")), gate_up);
+  EXPECT_EQ(r.dequantize(*r.find_tensor("rope_factors_long.weight")), c.rope.long_factor);
+  EXPECT_EQ(r.dequantize(*r.find_tensor("rope_factors_short.weight")), c.rope.short_factor);
+  gguf_testing::expect_oracle_matches(gguf_testing::oracle_read(path), r);
+
+  const ModelWeights back = load_back(path);
+  EXPECT_EQ(back.config.arch, Arch::Phi3);
+  EXPECT_EQ(back.config.rope.rot_dim(), 12);
+  EXPECT_TRUE(back.config.rope.longrope);
+  EXPECT_EQ(back.config.rope.original_max_position, 256);
+  EXPECT_EQ(back.config.rope.long_factor, c.rope.long_factor);
+  EXPECT_FLOAT_EQ(back.config.rope.attention_factor, c.rope.attention_factor);
+  EXPECT_EQ(back.config.sliding_window, 2047);
+  for (const auto& [role, layer] : model_roles(c))
+    EXPECT_EQ(weight_ref(back, role, layer).to_vector(), weight_ref(w, role, layer).to_vector()) << hf_name(role, layer);
+}
+
+// llama.cpp's smollm3 is convert_hf_to_gguf.py's LlamaModel (q/k rows permuted) with RoPE off every
+// 4th layer and no key for it: the default pattern exports and loads back, another is refused.
+TEST(GGUFExport, SmolLM3PermutesAndKeepsTheFourthLayerPattern) {
+  nlohmann::json j = ModelConfig::from_file(stories_dir() + "/config.json").raw;
+  j["architectures"] = {"SmolLM3ForCausalLM"};
+  j["model_type"] = "smollm3";
+  j["num_hidden_layers"] = 4;
+  const ModelConfig c = ModelConfig::from_json(j, "smollm3_like");
+  const ModelWeights w = random_model(c, 23);
+  test::TempDir dir;
+  const std::string path = dir.path + "/smol.gguf";
+  export_gguf(w, stories_dir(), GGUFQuant::F32, path);
+  GGUFReader r(path);
+  EXPECT_EQ(str(r, "general.architecture"), "\"smollm3\"");
+  EXPECT_EQ(r.dequantize(*r.find_tensor("blk.2.attn_q.weight")),
+            expected_values("blk.2.attn_q.weight", w.layers[2].q, "llama", 8));
+  gguf_testing::expect_oracle_matches(gguf_testing::oracle_read(path), r);
+  const ModelWeights back = load_back(path);
+  EXPECT_EQ(back.config.arch, Arch::SmolLM3);
+  EXPECT_EQ(back.config.rope_layers, (std::vector<uint8_t>{1, 1, 1, 0}));
+  for (const auto& [role, layer] : model_roles(c))
+    EXPECT_EQ(weight_ref(back, role, layer).to_vector(), weight_ref(w, role, layer).to_vector()) << hf_name(role, layer);
+
+  j["no_rope_layers"] = {1, 0, 1, 1};
+  const ModelWeights other = random_model(ModelConfig::from_json(j, "smollm3_other"), 24);
+  EXPECT_THROW(
+      {
+        try {
+          export_gguf(other, stories_dir(), GGUFQuant::F32, dir.path + "/other.gguf");
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::RUNTIME_EXPORT_FAILED);
+          EXPECT_NE(std::string(e.what()).find("every 4th layer"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
 }  // namespace bp

@@ -1,6 +1,7 @@
 // ModelConfig parsing for each supported architecture, defaults, and clear failures.
 #include "model/config.h"
 
+#include <cmath>
 #include <fstream>
 
 #include "support/test_util.h"
@@ -128,7 +129,7 @@ TEST(ModelConfig, UnsupportedArchitectureListsSupportedOnes) {
   EXPECT_NE(msg.find("GPT2LMHeadModel"), std::string::npos) << msg;
   EXPECT_NE(msg.find("cfg.json"), std::string::npos) << msg;
   for (const std::string& a : supported_architectures()) EXPECT_NE(msg.find(a), std::string::npos) << msg;
-  EXPECT_EQ(supported_architectures().size(), 4u);
+  EXPECT_EQ(supported_architectures().size(), 6u);
 }
 
 TEST(ModelConfig, BadFieldsNameTheKey) {
@@ -224,6 +225,111 @@ TEST(ModelConfig, Stories260K) {
   EXPECT_TRUE(c.tie_word_embeddings);
   EXPECT_EQ(c.head_dim, 8);
   EXPECT_EQ(c.torch_dtype, DType::F32);
+}
+
+}  // namespace bp
+
+namespace bp {
+namespace {
+
+// A Phi-4-mini-shaped config (its real keys, small sizes): partial rotary 0.75, LongRoPE.
+nlohmann::json phi4_mini_json() {
+  nlohmann::json j = base_json("Phi3ForCausalLM", "phi3");
+  j.erase("rope_theta");
+  j["max_position_embeddings"] = 131072;
+  j["original_max_position_embeddings"] = 4096;
+  j["partial_rotary_factor"] = 0.75;  // head_dim 8: 6 dims rotate, 3 factors
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0, 1.1, 1.2}}, {"long_factor", {2.0, 4.0, 8.0}}};
+  j["sliding_window"] = 262144;
+  j["tie_word_embeddings"] = true;
+  return j;
+}
+
+}  // namespace
+
+TEST(ModelConfig, Phi3PartialRotaryAndLongRope) {
+  const ModelConfig c = ModelConfig::from_json(phi4_mini_json(), "phi.json");
+  EXPECT_EQ(c.arch, Arch::Phi3);
+  EXPECT_TRUE(c.fused_projections());
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_FLOAT_EQ(c.rope.theta, 10000.0f);  // Phi3Config's default
+  EXPECT_EQ(c.rope.rot_dim(), 6);
+  EXPECT_TRUE(c.rope.longrope);
+  EXPECT_EQ(c.rope.original_max_position, 4096);
+  EXPECT_EQ(c.rope.long_factor, (std::vector<float>{2.0f, 4.0f, 8.0f}));
+  // sqrt(1 + ln(131072 / 4096) / ln 4096) = sqrt(1 + 5/12)
+  EXPECT_FLOAT_EQ(c.rope.attention_factor, static_cast<float>(std::sqrt(1.0 + 5.0 / 12.0)));
+  EXPECT_EQ(c.sliding_window, 262144);
+  // Short factors up to position 4095, long ones from 4096 on (max(position) + 1 > original).
+  const std::vector<float> s = rope_inv_freq(c.rope, 4095), l = rope_inv_freq(c.rope, 4096);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_FLOAT_EQ(s[1], 1.0f / (1.1f * static_cast<float>(std::pow(10000.0, 2.0 / 6.0))));
+  EXPECT_FLOAT_EQ(l[2], 1.0f / (8.0f * static_cast<float>(std::pow(10000.0, 4.0 / 6.0))));
+  // Without original_max_position_embeddings Phi3Config's 4096 stands; an explicit attention_factor wins.
+  nlohmann::json j = phi4_mini_json();
+  j.erase("original_max_position_embeddings");
+  j["rope_scaling"]["attention_factor"] = 1.5;
+  const ModelConfig d = ModelConfig::from_json(j, "phi.json");
+  EXPECT_EQ(d.rope.original_max_position, 4096);
+  EXPECT_FLOAT_EQ(d.rope.attention_factor, 1.5f);
+  // A config that does not scale (max == original) has attention factor 1.
+  j = phi4_mini_json();
+  j["max_position_embeddings"] = 4096;
+  EXPECT_FLOAT_EQ(ModelConfig::from_json(j, "phi.json").rope.attention_factor, 1.0f);
+}
+
+TEST(ModelConfig, Phi3BadRotaryAndLongRopeConfigsFail) {
+  for (double f : {0.0, -0.5, 1.5}) {
+    nlohmann::json j = phi4_mini_json();
+    j["partial_rotary_factor"] = f;
+    EXPECT_NE(error_of(j).find("partial_rotary_factor must be in (0, 1]"), std::string::npos) << f;
+  }
+  nlohmann::json j = phi4_mini_json();
+  j["partial_rotary_factor"] = 0.1;  // int(8 · 0.1) = 0 dims
+  EXPECT_NE(error_of(j).find("rotates 0 of head_dim 8"), std::string::npos);
+  j = phi4_mini_json();
+  j["rope_scaling"]["long_factor"] = {1.0, 2.0};
+  EXPECT_NE(error_of(j).find("'long_factor' has 2 values but rotary_dim/2 = 3"), std::string::npos);
+  j = phi4_mini_json();
+  j["rope_scaling"]["short_factor"] = {1.0, 2.0, 3.0, 4.0};  // the length of the full head_dim/2
+  EXPECT_NE(error_of(j).find("'short_factor' has 4 values"), std::string::npos);
+  j = phi4_mini_json();
+  j["rope_scaling"].erase("short_factor");
+  EXPECT_NE(error_of(j).find("needs 'short_factor'"), std::string::npos);
+  j = phi4_mini_json();
+  j["rope_scaling"]["long_factor"] = {1.0, -2.0, 3.0};
+  EXPECT_NE(error_of(j).find("positive numbers"), std::string::npos);
+  j = phi4_mini_json();
+  j["rope_scaling"]["type"] = "su";
+  EXPECT_NE(error_of(j).find("rope_scaling type 'su' is not supported"), std::string::npos);
+}
+
+TEST(ModelConfig, SmolLM3LayersWithoutRope) {
+  nlohmann::json j = base_json("SmolLM3ForCausalLM", "smollm3");
+  j.erase("rope_theta");
+  j["num_hidden_layers"] = 8;
+  ModelConfig c = ModelConfig::from_json(j, "smol.json");
+  EXPECT_EQ(c.arch, Arch::SmolLM3);
+  EXPECT_FLOAT_EQ(c.rope.theta, 2000000.0f);  // SmolLM3Config's default
+  EXPECT_TRUE(c.tie_word_embeddings);
+  // no_rope_layer_interval 4 by default: layers 3 and 7 have no RoPE.
+  EXPECT_EQ(c.rope_layers, (std::vector<uint8_t>{1, 1, 1, 0, 1, 1, 1, 0}));
+  EXPECT_EQ(c.rope_for_layer(3).rot_dim(), 0);
+  EXPECT_EQ(c.rope_for_layer(2).rot_dim(), 8);
+  j["no_rope_layer_interval"] = 3;
+  EXPECT_EQ(ModelConfig::from_json(j, "smol.json").rope_layers, (std::vector<uint8_t>{1, 1, 0, 1, 1, 0, 1, 1}));
+  j["no_rope_layers"] = {0, 1, 1, 1, 0, 1, 1, 1};  // wins over the interval
+  EXPECT_EQ(ModelConfig::from_json(j, "smol.json").rope_layers, (std::vector<uint8_t>{0, 1, 1, 1, 0, 1, 1, 1}));
+  j["no_rope_layers"] = {1, 1};
+  EXPECT_NE(error_of(j).find("no_rope_layers must be a list of num_hidden_layers = 8"), std::string::npos);
+  j["no_rope_layers"] = {0, 1, 2, 1, 0, 1, 1, 1};
+  EXPECT_NE(error_of(j).find("entries must be 0 or 1"), std::string::npos);
+  j.erase("no_rope_layers");
+  j["no_rope_layer_interval"] = 0;
+  EXPECT_NE(error_of(j).find("no_rope_layer_interval must be >= 1"), std::string::npos);
+  j["no_rope_layer_interval"] = 4;
+  j["use_sliding_window"] = true;
+  EXPECT_NE(error_of(j).find("use_sliding_window"), std::string::npos);
 }
 
 }  // namespace bp

@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "model/lora.h"
 #include "model/transformer.h"
+#include "model/weight_names.h"
 #include "ops/optim.h"
 #include "support/test_util.h"
 
@@ -22,9 +24,30 @@ struct TinySpec {
   int64_t vocab = 67, hidden = 32, inter = 48, layers = 2, heads = 4, kv_heads = 2, head_dim = 8;
   bool tied = true, bias = false, qk_norm = false, llama3_rope = false;
   float theta = 10000.0f;
+  // More config.json keys (Phi-3's partial_rotary_factor, rope_scaling longrope; SmolLM3's
+  // no_rope_layers): the config is then parsed from JSON by ModelConfig::from_json, and the oracle
+  // reads the same keys (write_oracle_case).
+  nlohmann::json hf = nullptr;
 };
 
 inline ModelConfig tiny_config(const TinySpec& s) {
+  if (!s.hf.is_null()) {
+    nlohmann::json j = s.hf;
+    j["architectures"] = {arch_name(s.arch)};
+    j["model_type"] = arch_info(s.arch).model_type;
+    j["vocab_size"] = s.vocab;
+    j["hidden_size"] = s.hidden;
+    j["intermediate_size"] = s.inter;
+    j["num_hidden_layers"] = s.layers;
+    j["num_attention_heads"] = s.heads;
+    j["num_key_value_heads"] = s.kv_heads;
+    j["head_dim"] = s.head_dim;
+    j["rms_norm_eps"] = 1e-5;
+    j["rope_theta"] = s.theta;
+    j["tie_word_embeddings"] = s.tied;
+    if (!j.contains("max_position_embeddings")) j["max_position_embeddings"] = 128;
+    return ModelConfig::from_json(j, "tiny config");
+  }
   ModelConfig c;
   c.arch = s.arch;
   c.vocab_size = s.vocab;
@@ -111,9 +134,27 @@ inline void make_tiny_lora(TinyLora& t, const ModelConfig& c, int64_t r, float a
       const auto ri = static_cast<size_t>(role);
       const auto li = static_cast<size_t>(l);
       const float b = 1.0f / std::sqrt(static_cast<float>(ins[ri]));
+      // A fused model (Phi-3): PEFT's qkv_proj / gate_up_proj, one A shared by the members and one B
+      // [Σout, r] whose rows their B are (model/lora.h), made with the first member.
+      const LoraFusedModule* f = c.fused_projections() ? lora_fused_module_of(static_cast<LoraTarget>(role)) : nullptr;
+      if (f && static_cast<int>(f->first) != static_cast<int>(role)) continue;
       t.A[li][ri] = random_tensor({r, ins[ri]}, seed++, -b, b);
-      t.B[li][ri] = random_tensor({outs[ri], r}, seed++, -0.2f, 0.2f);
-      t.view.layers[li][ri] = {&t.A[li][ri], &t.B[li][ri]};
+      if (!f) {
+        t.B[li][ri] = random_tensor({outs[ri], r}, seed++, -0.2f, 0.2f);
+        t.view.layers[li][ri] = {&t.A[li][ri], &t.B[li][ri]};
+        continue;
+      }
+      int64_t rows = 0;
+      for (int i = 0; i < f->count; ++i) rows += outs[ri + static_cast<size_t>(i)];
+      const Tensor B = random_tensor({rows, r}, seed++, -0.2f, 0.2f);
+      int64_t at = 0;
+      for (int i = 0; i < f->count; ++i) {
+        const size_t m = ri + static_cast<size_t>(i);
+        t.A[li][m] = t.A[li][ri];
+        t.B[li][m] = B.rows(at, at + outs[m]);
+        at += outs[m];
+        t.view.layers[li][m] = {&t.A[li][m], &t.B[li][m]};
+      }
     }
 }
 
@@ -167,7 +208,15 @@ inline void write_oracle_case(const std::string& dir, Model& model, const TinyLo
                     {"num_kv_heads", c.num_kv_heads}, {"head_dim", c.head_dim},
                     {"rms_norm_eps", c.rms_norm_eps}, {"rope_theta", c.rope.theta},
                     {"qk_norm", c.qk_norm},           {"tie_word_embeddings", c.tie_word_embeddings}};
-  if (c.rope.llama3_scaling)
+  // The config.json keys of Phi-3's and SmolLM3's RoPE, as the model's config.json has them: the
+  // oracle interprets them itself (partial rotary, longrope's factors and attention factor, layers
+  // without RoPE).
+  for (const char* key : {"model_type", "partial_rotary_factor", "max_position_embeddings",
+                          "original_max_position_embeddings", "no_rope_layers", "no_rope_layer_interval"})
+    if (c.raw.is_object() && c.raw.contains(key)) spec["config"][key] = c.raw[key];
+  if (c.rope.longrope)
+    spec["config"]["rope_scaling"] = c.raw["rope_scaling"];
+  else if (c.rope.llama3_scaling)
     spec["config"]["rope_scaling"] = {{"rope_type", "llama3"},
                                       {"factor", c.rope.factor},
                                       {"low_freq_factor", c.rope.low_freq_factor},
@@ -185,7 +234,7 @@ inline void write_oracle_case(const std::string& dir, Model& model, const TinyLo
     table.push_back({{"name", name}, {"shape", t.shape().vec()}, {"offset", off}});
     off += static_cast<int64_t>(v.size());
   };
-  for (auto& [name, t] : model.named_weights()) put(name, *t);
+  for (auto& [name, t] : named_hf_weights(model.weights())) put(name, t);  // fused as HF stores them
   if (lora) {
     spec["lora"] = {{"r", lora->view.rank}, {"alpha", lora->alpha}, {"use_rslora", lora->rslora}};
     for (auto& p : model.trainable_parameters())

@@ -78,6 +78,30 @@ std::vector<ParityCase> parity_cases() {
   qwen3.arch = Arch::Qwen3;
   qwen3.qk_norm = true;
   qwen3.head_dim = 16;
+  // Phi-3 (Phi-4-mini's shape of RoPE): fused qkv_proj / gate_up_proj as HF stores them, partial
+  // rotary 0.75 (6 of 8 dims rotate), LongRoPE with an attention factor (max 64 over original 4:
+  // factor 16); the batch's positions reach 6, past the original 4: the long factors.
+  TinySpec phi3_long;
+  phi3_long.arch = Arch::Phi3;
+  phi3_long.tied = false;
+  phi3_long.hf = {
+      {"partial_rotary_factor", 0.75},
+      {"max_position_embeddings", 64},
+      {"original_max_position_embeddings", 4},
+      {"rope_scaling", {{"type", "longrope"}, {"short_factor", {1.0, 1.5, 2.5}}, {"long_factor", {1.25, 3.0, 7.5}}}}};
+  // The same with original 16: positions stay inside it, the short factors (and factor 4).
+  TinySpec phi3_short = phi3_long;
+  phi3_short.kv_heads = 1;
+  phi3_short.hf["original_max_position_embeddings"] = 16;
+  // SmolLM3: every 2nd layer without RoPE (no_rope_layer_interval), and an explicit no_rope_layers.
+  TinySpec smol_interval;
+  smol_interval.arch = Arch::SmolLM3;
+  smol_interval.layers = 3;
+  smol_interval.hf = {{"no_rope_layer_interval", 2}};
+  TinySpec smol_list = smol_interval;
+  smol_list.layers = 2;
+  smol_list.tied = false;
+  smol_list.hf = {{"no_rope_layers", {0, 1}}};
   std::vector<ParityCase> v;
   uint64_t seed = 1;
   for (auto [name, spec] : {std::pair{"llama_tied_gqa", llama_tied}, std::pair{"llama_untied_llama3rope", llama_untied},
@@ -89,6 +113,32 @@ std::vector<ParityCase> parity_cases() {
     full.seed = seed++;
     v.push_back(full);
   }
+  for (auto [name, spec] : {std::pair{"phi3_longrope_long", phi3_long}, std::pair{"phi3_longrope_short", phi3_short},
+                            std::pair{"smollm3_interval", smol_interval}, std::pair{"smollm3_list", smol_list}}) {
+    ParityCase lora{std::string("lora_") + name, spec};  // checkpointed
+    lora.seed = seed++;
+    v.push_back(lora);
+    ParityCase lora_nockpt{std::string("lora_nockpt_") + name, spec, TrainMode::Lora, false};
+    lora_nockpt.seed = seed++;
+    v.push_back(lora_nockpt);
+    ParityCase full{std::string("full_") + name, spec, TrainMode::Full, false};
+    full.seed = seed++;
+    v.push_back(full);
+    ParityCase full_ckpt{std::string("full_ckpt_") + name, spec, TrainMode::Full, true};
+    full_ckpt.seed = seed++;
+    v.push_back(full_ckpt);
+  }
+  // Phi-3 LoRA on qkv_proj and down_proj only (PEFT's fused module alone), rsLoRA.
+  ParityCase phi_subset{"lora_phi3_qkv_down",
+                        phi3_short,
+                        TrainMode::Lora,
+                        true,
+                        8,
+                        16.0f,
+                        true,
+                        {LinearRole::Q, LinearRole::K, LinearRole::V, LinearRole::Down}};
+  phi_subset.seed = seed++;
+  v.push_back(phi_subset);
   // rsLoRA scale and a subset of target modules (q_proj, v_proj, down_proj), no checkpointing.
   ParityCase rs{"lora_rslora_subset",
                 llama_tied,
@@ -122,6 +172,30 @@ const std::map<std::string, OracleResult>& oracle_results(std::string* error) {
   return results;
 }
 
+// The trainable gradients named as the saved files name them: LoRA's already are (a fused module
+// once, with PEFT's name); full fine-tuning's per projection are joined into the fused tensors of a
+// fused model (qkv_proj, gate_up_proj: their rows in HF's order), as the oracle holds them.
+std::map<std::string, std::vector<double>> saved_file_grads(Model& model) {
+  std::map<std::string, std::vector<double>> out;
+  for (const auto& p : model.trainable_parameters()) out[p.name] = to_double(*p.grad);
+  const ModelConfig& c = model.config();
+  if (model.options().mode != TrainMode::Full || !c.fused_projections()) return out;
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    for (const FusedProjection& f : fused_projection_table()) {
+      std::vector<double> joined;
+      for (int i = 0; i < f.count; ++i) {
+        const std::string member = hf_name(static_cast<WeightRole>(static_cast<int>(f.first) + i), l);
+        const auto it = out.find(member);
+        EXPECT_NE(it, out.end()) << member;
+        if (it == out.end()) continue;
+        joined.insert(joined.end(), it->second.begin(), it->second.end());
+        out.erase(it);
+      }
+      out[fmt::format(fmt::runtime(f.hf), l)] = std::move(joined);
+    }
+  return out;
+}
+
 void expect_grads_close(const std::string& name, const std::vector<double>& got, const std::vector<double>& ref) {
   const double scale = max_abs(ref);
   ASSERT_GT(scale, 0.0) << name << ": the oracle's gradient is all zeros, the test would prove nothing";
@@ -148,18 +222,24 @@ void check_case(const ParityCase& pc, const OracleResult& ref) {
   const auto params = model.trainable_parameters();
   ASSERT_FALSE(params.empty());
   size_t compared = 0;
-  for (const auto& p : params) {
-    auto it = ref.arrays.find("grad:" + p.name);
-    ASSERT_NE(it, ref.arrays.end()) << "the oracle has no gradient for " << p.name;
-    expect_grads_close(p.name, to_double(*p.grad), it->second);
+  for (const auto& [name, grad] : saved_file_grads(model)) {
+    auto it = ref.arrays.find("grad:" + name);
+    ASSERT_NE(it, ref.arrays.end()) << "the oracle has no gradient for " << name;
+    expect_grads_close(name, grad, it->second);
     ++compared;
   }
   // Every oracle gradient was compared (nothing trainable is missing on the C++ side).
   size_t oracle_grads = 0;
   for (auto& [k, v] : ref.arrays) oracle_grads += k.rfind("grad:", 0) == 0;
   EXPECT_EQ(compared, oracle_grads);
-  if (pc.mode == TrainMode::Lora) {
-    EXPECT_EQ(compared, 2 * pc.targets.size() * static_cast<size_t>(model.config().num_layers));
+  if (pc.mode == TrainMode::Lora) {  // one A and one B per adapted module (a fused one counts once)
+    size_t modules = 0;
+    for (LinearRole r : pc.targets) {
+      const LoraFusedModule* f =
+          model.config().fused_projections() ? lora_fused_module_of(static_cast<LoraTarget>(r)) : nullptr;
+      modules += !f || static_cast<int>(f->first) == static_cast<int>(r);
+    }
+    EXPECT_EQ(compared, 2 * modules * static_cast<size_t>(model.config().num_layers));
   }
 }
 

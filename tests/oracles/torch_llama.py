@@ -1,9 +1,12 @@
 #!/usr/bin/python3
 """Independent PyTorch oracle for the transformer (tests/model/parity_test.cpp).
 
-A plain-torch re-implementation of the Hugging Face Llama / Mistral / Qwen2 / Qwen3 forward pass
-(modeling_llama.py conventions: RMSNorm, rotate_half RoPE with optional llama3 scaling, grouped
-KV heads, SwiGLU MLP, q/k/v bias, per-head q/k norm, tied or untied LM head) plus PEFT-style
+A plain-torch re-implementation of the Hugging Face Llama / Mistral / Qwen2 / Qwen3 / Phi-3 /
+SmolLM3 forward pass (modeling_llama.py conventions: RMSNorm, rotate_half RoPE with optional llama3
+scaling, grouped KV heads, SwiGLU MLP, q/k/v bias, per-head q/k norm, tied or untied LM head;
+modeling_phi3.py: fused qkv_proj / gate_up_proj as HF stores them, partial rotary, LongRoPE with
+its per-forward short/long choice and attention factor; modeling_smollm3.py: layers without RoPE)
+plus PEFT-style
 LoRA (y = x W^T + b + scale * B(A(dropout(x))), dropout 0 here). It shares no code with the C++
 implementation. It runs in float64 so its numbers are a reference for the f32 C++ ones.
 
@@ -47,10 +50,35 @@ def load_spec(in_dir):
     return spec, tensors
 
 
-def rope_inv_freq(cfg):
-    d = cfg["head_dim"]
+def rotary_dim(cfg):
+    """modeling_rope_utils: dim = int(head_dim * partial_rotary_factor)."""
+    return int(cfg["head_dim"] * cfg.get("partial_rotary_factor", 1.0))
+
+
+def longrope_attention_factor(cfg):
+    """_compute_longrope_parameters: with original_max_position_embeddings in the config the scale
+    is max_position_embeddings / original, else rope_scaling's factor; sqrt(1 + ln s / ln orig)."""
+    sc = cfg["rope_scaling"]
+    if cfg.get("original_max_position_embeddings"):
+        orig = cfg["original_max_position_embeddings"]
+        factor = cfg["max_position_embeddings"] / orig
+    else:
+        orig = cfg["max_position_embeddings"]
+        factor = sc.get("factor", 1.0)
+    if sc.get("attention_factor") is not None:
+        return sc["attention_factor"], orig
+    return (1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))), orig
+
+
+def rope_inv_freq(cfg, seq_len=0):
+    d = rotary_dim(cfg)
     inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, d, 2, dtype=DT) / d))
     sc = cfg.get("rope_scaling")
+    if sc and sc.get("rope_type", sc.get("type")) == "longrope":
+        # longrope_frequency_update: long factors once max(position_ids) + 1 passes the original length
+        _, orig = longrope_attention_factor(cfg)
+        ext = sc["long_factor"] if seq_len > orig else sc["short_factor"]
+        inv = 1.0 / (torch.tensor(ext, dtype=DT) * cfg["rope_theta"] ** (torch.arange(0, d, 2, dtype=DT) / d))
     if sc and sc.get("rope_type", sc.get("type")) == "llama3":
         factor = sc["factor"]
         lo, hi = sc["low_freq_factor"], sc["high_freq_factor"]
@@ -105,22 +133,43 @@ class Llama:
             sample[cu_seqlens[s]:cu_seqlens[s + 1]] = s
         idx = torch.arange(T)
         allowed = (sample[:, None] == sample[None, :]) & (idx[None, :] <= idx[:, None])
-        freqs = positions.to(DT)[:, None] * rope_inv_freq(c)[None, :]
+        freqs = positions.to(DT)[:, None] * rope_inv_freq(c, int(positions.max()) + 1)[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+        sc = c.get("rope_scaling")
+        if sc and sc.get("rope_type", sc.get("type")) == "longrope":
+            af, _ = longrope_attention_factor(c)
+            cos, sin = cos * af, sin * af
+        rot = rotary_dim(c)
+        # SmolLM3Config: no_rope_layers[l] = 1 where layer l uses RoPE; by default every
+        # no_rope_layer_interval-th layer has none.
+        uses_rope = c.get("no_rope_layers")
+        if uses_rope is None:
+            every = c.get("no_rope_layer_interval", 4) if c.get("model_type") == "smollm3" else 0
+            uses_rope = [int(every == 0 or (i + 1) % every != 0) for i in range(c["num_layers"])]
+
+        def rope(x):  # modeling_phi3 apply_rotary_pos_emb: rotate the first `rot` dims, pass the rest
+            xr, xp = x[..., :rot], x[..., rot:]
+            return torch.cat((xr * cos + rotate_half(xr) * sin, xp), dim=-1)
 
         x = w["model.embed_tokens.weight"][tokens]
         for l in range(c["num_layers"]):
             p = "model.layers.%d" % l
             xn = rms_norm(x, w[p + ".input_layernorm.weight"], eps)
-            q = self.linear(xn, p + ".self_attn", "q_proj").view(T, H, d)
-            k = self.linear(xn, p + ".self_attn", "k_proj").view(T, Hkv, d)
-            v = self.linear(xn, p + ".self_attn", "v_proj").view(T, Hkv, d)
+            if p + ".self_attn.qkv_proj.weight" in w:  # Phi-3: one qkv_proj, q rows then k then v
+                qkv = self.linear(xn, p + ".self_attn", "qkv_proj")
+                q = qkv[:, :H * d].reshape(T, H, d)
+                k = qkv[:, H * d:(H + Hkv) * d].reshape(T, Hkv, d)
+                v = qkv[:, (H + Hkv) * d:].reshape(T, Hkv, d)
+            else:
+                q = self.linear(xn, p + ".self_attn", "q_proj").view(T, H, d)
+                k = self.linear(xn, p + ".self_attn", "k_proj").view(T, Hkv, d)
+                v = self.linear(xn, p + ".self_attn", "v_proj").view(T, Hkv, d)
             if c["qk_norm"]:
                 q = rms_norm(q, w[p + ".self_attn.q_norm.weight"], eps)
                 k = rms_norm(k, w[p + ".self_attn.k_norm.weight"], eps)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            if uses_rope[l]:
+                q, k = rope(q), rope(k)
             rep = H // Hkv
             k = k.repeat_interleave(rep, dim=1)  # query head h reads kv head h // rep
             v = v.repeat_interleave(rep, dim=1)
@@ -129,8 +178,11 @@ class Llama:
             attn = torch.einsum("hts,shd->thd", torch.softmax(scores, dim=-1), v).reshape(T, H * d)
             h = x + self.linear(attn, p + ".self_attn", "o_proj")
             hn = rms_norm(h, w[p + ".post_attention_layernorm.weight"], eps)
-            gate = self.linear(hn, p + ".mlp", "gate_proj")
-            up = self.linear(hn, p + ".mlp", "up_proj")
+            if p + ".mlp.gate_up_proj.weight" in w:  # Phi-3: gate_up_proj chunked, gate first
+                gate, up = self.linear(hn, p + ".mlp", "gate_up_proj").chunk(2, dim=-1)
+            else:
+                gate = self.linear(hn, p + ".mlp", "gate_proj")
+                up = self.linear(hn, p + ".mlp", "up_proj")
             x = h + self.linear(torch.nn.functional.silu(gate) * up, p + ".mlp", "down_proj")
         x = rms_norm(x, w["model.norm.weight"], eps)
         head = w["model.embed_tokens.weight"] if c["tie_word_embeddings"] else w["lm_head.weight"]

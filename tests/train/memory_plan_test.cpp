@@ -36,7 +36,13 @@ std::vector<PlanCase> plan_cases() {
   wide.head_dim = 8, wide.tied = false;
   TinySpec qwen3 = wide;
   qwen3.arch = Arch::Qwen3, qwen3.qk_norm = true, qwen3.bias = false, qwen3.layers = 2, qwen3.head_dim = 16;
+  // Phi-3: LoRA on the fused modules (one A per module, B [Σout, r]: model/lora.h), partial rotary.
+  TinySpec phi3 = wide;
+  phi3.arch = Arch::Phi3;
+  phi3.hf = {{"partial_rotary_factor", 0.5}};
   return {
+      {"phi3_lora_ckpt_dropout", phi3, TrainMode::Lora, true, 110, 0.1f},
+      {"phi3_lora_nockpt_qkv_down", phi3, TrainMode::Lora, false, 100, 0.0f, {"qkv_proj", "down_proj"}},
       {"small_lora_ckpt", small, TrainMode::Lora, true, 40},
       {"small_full_nockpt", small, TrainMode::Full, false, 40},
       {"wide_lora_ckpt", wide, TrainMode::Lora, true, 120},

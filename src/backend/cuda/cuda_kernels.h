@@ -38,7 +38,7 @@ void swiglu_backward(const T* dh, const T* gate, const T* up, T* dgate, T* dup, 
 template <class T>
 void rope_apply(T* a, int64_t a_heads, bf16* a16, const float* a_bias, T* b, int64_t b_heads, bf16* b16,
                 const float* b_bias, const int32_t* positions, const float* inv_freq, int64_t T_tokens,
-                int64_t head_dim, bool inverse, cudaStream_t stream);
+                int64_t head_dim, int64_t rot_dim, float attn_scale, bool inverse, cudaStream_t stream);
 template <class T>
 void embedding_forward(const int32_t* ids, const T* table, T* y, int64_t T_tokens, int64_t D, cudaStream_t stream);
 template <class T>

@@ -413,7 +413,7 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   // its launch arguments (rope.cuh RopeFreqs): no copy, no device buffer. Heads wider than the
   // attention kernels take (which bound RopeFreqs) are refused like there. a and b (q and k): one launch.
   static void rope_apply(cpu::RopeTarget a, cpu::RopeTarget b, const int32_t* positions, const float* inv_freq,
-                         int64_t T, int64_t head_dim, bool inverse) {
+                         int64_t T, int64_t head_dim, int64_t rot_dim, float attn_scale, bool inverse) {
     if (T == 0) return;
     if (head_dim > kCudaRopeMaxHeadDim)
       throw Error(ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA,
@@ -421,7 +421,7 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
                       ", this model has head_dim " + std::to_string(head_dim) + "; train it with --device cpu");
     ::bp::BP_WRAP_NS::rope_apply<float>(a.x, a.n_heads, reinterpret_cast<bf16*>(a.x_bf16), a.bias, b.x, b.n_heads,
                                         reinterpret_cast<bf16*>(b.x_bf16), b.bias, positions, inv_freq, T, head_dim,
-                                        inverse, nullptr);
+                                        rot_dim, attn_scale, inverse, nullptr);
     check_launch("rope_apply");
   }
   static void swiglu_forward(const float* gate, const float* up, float* h, uint16_t* h_bf16, int64_t n) {
