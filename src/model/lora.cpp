@@ -47,6 +47,11 @@ const LoraFusedModule* lora_fused_module_of(LoraTarget t) {
   return nullptr;
 }
 
+bool same_tensor(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.kernel_raw() == b.kernel_raw() && a.shape() == b.shape() &&
+         a.dtype() == b.dtype() && a.device() == b.device();
+}
+
 const char* lora_target_name(LoraTarget t) {
   return kTargetNames[static_cast<size_t>(t)];
 }
@@ -136,7 +141,7 @@ void LoraConfig::validate_for(const ModelConfig& cfg) const {
                               "gate/up as one gate_up_proj (PEFT's target names there: qkv_proj, o_proj, "
                               "gate_up_proj, down_proj, or all-linear)",
                               m, cfg.architecture_name))
-          .with_suggestion(fmt::format("--lora-target {}", lora_fused_module_of(*t)->name));
+          .with_suggestion(fmt::format("--target-modules {}", lora_fused_module_of(*t)->name));
     if (!model_fused && fused_module_named(m))
       throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                   fmt::format("[lora] target module '{}' is Phi-3's fused projection; {} has separate ones (q_proj, "
@@ -151,7 +156,7 @@ int64_t LoraAdapter::num_parameters() const {
     for (LoraTarget t : kAllLoraTargets) {
       if (!l.has(t)) continue;
       const LoraFusedModule* f = config.fused ? lora_fused_module_of(t) : nullptr;
-      const bool shared_a = f && f->first != t && l.a(t).raw() == l.a(f->first).raw();
+      const bool shared_a = f && f->first != t && same_tensor(l.a(t), l.a(f->first));
       n += (shared_a ? 0 : l.a(t).numel()) + l.b(t).numel();
     }
   return n;

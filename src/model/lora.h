@@ -47,6 +47,10 @@ inline constexpr std::array<LoraFusedModule, 2> kLoraFusedModules = {
     {{"qkv_proj", LoraTarget::Q, 3}, {"gate_up_proj", LoraTarget::Gate, 2}}};
 const LoraFusedModule* lora_fused_module_of(LoraTarget t);  // null for o_proj, down_proj
 
+// Whether a and b are one tensor (the same memory, shape, type and device), as a fused module's
+// members' A are; compares addresses only, so it holds for device tensors too.
+bool same_tensor(const Tensor& a, const Tensor& b);
+
 // "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj".
 const char* lora_target_name(LoraTarget t);
 std::optional<LoraTarget> parse_lora_target(std::string_view name);

@@ -212,7 +212,7 @@ void Model::attach_lora(const LoraView& lora) {
       }
       if (static_cast<int>(parts.size()) != grp.count || Tensor::joined_rows(parts).defined()) continue;
       bool shared = true;  // a fused module's one A: kept as it is (lora_group_shared)
-      for (const Tensor* A : parts) shared = shared && A->raw() == parts[0]->raw() && A->shape() == parts[0]->shape();
+      for (const Tensor* A : parts) shared = shared && same_tensor(*A, *parts[0]);
       if (shared) continue;
       Tensor all = Tensor::empty({rows, parts[0]->dim(1)}, DType::F32, parts[0]->device());
       int64_t at = 0;
@@ -243,7 +243,7 @@ bool Model::lora_group_shared(int64_t l, const LinearInputGroup& g) const {
   if (!first || g.count < 2) return false;
   for (int i = 1; i < g.count; ++i) {
     const Tensor* A = layer[static_cast<size_t>(g.first) + static_cast<size_t>(i)].A;
-    if (!A || A->raw() != first->raw() || !(A->shape() == first->shape())) return false;
+    if (!A || !same_tensor(*A, *first)) return false;
   }
   return true;
 }

@@ -500,6 +500,20 @@ ModelWeights load_back(const std::string& path) {
   return load_gguf_weights(c, path, std::nullopt, nullptr);
 }
 
+// Exports `w` at f32 into dir/file and checks general.architecture; the file's path.
+std::string exported_f32(const ModelWeights& w, const test::TempDir& dir, const std::string& file) {
+  const std::string path = dir.path + "/" + file;
+  export_gguf(w, stories_dir(), GGUFQuant::F32, path);
+  EXPECT_EQ(str(GGUFReader(path), "general.architecture"), "\"" + std::string(gguf_arch_name(w.config.arch)) + "\"");
+  return path;
+}
+
+void expect_same_weights(const ModelWeights& got, const ModelWeights& want) {
+  for (const auto& [role, layer] : model_roles(want.config))
+    EXPECT_EQ(weight_ref(got, role, layer).to_vector(), weight_ref(want, role, layer).to_vector())
+        << hf_name(role, layer);
+}
+
 }  // namespace
 
 // llama.cpp's phi3 (convert_hf_to_gguf.py Phi3MiniModel): attn_qkv and ffn_up (gate rows, then up
@@ -510,10 +524,9 @@ TEST(GGUFExport, Phi3FusedTensorsAndLongRopeRoundTrip) {
   const ModelConfig c = phi3_like();
   const ModelWeights w = random_model(c, 21);
   test::TempDir dir;
-  const std::string path = dir.path + "/phi3.gguf";
-  export_gguf(w, stories_dir(), GGUFQuant::F32, path);
+  const std::string path = exported_f32(w, dir, "phi3.gguf");
   GGUFReader r(path);
-  EXPECT_EQ(str(r, "general.architecture"), "\"phi3\"");
+  EXPECT_EQ(r.get_string("general.architecture"), "phi3");  // llama.cpp's LLM_ARCH name
   EXPECT_EQ(r.get_int("phi3.rope.dimension_count"), 12);
   EXPECT_EQ(r.get_int("phi3.rope.scaling.original_context_length"), 256);
   EXPECT_EQ(r.get_int("phi3.attention.sliding_window"), 2047);
@@ -541,8 +554,7 @@ TEST(GGUFExport, Phi3FusedTensorsAndLongRopeRoundTrip) {
   EXPECT_EQ(back.config.rope.long_factor, c.rope.long_factor);
   EXPECT_FLOAT_EQ(back.config.rope.attention_factor, c.rope.attention_factor);
   EXPECT_EQ(back.config.sliding_window, 2047);
-  for (const auto& [role, layer] : model_roles(c))
-    EXPECT_EQ(weight_ref(back, role, layer).to_vector(), weight_ref(w, role, layer).to_vector()) << hf_name(role, layer);
+  expect_same_weights(back, w);
 }
 
 // llama.cpp's smollm3 is convert_hf_to_gguf.py's LlamaModel (q/k rows permuted) with RoPE off every
@@ -555,18 +567,16 @@ TEST(GGUFExport, SmolLM3PermutesAndKeepsTheFourthLayerPattern) {
   const ModelConfig c = ModelConfig::from_json(j, "smollm3_like");
   const ModelWeights w = random_model(c, 23);
   test::TempDir dir;
-  const std::string path = dir.path + "/smol.gguf";
-  export_gguf(w, stories_dir(), GGUFQuant::F32, path);
+  const std::string path = exported_f32(w, dir, "smol.gguf");
   GGUFReader r(path);
-  EXPECT_EQ(str(r, "general.architecture"), "\"smollm3\"");
+  EXPECT_EQ(r.get_string("general.architecture"), "smollm3");  // llama.cpp's LLM_ARCH name
   EXPECT_EQ(r.dequantize(*r.find_tensor("blk.2.attn_q.weight")),
             expected_values("blk.2.attn_q.weight", w.layers[2].q, "llama", 8));
   gguf_testing::expect_oracle_matches(gguf_testing::oracle_read(path), r);
   const ModelWeights back = load_back(path);
   EXPECT_EQ(back.config.arch, Arch::SmolLM3);
   EXPECT_EQ(back.config.rope_layers, (std::vector<uint8_t>{1, 1, 1, 0}));
-  for (const auto& [role, layer] : model_roles(c))
-    EXPECT_EQ(weight_ref(back, role, layer).to_vector(), weight_ref(w, role, layer).to_vector()) << hf_name(role, layer);
+  expect_same_weights(back, w);
 
   j["no_rope_layers"] = {1, 0, 1, 1};
   const ModelWeights other = random_model(ModelConfig::from_json(j, "smollm3_other"), 24);
