@@ -210,7 +210,7 @@ TEST(CudaModel, Stories260KLoraStepMatchesCpu) {
 // original 16) and SmolLM3 (every 2nd layer without RoPE): the card's step equals the CPU's.
 TEST(CudaModel, Phi3AndSmolLM3LoraStepsMatchCpu) {
   const nlohmann::json base = {{"vocab_size", 67},       {"hidden_size", 32},        {"intermediate_size", 48},
-                               {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                               {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
                                {"rms_norm_eps", 1e-5},   {"torch_dtype", "float32"}, {"initializer_range", 0.2}};
   nlohmann::json phi3 = base, smol = base;
   phi3["architectures"] = {"Phi3ForCausalLM"};
