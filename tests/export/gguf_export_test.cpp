@@ -594,3 +594,43 @@ TEST(GGUFExport, SmolLM3PermutesAndKeepsTheFourthLayerPattern) {
 }
 
 }  // namespace bp
+
+namespace bp {
+
+// A Phi-3 LoRA adapter as a GGUF adapter: PEFT's fused modules on llama.cpp's fused tensors, one
+// lora_a (the shared A) and one lora_b (q, k, v rows; gate, up rows) each, nothing per projection.
+TEST(GGUFLoraExport, Phi3FusedModulesOnAttnQkvAndFfnUp) {
+  const ModelConfig c = phi3_like();  // q_dim 64, kv_dim 32, F 172
+  LoraConfig lc;
+  lc.r = 4;
+  lc.alpha = 8;
+  lc.target_modules = {"all-linear"};
+  LoraAdapter ad = init_lora(c, lc, 3);
+  uint64_t seed = 9;
+  for (auto& layer : ad.layers)
+    for (auto& B : layer.B)
+      if (B.defined()) B.copy_from(test::random_tensor(B.shape(), seed++, -1.0f, 1.0f));
+  test::TempDir dir;
+  const std::string path = dir.path + "/phi.gguf";
+  const GGUFLoraResult res = export_gguf_lora(ad, c, GGMLType::F32, path);
+  EXPECT_EQ(res.tensor_count, c.num_layers * 4 * 2);
+  GGUFReader r(path);
+  EXPECT_EQ(r.get_string("general.architecture"), "phi3");
+  EXPECT_EQ(r.find_tensor("blk.1.attn_q.weight.lora_a"), nullptr);
+  EXPECT_EQ(r.find_tensor("blk.1.ffn_gate.weight.lora_b"), nullptr);
+  const LoraLayer& l1 = ad.layers[1];
+  EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.attn_qkv.weight.lora_a")), l1.a(LoraTarget::K).to_vector());
+  const auto* qkv_b = r.find_tensor("blk.1.attn_qkv.weight.lora_b");
+  ASSERT_NE(qkv_b, nullptr);
+  EXPECT_EQ(qkv_b->shape, (std::vector<int64_t>{64 + 2 * 32, 4}));
+  std::vector<float> want = l1.b(LoraTarget::Q).to_vector();
+  for (LoraTarget t : {LoraTarget::K, LoraTarget::V}) {
+    const auto v = l1.b(t).to_vector();
+    want.insert(want.end(), v.begin(), v.end());
+  }
+  EXPECT_EQ(r.dequantize(*qkv_b), want);
+  EXPECT_EQ(r.find_tensor("blk.1.ffn_up.weight.lora_b")->shape, (std::vector<int64_t>{2 * 172, 4}));
+  EXPECT_NE(r.find_tensor("blk.1.ffn_down.weight.lora_a"), nullptr);
+}
+
+}  // namespace bp
