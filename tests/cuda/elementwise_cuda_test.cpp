@@ -66,7 +66,8 @@ void check_rope(int64_t T_tokens, int64_t q_heads, int64_t k_heads, int64_t head
   std::vector<int32_t> pos(T_tokens);
   for (int64_t t = 0; t < T_tokens; ++t) pos[t] = static_cast<int32_t>((t * 7919) % 2049);  // packed: restarts
   std::vector<float> inv_freq(std::max<int64_t>(rot_dim / 2, 1));
-  for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / std::max<int64_t>(rot_dim, 1));
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = std::pow(10000.0f, -2.0f * i / std::max<int64_t>(rot_dim, 1));
   auto q_ref = q, k_ref = k;
   cpu::rope_apply({q_ref.data(), q_heads, nullptr, qb}, {k_heads ? k_ref.data() : nullptr, k_heads, nullptr, kb},
                   pos.data(), inv_freq.data(), T_tokens, head_dim, rot_dim, attn_scale, inverse);
