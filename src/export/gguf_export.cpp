@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "model/weight_names.h"
@@ -183,6 +184,19 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
   // llama.cpp's n_rot: the rotated dims (Phi-3: int(partial_rotary_factor · hidden) / heads).
   w.set(arch + ".rope.dimension_count", u32(c.rope.rot_dim()));
   w.set(arch + ".attention.layer_norm_rms_epsilon", GGUFValue::f32(c.rms_norm_eps));
+  // llama.cpp's sliding window keys: the window, and which layers have it when not all do (one
+  // bool per layer, as llama.cpp's sliding_window_pattern array).
+  bool all_windowed = true, any_windowed = false;
+  nlohmann::json pattern = nlohmann::json::array();
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const bool windowed = c.attention_window(l) > 0;
+    all_windowed &= windowed;
+    any_windowed |= windowed;
+    pattern.push_back(windowed);
+  }
+  if (any_windowed) w.set(arch + ".attention.sliding_window", u32(c.sliding_window));
+  if (any_windowed && !all_windowed)
+    w.set(arch + ".attention.sliding_window_pattern", GGUFValue::array(GGUFValueType::BOOL, pattern));
   if (c.head_dim * c.num_heads != c.hidden_size) {
     w.set(arch + ".attention.key_length", u32(c.head_dim));
     w.set(arch + ".attention.value_length", u32(c.head_dim));

@@ -40,15 +40,14 @@ struct Vocab {
 
 // Phi-3 as convert_hf_to_gguf.py's Phi3MiniModel writes it: rope.dimension_count the rotated dims
 // (partial rotary), LongRoPE's factors in rope_factors_long/short.weight with
-// rope.scaling.original_context_length and rope.scaling.attn_factor, attention.sliding_window.
+// rope.scaling.original_context_length and rope.scaling.attn_factor (attention.sliding_window is
+// add_sliding_window's, as for every architecture).
 void phi3_rope_from_gguf(const GGUFReader& r, const std::string& path, int64_t head_dim, json& c) {
   const int64_t rot = r.get_int("phi3.rope.dimension_count").value_or(head_dim);
   if (rot < 2 || rot > head_dim || rot % 2 != 0)
     fail(path, fmt::format("metadata phi3.rope.dimension_count is {}; it must be even and in [2, head_dim {}]", rot,
                            head_dim));
   if (rot != head_dim) c["partial_rotary_factor"] = static_cast<double>(rot) / static_cast<double>(head_dim);
-  if (const std::optional<int64_t> sw = r.get_int("phi3.attention.sliding_window"); sw && *sw > 0)
-    c["sliding_window"] = *sw;
   const GGUFTensorInfo* lf = r.find_tensor("rope_factors_long.weight");
   const GGUFTensorInfo* sf = r.find_tensor("rope_factors_short.weight");
   if (!lf && !sf) return;
@@ -62,6 +61,35 @@ void phi3_rope_from_gguf(const GGUFReader& r, const std::string& path, int64_t h
   c["rope_scaling"] = {{"type", "longrope"}, {"long_factor", r.dequantize(*lf)}, {"short_factor", r.dequantize(*sf)}};
   if (const std::optional<double> af = r.get_number("phi3.rope.scaling.attn_factor"))
     c["rope_scaling"]["attention_factor"] = *af;
+}
+
+// {arch}.attention.sliding_window (llama.cpp's key) as config.json says it: a llama file with a
+// window is Mistral's (which llama.cpp converts as llama), qwen2/qwen3 (and smollm3, which refuses
+// it) turn use_sliding_window on. {arch}.attention.sliding_window_pattern (one bool per layer) picks the windowed
+// layers; without it every layer has the window.
+void add_sliding_window(const GGUFReader& r, const std::string& path, const std::string& arch, int64_t layers,
+                        json& c) {
+  const std::string key = arch + ".attention.sliding_window", pattern_key = arch + ".attention.sliding_window_pattern";
+  const std::optional<int64_t> window = r.get_int(key);
+  if (!window || *window == 0) return;
+  if (*window < 0) fail(path, fmt::format("metadata {} is {}; it must be at least 0", key, *window));
+  json types = json::array();
+  if (const GGUFValue* p = r.find(pattern_key)) {
+    if (p->type != GGUFValueType::ARRAY || p->elem_type != GGUFValueType::BOOL ||
+        static_cast<int64_t>(p->value.size()) != layers)
+      fail(path, fmt::format("metadata {} must be an array of {}.block_count = {} bools", pattern_key, arch, layers));
+    for (const json& b : p->value) types.push_back(b.get<bool>() ? "sliding_attention" : "full_attention");
+  } else {
+    for (int64_t l = 0; l < layers; ++l) types.push_back("sliding_attention");
+  }
+  if (arch == "llama") {
+    c["architectures"] = {"MistralForCausalLM"};
+    c["model_type"] = "mistral";
+  } else if (arch != "phi3") {  // Phi3Config has no switch: its window applies whenever given
+    c["use_sliding_window"] = true;
+  }
+  c["sliding_window"] = *window;
+  c["layer_types"] = types;
 }
 
 json config_from_gguf(const GGUFReader& r, const std::string& path) {
@@ -133,6 +161,7 @@ json config_from_gguf(const GGUFReader& r, const std::string& path) {
                             : embd->type == GGMLType::F32 ? "float32"
                                                           : "float16"},
             {"backprop_gguf_file", fs::absolute(path).lexically_normal().string()}};
+  add_sliding_window(r, path, arch, layers, c);
   // Llama-3.1/3.2: rope scaling lives in rope_freqs.weight only (hub/gguf_rope.h).
   if (json rs = llama3_rope_scaling_from_gguf(r, path, theta, head_dim); !rs.is_null()) c["rope_scaling"] = rs;
   if (arch == "phi3") phi3_rope_from_gguf(r, path, head_dim, c);

@@ -6,6 +6,7 @@
 // per-head q_norm/k_norm. Every problem is DEP_MODEL_LOAD_FAILED naming the file and the key.
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -178,6 +179,41 @@ std::vector<uint8_t> parse_rope_layers(const nlohmann::json& j, int64_t layers, 
   return v;
 }
 
+// Windows longer than this would not fit the attention op's int (any window past the sequence
+// length is full attention anyway).
+constexpr int64_t kMaxWindow = (int64_t{1} << 31) - 1;
+
+// sliding_window, layer_types and the per-layer windows (config.h: ModelConfig::layer_windows).
+void parse_windows(const nlohmann::json& j, const ArchEntry& entry, const std::string& source, ModelConfig& c) {
+  if (entry.sliding_window == SW::Always ||
+      (entry.sliding_window == SW::IfUseSlidingWindow && get_bool(j, "use_sliding_window", source, false)))
+    c.sliding_window = get_int(j, "sliding_window", source, 0, false);
+  if (c.sliding_window < 0 || c.sliding_window > kMaxWindow)
+    fail(source, fmt::format("sliding_window must be in [0, {}], got {}", kMaxWindow, c.sliding_window));
+  std::vector<bool> sliding;  // from layer_types, when given
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || static_cast<int64_t>(it->size()) != c.num_layers)
+      fail(source, fmt::format("field 'layer_types' must be a list of num_hidden_layers = {} entries, got {}",
+                               c.num_layers, it->dump()));
+    for (const auto& t : *it) {
+      const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
+      if (type != "sliding_attention" && type != "full_attention")
+        fail(source, fmt::format("layer_types entry '{}' is not supported (supported: sliding_attention, "
+                                 "full_attention)",
+                                 type));
+      sliding.push_back(type == "sliding_attention");
+    }
+  }
+  if (c.sliding_window == 0) return;
+  const int64_t first = entry.sliding_window == SW::IfUseSlidingWindow && sliding.empty()
+                            ? get_int(j, "max_window_layers", source, 28, false)
+                            : 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const bool windowed = sliding.empty() ? l >= first : sliding[static_cast<size_t>(l)];
+    c.layer_windows.push_back(windowed ? c.sliding_window : 0);
+  }
+}
+
 // A float as JSON in its shortest decimal form (1e-05, not 9.99999974737875e-06).
 double float_for_json(float f) {
   return std::stod(fmt::format("{}", f));
@@ -336,9 +372,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
   c.attention_bias =
       entry->qkv_bias ? true : (!entry->fused_projections && get_bool(j, "attention_bias", source, false));
   c.qk_norm = entry->qk_norm;
-  if (entry->sliding_window == SW::Always ||
-      (entry->sliding_window == SW::IfUseSlidingWindow && get_bool(j, "use_sliding_window", source, false)))
-    c.sliding_window = get_int(j, "sliding_window", source, 0, false);
+  parse_windows(j, *entry, source, c);
 
   const std::vector<int32_t> bos = get_token_ids(j, "bos_token_id", source);
   c.bos_token_id = bos.empty() ? -1 : bos[0];
@@ -385,6 +419,17 @@ nlohmann::json ModelConfig::to_json() const {
   }
   if (!j.contains("hidden_act")) j["hidden_act"] = "silu";
   j["tie_word_embeddings"] = tie_word_embeddings;
+  if (sliding_window > 0) {  // a config made without config.json (GGUF) says it too
+    j["sliding_window"] = sliding_window;
+    if (arch_info(arch).sliding_window == SlidingWindowKey::IfUseSlidingWindow) j["use_sliding_window"] = true;
+    const bool mixed =
+        std::any_of(layer_windows.begin(), layer_windows.end(), [&](int64_t w) { return w != layer_windows.front(); });
+    if (mixed) {
+      nlohmann::json types = nlohmann::json::array();
+      for (int64_t w : layer_windows) types.push_back(w > 0 ? "sliding_attention" : "full_attention");
+      j["layer_types"] = types;
+    }
+  }
   if (arch == Arch::Llama || arch == Arch::Qwen3) j["attention_bias"] = attention_bias;
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
   if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
@@ -408,6 +453,23 @@ RopeConfig ModelConfig::rope_for_layer(int64_t l) const {
 
 bool ModelConfig::fused_projections() const {
   return arch_info(arch).fused_projections;
+}
+
+int64_t ModelConfig::attention_window(int64_t layer) const {
+  if (layer_windows.empty()) return sliding_window;
+  if (layer < 0 || layer >= static_cast<int64_t>(layer_windows.size()))
+    throw Error(ErrorCode::RUNTIME_INTERNAL,
+                fmt::format("[config] no layer {} (the model has {} windows)", layer, layer_windows.size()));
+  return layer_windows[static_cast<size_t>(layer)];
+}
+
+AttentionShape ModelConfig::attention_shape(int64_t layer) const {
+  return {static_cast<int>(num_heads),
+          static_cast<int>(num_kv_heads),
+          static_cast<int>(head_dim),
+          static_cast<int>(std::min(attention_window(layer), kMaxWindow)),
+          attention_scale,
+          attention_softcap};
 }
 
 int64_t ModelConfig::num_parameters() const {

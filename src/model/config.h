@@ -11,13 +11,17 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "ops/attention.h"
 #include "ops/rope.h"
 
 namespace bp {
 
 enum class Arch { Llama, Mistral, Qwen2, Qwen3, Phi3, SmolLM3 };
 
-// Where config.json's sliding window is read from.
+// Where config.json's sliding window is read from, and which layers it applies to when the config
+// has no `layer_types` list: Always (Mistral): sliding_window, on every layer; IfUseSlidingWindow
+// (Qwen2/3): sliding_window when use_sliding_window is true, on layers >= max_window_layers
+// (default 28), as transformers' Qwen2Config derives layer_types.
 enum class SlidingWindowKey { None, Always, IfUseSlidingWindow };
 
 // Everything that differs between the supported architectures, one row each (kArchs in
@@ -57,7 +61,13 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v bias (Qwen2 always true)
   bool qk_norm = false;         // Qwen3
-  int64_t sliding_window = 0;   // Mistral, Phi-3; 0 = none (recorded, not yet applied)
+  int64_t sliding_window = 0;   // config.json's sliding window (Mistral, Qwen2/3, Phi-3); 0 = none
+  // Window of each layer (attention_window); empty: sliding_window on every layer. From
+  // `layer_types` ("sliding_attention" layers get sliding_window, "full_attention" ones none) when
+  // config.json has it, else from the architecture's rule (SlidingWindowKey).
+  std::vector<int64_t> layer_windows;
+  float attention_scale = 0.0f;    // q·k scale; 0 = 1/sqrt(head_dim) (Gemma: query_pre_attn_scalar^-0.5)
+  float attention_softcap = 0.0f;  // attention logit soft-capping (Gemma 2); 0 = none
   // SmolLM3: per layer, 1 = the layer applies RoPE, 0 = no position encoding (HF's no_rope_layers,
   // or every no_rope_layer_interval-th layer without). Empty: every layer uses RoPE.
   std::vector<uint8_t> rope_layers;
@@ -74,6 +84,10 @@ struct ModelConfig {
   // RoPE of layer l: `rope`, or rotary_dim 0 (nothing rotates) for a layer without RoPE.
   RopeConfig rope_for_layer(int64_t l) const;
   bool fused_projections() const;  // arch_info(arch).fused_projections
+
+  // Sliding window of layer l (0 = full attention) and the attention op's shape for that layer.
+  int64_t attention_window(int64_t layer) const;
+  AttentionShape attention_shape(int64_t layer) const;
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }

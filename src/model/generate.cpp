@@ -2,15 +2,17 @@
 //
 // decode_step runs the same layer math as Model::forward_layer (transformer.cpp) for the n new
 // tokens only. Attention of new token i (absolute position p = start + i) reads cached rows
-// [0, p]; it is a plain loop here because the training attention op takes equal-length q and k.
-// Its agreement with the full forward is tested (generate_test.cpp: cached logits == Model::logits
-// at every step, and stories260K's golden greedy continuations).
+// [0, p], or [p - W + 1, p] in a layer with a sliding window W, with the layer's scale and soft
+// cap (ModelConfig::attention_shape, as the training op applies them); it is a plain loop here because the training
+// attention op takes equal-length q and k. Its agreement with the full forward is tested (generate_test.cpp: cached
+// logits == Model::logits at every step, and stories260K's golden greedy continuations).
 #include "model/generate.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "ops/attention.h"
 #include "ops/embedding.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
@@ -37,29 +39,35 @@ KvCache::KvCache(const ModelConfig& cfg, int64_t capacity_tokens) : capacity_(ca
 
 namespace {
 
-// o[i] = softmax(q[i]·K[0..start+i]ᵀ / sqrt(d))·V[0..start+i], per query head (GQA).
-void cached_attention(const Tensor& q, const Tensor& K, const Tensor& V, int64_t start, int Hq, int Hkv, int64_t d,
+// o[i] = softmax(cap(scale · q[i]·K[lo..p]ᵀ))·V[lo..p] per query head (GQA), p = start + i, lo =
+// p - W + 1 with a window W (else 0), cap(s) = c·tanh(s/c) with a soft cap c (ops/attention.h).
+void cached_attention(const Tensor& q, const Tensor& K, const Tensor& V, int64_t start, const AttentionShape& shape,
                       Tensor& o) {
-  const int64_t n = q.dim(0), qd = Hq * d, kvd = Hkv * d;
+  const int Hq = shape.n_heads, Hkv = shape.n_kv_heads;
+  const int64_t d = shape.head_dim, n = q.dim(0), qd = Hq * d, kvd = Hkv * d;
   const float* qp = q.data<float>();
   const float* kp = K.data<float>();
   const float* vp = V.data<float>();
   float* op = o.data<float>();
   const int group = Hq / Hkv;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const double scale = shape.scale > 0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(d)), cap = shape.softcap;
 #pragma omp parallel for collapse(2) schedule(static) if (n * Hq * (start + n) * d > 65536)
   for (int64_t i = 0; i < n; ++i) {
     for (int h = 0; h < Hq; ++h) {
-      const int64_t len = start + i + 1;
+      const int64_t end = start + i + 1, lo = shape.window > 0 ? std::max<int64_t>(0, end - shape.window) : 0;
+      const int64_t len = end - lo;
       const float* qi = qp + i * qd + h * d;
       const int64_t kvo = static_cast<int64_t>(h / group) * d;
+      const float* kb = kp + lo * kvd;
+      const float* vb = vp + lo * kvd;
       std::vector<double> s(static_cast<size_t>(len));
       double mx = -INFINITY;
       for (int64_t j = 0; j < len; ++j) {
-        const float* kj = kp + j * kvd + kvo;
+        const float* kj = kb + j * kvd + kvo;
         double acc = 0;
         for (int64_t e = 0; e < d; ++e) acc += static_cast<double>(qi[e]) * kj[e];
-        s[static_cast<size_t>(j)] = acc * scale;
+        acc *= scale;
+        s[static_cast<size_t>(j)] = cap > 0 ? cap * std::tanh(acc / cap) : acc;
         mx = std::max(mx, s[static_cast<size_t>(j)]);
       }
       double sum = 0;
@@ -67,7 +75,7 @@ void cached_attention(const Tensor& q, const Tensor& K, const Tensor& V, int64_t
       float* oi = op + i * qd + h * d;
       for (int64_t e = 0; e < d; ++e) {
         double acc = 0;
-        for (int64_t j = 0; j < len; ++j) acc += s[static_cast<size_t>(j)] * vp[j * kvd + kvo + e];
+        for (int64_t j = 0; j < len; ++j) acc += s[static_cast<size_t>(j)] * vb[j * kvd + kvo + e];
         oi[e] = static_cast<float>(acc / sum);
       }
     }
@@ -115,7 +123,7 @@ std::vector<float> decode_step(const Model& model, KvCache& cache, const std::ve
     cache.k(l).rows(start, start + n).copy_from(k);
     cache.v(l).rows(start, start + n).copy_from(v);
     Tensor attn = Tensor::empty({n, Hq * d});
-    cached_attention(q, cache.k(l), cache.v(l), start, Hq, Hkv, d, attn);
+    cached_attention(q, cache.k(l), cache.v(l), start, c.attention_shape(l), attn);
     // The residuals as the training forward adds them (model/transformer.cpp): the GEMMs' beta matrix.
     Tensor h = linear_forward(attn, w.o, nullptr, lora(LinearRole::O), nullptr, nullptr, &x);
     Tensor hn = rms_norm_forward(h, w.post_norm, c.rms_norm_eps, nullptr);

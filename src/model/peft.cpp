@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/file_read.h"
@@ -32,7 +33,22 @@ nlohmann::json number_json(float v) {
 }
 
 constexpr const char* kWeightsFile = "adapter_model.safetensors";
+// PEFT's DoRA magnitude, saved without its module's ".weight" (PEFT's get_peft_model_state_dict).
+constexpr std::string_view kMagnitudeSuffix = ".lora_magnitude_vector";
+
+std::string peft_magnitude_name(int64_t layer, LoraTarget t) {
+  return peft_module_name(lora_target_role(t), layer) + std::string(kMagnitudeSuffix);
+}
 constexpr const char* kConfigFile = "adapter_config.json";
+
+// A DoRA adapter on a fused module (Phi-3's qkv_proj / gate_up_proj): refused as at setup
+// (LoraConfig::validate_for), not loaded half-way.
+std::string dora_on_fused_module(LoraTarget t) {
+  return fmt::format(
+      "use_dora = true on the fused module {}: DoRA on a fused module (one A shared by its members) "
+      "is not supported",
+      lora_fused_module_of(t)->name);
+}
 
 LoraConfig parse_adapter_config(const std::string& path) {
   if (!std::filesystem::exists(path)) fail(path, "cannot open the file; a PEFT adapter folder has adapter_config.json");
@@ -46,9 +62,8 @@ LoraConfig parse_adapter_config(const std::string& path) {
     fail(path, fmt::format("peft_type '{}' is not supported (only LORA)", str("peft_type", "")));
   if (str("bias", "none") != "none")
     fail(path, fmt::format("bias '{}' is not supported (only \"none\")", str("bias", "")));
-  for (const char* k : {"use_dora", "fan_in_fan_out"})
-    if (j.contains(k) && j[k].is_boolean() && j[k].get<bool>())
-      fail(path, fmt::format("{} = true is not supported", k));
+  if (j.contains("fan_in_fan_out") && j["fan_in_fan_out"].is_boolean() && j["fan_in_fan_out"].get<bool>())
+    fail(path, "fan_in_fan_out = true is not supported");
   for (const char* k : {"rank_pattern", "alpha_pattern"})
     if (j.contains(k) && j[k].is_object() && !j[k].empty())
       fail(path, fmt::format("{} (per-module ranks or alphas) is not supported", k));
@@ -69,6 +84,12 @@ LoraConfig parse_adapter_config(const std::string& path) {
   c.alpha = static_cast<float>(alpha);
   c.dropout = static_cast<float>(dropout);
   if (j.contains("use_rslora") && j["use_rslora"].is_boolean()) c.use_rslora = j["use_rslora"].get<bool>();
+  if (j.contains("use_dora") && j["use_dora"].is_boolean()) c.use_dora = j["use_dora"].get<bool>();
+  // An unconverted PiSSA (or OLoRA, CorDA, ...) adapter is relative to a base PEFT changes on load.
+  if (auto it = j.find("init_lora_weights"); it != j.end() && it->is_string() && it->get<std::string>() != "gaussian")
+    fail(path, fmt::format("init_lora_weights '{}': the adapter was saved against a base its initialisation "
+                           "changed; save it with PEFT's path_initial_model_for_weight_conversion (PiSSA to LoRA)",
+                           it->get<std::string>()));
   return c;
 }
 
@@ -87,7 +108,7 @@ nlohmann::json peft_adapter_config(const LoraAdapter& a) {
           {"target_modules", c.resolved_targets()},
           {"bias", "none"},
           {"use_rslora", c.use_rslora},
-          {"use_dora", false},
+          {"use_dora", c.use_dora},
           {"fan_in_fan_out", false},
           {"init_lora_weights", true},
           {"inference_mode", true},
@@ -99,7 +120,9 @@ nlohmann::json peft_adapter_config(const LoraAdapter& a) {
           {"revision", nullptr}};
 }
 
-std::vector<std::string> save_peft_adapter(const LoraAdapter& a, const std::string& dir) {
+std::vector<std::string> save_peft_adapter(const LoraAdapter& adapter, const std::string& dir) {
+  const LoraAdapter converted = pissa_to_lora(adapter);  // PiSSA: the rank-2r LoRA for the original base
+  const LoraAdapter& a = adapter.config.pissa() ? converted : adapter;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)
@@ -122,6 +145,14 @@ std::vector<std::string> save_peft_adapter(const LoraAdapter& a, const std::stri
       }
       ts.emplace_back(peft_lora_name(static_cast<int64_t>(li), t, true, f != nullptr), l.a(t));
       ts.emplace_back(peft_lora_name(static_cast<int64_t>(li), t, false, f != nullptr), B);
+      if (a.config.use_dora) {
+        BP_CHECK(!f, "[peft] layer {} {}: DoRA on a fused module (refused by LoraConfig::validate_for)", li,
+                 lora_target_name(t));
+        BP_CHECK(l.m(t).defined() && l.m(t).shape() == Shape{l.b(t).dim(0)},
+                 "[peft] layer {} {}: a DoRA adapter without its magnitude [{}]", li, lora_target_name(t),
+                 l.b(t).dim(0));
+        ts.emplace_back(peft_magnitude_name(static_cast<int64_t>(li), t), l.m(t));
+      }
     }
   }
   write_safetensors((fs::path(dir) / kWeightsFile).string(), ts);
@@ -153,10 +184,12 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
   ad.layers.resize(static_cast<size_t>(cfg.num_layers));
   for (const std::string& name : reader.names()) {
     const bool is_a = name.ends_with(".lora_A.weight"), is_b = name.ends_with(".lora_B.weight");
+    const bool is_m = name.ends_with(kMagnitudeSuffix);
     std::optional<std::pair<WeightRole, int64_t>> parsed;
     std::optional<std::pair<LoraTarget, int64_t>> fused;
-    if (is_a || is_b) {
-      const std::string_view module = std::string_view(name).substr(0, name.size() - 14);
+    if (is_a || is_b || is_m) {
+      const std::string_view module =
+          std::string_view(name).substr(0, name.size() - (is_m ? kMagnitudeSuffix.size() : 14));
       parsed = parse_peft_module_name(module);
       if (ad.config.fused) fused = parse_peft_fused_module_name(module);
     }
@@ -170,11 +203,15 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
     }
     if (!target)
       fail(weights_path,
-           fmt::format("tensor '{}' is not a lora_A/lora_B weight of {} (other PEFT modules are "
+           fmt::format("tensor '{}' is not a lora_A/lora_B weight or DoRA magnitude of {} (other PEFT modules are "
                        "not supported)",
                        name,
                        ad.config.fused ? "qkv_proj/o_proj/gate_up_proj/down_proj on " + cfg.architecture_name
                                        : std::string("q/k/v/o/gate/up/down_proj")));
+    if (is_m && !ad.config.use_dora)
+      fail(weights_path,
+           fmt::format("tensor '{}' is a DoRA magnitude but adapter_config.json has no use_dora = true", name));
+    if (is_m && fused) fail(weights_path, dora_on_fused_module(*target));
     const int64_t layer = parsed->second;
     if (layer >= cfg.num_layers)
       fail(weights_path, fmt::format("tensor '{}' is for layer {} but the model has {} layers: the adapter was "
@@ -185,7 +222,7 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
     if (f)
       for (int i = 1; i < f->count; ++i)
         out += lora_target_out(cfg, static_cast<LoraTarget>(static_cast<int>(*target) + i));
-    const Shape want = is_a ? Shape{r, lora_target_in(cfg, *target)} : Shape{out, r};
+    const Shape want = is_m ? Shape{out} : is_a ? Shape{r, lora_target_in(cfg, *target)} : Shape{out, r};
     const std::vector<int64_t>& got = reader.entry(name).shape;
     if (got != want.vec())
       fail(weights_path,
@@ -195,7 +232,7 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
     LoraLayer& l = ad.layers[static_cast<size_t>(layer)];
     const Tensor t = reader.read(name, want);
     if (!f) {
-      (is_a ? l.a(*target) : l.b(*target)) = t;
+      (is_m ? l.m(*target) : is_a ? l.a(*target) : l.b(*target)) = t;
       continue;
     }
     int64_t at = 0;  // a fused module: the members share A, their B are its rows
@@ -216,6 +253,14 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
         fail(weights_path,
              fmt::format("tensor '{}' is missing (its {} is present)",
                          peft_lora_name(static_cast<int64_t>(li), t, !a, ad.config.fused), a ? "lora_A" : "lora_B"));
+      if (a && ad.config.use_dora && !l.m(t).defined())
+        fail(weights_path, ad.config.fused && lora_fused_module_of(t)
+                               ? dora_on_fused_module(t)
+                               : fmt::format("tensor '{}' is missing (use_dora = true)",
+                                             peft_magnitude_name(static_cast<int64_t>(li), t)));
+      if (!a && l.m(t).defined())
+        fail(weights_path, fmt::format("tensor '{}' has no lora_A/lora_B beside it",
+                                       peft_magnitude_name(static_cast<int64_t>(li), t)));
       l.enabled[static_cast<size_t>(t)] = a;
       if (a) seen[static_cast<size_t>(t)] = true;
     }

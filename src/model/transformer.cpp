@@ -190,7 +190,7 @@ void Model::attach_lora(const LoraView& lora) {
       if (!m.A) continue;
       const Tensor& W = layer_matrix(weights_.layers[static_cast<size_t>(l)], static_cast<LinearRole>(r));
       if (!m.B || m.A->rank() != 2 || m.B->rank() != 2 || m.A->dim(1) != W.dim(1) || m.B->dim(0) != W.dim(0) ||
-          m.A->dim(0) != m.B->dim(1))
+          m.A->dim(0) != m.B->dim(1) || (m.M && m.M->shape() != Shape{W.dim(0)}))
         throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                     fmt::format("[lora] layer {} {}: A {} and B {} do not fit the weight {}", l,
                                 linear_role_name(static_cast<LinearRole>(r)), m.A->shape().str(),
@@ -198,6 +198,14 @@ void Model::attach_lora(const LoraView& lora) {
     }
   }
   lora_ = lora;
+  // DoRA: the frozen base rows' squared norms, once, beside the weight (ops/linear.h "DoRA").
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    for (int r = 0; r < kNumLinearRoles; ++r) {
+      auto& m = lora_.layers[static_cast<size_t>(l)][static_cast<size_t>(r)];
+      if (!m.M || m.weight_norm_sq.defined()) continue;
+      const Tensor& W = layer_matrix(weights_.layers[static_cast<size_t>(l)], static_cast<LinearRole>(r));
+      m.weight_norm_sq = weight_row_norms(W, true).to(W.device());
+    }
   // Each input group's A matrices as rows of one tensor (lora_group_A), where they are not already.
   for (auto& layer : lora_.layers)
     for (const LinearInputGroup& grp : kLinearInputGroups) {
@@ -285,7 +293,8 @@ LoraView LoraView::of(LoraAdapter& adapter) {
   for (size_t l = 0; l < adapter.layers.size(); ++l)
     for (size_t r = 0; r < kNumLinearRoles; ++r) {
       auto& layer = adapter.layers[l];
-      if (layer.enabled[r] && layer.A[r].defined()) v.layers[l][r] = {&layer.A[r], &layer.B[r]};
+      if (layer.enabled[r] && layer.A[r].defined())
+        v.layers[l][r] = {&layer.A[r], &layer.B[r], layer.M[r].defined() ? &layer.M[r] : nullptr};
     }
   return v;
 }
@@ -312,6 +321,10 @@ LoraWeights Model::lora_weights(int64_t l, LinearRole role, bool train, uint64_t
   for (const LinearInputGroup& g : kLinearInputGroups)
     if (g.contains(role) && lora_group_shared(l, g)) mask_of = g.first;
   w.dropout_seed = lora_dropout_seed(seed, l, mask_of);
+  if (m.M) {
+    w.magnitude = m.M;
+    w.weight_norm_sq = &m.weight_norm_sq;
+  }
   return w;
 }
 
@@ -380,6 +393,7 @@ void Model::allocate_grads() {
         if (!m.A) continue;
         if (!lg[r].dA.defined()) lg[r].dA = Tensor::zeros(m.A->shape(), DType::F32, m.A->device());
         if (!lg[r].dB.defined()) lg[r].dB = Tensor::zeros(m.B->shape(), DType::F32, m.B->device());
+        if (m.M) lg[r].dM = Tensor::zeros(m.M->shape(), DType::F32, m.M->device());
       }
     }
   }
@@ -463,6 +477,7 @@ std::vector<TrainableParam> Model::trainable_parameters() {
               grads_.layers[l].fused_dB[static_cast<size_t>(fused)]);
         else
           add(p + "lora_B.weight", *m.B, grads_.layers[l].lora[r].dB);
+        if (m.M) add(p + "lora_magnitude_vector", *m.M, grads_.layers[l].lora[r].dM);
       }
   }
   return out;
@@ -604,7 +619,7 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   }
   rope_forward(a.q, a.k, b.positions, Hq, Hkv, c.rope_for_layer(l), bias_in_rope ? q_bias : nullptr,
                bias_in_rope ? k_bias : nullptr);
-  AttentionShape shape{Hq, Hkv, static_cast<int>(d)};
+  const AttentionShape shape = c.attention_shape(l);  // the layer's window, scale, soft cap
   a.attn = attention_forward(a.q, a.k, a.v, b.cu_seqlens, shape, acts ? &a.lse : nullptr, want16({LinearRole::O}));
   if (!acts) a.q = a.k = a.v = Tensor();
   // h = x + o(attn) and out = h + down(m): the residual is the projection's GEMM's beta matrix, no add.

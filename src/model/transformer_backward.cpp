@@ -84,6 +84,7 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
     if (lw.A) {
       lg.dA = opt(g.lora[r].dA);
       lg.dB = opt(g.lora[r].dB);
+      if (lw.magnitude) lg.dm = opt(g.lora[r].dM);
       if (group.dxa.defined() && group.of->contains(role)) {  // dA and dx's LoRA term: group.finish
         lw.group_dxa = &group.dxa;
         lw.group_col = lora_group_col(l, *group.of, role);
@@ -142,7 +143,7 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
   const Tensor& Wv = gemm_weight(l, LinearRole::V);
   Tensor dq16, dk16, dv16;
   auto want16 = [](const Tensor& W, Tensor& t16) { return held_gemms_read_bf16(W) ? &t16 : nullptr; };
-  AttentionShape shape{Hq, Hkv, static_cast<int>(d)};
+  const AttentionShape shape = c.attention_shape(l);
   attention_backward(dattn, a.q, a.k, a.v, a.attn, a.lse, b.cu_seqlens, shape, dq, dk, dv, want16(Wv, dv16));
   dattn = Tensor();
   a.q = a.k = a.v = a.attn = a.lse = Tensor();

@@ -84,15 +84,74 @@ TEST(ModelConfig, Llama3RopeScalingAndEosList) {
   EXPECT_FLOAT_EQ(back.rope.factor, 32.0f);
 }
 
-TEST(ModelConfig, MistralRecordsSlidingWindow) {
+TEST(ModelConfig, MistralSlidingWindowAppliesToEveryLayer) {
   nlohmann::json j = base_json("MistralForCausalLM", "mistral");
   j["sliding_window"] = 4096;
   ModelConfig c = ModelConfig::from_json(j, "cfg");
   EXPECT_EQ(c.arch, Arch::Mistral);
   EXPECT_EQ(c.sliding_window, 4096);
+  for (int64_t l = 0; l < 2; ++l) {
+    EXPECT_EQ(c.attention_window(l), 4096);
+    EXPECT_EQ(c.attention_shape(l).window, 4096);
+  }
+  EXPECT_EQ(c.attention_shape(0).n_heads, c.num_heads);
   EXPECT_FALSE(c.attention_bias);
+  // Written back on export (also for a config built without config.json, e.g. from GGUF).
+  ModelConfig bare = c;
+  bare.raw = nlohmann::json();
+  EXPECT_EQ(ModelConfig::from_json(bare.to_json(), "out").attention_window(1), 4096);
   j["sliding_window"] = nullptr;
-  EXPECT_EQ(ModelConfig::from_json(j, "cfg").sliding_window, 0);
+  ModelConfig none = ModelConfig::from_json(j, "cfg");
+  EXPECT_EQ(none.sliding_window, 0);
+  EXPECT_EQ(none.attention_window(1), 0);
+  j["sliding_window"] = -1;
+  EXPECT_THROW(ModelConfig::from_json(j, "cfg"), Error);
+}
+
+// transformers' Qwen2Config: the window only with use_sliding_window, and only on layers >=
+// max_window_layers (default 28) unless layer_types says per layer.
+TEST(ModelConfig, Qwen2WindowFollowsMaxWindowLayersOrLayerTypes) {
+  nlohmann::json j = base_json("Qwen2ForCausalLM", "qwen2");
+  j["sliding_window"] = 32;
+  EXPECT_EQ(ModelConfig::from_json(j, "cfg").attention_window(1), 0);  // use_sliding_window false
+  j["use_sliding_window"] = true;
+  ModelConfig deflt = ModelConfig::from_json(j, "cfg");  // max_window_layers 28 > both layers
+  EXPECT_EQ(deflt.attention_window(0), 0);
+  EXPECT_EQ(deflt.attention_window(1), 0);
+  j["max_window_layers"] = 1;
+  ModelConfig c = ModelConfig::from_json(j, "cfg");
+  EXPECT_EQ(c.attention_window(0), 0);
+  EXPECT_EQ(c.attention_window(1), 32);
+  // The mixed windows survive export (as layer_types) and re-import.
+  ModelConfig back = ModelConfig::from_json(c.to_json(), "out");
+  EXPECT_EQ(back.layer_windows, c.layer_windows);
+  j["layer_types"] = {"sliding_attention", "full_attention"};  // wins over max_window_layers
+  ModelConfig typed = ModelConfig::from_json(j, "cfg");
+  EXPECT_EQ(typed.attention_window(0), 32);
+  EXPECT_EQ(typed.attention_window(1), 0);
+}
+
+TEST(ModelConfig, LayerTypesAreCheckedEntryByEntry) {
+  nlohmann::json j = base_json("MistralForCausalLM", "mistral");
+  j["sliding_window"] = 16;
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  ModelConfig c = ModelConfig::from_json(j, "cfg");
+  EXPECT_EQ(c.attention_window(0), 0);
+  EXPECT_EQ(c.attention_window(1), 16);
+  auto expect_rejected = [&](const nlohmann::json& types, const std::string& needle) {
+    j["layer_types"] = types;
+    try {
+      ModelConfig::from_json(j, "cfg");
+      ADD_FAILURE() << "accepted layer_types " << types.dump();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::DEP_MODEL_LOAD_FAILED);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_rejected({"full_attention", "chunked_attention"}, "layer_types entry 'chunked_attention' is not supported");
+  expect_rejected({"full_attention", 3}, "layer_types entry '3'");
+  expect_rejected({"full_attention"}, "num_hidden_layers = 2 entries");
+  expect_rejected("sliding_attention", "must be a list");
 }
 
 TEST(ModelConfig, Qwen2AlwaysHasQkvBias) {

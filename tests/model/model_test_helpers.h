@@ -24,9 +24,13 @@ struct TinySpec {
   int64_t vocab = 67, hidden = 32, inter = 48, layers = 2, heads = 4, kv_heads = 2, head_dim = 8;
   bool tied = true, bias = false, qk_norm = false, llama3_rope = false;
   float theta = 10000.0f;
-  // More config.json keys (Phi-3's partial_rotary_factor, rope_scaling longrope; SmolLM3's
-  // no_rope_layers): the config is then parsed from JSON by ModelConfig::from_json, and the oracle
-  // reads the same keys (write_oracle_case).
+  int64_t sliding_window = 0;          // on every layer, unless layer_windows says per layer
+  std::vector<int64_t> layer_windows;  // ModelConfig::layer_windows
+  float attention_scale = 0.0f, attention_softcap = 0.0f;
+  // More config.json keys (Phi-3's partial_rotary_factor, rope_scaling longrope, sliding_window;
+  // SmolLM3's no_rope_layers): the config is then parsed from JSON by ModelConfig::from_json (the
+  // four fields above are then unused: the window comes from these keys), and the oracle reads the
+  // same keys (write_oracle_case).
   nlohmann::json hf = nullptr;
 };
 
@@ -71,6 +75,10 @@ inline ModelConfig tiny_config(const TinySpec& s) {
   c.tie_word_embeddings = s.tied;
   c.attention_bias = s.bias;
   c.qk_norm = s.qk_norm;
+  c.sliding_window = s.sliding_window;
+  c.layer_windows = s.layer_windows;
+  c.attention_scale = s.attention_scale;
+  c.attention_softcap = s.attention_softcap;
   return c;
 }
 
@@ -106,10 +114,11 @@ inline ModelWeights tiny_weights(const ModelConfig& c, uint64_t seed) {
 
 // LoRA tensors owned by the test; B is random (not PEFT's zero init) so every gradient is non-zero.
 struct TinyLora {
-  std::vector<std::array<Tensor, kNumLinearRoles>> A, B;
+  std::vector<std::array<Tensor, kNumLinearRoles>> A, B, M;
   LoraView view;
   float alpha = 8.0f;
   bool rslora = false;
+  bool dora = false;
   std::vector<std::string> targets;
 };
 
@@ -156,6 +165,19 @@ inline void make_tiny_lora(TinyLora& t, const ModelConfig& c, int64_t r, float a
         t.view.layers[li][m] = {&t.A[li][m], &t.B[li][m]};
       }
     }
+}
+
+// DoRA magnitudes for every adapted projection of `t`: random in [0.4, 1.2] (not the base rows'
+// norms, so the scale m / ||W + s·B·A|| is far from 1 and every term of the formula shows).
+inline void add_tiny_dora(TinyLora& t, uint64_t seed) {
+  t.dora = true;
+  t.M.assign(t.A.size(), {});
+  for (size_t l = 0; l < t.A.size(); ++l)
+    for (size_t r = 0; r < kNumLinearRoles; ++r)
+      if (t.B[l][r].defined()) {
+        t.M[l][r] = random_tensor({t.B[l][r].dim(0)}, seed++, 0.4f, 1.2f);
+        t.view.layers[l][r].M = &t.M[l][r];
+      }
 }
 
 inline std::vector<LinearRole> all_roles() {
@@ -208,6 +230,11 @@ inline void write_oracle_case(const std::string& dir, Model& model, const TinyLo
                     {"num_kv_heads", c.num_kv_heads}, {"head_dim", c.head_dim},
                     {"rms_norm_eps", c.rms_norm_eps}, {"rope_theta", c.rope.theta},
                     {"qk_norm", c.qk_norm},           {"tie_word_embeddings", c.tie_word_embeddings}};
+  nlohmann::json windows = nlohmann::json::array();
+  for (int64_t l = 0; l < c.num_layers; ++l) windows.push_back(c.attention_window(l));
+  spec["config"]["layer_windows"] = windows;
+  spec["config"]["attention_scale"] = c.attention_scale;
+  spec["config"]["attention_softcap"] = c.attention_softcap;
   // The config.json keys of Phi-3's and SmolLM3's RoPE, as the model's config.json has them: the
   // oracle interprets them itself (partial rotary, longrope's factors and attention factor, layers
   // without RoPE).
@@ -236,7 +263,8 @@ inline void write_oracle_case(const std::string& dir, Model& model, const TinyLo
   };
   for (auto& [name, t] : named_hf_weights(model.weights())) put(name, t);  // fused as HF stores them
   if (lora) {
-    spec["lora"] = {{"r", lora->view.rank}, {"alpha", lora->alpha}, {"use_rslora", lora->rslora}};
+    spec["lora"] = {
+        {"r", lora->view.rank}, {"alpha", lora->alpha}, {"use_rslora", lora->rslora}, {"use_dora", lora->dora}};
     for (auto& p : model.trainable_parameters())
       if (p.name.find("lora_") != std::string::npos) put(p.name, *p.param);
   }

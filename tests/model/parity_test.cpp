@@ -1,6 +1,8 @@
 // Whole-model parity with an independent implementation: tests/oracles/torch_llama.py (plain
 // PyTorch, float64) computes loss, logits and every trainable gradient of tiny random models of
 // each architecture on a packed batch of three samples; the C++ transformer (float32) must agree.
+// Sliding windows (Mistral's on every layer; per-layer windows with a custom scale and soft cap)
+// shorter than the samples are among the cases, and a test shows the window changes the result.
 //
 // Tolerances (f32 against an f64 reference, stated once here):
 //   loss:       |Δ| <= 1e-5 · |loss|
@@ -33,6 +35,7 @@ struct ParityCase {
   std::vector<LinearRole> targets = all_roles();
   int adamw_steps = 0;
   uint64_t seed = 1;
+  bool dora = false;  // DoRA magnitudes on every adapted projection
 };
 
 struct Built {
@@ -48,6 +51,7 @@ Built build(const ParityCase& pc) {
   if (pc.mode == TrainMode::Lora) {
     b.lora = std::make_unique<TinyLora>();
     make_tiny_lora(*b.lora, cfg, pc.lora_r, pc.lora_alpha, pc.rslora, pc.targets, 0.0f, pc.seed * 100 + 50);
+    if (pc.dora) add_tiny_dora(*b.lora, pc.seed * 100 + 90);
     b.model->attach_lora(b.lora->view);
   }
   b.batch = tiny_batch(cfg.vocab_size, pc.seed);
@@ -150,6 +154,57 @@ std::vector<ParityCase> parity_cases() {
                 {LinearRole::Q, LinearRole::V, LinearRole::Down}};
   rs.seed = seed++;
   v.push_back(rs);
+  // Mistral's sliding window (3, shorter than the samples of 5, 7 and 4 tokens) on every layer:
+  // LoRA and full, with and without gradient checkpointing.
+  TinySpec mistral;
+  mistral.arch = Arch::Mistral;
+  mistral.sliding_window = 3;
+  for (const auto& [mode, ckpt] : {std::pair{TrainMode::Lora, true}, std::pair{TrainMode::Lora, false},
+                                   std::pair{TrainMode::Full, true}, std::pair{TrainMode::Full, false}}) {
+    ParityCase c{std::string(mode == TrainMode::Lora ? "lora" : "full") + "_mistral_window" + (ckpt ? "_ckpt" : ""),
+                 mistral, mode, ckpt};
+    c.seed = seed++;
+    v.push_back(c);
+  }
+  // Phi-3's sliding_window (config.json's key, on every layer as Phi3Model's sliding-window causal
+  // mask applies it) with its fused projections, partial rotary and LongRoPE.
+  TinySpec phi3_window = phi3_short;
+  phi3_window.hf["sliding_window"] = 3;
+  for (const TrainMode mode : {TrainMode::Lora, TrainMode::Full}) {
+    ParityCase c{std::string(mode == TrainMode::Lora ? "lora" : "full") + "_phi3_window", phi3_window, mode,
+                 mode == TrainMode::Lora};
+    c.seed = seed++;
+    v.push_back(c);
+  }
+  // A full layer and a windowed one (window 2; as Qwen2's max_window_layers or layer_types give),
+  // with a custom score scale and a soft cap (Gemma's options).
+  TinySpec mixed = qwen2;
+  mixed.sliding_window = 2;
+  mixed.layer_windows = {0, 2};
+  mixed.attention_scale = 0.6f;
+  mixed.attention_softcap = 1.5f;
+  for (const TrainMode mode : {TrainMode::Lora, TrainMode::Full}) {
+    ParityCase c{std::string(mode == TrainMode::Lora ? "lora" : "full") + "_mixed_windows_scale_softcap", mixed, mode,
+                 mode == TrainMode::Lora};
+    c.seed = seed++;
+    v.push_back(c);
+  }
+  // DoRA (PEFT's use_dora): with biases (added unscaled) and checkpointing; a target subset with
+  // rsLoRA and no checkpointing; a 10-step AdamW trajectory training the magnitudes too.
+  ParityCase dora{"lora_dora_qwen2_bias", qwen2};
+  dora.dora = true;
+  dora.seed = seed++;
+  v.push_back(dora);
+  ParityCase dora_rs = rs;
+  dora_rs.name = "lora_dora_rslora_subset";
+  dora_rs.dora = true;
+  dora_rs.seed = seed++;
+  v.push_back(dora_rs);
+  ParityCase adam_dora{"adamw_dora", llama_tied};
+  adam_dora.dora = true;
+  adam_dora.adamw_steps = 10;
+  adam_dora.seed = seed++;
+  v.push_back(adam_dora);
   // 10-step AdamW trajectories.
   ParityCase adam_lora{"adamw_lora", llama_tied};
   adam_lora.adamw_steps = 10;
@@ -239,7 +294,8 @@ void check_case(const ParityCase& pc, const OracleResult& ref) {
           model.config().fused_projections() ? lora_fused_module_of(static_cast<LoraTarget>(r)) : nullptr;
       modules += !f || static_cast<int>(f->first) == static_cast<int>(r);
     }
-    EXPECT_EQ(compared, 2 * modules * static_cast<size_t>(model.config().num_layers));
+    const size_t magnitudes = pc.dora ? pc.targets.size() : 0;  // DoRA: one per projection
+    EXPECT_EQ(compared, (2 * modules + magnitudes) * static_cast<size_t>(model.config().num_layers));
   }
 }
 
@@ -265,6 +321,29 @@ TEST(Parity, EveryArchitectureAndModeMatchesTorch) {
       check_trajectory(pc, it->second);
     else
       check_case(pc, it->second);
+  }
+}
+
+// The window is applied, not just recorded: without it the model's logits and loss differ from the
+// windowed oracle's well beyond the tolerances the parity test holds them to.
+TEST(Parity, SlidingWindowChangesTheResult) {
+  std::string error;
+  const auto& results = oracle_results(&error);
+  ASSERT_TRUE(error.empty()) << error;
+  for (const auto& pc : parity_cases()) {
+    const bool hf_window = pc.spec.hf.is_object() && pc.spec.hf.contains("sliding_window");
+    if (pc.spec.sliding_window == 0 && !hf_window) continue;
+    SCOPED_TRACE("case " + pc.name);
+    ParityCase unwindowed = pc;
+    unwindowed.spec.sliding_window = 0;
+    unwindowed.spec.layer_windows.clear();
+    if (hf_window) unwindowed.spec.hf.erase("sliding_window");
+    Built b = build(unwindowed);
+    const OracleResult& ref = results.at(pc.name);
+    EXPECT_FALSE(all_close(to_double(b.model->logits(b.batch)), ref.arrays.at("logits"), kParityLogits));
+    const int64_t n = b.batch.num_label_tokens();
+    const double loss = b.model->forward_backward(b.batch, 1.0f / static_cast<float>(n), 1234).mean();
+    EXPECT_GT(std::fabs(loss - ref.loss), 10 * kParityLossRel * std::fabs(ref.loss));
   }
 }
 

@@ -12,7 +12,12 @@ implementation. It runs in float64 so its numbers are a reference for the f32 C+
 
 Packed batches: tokens of several samples are concatenated; cu_seqlens gives the boundaries,
 positions restart per sample, labels == -100 are ignored. Attention uses an explicit [T, T] mask
-(same sample and key <= query), which is fine for the tiny models of the tests.
+(same sample and key <= query), which is fine for the tiny models of the tests. Optional config
+keys: "layer_windows" (per layer, 0 = full attention; else the sliding-window causal mask of
+transformers' masking_utils: key kv_idx visible to query q_idx when kv_idx > q_idx - window),
+"attention_scale" (0 = 1/sqrt(head_dim); Gemma's query_pre_attn_scalar ** -0.5) and
+"attention_softcap" (0 = none; else scores -> softcap * tanh(scores / softcap) after the scale and
+before the mask, as Gemma 2's attn_logit_softcapping).
 
 With "preference" in spec.json (method, settings, references, step sizes) the loss is the
 preference method's (preference_loss) instead of the mean NLL: tests/train/preference_parity_test.cpp.
@@ -120,7 +125,17 @@ class Llama:
         a = "base_model.model." + name + ".lora_A.weight"
         if self.lora and a in self.w:
             b = "base_model.model." + name + ".lora_B.weight"
-            y = y + (x @ self.w[a].T) @ self.w[b].T * self.scale
+            lora = (x @ self.w[a].T) @ self.w[b].T * self.scale
+            m = "base_model.model." + name + ".lora_magnitude_vector"
+            if not self.lora.get("use_dora"):
+                return y + lora
+            # DoRA as PEFT's DoraLinearLayer (no dropout): the norm of each row of W + s*B*A,
+            # detached; the base output (bias removed) and the LoRA output scaled by m / norm.
+            W = self.w[name + ".weight"]
+            norm = torch.linalg.norm(W + self.scale * (self.w[b] @ self.w[a]), dim=1).detach()
+            mag_norm_scale = (self.w[m] / norm).view(1, -1)
+            base = x @ W.T
+            y = y + (mag_norm_scale - 1) * base + mag_norm_scale * lora
         return y
 
     def forward(self, tokens, positions, cu_seqlens):
@@ -133,6 +148,9 @@ class Llama:
             sample[cu_seqlens[s]:cu_seqlens[s + 1]] = s
         idx = torch.arange(T)
         allowed = (sample[:, None] == sample[None, :]) & (idx[None, :] <= idx[:, None])
+        windows = c.get("layer_windows") or [0] * c["num_layers"]
+        scale = c.get("attention_scale") or 1.0 / math.sqrt(d)
+        softcap = c.get("attention_softcap") or 0.0
         freqs = positions.to(DT)[:, None] * rope_inv_freq(c, int(positions.max()) + 1)[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
@@ -173,8 +191,13 @@ class Llama:
             rep = H // Hkv
             k = k.repeat_interleave(rep, dim=1)  # query head h reads kv head h // rep
             v = v.repeat_interleave(rep, dim=1)
-            scores = torch.einsum("thd,shd->hts", q, k) / math.sqrt(d)
-            scores = scores.masked_fill(~allowed[None], float("-inf"))
+            scores = torch.einsum("thd,shd->hts", q, k) * scale
+            if softcap:
+                scores = torch.tanh(scores / softcap) * softcap
+            mask = allowed
+            if windows[l]:
+                mask = allowed & (idx[None, :] > idx[:, None] - windows[l])
+            scores = scores.masked_fill(~mask[None], float("-inf"))
             attn = torch.einsum("hts,shd->thd", torch.softmax(scores, dim=-1), v).reshape(T, H * d)
             h = x + self.linear(attn, p + ".self_attn", "o_proj")
             hn = rms_norm(h, w[p + ".post_attention_layernorm.weight"], eps)

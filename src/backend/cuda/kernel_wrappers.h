@@ -119,7 +119,10 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   }
   // The CUDA kernels keep their tiles in shared memory: no global scratch beyond the front-end's
   // [Hq, T] delta (counted by the caller), whatever the sample length.
-  static int64_t attention_forward_scratch_floats(int64_t /*max_len*/, int /*threads*/) { return 0; }
+  static int64_t attention_forward_scratch_floats(int64_t /*max_len*/, const cpu::AttentionDims& /*dims*/,
+                                                  int /*threads*/) {
+    return 0;
+  }
   static int64_t attention_backward_scratch_floats(int64_t /*max_len*/, const cpu::AttentionDims& /*dims*/,
                                                    int /*threads*/) {
     return 0;
@@ -322,6 +325,18 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   static void bias_grad_accumulate(const float* dy, float* db, int64_t T, int64_t N) {
     ::bp::BP_WRAP_NS::bias_grad_accumulate(dy, db, T, N, nullptr);
     check_launch("bias_grad_accumulate");
+  }
+  static void column_scale_add(float* y, const float* c, const float* z, int64_t T, int64_t N) {
+    ::bp::BP_WRAP_NS::column_scale_add(y, c, z, T, N, nullptr);
+    check_launch("column_scale_add");
+  }
+  static void column_dot_accumulate(const float* a, const float* b, const float* w, float* acc, int64_t T, int64_t N) {
+    ::bp::BP_WRAP_NS::column_dot_accumulate(a, b, w, acc, T, N, nullptr);
+    check_launch("column_dot_accumulate");
+  }
+  static void dora_column_scale(const float* m, const float* nsq, float* c, float* inv_n, int64_t N) {
+    ::bp::BP_WRAP_NS::dora_column_scale(m, nsq, c, inv_n, N, nullptr);
+    check_launch("dora_column_scale");
   }
   // LoRA dropout (lora_dropout.cuh): the mask regenerated where x is read, no dropped copy of x,
   // so no scratch from the front-end. dA's reduction over the tokens, split into slices when its
