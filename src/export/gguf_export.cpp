@@ -182,9 +182,22 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
   w.set(arch + ".rope.freq_base", GGUFValue::f32(c.rope.theta));
   w.set(arch + ".rope.dimension_count", u32(c.head_dim));
   w.set(arch + ".attention.layer_norm_rms_epsilon", GGUFValue::f32(c.rms_norm_eps));
-  if (c.head_dim * c.num_heads != c.hidden_size) {
+  if (c.head_dim * c.num_heads != c.hidden_size ||
+      c.sandwich_norms) {  // llama.cpp's Gemma converters always write them
     w.set(arch + ".attention.key_length", u32(c.head_dim));
     w.set(arch + ".attention.value_length", u32(c.head_dim));
+  }
+  // Gemma (convert_hf_to_gguf.py Gemma2Model / Gemma3Model): the sliding window, Gemma 2's soft-caps,
+  // Gemma 3's linear rope scaling. llama.cpp derives the rest (the layer pattern, the local RoPE base
+  // 10000, the attention scale) from the architecture, as hub/gguf_source.cpp reads them back.
+  if (c.sandwich_norms) {
+    w.set(arch + ".attention.sliding_window", u32(c.sliding_window));
+    if (c.attn_logit_softcap > 0) w.set(arch + ".attn_logit_softcapping", GGUFValue::f32(c.attn_logit_softcap));
+    if (c.final_logit_softcap > 0) w.set(arch + ".final_logit_softcapping", GGUFValue::f32(c.final_logit_softcap));
+    if (c.rope.linear_factor != 1.0f) {
+      w.set(arch + ".rope.scaling.type", GGUFValue::str("linear"));
+      w.set(arch + ".rope.scaling.factor", GGUFValue::f32(c.rope.linear_factor));
+    }
   }
 
   const bool tied = c.tie_word_embeddings;
@@ -204,7 +217,14 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
   for (const auto& [role, layer] : model_roles(c)) {
     const bool qk =
         role == WeightRole::Q || role == WeightRole::K || role == WeightRole::QBias || role == WeightRole::KBias;
-    add(gguf_name(role, layer), weight_ref(mw, role, layer), static_cast<int>(layer), qk ? qk_perm : 0);
+    const Tensor& t = weight_ref(mw, role, layer);
+    if (c.norm_weight_offset != 0.0f && is_norm_role(role)) {  // Gemma: stored as 1 + w (llama.cpp's norm_shift)
+      std::vector<float> shifted = t.to_vector();
+      for (float& x : shifted) x += c.norm_weight_offset;
+      add(gguf_name(c, role, layer), Tensor::from_vector(shifted, t.shape()), static_cast<int>(layer));
+      continue;
+    }
+    add(gguf_name(c, role, layer), t, static_cast<int>(layer), qk ? qk_perm : 0);
     if (role == WeightRole::Embed && c.rope.llama3_scaling) {
       RopeConfig r = c.rope;
       r.head_dim = static_cast<int>(c.head_dim);

@@ -1,6 +1,7 @@
 // ModelConfig: the Hugging Face config.json of a Llama-family model (DESIGN.md "Model").
 // Supported architectures: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v bias),
-// Qwen3ForCausalLM (per-head q_norm/k_norm). Anything else -> DEP_MODEL_LOAD_FAILED listing these.
+// Qwen3ForCausalLM (per-head q_norm/k_norm), Gemma2ForCausalLM and Gemma3ForCausalLM (model_type
+// gemma3_text; the Gemma fields below). Anything else -> DEP_MODEL_LOAD_FAILED listing these.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,10 @@
 
 namespace bp {
 
-enum class Arch { Llama, Mistral, Qwen2, Qwen3 };
+enum class Arch { Llama, Mistral, Qwen2, Qwen3, Gemma2, Gemma3 };
+
+// The MLP's gate activation: SwiGLU (silu) or Gemma's GeGLU (gelu_pytorch_tanh, the tanh approximation).
+enum class GluActivation { Silu, GeluTanh };
 
 // Where config.json's sliding window is read from.
 enum class SlidingWindowKey { None, Always, IfUseSlidingWindow };
@@ -55,12 +59,35 @@ struct ModelConfig {
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;
   DType torch_dtype = DType::F32;  // dtype of the stored weights
-  nlohmann::json raw;              // the original config.json, written back on export
+
+  // Gemma 2 / Gemma 3 (parsed by config.cpp parse_gemma; defaults = Llama behaviour):
+  GluActivation hidden_act = GluActivation::Silu;  // hidden_activation gelu_pytorch_tanh: GeGLU
+  float embed_scale = 0.0f;         // embeddings times sqrt(hidden_size) rounded to torch_dtype; 0 = none
+  float norm_weight_offset = 0.0f;  // every RMSNorm multiplies by (offset + w): Gemma's (1 + w)
+  bool sandwich_norms = false;      // post_attention_layernorm on the attention output, pre/post_feedforward_layernorm
+  float query_pre_attn_scalar = 0.0f;  // attention scale query_pre_attn_scalar^-1/2; 0 = head_dim^-1/2
+  float attn_logit_softcap = 0.0f;     // attn_logit_softcapping: scores = cap·tanh(scores/cap); 0 = none
+  float final_logit_softcap = 0.0f;    // final_logit_softcapping on the LM head's logits; 0 = none
+  std::vector<int64_t> layer_window;   // per layer: the sliding window in tokens, 0 = global (layer_types)
+  bool local_rope = false;             // Gemma 3: sliding layers rotate with rope_local (rope_local_base_freq)
+  RopeConfig rope_local;
+
+  nlohmann::json raw;  // the original config.json, written back on export
 
   // Parses config.json contents; `source` names the file in errors.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
   static ModelConfig from_file(const std::string& config_json_path);
   nlohmann::json to_json() const;  // HF config.json (raw, updated with our fields)
+
+  // Layer l's sliding window (0 = attends to the whole causal prefix), its RoPE, its attention scale.
+  int64_t attention_window(int64_t layer) const {
+    return layer >= 0 && layer < static_cast<int64_t>(layer_window.size()) ? layer_window[static_cast<size_t>(layer)]
+                                                                           : 0;
+  }
+  const RopeConfig& rope_for_layer(int64_t layer) const {
+    return local_rope && attention_window(layer) > 0 ? rope_local : rope;
+  }
+  float attention_scale() const;
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "ops/attention.h"
+#include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
@@ -37,37 +39,45 @@ KvCache::KvCache(const ModelConfig& cfg, int64_t capacity_tokens) : capacity_(ca
 
 namespace {
 
-// o[i] = softmax(q[i]·K[0..start+i]ᵀ / sqrt(d))·V[0..start+i], per query head (GQA).
-void cached_attention(const Tensor& q, const Tensor& K, const Tensor& V, int64_t start, int Hq, int Hkv, int64_t d,
+// o[i] = softmax(cap(q[i]·K[j0..p]ᵀ·scale))·V[j0..p], p = start + i, per query head (GQA): the
+// attention op's contract (ops/attention.h AttentionShape: scale, soft-cap, sliding window j0 = p − window + 1).
+void cached_attention(const Tensor& q, const Tensor& K, const Tensor& V, int64_t start, const AttentionShape& shape,
                       Tensor& o) {
+  const int Hq = shape.n_heads, Hkv = shape.n_kv_heads;
+  const int64_t d = shape.head_dim;
   const int64_t n = q.dim(0), qd = Hq * d, kvd = Hkv * d;
   const float* qp = q.data<float>();
   const float* kp = K.data<float>();
   const float* vp = V.data<float>();
   float* op = o.data<float>();
   const int group = Hq / Hkv;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const double scale = shape.scale > 0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(d));
+  const double cap = shape.softcap;
 #pragma omp parallel for collapse(2) schedule(static) if (n * Hq * (start + n) * d > 65536)
   for (int64_t i = 0; i < n; ++i) {
     for (int h = 0; h < Hq; ++h) {
-      const int64_t len = start + i + 1;
+      const int64_t p = start + i;
+      const int64_t j0 = shape.window > 0 ? std::max<int64_t>(0, p - shape.window + 1) : 0;
+      const int64_t len = p + 1 - j0;
       const float* qi = qp + i * qd + h * d;
       const int64_t kvo = static_cast<int64_t>(h / group) * d;
       std::vector<double> s(static_cast<size_t>(len));
       double mx = -INFINITY;
       for (int64_t j = 0; j < len; ++j) {
-        const float* kj = kp + j * kvd + kvo;
+        const float* kj = kp + (j0 + j) * kvd + kvo;
         double acc = 0;
         for (int64_t e = 0; e < d; ++e) acc += static_cast<double>(qi[e]) * kj[e];
-        s[static_cast<size_t>(j)] = acc * scale;
-        mx = std::max(mx, s[static_cast<size_t>(j)]);
+        acc *= scale;
+        if (cap > 0) acc = cap * std::tanh(acc / cap);
+        s[static_cast<size_t>(j)] = acc;
+        mx = std::max(mx, acc);
       }
       double sum = 0;
       for (auto& x : s) sum += (x = std::exp(x - mx));
       float* oi = op + i * qd + h * d;
       for (int64_t e = 0; e < d; ++e) {
         double acc = 0;
-        for (int64_t j = 0; j < len; ++j) acc += s[static_cast<size_t>(j)] * vp[j * kvd + kvo + e];
+        for (int64_t j = 0; j < len; ++j) acc += s[static_cast<size_t>(j)] * vp[(j0 + j) * kvd + kvo + e];
         oi[e] = static_cast<float>(acc / sum);
       }
     }
@@ -95,11 +105,13 @@ std::vector<float> decode_step(const Model& model, KvCache& cache, const std::ve
   auto opt = [](const Tensor& t) { return t.defined() ? &t : nullptr; };
 
   Tensor x = embedding_forward(ids, W.embed);
+  if (c.embed_scale > 0) scale_inplace(x, c.embed_scale);
+  auto nw = [&](const Tensor& w) { return model.norm_weight(w); };
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const auto& w = W.layers[static_cast<size_t>(l)];
     LoraWeights ls[kNumLinearRoles];
     auto lora = [&](LinearRole r) { return model.lora_for(l, r, &ls[static_cast<int>(r)]); };
-    Tensor xn = rms_norm_forward(x, w.input_norm, c.rms_norm_eps, nullptr);
+    Tensor xn = rms_norm_forward(x, nw(w.input_norm), c.rms_norm_eps, nullptr);
     // q's and k's biases as the training forward adds them (model/transformer.cpp): in RoPE's launch
     // unless q/k norms come first.
     const bool bias_in_rope = !c.qk_norm;
@@ -107,25 +119,41 @@ std::vector<float> decode_step(const Model& model, KvCache& cache, const std::ve
     Tensor k = linear_forward(xn, w.k, bias_in_rope ? nullptr : opt(w.k_bias), lora(LinearRole::K), nullptr);
     Tensor v = linear_forward(xn, w.v, opt(w.v_bias), lora(LinearRole::V), nullptr);
     if (c.qk_norm) {
-      q = rms_norm_forward(q.reshape({n * Hq, d}), w.q_norm, c.rms_norm_eps, nullptr).reshape({n, Hq * d});
-      k = rms_norm_forward(k.reshape({n * Hkv, d}), w.k_norm, c.rms_norm_eps, nullptr).reshape({n, Hkv * d});
+      q = rms_norm_forward(q.reshape({n * Hq, d}), nw(w.q_norm), c.rms_norm_eps, nullptr).reshape({n, Hq * d});
+      k = rms_norm_forward(k.reshape({n * Hkv, d}), nw(w.k_norm), c.rms_norm_eps, nullptr).reshape({n, Hkv * d});
     }
-    rope_forward(q, k, positions, Hq, Hkv, c.rope, bias_in_rope ? opt(w.q_bias) : nullptr,
+    rope_forward(q, k, positions, Hq, Hkv, c.rope_for_layer(l), bias_in_rope ? opt(w.q_bias) : nullptr,
                  bias_in_rope ? opt(w.k_bias) : nullptr);
     cache.k(l).rows(start, start + n).copy_from(k);
     cache.v(l).rows(start, start + n).copy_from(v);
     Tensor attn = Tensor::empty({n, Hq * d});
-    cached_attention(q, cache.k(l), cache.v(l), start, Hq, Hkv, d, attn);
-    // The residuals as the training forward adds them (model/transformer.cpp): the GEMMs' beta matrix.
-    Tensor h = linear_forward(attn, w.o, nullptr, lora(LinearRole::O), nullptr, nullptr, &x);
-    Tensor hn = rms_norm_forward(h, w.post_norm, c.rms_norm_eps, nullptr);
+    cached_attention(q, cache.k(l), cache.v(l), start, model.attention_shape(l), attn);
+    // The residuals as the training forward adds them (model/transformer.cpp): the GEMMs' beta
+    // matrix, or (Gemma's sandwich norms) the post-norms' outputs plus the residual.
+    const bool sandwich = c.sandwich_norms;
+    Tensor h;
+    if (sandwich) {
+      h = rms_norm_forward(linear_forward(attn, w.o, nullptr, lora(LinearRole::O), nullptr), nw(w.post_norm),
+                           c.rms_norm_eps, nullptr);
+      add_inplace(h, x);
+    } else {
+      h = linear_forward(attn, w.o, nullptr, lora(LinearRole::O), nullptr, nullptr, &x);
+    }
+    Tensor hn = rms_norm_forward(h, nw(sandwich ? w.pre_ffn_norm : w.post_norm), c.rms_norm_eps, nullptr);
     Tensor g = linear_forward(hn, w.gate, nullptr, lora(LinearRole::Gate), nullptr);
     Tensor u = linear_forward(hn, w.up, nullptr, lora(LinearRole::Up), nullptr);
-    x = linear_forward(swiglu_forward(g, u), w.down, nullptr, lora(LinearRole::Down), nullptr, nullptr, &h);
+    Tensor m = c.hidden_act == GluActivation::GeluTanh ? geglu_forward(g, u) : swiglu_forward(g, u);
+    if (sandwich) {
+      x = rms_norm_forward(linear_forward(m, w.down, nullptr, lora(LinearRole::Down), nullptr), nw(w.post_ffn_norm),
+                           c.rms_norm_eps, nullptr);
+      add_inplace(x, h);
+    } else {
+      x = linear_forward(m, w.down, nullptr, lora(LinearRole::Down), nullptr, nullptr, &h);
+    }
   }
   cache.advance(n);
-  Tensor last = rms_norm_forward(x.rows(n - 1, n), W.final_norm, c.rms_norm_eps, nullptr);
-  return lm_head_logits(last, W.output_weight()).to_vector();
+  Tensor last = rms_norm_forward(x.rows(n - 1, n), nw(W.final_norm), c.rms_norm_eps, nullptr);
+  return lm_head_logits(last, W.output_weight(), c.final_logit_softcap).to_vector();
 }
 
 int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& opts, std::mt19937_64& rng) {

@@ -22,9 +22,12 @@
 namespace bp {
 
 struct AttentionShape {
-  int n_heads = 0;     // Hq
-  int n_kv_heads = 0;  // Hkv, divides Hq
-  int head_dim = 0;    // d
+  int n_heads = 0;       // Hq
+  int n_kv_heads = 0;    // Hkv, divides Hq
+  int head_dim = 0;      // d
+  int window = 0;        // sliding window: query t sees keys t−window < s <= t; 0 = the whole causal prefix
+  float scale = 0.0f;    // score scale; 0 = 1/sqrt(d)
+  float softcap = 0.0f;  // scores = softcap·tanh(scores/softcap) before the mask; 0 = none
 };
 
 Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,

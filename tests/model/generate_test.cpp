@@ -1,5 +1,6 @@
 // KV-cache decoding and sampling: cached logits equal the full forward at every step (for each
-// architecture, with LoRA), sampling options behave as documented, bad options are errors.
+// architecture, with LoRA; Gemma's windows and soft-caps), sampling options behave as documented, bad options are
+// errors.
 #include "model/generate.h"
 
 #include <gtest/gtest.h>
@@ -33,9 +34,14 @@ void expect_cache_matches_full_forward(Model& model, std::vector<int32_t> seq) {
 }
 
 TEST(Generate, CachedDecodingEqualsFullForwardForEachArchitecture) {
-  std::vector<TinySpec> specs(3);
+  std::vector<TinySpec> specs(5);
   specs[1].arch = Arch::Qwen2, specs[1].bias = true, specs[1].tied = false, specs[1].kv_heads = 1;
   specs[2].arch = Arch::Qwen3, specs[2].qk_norm = true, specs[2].head_dim = 16, specs[2].llama3_rope = true;
+  // Gemma 3: a sliding window (3) shorter than the sequence, the local RoPE base, sandwich norms, GeGLU.
+  specs[3].arch = Arch::Gemma3, specs[3].layers = 3, specs[3].head_dim = 16, specs[3].linear_rope = 2.0f;
+  specs[3].layer_types = {"sliding_attention", "full_attention", "sliding_attention"};
+  // Gemma 2: attention and final logit soft-caps.
+  specs[4].arch = Arch::Gemma2, specs[4].attn_softcap = 2.0f, specs[4].final_softcap = 3.0f;
   uint64_t seed = 3;
   for (const auto& s : specs) {
     ModelConfig cfg = tiny_config(s);

@@ -36,6 +36,8 @@ std::vector<PlanCase> plan_cases() {
   wide.head_dim = 8, wide.tied = false;
   TinySpec qwen3 = wide;
   qwen3.arch = Arch::Qwen3, qwen3.qk_norm = true, qwen3.bias = false, qwen3.layers = 2, qwen3.head_dim = 16;
+  TinySpec gemma3 = wide;  // sandwich norms, (1 + w), GeGLU, q/k norms, sliding windows
+  gemma3.arch = Arch::Gemma3, gemma3.layers = 2, gemma3.head_dim = 16, gemma3.sliding_window = 16;
   return {
       {"small_lora_ckpt", small, TrainMode::Lora, true, 40},
       {"small_full_nockpt", small, TrainMode::Full, false, 40},
@@ -45,6 +47,8 @@ std::vector<PlanCase> plan_cases() {
       {"wide_full_nockpt", wide, TrainMode::Full, false, 100},
       {"qwen3_lora_ckpt_dropout", qwen3, TrainMode::Lora, true, 110, 0.2f},
       {"qwen3_full_nockpt", qwen3, TrainMode::Full, false, 90},
+      {"gemma3_lora_ckpt", gemma3, TrainMode::Lora, true, 110},
+      {"gemma3_full_nockpt", gemma3, TrainMode::Full, false, 90},
   };
 }
 

@@ -36,6 +36,11 @@ template <class T>
 void swiglu_backward(const T* dh, const T* gate, const T* up, T* dgate, T* dup, bf16* dgate16, bf16* dup16, int64_t n,
                      cudaStream_t stream);
 template <class T>
+void geglu_forward(const T* gate, const T* up, T* h, bf16* h16, int64_t n, cudaStream_t stream);
+template <class T>
+void geglu_backward(const T* dh, const T* gate, const T* up, T* dgate, T* dup, bf16* dgate16, bf16* dup16, int64_t n,
+                    cudaStream_t stream);
+template <class T>
 void rope_apply(T* a, int64_t a_heads, bf16* a16, const float* a_bias, T* b, int64_t b_heads, bf16* b16,
                 const float* b_bias, const int32_t* positions, const float* inv_freq, int64_t T_tokens,
                 int64_t head_dim, bool inverse, cudaStream_t stream);

@@ -258,7 +258,11 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   static cpu::CrossEntropyTotals linear_cross_entropy(const float* x, const cpu::HeldMatrix& W, const int32_t* labels,
                                                       int64_t T, int64_t D, int64_t V, int64_t chunk,
                                                       float* /*logits_chunk: the workspace below holds them*/,
-                                                      float grad_scale, float* dx, float* dW) {
+                                                      float grad_scale, float* dx, float* dW, float softcap) {
+    if (softcap > 0.0f)
+      throw Error(ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA,
+                  "[linear_cross_entropy] final logit soft-capping (Gemma 2's final_logit_softcapping) has no CUDA "
+                  "kernel yet; train this model with --device cpu");
     if (!::bp::BP_WRAP_NS::dequantize_supported(W.type)) held_type_unavailable("linear_cross_entropy", W.type);
     if (T == 0) return {};
     // The windows are chosen on the host: from the labels' host copy when the uploader kept one
@@ -433,6 +437,16 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     ::bp::BP_WRAP_NS::swiglu_backward<float>(dh, gate, up, dgate, dup, reinterpret_cast<bf16*>(dgate_bf16),
                                              reinterpret_cast<bf16*>(dup_bf16), n, nullptr);
     check_launch("swiglu_backward");
+  }
+  static void geglu_forward(const float* gate, const float* up, float* h, uint16_t* h_bf16, int64_t n) {
+    ::bp::BP_WRAP_NS::geglu_forward<float>(gate, up, h, reinterpret_cast<bf16*>(h_bf16), n, nullptr);
+    check_launch("geglu_forward");
+  }
+  static void geglu_backward(const float* dh, const float* gate, const float* up, float* dgate, float* dup,
+                             uint16_t* dgate_bf16, uint16_t* dup_bf16, int64_t n) {
+    ::bp::BP_WRAP_NS::geglu_backward<float>(dh, gate, up, dgate, dup, reinterpret_cast<bf16*>(dgate_bf16),
+                                            reinterpret_cast<bf16*>(dup_bf16), n, nullptr);
+    check_launch("geglu_backward");
   }
 
  private:
