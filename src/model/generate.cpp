@@ -128,28 +128,20 @@ std::vector<float> decode_step(const Model& model, KvCache& cache, const std::ve
     cache.v(l).rows(start, start + n).copy_from(v);
     Tensor attn = Tensor::empty({n, Hq * d});
     cached_attention(q, cache.k(l), cache.v(l), start, model.attention_shape(l), attn);
-    // The residuals as the training forward adds them (model/transformer.cpp): the GEMMs' beta
-    // matrix, or (Gemma's sandwich norms) the post-norms' outputs plus the residual.
-    const bool sandwich = c.sandwich_norms;
-    Tensor h;
-    if (sandwich) {
-      h = rms_norm_forward(linear_forward(attn, w.o, nullptr, lora(LinearRole::O), nullptr), nw(w.post_norm),
-                           c.rms_norm_eps, nullptr);
-      add_inplace(h, x);
-    } else {
-      h = linear_forward(attn, w.o, nullptr, lora(LinearRole::O), nullptr, nullptr, &x);
-    }
-    Tensor hn = rms_norm_forward(h, nw(sandwich ? w.pre_ffn_norm : w.post_norm), c.rms_norm_eps, nullptr);
+    // out = res + proj(in) as the training forward adds the residuals (model/transformer.cpp): the
+    // GEMM's beta matrix, or (Gemma's sandwich norms) res + rms_norm(proj(in), post).
+    auto residual_out = [&](const Tensor& in, const Tensor& W, LinearRole r, const Tensor& post, const Tensor& res) {
+      if (!c.sandwich_norms) return linear_forward(in, W, nullptr, lora(r), nullptr, nullptr, &res);
+      Tensor y = rms_norm_forward(linear_forward(in, W, nullptr, lora(r), nullptr), nw(post), c.rms_norm_eps, nullptr);
+      add_inplace(y, res);
+      return y;
+    };
+    Tensor h = residual_out(attn, w.o, LinearRole::O, w.post_norm, x);
+    Tensor hn = rms_norm_forward(h, nw(c.sandwich_norms ? w.pre_ffn_norm : w.post_norm), c.rms_norm_eps, nullptr);
     Tensor g = linear_forward(hn, w.gate, nullptr, lora(LinearRole::Gate), nullptr);
     Tensor u = linear_forward(hn, w.up, nullptr, lora(LinearRole::Up), nullptr);
     Tensor m = c.hidden_act == GluActivation::GeluTanh ? geglu_forward(g, u) : swiglu_forward(g, u);
-    if (sandwich) {
-      x = rms_norm_forward(linear_forward(m, w.down, nullptr, lora(LinearRole::Down), nullptr), nw(w.post_ffn_norm),
-                           c.rms_norm_eps, nullptr);
-      add_inplace(x, h);
-    } else {
-      x = linear_forward(m, w.down, nullptr, lora(LinearRole::Down), nullptr, nullptr, &h);
-    }
+    x = residual_out(m, w.down, LinearRole::Down, w.post_ffn_norm, h);
   }
   cache.advance(n);
   Tensor last = rms_norm_forward(x.rows(n - 1, n), nw(W.final_norm), c.rms_norm_eps, nullptr);
