@@ -182,17 +182,29 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
   w.set(arch + ".rope.freq_base", GGUFValue::f32(c.rope.theta));
   w.set(arch + ".rope.dimension_count", u32(c.head_dim));
   w.set(arch + ".attention.layer_norm_rms_epsilon", GGUFValue::f32(c.rms_norm_eps));
+  // llama.cpp's sliding window keys: the window, and which layers have it when not all do (one
+  // bool per layer, as llama.cpp's sliding_window_pattern array).
+  bool all_windowed = true, any_windowed = false;
+  nlohmann::json pattern = nlohmann::json::array();
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const bool windowed = c.attention_window(l) > 0;
+    all_windowed &= windowed;
+    any_windowed |= windowed;
+    pattern.push_back(windowed);
+  }
+  if (any_windowed) w.set(arch + ".attention.sliding_window", u32(c.sliding_window));
+  if (any_windowed && !all_windowed)
+    w.set(arch + ".attention.sliding_window_pattern", GGUFValue::array(GGUFValueType::BOOL, pattern));
   if (c.head_dim * c.num_heads != c.hidden_size ||
       c.sandwich_norms) {  // llama.cpp's Gemma converters always write them
     w.set(arch + ".attention.key_length", u32(c.head_dim));
     w.set(arch + ".attention.value_length", u32(c.head_dim));
   }
-  // Gemma (convert_hf_to_gguf.py Gemma2Model / Gemma3Model): the sliding window, Gemma 2's soft-caps,
-  // Gemma 3's linear rope scaling. llama.cpp derives the rest (the layer pattern, the local RoPE base
-  // 10000, the attention scale) from the architecture, as hub/gguf_source.cpp reads them back.
+  // Gemma (convert_hf_to_gguf.py Gemma2Model / Gemma3Model): Gemma 2's soft-caps, Gemma 3's linear
+  // rope scaling (the window above). llama.cpp derives the rest (its layer pattern, the local RoPE
+  // base 10000, the attention scale) from the architecture, as hub/gguf_source.cpp reads them back.
   if (c.sandwich_norms) {
-    w.set(arch + ".attention.sliding_window", u32(c.sliding_window));
-    if (c.attn_logit_softcap > 0) w.set(arch + ".attn_logit_softcapping", GGUFValue::f32(c.attn_logit_softcap));
+    if (c.attention_softcap > 0) w.set(arch + ".attn_logit_softcapping", GGUFValue::f32(c.attention_softcap));
     if (c.final_logit_softcap > 0) w.set(arch + ".final_logit_softcapping", GGUFValue::f32(c.final_logit_softcap));
     if (c.rope.linear_factor != 1.0f) {
       w.set(arch + ".rope.scaling.type", GGUFValue::str("linear"));

@@ -38,6 +38,35 @@ struct Vocab {
   std::optional<std::string> chat_template;
 };
 
+// {arch}.attention.sliding_window (llama.cpp's key) as config.json says it: a llama file with a
+// window is Mistral's (which llama.cpp converts as llama), qwen2/qwen3 turn use_sliding_window
+// on. {arch}.attention.sliding_window_pattern (one bool per layer) picks the windowed layers;
+// without it every layer has the window.
+void add_sliding_window(const GGUFReader& r, const std::string& path, const std::string& arch, int64_t layers,
+                        json& c) {
+  const std::string key = arch + ".attention.sliding_window", pattern_key = arch + ".attention.sliding_window_pattern";
+  const std::optional<int64_t> window = r.get_int(key);
+  if (!window || *window == 0) return;
+  if (*window < 0) fail(path, fmt::format("metadata {} is {}; it must be at least 0", key, *window));
+  json types = json::array();
+  if (const GGUFValue* p = r.find(pattern_key)) {
+    if (p->type != GGUFValueType::ARRAY || p->elem_type != GGUFValueType::BOOL ||
+        static_cast<int64_t>(p->value.size()) != layers)
+      fail(path, fmt::format("metadata {} must be an array of {}.block_count = {} bools", pattern_key, arch, layers));
+    for (const json& b : p->value) types.push_back(b.get<bool>() ? "sliding_attention" : "full_attention");
+  } else {
+    for (int64_t l = 0; l < layers; ++l) types.push_back("sliding_attention");
+  }
+  if (arch == "llama") {
+    c["architectures"] = {"MistralForCausalLM"};
+    c["model_type"] = "mistral";
+  } else {
+    c["use_sliding_window"] = true;
+  }
+  c["sliding_window"] = *window;
+  c["layer_types"] = types;
+}
+
 // Gemma in llama.cpp (llama-model.cpp LLM_ARCH_GEMMA2 / LLM_ARCH_GEMMA3): the sliding window and
 // Gemma 2's soft-caps from metadata; the layer pattern (Gemma 2 every other layer from layer 0,
 // Gemma 3 five sliding then one global), the local RoPE base (10000) and the attention scale are
@@ -48,9 +77,11 @@ void gemma_config_from_gguf(const GGUFReader& r, const std::string& path, const 
   const int64_t hidden = c["hidden_size"], heads = c["num_attention_heads"], layers = c["num_hidden_layers"];
   const bool big = (arch == "gemma2" && layers == 46) || (arch == "gemma3" && layers == 62);  // the 27B models
   c["query_pre_attn_scalar"] = big ? hidden / heads : c["head_dim"].get<int64_t>();
-  const std::optional<int64_t> window = r.get_int(arch + ".attention.sliding_window");
-  if (!window || *window < 1) fail(path, fmt::format("metadata {}.attention.sliding_window is missing or < 1", arch));
-  c["sliding_window"] = *window;
+  if (!c.contains("sliding_window"))  // add_sliding_window's, from {arch}.attention.sliding_window
+    fail(path, fmt::format("metadata {}.attention.sliding_window is missing or 0", arch));
+  c.erase("use_sliding_window");
+  // llama.cpp's own files carry no per-layer pattern: the architecture's (not every layer windowed).
+  if (!r.find(arch + ".attention.sliding_window_pattern")) c.erase("layer_types");
   auto cap = [&](const char* key) {
     const std::optional<double> v = r.get_number(arch + "." + key);
     if (v && !(*v > 0)) fail(path, fmt::format("metadata {}.{} is {}; it must be greater than 0", arch, key, *v));
@@ -138,6 +169,7 @@ json config_from_gguf(const GGUFReader& r, const std::string& path) {
                             : embd->type == GGMLType::F32 ? "float32"
                                                           : "float16"},
             {"backprop_gguf_file", fs::absolute(path).lexically_normal().string()}};
+  add_sliding_window(r, path, arch, layers, c);
   // Llama-3.1/3.2: rope scaling lives in rope_freqs.weight only (hub/gguf_rope.h).
   if (json rs = llama3_rope_scaling_from_gguf(r, path, theta, head_dim); !rs.is_null()) c["rope_scaling"] = rs;
   if (arch == "gemma2" || arch == "gemma3") gemma_config_from_gguf(r, path, arch, c);

@@ -6,6 +6,7 @@
 // per-head q_norm/k_norm. Every problem is DEP_MODEL_LOAD_FAILED naming the file and the key.
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -131,6 +132,41 @@ void check_sizes(const ModelConfig& c, const std::string& source) {
                                what, static_cast<double>(n), static_cast<double>(kMaxParameters)));
 }
 
+// Windows longer than this would not fit the attention op's int (any window past the sequence
+// length is full attention anyway).
+constexpr int64_t kMaxWindow = (int64_t{1} << 31) - 1;
+
+// sliding_window, layer_types and the per-layer windows (config.h: ModelConfig::layer_windows).
+void parse_windows(const nlohmann::json& j, const ArchEntry& entry, const std::string& source, ModelConfig& c) {
+  if (entry.sliding_window == SW::Always ||
+      (entry.sliding_window == SW::IfUseSlidingWindow && get_bool(j, "use_sliding_window", source, false)))
+    c.sliding_window = get_int(j, "sliding_window", source, 0, false);
+  if (c.sliding_window < 0 || c.sliding_window > kMaxWindow)
+    fail(source, fmt::format("sliding_window must be in [0, {}], got {}", kMaxWindow, c.sliding_window));
+  std::vector<bool> sliding;  // from layer_types, when given
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || static_cast<int64_t>(it->size()) != c.num_layers)
+      fail(source, fmt::format("field 'layer_types' must be a list of num_hidden_layers = {} entries, got {}",
+                               c.num_layers, it->dump()));
+    for (const auto& t : *it) {
+      const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
+      if (type != "sliding_attention" && type != "full_attention")
+        fail(source, fmt::format("layer_types entry '{}' is not supported (supported: sliding_attention, "
+                                 "full_attention)",
+                                 type));
+      sliding.push_back(type == "sliding_attention");
+    }
+  }
+  if (c.sliding_window == 0) return;
+  const int64_t first = entry.sliding_window == SW::IfUseSlidingWindow && sliding.empty()
+                            ? get_int(j, "max_window_layers", source, 28, false)
+                            : 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const bool windowed = sliding.empty() ? l >= first : sliding[static_cast<size_t>(l)];
+    c.layer_windows.push_back(windowed ? c.sliding_window : 0);
+  }
+}
+
 // A float as JSON in its shortest decimal form (1e-05, not 9.99999974737875e-06).
 double float_for_json(float f) {
   return std::stod(fmt::format("{}", f));
@@ -165,31 +201,24 @@ void parse_gemma(const nlohmann::json& j, const std::string& source, ModelConfig
   c.query_pre_attn_scalar = static_cast<float>(get_number(j, "query_pre_attn_scalar", source, 256.0));
   if (!(c.query_pre_attn_scalar > 0))
     fail(source, fmt::format("query_pre_attn_scalar must be > 0, got {}", c.query_pre_attn_scalar));
-  c.attn_logit_softcap = static_cast<float>(get_number(j, "attn_logit_softcapping", source, g3 ? 0.0 : 50.0));
+  c.attention_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.query_pre_attn_scalar)));
+  c.attention_softcap = static_cast<float>(get_number(j, "attn_logit_softcapping", source, g3 ? 0.0 : 50.0));
   c.final_logit_softcap = static_cast<float>(get_number(j, "final_logit_softcapping", source, g3 ? 0.0 : 30.0));
-  if (c.attn_logit_softcap < 0 || c.final_logit_softcap < 0)
+  if (c.attention_softcap < 0 || c.final_logit_softcap < 0)
     fail(source, "attn_logit_softcapping and final_logit_softcapping must be >= 0 (or null)");
   const int64_t window = get_int(j, "sliding_window", source, 4096, false);
-  if (window < 1) fail(source, fmt::format("sliding_window must be >= 1, got {}", window));
+  if (window < 1 || window > kMaxWindow)
+    fail(source, fmt::format("sliding_window must be in [1, {}], got {}", kMaxWindow, window));
   c.sliding_window = window;
-  c.layer_window.assign(static_cast<size_t>(c.num_layers), 0);
-  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
-    if (!it->is_array() || static_cast<int64_t>(it->size()) != c.num_layers)
-      fail(source, fmt::format("field 'layer_types' must be a list of num_hidden_layers ({}) entries", c.num_layers));
-    for (size_t l = 0; l < it->size(); ++l) {
-      const nlohmann::json& t = (*it)[l];
-      const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
-      if (type == "sliding_attention")
-        c.layer_window[l] = window;
-      else if (type != "full_attention")
-        fail(source,
-             fmt::format("layer_types[{}] = '{}' is not supported (sliding_attention, full_attention)", l, type));
-    }
-  } else {
-    const int64_t pattern = g3 ? get_int(j, "sliding_window_pattern", source, 6, false) : 2;
-    if (pattern < 1) fail(source, fmt::format("sliding_window_pattern must be >= 1, got {}", pattern));
-    for (int64_t l = 0; l < c.num_layers; ++l)
-      if ((l + 1) % pattern != 0) c.layer_window[static_cast<size_t>(l)] = window;
+  // layer_types was checked by parse_windows; without it, the architecture's pattern.
+  const auto types = j.find("layer_types");
+  const bool listed = types != j.end() && !types->is_null();
+  const int64_t pattern = listed || !g3 ? 2 : get_int(j, "sliding_window_pattern", source, 6, false);
+  if (pattern < 1) fail(source, fmt::format("sliding_window_pattern must be >= 1, got {}", pattern));
+  c.layer_windows.assign(static_cast<size_t>(c.num_layers), 0);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const bool sliding = listed ? (*types)[static_cast<size_t>(l)] == "sliding_attention" : (l + 1) % pattern != 0;
+    if (sliding) c.layer_windows[static_cast<size_t>(l)] = window;
   }
   if (g3) {
     c.local_rope = true;
@@ -201,11 +230,6 @@ void parse_gemma(const nlohmann::json& j, const std::string& source, ModelConfig
 }
 
 }  // namespace
-
-float ModelConfig::attention_scale() const {
-  const double s = query_pre_attn_scalar > 0 ? query_pre_attn_scalar : static_cast<double>(head_dim);
-  return static_cast<float>(1.0 / std::sqrt(s));
-}
 
 const ArchInfo& arch_info(Arch a) {
   for (const ArchEntry& e : kArchs)
@@ -317,9 +341,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", source, entry->tied_head_default);
   c.attention_bias = entry->qkv_bias ? true : get_bool(j, "attention_bias", source, false);
   c.qk_norm = entry->qk_norm;
-  if (entry->sliding_window == SW::Always ||
-      (entry->sliding_window == SW::IfUseSlidingWindow && get_bool(j, "use_sliding_window", source, false)))
-    c.sliding_window = get_int(j, "sliding_window", source, 0, false);
+  parse_windows(j, *entry, source, c);
 
   if (gemma) parse_gemma(j, source, c);
 
@@ -376,18 +398,25 @@ nlohmann::json ModelConfig::to_json() const {
   if (hidden_act == GluActivation::GeluTanh) {
     j["hidden_activation"] = "gelu_pytorch_tanh";
     j["query_pre_attn_scalar"] = float_for_json(query_pre_attn_scalar);
-    j["sliding_window"] = sliding_window;
-    nlohmann::json types = nlohmann::json::array();
-    for (int64_t w : layer_window) types.push_back(w > 0 ? "sliding_attention" : "full_attention");
-    j["layer_types"] = types;
     auto cap = [](float v) { return v > 0 ? nlohmann::json(float_for_json(v)) : nlohmann::json(nullptr); };
-    j["attn_logit_softcapping"] = cap(attn_logit_softcap);
+    j["attn_logit_softcapping"] = cap(attention_softcap);
     j["final_logit_softcapping"] = cap(final_logit_softcap);
     if (local_rope) j["rope_local_base_freq"] = float_for_json(rope_local.theta);
   } else if (!j.contains("hidden_act")) {
     j["hidden_act"] = "silu";
   }
   j["tie_word_embeddings"] = tie_word_embeddings;
+  if (sliding_window > 0) {  // a config made without config.json (GGUF) says it too
+    j["sliding_window"] = sliding_window;
+    if (arch_info(arch).sliding_window == SlidingWindowKey::IfUseSlidingWindow) j["use_sliding_window"] = true;
+    const bool mixed =
+        std::any_of(layer_windows.begin(), layer_windows.end(), [&](int64_t w) { return w != layer_windows.front(); });
+    if (mixed || sandwich_norms) {  // Gemma: its default pattern need not be these windows
+      nlohmann::json types = nlohmann::json::array();
+      for (int64_t w : layer_windows) types.push_back(w > 0 ? "sliding_attention" : "full_attention");
+      j["layer_types"] = types;
+    }
+  }
   if (arch == Arch::Llama || arch == Arch::Qwen3) j["attention_bias"] = attention_bias;
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
   if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
@@ -395,6 +424,23 @@ nlohmann::json ModelConfig::to_json() const {
   if (j.contains("dtype")) j["dtype"] = torch_dtype_name(torch_dtype);
   j["torch_dtype"] = torch_dtype_name(torch_dtype);
   return j;
+}
+
+int64_t ModelConfig::attention_window(int64_t layer) const {
+  if (layer_windows.empty()) return sliding_window;
+  if (layer < 0 || layer >= static_cast<int64_t>(layer_windows.size()))
+    throw Error(ErrorCode::RUNTIME_INTERNAL,
+                fmt::format("[config] no layer {} (the model has {} windows)", layer, layer_windows.size()));
+  return layer_windows[static_cast<size_t>(layer)];
+}
+
+AttentionShape ModelConfig::attention_shape(int64_t layer) const {
+  return {static_cast<int>(num_heads),
+          static_cast<int>(num_kv_heads),
+          static_cast<int>(head_dim),
+          static_cast<int>(std::min(attention_window(layer), kMaxWindow)),
+          attention_scale,
+          attention_softcap};
 }
 
 int64_t ModelConfig::num_parameters() const {

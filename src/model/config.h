@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "ops/attention.h"
 #include "ops/rope.h"
 
 namespace bp {
@@ -19,7 +20,10 @@ enum class Arch { Llama, Mistral, Qwen2, Qwen3, Gemma2, Gemma3 };
 // The MLP's gate activation: SwiGLU (silu) or Gemma's GeGLU (gelu_pytorch_tanh, the tanh approximation).
 enum class GluActivation { Silu, GeluTanh };
 
-// Where config.json's sliding window is read from.
+// Where config.json's sliding window is read from, and which layers it applies to when the config
+// has no `layer_types` list: Always (Mistral): sliding_window, on every layer; IfUseSlidingWindow
+// (Qwen2/3): sliding_window when use_sliding_window is true, on layers >= max_window_layers
+// (default 28), as transformers' Qwen2Config derives layer_types.
 enum class SlidingWindowKey { None, Always, IfUseSlidingWindow };
 
 // Everything that differs between the supported architectures, one row each (kArchs in
@@ -55,7 +59,13 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v bias (Qwen2 always true)
   bool qk_norm = false;         // Qwen3
-  int64_t sliding_window = 0;   // Mistral; 0 = none (recorded, not yet applied)
+  int64_t sliding_window = 0;   // config.json's sliding window (Mistral, Qwen2/3); 0 = none
+  // Window of each layer (attention_window); empty: sliding_window on every layer. From
+  // `layer_types` ("sliding_attention" layers get sliding_window, "full_attention" ones none) when
+  // config.json has it, else from the architecture's rule (SlidingWindowKey).
+  std::vector<int64_t> layer_windows;
+  float attention_scale = 0.0f;    // q·k scale; 0 = 1/sqrt(head_dim) (Gemma: query_pre_attn_scalar^-0.5)
+  float attention_softcap = 0.0f;  // attention logit soft-capping (Gemma 2); 0 = none
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;
   DType torch_dtype = DType::F32;  // dtype of the stored weights
@@ -65,11 +75,10 @@ struct ModelConfig {
   float embed_scale = 0.0f;         // embeddings times sqrt(hidden_size) rounded to torch_dtype; 0 = none
   float norm_weight_offset = 0.0f;  // every RMSNorm multiplies by (offset + w): Gemma's (1 + w)
   bool sandwich_norms = false;      // post_attention_layernorm on the attention output, pre/post_feedforward_layernorm
-  float query_pre_attn_scalar = 0.0f;  // attention scale query_pre_attn_scalar^-1/2; 0 = head_dim^-1/2
-  float attn_logit_softcap = 0.0f;     // attn_logit_softcapping: scores = cap·tanh(scores/cap); 0 = none
+  float query_pre_attn_scalar = 0.0f;  // config.json's (attention_scale = its ^-1/2); 0 = not given
   float final_logit_softcap = 0.0f;    // final_logit_softcapping on the LM head's logits; 0 = none
-  std::vector<int64_t> layer_window;   // per layer: the sliding window in tokens, 0 = global (layer_types)
-  bool local_rope = false;             // Gemma 3: sliding layers rotate with rope_local (rope_local_base_freq)
+  // (attention_scale, attention_softcap and layer_windows above hold Gemma's attention settings.)
+  bool local_rope = false;  // Gemma 3: sliding layers rotate with rope_local (rope_local_base_freq)
   RopeConfig rope_local;
 
   nlohmann::json raw;  // the original config.json, written back on export
@@ -79,15 +88,13 @@ struct ModelConfig {
   static ModelConfig from_file(const std::string& config_json_path);
   nlohmann::json to_json() const;  // HF config.json (raw, updated with our fields)
 
-  // Layer l's sliding window (0 = attends to the whole causal prefix), its RoPE, its attention scale.
-  int64_t attention_window(int64_t layer) const {
-    return layer >= 0 && layer < static_cast<int64_t>(layer_window.size()) ? layer_window[static_cast<size_t>(layer)]
-                                                                           : 0;
-  }
+  // Sliding window of layer l (0 = full attention) and the attention op's shape for that layer.
+  int64_t attention_window(int64_t layer) const;
+  AttentionShape attention_shape(int64_t layer) const;
+  // Layer l's RoPE: Gemma 3's local one (rope_local_base_freq) on its sliding layers.
   const RopeConfig& rope_for_layer(int64_t layer) const {
     return local_rope && attention_window(layer) > 0 ? rope_local : rope;
   }
-  float attention_scale() const;
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }

@@ -2,9 +2,10 @@
 //
 // decode_step runs the same layer math as Model::forward_layer (transformer.cpp) for the n new
 // tokens only. Attention of new token i (absolute position p = start + i) reads cached rows
-// [0, p]; it is a plain loop here because the training attention op takes equal-length q and k.
-// Its agreement with the full forward is tested (generate_test.cpp: cached logits == Model::logits
-// at every step, and stories260K's golden greedy continuations).
+// [0, p], or [p - W + 1, p] in a layer with a sliding window W, with the layer's scale and soft
+// cap (ModelConfig::attention_shape, as the training op applies them); it is a plain loop here because the training
+// attention op takes equal-length q and k. Its agreement with the full forward is tested (generate_test.cpp: cached
+// logits == Model::logits at every step, and stories260K's golden greedy continuations).
 #include "model/generate.h"
 
 #include <algorithm>
@@ -39,45 +40,43 @@ KvCache::KvCache(const ModelConfig& cfg, int64_t capacity_tokens) : capacity_(ca
 
 namespace {
 
-// o[i] = softmax(cap(q[i]·K[j0..p]ᵀ·scale))·V[j0..p], p = start + i, per query head (GQA): the
-// attention op's contract (ops/attention.h AttentionShape: scale, soft-cap, sliding window j0 = p − window + 1).
+// o[i] = softmax(cap(scale · q[i]·K[lo..p]ᵀ))·V[lo..p] per query head (GQA), p = start + i, lo =
+// p - W + 1 with a window W (else 0), cap(s) = c·tanh(s/c) with a soft cap c (ops/attention.h).
 void cached_attention(const Tensor& q, const Tensor& K, const Tensor& V, int64_t start, const AttentionShape& shape,
                       Tensor& o) {
   const int Hq = shape.n_heads, Hkv = shape.n_kv_heads;
-  const int64_t d = shape.head_dim;
-  const int64_t n = q.dim(0), qd = Hq * d, kvd = Hkv * d;
+  const int64_t d = shape.head_dim, n = q.dim(0), qd = Hq * d, kvd = Hkv * d;
   const float* qp = q.data<float>();
   const float* kp = K.data<float>();
   const float* vp = V.data<float>();
   float* op = o.data<float>();
   const int group = Hq / Hkv;
-  const double scale = shape.scale > 0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(d));
-  const double cap = shape.softcap;
+  const double scale = shape.scale > 0 ? shape.scale : 1.0 / std::sqrt(static_cast<double>(d)), cap = shape.softcap;
 #pragma omp parallel for collapse(2) schedule(static) if (n * Hq * (start + n) * d > 65536)
   for (int64_t i = 0; i < n; ++i) {
     for (int h = 0; h < Hq; ++h) {
-      const int64_t p = start + i;
-      const int64_t j0 = shape.window > 0 ? std::max<int64_t>(0, p - shape.window + 1) : 0;
-      const int64_t len = p + 1 - j0;
+      const int64_t end = start + i + 1, lo = shape.window > 0 ? std::max<int64_t>(0, end - shape.window) : 0;
+      const int64_t len = end - lo;
       const float* qi = qp + i * qd + h * d;
       const int64_t kvo = static_cast<int64_t>(h / group) * d;
+      const float* kb = kp + lo * kvd;
+      const float* vb = vp + lo * kvd;
       std::vector<double> s(static_cast<size_t>(len));
       double mx = -INFINITY;
       for (int64_t j = 0; j < len; ++j) {
-        const float* kj = kp + (j0 + j) * kvd + kvo;
+        const float* kj = kb + j * kvd + kvo;
         double acc = 0;
         for (int64_t e = 0; e < d; ++e) acc += static_cast<double>(qi[e]) * kj[e];
         acc *= scale;
-        if (cap > 0) acc = cap * std::tanh(acc / cap);
-        s[static_cast<size_t>(j)] = acc;
-        mx = std::max(mx, acc);
+        s[static_cast<size_t>(j)] = cap > 0 ? cap * std::tanh(acc / cap) : acc;
+        mx = std::max(mx, s[static_cast<size_t>(j)]);
       }
       double sum = 0;
       for (auto& x : s) sum += (x = std::exp(x - mx));
       float* oi = op + i * qd + h * d;
       for (int64_t e = 0; e < d; ++e) {
         double acc = 0;
-        for (int64_t j = 0; j < len; ++j) acc += s[static_cast<size_t>(j)] * vp[(j0 + j) * kvd + kvo + e];
+        for (int64_t j = 0; j < len; ++j) acc += s[static_cast<size_t>(j)] * vb[j * kvd + kvo + e];
         oi[e] = static_cast<float>(acc / sum);
       }
     }
@@ -127,7 +126,7 @@ std::vector<float> decode_step(const Model& model, KvCache& cache, const std::ve
     cache.k(l).rows(start, start + n).copy_from(k);
     cache.v(l).rows(start, start + n).copy_from(v);
     Tensor attn = Tensor::empty({n, Hq * d});
-    cached_attention(q, cache.k(l), cache.v(l), start, model.attention_shape(l), attn);
+    cached_attention(q, cache.k(l), cache.v(l), start, c.attention_shape(l), attn);
     // out = res + proj(in) as the training forward adds the residuals (model/transformer.cpp): the
     // GEMM's beta matrix, or (Gemma's sandwich norms) res + rms_norm(proj(in), post).
     auto residual_out = [&](const Tensor& in, const Tensor& W, LinearRole r, const Tensor& post, const Tensor& res) {

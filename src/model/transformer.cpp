@@ -147,15 +147,6 @@ Tensor Model::norm_weight(const Tensor& w) const {
   return e;
 }
 
-AttentionShape Model::attention_shape(int64_t layer) const {
-  const auto& c = weights_.config;
-  AttentionShape s{static_cast<int>(c.num_heads), static_cast<int>(c.num_kv_heads), static_cast<int>(c.head_dim)};
-  s.window = static_cast<int>(c.attention_window(layer));
-  s.scale = c.attention_scale();
-  s.softcap = c.attn_logit_softcap;
-  return s;
-}
-
 const Tensor& layer_matrix(const LayerWeights& w, LinearRole role) {
   const Tensor* ws[kNumLinearRoles] = {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down};
   return *ws[static_cast<int>(role)];
@@ -575,8 +566,8 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   }
   rope_forward(a.q, a.k, b.positions, Hq, Hkv, c.rope_for_layer(l), bias_in_rope ? q_bias : nullptr,
                bias_in_rope ? k_bias : nullptr);
-  a.attn = attention_forward(a.q, a.k, a.v, b.cu_seqlens, attention_shape(l), acts ? &a.lse : nullptr,
-                             want16({LinearRole::O}));
+  const AttentionShape shape = c.attention_shape(l);  // the layer's window, scale, soft cap
+  a.attn = attention_forward(a.q, a.k, a.v, b.cu_seqlens, shape, acts ? &a.lse : nullptr, want16({LinearRole::O}));
   if (!acts) a.q = a.k = a.v = Tensor();
   // h = x + o(attn) and out = h + down(m): the residual is the projection's GEMM's beta matrix, no add
   // (Gemma: h = x + post_norm(o(attn)), out = h + post_ffn_norm(down(m)), the norm's output plus x).

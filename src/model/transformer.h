@@ -39,7 +39,6 @@
 #include "core/host_mirror.h"
 #include "core/tensor.h"
 #include "model/weights.h"
-#include "ops/attention.h"
 #include "ops/cross_entropy.h"
 #include "ops/linear.h"
 
@@ -234,8 +233,6 @@ class Model {
   // The weight an RMSNorm of this model multiplies by: w itself, or (norm_weight_offset + w) in f32
   // (Gemma's (1 + w), as HF computes it), made for the call. Its gradient is w's.
   Tensor norm_weight(const Tensor& w) const;
-  // Layer l's attention: heads, its sliding window, scale and soft-cap (config.h).
-  AttentionShape attention_shape(int64_t layer) const;
 
   // Used by generation: the layer's LoRA for inference (dropout off).
   const LoraWeights* lora_for(int64_t layer, LinearRole role, LoraWeights* storage) const;

@@ -166,8 +166,8 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
   const Tensor& Wv = gemm_weight(l, LinearRole::V);
   Tensor dq16, dk16, dv16;
   auto want16 = [](const Tensor& W, Tensor& t16) { return held_gemms_read_bf16(W) ? &t16 : nullptr; };
-  attention_backward(dattn, a.q, a.k, a.v, a.attn, a.lse, b.cu_seqlens, attention_shape(l), dq, dk, dv,
-                     want16(Wv, dv16));
+  const AttentionShape shape = c.attention_shape(l);
+  attention_backward(dattn, a.q, a.k, a.v, a.attn, a.lse, b.cu_seqlens, shape, dq, dk, dv, want16(Wv, dv16));
   dattn = Tensor();
   a.q = a.k = a.v = a.attn = a.lse = Tensor();
   const bool qk = c.qk_norm;

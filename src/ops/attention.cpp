@@ -4,6 +4,8 @@
 // (ops/dispatch.h).
 #include "ops/attention.h"
 
+#include <cmath>
+
 #include "ops/op_checks.h"
 
 namespace bp {
@@ -19,6 +21,10 @@ void check_matrix(const Tensor& t, const char* name, int64_t T, int64_t cols) {
            "[attention] {} must be f32 [{}, {}], got {}", name, T, cols, t.describe());
 }
 
+cpu::AttentionDims dims_of(const AttentionShape& shape, int64_t T, int64_t S) {
+  return {T, S, shape.n_heads, shape.n_kv_heads, shape.head_dim, shape.window, shape.scale, shape.softcap};
+}
+
 // Checks everything and returns the kernel's dimensions.
 cpu::AttentionDims check_operands(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& cu_seqlens,
                                   const AttentionShape& shape) {
@@ -28,6 +34,12 @@ cpu::AttentionDims check_operands(const Tensor& q, const Tensor& k, const Tensor
            "[attention] need n_heads > 0, n_kv_heads > 0 dividing it and head_dim > 0; got {} heads, {} kv heads, "
            "head_dim {}",
            shape.n_heads, shape.n_kv_heads, shape.head_dim);
+  if (shape.window < 0 || !(shape.scale >= 0.0f) || !std::isfinite(shape.scale) || !(shape.softcap >= 0.0f) ||
+      !std::isfinite(shape.softcap))
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[attention] window, scale and softcap must be >= 0 and finite (0 = off); got window {}, "
+                            "scale {}, softcap {}",
+                            shape.window, shape.scale, shape.softcap));
   BP_CHECK(q.rank() == 2, "[attention] q must be [T, Hq*d], got {}", q.describe());
   const int64_t T = q.dim(0);
   check_matrix(q, "q", T, int64_t{shape.n_heads} * shape.head_dim);
@@ -46,7 +58,7 @@ cpu::AttentionDims check_operands(const Tensor& q, const Tensor& k, const Tensor
     if (cu[s + 1] < cu[s])
       throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                   fmt::format("[attention] cu_seqlens decreases at sample {}: {} then {}", s, cu[s], cu[s + 1]));
-  return {T, S, shape.n_heads, shape.n_kv_heads, shape.head_dim};
+  return dims_of(shape, T, S);
 }
 
 }  // namespace
@@ -92,12 +104,12 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                                      dq.kernel_data<float>(), dk.kernel_data<float>(), dv.kernel_data<float>(), dv16);
 }
 
-int64_t attention_forward_scratch_floats(int64_t T, int threads) {
-  return ops::kernels(DeviceType::CPU).attention_forward_scratch_floats(T, threads);
+int64_t attention_forward_scratch_floats(int64_t T, const AttentionShape& shape, int threads) {
+  return ops::kernels(DeviceType::CPU).attention_forward_scratch_floats(T, dims_of(shape, T, 1), threads);
 }
 
 int64_t attention_backward_scratch_floats(int64_t T, const AttentionShape& shape, int threads) {
-  const cpu::AttentionDims dims{T, 1, shape.n_heads, shape.n_kv_heads, shape.head_dim};
+  const cpu::AttentionDims dims = dims_of(shape, T, 1);
   return ops::kernels(DeviceType::CPU).attention_backward_scratch_floats(T, dims, threads);
 }
 

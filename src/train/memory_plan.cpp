@@ -563,7 +563,7 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
   const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
   // Attention scratch (ops/attention.h), bounded by one sample spanning the micro-batch.
   const AttentionShape attn{static_cast<int>(m.Hq), static_cast<int>(m.Hkv), static_cast<int>(m.d)};
-  m.attn_fwd_scratch = attention_forward_scratch_floats(m.T, threads);
+  m.attn_fwd_scratch = attention_forward_scratch_floats(m.T, attn, threads);
   m.attn_bwd_scratch = attention_backward_scratch_floats(m.T, attn, threads);
   return m;
 }

@@ -306,7 +306,7 @@ TEST(GGUFExport, GemmaRoundTripAsLlamaCppStoresIt) {
     spec.layers = arch == Arch::Gemma3 ? 6 : 2;  // Gemma 3's default pattern: layers 0-4 sliding, 5 global
     spec.query_pre_attn_scalar = static_cast<float>(spec.head_dim);  // what llama.cpp derives
     if (arch == Arch::Gemma3) spec.linear_rope = 8.0f;
-    if (arch == Arch::Gemma2) spec.attn_softcap = 50.0f, spec.final_softcap = 30.0f;
+    if (arch == Arch::Gemma2) spec.attention_softcap = 50.0f, spec.final_softcap = 30.0f;
     spec.tied = arch == Arch::Gemma3;
     const ModelConfig c = test::tiny_config(spec);
     const ModelWeights w = test::tiny_weights(c, 11);
@@ -345,9 +345,9 @@ TEST(GGUFExport, GemmaRoundTripAsLlamaCppStoresIt) {
     const ModelWeights back = load_model(hub::gguf_model_folder(path, derived.path));
     const ModelConfig& b = back.config;
     EXPECT_EQ(b.arch, arch);
-    EXPECT_EQ(b.layer_window, c.layer_window);
-    EXPECT_EQ(b.attention_scale(), c.attention_scale());
-    EXPECT_EQ(b.attn_logit_softcap, c.attn_logit_softcap);
+    EXPECT_EQ(b.layer_windows, c.layer_windows);
+    EXPECT_EQ(b.attention_scale, c.attention_scale);
+    EXPECT_EQ(b.attention_softcap, c.attention_softcap);
     EXPECT_EQ(b.final_logit_softcap, c.final_logit_softcap);
     EXPECT_EQ(b.rope.linear_factor, c.rope.linear_factor);
     EXPECT_EQ(b.local_rope, c.local_rope);

@@ -191,6 +191,41 @@ TEST(GGUFMetadata, BadTokensAndTokenIdsAreRefusedNamingTheKey) {
 
 // A .gguf file with another magic number was taken for a folder ("x.gguf/tokenizer.json: cannot
 // open file"); so was any other regular file. A JSON file (estimate-vram's config.json) still passes.
+// Sliding windows through GGUF: export writes llama.cpp's {arch}.attention.sliding_window (and,
+// when only some layers have it, {arch}.attention.sliding_window_pattern, one bool per layer);
+// import reads them back into the same per-layer windows (a llama file with a window is Mistral).
+TEST(GGUFMetadata, SlidingWindowRoundTrips) {
+  ModelWeights mw = load_model(stories());
+  mw.config.arch = Arch::Mistral;
+  mw.config.architecture_name = "MistralForCausalLM";
+  mw.config.model_type = "mistral";
+  mw.config.sliding_window = 16;
+  const int64_t L = mw.config.num_layers;
+  ASSERT_GE(L, 2);
+  std::vector<int64_t> mixed(static_cast<size_t>(L), 16);
+  mixed[0] = 0;
+  for (const std::vector<int64_t>& windows : {std::vector<int64_t>{}, mixed}) {
+    mw.config.layer_windows = windows;
+    test::TempDir d;
+    const std::string path = d.path + "/window.gguf";
+    export_gguf(mw, stories(), GGUFQuant::F32, path);
+    const GGUFReader r(path);
+    EXPECT_EQ(r.get_int("llama.attention.sliding_window"), 16);
+    EXPECT_EQ(r.find("llama.attention.sliding_window_pattern") != nullptr, !windows.empty());
+    const ModelConfig c = load_model_config(folder(path, d));
+    EXPECT_EQ(c.arch, Arch::Mistral);
+    for (int64_t l = 0; l < L; ++l) EXPECT_EQ(c.attention_window(l), l == 0 && !windows.empty() ? 0 : 16) << l;
+  }
+  // Without a window neither key is written.
+  test::TempDir d;
+  export_gguf(load_model(stories()), stories(), GGUFQuant::F32, d.path + "/plain.gguf");
+  EXPECT_EQ(GGUFReader(d.path + "/plain.gguf").find("llama.attention.sliding_window"), nullptr);
+  // A pattern that does not list every layer is refused naming the key.
+  expect_refused({{"llama.attention.sliding_window", GGUFValue::u32(8)},
+                  {"llama.attention.sliding_window_pattern", GGUFValue::array(GGUFValueType::BOOL, {true})}},
+                 {"llama.attention.sliding_window_pattern", "bools"});
+}
+
 TEST(GGUFMetadata, AFileThatIsNoGGUFFileIsReportedAsSuch) {
   test::TempDir d;
   hub::HubOptions o;

@@ -84,15 +84,74 @@ TEST(ModelConfig, Llama3RopeScalingAndEosList) {
   EXPECT_FLOAT_EQ(back.rope.factor, 32.0f);
 }
 
-TEST(ModelConfig, MistralRecordsSlidingWindow) {
+TEST(ModelConfig, MistralSlidingWindowAppliesToEveryLayer) {
   nlohmann::json j = base_json("MistralForCausalLM", "mistral");
   j["sliding_window"] = 4096;
   ModelConfig c = ModelConfig::from_json(j, "cfg");
   EXPECT_EQ(c.arch, Arch::Mistral);
   EXPECT_EQ(c.sliding_window, 4096);
+  for (int64_t l = 0; l < 2; ++l) {
+    EXPECT_EQ(c.attention_window(l), 4096);
+    EXPECT_EQ(c.attention_shape(l).window, 4096);
+  }
+  EXPECT_EQ(c.attention_shape(0).n_heads, c.num_heads);
   EXPECT_FALSE(c.attention_bias);
+  // Written back on export (also for a config built without config.json, e.g. from GGUF).
+  ModelConfig bare = c;
+  bare.raw = nlohmann::json();
+  EXPECT_EQ(ModelConfig::from_json(bare.to_json(), "out").attention_window(1), 4096);
   j["sliding_window"] = nullptr;
-  EXPECT_EQ(ModelConfig::from_json(j, "cfg").sliding_window, 0);
+  ModelConfig none = ModelConfig::from_json(j, "cfg");
+  EXPECT_EQ(none.sliding_window, 0);
+  EXPECT_EQ(none.attention_window(1), 0);
+  j["sliding_window"] = -1;
+  EXPECT_THROW(ModelConfig::from_json(j, "cfg"), Error);
+}
+
+// transformers' Qwen2Config: the window only with use_sliding_window, and only on layers >=
+// max_window_layers (default 28) unless layer_types says per layer.
+TEST(ModelConfig, Qwen2WindowFollowsMaxWindowLayersOrLayerTypes) {
+  nlohmann::json j = base_json("Qwen2ForCausalLM", "qwen2");
+  j["sliding_window"] = 32;
+  EXPECT_EQ(ModelConfig::from_json(j, "cfg").attention_window(1), 0);  // use_sliding_window false
+  j["use_sliding_window"] = true;
+  ModelConfig deflt = ModelConfig::from_json(j, "cfg");  // max_window_layers 28 > both layers
+  EXPECT_EQ(deflt.attention_window(0), 0);
+  EXPECT_EQ(deflt.attention_window(1), 0);
+  j["max_window_layers"] = 1;
+  ModelConfig c = ModelConfig::from_json(j, "cfg");
+  EXPECT_EQ(c.attention_window(0), 0);
+  EXPECT_EQ(c.attention_window(1), 32);
+  // The mixed windows survive export (as layer_types) and re-import.
+  ModelConfig back = ModelConfig::from_json(c.to_json(), "out");
+  EXPECT_EQ(back.layer_windows, c.layer_windows);
+  j["layer_types"] = {"sliding_attention", "full_attention"};  // wins over max_window_layers
+  ModelConfig typed = ModelConfig::from_json(j, "cfg");
+  EXPECT_EQ(typed.attention_window(0), 32);
+  EXPECT_EQ(typed.attention_window(1), 0);
+}
+
+TEST(ModelConfig, LayerTypesAreCheckedEntryByEntry) {
+  nlohmann::json j = base_json("MistralForCausalLM", "mistral");
+  j["sliding_window"] = 16;
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  ModelConfig c = ModelConfig::from_json(j, "cfg");
+  EXPECT_EQ(c.attention_window(0), 0);
+  EXPECT_EQ(c.attention_window(1), 16);
+  auto expect_rejected = [&](const nlohmann::json& types, const std::string& needle) {
+    j["layer_types"] = types;
+    try {
+      ModelConfig::from_json(j, "cfg");
+      ADD_FAILURE() << "accepted layer_types " << types.dump();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::DEP_MODEL_LOAD_FAILED);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_rejected({"full_attention", "chunked_attention"}, "layer_types entry 'chunked_attention' is not supported");
+  expect_rejected({"full_attention", 3}, "layer_types entry '3'");
+  expect_rejected({"full_attention"}, "num_hidden_layers = 2 entries");
+  expect_rejected("sliding_attention", "must be a list");
 }
 
 TEST(ModelConfig, Qwen2AlwaysHasQkvBias) {
@@ -187,13 +246,13 @@ TEST(ModelConfig, Gemma3TextFromItsConfig) {
   EXPECT_EQ(c.hidden_act, GluActivation::GeluTanh);
   EXPECT_EQ(c.norm_weight_offset, 1.0f);
   EXPECT_EQ(c.embed_scale, 34.0f);  // sqrt(1152) = 33.941, 34 in bf16 (steps of 0.25)
-  EXPECT_FLOAT_EQ(c.attention_scale(), 1.0f / 16.0f);
+  EXPECT_FLOAT_EQ(c.attention_scale, 1.0f / 16.0f);
   for (int64_t l = 0; l < 26; ++l) {
     const bool global = l % 6 == 5;
     EXPECT_EQ(c.attention_window(l), global ? 0 : 512) << l;
     EXPECT_EQ(c.rope_for_layer(l).theta, global ? 1000000.0f : 10000.0f) << l;
   }
-  EXPECT_EQ(c.attn_logit_softcap, 0.0f);
+  EXPECT_EQ(c.attention_softcap, 0.0f);
   EXPECT_EQ(c.final_logit_softcap, 0.0f);
   EXPECT_EQ(c.num_parameters(), 999885952);  // the published count of Gemma 3 1B
   // layer_types wins over the pattern; linear rope scaling (Gemma 3 4B and up) on global layers only.
@@ -208,7 +267,7 @@ TEST(ModelConfig, Gemma3TextFromItsConfig) {
   EXPECT_EQ(d.rope_for_layer(1).linear_factor, 1.0f);
   // Written back as config.json keys and read again the same.
   const ModelConfig e = ModelConfig::from_json(d.to_json(), "cfg");
-  EXPECT_EQ(e.layer_window, d.layer_window);
+  EXPECT_EQ(e.layer_windows, d.layer_windows);
   EXPECT_EQ(e.rope.linear_factor, 8.0f);
   EXPECT_EQ(e.rope_local.theta, 10000.0f);
   EXPECT_EQ(e.embed_scale, d.embed_scale);
@@ -224,7 +283,7 @@ TEST(ModelConfig, Gemma2DefaultsAlternateAndSoftCap) {
   EXPECT_FALSE(c.qk_norm || c.local_rope);
   EXPECT_TRUE(c.sandwich_norms && c.tie_word_embeddings);
   EXPECT_EQ(c.head_dim, 256);
-  EXPECT_EQ(c.attn_logit_softcap, 50.0f);
+  EXPECT_EQ(c.attention_softcap, 50.0f);
   EXPECT_EQ(c.final_logit_softcap, 30.0f);
   EXPECT_EQ(c.embed_scale, static_cast<float>(std::sqrt(2304.0)));  // f32 weights: not rounded
   EXPECT_EQ(c.attention_window(0), 4096);                           // layer 0 sliding, then alternate
@@ -239,7 +298,7 @@ TEST(ModelConfig, GemmaBadKeysAreNamed) {
   j["num_hidden_layers"] = 2;
   j["layer_types"] = {"sliding_attention", "chunked_attention"};
   std::string msg = error_of(j);
-  EXPECT_NE(msg.find("layer_types[1]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("layer_types"), std::string::npos) << msg;
   EXPECT_NE(msg.find("chunked_attention"), std::string::npos) << msg;
   j["layer_types"] = {"sliding_attention"};
   EXPECT_NE(error_of(j).find("layer_types"), std::string::npos);

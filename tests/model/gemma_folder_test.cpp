@@ -44,11 +44,11 @@ TEST(GemmaFolder, SavedFolderLoadsBackTheSame) {
   const ModelConfig& b = back.config;
   EXPECT_EQ(b.arch, Arch::Gemma3);
   EXPECT_EQ(b.model_type, "gemma3_text");
-  EXPECT_EQ(b.layer_window, c.layer_window);
+  EXPECT_EQ(b.layer_windows, c.layer_windows);
   EXPECT_EQ(b.embed_scale, c.embed_scale);
   EXPECT_EQ(b.rope.linear_factor, 4.0f);
   EXPECT_EQ(b.rope_local.theta, c.rope_local.theta);
-  EXPECT_EQ(b.attention_scale(), c.attention_scale());
+  EXPECT_EQ(b.attention_scale, c.attention_scale);
   std::ifstream f(folder + "/model.safetensors");
   ASSERT_TRUE(f.good());
   // Written as bfloat16 (the config's torch_dtype): each weight comes back as its bf16 rounding.
@@ -87,7 +87,7 @@ TEST(GemmaFolder, TrainAndExportMergedOnTheCpu) {
         << out;
     const ModelWeights merged = load_model(run + "/merged");
     EXPECT_EQ(merged.config.arch, Arch::Gemma3);
-    EXPECT_EQ(merged.config.layer_window, tiny_gemma3().layer_window);
+    EXPECT_EQ(merged.config.layer_windows, tiny_gemma3().layer_windows);
     EXPECT_TRUE(merged.layers[0].post_ffn_norm.defined());
     // Training changed the weights (the q projection in both modes).
     EXPECT_NE(merged.layers[0].q.to_vector(), load_model(folder).layers[0].q.to_vector());

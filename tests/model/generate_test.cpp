@@ -1,6 +1,7 @@
 // KV-cache decoding and sampling: cached logits equal the full forward at every step (for each
-// architecture, with LoRA; Gemma's windows and soft-caps), sampling options behave as documented, bad options are
-// errors.
+// architecture, with LoRA, and with sliding windows shorter than the prompt, a custom scale and a
+// soft cap; Gemma 2/3), the window changes what is generated, sampling options behave as documented,
+// bad options are errors.
 #include "model/generate.h"
 
 #include <gtest/gtest.h>
@@ -34,14 +35,19 @@ void expect_cache_matches_full_forward(Model& model, std::vector<int32_t> seq) {
 }
 
 TEST(Generate, CachedDecodingEqualsFullForwardForEachArchitecture) {
-  std::vector<TinySpec> specs(5);
+  std::vector<TinySpec> specs(7);
   specs[1].arch = Arch::Qwen2, specs[1].bias = true, specs[1].tied = false, specs[1].kv_heads = 1;
   specs[2].arch = Arch::Qwen3, specs[2].qk_norm = true, specs[2].head_dim = 16, specs[2].llama3_rope = true;
+  // Mistral's window (3, shorter than the 5-token prompt) on every layer; a full and a windowed
+  // layer with a custom scale and a soft cap.
+  specs[3].arch = Arch::Mistral, specs[3].sliding_window = 3;
+  specs[4].sliding_window = 2, specs[4].layer_windows = {0, 2};
+  specs[4].attention_scale = 0.6f, specs[4].attention_softcap = 1.5f;
   // Gemma 3: a sliding window (3) shorter than the sequence, the local RoPE base, sandwich norms, GeGLU.
-  specs[3].arch = Arch::Gemma3, specs[3].layers = 3, specs[3].head_dim = 16, specs[3].linear_rope = 2.0f;
-  specs[3].layer_types = {"sliding_attention", "full_attention", "sliding_attention"};
+  specs[5].arch = Arch::Gemma3, specs[5].layers = 3, specs[5].head_dim = 16, specs[5].linear_rope = 2.0f;
+  specs[5].layer_types = {"sliding_attention", "full_attention", "sliding_attention"};
   // Gemma 2: attention and final logit soft-caps.
-  specs[4].arch = Arch::Gemma2, specs[4].attn_softcap = 2.0f, specs[4].final_softcap = 3.0f;
+  specs[6].arch = Arch::Gemma2, specs[6].attention_softcap = 2.0f, specs[6].final_softcap = 3.0f;
   uint64_t seed = 3;
   for (const auto& s : specs) {
     ModelConfig cfg = tiny_config(s);
@@ -55,6 +61,25 @@ TEST(Generate, CachedDecodingEqualsFullForwardForEachArchitecture) {
     SCOPED_TRACE(arch_name(cfg.arch));
     expect_cache_matches_full_forward(model, seq);
   }
+}
+
+// The window is applied while generating: a windowed model's cached logits differ from the same
+// weights' without the window once the sequence is longer than the window.
+TEST(Generate, SlidingWindowChangesTheCachedLogits) {
+  TinySpec s;
+  s.arch = Arch::Mistral;
+  s.sliding_window = 3;
+  ModelConfig windowed = tiny_config(s), full = windowed;
+  full.sliding_window = 0;
+  Model a(tiny_weights(windowed, 91), ModelOptions{TrainMode::Frozen});
+  Model b(tiny_weights(full, 91), ModelOptions{TrainMode::Frozen});
+  const std::vector<int32_t> prompt = {5, 9, 2, 40, 7, 11};
+  KvCache ca(windowed, 16), cb(full, 16);
+  const std::vector<float> la = decode_step(a, ca, prompt), lb = decode_step(b, cb, prompt);
+  EXPECT_FALSE(all_close(la, lb, Tolerance{1e-3, 1e-3}));
+  // With no more tokens than the window, the two agree.
+  KvCache sa(windowed, 16), sb(full, 16);
+  EXPECT_TRUE(all_close(decode_step(a, sa, {5, 9, 2}), decode_step(b, sb, {5, 9, 2}), Tolerance{1e-5, 1e-5}));
 }
 
 std::vector<float> test_logits() {

@@ -22,13 +22,15 @@ struct TinySpec {
   int64_t vocab = 67, hidden = 32, inter = 48, layers = 2, heads = 4, kv_heads = 2, head_dim = 8;
   bool tied = true, bias = false, qk_norm = false, llama3_rope = false;
   float theta = 10000.0f;
+  int64_t sliding_window = 0;          // on every layer, unless layer_windows says per layer (Gemma: 0 = 3)
+  std::vector<int64_t> layer_windows;  // ModelConfig::layer_windows
+  float attention_scale = 0.0f, attention_softcap = 0.0f;  // Gemma: attention_softcap = attn_logit_softcapping
   // Gemma 2 / 3 (arch Gemma2 or Gemma3): config.json keys, parsed by ModelConfig::from_json.
   std::vector<std::string> layer_types;  // empty: the architecture's default pattern
-  int64_t sliding_window = 3;            // shorter than the batch's samples
   float query_pre_attn_scalar = 12.0f;   // != head_dim: the scale is not 1/sqrt(d)
-  float attn_softcap = 0.0f, final_softcap = 0.0f;
-  float linear_rope = 0.0f;  // rope_scaling linear factor (0: none)
-  bool bf16 = false;         // torch_dtype bfloat16: the embedding normalizer rounded to bf16
+  float final_softcap = 0.0f;            // final_logit_softcapping
+  float linear_rope = 0.0f;              // rope_scaling linear factor (0: none)
+  bool bf16 = false;                     // torch_dtype bfloat16: the embedding normalizer rounded to bf16
 };
 
 inline bool is_gemma(Arch a) {
@@ -49,12 +51,12 @@ inline ModelConfig tiny_gemma_config(const TinySpec& s) {
                       {"rms_norm_eps", 1e-5},
                       {"rope_theta", s.theta},
                       {"rope_local_base_freq", 100.0},
-                      {"sliding_window", s.sliding_window},
+                      {"sliding_window", s.sliding_window > 0 ? s.sliding_window : 3},  // shorter than the samples
                       {"query_pre_attn_scalar", s.query_pre_attn_scalar},
                       {"hidden_activation", "gelu_pytorch_tanh"},
                       {"tie_word_embeddings", s.tied},
                       {"torch_dtype", s.bf16 ? "bfloat16" : "float32"}};
-  j["attn_logit_softcapping"] = s.attn_softcap > 0 ? nlohmann::json(s.attn_softcap) : nlohmann::json(nullptr);
+  j["attn_logit_softcapping"] = s.attention_softcap > 0 ? nlohmann::json(s.attention_softcap) : nlohmann::json(nullptr);
   j["final_logit_softcapping"] = s.final_softcap > 0 ? nlohmann::json(s.final_softcap) : nlohmann::json(nullptr);
   if (!s.layer_types.empty()) j["layer_types"] = s.layer_types;
   if (s.linear_rope > 0) j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", s.linear_rope}};
@@ -86,6 +88,10 @@ inline ModelConfig tiny_config(const TinySpec& s) {
   c.tie_word_embeddings = s.tied;
   c.attention_bias = s.bias;
   c.qk_norm = s.qk_norm;
+  c.sliding_window = s.sliding_window;
+  c.layer_windows = s.layer_windows;
+  c.attention_scale = s.attention_scale;
+  c.attention_softcap = s.attention_softcap;
   return c;
 }
 
@@ -208,6 +214,11 @@ inline void write_oracle_case(const std::string& dir, Model& model, const TinyLo
                     {"num_kv_heads", c.num_kv_heads}, {"head_dim", c.head_dim},
                     {"rms_norm_eps", c.rms_norm_eps}, {"rope_theta", c.rope.theta},
                     {"qk_norm", c.qk_norm},           {"tie_word_embeddings", c.tie_word_embeddings}};
+  nlohmann::json windows = nlohmann::json::array();
+  for (int64_t l = 0; l < c.num_layers; ++l) windows.push_back(c.attention_window(l));
+  spec["config"]["layer_windows"] = windows;
+  spec["config"]["attention_scale"] = c.attention_scale;
+  spec["config"]["attention_softcap"] = c.attention_softcap;
   if (c.rope.llama3_scaling)
     spec["config"]["rope_scaling"] = {{"rope_type", "llama3"},
                                       {"factor", c.rope.factor},

@@ -1,6 +1,8 @@
 // Whole-model parity with an independent implementation: tests/oracles/torch_llama.py (plain
 // PyTorch, float64) computes loss, logits and every trainable gradient of tiny random models of
 // each architecture on a packed batch of three samples; the C++ transformer (float32) must agree.
+// Sliding windows (Mistral's on every layer; per-layer windows with a custom scale and soft cap)
+// shorter than the samples are among the cases, and a test shows the window changes the result.
 //
 // Tolerances (f32 against an f64 reference, stated once here):
 //   loss:       |Δ| <= 1e-5 · |loss|
@@ -93,7 +95,7 @@ std::vector<ParityCase> parity_cases() {
   TinySpec gemma2;
   gemma2.arch = Arch::Gemma2;
   gemma2.tied = false;
-  gemma2.attn_softcap = 2.0f;
+  gemma2.attention_softcap = 2.0f;
   gemma2.final_softcap = 3.0f;
   std::vector<ParityCase> v;
   uint64_t seed = 1;
@@ -125,6 +127,31 @@ std::vector<ParityCase> parity_cases() {
                 {LinearRole::Q, LinearRole::V, LinearRole::Down}};
   rs.seed = seed++;
   v.push_back(rs);
+  // Mistral's sliding window (3, shorter than the samples of 5, 7 and 4 tokens) on every layer:
+  // LoRA and full, with and without gradient checkpointing.
+  TinySpec mistral;
+  mistral.arch = Arch::Mistral;
+  mistral.sliding_window = 3;
+  for (const auto& [mode, ckpt] : {std::pair{TrainMode::Lora, true}, std::pair{TrainMode::Lora, false},
+                                   std::pair{TrainMode::Full, true}, std::pair{TrainMode::Full, false}}) {
+    ParityCase c{std::string(mode == TrainMode::Lora ? "lora" : "full") + "_mistral_window" + (ckpt ? "_ckpt" : ""),
+                 mistral, mode, ckpt};
+    c.seed = seed++;
+    v.push_back(c);
+  }
+  // A full layer and a windowed one (window 2; as Qwen2's max_window_layers or layer_types give),
+  // with a custom score scale and a soft cap (Gemma's options).
+  TinySpec mixed = qwen2;
+  mixed.sliding_window = 2;
+  mixed.layer_windows = {0, 2};
+  mixed.attention_scale = 0.6f;
+  mixed.attention_softcap = 1.5f;
+  for (const TrainMode mode : {TrainMode::Lora, TrainMode::Full}) {
+    ParityCase c{std::string(mode == TrainMode::Lora ? "lora" : "full") + "_mixed_windows_scale_softcap", mixed, mode,
+                 mode == TrainMode::Lora};
+    c.seed = seed++;
+    v.push_back(c);
+  }
   // 10-step AdamW trajectories.
   ParityCase adam_lora{"adamw_lora", llama_tied};
   adam_lora.adamw_steps = 10;
@@ -210,6 +237,27 @@ TEST(Parity, EveryArchitectureAndModeMatchesTorch) {
       check_trajectory(pc, it->second);
     else
       check_case(pc, it->second);
+  }
+}
+
+// The window is applied, not just recorded: without it the model's logits and loss differ from the
+// windowed oracle's well beyond the tolerances the parity test holds them to.
+TEST(Parity, SlidingWindowChangesTheResult) {
+  std::string error;
+  const auto& results = oracle_results(&error);
+  ASSERT_TRUE(error.empty()) << error;
+  for (const auto& pc : parity_cases()) {
+    if (pc.spec.sliding_window == 0) continue;
+    SCOPED_TRACE("case " + pc.name);
+    ParityCase unwindowed = pc;
+    unwindowed.spec.sliding_window = 0;
+    unwindowed.spec.layer_windows.clear();
+    Built b = build(unwindowed);
+    const OracleResult& ref = results.at(pc.name);
+    EXPECT_FALSE(all_close(to_double(b.model->logits(b.batch)), ref.arrays.at("logits"), kParityLogits));
+    const int64_t n = b.batch.num_label_tokens();
+    const double loss = b.model->forward_backward(b.batch, 1.0f / static_cast<float>(n), 1234).mean();
+    EXPECT_GT(std::fabs(loss - ref.loss), 10 * kParityLossRel * std::fabs(ref.loss));
   }
 }
 

@@ -1,5 +1,6 @@
 // Causal GQA attention over packed samples against a naive per-sample full-softmax reference in
-// double written here, finite differences in f64, and the PyTorch oracle (per-sample mask).
+// double written here, finite differences in f64, and the PyTorch oracle (per-sample mask); the
+// options (sliding window, scale, soft cap) against the same reference and the plain kernels.
 #include "ops/attention.h"
 
 #include <gtest/gtest.h>
@@ -26,12 +27,13 @@ struct Problem {
   std::vector<float> q, k, v, dout;
 };
 
-Problem make_problem(const std::vector<int32_t>& lengths, int hq, int hkv, int d, uint64_t seed) {
+Problem make_problem(const std::vector<int32_t>& lengths, int hq, int hkv, int d, uint64_t seed, int window = 0,
+                     float scale = 0.0f, float softcap = 0.0f) {
   Problem p;
   p.cu = {0};
   for (int32_t l : lengths) p.cu.push_back(p.cu.back() + l);
   p.T = p.cu.back();
-  p.shape = {hq, hkv, d};
+  p.shape = {hq, hkv, d, window, scale, softcap};
   p.q = test::random_vector(p.T * hq * d, seed, -2, 2);
   p.k = test::random_vector(p.T * hkv * d, seed + 1, -2, 2);
   p.v = test::random_vector(p.T * hkv * d, seed + 2);
@@ -43,11 +45,13 @@ struct RefOut {
   std::vector<double> o, lse, dq, dk, dv;
 };
 
-// Naive reference: for each sample and head, the full causal softmax of that sample alone.
+// Naive reference: for each sample and head, the full causal softmax of that sample alone, over
+// the keys j > i - W a window W leaves, each score scaled (by the shape's scale or 1/sqrt(d)) and
+// then soft-capped (c·tanh(s/c)) when the shape says so.
 RefOut reference(const Problem& p, const std::vector<double>& q, const std::vector<double>& k,
                  const std::vector<double>& v, const std::vector<double>& dout) {
   const int hq = p.shape.n_heads, hkv = p.shape.n_kv_heads, d = p.shape.head_dim, group = hq / hkv;
-  const double scale = 1.0 / std::sqrt(double(d));
+  const double scale = p.shape.scale > 0 ? p.shape.scale : 1.0 / std::sqrt(double(d)), cap = p.shape.softcap;
   RefOut r;
   r.o.assign(q.size(), 0);
   r.dq.assign(q.size(), 0);
@@ -63,34 +67,41 @@ RefOut reference(const Problem& p, const std::vector<double>& q, const std::vect
     for (int h = 0; h < hq; ++h) {
       const int g = h / group;
       for (int64_t i = b; i < e; ++i) {
-        std::vector<double> sc(size_t(i - b + 1)), P(sc.size()), dP(sc.size());
+        const int64_t jb = p.shape.window > 0 ? std::max(b, i - p.shape.window + 1) : b;  // first visible key
+        std::vector<double> sc(size_t(i - jb + 1)), P(sc.size()), dP(sc.size()), slope(sc.size(), 1.0);
         double mx = -INFINITY;
-        for (int64_t j = b; j <= i; ++j) {
+        for (int64_t j = jb; j <= i; ++j) {
           double x = 0;
           for (int c = 0; c < d; ++c) x += Q(i, h, c) * K(j, g, c);
-          sc[j - b] = x * scale;
-          mx = std::max(mx, sc[j - b]);
+          x *= scale;
+          if (cap > 0) {
+            const double t = std::tanh(x / cap);
+            x = cap * t;
+            slope[j - jb] = 1 - t * t;
+          }
+          sc[j - jb] = x;
+          mx = std::max(mx, sc[j - jb]);
         }
         double sum = 0;
         for (double x : sc) sum += std::exp(x - mx);
         r.lse[h * p.T + i] = mx + std::log(sum);
         double dot_pdp = 0;
-        for (int64_t j = b; j <= i; ++j) {
-          P[j - b] = std::exp(sc[j - b] - mx) / sum;
+        for (int64_t j = jb; j <= i; ++j) {
+          P[j - jb] = std::exp(sc[j - jb] - mx) / sum;
           double x = 0;
           for (int c = 0; c < d; ++c) {
-            r.o[(i * hq + h) * d + c] += P[j - b] * Vv(j, g, c);
+            r.o[(i * hq + h) * d + c] += P[j - jb] * Vv(j, g, c);
             x += dO(i, h, c) * Vv(j, g, c);
           }
-          dP[j - b] = x;
-          dot_pdp += P[j - b] * x;
+          dP[j - jb] = x;
+          dot_pdp += P[j - jb] * x;
         }
-        for (int64_t j = b; j <= i; ++j) {
-          const double dS = P[j - b] * (dP[j - b] - dot_pdp);
+        for (int64_t j = jb; j <= i; ++j) {
+          const double dS = P[j - jb] * (dP[j - jb] - dot_pdp) * slope[j - jb];
           for (int c = 0; c < d; ++c) {
             r.dq[(i * hq + h) * d + c] += scale * dS * K(j, g, c);
             r.dk[(j * hkv + g) * d + c] += scale * dS * Q(i, h, c);
-            r.dv[(j * hkv + g) * d + c] += P[j - b] * dO(i, h, c);
+            r.dv[(j * hkv + g) * d + c] += P[j - jb] * dO(i, h, c);
           }
         }
       }
@@ -118,6 +129,16 @@ OpOut run_op(const Problem& p) {
 
 constexpr test::Tolerance kTolGrad{2e-5, 1e-4};  // sums over up to Hq/Hkv · 257 terms in f32
 
+void expect_matches_reference(const Problem& p) {
+  RefOut ref = reference(p, test::to_double(p.q), test::to_double(p.k), test::to_double(p.v), test::to_double(p.dout));
+  OpOut got = run_op(p);
+  EXPECT_TRUE(all_close(got.o, test::to_float(ref.o), test::kTolF32));
+  EXPECT_TRUE(all_close(got.lse, test::to_float(ref.lse), test::kTolF32));
+  EXPECT_TRUE(all_close(got.dq, test::to_float(ref.dq), kTolGrad));
+  EXPECT_TRUE(all_close(got.dk, test::to_float(ref.dk), kTolGrad));
+  EXPECT_TRUE(all_close(got.dv, test::to_float(ref.dv), kTolGrad));
+}
+
 TEST(Attention, MatchesNaiveReferenceAtOddSizesAndGqaRatios) {
   const std::vector<std::vector<int32_t>> packs = {{1}, {31}, {32}, {33}, {257}, {5, 1, 64, 65, 1, 129}};
   const std::vector<std::array<int, 3>> shapes = {{2, 2, 16}, {4, 2, 8}, {4, 1, 7}};
@@ -125,17 +146,56 @@ TEST(Attention, MatchesNaiveReferenceAtOddSizesAndGqaRatios) {
   for (const auto& lengths : packs)
     for (const auto& [hq, hkv, d] : shapes) {
       Problem p = make_problem(lengths, hq, hkv, d, seed += 10);
-      RefOut ref =
-          reference(p, test::to_double(p.q), test::to_double(p.k), test::to_double(p.v), test::to_double(p.dout));
-      OpOut got = run_op(p);
       SCOPED_TRACE(::testing::Message() << "T=" << p.T << " samples=" << lengths.size() << " Hq=" << hq
                                         << " Hkv=" << hkv << " d=" << d);
-      EXPECT_TRUE(all_close(got.o, test::to_float(ref.o), test::kTolF32));
-      EXPECT_TRUE(all_close(got.lse, test::to_float(ref.lse), test::kTolF32));
-      EXPECT_TRUE(all_close(got.dq, test::to_float(ref.dq), kTolGrad));
-      EXPECT_TRUE(all_close(got.dk, test::to_float(ref.dk), kTolGrad));
-      EXPECT_TRUE(all_close(got.dv, test::to_float(ref.dv), kTolGrad));
+      expect_matches_reference(p);
     }
+}
+
+// Sliding windows (HF's kv_idx > q_idx - W) of 1, shorter than a block, a block and one past it,
+// and longer than every sample; a custom scale; a soft cap (with scores large enough for tanh to
+// bend them); all three together. Samples span several 64-row blocks so blocks whose window starts
+// mid-sample and key rows that only earlier blocks reach are covered.
+TEST(Attention, OptionsMatchNaiveReference) {
+  struct Case {
+    int window;
+    float scale, softcap;
+  };
+  const Case cases[] = {{1, 0, 0},    {5, 0, 0},       {64, 0, 0},      {65, 0, 0},      {300, 0, 0},
+                        {0, 0.7f, 0}, {0, 0.0f, 1.5f}, {0, 1.2f, 2.0f}, {37, 0.3f, 3.0f}};
+  uint64_t seed = 500;
+  for (const Case& c : cases)
+    for (const auto& [hq, hkv, d] : {std::array<int, 3>{4, 2, 8}, std::array<int, 3>{3, 3, 5}}) {
+      Problem p = make_problem({150, 1, 70, 9}, hq, hkv, d, ++seed, c.window, c.scale, c.softcap);
+      SCOPED_TRACE(::testing::Message() << "window=" << c.window << " scale=" << c.scale << " softcap=" << c.softcap
+                                        << " Hq=" << hq << " Hkv=" << hkv);
+      expect_matches_reference(p);
+    }
+}
+
+// Independent checks of the window's meaning: W = 1 leaves each query its own key (o = v of its
+// KV head, dv = Σ of the group's dout); a window covering every sample is no window, to the bit.
+TEST(Attention, WindowOfOneAttendsToItselfAndAWideWindowIsNone) {
+  Problem p = make_problem({20, 3, 70}, 4, 2, 6, 91, 1);
+  OpOut got = run_op(p);
+  std::vector<float> want_o(p.q.size()), want_dv(p.v.size(), 0.0f);
+  for (int64_t t = 0; t < p.T; ++t)
+    for (int h = 0; h < 4; ++h)
+      for (int c = 0; c < 6; ++c) {
+        want_o[(t * 4 + h) * 6 + c] = p.v[(t * 2 + h / 2) * 6 + c];
+        want_dv[(t * 2 + h / 2) * 6 + c] += p.dout[(t * 4 + h) * 6 + c];
+      }
+  EXPECT_TRUE(all_close(got.o, want_o, test::kTolF32));
+  EXPECT_TRUE(all_close(got.dv, want_dv, test::kTolF32));
+  for (float x : got.dq) EXPECT_NEAR(x, 0.0f, 1e-6f);  // softmax over one key: no score gradient
+  Problem wide = make_problem({20, 3, 70}, 4, 2, 6, 91, 70), none = make_problem({20, 3, 70}, 4, 2, 6, 91);
+  OpOut a = run_op(wide), b = run_op(none);
+  EXPECT_EQ(a.o, b.o);
+  EXPECT_EQ(a.dq, b.dq);
+  EXPECT_EQ(a.dk, b.dk);
+  EXPECT_EQ(a.dv, b.dv);
+  Problem narrower = make_problem({20, 3, 70}, 4, 2, 6, 91, 69);  // one key fewer for the last row
+  EXPECT_NE(run_op(narrower).o, b.o);
 }
 
 TEST(Attention, BackwardMatchesFiniteDifferencesInF64) {
@@ -192,7 +252,14 @@ TEST_P(AttentionEveryCpuVariant, BlockedKernelsMatchThePlainKernels) {
       Problem p = make_problem(lengths, hq, hkv, d, ++seed);
       SCOPED_TRACE(::testing::Message() << "samples=" << lengths.size() << " T=" << p.T << " Hq=" << hq
                                         << " Hkv=" << hkv << " d=" << d);
-      const cpu::AttentionDims dims{p.T, int64_t(lengths.size()), hq, hkv, d};
+      cpu::AttentionDims dims{p.T, int64_t(lengths.size()), hq, hkv, d};
+      // Every shape once plainly, then with a window (short, a block plus one) and a scale / soft cap.
+      const int64_t windows[] = {0, 3, 0, 65, 0};
+      dims.window = windows[seed % 5];
+      dims.softcap = seed % 3 == 0 ? 2.5f : 0.0f;
+      dims.scale = seed % 4 == 1 ? 0.2f : 0.0f;
+      SCOPED_TRACE(::testing::Message() << "window=" << dims.window << " softcap=" << dims.softcap
+                                        << " scale=" << dims.scale);
       const size_t nq = p.q.size(), nkv = p.k.size(), nl = size_t(hq * p.T);
       std::vector<float> o1(nq), o2(nq), l1(nl), l2(nl), dl(nl), dq1(nq, NAN), dq2(nq), dk1(nkv, NAN), dk2(nkv),
           dv1(nkv, NAN), dv2(nkv);
@@ -303,7 +370,8 @@ TEST(Attention, MemoryGrowsLinearlyNotWithTheSquareOfTheLength) {
   Tensor lse;
   Tensor o = attention_forward(q, k, v, cu, p.shape, &lse);
   const size_t threads = size_t(omp_get_max_threads()), block = 64 * 1024 * sizeof(float);
-  EXPECT_EQ(size_t(cpu::attention_forward_scratch_floats(p.T, int(threads))) * sizeof(float), threads * block);
+  EXPECT_EQ(size_t(cpu::attention_forward_scratch_floats(p.T, {p.T, 1, hq, hkv, d}, int(threads))) * sizeof(float),
+            threads * block);
   EXPECT_EQ(a.stats().bytes_peak - before, o.nbytes() + lse.nbytes() + threads * block);
   Tensor dq = Tensor::empty({p.T, hq * d}), dk = Tensor::empty({p.T, hkv * d}), dv = Tensor::empty({p.T, hkv * d});
   before = a.stats().bytes_in_use;
@@ -314,6 +382,30 @@ TEST(Attention, MemoryGrowsLinearlyNotWithTheSquareOfTheLength) {
   EXPECT_EQ(size_t(cpu::attention_backward_scratch_floats(p.T, dims, int(threads))) * sizeof(float),
             2 * threads * block + partials);
   EXPECT_EQ(a.stats().bytes_peak - before, size_t(hq * p.T * 4) + 2 * threads * block + partials);
+}
+
+TEST(Attention, WindowBoundsTheScratch) {
+  // With a window of 16, a 64-row block sees at most 64 + 15 keys: the score blocks are [64 × 79],
+  // not [64 × 1024].
+  const int hq = 2, hkv = 2, d = 8, window = 16;
+  Problem p = make_problem({1024}, hq, hkv, d, 4, window);
+  Tensor q = Tensor::from_vector(p.q, {p.T, hq * d}), k = Tensor::from_vector(p.k, {p.T, hkv * d}),
+         v = Tensor::from_vector(p.v, {p.T, hkv * d}), dout = Tensor::from_vector(p.dout, {p.T, hq * d});
+  Tensor cu = Tensor::from_vector(p.cu, {2});
+  Allocator& a = cpu_allocator();
+  size_t before = a.stats().bytes_in_use;
+  a.reset_peak();
+  Tensor lse;
+  Tensor o = attention_forward(q, k, v, cu, p.shape, &lse);
+  const size_t threads = size_t(omp_get_max_threads()), block = 64 * (64 + window - 1) * sizeof(float);
+  EXPECT_EQ(size_t(attention_forward_scratch_floats(p.T, p.shape, int(threads))) * sizeof(float), threads * block);
+  EXPECT_EQ(a.stats().bytes_peak - before, o.nbytes() + lse.nbytes() + threads * block);
+  Tensor dq = Tensor::empty({p.T, hq * d}), dk = Tensor::empty({p.T, hkv * d}), dv = Tensor::empty({p.T, hkv * d});
+  before = a.stats().bytes_in_use;
+  a.reset_peak();
+  attention_backward(dout, q, k, v, o, lse, cu, p.shape, dq, dk, dv);
+  EXPECT_EQ(size_t(attention_backward_scratch_floats(p.T, p.shape, int(threads))) * sizeof(float), 2 * threads * block);
+  EXPECT_EQ(a.stats().bytes_peak - before, size_t(hq * p.T * 4) + 2 * threads * block);
 }
 
 TEST(Attention, MatchesTorchOracle) {
@@ -366,6 +458,16 @@ TEST(Attention, RejectsBadSeqlensAndShapes) {
     FAIL() << "3 heads over 2 kv heads accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::RUNTIME_INTERNAL);
+  }
+  for (const AttentionShape& bad :
+       {AttentionShape{2, 1, 4, -1}, AttentionShape{2, 1, 4, 0, -0.5f}, AttentionShape{2, 1, 4, 0, 0.0f, NAN}}) {
+    try {
+      attention_forward(q, k, v, Tensor::from_vector(p.cu, {3}), bad, nullptr);
+      ADD_FAILURE() << "accepted window " << bad.window << ", scale " << bad.scale << ", softcap " << bad.softcap;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::INPUT_VALIDATION_FAILED);
+      EXPECT_NE(std::string(e.what()).find("window, scale and softcap"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -13,7 +13,12 @@ implementation. It runs in float64 so its numbers are a reference for the f32 C+
 
 Packed batches: tokens of several samples are concatenated; cu_seqlens gives the boundaries,
 positions restart per sample, labels == -100 are ignored. Attention uses an explicit [T, T] mask
-(same sample and key <= query), which is fine for the tiny models of the tests.
+(same sample and key <= query), which is fine for the tiny models of the tests. Optional config
+keys: "layer_windows" (per layer, 0 = full attention; else the sliding-window causal mask of
+transformers' masking_utils: key kv_idx visible to query q_idx when kv_idx > q_idx - window),
+"attention_scale" (0 = 1/sqrt(head_dim); Gemma's query_pre_attn_scalar ** -0.5) and
+"attention_softcap" (0 = none; else scores -> softcap * tanh(scores / softcap) after the scale and
+before the mask, as Gemma 2's attn_logit_softcapping).
 
 With "preference" in spec.json (method, settings, references, step sizes) the loss is the
 preference method's (preference_loss) instead of the mean NLL: tests/train/preference_parity_test.cpp.
@@ -121,6 +126,9 @@ class Llama:
             sample[cu_seqlens[s]:cu_seqlens[s + 1]] = s
         idx = torch.arange(T)
         allowed = (sample[:, None] == sample[None, :]) & (idx[None, :] <= idx[:, None])
+        windows = c.get("layer_windows") or [0] * c["num_layers"]
+        scale = c.get("attention_scale") or 1.0 / math.sqrt(d)
+        attn_cap = c.get("attention_softcap") or 0.0
 
         def cos_sin(inv):
             freqs = positions.to(DT)[:, None] * inv[None, :]
@@ -129,13 +137,12 @@ class Llama:
 
         rope_global = cos_sin(rope_inv_freq(c))
         rope_local = rope_global
-        scaling = 1.0 / math.sqrt(d)
-        windows = [0] * c["num_layers"]
-        if g:
+        if g:  # everything from config.json's keys, as modeling_gemma2/3 read them
             if g.get("rope_local_base_freq"):  # Gemma 3: local layers use their own base, unscaled
                 rope_local = cos_sin(rope_inv_freq(c, g["rope_local_base_freq"], scaled=False))
-            scaling = g["query_pre_attn_scalar"] ** -0.5
+            scale = g["query_pre_attn_scalar"] ** -0.5
             windows = [g["sliding_window"] if t == "sliding_attention" else 0 for t in g["layer_types"]]
+            attn_cap = g.get("attn_logit_softcapping") or 0.0
 
         x = w["model.embed_tokens.weight"][tokens]
         if g:  # the normalizer in the weights' dtype (Gemma3TextScaledWordEmbedding, Gemma2Model)
@@ -155,12 +162,10 @@ class Llama:
             rep = H // Hkv
             k = k.repeat_interleave(rep, dim=1)  # query head h reads kv head h // rep
             v = v.repeat_interleave(rep, dim=1)
-            scores = torch.einsum("thd,shd->hts", q, k) * scaling
-            if g:
-                scores = softcap(scores, g.get("attn_logit_softcapping"))
+            scores = softcap(torch.einsum("thd,shd->hts", q, k) * scale, attn_cap)
             mask = allowed
-            if windows[l]:  # sliding window: key s visible from query t when t - s < window
-                mask = mask & (idx[:, None] - idx[None, :] < windows[l])
+            if windows[l]:  # sliding window: key s visible from query t when s > t - window
+                mask = allowed & (idx[None, :] > idx[:, None] - windows[l])
             scores = scores.masked_fill(~mask[None], float("-inf"))
             attn = torch.einsum("hts,shd->thd", torch.softmax(scores, dim=-1), v).reshape(T, H * d)
             o = self.linear(attn, p + ".self_attn", "o_proj")

@@ -31,6 +31,14 @@
 // that; gemm.h's "never inside an OpenMP region" rule stands everywhere else. (With the pthread
 // build the calls would all go through one thread pool — serialised and slower, still correct.)
 //
+// Options (AttentionDims): a window W restricts query i to keys i-W < j <= i: the blocked forward
+// computes a block's scores only over keys [first key of its first row, i1) (at most 64 + W - 1
+// of them, so the scratch shrinks too), the backward likewise, and the plain kernels skip the key
+// tiles no row of theirs sees. dK/dV rows a later (higher) block already wrote are accumulated
+// (beta 1), the others initialised (beta 0): with a window, an earlier block reaches keys no later
+// block did. scale replaces 1/sqrt(d); a soft cap c maps each scaled score s to c·tanh(s/c)
+// before the mask and softmax, and the backward multiplies dS by 1 - tanh².
+//
 // The softmax rows of the blocked kernels (max, exp and sum; probabilities and score gradients)
 // are hand-vectorised, one variant per instruction set (kernel_variants.h): GCC does not vectorise
 // exp_approx inside these loops (the omp simd versions ran scalar and took 60% of the forward).
@@ -46,6 +54,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "backend/cpu/cross_entropy.h"  // exp_approx
@@ -74,6 +83,18 @@ inline void axpy(float* y, float a, const float* x, int d) {
   for (int c = 0; c < d; ++c) y[c] += a * x[c];
 }
 
+// A scaled score after the soft cap c (none when c = 0).
+inline float capped(float s, float cap) {
+  return cap > 0.0f ? cap * std::tanh(s / cap) : s;
+}
+
+// d capped / d s at a capped score s = c·tanh(x): 1 - tanh(x)²; 1 without a cap.
+inline float cap_slope(float s, float cap) {
+  if (cap <= 0.0f) return 1.0f;
+  const float t = s / cap;
+  return 1.0f - t * t;
+}
+
 // Tasks over (sample, head, tile of rows) with a cost estimate; sorted costliest first so the
 // dynamic schedule balances. The order of tasks never changes what any task computes.
 template <class CostFn>
@@ -97,9 +118,10 @@ void attention_forward_plain(const float* q, const float* k, const float* v, con
                              const AttentionDims& dims, float* o, float* lse) {
   const int d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
   const int64_t q_stride = int64_t{dims.n_heads} * d, kv_stride = int64_t{dims.n_kv_heads} * d, T = dims.tokens;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const auto tasks =
-      make_tasks(cu, dims.n_samples, dims.n_heads, [](int64_t, int64_t b, int64_t e) { return (e - b) * e; });
+  const float scale = attention_scale(dims), cap = dims.softcap;
+  const auto tasks = make_tasks(cu, dims.n_samples, dims.n_heads, [&](int64_t, int64_t b, int64_t e) {
+    return (e - b) * (e - attention_first_key(dims, b));
+  });
   const int64_t n_tasks = static_cast<int64_t>(tasks.size());
 
 #pragma omp parallel for schedule(dynamic, 1)
@@ -114,18 +136,19 @@ void attention_forward_plain(const float* q, const float* k, const float* v, con
       l[r] = 0.0f;
       std::fill_n(o + (base + task.begin + r) * q_stride + int64_t{h} * d, d, 0.0f);
     }
-    // Keys beyond the tile's last query are never visible to it.
-    for (int64_t j0 = 0; j0 < task.end; j0 += kAttentionTile) {
+    // Keys beyond the tile's last query, or before its first query's window, are never visible to it.
+    for (int64_t j0 = attention_first_key(dims, task.begin) / kAttentionTile * kAttentionTile; j0 < task.end;
+         j0 += kAttentionTile) {
       const int64_t j1 = std::min(j0 + kAttentionTile, task.end);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = task.begin + r;
-        const int64_t jend = std::min(j1, i + 1);  // causal: keys j <= i
-        if (jend <= j0) continue;
+        const int64_t jbeg = std::max(j0, attention_first_key(dims, i)), jend = std::min(j1, i + 1);  // causal: j <= i
+        if (jend <= jbeg) continue;
         const float* qi = q + (base + i) * q_stride + int64_t{h} * d;
         float* acc = o + (base + i) * q_stride + int64_t{h} * d;
         float tile_max = -std::numeric_limits<float>::infinity();
-        for (int64_t j = j0; j < jend; ++j) {
-          const float s = scale * dot(qi, k + (base + j) * kv_stride + int64_t{g} * d, d);
+        for (int64_t j = jbeg; j < jend; ++j) {
+          const float s = capped(scale * dot(qi, k + (base + j) * kv_stride + int64_t{g} * d, d), cap);
           sc[j - j0] = s;
           tile_max = std::max(tile_max, s);
         }
@@ -138,7 +161,7 @@ void attention_forward_plain(const float* q, const float* k, const float* v, con
           m[r] = m_new;
         }
         float sum = 0.0f;
-        for (int64_t j = j0; j < jend; ++j) {
+        for (int64_t j = jbeg; j < jend; ++j) {
           const float p = exp_approx(sc[j - j0] - m_new);
           sum += p;
           axpy(acc, p, v + (base + j) * kv_stride + int64_t{g} * d, d);
@@ -162,7 +185,7 @@ void attention_backward_plain(const float* dout, const float* q, const float* k,
                               float* dk, float* dv) {
   const int d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
   const int64_t q_stride = int64_t{dims.n_heads} * d, kv_stride = int64_t{dims.n_kv_heads} * d, T = dims.tokens;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float scale = attention_scale(dims), cap = dims.softcap;
 
   // delta[h, t] = dO·O for each query row.
 #pragma omp parallel for schedule(static)
@@ -185,18 +208,21 @@ void attention_backward_plain(const float* dout, const float* q, const float* k,
       std::fill_n(dk + (base + j) * kv_stride + int64_t{g} * d, d, 0.0f);
       std::fill_n(dv + (base + j) * kv_stride + int64_t{g} * d, d, 0.0f);
     }
+    // Queries that see at least one key of the tile: i >= task.begin, and i < task.end - 1 + W.
+    const int64_t i_end = dims.window > 0 ? std::min(len, task.end - 1 + dims.window) : len;
     for (int h = g * group; h < (g + 1) * group; ++h) {
-      for (int64_t i = task.begin; i < len; ++i) {  // queries that see at least key task.begin
+      for (int64_t i = task.begin; i < i_end; ++i) {
         const int64_t qoff = (base + i) * q_stride + int64_t{h} * d;
         const float* qi = q + qoff;
         const float* doi = dout + qoff;
         const float lse_i = lse[int64_t{h} * T + base + i], delta_i = delta[int64_t{h} * T + base + i];
         const int64_t jend = std::min(task.end, i + 1);
-        for (int64_t j = task.begin; j < jend; ++j) {
+        for (int64_t j = std::max(task.begin, attention_first_key(dims, i)); j < jend; ++j) {
           const int64_t koff = (base + j) * kv_stride + int64_t{g} * d;
-          const float p = exp_approx(scale * dot(qi, k + koff, d) - lse_i);
+          const float s = capped(scale * dot(qi, k + koff, d), cap);
+          const float p = exp_approx(s - lse_i);
           const float dp = dot(doi, v + koff, d);
-          const float ds = p * (dp - delta_i);
+          const float ds = p * (dp - delta_i) * cap_slope(s, cap);
           axpy(dv + koff, p, doi, d);
           axpy(dk + koff, scale * ds, qi, d);
         }
@@ -205,8 +231,9 @@ void attention_backward_plain(const float* dout, const float* q, const float* k,
   }
 
   // Pass 2: dq. A task owns query head h's rows of one query tile of one sample.
-  const auto q_tasks =
-      make_tasks(cu, dims.n_samples, dims.n_heads, [](int64_t, int64_t b, int64_t e) { return (e - b) * e; });
+  const auto q_tasks = make_tasks(cu, dims.n_samples, dims.n_heads, [&](int64_t, int64_t b, int64_t e) {
+    return (e - b) * (e - attention_first_key(dims, b));
+  });
   const int64_t n_q_tasks = static_cast<int64_t>(q_tasks.size());
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t ti = 0; ti < n_q_tasks; ++ti) {
@@ -214,7 +241,8 @@ void attention_backward_plain(const float* dout, const float* q, const float* k,
     const int64_t base = cu[task.sample];
     const int h = static_cast<int>(task.head), g = h / group;
     for (int64_t i = task.begin; i < task.end; ++i) std::fill_n(dq + (base + i) * q_stride + int64_t{h} * d, d, 0.0f);
-    for (int64_t j0 = 0; j0 < task.end; j0 += kAttentionTile) {
+    for (int64_t j0 = attention_first_key(dims, task.begin) / kAttentionTile * kAttentionTile; j0 < task.end;
+         j0 += kAttentionTile) {
       const int64_t j1 = std::min(j0 + kAttentionTile, task.end);
       for (int64_t i = std::max(task.begin, j0); i < task.end; ++i) {
         const int64_t qoff = (base + i) * q_stride + int64_t{h} * d;
@@ -223,10 +251,11 @@ void attention_backward_plain(const float* dout, const float* q, const float* k,
         float* dqi = dq + qoff;
         const float lse_i = lse[int64_t{h} * T + base + i], delta_i = delta[int64_t{h} * T + base + i];
         const int64_t jend = std::min(j1, i + 1);
-        for (int64_t j = j0; j < jend; ++j) {
+        for (int64_t j = std::max(j0, attention_first_key(dims, i)); j < jend; ++j) {
           const int64_t koff = (base + j) * kv_stride + int64_t{g} * d;
-          const float p = exp_approx(scale * dot(qi, k + koff, d) - lse_i);
-          const float ds = p * (dot(doi, v + koff, d) - delta_i);
+          const float s = capped(scale * dot(qi, k + koff, d), cap);
+          const float p = exp_approx(s - lse_i);
+          const float ds = p * (dot(doi, v + koff, d) - delta_i) * cap_slope(s, cap);
           axpy(dqi, scale * ds, k + koff, d);
         }
       }
@@ -244,33 +273,36 @@ int64_t max_sample_length(const int32_t* cu, int64_t n_samples) {
   return m;
 }
 
-// Rows of one block's [rows × keys] score matrix for samples of at most max_len tokens.
-int64_t block_floats(int64_t max_len) {
-  return std::min(kB, max_len) * max_len;
+// One block's [rows × keys] score matrix for samples of at most max_len tokens: a block of up to
+// 64 rows sees at most 64 + W - 1 keys with a window W, the whole sample without.
+int64_t block_floats(int64_t max_len, int64_t window) {
+  const int64_t keys = window > 0 ? std::min(max_len, kB + window - 1) : max_len;
+  return std::min(kB, max_len) * keys;
 }
 
 }  // namespace
 
-int64_t attention_forward_scratch_floats(int64_t max_len, int threads) {
-  return int64_t{threads} * block_floats(max_len);
+int64_t attention_forward_scratch_floats(int64_t max_len, const AttentionDims& dims, int threads) {
+  return int64_t{threads} * block_floats(max_len, dims.window);
 }
 
 int64_t attention_backward_scratch_floats(int64_t max_len, const AttentionDims& dims, int threads) {
   const int64_t partials = dims.n_heads > dims.n_kv_heads ? 2 * dims.tokens * dims.n_heads * dims.head_dim : 0;
-  return int64_t{threads} * 2 * block_floats(max_len) + partials;
+  return int64_t{threads} * 2 * block_floats(max_len, dims.window) + partials;
 }
 
 void attention_forward(const float* q, const float* k, const float* v, const int32_t* cu, const AttentionDims& dims,
                        float* o, uint16_t* o_bf16, float* lse) {
   const int d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
   const int64_t q_stride = int64_t{dims.n_heads} * d, kv_stride = int64_t{dims.n_kv_heads} * d, T = dims.tokens;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const auto tasks =
-      make_tasks(cu, dims.n_samples, dims.n_heads, [](int64_t, int64_t b, int64_t e) { return (e - b) * e; });
+  const float scale = attention_scale(dims), cap = dims.softcap;
+  const auto tasks = make_tasks(cu, dims.n_samples, dims.n_heads, [&](int64_t, int64_t b, int64_t e) {
+    return (e - b) * (e - attention_first_key(dims, b));
+  });
   const int64_t n_tasks = static_cast<int64_t>(tasks.size());
-  const int64_t max_len = max_sample_length(cu, dims.n_samples), per_thread = block_floats(max_len);
+  const int64_t max_len = max_sample_length(cu, dims.n_samples), per_thread = block_floats(max_len, dims.window);
   const int threads = omp_get_max_threads();
-  Tensor scratch = Tensor::empty({attention_forward_scratch_floats(max_len, threads)});
+  Tensor scratch = Tensor::empty({attention_forward_scratch_floats(max_len, dims, threads)});
   float* scratch_base = scratch.data<float>();
   const KernelTable& kern = cpu_kernels();
 
@@ -280,18 +312,24 @@ void attention_forward(const float* q, const float* k, const float* v, const int
     float* s = scratch_base + omp_get_thread_num() * per_thread;
     const int64_t base = cu[task.sample];
     const int h = static_cast<int>(task.head), g = h / group;
-    const int64_t rows = task.end - task.begin, keys = task.end;  // keys 0..end-1 of the sample
+    // Keys klo..end-1 of the sample: klo is the first row's first visible key (0 without a window).
+    const int64_t klo = attention_first_key(dims, task.begin);
+    const int64_t rows = task.end - task.begin, keys = task.end - klo;
     const float* qb = q + (base + task.begin) * q_stride + int64_t{h} * d;
-    const float* kb = k + base * kv_stride + int64_t{g} * d;
-    const float* vb = v + base * kv_stride + int64_t{g} * d;
+    const float* kb = k + (base + klo) * kv_stride + int64_t{g} * d;
+    const float* vb = v + (base + klo) * kv_stride + int64_t{g} * d;
     float* ob = o + (base + task.begin) * q_stride + int64_t{h} * d;
     sgemm(false, true, rows, keys, d, scale, qb, q_stride, kb, kv_stride, 0.0f, s, keys);
     float inv_l[kB];
     for (int64_t r = 0; r < rows; ++r) {
       float* row = s + r * keys;
-      const int64_t n = task.begin + r + 1;  // causal: keys j <= i
-      const float m = kern.row_max(row, n);
-      const float l = kern.exp_shifted_sum(row, n, m);
+      const int64_t i = task.begin + r;
+      const int64_t lo = attention_first_key(dims, i) - klo, n = i + 1 - klo;  // row's keys [lo, n)
+      if (cap > 0.0f)
+        for (int64_t j = lo; j < n; ++j) row[j] = capped(row[j], cap);
+      const float m = kern.row_max(row + lo, n - lo);
+      const float l = kern.exp_shifted_sum(row + lo, n - lo, m);
+      std::fill(row, row + lo, 0.0f);
       std::fill(row + n, row + keys, 0.0f);
       inv_l[r] = 1.0f / l;  // l >= 1: the row's max term contributes exp(0)
       if (lse) lse[int64_t{h} * T + base + task.begin + r] = m + std::log(l);
@@ -311,8 +349,8 @@ void attention_backward(const float* dout, const float* q, const float* k, const
                         float* dk, float* dv, uint16_t* dv_bf16) {
   const int d = dims.head_dim, group = dims.n_heads / dims.n_kv_heads;
   const int64_t q_stride = int64_t{dims.n_heads} * d, kv_stride = int64_t{dims.n_kv_heads} * d, T = dims.tokens;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const int64_t max_len = max_sample_length(cu, dims.n_samples), per_thread = 2 * block_floats(max_len);
+  const float scale = attention_scale(dims), cap = dims.softcap;
+  const int64_t max_len = max_sample_length(cu, dims.n_samples), per_thread = 2 * block_floats(max_len, dims.window);
   const int threads = omp_get_max_threads();
   Tensor scratch = Tensor::empty({attention_backward_scratch_floats(max_len, dims, threads)});
   float* scratch_base = scratch.data<float>();
@@ -330,12 +368,13 @@ void attention_backward(const float* dout, const float* q, const float* k, const
       delta[int64_t{h} * T + t] = dot(dout + off, o + off, d);
     }
 
-  // One task per (sample, query head); cost ~ len².
+  // One task per (sample, query head); cost ~ len × the keys a row sees.
   std::vector<Task> tasks;
   for (int64_t s = 0; s < dims.n_samples; ++s) {
     const int64_t len = cu[s + 1] - cu[s];
+    const int64_t span = dims.window > 0 ? std::min(len, dims.window + kB) : len;
     if (len > 0)
-      for (int h = 0; h < dims.n_heads; ++h) tasks.push_back({s, h, 0, len, len * len});
+      for (int h = 0; h < dims.n_heads; ++h) tasks.push_back({s, h, 0, len, len * span});
   }
   std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) { return a.cost > b.cost; });
   const int64_t n_tasks = static_cast<int64_t>(tasks.size());
@@ -354,25 +393,45 @@ void attention_backward(const float* dout, const float* q, const float* k, const
     float* dvb = dv_part + base * part_stride + int64_t{group > 1 ? h : g} * d;
     const int64_t last = (len - 1) / kB * kB;
     for (int64_t i0 = last; i0 >= 0; i0 -= kB) {
-      const int64_t rows = std::min(kB, len - i0), keys = i0 + rows;
+      // The block's keys [klo, i1): klo is its first row's first visible key (0 without a window).
+      const int64_t rows = std::min(kB, len - i0), i1 = i0 + rows, klo = attention_first_key(dims, i0), keys = i1 - klo;
       const int64_t qoff = (base + i0) * q_stride + int64_t{h} * d;
       const float* qb = q + qoff;
       const float* dob = dout + qoff;
-      sgemm(false, true, rows, keys, d, scale, qb, q_stride, kb, kv_stride, 0.0f, p, keys);
-      sgemm(false, true, rows, keys, d, 1.0f, dob, q_stride, vb, kv_stride, 0.0f, ds, keys);
+      sgemm(false, true, rows, keys, d, scale, qb, q_stride, kb + klo * kv_stride, kv_stride, 0.0f, p, keys);
+      sgemm(false, true, rows, keys, d, 1.0f, dob, q_stride, vb + klo * kv_stride, kv_stride, 0.0f, ds, keys);
       for (int64_t r = 0; r < rows; ++r) {
-        const int64_t i = i0 + r, n = i + 1;
+        const int64_t i = i0 + r, lo = attention_first_key(dims, i) - klo, n = i + 1 - klo;  // keys [lo, n)
         const float lse_i = lse[int64_t{h} * T + base + i], delta_i = delta[int64_t{h} * T + base + i];
         float* prow = p + r * keys;
         float* dsrow = ds + r * keys;
-        kern.probs_and_score_grads(prow, dsrow, n, lse_i, delta_i, scale);
+        if (cap > 0.0f) {
+          for (int64_t j = lo; j < n; ++j) {
+            const float sc = capped(prow[j], cap);
+            prow[j] = exp_approx(sc - lse_i);
+            dsrow[j] = scale * prow[j] * (dsrow[j] - delta_i) * cap_slope(sc, cap);
+          }
+        } else {
+          kern.probs_and_score_grads(prow + lo, dsrow + lo, n - lo, lse_i, delta_i, scale);
+        }
+        std::fill(prow, prow + lo, 0.0f);
+        std::fill(dsrow, dsrow + lo, 0.0f);
         std::fill(prow + n, prow + keys, 0.0f);
         std::fill(dsrow + n, dsrow + keys, 0.0f);
       }
-      const float beta = i0 == last ? 0.0f : 1.0f;  // the last block covers every key of the sample
-      sgemm(false, false, rows, d, keys, 1.0f, ds, keys, kb, kv_stride, 0.0f, dq + qoff, q_stride);
-      sgemm(true, false, keys, d, rows, 1.0f, ds, keys, qb, q_stride, beta, dkb, part_stride);
-      sgemm(true, false, keys, d, rows, 1.0f, p, keys, dob, q_stride, beta, dvb, part_stride);
+      sgemm(false, false, rows, d, keys, 1.0f, ds, keys, kb + klo * kv_stride, kv_stride, 0.0f, dq + qoff, q_stride);
+      // The later blocks wrote dK/dV rows [klo_next, len) (all of them without a window): those
+      // accumulate (beta 1), rows [klo, klo_next) are initialised (beta 0).
+      const int64_t klo_next = i0 == last ? i1 : attention_first_key(dims, i0 + kB), fresh = klo_next - klo;
+      const std::tuple<int64_t, int64_t, float> parts[] = {{klo, fresh, 0.0f}, {klo_next, keys - fresh, 1.0f}};
+      for (const auto& [rows0, n_keys, beta] : parts) {
+        if (n_keys <= 0) continue;
+        const int64_t col = rows0 - klo;
+        sgemm(true, false, n_keys, d, rows, 1.0f, ds + col, keys, qb, q_stride, beta, dkb + rows0 * part_stride,
+              part_stride);
+        sgemm(true, false, n_keys, d, rows, 1.0f, p + col, keys, dob, q_stride, beta, dvb + rows0 * part_stride,
+              part_stride);
+      }
     }
   }
 

@@ -1,6 +1,7 @@
 // CPU kernels of causal grouped-query attention over packed sequences (contract: ops/attention.h).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -12,7 +13,20 @@ struct AttentionDims {
   int n_heads = 0;        // Hq
   int n_kv_heads = 0;     // Hkv
   int head_dim = 0;       // d
+  int64_t window = 0;     // sliding window W: query i sees keys i-W < j <= i; 0 = unlimited
+  float scale = 0.0f;     // score scale; 0 = 1/sqrt(d) (attention_scale)
+  float softcap = 0.0f;   // scores s -> softcap·tanh(s/softcap) before the softmax; 0 = none
 };
+
+// The scale the kernels apply to q·k: dims.scale, or 1/sqrt(d) when it is 0.
+inline float attention_scale(const AttentionDims& dims) {
+  return dims.scale > 0.0f ? dims.scale : 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
+}
+
+// First key position (within the sample) visible to the query at position i: i - W + 1, or 0.
+inline int64_t attention_first_key(const AttentionDims& dims, int64_t i) {
+  return dims.window > 0 && i >= dims.window ? i - dims.window + 1 : 0;
+}
 
 // Query rows per block (blocked kernels) and per tile (plain kernels). Memory per task is
 // O(block rows × sample length), never O(T²).
@@ -31,10 +45,11 @@ void attention_backward(const float* dout, const float* q, const float* k, const
 
 // Floats of scratch the blocked kernels allocate (one tensor each) for samples of at most max_len
 // tokens, with `threads` = omp_get_max_threads() at the call. Forward: one [min(64, max_len) ×
-// max_len] score block per thread. Backward: two such blocks per thread, plus per-query-head
-// partial dk and dv ([T, Hq·d] each) when Hq > Hkv. Monotone in max_len: the memory plan passes
-// the micro-batch token count as the bound.
-int64_t attention_forward_scratch_floats(int64_t max_len, int threads);
+// keys] score block per thread, keys = max_len, or min(max_len, 64 + W - 1) with a window W.
+// Backward: two such blocks per thread, plus per-query-head partial dk and dv ([T, Hq·d] each)
+// when Hq > Hkv. Monotone in max_len: the memory plan passes the micro-batch token count as the
+// bound.
+int64_t attention_forward_scratch_floats(int64_t max_len, const AttentionDims& dims, int threads);
 int64_t attention_backward_scratch_floats(int64_t max_len, const AttentionDims& dims, int threads);
 
 // The plain kernels (one dot product per score, no scratch): the reference the blocked ones above

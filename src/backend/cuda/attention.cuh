@@ -4,7 +4,10 @@
 // Layout: q/o/dout/dq [T, Hq·d], k/v/dk/dv [T, Hkv·d] stored as T (f32 or bf16); query head h
 // reads KV head h / (Hq/Hkv); sample s owns tokens [cu[s], cu[s+1]) and a query at position i of
 // its sample sees the keys at positions 0..i of the same sample. lse and delta are f32 [Hq, T].
-// Scale 1/sqrt(d).
+// Scale 1/sqrt(d). The options of AttentionDims (ops/attention.h) in every kernel: a window W
+// hides keys j <= i - W (attention_visible) and the key / query tile walks skip the tiles no row
+// of theirs sees; scale replaces 1/sqrt(d); a soft cap c maps each scaled score s to c·tanh(s/c)
+// (attention_capped) and the backward multiplies dS by 1 - tanh² (attention_cap_slope).
 //
 // Two implementations of the same tiling, picked per call by attention_uses_tensor_cores:
 // - the scalar kernels below: every product and sum f32, only the outputs rounded to T; on Turing
@@ -146,10 +149,38 @@ __device__ __forceinline__ float attention_dot(const float* a, const float* b, i
   return s;
 }
 
+// Whether the query at position i of a sample sees the key at position j: causal, and inside the
+// window (i - W < j) when there is one (W > 0).
+__device__ __forceinline__ bool attention_visible(int64_t i, int64_t j, int64_t window) {
+  return j <= i && (window <= 0 || i - j < window);
+}
+
+// A scaled score after the soft cap c (none when c = 0), and d capped / d score at a capped score
+// (1 - tanh²; 1 without a cap).
+__device__ __forceinline__ float attention_capped(float s, float cap) {
+  return cap > 0.0f ? cap * tanhf(s / cap) : s;
+}
+__device__ __forceinline__ float attention_cap_slope(float capped, float cap) {
+  if (cap <= 0.0f) return 1.0f;
+  const float t = capped / cap;
+  return 1.0f - t * t;
+}
+
+// The first key tile (a multiple of B) a query tile starting at position `start` sees, and the end
+// of the query tiles that see a key tile whose last key is at position `last_key` (clamped to len).
+__device__ __forceinline__ int64_t attention_first_key_tile(int64_t start, int64_t window, int B) {
+  const int64_t first = window > 0 && start >= window ? start - window + 1 : 0;
+  return first / B * B;
+}
+__device__ __forceinline__ int64_t attention_query_end(int64_t last_key, int64_t len, int64_t window) {
+  return window > 0 && last_key + window < len ? last_key + window : len;
+}
+
 template <class T>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_forward_kernel(const T* q, const T* k, const T* v, const int32_t* cu, int64_t n_samples, int64_t T_tokens,
-                             int n_heads, int group, int d, int B, float scale, T* o, bf16* o16, float* lse) {
+                             int n_heads, int group, int d, int B, float scale, int64_t window, float cap, T* o,
+                             bf16* o16, float* lse) {
   AttentionTile tile;
   if (!find_attention_tile(cu, n_samples, B, blockIdx.x, true, tile)) return;  // the whole block alike
   BP_DYNAMIC_SHARED(float, smem);
@@ -171,15 +202,15 @@ __global__ void __launch_bounds__(kAttentionThreads)
     row_sum[r] = 0.0f;
   }
   const int64_t key_end = tile.start + tile.rows;  // causal: later keys are seen by no row here
-  for (int64_t j0 = 0; j0 < key_end; j0 += B) {
+  for (int64_t j0 = attention_first_key_tile(tile.start, window, B); j0 < key_end; j0 += B) {
     const int keys = static_cast<int>(key_end - j0 < B ? key_end - j0 : B);
     __syncthreads();  // the previous tile's readers of Ks, Vs, Ss are done (first time: Qs is loaded)
     load_kv_tiles(Ks, Vs, k, v, tile.base + j0, g, kv_stride, keys, B, d);
     __syncthreads();
     for (int e = threadIdx.x; e < B * B; e += blockDim.x) {
       const int r = e / B, j = e % B;
-      const bool seen = r < tile.rows && j < keys && j0 + j <= tile.start + r;
-      Ss[r * sld + j] = seen ? scale * attention_dot(Qs + r * ld, Ks + j * ld, d) : -INFINITY;
+      const bool seen = r < tile.rows && j < keys && attention_visible(tile.start + r, j0 + j, window);
+      Ss[r * sld + j] = seen ? attention_capped(scale * attention_dot(Qs + r * ld, Ks + j * ld, d), cap) : -INFINITY;
     }
     __syncthreads();
     // Online softmax, one thread per row: the new running max, the factor that rescales what was
@@ -259,16 +290,17 @@ __device__ __forceinline__ void load_backward_query_tile(float* Qs, float* dOs, 
   }
 }
 
-// The recomputed probability P = exp(scale·q·k − lse) of one visible (query, key) pair and its score
-// gradient dS = P·(dO·v − delta).
+// The recomputed probability P = exp(cap(scale·q·k) − lse) of one visible (query, key) pair and its
+// score gradient dS = P·(dO·v − delta)·cap'.
 struct ProbAndGrad {
   float p, ds;
 };
 __device__ __forceinline__ ProbAndGrad backward_prob_and_grad(const float* q_row, const float* do_row,
                                                               const float* k_row, const float* v_row, int d,
-                                                              float scale, float lse_r, float delta_r) {
-  const float p = expf(scale * attention_dot(q_row, k_row, d) - lse_r);
-  return {p, p * (attention_dot(do_row, v_row, d) - delta_r)};
+                                                              float scale, float cap, float lse_r, float delta_r) {
+  const float s = attention_capped(scale * attention_dot(q_row, k_row, d), cap);
+  const float p = expf(s - lse_r);
+  return {p, p * (attention_dot(do_row, v_row, d) - delta_r) * attention_cap_slope(s, cap)};
 }
 
 // The dynamic shared memory of a backward block, in the order attention_shared_floats counts it:
@@ -298,7 +330,7 @@ template <class T>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_backward_dq_kernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
                                  const float* delta, const int32_t* cu, int64_t n_samples, int64_t T_tokens,
-                                 int n_heads, int group, int d, int B, float scale, T* dq) {
+                                 int n_heads, int group, int d, int B, float scale, int64_t window, float cap, T* dq) {
   AttentionTile tile;
   if (!find_attention_tile(cu, n_samples, B, blockIdx.x, true, tile)) return;
   BP_DYNAMIC_SHARED(float, smem);
@@ -312,16 +344,16 @@ __global__ void __launch_bounds__(kAttentionThreads)
   load_backward_query_tile(Qs, dOs, lse_s, delta_s, q, dout, lse, delta, row0, tile.rows, h, q_stride, T_tokens, B, d);
   for (int e = threadIdx.x; e < B * d; e += blockDim.x) dQs[e] = 0.0f;
   const int64_t key_end = tile.start + tile.rows;
-  for (int64_t j0 = 0; j0 < key_end; j0 += B) {
+  for (int64_t j0 = attention_first_key_tile(tile.start, window, B); j0 < key_end; j0 += B) {
     const int keys = static_cast<int>(key_end - j0 < B ? key_end - j0 : B);
     __syncthreads();
     load_kv_tiles(Ks, Vs, k, v, tile.base + j0, g, kv_stride, keys, B, d);
     __syncthreads();
     for (int e = threadIdx.x; e < B * B; e += blockDim.x) {
       const int r = e / B, j = e % B;
-      const bool seen = r < tile.rows && j < keys && j0 + j <= tile.start + r;
+      const bool seen = r < tile.rows && j < keys && attention_visible(tile.start + r, j0 + j, window);
       dSs[r * sld + j] = seen ? backward_prob_and_grad(Qs + r * ld, dOs + r * ld, Ks + j * ld, Vs + j * ld, d, scale,
-                                                       lse_s[r], delta_s[r])
+                                                       cap, lse_s[r], delta_s[r])
                                     .ds
                               : 0.0f;
     }
@@ -344,7 +376,8 @@ template <class T>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_backward_dkdv_kernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
                                    const float* delta, const int32_t* cu, int64_t n_samples, int64_t T_tokens,
-                                   int n_heads, int group, int d, int B, float scale, T* dk, T* dv, bf16* dv16) {
+                                   int n_heads, int group, int d, int B, float scale, int64_t window, float cap, T* dk,
+                                   T* dv, bf16* dv16) {
   AttentionTile tile;  // a tile of keys
   if (!find_attention_tile(cu, n_samples, B, blockIdx.x, false, tile)) return;
   BP_DYNAMIC_SHARED(float, smem);
@@ -361,8 +394,9 @@ __global__ void __launch_bounds__(kAttentionThreads)
     dVs[e] = 0.0f;
   }
   // Every query head of the group, every query tile that sees a key of this tile, in a fixed order.
+  const int64_t query_end = attention_query_end(tile.start + keys - 1, tile.len, window);
   for (int h = g * group; h < (g + 1) * group; ++h) {
-    for (int64_t i0 = tile.start; i0 < tile.len; i0 += B) {
+    for (int64_t i0 = tile.start; i0 < query_end; i0 += B) {
       const int rows = static_cast<int>(tile.len - i0 < B ? tile.len - i0 : B);
       const int64_t row0 = tile.base + i0;
       __syncthreads();  // the previous query tile's readers of Qs, dOs, Ps, dSs are done
@@ -371,8 +405,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
       for (int e = threadIdx.x; e < B * B; e += blockDim.x) {
         const int r = e / B, j = e % B;
         ProbAndGrad pg{0.0f, 0.0f};
-        if (r < rows && j < keys && tile.start + j <= i0 + r)
-          pg = backward_prob_and_grad(Qs + r * ld, dOs + r * ld, Ks + j * ld, Vs + j * ld, d, scale, lse_s[r],
+        if (r < rows && j < keys && attention_visible(i0 + r, tile.start + j, window))
+          pg = backward_prob_and_grad(Qs + r * ld, dOs + r * ld, Ks + j * ld, Vs + j * ld, d, scale, cap, lse_s[r],
                                       delta_s[r]);
         Ps[r * sld + j] = pg.p;
         dSs[r * sld + j] = pg.ds;
@@ -465,7 +499,8 @@ void attention_forward(const T* q, const T* k, const T* v, const int32_t* cu_seq
                        bf16* o16, float* lse, cudaStream_t stream = nullptr) {
   if (dims.tokens == 0 || dims.n_heads == 0) return;
   const bool tensor_cores = attention_uses_tensor_cores(dims.head_dim);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
+  const float scale = ::bp::cpu::attention_scale(dims), cap = dims.softcap;
+  const int64_t window = dims.window;
   const int group = dims.n_heads / dims.n_kv_heads;
   if (tensor_cores && dims.head_dim <= kFa2MaxHeadDim) {  // attention_fa2.cuh; wider heads: below
     const auto kernel =
@@ -473,14 +508,16 @@ void attention_forward(const T* q, const T* k, const T* v, const int32_t* cu_seq
     const size_t bytes = attention_fa2_shared_bytes(dims.head_dim);
     if (!allow_attention_shared(kernel, bytes)) return;
     BP_LAUNCH(fa2_grid(dims, dims.n_heads), kAttentionThreads, bytes, stream, kernel)
-    (q, k, v, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, dims.head_dim, scale, o, o16, lse);
+    (q, k, v, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, dims.head_dim, scale, window, cap, o, o16,
+     lse);
     return;
   }
   const AttentionLaunch L = attention_launch(AttentionPass::Forward, dims, tensor_cores);
   const auto kernel = tensor_cores ? attention_forward_tc_kernel<T> : attention_forward_kernel<T>;
   if (!allow_attention_shared(kernel, L.shared_bytes)) return;
   BP_LAUNCH(L.grid, kAttentionThreads, L.shared_bytes, stream, kernel)
-  (q, k, v, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, dims.head_dim, L.rows, scale, o, o16, lse);
+  (q, k, v, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, dims.head_dim, L.rows, scale, window, cap, o,
+   o16, lse);
 }
 
 // dq, dk, dv overwritten (=), and dv's nearest-even bf16 copy dv16 when non-null (the dy of
@@ -491,7 +528,8 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
                         const int32_t* cu_seqlens, const AttentionDims& dims, float* delta, T* dq, T* dk, T* dv,
                         bf16* dv16 = nullptr, cudaStream_t stream = nullptr) {
   if (dims.tokens == 0 || dims.n_heads == 0) return;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dims.head_dim));
+  const float scale = ::bp::cpu::attention_scale(dims), cap = dims.softcap;
+  const int64_t window = dims.window;
   const int group = dims.n_heads / dims.n_kv_heads, d = dims.head_dim;
   const int64_t delta_rows = dims.tokens * dims.n_heads;
   const bool tensor_cores = attention_uses_tensor_cores(d);
@@ -503,14 +541,15 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
     if (!allow_attention_shared(attention_backward_dkdv_fa2_kernel<T, 64>, bytes)) return;
     BP_LAUNCH(fa2_grid(dims, dims.n_kv_heads), kAttentionThreads, bytes, stream,
               attention_backward_dkdv_fa2_kernel<T, 64>)
-    (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, scale, dk, dv, dv16);
+    (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, scale, window, cap, dk,
+     dv, dv16);
   } else {
     const AttentionLaunch Lkv = attention_launch(AttentionPass::GradKV, dims, tensor_cores);
     const auto dkdv_kernel = tensor_cores ? attention_backward_dkdv_tc_kernel<T> : attention_backward_dkdv_kernel<T>;
     if (!allow_attention_shared(dkdv_kernel, Lkv.shared_bytes)) return;
     BP_LAUNCH(Lkv.grid, kAttentionThreads, Lkv.shared_bytes, stream, dkdv_kernel)
-    (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lkv.rows, scale, dk,
-     dv, dv16);
+    (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lkv.rows, scale,
+     window, cap, dk, dv, dv16);
   }
 
   if (tensor_cores && d <= kFa2DqMaxHeadDim) {  // attention_fa2.cuh; wider heads: below
@@ -518,14 +557,16 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
     const size_t bytes = attention_fa2_dq_shared_bytes(d);
     if (!allow_attention_shared(dq_kernel, bytes)) return;
     BP_LAUNCH(fa2_grid(dims, dims.n_heads), kAttentionThreads, bytes, stream, dq_kernel)
-    (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, scale, dq);
+    (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, scale, window, cap,
+     dq);
     return;
   }
   const AttentionLaunch Lq = attention_launch(AttentionPass::GradQ, dims, tensor_cores);
   const auto dq_kernel = tensor_cores ? attention_backward_dq_tc_kernel<T> : attention_backward_dq_kernel<T>;
   if (!allow_attention_shared(dq_kernel, Lq.shared_bytes)) return;
   BP_LAUNCH(Lq.grid, kAttentionThreads, Lq.shared_bytes, stream, dq_kernel)
-  (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lq.rows, scale, dq);
+  (dout, q, k, v, lse, delta, cu_seqlens, dims.n_samples, dims.tokens, dims.n_heads, group, d, Lq.rows, scale, window,
+   cap, dq);
 }
 
 }  // namespace bp::BP_CUDA_NS

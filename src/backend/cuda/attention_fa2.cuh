@@ -139,8 +139,8 @@ __device__ __forceinline__ float quad_sum(float x) {
 template <class T, int kMaxD>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_forward_fa2_kernel(const T* q, const T* k, const T* v, const int32_t* cu, int64_t n_samples,
-                                 int64_t T_tokens, int n_heads, int group, int d, float scale, T* o, bf16* o16,
-                                 float* lse) {
+                                 int64_t T_tokens, int n_heads, int group, int d, float scale, int64_t window,
+                                 float cap, T* o, bf16* o16, float* lse) {
 #if BP_CUDA_ARCH_HAS_BF16_MMA
   constexpr int kKeyTiles = kFa2Rows / 8, kSteps = kMaxD / 16, kOutTiles = kMaxD / 8;
   AttentionTile tile;
@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
   const bool warp_has_rows = row0 < tile.rows;  // the same for every lane of the warp
 
   const int64_t key_end = tile.start + tile.rows;  // causal: later keys are seen by no row here
-  for (int64_t j0 = 0; j0 < key_end; j0 += kFa2Rows) {
+  for (int64_t j0 = attention_first_key_tile(tile.start, window, kFa2Rows); j0 < key_end; j0 += kFa2Rows) {
     const int keys = static_cast<int>(key_end - j0 < kFa2Rows ? key_end - j0 : kFa2Rows);
     __syncthreads();  // the previous tile's readers of Ks, Vt are done
     const int64_t kv_at = (tile.base + j0) * kv_stride + int64_t{g_kv} * d;
@@ -200,8 +200,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
     for (int n = 0; n < kKeyTiles; ++n) BP_UNROLL
     for (int i = 0; i < 4; ++i) {
       const int r = i / 2, j = n * 8 + 2 * t + i % 2;
-      const bool seen = row0 + g + 8 * r < tile.rows && j < keys && j0 + j <= pos[r];
-      s[n][i] = seen ? scale * s[n][i] : -INFINITY;
+      const bool seen = row0 + g + 8 * r < tile.rows && j < keys && attention_visible(pos[r], j0 + j, window);
+      s[n][i] = seen ? attention_capped(scale * s[n][i], cap) : -INFINITY;
       tile_max[r] = fmaxf(tile_max[r], s[n][i]);
     }
     float alpha[2];
@@ -294,7 +294,8 @@ template <class T, int kMaxD>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_backward_dkdv_fa2_kernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
                                        const float* delta, const int32_t* cu, int64_t n_samples, int64_t T_tokens,
-                                       int n_heads, int group, int d, float scale, T* dk, T* dv, bf16* dv16) {
+                                       int n_heads, int group, int d, float scale, int64_t window, float cap, T* dk,
+                                       T* dv, bf16* dv16) {
 #if BP_CUDA_ARCH_HAS_BF16_MMA
   constexpr int kQueryTiles = kFa2Rows / 8, kSteps = kMaxD / 16, kOutTiles = kMaxD / 8;
   AttentionTile tile;  // a tile of keys
@@ -322,8 +323,9 @@ __global__ void __launch_bounds__(kAttentionThreads)
     for (int i = 0; i < 4; ++i) dk_acc[n][i] = dv_acc[n][i] = 0.0f;
   const int64_t key_pos[2] = {tile.start + key0 + g, tile.start + key0 + g + 8};
 
+  const int64_t query_end = attention_query_end(tile.start + tile.rows - 1, tile.len, window);
   for (int h = g_kv * group; h < (g_kv + 1) * group; ++h) {
-    for (int64_t i0 = tile.start; i0 < tile.len; i0 += kFa2Rows) {
+    for (int64_t i0 = tile.start; i0 < query_end; i0 += kFa2Rows) {
       const int rows = static_cast<int>(tile.len - i0 < kFa2Rows ? tile.len - i0 : kFa2Rows);
       __syncthreads();  // the previous query tile's readers are done
       const int64_t q_at = (tile.base + i0) * q_stride + int64_t{h} * d;
@@ -359,9 +361,10 @@ __global__ void __launch_bounds__(kAttentionThreads)
       for (int n = 0; n < kQueryTiles; ++n) BP_UNROLL
       for (int i = 0; i < 4; ++i) {
         const int r = i / 2, j = n * 8 + 2 * t + i % 2;  // key row g + 8r of the warp, query j
-        const bool seen = key0 + g + 8 * r < tile.rows && j < rows && key_pos[r] <= i0 + j;
-        const float pv = seen ? expf(scale * p[n][i] - lse_s[j]) : 0.0f;
-        ds[n][i] = seen ? pv * (ds[n][i] - delta_s[j]) : 0.0f;
+        const bool seen = key0 + g + 8 * r < tile.rows && j < rows && attention_visible(i0 + j, key_pos[r], window);
+        const float sc = attention_capped(scale * p[n][i], cap);
+        const float pv = seen ? expf(sc - lse_s[j]) : 0.0f;
+        ds[n][i] = seen ? pv * (ds[n][i] - delta_s[j]) * attention_cap_slope(sc, cap) : 0.0f;
         p[n][i] = pv;
       }
       // dV += Pᵀ·dO, dK += dSᵀ·Q: k steps of 16 queries, the A operands from the accumulators.
@@ -415,7 +418,7 @@ template <class T, int kMaxD>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_backward_dq_fa2_kernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
                                      const float* delta, const int32_t* cu, int64_t n_samples, int64_t T_tokens,
-                                     int n_heads, int group, int d, float scale, T* dq) {
+                                     int n_heads, int group, int d, float scale, int64_t window, float cap, T* dq) {
 #if BP_CUDA_ARCH_HAS_BF16_MMA
   constexpr int kSteps = kMaxD / 16, kOutTiles = kMaxD / 8;
   AttentionTile tile;
@@ -449,7 +452,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
   }
 
   const int64_t key_end = tile.start + tile.rows;  // causal: later keys are seen by no row here
-  for (int64_t j0 = 0; j0 < key_end; j0 += kFa2Rows) {
+  for (int64_t j0 = attention_first_key_tile(tile.start, window, kFa2Rows); j0 < key_end; j0 += kFa2Rows) {
     const int keys = static_cast<int>(key_end - j0 < kFa2Rows ? key_end - j0 : kFa2Rows);
     __syncthreads();  // the previous tile's readers of Ks, Vs, Kt are done
     const int64_t kv_at = (tile.base + j0) * kv_stride + int64_t{g_kv} * d;
@@ -486,9 +489,10 @@ __global__ void __launch_bounds__(kAttentionThreads)
       for (int half = 0; half < 2; ++half) BP_UNROLL
       for (int i = 0; i < 4; ++i) {
         const int r = i / 2, j = ks * 16 + half * 8 + 2 * t + i % 2;
-        const bool seen = row0 + g + 8 * r < tile.rows && j < keys && j0 + j <= pos[r];
-        const float p = seen ? expf(scale * s[half][i] - row_lse[r]) : 0.0f;
-        dp[half][i] = seen ? p * (dp[half][i] - row_delta[r]) : 0.0f;
+        const bool seen = row0 + g + 8 * r < tile.rows && j < keys && attention_visible(pos[r], j0 + j, window);
+        const float sc = attention_capped(scale * s[half][i], cap);
+        const float p = seen ? expf(sc - row_lse[r]) : 0.0f;
+        dp[half][i] = seen ? p * (dp[half][i] - row_delta[r]) * attention_cap_slope(sc, cap) : 0.0f;
       }
       // dQ += dS·K over these 16 keys: the A operand from the two dS tiles.
       uint32_t dsa[4];

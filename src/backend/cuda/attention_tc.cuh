@@ -167,11 +167,12 @@ __device__ __forceinline__ void load_tc_query_tile(const TcTiles& sh, const TcAt
 }
 
 // S = Q·Kᵀ and dP = dO·Vᵀ of the loaded tiles, then, per visible (row r, key j) with r a query row
-// at position i0 + r and j a key at position j0 + j: P = exp(scale·S − lse), dS = P∘(dP − delta),
-// both as bf16 (P only when the pass keeps it); invisible pairs are 0. Ends with a barrier.
+// at position i0 + r and j a key at position j0 + j: P = exp(cap(scale·S) − lse), dS = P∘(dP −
+// delta)·cap', both as bf16 (P only when the pass keeps it); invisible pairs (attention_visible)
+// are 0. Ends with a barrier.
 __device__ __forceinline__ void tc_probs_and_grads(const TcTiles& sh, const TcAttentionLayout& L, int B, int d,
                                                    int rows, int keys, int64_t i0, int64_t j0, float scale,
-                                                   bool keep_p) {
+                                                   int64_t window, float cap, bool keep_p) {
   namespace wmma = nvcuda::wmma;
   block_mma<wmma::row_major, wmma::col_major>(sh.S, L.ld32s, sh.Q, L.ld16, sh.K, L.ld16, B, B, d, false);
   block_mma<wmma::row_major, wmma::col_major>(sh.dP, L.ld32s, sh.dO, L.ld16, sh.V, L.ld16, B, B, d, false);
@@ -179,9 +180,10 @@ __device__ __forceinline__ void tc_probs_and_grads(const TcTiles& sh, const TcAt
   for (int e = threadIdx.x; e < B * B; e += blockDim.x) {
     const int r = e / B, j = e % B;
     float p = 0.0f, ds = 0.0f;
-    if (r < rows && j < keys && j0 + j <= i0 + r) {
-      p = expf(scale * sh.S[r * L.ld32s + j] - sh.stats[r]);
-      ds = p * (sh.dP[r * L.ld32s + j] - sh.stats[B + r]);
+    if (r < rows && j < keys && attention_visible(i0 + r, j0 + j, window)) {
+      const float s = attention_capped(scale * sh.S[r * L.ld32s + j], cap);
+      p = expf(s - sh.stats[r]);
+      ds = p * (sh.dP[r * L.ld32s + j] - sh.stats[B + r]) * attention_cap_slope(s, cap);
     }
     if (keep_p) sh.P[r * L.ld16s + j] = __float2bfloat16(p);
     sh.dS[r * L.ld16s + j] = __float2bfloat16(ds);
@@ -195,8 +197,8 @@ __device__ __forceinline__ void tc_probs_and_grads(const TcTiles& sh, const TcAt
 template <class T>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_forward_tc_kernel(const T* q, const T* k, const T* v, const int32_t* cu, int64_t n_samples,
-                                int64_t T_tokens, int n_heads, int group, int d, int B, float scale, T* o, bf16* o16,
-                                float* lse) {
+                                int64_t T_tokens, int n_heads, int group, int d, int B, float scale, int64_t window,
+                                float cap, T* o, bf16* o16, float* lse) {
 #if BP_CUDA_ARCH_HAS_BF16_MMA
   namespace wmma = nvcuda::wmma;
   AttentionTile tile;
@@ -215,7 +217,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     row_sum[r] = 0.0f;
   }
   const int64_t key_end = tile.start + tile.rows;  // causal: later keys are seen by no row here
-  for (int64_t j0 = 0; j0 < key_end; j0 += B) {
+  for (int64_t j0 = attention_first_key_tile(tile.start, window, B); j0 < key_end; j0 += B) {
     const int keys = static_cast<int>(key_end - j0 < B ? key_end - j0 : B);
     __syncthreads();  // the previous tile's readers of K, V, P are done (first time: Q is loaded)
     const T* k_at = k + (tile.base + j0) * kv_stride + int64_t{g} * d;
@@ -232,12 +234,13 @@ __global__ void __launch_bounds__(kAttentionThreads)
       const float m_old = row_max[r];
       float m = m_old;
       for (int j = 0; j < keys; ++j)
-        if (r < tile.rows && j0 + j <= tile.start + r) m = fmaxf(m, scale * srow[j]);
+        if (r < tile.rows && attention_visible(tile.start + r, j0 + j, window))
+          m = fmaxf(m, attention_capped(scale * srow[j], cap));
       float alpha = 1.0f, sum = 0.0f;
       if (m != -INFINITY) alpha = expf(m_old - m);  // 0 on the first tile (m_old = −inf)
       for (int j = 0; j < B; ++j) {
-        const bool seen = m != -INFINITY && j < keys && j0 + j <= tile.start + r;
-        const float p = seen ? expf(scale * srow[j] - m) : 0.0f;
+        const bool seen = m != -INFINITY && j < keys && attention_visible(tile.start + r, j0 + j, window);
+        const float p = seen ? expf(attention_capped(scale * srow[j], cap) - m) : 0.0f;
         prow[j] = __float2bfloat16(p);
         sum += p;
       }
@@ -267,7 +270,8 @@ template <class T>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_backward_dq_tc_kernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
                                     const float* delta, const int32_t* cu, int64_t n_samples, int64_t T_tokens,
-                                    int n_heads, int group, int d, int B, float scale, T* dq) {
+                                    int n_heads, int group, int d, int B, float scale, int64_t window, float cap,
+                                    T* dq) {
 #if BP_CUDA_ARCH_HAS_BF16_MMA
   namespace wmma = nvcuda::wmma;
   AttentionTile tile;
@@ -282,14 +286,14 @@ __global__ void __launch_bounds__(kAttentionThreads)
   load_tc_query_tile(sh, L, q, dout, lse, delta, row0, tile.rows, h, q_stride, T_tokens, B, d);
   for (int e = threadIdx.x; e < B * d; e += blockDim.x) sh.acc[e / d * L.ld32 + e % d] = 0.0f;
   const int64_t key_end = tile.start + tile.rows;
-  for (int64_t j0 = 0; j0 < key_end; j0 += B) {
+  for (int64_t j0 = attention_first_key_tile(tile.start, window, B); j0 < key_end; j0 += B) {
     const int keys = static_cast<int>(key_end - j0 < B ? key_end - j0 : B);
     __syncthreads();  // the previous tile's readers of K and dS are done
     const int64_t at = (tile.base + j0) * kv_stride + int64_t{g} * d;
     load_tc_tile(sh.K, k + at, kv_stride, keys, B, d, L.ld16);
     load_tc_tile(sh.V, v + at, kv_stride, keys, B, d, L.ld16);
     __syncthreads();
-    tc_probs_and_grads(sh, L, B, d, tile.rows, keys, tile.start, j0, scale, false);
+    tc_probs_and_grads(sh, L, B, d, tile.rows, keys, tile.start, j0, scale, window, cap, false);
     block_mma<wmma::row_major, wmma::row_major>(sh.acc, L.ld32, sh.dS, L.ld16s, sh.K, L.ld16, B, d, round_up16(keys),
                                                 true);
   }
@@ -308,7 +312,8 @@ template <class T>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_backward_dkdv_tc_kernel(const T* dout, const T* q, const T* k, const T* v, const float* lse,
                                       const float* delta, const int32_t* cu, int64_t n_samples, int64_t T_tokens,
-                                      int n_heads, int group, int d, int B, float scale, T* dk, T* dv, bf16* dv16) {
+                                      int n_heads, int group, int d, int B, float scale, int64_t window, float cap,
+                                      T* dk, T* dv, bf16* dv16) {
 #if BP_CUDA_ARCH_HAS_BF16_MMA
   namespace wmma = nvcuda::wmma;
   AttentionTile tile;  // a tile of keys
@@ -327,13 +332,14 @@ __global__ void __launch_bounds__(kAttentionThreads)
     sh.acc2[e / d * L.ld32 + e % d] = 0.0f;
   }
   // Every query head of the group, every query tile that sees a key of this tile, in a fixed order.
+  const int64_t query_end = attention_query_end(tile.start + keys - 1, tile.len, window);
   for (int h = g * group; h < (g + 1) * group; ++h) {
-    for (int64_t i0 = tile.start; i0 < tile.len; i0 += B) {
+    for (int64_t i0 = tile.start; i0 < query_end; i0 += B) {
       const int rows = static_cast<int>(tile.len - i0 < B ? tile.len - i0 : B);
       __syncthreads();  // the previous query tile's readers of Q, dO, P, dS are done
       load_tc_query_tile(sh, L, q, dout, lse, delta, tile.base + i0, rows, h, q_stride, T_tokens, B, d);
       __syncthreads();
-      tc_probs_and_grads(sh, L, B, d, rows, keys, i0, tile.start, scale, true);
+      tc_probs_and_grads(sh, L, B, d, rows, keys, i0, tile.start, scale, window, cap, true);
       const int depth = round_up16(rows);  // query rows past `rows` hold P = dS = 0
       block_mma<wmma::col_major, wmma::row_major>(sh.acc2, L.ld32, sh.P, L.ld16s, sh.dO, L.ld16, B, d, depth, true);
       block_mma<wmma::col_major, wmma::row_major>(sh.acc, L.ld32, sh.dS, L.ld16s, sh.Q, L.ld16, B, d, depth, true);

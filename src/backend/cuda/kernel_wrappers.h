@@ -119,7 +119,10 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   }
   // The CUDA kernels keep their tiles in shared memory: no global scratch beyond the front-end's
   // [Hq, T] delta (counted by the caller), whatever the sample length.
-  static int64_t attention_forward_scratch_floats(int64_t /*max_len*/, int /*threads*/) { return 0; }
+  static int64_t attention_forward_scratch_floats(int64_t /*max_len*/, const cpu::AttentionDims& /*dims*/,
+                                                  int /*threads*/) {
+    return 0;
+  }
   static int64_t attention_backward_scratch_floats(int64_t /*max_len*/, const cpu::AttentionDims& /*dims*/,
                                                    int /*threads*/) {
     return 0;
