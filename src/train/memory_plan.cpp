@@ -561,8 +561,13 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
   m.device.bf16_operands = m.device.cuda && !m.device.f16 && m.device.held != DType::F32;
   if (m.device.cuda) return m;  // attention tiles live in shared memory on the device
   const int threads = s.threads > 0 ? s.threads : omp_get_max_threads();
-  // Attention scratch (ops/attention.h), bounded by one sample spanning the micro-batch.
-  const AttentionShape attn{static_cast<int>(m.Hq), static_cast<int>(m.Hkv), static_cast<int>(m.d)};
+  // Attention scratch (ops/attention.h), bounded by one sample spanning the micro-batch: the largest
+  // layer's, a full-attention one unless every layer has a window (then the widest window's).
+  AttentionShape attn = c.attention_shape(0);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const AttentionShape layer = c.attention_shape(l);
+    attn.window = attn.window == 0 || layer.window == 0 ? 0 : std::max(attn.window, layer.window);
+  }
   m.attn_fwd_scratch = attention_forward_scratch_floats(m.T, attn, threads);
   m.attn_bwd_scratch = attention_backward_scratch_floats(m.T, attn, threads);
   return m;

@@ -16,7 +16,8 @@
 // of |terms| it adds, and the sums over a long sample's keys (dK, dV) accumulate it; it is checked
 // at the bf16 tolerance of every bf16 kernel test (2e-2 + 2e-2·|ref|, CONVENTIONS.md), lse and
 // delta included, in both storages. The largest error seen uses 72% of it (dV, d = 16, the
-// 161-token sample with sharp scores).
+// 161-token sample with sharp scores). The options (sliding window, scale, soft cap) run through
+// every kernel against the CPU's the same way (OptionsMatchCpu).
 #include <cstring>
 
 #include "backend/cpu/attention.h"
@@ -31,11 +32,14 @@ struct Case {
   std::vector<int32_t> lengths;
   int n_heads, n_kv_heads, head_dim;
   float qk_range;  // q and k uniform in ±qk_range: larger spreads the scores (sharper softmax)
+  int window = 0;  // AttentionDims' options (ops/attention.h)
+  float scale = 0.0f, softcap = 0.0f;
 };
 
 std::string describe(const Case& c) {
   std::string s = "Hq=" + std::to_string(c.n_heads) + " Hkv=" + std::to_string(c.n_kv_heads) +
-                  " d=" + std::to_string(c.head_dim) + " lengths";
+                  " d=" + std::to_string(c.head_dim) + " window=" + std::to_string(c.window) +
+                  " scale=" + std::to_string(c.scale) + " softcap=" + std::to_string(c.softcap) + " lengths";
   for (int32_t l : c.lengths) s += " " + std::to_string(l);
   return s;
 }
@@ -60,7 +64,7 @@ void check_attention(const Case& c, Card card = kTuring) {
   std::vector<int32_t> cu{0};
   for (int32_t l : c.lengths) cu.push_back(cu.back() + l);
   const int64_t tokens = cu.back(), S = static_cast<int64_t>(c.lengths.size());
-  const cpu::AttentionDims dims{tokens, S, c.n_heads, c.n_kv_heads, c.head_dim};
+  const cpu::AttentionDims dims{tokens, S, c.n_heads, c.n_kv_heads, c.head_dim, c.window, c.scale, c.softcap};
   const size_t nq = static_cast<size_t>(tokens) * c.n_heads * c.head_dim,
                nkv = static_cast<size_t>(tokens) * c.n_kv_heads * c.head_dim,
                nlse = static_cast<size_t>(tokens) * c.n_heads;
@@ -296,6 +300,23 @@ TEST(CudaAttention, WidestHeadsOptInToMoreSharedMemory) {
   ASSERT_GT(attention_tc_shared_bytes(AttentionPass::GradKV, attention_tc_tile_rows(AttentionPass::GradKV, 256), 256),
             kAttentionDefaultSharedBytes);
   check_attention<float>({{9, 3}, 2, 1, 256, 1.0f}, kAmpere);
+}
+
+// Sliding windows (shorter than a tile, spanning tile edges), a custom scale and a soft cap in each
+// kernel: the scalar ones (Turing), the register-resident forward, dQ and dK/dV (Ampere, d = 64),
+// attention_tc.cuh's dK/dV (d = 128) and forward and dQ (d = 256, Gemma's head dim). Samples span
+// several tiles so whole key and query tiles are skipped.
+TEST(CudaAttention, OptionsMatchCpu) {
+  struct Options {
+    int window;
+    float scale, softcap;
+  };
+  for (const Options& o : {Options{5, 0.0f, 0.0f}, Options{40, 0.3f, 2.0f}, Options{0, 0.0f, 1.5f}}) {
+    check_attention<float>({{130, 7}, 4, 2, 8, 2.0f, o.window, o.scale, o.softcap}, kTuring);
+    check_attention<float>({{130, 7}, 2, 1, 64, 2.0f, o.window, o.scale, o.softcap}, kAmpere);
+    check_attention<float>({{40, 3}, 2, 1, 128, 1.0f, o.window, o.scale, o.softcap}, kAmpere);
+    check_attention<bf16>({{36, 2}, 2, 1, 256, 1.0f, o.window, o.scale, o.softcap}, kAmpere);
+  }
 }
 
 TEST(CudaAttention, MatchesCpuBf16) {

@@ -228,6 +228,20 @@ TEST(CudaModel, TinyChatLoraStepOverAQ8_0BaseOnATuringCardMatchesCpuWithinF16) {
 // and k's biases ride in RoPE's launch (model/transformer.cpp), so a layer's only bias add is v's,
 // one launch per forward (twice here: the recompute): the step launches 2 per layer more than the
 // same model without biases (6 per layer if each projection added its own).
+// An f32 step of a tiny random model on a Turing card (f32 attention and GEMMs) against the CPU's:
+// the loss and every gradient element for element (1e-5 of the tensor's scale).
+void expect_f32_step_matches(const StepResult& got, const StepResult& ref) {
+  EXPECT_NEAR(got.loss.mean(), ref.loss.mean(), 1e-5 * std::abs(ref.loss.mean()));
+  ASSERT_EQ(got.names, ref.names);
+  ASSERT_FALSE(ref.names.empty());
+  for (size_t i = 0; i < ref.grads.size(); ++i) {
+    double scale = 0;
+    for (float v : ref.grads[i]) scale = std::max(scale, static_cast<double>(std::abs(v)));
+    ASSERT_GT(scale, 0.0) << ref.names[i];
+    EXPECT_TRUE(all_close(got.grads[i], ref.grads[i], Tolerance{1e-5 * scale, 0})) << ref.names[i];
+  }
+}
+
 TEST(CudaModel, Qwen2LikeBiasedLoraStepMatchesCpuWithOnlyVsBiasAddLaunched) {
   SimulatedCudaDevice card;
   SimulatedComputeCapability turing(7, 5);
@@ -247,14 +261,26 @@ TEST(CudaModel, Qwen2LikeBiasedLoraStepMatchesCpuWithOnlyVsBiasAddLaunched) {
   const StepResult got = step(true, kGpu, &biased);
   step(false, kGpu, &plain);
   EXPECT_EQ(biased - plain, 2u * static_cast<uint64_t>(spec.layers)) << "bias launches per step";
-  EXPECT_NEAR(got.loss.mean(), ref.loss.mean(), 1e-5 * std::abs(ref.loss.mean()));
-  ASSERT_EQ(got.names, ref.names);
-  ASSERT_FALSE(ref.names.empty());
-  for (size_t i = 0; i < ref.grads.size(); ++i) {
-    double scale = 0;
-    for (float v : ref.grads[i]) scale = std::max(scale, static_cast<double>(std::abs(v)));
-    ASSERT_GT(scale, 0.0) << ref.names[i];
-    EXPECT_TRUE(all_close(got.grads[i], ref.grads[i], Tolerance{1e-5 * scale, 0})) << ref.names[i];
+  expect_f32_step_matches(got, ref);
+}
+
+// Sliding windows on the card: Mistral's (3, shorter than the 13- and 29-token samples) on every
+// layer, and a full and a windowed layer with a custom scale and a soft cap; a LoRA step with
+// checkpointing on a Turing card against the CPU.
+TEST(CudaModel, SlidingWindowLoraStepMatchesCpu) {
+  SimulatedCudaDevice card;
+  SimulatedComputeCapability turing(7, 5);
+  TinySpec mistral, mixed;
+  mistral.arch = Arch::Mistral;
+  mistral.sliding_window = 3;
+  mixed.sliding_window = 2;
+  mixed.layer_windows = {0, 2};
+  mixed.attention_scale = 0.6f;
+  mixed.attention_softcap = 1.5f;
+  for (const TinySpec& spec : {mistral, mixed}) {
+    const Batch batch = sample_batch(spec.vocab);
+    const StepResult ref = LoraModel(tiny_weights(tiny_config(spec), 3), Device{}, true).step(batch);
+    expect_f32_step_matches(LoraModel(tiny_weights(tiny_config(spec), 3), kGpu, true).step(batch), ref);
   }
 }
 

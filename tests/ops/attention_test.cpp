@@ -355,12 +355,12 @@ TEST(Attention, DeterministicAcrossRunsAndThreadCounts) {
   }
 }
 
-TEST(Attention, MemoryGrowsLinearlyNotWithTheSquareOfTheLength) {
-  // One 1024-token sample: T² floats would be 4 MiB per head; the op may only allocate its
-  // outputs, lse, the [Hq, T] delta scratch, [64 × 1024] score blocks per thread (one forward,
-  // two backward) and, with grouped heads, per-query-head partial dk/dv ([T, Hq·d] each).
-  const int hq = 2, hkv = 1, d = 8;
-  Problem p = make_problem({1024}, hq, hkv, d, 3);
+// One 1024-token sample (T² floats would be 4 MiB per head) through forward and backward: the op
+// may only allocate its outputs, lse, the [Hq, T] delta scratch, [64 × block_keys] score blocks per
+// thread (one forward, two backward) and, with grouped heads, per-query-head partial dk/dv
+// ([T, Hq·d] each); the scratch functions count the same.
+void expect_linear_allocations(int hq, int hkv, int d, int window, size_t block_keys) {
+  Problem p = make_problem({1024}, hq, hkv, d, 3, window);
   Tensor q = Tensor::from_vector(p.q, {p.T, hq * d}), k = Tensor::from_vector(p.k, {p.T, hkv * d}),
          v = Tensor::from_vector(p.v, {p.T, hkv * d}), dout = Tensor::from_vector(p.dout, {p.T, hq * d});
   Tensor cu = Tensor::from_vector(p.cu, {2});
@@ -369,43 +369,27 @@ TEST(Attention, MemoryGrowsLinearlyNotWithTheSquareOfTheLength) {
   a.reset_peak();
   Tensor lse;
   Tensor o = attention_forward(q, k, v, cu, p.shape, &lse);
-  const size_t threads = size_t(omp_get_max_threads()), block = 64 * 1024 * sizeof(float);
-  EXPECT_EQ(size_t(cpu::attention_forward_scratch_floats(p.T, {p.T, 1, hq, hkv, d}, int(threads))) * sizeof(float),
-            threads * block);
-  EXPECT_EQ(a.stats().bytes_peak - before, o.nbytes() + lse.nbytes() + threads * block);
-  Tensor dq = Tensor::empty({p.T, hq * d}), dk = Tensor::empty({p.T, hkv * d}), dv = Tensor::empty({p.T, hkv * d});
-  before = a.stats().bytes_in_use;
-  a.reset_peak();
-  attention_backward(dout, q, k, v, o, lse, cu, p.shape, dq, dk, dv);
-  const size_t partials = 2 * size_t(p.T) * hq * d * sizeof(float);
-  const cpu::AttentionDims dims{p.T, 1, hq, hkv, d};
-  EXPECT_EQ(size_t(cpu::attention_backward_scratch_floats(p.T, dims, int(threads))) * sizeof(float),
-            2 * threads * block + partials);
-  EXPECT_EQ(a.stats().bytes_peak - before, size_t(hq * p.T * 4) + 2 * threads * block + partials);
-}
-
-TEST(Attention, WindowBoundsTheScratch) {
-  // With a window of 16, a 64-row block sees at most 64 + 15 keys: the score blocks are [64 × 79],
-  // not [64 × 1024].
-  const int hq = 2, hkv = 2, d = 8, window = 16;
-  Problem p = make_problem({1024}, hq, hkv, d, 4, window);
-  Tensor q = Tensor::from_vector(p.q, {p.T, hq * d}), k = Tensor::from_vector(p.k, {p.T, hkv * d}),
-         v = Tensor::from_vector(p.v, {p.T, hkv * d}), dout = Tensor::from_vector(p.dout, {p.T, hq * d});
-  Tensor cu = Tensor::from_vector(p.cu, {2});
-  Allocator& a = cpu_allocator();
-  size_t before = a.stats().bytes_in_use;
-  a.reset_peak();
-  Tensor lse;
-  Tensor o = attention_forward(q, k, v, cu, p.shape, &lse);
-  const size_t threads = size_t(omp_get_max_threads()), block = 64 * (64 + window - 1) * sizeof(float);
+  const size_t threads = size_t(omp_get_max_threads()), block = 64 * block_keys * sizeof(float);
   EXPECT_EQ(size_t(attention_forward_scratch_floats(p.T, p.shape, int(threads))) * sizeof(float), threads * block);
   EXPECT_EQ(a.stats().bytes_peak - before, o.nbytes() + lse.nbytes() + threads * block);
   Tensor dq = Tensor::empty({p.T, hq * d}), dk = Tensor::empty({p.T, hkv * d}), dv = Tensor::empty({p.T, hkv * d});
   before = a.stats().bytes_in_use;
   a.reset_peak();
   attention_backward(dout, q, k, v, o, lse, cu, p.shape, dq, dk, dv);
-  EXPECT_EQ(size_t(attention_backward_scratch_floats(p.T, p.shape, int(threads))) * sizeof(float), 2 * threads * block);
-  EXPECT_EQ(a.stats().bytes_peak - before, size_t(hq * p.T * 4) + 2 * threads * block);
+  const size_t partials = hq > hkv ? 2 * size_t(p.T) * hq * d * sizeof(float) : 0;
+  EXPECT_EQ(size_t(attention_backward_scratch_floats(p.T, p.shape, int(threads))) * sizeof(float),
+            2 * threads * block + partials);
+  EXPECT_EQ(a.stats().bytes_peak - before, size_t(hq * p.T * 4) + 2 * threads * block + partials);
+}
+
+TEST(Attention, MemoryGrowsLinearlyNotWithTheSquareOfTheLength) {
+  expect_linear_allocations(2, 1, 8, 0, 1024);
+}
+
+// With a window of 16, a 64-row block sees at most 64 + 15 keys: score blocks of [64 × 79].
+TEST(Attention, WindowBoundsTheScratch) {
+  expect_linear_allocations(2, 2, 8, 16, 64 + 15);
+  expect_linear_allocations(2, 1, 8, 16, 64 + 15);  // and with partial dk/dv
 }
 
 TEST(Attention, MatchesTorchOracle) {

@@ -1,5 +1,5 @@
 // The memory plan against the CPU allocator's measured peak of a real forward_backward, for
-// several sizes, LoRA/full, checkpointing on/off, dropout and q/k norm; and the largest
+// several sizes, LoRA/full, checkpointing on/off, dropout, q/k norm and a sliding window; and the largest
 // micro-batch that fits a limit, checked by running it under that limit. SFT samples (prompts
 // without loss) need logits rows only for their answers, and the plan counts exactly those.
 #include "train/memory_plan.h"
@@ -38,7 +38,10 @@ std::vector<PlanCase> plan_cases() {
   qwen3.arch = Arch::Qwen3, qwen3.qk_norm = true, qwen3.bias = false, qwen3.layers = 2, qwen3.head_dim = 16;
   TinySpec gemma3 = wide;  // sandwich norms, (1 + w), GeGLU, q/k norms, sliding windows
   gemma3.arch = Arch::Gemma3, gemma3.layers = 2, gemma3.head_dim = 16, gemma3.sliding_window = 16;
+  TinySpec mistral = wide;  // a sliding window on every layer: the attention scratch the window bounds
+  mistral.arch = Arch::Mistral, mistral.sliding_window = 8;
   return {
+      {"mistral_window_full_nockpt", mistral, TrainMode::Full, false, 150},
       {"small_lora_ckpt", small, TrainMode::Lora, true, 40},
       {"small_full_nockpt", small, TrainMode::Full, false, 40},
       {"wide_lora_ckpt", wide, TrainMode::Lora, true, 120},
