@@ -13,7 +13,7 @@
 // grad_scale is normally 1 / (label tokens in the whole optimizer step), so micro-batches add
 // up to the gradient of the step's mean loss.
 // softcap > 0 (Gemma 2's final_logit_softcapping): the loss is over softcap·tanh(logits/softcap),
-// and the gradients through it; still no [T × V] logits. CPU only for now (CUDA refuses it).
+// and the gradients through it (times 1 − tanh²); still no [T × V] logits (CPU and CUDA kernels).
 #pragma once
 
 #include <cstdint>

@@ -262,10 +262,6 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
                                                       int64_t T, int64_t D, int64_t V, int64_t chunk,
                                                       float* /*logits_chunk: the workspace below holds them*/,
                                                       float grad_scale, float* dx, float* dW, float softcap) {
-    if (softcap > 0.0f)
-      throw Error(ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA,
-                  "[linear_cross_entropy] final logit soft-capping (Gemma 2's final_logit_softcapping) has no CUDA "
-                  "kernel yet; train this model with --device cpu");
     if (!::bp::BP_WRAP_NS::dequantize_supported(W.type)) held_type_unavailable("linear_cross_entropy", W.type);
     if (T == 0) return {};
     // The windows are chosen on the host: from the labels' host copy when the uploader kept one
@@ -287,18 +283,18 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
                         " on a card whose GEMMs take f16: only f32 heads and bf16 ones on a bf16 card get a gradient");
       const int64_t panel_rows = cuda_workspace::held_panel_rows(V, D);
       DeviceBuffer workspace(cross_entropy_held_workspace_bytes(c, V, D, panel_rows));
-      const auto r =
-          ::bp::BP_WRAP_NS::linear_cross_entropy_held(x, W.type, W.data, labels, labels_host, T, D, V, c, panel_rows,
-                                                      workspace.as<void>(), grad_scale, dx, gemm_workspace(), nullptr);
+      const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy_held(x, W.type, W.data, labels, labels_host, T, D, V, c,
+                                                                 panel_rows, workspace.as<void>(), grad_scale, dx,
+                                                                 gemm_workspace(), nullptr, softcap);
       check_launch("linear_cross_entropy (held head)");
       return {r.loss_sum, r.n_counted};
     }
     if (W.type == DType::BF16)
-      return bf16_head_cross_entropy(x, W, labels, labels_host, T, D, V, c, grad_scale, dx, dW);
+      return bf16_head_cross_entropy(x, W, labels, labels_host, T, D, V, c, grad_scale, dx, dW, softcap);
     DeviceBuffer workspace(cross_entropy_workspace_bytes<float>(c, V));
-    const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy<float>(x, static_cast<const float*>(W.data), labels,
-                                                                 labels_host, T, D, V, c, workspace.as<void>(),
-                                                                 grad_scale, dx, dW, gemm_workspace(), nullptr);
+    const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy<float>(
+        x, static_cast<const float*>(W.data), labels, labels_host, T, D, V, c, workspace.as<void>(), grad_scale, dx, dW,
+        gemm_workspace(), nullptr, softcap);
     check_launch("linear_cross_entropy");
     return {r.loss_sum, r.n_counted};
   }
@@ -461,7 +457,7 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   static cpu::CrossEntropyTotals bf16_head_cross_entropy(const float* x, const cpu::HeldMatrix& W,
                                                          const int32_t* labels, const int32_t* labels_host, int64_t T,
                                                          int64_t D, int64_t V, int64_t c, float grad_scale, float* dx,
-                                                         float* dW) {
+                                                         float* dW, float softcap) {
     ActivationOperand rounded(x, T * D);
     const bf16* xb = static_cast<const bf16*>(rounded.as(gemm::DType::BF16));
     std::unique_ptr<DeviceBuffer> dx_bf16;
@@ -469,7 +465,7 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     DeviceBuffer workspace(cross_entropy_workspace_bytes<bf16>(c, V));
     const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy<bf16>(
         xb, static_cast<const bf16*>(W.data), labels, labels_host, T, D, V, c, workspace.as<void>(), grad_scale,
-        dx ? dx_bf16->as<bf16>() : nullptr, dW, gemm_workspace(), nullptr);
+        dx ? dx_bf16->as<bf16>() : nullptr, dW, gemm_workspace(), nullptr, softcap);
     check_launch("linear_cross_entropy (bf16 head)");
     if (dx) {
       ::bp::BP_WRAP_NS::convert_bf16_to_f32(dx_bf16->as<bf16>(), dx, T * D, nullptr);
