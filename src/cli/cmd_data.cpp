@@ -84,6 +84,7 @@ int run_split(const DataOptions& o) {
     if (s.eval_out.empty()) s.eval_out = stem + ".eval.jsonl";
   }
   s.near_threshold = bp::cli::settings().get_float("data.near_duplicate_threshold");
+  s.columns = bp::parse_column_map(bp::cli::settings().get_string("data.columns"));
   const bp::DataSplitResult r = bp::split_dataset(s);
   if (o.json || bp::cli::global_options().json) {
     std::cout << nlohmann::ordered_json{{"train", r.train_path},      {"eval", r.eval_path},
@@ -123,7 +124,7 @@ bp::cli::RunFn setup_data(CLI::App& sub) {
                      fmt::format("Exit 1 when any of these kinds is found (comma-separated: {}, or any)",
                                  fmt::join(bp::data_finding_kinds(), ", ")));
   report->add_flag("--json", o->json, "Machine-readable report");
-  bp::cli::bind_settings(*report, {"data.near_duplicate_threshold", "model.offline", "data.tools",
+  bp::cli::bind_settings(*report, {"data.near_duplicate_threshold", "model.offline", "data.columns", "data.tools",
                                    "data.template_kwargs", "data.reasoning", "data.tool_arguments"});
   CLI::App* split = sub.add_subcommand("split", "Write train and eval JSONL files, near-duplicates on one side");
   split->add_option("file", o->file, "Dataset file (JSONL)")->required();
@@ -133,7 +134,7 @@ bp::cli::RunFn setup_data(CLI::App& sub) {
   split->add_option("--train-out", o->train_out, "Train file (default: FILE's stem + .train.jsonl)");
   split->add_option("--eval-out", o->eval_out, "Eval file (default: FILE's stem + .eval.jsonl)");
   split->add_flag("--json", o->json, "Machine-readable result");
-  bp::cli::bind_settings(*split, {"data.near_duplicate_threshold"});
+  bp::cli::bind_settings(*split, {"data.near_duplicate_threshold", "data.columns"});
   return [o, report] { return report->parsed() ? run_report(*o) : run_split(*o); };
 }
 

@@ -124,7 +124,8 @@ std::string render_text(const std::string& model_path, const bp::ModelConfig& cf
   if (lora) {
     std::string targets;
     for (const auto& n : r.lora.resolved_targets()) targets += (targets.empty() ? "" : ",") + n;
-    t += fmt::format("Setup: LoRA r={} on {} (dropout {})", r.lora.r, targets, r.lora.dropout);
+    t += fmt::format("Setup: {}LoRA r={} on {} (dropout {}{})", r.lora.use_dora ? "DoRA " : "", r.lora.r, targets,
+                     r.lora.dropout, r.lora.pissa() ? ", PiSSA initialisation" : "");
   } else {
     t += "Setup: full fine-tuning";
   }
@@ -228,6 +229,8 @@ VramReport estimate_vram_report(const Settings& st) {
   r.lora.alpha = static_cast<float>(st.get_float("lora.alpha"));
   r.lora.dropout = static_cast<float>(st.get_float("lora.dropout"));
   r.lora.target_modules = split_list(st.get_string("lora.target_modules"));
+  r.lora.use_dora = st.get_bool("lora.use_dora");
+  r.lora.init_lora_weights = st.get_string("lora.init_lora_weights");
   const std::string& gc = st.get_string("training.gradient_checkpointing");
   r.gradient_checkpointing = gc != "false";
   r.batch_size = st.get_int("training.batch_size");

@@ -226,7 +226,7 @@ bp::cli::RunFn setup_eval(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--seed", o->seed, "Seed of the bootstrap (same seed, same intervals)")->capture_default_str();
   sub.add_flag("--json", o->json, "Machine-readable results");
-  bp::cli::bind_settings(sub, {"model.offline", "model.base_dtype", "training.output", "data.tools",
+  bp::cli::bind_settings(sub, {"model.offline", "model.base_dtype", "training.output", "data.columns", "data.tools",
                                "data.template_kwargs", "data.reasoning", "data.tool_arguments"});
   return [o] { return run_eval(*o); };
 }

@@ -214,7 +214,7 @@ bp::cli::RunFn setup_validate(CLI::App& sub) {
                  "Chat template as training uses it: a Jinja file or 'chatml' (default: the model's own)");
   sub.add_option("--show", o->show, "Print the first N samples as training renders them, trained spans marked")
       ->check(CLI::NonNegativeNumber);
-  bp::cli::bind_settings(sub, {"model.offline", "training.method", "data.tools", "data.template_kwargs",
+  bp::cli::bind_settings(sub, {"model.offline", "training.method", "data.columns", "data.tools", "data.template_kwargs",
                                "data.reasoning", "data.tool_arguments"});
   sub.add_flag("--json", o->json, "Machine-readable report");
   return [o] { return run_validate(*o); };

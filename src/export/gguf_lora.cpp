@@ -23,11 +23,18 @@ std::string gguf_base_file(const std::string& model_dir) {
   return j[kGGUFSourceKey].get<std::string>();
 }
 
-GGUFLoraResult export_gguf_lora(const LoraAdapter& adapter, const ModelConfig& base, GGMLType type,
+GGUFLoraResult export_gguf_lora(const LoraAdapter& given, const ModelConfig& base, GGMLType type,
                                 const std::string& path, const std::string& name) {
+  const LoraAdapter converted = pissa_to_lora(given);  // PiSSA: the LoRA for the original base
+  const LoraAdapter& adapter = given.config.pissa() ? converted : given;
   if (type != GGMLType::F32 && type != GGMLType::F16)
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 fmt::format("[export] a GGUF LoRA adapter is stored as f32 or f16, not {}", ggml_type_name(type)));
+  if (adapter.config.use_dora)  // llama.cpp's LoRA adapters hold A and B only: no per-row magnitude
+    throw Error(ErrorCode::RUNTIME_GGUF_EXPORT_FAILED,
+                "[gguf-lora] a DoRA adapter cannot be a GGUF LoRA file: llama.cpp's adapters hold lora_a/lora_b "
+                "only, not DoRA's magnitudes")
+        .with_suggestion("Export it merged (--format gguf or --format merged), which applies the magnitudes.");
   BP_CHECK(static_cast<int64_t>(adapter.layers.size()) == base.num_layers,
            "[gguf-lora] the adapter has {} layers, the base {}", adapter.layers.size(), base.num_layers);
   const LoraConfig& lc = adapter.config;

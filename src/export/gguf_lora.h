@@ -32,7 +32,8 @@ struct GGUFLoraResult {
 };
 
 // Writes `path` atomically (io/gguf_writer.h). `type` is F32 or F16 (INPUT_VALIDATION_FAILED
-// otherwise); `base` is the config of the model the adapter was trained on.
+// otherwise); `base` is the config of the model the adapter was trained on. A DoRA adapter has no
+// GGUF LoRA form (RUNTIME_GGUF_EXPORT_FAILED: llama.cpp holds no magnitudes; export it merged).
 GGUFLoraResult export_gguf_lora(const LoraAdapter& adapter, const ModelConfig& base, GGMLType type,
                                 const std::string& path, const std::string& name = "");
 

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/weight_names.h"
+#include "ops/svd.h"
 
 namespace bp {
 
@@ -93,6 +95,21 @@ void LoraConfig::validate() const {
     throw Error(ErrorCode::CONFIG_INVALID_SETTING, fmt::format("[lora] alpha must be > 0, got {}", alpha));
   if (!(dropout >= 0.0f && dropout < 1.0f))
     throw Error(ErrorCode::CONFIG_INVALID_SETTING, fmt::format("[lora] dropout must be in [0, 1), got {}", dropout));
+  if (init_lora_weights != "true" && init_lora_weights != "pissa")
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[lora] init_lora_weights '{}' is not supported; use true (PEFT's default) or pissa",
+                            init_lora_weights));
+  if (use_dora && pissa())
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                "[lora] DoRA with PiSSA initialisation is not supported: PEFT's PiSSA-to-LoRA conversion of the "
+                "saved adapter does not cover DoRA's magnitudes")
+        .with_suggestion("Use --use-dora or --init-lora-weights pissa, not both.");
+  if (use_dora && dropout > 0.0f)
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[lora] DoRA with LoRA dropout ({}) is not supported: PEFT's DoRA then runs the base "
+                            "weight a second time on the dropped input, which this trainer does not implement",
+                            dropout))
+        .with_suggestion("Use --lora-dropout 0 with --use-dora, or plain LoRA with dropout.");
   if (target_modules.empty())
     throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                 fmt::format("[lora] target_modules is empty; use some of: {}", known_targets()));
@@ -106,7 +123,7 @@ int64_t LoraAdapter::num_parameters() const {
   int64_t n = 0;
   for (const LoraLayer& l : layers)
     for (LoraTarget t : kAllLoraTargets)
-      if (l.has(t)) n += l.a(t).numel() + l.b(t).numel();
+      if (l.has(t)) n += l.a(t).numel() + l.b(t).numel() + (l.m(t).defined() ? l.m(t).numel() : 0);
   return n;
 }
 
@@ -134,6 +151,122 @@ LoraAdapter init_lora(const ModelConfig& cfg, const LoraConfig& lora, uint64_t s
     }
   }
   return ad;
+}
+
+Tensor weight_row_norms(const Tensor& W, bool squared) {
+  BP_CHECK(W.rank() == 2, "[lora] row norms of a weight {} (needs [out, in])", W.describe());
+  Tensor host = W.device().type == DeviceType::CPU ? W : W.to(Device{});
+  if (host.dtype() != DType::F32) host = host.to(DType::F32);
+  const int64_t out = host.dim(0), in = host.dim(1);
+  Tensor n = Tensor::empty({out});
+  const float* w = host.data<float>();
+  float* o = n.data<float>();
+  for (int64_t j = 0; j < out; ++j) {
+    double s = 0.0;
+    for (int64_t i = 0; i < in; ++i) s += static_cast<double>(w[j * in + i]) * w[j * in + i];
+    o[j] = static_cast<float>(squared ? s : std::sqrt(s));
+  }
+  return n;
+}
+
+void init_dora_magnitudes(LoraAdapter& adapter, const ModelWeights& w) {
+  if (!adapter.config.use_dora) return;
+  BP_CHECK(adapter.layers.size() == w.layers.size(), "[lora] the adapter has {} layers but the model has {}",
+           adapter.layers.size(), w.layers.size());
+  for (size_t l = 0; l < adapter.layers.size(); ++l)
+    for (LoraTarget t : kAllLoraTargets)
+      if (adapter.layers[l].has(t))
+        adapter.layers[l].m(t) = weight_row_norms(weight_ref(w, lora_target_role(t), static_cast<int64_t>(l)), false);
+}
+
+void init_pissa(LoraAdapter& adapter, ModelWeights& w) {
+  if (!adapter.config.pissa()) return;
+  BP_CHECK(adapter.layers.size() == w.layers.size(), "[lora] the adapter has {} layers but the model has {}",
+           adapter.layers.size(), w.layers.size());
+  const double scale = adapter.config.scale();
+  const int64_t r = adapter.config.r;
+  for (size_t l = 0; l < adapter.layers.size(); ++l)
+    for (LoraTarget t : kAllLoraTargets) {
+      LoraLayer& layer = adapter.layers[l];
+      if (!layer.has(t)) continue;
+      Tensor& W = weight_ref(w, lora_target_role(t), static_cast<int64_t>(l));
+      if (!(W.dtype() == DType::F32 || W.dtype() == DType::BF16 || W.dtype() == DType::F16))
+        throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                    fmt::format("[lora] PiSSA replaces each adapted base weight by its residual, but layer {} {} is "
+                                "held as {}: quantizing the residual again would change it",
+                                l, lora_target_name(t), dtype_name(W.dtype())))
+            .with_suggestion(
+                "Hold the base as f32 or bf16 (--base-dtype bf16), or use the default "
+                "--init-lora-weights true.");
+      const Svd d = svd(W);
+      if (r > d.k)
+        throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                    fmt::format("[lora] PiSSA with r = {} needs {} singular values but layer {} {} is {} (min {})", r,
+                                r, l, lora_target_name(t), W.describe(), d.k));
+      const int64_t out = d.m, in = d.n;
+      // A = diag(sqrt(S_r/s))·V_rᵀ, B = U_r·diag(sqrt(S_r/s)) (PEFT divides S_r by the scale).
+      Tensor A = Tensor::empty({r, in}), B = Tensor::empty({out, r});
+      float* a = A.data<float>();
+      float* b = B.data<float>();
+      for (int64_t i = 0; i < r; ++i) {
+        const double q = std::sqrt(d.S[static_cast<size_t>(i)] / scale);
+        for (int64_t j = 0; j < in; ++j) a[i * in + j] = static_cast<float>(q * d.Vt[static_cast<size_t>(i * in + j)]);
+        for (int64_t o = 0; o < out; ++o) b[o * r + i] = static_cast<float>(d.U[static_cast<size_t>(o * d.k + i)] * q);
+      }
+      // W ← W − s·B·A (of the f32 A and B the adapter holds), in f64, rounded to W's type.
+      Tensor res = W.device().type == DeviceType::CPU ? W.to(DType::F32) : W.to(Device{}).to(DType::F32);
+      if (res.kernel_raw() == W.kernel_raw()) res = res.clone();  // W was f32 on the host: the same storage
+      float* rw = res.data<float>();
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t j = 0; j < in; ++j) {
+          double acc = 0.0;
+          for (int64_t i = 0; i < r; ++i) acc += static_cast<double>(b[o * r + i]) * a[i * in + j];
+          rw[o * in + j] = static_cast<float>(rw[o * in + j] - scale * acc);
+        }
+      W.copy_from(res);
+      layer.A0[static_cast<size_t>(t)] = A.clone();
+      layer.B0[static_cast<size_t>(t)] = B.clone();
+      layer.a(t) = std::move(A);
+      layer.b(t) = std::move(B);
+    }
+}
+
+LoraAdapter pissa_to_lora(const LoraAdapter& adapter) {
+  if (!adapter.config.pissa()) return adapter;
+  LoraAdapter out;
+  out.config = adapter.config;
+  out.config.init_lora_weights = "true";
+  out.config.r = 2 * adapter.config.r;
+  out.config.alpha = adapter.config.use_rslora ? adapter.config.alpha * std::sqrt(2.0f) : 2.0f * adapter.config.alpha;
+  out.base_model_name_or_path = adapter.base_model_name_or_path;
+  out.layers.resize(adapter.layers.size());
+  const int64_t r = adapter.config.r;
+  for (size_t l = 0; l < adapter.layers.size(); ++l)
+    for (LoraTarget t : kAllLoraTargets) {
+      const LoraLayer& src = adapter.layers[l];
+      if (!src.has(t)) continue;
+      const auto ti = static_cast<size_t>(t);
+      BP_CHECK(src.A0[ti].defined() && src.B0[ti].defined(),
+               "[lora] layer {} {}: a PiSSA adapter without its initial A and B", l, lora_target_name(t));
+      const Tensor A = src.a(t).to(Device{}), B = src.b(t).to(Device{});
+      const int64_t in = A.dim(1), o = B.dim(0);
+      Tensor A2 = Tensor::empty({2 * r, in}), B2 = Tensor::empty({o, 2 * r});
+      A2.rows(0, r).copy_from(A);
+      A2.rows(r, 2 * r).copy_from(src.A0[ti]);
+      const float* b = B.data<float>();
+      const float* b0 = src.B0[ti].data<float>();
+      float* b2 = B2.data<float>();
+      for (int64_t i = 0; i < o; ++i)
+        for (int64_t k = 0; k < r; ++k) {
+          b2[i * 2 * r + k] = b[i * r + k];
+          b2[i * 2 * r + r + k] = -b0[i * r + k];
+        }
+      LoraLayer& dst = out.layers[l];
+      dst.a(t) = std::move(A2);
+      dst.b(t) = std::move(B2);
+      dst.enabled[ti] = true;
+    }
+  return out;
 }
 
 }  // namespace bp

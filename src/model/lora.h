@@ -5,6 +5,13 @@
 //   scale = alpha / r, or alpha / sqrt(r) with rsLoRA.
 // One LoraLayer per transformer layer holds A/B for each of the seven projections, indexed by
 // LoraTarget; `enabled[t]` says whether that projection is adapted (A/B undefined otherwise).
+// DoRA (use_dora, PEFT's): each adapted projection also has a trainable magnitude m [out], initialised
+// to the row norms ||W_j|| of its base weight (init_dora_magnitudes); the layer's output is
+// (m / ||W + s·B·A||_row) ⊙ (x·Wᵀ + s·B·A·x) (ops/linear.h "DoRA").
+// PiSSA (init_lora_weights "pissa", PEFT's pissa_init): with W = U·S·Vᵀ, A = diag(sqrt(S_r/s))·V_rᵀ and
+// B = U_r·diag(sqrt(S_r/s)) (the top r singular triplets; s = the LoRA scale), and the frozen base W
+// is replaced by its residual W − s·B·A, so the model is unchanged at step 0 (init_pissa). Saved as
+// PEFT's PiSSA-to-LoRA conversion does (pissa_to_lora): a LoRA of rank 2r for the ORIGINAL base.
 // Save/load in PEFT's files: model/peft.h. Merge into base weights: model/merge.h.
 #pragma once
 
@@ -17,6 +24,7 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/weights.h"
 
 namespace bp {
 
@@ -38,6 +46,10 @@ struct LoraConfig {
   float alpha = 16.0f;
   float dropout = 0.0f;  // probability in [0, 1), on the LoRA input only
   bool use_rslora = false;
+  bool use_dora = false;  // DoRA: a magnitude vector per adapted projection (LoraLayer::M)
+  // PEFT's init_lora_weights: "true" (Kaiming-uniform A, zero B) or "pissa" (see above).
+  std::string init_lora_weights = "true";
+  bool pissa() const { return init_lora_weights == "pissa"; }
   // Projection names ("q_proj", ...) or the single entry "all-linear" (all seven).
   std::vector<std::string> target_modules = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                              "gate_proj", "up_proj", "down_proj"};
@@ -45,8 +57,9 @@ struct LoraConfig {
   float scale() const;                                // alpha / r, or alpha / sqrt(r) with rsLoRA
   bool targets(LoraTarget t) const;                   // is this projection adapted?
   std::vector<std::string> resolved_targets() const;  // the names, "all-linear" expanded, in enum order
-  // Throws CONFIG_INVALID_SETTING for r < 1, dropout outside [0, 1), alpha <= 0 or an unknown
-  // target name (the message lists the known ones).
+  // Throws CONFIG_INVALID_SETTING for r < 1, dropout outside [0, 1), alpha <= 0, an unknown
+  // target name (the message lists the known ones), DoRA with dropout (not implemented), an unknown
+  // init_lora_weights, or PiSSA with DoRA.
   void validate() const;
   bool operator==(const LoraConfig&) const = default;
 };
@@ -54,12 +67,17 @@ struct LoraConfig {
 struct LoraLayer {
   std::array<Tensor, kNumLoraTargets> A;  // [r, in]   (defined when enabled)
   std::array<Tensor, kNumLoraTargets> B;  // [out, r]
+  std::array<Tensor, kNumLoraTargets> M;  // [out] DoRA magnitude (defined when enabled and use_dora)
+  // PiSSA: the initial A and B (f32, host), for the conversion at save (pissa_to_lora).
+  std::array<Tensor, kNumLoraTargets> A0, B0;
   std::array<bool, kNumLoraTargets> enabled{};
 
   Tensor& a(LoraTarget t) { return A[static_cast<size_t>(t)]; }
   Tensor& b(LoraTarget t) { return B[static_cast<size_t>(t)]; }
   const Tensor& a(LoraTarget t) const { return A[static_cast<size_t>(t)]; }
   const Tensor& b(LoraTarget t) const { return B[static_cast<size_t>(t)]; }
+  Tensor& m(LoraTarget t) { return M[static_cast<size_t>(t)]; }
+  const Tensor& m(LoraTarget t) const { return M[static_cast<size_t>(t)]; }
   bool has(LoraTarget t) const { return enabled[static_cast<size_t>(t)]; }
 };
 
@@ -68,12 +86,32 @@ struct LoraAdapter {
   std::vector<LoraLayer> layers;        // one per transformer layer
   std::string base_model_name_or_path;  // written to adapter_config.json
 
-  int64_t num_parameters() const;  // elements of every A and B
+  int64_t num_parameters() const;  // elements of every A, B (and DoRA magnitude)
 };
 
 // PEFT initialisation: A Kaiming-uniform (bound 1/sqrt(in)), B zeros; f32 tensors from the CPU
 // allocator. Deterministic in `seed`; each (layer, target) draws from its own stream, so enabling
 // another target does not change the others' values. Validates `lora`.
+// With use_dora the magnitudes are left undefined: init_dora_magnitudes sets them from the base.
 LoraAdapter init_lora(const ModelConfig& cfg, const LoraConfig& lora, uint64_t seed);
+
+// Row norms of a weight [out, in] of any held type (dequantized as the GEMMs read it), summed in
+// double: ||W_j||, or ||W_j||² with `squared`; an f32 [out] tensor on the CPU.
+Tensor weight_row_norms(const Tensor& W, bool squared);
+// DoRA: every adapted projection's magnitude = the row norms of its base weight in `w` (PEFT's
+// initialisation), f32 on the CPU. A no-op without use_dora.
+void init_dora_magnitudes(LoraAdapter& adapter, const ModelWeights& w);
+
+// PiSSA (a no-op unless init_lora_weights is "pissa"): A, B (and A0, B0) from the SVD of each
+// adapted base weight in `w` (f64, LAPACK), and that weight replaced in place by W − s·B·A, rounded
+// to its held type. A base held in a block type (q8_0, q4_K, ...) is refused
+// (CONFIG_INVALID_SETTING): its residual would be quantized again.
+void init_pissa(LoraAdapter& adapter, ModelWeights& w);
+
+// PEFT's PiSSA-to-LoRA conversion of a PiSSA adapter (host tensors): A' = [A; A0] [2r, in],
+// B' = [B, −B0] [out, 2r], r' = 2r and alpha' = 2·alpha (alpha·sqrt(2) with rsLoRA) so the scale is
+// the same: s·B'·A' = s·(B·A − B0·A0), the change from the ORIGINAL base. Any other adapter is
+// returned as it is.
+LoraAdapter pissa_to_lora(const LoraAdapter& adapter);
 
 }  // namespace bp

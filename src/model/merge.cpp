@@ -18,6 +18,21 @@ namespace {
   throw Error(ErrorCode::RUNTIME_EXPORT_FAILED, "[merge] " + what);
 }
 
+// DoRA: W' = (m / ||W'||_row) ⊙ W' for W' = W + s·B·A (PEFT's DoRA merge), on the host.
+void dora_rescale_rows(Tensor& W, const Tensor& m, size_t layer, LoraTarget t) {
+  const int64_t out = W.dim(0), in = W.dim(1);
+  if (!m.defined() || m.shape() != Shape{out} || m.dtype() != DType::F32 || m.device().type != DeviceType::CPU ||
+      W.device().type != DeviceType::CPU)
+    fail(fmt::format("layer {} {}: the DoRA magnitude {} does not fit the weight {} (an f32 [{}] on the CPU)", layer,
+                     lora_target_name(t), m.defined() ? m.describe() : "missing", W.describe(), out));
+  const Tensor norms = weight_row_norms(W, false);
+  float* w = W.data<float>();
+  for (int64_t j = 0; j < out; ++j) {
+    const float c = m.data<float>()[j] / norms.data<float>()[j];
+    for (int64_t i = 0; i < in; ++i) w[j * in + i] *= c;
+  }
+}
+
 }  // namespace
 
 const std::vector<std::string>& tokenizer_file_names() {
@@ -81,6 +96,7 @@ void merge_lora_into(ModelWeights& w, const LoraAdapter& adapter) {
                          li, lora_target_name(t), W.describe(), A.describe(), B.describe(), in, out));
       // W[out, in] += scale · B[out, r] · A[r, in]
       matmul_accumulate(W, scale, B, A);
+      if (adapter.config.use_dora) dora_rescale_rows(W, l.m(t), li, t);
     }
   }
 }

@@ -6,7 +6,8 @@
 // The folder loads again with load_model (identical weights for f32, the dtype's rounding else).
 //
 // Merging follows PEFT's merge_and_unload: W ← W + scale · B·A for every adapted projection,
-// computed in f32. Biases, norms and embeddings are untouched. Exporting a merged model folder:
+// computed in f32; a DoRA adapter then scales each row: W ← (m / ||W||_row) ⊙ W. Biases, norms and
+// embeddings are untouched. Exporting a merged model folder:
 // export/merged_model.h.
 #pragma once
 

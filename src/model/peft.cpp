@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/file_read.h"
@@ -32,6 +33,12 @@ nlohmann::json number_json(float v) {
 }
 
 constexpr const char* kWeightsFile = "adapter_model.safetensors";
+// PEFT's DoRA magnitude, saved without its module's ".weight" (PEFT's get_peft_model_state_dict).
+constexpr std::string_view kMagnitudeSuffix = ".lora_magnitude_vector";
+
+std::string peft_magnitude_name(int64_t layer, LoraTarget t) {
+  return peft_module_name(lora_target_role(t), layer) + std::string(kMagnitudeSuffix);
+}
 constexpr const char* kConfigFile = "adapter_config.json";
 
 LoraConfig parse_adapter_config(const std::string& path) {
@@ -46,9 +53,8 @@ LoraConfig parse_adapter_config(const std::string& path) {
     fail(path, fmt::format("peft_type '{}' is not supported (only LORA)", str("peft_type", "")));
   if (str("bias", "none") != "none")
     fail(path, fmt::format("bias '{}' is not supported (only \"none\")", str("bias", "")));
-  for (const char* k : {"use_dora", "fan_in_fan_out"})
-    if (j.contains(k) && j[k].is_boolean() && j[k].get<bool>())
-      fail(path, fmt::format("{} = true is not supported", k));
+  if (j.contains("fan_in_fan_out") && j["fan_in_fan_out"].is_boolean() && j["fan_in_fan_out"].get<bool>())
+    fail(path, "fan_in_fan_out = true is not supported");
   for (const char* k : {"rank_pattern", "alpha_pattern"})
     if (j.contains(k) && j[k].is_object() && !j[k].empty())
       fail(path, fmt::format("{} (per-module ranks or alphas) is not supported", k));
@@ -69,6 +75,12 @@ LoraConfig parse_adapter_config(const std::string& path) {
   c.alpha = static_cast<float>(alpha);
   c.dropout = static_cast<float>(dropout);
   if (j.contains("use_rslora") && j["use_rslora"].is_boolean()) c.use_rslora = j["use_rslora"].get<bool>();
+  if (j.contains("use_dora") && j["use_dora"].is_boolean()) c.use_dora = j["use_dora"].get<bool>();
+  // An unconverted PiSSA (or OLoRA, CorDA, ...) adapter is relative to a base PEFT changes on load.
+  if (auto it = j.find("init_lora_weights"); it != j.end() && it->is_string() && it->get<std::string>() != "gaussian")
+    fail(path, fmt::format("init_lora_weights '{}': the adapter was saved against a base its initialisation "
+                           "changed; save it with PEFT's path_initial_model_for_weight_conversion (PiSSA to LoRA)",
+                           it->get<std::string>()));
   return c;
 }
 
@@ -87,7 +99,7 @@ nlohmann::json peft_adapter_config(const LoraAdapter& a) {
           {"target_modules", c.resolved_targets()},
           {"bias", "none"},
           {"use_rslora", c.use_rslora},
-          {"use_dora", false},
+          {"use_dora", c.use_dora},
           {"fan_in_fan_out", false},
           {"init_lora_weights", true},
           {"inference_mode", true},
@@ -99,7 +111,9 @@ nlohmann::json peft_adapter_config(const LoraAdapter& a) {
           {"revision", nullptr}};
 }
 
-std::vector<std::string> save_peft_adapter(const LoraAdapter& a, const std::string& dir) {
+std::vector<std::string> save_peft_adapter(const LoraAdapter& adapter, const std::string& dir) {
+  const LoraAdapter converted = pissa_to_lora(adapter);  // PiSSA: the rank-2r LoRA for the original base
+  const LoraAdapter& a = adapter.config.pissa() ? converted : adapter;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)
@@ -114,6 +128,12 @@ std::vector<std::string> save_peft_adapter(const LoraAdapter& a, const std::stri
                l.b(t).describe(), a.config.r);
       ts.emplace_back(peft_lora_name(static_cast<int64_t>(li), t, true), l.a(t));
       ts.emplace_back(peft_lora_name(static_cast<int64_t>(li), t, false), l.b(t));
+      if (a.config.use_dora) {
+        BP_CHECK(l.m(t).defined() && l.m(t).shape() == Shape{l.b(t).dim(0)},
+                 "[peft] layer {} {}: a DoRA adapter without its magnitude [{}]", li, lora_target_name(t),
+                 l.b(t).dim(0));
+        ts.emplace_back(peft_magnitude_name(static_cast<int64_t>(li), t), l.m(t));
+      }
     }
   }
   write_safetensors((fs::path(dir) / kWeightsFile).string(), ts);
@@ -144,22 +164,29 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
   ad.layers.resize(static_cast<size_t>(cfg.num_layers));
   for (const std::string& name : reader.names()) {
     const bool is_a = name.ends_with(".lora_A.weight"), is_b = name.ends_with(".lora_B.weight");
+    const bool is_m = name.ends_with(kMagnitudeSuffix);
     std::optional<std::pair<WeightRole, int64_t>> parsed;
     if (is_a || is_b) parsed = parse_peft_module_name(std::string_view(name).substr(0, name.size() - 14));
+    if (is_m) parsed = parse_peft_module_name(std::string_view(name).substr(0, name.size() - kMagnitudeSuffix.size()));
     std::optional<LoraTarget> target;
     if (parsed)
       for (LoraTarget t : kAllLoraTargets)
         if (lora_target_role(t) == parsed->first) target = t;
     if (!target)
-      fail(weights_path, fmt::format("tensor '{}' is not a lora_A/lora_B weight of {} (other PEFT modules are "
-                                     "not supported)",
+      fail(weights_path, fmt::format("tensor '{}' is not a lora_A/lora_B weight or DoRA magnitude of {} (other "
+                                     "PEFT modules are not supported)",
                                      name, "q/k/v/o/gate/up/down_proj"));
+    if (is_m && !ad.config.use_dora)
+      fail(weights_path,
+           fmt::format("tensor '{}' is a DoRA magnitude but adapter_config.json has no use_dora = true", name));
     const int64_t layer = parsed->second;
     if (layer >= cfg.num_layers)
       fail(weights_path, fmt::format("tensor '{}' is for layer {} but the model has {} layers: the adapter was "
                                      "trained for a different base model",
                                      name, layer, cfg.num_layers));
-    const Shape want = is_a ? Shape{r, lora_target_in(cfg, *target)} : Shape{lora_target_out(cfg, *target), r};
+    const Shape want = is_m   ? Shape{lora_target_out(cfg, *target)}
+                       : is_a ? Shape{r, lora_target_in(cfg, *target)}
+                              : Shape{lora_target_out(cfg, *target), r};
     const std::vector<int64_t>& got = reader.entry(name).shape;
     if (got != want.vec())
       fail(weights_path,
@@ -167,7 +194,7 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
                        "adapter does not fit this base model",
                        name, fmt::join(got, ", "), cfg.architecture_name, cfg.hidden_size, r, want.str()));
     LoraLayer& l = ad.layers[static_cast<size_t>(layer)];
-    (is_a ? l.a(*target) : l.b(*target)) = reader.read(name, want);
+    (is_m ? l.m(*target) : is_a ? l.a(*target) : l.b(*target)) = reader.read(name, want);
   }
   // Every adapted projection needs both halves; targets are the projections found.
   std::vector<bool> seen(kNumLoraTargets, false);
@@ -178,6 +205,12 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
       if (a != b)
         fail(weights_path, fmt::format("tensor '{}' is missing (its {} is present)",
                                        peft_lora_name(static_cast<int64_t>(li), t, !a), a ? "lora_A" : "lora_B"));
+      if (a && ad.config.use_dora && !l.m(t).defined())
+        fail(weights_path,
+             fmt::format("tensor '{}' is missing (use_dora = true)", peft_magnitude_name(static_cast<int64_t>(li), t)));
+      if (!a && l.m(t).defined())
+        fail(weights_path, fmt::format("tensor '{}' has no lora_A/lora_B beside it",
+                                       peft_magnitude_name(static_cast<int64_t>(li), t)));
       l.enabled[static_cast<size_t>(t)] = a;
       if (a) seen[static_cast<size_t>(t)] = true;
     }

@@ -3,13 +3,14 @@
 //
 //   adapter_model.safetensors  base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight [r, in]
 //                              base_model.model.model.layers.N.self_attn.q_proj.lora_B.weight [out, r]
+//                              ...q_proj.lora_magnitude_vector [out] (DoRA: use_dora true)
 //                              (names from the weight-name table), metadata {"format": "pt"}
 //   adapter_config.json        peft_type LORA, task_type CAUSAL_LM, r, lora_alpha, lora_dropout,
-//                              target_modules, bias "none", use_rslora, base_model_name_or_path, ...
+//                              target_modules, bias "none", use_rslora, use_dora, base_model_name_or_path, ...
 //
 // Loading checks every tensor against the model config: an adapter for another base model
 // (different sizes or layer count) fails with DEP_MODEL_LOAD_FAILED naming the file, the tensor
-// and both shapes. PEFT features this project does not implement (DoRA, rank_pattern,
+// and both shapes. PEFT features this project does not implement (rank_pattern,
 // alpha_pattern, modules_to_save, bias other than "none", LoRA on embeddings) fail clearly.
 #pragma once
 
@@ -25,7 +26,9 @@ namespace bp {
 // adapter_config.json contents for this adapter.
 nlohmann::json peft_adapter_config(const LoraAdapter& adapter);
 
-// Writes both files into `dir` (created if needed) atomically; returns the file names.
+// Writes both files into `dir` (created if needed) atomically; returns the file names. A PiSSA
+// adapter is written converted (model/lora.h pissa_to_lora): a LoRA of rank 2r for the original
+// base, as PEFT's save_pretrained(path_initial_model_for_weight_conversion=...) writes it.
 // Errors: RUNTIME_EXPORT_FAILED / STATE_DISK_FULL.
 std::vector<std::string> save_peft_adapter(const LoraAdapter& adapter, const std::string& dir);
 

@@ -205,7 +205,7 @@ void Model::attach_lora(const LoraView& lora) {
       if (!m.A) continue;
       const Tensor& W = layer_matrix(weights_.layers[static_cast<size_t>(l)], static_cast<LinearRole>(r));
       if (!m.B || m.A->rank() != 2 || m.B->rank() != 2 || m.A->dim(1) != W.dim(1) || m.B->dim(0) != W.dim(0) ||
-          m.A->dim(0) != m.B->dim(1))
+          m.A->dim(0) != m.B->dim(1) || (m.M && m.M->shape() != Shape{W.dim(0)}))
         throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                     fmt::format("[lora] layer {} {}: A {} and B {} do not fit the weight {}", l,
                                 linear_role_name(static_cast<LinearRole>(r)), m.A->shape().str(),
@@ -213,6 +213,14 @@ void Model::attach_lora(const LoraView& lora) {
     }
   }
   lora_ = lora;
+  // DoRA: the frozen base rows' squared norms, once, beside the weight (ops/linear.h "DoRA").
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    for (int r = 0; r < kNumLinearRoles; ++r) {
+      auto& m = lora_.layers[static_cast<size_t>(l)][static_cast<size_t>(r)];
+      if (!m.M || m.weight_norm_sq.defined()) continue;
+      const Tensor& W = layer_matrix(weights_.layers[static_cast<size_t>(l)], static_cast<LinearRole>(r));
+      m.weight_norm_sq = weight_row_norms(W, true).to(W.device());
+    }
   // Each input group's A matrices as rows of one tensor (lora_group_A), where they are not already.
   for (auto& layer : lora_.layers)
     for (const LinearInputGroup& grp : kLinearInputGroups) {
@@ -281,7 +289,8 @@ LoraView LoraView::of(LoraAdapter& adapter) {
   for (size_t l = 0; l < adapter.layers.size(); ++l)
     for (size_t r = 0; r < kNumLinearRoles; ++r) {
       auto& layer = adapter.layers[l];
-      if (layer.enabled[r] && layer.A[r].defined()) v.layers[l][r] = {&layer.A[r], &layer.B[r]};
+      if (layer.enabled[r] && layer.A[r].defined())
+        v.layers[l][r] = {&layer.A[r], &layer.B[r], layer.M[r].defined() ? &layer.M[r] : nullptr};
     }
   return v;
 }
@@ -305,6 +314,10 @@ LoraWeights Model::lora_weights(int64_t l, LinearRole role, bool train, uint64_t
   w.dropout = train ? lora_.dropout : 0.0f;
   w.training = train;
   w.dropout_seed = lora_dropout_seed(seed, l, role);
+  if (m.M) {
+    w.magnitude = m.M;
+    w.weight_norm_sq = &m.weight_norm_sq;
+  }
   return w;
 }
 
@@ -348,6 +361,7 @@ void Model::allocate_grads() {
         if (!m.A) continue;
         if (!lg[r].dA.defined()) lg[r].dA = Tensor::zeros(m.A->shape(), DType::F32, m.A->device());
         lg[r].dB = Tensor::zeros(m.B->shape(), DType::F32, m.B->device());
+        if (m.M) lg[r].dM = Tensor::zeros(m.M->shape(), DType::F32, m.M->device());
       }
     }
   }
@@ -422,6 +436,7 @@ std::vector<TrainableParam> Model::trainable_parameters() {
                                           linear_role_name(static_cast<LinearRole>(r)));
         add(p + "lora_A.weight", *m.A, grads_.layers[l].lora[r].dA);
         add(p + "lora_B.weight", *m.B, grads_.layers[l].lora[r].dB);
+        if (m.M) add(p + "lora_magnitude_vector", *m.M, grads_.layers[l].lora[r].dM);
       }
   }
   return out;

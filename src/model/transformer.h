@@ -97,8 +97,10 @@ static_assert(kQkvGroup.first == LinearRole::Q && kQkvGroup.count == 3 && kGateU
 // The LoRA tensors the transformer reads. The adapter object (model/lora.h) owns the tensors;
 // attach it with Model::attach_lora. A/B undefined (null) = module not targeted.
 struct LoraModuleView {
-  Tensor* A = nullptr;  // [r, in]
-  Tensor* B = nullptr;  // [out, r]
+  Tensor* A = nullptr;               // [r, in]
+  Tensor* B = nullptr;               // [out, r]
+  Tensor* M = nullptr;               // [out] DoRA magnitude, or null (plain LoRA)
+  Tensor weight_norm_sq = Tensor();  // DoRA: ||W_j||² of the frozen base rows [out], made by attach_lora
 };
 struct LoraView {
   static LoraView of(LoraAdapter& adapter);
@@ -112,6 +114,7 @@ struct LoraView {
 // Gradients, in the same layout as the weights. Undefined tensors = not trainable.
 struct LoraGradPair {
   Tensor dA, dB;
+  Tensor dM;  // DoRA's magnitude
 };
 struct LayerGrads {
   LayerWeights w;  // full mode: same fields as the weights

@@ -86,6 +86,7 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
     if (lw.A) {
       lg.dA = opt(g.lora[r].dA);
       lg.dB = opt(g.lora[r].dB);
+      if (lw.magnitude) lg.dm = opt(g.lora[r].dM);
       if (group.dxa.defined() && group.of->contains(role)) {  // dA and dx's LoRA term: group.finish
         lw.group_dxa = &group.dxa;
         lw.group_col = lora_group_col(l, *group.of, role);

@@ -47,6 +47,30 @@ void bias_grad_accumulate(const Tensor& dy, Tensor& db) {
   ops::kernels(dy).bias_grad_accumulate(dy.kernel_data<float>(), db.kernel_data<float>(), dy.dim(0), dy.dim(1));
 }
 
+void column_scale_add(Tensor& y, const Tensor& c, const Tensor& z) {
+  check_rows("column_scale_add", y, c);
+  check_same("column_scale_add", y, z);
+  ops::kernels(y).column_scale_add(y.kernel_data<float>(), c.kernel_data<float>(), z.kernel_data<float>(), y.dim(0),
+                                   y.dim(1));
+}
+
+void column_dot_accumulate(const Tensor& a, const Tensor& b, const Tensor* w, Tensor& acc) {
+  check_rows("column_dot", a, acc);
+  check_same("column_dot", a, b);
+  if (w) check_rows("column_dot", a, *w);
+  ops::kernels(a).column_dot_accumulate(a.kernel_data<float>(), b.kernel_data<float>(),
+                                        w ? w->kernel_data<float>() : nullptr, acc.kernel_data<float>(), a.dim(0),
+                                        a.dim(1));
+}
+
+void dora_column_scale(const Tensor& m, const Tensor& nsq, Tensor& c, Tensor& inv_n) {
+  ops::require_tensor("dora_column_scale", "m", m, DType::F32, 1);
+  for (const Tensor* t : {&nsq, static_cast<const Tensor*>(&c), static_cast<const Tensor*>(&inv_n)})
+    check_same("dora_column_scale", m, *t);
+  ops::kernels(m).dora_column_scale(m.kernel_data<float>(), nsq.kernel_data<float>(), c.kernel_data<float>(),
+                                    inv_n.kernel_data<float>(), m.numel());
+}
+
 void round_to_bf16(const Tensor& src, Tensor& dst) {
   ops::require_tensor("round_to_bf16", "src", src, DType::F32, src.rank());
   ops::require_tensor("round_to_bf16", "dst", dst, DType::BF16, src.rank());

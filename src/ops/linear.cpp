@@ -16,6 +16,7 @@
 #include "ops/linear.h"
 
 #include "ops/device_compute.h"
+#include "ops/elementwise.h"
 #include "ops/held_range.h"
 #include "ops/op_checks.h"
 
@@ -149,22 +150,13 @@ void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, con
 
 }  // namespace
 
-Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, const LoraWeights* lora, LinearSaved* saved,
-                      const Tensor* x_bf16, const Tensor* residual) {
-  const int64_t r = check_linear_args(x, W, bias, lora);
-  const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
-  const uint16_t* x16 = ops::bf16_input(kOp, "x_bf16", x_bf16, x);
-  if (residual) {
-    ops::require_shape(kOp, "residual", *residual, Shape{T, out});
-    ops::require_same_device(kOp, {&x, residual});
-  }
-  Tensor y = Tensor::empty({T, out}, DType::F32, x.device());
-  if (!lora) {
-    base_forward(x, x16, W, bias, residual, y);
-    if (saved) *saved = LinearSaved{};  // nothing to keep; drop anything from an earlier call
-    return y;
-  }
+namespace {
 
+// y = residual + x·Wᵀ + b + s·xd·Aᵀ·Bᵀ (plain LoRA; DoRA calls it for z, without bias and residual):
+// saves xa (or the group's columns) in `saved`.
+void lora_linear_into(const Tensor& x, const uint16_t* x16, const Tensor& W, const Tensor* bias, const Tensor* residual,
+                      const LoraWeights* lora, int64_t r, LinearSaved* saved, Tensor& y) {
+  const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
   if (lora->group_xa) {  // a group member: xa is the group's columns (lora_group_forward), no GEMM of x
     const Tensor& xa = *lora->group_xa;
     ops::require_tensor(kOp, "group xa", xa, DType::F32, 2);
@@ -176,8 +168,8 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
     if (T > 0)
       ops::kernels(x).sgemm(false, true, T, out, r, lora->scale, xa.kernel_data<float>() + lora->group_col, xa.dim(1),
                             lora->B->kernel_data<float>(), r, 1.0f, y.kernel_data<float>(), out);
-    if (saved) *saved = LinearSaved{xa, lora->group_col};
-    return y;
+    if (saved) saved->xa = xa, saved->col = lora->group_col;
+    return;
   }
   Tensor xa = Tensor::empty({T, r}, DType::F32, x.device());
   if (!dropout_active(*lora)) {
@@ -198,7 +190,84 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
     ops::kernels(x).sgemm(false, true, T, out, r, lora->scale, xa.kernel_data<float>(), r,
                           lora->B->kernel_data<float>(), r, 1.0f, y.kernel_data<float>(), out);
   }
-  if (saved) saved->xa = std::move(xa);
+  if (saved) saved->xa = std::move(xa), saved->col = 0;
+}
+
+// DoRA's column scale c = m/n and 1/n, n_j = ||W_j + s·(B·A)_j|| (see ops/linear.h "DoRA").
+void dora_scale(const Tensor& W, const LoraWeights& lora, int64_t r, Tensor& c, Tensor& inv_n) {
+  const Tensor& A = *lora.A;
+  const Tensor& m = *lora.magnitude;
+  const int64_t in = A.dim(1), out = W.dim(0);
+  ops::require_shape(kOp, "DoRA magnitude", m, Shape{out});
+  ops::require_shape(kOp, "DoRA weight norms", *lora.weight_norm_sq, Shape{out});
+  ops::require_same_device(kOp, {&W, &m, lora.weight_norm_sq});
+  const float s = lora.scale;
+  const Device dev = A.device();
+  Tensor Mt = Tensor::empty({r, out}, DType::F32, dev);  // 2s·A·Wᵀ + s²·(A·Aᵀ)·Bᵀ
+  base_forward(A, nullptr, W, nullptr, nullptr, Mt);
+  Tensor AAt = Tensor::empty({r, r}, DType::F32, dev);
+  ops::kernels(A).sgemm(false, true, r, r, in, 1.0f, A.kernel_data<float>(), in, A.kernel_data<float>(), in, 0.0f,
+                        AAt.kernel_data<float>(), r);
+  ops::kernels(A).sgemm(false, true, r, out, r, s * s, AAt.kernel_data<float>(), r, lora.B->kernel_data<float>(), r,
+                        2.0f * s, Mt.kernel_data<float>(), out);
+  Tensor eye = Tensor::zeros({r, r});
+  for (int64_t i = 0; i < r; ++i) eye.data<float>()[i * r + i] = 1.0f;
+  if (dev.type != DeviceType::CPU) eye = eye.to(dev);
+  Tensor Bt = Tensor::empty({r, out}, DType::F32, dev);  // Bᵀ = I·Bᵀ
+  ops::kernels(A).sgemm(false, true, r, out, r, 1.0f, eye.kernel_data<float>(), r, lora.B->kernel_data<float>(), r,
+                        0.0f, Bt.kernel_data<float>(), out);
+  Tensor nsq = Tensor::empty({out}, DType::F32, dev);
+  nsq.copy_from(*lora.weight_norm_sq);
+  column_dot_accumulate(Bt, Mt, nullptr, nsq);
+  c = Tensor::empty({out}, DType::F32, dev);
+  inv_n = Tensor::empty({out}, DType::F32, dev);
+  dora_column_scale(m, nsq, c, inv_n);
+}
+
+void require_dora_without_dropout(const LoraWeights& lora) {
+  if (dropout_active(lora))
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[linear] DoRA with LoRA dropout ({}) is not supported", lora.dropout));
+}
+
+}  // namespace
+
+Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, const LoraWeights* lora, LinearSaved* saved,
+                      const Tensor* x_bf16, const Tensor* residual) {
+  const int64_t r = check_linear_args(x, W, bias, lora);
+  const int64_t T = x.dim(0), out = W.dim(0);
+  const uint16_t* x16 = ops::bf16_input(kOp, "x_bf16", x_bf16, x);
+  if (residual) {
+    ops::require_shape(kOp, "residual", *residual, Shape{T, out});
+    ops::require_same_device(kOp, {&x, residual});
+  }
+  Tensor y = Tensor::empty({T, out}, DType::F32, x.device());
+  if (saved) *saved = LinearSaved{};  // drop anything from an earlier call
+  if (!lora) {
+    base_forward(x, x16, W, bias, residual, y);
+    return y;
+  }
+  if (!lora->magnitude) {
+    lora_linear_into(x, x16, W, bias, residual, lora, r, saved, y);
+    return y;
+  }
+  // DoRA: y = residual + b + c ⊙ z
+  require_dora_without_dropout(*lora);
+  Tensor c, inv_n;
+  dora_scale(W, *lora, r, c, inv_n);
+  Tensor z = Tensor::empty({T, out}, DType::F32, x.device());
+  lora_linear_into(x, x16, W, nullptr, nullptr, lora, r, saved, z);
+  if (residual)
+    y.copy_from(*residual);
+  else
+    y.zero();
+  if (bias) add_bias_inplace(y, *bias);
+  column_scale_add(y, c, z);
+  if (saved) {
+    saved->dora_z = std::move(z);
+    saved->dora_c = std::move(c);
+    saved->dora_inv_n = std::move(inv_n);
+  }
   return y;
 }
 
@@ -225,6 +294,23 @@ void linear_backward(const Tensor& dy, const Tensor& x_f32, const Tensor& W, con
   const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
   ops::require_shape(kOp, "dy", dy, Shape{T, out});
   const uint16_t* dy16 = ops::bf16_input(kOp, "dy_bf16", dy_bf16, dy);
+  BP_CHECK(!grads.dm || (lora && lora->magnitude), "[linear] dm requested but no DoRA magnitude was given");
+  // DoRA: dm += (Σ_t g ⊙ z)/n, and the base and LoRA products take g ⊙ c (ops/linear.h "DoRA").
+  Tensor dy_scaled;
+  if (lora && lora->magnitude) {
+    require_dora_without_dropout(*lora);
+    BP_CHECK(!grads.dW, "[linear] DoRA adapts a frozen weight: no dW");
+    BP_CHECK(saved && saved->dora_z.defined() && saved->dora_c.defined() && saved->dora_inv_n.defined(),
+             "[linear] DoRA backward needs z, c and 1/n saved by linear_forward");
+    ops::require_shape(kOp, "saved DoRA z", saved->dora_z, Shape{T, out});
+    if (grads.dm) {
+      ops::require_shape(kOp, "dm", *grads.dm, Shape{out});
+      column_dot_accumulate(dy, saved->dora_z, &saved->dora_inv_n, *grads.dm);
+    }
+    dy_scaled = Tensor::zeros({T, out}, DType::F32, dy.device());
+    column_scale_add(dy_scaled, saved->dora_c, dy);
+    dy16 = nullptr;  // dy's bf16 copy is not g ⊙ c's
+  }
   const uint16_t* x16 = ops::bf16_input(kOp, "x_bf16", x_bf16, x);
   if (grads.dx) ops::require_shape(kOp, "dx", *grads.dx, Shape{T, in});
   if (grads.dW) ops::require_shape(kOp, "dW", *grads.dW, Shape{out, in});
@@ -240,7 +326,7 @@ void linear_backward(const Tensor& dy, const Tensor& x_f32, const Tensor& W, con
   // The GEMMs back to back, the OpenMP loops (db) last: OpenBLAS's workers keep spinning after a
   // call and would compete with an OpenMP loop placed between two calls. (With dropout the CPU's
   // backward kernel regenerates xd between the dxa GEMM and its own two: within noise, measured.)
-  const float* g = dy.kernel_data<float>();
+  const float* g = dy_scaled.defined() ? dy_scaled.kernel_data<float>() : dy.kernel_data<float>();
   // dW is asked for an f32 weight, or for the bf16 GEMM copy of a trainable f32 master (full
   // fine-tuning with training.matmul_dtype bf16: model/transformer.h); held frozen types get none.
   BP_CHECK(!grads.dW || W.dtype() == DType::F32 || W.dtype() == DType::BF16,
@@ -256,7 +342,7 @@ void linear_backward(const Tensor& dy, const Tensor& x_f32, const Tensor& W, con
     ops::kernels(x).linear_dW_accumulate(g, x.kernel_data<float>(), grads.dW->kernel_data<float>(), T, in, out);
   if (lora && T > 0 && (grads.dx || grads.dA || grads.dB || lora->group_dxa))
     lora_backward(g, x, *lora, saved, grads, T, in, out, r);
-  if (grads.db) ops::kernels(x).bias_grad_accumulate(g, grads.db->kernel_data<float>(), T, out);
+  if (grads.db) ops::kernels(x).bias_grad_accumulate(dy.kernel_data<float>(), grads.db->kernel_data<float>(), T, out);
 }
 
 Tensor lora_group_forward(const Tensor& x, const Tensor& A_all, const LoraGroupDropout* dropout) {

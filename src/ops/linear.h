@@ -51,11 +51,17 @@ struct LoraWeights {
   const Tensor* group_xa = nullptr;
   Tensor* group_dxa = nullptr;
   int64_t group_col = 0;
+  // DoRA (PEFT's use_dora; both null: plain LoRA): magnitude = m [out] (trainable), weight_norm_sq =
+  // ||W_j||² [out] of the frozen base rows (constant: the caller computes it once). See "DoRA" below.
+  const Tensor* magnitude = nullptr;
+  const Tensor* weight_norm_sq = nullptr;
 };
 
 struct LinearSaved {
   Tensor xa;        // [T, r] = dropout(x)·Aᵀ, defined when a LoRA path exists; a group member's is
   int64_t col = 0;  // the group's [T, Σr], its columns [col, col + r)
+  // DoRA only: z = x·Wᵀ + s·xa·Bᵀ [T, out], c = m/n and 1/n [out] (n = ||W + s·B·A||_row).
+  Tensor dora_z, dora_c, dora_inv_n;
 };
 
 struct LinearGrads {
@@ -65,8 +71,18 @@ struct LinearGrads {
   Tensor* dA = nullptr;        // [r, in]   (+=)
   Tensor* dB = nullptr;        // [out, r]  (+=)
   bool accumulate_dx = false;  // dx += instead of dx =
+  Tensor* dm = nullptr;        // [out]     (+=) DoRA's magnitude
 };
 
+// DoRA (Liu et al. 2024, as PEFT's DoraLinearLayer for nn.Linear): with n_j = ||W_j + s·(B·A)_j||
+// (the row norms of the adapted weight, a constant for backward: PEFT detaches it) and c = m / n,
+//   y = residual + b + c ⊙ z,   z = x·Wᵀ + s·(x·Aᵀ)·Bᵀ         (columns scaled by c; bias unscaled)
+// n² = ||W_j||² + Σ_k B_jk·(2s·W·Aᵀ + s²·B·(A·Aᵀ))_jk: one [r, out] GEMM against W (any held type,
+// as x·Wᵀ with x = A) and two of r×r, no [out, in] temporary. Backward, g = dy:
+//   dm += (Σ_t g ⊙ z) / n,   then the LoRA backward above with g ⊙ c in place of g (db from g).
+// DoRA with dropout (PEFT's extra product of the dropped x with W) is refused
+// (INPUT_VALIDATION_FAILED; the settings refuse it first).
+//
 // residual (forward, may be null): [T, out] f32 added to y, y = residual + x·Wᵀ (+ b) (+ LoRA), by
 // the base GEMM (its beta; on a card out of place, cuBLASLt's C ≠ D): a residual connection with
 // no add of its own (o_proj onto the layer's input, down_proj onto h). Read, never written.

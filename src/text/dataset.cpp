@@ -72,6 +72,43 @@ json issues_json(const std::vector<RowIssue>& issues, size_t max_listed) {
   return arr;
 }
 
+// data.columns on one parsed row: each mapped column renamed to its key (a key the file also has under
+// its own name gives way to the mapped column); a row without a mapped column is a missing_field issue.
+std::optional<RowIssue> rename_columns(const data::RawRecord& rec, const ColumnMap& columns, json& obj) {
+  if (columns.empty() || rec.plain_text || !obj.is_object()) return std::nullopt;
+  for (const auto& [key, column] : columns)
+    if (!obj.contains(column))
+      return RowIssue{rec.line, RowProblem::MissingField,
+                      fmt::format("no '{}' (read as '{}' by --columns)", column, key)};
+  json out = json::object();
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    std::string name = it.key();
+    bool replaced = false;
+    for (const auto& [key, column] : columns) {
+      if (name == column) {
+        name = key;
+        break;
+      }
+      replaced = replaced || name == key;
+    }
+    if (!replaced || name != it.key()) out[name] = std::move(it.value());
+  }
+  obj = std::move(out);
+  return std::nullopt;
+}
+
+// A CSV/TSV header must have every column --columns names (else no row could be read).
+void check_header_columns(const std::vector<std::string>& header, const ColumnMap& columns, const std::string& path) {
+  for (const auto& [key, column] : columns)
+    if (std::find(header.begin(), header.end(), column) == header.end())
+      throw Error(ErrorCode::INPUT_DATASET_INVALID,
+                  fmt::format("[dataset] {}: --columns reads '{}' from column '{}', which the header does not have "
+                              "(its columns: {})",
+                              path, key, column, fmt::join(header, ", ")),
+                  {{"path", path}, {"column", column}})
+          .with_suggestion("Name one of the header's columns in --columns, or fix the header row.");
+}
+
 // The chat template, not the row, is at fault (it cannot be run, or fails inside itself): the
 // dataset stops at the first row it fails on, named once, instead of listing every row as bad.
 Error template_fault_at_row(const Error& e, const std::string& path, int64_t line) {
@@ -140,9 +177,12 @@ struct FormatName {
   DatasetFormat format;
 };
 constexpr FormatName kFormatMeanings[] = {
-    {"auto", DatasetFormat::Auto},       {"sharegpt", DatasetFormat::ShareGPT},     {"openai", DatasetFormat::OpenAI},
-    {"messages", DatasetFormat::OpenAI}, {"alpaca", DatasetFormat::Alpaca},         {"text", DatasetFormat::Text},
-    {"txt", DatasetFormat::PlainText},   {"preference", DatasetFormat::Preference}, {"kto", DatasetFormat::Unpaired},
+    {"auto", DatasetFormat::Auto},     {"sharegpt", DatasetFormat::ShareGPT},
+    {"openai", DatasetFormat::OpenAI}, {"messages", DatasetFormat::OpenAI},
+    {"alpaca", DatasetFormat::Alpaca}, {"text", DatasetFormat::Text},
+    {"txt", DatasetFormat::PlainText}, {"preference", DatasetFormat::Preference},
+    {"kto", DatasetFormat::Unpaired},  {"csv", DatasetFormat::Csv},
+    {"tsv", DatasetFormat::Tsv},
 };
 
 std::vector<std::string> dataset_format_names() {
@@ -177,8 +217,60 @@ const char* dataset_format_name(DatasetFormat f) {
     case DatasetFormat::PlainText: return "txt";
     case DatasetFormat::Preference: return "preference";
     case DatasetFormat::Unpaired: return "kto";
+    case DatasetFormat::Csv: return "csv";
+    case DatasetFormat::Tsv: return "tsv";
   }
   return "?";
+}
+
+// The keys the row formats read (text/dataset_formats.cpp, dataset_preference.cpp, dataset_tools.cpp).
+constexpr std::string_view kColumnKeys[] = {"instruction", "input",         "output",     "system", "prompt",
+                                            "chosen",      "rejected",      "completion", "label",  "text",
+                                            "messages",    "conversations", "tools"};
+
+ColumnMap parse_column_map(std::string_view text) {
+  ColumnMap map;
+  auto bad = [&](const std::string& why) {
+    return Error(ErrorCode::CONFIG_INVALID_SETTING, fmt::format("[dataset] --columns '{}': {}", text, why))
+        .with_suggestion(
+            "Write KEY=COLUMN pairs, e.g. --columns 'instruction=question,output=answer', or a JSON "
+            "object {\"instruction\": \"question\", \"output\": \"answer\"}.");
+  };
+  auto add = [&](std::string key, std::string column) {
+    if (std::find(std::begin(kColumnKeys), std::end(kColumnKeys), key) == std::end(kColumnKeys))
+      throw bad(fmt::format("'{}' is not a key the formats read ({})", key, fmt::join(kColumnKeys, ", ")));
+    if (column.empty()) throw bad(fmt::format("key '{}' names no column", key));
+    for (const auto& [k, c] : map) {
+      if (k == key) throw bad(fmt::format("key '{}' is mapped twice", key));
+      if (c == column) throw bad(fmt::format("column '{}' is mapped to both '{}' and '{}'", column, k, key));
+    }
+    map.emplace_back(std::move(key), std::move(column));
+  };
+  const size_t first = text.find_first_not_of(" \t");
+  if (first == std::string_view::npos) return map;
+  if (text[first] == '{') {
+    const json j = json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) throw bad("not a JSON object");
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (!it.value().is_string()) throw bad(fmt::format("the column of '{}' is not a string", it.key()));
+      add(it.key(), it.value().get<std::string>());
+    }
+    return map;
+  }
+  auto trim = [](std::string_view v) {
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+    return std::string(v);
+  };
+  for (std::string_view rest = text; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    const std::string_view pair = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const size_t eq = pair.find('=');
+    if (eq == std::string_view::npos) throw bad(fmt::format("'{}' is not KEY=COLUMN", trim(pair)));
+    add(trim(pair.substr(0, eq)), trim(pair.substr(eq + 1)));
+  }
+  return map;
 }
 
 const char* row_problem_name(RowProblem p) {
@@ -216,23 +308,30 @@ LoadedDataset parse_dataset(std::string_view content, const std::string& path, c
       (has_txt_extension(path) && (opts.format == DatasetFormat::Auto || opts.format == DatasetFormat::Text));
   bool json_array = false;
   std::string array_problem;
-  const char delim = plain ? '\0' : csv_delimiter(path);
+  // --format csv|tsv: a table whatever the file's name, its rows' format detected from the header.
+  const bool forced_table = opts.format == DatasetFormat::Csv || opts.format == DatasetFormat::Tsv;
+  const char delim = forced_table ? (opts.format == DatasetFormat::Csv ? ',' : '\t')
+                     : plain      ? '\0'
+                                  : csv_delimiter(path);
   data::CsvRecords csv;
-  if (delim) csv = data::split_csv_records(content, delim, path);
+  if (delim) {
+    csv = data::split_csv_records(content, delim, path);
+    if (!csv.records.empty()) check_header_columns(csv.header, opts.columns, path);
+  }
   const std::vector<data::RawRecord> records =
       delim ? std::move(csv.records) : data::split_records(content, plain, &json_array, &array_problem);
   if (!array_problem.empty())
     throw Error(ErrorCode::INPUT_DATASET_PARSE_FAILED, fmt::format("[dataset] {}: {}", path, array_problem),
                 {{"path", path}});
   ds.total_rows = static_cast<int64_t>(records.size());
-  ds.format = plain ? DatasetFormat::Text : opts.format;
+  ds.format = plain ? DatasetFormat::Text : forced_table ? DatasetFormat::Auto : opts.format;
   json obj;
   if (ds.format == DatasetFormat::Auto) {
     // Detect from the first object that matches a known format.
     std::string first_keys;
     bool saw_object = false;
     for (const auto& rec : records) {
-      if (data::parse_record(rec, &obj)) continue;
+      if (data::parse_record(rec, &obj) || rename_columns(rec, opts.columns, obj)) continue;
       if (!saw_object) {
         saw_object = true;
         for (auto it = obj.begin(); it != obj.end(); ++it) first_keys += (first_keys.empty() ? "" : ", ") + it.key();
@@ -253,6 +352,10 @@ LoadedDataset parse_dataset(std::string_view content, const std::string& path, c
     row.line = records[k].line;
     row.index = static_cast<int64_t>(k);
     if (auto bad = data::parse_record(records[k], &obj)) {
+      ds.issues.push_back(*bad);
+      continue;
+    }
+    if (auto bad = rename_columns(records[k], opts.columns, obj)) {
       ds.issues.push_back(*bad);
       continue;
     }

@@ -48,7 +48,9 @@ namespace bp {
 // PlainText (--format txt) reads the file as plain text whatever its name (samples: paragraphs
 // separated by blank lines, as a .txt file under auto or text); its rows are then Text.
 // Preference and Unpaired are the preference formats (docs/preference.md).
-enum class DatasetFormat { Auto, ShareGPT, OpenAI, Alpaca, Text, PlainText, Preference, Unpaired };
+// Csv and Tsv force the file type (a CSV/TSV file whatever its name: `--format csv`); its rows' format
+// is then detected from the header's column names, as Auto does for JSON rows.
+enum class DatasetFormat { Auto, ShareGPT, OpenAI, Alpaca, Text, PlainText, Preference, Unpaired, Csv, Tsv };
 // The names --format takes (train's data.format, validate's --format): the allowed values of the
 // data.format row of core/settings_registry.inc, the one list that the settings check, the help,
 // docs/settings.md and parse_dataset_format share.
@@ -131,8 +133,20 @@ ToolArguments parse_tool_arguments(std::string_view name);  // "object" | "strin
 // data.template_kwargs: "" = null (none), else a JSON object (CONFIG_INVALID_SETTING otherwise).
 nlohmann::ordered_json parse_template_kwargs(std::string_view text);
 
+// data.columns: the file's column (or JSON key) names for the keys the formats read, as pairs (key,
+// column): "output=answer,instruction=question" or a JSON object {"output": "answer", ...}; "" = none.
+// Keys are the formats' own (instruction, input, output, system, prompt, chosen, rejected, completion,
+// label, text, messages, conversations, tools); CONFIG_INVALID_SETTING names an unknown key, an empty
+// column, or a key or column given twice.
+using ColumnMap = std::vector<std::pair<std::string, std::string>>;
+ColumnMap parse_column_map(std::string_view text);
+
 struct DatasetLoadOptions {
   DatasetFormat format = DatasetFormat::Auto;
+  // Each row's `column` is read as `key` (LLaMA-Factory's "columns"): renamed before the format is
+  // detected, so every format and file type (JSON, CSV) takes it. A CSV header without a mapped
+  // column is INPUT_DATASET_INVALID naming it; a JSON row without it is a missing_field issue.
+  ColumnMap columns{};
   ReasoningMode reasoning = ReasoningMode::Keep;
   ToolArguments tool_arguments = ToolArguments::Object;
   // The tools of every conversation row that has none of its own (data.tools, read by
@@ -151,9 +165,11 @@ struct DatasetLoadOptions {
 nlohmann::ordered_json load_tools_file(const std::string& path);
 
 class Settings;
-// What conversation rows carry to the chat template besides their messages, as training, validate and
-// data report read it: data.tools, data.template_kwargs, data.reasoning, data.tool_arguments.
+// How rows are read (data.columns) and what conversation rows carry to the chat template besides their
+// messages, as training, validate, data report and eval read it: data.tools, data.template_kwargs,
+// data.reasoning, data.tool_arguments.
 struct ChatDataOptions {
+  ColumnMap columns{};                               // data.columns (how rows are read, for the same commands)
   std::string tools_path;                            // "" = none
   nlohmann::ordered_json template_kwargs = nullptr;  // an object, or null for none
   ReasoningMode reasoning = ReasoningMode::Keep;

@@ -148,6 +148,7 @@ CsvRecords split_csv_records(std::string_view content, char delim, const std::st
                                 keys[c], d + 1, c + 1),
                     {{"path", path}});
   }
+  out.header = keys;
   // Boolean columns: every non-empty cell of the well-formed records is true/false, and one is.
   std::vector<bool> boolean(keys.size(), true), any(keys.size(), false);
   for (size_t r = 1; r < rows.size(); ++r) {

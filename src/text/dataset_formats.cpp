@@ -311,6 +311,8 @@ std::optional<RowIssue> convert_row(const json& obj, DatasetFormat fmt, DatasetR
     case DatasetFormat::Preference: return convert_pair_row(obj, row);
     case DatasetFormat::Unpaired: return convert_unpaired_row(obj, row);
     case DatasetFormat::Auto:
+    case DatasetFormat::Csv:
+    case DatasetFormat::Tsv:               // parse_dataset detects a table's row format
     case DatasetFormat::PlainText: break;  // a plain file's rows are Text (parse_dataset)
   }
   return issue(row, RowProblem::MissingField, "no known format");

@@ -32,6 +32,7 @@ std::vector<RawRecord> split_records(std::string_view content, bool plain_text, 
 // alive and unmoved while the records are used). A malformed record carries its issue. A bad
 // header (malformed, unnamed or repeated column) throws INPUT_DATASET_PARSE_FAILED.
 struct CsvRecords {
+  std::vector<std::string> header;  // the columns' names, in order
   std::vector<std::string> texts;
   std::vector<RawRecord> records;
 };

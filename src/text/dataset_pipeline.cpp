@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <unordered_map>
+
 #include "core/error.h"
 
 namespace bp {
@@ -39,6 +41,26 @@ DatasetLoadOptions data_load_options(const DataSettings& s) {
   s.chat.apply(lo);
   return lo;
 }
+
+namespace {
+// The conversations of the samples `ids` of td (all of them when ids is null), found by their rows' lines.
+std::vector<Conversation> sample_conversations(const LoadedDataset& ds, const TokenizedDataset& td,
+                                               const std::vector<int64_t>* ids) {
+  std::unordered_map<int64_t, const DatasetRow*> by_line;
+  for (const DatasetRow& r : ds.rows) by_line.emplace(r.line, &r);
+  std::vector<Conversation> out;
+  auto add = [&](const Sample& s) {
+    const auto it = by_line.find(s.source_line);
+    out.push_back(it != by_line.end() ? it->second->conv : Conversation{});
+  };
+  if (ids) {
+    for (int64_t id : *ids) add(td.samples[static_cast<size_t>(id)]);
+  } else {
+    for (const Sample& s : td.samples) add(s);
+  }
+  return out;
+}
+}  // namespace
 
 TrainingData prepare_training_data(const DataSettings& s, const Tokenizer& tok) {
   if (!(s.holdout >= 0.0 && s.holdout < 1.0))
@@ -79,12 +101,14 @@ TrainingData prepare_training_data(const DataSettings& s, const Tokenizer& tok) 
     data.eval_rows_bad = check_dataset(eds, s.strict);
     if (s.shape == DataShape::Labelled) unpair_preference(eds);
     data.eval_file = tokenize_dataset(eds, tok, tmpl, to);
+    if (s.keep_eval_conversations) data.eval_conversations = sample_conversations(eds, data.eval_file, nullptr);
     for (int64_t i = 0; i < n; ++i) data.train.push_back(i);
     return data;
   }
   HoldoutSplit split = split_holdout(n, n >= 2 ? s.holdout : 0.0, s.seed);
   data.train = std::move(split.train);
   data.eval = std::move(split.eval);
+  if (s.keep_eval_conversations) data.eval_conversations = sample_conversations(ds, data.tokenized, &data.eval);
   return data;
 }
 

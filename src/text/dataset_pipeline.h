@@ -38,6 +38,8 @@ struct DataSettings {
   // does not fit is INPUT_DATASET_WRONG_SHAPE (data_shape_problem); pairs given to Labelled (KTO)
   // are unpaired (unpair_preference). train_on_all does not apply to preference samples.
   DataShape shape = DataShape::Single;
+  // Keep each held-out sample's conversation (TrainingData::eval_conversations): --eval-metric.
+  bool keep_eval_conversations = false;
 };
 
 struct TrainingData {
@@ -45,6 +47,9 @@ struct TrainingData {
   TokenizedDataset tokenized;                  // all usable samples; Sample::id indexes tokenized.samples
   std::vector<int64_t> train, eval;            // sample ids of the two splits (disjoint)
   TokenizedDataset eval_file;                  // the samples of eval_path (then `eval` is empty)
+  // With keep_eval_conversations: the row of each held-out sample, in eval_samples()' order (a text
+  // row's is empty).
+  std::vector<Conversation> eval_conversations;
   int64_t rows_total = 0;
   int64_t rows_bad = 0;              // rows check_dataset rejected (skipped)
   int64_t rows_skipped = 0;          // bad rows + rows dropped at tokenization (tokenized.issues)

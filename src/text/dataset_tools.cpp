@@ -82,6 +82,7 @@ json parse_template_kwargs(std::string_view text) {
 
 ChatDataOptions ChatDataOptions::from_settings(const Settings& s) {
   ChatDataOptions o;
+  o.columns = parse_column_map(s.get_string("data.columns"));
   o.tools_path = s.get_string("data.tools");
   o.template_kwargs = parse_template_kwargs(s.get_string("data.template_kwargs"));
   o.reasoning = parse_reasoning_mode(s.get_string("data.reasoning"));
@@ -90,6 +91,7 @@ ChatDataOptions ChatDataOptions::from_settings(const Settings& s) {
 }
 
 void ChatDataOptions::apply(DatasetLoadOptions& lo) const {
+  lo.columns = columns;
   lo.reasoning = reasoning;
   lo.tool_arguments = tool_arguments;
   lo.tools = tools_path.empty() ? json() : load_tools_file(tools_path);

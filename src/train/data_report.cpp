@@ -379,7 +379,9 @@ DataSplitResult split_dataset(const DataSplitOptions& o) {
                             "line)",
                             o.file))
         .with_suggestion("Convert it to JSONL first (one object per line), or split with --holdout at training.");
-  const LoadedDataset ds = load_dataset(o.file);
+  DatasetLoadOptions lo;
+  lo.columns = o.columns;
+  const LoadedDataset ds = load_dataset(o.file, lo);
   std::vector<std::string> texts;
   for (const DatasetRow& r : ds.rows) texts.push_back(row_text(r));
   const size_t n = texts.size();

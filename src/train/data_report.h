@@ -88,6 +88,7 @@ struct DataSplitOptions {
   std::string train_out, eval_out;  // default: FILE's stem + .train.jsonl / .eval.jsonl beside it
   double near_threshold = 0.8;
   MinHashOptions minhash;
+  ColumnMap columns{};  // data.columns: how the rows are read (they are written back as they are)
 };
 
 struct DataSplitResult {

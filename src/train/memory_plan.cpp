@@ -11,6 +11,10 @@
 //                      with dropout, the kernel's scratch (CPU: xd [T, in]; CUDA: none), transient
 //   linear_backward    LoRA: dxa [T, r]; with dropout the kernel's scratch (CPU: xd and dxd
 //                      [T, in]; CUDA: the dA kernel's per-slice partials, DeviceScratch) (all transient)
+//   DoRA               forward: the norm's temporaries (A·Wᵀ and Bᵀ [r, out], A·Aᵀ and I [r, r],
+//                      n² [out], transient), then z [T, out] and c, 1/n [out], saved with xa;
+//                      backward: dy ⊙ c [T, out] for the op's call
+//   (PiSSA adds no activations: its initial A and B live on the host, in `weights` on the CPU)
 //   LoRA input groups  (q/k/v, gate/up: Model::lora_group_A) one xa [T, Σr] before the members'
 //                      forward (with dropout then the kernel's scratch, transient), kept until the
 //                      last member's backward, and one dxa [T, Σr] from before the first member's
@@ -149,6 +153,7 @@ struct Dims {
   bool sandwich;     // Gemma: post-attention and post-feed-forward norms (o_out, down_out and their rstd)
   bool norm_offset;  // Gemma: every norm's (1 + w) made for its call
   bool ckpt;
+  bool dora = false;  // DoRA on every adapted projection
   float dropout;
   int64_t ce_chunk_tokens;  // the setting itself (the device kernel ignores the label windows)
   DeviceScratch device;
@@ -195,6 +200,7 @@ struct Acts {
   Id o_out = -1, rstd_o = -1, down_out = -1, rstd_f = -1;
   Id xn16 = -1, attn16 = -1, hn16 = -1, m16 = -1;  // full fine-tuning's bf16 copies, kept for dW
   std::array<Id, kNumLinearRoles> xa{-1, -1, -1, -1, -1, -1, -1};
+  std::array<Id, kNumLinearRoles> dora{-1, -1, -1, -1, -1, -1, -1};  // DoRA's z, c and 1/n
 };
 
 // The weight a norm call multiplies by, made for the call (Model::norm_weight): [n] with Gemma's
@@ -215,6 +221,11 @@ Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* ke
               bool in_group = false) {
   const bool given = x16 >= 0;
   Id y = R.alloc(y_group, m.T * m.out(role));
+  Id dora = -1;
+  if (m.dora && m.has_lora(role)) {  // ops/linear.cpp dora_scale, then z, c and 1/n
+    R.transient(kWork, 2 * m.r * m.out(role) + 2 * m.r * m.r + m.out(role));
+    dora = R.alloc(keep ? keep_group : kWork, m.T * m.out(role) + 2 * m.out(role));
+  }
   if (!m.has_lora(role) || in_group)
     R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), false, given));
   if (m.has_lora(role) && !in_group) {
@@ -227,6 +238,10 @@ Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* ke
     else
       R.free(xa);
   }
+  if (keep && dora >= 0)
+    keep->dora[static_cast<size_t>(role)] = dora;
+  else
+    R.free(dora);
   return y;
 }
 
@@ -236,6 +251,7 @@ Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* ke
 void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a, Id dy16 = -1, Id x16 = -1, bool in_group = false) {
   const auto ri = static_cast<size_t>(role);
   const bool given = dy16 >= 0;
+  Id dy_scaled = m.dora && m.has_lora(role) ? R.alloc(kWork, m.T * m.out(role)) : -1;  // DoRA's dy ⊙ c
   // dx = dy·W; with a bf16 GEMM copy also dW += dyᵀ·x, the two sharing dy's bf16 copy.
   if (m.device.gemm_copies)
     R.transient_bytes(kWork, m.device.linear_dW(m.T, m.in(role), m.out(role), given, x16 >= 0));
@@ -247,7 +263,9 @@ void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a, Id dy16 = -1
     if (m.dropout > 0) R.transient_bytes(kWork, m.device.lora_dropout_dA(m.T, m.in(role), m.r));
     R.free(dxa);
   }
+  R.free(dy_scaled);
   R.free(a.xa[ri]);
+  R.free(a.dora[ri]);
 }
 
 // lora_group_forward's xa_all [T, Σr] of a grouped input group, before its members' linear_forward:
@@ -548,6 +566,7 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
   const bool lora = s.mode == TrainMode::Lora;
   m.r = lora ? s.lora.r : 0;
   m.dropout = lora ? s.lora.dropout : 0.0f;
+  m.dora = lora && s.lora.use_dora;
   for (int t = 0; t < kNumLinearRoles; ++t)
     m.lora[static_cast<size_t>(t)] = lora && s.lora.targets(static_cast<LoraTarget>(t));
   m.ce_chunk_tokens = s.ce_chunk_tokens;
@@ -640,12 +659,17 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
   MemoryPlan p;
   const int64_t base = base_parameters(cfg);
   int64_t trainable = 0;
+  int64_t dora_rows = 0;  // DoRA: Σ out over the adapted projections of every layer
   if (s.mode == TrainMode::Full) {
     trainable = base;
   } else if (s.mode == TrainMode::Lora) {
     for (auto t : kAllLoraTargets)
-      if (s.lora.targets(t)) trainable += s.lora.r * (lora_target_in(cfg, t) + lora_target_out(cfg, t));
-    trainable *= cfg.num_layers;
+      if (s.lora.targets(t)) {
+        trainable += s.lora.r * (lora_target_in(cfg, t) + lora_target_out(cfg, t));
+        if (s.lora.use_dora) dora_rows += lora_target_out(cfg, t);
+      }
+    dora_rows *= cfg.num_layers;
+    trainable = trainable * cfg.num_layers + dora_rows;  // DoRA's magnitudes [out]
   }
   const size_t f = sizeof(float);
   p.trainable_parameters = trainable;
@@ -656,6 +680,11 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
                                              : held_weight_bytes(cfg, s.base_dtype);
   // Gemma's (1 + w) norms: the model's one vector of offsets (Model::norm_weight).
   if (cfg.norm_weight_offset != 0.0f) p.weights += static_cast<size_t>(std::max(cfg.hidden_size, cfg.head_dim)) * f;
+  // DoRA: each adapted projection's ||W_j||² [out] beside the frozen weights (Model::attach_lora).
+  p.weights += static_cast<size_t>(dora_rows) * f;
+  // PiSSA: the initial A and B, kept on the host for the conversion at save (model/lora.h).
+  if (s.mode == TrainMode::Lora && s.lora.pissa() && s.device == DeviceType::CPU)
+    p.weights += static_cast<size_t>(trainable - dora_rows) * f;
   p.trainable = static_cast<size_t>(trainable) * f;
   p.gradients = p.trainable;
   const size_t shards = static_cast<size_t>(std::max(1, s.optimizer_shards));

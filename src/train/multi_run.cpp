@@ -387,6 +387,14 @@ MultiRunOptions MultiRunOptions::from_settings(const Settings& s, TrainOptions t
         .with_suggestion(
             "Merge the adapter into the model first (backprop export ADAPTER --format merged --output DIR) and "
             "give that folder as --model.");
+  if (o.train.lora.pissa())  // runs 2.. start from the merge so far, not from the base's singular vectors
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                "[multi-run] --init-lora-weights pissa cannot be used: every run after the first starts from the "
+                "merge of the runs before it");
+  if (o.train.lora.use_dora)  // the adapter merges (train/adapter_merge.h) combine A and B only
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                "[multi-run] --use-dora cannot be used: the merges between runs combine lora_A and lora_B, not "
+                "DoRA's magnitudes");
   o.train.pref.reference_is_base = true;  // DPO/KTO: one reference, the base, for every run and gate
   return o;
 }

@@ -27,6 +27,7 @@ TrainData build_train_data(const TrainOptions& o, const Tokenizer& tok) {
   ds.seed = o.seed;
   ds.shuffle = o.shuffle;
   ds.chat_template = o.chat_template;
+  ds.chat.columns = parse_column_map(o.data_columns);
   ds.chat.tools_path = o.tools_path;
   ds.chat.template_kwargs = parse_template_kwargs(o.template_kwargs);
   ds.chat.reasoning = parse_reasoning_mode(o.reasoning);
@@ -34,7 +35,8 @@ TrainData build_train_data(const TrainOptions& o, const Tokenizer& tok) {
   ds.template_limits = {.max_steps = o.template_max_steps, .max_bytes = o.template_max_bytes};
   ds.eval_path = o.eval_data_path;
   ds.shape = method_data_shape(o.method);
-  const TrainingData data = prepare_training_data(ds, tok);
+  ds.keep_eval_conversations = !o.eval_metrics.empty();
+  TrainingData data = prepare_training_data(ds, tok);
 
   TrainData d;
   d.chat_template = data.chat_template;
@@ -58,6 +60,10 @@ TrainData build_train_data(const TrainOptions& o, const Tokenizer& tok) {
     d.warnings.push_back(fmt::format("skipped {} bad rows of {}", data.eval_rows_bad, o.eval_data_path));
   for (int64_t i : data.train) d.train.push_back(td.samples[static_cast<size_t>(i)]);
   for (const Sample* s : data.eval_samples()) d.eval.push_back(*s);
+  if (ds.keep_eval_conversations) {
+    d.eval_conversations = std::move(data.eval_conversations);
+    d.eval_template = std::make_shared<const ChatTemplate>(data_chat_template(ds, tok));
+  }
   return d;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct TrainData {
   std::string format;  // detected or forced
   std::vector<std::string> warnings;
   ChatTemplateSource chat_template;  // the template the samples were rendered with, and its source
+  // --eval-metric: each held-out sample's conversation (eval's order) and the template that renders it.
+  std::vector<Conversation> eval_conversations;
+  std::shared_ptr<const ChatTemplate> eval_template;
 };
 
 // What a training method reads: dpo/orpo/simpo pairs, kto labelled completions, sft single rows.

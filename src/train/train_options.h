@@ -29,6 +29,7 @@ struct TrainOptions {
   std::string base_model_name;   // adapter_config's base_model_name_or_path when not model_dir (a hub name)
   std::string data_path;
   std::string data_format = "auto";
+  std::string data_columns;          // --columns: the file's names for the formats' keys (text/dataset.h ColumnMap)
   std::string eval_data_path;        // a separate held-out file; replaces the --holdout split
   std::string output_root = "runs";  // runs folder: a new run writes to <output_root>/<run id>
   std::string output_dir;            // set explicitly (tests) to write exactly there
@@ -61,7 +62,10 @@ struct TrainOptions {
   std::optional<bool> shard_optimizer;         // ZeRO-1; empty = auto: on when more than one rank trains
   int optimizer_shards = 1;  // set by the trainer: ranks AdamW's state is split over (the memory plan counts 1/N)
   uint64_t seed = 42;
-  int64_t eval_every = 0;  // 0 = only at the end
+  int64_t eval_every = 0;             // 0 = only at the end
+  std::string eval_metrics;           // --eval-metric: task metrics of each evaluation (train/eval_metrics.h)
+  int64_t eval_metric_examples = 50;  // held-out rows they answer
+  int64_t eval_max_new_tokens = 64;   // greedy answer length
   double holdout = 0.1;
   int64_t save_every = 0;  // 0 = only at the end
   int keep_checkpoints = 2;

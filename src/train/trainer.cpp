@@ -105,6 +105,11 @@ static void start_from_adapter(LoraAdapter& adapter, const std::string& dir, con
       if (adapter.layers[l].has(t)) {
         adapter.layers[l].a(t).copy_from(init.layers[l].a(t));
         adapter.layers[l].b(t).copy_from(init.layers[l].b(t));
+        if (adapter.layers[l].m(t).defined() != init.layers[l].m(t).defined())
+          throw Error(ErrorCode::CONFIG_INVALID,
+                      fmt::format("[train] the adapter in {} is {}a DoRA adapter, this run trains {}", dir,
+                                  init.config.use_dora ? "" : "not ", adapter.config.use_dora ? "DoRA" : "plain LoRA"));
+        if (adapter.layers[l].m(t).defined()) adapter.layers[l].m(t).copy_from(init.layers[l].m(t));
       }
 }
 
@@ -210,7 +215,7 @@ TrainSummary Trainer::run_impl() {
     s.summary.initial_eval_loss = s.evaluate();
     if (s.summary.initial_eval_loss) {
       s.record(s.eval_record(0, *s.summary.initial_eval_loss));
-      s.summary.initial_eval_metrics = s.pref.eval_metrics;
+      s.summary.initial_eval_metrics = s.eval_metrics_json();
       s.event("info", fmt::format("eval loss before training: {:.4f}", *s.summary.initial_eval_loss));
     }
   }
@@ -261,6 +266,7 @@ void Trainer::State::load_data() {
             : !o.model_dir.empty()   ? o.model_dir
                                      : fs::path(o.init_from_config).parent_path().string();
   tokenizer = Tokenizer::from_dir(tok_dir);
+  parse_task_metrics();
   data = build_train_data(o, *tokenizer);
   event("info", "chat template: " + data.chat_template.describe());
   if (run_files_started) write_run_settings();  // now with the template used
@@ -277,6 +283,57 @@ void Trainer::State::load_data() {
     throw Error(ErrorCode::INPUT_DATASET_INVALID,
                 fmt::format("[train] {} has no usable training samples ({} rows, {} skipped)", o.data_path,
                             data.rows_total, data.rows_skipped));
+  prepare_task_metrics();
+}
+
+namespace {
+Error refuse_eval_metric(const std::string& why) {
+  return Error(ErrorCode::CONFIG_INVALID_SETTING, "[train] --eval-metric " + why);
+}
+}  // namespace
+
+// --eval-metric: greedy answers to held-out conversations need an SFT run (checked with the names
+// before the data is read), held-out rows and rows with an assistant answer (after): each refused
+// before the model is built.
+void Trainer::State::parse_task_metrics() {
+  if (opt.eval_metrics.empty()) return;
+  if (method_is_preference(opt.method))
+    throw refuse_eval_metric(
+        fmt::format("scores greedy answers of an SFT run; --method {} logs its own eval metrics "
+                    "(eval_rewards/accuracies, ...)",
+                    train_method_name(opt.method)));
+  task_metrics = parse_eval_metrics({opt.eval_metrics});
+}
+
+void Trainer::State::prepare_task_metrics() {
+  if (task_metrics.empty()) return;
+  auto refuse = refuse_eval_metric;
+  if (data.eval_conversations.empty())
+    throw refuse("needs held-out rows: set --holdout above 0 or give --eval-data")
+        .with_suggestion("With --holdout 0.1 a tenth of the rows are held out; --eval-data FILE uses a file.");
+  std::vector<Conversation> convs;
+  for (const Conversation& c : data.eval_conversations) {
+    if (static_cast<int64_t>(convs.size()) == opt.eval_metric_examples) break;
+    if (c.empty())
+      throw refuse(
+          fmt::format("compares answers with each held-out row's last assistant turn, and the rows of {} "
+                      "are plain text",
+                      opt.eval_data_path.empty() ? opt.data_path : opt.eval_data_path));
+    convs.push_back(c);
+  }
+  task_examples = task_examples_from_conversations(convs);
+}
+
+void Trainer::State::evaluate_task_metrics() {
+  const EvalValues v = evaluate_metrics(*model, *tokenizer, *data.eval_template, task_examples, task_metrics,
+                                        {.max_new_tokens = opt.eval_max_new_tokens, .max_examples = 0});
+  task_values = nlohmann::json::object();
+  for (size_t k = 0; k < task_metrics.size(); ++k)
+    task_values["eval_" + task_metrics[k].label()] = metric_estimate(task_metrics[k], v, k, 0, 0).value;
+}
+
+const nlohmann::json& Trainer::State::eval_metrics_json() const {
+  return method_is_preference(opt.method) ? pref.eval_metrics : task_values;
 }
 
 void Trainer::State::build_model() {
@@ -330,12 +387,24 @@ void Trainer::State::build_model() {
                               device.type == DeviceType::CPU ? "; on the CPU this is slower than f32 GEMMs" : ""));
   if (o.mode == TrainMode::Lora) {
     adapter = std::make_unique<LoraAdapter>(init_lora(model->config(), o.lora, o.seed));
+    init_dora_magnitudes(*adapter, model->weights());  // DoRA: m = the base rows' norms
+    if (o.lora.pissa() && method_needs_reference(o.method))
+      throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                  "[train] --init-lora-weights pissa with a method that compares to a reference (dpo, kto): the "
+                  "reference is the model with the adapter off, which under PiSSA is the residual, not the base")
+          .with_suggestion("Use the default --init-lora-weights true with dpo and kto, or orpo/simpo with pissa.");
+    if (o.lora.pissa() && !o.init_adapter.empty())
+      throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                  "[train] --init-lora-weights pissa starts A and B from the base's singular vectors; it cannot "
+                  "also start from an adapter (multi-run, --init-adapter)");
+    init_pissa(*adapter, model->weights());  // PiSSA: A, B from the SVD, the base weights replaced by the residual
     if (!o.init_adapter.empty()) start_from_adapter(*adapter, o.init_adapter, model->config());
     for (auto& layer : adapter->layers)  // initialised on the host (seeded), trained on the device
       for (LoraTarget t : kAllLoraTargets)
         if (layer.has(t) && device.type != DeviceType::CPU) {
           layer.a(t) = layer.a(t).to(device);
           layer.b(t) = layer.b(t).to(device);
+          if (layer.m(t).defined()) layer.m(t) = layer.m(t).to(device);
         }
     adapter->base_model_name_or_path = o.base_model_name.empty() ? o.model_dir : o.base_model_name;
     model->attach_lora(*adapter);
@@ -629,13 +698,13 @@ std::optional<double> Trainer::State::evaluate() {
     loss_sum += r.loss_sum;
     count += r.n_counted;
   }
+  if (!task_metrics.empty()) evaluate_task_metrics();
   return count ? std::optional<double>(loss_sum / static_cast<double>(count)) : std::nullopt;
 }
 
 nlohmann::json Trainer::State::eval_record(int64_t at_step, double eval_loss) const {
   nlohmann::json j = {{"type", "eval"}, {"step", at_step}, {"eval_loss", eval_loss}};
-  if (method_is_preference(opt.method))
-    for (auto& [k, v] : pref.eval_metrics.items()) j[k] = v;
+  for (auto& [k, v] : eval_metrics_json().items()) j[k] = v;
   return j;
 }
 

@@ -222,7 +222,7 @@ void Trainer::State::finish() {
   summary.final_eval_loss = evaluate();
   if (summary.final_eval_loss) {
     record(eval_record(step, *summary.final_eval_loss));
-    summary.final_eval_metrics = pref.eval_metrics;
+    summary.final_eval_metrics = eval_metrics_json();
     if (!summary.best_eval_loss || *summary.final_eval_loss < *summary.best_eval_loss)
       summary.best_eval_loss = summary.final_eval_loss;
   }
@@ -263,6 +263,7 @@ static LoraAdapter adapter_on_host(const LoraAdapter& adapter) {
       if (layer.has(t)) {
         layer.a(t) = host_readable(layer.a(t));
         layer.b(t) = host_readable(layer.b(t));
+        if (layer.m(t).defined()) layer.m(t) = host_readable(layer.m(t));
       }
   return out;
 }
@@ -285,14 +286,16 @@ void Trainer::State::save_final_artifact() {
   }
   std::string dir = (fs::path(opt.output_dir) / "adapter").string();
   const LoraAdapter host_adapter = adapter_on_host(*adapter);
-  bool untouched = true;  // every lora_B still zero: the adapter is the identity
+  bool untouched = true;  // every lora_B still as it started (zero; PiSSA: B0): the adapter is the identity
   for (const auto& layer : host_adapter.layers)
     for (int t = 0; t < kNumLoraTargets && untouched; ++t)
       if (layer.enabled[static_cast<size_t>(t)]) {
         const Tensor& b = layer.B[static_cast<size_t>(t)];
+        const Tensor& b0 = layer.B0[static_cast<size_t>(t)];
         const float* p = b.data<float>();
+        const float* p0 = b0.defined() ? b0.data<float>() : nullptr;
         for (int64_t i = 0; i < b.numel(); ++i)
-          if (p[i] != 0.0f) {
+          if (p[i] != (p0 ? p0[i] : 0.0f)) {
             untouched = false;
             break;
           }

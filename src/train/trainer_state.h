@@ -20,6 +20,7 @@
 #include "text/data_cursor.h"
 #include "text/tokenizer.h"
 #include "train/checkpoint.h"
+#include "train/eval_metrics.h"
 #include "train/oom_recovery.h"
 #include "train/optimizer.h"
 #include "train/preference.h"
@@ -100,6 +101,15 @@ struct Trainer::State {
   void log_step(const Batch& batch, const StepRecord& rec);
   void after_step();
   std::optional<double> evaluate();
+  // --eval-metric (SFT): the metrics, the held-out examples they answer (load_data), and the values of
+  // the last evaluation as eval_<label> (its record and the summary carry them).
+  std::vector<EvalMetric> task_metrics;
+  std::vector<TaskExample> task_examples;
+  nlohmann::json task_values = nlohmann::json::object();
+  void parse_task_metrics();    // load_data: the setting, against the method, before the data is read
+  void prepare_task_metrics();  // and the examples, against the data
+  void evaluate_task_metrics();
+  const nlohmann::json& eval_metrics_json() const;  // the preference metrics or task_values
   std::string save_checkpoint(std::optional<double> eval_loss);
   void finish();
   void count_lost_records();  // into the summary: metrics.jsonl's and the log files' (finish)

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "support/test_util.h"
 
@@ -85,6 +87,71 @@ TEST(EvalCli, BadInputIsRefusedBeforeAnyWork) {
   EXPECT_NE(out.find("not one of the --metric values"), std::string::npos) << out;
   EXPECT_EQ(test::run_command(bp + " eval" + model + " --eval-data /nonexistent.jsonl", &out), 1) << out;
   EXPECT_NE(out.find("INPUT_DATASET_NOT_FOUND"), std::string::npos) << out;
+}
+
+// --eval-metric: training's held-out evaluations carry eval's task metrics, and the run's final values
+// are what `backprop eval` measures on the same rows with the same settings.
+TEST(EvalCli, TrainingsEvalMetricIsWhatEvalMeasures) {
+  test::TempDir tmp;
+  const std::string src = test::source_dir();
+  const std::string held = src + "/examples/quickstart_sharegpt_holdout.jsonl";
+  const std::string train = test::backprop_exe() + " train --device cpu --model " + src + "/models/tiny-chat --data " +
+                            src + "/examples/quickstart_sharegpt.jsonl --steps 3 --batch-size 4 --threads 1 --output " +
+                            tmp.path + "/runs";
+  std::string out;
+  ASSERT_EQ(test::run_command(train + " --eval-data " + held +
+                                  " --eval-every 2 --eval-metric exact_match,token_f1 --eval-metric-examples 12 "
+                                  "--eval-max-new-tokens 12 --json 2>/dev/null",
+                              &out),
+            0)
+      << out;
+  const auto run = json_of(out);
+  const std::string dir = run["output_dir"];
+  // Every evaluation (before training, step 2, the end) logged both metrics beside its loss.
+  std::ifstream metrics(fs::path(dir) / "metrics.jsonl");
+  std::vector<int64_t> eval_steps;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto r = nlohmann::json::parse(line);
+    if (r["type"] != "eval") continue;
+    eval_steps.push_back(r["step"]);
+    for (const char* k : {"eval_loss", "eval_exact_match", "eval_token_f1"}) {
+      ASSERT_TRUE(r.contains(k)) << line;
+      EXPECT_GE(r[k].get<double>(), 0.0) << line;
+    }
+    EXPECT_LE(r["eval_token_f1"].get<double>(), 1.0) << line;
+  }
+  EXPECT_EQ(eval_steps, (std::vector<int64_t>{0, 2, 3}));
+  std::ifstream summary_file(fs::path(dir) / "summary.json");
+  const auto summary = nlohmann::json::parse(summary_file);
+  ASSERT_TRUE(summary["initial_eval_metrics"].contains("eval_exact_match")) << summary.dump();
+  const auto& final_metrics = summary["final_eval_metrics"];
+  ASSERT_TRUE(final_metrics.contains("eval_token_f1")) << summary.dump();
+  // The same numbers from `backprop eval` on the trained run: the first 12 held-out rows, 12 new tokens.
+  ASSERT_EQ(test::run_command(test::backprop_exe() + " eval " + dir + " --eval-data " + held +
+                                  " --metric exact_match,token_f1 --max-examples 12 --max-new-tokens 12 --resamples 0 "
+                                  "--json 2>/dev/null",
+                              &out),
+            0)
+      << out;
+  const auto ev = json_of(out);
+  EXPECT_DOUBLE_EQ(ev["metrics"]["exact_match"]["value"].get<double>(),
+                   final_metrics["eval_exact_match"].get<double>());
+  EXPECT_DOUBLE_EQ(ev["metrics"]["token_f1"]["value"].get<double>(), final_metrics["eval_token_f1"].get<double>());
+  // Refused before any step: a preference method, no held-out rows, plain-text rows, an unknown metric.
+  const std::string txt = tmp.path + "/notes.txt";
+  std::ofstream(txt) << "One paragraph of text.\n\nAnother paragraph.\n\nA third.\n\nA fourth one.\n";
+  const std::pair<std::string, const char*> refused[] = {
+      {" --eval-data " + held + " --eval-metric exact_match --method dpo", "CONFIG_INVALID_SETTING"},
+      {" --holdout 0 --eval-metric exact_match", "CONFIG_INVALID_SETTING"},
+      {" --eval-data " + txt + " --eval-metric token_f1", "CONFIG_INVALID_SETTING"},
+      {" --eval-data " + held + " --eval-metric accuracy", "INPUT_VALIDATION_FAILED"},
+  };
+  for (const auto& [args, code] : refused) {
+    SCOPED_TRACE(args);
+    EXPECT_EQ(test::run_command(train + args + " 2>&1", &out), 1) << out;
+    EXPECT_NE(out.find(code), std::string::npos) << out;
+    EXPECT_EQ(out.find("step 1/"), std::string::npos) << out;
+  }
 }
 
 }  // namespace

@@ -149,6 +149,11 @@ TEST(CudaDispatch, LinearWithLoraDropoutAndBiasMatchesCpu) {
 
 // A LoRA input group on the card (q/k/v, gate/up: one GEMM of x per product, ops/linear.h) against
 // its members alone on the CPU.
+TEST(CudaDispatch, LinearWithDoraMatchesCpu) {
+  SimulatedCudaDevice card;
+  parity::linear_with_dora(kTolF32);
+}
+
 TEST(CudaDispatch, LoraGroupMatchesEachProjectionAloneOnTheCpu) {
   SimulatedCudaDevice card;
   expect_lora_groups_match_projections_alone(kGpu);

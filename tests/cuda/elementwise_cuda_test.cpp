@@ -1,8 +1,10 @@
 // CUDA SwiGLU and GeGLU, RoPE and embedding (src/backend/cuda/{swiglu,rope,embedding}.cuh) on the CPU
 // simulation against the CPU backend: f32 and bf16 storage, forward and backward, odd sizes; and the
 // column sums of the backward's reductions over tokens (column_sum.cuh, through the bias gradient).
+#include <cmath>
 #include <cstring>
 
+#include "backend/cpu/elementwise.h"
 #include "backend/cpu/embedding.h"
 #include "backend/cpu/rope.h"
 #include "backend/cpu/swiglu.h"
@@ -176,6 +178,34 @@ TEST(CudaColumnSum, BiasGradOverManyTokensMatchesADoubleSumAndRepeatsBitForBit) 
     const std::string at = " T=" + std::to_string(T_tokens) + " N=" + std::to_string(N);
     test::expect_close(db, ref, {1e-6 * T_tokens, 1e-6}, "db" + at);
     test::expect_close(db_shuffled, db, {0, 0}, "db under a shuffled schedule" + at);
+  }
+}
+
+// DoRA's per-column kernels against the CPU backend's: the column scale and c = m/sqrt(n²) bit for
+// bit (one rounding each, the same operations), the weighted column dot within f32's rounding of a
+// T-term sum (another order of addition: column_sum.cuh's row groups), at odd sizes.
+TEST(CudaDora, ColumnKernelsMatchTheCpuBackend) {
+  for (auto [T_tokens, N] : {std::pair<int64_t, int64_t>{1, 1}, {31, 33}, {257, 32}}) {
+    const std::string at = " T=" + std::to_string(T_tokens) + " N=" + std::to_string(N);
+    const auto z = test::random_floats(T_tokens * N, 60 + N), g = test::random_floats(T_tokens * N, 61 + N);
+    const auto c = test::random_floats(N, 62 + N, 0.5f, 2.0f), m = test::random_floats(N, 63 + N, 0.5f, 2.0f);
+    const auto nsq = test::random_floats(N, 64 + N, 0.1f, 3.0f), w = test::random_floats(N, 65 + N, 0.5f, 2.0f);
+    std::vector<float> y = test::random_floats(T_tokens * N, 66 + N), y_ref = y;
+    column_scale_add(y.data(), c.data(), z.data(), T_tokens, N, nullptr);
+    cpu::column_scale_add(y_ref.data(), c.data(), z.data(), T_tokens, N);
+    EXPECT_EQ(y, y_ref) << "column_scale_add" << at;
+    std::vector<float> acc(N, 0.25f), acc_ref(N, 0.25f), abs_sum(N, 0.0f);
+    column_dot_accumulate(g.data(), z.data(), w.data(), acc.data(), T_tokens, N, nullptr);
+    cpu::column_dot_accumulate(g.data(), z.data(), w.data(), acc_ref.data(), T_tokens, N);
+    for (int64_t j = 0; j < N; ++j)
+      for (int64_t t = 0; t < T_tokens; ++t) abs_sum[j] += std::fabs(g[t * N + j] * z[t * N + j]) * w[j];
+    for (int64_t j = 0; j < N; ++j)
+      EXPECT_NEAR(acc[j], acc_ref[j], 2e-7 * T_tokens * abs_sum[j] + 1e-7) << "column_dot_accumulate" << at;
+    std::vector<float> cc(N), inv(N), cc_ref(N), inv_ref(N);
+    dora_column_scale(m.data(), nsq.data(), cc.data(), inv.data(), N, nullptr);
+    cpu::dora_column_scale(m.data(), nsq.data(), cc_ref.data(), inv_ref.data(), N);
+    EXPECT_EQ(cc, cc_ref) << at;
+    EXPECT_EQ(inv, inv_ref) << at;
   }
 }
 

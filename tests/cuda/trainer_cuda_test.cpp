@@ -26,12 +26,14 @@ using namespace cuda_trainer;
 // tiny-chat's attention (head dim 32) runs on tensor cores with bf16 inputs (attention_tc.cuh), as
 // in the held-base runs further down, which are held to bf16 bounds.
 // lora_dropout: tiny_chat_options' 0.1 (each projection's LoRA alone, the dropout kernels), or 0:
-// q/k/v and gate/up as LoRA input groups (ops/linear.h lora_group_forward).
-void expect_tiny_chat_lora_run_matches_cpu(float lora_dropout) {
-  SCOPED_TRACE(::testing::Message() << "LoRA dropout " << lora_dropout);
+// q/k/v and gate/up as LoRA input groups (ops/linear.h lora_group_forward). dora: DoRA's
+// magnitudes too (their gradient, the per-column kernels and the norm's GEMMs on the card).
+void expect_tiny_chat_lora_run_matches_cpu(float lora_dropout, bool dora = false) {
+  SCOPED_TRACE(::testing::Message() << "LoRA dropout " << lora_dropout << (dora ? ", DoRA" : ""));
   TempDir cpu_dir, gpu_dir;
   TrainOptions co = tiny_chat_options(cpu_dir.path, "cpu");
   co.lora.dropout = lora_dropout;
+  co.lora.use_dora = dora;
   const TrainSummary ref = Trainer(co).run();
 
   SimulatedCudaDevice card;
@@ -39,6 +41,7 @@ void expect_tiny_chat_lora_run_matches_cpu(float lora_dropout) {
   const uint64_t launches_before = sim::launch_count();
   TrainOptions go = tiny_chat_options(gpu_dir.path, "cuda");
   go.lora.dropout = lora_dropout;
+  go.lora.use_dora = dora;
   std::string device_line;
   Trainer trainer(go, capture_device_event(&device_line));
   const TrainSummary got = trainer.run();
@@ -74,6 +77,10 @@ TEST(CudaTrainer, TinyChatLoraRunMatchesCpu) {
 
 TEST(CudaTrainer, TinyChatLoraRunWithInputGroupsMatchesCpu) {
   expect_tiny_chat_lora_run_matches_cpu(0.0f);
+}
+
+TEST(CudaTrainer, TinyChatDoraRunMatchesCpu) {
+  expect_tiny_chat_lora_run_matches_cpu(0.0f, true);
 }
 
 // Two steps of full fine-tuning of tiny-chat on the CPU (first) and on the card (second).

@@ -38,6 +38,11 @@ TEST(CudaDeviceDispatch, LinearWithLoraDropoutAndBiasMatchesCpu) {
   parity::linear_with_lora_dropout_and_bias(kDeviceTol);
 }
 
+TEST(CudaDeviceDispatch, LinearWithDoraMatchesCpu) {
+  BP_NEED_DEVICE_TABLE();
+  parity::linear_with_dora(kDeviceTol);
+}
+
 TEST(CudaDeviceDispatch, LoraGroupMatchesEachProjectionAloneOnTheCpu) {
   BP_NEED_DEVICE_TABLE();
   expect_lora_groups_match_projections_alone(parity::kGpu, kDeviceTol);

@@ -10,6 +10,7 @@
 #include "model/loader.h"
 #include "model/peft.h"
 #include "model/weight_names.h"
+#include "support/lora_test_util.h"
 #include "support/test_util.h"
 
 namespace bp {
@@ -36,6 +37,14 @@ LoraAdapter trained_adapter(const ModelConfig& c, LoraConfig lc, uint64_t seed) 
     for (LoraTarget t : kAllLoraTargets)
       if (l.has(t)) l.b(t).copy_from(test::random_tensor(l.b(t).shape(), ++s));
   return ad;
+}
+
+LoraConfig lora_config(int64_t r, float alpha, std::vector<std::string> targets) {
+  LoraConfig lc;
+  lc.r = r;
+  lc.alpha = alpha;
+  lc.target_modules = std::move(targets);
+  return lc;
 }
 
 // W + scale·B·A in double, plainly.
@@ -65,11 +74,8 @@ void run_oracle(const std::string& base, const std::string& adapter, const std::
 TEST(Merge, MatchesPlainFormulaAndLeavesBaseAlone) {
   ModelConfig c = tiny_config("float32");
   ModelWeights base = init_random_weights(c, 1);
-  LoraConfig lc;
-  lc.r = 3;
-  lc.alpha = 5;
+  LoraConfig lc = lora_config(3, 5, {"q_proj", "k_proj", "o_proj", "up_proj", "down_proj"});
   lc.use_rslora = true;
-  lc.target_modules = {"q_proj", "k_proj", "o_proj", "up_proj", "down_proj"};
   LoraAdapter ad = trained_adapter(c, lc, 2);
   const std::vector<float> q_before = base.layers[1].q.to_vector();
   ModelWeights m = merge_lora(base, ad);
@@ -113,6 +119,33 @@ TEST(Merge, AHeldBaseIsWidenedToF32AndMerged) {
             << dtype_name(held) << " " << lora_target_name(t);
       }
   }
+}
+
+// DoRA's merge (PEFT's): W' = (m / ||W + s·B·A||_row) ⊙ (W + s·B·A), against the plain merge
+// rescaled row by row in double here.
+TEST(Merge, DoraScalesEachMergedRowToItsMagnitude) {
+  ModelConfig c = tiny_config("float32");
+  ModelWeights base = init_random_weights(c, 2);
+  LoraConfig lc = lora_config(3, 6, {"q_proj", "up_proj"});
+  lc.use_dora = true;
+  LoraAdapter ad = trained_adapter(c, lc, 4);
+  test::randomize_dora_magnitudes(ad, 40);
+  const ModelWeights m = merge_lora(base, ad);
+  for (size_t li = 0; li < 2; ++li)
+    for (LoraTarget t : {LoraTarget::Q, LoraTarget::Up}) {
+      const Tensor& W = weight_ref(base, lora_target_role(t), static_cast<int64_t>(li));
+      std::vector<float> ref = reference_merge(W, ad.layers[li].a(t), ad.layers[li].b(t), ad.config.scale());
+      const int64_t out = W.dim(0), in = W.dim(1);
+      const std::vector<float> mag = ad.layers[li].m(t).to_vector();
+      for (int64_t o = 0; o < out; ++o) {
+        double n = 0;
+        for (int64_t i = 0; i < in; ++i) n += double(ref[o * in + i]) * ref[o * in + i];
+        for (int64_t i = 0; i < in; ++i) ref[o * in + i] = static_cast<float>(ref[o * in + i] * mag[o] / std::sqrt(n));
+      }
+      const std::vector<float> got = weight_ref(m, lora_target_role(t), static_cast<int64_t>(li)).to_vector();
+      for (size_t i = 0; i < ref.size(); ++i)
+        EXPECT_NEAR(got[i], ref[i], 1e-6 + 1e-5 * std::fabs(ref[i])) << lora_target_name(t) << " " << i;
+    }
 }
 
 TEST(Merge, FreshAdapterChangesNothing) {

@@ -130,10 +130,11 @@ inline ModelWeights tiny_weights(const ModelConfig& c, uint64_t seed) {
 
 // LoRA tensors owned by the test; B is random (not PEFT's zero init) so every gradient is non-zero.
 struct TinyLora {
-  std::vector<std::array<Tensor, kNumLinearRoles>> A, B;
+  std::vector<std::array<Tensor, kNumLinearRoles>> A, B, M;
   LoraView view;
   float alpha = 8.0f;
   bool rslora = false;
+  bool dora = false;
   std::vector<std::string> targets;
 };
 
@@ -162,6 +163,19 @@ inline void make_tiny_lora(TinyLora& t, const ModelConfig& c, int64_t r, float a
       t.B[li][ri] = random_tensor({outs[ri], r}, seed++, -0.2f, 0.2f);
       t.view.layers[li][ri] = {&t.A[li][ri], &t.B[li][ri]};
     }
+}
+
+// DoRA magnitudes for every adapted projection of `t`: random in [0.4, 1.2] (not the base rows'
+// norms, so the scale m / ||W + s·B·A|| is far from 1 and every term of the formula shows).
+inline void add_tiny_dora(TinyLora& t, uint64_t seed) {
+  t.dora = true;
+  t.M.assign(t.A.size(), {});
+  for (size_t l = 0; l < t.A.size(); ++l)
+    for (size_t r = 0; r < kNumLinearRoles; ++r)
+      if (t.B[l][r].defined()) {
+        t.M[l][r] = random_tensor({t.B[l][r].dim(0)}, seed++, 0.4f, 1.2f);
+        t.view.layers[l][r].M = &t.M[l][r];
+      }
 }
 
 inline std::vector<LinearRole> all_roles() {
@@ -252,7 +266,8 @@ inline void write_oracle_case(const std::string& dir, Model& model, const TinyLo
   };
   for (auto& [name, t] : model.named_weights()) put(name, *t);
   if (lora) {
-    spec["lora"] = {{"r", lora->view.rank}, {"alpha", lora->alpha}, {"use_rslora", lora->rslora}};
+    spec["lora"] = {
+        {"r", lora->view.rank}, {"alpha", lora->alpha}, {"use_rslora", lora->rslora}, {"use_dora", lora->dora}};
     for (auto& p : model.trainable_parameters())
       if (p.name.find("lora_") != std::string::npos) put(p.name, *p.param);
   }

@@ -35,6 +35,7 @@ struct ParityCase {
   std::vector<LinearRole> targets = all_roles();
   int adamw_steps = 0;
   uint64_t seed = 1;
+  bool dora = false;  // DoRA magnitudes on every adapted projection
 };
 
 struct Built {
@@ -50,6 +51,7 @@ Built build(const ParityCase& pc) {
   if (pc.mode == TrainMode::Lora) {
     b.lora = std::make_unique<TinyLora>();
     make_tiny_lora(*b.lora, cfg, pc.lora_r, pc.lora_alpha, pc.rslora, pc.targets, 0.0f, pc.seed * 100 + 50);
+    if (pc.dora) add_tiny_dora(*b.lora, pc.seed * 100 + 90);
     b.model->attach_lora(b.lora->view);
   }
   b.batch = tiny_batch(cfg.vocab_size, pc.seed);
@@ -152,6 +154,22 @@ std::vector<ParityCase> parity_cases() {
     c.seed = seed++;
     v.push_back(c);
   }
+  // DoRA (PEFT's use_dora): with biases (added unscaled) and checkpointing; a target subset with
+  // rsLoRA and no checkpointing; a 10-step AdamW trajectory training the magnitudes too.
+  ParityCase dora{"lora_dora_qwen2_bias", qwen2};
+  dora.dora = true;
+  dora.seed = seed++;
+  v.push_back(dora);
+  ParityCase dora_rs = rs;
+  dora_rs.name = "lora_dora_rslora_subset";
+  dora_rs.dora = true;
+  dora_rs.seed = seed++;
+  v.push_back(dora_rs);
+  ParityCase adam_dora{"adamw_dora", llama_tied};
+  adam_dora.dora = true;
+  adam_dora.adamw_steps = 10;
+  adam_dora.seed = seed++;
+  v.push_back(adam_dora);
   // 10-step AdamW trajectories.
   ParityCase adam_lora{"adamw_lora", llama_tied};
   adam_lora.adamw_steps = 10;
@@ -161,6 +179,16 @@ std::vector<ParityCase> parity_cases() {
   adam_full.adamw_steps = 10;
   adam_full.seed = seed++;
   v.push_back(adam_full);
+  // DoRA on Gemma's projections: Gemma 3 (sandwich (1 + w) norms, GeGLU, windows) with checkpointing,
+  // Gemma 2 (both soft-caps) without.
+  ParityCase dora_gemma3{"lora_dora_gemma3", gemma3};
+  dora_gemma3.dora = true;
+  dora_gemma3.seed = seed++;
+  v.push_back(dora_gemma3);
+  ParityCase dora_gemma2{"lora_dora_gemma2_softcap_nockpt", gemma2, TrainMode::Lora, false};
+  dora_gemma2.dora = true;
+  dora_gemma2.seed = seed++;
+  v.push_back(dora_gemma2);
   return v;
 }
 
@@ -211,7 +239,7 @@ void check_case(const ParityCase& pc, const OracleResult& ref) {
   for (auto& [k, v] : ref.arrays) oracle_grads += k.rfind("grad:", 0) == 0;
   EXPECT_EQ(compared, oracle_grads);
   if (pc.mode == TrainMode::Lora) {
-    EXPECT_EQ(compared, 2 * pc.targets.size() * static_cast<size_t>(model.config().num_layers));
+    EXPECT_EQ(compared, (pc.dora ? 3 : 2) * pc.targets.size() * static_cast<size_t>(model.config().num_layers));
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "io/safetensors.h"
 #include "model/weight_names.h"
+#include "support/lora_test_util.h"
 #include "support/test_util.h"
 
 namespace bp {
@@ -118,6 +119,49 @@ TEST(Peft, FileLayoutMatchesPeft) {
             (std::vector<int64_t>{8, 2}));
 }
 
+// DoRA: the magnitude of each adapted projection as PEFT's get_peft_model_state_dict names it
+// (<module>.lora_magnitude_vector, [out], no ".weight"), use_dora true in adapter_config.json; the
+// round trip is exact, and a magnitude without use_dora (or the reverse) is refused.
+TEST(Peft, DoraMagnitudesSavedAsPeftSavesThem) {
+  ModelConfig c = tiny_config();
+  LoraConfig lc;
+  lc.r = 2;
+  lc.use_dora = true;
+  lc.target_modules = {"k_proj", "down_proj"};
+  LoraAdapter ad = trained_adapter(c, lc, 5);
+  test::randomize_dora_magnitudes(ad, 77);
+  test::TempDir dir;
+  save_peft_adapter(ad, dir.path);
+  EXPECT_EQ(read_json(dir.path + "/adapter_config.json")["use_dora"], true);
+  SafetensorsReader r = SafetensorsReader::open_file(dir.path + "/adapter_model.safetensors");
+  EXPECT_EQ(r.names().size(), 3u * 2u * 2u);
+  EXPECT_EQ(r.entry("base_model.model.model.layers.1.self_attn.k_proj.lora_magnitude_vector").shape,
+            (std::vector<int64_t>{8}));
+  EXPECT_EQ(r.entry("base_model.model.model.layers.0.mlp.down_proj.lora_magnitude_vector").shape,
+            (std::vector<int64_t>{16}));
+  LoraAdapter back = load_peft_adapter(dir.path, c);
+  EXPECT_TRUE(back.config.use_dora);
+  for (size_t li = 0; li < 2; ++li)
+    for (LoraTarget t : kAllLoraTargets) {
+      ASSERT_EQ(back.layers[li].m(t).defined(), ad.layers[li].has(t));
+      if (ad.layers[li].has(t)) {
+        EXPECT_EQ(back.layers[li].m(t).to_vector(), ad.layers[li].m(t).to_vector());
+      }
+    }
+  EXPECT_EQ(back.num_parameters(), ad.num_parameters());
+  nlohmann::json j = read_json(dir.path + "/adapter_config.json");
+  j["use_dora"] = false;
+  std::ofstream(dir.path + "/adapter_config.json") << j.dump();
+  EXPECT_NE(load_error([&] { load_peft_adapter(dir.path, c); }).find("no use_dora = true"), std::string::npos);
+  LoraConfig plain = lc;
+  plain.use_dora = false;
+  save_peft_adapter(trained_adapter(c, plain, 5), dir.path);
+  j["use_dora"] = true;
+  std::ofstream(dir.path + "/adapter_config.json") << j.dump();
+  EXPECT_NE(load_error([&] { load_peft_adapter(dir.path, c); }).find("lora_magnitude_vector' is missing"),
+            std::string::npos);
+}
+
 TEST(Peft, AdapterForAnotherModelFails) {
   LoraConfig lc;
   lc.r = 4;
@@ -158,7 +202,7 @@ TEST(Peft, DamagedOrUnsupportedAdapters) {
     std::ofstream(dir.path + "/adapter_config.json") << j.dump();
     return load_error([&] { load_peft_adapter(dir.path, c); });
   };
-  EXPECT_NE(with("use_dora", true).find("use_dora"), std::string::npos);
+  EXPECT_NE(with("use_dora", true).find("use_dora"), std::string::npos);  // no magnitudes in the file
   EXPECT_NE(with("bias", "all").find("bias 'all'"), std::string::npos);
   EXPECT_NE(with("peft_type", "IA3").find("IA3"), std::string::npos);
   EXPECT_NE(with("rank_pattern", {{"q_proj", 4}}).find("rank_pattern"), std::string::npos);

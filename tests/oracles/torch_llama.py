@@ -111,7 +111,17 @@ class Llama:
         a = "base_model.model." + name + ".lora_A.weight"
         if self.lora and a in self.w:
             b = "base_model.model." + name + ".lora_B.weight"
-            y = y + (x @ self.w[a].T) @ self.w[b].T * self.scale
+            lora = (x @ self.w[a].T) @ self.w[b].T * self.scale
+            m = "base_model.model." + name + ".lora_magnitude_vector"
+            if not self.lora.get("use_dora"):
+                return y + lora
+            # DoRA as PEFT's DoraLinearLayer (no dropout): the norm of each row of W + s*B*A,
+            # detached; the base output (bias removed) and the LoRA output scaled by m / norm.
+            W = self.w[name + ".weight"]
+            norm = torch.linalg.norm(W + self.scale * (self.w[b] @ self.w[a]), dim=1).detach()
+            mag_norm_scale = (self.w[m] / norm).view(1, -1)
+            base = x @ W.T
+            y = y + (mag_norm_scale - 1) * base + mag_norm_scale * lora
         return y
 
     def forward(self, tokens, positions, cu_seqlens):

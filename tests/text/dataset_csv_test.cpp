@@ -3,7 +3,8 @@
 // JSONL; both must load as the same rows. Malformed records are reported with their line and the
 // rest kept; header problems stop with the code; a byte-order mark, blank lines and boolean
 // columns (KTO's label) behave as pandas reads them; `backprop validate` and `backprop train` take
-// a CSV file.
+// a CSV file. `--format csv|tsv` reads a table whatever the file's name, and `--columns` maps a file's
+// own column (or JSON key) names onto the formats' keys.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -208,6 +209,108 @@ TEST(DatasetCsv, ValidateAndTrainTakeACsvFile) {
   ASSERT_TRUE(summary.good()) << out;
   const auto s = nlohmann::json::parse(summary);
   EXPECT_EQ(s["steps"], 2) << s.dump();
+}
+
+TEST(DatasetCsv, FormatCsvOrTsvReadsATableWhateverTheFilesName) {
+  TempDir dir;
+  const std::string table = "instruction,output\n\"Add 1, 2\",3\nName a colour,blue\n";
+  const std::string path = write_file(dir, "export.dat", table);
+  const LoadedDataset csv = load_dataset(path, {.format = DatasetFormat::Csv});
+  EXPECT_EQ(csv.format, DatasetFormat::Alpaca) << "the rows' format is detected from the header";
+  ASSERT_EQ(csv.rows.size(), 2u);
+  EXPECT_EQ(csv.rows[0].conv[0].content, "Add 1, 2");
+  EXPECT_EQ(csv.rows[1].line, 3);
+  // Without --format csv the same bytes are not a table: no row is a JSON object.
+  EXPECT_TRUE(load_dataset(path).rows.empty());
+  // A .txt name is plain text unless the format says otherwise.
+  const std::string tsv_path = write_file(dir, "pairs.txt", "prompt\tchosen\trejected\nsky?\tblue\tgreen\n");
+  const LoadedDataset tsv = load_dataset(tsv_path, {.format = DatasetFormat::Tsv});
+  EXPECT_EQ(tsv.format, DatasetFormat::Preference);
+  ASSERT_EQ(tsv.rows.size(), 1u);
+  EXPECT_TRUE(tsv.rows[0].is_pair());
+  EXPECT_EQ(load_dataset(tsv_path).format, DatasetFormat::Text);
+  EXPECT_EQ(parse_dataset_format("csv"), DatasetFormat::Csv);
+  EXPECT_STREQ(dataset_format_name(DatasetFormat::Tsv), "tsv");
+}
+
+TEST(DatasetCsv, ColumnsMapTheFilesNamesOntoTheFormatsKeys) {
+  TempDir dir;
+  // A CSV with its own names reads as the Alpaca rows of a JSONL file with ours.
+  const std::string csv_path =
+      write_file(dir, "qa.csv", "question,context,answer\nWhat is 2+2?,,4\nCapital?,France,Paris\n");
+  const std::string jsonl_path =
+      write_file(dir, "qa.jsonl",
+                 "{\"instruction\": \"What is 2+2?\", \"input\": \"\", \"output\": \"4\"}\n"
+                 "{\"instruction\": \"Capital?\", \"input\": \"France\", \"output\": \"Paris\"}\n");
+  DatasetLoadOptions lo;
+  lo.columns = parse_column_map("instruction=question, input=context,output=answer");
+  const LoadedDataset mapped = load_dataset(csv_path, lo);
+  EXPECT_EQ(mapped.format, DatasetFormat::Alpaca);
+  EXPECT_TRUE(mapped.issues.empty()) << mapped.issues[0].message;
+  expect_same_rows(mapped, load_dataset(jsonl_path));
+  // JSON rows too, the map given as a JSON object; a row without a mapped key is a missing_field issue
+  // naming it, the others load.
+  lo.columns = parse_column_map(R"({"prompt": "q", "chosen": "good", "rejected": "bad"})");
+  const LoadedDataset pairs = load_dataset(write_file(dir, "p.jsonl",
+                                                      "{\"q\": \"sky?\", \"good\": \"blue\", \"bad\": \"green\"}\n"
+                                                      "{\"q\": \"grass?\", \"good\": \"green\"}\n"
+                                                      "{\"q\": \"snow?\", \"good\": \"white\", \"bad\": \"black\"}\n"),
+                                           lo);
+  EXPECT_EQ(pairs.format, DatasetFormat::Preference);
+  ASSERT_EQ(pairs.rows.size(), 2u);
+  EXPECT_EQ(pairs.rows[1].line, 3);
+  EXPECT_EQ(pairs.rows[1].rejected_conv.back().content, "black");
+  expect_issues(pairs, {{2, RowProblem::MissingField}});
+  if (!pairs.issues.empty()) {
+    EXPECT_NE(pairs.issues[0].message.find("'bad'"), std::string::npos);
+  }
+  // A mapped column wins over a column that already has the key's name.
+  lo.columns = parse_column_map("output=better");
+  const LoadedDataset both =
+      load_dataset(write_file(dir, "both.csv", "instruction,output,better\nSay hi,hey,Hello!\n"), lo);
+  ASSERT_EQ(both.rows.size(), 1u);
+  EXPECT_EQ(both.rows[0].conv.back().content, "Hello!");
+  // A header without a mapped column stops with the code, naming the column and the header's columns.
+  lo.columns = parse_column_map("instruction=question,output=reply");
+  std::string msg;
+  EXPECT_EQ(code_of([&] { load_dataset(csv_path, lo); }, &msg), ErrorCode::INPUT_DATASET_INVALID);
+  EXPECT_NE(msg.find("'reply'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("question, context, answer"), std::string::npos) << msg;
+  // Bad maps are refused before any file is read.
+  for (const char* bad : {"answer=output", "output=", "output=a,output=b", "input=a,output=a", "output",
+                          "{\"output\": 3}", "{not json"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_EQ(code_of([&] { parse_column_map(bad); }), ErrorCode::CONFIG_INVALID_SETTING);
+  }
+  EXPECT_TRUE(parse_column_map("  ").empty());
+}
+
+TEST(DatasetCsv, TheCommandsTakeFormatCsvAndColumns) {
+  TempDir dir;
+  std::string table = "question,answer\n";  // not a .csv name: only --format csv reads it as a table
+  for (int i = 0; i < 8; ++i) table += "\"What is " + std::to_string(i) + " + 1?\"," + std::to_string(i + 1) + "\n";
+  const std::string path = write_file(dir, "sums.data", table);
+  const std::string args = " --format csv --columns instruction=question,output=answer";
+  std::string out;
+  EXPECT_EQ(run_command(backprop_exe() + " validate " + path + args + " --json", &out), 0) << out;
+  const auto doc = nlohmann::json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(doc["good_rows"], 8) << out;
+  // Without the map no row matches a format.
+  EXPECT_NE(run_command(backprop_exe() + " validate " + path + " --format csv --json", &out), 0) << out;
+  EXPECT_EQ(run_command(backprop_exe() + " data report " + path + args + " --json 2>/dev/null", &out), 0) << out;
+  const auto report = nlohmann::json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(report["train"]["good_rows"], 8) << out;
+  EXPECT_EQ(report["train"]["format"], "alpaca") << out;
+  const std::string cmd = backprop_exe() + " train --device cpu --model " + source_dir() + "/models/tiny-chat --data " +
+                          path + args + " --steps 1 --batch-size 2 --max-seq-length 64 --threads 1 --output " +
+                          dir.path + "/runs 2>&1";
+  ASSERT_EQ(run_command(cmd, &out), 0) << out;
+  std::string run;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path + "/runs")) run = e.path().string();
+  std::ifstream settings(run + "/settings.json");
+  ASSERT_TRUE(settings.good()) << out;
+  EXPECT_NE(nlohmann::json::parse(settings).dump().find("instruction=question"), std::string::npos)
+      << "the map is one of the run's settings (resume keeps it)";
 }
 
 }  // namespace

@@ -94,7 +94,7 @@ TEST(Dataset, ForcedFormatOverridesDetection) {
   EXPECT_EQ(detected.format, DatasetFormat::Alpaca);
   EXPECT_EQ(detected.issues.size(), 1u);
   EXPECT_EQ(parse_dataset_format("sharegpt"), DatasetFormat::ShareGPT);
-  EXPECT_EQ(code_of([] { parse_dataset_format("csv"); }), ErrorCode::INPUT_VALIDATION_FAILED);
+  EXPECT_EQ(code_of([] { parse_dataset_format("jsonl"); }), ErrorCode::INPUT_VALIDATION_FAILED);
 }
 
 // --format's names are one list: the data.format setting's allowed values are what the loader takes
@@ -111,7 +111,7 @@ TEST(Dataset, FormatNamesAreTheSettingsAllowedValues) {
   }
   EXPECT_EQ(parse_dataset_format("messages"), DatasetFormat::OpenAI);
   EXPECT_EQ(parse_dataset_format("txt"), DatasetFormat::PlainText);
-  for (const char* refused : {"csv", "raw", "TXT"}) {
+  for (const char* refused : {"jsonl", "raw", "TXT", "CSV"}) {
     EXPECT_EQ(code_of([&] { parse_dataset_format(refused); }), ErrorCode::INPUT_VALIDATION_FAILED) << refused;
     Settings s;
     EXPECT_THROW(s.set("data.format", refused), Error) << refused;

@@ -177,9 +177,11 @@ TEST(ValidateCli, AdvertisedFormatNamesAreAccepted) {
   out = validate("'" + chat + "' --format messages", &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("format openai, 1 rows"), std::string::npos) << out;
-  out = validate("'" + chat + "' --format csv", &rc);
+  out = validate("'" + chat + "' --format jsonl", &rc);
   EXPECT_NE(rc, 0) << out;
-  EXPECT_NE(out.find("use one of auto, sharegpt, openai, messages, alpaca, text, txt"), std::string::npos) << out;
+  EXPECT_NE(out.find("use one of auto, sharegpt, openai, messages, alpaca, text, txt, preference, kto, csv, tsv"),
+            std::string::npos)
+      << out;
 }
 
 // Preference data (issue 38): each bad-row kind with its line, and --method (WRONG_SHAPE).

@@ -1,7 +1,8 @@
 // The memory plan against the CPU allocator's measured peak of a real forward_backward, for
-// several sizes, LoRA/full, checkpointing on/off, dropout, q/k norm and a sliding window; and the largest
-// micro-batch that fits a limit, checked by running it under that limit. SFT samples (prompts
-// without loss) need logits rows only for their answers, and the plan counts exactly those.
+// several sizes, LoRA/full, checkpointing on/off, dropout, q/k norm, a sliding window, Gemma, DoRA
+// and PiSSA; and the largest micro-batch that fits a limit, checked by running it under that limit.
+// SFT samples (prompts without loss) need logits rows only for their answers, and the plan counts
+// exactly those.
 #include "train/memory_plan.h"
 
 #include <gtest/gtest.h>
@@ -27,6 +28,7 @@ struct PlanCase {
   float dropout = 0.0f;
   std::vector<std::string> targets = {"all-linear"};
   int64_t chunk = 64;
+  bool dora = false, pissa = false;
 };
 
 std::vector<PlanCase> plan_cases() {
@@ -52,6 +54,10 @@ std::vector<PlanCase> plan_cases() {
       {"qwen3_full_nockpt", qwen3, TrainMode::Full, false, 90},
       {"gemma3_lora_ckpt", gemma3, TrainMode::Lora, true, 110},
       {"gemma3_full_nockpt", gemma3, TrainMode::Full, false, 90},
+      {"wide_dora_ckpt", wide, TrainMode::Lora, true, 120, 0.0f, {"all-linear"}, 64, true},
+      {"qwen3_dora_nockpt", qwen3, TrainMode::Lora, false, 90, 0.0f, {"q_proj", "up_proj", "down_proj"}, 64, true},
+      {"small_pissa_nockpt", small, TrainMode::Lora, false, 40, 0.0f, {"q_proj", "down_proj"}, 64, false, true},
+      {"gemma3_dora_nockpt", gemma3, TrainMode::Lora, false, 110, 0.0f, {"all-linear"}, 64, true},
   };
 }
 
@@ -62,6 +68,8 @@ MemorySettings settings_of(const PlanCase& pc) {
   s.lora.alpha = 16;
   s.lora.dropout = pc.dropout;
   s.lora.target_modules = pc.targets;
+  s.lora.use_dora = pc.dora;
+  s.lora.init_lora_weights = pc.pissa ? "pissa" : "true";
   s.gradient_checkpointing = pc.ckpt;
   s.micro_batch_tokens = pc.tokens;
   s.ce_chunk_tokens = pc.chunk;
@@ -97,6 +105,8 @@ Measured measure(const PlanCase& pc, const MemorySettings& s, size_t limit = kNo
   LoraAdapter adapter;
   if (pc.mode == TrainMode::Lora) {
     adapter = init_lora(cfg, s.lora, 5);
+    init_dora_magnitudes(adapter, model.weights());
+    init_pissa(adapter, model.weights());
     model.attach_lora(adapter);
   }
   std::vector<Tensor> adam;

@@ -138,22 +138,27 @@ TEST(Trainer, EvaluationRestoresTrainingModeWhenItThrows) {
   EXPECT_TRUE(t.model().training());
 }
 
-TEST(Trainer, ResumeContinuesBitIdentically) {
+// A run stopped at step 3 and resumed ends with the bits of the run that never stopped (`lora`
+// adjusts the LoRA settings of both).
+static void expect_resume_bit_identical(void (*lora)(LoraConfig&)) {
   test::TempDir a_dir, b_dir;
   TrainOptions straight = base_options(a_dir.path);
   straight.steps = 6;
+  lora(straight.lora);
   Trainer(straight).run();
 
   TrainOptions first = base_options(b_dir.path);
   first.steps = 6;
   first.save_every = 3;
   first.fault_eval_throw_at = -1;
+  lora(first.lora);
   // Stop after step 3 as an interrupt would: a checkpoint exists at 3.
   first.stop_after_step_for_tests = 3;
   EXPECT_THROW(Trainer(first).run(), Error);
   TrainOptions resumed = base_options(b_dir.path);
   resumed.steps = 6;
   resumed.resume = "latest";
+  lora(resumed.lora);
   TrainSummary s = Trainer(resumed).run();
   EXPECT_EQ(s.steps_done, 6);
   auto a = SafetensorsReader::open_file(straight.output_dir + "/checkpoints/checkpoint-6/trainable.safetensors");
@@ -164,6 +169,17 @@ TEST(Trainer, ResumeContinuesBitIdentically) {
     ASSERT_EQ(ta.nbytes(), tb.nbytes());
     EXPECT_EQ(std::memcmp(ta.raw(), tb.raw(), ta.nbytes()), 0) << n << " differs after resume";
   }
+}
+
+TEST(Trainer, ResumeContinuesBitIdentically) {
+  expect_resume_bit_identical([](LoraConfig&) {});
+}
+
+// DoRA's magnitudes are trainable parameters of the checkpoint; PiSSA's A0, B0 and residual base
+// are remade from the reloaded base by the same SVD before the checkpoint's A and B are restored.
+TEST(Trainer, DoraAndPissaResumeBitIdentically) {
+  expect_resume_bit_identical([](LoraConfig& l) { l.use_dora = true; });
+  expect_resume_bit_identical([](LoraConfig& l) { l.init_lora_weights = "pissa"; });
 }
 
 // Full fine-tuning with --matmul-dtype bf16 on the CPU (for comparison with a card; slower here):

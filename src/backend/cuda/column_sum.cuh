@@ -17,9 +17,10 @@ namespace bp::BP_CUDA_NS {
 
 constexpr int kColumnSumCols = 32, kColumnSumRowGroups = 16;
 
-// Term: a device-callable object, float operator()(int64_t row, int64_t column).
+// Term: a device-callable object, float operator()(int64_t row, int64_t column). weight (may be
+// null): out[j] += weight[j]·Σ instead (DoRA's magnitude gradient).
 template <class Term>
-__global__ void column_sum_kernel(Term term, float* out, int64_t rows, int64_t N) {
+__global__ void column_sum_kernel(Term term, float* out, int64_t rows, int64_t N, const float* weight) {
   __shared__ float partial[kColumnSumRowGroups][kColumnSumCols + 1];
   const int c = static_cast<int>(threadIdx.x), g = static_cast<int>(threadIdx.y);
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kColumnSumCols + c;
@@ -31,16 +32,17 @@ __global__ void column_sum_kernel(Term term, float* out, int64_t rows, int64_t N
   if (g == 0 && j < N) {
     float s = partial[0][c];
     for (int q = 1; q < kColumnSumRowGroups; ++q) s = __fadd_rn(s, partial[q][c]);
-    out[j] = __fadd_rn(out[j], s);
+    out[j] = __fadd_rn(out[j], weight ? __fmul_rn(weight[j], s) : s);
   }
 }
 
 template <class Term>
-void column_sum_accumulate(Term term, float* out, int64_t rows, int64_t N, cudaStream_t stream) {
+void column_sum_accumulate(Term term, float* out, int64_t rows, int64_t N, cudaStream_t stream,
+                           const float* weight = nullptr) {
   if (N <= 0) return;
   BP_LAUNCH(blocks_for(N, kColumnSumCols), dim3(kColumnSumCols, kColumnSumRowGroups), 0, stream,
             column_sum_kernel<Term>)
-  (term, out, rows, N);
+  (term, out, rows, N, weight);
 }
 
 }  // namespace bp::BP_CUDA_NS

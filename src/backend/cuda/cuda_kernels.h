@@ -70,6 +70,10 @@ void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream);
 void scale_inplace(float* y, float a, int64_t n, cudaStream_t stream);
 void add_bias_inplace(float* y, const float* b, int64_t T_tokens, int64_t N, cudaStream_t stream);
 void bias_grad_accumulate(const float* dy, float* db, int64_t T_tokens, int64_t N, cudaStream_t stream);
+void column_scale_add(float* y, const float* c, const float* z, int64_t T_tokens, int64_t N, cudaStream_t stream);
+void column_dot_accumulate(const float* a, const float* b, const float* w, float* acc, int64_t T_tokens, int64_t N,
+                           cudaStream_t stream);
+void dora_column_scale(const float* m, const float* nsq, float* c, float* inv_n, int64_t N, cudaStream_t stream);
 void convert_bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t stream);
 void convert_f32_to_bf16(const float* src, bf16* dst, int64_t n, cudaStream_t stream);
 int f16_scale_exponent(float abs_max);

@@ -5,6 +5,9 @@
 //   add_bias_inplace:     y[t, j] += b[j]                                          grid-stride
 //   bias_grad_accumulate: db[j] += Σ_t dy[t, j], the tokens split over a block's thread rows and
 //                         summed in a fixed order (column_sum.cuh; deterministic, no atomics)  (+=)
+//   column_scale_add:     y[t, j] += c[j]·z[t, j] (DoRA's scaled output)          grid-stride
+//   column_dot_accumulate: acc[j] += w[j]·Σ_t a[t, j]·b[t, j] (DoRA's magnitude gradient; column_sum.cuh) (+=)
+//   dora_column_scale:    inv_n[j] = 1/sqrt(nsq[j]), c[j] = m[j]·inv_n[j]          grid-stride
 //   convert_bf16_to_f32:  bf16 rows widened to f32 (a held embedding's gathered rows, a bf16 head)
 //   convert_f32_to_bf16:  an f32 activation rounded to nearest even bf16 (__float2bfloat16): the
 //                         activation operand of a bf16 GEMM against a frozen weight
@@ -50,6 +53,29 @@ struct BiasGradTerm {
   int64_t N;
   __device__ float operator()(int64_t t, int64_t j) const { return dy[t * N + j]; }
 };
+
+__global__ void column_scale_add_kernel(float* y, const float* c, const float* z, int64_t n, int64_t N) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = __fadd_rn(y[i], __fmul_rn(c[i % N], z[i]));
+}
+
+// a[t, j]·b[t, j], summed over t by column_sum_kernel (which applies the column's weight).
+struct ColumnDotTerm {
+  const float* a;
+  const float* b;
+  int64_t N;
+  __device__ float operator()(int64_t t, int64_t j) const { return __fmul_rn(a[t * N + j], b[t * N + j]); }
+};
+
+__global__ void dora_column_scale_kernel(const float* m, const float* nsq, float* c, float* inv_n, int64_t N) {
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < N;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float r = __fdiv_rn(1.0f, __fsqrt_rn(nsq[j]));
+    inv_n[j] = r;
+    c[j] = __fmul_rn(m[j], r);
+  }
+}
 
 __global__ void bf16_to_f32_kernel(const bf16* src, float* dst, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -98,6 +124,19 @@ BP_HOST_FN void add_bias_inplace(float* y, const float* b, int64_t T_tokens, int
 BP_HOST_FN void bias_grad_accumulate(const float* dy, float* db, int64_t T_tokens, int64_t N,
                                      cudaStream_t stream = nullptr) {
   column_sum_accumulate(BiasGradTerm{dy, N}, db, T_tokens, N, stream);
+}
+BP_HOST_FN void column_scale_add(float* y, const float* c, const float* z, int64_t T_tokens, int64_t N,
+                                 cudaStream_t stream = nullptr) {
+  if (T_tokens * N > 0)
+    BP_LAUNCH(elementwise_blocks(T_tokens * N), 256, 0, stream, column_scale_add_kernel)(y, c, z, T_tokens * N, N);
+}
+BP_HOST_FN void column_dot_accumulate(const float* a, const float* b, const float* w, float* acc, int64_t T_tokens,
+                                      int64_t N, cudaStream_t stream = nullptr) {
+  column_sum_accumulate(ColumnDotTerm{a, b, N}, acc, T_tokens, N, stream, w);
+}
+BP_HOST_FN void dora_column_scale(const float* m, const float* nsq, float* c, float* inv_n, int64_t N,
+                                  cudaStream_t stream = nullptr) {
+  if (N > 0) BP_LAUNCH(elementwise_blocks(N), 256, 0, stream, dora_column_scale_kernel)(m, nsq, c, inv_n, N);
 }
 BP_HOST_FN void convert_bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t stream = nullptr) {
   if (n > 0) BP_LAUNCH(elementwise_blocks(n), 256, 0, stream, bf16_to_f32_kernel)(src, dst, n);

@@ -326,6 +326,18 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     ::bp::BP_WRAP_NS::bias_grad_accumulate(dy, db, T, N, nullptr);
     check_launch("bias_grad_accumulate");
   }
+  static void column_scale_add(float* y, const float* c, const float* z, int64_t T, int64_t N) {
+    ::bp::BP_WRAP_NS::column_scale_add(y, c, z, T, N, nullptr);
+    check_launch("column_scale_add");
+  }
+  static void column_dot_accumulate(const float* a, const float* b, const float* w, float* acc, int64_t T, int64_t N) {
+    ::bp::BP_WRAP_NS::column_dot_accumulate(a, b, w, acc, T, N, nullptr);
+    check_launch("column_dot_accumulate");
+  }
+  static void dora_column_scale(const float* m, const float* nsq, float* c, float* inv_n, int64_t N) {
+    ::bp::BP_WRAP_NS::dora_column_scale(m, nsq, c, inv_n, N, nullptr);
+    check_launch("dora_column_scale");
+  }
   // LoRA dropout (lora_dropout.cuh): the mask regenerated where x is read, no dropped copy of x,
   // so no scratch from the front-end. dA's reduction over the tokens, split into slices when its
   // grid is small (lora_dropout_split.h), takes its per-slice partials from the CUDA allocator for

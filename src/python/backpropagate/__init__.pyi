@@ -38,6 +38,8 @@ class Trainer:
         lora_dropout: Optional[float] = None,  # lora.dropout
         target_modules: Optional[Union[str, list[str]]] = None,  # lora.target_modules
         use_rslora: Optional[bool] = None,  # lora.use_rslora
+        use_dora: Optional[bool] = None,  # lora.use_dora
+        init_lora_weights: Optional[str] = None,  # lora.init_lora_weights
         mode: Optional[str] = None,  # training.mode
         method: Optional[str] = None,  # training.method
         beta: Optional[float] = None,  # training.beta
@@ -64,6 +66,9 @@ class Trainer:
         matmul_dtype: Optional[str] = None,  # training.matmul_dtype
         seed: Optional[int] = None,  # training.seed
         eval_every: Optional[int] = None,  # training.eval_every
+        eval_metric: Optional[str] = None,  # training.eval_metrics
+        eval_metric_examples: Optional[int] = None,  # training.eval_metric_examples
+        eval_max_new_tokens: Optional[int] = None,  # training.eval_max_new_tokens
         save_every: Optional[int] = None,  # training.save_every
         keep_checkpoints: Optional[int] = None,  # training.keep_checkpoints
         output: Optional[str] = None,  # training.output
@@ -80,6 +85,7 @@ class Trainer:
         init_adapter: Optional[str] = None,  # training.init_adapter
         data: Optional[str] = None,  # data.path
         format: Optional[str] = None,  # data.format
+        columns: Optional[str] = None,  # data.columns
         eval_data: Optional[str] = None,  # data.eval_path
         holdout: Optional[float] = None,  # data.holdout
         strict: Optional[bool] = None,  # data.strict

@@ -282,6 +282,12 @@ inline float __fadd_rn(float a, float b) {
 inline float __fsub_rn(float a, float b) {
   return a - b;
 }
+inline float __fdiv_rn(float a, float b) {
+  return a / b;
+}
+inline float __fsqrt_rn(float a) {
+  return std::sqrt(a);
+}
 inline bool isfinite(float v) {
   return std::isfinite(v);
 }

@@ -1,0 +1,204 @@
+// PiSSA initialisation (--init-lora-weights pissa, model/lora.h init_pissa / pissa_to_lora):
+//   - B·A and the residual base W − s·B·A against tests/oracles/pissa_svd.py (torch.linalg.svd in
+//     float64, PEFT's formulas; products, since singular vectors have arbitrary signs);
+//   - at step 0 the model (residual base + adapter) gives the base model's logits (Llama, Gemma 3);
+//   - after A and B change (as training changes them), the saved adapter (PEFT's PiSSA-to-LoRA
+//     conversion: rank 2r, alpha doubled, [A; A0] and [B, −B0]) applied to the ORIGINAL base by the
+//     PyTorch oracle (tests/oracles/torch_llama.py) gives the trained model's logits;
+//   - a quantized base, DoRA together with PiSSA, and an unknown init are refused.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "model/lora.h"
+#include "model/model_test_helpers.h"
+#include "model/peft.h"
+#include "model/weight_names.h"
+#include "ops/elementwise.h"
+
+namespace bp::test {
+namespace {
+
+TinySpec spec() {
+  TinySpec s;  // hidden 32, inter 48, GQA 4/2, tied
+  s.layers = 2;
+  return s;
+}
+
+LoraConfig pissa_config(bool rslora = false) {
+  LoraConfig lc;
+  lc.r = 3;
+  lc.alpha = 6;
+  lc.use_rslora = rslora;
+  lc.init_lora_weights = "pissa";
+  lc.target_modules = {"all-linear"};
+  return lc;
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+  return d;
+}
+
+ModelWeights clone_weights(const ModelWeights& w) {
+  ModelWeights c = w;
+  for (const auto& [role, layer] : model_roles(c.config))
+    weight_ref(c, role, layer) = weight_ref(w, role, layer).clone();
+  return c;
+}
+
+TEST(Pissa, FactorsAndResidualMatchTorchSvd) {
+  const ModelConfig cfg = tiny_config(spec());
+  const ModelWeights original = tiny_weights(cfg, 11);
+  ModelWeights w = clone_weights(original);
+  LoraAdapter ad = init_lora(cfg, pissa_config(), 3);
+  init_pissa(ad, w);
+
+  TempDir dir;
+  nlohmann::json table = nlohmann::json::array();
+  std::ofstream bin(dir.path + "/tensors.bin", std::ios::binary);
+  int64_t off = 0;
+  for (int64_t l = 0; l < cfg.num_layers; ++l)
+    for (LoraTarget t : kAllLoraTargets) {
+      const Tensor& W = weight_ref(original, lora_target_role(t), l);
+      const auto v = W.to_vector();
+      bin.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+      table.push_back(
+          {{"name", peft_module_name(lora_target_role(t), l)}, {"shape", W.shape().vec()}, {"offset", off}});
+      off += static_cast<int64_t>(v.size());
+    }
+  bin.close();
+  std::ofstream(dir.path + "/spec.json") << nlohmann::json{
+      {"r", ad.config.r},
+      {"scale", ad.config.scale()},
+      {"tensors", table}}.dump();
+  std::string log;
+  ASSERT_EQ(run_command("/usr/bin/python3 " + source_dir() + "/tests/oracles/pissa_svd.py " + dir.path, &log), 0)
+      << "the PiSSA oracle needs /usr/bin/python3 with torch:\n"
+      << log;
+  const OracleResult ref = [&] {  // read_oracle_result wants a loss: give the table alone
+    nlohmann::json r = nlohmann::json::parse(std::ifstream(dir.path + "/result.json"));
+    r["loss"] = 0.0;
+    r["n_counted"] = 0;
+    std::ofstream(dir.path + "/result.json") << r.dump();
+    return read_oracle_result(dir.path);
+  }();
+
+  const double s = ad.config.scale();
+  for (int64_t l = 0; l < cfg.num_layers; ++l)
+    for (LoraTarget t : kAllLoraTargets) {
+      const std::string name = peft_module_name(lora_target_role(t), l);
+      const Tensor& A = ad.layers[static_cast<size_t>(l)].a(t);
+      const Tensor& B = ad.layers[static_cast<size_t>(l)].b(t);
+      const int64_t out = B.dim(0), in = A.dim(1), r = A.dim(0);
+      std::vector<double> ba(static_cast<size_t>(out * in));
+      const auto a = A.to_vector(), b = B.to_vector();
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t i = 0; i < in; ++i)
+          for (int64_t k = 0; k < r; ++k) ba[static_cast<size_t>(o * in + i)] += double(b[o * r + k]) * a[k * in + i];
+      // f32 factors of an f64 SVD: a few f32 roundings of values of |W|'s size (|W| < 1/sqrt(in)).
+      const std::vector<double>& want_ba = ref.arrays.at("ba:" + name);
+      EXPECT_GT(max_abs(want_ba), 1e-3) << name;
+      EXPECT_TRUE(all_close(ba, want_ba, {1e-6 / s, 1e-5})) << name;
+      EXPECT_TRUE(
+          all_close(to_double(weight_ref(w, lora_target_role(t), l)), ref.arrays.at("residual:" + name), {2e-6, 1e-5}))
+          << name;
+      EXPECT_EQ(ad.layers[static_cast<size_t>(l)].A0[static_cast<size_t>(t)].to_vector(), A.to_vector());
+      EXPECT_EQ(ad.layers[static_cast<size_t>(l)].B0[static_cast<size_t>(t)].to_vector(), B.to_vector());
+    }
+}
+
+// Step 0 is the base model, and the saved conversion applied by the oracle to the original base is
+// the trained model: for the architecture `sp`, with the LoRA or the rsLoRA scale.
+void expect_starts_as_base_and_saved_applies_to_original(const TinySpec& sp, const std::vector<bool>& rsloras) {
+  const ModelConfig cfg = tiny_config(sp);
+  const Batch batch = tiny_batch(cfg.vocab_size, 5);
+  Model base(tiny_weights(cfg, 21), ModelOptions{TrainMode::Frozen});
+  base.set_training(false);
+  const auto base_logits = to_double(base.logits(batch));
+
+  for (bool rslora : rsloras) {
+    SCOPED_TRACE(rslora ? "rsLoRA" : "LoRA");
+    ModelWeights w = tiny_weights(cfg, 21);
+    LoraAdapter ad = init_lora(cfg, pissa_config(rslora), 4);
+    init_pissa(ad, w);
+    Model model(std::move(w), ModelOptions{TrainMode::Lora});
+    model.attach_lora(ad);
+    model.set_training(false);
+    EXPECT_TRUE(all_close(to_double(model.logits(batch)), base_logits, kParityLogits)) << "step 0 is the base";
+
+    // "Training": A and B move away from A0 and B0.
+    uint64_t seed = 900;
+    for (LoraLayer& l : ad.layers)
+      for (LoraTarget t : kAllLoraTargets) {
+        axpy_inplace(l.a(t), 1.0f, random_tensor(l.a(t).shape(), ++seed, -0.2f, 0.2f));
+        axpy_inplace(l.b(t), 1.0f, random_tensor(l.b(t).shape(), ++seed, -0.2f, 0.2f));
+      }
+    const auto trained = to_double(model.logits(batch));
+    EXPECT_GT(max_abs_diff(trained, base_logits), 1e-2) << "the adapter should change the logits";
+
+    // The saved adapter: PEFT's layout of the conversion.
+    TempDir dir;
+    save_peft_adapter(ad, dir.path + "/adapter");
+    const nlohmann::json j = nlohmann::json::parse(std::ifstream(dir.path + "/adapter/adapter_config.json"));
+    EXPECT_EQ(j["r"], 6);
+    EXPECT_NEAR(j["lora_alpha"].get<double>(), rslora ? 6 * std::sqrt(2.0) : 12.0, 1e-5);
+    EXPECT_EQ(j["init_lora_weights"], true);
+    LoraAdapter saved = load_peft_adapter(dir.path + "/adapter", cfg);
+    EXPECT_EQ(saved.layers[1].a(LoraTarget::Down).shape(), (Shape{6, cfg.intermediate_size}));
+    EXPECT_EQ(saved.layers[0].b(LoraTarget::K).shape(), (Shape{cfg.kv_dim(), 6}));
+    EXPECT_NEAR(saved.config.scale(), ad.config.scale(), 1e-6 * ad.config.scale());
+
+    // The oracle applies it to the original base (torch, float64).
+    Model on_original(tiny_weights(cfg, 21), ModelOptions{TrainMode::Lora});
+    TinyLora tl;
+    tl.view = LoraView::of(saved);
+    tl.alpha = saved.config.alpha;
+    tl.rslora = saved.config.use_rslora;
+    on_original.attach_lora(tl.view);
+    write_oracle_case(dir.path + "/case", on_original, &tl, batch, OracleAdamW{});
+    std::string error;
+    ASSERT_TRUE(run_torch_oracle({dir.path + "/case"}, &error)) << error;
+    const OracleResult ref = read_oracle_result(dir.path + "/case/out");
+    EXPECT_TRUE(all_close(trained, ref.arrays.at("logits"), kParityLogits));
+  }
+}
+
+TEST(Pissa, StartsAsTheBaseAndItsSavedAdapterAppliesToTheOriginalBase) {
+  expect_starts_as_base_and_saved_applies_to_original(spec(), {false, true});
+}
+
+// Gemma 3's seven projections (between its sandwich (1 + w) norms, GeGLU) as Llama's.
+TEST(Pissa, GemmaStartsAsTheBaseAndItsSavedAdapterAppliesToTheOriginalBase) {
+  TinySpec gemma3;
+  gemma3.arch = Arch::Gemma3;
+  gemma3.head_dim = 16;
+  expect_starts_as_base_and_saved_applies_to_original(gemma3, {false});
+}
+
+TEST(Pissa, RefusesWhatItCannotDo) {
+  const ModelConfig cfg = tiny_config(spec());
+  auto code_of = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return ErrorCode::RUNTIME_INTERNAL;
+  };
+  LoraConfig both = pissa_config();
+  both.use_dora = true;
+  EXPECT_EQ(code_of([&] { both.validate(); }), ErrorCode::CONFIG_INVALID_SETTING);
+  LoraConfig unknown = pissa_config();
+  unknown.init_lora_weights = "olora";
+  EXPECT_EQ(code_of([&] { unknown.validate(); }), ErrorCode::CONFIG_INVALID_SETTING);
+  ModelWeights w = tiny_weights(cfg, 3);
+  weight_ref(w, WeightRole::Up, 1) = weight_ref(w, WeightRole::Up, 1).to(DType::Q8_0);
+  LoraAdapter ad = init_lora(cfg, pissa_config(), 1);
+  EXPECT_EQ(code_of([&] { init_pissa(ad, w); }), ErrorCode::CONFIG_INVALID_SETTING);
+}
+
+}  // namespace
+}  // namespace bp::test
