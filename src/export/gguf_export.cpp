@@ -197,9 +197,21 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
   if (any_windowed) w.set(arch + ".attention.sliding_window", u32(c.sliding_window));
   if (any_windowed && !all_windowed)
     w.set(arch + ".attention.sliding_window_pattern", GGUFValue::array(GGUFValueType::BOOL, pattern));
-  if (c.head_dim * c.num_heads != c.hidden_size) {
+  if (c.head_dim * c.num_heads != c.hidden_size ||
+      c.sandwich_norms) {  // llama.cpp's Gemma converters always write them
     w.set(arch + ".attention.key_length", u32(c.head_dim));
     w.set(arch + ".attention.value_length", u32(c.head_dim));
+  }
+  // Gemma (convert_hf_to_gguf.py Gemma2Model / Gemma3Model): Gemma 2's soft-caps, Gemma 3's linear
+  // rope scaling (the window above). llama.cpp derives the rest (its layer pattern, the local RoPE
+  // base 10000, the attention scale) from the architecture, as hub/gguf_source.cpp reads them back.
+  if (c.sandwich_norms) {
+    if (c.attention_softcap > 0) w.set(arch + ".attn_logit_softcapping", GGUFValue::f32(c.attention_softcap));
+    if (c.final_logit_softcap > 0) w.set(arch + ".final_logit_softcapping", GGUFValue::f32(c.final_logit_softcap));
+    if (c.rope.linear_factor != 1.0f) {
+      w.set(arch + ".rope.scaling.type", GGUFValue::str("linear"));
+      w.set(arch + ".rope.scaling.factor", GGUFValue::f32(c.rope.linear_factor));
+    }
   }
 
   if (c.arch == Arch::Phi3) {  // convert_hf_to_gguf.py Phi3MiniModel
@@ -246,7 +258,14 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
       add(fmt::format(fmt::runtime(f->gguf), layer), join_rows_or_copy(parts), static_cast<int>(layer));
       continue;
     }
-    add(gguf_name(role, layer), weight_ref(mw, role, layer), static_cast<int>(layer), qk ? qk_perm : 0);
+    const Tensor& t = weight_ref(mw, role, layer);
+    if (c.norm_weight_offset != 0.0f && is_norm_role(role)) {  // Gemma: stored as 1 + w (llama.cpp's norm_shift)
+      std::vector<float> shifted = t.to_vector();
+      for (float& x : shifted) x += c.norm_weight_offset;
+      add(gguf_name(c, role, layer), Tensor::from_vector(shifted, t.shape()), static_cast<int>(layer));
+      continue;
+    }
+    add(gguf_name(c, role, layer), t, static_cast<int>(layer), qk ? qk_perm : 0);
     if (role == WeightRole::Embed && c.rope.llama3_scaling) {
       RopeConfig r = c.rope;
       r.head_dim = static_cast<int>(c.head_dim);

@@ -92,19 +92,53 @@ void add_sliding_window(const GGUFReader& r, const std::string& path, const std:
   c["layer_types"] = types;
 }
 
+// Gemma in llama.cpp (llama-model.cpp LLM_ARCH_GEMMA2 / LLM_ARCH_GEMMA3): the sliding window and
+// Gemma 2's soft-caps from metadata; the layer pattern (Gemma 2 every other layer from layer 0,
+// Gemma 3 five sliding then one global), the local RoPE base (10000) and the attention scale are
+// the architecture's: 1/sqrt(head_dim), except the 27B models' 1/sqrt(hidden/heads) (query_pre_attn_scalar).
+void gemma_config_from_gguf(const GGUFReader& r, const std::string& path, const std::string& arch, json& c) {
+  c.erase("hidden_act");
+  c["hidden_activation"] = "gelu_pytorch_tanh";
+  const int64_t hidden = c["hidden_size"], heads = c["num_attention_heads"], layers = c["num_hidden_layers"];
+  const bool big = (arch == "gemma2" && layers == 46) || (arch == "gemma3" && layers == 62);  // the 27B models
+  c["query_pre_attn_scalar"] = big ? hidden / heads : c["head_dim"].get<int64_t>();
+  if (!c.contains("sliding_window"))  // add_sliding_window's, from {arch}.attention.sliding_window
+    fail(path, fmt::format("metadata {}.attention.sliding_window is missing or 0", arch));
+  c.erase("use_sliding_window");
+  // llama.cpp's own files carry no per-layer pattern: the architecture's (not every layer windowed).
+  if (!r.find(arch + ".attention.sliding_window_pattern")) c.erase("layer_types");
+  auto cap = [&](const char* key) {
+    const std::optional<double> v = r.get_number(arch + "." + key);
+    if (v && !(*v > 0)) fail(path, fmt::format("metadata {}.{} is {}; it must be greater than 0", arch, key, *v));
+    return v ? json(*v) : json(nullptr);
+  };
+  c["attn_logit_softcapping"] = cap("attn_logit_softcapping");
+  c["final_logit_softcapping"] = cap("final_logit_softcapping");
+  if (arch == "gemma3") {
+    c["rope_local_base_freq"] = 10000.0;
+    c["sliding_window_pattern"] = 6;
+    if (r.get_string(arch + ".rope.scaling.type").value_or("") == "linear") {
+      const std::optional<double> f = r.get_number(arch + ".rope.scaling.factor");
+      if (!f || !(*f > 0)) fail(path, fmt::format("metadata {}.rope.scaling.factor is missing or not > 0", arch));
+      c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", *f}};
+    }
+  }
+}
+
 json config_from_gguf(const GGUFReader& r, const std::string& path) {
   const std::string arch = r.get_string("general.architecture").value_or("");
   static const std::map<std::string, std::pair<std::string, std::string>> kArch = {
-      {"llama", {"LlamaForCausalLM", "llama"}},
-      {"qwen2", {"Qwen2ForCausalLM", "qwen2"}},
-      {"qwen3", {"Qwen3ForCausalLM", "qwen3"}},
-      {"phi3", {"Phi3ForCausalLM", "phi3"}},
-      {"smollm3", {"SmolLM3ForCausalLM", "smollm3"}}};
+      {"llama", {"LlamaForCausalLM", "llama"}},        {"qwen2", {"Qwen2ForCausalLM", "qwen2"}},
+      {"qwen3", {"Qwen3ForCausalLM", "qwen3"}},        {"phi3", {"Phi3ForCausalLM", "phi3"}},
+      {"smollm3", {"SmolLM3ForCausalLM", "smollm3"}},  {"gemma2", {"Gemma2ForCausalLM", "gemma2"}},
+      {"gemma3", {"Gemma3ForCausalLM", "gemma3_text"}}};
   auto it = kArch.find(arch);
   if (it == kArch.end())
-    fail(path, fmt::format("general.architecture is '{}'; backprop reads llama, qwen2, qwen3, phi3 and smollm3 GGUF "
-                           "files",
-                           arch));
+    fail(path,
+         fmt::format(
+             "general.architecture is '{}'; backprop reads llama, qwen2, qwen3, phi3, smollm3, gemma2 and gemma3 GGUF "
+             "files",
+             arch));
   // Every size is checked before any arithmetic uses it (a head count of 0 once divided by zero).
   auto size = [&](const std::string& key, std::optional<int64_t> fallback) {
     const std::optional<int64_t> v = r.get_int(arch + "." + key);
@@ -167,6 +201,7 @@ json config_from_gguf(const GGUFReader& r, const std::string& path) {
   if (arch == "phi3") phi3_rope_from_gguf(r, path, head_dim, c);
   // llama.cpp's smollm3 takes RoPE off every 4th layer (n_no_rope_layer_step = 4), with no key for it.
   if (arch == "smollm3") c["no_rope_layer_interval"] = 4;
+  if (arch == "gemma2" || arch == "gemma3") gemma_config_from_gguf(r, path, arch, c);
   return c;
 }
 

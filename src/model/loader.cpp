@@ -44,10 +44,6 @@ void fill_normal(Tensor& t, float std_dev, uint64_t seed) {
   }
 }
 
-bool is_norm(WeightRole r) {
-  return r == WeightRole::InputNorm || r == WeightRole::PostNorm || r == WeightRole::FinalNorm ||
-         r == WeightRole::QNorm || r == WeightRole::KNorm;
-}
 bool is_bias(WeightRole r) {
   return r == WeightRole::QBias || r == WeightRole::KBias || r == WeightRole::VBias;
 }
@@ -180,8 +176,8 @@ ModelWeights init_random_weights(const ModelConfig& cfg, uint64_t seed) {
   w.layers.resize(static_cast<size_t>(cfg.num_layers));
   for (const auto& [role, layer] : model_roles(cfg)) {
     Tensor t = Tensor::empty(role_shape(cfg, role));
-    if (is_norm(role)) {
-      t.fill(1.0f);
+    if (is_norm_role(role)) {
+      t.fill(1.0f - cfg.norm_weight_offset);  // a norm that starts as the identity (Gemma's (1 + w): w = 0)
     } else if (is_bias(role)) {
       t.zero();
     } else {

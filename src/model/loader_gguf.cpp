@@ -2,6 +2,7 @@
 #include "model/loader_gguf.h"
 
 #include <algorithm>
+#include <span>
 
 #include "core/error.h"
 #include "io/gguf_reader.h"
@@ -47,7 +48,7 @@ ModelWeights load_gguf_weights(const ModelConfig& cfg, const std::string& gguf_p
   for (const auto& [role, layer] : model_roles(cfg)) {
     // A fused tensor (phi3's attn_qkv, ffn_up = gate and up rows): each member reads its rows.
     const FusedProjection* fused = fused_projection_of(cfg, role);
-    const std::string name = fused ? fmt::format(fmt::runtime(fused->gguf), layer) : gguf_name(role, layer);
+    const std::string name = fused ? fmt::format(fmt::runtime(fused->gguf), layer) : gguf_name(cfg, role, layer);
     const GGUFTensorInfo* t = reader.find_tensor(name);
     if (!t)
       throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
@@ -79,6 +80,9 @@ ModelWeights load_gguf_weights(const ModelConfig& cfg, const std::string& gguf_p
     Tensor f32 = Tensor::empty(shape);
     copy_rows_unpermuted(reinterpret_cast<const uint8_t*>(v.data() + row0 * cols), static_cast<uint8_t*>(f32.raw()),
                          rows, static_cast<size_t>(cols) * sizeof(float), permuted && qk, cfg.head_dim);
+    // llama.cpp's converter stores Gemma's norms with the +1 of their (1 + w) added (norm_shift).
+    if (cfg.norm_weight_offset != 0.0f && is_norm_role(role))
+      for (float& x : std::span(f32.data<float>(), static_cast<size_t>(f32.numel()))) x -= cfg.norm_weight_offset;
     if (base && *base != DType::F32) hold_role(f32, role, *base, notes);
     weight_ref(w, role, layer) = std::move(f32);
   }

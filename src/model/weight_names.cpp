@@ -36,12 +36,16 @@ const std::vector<WeightNameEntry> kTable = {
      "blk.{}.attn_k_norm.weight", "k_norm"},
     {R::PostNorm, true, "model.layers.{}.post_attention_layernorm.weight",
      "base_model.model.model.layers.{}.post_attention_layernorm", "blk.{}.ffn_norm.weight", "post_norm"},
+    {R::PreFfnNorm, true, "model.layers.{}.pre_feedforward_layernorm.weight",
+     "base_model.model.model.layers.{}.pre_feedforward_layernorm", "", "pre_ffn_norm"},  // GGUF: kSandwichGguf
     {R::Gate, true, "model.layers.{}.mlp.gate_proj.weight", "base_model.model.model.layers.{}.mlp.gate_proj",
      "blk.{}.ffn_gate.weight", "gate"},
     {R::Up, true, "model.layers.{}.mlp.up_proj.weight", "base_model.model.model.layers.{}.mlp.up_proj",
      "blk.{}.ffn_up.weight", "up"},
     {R::Down, true, "model.layers.{}.mlp.down_proj.weight", "base_model.model.model.layers.{}.mlp.down_proj",
      "blk.{}.ffn_down.weight", "down"},
+    {R::PostFfnNorm, true, "model.layers.{}.post_feedforward_layernorm.weight",
+     "base_model.model.model.layers.{}.post_feedforward_layernorm", "blk.{}.post_ffw_norm.weight", "post_ffn_norm"},
     {R::FinalNorm, false, "model.norm.weight", "base_model.model.model.norm", "output_norm.weight", "final_norm"},
     {R::LmHead, false, "lm_head.weight", "base_model.model.lm_head", "output.weight", "lm_head"},
 };
@@ -97,7 +101,31 @@ std::string peft_module_name(WeightRole role, int64_t layer) {
 }
 std::string gguf_name(WeightRole role, int64_t layer) {
   const WeightNameEntry& e = weight_entry(role);
+  BP_CHECK(*e.gguf, "[weights] {} has a GGUF name only for a given architecture", e.field);
   return fill(e.gguf, e.per_layer, layer);
+}
+
+namespace {
+// Gemma's sandwich norms in llama.cpp's GGUF (llama-arch.cpp, LLM_ARCH_GEMMA2 / LLM_ARCH_GEMMA3):
+// post_attention_layernorm is post_attention_norm, pre_feedforward_layernorm takes ffn_norm.
+constexpr std::pair<WeightRole, const char*> kSandwichGguf[] = {
+    {R::PostNorm, "blk.{}.post_attention_norm.weight"},
+    {R::PreFfnNorm, "blk.{}.ffn_norm.weight"},
+};
+}  // namespace
+
+std::string gguf_name(const ModelConfig& cfg, WeightRole role, int64_t layer) {
+  if (cfg.sandwich_norms)
+    for (const auto& [r, name] : kSandwichGguf)
+      if (r == role) return fill(name, true, layer);
+  return gguf_name(role, layer);
+}
+
+std::optional<std::pair<WeightRole, int64_t>> parse_gguf_name(const ModelConfig& cfg, std::string_view name) {
+  if (cfg.sandwich_norms)
+    for (const auto& [r, tmpl] : kSandwichGguf)
+      if (auto l = match(tmpl, true, name)) return std::pair{r, *l};
+  return parse_gguf_name(name);
 }
 
 std::optional<std::pair<WeightRole, int64_t>> parse_hf_name(std::string_view name) {
@@ -108,7 +136,8 @@ std::optional<std::pair<WeightRole, int64_t>> parse_hf_name(std::string_view nam
 
 std::optional<std::pair<WeightRole, int64_t>> parse_gguf_name(std::string_view name) {
   for (const WeightNameEntry& e : kTable)
-    if (auto l = match(e.gguf, e.per_layer, name)) return std::pair{e.role, *l};
+    if (*e.gguf)
+      if (auto l = match(e.gguf, e.per_layer, name)) return std::pair{e.role, *l};
   return std::nullopt;
 }
 
@@ -125,9 +154,16 @@ bool role_present(const ModelConfig& cfg, WeightRole role) {
     case R::VBias: return cfg.attention_bias;
     case R::QNorm:
     case R::KNorm: return cfg.qk_norm;
+    case R::PreFfnNorm:
+    case R::PostFfnNorm: return cfg.sandwich_norms;
     case R::LmHead: return !cfg.tie_word_embeddings;
     default: return true;
   }
+}
+
+bool is_norm_role(WeightRole r) {
+  return r == R::InputNorm || r == R::PostNorm || r == R::FinalNorm || r == R::QNorm || r == R::KNorm ||
+         r == R::PreFfnNorm || r == R::PostFfnNorm;
 }
 
 Shape role_shape(const ModelConfig& c, WeightRole role) {
@@ -137,7 +173,9 @@ Shape role_shape(const ModelConfig& c, WeightRole role) {
     case R::LmHead: return {c.vocab_size, D};
     case R::FinalNorm:
     case R::InputNorm:
-    case R::PostNorm: return {D};
+    case R::PostNorm:
+    case R::PreFfnNorm:
+    case R::PostFfnNorm: return {D};
     case R::Q: return {c.q_dim(), D};
     case R::K:
     case R::V: return {c.kv_dim(), D};
@@ -183,6 +221,8 @@ Tensor& weight_ref(ModelWeights& w, WeightRole role, int64_t layer) {
     case R::Gate: return l.gate;
     case R::Up: return l.up;
     case R::Down: return l.down;
+    case R::PreFfnNorm: return l.pre_ffn_norm;
+    case R::PostFfnNorm: return l.post_ffn_norm;
     default: break;
   }
   BP_CHECK(false, "[weights] unknown role {}", static_cast<int>(role));

@@ -40,8 +40,10 @@ enum class WeightRole : int {
   Gate,
   Up,
   Down,
+  PreFfnNorm,   // Gemma: pre_feedforward_layernorm (the MLP's input norm)
+  PostFfnNorm,  // Gemma: post_feedforward_layernorm (on the MLP's output)
 };
-inline constexpr int kNumWeightRoles = 17;
+inline constexpr int kNumWeightRoles = 19;
 
 struct WeightNameEntry {
   WeightRole role;
@@ -60,16 +62,22 @@ const WeightNameEntry& weight_entry(WeightRole role);
 std::string hf_name(WeightRole role, int64_t layer = -1);
 std::string peft_module_name(WeightRole role, int64_t layer = -1);
 std::string gguf_name(WeightRole role, int64_t layer = -1);
+// The GGUF name in a model of `cfg` (Gemma's sandwich norms are named differently in llama.cpp).
+std::string gguf_name(const ModelConfig& cfg, WeightRole role, int64_t layer = -1);
 
 // Parses a name back to (role, layer); layer = -1 for global roles. nullopt when unknown.
 std::optional<std::pair<WeightRole, int64_t>> parse_hf_name(std::string_view name);
 std::optional<std::pair<WeightRole, int64_t>> parse_gguf_name(std::string_view name);
+std::optional<std::pair<WeightRole, int64_t>> parse_gguf_name(const ModelConfig& cfg, std::string_view name);
 // PEFT module paths are shared by a weight and its bias; this returns the weight's role.
 std::optional<std::pair<WeightRole, int64_t>> parse_peft_module_name(std::string_view name);
 
-// Does this model have the role (bias only with attention_bias, q/k norm only for Qwen3,
+// Does this model have the role (bias only with attention_bias, q/k norm only for Qwen3 and Gemma 3,
+// pre/post feed-forward norms only for Gemma,
 // lm_head only when untied)? And its shape per the config.
 bool role_present(const ModelConfig& cfg, WeightRole role);
+// The RMSNorm weights (input, post-attention, Gemma's feed-forward ones, q/k, final).
+bool is_norm_role(WeightRole role);
 Shape role_shape(const ModelConfig& cfg, WeightRole role);
 
 // The tensor of a role in a ModelWeights (layer ignored for global roles).

@@ -34,6 +34,9 @@ void check_config(const RopeConfig& cfg) {
   if (!(cfg.theta > 0.0f))
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 fmt::format("[rope] rope_theta must be positive but is {}", cfg.theta));
+  if (!(cfg.linear_factor > 0.0f))
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[rope] linear rope_scaling factor must be positive but is {}", cfg.linear_factor));
   if (cfg.llama3_scaling) {
     if (!(cfg.factor > 0.0f) || !(cfg.low_freq_factor > 0.0f) || !(cfg.high_freq_factor > cfg.low_freq_factor) ||
         cfg.original_max_position <= 0)
@@ -140,6 +143,7 @@ std::vector<float> rope_inv_freq(const RopeConfig& cfg, int64_t max_position) {
         f = (1.0f - smooth) * f / cfg.factor + smooth * f;
       }  // high frequencies: unchanged
     }
+    if (cfg.linear_factor != 1.0f) f /= cfg.linear_factor;  // HF _compute_linear_scaling_rope_parameters
     out[static_cast<size_t>(i)] = f;
   }
   return out;

@@ -3,7 +3,8 @@
 //   out[i]       = x[i]·cos − x[i+d/2]·sin
 //   out[i+d/2]   = x[i+d/2]·cos + x[i]·sin
 // inv_freq[i] = theta^(−2i/d), optionally rescaled by Llama-3's rope_scaling (rope_type "llama3":
-// factor, low_freq_factor, high_freq_factor, original_max_position_embeddings).
+// factor, low_freq_factor, high_freq_factor, original_max_position_embeddings), or by linear scaling
+// (rope_type "linear", Gemma 3's global layers: inv_freq / linear_factor).
 // Applied in place to x [T, n_heads·head_dim] with per-token positions (i32 [T], restarting per
 // packed sample). Backward is the inverse rotation of dy, also in place (= semantics); dx_bf16 (an
 // output, may be null; allocated when undefined): the rotated dx also rounded to nearest-even bf16
@@ -43,6 +44,7 @@ struct RopeConfig {
   bool longrope = false;
   std::vector<float> short_factor, long_factor;  // [rotary_dim/2] each, longrope only
   float attention_factor = 1.0f;                 // multiplies cos and sin (longrope)
+  float linear_factor = 1.0f;                    // rope_type "linear": every inv_freq divided by it (1 = none)
 
   int rot_dim() const { return rotary_dim < 0 ? head_dim : rotary_dim; }
 };

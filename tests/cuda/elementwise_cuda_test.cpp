@@ -1,4 +1,4 @@
-// CUDA SwiGLU, RoPE and embedding (src/backend/cuda/{swiglu,rope,embedding}.cuh) on the CPU
+// CUDA SwiGLU and GeGLU, RoPE and embedding (src/backend/cuda/{swiglu,rope,embedding}.cuh) on the CPU
 // simulation against the CPU backend: f32 and bf16 storage, forward and backward, odd sizes; and the
 // column sums of the backward's reductions over tokens (column_sum.cuh, through the bias gradient).
 #include <cmath>
@@ -17,21 +17,25 @@
 namespace bp::sim {
 namespace {
 
+// SwiGLU, or GeGLU (gelu: Gemma's gelu_pytorch_tanh gate), against the CPU kernel.
 template <class T>
-void check_swiglu(int64_t n) {
+void check_glu(int64_t n, bool gelu) {
   const auto g = test::back(test::as<T>(test::random_floats(n, 10 + n, -4, 4)));
   const auto u = test::back(test::as<T>(test::random_floats(n, 11 + n)));
   const auto dh = test::back(test::as<T>(test::random_floats(n, 12 + n)));
   std::vector<float> h_ref(n), dg_ref(n), du_ref(n);
-  cpu::swiglu_forward(g.data(), u.data(), h_ref.data(), nullptr, n);
-  cpu::swiglu_backward(dh.data(), g.data(), u.data(), dg_ref.data(), du_ref.data(), nullptr, nullptr, n);
+  (gelu ? cpu::geglu_forward : cpu::swiglu_forward)(g.data(), u.data(), h_ref.data(), nullptr, n);
+  (gelu ? cpu::geglu_backward : cpu::swiglu_backward)(dh.data(), g.data(), u.data(), dg_ref.data(), du_ref.data(),
+                                                      nullptr, nullptr, n);
+  auto fwd = gelu ? geglu_forward<T> : swiglu_forward<T>;
+  auto bwd = gelu ? geglu_backward<T> : swiglu_backward<T>;
   auto gd = test::as<T>(g), ud = test::as<T>(u), dhd = test::as<T>(dh);
   std::vector<T> h(n), dg(n), du(n), h2(n), dg2(n), du2(n);
   std::vector<bf16> h16(n), dg16(n), du16(n);  // the bf16 copies the GEMMs read
-  swiglu_forward<T>(gd.data(), ud.data(), h.data(), h16.data(), n);
-  swiglu_backward<T>(dhd.data(), gd.data(), ud.data(), dg.data(), du.data(), dg16.data(), du16.data(), n);
-  swiglu_forward<T>(gd.data(), ud.data(), h2.data(), nullptr, n);
-  swiglu_backward<T>(dhd.data(), gd.data(), ud.data(), dg2.data(), du2.data(), nullptr, nullptr, n);
+  fwd(gd.data(), ud.data(), h.data(), h16.data(), n, nullptr);
+  bwd(dhd.data(), gd.data(), ud.data(), dg.data(), du.data(), dg16.data(), du16.data(), n, nullptr);
+  fwd(gd.data(), ud.data(), h2.data(), nullptr, n, nullptr);
+  bwd(dhd.data(), gd.data(), ud.data(), dg2.data(), du2.data(), nullptr, nullptr, n, nullptr);
   const std::string at = " n=" + std::to_string(n);
   test::expect_bf16_copy(h16, test::back(h), "h bf16 copy" + at);
   test::expect_bf16_copy(dg16, test::back(dg), "dgate bf16 copy" + at);
@@ -46,8 +50,15 @@ void check_swiglu(int64_t n) {
 
 TEST(CudaSwiglu, MatchesCpuAtOddSizes) {
   for (int64_t n : {1, 31, 33, 257, 1000}) {
-    check_swiglu<float>(n);
-    check_swiglu<bf16>(n);
+    check_glu<float>(n, false);
+    check_glu<bf16>(n, false);
+  }
+}
+
+TEST(CudaGeglu, MatchesCpuAtOddSizes) {
+  for (int64_t n : {1, 31, 33, 257, 1000}) {
+    check_glu<float>(n, true);
+    check_glu<bf16>(n, true);
   }
 }
 

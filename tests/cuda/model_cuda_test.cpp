@@ -310,6 +310,23 @@ TEST(CudaModel, SlidingWindowLoraStepMatchesCpu) {
   }
 }
 
+// Gemma 3 (sandwich (1 + w) norms, GeGLU, q/k norms, the local RoPE base, a window of 3 on layers 0
+// and 2, query_pre_attn_scalar) and Gemma 2 (attention and final logit soft-caps, the final one in
+// the fused cross-entropy): a LoRA step with checkpointing on a Turing card against the CPU.
+TEST(CudaModel, GemmaLoraStepMatchesCpu) {
+  SimulatedCudaDevice card;
+  SimulatedComputeCapability turing(7, 5);
+  TinySpec gemma3, gemma2;
+  gemma3.arch = Arch::Gemma3, gemma3.layers = 3, gemma3.head_dim = 16;
+  gemma3.layer_types = {"sliding_attention", "full_attention", "sliding_attention"};
+  gemma2.arch = Arch::Gemma2, gemma2.attention_softcap = 2.0f, gemma2.final_softcap = 3.0f;
+  for (const TinySpec& spec : {gemma3, gemma2}) {
+    const Batch batch = sample_batch(spec.vocab);
+    const StepResult ref = LoraModel(tiny_weights(tiny_config(spec), 3), Device{}, true).step(batch);
+    expect_f32_step_matches(LoraModel(tiny_weights(tiny_config(spec), 3), kGpu, true).step(batch), ref);
+  }
+}
+
 // A frozen weight holding 1e5 (beyond f16's 65504) on a Turing card: its GEMMs take f32 panels
 // (ops/held_range.h), so the step stays finite and within f16's bounds of the CPU's; through f16
 // panels it would be Inf (f16_range_cuda_test.cpp shows the layer). The outlier sits in the last

@@ -15,6 +15,7 @@
 #include "io/gguf_reader.h"
 #include "model/loader.h"
 #include "model/loader_gguf.h"
+#include "model/model_test_helpers.h"
 #include "model/weight_names.h"
 #include "support/gguf_oracle.h"
 #include "support/test_util.h"
@@ -291,6 +292,75 @@ TEST(GGUFExport, LlamaPermutesQAndKRowsAndBias) {
   EXPECT_EQ(r.dequantize(*r.find_tensor("blk.3.attn_k.bias")),
             expected_values("attn_k.", w.layers[3].k_bias, "llama", 8));
   EXPECT_EQ(r.dequantize(*r.find_tensor("blk.3.attn_v.weight")), w.layers[3].v.to_vector());
+}
+
+// Gemma as llama.cpp's converter writes it (convert_hf_to_gguf.py Gemma2Model / Gemma3Model,
+// llama-arch.cpp's tensor names): the sandwich norms' names, every norm stored as 1 + w, key_length,
+// the sliding window, Gemma 2's soft-caps, Gemma 3's linear rope scaling; @huggingface/gguf reads
+// the same file; our GGUF source reads it back to the same config and weights (w within f32's
+// rounding of (1 + w) − 1).
+TEST(GGUFExport, GemmaRoundTripAsLlamaCppStoresIt) {
+  for (Arch arch : {Arch::Gemma3, Arch::Gemma2}) {
+    test::TinySpec spec;
+    spec.arch = arch;
+    spec.vocab = 512;                            // the stories tokenizer's
+    spec.layers = arch == Arch::Gemma3 ? 6 : 2;  // Gemma 3's default pattern: layers 0-4 sliding, 5 global
+    spec.query_pre_attn_scalar = static_cast<float>(spec.head_dim);  // what llama.cpp derives
+    if (arch == Arch::Gemma3) spec.linear_rope = 8.0f;
+    if (arch == Arch::Gemma2) spec.attention_softcap = 50.0f, spec.final_softcap = 30.0f;
+    spec.tied = arch == Arch::Gemma3;
+    const ModelConfig c = test::tiny_config(spec);
+    const ModelWeights w = test::tiny_weights(c, 11);
+    test::TempDir dir;
+    const std::string path = dir.path + "/g.gguf";
+    export_gguf(w, stories_dir(), GGUFQuant::F32, path);
+    GGUFReader r(path);
+    const std::string a = arch == Arch::Gemma3 ? "gemma3" : "gemma2";
+    EXPECT_EQ(str(r, "general.architecture"), "\"" + a + "\"");
+    EXPECT_EQ(str(r, a + ".attention.key_length"), "8");
+    EXPECT_EQ(str(r, a + ".attention.sliding_window"), "3");
+    if (arch == Arch::Gemma3) {
+      EXPECT_EQ(str(r, "gemma3.rope.scaling.type"), "\"linear\"");
+      EXPECT_EQ(str(r, "gemma3.rope.scaling.factor"), "8.0");
+      EXPECT_NE(r.find_tensor("blk.0.attn_q_norm.weight"), nullptr);
+    } else {
+      EXPECT_EQ(str(r, "gemma2.attn_logit_softcapping"), "50.0");
+      EXPECT_EQ(str(r, "gemma2.final_logit_softcapping"), "30.0");
+      EXPECT_EQ(r.find_tensor("blk.0.attn_q_norm.weight"), nullptr);
+    }
+    auto plus_one = [](const Tensor& t) {
+      std::vector<float> v = t.to_vector();
+      for (float& x : v) x += 1.0f;
+      return v;
+    };
+    EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.attn_norm.weight")), plus_one(w.layers[1].input_norm));
+    EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.post_attention_norm.weight")), plus_one(w.layers[1].post_norm));
+    EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.ffn_norm.weight")), plus_one(w.layers[1].pre_ffn_norm));
+    EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.post_ffw_norm.weight")), plus_one(w.layers[1].post_ffn_norm));
+    EXPECT_EQ(r.dequantize(*r.find_tensor("output_norm.weight")), plus_one(w.final_norm));
+    EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.attn_q.weight")), w.layers[1].q.to_vector());  // no permutation
+    EXPECT_EQ(r.find_tensor("output.weight") == nullptr, spec.tied);
+    gguf_testing::expect_oracle_matches(gguf_testing::oracle_read(path), r);
+
+    test::TempDir derived;
+    const ModelWeights back = load_model(hub::gguf_model_folder(path, derived.path));
+    const ModelConfig& b = back.config;
+    EXPECT_EQ(b.arch, arch);
+    EXPECT_EQ(b.layer_windows, c.layer_windows);
+    EXPECT_EQ(b.attention_scale, c.attention_scale);
+    EXPECT_EQ(b.attention_softcap, c.attention_softcap);
+    EXPECT_EQ(b.final_logit_softcap, c.final_logit_softcap);
+    EXPECT_EQ(b.rope.linear_factor, c.rope.linear_factor);
+    EXPECT_EQ(b.local_rope, c.local_rope);
+    EXPECT_EQ(b.hidden_act, GluActivation::GeluTanh);
+    for (const auto& [role, layer] : model_roles(c)) {
+      const std::vector<float> got = weight_ref(back, role, layer).to_vector();
+      const std::vector<float> want = weight_ref(w, role, layer).to_vector();
+      ASSERT_EQ(got.size(), want.size()) << hf_name(role, layer);
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], is_norm_role(role) ? 1.2e-7 : 0.0) << hf_name(role, layer) << " " << i;
+    }
+  }
 }
 
 TEST(GGUFExport, Llama3RopeScalingWritesRopeFreqs) {

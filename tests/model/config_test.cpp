@@ -226,6 +226,98 @@ TEST(ModelConfig, BadFieldsNameTheKey) {
   EXPECT_NE(error_of(j).find("rope_theta"), std::string::npos);
 }
 
+// google/gemma-3-1b-it's config.json: every fifth-and-sixth layer global (sliding_window_pattern 6,
+// no layer_types), the local RoPE base, GeGLU, (1 + w) norms, the bf16 normalizer, tied head.
+nlohmann::json gemma3_1b_json() {
+  return nlohmann::json::parse(R"({"architectures": ["Gemma3ForCausalLM"], "attention_bias": false,
+    "attn_logit_softcapping": null, "bos_token_id": 2, "eos_token_id": [1, 106], "final_logit_softcapping": null,
+    "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152, "intermediate_size": 6912,
+    "max_position_embeddings": 32768, "model_type": "gemma3_text", "num_attention_heads": 4, "num_hidden_layers": 26,
+    "num_key_value_heads": 1, "pad_token_id": 0, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06,
+    "rope_local_base_freq": 10000, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": 512,
+    "sliding_window_pattern": 6, "torch_dtype": "bfloat16", "vocab_size": 262144})");
+}
+
+TEST(ModelConfig, Gemma3TextFromItsConfig) {
+  const ModelConfig c = ModelConfig::from_json(gemma3_1b_json(), "cfg");
+  EXPECT_EQ(c.arch, Arch::Gemma3);
+  EXPECT_EQ(c.model_type, "gemma3_text");
+  EXPECT_TRUE(c.qk_norm && c.sandwich_norms && c.tie_word_embeddings && c.local_rope);
+  EXPECT_EQ(c.hidden_act, GluActivation::GeluTanh);
+  EXPECT_EQ(c.norm_weight_offset, 1.0f);
+  EXPECT_EQ(c.embed_scale, 34.0f);  // sqrt(1152) = 33.941, 34 in bf16 (steps of 0.25)
+  EXPECT_FLOAT_EQ(c.attention_scale, 1.0f / 16.0f);
+  for (int64_t l = 0; l < 26; ++l) {
+    const bool global = l % 6 == 5;
+    EXPECT_EQ(c.attention_window(l), global ? 0 : 512) << l;
+    EXPECT_EQ(c.rope_for_layer(l).theta, global ? 1000000.0f : 10000.0f) << l;
+  }
+  EXPECT_EQ(c.attention_softcap, 0.0f);
+  EXPECT_EQ(c.final_logit_softcap, 0.0f);
+  EXPECT_EQ(c.num_parameters(), 999885952);  // the published count of Gemma 3 1B
+  // layer_types wins over the pattern; linear rope scaling (Gemma 3 4B and up) on global layers only.
+  nlohmann::json j = gemma3_1b_json();
+  j["num_hidden_layers"] = 3;
+  j["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  const ModelConfig d = ModelConfig::from_json(j, "cfg");
+  EXPECT_EQ(d.attention_window(0), 0);
+  EXPECT_EQ(d.attention_window(1), 512);
+  EXPECT_EQ(d.rope_for_layer(0).linear_factor, 8.0f);
+  EXPECT_EQ(d.rope_for_layer(1).linear_factor, 1.0f);
+  // Written back as config.json keys and read again the same.
+  const ModelConfig e = ModelConfig::from_json(d.to_json(), "cfg");
+  EXPECT_EQ(e.layer_windows, d.layer_windows);
+  EXPECT_EQ(e.rope.linear_factor, 8.0f);
+  EXPECT_EQ(e.rope_local.theta, 10000.0f);
+  EXPECT_EQ(e.embed_scale, d.embed_scale);
+  EXPECT_FALSE(e.to_json().contains("hidden_act"));
+}
+
+TEST(ModelConfig, Gemma2DefaultsAlternateAndSoftCap) {
+  nlohmann::json j = nlohmann::json::parse(R"({"architectures": ["Gemma2ForCausalLM"], "hidden_size": 2304,
+    "intermediate_size": 9216, "num_attention_heads": 8, "num_hidden_layers": 26, "num_key_value_heads": 4,
+    "vocab_size": 256000, "hidden_act": "gelu_pytorch_tanh", "torch_dtype": "float32"})");
+  const ModelConfig c = ModelConfig::from_json(j, "cfg");
+  EXPECT_EQ(c.arch, Arch::Gemma2);
+  EXPECT_FALSE(c.qk_norm || c.local_rope);
+  EXPECT_TRUE(c.sandwich_norms && c.tie_word_embeddings);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.attention_softcap, 50.0f);
+  EXPECT_EQ(c.final_logit_softcap, 30.0f);
+  EXPECT_EQ(c.embed_scale, static_cast<float>(std::sqrt(2304.0)));  // f32 weights: not rounded
+  EXPECT_EQ(c.attention_window(0), 4096);                           // layer 0 sliding, then alternate
+  EXPECT_EQ(c.attention_window(1), 0);
+  EXPECT_EQ(c.attention_window(24), 4096);
+  EXPECT_EQ(c.rope_for_layer(0).theta, 10000.0f);
+  EXPECT_EQ(c.num_parameters(), 2614341888);  // Gemma 2 2B
+}
+
+TEST(ModelConfig, GemmaBadKeysAreNamed) {
+  nlohmann::json j = gemma3_1b_json();
+  j["num_hidden_layers"] = 2;
+  j["layer_types"] = {"sliding_attention", "chunked_attention"};
+  std::string msg = error_of(j);
+  EXPECT_NE(msg.find("layer_types"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("chunked_attention"), std::string::npos) << msg;
+  j["layer_types"] = {"sliding_attention"};
+  EXPECT_NE(error_of(j).find("layer_types"), std::string::npos);
+  j = gemma3_1b_json();
+  j["hidden_activation"] = "relu";
+  msg = error_of(j);
+  EXPECT_NE(msg.find("hidden_activation"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("relu"), std::string::npos) << msg;
+  for (const char* key :
+       {"query_pre_attn_scalar", "sliding_window", "sliding_window_pattern", "rope_local_base_freq"}) {
+    j = gemma3_1b_json();
+    j[key] = 0;
+    EXPECT_NE(error_of(j).find(key), std::string::npos) << key;
+  }
+  j = gemma3_1b_json();
+  j["attn_logit_softcapping"] = -1.0;
+  EXPECT_NE(error_of(j).find("softcapping"), std::string::npos);
+}
+
 TEST(ModelConfig, AnyValueOfAnyKeyIsHandled) {
   // Every key set to every kind of JSON value: parsing succeeds or throws bp::Error, nothing else.
   const std::vector<nlohmann::json> values = {nullptr,

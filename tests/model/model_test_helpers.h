@@ -24,17 +24,54 @@ struct TinySpec {
   int64_t vocab = 67, hidden = 32, inter = 48, layers = 2, heads = 4, kv_heads = 2, head_dim = 8;
   bool tied = true, bias = false, qk_norm = false, llama3_rope = false;
   float theta = 10000.0f;
-  int64_t sliding_window = 0;          // on every layer, unless layer_windows says per layer
+  int64_t sliding_window = 0;          // on every layer, unless layer_windows says per layer (Gemma: 0 = 3)
   std::vector<int64_t> layer_windows;  // ModelConfig::layer_windows
-  float attention_scale = 0.0f, attention_softcap = 0.0f;
+  float attention_scale = 0.0f, attention_softcap = 0.0f;  // Gemma: attention_softcap = attn_logit_softcapping
   // More config.json keys (Phi-3's partial_rotary_factor, rope_scaling longrope, sliding_window;
   // SmolLM3's no_rope_layers): the config is then parsed from JSON by ModelConfig::from_json (the
   // four fields above are then unused: the window comes from these keys), and the oracle reads the
   // same keys (write_oracle_case).
   nlohmann::json hf = nullptr;
+  // Gemma 2 / 3 (arch Gemma2 or Gemma3): config.json keys, parsed by ModelConfig::from_json.
+  std::vector<std::string> layer_types;  // empty: the architecture's default pattern
+  float query_pre_attn_scalar = 12.0f;   // != head_dim: the scale is not 1/sqrt(d)
+  float final_softcap = 0.0f;            // final_logit_softcapping
+  float linear_rope = 0.0f;              // rope_scaling linear factor (0: none)
+  bool bf16 = false;                     // torch_dtype bfloat16: the embedding normalizer rounded to bf16
 };
 
+inline bool is_gemma(Arch a) {
+  return a == Arch::Gemma2 || a == Arch::Gemma3;
+}
+
+// A tiny Gemma config through ModelConfig::from_json (the keys of config.json).
+inline ModelConfig tiny_gemma_config(const TinySpec& s) {
+  nlohmann::json j = {{"architectures", {s.arch == Arch::Gemma2 ? "Gemma2ForCausalLM" : "Gemma3ForCausalLM"}},
+                      {"vocab_size", s.vocab},
+                      {"hidden_size", s.hidden},
+                      {"intermediate_size", s.inter},
+                      {"num_hidden_layers", s.layers},
+                      {"num_attention_heads", s.heads},
+                      {"num_key_value_heads", s.kv_heads},
+                      {"head_dim", s.head_dim},
+                      {"max_position_embeddings", 128},
+                      {"rms_norm_eps", 1e-5},
+                      {"rope_theta", s.theta},
+                      {"rope_local_base_freq", 100.0},
+                      {"sliding_window", s.sliding_window > 0 ? s.sliding_window : 3},  // shorter than the samples
+                      {"query_pre_attn_scalar", s.query_pre_attn_scalar},
+                      {"hidden_activation", "gelu_pytorch_tanh"},
+                      {"tie_word_embeddings", s.tied},
+                      {"torch_dtype", s.bf16 ? "bfloat16" : "float32"}};
+  j["attn_logit_softcapping"] = s.attention_softcap > 0 ? nlohmann::json(s.attention_softcap) : nlohmann::json(nullptr);
+  j["final_logit_softcapping"] = s.final_softcap > 0 ? nlohmann::json(s.final_softcap) : nlohmann::json(nullptr);
+  if (!s.layer_types.empty()) j["layer_types"] = s.layer_types;
+  if (s.linear_rope > 0) j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", s.linear_rope}};
+  return ModelConfig::from_json(j, "tiny gemma config");
+}
+
 inline ModelConfig tiny_config(const TinySpec& s) {
+  if (is_gemma(s.arch)) return tiny_gemma_config(s);
   if (!s.hf.is_null()) {
     nlohmann::json j = s.hf;
     j["architectures"] = {arch_name(s.arch)};
@@ -90,7 +127,9 @@ inline ModelWeights tiny_weights(const ModelConfig& c, uint64_t seed) {
     const float b = 1.0f / std::sqrt(static_cast<float>(in));
     return random_tensor({out, in}, seed++, -b, b);
   };
-  auto norm = [&](int64_t n) { return random_tensor({n}, seed++, 0.8f, 1.2f); };
+  // Gemma's norms multiply by (1 + w): w near 0 gives the same scales.
+  const float nlo = 0.8f - c.norm_weight_offset, nhi = 1.2f - c.norm_weight_offset;
+  auto norm = [&](int64_t n) { return random_tensor({n}, seed++, nlo, nhi); };
   const int64_t D = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
   w.embed = random_tensor({c.vocab_size, D}, seed++, -1.0f, 1.0f);
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -105,6 +144,7 @@ inline ModelWeights tiny_weights(const ModelConfig& c, uint64_t seed) {
     if (c.qk_norm) L.q_norm = norm(c.head_dim), L.k_norm = norm(c.head_dim);
     L.post_norm = norm(D);
     L.gate = lin(F, D), L.up = lin(F, D), L.down = lin(D, F);
+    if (c.sandwich_norms) L.pre_ffn_norm = norm(D), L.post_ffn_norm = norm(D);
     w.layers.push_back(std::move(L));
   }
   w.final_norm = norm(D);
@@ -251,6 +291,19 @@ inline void write_oracle_case(const std::string& dir, Model& model, const TinyLo
                                       {"original_max_position_embeddings", c.rope.original_max_position}};
   else
     spec["config"]["rope_scaling"] = nullptr;
+  if (c.rope.linear_factor != 1.0f)
+    spec["config"]["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope.linear_factor}};
+  if (c.sandwich_norms) {  // Gemma: the config.json keys the oracle derives everything else from
+    const nlohmann::json& r = c.raw;
+    spec["config"]["hidden_size"] = c.hidden_size;
+    spec["config"]["gemma"] = {{"torch_dtype", c.torch_dtype == DType::BF16 ? "bfloat16" : "float32"},
+                               {"query_pre_attn_scalar", r.at("query_pre_attn_scalar")},
+                               {"sliding_window", r.at("sliding_window")},
+                               {"layer_types", c.to_json().at("layer_types")},
+                               {"attn_logit_softcapping", r.at("attn_logit_softcapping")},
+                               {"final_logit_softcapping", r.at("final_logit_softcapping")}};
+    if (c.local_rope) spec["config"]["gemma"]["rope_local_base_freq"] = r.at("rope_local_base_freq");
+  }
   spec["mode"] = model.options().mode == TrainMode::Full ? "full" : "lora";
   std::ofstream bin(dir + "/tensors.bin", std::ios::binary);
   int64_t off = 0;

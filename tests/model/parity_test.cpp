@@ -106,10 +106,28 @@ std::vector<ParityCase> parity_cases() {
   smol_list.layers = 2;
   smol_list.tied = false;
   smol_list.hf = {{"no_rope_layers", {0, 1}}};
+  // Gemma 3: sandwich norms with (1 + w), GeGLU, q/k norms, a sliding window (3) shorter than the
+  // samples on layers 0 and 2 with the local RoPE base, linear rope scaling on the global layer,
+  // query_pre_attn_scalar 12 (not head_dim), the bf16 embedding normalizer.
+  TinySpec gemma3;
+  gemma3.arch = Arch::Gemma3;
+  gemma3.layers = 3;
+  gemma3.head_dim = 16;
+  gemma3.layer_types = {"sliding_attention", "full_attention", "sliding_attention"};
+  gemma3.linear_rope = 2.0f;
+  gemma3.bf16 = true;
+  // Gemma 2: both soft-caps small enough to bend this model's scores and logits, layers sliding and
+  // global by the default alternation, untied head.
+  TinySpec gemma2;
+  gemma2.arch = Arch::Gemma2;
+  gemma2.tied = false;
+  gemma2.attention_softcap = 2.0f;
+  gemma2.final_softcap = 3.0f;
   std::vector<ParityCase> v;
   uint64_t seed = 1;
   for (auto [name, spec] : {std::pair{"llama_tied_gqa", llama_tied}, std::pair{"llama_untied_llama3rope", llama_untied},
-                            std::pair{"qwen2_bias", qwen2}, std::pair{"qwen3_qknorm", qwen3}}) {
+                            std::pair{"qwen2_bias", qwen2}, std::pair{"qwen3_qknorm", qwen3},
+                            std::pair{"gemma3", gemma3}, std::pair{"gemma2_softcap", gemma2}}) {
     ParityCase lora{std::string("lora_") + name, spec};
     lora.seed = seed++;
     v.push_back(lora);
@@ -143,6 +161,13 @@ std::vector<ParityCase> parity_cases() {
                         {LinearRole::Q, LinearRole::K, LinearRole::V, LinearRole::Down}};
   phi_subset.seed = seed++;
   v.push_back(phi_subset);
+  // Gemma 3 the other way round: LoRA without checkpointing, full fine-tuning with it.
+  ParityCase gemma3_lora_nockpt{"lora_gemma3_nockpt", gemma3, TrainMode::Lora, false};
+  gemma3_lora_nockpt.seed = seed++;
+  v.push_back(gemma3_lora_nockpt);
+  ParityCase gemma3_full_ckpt{"full_gemma3_ckpt", gemma3, TrainMode::Full, true};
+  gemma3_full_ckpt.seed = seed++;
+  v.push_back(gemma3_full_ckpt);
   // rsLoRA scale and a subset of target modules (q_proj, v_proj, down_proj), no checkpointing.
   ParityCase rs{"lora_rslora_subset",
                 llama_tied,
@@ -214,6 +239,16 @@ std::vector<ParityCase> parity_cases() {
   adam_full.adamw_steps = 10;
   adam_full.seed = seed++;
   v.push_back(adam_full);
+  // DoRA on Gemma's projections: Gemma 3 (sandwich (1 + w) norms, GeGLU, windows) with checkpointing,
+  // Gemma 2 (both soft-caps) without.
+  ParityCase dora_gemma3{"lora_dora_gemma3", gemma3};
+  dora_gemma3.dora = true;
+  dora_gemma3.seed = seed++;
+  v.push_back(dora_gemma3);
+  ParityCase dora_gemma2{"lora_dora_gemma2_softcap_nockpt", gemma2, TrainMode::Lora, false};
+  dora_gemma2.dora = true;
+  dora_gemma2.seed = seed++;
+  v.push_back(dora_gemma2);
   return v;
 }
 

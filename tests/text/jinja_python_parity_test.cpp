@@ -266,4 +266,20 @@ TEST(JinjaPythonParity, Phi4MiniAndSmolLM3RenderAsJinja2) {
   expect_as_jinja2(cases);
 }
 
+namespace {
+
+// Gemma has no system role: Gemma 3's template folds a system message into the first user turn
+// (the text is kept, as Jinja2 renders it), Gemma 2's refuses it (raises in both): never dropped.
+TEST(JinjaPythonParity, GemmaFoldsOrRefusesTheSystemPromptNeverDropsIt) {
+  const json conv = json::array({message("system", "Be brief."), message("user", "Hi")});
+  const json ctx{{"messages", conv}, {"add_generation_prompt", true}, {"bos_token", "<bos>"}, {"eos_token", "<eos>"}};
+  const std::string g3 = read_text_file(template_path("gemma3")), g2 = read_text_file(template_path("gemma2"));
+  expect_as_jinja2({{g3, ctx}, {g2, ctx}});
+  const json got = render_with_ours(g3, ctx);
+  ASSERT_TRUE(got["ok"].get<bool>()) << got.dump();
+  EXPECT_EQ(got["text"], "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_FALSE(render_with_ours(g2, ctx)["ok"].get<bool>());
+}
+
+}  // namespace
 }  // namespace bp::test
