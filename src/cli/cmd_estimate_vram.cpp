@@ -75,6 +75,7 @@ GemmWorkspaceSize gemm_workspace_size(const bp::CudaStatus& cuda) {
 bp::DType gguf_stored_dtype(const std::string& gguf) {
   bp::GGUFReader reader(gguf);
   const bp::GGUFTensorInfo* t = reader.find_tensor(bp::gguf_name(bp::WeightRole::Q, 0));
+  if (!t) t = reader.find_tensor("blk.0.attn_qkv.weight");  // phi3's fused q/k/v (model/weight_names.h)
   const std::optional<bp::DType> d = t ? bp::dtype_of_ggml(t->type) : std::nullopt;
   return d && bp::dtype_bytes(*d, t->numel()) == t->nbytes ? *d : bp::DType::F32;
 }

@@ -181,7 +181,8 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
   w.set(arch + ".attention.head_count", u32(c.num_heads));
   w.set(arch + ".attention.head_count_kv", u32(c.num_kv_heads));
   w.set(arch + ".rope.freq_base", GGUFValue::f32(c.rope.theta));
-  w.set(arch + ".rope.dimension_count", u32(c.head_dim));
+  // llama.cpp's n_rot: the rotated dims (Phi-3: int(partial_rotary_factor · hidden) / heads).
+  w.set(arch + ".rope.dimension_count", u32(c.rope.rot_dim()));
   w.set(arch + ".attention.layer_norm_rms_epsilon", GGUFValue::f32(c.rms_norm_eps));
   // llama.cpp's sliding window keys: the window, and which layers have it when not all do (one
   // bool per layer, as llama.cpp's sliding_window_pattern array).
@@ -196,9 +197,40 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
   if (any_windowed) w.set(arch + ".attention.sliding_window", u32(c.sliding_window));
   if (any_windowed && !all_windowed)
     w.set(arch + ".attention.sliding_window_pattern", GGUFValue::array(GGUFValueType::BOOL, pattern));
-  if (c.head_dim * c.num_heads != c.hidden_size) {
+  if (c.head_dim * c.num_heads != c.hidden_size ||
+      c.sandwich_norms) {  // llama.cpp's Gemma converters always write them
     w.set(arch + ".attention.key_length", u32(c.head_dim));
     w.set(arch + ".attention.value_length", u32(c.head_dim));
+  }
+  // Gemma (convert_hf_to_gguf.py Gemma2Model / Gemma3Model): Gemma 2's soft-caps, Gemma 3's linear
+  // rope scaling (the window above). llama.cpp derives the rest (its layer pattern, the local RoPE
+  // base 10000, the attention scale) from the architecture, as hub/gguf_source.cpp reads them back.
+  if (c.sandwich_norms) {
+    if (c.attention_softcap > 0) w.set(arch + ".attn_logit_softcapping", GGUFValue::f32(c.attention_softcap));
+    if (c.final_logit_softcap > 0) w.set(arch + ".final_logit_softcapping", GGUFValue::f32(c.final_logit_softcap));
+    if (c.rope.linear_factor != 1.0f) {
+      w.set(arch + ".rope.scaling.type", GGUFValue::str("linear"));
+      w.set(arch + ".rope.scaling.factor", GGUFValue::f32(c.rope.linear_factor));
+    }
+  }
+
+  if (c.arch == Arch::Phi3) {  // convert_hf_to_gguf.py Phi3MiniModel
+    w.set(arch + ".attention.sliding_window", u32(c.sliding_window));
+    if (c.rope.longrope) {
+      w.set(arch + ".rope.scaling.original_context_length", u32(c.rope.original_max_position));
+      w.set(arch + ".rope.scaling.attn_factor", GGUFValue::f32(c.rope.attention_factor));
+    }
+  }
+  if (c.arch == Arch::SmolLM3) {
+    // llama.cpp's smollm3 has no key for the layers without RoPE: it takes every 4th
+    // (n_no_rope_layer_step = 4), SmolLM3Config's default. Another pattern would run wrong there.
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      if (c.rope_for_layer(l).rot_dim() != ((l + 1) % 4 != 0 ? c.rope.rot_dim() : 0))
+        throw Error(ErrorCode::RUNTIME_EXPORT_FAILED,
+                    fmt::format("[gguf] this SmolLM3 has RoPE on layer {} {}; llama.cpp's smollm3 takes RoPE off "
+                                "every 4th layer only (no_rope_layer_interval 4) and has no metadata for another "
+                                "pattern: export it as a merged Hugging Face folder instead",
+                                l, c.rope_for_layer(l).rot_dim() ? "on" : "off"));
   }
 
   const bool tied = c.tie_word_embeddings;
@@ -218,12 +250,34 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
   for (const auto& [role, layer] : model_roles(c)) {
     const bool qk =
         role == WeightRole::Q || role == WeightRole::K || role == WeightRole::QBias || role == WeightRole::KBias;
-    add(gguf_name(role, layer), weight_ref(mw, role, layer), static_cast<int>(layer), qk ? qk_perm : 0);
+    if (const FusedProjection* f = fused_projection_of(c, role)) {  // phi3: attn_qkv, ffn_up = gate + up rows
+      if (role != f->first) continue;
+      std::vector<const Tensor*> parts;
+      for (int i = 0; i < f->count; ++i)
+        parts.push_back(&weight_ref(mw, static_cast<WeightRole>(static_cast<int>(f->first) + i), layer));
+      add(fmt::format(fmt::runtime(f->gguf), layer), join_rows_or_copy(parts), static_cast<int>(layer));
+      continue;
+    }
+    const Tensor& t = weight_ref(mw, role, layer);
+    if (c.norm_weight_offset != 0.0f && is_norm_role(role)) {  // Gemma: stored as 1 + w (llama.cpp's norm_shift)
+      std::vector<float> shifted = t.to_vector();
+      for (float& x : shifted) x += c.norm_weight_offset;
+      add(gguf_name(c, role, layer), Tensor::from_vector(shifted, t.shape()), static_cast<int>(layer));
+      continue;
+    }
+    add(gguf_name(c, role, layer), t, static_cast<int>(layer), qk ? qk_perm : 0);
     if (role == WeightRole::Embed && c.rope.llama3_scaling) {
       RopeConfig r = c.rope;
       r.head_dim = static_cast<int>(c.head_dim);
       const auto f = llama3_rope_factors(r);
       add("rope_freqs.weight", Tensor::from_vector(f, Shape{static_cast<int64_t>(f.size())}), -1);
+    }
+    if (role == WeightRole::Embed && c.rope.longrope) {  // Phi-3's LongRoPE factors, f32 [rot_dim/2]
+      const auto n = static_cast<int64_t>(c.rope.long_factor.size());
+      w.add_tensor(gguf_tensor_from("rope_factors_long.weight", Tensor::from_vector(c.rope.long_factor, Shape{n}),
+                                    GGMLType::F32));
+      w.add_tensor(gguf_tensor_from("rope_factors_short.weight", Tensor::from_vector(c.rope.short_factor, Shape{n}),
+                                    GGMLType::F32));
     }
   }
 }

@@ -52,12 +52,22 @@ GGUFLoraResult export_gguf_lora(const LoraAdapter& given, const ModelConfig& bas
     const LoraLayer& layer = adapter.layers[li];
     for (LoraTarget t : kAllLoraTargets) {
       if (!layer.has(t)) continue;
-      const std::string base_name = gguf_name(lora_target_role(t), static_cast<int64_t>(li));
+      std::string base_name = gguf_name(lora_target_role(t), static_cast<int64_t>(li));
       const Tensor& a = layer.a(t);
       const Tensor& b = layer.b(t);
       BP_CHECK(a.rank() == 2 && b.rank() == 2 && a.dim(0) == b.dim(1) && a.dim(1) == lora_target_in(base, t) &&
                    b.dim(0) == lora_target_out(base, t),
                "[gguf-lora] {}: lora_A {} and lora_B {} do not fit the base", base_name, a.describe(), b.describe());
+      // A fused module (phi3): its one A and B [Σout, r] on the fused tensor (attn_qkv, ffn_up).
+      if (const FusedProjection* f = lc.fused ? fused_projection_of(base, lora_target_role(t)) : nullptr) {
+        if (lora_target_role(t) != f->first) continue;
+        std::vector<const Tensor*> bs;
+        for (int i = 0; i < f->count; ++i) bs.push_back(&layer.b(static_cast<LoraTarget>(static_cast<int>(t) + i)));
+        base_name = fmt::format(fmt::runtime(f->gguf), li);
+        w.add_tensor(gguf_tensor_from(base_name + ".lora_a", a, type));
+        w.add_tensor(gguf_tensor_from(base_name + ".lora_b", join_rows_or_copy(bs), type));
+        continue;
+      }
       w.add_tensor(gguf_tensor_from(base_name + ".lora_a", a, type));
       if (permute && (t == LoraTarget::Q || t == LoraTarget::K))
         w.add_tensor(gguf_permuted_rows_spec(base_name + ".lora_b", b, type, base.head_dim));

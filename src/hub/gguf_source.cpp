@@ -38,10 +38,35 @@ struct Vocab {
   std::optional<std::string> chat_template;
 };
 
+// Phi-3 as convert_hf_to_gguf.py's Phi3MiniModel writes it: rope.dimension_count the rotated dims
+// (partial rotary), LongRoPE's factors in rope_factors_long/short.weight with
+// rope.scaling.original_context_length and rope.scaling.attn_factor (attention.sliding_window is
+// add_sliding_window's, as for every architecture).
+void phi3_rope_from_gguf(const GGUFReader& r, const std::string& path, int64_t head_dim, json& c) {
+  const int64_t rot = r.get_int("phi3.rope.dimension_count").value_or(head_dim);
+  if (rot < 2 || rot > head_dim || rot % 2 != 0)
+    fail(path, fmt::format("metadata phi3.rope.dimension_count is {}; it must be even and in [2, head_dim {}]", rot,
+                           head_dim));
+  if (rot != head_dim) c["partial_rotary_factor"] = static_cast<double>(rot) / static_cast<double>(head_dim);
+  const GGUFTensorInfo* lf = r.find_tensor("rope_factors_long.weight");
+  const GGUFTensorInfo* sf = r.find_tensor("rope_factors_short.weight");
+  if (!lf && !sf) return;
+  if (!lf || !sf || lf->numel() != rot / 2 || sf->numel() != rot / 2)
+    fail(path, fmt::format("rope_factors_long.weight and rope_factors_short.weight must both hold "
+                           "rope.dimension_count / 2 = {} values",
+                           rot / 2));
+  const std::optional<int64_t> orig = r.get_int("phi3.rope.scaling.original_context_length");
+  if (!orig || *orig < 1) fail(path, "metadata phi3.rope.scaling.original_context_length is missing or not positive");
+  c["original_max_position_embeddings"] = *orig;
+  c["rope_scaling"] = {{"type", "longrope"}, {"long_factor", r.dequantize(*lf)}, {"short_factor", r.dequantize(*sf)}};
+  if (const std::optional<double> af = r.get_number("phi3.rope.scaling.attn_factor"))
+    c["rope_scaling"]["attention_factor"] = *af;
+}
+
 // {arch}.attention.sliding_window (llama.cpp's key) as config.json says it: a llama file with a
-// window is Mistral's (which llama.cpp converts as llama), qwen2/qwen3 turn use_sliding_window
-// on. {arch}.attention.sliding_window_pattern (one bool per layer) picks the windowed layers;
-// without it every layer has the window.
+// window is Mistral's (which llama.cpp converts as llama), qwen2/qwen3 (and smollm3, which refuses
+// it) turn use_sliding_window on. {arch}.attention.sliding_window_pattern (one bool per layer) picks the windowed
+// layers; without it every layer has the window.
 void add_sliding_window(const GGUFReader& r, const std::string& path, const std::string& arch, int64_t layers,
                         json& c) {
   const std::string key = arch + ".attention.sliding_window", pattern_key = arch + ".attention.sliding_window_pattern";
@@ -60,22 +85,60 @@ void add_sliding_window(const GGUFReader& r, const std::string& path, const std:
   if (arch == "llama") {
     c["architectures"] = {"MistralForCausalLM"};
     c["model_type"] = "mistral";
-  } else {
+  } else if (arch != "phi3") {  // Phi3Config has no switch: its window applies whenever given
     c["use_sliding_window"] = true;
   }
   c["sliding_window"] = *window;
   c["layer_types"] = types;
 }
 
+// Gemma in llama.cpp (llama-model.cpp LLM_ARCH_GEMMA2 / LLM_ARCH_GEMMA3): the sliding window and
+// Gemma 2's soft-caps from metadata; the layer pattern (Gemma 2 every other layer from layer 0,
+// Gemma 3 five sliding then one global), the local RoPE base (10000) and the attention scale are
+// the architecture's: 1/sqrt(head_dim), except the 27B models' 1/sqrt(hidden/heads) (query_pre_attn_scalar).
+void gemma_config_from_gguf(const GGUFReader& r, const std::string& path, const std::string& arch, json& c) {
+  c.erase("hidden_act");
+  c["hidden_activation"] = "gelu_pytorch_tanh";
+  const int64_t hidden = c["hidden_size"], heads = c["num_attention_heads"], layers = c["num_hidden_layers"];
+  const bool big = (arch == "gemma2" && layers == 46) || (arch == "gemma3" && layers == 62);  // the 27B models
+  c["query_pre_attn_scalar"] = big ? hidden / heads : c["head_dim"].get<int64_t>();
+  if (!c.contains("sliding_window"))  // add_sliding_window's, from {arch}.attention.sliding_window
+    fail(path, fmt::format("metadata {}.attention.sliding_window is missing or 0", arch));
+  c.erase("use_sliding_window");
+  // llama.cpp's own files carry no per-layer pattern: the architecture's (not every layer windowed).
+  if (!r.find(arch + ".attention.sliding_window_pattern")) c.erase("layer_types");
+  auto cap = [&](const char* key) {
+    const std::optional<double> v = r.get_number(arch + "." + key);
+    if (v && !(*v > 0)) fail(path, fmt::format("metadata {}.{} is {}; it must be greater than 0", arch, key, *v));
+    return v ? json(*v) : json(nullptr);
+  };
+  c["attn_logit_softcapping"] = cap("attn_logit_softcapping");
+  c["final_logit_softcapping"] = cap("final_logit_softcapping");
+  if (arch == "gemma3") {
+    c["rope_local_base_freq"] = 10000.0;
+    c["sliding_window_pattern"] = 6;
+    if (r.get_string(arch + ".rope.scaling.type").value_or("") == "linear") {
+      const std::optional<double> f = r.get_number(arch + ".rope.scaling.factor");
+      if (!f || !(*f > 0)) fail(path, fmt::format("metadata {}.rope.scaling.factor is missing or not > 0", arch));
+      c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", *f}};
+    }
+  }
+}
+
 json config_from_gguf(const GGUFReader& r, const std::string& path) {
   const std::string arch = r.get_string("general.architecture").value_or("");
   static const std::map<std::string, std::pair<std::string, std::string>> kArch = {
-      {"llama", {"LlamaForCausalLM", "llama"}},
-      {"qwen2", {"Qwen2ForCausalLM", "qwen2"}},
-      {"qwen3", {"Qwen3ForCausalLM", "qwen3"}}};
+      {"llama", {"LlamaForCausalLM", "llama"}},        {"qwen2", {"Qwen2ForCausalLM", "qwen2"}},
+      {"qwen3", {"Qwen3ForCausalLM", "qwen3"}},        {"phi3", {"Phi3ForCausalLM", "phi3"}},
+      {"smollm3", {"SmolLM3ForCausalLM", "smollm3"}},  {"gemma2", {"Gemma2ForCausalLM", "gemma2"}},
+      {"gemma3", {"Gemma3ForCausalLM", "gemma3_text"}}};
   auto it = kArch.find(arch);
   if (it == kArch.end())
-    fail(path, fmt::format("general.architecture is '{}'; backprop reads llama, qwen2 and qwen3 GGUF files", arch));
+    fail(path,
+         fmt::format(
+             "general.architecture is '{}'; backprop reads llama, qwen2, qwen3, phi3, smollm3, gemma2 and gemma3 GGUF "
+             "files",
+             arch));
   // Every size is checked before any arithmetic uses it (a head count of 0 once divided by zero).
   auto size = [&](const std::string& key, std::optional<int64_t> fallback) {
     const std::optional<int64_t> v = r.get_int(arch + "." + key);
@@ -135,6 +198,10 @@ json config_from_gguf(const GGUFReader& r, const std::string& path) {
   add_sliding_window(r, path, arch, layers, c);
   // Llama-3.1/3.2: rope scaling lives in rope_freqs.weight only (hub/gguf_rope.h).
   if (json rs = llama3_rope_scaling_from_gguf(r, path, theta, head_dim); !rs.is_null()) c["rope_scaling"] = rs;
+  if (arch == "phi3") phi3_rope_from_gguf(r, path, head_dim, c);
+  // llama.cpp's smollm3 takes RoPE off every 4th layer (n_no_rope_layer_step = 4), with no key for it.
+  if (arch == "smollm3") c["no_rope_layer_interval"] = 4;
+  if (arch == "gemma2" || arch == "gemma3") gemma_config_from_gguf(r, path, arch, c);
   return c;
 }
 

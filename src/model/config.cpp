@@ -21,13 +21,27 @@ namespace {
 using ArchEntry = ArchInfo;
 using SW = SlidingWindowKey;
 // arch, architecture, model_type, gguf_arch, gguf_tokenizer_pre, qkv_bias, qk_norm, tied_head_default,
-// gguf_permute_qk, sliding_window. (Llama-3's "llama-bpe" pre-tokenizer is recognised from its vocabulary.)
+// gguf_permute_qk, sliding_window, fused_projections, default_rope_theta. (Llama-3's "llama-bpe"
+// pre-tokenizer is recognised from its vocabulary.) Phi-3's defaults follow Phi3Config (untied,
+// theta 1e4, original_max_position_embeddings 4096), SmolLM3's SmolLM3Config (tied, theta 2e6).
 constexpr ArchEntry kArchs[] = {
-    {Arch::Llama, "LlamaForCausalLM", "llama", "llama", "", false, false, false, true, SW::None},
-    {Arch::Mistral, "MistralForCausalLM", "mistral", "llama", "", false, false, false, true, SW::Always},
-    {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2", "qwen2", "qwen2", true, false, false, false, SW::IfUseSlidingWindow},
-    {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3", "qwen3", "qwen2", false, true, false, false, SW::IfUseSlidingWindow},
+    {Arch::Llama, "LlamaForCausalLM", "llama", "llama", "", false, false, false, true, SW::None, false, 10000.0},
+    {Arch::Mistral, "MistralForCausalLM", "mistral", "llama", "", false, false, false, true, SW::Always, false,
+     10000.0},
+    {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2", "qwen2", "qwen2", true, false, false, false, SW::IfUseSlidingWindow,
+     false, 10000.0},
+    {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3", "qwen3", "qwen2", false, true, false, false, SW::IfUseSlidingWindow,
+     false, 10000.0},
+    {Arch::Phi3, "Phi3ForCausalLM", "phi3", "phi3", "", false, false, false, false, SW::Always, true, 10000.0},
+    {Arch::SmolLM3, "SmolLM3ForCausalLM", "smollm3", "smollm3", "", false, false, true, true, SW::None, false,
+     2000000.0},
+    // Gemma: sliding windows per layer (parse_gemma), SentencePiece vocabularies in GGUF.
+    {Arch::Gemma2, "Gemma2ForCausalLM", "gemma2", "gemma2", "", false, false, true, false, SW::None, false, 10000.0},
+    {Arch::Gemma3, "Gemma3ForCausalLM", "gemma3_text", "gemma3", "", false, true, true, false, SW::None, false,
+     1000000.0},
 };
+// Phi3Config's original_max_position_embeddings when config.json does not say.
+constexpr int64_t kPhi3OriginalMaxPosition = 4096;
 
 // Bounds far above any real model (Llama 3.1 405B: hidden 16384, intermediate 53248, 126 layers)
 // that keep every size product, e.g. num_parameters(), inside int64.
@@ -113,7 +127,7 @@ void check_sizes(const ModelConfig& c, const std::string& source) {
   const Wide qd = static_cast<Wide>(c.num_heads) * static_cast<Wide>(c.head_dim);
   const Wide kvd = static_cast<Wide>(c.num_kv_heads) * static_cast<Wide>(c.head_dim);
   const Wide per_layer =
-      2 * D + 2 * qd * D + 2 * kvd * D + 3 * F * D + qd + 2 * kvd + 2 * static_cast<Wide>(c.head_dim);
+      4 * D + 2 * qd * D + 2 * kvd * D + 3 * F * D + qd + 2 * kvd + 2 * static_cast<Wide>(c.head_dim);
   const Wide embed = static_cast<Wide>(c.vocab_size) * D;
   const std::pair<const char*, Wide> sizes[] = {
       {"num_attention_heads x head_dim x hidden_size (the q/o projections)", qd * D},
@@ -127,6 +141,46 @@ void check_sizes(const ModelConfig& c, const std::string& source) {
     if (n > static_cast<Wide>(kMaxParameters))
       fail(source, fmt::format("{} is {:.3g} parameters, past the limit of {:.3g}: the config's sizes are too large",
                                what, static_cast<double>(n), static_cast<double>(kMaxParameters)));
+}
+
+// A list of numbers (LongRoPE's factors) of exactly n entries.
+std::vector<float> get_factor_list(const nlohmann::json& j, const char* key, size_t n, const std::string& source) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_array())
+    fail(source, fmt::format("rope_scaling longrope needs '{}', a list of rotary_dim/2 = {} numbers", key, n));
+  if (it->size() != n)
+    fail(source, fmt::format("rope_scaling '{}' has {} values but rotary_dim/2 = {} are needed (head_dim x "
+                             "partial_rotary_factor / 2)",
+                             key, it->size(), n));
+  std::vector<float> v;
+  for (const auto& x : *it) {
+    if (!x.is_number() || !(x.get<double>() > 0) || !(x.get<double>() < 3e38))
+      fail(source, fmt::format("rope_scaling '{}' must hold positive numbers, got {}", key, x.dump()));
+    v.push_back(static_cast<float>(x.get<double>()));
+  }
+  return v;
+}
+
+// The layers that apply RoPE (SmolLM3Config): no_rope_layers (1 = RoPE) or, without it, every
+// no_rope_layer_interval-th layer without (default 4).
+std::vector<uint8_t> parse_rope_layers(const nlohmann::json& j, int64_t layers, const std::string& source) {
+  std::vector<uint8_t> v;
+  if (auto it = j.find("no_rope_layers"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || static_cast<int64_t>(it->size()) != layers)
+      fail(source, fmt::format("no_rope_layers must be a list of num_hidden_layers = {} entries (1 = the layer uses "
+                               "RoPE, 0 = no position encoding), got {}",
+                               layers, it->dump()));
+    for (const auto& x : *it) {
+      if (!x.is_number_integer() || (x.get<int64_t>() != 0 && x.get<int64_t>() != 1))
+        fail(source, fmt::format("no_rope_layers entries must be 0 or 1, got {}", x.dump()));
+      v.push_back(static_cast<uint8_t>(x.get<int64_t>()));
+    }
+    return v;
+  }
+  const int64_t interval = get_int(j, "no_rope_layer_interval", source, 4, false);
+  if (interval < 1) fail(source, fmt::format("no_rope_layer_interval must be >= 1, got {}", interval));
+  for (int64_t l = 0; l < layers; ++l) v.push_back(static_cast<uint8_t>((l + 1) % interval != 0));
+  return v;
 }
 
 // Windows longer than this would not fit the attention op's int (any window past the sequence
@@ -174,6 +228,55 @@ const char* torch_dtype_name(DType t) {
     case DType::BF16: return "bfloat16";
     case DType::F16: return "float16";
     default: return "float32";
+  }
+}
+
+// Gemma 2 / Gemma 3 (transformers' configuration_gemma2.py / configuration_gemma3.py, Gemma3TextConfig):
+// GeGLU with hidden_activation gelu_pytorch_tanh, RMSNorm times (1 + w), four norms a layer,
+// embeddings times sqrt(hidden_size) (the normalizer in the weights' dtype), attention scale
+// query_pre_attn_scalar^-1/2, sliding-window layers from layer_types (or, without it, every
+// sliding_window_pattern-th layer global for Gemma 3, alternate sliding/global from layer 0 for
+// Gemma 2), Gemma 3's local RoPE base rope_local_base_freq (rope_scaling on global layers only),
+// Gemma 2's attention and final logit soft-capping.
+void parse_gemma(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
+  const bool g3 = c.arch == Arch::Gemma3;
+  const std::string act =
+      get_string(j, "hidden_activation", source, get_string(j, "hidden_act", source, "gelu_pytorch_tanh"));
+  if (act != "gelu_pytorch_tanh")
+    fail(source, fmt::format("hidden_activation '{}' is not supported (Gemma: gelu_pytorch_tanh, the GeGLU MLP)", act));
+  c.hidden_act = GluActivation::GeluTanh;
+  c.norm_weight_offset = 1.0f;
+  c.sandwich_norms = true;
+  const double sqrt_d = std::sqrt(static_cast<double>(c.hidden_size));
+  c.embed_scale = static_cast<float>(sqrt_d);  // rounded to torch_dtype by from_json once that is read
+  c.query_pre_attn_scalar = static_cast<float>(get_number(j, "query_pre_attn_scalar", source, 256.0));
+  if (!(c.query_pre_attn_scalar > 0))
+    fail(source, fmt::format("query_pre_attn_scalar must be > 0, got {}", c.query_pre_attn_scalar));
+  c.attention_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.query_pre_attn_scalar)));
+  c.attention_softcap = static_cast<float>(get_number(j, "attn_logit_softcapping", source, g3 ? 0.0 : 50.0));
+  c.final_logit_softcap = static_cast<float>(get_number(j, "final_logit_softcapping", source, g3 ? 0.0 : 30.0));
+  if (c.attention_softcap < 0 || c.final_logit_softcap < 0)
+    fail(source, "attn_logit_softcapping and final_logit_softcapping must be >= 0 (or null)");
+  const int64_t window = get_int(j, "sliding_window", source, 4096, false);
+  if (window < 1 || window > kMaxWindow)
+    fail(source, fmt::format("sliding_window must be in [1, {}], got {}", kMaxWindow, window));
+  c.sliding_window = window;
+  // layer_types was checked by parse_windows; without it, the architecture's pattern.
+  const auto types = j.find("layer_types");
+  const bool listed = types != j.end() && !types->is_null();
+  const int64_t pattern = listed || !g3 ? 2 : get_int(j, "sliding_window_pattern", source, 6, false);
+  if (pattern < 1) fail(source, fmt::format("sliding_window_pattern must be >= 1, got {}", pattern));
+  c.layer_windows.assign(static_cast<size_t>(c.num_layers), 0);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const bool sliding = listed ? (*types)[static_cast<size_t>(l)] == "sliding_attention" : (l + 1) % pattern != 0;
+    if (sliding) c.layer_windows[static_cast<size_t>(l)] = window;
+  }
+  if (g3) {
+    c.local_rope = true;
+    c.rope_local = RopeConfig{};
+    c.rope_local.head_dim = c.rope.head_dim;
+    c.rope_local.theta = static_cast<float>(get_number(j, "rope_local_base_freq", source, 10000.0));
+    if (!(c.rope_local.theta > 0)) fail(source, "rope_local_base_freq must be > 0");
   }
 }
 
@@ -241,6 +344,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
                              c.num_kv_heads));
   if (j.contains("head_dim") && !j["head_dim"].is_null()) {
     c.head_dim = get_int(j, "head_dim", source, 0, true);
+  } else if (c.arch == Arch::Gemma2 || c.arch == Arch::Gemma3) {
+    c.head_dim = 256;  // Gemma2Config / Gemma3TextConfig default
   } else {
     if (c.hidden_size % c.num_heads != 0)
       fail(source, fmt::format("hidden_size ({}) is not divisible by num_attention_heads ({}) and no head_dim is given",
@@ -251,17 +356,28 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
     fail(source,
          fmt::format("head_dim must be even and in [2, {}] for rotary embeddings, got {}", kMaxDim, c.head_dim));
   check_sizes(c, source);
-  c.max_position_embeddings = get_int(j, "max_position_embeddings", source, 2048, false);
+  const int64_t default_max_pos = c.arch == Arch::Gemma3 ? 131072 : c.arch == Arch::Gemma2 ? 8192 : 2048;
+  c.max_position_embeddings = get_int(j, "max_position_embeddings", source, default_max_pos, false);
   c.rms_norm_eps = static_cast<float>(get_number(j, "rms_norm_eps", source, 1e-6));
   if (!(c.rms_norm_eps > 0)) fail(source, fmt::format("rms_norm_eps must be > 0, got {}", c.rms_norm_eps));
 
+  const bool gemma = c.arch == Arch::Gemma2 || c.arch == Arch::Gemma3;
   const std::string act = get_string(j, "hidden_act", source, "silu");
-  if (act != "silu" && act != "swish")
+  if (!gemma && act != "silu" && act != "swish")
     fail(source, fmt::format("hidden_act '{}' is not supported (only silu, the SwiGLU MLP)", act));
   if (get_bool(j, "mlp_bias", source, false)) fail(source, "mlp_bias = true is not supported");
 
   c.rope.head_dim = static_cast<int>(c.head_dim);
-  c.rope.theta = static_cast<float>(get_number(j, "rope_theta", source, 10000.0));
+  c.rope.theta = static_cast<float>(get_number(j, "rope_theta", source, entry->default_rope_theta));
+  // Partial rotary (read for every architecture, as modeling_rope_utils does): the first
+  // int(head_dim · factor) dims of each head rotate.
+  const double prf = get_number(j, "partial_rotary_factor", source, 1.0);
+  if (!(prf > 0.0 && prf <= 1.0)) fail(source, fmt::format("partial_rotary_factor must be in (0, 1], got {}", prf));
+  const auto rot = static_cast<int64_t>(static_cast<double>(c.head_dim) * prf);
+  if (rot < 2 || rot % 2 != 0)
+    fail(source, fmt::format("partial_rotary_factor {} rotates {} of head_dim {} dims; it must be an even number >= 2",
+                             prf, rot, c.head_dim));
+  if (rot != c.head_dim) c.rope.rotary_dim = static_cast<int>(rot);
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) fail(source, "field 'rope_scaling' must be an object or null");
     std::string type = get_string(*it, "rope_type", source, get_string(*it, "type", source, ""));
@@ -274,15 +390,52 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
           static_cast<int>(get_int(*it, "original_max_position_embeddings", source, 8192, false));
       if (!(c.rope.factor > 0) || !(c.rope.high_freq_factor > c.rope.low_freq_factor))
         fail(source, "rope_scaling llama3 needs factor > 0 and high_freq_factor > low_freq_factor");
+    } else if (type == "longrope") {
+      // _compute_longrope_parameters: with original_max_position_embeddings in the config (always
+      // for Phi-3), the scale is max_position_embeddings / original; else rope_scaling's factor.
+      c.rope.longrope = true;
+      const size_t n = static_cast<size_t>(rot / 2);
+      c.rope.short_factor = get_factor_list(*it, "short_factor", n, source);
+      c.rope.long_factor = get_factor_list(*it, "long_factor", n, source);
+      int64_t original = get_int(j, "original_max_position_embeddings", source,
+                                 c.arch == Arch::Phi3 ? kPhi3OriginalMaxPosition : -1, false);
+      double factor = 0;
+      if (original > 0) {
+        factor = static_cast<double>(c.max_position_embeddings) / static_cast<double>(original);
+      } else {
+        original = c.max_position_embeddings;
+        factor = get_number(*it, "factor", source, 1.0);
+      }
+      if (original < 1 || original > (int64_t{1} << 30))
+        fail(source, fmt::format("original_max_position_embeddings must be in [1, 2^30], got {}", original));
+      c.rope.original_max_position = static_cast<int>(original);
+      double af = get_number(*it, "attention_factor", source, -1.0);
+      if (af < 0)
+        af = factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(original)));
+      if (!(af > 0)) fail(source, fmt::format("rope_scaling attention_factor must be > 0, got {}", af));
+      c.rope.attention_factor = static_cast<float>(af);
+    } else if (type == "linear") {
+      c.rope.linear_factor = static_cast<float>(get_number(*it, "factor", source, 1.0));
+      if (!(c.rope.linear_factor > 0)) fail(source, "rope_scaling linear needs factor > 0");
     } else if (type != "default") {
-      fail(source, fmt::format("rope_scaling type '{}' is not supported (supported: llama3, default)", type));
+      fail(source,
+           fmt::format("rope_scaling type '{}' is not supported (supported: llama3, longrope, linear, default)", type));
     }
+  }
+  if (c.arch == Arch::SmolLM3) {
+    c.rope_layers = parse_rope_layers(j, c.num_layers, source);
+    if (get_bool(j, "use_sliding_window", source, false))
+      fail(source, "use_sliding_window = true (sliding windows on SmolLM3's layers without RoPE) is not supported");
   }
 
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", source, entry->tied_head_default);
-  c.attention_bias = entry->qkv_bias ? true : get_bool(j, "attention_bias", source, false);
+  // Phi-3's qkv_proj has no bias (Phi3Config has no attention_bias).
+  c.attention_bias =
+      entry->qkv_bias ? true : (!entry->fused_projections && get_bool(j, "attention_bias", source, false));
   c.qk_norm = entry->qk_norm;
   parse_windows(j, *entry, source, c);
+
+  if (gemma) parse_gemma(j, source, c);
 
   const std::vector<int32_t> bos = get_token_ids(j, "bos_token_id", source);
   c.bos_token_id = bos.empty() ? -1 : bos[0];
@@ -295,6 +448,11 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
   } else {
     fail(source, fmt::format("torch_dtype '{}' is not supported (float32, bfloat16, float16)", dt));
   }
+  // HF multiplies by the normalizer cast to the weights' dtype (Gemma3TextScaledWordEmbedding).
+  if (c.embed_scale > 0)
+    c.embed_scale = c.torch_dtype == DType::BF16  ? bf16_to_f32(f32_to_bf16(c.embed_scale))
+                    : c.torch_dtype == DType::F16 ? f16_to_f32(f32_to_f16(c.embed_scale))
+                                                  : c.embed_scale;
   return c;
 }
 
@@ -324,17 +482,28 @@ nlohmann::json ModelConfig::to_json() const {
                          {"low_freq_factor", float_for_json(rope.low_freq_factor)},
                          {"high_freq_factor", float_for_json(rope.high_freq_factor)},
                          {"original_max_position_embeddings", rope.original_max_position}};
+  } else if (rope.linear_factor != 1.0f) {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", float_for_json(rope.linear_factor)}};
   } else if (!j.contains("rope_scaling")) {
     j["rope_scaling"] = nullptr;
   }
-  if (!j.contains("hidden_act")) j["hidden_act"] = "silu";
+  if (hidden_act == GluActivation::GeluTanh) {
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    j["query_pre_attn_scalar"] = float_for_json(query_pre_attn_scalar);
+    auto cap = [](float v) { return v > 0 ? nlohmann::json(float_for_json(v)) : nlohmann::json(nullptr); };
+    j["attn_logit_softcapping"] = cap(attention_softcap);
+    j["final_logit_softcapping"] = cap(final_logit_softcap);
+    if (local_rope) j["rope_local_base_freq"] = float_for_json(rope_local.theta);
+  } else if (!j.contains("hidden_act")) {
+    j["hidden_act"] = "silu";
+  }
   j["tie_word_embeddings"] = tie_word_embeddings;
   if (sliding_window > 0) {  // a config made without config.json (GGUF) says it too
     j["sliding_window"] = sliding_window;
     if (arch_info(arch).sliding_window == SlidingWindowKey::IfUseSlidingWindow) j["use_sliding_window"] = true;
     const bool mixed =
         std::any_of(layer_windows.begin(), layer_windows.end(), [&](int64_t w) { return w != layer_windows.front(); });
-    if (mixed) {
+    if (mixed || sandwich_norms) {  // Gemma: its default pattern need not be these windows
       nlohmann::json types = nlohmann::json::array();
       for (int64_t w : layer_windows) types.push_back(w > 0 ? "sliding_attention" : "full_attention");
       j["layer_types"] = types;
@@ -347,6 +516,23 @@ nlohmann::json ModelConfig::to_json() const {
   if (j.contains("dtype")) j["dtype"] = torch_dtype_name(torch_dtype);
   j["torch_dtype"] = torch_dtype_name(torch_dtype);
   return j;
+}
+
+RopeConfig ModelConfig::rope_for_layer(int64_t l) const {
+  const RopeConfig& base = local_rope && attention_window(l) > 0 ? rope_local : rope;
+  if (l >= 0 && l < static_cast<int64_t>(rope_layers.size()) && !rope_layers[static_cast<size_t>(l)]) {
+    RopeConfig none = base;
+    none.rotary_dim = 0;
+    none.longrope = false;
+    none.short_factor.clear();
+    none.long_factor.clear();
+    return none;
+  }
+  return base;
+}
+
+bool ModelConfig::fused_projections() const {
+  return arch_info(arch).fused_projections;
 }
 
 int64_t ModelConfig::attention_window(int64_t layer) const {
@@ -368,7 +554,7 @@ AttentionShape ModelConfig::attention_shape(int64_t layer) const {
 
 int64_t ModelConfig::num_parameters() const {
   const int64_t D = hidden_size, F = intermediate_size;
-  int64_t per_layer = 2 * D                             // input/post norms
+  int64_t per_layer = (sandwich_norms ? 4 : 2) * D      // input/post norms (+ Gemma's pre/post feed-forward)
                       + q_dim() * D + 2 * kv_dim() * D  // q, k, v
                       + D * q_dim()                     // o
                       + 3 * D * F;                      // gate, up, down

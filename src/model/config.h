@@ -1,6 +1,9 @@
 // ModelConfig: the Hugging Face config.json of a Llama-family model (DESIGN.md "Model").
 // Supported architectures: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v bias),
-// Qwen3ForCausalLM (per-head q_norm/k_norm). Anything else -> DEP_MODEL_LOAD_FAILED listing these.
+// Qwen3ForCausalLM (per-head q_norm/k_norm), Phi3ForCausalLM (Phi-3, Phi-3.5, Phi-4-mini: fused
+// qkv_proj / gate_up_proj, partial rotary, LongRoPE), SmolLM3ForCausalLM (layers without RoPE),
+// Gemma2ForCausalLM and Gemma3ForCausalLM (model_type gemma3_text; the Gemma fields below).
+// Anything else -> DEP_MODEL_LOAD_FAILED listing these.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +17,10 @@
 
 namespace bp {
 
-enum class Arch { Llama, Mistral, Qwen2, Qwen3 };
+enum class Arch { Llama, Mistral, Qwen2, Qwen3, Phi3, SmolLM3, Gemma2, Gemma3 };
+
+// The MLP's gate activation: SwiGLU (silu) or Gemma's GeGLU (gelu_pytorch_tanh, the tanh approximation).
+enum class GluActivation { Silu, GeluTanh };
 
 // Where config.json's sliding window is read from, and which layers it applies to when the config
 // has no `layer_types` list: Always (Mistral): sliding_window, on every layer; IfUseSlidingWindow
@@ -35,6 +41,10 @@ struct ArchInfo {
   bool tied_head_default;          // tie_word_embeddings when config.json does not say
   bool gguf_permute_qk;            // GGUF keeps q/k rows in Meta's interleaved rotary layout
   SlidingWindowKey sliding_window;
+  // Hugging Face stores q/k/v as one qkv_proj [q_dim + 2·kv_dim, D] and gate/up as one gate_up_proj
+  // [2F, D] (gate rows first), and PEFT names those modules (Phi-3): weight_names.h "fused".
+  bool fused_projections;
+  double default_rope_theta;  // rope_theta when config.json does not say
 };
 const ArchInfo& arch_info(Arch a);
 
@@ -55,27 +65,46 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v bias (Qwen2 always true)
   bool qk_norm = false;         // Qwen3
-  int64_t sliding_window = 0;   // config.json's sliding window (Mistral, Qwen2/3); 0 = none
+  int64_t sliding_window = 0;   // config.json's sliding window (Mistral, Qwen2/3, Phi-3); 0 = none
   // Window of each layer (attention_window); empty: sliding_window on every layer. From
   // `layer_types` ("sliding_attention" layers get sliding_window, "full_attention" ones none) when
   // config.json has it, else from the architecture's rule (SlidingWindowKey).
   std::vector<int64_t> layer_windows;
   float attention_scale = 0.0f;    // q·k scale; 0 = 1/sqrt(head_dim) (Gemma: query_pre_attn_scalar^-0.5)
   float attention_softcap = 0.0f;  // attention logit soft-capping (Gemma 2); 0 = none
+  // SmolLM3: per layer, 1 = the layer applies RoPE, 0 = no position encoding (HF's no_rope_layers,
+  // or every no_rope_layer_interval-th layer without). Empty: every layer uses RoPE.
+  std::vector<uint8_t> rope_layers;
   int32_t bos_token_id = -1;
   std::vector<int32_t> eos_token_ids;
   DType torch_dtype = DType::F32;  // dtype of the stored weights
-  nlohmann::json raw;              // the original config.json, written back on export
+
+  // Gemma 2 / Gemma 3 (parsed by config.cpp parse_gemma; defaults = Llama behaviour):
+  GluActivation hidden_act = GluActivation::Silu;  // hidden_activation gelu_pytorch_tanh: GeGLU
+  float embed_scale = 0.0f;         // embeddings times sqrt(hidden_size) rounded to torch_dtype; 0 = none
+  float norm_weight_offset = 0.0f;  // every RMSNorm multiplies by (offset + w): Gemma's (1 + w)
+  bool sandwich_norms = false;      // post_attention_layernorm on the attention output, pre/post_feedforward_layernorm
+  float query_pre_attn_scalar = 0.0f;  // config.json's (attention_scale = its ^-1/2); 0 = not given
+  float final_logit_softcap = 0.0f;    // final_logit_softcapping on the LM head's logits; 0 = none
+  // (attention_scale, attention_softcap and layer_windows above hold Gemma's attention settings.)
+  bool local_rope = false;  // Gemma 3: sliding layers rotate with rope_local (rope_local_base_freq)
+  RopeConfig rope_local;
+
+  nlohmann::json raw;  // the original config.json, written back on export
 
   // Parses config.json contents; `source` names the file in errors.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
   static ModelConfig from_file(const std::string& config_json_path);
   nlohmann::json to_json() const;  // HF config.json (raw, updated with our fields)
 
+  // RoPE of layer l: `rope`, Gemma 3's local one (rope_local_base_freq) on its sliding layers, or
+  // rotary_dim 0 (nothing rotates) for a layer without RoPE (SmolLM3).
+  RopeConfig rope_for_layer(int64_t l) const;
+  bool fused_projections() const;  // arch_info(arch).fused_projections
+
   // Sliding window of layer l (0 = full attention) and the attention op's shape for that layer.
   int64_t attention_window(int64_t layer) const;
   AttentionShape attention_shape(int64_t layer) const;
-
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   int64_t num_parameters() const;

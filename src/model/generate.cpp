@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "ops/attention.h"
+#include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
@@ -103,11 +104,13 @@ std::vector<float> decode_step(const Model& model, KvCache& cache, const std::ve
   auto opt = [](const Tensor& t) { return t.defined() ? &t : nullptr; };
 
   Tensor x = embedding_forward(ids, W.embed);
+  if (c.embed_scale > 0) scale_inplace(x, c.embed_scale);
+  auto nw = [&](const Tensor& w) { return model.norm_weight(w); };
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const auto& w = W.layers[static_cast<size_t>(l)];
     LoraWeights ls[kNumLinearRoles];
     auto lora = [&](LinearRole r) { return model.lora_for(l, r, &ls[static_cast<int>(r)]); };
-    Tensor xn = rms_norm_forward(x, w.input_norm, c.rms_norm_eps, nullptr);
+    Tensor xn = rms_norm_forward(x, nw(w.input_norm), c.rms_norm_eps, nullptr);
     // q's and k's biases as the training forward adds them (model/transformer.cpp): in RoPE's launch
     // unless q/k norms come first.
     const bool bias_in_rope = !c.qk_norm;
@@ -115,25 +118,33 @@ std::vector<float> decode_step(const Model& model, KvCache& cache, const std::ve
     Tensor k = linear_forward(xn, w.k, bias_in_rope ? nullptr : opt(w.k_bias), lora(LinearRole::K), nullptr);
     Tensor v = linear_forward(xn, w.v, opt(w.v_bias), lora(LinearRole::V), nullptr);
     if (c.qk_norm) {
-      q = rms_norm_forward(q.reshape({n * Hq, d}), w.q_norm, c.rms_norm_eps, nullptr).reshape({n, Hq * d});
-      k = rms_norm_forward(k.reshape({n * Hkv, d}), w.k_norm, c.rms_norm_eps, nullptr).reshape({n, Hkv * d});
+      q = rms_norm_forward(q.reshape({n * Hq, d}), nw(w.q_norm), c.rms_norm_eps, nullptr).reshape({n, Hq * d});
+      k = rms_norm_forward(k.reshape({n * Hkv, d}), nw(w.k_norm), c.rms_norm_eps, nullptr).reshape({n, Hkv * d});
     }
-    rope_forward(q, k, positions, Hq, Hkv, c.rope, bias_in_rope ? opt(w.q_bias) : nullptr,
+    rope_forward(q, k, positions, Hq, Hkv, c.rope_for_layer(l), bias_in_rope ? opt(w.q_bias) : nullptr,
                  bias_in_rope ? opt(w.k_bias) : nullptr);
     cache.k(l).rows(start, start + n).copy_from(k);
     cache.v(l).rows(start, start + n).copy_from(v);
     Tensor attn = Tensor::empty({n, Hq * d});
     cached_attention(q, cache.k(l), cache.v(l), start, c.attention_shape(l), attn);
-    // The residuals as the training forward adds them (model/transformer.cpp): the GEMMs' beta matrix.
-    Tensor h = linear_forward(attn, w.o, nullptr, lora(LinearRole::O), nullptr, nullptr, &x);
-    Tensor hn = rms_norm_forward(h, w.post_norm, c.rms_norm_eps, nullptr);
+    // out = res + proj(in) as the training forward adds the residuals (model/transformer.cpp): the
+    // GEMM's beta matrix, or (Gemma's sandwich norms) res + rms_norm(proj(in), post).
+    auto residual_out = [&](const Tensor& in, const Tensor& W, LinearRole r, const Tensor& post, const Tensor& res) {
+      if (!c.sandwich_norms) return linear_forward(in, W, nullptr, lora(r), nullptr, nullptr, &res);
+      Tensor y = rms_norm_forward(linear_forward(in, W, nullptr, lora(r), nullptr), nw(post), c.rms_norm_eps, nullptr);
+      add_inplace(y, res);
+      return y;
+    };
+    Tensor h = residual_out(attn, w.o, LinearRole::O, w.post_norm, x);
+    Tensor hn = rms_norm_forward(h, nw(c.sandwich_norms ? w.pre_ffn_norm : w.post_norm), c.rms_norm_eps, nullptr);
     Tensor g = linear_forward(hn, w.gate, nullptr, lora(LinearRole::Gate), nullptr);
     Tensor u = linear_forward(hn, w.up, nullptr, lora(LinearRole::Up), nullptr);
-    x = linear_forward(swiglu_forward(g, u), w.down, nullptr, lora(LinearRole::Down), nullptr, nullptr, &h);
+    Tensor m = c.hidden_act == GluActivation::GeluTanh ? geglu_forward(g, u) : swiglu_forward(g, u);
+    x = residual_out(m, w.down, LinearRole::Down, w.post_ffn_norm, h);
   }
   cache.advance(n);
-  Tensor last = rms_norm_forward(x.rows(n - 1, n), W.final_norm, c.rms_norm_eps, nullptr);
-  return lm_head_logits(last, W.output_weight()).to_vector();
+  Tensor last = rms_norm_forward(x.rows(n - 1, n), nw(W.final_norm), c.rms_norm_eps, nullptr);
+  return lm_head_logits(last, W.output_weight(), c.final_logit_softcap).to_vector();
 }
 
 int32_t sample_token(const std::vector<float>& logits, const SamplingOptions& opts, std::mt19937_64& rng) {

@@ -44,12 +44,35 @@ void fill_normal(Tensor& t, float std_dev, uint64_t seed) {
   }
 }
 
-bool is_norm(WeightRole r) {
-  return r == WeightRole::InputNorm || r == WeightRole::PostNorm || r == WeightRole::FinalNorm ||
-         r == WeightRole::QNorm || r == WeightRole::KNorm;
-}
 bool is_bias(WeightRole r) {
   return r == WeightRole::QBias || r == WeightRole::KBias || r == WeightRole::VBias;
+}
+
+// A fused projection (Phi-3's qkv_proj, gate_up_proj): its members are row views of the one tensor
+// read, or each held (quantized) on its own from the mapped file's rows.
+void load_fused(const SafetensorsReader& reader, ModelWeights& w, const FusedProjection& f, int64_t layer,
+                std::optional<DType> base, std::vector<std::string>* notes) {
+  const ModelConfig& cfg = w.config;
+  const std::string name = fmt::format(fmt::runtime(f.hf), layer);
+  if (!reader.contains(name))
+    fail(fmt::format("{}: tensor '{}' is missing; {} with {} layers stores its projections fused and needs it",
+                     reader.file_of(name), name, cfg.architecture_name, cfg.num_layers));
+  const Shape shape = fused_shape(cfg, f);
+  const bool held = base && *base != DType::F32 && role_is_held(f.first);
+  const Tensor all = held ? reader.borrow(name) : reader.read(name, shape);
+  if (all.shape() != shape) reader.read(name, shape);  // throws, naming both shapes
+  for (int i = 0; i < f.count; ++i) {
+    const auto role = static_cast<WeightRole>(static_cast<int>(f.first) + i);
+    const auto [begin, end] = fused_rows(cfg, role);
+    Tensor& t = weight_ref(w, role, layer);
+    t = all.rows(begin, end);
+    if (held) {
+      const void* mapped = t.raw();
+      hold_role(t, role, *base, notes);
+      if (t.raw() == mapped) t = t.clone();  // already the held type: a copy of our own
+    }
+  }
+  if (held) reader.release(name);
 }
 
 }  // namespace
@@ -111,6 +134,10 @@ ModelWeights load_model(const std::string& dir, std::optional<DType> base, std::
   SafetensorsReader reader = SafetensorsReader::open_model(dir);
   w.layers.resize(static_cast<size_t>(cfg.num_layers));
   for (const auto& [role, layer] : model_roles(cfg)) {
+    if (const FusedProjection* f = fused_projection_of(cfg, role)) {
+      if (role == f->first) load_fused(reader, w, *f, layer, base, notes);
+      continue;
+    }
     const std::string name = hf_name(role, layer);
     if (!reader.contains(name)) {
       std::string why = fmt::format("{} with {} layers needs it", cfg.architecture_name, cfg.num_layers);
@@ -149,8 +176,8 @@ ModelWeights init_random_weights(const ModelConfig& cfg, uint64_t seed) {
   w.layers.resize(static_cast<size_t>(cfg.num_layers));
   for (const auto& [role, layer] : model_roles(cfg)) {
     Tensor t = Tensor::empty(role_shape(cfg, role));
-    if (is_norm(role)) {
-      t.fill(1.0f);
+    if (is_norm_role(role)) {
+      t.fill(1.0f - cfg.norm_weight_offset);  // a norm that starts as the identity (Gemma's (1 + w): w = 0)
     } else if (is_bias(role)) {
       t.zero();
     } else {

@@ -13,10 +13,18 @@
 // is replaced by its residual W − s·B·A, so the model is unchanged at step 0 (init_pissa). Saved as
 // PEFT's PiSSA-to-LoRA conversion does (pissa_to_lora): a LoRA of rank 2r for the ORIGINAL base.
 // Save/load in PEFT's files: model/peft.h. Merge into base weights: model/merge.h.
+// A model that stores projections fused (Phi-3: qkv_proj, gate_up_proj) has PEFT's LoRA on the
+// fused module: ONE A [r, D] and ONE B [Σout, r]. Here its members (q, k, v or gate, up) share that
+// A (the same tensor) and their B are row views of the one B (rows in the fused weight's order), so
+// every per-projection path (forward, merge) computes the fused module's values, and the gradient
+// of the shared A is the sum over the members (model/transformer.h). Target names on such a model
+// are the fused modules' ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"; q_proj etc. refused:
+// LoraConfig::validate_for).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,6 +42,23 @@ inline constexpr int kNumLoraTargets = 7;
 inline constexpr std::array<LoraTarget, kNumLoraTargets> kAllLoraTargets = {
     LoraTarget::Q, LoraTarget::K, LoraTarget::V, LoraTarget::O, LoraTarget::Gate, LoraTarget::Up, LoraTarget::Down};
 
+// PEFT's fused modules (on a model with fused projections): qkv_proj = q, k, v; gate_up_proj = gate, up.
+struct LoraFusedModule {
+  const char* name;
+  LoraTarget first;
+  int count;
+  bool contains(LoraTarget t) const {
+    return static_cast<int>(t) >= static_cast<int>(first) && static_cast<int>(t) < static_cast<int>(first) + count;
+  }
+};
+inline constexpr std::array<LoraFusedModule, 2> kLoraFusedModules = {
+    {{"qkv_proj", LoraTarget::Q, 3}, {"gate_up_proj", LoraTarget::Gate, 2}}};
+const LoraFusedModule* lora_fused_module_of(LoraTarget t);  // null for o_proj, down_proj
+
+// Whether a and b are one tensor (the same memory, shape, type and device), as a fused module's
+// members' A are; compares addresses only, so it holds for device tensors too.
+bool same_tensor(const Tensor& a, const Tensor& b);
+
 // "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj".
 const char* lora_target_name(LoraTarget t);
 std::optional<LoraTarget> parse_lora_target(std::string_view name);
@@ -50,9 +75,13 @@ struct LoraConfig {
   // PEFT's init_lora_weights: "true" (Kaiming-uniform A, zero B) or "pissa" (see above).
   std::string init_lora_weights = "true";
   bool pissa() const { return init_lora_weights == "pissa"; }
-  // Projection names ("q_proj", ...) or the single entry "all-linear" (all seven).
+  // Projection names ("q_proj", ...; "qkv_proj", "gate_up_proj" on a fused model) or the single
+  // entry "all-linear" (all seven).
   std::vector<std::string> target_modules = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                              "gate_proj", "up_proj", "down_proj"};
+  // The model stores q/k/v and gate/up fused (Phi-3; set by init_lora / load_peft_adapter from the
+  // model): LoRA on qkv_proj / gate_up_proj as one module each, and resolved_targets names them so.
+  bool fused = false;
 
   float scale() const;                                // alpha / r, or alpha / sqrt(r) with rsLoRA
   bool targets(LoraTarget t) const;                   // is this projection adapted?
@@ -61,6 +90,10 @@ struct LoraConfig {
   // target name (the message lists the known ones), DoRA with dropout (not implemented), an unknown
   // init_lora_weights, or PiSSA with DoRA.
   void validate() const;
+  // validate() and the names fit the model: on a fused model (ModelConfig::fused_projections)
+  // q_proj, k_proj, v_proj, gate_proj and up_proj are refused (PEFT has no such modules there: use
+  // qkv_proj, gate_up_proj), elsewhere qkv_proj and gate_up_proj. CONFIG_INVALID_SETTING.
+  void validate_for(const ModelConfig& cfg) const;
   bool operator==(const LoraConfig&) const = default;
 };
 
@@ -92,8 +125,15 @@ struct LoraAdapter {
 // PEFT initialisation: A Kaiming-uniform (bound 1/sqrt(in)), B zeros; f32 tensors from the CPU
 // allocator. Deterministic in `seed`; each (layer, target) draws from its own stream, so enabling
 // another target does not change the others' values. Validates `lora`.
+// On a fused model the members of a fused module share A (drawn from the first member's stream) and
+// their B are rows of one zero tensor. Validates `lora` for `cfg` (validate_for).
 // With use_dora the magnitudes are left undefined: init_dora_magnitudes sets them from the base.
 LoraAdapter init_lora(const ModelConfig& cfg, const LoraConfig& lora, uint64_t seed);
+
+// Replaces every A, B and DoRA magnitude by copy(it) (to a device, to the host, a clone), keeping a fused module's
+// layout: its shared A copied once, its B [Σout, r] copied as one tensor whose row views the
+// members' B stay.
+void copy_adapter_tensors(LoraAdapter& adapter, const std::function<Tensor(const Tensor&)>& copy);
 
 // Row norms of a weight [out, in] of any held type (dequantized as the GEMMs read it), summed in
 // double: ||W_j||, or ||W_j||² with `squared`; an f32 [out] tensor on the CPU.

@@ -41,6 +41,15 @@ std::string peft_magnitude_name(int64_t layer, LoraTarget t) {
 }
 constexpr const char* kConfigFile = "adapter_config.json";
 
+// A DoRA adapter on a fused module (Phi-3's qkv_proj / gate_up_proj): refused as at setup
+// (LoraConfig::validate_for), not loaded half-way.
+std::string dora_on_fused_module(LoraTarget t) {
+  return fmt::format(
+      "use_dora = true on the fused module {}: DoRA on a fused module (one A shared by its members) "
+      "is not supported",
+      lora_fused_module_of(t)->name);
+}
+
 LoraConfig parse_adapter_config(const std::string& path) {
   if (!std::filesystem::exists(path)) fail(path, "cannot open the file; a PEFT adapter folder has adapter_config.json");
   const nlohmann::json j = read_json_file_capped(path, FileKind::Config, {"peft", ErrorCode::DEP_MODEL_LOAD_FAILED});
@@ -126,9 +135,19 @@ std::vector<std::string> save_peft_adapter(const LoraAdapter& adapter, const std
       BP_CHECK(l.a(t).rank() == 2 && l.b(t).rank() == 2 && l.a(t).dim(0) == a.config.r && l.b(t).dim(1) == a.config.r,
                "[peft] layer {} {}: A {} / B {} do not match r = {}", li, lora_target_name(t), l.a(t).describe(),
                l.b(t).describe(), a.config.r);
-      ts.emplace_back(peft_lora_name(static_cast<int64_t>(li), t, true), l.a(t));
-      ts.emplace_back(peft_lora_name(static_cast<int64_t>(li), t, false), l.b(t));
+      const LoraFusedModule* f = a.config.fused ? lora_fused_module_of(t) : nullptr;
+      if (f && f->first != t) continue;  // written with the module's first member
+      Tensor B = l.b(t);
+      if (f) {  // PEFT's fused module: the shared A, and B [Σout, r] of the members' rows
+        std::vector<const Tensor*> bs;
+        for (int i = 0; i < f->count; ++i) bs.push_back(&l.b(static_cast<LoraTarget>(static_cast<int>(t) + i)));
+        B = join_rows_or_copy(bs);
+      }
+      ts.emplace_back(peft_lora_name(static_cast<int64_t>(li), t, true, f != nullptr), l.a(t));
+      ts.emplace_back(peft_lora_name(static_cast<int64_t>(li), t, false, f != nullptr), B);
       if (a.config.use_dora) {
+        BP_CHECK(!f, "[peft] layer {} {}: DoRA on a fused module (refused by LoraConfig::validate_for)", li,
+                 lora_target_name(t));
         BP_CHECK(l.m(t).defined() && l.m(t).shape() == Shape{l.b(t).dim(0)},
                  "[peft] layer {} {}: a DoRA adapter without its magnitude [{}]", li, lora_target_name(t),
                  l.b(t).dim(0));
@@ -161,32 +180,49 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
   }
   SafetensorsReader reader = SafetensorsReader::open_file(weights_path);
   const int64_t r = ad.config.r;
+  ad.config.fused = cfg.fused_projections();
   ad.layers.resize(static_cast<size_t>(cfg.num_layers));
   for (const std::string& name : reader.names()) {
     const bool is_a = name.ends_with(".lora_A.weight"), is_b = name.ends_with(".lora_B.weight");
     const bool is_m = name.ends_with(kMagnitudeSuffix);
     std::optional<std::pair<WeightRole, int64_t>> parsed;
-    if (is_a || is_b) parsed = parse_peft_module_name(std::string_view(name).substr(0, name.size() - 14));
-    if (is_m) parsed = parse_peft_module_name(std::string_view(name).substr(0, name.size() - kMagnitudeSuffix.size()));
+    std::optional<std::pair<LoraTarget, int64_t>> fused;
+    if (is_a || is_b || is_m) {
+      const std::string_view module =
+          std::string_view(name).substr(0, name.size() - (is_m ? kMagnitudeSuffix.size() : 14));
+      parsed = parse_peft_module_name(module);
+      if (ad.config.fused) fused = parse_peft_fused_module_name(module);
+    }
     std::optional<LoraTarget> target;
-    if (parsed)
+    if (parsed)  // on a fused model q_proj etc. do not exist: only the fused modules' names
       for (LoraTarget t : kAllLoraTargets)
-        if (lora_target_role(t) == parsed->first) target = t;
+        if (lora_target_role(t) == parsed->first && !(ad.config.fused && lora_fused_module_of(t))) target = t;
+    if (fused) {
+      target = fused->first;
+      parsed = std::pair{lora_target_role(fused->first), fused->second};
+    }
     if (!target)
-      fail(weights_path, fmt::format("tensor '{}' is not a lora_A/lora_B weight or DoRA magnitude of {} (other "
-                                     "PEFT modules are not supported)",
-                                     name, "q/k/v/o/gate/up/down_proj"));
+      fail(weights_path,
+           fmt::format("tensor '{}' is not a lora_A/lora_B weight or DoRA magnitude of {} (other PEFT modules are "
+                       "not supported)",
+                       name,
+                       ad.config.fused ? "qkv_proj/o_proj/gate_up_proj/down_proj on " + cfg.architecture_name
+                                       : std::string("q/k/v/o/gate/up/down_proj")));
     if (is_m && !ad.config.use_dora)
       fail(weights_path,
            fmt::format("tensor '{}' is a DoRA magnitude but adapter_config.json has no use_dora = true", name));
+    if (is_m && fused) fail(weights_path, dora_on_fused_module(*target));
     const int64_t layer = parsed->second;
     if (layer >= cfg.num_layers)
       fail(weights_path, fmt::format("tensor '{}' is for layer {} but the model has {} layers: the adapter was "
                                      "trained for a different base model",
                                      name, layer, cfg.num_layers));
-    const Shape want = is_m   ? Shape{lora_target_out(cfg, *target)}
-                       : is_a ? Shape{r, lora_target_in(cfg, *target)}
-                              : Shape{lora_target_out(cfg, *target), r};
+    const LoraFusedModule* f = fused ? lora_fused_module_of(*target) : nullptr;
+    int64_t out = lora_target_out(cfg, *target);
+    if (f)
+      for (int i = 1; i < f->count; ++i)
+        out += lora_target_out(cfg, static_cast<LoraTarget>(static_cast<int>(*target) + i));
+    const Shape want = is_m ? Shape{out} : is_a ? Shape{r, lora_target_in(cfg, *target)} : Shape{out, r};
     const std::vector<int64_t>& got = reader.entry(name).shape;
     if (got != want.vec())
       fail(weights_path,
@@ -194,7 +230,18 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
                        "adapter does not fit this base model",
                        name, fmt::join(got, ", "), cfg.architecture_name, cfg.hidden_size, r, want.str()));
     LoraLayer& l = ad.layers[static_cast<size_t>(layer)];
-    (is_m ? l.m(*target) : is_a ? l.a(*target) : l.b(*target)) = reader.read(name, want);
+    const Tensor t = reader.read(name, want);
+    if (!f) {
+      (is_m ? l.m(*target) : is_a ? l.a(*target) : l.b(*target)) = t;
+      continue;
+    }
+    int64_t at = 0;  // a fused module: the members share A, their B are its rows
+    for (int i = 0; i < f->count; ++i) {
+      const auto m = static_cast<LoraTarget>(static_cast<int>(*target) + i);
+      const int64_t rows = lora_target_out(cfg, m);
+      (is_a ? l.a(m) : l.b(m)) = is_a ? t : t.rows(at, at + rows);
+      at += rows;
+    }
   }
   // Every adapted projection needs both halves; targets are the projections found.
   std::vector<bool> seen(kNumLoraTargets, false);
@@ -203,11 +250,14 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
     for (LoraTarget t : kAllLoraTargets) {
       const bool a = l.a(t).defined(), b = l.b(t).defined();
       if (a != b)
-        fail(weights_path, fmt::format("tensor '{}' is missing (its {} is present)",
-                                       peft_lora_name(static_cast<int64_t>(li), t, !a), a ? "lora_A" : "lora_B"));
-      if (a && ad.config.use_dora && !l.m(t).defined())
         fail(weights_path,
-             fmt::format("tensor '{}' is missing (use_dora = true)", peft_magnitude_name(static_cast<int64_t>(li), t)));
+             fmt::format("tensor '{}' is missing (its {} is present)",
+                         peft_lora_name(static_cast<int64_t>(li), t, !a, ad.config.fused), a ? "lora_A" : "lora_B"));
+      if (a && ad.config.use_dora && !l.m(t).defined())
+        fail(weights_path, ad.config.fused && lora_fused_module_of(t)
+                               ? dora_on_fused_module(t)
+                               : fmt::format("tensor '{}' is missing (use_dora = true)",
+                                             peft_magnitude_name(static_cast<int64_t>(li), t)));
       if (!a && l.m(t).defined())
         fail(weights_path, fmt::format("tensor '{}' has no lora_A/lora_B beside it",
                                        peft_magnitude_name(static_cast<int64_t>(li), t)));
@@ -218,6 +268,7 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
   ad.config.target_modules.clear();
   for (LoraTarget t : kAllLoraTargets)
     if (seen[static_cast<size_t>(t)]) ad.config.target_modules.emplace_back(lora_target_name(t));
+  ad.config.target_modules = ad.config.resolved_targets();  // the fused modules' names on a fused model
   if (ad.config.target_modules.empty()) fail(weights_path, "the adapter holds no LoRA weights");
   return ad;
 }

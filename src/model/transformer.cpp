@@ -2,6 +2,7 @@
 // (see transformer.h for the layer math; backward lives in transformer_backward.cpp).
 #include "model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <map>
@@ -130,6 +131,20 @@ Model::Model(ModelWeights weights, ModelOptions options) : weights_(std::move(we
   lora_.layers.resize(weights_.layers.size());
   allocate_grads();
   set_matmul_dtype(options_.matmul_dtype);
+  if (c.norm_weight_offset != 0.0f) norm_weight(weights_.final_norm);  // makes norm_offset_ with the weights
+}
+
+Tensor Model::norm_weight(const Tensor& w) const {
+  const float offset = weights_.config.norm_weight_offset;
+  if (offset == 0.0f) return w;
+  const int64_t n = std::max(weights_.config.hidden_size, weights_.config.head_dim);
+  if (!norm_offset_.defined() || norm_offset_.device() != w.device()) {
+    norm_offset_ = Tensor::empty({n}, DType::F32, w.device());
+    norm_offset_.fill(offset);
+  }
+  Tensor e = w.clone();
+  add_inplace(e, norm_offset_.rows(0, w.numel()));
+  return e;
 }
 
 const Tensor& layer_matrix(const LayerWeights& w, LinearRole role) {
@@ -219,6 +234,9 @@ void Model::attach_lora(const LoraView& lora) {
         rows += A->dim(0);
       }
       if (static_cast<int>(parts.size()) != grp.count || Tensor::joined_rows(parts).defined()) continue;
+      bool shared = true;  // a fused module's one A: kept as it is (lora_group_shared)
+      for (const Tensor* A : parts) shared = shared && same_tensor(*A, *parts[0]);
+      if (shared) continue;
       Tensor all = Tensor::empty({rows, parts[0]->dim(1)}, DType::F32, parts[0]->device());
       int64_t at = 0;
       for (int i = 0; i < grp.count; ++i) {
@@ -240,6 +258,17 @@ Tensor Model::lora_group_A(int64_t l, const LinearInputGroup& g) const {
     parts.push_back(A);
   }
   return Tensor::joined_rows(parts);
+}
+
+bool Model::lora_group_shared(int64_t l, const LinearInputGroup& g) const {
+  const auto& layer = lora_.layers[static_cast<size_t>(l)];
+  const Tensor* first = layer[static_cast<size_t>(g.first)].A;
+  if (!first || g.count < 2) return false;
+  for (int i = 1; i < g.count; ++i) {
+    const Tensor* A = layer[static_cast<size_t>(g.first) + static_cast<size_t>(i)].A;
+    if (!A || !same_tensor(*A, *first)) return false;
+  }
+  return true;
 }
 
 LoraGroupDropout Model::lora_group_dropout(int64_t l, const LinearInputGroup& g, bool train, uint64_t seed) const {
@@ -264,6 +293,11 @@ int64_t Model::lora_group_col(int64_t l, const LinearInputGroup& g, LinearRole r
 static_assert(kNumLoraTargets == kNumLinearRoles &&
                   static_cast<int>(LoraTarget::Down) == static_cast<int>(LinearRole::Down),
               "LoraTarget and LinearRole must list the projections in the same order");
+static_assert(static_cast<int>(kLoraFusedModules[0].first) == static_cast<int>(kQkvGroup.first) &&
+                  kLoraFusedModules[0].count == kQkvGroup.count &&
+                  static_cast<int>(kLoraFusedModules[1].first) == static_cast<int>(kGateUpGroup.first) &&
+                  kLoraFusedModules[1].count == kGateUpGroup.count,
+              "PEFT's fused modules are the input groups, in the same order");
 
 LoraView LoraView::of(LoraAdapter& adapter) {
   LoraView v;
@@ -298,7 +332,10 @@ LoraWeights Model::lora_weights(int64_t l, LinearRole role, bool train, uint64_t
   w.scale = lora_.scale;
   w.dropout = train ? lora_.dropout : 0.0f;
   w.training = train;
-  w.dropout_seed = lora_dropout_seed(seed, l, role);
+  LinearRole mask_of = role;  // a fused module's members: one dropout mask, its first member's
+  for (const LinearInputGroup& g : kLinearInputGroups)
+    if (g.contains(role) && lora_group_shared(l, g)) mask_of = g.first;
+  w.dropout_seed = lora_dropout_seed(seed, l, mask_of);
   if (m.M) {
     w.magnitude = m.M;
     w.weight_norm_sq = &m.weight_norm_sq;
@@ -323,10 +360,37 @@ void Model::allocate_grads() {
       g.q_norm = like(w.q_norm), g.k_norm = like(w.k_norm);
       g.post_norm = like(w.post_norm);
       g.gate = like(w.gate), g.up = like(w.up), g.down = like(w.down);
+      g.pre_ffn_norm = like(w.pre_ffn_norm), g.post_ffn_norm = like(w.post_ffn_norm);
     }
   } else if (options_.mode == TrainMode::Lora) {
     for (size_t l = 0; l < lora_.layers.size(); ++l) {
       auto& lg = grads_.layers[l].lora;
+      // A fused module: one dA for its members (they accumulate into it: the sum), and its B's
+      // gradient laid out like B, rows of one tensor.
+      for (size_t gi = 0; gi < kLinearInputGroups.size(); ++gi) {
+        const LinearInputGroup& grp = kLinearInputGroups[gi];
+        if (!lora_group_shared(static_cast<int64_t>(l), grp)) continue;
+        const Tensor& A = *lora_.layers[l][static_cast<size_t>(grp.first)].A;
+        std::vector<const Tensor*> bs;
+        for (int i = 0; i < grp.count; ++i) bs.push_back(lora_.layers[l][static_cast<size_t>(grp.first) + i].B);
+        const Tensor B_all = Tensor::joined_rows(bs);
+        if (!B_all.defined())
+          throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                      fmt::format("[lora] layer {}: the members of a fused LoRA module share A but their B are not "
+                                  "rows of one tensor (model/lora.h)",
+                                  l));
+        const Tensor dA = Tensor::zeros(A.shape(), DType::F32, A.device());
+        const Tensor dB_all = Tensor::zeros(B_all.shape(), DType::F32, B_all.device());
+        grads_.layers[l].fused_B[gi] = B_all;
+        grads_.layers[l].fused_dB[gi] = dB_all;
+        int64_t at = 0;
+        for (int i = 0; i < grp.count; ++i) {
+          const size_t r = static_cast<size_t>(grp.first) + static_cast<size_t>(i);
+          lg[r].dA = dA;
+          lg[r].dB = dB_all.rows(at, at + bs[static_cast<size_t>(i)]->dim(0));
+          at += bs[static_cast<size_t>(i)]->dim(0);
+        }
+      }
       // A group's dA laid out like its A: rows of one tensor, for lora_group_backward's one GEMM.
       for (const LinearInputGroup& grp : kLinearInputGroups) {
         const Tensor A_all = lora_group_A(static_cast<int64_t>(l), grp);
@@ -344,7 +408,7 @@ void Model::allocate_grads() {
         const auto& m = lora_.layers[l][r];
         if (!m.A) continue;
         if (!lg[r].dA.defined()) lg[r].dA = Tensor::zeros(m.A->shape(), DType::F32, m.A->device());
-        lg[r].dB = Tensor::zeros(m.B->shape(), DType::F32, m.B->device());
+        if (!lg[r].dB.defined()) lg[r].dB = Tensor::zeros(m.B->shape(), DType::F32, m.B->device());
         if (m.M) lg[r].dM = Tensor::zeros(m.M->shape(), DType::F32, m.M->device());
       }
     }
@@ -375,9 +439,11 @@ void for_each_weight(ModelWeights& w, ModelGrads* g, Fn&& fn) {
     fn(p + "self_attn.q_norm.weight", lw.q_norm, G(lg.q_norm));
     fn(p + "self_attn.k_norm.weight", lw.k_norm, G(lg.k_norm));
     fn(p + "post_attention_layernorm.weight", lw.post_norm, G(lg.post_norm));
+    fn(p + "pre_feedforward_layernorm.weight", lw.pre_ffn_norm, G(lg.pre_ffn_norm));
     fn(p + "mlp.gate_proj.weight", lw.gate, G(lg.gate));
     fn(p + "mlp.up_proj.weight", lw.up, G(lg.up));
     fn(p + "mlp.down_proj.weight", lw.down, G(lg.down));
+    fn(p + "post_feedforward_layernorm.weight", lw.post_ffn_norm, G(lg.post_ffn_norm));
   }
   fn("model.norm.weight", w.final_norm, g ? g->final_norm : none);
   fn("lm_head.weight", w.lm_head, g ? g->lm_head : none);
@@ -414,10 +480,21 @@ std::vector<TrainableParam> Model::trainable_parameters() {
         auto& m = lora_.layers[l][r];
         if (!m.A) continue;
         const char* module = r < 4 ? "self_attn" : "mlp";
-        const std::string p = fmt::format("base_model.model.model.layers.{}.{}.{}.", l, module,
-                                          linear_role_name(static_cast<LinearRole>(r)));
+        const auto role = static_cast<LinearRole>(r);
+        int fused = -1;  // a fused module: its A and its one B, under PEFT's name, once
+        for (size_t gi = 0; gi < kLinearInputGroups.size(); ++gi)
+          if (kLinearInputGroups[gi].contains(role) && grads_.layers[l].fused_B[gi].defined())
+            fused = static_cast<int>(gi);
+        if (fused >= 0 && kLinearInputGroups[static_cast<size_t>(fused)].first != role) continue;
+        const std::string p =
+            fmt::format("base_model.model.model.layers.{}.{}.{}.", l, module,
+                        fused >= 0 ? kLoraFusedModules[static_cast<size_t>(fused)].name : linear_role_name(role));
         add(p + "lora_A.weight", *m.A, grads_.layers[l].lora[r].dA);
-        add(p + "lora_B.weight", *m.B, grads_.layers[l].lora[r].dB);
+        if (fused >= 0)
+          add(p + "lora_B.weight", grads_.layers[l].fused_B[static_cast<size_t>(fused)],
+              grads_.layers[l].fused_dB[static_cast<size_t>(fused)]);
+        else
+          add(p + "lora_B.weight", *m.B, grads_.layers[l].lora[r].dB);
         if (m.M) add(p + "lora_magnitude_vector", *m.M, grads_.layers[l].lora[r].dM);
       }
   }
@@ -535,7 +612,8 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   // Without `acts` (checkpointed forward, inference) each intermediate is dropped as soon as
   // nothing needs it; train/memory_plan.cpp mirrors this order.
   a.x = x;
-  a.xn = rms_norm_forward(x, w.input_norm, c.rms_norm_eps, acts ? &a.rstd1 : nullptr,
+  const bool sandwich = c.sandwich_norms;
+  a.xn = rms_norm_forward(x, norm_weight(w.input_norm), c.rms_norm_eps, acts ? &a.rstd1 : nullptr,
                           want16({LinearRole::Q, LinearRole::K, LinearRole::V}));
   group_forward(a.xn, kQkvGroup);
   // q's and k's biases (Qwen2) ride in RoPE's launch (added before the rotation), except where
@@ -550,34 +628,53 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   group_xa = Tensor();  // kept by the members' LinearSaved where a backward follows
   if (c.qk_norm) {
     a.q_pre = std::move(a.q);
-    a.q = rms_norm_forward(a.q_pre.reshape({T * Hq, d}), w.q_norm, c.rms_norm_eps, acts ? &a.rstd_q : nullptr)
+    a.q = rms_norm_forward(a.q_pre.reshape({T * Hq, d}), norm_weight(w.q_norm), c.rms_norm_eps,
+                           acts ? &a.rstd_q : nullptr)
               .reshape({T, Hq * d});
     if (!acts) a.q_pre = Tensor();
     a.k_pre = std::move(a.k);
-    a.k = rms_norm_forward(a.k_pre.reshape({T * Hkv, d}), w.k_norm, c.rms_norm_eps, acts ? &a.rstd_k : nullptr)
+    a.k = rms_norm_forward(a.k_pre.reshape({T * Hkv, d}), norm_weight(w.k_norm), c.rms_norm_eps,
+                           acts ? &a.rstd_k : nullptr)
               .reshape({T, Hkv * d});
     if (!acts) a.k_pre = Tensor();
   }
-  rope_forward(a.q, a.k, b.positions, Hq, Hkv, c.rope, bias_in_rope ? q_bias : nullptr,
+  rope_forward(a.q, a.k, b.positions, Hq, Hkv, c.rope_for_layer(l), bias_in_rope ? q_bias : nullptr,
                bias_in_rope ? k_bias : nullptr);
   const AttentionShape shape = c.attention_shape(l);  // the layer's window, scale, soft cap
   a.attn = attention_forward(a.q, a.k, a.v, b.cu_seqlens, shape, acts ? &a.lse : nullptr, want16({LinearRole::O}));
   if (!acts) a.q = a.k = a.v = Tensor();
-  // h = x + o(attn) and out = h + down(m): the residual is the projection's GEMM's beta matrix, no add.
-  a.h = linear_forward(a.attn, W(LinearRole::O), nullptr, lp[3], saved(LinearRole::O), given16(), &x);
+  // h = x + o(attn) and out = h + down(m): the residual is the projection's GEMM's beta matrix, no add
+  // (Gemma: h = x + post_norm(o(attn)), out = h + post_ffn_norm(down(m)), the norm's output plus x).
+  if (sandwich) {
+    a.o_out = linear_forward(a.attn, W(LinearRole::O), nullptr, lp[3], saved(LinearRole::O), given16());
+    a.h = rms_norm_forward(a.o_out, norm_weight(w.post_norm), c.rms_norm_eps, acts ? &a.rstd_o : nullptr);
+    add_inplace(a.h, x);
+    if (!acts) a.o_out = Tensor();
+  } else {
+    a.h = linear_forward(a.attn, W(LinearRole::O), nullptr, lp[3], saved(LinearRole::O), given16(), &x);
+  }
   done16(a.attn16, nullptr);
   if (!acts) a.attn = a.xn = Tensor();
-  a.hn = rms_norm_forward(a.h, w.post_norm, c.rms_norm_eps, acts ? &a.rstd2 : nullptr,
-                          want16({LinearRole::Gate, LinearRole::Up}));
+  a.hn = rms_norm_forward(a.h, norm_weight(sandwich ? w.pre_ffn_norm : w.post_norm), c.rms_norm_eps,
+                          acts ? &a.rstd2 : nullptr, want16({LinearRole::Gate, LinearRole::Up}));
   group_forward(a.hn, kGateUpGroup);
   a.gate = linear_forward(a.hn, W(LinearRole::Gate), nullptr, lp[4], saved(LinearRole::Gate), given16());
   a.up = linear_forward(a.hn, W(LinearRole::Up), nullptr, lp[5], saved(LinearRole::Up), given16());
   done16(a.hn16, &a.hn);
   group_xa = Tensor();
   if (!acts) a.hn = Tensor();
-  a.m = swiglu_forward(a.gate, a.up, want16({LinearRole::Down}));
+  a.m = c.hidden_act == GluActivation::GeluTanh ? geglu_forward(a.gate, a.up, want16({LinearRole::Down}))
+                                                : swiglu_forward(a.gate, a.up, want16({LinearRole::Down}));
   if (!acts) a.gate = a.up = Tensor();
-  Tensor out = linear_forward(a.m, W(LinearRole::Down), nullptr, lp[6], saved(LinearRole::Down), given16(), &a.h);
+  Tensor out;
+  if (sandwich) {
+    a.down_out = linear_forward(a.m, W(LinearRole::Down), nullptr, lp[6], saved(LinearRole::Down), given16());
+    out = rms_norm_forward(a.down_out, norm_weight(w.post_ffn_norm), c.rms_norm_eps, acts ? &a.rstd_f : nullptr);
+    add_inplace(out, a.h);
+    if (!acts) a.down_out = Tensor();
+  } else {
+    out = linear_forward(a.m, W(LinearRole::Down), nullptr, lp[6], saved(LinearRole::Down), given16(), &a.h);
+  }
   done16(a.m16, &a.m);
   if (!acts) a.m = Tensor();
   return out;
@@ -586,6 +683,7 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
 Tensor Model::forward_trunk(const Batch& b, bool train, uint64_t seed, std::vector<Tensor>* layer_inputs,
                             std::vector<LayerActs>* acts) {
   Tensor x = embedding_forward(b.tokens, weights_.embed);
+  if (config().embed_scale > 0) scale_inplace(x, config().embed_scale);  // Gemma: times sqrt(hidden_size)
   const int64_t L = config().num_layers;
   if (layer_inputs) layer_inputs->assign(static_cast<size_t>(L + 1), Tensor());
   if (acts) acts->resize(static_cast<size_t>(L));
@@ -602,11 +700,11 @@ Tensor Model::hidden_states(const Batch& host_batch) {
   const Batch batch = host_batch.to(device());
   const HostMirrorScope mirror = batch.mirrored_by(host_batch);
   Tensor x = forward_trunk(batch, false, 0, nullptr, nullptr);
-  return rms_norm_forward(x, weights_.final_norm, config().rms_norm_eps, nullptr);
+  return rms_norm_forward(x, norm_weight(weights_.final_norm), config().rms_norm_eps, nullptr);
 }
 
 Tensor Model::logits(const Batch& batch) {
-  return lm_head_logits(hidden_states(batch), head_gemm_weight());
+  return lm_head_logits(hidden_states(batch), head_gemm_weight(), config().final_logit_softcap);
 }
 
 Tensor Model::logits(const Tensor& tokens, const Tensor& positions) {
@@ -625,8 +723,9 @@ Model::SequenceLosses Model::sequence_losses(const Batch& batch) {
   const int32_t* cu = batch.cu_seqlens.data<int32_t>();
   SequenceLosses out;
   for (int64_t s = 0; s < batch.num_samples(); ++s) {
-    const auto r = linear_cross_entropy_forward(xf.rows(cu[s], cu[s + 1]), head_gemm_weight(),
-                                                labels.rows(cu[s], cu[s + 1]), options_.ce_chunk_tokens);
+    const auto r =
+        linear_cross_entropy_forward(xf.rows(cu[s], cu[s + 1]), head_gemm_weight(), labels.rows(cu[s], cu[s + 1]),
+                                     options_.ce_chunk_tokens, config().final_logit_softcap);
     out.loss_sum.push_back(r.loss_sum);
     out.n_counted.push_back(r.n_counted);
   }
@@ -650,7 +749,8 @@ CrossEntropyResult Model::forward_loss(const Batch& batch) {
   Tensor xf = hidden_states(batch);
   const Tensor labels = batch.labels.to(device());
   const HostMirrorScope mirror({{&labels, &batch.labels}});
-  return linear_cross_entropy_forward(xf, head_gemm_weight(), labels, options_.ce_chunk_tokens);
+  return linear_cross_entropy_forward(xf, head_gemm_weight(), labels, options_.ce_chunk_tokens,
+                                      config().final_logit_softcap);
 }
 
 }  // namespace bp

@@ -9,6 +9,12 @@
 //   h = x + linear(a, Wo)
 //   hn = rms_norm(h, post_norm)
 //   out = h + linear(swiglu(linear(hn, Wg), linear(hn, Wu)), Wd)
+// Gemma 2/3 (ModelConfig's Gemma fields): the embeddings times embed_scale, every norm times
+// (1 + w), the attention with its layer's window, scale and soft-cap and RoPE (local or global),
+// GeGLU for SwiGLU, and sandwich norms:
+//   h = x + rms_norm(linear(a, Wo), post_norm)            (post_attention_layernorm)
+//   hn = rms_norm(h, pre_ffn_norm)
+//   out = h + rms_norm(linear(geglu(...), Wd), post_ffn_norm)
 // Then rms_norm(final_norm) and the LM head (W = lm_head, or embed when tied), which only ever
 // runs inside the fused linear_cross_entropy op: full [T × V] logits are never held in training.
 //
@@ -113,6 +119,10 @@ struct LoraGradPair {
 struct LayerGrads {
   LayerWeights w;  // full mode: same fields as the weights
   std::array<LoraGradPair, kNumLinearRoles> lora;
+  // A fused LoRA module (model/lora.h: the group's members share A, their B are rows of one
+  // tensor), per input group: that B and its gradient, whose row views the members' dB are (their
+  // dA is one tensor too, the sum over the members). Undefined for an ordinary group.
+  std::array<Tensor, kLinearInputGroups.size()> fused_B, fused_dB;
 };
 struct ModelGrads {
   Tensor embed, final_norm, lm_head;
@@ -227,6 +237,10 @@ class Model {
   // Final hidden states after final_norm [T, D].
   Tensor hidden_states(const Batch& batch);
 
+  // The weight an RMSNorm of this model multiplies by: w itself, or (norm_weight_offset + w) in f32
+  // (Gemma's (1 + w), as HF computes it), made for the call. Its gradient is w's.
+  Tensor norm_weight(const Tensor& w) const;
+
   // Used by generation: the layer's LoRA for inference (dropout off).
   const LoraWeights* lora_for(int64_t layer, LinearRole role, LoraWeights* storage) const;
 
@@ -249,6 +263,10 @@ class Model {
   // seed (lora_weights' dropout_seed), for lora_group_forward / lora_group_backward; p = 0 and no
   // members otherwise.
   LoraGroupDropout lora_group_dropout(int64_t l, const LinearInputGroup& g, bool train, uint64_t seed) const;
+  // Whether layer l's group is a fused LoRA module (model/lora.h): every member has LoRA and they
+  // share one A (the same tensor). Its products then run per member (no joined A: the shared A's
+  // gradient sums the members'), with the first member's dropout mask for all (PEFT's one module).
+  bool lora_group_shared(int64_t l, const LinearInputGroup& g) const;
   // Member r's first column in its group's xa and dxa [T, Σr]: the ranks of the members before it.
   int64_t lora_group_col(int64_t l, const LinearInputGroup& g, LinearRole r) const;
   void check_batch(const Batch& b) const;
@@ -267,6 +285,9 @@ class Model {
   // matmul_dtype BF16: the copies, [layer][role] and the head's (undefined with f32 GEMMs).
   std::vector<std::array<Tensor, kNumLinearRoles>> gemm_copies_;
   Tensor head_copy_;
+  // norm_weight_offset in every element, [max(hidden_size, head_dim)] on the weights' device: made by
+  // the constructor (the memory plan counts it with the weights), again where the weights move.
+  mutable Tensor norm_offset_;
 };
 
 }  // namespace bp

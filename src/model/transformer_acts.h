@@ -5,6 +5,8 @@
 //   xn [T,D], q/k/v [T,Hq·d]/[T,Hkv·d] (after q/k norm and RoPE), attn [T,Hq·d], lse [Hq,T],
 //   h [T,D], hn [T,D], gate/up/m [T,F], rstd1/rstd2 [T];
 //   Qwen3: q_pre/k_pre (before q/k norm) and rstd_q [T·Hq], rstd_k [T·Hkv];
+//   Gemma (sandwich norms): o_out [T,D] (o_proj's output, before post_attention_layernorm), rstd_o [T],
+//   down_out [T,D] (down_proj's output, before post_feedforward_layernorm), rstd_f [T];
 //   LoRA: per targeted module xa [T,r] (dropout regenerates its mask: no dropped input kept), see ops/linear.h;
 //   full fine-tuning through bf16 GEMM copies on a card: the bf16 copies xn16, attn16, hn16, m16 the
 //   producers wrote for the forward's GEMMs, kept for dW's (ops/linear.h x_bf16); xn, hn and m are then
@@ -28,6 +30,7 @@ struct Model::LayerActs {
   Tensor attn, lse;
   Tensor h, rstd2, hn;
   Tensor gate, up, m;
+  Tensor o_out, rstd_o, down_out, rstd_f;
   Tensor xn16, attn16, hn16, m16;
   std::array<LinearSaved, kNumLinearRoles> lin;
 };

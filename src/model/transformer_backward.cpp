@@ -30,8 +30,10 @@ Tensor* opt(Tensor& t) {
 }
 }  // namespace
 
+// (Gemma's sandwich norms: down's dy is the post-feed-forward norm's dx, not the layer's dout, whose
+// copy nobody reads: the norm's backward writes down's.)
 bool Model::down_reads_bf16(int64_t l) const {
-  return l >= 0 && held_gemms_read_bf16(gemm_weight(l, LinearRole::Down));
+  return l >= 0 && !weights_.config.sandwich_norms && held_gemms_read_bf16(gemm_weight(l, LinearRole::Down));
 }
 
 Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch& b, uint64_t seed, LayerActs& a) {
@@ -95,11 +97,20 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
     a.lin[r] = LinearSaved{};  // this projection's LoRA activations are no longer needed
   };
 
-  // ---- MLP: out = h + down(swiglu(gate(hn), up(hn)))
+  // ---- MLP: out = h + down(swiglu(gate(hn), up(hn)))   (Gemma: h + post_ffn_norm(down(geglu(...))))
+  const bool sandwich = c.sandwich_norms;
+  const Tensor& Wdown = gemm_weight(l, LinearRole::Down);
+  Tensor ddown;  // Gemma: the gradient of down's output, through post_feedforward_layernorm
+  if (sandwich) {
+    ddown = Tensor::empty({T, D}, DType::F32, dev);
+    rms_norm_backward(dout, a.down_out, norm_weight(w.post_ffn_norm), a.rstd_f, ddown,
+                      full ? &g.w.post_ffn_norm : nullptr, false, held_gemms_read_bf16(Wdown) ? &dout16 : nullptr);
+    a.down_out = a.rstd_f = Tensor();
+  }
   Tensor dm = Tensor::empty({T, F}, DType::F32, dev);
-  lin_back(LinearRole::Down, dout, a.m, gemm_weight(l, LinearRole::Down), &dm, kAssignDx, &g.w.down, nullptr,
-           opt(dout16), opt(a.m16));
-  dout16 = Tensor();
+  lin_back(LinearRole::Down, sandwich ? ddown : dout, a.m, Wdown, &dm, kAssignDx, &g.w.down, nullptr, opt(dout16),
+           opt(a.m16));
+  dout16 = ddown = Tensor();
   a.m = a.m16 = Tensor();
   // SwiGLU's backward also writes the bf16 copies of dgate and dup where gate's and up's GEMMs take
   // bf16 (ops/linear.h dy_bf16): their dx (and a GEMM copy's dW) read them instead of rounding.
@@ -108,7 +119,10 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
   const Tensor& Wup = gemm_weight(l, LinearRole::Up);
   Tensor dgate16, dup16;
   const bool gate16 = held_gemms_read_bf16(Wgate), up16 = held_gemms_read_bf16(Wup);
-  swiglu_backward(dm, a.gate, a.up, dgate, dup, gate16 ? &dgate16 : nullptr, up16 ? &dup16 : nullptr);
+  if (c.hidden_act == GluActivation::GeluTanh)
+    geglu_backward(dm, a.gate, a.up, dgate, dup, gate16 ? &dgate16 : nullptr, up16 ? &dup16 : nullptr);
+  else
+    swiglu_backward(dm, a.gate, a.up, dgate, dup, gate16 ? &dgate16 : nullptr, up16 ? &dup16 : nullptr);
   dm = Tensor();
   a.gate = a.up = Tensor();
   Tensor dhn = Tensor::empty({T, D}, DType::F32, dev);
@@ -124,15 +138,25 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
   Tensor dh = std::move(dout);
   const Tensor& Wo = gemm_weight(l, LinearRole::O);
   Tensor dh16;
-  rms_norm_backward(dhn, a.h, w.post_norm, a.rstd2, dh, full ? &g.w.post_norm : nullptr, /*accumulate_dx=*/true,
-                    held_gemms_read_bf16(Wo) ? &dh16 : nullptr);
+  Tensor& mlp_norm_grad = sandwich ? g.w.pre_ffn_norm : g.w.post_norm;
+  rms_norm_backward(dhn, a.h, norm_weight(sandwich ? w.pre_ffn_norm : w.post_norm), a.rstd2, dh,
+                    full ? &mlp_norm_grad : nullptr, /*accumulate_dx=*/true,
+                    !sandwich && held_gemms_read_bf16(Wo) ? &dh16 : nullptr);
   dhn = Tensor();
   a.h = Tensor();
 
-  // ---- attention: h = x + o(attn(rope(q), rope(k), v))
+  // ---- attention: h = x + o(attn(rope(q), rope(k), v))   (Gemma: h = x + post_norm(o(...)))
   Tensor dattn = Tensor::empty({T, Hq * d}, DType::F32, dev);
-  lin_back(LinearRole::O, dh, a.attn, Wo, &dattn, kAssignDx, &g.w.o, nullptr, opt(dh16), opt(a.attn16));
-  dh16 = a.attn16 = Tensor();
+  Tensor do_out;  // Gemma: the gradient of o's output, through post_attention_layernorm
+  if (sandwich) {
+    do_out = Tensor::empty({T, D}, DType::F32, dev);
+    rms_norm_backward(dh, a.o_out, norm_weight(w.post_norm), a.rstd_o, do_out, full ? &g.w.post_norm : nullptr, false,
+                      held_gemms_read_bf16(Wo) ? &dh16 : nullptr);
+    a.o_out = a.rstd_o = Tensor();
+  }
+  lin_back(LinearRole::O, sandwich ? do_out : dh, a.attn, Wo, &dattn, kAssignDx, &g.w.o, nullptr, opt(dh16),
+           opt(a.attn16));
+  dh16 = a.attn16 = do_out = Tensor();
   Tensor dq = Tensor::empty({T, Hq * d}, DType::F32, dev), dk = Tensor::empty({T, Hkv * d}, DType::F32, dev),
          dv = Tensor::empty({T, Hkv * d}, DType::F32, dev);
   // The last writer of dq, dk and dv writes the bf16 copy the GEMMs of q, k and v read as their dy
@@ -148,15 +172,16 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
   dattn = Tensor();
   a.q = a.k = a.v = a.attn = a.lse = Tensor();
   const bool qk = c.qk_norm;
-  rope_backward(dq, dk, b.positions, Hq, Hkv, c.rope, qk ? nullptr : want16(Wq, dq16), qk ? nullptr : want16(Wk, dk16));
+  rope_backward(dq, dk, b.positions, Hq, Hkv, c.rope_for_layer(l), qk ? nullptr : want16(Wq, dq16),
+                qk ? nullptr : want16(Wk, dk16));
   if (qk) {
     Tensor dq_pre = Tensor::empty({T * Hq, d}, DType::F32, dev);
-    rms_norm_backward(dq.reshape({T * Hq, d}), a.q_pre.reshape({T * Hq, d}), w.q_norm, a.rstd_q, dq_pre,
+    rms_norm_backward(dq.reshape({T * Hq, d}), a.q_pre.reshape({T * Hq, d}), norm_weight(w.q_norm), a.rstd_q, dq_pre,
                       full ? &g.w.q_norm : nullptr, false, want16(Wq, dq16));
     dq = dq_pre.reshape({T, Hq * d});
     if (dq16.defined()) dq16 = dq16.reshape({T, Hq * d});
     Tensor dk_pre = Tensor::empty({T * Hkv, d}, DType::F32, dev);
-    rms_norm_backward(dk.reshape({T * Hkv, d}), a.k_pre.reshape({T * Hkv, d}), w.k_norm, a.rstd_k, dk_pre,
+    rms_norm_backward(dk.reshape({T * Hkv, d}), a.k_pre.reshape({T * Hkv, d}), norm_weight(w.k_norm), a.rstd_k, dk_pre,
                       full ? &g.w.k_norm : nullptr, false, want16(Wk, dk16));
     dk = dk_pre.reshape({T, Hkv * d});
     if (dk16.defined()) dk16 = dk16.reshape({T, Hkv * d});
@@ -174,15 +199,15 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
   a.xn = a.xn16 = Tensor();
   // dx = dh (residual x -> h) + the input norm's backward, added into dh's buffer; its bf16 copy is
   // the dy of layer l−1's down projection where that reads bf16.
-  rms_norm_backward(dxn, a.x, w.input_norm, a.rstd1, dh, full ? &g.w.input_norm : nullptr, /*accumulate_dx=*/true,
-                    down_reads_bf16(l - 1) ? &dout16 : nullptr);
+  rms_norm_backward(dxn, a.x, norm_weight(w.input_norm), a.rstd1, dh, full ? &g.w.input_norm : nullptr,
+                    /*accumulate_dx=*/true, down_reads_bf16(l - 1) ? &dout16 : nullptr);
   return dh;
 }
 
 CrossEntropyResult Model::forward_backward(const Batch& host_batch, float grad_scale, uint64_t dropout_seed) {
   return train_pass(host_batch, dropout_seed, [&](const Tensor& xf, const Tensor& labels, Tensor& dxf, Tensor* dW) {
     return linear_cross_entropy_forward_backward(xf, head_gemm_weight(), labels, grad_scale, dxf, dW,
-                                                 options_.ce_chunk_tokens);
+                                                 options_.ce_chunk_tokens, config().final_logit_softcap);
   });
 }
 
@@ -204,10 +229,11 @@ Model::SequenceLosses Model::forward_backward_sequences(const Batch& host_batch,
     for (int64_t s = 0; s < S; ++s) {
       const Tensor x_s = xf.rows(cu[s], cu[s + 1]), l_s = labels.rows(cu[s], cu[s + 1]);
       if (dW) {
-        note(linear_cross_entropy_forward(x_s, W, l_s, chunk));
+        note(linear_cross_entropy_forward(x_s, W, l_s, chunk, config().final_logit_softcap));
       } else {
         Tensor dx_s = dxf.rows(cu[s], cu[s + 1]);
-        note(linear_cross_entropy_forward_backward(x_s, W, l_s, 1.0f, dx_s, nullptr, chunk));
+        note(linear_cross_entropy_forward_backward(x_s, W, l_s, 1.0f, dx_s, nullptr, chunk,
+                                                   config().final_logit_softcap));
       }
     }
     const std::vector<float> scale = grad_of(out);
@@ -218,7 +244,8 @@ Model::SequenceLosses Model::forward_backward_sequences(const Batch& host_batch,
       const Tensor x_s = xf.rows(cu[s], cu[s + 1]), l_s = labels.rows(cu[s], cu[s + 1]);
       Tensor dx_s = dxf.rows(cu[s], cu[s + 1]);
       if (dW)
-        linear_cross_entropy_forward_backward(x_s, W, l_s, scale[static_cast<size_t>(s)], dx_s, dW, chunk);
+        linear_cross_entropy_forward_backward(x_s, W, l_s, scale[static_cast<size_t>(s)], dx_s, dW, chunk,
+                                              config().final_logit_softcap);
       else
         scale_inplace(dx_s, scale[static_cast<size_t>(s)]);
     }
@@ -251,16 +278,17 @@ CrossEntropyResult Model::train_pass(const Batch& host_batch, uint64_t dropout_s
 
   // Final norm + fused LM head / cross-entropy (dx and the head's dW in the same pass).
   Tensor rstd;
-  Tensor xf = rms_norm_forward(x, weights_.final_norm, c.rms_norm_eps, &rstd);
+  Tensor final_norm = norm_weight(weights_.final_norm);
+  Tensor xf = rms_norm_forward(x, final_norm, c.rms_norm_eps, &rstd);
   Tensor dxf = Tensor::empty({T, D}, DType::F32, dev);
   Tensor* dW_head = nullptr;
   if (full) dW_head = c.tie_word_embeddings ? &grads_.embed : &grads_.lm_head;
   CrossEntropyResult res = head(xf, batch.labels, dxf, dW_head);
   xf = Tensor();
   Tensor dx = Tensor::empty({T, D}, DType::F32, dev), dx16;  // dx16: its bf16 copy for the top layer's down
-  rms_norm_backward(dxf, x, weights_.final_norm, rstd, dx, full ? &grads_.final_norm : nullptr, false,
+  rms_norm_backward(dxf, x, final_norm, rstd, dx, full ? &grads_.final_norm : nullptr, false,
                     down_reads_bf16(L - 1) ? &dx16 : nullptr);
-  dxf = rstd = x = Tensor();
+  dxf = rstd = x = final_norm = Tensor();
 
   for (int64_t l = L - 1; l >= 0; --l) {
     const auto li = static_cast<size_t>(l);
@@ -274,7 +302,10 @@ CrossEntropyResult Model::train_pass(const Batch& host_batch, uint64_t dropout_s
       acts[li] = LayerActs{};
     }
   }
-  if (full) embedding_backward(dx, batch.tokens, grads_.embed);
+  if (full) {
+    if (c.embed_scale > 0) scale_inplace(dx, c.embed_scale);  // the forward's x·embed_scale
+    embedding_backward(dx, batch.tokens, grads_.embed);
+  }
   return res;
 }
 

@@ -36,14 +36,25 @@ const std::vector<WeightNameEntry> kTable = {
      "blk.{}.attn_k_norm.weight", "k_norm"},
     {R::PostNorm, true, "model.layers.{}.post_attention_layernorm.weight",
      "base_model.model.model.layers.{}.post_attention_layernorm", "blk.{}.ffn_norm.weight", "post_norm"},
+    {R::PreFfnNorm, true, "model.layers.{}.pre_feedforward_layernorm.weight",
+     "base_model.model.model.layers.{}.pre_feedforward_layernorm", "", "pre_ffn_norm"},  // GGUF: kSandwichGguf
     {R::Gate, true, "model.layers.{}.mlp.gate_proj.weight", "base_model.model.model.layers.{}.mlp.gate_proj",
      "blk.{}.ffn_gate.weight", "gate"},
     {R::Up, true, "model.layers.{}.mlp.up_proj.weight", "base_model.model.model.layers.{}.mlp.up_proj",
      "blk.{}.ffn_up.weight", "up"},
     {R::Down, true, "model.layers.{}.mlp.down_proj.weight", "base_model.model.model.layers.{}.mlp.down_proj",
      "blk.{}.ffn_down.weight", "down"},
+    {R::PostFfnNorm, true, "model.layers.{}.post_feedforward_layernorm.weight",
+     "base_model.model.model.layers.{}.post_feedforward_layernorm", "blk.{}.post_ffw_norm.weight", "post_ffn_norm"},
     {R::FinalNorm, false, "model.norm.weight", "base_model.model.model.norm", "output_norm.weight", "final_norm"},
     {R::LmHead, false, "lm_head.weight", "base_model.model.lm_head", "output.weight", "lm_head"},
+};
+
+const std::vector<FusedProjection> kFused = {
+    {"model.layers.{}.self_attn.qkv_proj.weight", "base_model.model.model.layers.{}.self_attn.qkv_proj",
+     "blk.{}.attn_qkv.weight", R::Q, 3},
+    {"model.layers.{}.mlp.gate_up_proj.weight", "base_model.model.model.layers.{}.mlp.gate_up_proj",
+     "blk.{}.ffn_up.weight", R::Gate, 2},
 };
 
 std::string fill(const char* tmpl, bool per_layer, int64_t layer) {
@@ -90,7 +101,31 @@ std::string peft_module_name(WeightRole role, int64_t layer) {
 }
 std::string gguf_name(WeightRole role, int64_t layer) {
   const WeightNameEntry& e = weight_entry(role);
+  BP_CHECK(*e.gguf, "[weights] {} has a GGUF name only for a given architecture", e.field);
   return fill(e.gguf, e.per_layer, layer);
+}
+
+namespace {
+// Gemma's sandwich norms in llama.cpp's GGUF (llama-arch.cpp, LLM_ARCH_GEMMA2 / LLM_ARCH_GEMMA3):
+// post_attention_layernorm is post_attention_norm, pre_feedforward_layernorm takes ffn_norm.
+constexpr std::pair<WeightRole, const char*> kSandwichGguf[] = {
+    {R::PostNorm, "blk.{}.post_attention_norm.weight"},
+    {R::PreFfnNorm, "blk.{}.ffn_norm.weight"},
+};
+}  // namespace
+
+std::string gguf_name(const ModelConfig& cfg, WeightRole role, int64_t layer) {
+  if (cfg.sandwich_norms)
+    for (const auto& [r, name] : kSandwichGguf)
+      if (r == role) return fill(name, true, layer);
+  return gguf_name(role, layer);
+}
+
+std::optional<std::pair<WeightRole, int64_t>> parse_gguf_name(const ModelConfig& cfg, std::string_view name) {
+  if (cfg.sandwich_norms)
+    for (const auto& [r, tmpl] : kSandwichGguf)
+      if (auto l = match(tmpl, true, name)) return std::pair{r, *l};
+  return parse_gguf_name(name);
 }
 
 std::optional<std::pair<WeightRole, int64_t>> parse_hf_name(std::string_view name) {
@@ -101,7 +136,8 @@ std::optional<std::pair<WeightRole, int64_t>> parse_hf_name(std::string_view nam
 
 std::optional<std::pair<WeightRole, int64_t>> parse_gguf_name(std::string_view name) {
   for (const WeightNameEntry& e : kTable)
-    if (auto l = match(e.gguf, e.per_layer, name)) return std::pair{e.role, *l};
+    if (*e.gguf)
+      if (auto l = match(e.gguf, e.per_layer, name)) return std::pair{e.role, *l};
   return std::nullopt;
 }
 
@@ -118,9 +154,16 @@ bool role_present(const ModelConfig& cfg, WeightRole role) {
     case R::VBias: return cfg.attention_bias;
     case R::QNorm:
     case R::KNorm: return cfg.qk_norm;
+    case R::PreFfnNorm:
+    case R::PostFfnNorm: return cfg.sandwich_norms;
     case R::LmHead: return !cfg.tie_word_embeddings;
     default: return true;
   }
+}
+
+bool is_norm_role(WeightRole r) {
+  return r == R::InputNorm || r == R::PostNorm || r == R::FinalNorm || r == R::QNorm || r == R::KNorm ||
+         r == R::PreFfnNorm || r == R::PostFfnNorm;
 }
 
 Shape role_shape(const ModelConfig& c, WeightRole role) {
@@ -130,7 +173,9 @@ Shape role_shape(const ModelConfig& c, WeightRole role) {
     case R::LmHead: return {c.vocab_size, D};
     case R::FinalNorm:
     case R::InputNorm:
-    case R::PostNorm: return {D};
+    case R::PostNorm:
+    case R::PreFfnNorm:
+    case R::PostFfnNorm: return {D};
     case R::Q: return {c.q_dim(), D};
     case R::K:
     case R::V: return {c.kv_dim(), D};
@@ -176,6 +221,8 @@ Tensor& weight_ref(ModelWeights& w, WeightRole role, int64_t layer) {
     case R::Gate: return l.gate;
     case R::Up: return l.up;
     case R::Down: return l.down;
+    case R::PreFfnNorm: return l.pre_ffn_norm;
+    case R::PostFfnNorm: return l.post_ffn_norm;
     default: break;
   }
   BP_CHECK(false, "[weights] unknown role {}", static_cast<int>(role));
@@ -194,10 +241,66 @@ std::vector<std::pair<WeightRole, int64_t>> model_roles(const ModelConfig& cfg) 
   return out;
 }
 
+const std::vector<FusedProjection>& fused_projection_table() {
+  return kFused;
+}
+
+const FusedProjection* fused_projection_of(const ModelConfig& cfg, WeightRole role) {
+  if (!cfg.fused_projections()) return nullptr;
+  for (const FusedProjection& f : kFused)
+    if (f.contains(role)) return &f;
+  return nullptr;
+}
+
+Shape fused_shape(const ModelConfig& cfg, const FusedProjection& f) {
+  int64_t rows = 0;
+  for (int i = 0; i < f.count; ++i) rows += role_shape(cfg, static_cast<WeightRole>(static_cast<int>(f.first) + i))[0];
+  return {rows, cfg.hidden_size};
+}
+
+std::pair<int64_t, int64_t> fused_rows(const ModelConfig& cfg, WeightRole role) {
+  for (const FusedProjection& f : kFused) {
+    if (!f.contains(role)) continue;
+    int64_t at = 0;
+    for (int r = static_cast<int>(f.first); r < static_cast<int>(role); ++r)
+      at += role_shape(cfg, static_cast<WeightRole>(r))[0];
+    return {at, at + role_shape(cfg, role)[0]};
+  }
+  return {0, role_shape(cfg, role)[0]};
+}
+
+Tensor join_rows_or_copy(const std::vector<const Tensor*>& parts) {
+  if (Tensor joined = Tensor::joined_rows(parts); joined.defined()) return joined;
+  bool same = true;
+  int64_t rows = 0;
+  for (const Tensor* p : parts) {
+    same = same && p->dtype() == parts[0]->dtype();
+    rows += p->dim(0);
+  }
+  const DType dt = same ? parts[0]->dtype() : DType::F32;
+  Tensor all = Tensor::empty({rows, parts[0]->dim(1)}, dt);
+  int64_t at = 0;
+  for (const Tensor* p : parts) {
+    const Tensor host = p->device().type == DeviceType::CPU ? *p : p->to(Device{});
+    all.rows(at, at + p->dim(0)).copy_from(host.dtype() == dt ? host : host.to(dt));
+    at += p->dim(0);
+  }
+  return all;
+}
+
 std::vector<std::pair<std::string, Tensor>> named_hf_weights(const ModelWeights& w) {
   std::vector<std::pair<std::string, Tensor>> out;
-  for (const auto& [role, layer] : model_roles(w.config))
+  for (const auto& [role, layer] : model_roles(w.config)) {
+    if (const FusedProjection* f = fused_projection_of(w.config, role)) {
+      if (role != f->first) continue;  // written with the first member
+      std::vector<const Tensor*> parts;
+      for (int i = 0; i < f->count; ++i)
+        parts.push_back(&weight_ref(w, static_cast<WeightRole>(static_cast<int>(f->first) + i), layer));
+      out.emplace_back(fill(f->hf, true, layer), join_rows_or_copy(parts));
+      continue;
+    }
     out.emplace_back(hf_name(role, layer), weight_ref(w, role, layer));
+  }
   return out;
 }
 
@@ -214,8 +317,20 @@ WeightRole lora_target_role(LoraTarget t) {
   return R::Q;
 }
 
-std::string peft_lora_name(int64_t layer, LoraTarget t, bool is_a) {
-  return peft_module_name(lora_target_role(t), layer) + (is_a ? ".lora_A.weight" : ".lora_B.weight");
+std::string peft_lora_name(int64_t layer, LoraTarget t, bool is_a, bool fused) {
+  const char* suffix = is_a ? ".lora_A.weight" : ".lora_B.weight";
+  if (fused)
+    for (const FusedProjection& f : kFused)
+      if (f.contains(lora_target_role(t))) return fill(f.peft, true, layer) + suffix;
+  return peft_module_name(lora_target_role(t), layer) + suffix;
+}
+
+std::optional<std::pair<LoraTarget, int64_t>> parse_peft_fused_module_name(std::string_view name) {
+  for (const FusedProjection& f : kFused)
+    if (auto l = match(f.peft, true, name))
+      for (LoraTarget t : kAllLoraTargets)
+        if (lora_target_role(t) == f.first) return std::pair{t, *l};
+  return std::nullopt;
 }
 
 }  // namespace bp

@@ -40,8 +40,10 @@ enum class WeightRole : int {
   Gate,
   Up,
   Down,
+  PreFfnNorm,   // Gemma: pre_feedforward_layernorm (the MLP's input norm)
+  PostFfnNorm,  // Gemma: post_feedforward_layernorm (on the MLP's output)
 };
-inline constexpr int kNumWeightRoles = 17;
+inline constexpr int kNumWeightRoles = 19;
 
 struct WeightNameEntry {
   WeightRole role;
@@ -60,16 +62,22 @@ const WeightNameEntry& weight_entry(WeightRole role);
 std::string hf_name(WeightRole role, int64_t layer = -1);
 std::string peft_module_name(WeightRole role, int64_t layer = -1);
 std::string gguf_name(WeightRole role, int64_t layer = -1);
+// The GGUF name in a model of `cfg` (Gemma's sandwich norms are named differently in llama.cpp).
+std::string gguf_name(const ModelConfig& cfg, WeightRole role, int64_t layer = -1);
 
 // Parses a name back to (role, layer); layer = -1 for global roles. nullopt when unknown.
 std::optional<std::pair<WeightRole, int64_t>> parse_hf_name(std::string_view name);
 std::optional<std::pair<WeightRole, int64_t>> parse_gguf_name(std::string_view name);
+std::optional<std::pair<WeightRole, int64_t>> parse_gguf_name(const ModelConfig& cfg, std::string_view name);
 // PEFT module paths are shared by a weight and its bias; this returns the weight's role.
 std::optional<std::pair<WeightRole, int64_t>> parse_peft_module_name(std::string_view name);
 
-// Does this model have the role (bias only with attention_bias, q/k norm only for Qwen3,
+// Does this model have the role (bias only with attention_bias, q/k norm only for Qwen3 and Gemma 3,
+// pre/post feed-forward norms only for Gemma,
 // lm_head only when untied)? And its shape per the config.
 bool role_present(const ModelConfig& cfg, WeightRole role);
+// The RMSNorm weights (input, post-attention, Gemma's feed-forward ones, q/k, final).
+bool is_norm_role(WeightRole role);
 Shape role_shape(const ModelConfig& cfg, WeightRole role);
 
 // The tensor of a role in a ModelWeights (layer ignored for global roles).
@@ -81,9 +89,39 @@ std::vector<std::pair<WeightRole, int64_t>> model_roles(const ModelConfig& cfg);
 // (HF name, tensor) of every present weight, for saving; tensors are shared, not copied.
 std::vector<std::pair<std::string, Tensor>> named_hf_weights(const ModelWeights& w);
 
+// Projections Hugging Face stores as one tensor (ArchInfo::fused_projections: Phi-3): q/k/v are
+// rows of qkv_proj [q_dim + 2·kv_dim, D], gate/up rows of gate_up_proj [2F, D], gate first
+// (modeling_phi3.py chunks it so). In memory each role keeps its own tensor (loading makes them
+// row views of the one tensor read); saving writes the fused tensor back. PEFT's LoRA sits on the
+// fused module (one A, one B of the fused rows: model/lora.h); llama.cpp's phi3 GGUF names them
+// attn_qkv and ffn_up (gate rows, then up rows).
+struct FusedProjection {
+  const char* hf;    // Hugging Face safetensors name
+  const char* peft;  // PEFT module path
+  const char* gguf;  // llama.cpp GGUF tensor name
+  WeightRole first;  // the member roles: first .. first + count − 1 (consecutive)
+  int count;
+  bool contains(WeightRole r) const {
+    return static_cast<int>(r) >= static_cast<int>(first) && static_cast<int>(r) < static_cast<int>(first) + count;
+  }
+};
+const std::vector<FusedProjection>& fused_projection_table();
+// The fused tensor `role` is stored in on this model, or null (stored on its own).
+const FusedProjection* fused_projection_of(const ModelConfig& cfg, WeightRole role);
+// The fused tensor's shape, and `role`'s rows [begin, end) in it.
+Shape fused_shape(const ModelConfig& cfg, const FusedProjection& f);
+std::pair<int64_t, int64_t> fused_rows(const ModelConfig& cfg, WeightRole role);
+// The member tensors as one [Σrows, in] tensor: a view when they are consecutive rows of one
+// storage (as loading lays them out), else a copy (f32 when their types differ).
+Tensor join_rows_or_copy(const std::vector<const Tensor*>& parts);
+
 // LoRA targets and their base-weight roles.
 WeightRole lora_target_role(LoraTarget t);
-// "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight" (is_a) or ".lora_B.weight".
-std::string peft_lora_name(int64_t layer, LoraTarget t, bool is_a);
+// "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight" (is_a) or ".lora_B.weight";
+// fused (LoraConfig::fused): a member of a fused module gets the module's name (...qkv_proj.lora_A...).
+std::string peft_lora_name(int64_t layer, LoraTarget t, bool is_a, bool fused = false);
+// A fused module's PEFT path (base_model.model.model.layers.3.self_attn.qkv_proj) back to its first
+// member and layer; nullopt for other names.
+std::optional<std::pair<LoraTarget, int64_t>> parse_peft_fused_module_name(std::string_view name);
 
 }  // namespace bp

@@ -15,12 +15,13 @@
 namespace bp {
 
 struct LayerWeights {
-  Tensor input_norm;              // [D]   input_layernorm
-  Tensor q, k, v, o;              // attention projections
-  Tensor q_bias, k_bias, v_bias;  // [Hq·d], [Hkv·d] (Qwen2 / attention_bias only)
-  Tensor q_norm, k_norm;          // [d] (Qwen3 only)
-  Tensor post_norm;               // [D]   post_attention_layernorm
-  Tensor gate, up, down;          // MLP projections
+  Tensor input_norm;                   // [D]   input_layernorm
+  Tensor q, k, v, o;                   // attention projections
+  Tensor q_bias, k_bias, v_bias;       // [Hq·d], [Hkv·d] (Qwen2 / attention_bias only)
+  Tensor q_norm, k_norm;               // [d] (Qwen3 only)
+  Tensor post_norm;                    // [D]   post_attention_layernorm (Gemma: on the attention output)
+  Tensor gate, up, down;               // MLP projections
+  Tensor pre_ffn_norm, post_ffn_norm;  // [D] Gemma (sandwich_norms): pre/post_feedforward_layernorm
 };
 
 struct ModelWeights {

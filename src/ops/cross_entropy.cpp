@@ -13,6 +13,12 @@ namespace bp {
 
 namespace {
 
+void check_softcap(float softcap) {
+  if (!(softcap >= 0.0f) || !std::isfinite(softcap))
+    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                fmt::format("[cross_entropy] softcap must be finite and >= 0, got {}", softcap));
+}
+
 void check_operands(const Tensor& x, const Tensor& W, const Tensor& labels, int64_t chunk_tokens) {
   for (const Tensor* t : {&x, &W, &labels}) ops::require_cpu("linear_cross_entropy", *t);
   ops::require_same_device("linear_cross_entropy", {&x, &W, &labels});
@@ -37,7 +43,8 @@ void check_operands(const Tensor& x, const Tensor& W, const Tensor& labels, int6
 }
 
 CrossEntropyResult run(const Tensor& x, const Tensor& W, const Tensor& labels, int64_t chunk_tokens, float grad_scale,
-                       Tensor* dx, Tensor* dW) {
+                       Tensor* dx, Tensor* dW, float softcap) {
+  check_softcap(softcap);
   const int64_t T = x.dim(0), D = x.dim(1), V = W.dim(0);
   // Only the rows of the longest window (labelled tokens, not −100 spans) are ever written: an
   // SFT batch whose prompts are long needs far fewer than min(chunk, T) rows. The CUDA kernel keeps
@@ -49,21 +56,21 @@ CrossEntropyResult run(const Tensor& x, const Tensor& W, const Tensor& labels, i
   const auto totals = ops::kernels(x).linear_cross_entropy(
       x.kernel_data<float>(), ops::held_matrix(W), labels.kernel_data<int32_t>(), T, D, V, chunk_tokens,
       rows ? logits.kernel_data<float>() : nullptr, grad_scale, dx ? dx->kernel_data<float>() : nullptr,
-      dW ? dW->kernel_data<float>() : nullptr);
+      dW ? dW->kernel_data<float>() : nullptr, softcap);
   return {totals.loss_sum, totals.n_counted};
 }
 
 }  // namespace
 
 CrossEntropyResult linear_cross_entropy_forward(const Tensor& x, const Tensor& W, const Tensor& labels,
-                                                int64_t chunk_tokens) {
+                                                int64_t chunk_tokens, float softcap) {
   check_operands(x, W, labels, chunk_tokens);
-  return run(x, W, labels, chunk_tokens, 0.0f, nullptr, nullptr);
+  return run(x, W, labels, chunk_tokens, 0.0f, nullptr, nullptr, softcap);
 }
 
 CrossEntropyResult linear_cross_entropy_forward_backward(const Tensor& x, const Tensor& W, const Tensor& labels,
-                                                         float grad_scale, Tensor& dx, Tensor* dW,
-                                                         int64_t chunk_tokens) {
+                                                         float grad_scale, Tensor& dx, Tensor* dW, int64_t chunk_tokens,
+                                                         float softcap) {
   check_operands(x, W, labels, chunk_tokens);
   BP_CHECK(dx.dtype() == DType::F32 && dx.shape() == x.shape(), "[cross_entropy] dx must be f32 {}, got {}",
            x.shape().str(), dx.describe());
@@ -77,7 +84,7 @@ CrossEntropyResult linear_cross_entropy_forward_backward(const Tensor& x, const 
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 fmt::format("[cross_entropy] grad_scale must be finite, got {}", grad_scale));
   ops::require_same_device("linear_cross_entropy", {&x, &dx, dW});
-  return run(x, W, labels, chunk_tokens, grad_scale, &dx, dW);
+  return run(x, W, labels, chunk_tokens, grad_scale, &dx, dW, softcap);
 }
 
 int64_t linear_cross_entropy_workspace_rows(const int32_t* labels, int64_t tokens, int64_t chunk_tokens) {
@@ -88,7 +95,8 @@ size_t linear_cross_entropy_workspace_bytes(int64_t tokens, int64_t vocab, int64
   return static_cast<size_t>(std::min(chunk_tokens, tokens)) * static_cast<size_t>(vocab) * sizeof(float);
 }
 
-Tensor lm_head_logits(const Tensor& x, const Tensor& W) {
+Tensor lm_head_logits(const Tensor& x, const Tensor& W, float softcap) {
+  check_softcap(softcap);
   for (const Tensor* t : {&x, &W}) ops::require_cpu("lm_head", *t);
   BP_CHECK(x.rank() == 2 && x.dtype() == DType::F32, "[lm_head] x must be f32 [T, D], got {}", x.describe());
   BP_CHECK(W.rank() == 2 && W.dtype() != DType::I32, "[lm_head] W must be a float or held [V, D], got {}",
@@ -102,6 +110,12 @@ Tensor lm_head_logits(const Tensor& x, const Tensor& W) {
                           out.kernel_data<float>(), V);
   else
     ops::kernels(x).held_gemm_xwt(x.kernel_data<float>(), ops::held_matrix(W), 0.0f, out.kernel_data<float>(), T);
+  if (softcap > 0.0f) {  // inference only: on the host (a device's logits make the round trip)
+    Tensor host = out.to(Device{});
+    float* p = host.data<float>();
+    for (int64_t i = 0; i < T * V; ++i) p[i] = softcap * std::tanh(p[i] / softcap);
+    out.copy_from(host);
+  }
   return out;
 }
 

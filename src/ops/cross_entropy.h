@@ -12,6 +12,8 @@
 //                                                      f32 or its bf16 GEMM copy, dW f32)
 // grad_scale is normally 1 / (label tokens in the whole optimizer step), so micro-batches add
 // up to the gradient of the step's mean loss.
+// softcap > 0 (Gemma 2's final_logit_softcapping): the loss is over softcap·tanh(logits/softcap),
+// and the gradients through it (times 1 − tanh²); still no [T × V] logits (CPU and CUDA kernels).
 #pragma once
 
 #include <cstdint>
@@ -33,11 +35,12 @@ constexpr int64_t kDefaultCrossEntropyChunk = 256;
 
 // Loss only (evaluation).
 CrossEntropyResult linear_cross_entropy_forward(const Tensor& x, const Tensor& W, const Tensor& labels,
-                                                int64_t chunk_tokens = kDefaultCrossEntropyChunk);
+                                                int64_t chunk_tokens = kDefaultCrossEntropyChunk, float softcap = 0.0f);
 // Loss and gradients in one pass. dx must be [T, D] (overwritten); dW may be null.
 CrossEntropyResult linear_cross_entropy_forward_backward(const Tensor& x, const Tensor& W, const Tensor& labels,
                                                          float grad_scale, Tensor& dx, Tensor* dW,
-                                                         int64_t chunk_tokens = kDefaultCrossEntropyChunk);
+                                                         int64_t chunk_tokens = kDefaultCrossEntropyChunk,
+                                                         float softcap = 0.0f);
 // Bytes of workspace the op allocates (the logits chunk) when every token has a label: the most
 // it can need, min(chunk, tokens)·V floats.
 size_t linear_cross_entropy_workspace_bytes(int64_t tokens, int64_t vocab, int64_t chunk_tokens);
@@ -46,7 +49,7 @@ size_t linear_cross_entropy_workspace_bytes(int64_t tokens, int64_t vocab, int64
 // labelled one within them, so spans of −100 (SFT prompts) cost no rows. 0 when no label counts.
 int64_t linear_cross_entropy_workspace_rows(const int32_t* labels, int64_t tokens, int64_t chunk_tokens);
 
-// Full logits for inference/tests (x·Wᵀ), [T, V].
-Tensor lm_head_logits(const Tensor& x, const Tensor& W);
+// Full logits for inference/tests (x·Wᵀ), [T, V]; softcap > 0: softcap·tanh(x·Wᵀ/softcap).
+Tensor lm_head_logits(const Tensor& x, const Tensor& W, float softcap = 0.0f);
 
 }  // namespace bp

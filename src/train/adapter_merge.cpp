@@ -208,12 +208,7 @@ bool adapter_is_finite(const LoraAdapter& adapter) {
 
 LoraAdapter clone_adapter(const LoraAdapter& adapter) {
   LoraAdapter out = adapter;
-  for (auto& layer : out.layers)
-    for (LoraTarget t : kAllLoraTargets)
-      if (layer.has(t)) {
-        layer.a(t) = layer.a(t).clone();
-        layer.b(t) = layer.b(t).clone();
-      }
+  copy_adapter_tensors(out, [](const Tensor& t) { return t.clone(); });
   return out;
 }
 

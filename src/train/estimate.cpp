@@ -171,8 +171,13 @@ MemoryPlan plan_memory_dtype(const ModelConfig& cfg, const MemorySettings& s, DT
   return plan_memory(cfg, m);
 }
 
-Estimate estimate_memory(const ModelConfig& cfg, const EstimateRequest& req) {
-  check_request(req);
+Estimate estimate_memory(const ModelConfig& cfg, const EstimateRequest& request) {
+  check_request(request);
+  EstimateRequest req = request;
+  if (req.mode == TrainMode::Lora) {
+    req.lora.validate_for(cfg);                // q_proj on Phi-3 is refused here as in training
+    req.lora.fused = cfg.fused_projections();  // PEFT's names of the fused modules in the report
+  }
   Searcher S(cfg, req);
   const Setup asked = S.requested();
   Estimate e;

@@ -4,7 +4,9 @@
 // (model/transformer.cpp forward_layer, model/transformer_backward.cpp backward_layer and
 // forward_backward) and the allocations inside the ops it calls:
 //   Batch              tokens, positions, labels [T] and cu_seqlens [S+1] int32, the whole step
-//   rms_norm_forward   rstd [N] (when kept) then y [N, D]
+//   rms_norm_forward   rstd [N] (when kept) then y [N, D]; with Gemma's (1 + w) the norm's weight
+//                      made for the call (Model::norm_weight) [D] before them, freed after the op (also
+//                      around each rms_norm_backward)
 //   linear_forward     y [T, out]; LoRA: xa [T, r], freed at the end unless saved for backward;
 //                      with dropout, the kernel's scratch (CPU: xd [T, in]; CUDA: none), transient
 //   linear_backward    LoRA: dxa [T, r]; with dropout the kernel's scratch (CPU: xd and dxd
@@ -148,6 +150,9 @@ struct DeviceScratch {
 struct Dims {
   int64_t T, D, F, V, qd, kvd, Hq, Hkv, d, L, r, chunk, attn_fwd_scratch, attn_bwd_scratch;
   bool qk_norm;
+  bool fused_lora;   // LoRA on fused modules (Phi-3, model/lora.h): members share A, never grouped
+  bool sandwich;     // Gemma: post-attention and post-feed-forward norms (o_out, down_out and their rstd)
+  bool norm_offset;  // Gemma: every norm's (1 + w) made for its call
   bool ckpt;
   bool dora = false;  // DoRA on every adapted projection
   float dropout;
@@ -175,6 +180,7 @@ struct Dims {
   // An input group whose LoRA products of x run once for the group (Model::lora_group_A): every
   // member adapted.
   bool grouped(const LinearInputGroup& g) const {
+    if (fused_lora) return false;  // a fused module's shared A: each member's products alone
     for (int i = 0; i < g.count; ++i)
       if (!lora[static_cast<size_t>(g.first) + static_cast<size_t>(i)]) return false;
     return true;
@@ -193,10 +199,17 @@ struct Acts {
   Id x = -1;  // the layer input (owned by the caller's bookkeeping, freed with the acts)
   Id rstd1 = -1, xn = -1, q_pre = -1, k_pre = -1, rstd_q = -1, rstd_k = -1, q = -1, k = -1, v = -1;
   Id attn = -1, lse = -1, h = -1, rstd2 = -1, hn = -1, gate = -1, up = -1, m = -1;
+  Id o_out = -1, rstd_o = -1, down_out = -1, rstd_f = -1;
   Id xn16 = -1, attn16 = -1, hn16 = -1, m16 = -1;  // full fine-tuning's bf16 copies, kept for dW
   std::array<Id, kNumLinearRoles> xa{-1, -1, -1, -1, -1, -1, -1};
   std::array<Id, kNumLinearRoles> dora{-1, -1, -1, -1, -1, -1, -1};  // DoRA's z, c and 1/n
 };
+
+// The weight a norm call multiplies by, made for the call (Model::norm_weight): [n] with Gemma's
+// (1 + w), nothing (-1) otherwise. Freed after the op.
+Id norm_w(Replay& R, const Dims& m, int64_t n) {
+  return m.norm_offset ? R.alloc(kWork, n) : -1;
+}
 
 // A producer's bf16 copy of a GEMM input [n] (DeviceScratch::bf16_operands), or none (-1).
 Id bf16_copy(Replay& R, const Dims& m, int64_t n, Group group = kWork) {
@@ -299,9 +312,11 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
       R.free(x16);
     }
   };
+  Id nw = norm_w(R, m, m.D);
   if (k) a.rstd1 = R.alloc(g, m.T);
   a.xn = R.alloc(g, m.T * m.D);
   Id x16 = bf16_copy(R, m, m.T * m.D, g16);
+  R.free(nw);
   Id xa_all = group_fwd(R, m, kQkvGroup, keep, g);
   a.q = linear_fwd(R, m, LinearRole::Q, g, keep, g, x16, xa_all >= 0);
   a.k = linear_fwd(R, m, LinearRole::K, g, keep, g, x16, xa_all >= 0);
@@ -310,12 +325,16 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   group_fwd_done(R, kQkvGroup, xa_all, keep);
   if (m.qk_norm) {
     a.q_pre = a.q;
+    nw = norm_w(R, m, m.d);
     if (k) a.rstd_q = R.alloc(g, m.T * m.Hq);
     a.q = R.alloc(g, m.T * m.qd);
+    R.free(nw);
     if (!k) R.free(a.q_pre);
     a.k_pre = a.k;
+    nw = norm_w(R, m, m.d);
     if (k) a.rstd_k = R.alloc(g, m.T * m.Hkv);
     a.k = R.alloc(g, m.T * m.kvd);
+    R.free(nw);
     if (!k) R.free(a.k_pre);
   }
   a.attn = R.alloc(g, m.T * m.qd);
@@ -323,12 +342,23 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   x16 = bf16_copy(R, m, m.T * m.qd, g16);
   R.transient(kWork, m.attn_fwd_scratch);
   if (!k) R.free(a.q), R.free(a.k), R.free(a.v);
-  a.h = linear_fwd(R, m, LinearRole::O, g, keep, g, x16);
+  if (m.sandwich) {  // h = x + post_norm(o(attn))
+    a.o_out = linear_fwd(R, m, LinearRole::O, g, keep, g, x16);
+    nw = norm_w(R, m, m.D);
+    if (k) a.rstd_o = R.alloc(g, m.T);
+    a.h = R.alloc(g, m.T * m.D);
+    R.free(nw);
+    if (!k) R.free(a.o_out);
+  } else {
+    a.h = linear_fwd(R, m, LinearRole::O, g, keep, g, x16);
+  }
   done16(x16, a.attn16, nullptr);
   if (!k) R.free(a.attn), R.free(a.xn);
+  nw = norm_w(R, m, m.D);
   if (k) a.rstd2 = R.alloc(g, m.T);
   a.hn = R.alloc(g, m.T * m.D);
   x16 = bf16_copy(R, m, m.T * m.D, g16);
+  R.free(nw);
   xa_all = group_fwd(R, m, kGateUpGroup, keep, g);
   a.gate = linear_fwd(R, m, LinearRole::Gate, g, keep, g, x16, xa_all >= 0);
   a.up = linear_fwd(R, m, LinearRole::Up, g, keep, g, x16, xa_all >= 0);
@@ -338,7 +368,17 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   x16 = bf16_copy(R, m, m.T * m.F, g16);
   a.m = R.alloc(g, m.T * m.F);
   if (!k) R.free(a.gate), R.free(a.up);
-  Id out = linear_fwd(R, m, LinearRole::Down, out_group, keep, g, x16);
+  Id out = -1;
+  if (m.sandwich) {  // out = h + post_ffn_norm(down(m))
+    a.down_out = linear_fwd(R, m, LinearRole::Down, g, keep, g, x16);
+    nw = norm_w(R, m, m.D);
+    if (k) a.rstd_f = R.alloc(g, m.T);
+    out = R.alloc(out_group, m.T * m.D);
+    R.free(nw);
+    if (!k) R.free(a.down_out);
+  } else {
+    out = linear_fwd(R, m, LinearRole::Down, out_group, keep, g, x16);
+  }
   done16(x16, a.m16, &a.m);
   if (!k) R.free(a.m), R.free(a.h);
   return out;
@@ -350,9 +390,17 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
 // dout16: dout's bf16 copy on entry (-1: none), the returned dx's on return (made when `below`, a
 // layer under this one, reads it).
 Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout, Id& dout16, bool below) {
+  Id ddown = -1;  // Gemma: down's dy, the post-feed-forward norm's dx (with its bf16 copy)
+  if (m.sandwich) {
+    ddown = R.alloc(kWork, m.T * m.D);
+    Id nw = norm_w(R, m, m.D);
+    dout16 = bf16_copy(R, m, m.T * m.D);
+    R.free(nw);
+    R.free(a.down_out), R.free(a.rstd_f);
+  }
   Id dm = R.alloc(kWork, m.T * m.F);
   linear_bwd(R, m, LinearRole::Down, a, dout16, a.m16);
-  R.free(dout16);
+  R.free(dout16), R.free(ddown);
   R.free(a.m), R.free(a.m16);
   Id dgate = R.alloc(kWork, m.T * m.F), dup = R.alloc(kWork, m.T * m.F);
   Id dgate16 = bf16_copy(R, m, m.T * m.F), dup16 = bf16_copy(R, m, m.T * m.F);
@@ -369,12 +417,22 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout, Id& dout16, bool b
   if (gate_up) group_bwd(R, m, kGateUpGroup);
   R.free(dxa_all);
   R.free(a.hn), R.free(a.hn16);
-  Id dh16 = bf16_copy(R, m, m.T * m.D);  // the post-norm backward's, o's dy
+  Id nw = norm_w(R, m, m.D);
+  Id dh16 = m.sandwich ? -1 : bf16_copy(R, m, m.T * m.D);  // the post-norm backward's, o's dy
+  R.free(nw);
   R.free(dhn);
   R.free(a.h);
   Id dattn = R.alloc(kWork, m.T * m.qd);
+  Id do_out = -1;  // Gemma: o's dy, the post-attention norm's dx (with its bf16 copy)
+  if (m.sandwich) {
+    do_out = R.alloc(kWork, m.T * m.D);
+    nw = norm_w(R, m, m.D);
+    dh16 = bf16_copy(R, m, m.T * m.D);
+    R.free(nw);
+    R.free(a.o_out), R.free(a.rstd_o);
+  }
   linear_bwd(R, m, LinearRole::O, a, dh16, a.attn16);
-  R.free(dh16), R.free(a.attn16);
+  R.free(dh16), R.free(a.attn16), R.free(do_out);
   Id dq = R.alloc(kWork, m.T * m.qd), dk = R.alloc(kWork, m.T * m.kvd), dv = R.alloc(kWork, m.T * m.kvd);
   Id dv16 = bf16_copy(R, m, m.T * m.kvd);  // the attention backward's, v's dy
   {
@@ -387,11 +445,15 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout, Id& dout16, bool b
   Id dq16 = -1, dk16 = -1;  // q's and k's dy: the q/k norms' backward writes them, else RoPE's
   if (m.qk_norm) {
     Id dq_pre = R.alloc(kWork, m.T * m.qd);
+    nw = norm_w(R, m, m.d);
     dq16 = bf16_copy(R, m, m.T * m.qd);
+    R.free(nw);
     R.free(dq);
     dq = dq_pre;
     Id dk_pre = R.alloc(kWork, m.T * m.kvd);
+    nw = norm_w(R, m, m.d);
     dk16 = bf16_copy(R, m, m.T * m.kvd);
+    R.free(nw);
     R.free(dk);
     dk = dk_pre;
     R.free(a.q_pre), R.free(a.k_pre);
@@ -411,7 +473,9 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout, Id& dout16, bool b
   if (qkv) group_bwd(R, m, kQkvGroup);
   R.free(dxa_all);
   R.free(a.xn), R.free(a.xn16);
-  if (below) dout16 = bf16_copy(R, m, m.T * m.D);  // the input norm's backward, the down dy below
+  nw = norm_w(R, m, m.D);
+  if (below && !m.sandwich) dout16 = bf16_copy(R, m, m.T * m.D);  // the input norm's backward, the down dy below
+  R.free(nw);
   R.free(dxn);
   return dout;
 }
@@ -441,6 +505,7 @@ std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::strin
     }
   }
   R.set_phase("final norm and loss");
+  Id final_nw = norm_w(R, m, m.D);  // live through the norm's forward and backward (train_pass)
   Id rstd = R.alloc(kWork, m.T);
   Id xf = R.alloc(kWork, m.T * m.D);
   Id dxf = R.alloc(kWork, m.T * m.D);
@@ -451,8 +516,8 @@ std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::strin
   }
   R.free(xf);
   Id dx = R.alloc(kWork, m.T * m.D);
-  Id dx16 = m.L > 0 ? bf16_copy(R, m, m.T * m.D) : -1;  // the final norm's backward, the top layer's down dy
-  R.free(dxf), R.free(rstd), R.free(x);
+  Id dx16 = m.L > 0 && !m.sandwich ? bf16_copy(R, m, m.T * m.D) : -1;  // the final norm's backward, the top down's dy
+  R.free(dxf), R.free(rstd), R.free(x), R.free(final_nw);
   for (int64_t l = m.L - 1; l >= 0; --l) {
     R.set_phase(fmt::format("backward layer {}", l));
     if (m.ckpt) {
@@ -475,7 +540,7 @@ std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::strin
 
 int64_t base_parameters(const ModelConfig& c) {
   const int64_t D = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
-  int64_t layer = 2 * D + qd * D + 2 * kvd * D + D * qd + 3 * F * D;
+  int64_t layer = (c.sandwich_norms ? 4 : 2) * D + qd * D + 2 * kvd * D + D * qd + 3 * F * D;
   if (c.attention_bias) layer += qd + 2 * kvd;
   if (c.qk_norm) layer += 2 * c.head_dim;
   int64_t n = c.vocab_size * D + c.num_layers * layer + D;
@@ -497,9 +562,12 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
   m.L = c.num_layers;
   m.chunk = s.ce_window_tokens > 0 ? std::min(s.ce_chunk_tokens, s.ce_window_tokens) : s.ce_chunk_tokens;
   m.qk_norm = c.qk_norm;
+  m.sandwich = c.sandwich_norms;
+  m.norm_offset = c.norm_weight_offset != 0.0f;
   m.ckpt = s.gradient_checkpointing;
   const bool lora = s.mode == TrainMode::Lora;
   m.r = lora ? s.lora.r : 0;
+  m.fused_lora = lora && c.fused_projections();
   m.dropout = lora ? s.lora.dropout : 0.0f;
   m.dora = lora && s.lora.use_dora;
   for (int t = 0; t < kNumLinearRoles; ++t)
@@ -598,11 +666,14 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
   if (s.mode == TrainMode::Full) {
     trainable = base;
   } else if (s.mode == TrainMode::Lora) {
-    for (auto t : kAllLoraTargets)
-      if (s.lora.targets(t)) {
-        trainable += s.lora.r * (lora_target_in(cfg, t) + lora_target_out(cfg, t));
-        if (s.lora.use_dora) dora_rows += lora_target_out(cfg, t);
-      }
+    for (auto t : kAllLoraTargets) {
+      if (!s.lora.targets(t)) continue;
+      // A fused module (Phi-3's qkv_proj, gate_up_proj) has one A: counted with its first member.
+      const LoraFusedModule* fm = cfg.fused_projections() ? lora_fused_module_of(t) : nullptr;
+      const bool shared_a = fm && fm->first != t;
+      trainable += s.lora.r * ((shared_a ? 0 : lora_target_in(cfg, t)) + lora_target_out(cfg, t));
+      if (s.lora.use_dora) dora_rows += lora_target_out(cfg, t);
+    }
     dora_rows *= cfg.num_layers;
     trainable = trainable * cfg.num_layers + dora_rows;  // DoRA's magnitudes [out]
   }
@@ -613,6 +684,8 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
     p.weights = s.weights_bytes > 0          ? s.weights_bytes
                 : s.base_dtype == DType::F32 ? static_cast<size_t>(base) * f
                                              : held_weight_bytes(cfg, s.base_dtype);
+  // Gemma's (1 + w) norms: the model's one vector of offsets (Model::norm_weight).
+  if (cfg.norm_weight_offset != 0.0f) p.weights += static_cast<size_t>(std::max(cfg.hidden_size, cfg.head_dim)) * f;
   // DoRA: each adapted projection's ||W_j||² [out] beside the frozen weights (Model::attach_lora).
   p.weights += static_cast<size_t>(dora_rows) * f;
   // PiSSA: the initial A and B, kept on the host for the conversion at save (model/lora.h).

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/error.h"
 #include "core/settings.h"
 #include "model/loader.h"
 
@@ -41,6 +42,16 @@ Values auto_values(int64_t params, std::string* reason) {
   return {};
 }
 
+// Phi-3 has no q_proj / v_proj modules (PEFT's fused qkv_proj, model/lora.h): the fast preset's
+// attention-only adapter is qkv_proj there. A folder that cannot be read yet says so later, in loading.
+bool stores_fused_projections(const std::string& model_dir) {
+  try {
+    return load_model_config(model_dir).fused_projections();
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 PresetApplied apply_preset(Settings& s, const std::string& model_dir) {
@@ -48,7 +59,10 @@ PresetApplied apply_preset(Settings& s, const std::string& model_dir) {
   out.name = s.get_string("training.preset");
   Values values;
   if (out.name == "fast")
-    values = {{"lora.r", "8"}, {"lora.alpha", "16"}, {"lora.target_modules", "q_proj,v_proj"}, {"training.lr", "3e-4"}};
+    values = {{"lora.r", "8"},
+              {"lora.alpha", "16"},
+              {"lora.target_modules", stores_fused_projections(model_dir) ? "qkv_proj" : "q_proj,v_proj"},
+              {"training.lr", "3e-4"}};
   else if (out.name == "balanced")
     values = {{"lora.r", "16"}, {"lora.alpha", "32"}, {"lora.target_modules", "all-linear"}, {"training.lr", "2e-4"}};
   else if (out.name == "quality")

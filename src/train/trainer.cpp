@@ -399,13 +399,8 @@ void Trainer::State::build_model() {
                   "also start from an adapter (multi-run, --init-adapter)");
     init_pissa(*adapter, model->weights());  // PiSSA: A, B from the SVD, the base weights replaced by the residual
     if (!o.init_adapter.empty()) start_from_adapter(*adapter, o.init_adapter, model->config());
-    for (auto& layer : adapter->layers)  // initialised on the host (seeded), trained on the device
-      for (LoraTarget t : kAllLoraTargets)
-        if (layer.has(t) && device.type != DeviceType::CPU) {
-          layer.a(t) = layer.a(t).to(device);
-          layer.b(t) = layer.b(t).to(device);
-          if (layer.m(t).defined()) layer.m(t) = layer.m(t).to(device);
-        }
+    if (device.type != DeviceType::CPU)  // initialised on the host (seeded), trained on the device
+      copy_adapter_tensors(*adapter, [&](const Tensor& t) { return t.to(device); });
     adapter->base_model_name_or_path = o.base_model_name.empty() ? o.model_dir : o.base_model_name;
     model->attach_lora(*adapter);
   }

@@ -258,13 +258,7 @@ void Trainer::State::count_lost_records() {
 // trained ones themselves on the CPU, copies when the model trains on a device.
 static LoraAdapter adapter_on_host(const LoraAdapter& adapter) {
   LoraAdapter out = adapter;
-  for (auto& layer : out.layers)
-    for (LoraTarget t : kAllLoraTargets)
-      if (layer.has(t)) {
-        layer.a(t) = host_readable(layer.a(t));
-        layer.b(t) = host_readable(layer.b(t));
-        if (layer.m(t).defined()) layer.m(t) = host_readable(layer.m(t));
-      }
+  copy_adapter_tensors(out, [](const Tensor& t) { return host_readable(t); });
   return out;
 }
 static ModelWeights weights_on_host(Model& model) {

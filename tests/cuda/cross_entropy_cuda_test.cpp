@@ -1,8 +1,8 @@
 // CUDA fused linear + cross-entropy (src/backend/cuda/cross_entropy.cuh) on the simulation (its
 // GEMMs run the column-major reference of the cuBLASLt descriptions) against the CPU backend:
 // loss, count, dx and dW, f32 and bf16, with ignored labels, whole ignored windows, and a chunk
-// that does not divide T. The held head (a frozen W in q8_0, q4_K, bf16, ...) against the CPU
-// reading the same held bytes, walked in panels that do not divide V.
+// that does not divide T; with Gemma 2's final logit soft-cap. The held head (a frozen W in q8_0, q4_K, bf16, ...)
+// against the CPU reading the same held bytes, walked in panels that do not divide V.
 #include "backend/cpu/cross_entropy.h"
 #include "backend/cuda/cross_entropy.cuh"
 #include "core/quant_blocks.h"
@@ -12,9 +12,9 @@ namespace bp::sim {
 namespace {
 
 template <class T>
-void check_linear_cross_entropy(int64_t T_tokens, int64_t D, int64_t V, int64_t chunk) {
+void check_linear_cross_entropy(int64_t T_tokens, int64_t D, int64_t V, int64_t chunk, float softcap = 0.0f) {
   const std::string at = "T=" + std::to_string(T_tokens) + " D=" + std::to_string(D) + " V=" + std::to_string(V) +
-                         " chunk=" + std::to_string(chunk);
+                         " chunk=" + std::to_string(chunk) + " softcap=" + std::to_string(softcap);
   const auto x = test::back(test::as<T>(test::random_floats(T_tokens * D, 90 + D, -2, 2)));
   const auto W = test::back(test::as<T>(test::random_floats(V * D, 91 + V, -0.5, 0.5)));
   std::vector<int32_t> labels(T_tokens);
@@ -26,14 +26,15 @@ void check_linear_cross_entropy(int64_t T_tokens, int64_t D, int64_t V, int64_t 
   std::vector<float> logits_ws(std::min(chunk, T_tokens) * V), dx_ref(T_tokens * D), dW_ref(V * D, 0.125f);
   const auto ref =
       cpu::linear_cross_entropy(x.data(), cpu::HeldMatrix{W.data(), DType::F32, V, D}, labels.data(), T_tokens, D, V,
-                                chunk, logits_ws.data(), grad_scale, dx_ref.data(), dW_ref.data());
+                                chunk, logits_ws.data(), grad_scale, dx_ref.data(), dW_ref.data(), softcap);
 
   auto xd = test::as<T>(x), Wd = test::as<T>(W);
   std::vector<T> dx(T_tokens * D, test::as<T>(std::vector<float>{NAN})[0]);
   std::vector<float> dW(V * D, 0.125f);
   std::vector<unsigned char> ws(cross_entropy_workspace_bytes<T>(chunk, V));
-  const auto got = linear_cross_entropy<T>(xd.data(), Wd.data(), labels.data(), labels.data(), T_tokens, D, V, chunk,
-                                           ws.data(), grad_scale, dx.data(), dW.data(), gemm::Workspace{});
+  const auto got =
+      linear_cross_entropy<T>(xd.data(), Wd.data(), labels.data(), labels.data(), T_tokens, D, V, chunk, ws.data(),
+                              grad_scale, dx.data(), dW.data(), gemm::Workspace{}, nullptr, softcap);
   ASSERT_EQ(got.n_counted, ref.n_counted) << at;
   const double loss_tol = std::is_same_v<T, float> ? 1e-5 : 1e-3;
   EXPECT_NEAR(got.loss_sum, ref.loss_sum, loss_tol * (1 + std::abs(ref.loss_sum))) << at;
@@ -41,8 +42,9 @@ void check_linear_cross_entropy(int64_t T_tokens, int64_t D, int64_t V, int64_t 
   test::expect_close(dW, dW_ref, test::tolerance_of<T>(), "dW " + at);
 
   // Loss only (no gradients) gives the same loss.
-  const auto loss_only = linear_cross_entropy<T>(xd.data(), Wd.data(), labels.data(), labels.data(), T_tokens, D, V,
-                                                 chunk, ws.data(), grad_scale, nullptr, nullptr, gemm::Workspace{});
+  const auto loss_only =
+      linear_cross_entropy<T>(xd.data(), Wd.data(), labels.data(), labels.data(), T_tokens, D, V, chunk, ws.data(),
+                              grad_scale, nullptr, nullptr, gemm::Workspace{}, nullptr, softcap);
   EXPECT_EQ(loss_only.loss_sum, got.loss_sum) << at;
 }
 
@@ -54,6 +56,13 @@ TEST(CudaLinearCrossEntropy, MatchesCpuF32) {
 
 TEST(CudaLinearCrossEntropy, MatchesCpuBf16) {
   check_linear_cross_entropy<bf16>(33, 31, 257, 8);
+}
+
+// Gemma 2's final_logit_softcapping (logits up to ~3 here: a cap of 1.5 bends them).
+TEST(CudaLinearCrossEntropy, FinalLogitSoftcapMatchesCpu) {
+  check_linear_cross_entropy<float>(33, 31, 257, 8, 1.5f);
+  check_linear_cross_entropy<float>(17, 64, 1000, 17, 1.5f);
+  check_linear_cross_entropy<bf16>(33, 31, 257, 8, 1.5f);
 }
 
 // W [V, D] held in `type`: linear_cross_entropy_held with panels of `panel_rows` rows against the

@@ -1,4 +1,4 @@
-// CUDA SwiGLU, RoPE and embedding (src/backend/cuda/{swiglu,rope,embedding}.cuh) on the CPU
+// CUDA SwiGLU and GeGLU, RoPE and embedding (src/backend/cuda/{swiglu,rope,embedding}.cuh) on the CPU
 // simulation against the CPU backend: f32 and bf16 storage, forward and backward, odd sizes; and the
 // column sums of the backward's reductions over tokens (column_sum.cuh, through the bias gradient).
 #include <cmath>
@@ -17,21 +17,25 @@
 namespace bp::sim {
 namespace {
 
+// SwiGLU, or GeGLU (gelu: Gemma's gelu_pytorch_tanh gate), against the CPU kernel.
 template <class T>
-void check_swiglu(int64_t n) {
+void check_glu(int64_t n, bool gelu) {
   const auto g = test::back(test::as<T>(test::random_floats(n, 10 + n, -4, 4)));
   const auto u = test::back(test::as<T>(test::random_floats(n, 11 + n)));
   const auto dh = test::back(test::as<T>(test::random_floats(n, 12 + n)));
   std::vector<float> h_ref(n), dg_ref(n), du_ref(n);
-  cpu::swiglu_forward(g.data(), u.data(), h_ref.data(), nullptr, n);
-  cpu::swiglu_backward(dh.data(), g.data(), u.data(), dg_ref.data(), du_ref.data(), nullptr, nullptr, n);
+  (gelu ? cpu::geglu_forward : cpu::swiglu_forward)(g.data(), u.data(), h_ref.data(), nullptr, n);
+  (gelu ? cpu::geglu_backward : cpu::swiglu_backward)(dh.data(), g.data(), u.data(), dg_ref.data(), du_ref.data(),
+                                                      nullptr, nullptr, n);
+  auto fwd = gelu ? geglu_forward<T> : swiglu_forward<T>;
+  auto bwd = gelu ? geglu_backward<T> : swiglu_backward<T>;
   auto gd = test::as<T>(g), ud = test::as<T>(u), dhd = test::as<T>(dh);
   std::vector<T> h(n), dg(n), du(n), h2(n), dg2(n), du2(n);
   std::vector<bf16> h16(n), dg16(n), du16(n);  // the bf16 copies the GEMMs read
-  swiglu_forward<T>(gd.data(), ud.data(), h.data(), h16.data(), n);
-  swiglu_backward<T>(dhd.data(), gd.data(), ud.data(), dg.data(), du.data(), dg16.data(), du16.data(), n);
-  swiglu_forward<T>(gd.data(), ud.data(), h2.data(), nullptr, n);
-  swiglu_backward<T>(dhd.data(), gd.data(), ud.data(), dg2.data(), du2.data(), nullptr, nullptr, n);
+  fwd(gd.data(), ud.data(), h.data(), h16.data(), n, nullptr);
+  bwd(dhd.data(), gd.data(), ud.data(), dg.data(), du.data(), dg16.data(), du16.data(), n, nullptr);
+  fwd(gd.data(), ud.data(), h2.data(), nullptr, n, nullptr);
+  bwd(dhd.data(), gd.data(), ud.data(), dg2.data(), du2.data(), nullptr, nullptr, n, nullptr);
   const std::string at = " n=" + std::to_string(n);
   test::expect_bf16_copy(h16, test::back(h), "h bf16 copy" + at);
   test::expect_bf16_copy(dg16, test::back(dg), "dgate bf16 copy" + at);
@@ -46,16 +50,26 @@ void check_swiglu(int64_t n) {
 
 TEST(CudaSwiglu, MatchesCpuAtOddSizes) {
   for (int64_t n : {1, 31, 33, 257, 1000}) {
-    check_swiglu<float>(n);
-    check_swiglu<bf16>(n);
+    check_glu<float>(n, false);
+    check_glu<bf16>(n, false);
+  }
+}
+
+TEST(CudaGeglu, MatchesCpuAtOddSizes) {
+  for (int64_t n : {1, 31, 33, 257, 1000}) {
+    check_glu<float>(n, true);
+    check_glu<bf16>(n, true);
   }
 }
 
 // q [T, q_heads·d] and k [T, k_heads·d] (k_heads 0: q alone) in one launch against the CPU kernel,
 // with both bf16 copies; with_bias: q's and k's biases added before the rotation.
+// rot_dim (-1: head_dim): only the first rot_dim dims of each head rotate (partial rotary; 0: a
+// layer without RoPE), the rest pass through; attn_scale multiplies cos and sin (LongRoPE).
 template <class T>
 void check_rope(int64_t T_tokens, int64_t q_heads, int64_t k_heads, int64_t head_dim, bool inverse,
-                bool with_bias = false) {
+                bool with_bias = false, int64_t rot_dim = -1, float attn_scale = 1.0f) {
+  if (rot_dim < 0) rot_dim = head_dim;
   const int64_t nq = T_tokens * q_heads * head_dim, nk = T_tokens * k_heads * head_dim;
   const auto q = test::back(test::as<T>(test::random_floats(nq, 20 + nq)));
   const auto k = test::back(test::as<T>(test::random_floats(nk, 21 + nk)));
@@ -64,21 +78,23 @@ void check_rope(int64_t T_tokens, int64_t q_heads, int64_t k_heads, int64_t head
   const float* kb = with_bias ? bk.data() : nullptr;
   std::vector<int32_t> pos(T_tokens);
   for (int64_t t = 0; t < T_tokens; ++t) pos[t] = static_cast<int32_t>((t * 7919) % 2049);  // packed: restarts
-  std::vector<float> inv_freq(head_dim / 2);
-  for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / head_dim);
+  std::vector<float> inv_freq(std::max<int64_t>(rot_dim / 2, 1));
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = std::pow(10000.0f, -2.0f * i / std::max<int64_t>(rot_dim, 1));
   auto q_ref = q, k_ref = k;
   cpu::rope_apply({q_ref.data(), q_heads, nullptr, qb}, {k_heads ? k_ref.data() : nullptr, k_heads, nullptr, kb},
-                  pos.data(), inv_freq.data(), T_tokens, head_dim, inverse);
+                  pos.data(), inv_freq.data(), T_tokens, head_dim, rot_dim, attn_scale, inverse);
   auto qg = test::as<T>(q), kg = test::as<T>(k);
   // the rotated tensors' bf16 copies (the backward's dq, dk)
   std::vector<bf16> q16(static_cast<size_t>(nq)), k16(static_cast<size_t>(nk));
   rope_apply<T>(qg.data(), q_heads, q16.data(), qb, k_heads ? kg.data() : nullptr, k_heads, k16.data(), kb, pos.data(),
-                inv_freq.data(), T_tokens, head_dim, inverse);
+                inv_freq.data(), T_tokens, head_dim, rot_dim, attn_scale, inverse);
   // f32: angles up to ~2000 rad, where sincosf and the CPU's rounded double differ by a few ulp.
   const auto tol = std::is_same_v<T, float> ? test::Tolerance{2e-5, 2e-5} : test::kBf16Tol;
   const std::string at = "rope T=" + std::to_string(T_tokens) + " heads=" + std::to_string(q_heads) + "+" +
                          std::to_string(k_heads) + " d=" + std::to_string(head_dim) + (inverse ? " inverse" : "") +
-                         (with_bias ? " with biases" : "");
+                         (with_bias ? " with biases" : "") + " rot=" + std::to_string(rot_dim) +
+                         " scale=" + std::to_string(attn_scale);
   test::expect_close(test::back(qg), q_ref, tol, "q " + at);
   test::expect_bf16_copy(q16, test::back(qg), "bf16 copy of q " + at);
   if (k_heads) {
@@ -88,11 +104,11 @@ void check_rope(int64_t T_tokens, int64_t q_heads, int64_t k_heads, int64_t head
   // Without the copies, and each tensor in a launch of its own: the same bits.
   auto q_plain = test::as<T>(q), k_plain = test::as<T>(k);
   rope_apply<T>(q_plain.data(), q_heads, nullptr, qb, nullptr, 0, nullptr, nullptr, pos.data(), inv_freq.data(),
-                T_tokens, head_dim, inverse);
+                T_tokens, head_dim, rot_dim, attn_scale, inverse);
   EXPECT_EQ(0, std::memcmp(q_plain.data(), qg.data(), qg.size() * sizeof(T))) << at;
   if (!k_heads) return;
   rope_apply<T>(k_plain.data(), k_heads, nullptr, kb, nullptr, 0, nullptr, nullptr, pos.data(), inv_freq.data(),
-                T_tokens, head_dim, inverse);
+                T_tokens, head_dim, rot_dim, attn_scale, inverse);
   EXPECT_EQ(0, std::memcmp(k_plain.data(), kg.data(), kg.size() * sizeof(T))) << at;
 }
 
@@ -117,6 +133,28 @@ TEST(CudaRope, QAndKInOneLaunchMatchCpu) {
   check_rope<float>(33, 3, 1, 34, false, true);
   check_rope<float>(31, 2, 4, 64, false, true);
   check_rope<bf16>(33, 3, 1, 34, false, true);
+}
+
+// Partial rotary (Phi-3: the first rot_dim dims rotate, the rest pass through with their bias and
+// bf16 copy), LongRoPE's attention factor on cos and sin, and rotary width 0 (SmolLM3's layers
+// without RoPE: only the biases and the copies).
+TEST(CudaRope, PartialRotaryScaleAndNoRopeMatchCpu) {
+  for (bool inverse : {false, true}) {
+    check_rope<float>(33, 3, 1, 34, inverse, true, 24, 1.1902380714f);
+    check_rope<float>(31, 2, 2, 16, inverse, false, 12, 1.0f);
+    check_rope<bf16>(33, 2, 3, 34, inverse, true, 10, 0.75f);
+    check_rope<float>(17, 3, 1, 34, inverse, true, 0, 1.0f);
+  }
+  // A pass-through dim is the input plus its bias, untouched by the rotation.
+  const int64_t d = 8, rot = 6;
+  std::vector<float> x = test::random_floats(d, 5), bias = test::random_floats(d, 6);
+  const std::vector<int32_t> pos = {3};
+  const std::vector<float> inv = {1.0f, 0.1f, 0.01f};
+  std::vector<float> y = x;
+  cpu::rope_apply({y.data(), 1, nullptr, bias.data()}, {}, pos.data(), inv.data(), 1, d, rot, 1.5f, false);
+  EXPECT_EQ(y[6], x[6] + bias[6]);
+  EXPECT_EQ(y[7], x[7] + bias[7]);
+  EXPECT_NEAR(y[0], 1.5 * ((x[0] + bias[0]) * std::cos(3.0) - (x[3] + bias[3]) * std::sin(3.0)), 1e-5);
 }
 
 template <class T>

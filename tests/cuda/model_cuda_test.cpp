@@ -18,6 +18,7 @@
 #include "model/held_weights.h"
 #include "model/loader.h"
 #include "model/lora.h"
+#include "model/merge.h"
 #include "model/model_test_helpers.h"
 #include "model/transformer.h"
 #include "sim_device.h"
@@ -40,15 +41,17 @@ LoraAdapter random_adapter(const ModelConfig& config, Device device) {
   lc.r = 4;
   lc.alpha = 8.0f;
   lc.dropout = 0.1f;
+  lc.target_modules = {"all-linear"};  // every projection, named as the model names them (Phi-3: fused)
   LoraAdapter adapter = init_lora(config, lc, 7);
   uint64_t seed = 100;
   for (auto& layer : adapter.layers)
     for (int t = 0; t < kNumLoraTargets; ++t) {
       if (!layer.enabled[static_cast<size_t>(t)]) continue;
       Tensor& B = layer.B[static_cast<size_t>(t)];
-      B = random_tensor(B.shape(), seed++, -0.05f, 0.05f).to(device);
-      layer.A[static_cast<size_t>(t)] = layer.A[static_cast<size_t>(t)].to(device);
+      B.copy_from(
+          random_tensor(B.shape(), seed++, -0.05f, 0.05f));  // in place: a fused module's B rows stay one tensor
     }
+  copy_adapter_tensors(adapter, [&](const Tensor& t) { return t.to(device); });
   return adapter;
 }
 
@@ -202,6 +205,29 @@ TEST(CudaModel, Stories260KLoraStepMatchesCpu) {
   expect_step_matches_cpu(stories_dir(), true);
 }
 
+// Phi-3 (fused qkv_proj / gate_up_proj: LoRA on PEFT's fused modules with one shared A, copied to the
+// card as one tensor; partial rotary; LongRoPE with the long factors, the batch's positions passing the
+// original 16) and SmolLM3 (every 2nd layer without RoPE): the card's step equals the CPU's.
+TEST(CudaModel, Phi3AndSmolLM3LoraStepsMatchCpu) {
+  const nlohmann::json base = {{"vocab_size", 67},       {"hidden_size", 32},        {"intermediate_size", 48},
+                               {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                               {"rms_norm_eps", 1e-5},   {"torch_dtype", "float32"}, {"initializer_range", 0.2}};
+  nlohmann::json phi3 = base, smol = base;
+  phi3["architectures"] = {"Phi3ForCausalLM"};
+  phi3["partial_rotary_factor"] = 0.5;
+  phi3["max_position_embeddings"] = 128;
+  phi3["original_max_position_embeddings"] = 16;
+  phi3["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0, 2.0}}, {"long_factor", {3.0, 7.0}}};
+  smol["architectures"] = {"SmolLM3ForCausalLM"};
+  smol["no_rope_layer_interval"] = 2;
+  for (const nlohmann::json& j : {phi3, smol}) {
+    SCOPED_TRACE(j["architectures"][0].get<std::string>());
+    TempDir dir;
+    save_hf_model(init_random_weights(ModelConfig::from_json(j, "tiny"), 3), dir.path);
+    expect_step_matches_cpu(dir.path, true);
+  }
+}
+
 TEST(CudaModel, TinyChatLoraStepWithoutCheckpointingMatchesCpu) {
   expect_step_matches_cpu(tiny_chat_dir(), false);
 }
@@ -278,6 +304,23 @@ TEST(CudaModel, SlidingWindowLoraStepMatchesCpu) {
   mixed.attention_scale = 0.6f;
   mixed.attention_softcap = 1.5f;
   for (const TinySpec& spec : {mistral, mixed}) {
+    const Batch batch = sample_batch(spec.vocab);
+    const StepResult ref = LoraModel(tiny_weights(tiny_config(spec), 3), Device{}, true).step(batch);
+    expect_f32_step_matches(LoraModel(tiny_weights(tiny_config(spec), 3), kGpu, true).step(batch), ref);
+  }
+}
+
+// Gemma 3 (sandwich (1 + w) norms, GeGLU, q/k norms, the local RoPE base, a window of 3 on layers 0
+// and 2, query_pre_attn_scalar) and Gemma 2 (attention and final logit soft-caps, the final one in
+// the fused cross-entropy): a LoRA step with checkpointing on a Turing card against the CPU.
+TEST(CudaModel, GemmaLoraStepMatchesCpu) {
+  SimulatedCudaDevice card;
+  SimulatedComputeCapability turing(7, 5);
+  TinySpec gemma3, gemma2;
+  gemma3.arch = Arch::Gemma3, gemma3.layers = 3, gemma3.head_dim = 16;
+  gemma3.layer_types = {"sliding_attention", "full_attention", "sliding_attention"};
+  gemma2.arch = Arch::Gemma2, gemma2.attention_softcap = 2.0f, gemma2.final_softcap = 3.0f;
+  for (const TinySpec& spec : {gemma3, gemma2}) {
     const Batch batch = sample_batch(spec.vocab);
     const StepResult ref = LoraModel(tiny_weights(tiny_config(spec), 3), Device{}, true).step(batch);
     expect_f32_step_matches(LoraModel(tiny_weights(tiny_config(spec), 3), kGpu, true).step(batch), ref);

@@ -255,7 +255,9 @@ inline void norm_rope_swiglu_embedding(Tolerance tol) {
   std::vector<int32_t> pos(T);
   for (int64_t t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(t % 13);
   Tensor p = Tensor::from_vector(pos, {T}), pg = gpu(p);
-  RopeConfig rc{static_cast<int>(d), 10000.0f};
+  RopeConfig rc;
+  rc.head_dim = static_cast<int>(d);
+  rc.theta = 10000.0f;
   rope_forward(x, p, heads, rc), rope_forward(xg, pg, heads, rc);
   expect_same(xg, x, "rope forward", tol);
   rope_backward(dy, p, heads, rc), rope_backward(dyg, pg, heads, rc);

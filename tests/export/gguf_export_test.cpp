@@ -11,8 +11,12 @@
 
 #include "core/error.h"
 #include "export/gguf_lora.h"
+#include "hub/gguf_source.h"
 #include "io/gguf_reader.h"
 #include "model/loader.h"
+#include "model/loader_gguf.h"
+#include "model/model_test_helpers.h"
+#include "model/weight_names.h"
 #include "support/gguf_oracle.h"
 #include "support/test_util.h"
 
@@ -290,6 +294,75 @@ TEST(GGUFExport, LlamaPermutesQAndKRowsAndBias) {
   EXPECT_EQ(r.dequantize(*r.find_tensor("blk.3.attn_v.weight")), w.layers[3].v.to_vector());
 }
 
+// Gemma as llama.cpp's converter writes it (convert_hf_to_gguf.py Gemma2Model / Gemma3Model,
+// llama-arch.cpp's tensor names): the sandwich norms' names, every norm stored as 1 + w, key_length,
+// the sliding window, Gemma 2's soft-caps, Gemma 3's linear rope scaling; @huggingface/gguf reads
+// the same file; our GGUF source reads it back to the same config and weights (w within f32's
+// rounding of (1 + w) − 1).
+TEST(GGUFExport, GemmaRoundTripAsLlamaCppStoresIt) {
+  for (Arch arch : {Arch::Gemma3, Arch::Gemma2}) {
+    test::TinySpec spec;
+    spec.arch = arch;
+    spec.vocab = 512;                            // the stories tokenizer's
+    spec.layers = arch == Arch::Gemma3 ? 6 : 2;  // Gemma 3's default pattern: layers 0-4 sliding, 5 global
+    spec.query_pre_attn_scalar = static_cast<float>(spec.head_dim);  // what llama.cpp derives
+    if (arch == Arch::Gemma3) spec.linear_rope = 8.0f;
+    if (arch == Arch::Gemma2) spec.attention_softcap = 50.0f, spec.final_softcap = 30.0f;
+    spec.tied = arch == Arch::Gemma3;
+    const ModelConfig c = test::tiny_config(spec);
+    const ModelWeights w = test::tiny_weights(c, 11);
+    test::TempDir dir;
+    const std::string path = dir.path + "/g.gguf";
+    export_gguf(w, stories_dir(), GGUFQuant::F32, path);
+    GGUFReader r(path);
+    const std::string a = arch == Arch::Gemma3 ? "gemma3" : "gemma2";
+    EXPECT_EQ(str(r, "general.architecture"), "\"" + a + "\"");
+    EXPECT_EQ(str(r, a + ".attention.key_length"), "8");
+    EXPECT_EQ(str(r, a + ".attention.sliding_window"), "3");
+    if (arch == Arch::Gemma3) {
+      EXPECT_EQ(str(r, "gemma3.rope.scaling.type"), "\"linear\"");
+      EXPECT_EQ(str(r, "gemma3.rope.scaling.factor"), "8.0");
+      EXPECT_NE(r.find_tensor("blk.0.attn_q_norm.weight"), nullptr);
+    } else {
+      EXPECT_EQ(str(r, "gemma2.attn_logit_softcapping"), "50.0");
+      EXPECT_EQ(str(r, "gemma2.final_logit_softcapping"), "30.0");
+      EXPECT_EQ(r.find_tensor("blk.0.attn_q_norm.weight"), nullptr);
+    }
+    auto plus_one = [](const Tensor& t) {
+      std::vector<float> v = t.to_vector();
+      for (float& x : v) x += 1.0f;
+      return v;
+    };
+    EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.attn_norm.weight")), plus_one(w.layers[1].input_norm));
+    EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.post_attention_norm.weight")), plus_one(w.layers[1].post_norm));
+    EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.ffn_norm.weight")), plus_one(w.layers[1].pre_ffn_norm));
+    EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.post_ffw_norm.weight")), plus_one(w.layers[1].post_ffn_norm));
+    EXPECT_EQ(r.dequantize(*r.find_tensor("output_norm.weight")), plus_one(w.final_norm));
+    EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.attn_q.weight")), w.layers[1].q.to_vector());  // no permutation
+    EXPECT_EQ(r.find_tensor("output.weight") == nullptr, spec.tied);
+    gguf_testing::expect_oracle_matches(gguf_testing::oracle_read(path), r);
+
+    test::TempDir derived;
+    const ModelWeights back = load_model(hub::gguf_model_folder(path, derived.path));
+    const ModelConfig& b = back.config;
+    EXPECT_EQ(b.arch, arch);
+    EXPECT_EQ(b.layer_windows, c.layer_windows);
+    EXPECT_EQ(b.attention_scale, c.attention_scale);
+    EXPECT_EQ(b.attention_softcap, c.attention_softcap);
+    EXPECT_EQ(b.final_logit_softcap, c.final_logit_softcap);
+    EXPECT_EQ(b.rope.linear_factor, c.rope.linear_factor);
+    EXPECT_EQ(b.local_rope, c.local_rope);
+    EXPECT_EQ(b.hidden_act, GluActivation::GeluTanh);
+    for (const auto& [role, layer] : model_roles(c)) {
+      const std::vector<float> got = weight_ref(back, role, layer).to_vector();
+      const std::vector<float> want = weight_ref(w, role, layer).to_vector();
+      ASSERT_EQ(got.size(), want.size()) << hf_name(role, layer);
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], is_norm_role(role) ? 1.2e-7 : 0.0) << hf_name(role, layer) << " " << i;
+    }
+  }
+}
+
 TEST(GGUFExport, Llama3RopeScalingWritesRopeFreqs) {
   ModelConfig c = ModelConfig::from_file(stories_dir() + "/config.json");
   c.rope.llama3_scaling = true;
@@ -464,4 +537,170 @@ TEST(GGUFLoraExport, Qwen3AdapterIsStoredAsIsAndOnlyItsTargets) {
 }
 
 }  // namespace
+}  // namespace bp
+
+namespace bp {
+namespace {
+
+// A Phi-4-mini-shaped config on stories260K's vocabulary (its tokenizer files give the metadata):
+// head_dim 16, partial rotary 0.75 (12 dims: 6 factors), LongRoPE, sliding window.
+ModelConfig phi3_like() {
+  nlohmann::json j = ModelConfig::from_file(stories_dir() + "/config.json").raw;
+  j["architectures"] = {"Phi3ForCausalLM"};
+  j["model_type"] = "phi3";
+  j["head_dim"] = 16;
+  j["num_attention_heads"] = 4;
+  j["num_key_value_heads"] = 2;
+  j["num_hidden_layers"] = 2;
+  j["tie_word_embeddings"] = false;
+  j["partial_rotary_factor"] = 0.75;
+  j["max_position_embeddings"] = 4096;
+  j["original_max_position_embeddings"] = 256;
+  j["sliding_window"] = 2047;
+  j["rope_scaling"] = {{"type", "longrope"},
+                       {"short_factor", {1.0, 1.25, 1.5, 2.0, 3.0, 5.0}},
+                       {"long_factor", {1.5, 2.5, 4.0, 8.0, 16.0, 40.0}}};
+  return ModelConfig::from_json(j, "phi3_like");
+}
+
+// The GGUF read back as `--model FILE.gguf` reads it: config from the metadata, then the weights.
+ModelWeights load_back(const std::string& path) {
+  GGUFReader r(path);
+  const ModelConfig c = ModelConfig::from_json(hub::gguf_model_files(r, path).config, path);
+  return load_gguf_weights(c, path, std::nullopt, nullptr);
+}
+
+// Exports `w` at f32 into dir/file and checks general.architecture; the file's path.
+std::string exported_f32(const ModelWeights& w, const test::TempDir& dir, const std::string& file) {
+  const std::string path = dir.path + "/" + file;
+  export_gguf(w, stories_dir(), GGUFQuant::F32, path);
+  EXPECT_EQ(str(GGUFReader(path), "general.architecture"), "\"" + std::string(gguf_arch_name(w.config.arch)) + "\"");
+  return path;
+}
+
+void expect_same_weights(const ModelWeights& got, const ModelWeights& want) {
+  for (const auto& [role, layer] : model_roles(want.config))
+    EXPECT_EQ(weight_ref(got, role, layer).to_vector(), weight_ref(want, role, layer).to_vector())
+        << hf_name(role, layer);
+}
+
+}  // namespace
+
+// llama.cpp's phi3 (convert_hf_to_gguf.py Phi3MiniModel): attn_qkv and ffn_up (gate rows, then up
+// rows) as HF's fused tensors, no q/k permutation, rope.dimension_count the rotated dims, LongRoPE
+// factors as rope_factors_long/short.weight with the original context and the attention factor.
+// Our reader and @huggingface/gguf agree on the file; loading it back gives the same model.
+TEST(GGUFExport, Phi3FusedTensorsAndLongRopeRoundTrip) {
+  const ModelConfig c = phi3_like();
+  const ModelWeights w = random_model(c, 21);
+  test::TempDir dir;
+  const std::string path = exported_f32(w, dir, "phi3.gguf");
+  GGUFReader r(path);
+  EXPECT_EQ(r.get_string("general.architecture"), "phi3");  // llama.cpp's LLM_ARCH name
+  EXPECT_EQ(r.get_int("phi3.rope.dimension_count"), 12);
+  EXPECT_EQ(r.get_int("phi3.rope.scaling.original_context_length"), 256);
+  EXPECT_EQ(r.get_int("phi3.attention.sliding_window"), 2047);
+  EXPECT_NEAR(*r.get_number("phi3.rope.scaling.attn_factor"), std::sqrt(1 + std::log(16.0) / std::log(256.0)), 1e-6);
+  EXPECT_EQ(r.find_tensor("blk.0.attn_q.weight"), nullptr);
+  EXPECT_EQ(r.find_tensor("blk.0.ffn_gate.weight"), nullptr);
+  std::vector<float> qkv = w.layers[1].q.to_vector(), gate_up = w.layers[1].gate.to_vector();
+  for (const Tensor* t : {&w.layers[1].k, &w.layers[1].v}) {
+    const auto v = t->to_vector();
+    qkv.insert(qkv.end(), v.begin(), v.end());
+  }
+  const auto up = w.layers[1].up.to_vector();
+  gate_up.insert(gate_up.end(), up.begin(), up.end());
+  EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.attn_qkv.weight")), qkv);  // NEOX rope: rows as HF has them
+  EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.ffn_up.weight")), gate_up);
+  EXPECT_EQ(r.dequantize(*r.find_tensor("rope_factors_long.weight")), c.rope.long_factor);
+  EXPECT_EQ(r.dequantize(*r.find_tensor("rope_factors_short.weight")), c.rope.short_factor);
+  gguf_testing::expect_oracle_matches(gguf_testing::oracle_read(path), r);
+
+  const ModelWeights back = load_back(path);
+  EXPECT_EQ(back.config.arch, Arch::Phi3);
+  EXPECT_EQ(back.config.rope.rot_dim(), 12);
+  EXPECT_TRUE(back.config.rope.longrope);
+  EXPECT_EQ(back.config.rope.original_max_position, 256);
+  EXPECT_EQ(back.config.rope.long_factor, c.rope.long_factor);
+  EXPECT_FLOAT_EQ(back.config.rope.attention_factor, c.rope.attention_factor);
+  EXPECT_EQ(back.config.sliding_window, 2047);
+  expect_same_weights(back, w);
+}
+
+// llama.cpp's smollm3 is convert_hf_to_gguf.py's LlamaModel (q/k rows permuted) with RoPE off every
+// 4th layer and no key for it: the default pattern exports and loads back, another is refused.
+TEST(GGUFExport, SmolLM3PermutesAndKeepsTheFourthLayerPattern) {
+  nlohmann::json j = ModelConfig::from_file(stories_dir() + "/config.json").raw;
+  j["architectures"] = {"SmolLM3ForCausalLM"};
+  j["model_type"] = "smollm3";
+  j["num_hidden_layers"] = 4;
+  const ModelConfig c = ModelConfig::from_json(j, "smollm3_like");
+  const ModelWeights w = random_model(c, 23);
+  test::TempDir dir;
+  const std::string path = exported_f32(w, dir, "smol.gguf");
+  GGUFReader r(path);
+  EXPECT_EQ(r.get_string("general.architecture"), "smollm3");  // llama.cpp's LLM_ARCH name
+  EXPECT_EQ(r.dequantize(*r.find_tensor("blk.2.attn_q.weight")),
+            expected_values("blk.2.attn_q.weight", w.layers[2].q, "llama", 8));
+  gguf_testing::expect_oracle_matches(gguf_testing::oracle_read(path), r);
+  const ModelWeights back = load_back(path);
+  EXPECT_EQ(back.config.arch, Arch::SmolLM3);
+  EXPECT_EQ(back.config.rope_layers, (std::vector<uint8_t>{1, 1, 1, 0}));
+  expect_same_weights(back, w);
+
+  j["no_rope_layers"] = {1, 0, 1, 1};
+  const ModelWeights other = random_model(ModelConfig::from_json(j, "smollm3_other"), 24);
+  EXPECT_THROW(
+      {
+        try {
+          export_gguf(other, stories_dir(), GGUFQuant::F32, dir.path + "/other.gguf");
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::RUNTIME_EXPORT_FAILED);
+          EXPECT_NE(std::string(e.what()).find("every 4th layer"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+}
+
+}  // namespace bp
+
+namespace bp {
+
+// A Phi-3 LoRA adapter as a GGUF adapter: PEFT's fused modules on llama.cpp's fused tensors, one
+// lora_a (the shared A) and one lora_b (q, k, v rows; gate, up rows) each, nothing per projection.
+TEST(GGUFLoraExport, Phi3FusedModulesOnAttnQkvAndFfnUp) {
+  const ModelConfig c = phi3_like();  // q_dim 64, kv_dim 32, F 172
+  LoraConfig lc;
+  lc.r = 4;
+  lc.alpha = 8;
+  lc.target_modules = {"all-linear"};
+  LoraAdapter ad = init_lora(c, lc, 3);
+  uint64_t seed = 9;
+  for (auto& layer : ad.layers)
+    for (auto& B : layer.B)
+      if (B.defined()) B.copy_from(test::random_tensor(B.shape(), seed++, -1.0f, 1.0f));
+  test::TempDir dir;
+  const std::string path = dir.path + "/phi.gguf";
+  const GGUFLoraResult res = export_gguf_lora(ad, c, GGMLType::F32, path);
+  EXPECT_EQ(res.tensor_count, c.num_layers * 4 * 2);
+  GGUFReader r(path);
+  EXPECT_EQ(r.get_string("general.architecture"), "phi3");
+  EXPECT_EQ(r.find_tensor("blk.1.attn_q.weight.lora_a"), nullptr);
+  EXPECT_EQ(r.find_tensor("blk.1.ffn_gate.weight.lora_b"), nullptr);
+  const LoraLayer& l1 = ad.layers[1];
+  EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.attn_qkv.weight.lora_a")), l1.a(LoraTarget::K).to_vector());
+  const auto* qkv_b = r.find_tensor("blk.1.attn_qkv.weight.lora_b");
+  ASSERT_NE(qkv_b, nullptr);
+  EXPECT_EQ(qkv_b->shape, (std::vector<int64_t>{64 + 2 * 32, 4}));
+  std::vector<float> want = l1.b(LoraTarget::Q).to_vector();
+  for (LoraTarget t : {LoraTarget::K, LoraTarget::V}) {
+    const auto v = l1.b(t).to_vector();
+    want.insert(want.end(), v.begin(), v.end());
+  }
+  EXPECT_EQ(r.dequantize(*qkv_b), want);
+  EXPECT_EQ(r.find_tensor("blk.1.ffn_up.weight.lora_b")->shape, (std::vector<int64_t>{2 * 172, 4}));
+  EXPECT_NE(r.find_tensor("blk.1.ffn_down.weight.lora_a"), nullptr);
+}
+
 }  // namespace bp

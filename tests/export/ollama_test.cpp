@@ -399,6 +399,17 @@ TEST(Ollama, RealTemplatesKeepTheirFamiliesAndRenderExactly) {
         << ours << "\n---\n"
         << render_ollama_template(l3.go_template, chat);
   }
+  // Issue 42: Phi-4-mini's template is derived exactly; SmolLM3's dated system header with its
+  // reasoning mode is not a legacy template's: ChatML, said to be approximate.
+  const OllamaTemplate phi = ollama_template_from_jinja(template_file("phi4-mini"), {"<|end|>"});
+  EXPECT_EQ(phi.family, "derived") << phi.warning;
+  EXPECT_FALSE(phi.approximate);
+  expect_renders_like_the_chat_template(phi, template_file("phi4-mini"), "<|end|>", true);
+  const OllamaTemplate smol = ollama_template_from_jinja(template_file("smollm3"), {"<|im_end|>"});
+  EXPECT_EQ(smol.family, "chatml");
+  EXPECT_FALSE(smol.fallback);
+  EXPECT_TRUE(smol.approximate);
+  EXPECT_NE(smol.warning.find("approximately"), std::string::npos) << smol.warning;
   // A template that ignores roles renders nothing Ollama can build.
   const OllamaTemplate last = ollama_template_from_jinja("{{ messages[-1]['content'] }}", {"</s>"});
   EXPECT_TRUE(last.fallback);

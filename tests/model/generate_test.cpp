@@ -1,7 +1,7 @@
 // KV-cache decoding and sampling: cached logits equal the full forward at every step (for each
 // architecture, with LoRA, and with sliding windows shorter than the prompt, a custom scale and a
-// soft cap), the window changes what is generated, sampling options behave as documented, bad
-// options are errors.
+// soft cap; Gemma 2/3), the window changes what is generated, sampling options behave as documented,
+// bad options are errors.
 #include "model/generate.h"
 
 #include <gtest/gtest.h>
@@ -35,7 +35,7 @@ void expect_cache_matches_full_forward(Model& model, std::vector<int32_t> seq) {
 }
 
 TEST(Generate, CachedDecodingEqualsFullForwardForEachArchitecture) {
-  std::vector<TinySpec> specs(5);
+  std::vector<TinySpec> specs(7);
   specs[1].arch = Arch::Qwen2, specs[1].bias = true, specs[1].tied = false, specs[1].kv_heads = 1;
   specs[2].arch = Arch::Qwen3, specs[2].qk_norm = true, specs[2].head_dim = 16, specs[2].llama3_rope = true;
   // Mistral's window (3, shorter than the 5-token prompt) on every layer; a full and a windowed
@@ -43,6 +43,11 @@ TEST(Generate, CachedDecodingEqualsFullForwardForEachArchitecture) {
   specs[3].arch = Arch::Mistral, specs[3].sliding_window = 3;
   specs[4].sliding_window = 2, specs[4].layer_windows = {0, 2};
   specs[4].attention_scale = 0.6f, specs[4].attention_softcap = 1.5f;
+  // Gemma 3: a sliding window (3) shorter than the sequence, the local RoPE base, sandwich norms, GeGLU.
+  specs[5].arch = Arch::Gemma3, specs[5].layers = 3, specs[5].head_dim = 16, specs[5].linear_rope = 2.0f;
+  specs[5].layer_types = {"sliding_attention", "full_attention", "sliding_attention"};
+  // Gemma 2: attention and final logit soft-caps.
+  specs[6].arch = Arch::Gemma2, specs[6].attention_softcap = 2.0f, specs[6].final_softcap = 3.0f;
   uint64_t seed = 3;
   for (const auto& s : specs) {
     ModelConfig cfg = tiny_config(s);

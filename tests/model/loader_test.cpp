@@ -259,3 +259,80 @@ TEST(Loader, InitRandomWeightsIsHfStyle) {
 }
 
 }  // namespace bp
+
+namespace bp {
+
+// Phi-3's folder: qkv_proj and gate_up_proj in the file (q, k, v rows; gate, up rows), loaded into
+// the per-role weights as row views of the one tensor read, written back fused; load → save → load
+// is exact. A merged LoRA lands in the fused tensor's rows. A bf16-held base splits the rows too.
+TEST(Loader, Phi3FusedProjectionsRoundTrip) {
+  const ModelConfig cfg = tiny_config(Arch::Phi3);  // q_dim 16, kv_dim 8, F 24, D 16
+  const ModelWeights ref = init_random_weights(cfg, 9);
+  test::TempDir dir;
+  save_hf_model(ref, dir.path);
+  SafetensorsReader r = SafetensorsReader::open_model(dir.path);
+  EXPECT_FALSE(r.contains("model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_FALSE(r.contains("model.layers.0.mlp.up_proj.weight"));
+  EXPECT_EQ(r.entry("model.layers.1.self_attn.qkv_proj.weight").shape, (std::vector<int64_t>{32, 16}));
+  EXPECT_EQ(r.entry("model.layers.1.mlp.gate_up_proj.weight").shape, (std::vector<int64_t>{48, 16}));
+  const std::vector<float> qkv = r.read("model.layers.1.self_attn.qkv_proj.weight").to_vector();
+  const std::vector<float> v = ref.layers[1].v.to_vector(), up = ref.layers[1].up.to_vector();
+  EXPECT_EQ(std::vector<float>(qkv.begin() + 24 * 16, qkv.end()), v);  // v: rows 24..31
+  const std::vector<float> gu = r.read("model.layers.1.mlp.gate_up_proj.weight").to_vector();
+  EXPECT_EQ(std::vector<float>(gu.begin() + 24 * 16, gu.end()), up);  // up: rows 24..47
+
+  ModelWeights w = load_model(dir.path);
+  EXPECT_EQ(w.config.arch, Arch::Phi3);
+  expect_same_weights(w, ref, {0, 0});
+  // Row views of the one tensor read: no copy per projection.
+  EXPECT_EQ(static_cast<const char*>(w.layers[0].k.raw()),
+            static_cast<const char*>(w.layers[0].q.raw()) + 16 * 16 * sizeof(float));
+  test::TempDir again;
+  save_hf_model(w, again.path);
+  expect_same_weights(load_model(again.path), ref, {0, 0});
+
+  // A merged adapter on qkv_proj: the fused tensor = W + scale·B·A over all its rows.
+  LoraConfig lc;
+  lc.r = 2;
+  lc.alpha = 2;
+  lc.target_modules = {"qkv_proj"};
+  LoraAdapter ad = init_lora(cfg, lc, 4);
+  for (LoraLayer& l : ad.layers)
+    for (LoraTarget t : {LoraTarget::Q, LoraTarget::K, LoraTarget::V})
+      l.b(t).copy_from(test::random_tensor(l.b(t).shape(), 7 + static_cast<uint64_t>(t)));
+  const ModelWeights merged = merge_lora(w, ad);
+  auto named = [](const ModelWeights& m, const std::string& name) {
+    for (auto& [n, t] : named_hf_weights(m))
+      if (n == name) return t;
+    ADD_FAILURE() << name;
+    return Tensor();
+  };
+  const Tensor fused = named(merged, "model.layers.0.self_attn.qkv_proj.weight");
+  const Tensor base = named(w, "model.layers.0.self_attn.qkv_proj.weight");
+  std::vector<const Tensor*> bs = {&ad.layers[0].b(LoraTarget::Q), &ad.layers[0].b(LoraTarget::K),
+                                   &ad.layers[0].b(LoraTarget::V)};
+  const std::vector<float> B = join_rows_or_copy(bs).to_vector(), A = ad.layers[0].a(LoraTarget::Q).to_vector();
+  const std::vector<float> got = fused.to_vector(), w0 = base.to_vector();
+  for (int64_t o = 0; o < 32; ++o)
+    for (int64_t i = 0; i < 16; ++i) {
+      double want = w0[static_cast<size_t>(o * 16 + i)];
+      for (int64_t k = 0; k < 2; ++k)
+        want += 1.0 * B[static_cast<size_t>(o * 2 + k)] * A[static_cast<size_t>(k * 16 + i)];
+      EXPECT_NEAR(got[static_cast<size_t>(o * 16 + i)], want, 1e-6) << o << "," << i;
+    }
+
+  // A bf16-held base: each projection held from its rows of the mapped tensor.
+  const ModelWeights held = load_model(dir.path, DType::BF16);
+  EXPECT_EQ(held.layers[1].up.dtype(), DType::BF16);
+  EXPECT_EQ(held.layers[1].up.shape(), Shape({24, 16}));
+  EXPECT_TRUE(test::all_close(held.layers[1].up.to(DType::F32).to_vector(), up, {0, 1.0 / 128}));
+
+  // A Phi-3 folder without its fused tensor names it.
+  NamedTensors ts = named_hf_weights(ref);
+  std::erase_if(ts, [](const auto& nt) { return nt.first == "model.layers.1.mlp.gate_up_proj.weight"; });
+  write_safetensors(dir.path + "/model.safetensors", ts);
+  EXPECT_NE(load_error([&] { load_model(dir.path); }).find("'model.layers.1.mlp.gate_up_proj.weight' is missing"),
+            std::string::npos);
+}
+
+}  // namespace bp

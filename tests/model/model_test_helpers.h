@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "model/lora.h"
 #include "model/transformer.h"
+#include "model/weight_names.h"
 #include "ops/optim.h"
 #include "support/test_util.h"
 
@@ -22,12 +24,71 @@ struct TinySpec {
   int64_t vocab = 67, hidden = 32, inter = 48, layers = 2, heads = 4, kv_heads = 2, head_dim = 8;
   bool tied = true, bias = false, qk_norm = false, llama3_rope = false;
   float theta = 10000.0f;
-  int64_t sliding_window = 0;          // on every layer, unless layer_windows says per layer
+  int64_t sliding_window = 0;          // on every layer, unless layer_windows says per layer (Gemma: 0 = 3)
   std::vector<int64_t> layer_windows;  // ModelConfig::layer_windows
-  float attention_scale = 0.0f, attention_softcap = 0.0f;
+  float attention_scale = 0.0f, attention_softcap = 0.0f;  // Gemma: attention_softcap = attn_logit_softcapping
+  // More config.json keys (Phi-3's partial_rotary_factor, rope_scaling longrope, sliding_window;
+  // SmolLM3's no_rope_layers): the config is then parsed from JSON by ModelConfig::from_json (the
+  // four fields above are then unused: the window comes from these keys), and the oracle reads the
+  // same keys (write_oracle_case).
+  nlohmann::json hf = nullptr;
+  // Gemma 2 / 3 (arch Gemma2 or Gemma3): config.json keys, parsed by ModelConfig::from_json.
+  std::vector<std::string> layer_types;  // empty: the architecture's default pattern
+  float query_pre_attn_scalar = 12.0f;   // != head_dim: the scale is not 1/sqrt(d)
+  float final_softcap = 0.0f;            // final_logit_softcapping
+  float linear_rope = 0.0f;              // rope_scaling linear factor (0: none)
+  bool bf16 = false;                     // torch_dtype bfloat16: the embedding normalizer rounded to bf16
 };
 
+inline bool is_gemma(Arch a) {
+  return a == Arch::Gemma2 || a == Arch::Gemma3;
+}
+
+// A tiny Gemma config through ModelConfig::from_json (the keys of config.json).
+inline ModelConfig tiny_gemma_config(const TinySpec& s) {
+  nlohmann::json j = {{"architectures", {s.arch == Arch::Gemma2 ? "Gemma2ForCausalLM" : "Gemma3ForCausalLM"}},
+                      {"vocab_size", s.vocab},
+                      {"hidden_size", s.hidden},
+                      {"intermediate_size", s.inter},
+                      {"num_hidden_layers", s.layers},
+                      {"num_attention_heads", s.heads},
+                      {"num_key_value_heads", s.kv_heads},
+                      {"head_dim", s.head_dim},
+                      {"max_position_embeddings", 128},
+                      {"rms_norm_eps", 1e-5},
+                      {"rope_theta", s.theta},
+                      {"rope_local_base_freq", 100.0},
+                      {"sliding_window", s.sliding_window > 0 ? s.sliding_window : 3},  // shorter than the samples
+                      {"query_pre_attn_scalar", s.query_pre_attn_scalar},
+                      {"hidden_activation", "gelu_pytorch_tanh"},
+                      {"tie_word_embeddings", s.tied},
+                      {"torch_dtype", s.bf16 ? "bfloat16" : "float32"}};
+  j["attn_logit_softcapping"] = s.attention_softcap > 0 ? nlohmann::json(s.attention_softcap) : nlohmann::json(nullptr);
+  j["final_logit_softcapping"] = s.final_softcap > 0 ? nlohmann::json(s.final_softcap) : nlohmann::json(nullptr);
+  if (!s.layer_types.empty()) j["layer_types"] = s.layer_types;
+  if (s.linear_rope > 0) j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", s.linear_rope}};
+  return ModelConfig::from_json(j, "tiny gemma config");
+}
+
 inline ModelConfig tiny_config(const TinySpec& s) {
+  if (is_gemma(s.arch)) return tiny_gemma_config(s);
+  if (!s.hf.is_null()) {
+    nlohmann::json j = s.hf;
+    j["architectures"] = {arch_name(s.arch)};
+    j["model_type"] = arch_info(s.arch).model_type;
+    j["vocab_size"] = s.vocab;
+    j["hidden_size"] = s.hidden;
+    j["intermediate_size"] = s.inter;
+    j["num_hidden_layers"] = s.layers;
+    j["num_attention_heads"] = s.heads;
+    j["num_key_value_heads"] = s.kv_heads;
+    j["head_dim"] = s.head_dim;
+    j["rms_norm_eps"] = 1e-5;
+    j["rope_theta"] = s.theta;
+    j["tie_word_embeddings"] = s.tied;
+    if (!j.contains("max_position_embeddings")) j["max_position_embeddings"] = 128;
+    return ModelConfig::from_json(j, "tiny config");
+  }
   ModelConfig c;
   c.arch = s.arch;
   c.vocab_size = s.vocab;
@@ -66,7 +127,9 @@ inline ModelWeights tiny_weights(const ModelConfig& c, uint64_t seed) {
     const float b = 1.0f / std::sqrt(static_cast<float>(in));
     return random_tensor({out, in}, seed++, -b, b);
   };
-  auto norm = [&](int64_t n) { return random_tensor({n}, seed++, 0.8f, 1.2f); };
+  // Gemma's norms multiply by (1 + w): w near 0 gives the same scales.
+  const float nlo = 0.8f - c.norm_weight_offset, nhi = 1.2f - c.norm_weight_offset;
+  auto norm = [&](int64_t n) { return random_tensor({n}, seed++, nlo, nhi); };
   const int64_t D = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
   w.embed = random_tensor({c.vocab_size, D}, seed++, -1.0f, 1.0f);
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -81,6 +144,7 @@ inline ModelWeights tiny_weights(const ModelConfig& c, uint64_t seed) {
     if (c.qk_norm) L.q_norm = norm(c.head_dim), L.k_norm = norm(c.head_dim);
     L.post_norm = norm(D);
     L.gate = lin(F, D), L.up = lin(F, D), L.down = lin(D, F);
+    if (c.sandwich_norms) L.pre_ffn_norm = norm(D), L.post_ffn_norm = norm(D);
     w.layers.push_back(std::move(L));
   }
   w.final_norm = norm(D);
@@ -119,9 +183,27 @@ inline void make_tiny_lora(TinyLora& t, const ModelConfig& c, int64_t r, float a
       const auto ri = static_cast<size_t>(role);
       const auto li = static_cast<size_t>(l);
       const float b = 1.0f / std::sqrt(static_cast<float>(ins[ri]));
+      // A fused model (Phi-3): PEFT's qkv_proj / gate_up_proj, one A shared by the members and one B
+      // [Σout, r] whose rows their B are (model/lora.h), made with the first member.
+      const LoraFusedModule* f = c.fused_projections() ? lora_fused_module_of(static_cast<LoraTarget>(role)) : nullptr;
+      if (f && static_cast<int>(f->first) != static_cast<int>(role)) continue;
       t.A[li][ri] = random_tensor({r, ins[ri]}, seed++, -b, b);
-      t.B[li][ri] = random_tensor({outs[ri], r}, seed++, -0.2f, 0.2f);
-      t.view.layers[li][ri] = {&t.A[li][ri], &t.B[li][ri]};
+      if (!f) {
+        t.B[li][ri] = random_tensor({outs[ri], r}, seed++, -0.2f, 0.2f);
+        t.view.layers[li][ri] = {&t.A[li][ri], &t.B[li][ri]};
+        continue;
+      }
+      int64_t rows = 0;
+      for (int i = 0; i < f->count; ++i) rows += outs[ri + static_cast<size_t>(i)];
+      const Tensor B = random_tensor({rows, r}, seed++, -0.2f, 0.2f);
+      int64_t at = 0;
+      for (int i = 0; i < f->count; ++i) {
+        const size_t m = ri + static_cast<size_t>(i);
+        t.A[li][m] = t.A[li][ri];
+        t.B[li][m] = B.rows(at, at + outs[m]);
+        at += outs[m];
+        t.view.layers[li][m] = {&t.A[li][m], &t.B[li][m]};
+      }
     }
 }
 
@@ -193,7 +275,15 @@ inline void write_oracle_case(const std::string& dir, Model& model, const TinyLo
   spec["config"]["layer_windows"] = windows;
   spec["config"]["attention_scale"] = c.attention_scale;
   spec["config"]["attention_softcap"] = c.attention_softcap;
-  if (c.rope.llama3_scaling)
+  // The config.json keys of Phi-3's and SmolLM3's RoPE, as the model's config.json has them: the
+  // oracle interprets them itself (partial rotary, longrope's factors and attention factor, layers
+  // without RoPE).
+  for (const char* key : {"model_type", "partial_rotary_factor", "max_position_embeddings",
+                          "original_max_position_embeddings", "no_rope_layers", "no_rope_layer_interval"})
+    if (c.raw.is_object() && c.raw.contains(key)) spec["config"][key] = c.raw[key];
+  if (c.rope.longrope)
+    spec["config"]["rope_scaling"] = c.raw["rope_scaling"];
+  else if (c.rope.llama3_scaling)
     spec["config"]["rope_scaling"] = {{"rope_type", "llama3"},
                                       {"factor", c.rope.factor},
                                       {"low_freq_factor", c.rope.low_freq_factor},
@@ -201,6 +291,19 @@ inline void write_oracle_case(const std::string& dir, Model& model, const TinyLo
                                       {"original_max_position_embeddings", c.rope.original_max_position}};
   else
     spec["config"]["rope_scaling"] = nullptr;
+  if (c.rope.linear_factor != 1.0f)
+    spec["config"]["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope.linear_factor}};
+  if (c.sandwich_norms) {  // Gemma: the config.json keys the oracle derives everything else from
+    const nlohmann::json& r = c.raw;
+    spec["config"]["hidden_size"] = c.hidden_size;
+    spec["config"]["gemma"] = {{"torch_dtype", c.torch_dtype == DType::BF16 ? "bfloat16" : "float32"},
+                               {"query_pre_attn_scalar", r.at("query_pre_attn_scalar")},
+                               {"sliding_window", r.at("sliding_window")},
+                               {"layer_types", c.to_json().at("layer_types")},
+                               {"attn_logit_softcapping", r.at("attn_logit_softcapping")},
+                               {"final_logit_softcapping", r.at("final_logit_softcapping")}};
+    if (c.local_rope) spec["config"]["gemma"]["rope_local_base_freq"] = r.at("rope_local_base_freq");
+  }
   spec["mode"] = model.options().mode == TrainMode::Full ? "full" : "lora";
   std::ofstream bin(dir + "/tensors.bin", std::ios::binary);
   int64_t off = 0;
@@ -211,7 +314,7 @@ inline void write_oracle_case(const std::string& dir, Model& model, const TinyLo
     table.push_back({{"name", name}, {"shape", t.shape().vec()}, {"offset", off}});
     off += static_cast<int64_t>(v.size());
   };
-  for (auto& [name, t] : model.named_weights()) put(name, *t);
+  for (auto& [name, t] : named_hf_weights(model.weights())) put(name, t);  // fused as HF stores them
   if (lora) {
     spec["lora"] = {
         {"r", lora->view.rank}, {"alpha", lora->alpha}, {"use_rslora", lora->rslora}, {"use_dora", lora->dora}};

@@ -82,10 +82,52 @@ std::vector<ParityCase> parity_cases() {
   qwen3.arch = Arch::Qwen3;
   qwen3.qk_norm = true;
   qwen3.head_dim = 16;
+  // Phi-3 (Phi-4-mini's shape of RoPE): fused qkv_proj / gate_up_proj as HF stores them, partial
+  // rotary 0.75 (6 of 8 dims rotate), LongRoPE with an attention factor (max 64 over original 4:
+  // factor 16); the batch's positions reach 6, past the original 4: the long factors.
+  TinySpec phi3_long;
+  phi3_long.arch = Arch::Phi3;
+  phi3_long.tied = false;
+  phi3_long.hf = {
+      {"partial_rotary_factor", 0.75},
+      {"max_position_embeddings", 64},
+      {"original_max_position_embeddings", 4},
+      {"rope_scaling", {{"type", "longrope"}, {"short_factor", {1.0, 1.5, 2.5}}, {"long_factor", {1.25, 3.0, 7.5}}}}};
+  // The same with original 16: positions stay inside it, the short factors (and factor 4).
+  TinySpec phi3_short = phi3_long;
+  phi3_short.kv_heads = 1;
+  phi3_short.hf["original_max_position_embeddings"] = 16;
+  // SmolLM3: every 2nd layer without RoPE (no_rope_layer_interval), and an explicit no_rope_layers.
+  TinySpec smol_interval;
+  smol_interval.arch = Arch::SmolLM3;
+  smol_interval.layers = 3;
+  smol_interval.hf = {{"no_rope_layer_interval", 2}};
+  TinySpec smol_list = smol_interval;
+  smol_list.layers = 2;
+  smol_list.tied = false;
+  smol_list.hf = {{"no_rope_layers", {0, 1}}};
+  // Gemma 3: sandwich norms with (1 + w), GeGLU, q/k norms, a sliding window (3) shorter than the
+  // samples on layers 0 and 2 with the local RoPE base, linear rope scaling on the global layer,
+  // query_pre_attn_scalar 12 (not head_dim), the bf16 embedding normalizer.
+  TinySpec gemma3;
+  gemma3.arch = Arch::Gemma3;
+  gemma3.layers = 3;
+  gemma3.head_dim = 16;
+  gemma3.layer_types = {"sliding_attention", "full_attention", "sliding_attention"};
+  gemma3.linear_rope = 2.0f;
+  gemma3.bf16 = true;
+  // Gemma 2: both soft-caps small enough to bend this model's scores and logits, layers sliding and
+  // global by the default alternation, untied head.
+  TinySpec gemma2;
+  gemma2.arch = Arch::Gemma2;
+  gemma2.tied = false;
+  gemma2.attention_softcap = 2.0f;
+  gemma2.final_softcap = 3.0f;
   std::vector<ParityCase> v;
   uint64_t seed = 1;
   for (auto [name, spec] : {std::pair{"llama_tied_gqa", llama_tied}, std::pair{"llama_untied_llama3rope", llama_untied},
-                            std::pair{"qwen2_bias", qwen2}, std::pair{"qwen3_qknorm", qwen3}}) {
+                            std::pair{"qwen2_bias", qwen2}, std::pair{"qwen3_qknorm", qwen3},
+                            std::pair{"gemma3", gemma3}, std::pair{"gemma2_softcap", gemma2}}) {
     ParityCase lora{std::string("lora_") + name, spec};
     lora.seed = seed++;
     v.push_back(lora);
@@ -93,6 +135,39 @@ std::vector<ParityCase> parity_cases() {
     full.seed = seed++;
     v.push_back(full);
   }
+  for (auto [name, spec] : {std::pair{"phi3_longrope_long", phi3_long}, std::pair{"phi3_longrope_short", phi3_short},
+                            std::pair{"smollm3_interval", smol_interval}, std::pair{"smollm3_list", smol_list}}) {
+    ParityCase lora{std::string("lora_") + name, spec};  // checkpointed
+    lora.seed = seed++;
+    v.push_back(lora);
+    ParityCase lora_nockpt{std::string("lora_nockpt_") + name, spec, TrainMode::Lora, false};
+    lora_nockpt.seed = seed++;
+    v.push_back(lora_nockpt);
+    ParityCase full{std::string("full_") + name, spec, TrainMode::Full, false};
+    full.seed = seed++;
+    v.push_back(full);
+    ParityCase full_ckpt{std::string("full_ckpt_") + name, spec, TrainMode::Full, true};
+    full_ckpt.seed = seed++;
+    v.push_back(full_ckpt);
+  }
+  // Phi-3 LoRA on qkv_proj and down_proj only (PEFT's fused module alone), rsLoRA.
+  ParityCase phi_subset{"lora_phi3_qkv_down",
+                        phi3_short,
+                        TrainMode::Lora,
+                        true,
+                        8,
+                        16.0f,
+                        true,
+                        {LinearRole::Q, LinearRole::K, LinearRole::V, LinearRole::Down}};
+  phi_subset.seed = seed++;
+  v.push_back(phi_subset);
+  // Gemma 3 the other way round: LoRA without checkpointing, full fine-tuning with it.
+  ParityCase gemma3_lora_nockpt{"lora_gemma3_nockpt", gemma3, TrainMode::Lora, false};
+  gemma3_lora_nockpt.seed = seed++;
+  v.push_back(gemma3_lora_nockpt);
+  ParityCase gemma3_full_ckpt{"full_gemma3_ckpt", gemma3, TrainMode::Full, true};
+  gemma3_full_ckpt.seed = seed++;
+  v.push_back(gemma3_full_ckpt);
   // rsLoRA scale and a subset of target modules (q_proj, v_proj, down_proj), no checkpointing.
   ParityCase rs{"lora_rslora_subset",
                 llama_tied,
@@ -113,6 +188,16 @@ std::vector<ParityCase> parity_cases() {
                                    std::pair{TrainMode::Full, true}, std::pair{TrainMode::Full, false}}) {
     ParityCase c{std::string(mode == TrainMode::Lora ? "lora" : "full") + "_mistral_window" + (ckpt ? "_ckpt" : ""),
                  mistral, mode, ckpt};
+    c.seed = seed++;
+    v.push_back(c);
+  }
+  // Phi-3's sliding_window (config.json's key, on every layer as Phi3Model's sliding-window causal
+  // mask applies it) with its fused projections, partial rotary and LongRoPE.
+  TinySpec phi3_window = phi3_short;
+  phi3_window.hf["sliding_window"] = 3;
+  for (const TrainMode mode : {TrainMode::Lora, TrainMode::Full}) {
+    ParityCase c{std::string(mode == TrainMode::Lora ? "lora" : "full") + "_phi3_window", phi3_window, mode,
+                 mode == TrainMode::Lora};
     c.seed = seed++;
     v.push_back(c);
   }
@@ -154,6 +239,16 @@ std::vector<ParityCase> parity_cases() {
   adam_full.adamw_steps = 10;
   adam_full.seed = seed++;
   v.push_back(adam_full);
+  // DoRA on Gemma's projections: Gemma 3 (sandwich (1 + w) norms, GeGLU, windows) with checkpointing,
+  // Gemma 2 (both soft-caps) without.
+  ParityCase dora_gemma3{"lora_dora_gemma3", gemma3};
+  dora_gemma3.dora = true;
+  dora_gemma3.seed = seed++;
+  v.push_back(dora_gemma3);
+  ParityCase dora_gemma2{"lora_dora_gemma2_softcap_nockpt", gemma2, TrainMode::Lora, false};
+  dora_gemma2.dora = true;
+  dora_gemma2.seed = seed++;
+  v.push_back(dora_gemma2);
   return v;
 }
 
@@ -165,6 +260,30 @@ const std::map<std::string, OracleResult>& oracle_results(std::string* error) {
       run_oracle_cases(parity_cases(), dir.path, build, adamw_settings, &err);
   *error = err;
   return results;
+}
+
+// The trainable gradients named as the saved files name them: LoRA's already are (a fused module
+// once, with PEFT's name); full fine-tuning's per projection are joined into the fused tensors of a
+// fused model (qkv_proj, gate_up_proj: their rows in HF's order), as the oracle holds them.
+std::map<std::string, std::vector<double>> saved_file_grads(Model& model) {
+  std::map<std::string, std::vector<double>> out;
+  for (const auto& p : model.trainable_parameters()) out[p.name] = to_double(*p.grad);
+  const ModelConfig& c = model.config();
+  if (model.options().mode != TrainMode::Full || !c.fused_projections()) return out;
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    for (const FusedProjection& f : fused_projection_table()) {
+      std::vector<double> joined;
+      for (int i = 0; i < f.count; ++i) {
+        const std::string member = hf_name(static_cast<WeightRole>(static_cast<int>(f.first) + i), l);
+        const auto it = out.find(member);
+        EXPECT_NE(it, out.end()) << member;
+        if (it == out.end()) continue;
+        joined.insert(joined.end(), it->second.begin(), it->second.end());
+        out.erase(it);
+      }
+      out[fmt::format(fmt::runtime(f.hf), l)] = std::move(joined);
+    }
+  return out;
 }
 
 void expect_grads_close(const std::string& name, const std::vector<double>& got, const std::vector<double>& ref) {
@@ -193,18 +312,25 @@ void check_case(const ParityCase& pc, const OracleResult& ref) {
   const auto params = model.trainable_parameters();
   ASSERT_FALSE(params.empty());
   size_t compared = 0;
-  for (const auto& p : params) {
-    auto it = ref.arrays.find("grad:" + p.name);
-    ASSERT_NE(it, ref.arrays.end()) << "the oracle has no gradient for " << p.name;
-    expect_grads_close(p.name, to_double(*p.grad), it->second);
+  for (const auto& [name, grad] : saved_file_grads(model)) {
+    auto it = ref.arrays.find("grad:" + name);
+    ASSERT_NE(it, ref.arrays.end()) << "the oracle has no gradient for " << name;
+    expect_grads_close(name, grad, it->second);
     ++compared;
   }
   // Every oracle gradient was compared (nothing trainable is missing on the C++ side).
   size_t oracle_grads = 0;
   for (auto& [k, v] : ref.arrays) oracle_grads += k.rfind("grad:", 0) == 0;
   EXPECT_EQ(compared, oracle_grads);
-  if (pc.mode == TrainMode::Lora) {
-    EXPECT_EQ(compared, (pc.dora ? 3 : 2) * pc.targets.size() * static_cast<size_t>(model.config().num_layers));
+  if (pc.mode == TrainMode::Lora) {  // one A and one B per adapted module (a fused one counts once)
+    size_t modules = 0;
+    for (LinearRole r : pc.targets) {
+      const LoraFusedModule* f =
+          model.config().fused_projections() ? lora_fused_module_of(static_cast<LoraTarget>(r)) : nullptr;
+      modules += !f || static_cast<int>(f->first) == static_cast<int>(r);
+    }
+    const size_t magnitudes = pc.dora ? pc.targets.size() : 0;  // DoRA: one per projection
+    EXPECT_EQ(compared, (2 * modules + magnitudes) * static_cast<size_t>(model.config().num_layers));
   }
 }
 
@@ -240,11 +366,13 @@ TEST(Parity, SlidingWindowChangesTheResult) {
   const auto& results = oracle_results(&error);
   ASSERT_TRUE(error.empty()) << error;
   for (const auto& pc : parity_cases()) {
-    if (pc.spec.sliding_window == 0) continue;
+    const bool hf_window = pc.spec.hf.is_object() && pc.spec.hf.contains("sliding_window");
+    if (pc.spec.sliding_window == 0 && !hf_window) continue;
     SCOPED_TRACE("case " + pc.name);
     ParityCase unwindowed = pc;
     unwindowed.spec.sliding_window = 0;
     unwindowed.spec.layer_windows.clear();
+    if (hf_window) unwindowed.spec.hf.erase("sliding_window");
     Built b = build(unwindowed);
     const OracleResult& ref = results.at(pc.name);
     EXPECT_FALSE(all_close(to_double(b.model->logits(b.batch)), ref.arrays.at("logits"), kParityLogits));

@@ -7,6 +7,7 @@
 
 #include "io/safetensors.h"
 #include "model/weight_names.h"
+#include "support/expect_error.h"
 #include "support/lora_test_util.h"
 #include "support/test_util.h"
 
@@ -265,6 +266,145 @@ TEST(Peft, LoadsWhatPeftWrites) {
   EXPECT_FALSE(ad.layers[1].has(LoraTarget::K));
   EXPECT_EQ(ad.layers[1].b(LoraTarget::V).dtype(), DType::F32);
   EXPECT_EQ(ad.layers[1].b(LoraTarget::V).to_vector(), ts[7].second.to_vector());
+}
+
+}  // namespace bp
+
+namespace bp {
+namespace {
+
+// Phi-3 with q_dim 16, kv_dim 8 (GQA 4/2, head_dim 4), intermediate 24: qkv_proj [32, 16], gate_up_proj [48, 16].
+ModelConfig tiny_phi3() {
+  nlohmann::json j = {{"architectures", {"Phi3ForCausalLM"}},
+                      {"vocab_size", 40},
+                      {"hidden_size", 16},
+                      {"intermediate_size", 24},
+                      {"num_hidden_layers", 2},
+                      {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2}};
+  return ModelConfig::from_json(j, "tiny phi3");
+}
+
+}  // namespace
+
+TEST(Peft, Phi3FusedModulesAsPeftSavesThem) {
+  const ModelConfig c = tiny_phi3();
+  LoraConfig lc;
+  lc.r = 2;
+  lc.alpha = 4;
+  lc.target_modules = {"all-linear"};
+  LoraAdapter ad = trained_adapter(c, lc, 5);
+  // One A per fused module, shared by its members; their B are rows of one tensor.
+  const LoraLayer& l0 = ad.layers[0];
+  EXPECT_EQ(l0.a(LoraTarget::Q).raw(), l0.a(LoraTarget::V).raw());
+  EXPECT_EQ(l0.a(LoraTarget::Gate).raw(), l0.a(LoraTarget::Up).raw());
+  EXPECT_NE(l0.a(LoraTarget::Q).raw(), l0.a(LoraTarget::O).raw());
+  // 2 layers x (qkv: 2·16 + 32·2, o: 2·16 + 16·2, gate_up: 2·16 + 48·2, down: 2·24 + 16·2)
+  EXPECT_EQ(ad.num_parameters(), 2 * ((32 + 64) + (32 + 32) + (32 + 96) + (48 + 32)));
+  test::TempDir dir;
+  save_peft_adapter(ad, dir.path);
+  const nlohmann::json j = read_json(dir.path + "/adapter_config.json");
+  EXPECT_EQ(j["target_modules"], nlohmann::json({"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}));
+  SafetensorsReader r = SafetensorsReader::open_file(dir.path + "/adapter_model.safetensors");
+  EXPECT_EQ(r.names().size(), 2u * 4u * 2u);
+  const std::string p = "base_model.model.model.layers.1.";
+  EXPECT_EQ(r.entry(p + "self_attn.qkv_proj.lora_A.weight").shape, (std::vector<int64_t>{2, 16}));
+  EXPECT_EQ(r.entry(p + "self_attn.qkv_proj.lora_B.weight").shape, (std::vector<int64_t>{32, 2}));
+  EXPECT_EQ(r.entry(p + "mlp.gate_up_proj.lora_A.weight").shape, (std::vector<int64_t>{2, 16}));
+  EXPECT_EQ(r.entry(p + "mlp.gate_up_proj.lora_B.weight").shape, (std::vector<int64_t>{48, 2}));
+  EXPECT_EQ(r.entry(p + "mlp.down_proj.lora_A.weight").shape, (std::vector<int64_t>{2, 24}));
+  // B's rows in HF's order: q rows, then k, then v; gate, then up.
+  const std::vector<float> qkv_b = r.read(p + "self_attn.qkv_proj.lora_B.weight").to_vector();
+  const std::vector<float> k_b = ad.layers[1].b(LoraTarget::K).to_vector();
+  EXPECT_EQ(std::vector<float>(qkv_b.begin() + 16 * 2, qkv_b.begin() + 24 * 2), k_b);
+  const std::vector<float> gu_b = r.read(p + "mlp.gate_up_proj.lora_B.weight").to_vector();
+  const std::vector<float> up_b = ad.layers[1].b(LoraTarget::Up).to_vector();
+  EXPECT_EQ(std::vector<float>(gu_b.begin() + 24 * 2, gu_b.end()), up_b);
+
+  // Loaded back: the same values, A shared again, B rows of one tensor.
+  LoraAdapter back = load_peft_adapter(dir.path, c);
+  EXPECT_EQ(back.config.target_modules, (std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}));
+  for (size_t li = 0; li < 2; ++li)
+    for (LoraTarget t : kAllLoraTargets) {
+      EXPECT_EQ(back.layers[li].a(t).to_vector(), ad.layers[li].a(t).to_vector());
+      EXPECT_EQ(back.layers[li].b(t).to_vector(), ad.layers[li].b(t).to_vector());
+    }
+  EXPECT_EQ(back.layers[0].a(LoraTarget::K).raw(), back.layers[0].a(LoraTarget::Q).raw());
+  EXPECT_EQ(back.num_parameters(), ad.num_parameters());
+}
+
+TEST(Peft, Phi3TargetNamesFitTheModel) {
+  LoraConfig lc;
+  lc.target_modules = {"q_proj", "v_proj"};  // not modules of Phi-3
+  test::expect_error([&] { init_lora(tiny_phi3(), lc, 1); }, ErrorCode::CONFIG_INVALID_SETTING,
+                     {"'q_proj' does not exist in Phi3ForCausalLM", "qkv_proj"});
+  lc.target_modules = {"qkv_proj"};  // Phi-3's name on a Llama
+  test::expect_error([&] { init_lora(tiny_config(), lc, 1); }, ErrorCode::CONFIG_INVALID_SETTING,
+                     {"'qkv_proj' is Phi-3's fused projection"});
+  lc.target_modules = {"qkv_proj", "down_proj"};
+  const LoraAdapter ad = init_lora(tiny_phi3(), lc, 1);
+  EXPECT_TRUE(ad.layers[0].has(LoraTarget::V));
+  EXPECT_FALSE(ad.layers[0].has(LoraTarget::Gate));
+  EXPECT_EQ(ad.config.resolved_targets(), (std::vector<std::string>{"qkv_proj", "down_proj"}));
+  // A Llama-named adapter (q_proj) does not load on Phi-3.
+  LoraConfig llama;
+  llama.target_modules = {"q_proj"};
+  test::TempDir dir;
+  save_peft_adapter(init_lora(tiny_config(), llama, 1), dir.path);
+  EXPECT_NE(load_error([&] { load_peft_adapter(dir.path, tiny_phi3()); }).find("qkv_proj/o_proj/gate_up_proj"),
+            std::string::npos);
+}
+
+// DoRA and PiSSA on a fused module (one A shared by q/k/v or gate/up) are refused at setup, naming
+// the module and the flag; on Phi-3's o_proj / down_proj DoRA works and round-trips. A PEFT DoRA
+// file with a magnitude on qkv_proj is refused on load.
+TEST(Peft, Phi3DoraAndPissaOnFusedModulesRefused) {
+  const ModelConfig c = tiny_phi3();
+  LoraConfig lc;
+  lc.r = 2;
+  lc.use_dora = true;
+  lc.target_modules = {"qkv_proj", "o_proj"};
+  test::expect_error([&] { init_lora(c, lc, 1); }, ErrorCode::CONFIG_INVALID_SETTING,
+                     {"--use-dora", "fused module qkv_proj"});
+  lc.target_modules = {"all-linear"};
+  test::expect_error([&] { lc.validate_for(c); }, ErrorCode::CONFIG_INVALID_SETTING, {"--use-dora", "qkv_proj"});
+  LoraConfig pissa;
+  pissa.init_lora_weights = "pissa";
+  pissa.target_modules = {"gate_up_proj"};
+  test::expect_error([&] { init_lora(c, pissa, 1); }, ErrorCode::CONFIG_INVALID_SETTING,
+                     {"--init-lora-weights pissa", "fused module gate_up_proj"});
+
+  lc.target_modules = {"o_proj", "down_proj"};  // not fused: DoRA as on any model
+  LoraAdapter ad = trained_adapter(c, lc, 3);
+  test::randomize_dora_magnitudes(ad, 9);
+  test::TempDir dir;
+  save_peft_adapter(ad, dir.path);
+  const LoraAdapter back = load_peft_adapter(dir.path, c);
+  EXPECT_EQ(back.layers[1].m(LoraTarget::Down).to_vector(), ad.layers[1].m(LoraTarget::Down).to_vector());
+  EXPECT_EQ(back.num_parameters(), ad.num_parameters());
+
+  // PEFT's file of DoRA on qkv_proj: refused on load, not read as a per-projection magnitude.
+  LoraConfig plain;
+  plain.r = 2;
+  plain.target_modules = {"qkv_proj"};
+  save_peft_adapter(trained_adapter(c, plain, 4), dir.path);
+  NamedTensors ts;
+  SafetensorsReader r = SafetensorsReader::open_file(dir.path + "/adapter_model.safetensors");
+  for (const std::string& n : r.names()) ts.emplace_back(n, r.read(n));
+  for (int l = 0; l < 2; ++l)
+    ts.emplace_back(fmt::format("base_model.model.model.layers.{}.self_attn.qkv_proj.lora_magnitude_vector", l),
+                    test::random_tensor({32}, 11 + l, 0.5f, 1.5f));
+  write_safetensors(dir.path + "/adapter_model.safetensors", ts);
+  nlohmann::json j = read_json(dir.path + "/adapter_config.json");
+  j["use_dora"] = true;
+  std::ofstream(dir.path + "/adapter_config.json") << j.dump();
+  EXPECT_NE(load_error([&] { load_peft_adapter(dir.path, c); }).find("use_dora = true on the fused module qkv_proj"),
+            std::string::npos);
+  // The same without the magnitudes: still refused, naming the fused module.
+  ts.resize(ts.size() - 2);
+  write_safetensors(dir.path + "/adapter_model.safetensors", ts);
+  EXPECT_NE(load_error([&] { load_peft_adapter(dir.path, c); }).find("use_dora = true on the fused module qkv_proj"),
+            std::string::npos);
 }
 
 }  // namespace bp

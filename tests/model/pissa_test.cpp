@@ -1,7 +1,7 @@
 // PiSSA initialisation (--init-lora-weights pissa, model/lora.h init_pissa / pissa_to_lora):
 //   - B·A and the residual base W − s·B·A against tests/oracles/pissa_svd.py (torch.linalg.svd in
 //     float64, PEFT's formulas; products, since singular vectors have arbitrary signs);
-//   - at step 0 the model (residual base + adapter) gives the base model's logits;
+//   - at step 0 the model (residual base + adapter) gives the base model's logits (Llama, Gemma 3);
 //   - after A and B change (as training changes them), the saved adapter (PEFT's PiSSA-to-LoRA
 //     conversion: rank 2r, alpha doubled, [A; A0] and [B, −B0]) applied to the ORIGINAL base by the
 //     PyTorch oracle (tests/oracles/torch_llama.py) gives the trained model's logits;
@@ -110,14 +110,16 @@ TEST(Pissa, FactorsAndResidualMatchTorchSvd) {
     }
 }
 
-TEST(Pissa, StartsAsTheBaseAndItsSavedAdapterAppliesToTheOriginalBase) {
-  const ModelConfig cfg = tiny_config(spec());
+// Step 0 is the base model, and the saved conversion applied by the oracle to the original base is
+// the trained model: for the architecture `sp`, with the LoRA or the rsLoRA scale.
+void expect_starts_as_base_and_saved_applies_to_original(const TinySpec& sp, const std::vector<bool>& rsloras) {
+  const ModelConfig cfg = tiny_config(sp);
   const Batch batch = tiny_batch(cfg.vocab_size, 5);
   Model base(tiny_weights(cfg, 21), ModelOptions{TrainMode::Frozen});
   base.set_training(false);
   const auto base_logits = to_double(base.logits(batch));
 
-  for (bool rslora : {false, true}) {
+  for (bool rslora : rsloras) {
     SCOPED_TRACE(rslora ? "rsLoRA" : "LoRA");
     ModelWeights w = tiny_weights(cfg, 21);
     LoraAdapter ad = init_lora(cfg, pissa_config(rslora), 4);
@@ -162,6 +164,18 @@ TEST(Pissa, StartsAsTheBaseAndItsSavedAdapterAppliesToTheOriginalBase) {
     const OracleResult ref = read_oracle_result(dir.path + "/case/out");
     EXPECT_TRUE(all_close(trained, ref.arrays.at("logits"), kParityLogits));
   }
+}
+
+TEST(Pissa, StartsAsTheBaseAndItsSavedAdapterAppliesToTheOriginalBase) {
+  expect_starts_as_base_and_saved_applies_to_original(spec(), {false, true});
+}
+
+// Gemma 3's seven projections (between its sandwich (1 + w) norms, GeGLU) as Llama's.
+TEST(Pissa, GemmaStartsAsTheBaseAndItsSavedAdapterAppliesToTheOriginalBase) {
+  TinySpec gemma3;
+  gemma3.arch = Arch::Gemma3;
+  gemma3.head_dim = 16;
+  expect_starts_as_base_and_saved_applies_to_original(gemma3, {false});
 }
 
 TEST(Pissa, RefusesWhatItCannotDo) {

@@ -31,6 +31,7 @@ TEST(WeightNames, EveryNameParsesBackAndIsUnique) {
   std::set<std::string> hf, gguf;
   EXPECT_EQ(weight_name_table().size(), static_cast<size_t>(kNumWeightRoles));
   for (const WeightNameEntry& e : weight_name_table()) {
+    if (!*e.gguf) continue;  // named per architecture (GemmaSandwichNormsInGguf)
     for (int64_t layer : {0L, 7L, 123L}) {
       const int64_t l = e.per_layer ? layer : -1;
       EXPECT_EQ(parse_hf_name(hf_name(e.role, l)), std::pair(e.role, l)) << e.hf;
@@ -45,6 +46,27 @@ TEST(WeightNames, EveryNameParsesBackAndIsUnique) {
   EXPECT_FALSE(parse_hf_name("model.layers.-1.mlp.up_proj.weight"));
   EXPECT_FALSE(parse_hf_name("model.rotary_emb.inv_freq"));
   EXPECT_FALSE(parse_gguf_name("blk.1.attn_q"));
+}
+
+// Gemma's four norms a layer: HF names as transformers saves them, GGUF names as llama.cpp's
+// llama-arch.cpp gives LLM_ARCH_GEMMA2/GEMMA3 (attn_norm, post_attention_norm, ffn_norm, post_ffw_norm).
+TEST(WeightNames, GemmaSandwichNormsInGguf) {
+  ModelConfig g;
+  g.sandwich_norms = true;
+  EXPECT_EQ(hf_name(WeightRole::PostNorm, 2), "model.layers.2.post_attention_layernorm.weight");
+  EXPECT_EQ(hf_name(WeightRole::PreFfnNorm, 2), "model.layers.2.pre_feedforward_layernorm.weight");
+  EXPECT_EQ(hf_name(WeightRole::PostFfnNorm, 2), "model.layers.2.post_feedforward_layernorm.weight");
+  EXPECT_EQ(gguf_name(g, WeightRole::InputNorm, 2), "blk.2.attn_norm.weight");
+  EXPECT_EQ(gguf_name(g, WeightRole::PostNorm, 2), "blk.2.post_attention_norm.weight");
+  EXPECT_EQ(gguf_name(g, WeightRole::PreFfnNorm, 2), "blk.2.ffn_norm.weight");
+  EXPECT_EQ(gguf_name(g, WeightRole::PostFfnNorm, 2), "blk.2.post_ffw_norm.weight");
+  for (WeightRole r : {WeightRole::InputNorm, WeightRole::PostNorm, WeightRole::PreFfnNorm, WeightRole::PostFfnNorm,
+                       WeightRole::Q, WeightRole::QNorm})
+    EXPECT_EQ(parse_gguf_name(g, gguf_name(g, r, 5)), std::pair(r, int64_t{5}));
+  const ModelConfig llama;
+  EXPECT_EQ(gguf_name(llama, WeightRole::PostNorm, 2), "blk.2.ffn_norm.weight");
+  EXPECT_EQ(parse_gguf_name(llama, "blk.2.ffn_norm.weight"), std::pair(WeightRole::PostNorm, int64_t{2}));
+  EXPECT_THROW(gguf_name(WeightRole::PreFfnNorm, 0), Error);
 }
 
 TEST(WeightNames, PresenceAndShapesFollowTheConfig) {

@@ -23,9 +23,11 @@ struct RefCE {
   std::vector<double> dx, dW;  // gradients of grad_scale · loss_sum
 };
 
-// Plain reference: full [T × V] logits in double, softmax per row.
+// Plain reference: full [T × V] logits in double, softmax per row. softcap > 0: the logits are
+// softcap·tanh(logits/softcap) (Gemma 2's final_logit_softcapping); the gradients then are not
+// computed here (finite differences of the loss check them).
 RefCE reference_ce(const std::vector<double>& x, const std::vector<double>& W, const std::vector<int32_t>& labels,
-                   int64_t T, int64_t D, int64_t V, double grad_scale) {
+                   int64_t T, int64_t D, int64_t V, double grad_scale, double softcap = 0.0) {
   RefCE r;
   r.dx.assign(static_cast<size_t>(T * D), 0.0);
   r.dW.assign(static_cast<size_t>(V * D), 0.0);
@@ -36,7 +38,7 @@ RefCE reference_ce(const std::vector<double>& x, const std::vector<double>& W, c
     for (int64_t v = 0; v < V; ++v) {
       double s = 0;
       for (int64_t d = 0; d < D; ++d) s += x[t * D + d] * W[v * D + d];
-      logits[v] = s;
+      logits[v] = softcap > 0 ? softcap * std::tanh(s / softcap) : s;
       mx = std::max(mx, s);
     }
     double sum = 0;
@@ -133,6 +135,42 @@ TEST(CrossEntropy, BackwardMatchesFiniteDifferencesInF64) {
   linear_cross_entropy_forward_backward(x, W, Tensor::from_vector(labels, {T}), static_cast<float>(scale), dx, &dW, 4);
   EXPECT_TRUE(all_close(test::to_double(as_vec(dx)), gx, {1e-6, 1e-5}));
   EXPECT_TRUE(all_close(test::to_double(as_vec(dW)), gW, {1e-6, 1e-5}));
+}
+
+TEST(CrossEntropy, FinalLogitSoftcapMatchesReferenceAndFiniteDifferences) {
+  const int64_t T = 9, D = 5, V = 11;
+  const double scale = 0.5, cap = 3.0;  // logits up to ~10: the cap bends them
+  Tensor x = test::random_tensor({T, D}, 13, -2.0f, 2.0f), W = test::random_tensor({V, D}, 14, -1.0f, 1.0f);
+  const std::vector<int32_t> labels{1, -100, 6, 0, 2, -100, 10, 3, 4};
+  const Tensor lab = Tensor::from_vector(labels, {T});
+  auto xd = test::to_double(as_vec(x)), Wd = test::to_double(as_vec(W));
+  const RefCE ref = reference_ce(xd, Wd, labels, T, D, V, 0, cap);
+  const RefCE plain = reference_ce(xd, Wd, labels, T, D, V, 0);
+  ASSERT_GT(std::fabs(ref.loss_sum - plain.loss_sum), 0.1);  // the cap matters here
+  auto gx = test::finite_diff_grad(
+      [&](const std::vector<double>& xv) { return scale * reference_ce(xv, Wd, labels, T, D, V, 0, cap).loss_sum; },
+      xd);
+  auto gW = test::finite_diff_grad(
+      [&](const std::vector<double>& wv) { return scale * reference_ce(xd, wv, labels, T, D, V, 0, cap).loss_sum; },
+      Wd);
+  Tensor dx = Tensor::empty({T, D}), dW = Tensor::zeros({V, D});
+  const auto r =
+      linear_cross_entropy_forward_backward(x, W, lab, static_cast<float>(scale), dx, &dW, 4, static_cast<float>(cap));
+  EXPECT_NEAR(r.loss_sum, ref.loss_sum, 1e-5 * std::fabs(ref.loss_sum));
+  EXPECT_NEAR(linear_cross_entropy_forward(x, W, lab, 2, static_cast<float>(cap)).loss_sum, ref.loss_sum,
+              1e-5 * std::fabs(ref.loss_sum));
+  EXPECT_TRUE(all_close(test::to_double(as_vec(dx)), gx, {1e-6, 1e-5}));
+  EXPECT_TRUE(all_close(test::to_double(as_vec(dW)), gW, {1e-6, 1e-5}));
+  // The full logits (generation) are capped the same way.
+  const auto logits = lm_head_logits(x, W, static_cast<float>(cap)).to_vector();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t v = 0; v < V; ++v) {
+      double s = 0;
+      for (int64_t d = 0; d < D; ++d) s += xd[t * D + d] * Wd[v * D + d];
+      EXPECT_NEAR(logits[t * V + v], cap * std::tanh(s / cap), 1e-5);
+    }
+  test::expect_op_error([&] { linear_cross_entropy_forward(x, W, lab, 4, -1.0f); }, ErrorCode::INPUT_VALIDATION_FAILED,
+                        {"softcap"});
 }
 
 TEST(CrossEntropy, AllIgnoredGivesZeroLossAndZeroGradients) {

@@ -1,5 +1,5 @@
 // SwiGLU: forward and backward against a double reference at odd sizes, backward against
-// finite differences, = semantics, shape errors.
+// finite differences, = semantics, shape errors. GeGLU (Gemma's gelu_pytorch_tanh gate) the same way.
 #include "ops/swiglu.h"
 
 #include <gtest/gtest.h>
@@ -85,6 +85,36 @@ TEST(SwiGLU, Bf16CopiesAreTheRoundedOutputs) {
   test::expect_bf16_copy_of(du16, dup, "dup");
   Tensor wrong = Tensor::empty({T, F + 1}, DType::BF16);
   test::expect_op_error([&] { swiglu_forward(gate, up, &wrong); }, ErrorCode::RUNTIME_INTERNAL, {"[swiglu]", "h_bf16"});
+}
+
+// torch.nn.functional.gelu(approximate="tanh"), written from its definition in double.
+double gelu_tanh(double g) {
+  return 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
+}
+
+TEST(GeGLU, ForwardMatchesReferenceAndBackwardFiniteDifferences) {
+  const int64_t T = 33, F = 31;
+  Tensor gate = random_tensor({T, F}, 9, -8.0f, 8.0f), up = random_tensor({T, F}, 10), dh = random_tensor({T, F}, 11);
+  Tensor h16;
+  const Tensor h = geglu_forward(gate, up, &h16);
+  Tensor dgate = Tensor::empty({T, F}), dup = Tensor::empty({T, F});
+  dgate.fill(5.0f);  // garbage: = semantics
+  geglu_backward(dh, gate, up, dgate, dup);
+  std::vector<double> g = to_double(gate.to_vector()), u = to_double(up.to_vector());
+  const std::vector<double> d = to_double(dh.to_vector());
+  std::vector<double> rh(g.size());
+  for (size_t i = 0; i < g.size(); ++i) rh[i] = gelu_tanh(g[i]) * u[i];
+  EXPECT_TRUE(all_close(to_double(h.to_vector()), rh, {1e-6, 1e-5}));
+  test::expect_bf16_copy_of(h16, h, "h");
+  auto loss = [&] {
+    double l = 0;
+    for (size_t i = 0; i < g.size(); ++i) l += d[i] * gelu_tanh(g[i]) * u[i];
+    return l;
+  };
+  EXPECT_TRUE(all_close(to_double(dgate.to_vector()), test::numeric_gradient(&g, loss), {1e-5, 1e-4}));
+  EXPECT_TRUE(all_close(to_double(dup.to_vector()), test::numeric_gradient(&u, loss), {1e-5, 1e-4}));
+  Tensor wrong = random_tensor({T, F + 1}, 12);
+  test::expect_op_error([&] { geglu_forward(gate, wrong); }, ErrorCode::RUNTIME_INTERNAL, {"[geglu]"});
 }
 
 TEST(SwiGLU, ShapeMismatchIsAnInternalError) {

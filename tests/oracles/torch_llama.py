@@ -1,9 +1,16 @@
 #!/usr/bin/python3
 """Independent PyTorch oracle for the transformer (tests/model/parity_test.cpp).
 
-A plain-torch re-implementation of the Hugging Face Llama / Mistral / Qwen2 / Qwen3 forward pass
-(modeling_llama.py conventions: RMSNorm, rotate_half RoPE with optional llama3 scaling, grouped
-KV heads, SwiGLU MLP, q/k/v bias, per-head q/k norm, tied or untied LM head) plus PEFT-style
+A plain-torch re-implementation of the Hugging Face Llama / Mistral / Qwen2 / Qwen3 / Phi-3 /
+SmolLM3 forward pass (modeling_llama.py conventions: RMSNorm, rotate_half RoPE with optional llama3
+or linear scaling, grouped KV heads, SwiGLU MLP, q/k/v bias, per-head q/k norm, tied or untied LM
+head; modeling_phi3.py: fused qkv_proj / gate_up_proj as HF stores them, partial rotary, LongRoPE
+with its per-forward short/long choice and attention factor; modeling_smollm3.py: layers without
+RoPE), and of Gemma 2 / Gemma 3 (modeling_gemma2.py / modeling_gemma3.py, with "gemma" in the
+config: embeddings times sqrt(hidden_size) in the weights' dtype, RMSNorm times (1 + w),
+post-attention and pre/post feed-forward norms, GeGLU with gelu_pytorch_tanh, scale
+query_pre_attn_scalar^-1/2, sliding-window layers from layer_types, Gemma 3's local RoPE base,
+Gemma 2's attention and final soft-caps) plus PEFT-style
 LoRA (y = x W^T + b + scale * B(A(dropout(x))), dropout 0 here). It shares no code with the C++
 implementation. It runs in float64 so its numbers are a reference for the f32 C++ ones.
 
@@ -52,10 +59,38 @@ def load_spec(in_dir):
     return spec, tensors
 
 
-def rope_inv_freq(cfg):
-    d = cfg["head_dim"]
-    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, d, 2, dtype=DT) / d))
-    sc = cfg.get("rope_scaling")
+def rotary_dim(cfg):
+    """modeling_rope_utils: dim = int(head_dim * partial_rotary_factor)."""
+    return int(cfg["head_dim"] * cfg.get("partial_rotary_factor", 1.0))
+
+
+def longrope_attention_factor(cfg):
+    """_compute_longrope_parameters: with original_max_position_embeddings in the config the scale
+    is max_position_embeddings / original, else rope_scaling's factor; sqrt(1 + ln s / ln orig)."""
+    sc = cfg["rope_scaling"]
+    if cfg.get("original_max_position_embeddings"):
+        orig = cfg["original_max_position_embeddings"]
+        factor = cfg["max_position_embeddings"] / orig
+    else:
+        orig = cfg["max_position_embeddings"]
+        factor = sc.get("factor", 1.0)
+    if sc.get("attention_factor") is not None:
+        return sc["attention_factor"], orig
+    return (1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))), orig
+
+
+def rope_inv_freq(cfg, seq_len=0, theta=None, scaled=True):
+    d = rotary_dim(cfg)
+    base = theta or cfg["rope_theta"]
+    inv = 1.0 / (base ** (torch.arange(0, d, 2, dtype=DT) / d))
+    sc = cfg.get("rope_scaling") if scaled else None
+    if sc and sc.get("rope_type", sc.get("type")) == "longrope":
+        # longrope_frequency_update: long factors once max(position_ids) + 1 passes the original length
+        _, orig = longrope_attention_factor(cfg)
+        ext = sc["long_factor"] if seq_len > orig else sc["short_factor"]
+        inv = 1.0 / (torch.tensor(ext, dtype=DT) * base ** (torch.arange(0, d, 2, dtype=DT) / d))
+    if sc and sc.get("rope_type", sc.get("type")) == "linear":
+        inv = inv / sc["factor"]
     if sc and sc.get("rope_type", sc.get("type")) == "llama3":
         factor = sc["factor"]
         lo, hi = sc["low_freq_factor"], sc["high_freq_factor"]
@@ -75,9 +110,17 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def rms_norm(x, w, eps):
+def rms_norm(x, w, eps, offset=0.0):
     var = x.pow(2).mean(-1, keepdim=True)
-    return x * torch.rsqrt(var + eps) * w
+    return x * torch.rsqrt(var + eps) * (offset + w)
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3))))
+
+
+def softcap(x, cap):
+    return torch.tanh(x / cap) * cap if cap else x
 
 
 class Llama:
@@ -115,6 +158,8 @@ class Llama:
         T = tokens.shape[0]
         H, Hkv, d = c["num_heads"], c["num_kv_heads"], c["head_dim"]
         eps = c["rms_norm_eps"]
+        g = c.get("gemma")  # Gemma 2 / 3 settings, as config.json names them
+        off = 1.0 if g else 0.0  # Gemma's RMSNorm: x_normed * (1 + w)
         sample = torch.zeros(T, dtype=torch.long)
         for s in range(len(cu_seqlens) - 1):
             sample[cu_seqlens[s]:cu_seqlens[s + 1]] = s
@@ -122,42 +167,91 @@ class Llama:
         allowed = (sample[:, None] == sample[None, :]) & (idx[None, :] <= idx[:, None])
         windows = c.get("layer_windows") or [0] * c["num_layers"]
         scale = c.get("attention_scale") or 1.0 / math.sqrt(d)
-        softcap = c.get("attention_softcap") or 0.0
-        freqs = positions.to(DT)[:, None] * rope_inv_freq(c)[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+        attn_cap = c.get("attention_softcap") or 0.0
+        sc = c.get("rope_scaling")
+        # LongRoPE's attention factor multiplies cos and sin (1 for every other rope type).
+        af = longrope_attention_factor(c)[0] if sc and sc.get("rope_type", sc.get("type")) == "longrope" else 1.0
+        max_pos = int(positions.max()) + 1
+
+        def cos_sin(inv):
+            freqs = positions.to(DT)[:, None] * inv[None, :]
+            emb = torch.cat((freqs, freqs), dim=-1)
+            return emb.cos()[:, None, :] * af, emb.sin()[:, None, :] * af
+
+        rope_global = cos_sin(rope_inv_freq(c, max_pos))
+        rope_local = rope_global
+        if g:  # everything from config.json's keys, as modeling_gemma2/3 read them
+            if g.get("rope_local_base_freq"):  # Gemma 3: local layers use their own base, unscaled
+                rope_local = cos_sin(rope_inv_freq(c, max_pos, theta=g["rope_local_base_freq"], scaled=False))
+            scale = g["query_pre_attn_scalar"] ** -0.5
+            windows = [g["sliding_window"] if t == "sliding_attention" else 0 for t in g["layer_types"]]
+            attn_cap = g.get("attn_logit_softcapping") or 0.0
+        rot = rotary_dim(c)
+        # SmolLM3Config: no_rope_layers[l] = 1 where layer l uses RoPE; by default every
+        # no_rope_layer_interval-th layer has none.
+        uses_rope = c.get("no_rope_layers")
+        if uses_rope is None:
+            every = c.get("no_rope_layer_interval", 4) if c.get("model_type") == "smollm3" else 0
+            uses_rope = [int(every == 0 or (i + 1) % every != 0) for i in range(c["num_layers"])]
+
+        def rope(x, cs):  # modeling_phi3 apply_rotary_pos_emb: rotate the first `rot` dims, pass the rest
+            cos, sin = cs
+            xr, xp = x[..., :rot], x[..., rot:]
+            return torch.cat((xr * cos + rotate_half(xr) * sin, xp), dim=-1)
 
         x = w["model.embed_tokens.weight"][tokens]
+        if g:  # the normalizer in the weights' dtype (Gemma3TextScaledWordEmbedding, Gemma2Model)
+            x = x * torch.tensor(c["hidden_size"] ** 0.5, dtype=getattr(torch, g["torch_dtype"])).to(DT)
         for l in range(c["num_layers"]):
             p = "model.layers.%d" % l
-            xn = rms_norm(x, w[p + ".input_layernorm.weight"], eps)
-            q = self.linear(xn, p + ".self_attn", "q_proj").view(T, H, d)
-            k = self.linear(xn, p + ".self_attn", "k_proj").view(T, Hkv, d)
-            v = self.linear(xn, p + ".self_attn", "v_proj").view(T, Hkv, d)
+            xn = rms_norm(x, w[p + ".input_layernorm.weight"], eps, off)
+            if p + ".self_attn.qkv_proj.weight" in w:  # Phi-3: one qkv_proj, q rows then k then v
+                qkv = self.linear(xn, p + ".self_attn", "qkv_proj")
+                q = qkv[:, :H * d].reshape(T, H, d)
+                k = qkv[:, H * d:(H + Hkv) * d].reshape(T, Hkv, d)
+                v = qkv[:, (H + Hkv) * d:].reshape(T, Hkv, d)
+            else:
+                q = self.linear(xn, p + ".self_attn", "q_proj").view(T, H, d)
+                k = self.linear(xn, p + ".self_attn", "k_proj").view(T, Hkv, d)
+                v = self.linear(xn, p + ".self_attn", "v_proj").view(T, Hkv, d)
             if c["qk_norm"]:
-                q = rms_norm(q, w[p + ".self_attn.q_norm.weight"], eps)
-                k = rms_norm(k, w[p + ".self_attn.k_norm.weight"], eps)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+                q = rms_norm(q, w[p + ".self_attn.q_norm.weight"], eps, off)
+                k = rms_norm(k, w[p + ".self_attn.k_norm.weight"], eps, off)
+            if uses_rope[l]:
+                cs = rope_local if windows[l] else rope_global
+                q, k = rope(q, cs), rope(k, cs)
             rep = H // Hkv
             k = k.repeat_interleave(rep, dim=1)  # query head h reads kv head h // rep
             v = v.repeat_interleave(rep, dim=1)
-            scores = torch.einsum("thd,shd->hts", q, k) * scale
-            if softcap:
-                scores = torch.tanh(scores / softcap) * softcap
+            scores = softcap(torch.einsum("thd,shd->hts", q, k) * scale, attn_cap)
             mask = allowed
-            if windows[l]:
+            if windows[l]:  # sliding window: key s visible from query t when s > t - window
                 mask = allowed & (idx[None, :] > idx[:, None] - windows[l])
             scores = scores.masked_fill(~mask[None], float("-inf"))
             attn = torch.einsum("hts,shd->thd", torch.softmax(scores, dim=-1), v).reshape(T, H * d)
-            h = x + self.linear(attn, p + ".self_attn", "o_proj")
-            hn = rms_norm(h, w[p + ".post_attention_layernorm.weight"], eps)
-            gate = self.linear(hn, p + ".mlp", "gate_proj")
-            up = self.linear(hn, p + ".mlp", "up_proj")
-            x = h + self.linear(torch.nn.functional.silu(gate) * up, p + ".mlp", "down_proj")
-        x = rms_norm(x, w["model.norm.weight"], eps)
+            o = self.linear(attn, p + ".self_attn", "o_proj")
+            if g:
+                h = x + rms_norm(o, w[p + ".post_attention_layernorm.weight"], eps, off)
+                hn = rms_norm(h, w[p + ".pre_feedforward_layernorm.weight"], eps, off)
+            else:
+                h = x + o
+                hn = rms_norm(h, w[p + ".post_attention_layernorm.weight"], eps)
+            if p + ".mlp.gate_up_proj.weight" in w:  # Phi-3: gate_up_proj chunked, gate first
+                gate, up = self.linear(hn, p + ".mlp", "gate_up_proj").chunk(2, dim=-1)
+            else:
+                gate = self.linear(hn, p + ".mlp", "gate_proj")
+                up = self.linear(hn, p + ".mlp", "up_proj")
+            act = gelu_tanh(gate) if g else torch.nn.functional.silu(gate)
+            mlp = self.linear(act * up, p + ".mlp", "down_proj")
+            if g:
+                mlp = rms_norm(mlp, w[p + ".post_feedforward_layernorm.weight"], eps, off)
+            x = h + mlp
+        x = rms_norm(x, w["model.norm.weight"], eps, off)
         head = w["model.embed_tokens.weight"] if c["tie_word_embeddings"] else w["lm_head.weight"]
-        return x @ head.T
+        logits = x @ head.T
+        if g:
+            logits = softcap(logits, g.get("final_logit_softcapping"))
+        return logits
 
 
 def loss_of(model, batch):

@@ -223,3 +223,63 @@ TEST(JinjaPythonParity, RealTemplatesRenderAsJinja2) {
 
 }  // namespace
 }  // namespace bp::test
+
+namespace bp::test {
+
+// Issue 42: Phi-4-mini's and SmolLM3's real chat templates (tests/text/data/templates/README.md)
+// render as Jinja2 renders them: plain chats with and without a system message and the generation
+// prompt, Phi-4-mini's tools string on the system message (and a null content, which Jinja2 refuses
+// to concatenate), SmolLM3's reasoning switches (enable_thinking, /no_think and /think in the system
+// message, /system_override), its xml_tools and python_tools lists and a tool result.
+TEST(JinjaPythonParity, Phi4MiniAndSmolLM3RenderAsJinja2) {
+  const auto m = [](const char* role, const json& content) { return json{{"role", role}, {"content", content}}; };
+  const json chat = json::array({m("user", "Hi"), m("assistant", "\nHello!"), m("user", "And now?")});
+  json with_system = chat;
+  with_system.insert(with_system.begin(), m("system", "Be brief."));
+  const json tool = {{"name", "get_weather"}, {"parameters", {{"city", {{"type", "string"}}}}}};
+  std::vector<Snippet> cases;
+  const std::string phi = read_text_file(template_path("phi4-mini"));
+  const std::string smol = read_text_file(template_path("smollm3"));
+  ASSERT_FALSE(phi.empty());
+  ASSERT_FALSE(smol.empty());
+  for (const std::string* t : {&phi, &smol})
+    for (const json& msgs : {chat, with_system})
+      for (bool gen : {false, true})
+        cases.push_back({*t, {{"messages", msgs}, {"add_generation_prompt", gen}, {"eos_token", "<|endoftext|>"}}});
+  json phi_tools = with_system;
+  phi_tools[0]["tools"] = json::array({tool}).dump();
+  cases.push_back({phi, {{"messages", phi_tools}, {"add_generation_prompt", true}, {"eos_token", "<|endoftext|>"}}});
+  cases.push_back({phi, {{"messages", json::array({m("user", "Hi"), m("assistant", nullptr)})}}});
+  for (const char* sys : {"Be brief. /no_think", "Think. /think", "Only this. /system_override"}) {
+    json msgs = chat;
+    msgs.insert(msgs.begin(), m("system", sys));
+    cases.push_back({smol, {{"messages", msgs}, {"add_generation_prompt", true}}});
+  }
+  cases.push_back({smol, {{"messages", with_system}, {"enable_thinking", false}, {"add_generation_prompt", true}}});
+  json with_tool = chat;
+  with_tool.push_back(m("tool", "{\"temp\": 3}"));
+  cases.push_back({smol,
+                   {{"messages", with_tool},
+                    {"xml_tools", json::array({tool})},
+                    {"python_tools", json::array({tool, tool})},
+                    {"add_generation_prompt", true}}});
+  expect_as_jinja2(cases);
+}
+
+namespace {
+
+// Gemma has no system role: Gemma 3's template folds a system message into the first user turn
+// (the text is kept, as Jinja2 renders it), Gemma 2's refuses it (raises in both): never dropped.
+TEST(JinjaPythonParity, GemmaFoldsOrRefusesTheSystemPromptNeverDropsIt) {
+  const json conv = json::array({message("system", "Be brief."), message("user", "Hi")});
+  const json ctx{{"messages", conv}, {"add_generation_prompt", true}, {"bos_token", "<bos>"}, {"eos_token", "<eos>"}};
+  const std::string g3 = read_text_file(template_path("gemma3")), g2 = read_text_file(template_path("gemma2"));
+  expect_as_jinja2({{g3, ctx}, {g2, ctx}});
+  const json got = render_with_ours(g3, ctx);
+  ASSERT_TRUE(got["ok"].get<bool>()) << got.dump();
+  EXPECT_EQ(got["text"], "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_FALSE(render_with_ours(g2, ctx)["ok"].get<bool>());
+}
+
+}  // namespace
+}  // namespace bp::test

@@ -491,3 +491,40 @@ TEST(Estimate, BadSettingsAreErrorsWithTheValue) {
 
 }  // namespace
 }  // namespace bp::test
+
+namespace bp::test {
+
+// Phi-4-mini (microsoft/Phi-4-mini-instruct's config.json sizes): 3,836,021,760 parameters with its
+// fused qkv_proj and gate_up_proj; LoRA r = 16 on PEFT's fused modules has one A per module:
+// per layer 16·(3072 + 5120) + 16·(3072 + 3072) + 16·(3072 + 16384) + 16·(8192 + 3072) = 720,896,
+// 23,068,672 in 32 layers (per projection, as a Llama of these sizes, it would be 27,787,264).
+TEST(Estimate, Phi4MiniLoraOnTheFusedModules) {
+  nlohmann::json j = llama_json(200064, 3072, 8192, 32, 24, 8, true);
+  j["architectures"] = {"Phi3ForCausalLM"};
+  j["model_type"] = "phi3";
+  j["partial_rotary_factor"] = 0.75;
+  j["max_position_embeddings"] = 131072;
+  j["original_max_position_embeddings"] = 4096;
+  j["rope_scaling"] = {{"type", "longrope"},
+                       {"short_factor", std::vector<double>(48, 1.0)},
+                       {"long_factor", std::vector<double>(48, 2.0)}};
+  TempDir dir;
+  const ModelConfig cfg = config_from_json(dir, j);
+  EstimateRequest r;
+  r.lora.r = 16;
+  r.lora.target_modules = {"all-linear"};  // the setting's default (LoraConfig's own lists q_proj, ...)
+  r.batch_size = 2;
+  r.max_seq_length = 512;
+  r.limit_bytes = size_t{80} << 30;
+  const Estimate e = estimate_memory(cfg, r);
+  EXPECT_EQ(e.base_parameters, 3836021760);
+  EXPECT_EQ(e.plan.trainable_parameters, 23068672);
+  EXPECT_EQ(e.request.lora.resolved_targets(),
+            (std::vector<std::string>{"qkv_proj", "o_proj", "gate_up_proj", "down_proj"}));
+  r.lora.target_modules = {"qkv_proj"};
+  EXPECT_EQ(estimate_memory(cfg, r).plan.trainable_parameters, 32 * 16 * (3072 + 5120));
+  r.lora.target_modules = {"q_proj", "v_proj"};  // no such modules in Phi-3: refused as training refuses them
+  EXPECT_THROW(estimate_memory(cfg, r), Error);
+}
+
+}  // namespace bp::test

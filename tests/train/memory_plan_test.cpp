@@ -1,7 +1,8 @@
 // The memory plan against the CPU allocator's measured peak of a real forward_backward, for
-// several sizes, LoRA/full, checkpointing on/off, dropout, q/k norm and a sliding window; and the largest
-// micro-batch that fits a limit, checked by running it under that limit. SFT samples (prompts
-// without loss) need logits rows only for their answers, and the plan counts exactly those.
+// several sizes, LoRA/full, checkpointing on/off, dropout, q/k norm, a sliding window, Gemma, DoRA
+// and PiSSA; and the largest micro-batch that fits a limit, checked by running it under that limit.
+// SFT samples (prompts without loss) need logits rows only for their answers, and the plan counts
+// exactly those.
 #include "train/memory_plan.h"
 
 #include <gtest/gtest.h>
@@ -37,9 +38,17 @@ std::vector<PlanCase> plan_cases() {
   wide.head_dim = 8, wide.tied = false;
   TinySpec qwen3 = wide;
   qwen3.arch = Arch::Qwen3, qwen3.qk_norm = true, qwen3.bias = false, qwen3.layers = 2, qwen3.head_dim = 16;
+  // Phi-3: LoRA on the fused modules (one A per module, B [Σout, r]: model/lora.h), partial rotary.
+  TinySpec phi3 = wide;
+  phi3.arch = Arch::Phi3;
+  phi3.hf = {{"partial_rotary_factor", 0.5}};
+  TinySpec gemma3 = wide;  // sandwich norms, (1 + w), GeGLU, q/k norms, sliding windows
+  gemma3.arch = Arch::Gemma3, gemma3.layers = 2, gemma3.head_dim = 16, gemma3.sliding_window = 16;
   TinySpec mistral = wide;  // a sliding window on every layer: the attention scratch the window bounds
   mistral.arch = Arch::Mistral, mistral.sliding_window = 8;
   return {
+      {"phi3_lora_ckpt_dropout", phi3, TrainMode::Lora, true, 110, 0.1f},
+      {"phi3_lora_nockpt_qkv_down", phi3, TrainMode::Lora, false, 100, 0.0f, {"qkv_proj", "down_proj"}},
       {"mistral_window_full_nockpt", mistral, TrainMode::Full, false, 150},
       {"small_lora_ckpt", small, TrainMode::Lora, true, 40},
       {"small_full_nockpt", small, TrainMode::Full, false, 40},
@@ -49,9 +58,12 @@ std::vector<PlanCase> plan_cases() {
       {"wide_full_nockpt", wide, TrainMode::Full, false, 100},
       {"qwen3_lora_ckpt_dropout", qwen3, TrainMode::Lora, true, 110, 0.2f},
       {"qwen3_full_nockpt", qwen3, TrainMode::Full, false, 90},
+      {"gemma3_lora_ckpt", gemma3, TrainMode::Lora, true, 110},
+      {"gemma3_full_nockpt", gemma3, TrainMode::Full, false, 90},
       {"wide_dora_ckpt", wide, TrainMode::Lora, true, 120, 0.0f, {"all-linear"}, 64, true},
       {"qwen3_dora_nockpt", qwen3, TrainMode::Lora, false, 90, 0.0f, {"q_proj", "up_proj", "down_proj"}, 64, true},
       {"small_pissa_nockpt", small, TrainMode::Lora, false, 40, 0.0f, {"q_proj", "down_proj"}, 64, false, true},
+      {"gemma3_dora_nockpt", gemma3, TrainMode::Lora, false, 110, 0.0f, {"all-linear"}, 64, true},
   };
 }
 

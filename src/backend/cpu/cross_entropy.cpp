@@ -8,6 +8,9 @@
 //      with gradients the row becomes grad_scale·(softmax − onehot) in place (zero if ignored)
 //   3. dx_w = G · W  (sgemm, beta 0)   and   dW += Gᵀ · x_w  (sgemm, beta 1)
 // The per-row losses are summed in row order in double, so results do not depend on threads.
+// Final logit soft-capping (Gemma 2, softcap > 0): step 2 first turns each row l into
+// c = softcap·tanh(l/softcap) and keeps its tanh, then multiplies the gradient row by
+// dc/dl = 1 − tanh² (the row's copy of the tanh: V floats per row, on the stack of its task).
 #include "backend/cpu/cross_entropy.h"
 
 #include <algorithm>
@@ -61,7 +64,7 @@ int64_t cross_entropy_max_window(const int32_t* labels, int64_t T, int64_t chunk
 
 CrossEntropyTotals linear_cross_entropy(const float* x, const HeldMatrix& Wm, const int32_t* labels, int64_t T,
                                         int64_t D, int64_t V, int64_t chunk, float* logits, float grad_scale, float* dx,
-                                        float* dW) {
+                                        float* dW, float softcap) {
   CrossEntropyTotals totals;
   const bool make_grad = dx != nullptr || dW != nullptr;
   std::vector<double> row_loss(static_cast<size_t>(std::min(chunk, T)));
@@ -85,8 +88,20 @@ CrossEntropyTotals linear_cross_entropy(const float* x, const HeldMatrix& Wm, co
     else
       sgemm(false, true, c, V, D, 1.0f, xw, D, W, D, 0.0f, logits, V);
 #pragma omp parallel for schedule(static) if (c * V >= (int64_t{1} << 16))
-    for (int64_t i = 0; i < c; ++i)
-      row_loss[static_cast<size_t>(i)] = softmax_row(kern, logits + i * V, V, labels[begin + i], grad_scale, make_grad);
+    for (int64_t i = 0; i < c; ++i) {
+      float* row = logits + i * V;
+      std::vector<float> th;  // softcap: the row's tanh(l/softcap)
+      if (softcap > 0.0f) {
+        th.resize(static_cast<size_t>(V));
+        for (int64_t j = 0; j < V; ++j) {
+          th[static_cast<size_t>(j)] = std::tanh(row[j] / softcap);
+          row[j] = softcap * th[static_cast<size_t>(j)];
+        }
+      }
+      row_loss[static_cast<size_t>(i)] = softmax_row(kern, row, V, labels[begin + i], grad_scale, make_grad);
+      if (make_grad && softcap > 0.0f)
+        for (int64_t j = 0; j < V; ++j) row[j] *= 1.0f - th[static_cast<size_t>(j)] * th[static_cast<size_t>(j)];
+    }
     for (int64_t i = 0; i < c; ++i) {
       totals.loss_sum += row_loss[static_cast<size_t>(i)];
       totals.n_counted += labels[begin + i] >= 0 ? 1 : 0;

@@ -23,7 +23,7 @@ struct CrossEntropyTotals {
 // non-null it gets grad_scale·(softmax − onehot)ᵀ·x added.
 CrossEntropyTotals linear_cross_entropy(const float* x, const HeldMatrix& W, const int32_t* labels, int64_t T,
                                         int64_t D, int64_t V, int64_t chunk, float* logits_chunk, float grad_scale,
-                                        float* dx, float* dW);
+                                        float* dx, float* dW, float softcap = 0.0f);
 
 // The rows the kernel computes logits for come in windows: from token t, skip ignored labels to
 // `begin`, then take at most `chunk` rows trimmed after their last labelled one, [begin, end).

@@ -16,9 +16,9 @@ namespace bp::cpu {
 
 namespace {
 // One head's pairs (lo[i], lo[i + half]) rotated in place; kBias: bias added first (the branch
-// outside the vector loop).
+// outside the vector loop). half = rot_dim/2; the dims from rot_dim to head_dim pass through.
 template <bool kBias>
-void rotate_head(float* lo, const float* bias, const float* cos_v, const float* sin_v, int64_t half) {
+void rotate_head(float* lo, const float* bias, const float* cos_v, const float* sin_v, int64_t half, int64_t head_dim) {
   float* hi = lo + half;
 #pragma omp simd
   for (int64_t i = 0; i < half; ++i) {
@@ -27,25 +27,28 @@ void rotate_head(float* lo, const float* bias, const float* cos_v, const float* 
     lo[i] = a * c - b * s;
     hi[i] = b * c + a * s;
   }
+  if (kBias)
+    for (int64_t i = 2 * half; i < head_dim; ++i) lo[i] += bias[i];
 }
 
 // One token's row of `t`: every head (+ its bias) rotated by the token's cos/sin, then its bf16 copy.
-void rotate_row(const RopeTarget& t, int64_t token, const float* cos_v, const float* sin_v, int64_t head_dim) {
-  const int64_t half = head_dim / 2, width = t.n_heads * head_dim;
+void rotate_row(const RopeTarget& t, int64_t token, const float* cos_v, const float* sin_v, int64_t head_dim,
+                int64_t half) {
+  const int64_t width = t.n_heads * head_dim;
   float* row = t.x + token * width;
   for (int64_t h = 0; h < t.n_heads; ++h) {
     if (t.bias)
-      rotate_head<true>(row + h * head_dim, t.bias + h * head_dim, cos_v, sin_v, half);
+      rotate_head<true>(row + h * head_dim, t.bias + h * head_dim, cos_v, sin_v, half, head_dim);
     else
-      rotate_head<false>(row + h * head_dim, nullptr, cos_v, sin_v, half);
+      rotate_head<false>(row + h * head_dim, nullptr, cos_v, sin_v, half, head_dim);
   }
   if (t.x_bf16) round_to_bf16_serial(row, t.x_bf16 + token * width, width);
 }
 }  // namespace
 
 void rope_apply(RopeTarget a, RopeTarget b, const int32_t* positions, const float* inv_freq, int64_t T,
-                int64_t head_dim, bool inverse) {
-  const int64_t half = head_dim / 2;
+                int64_t head_dim, int64_t rot_dim, float attn_scale, bool inverse) {
+  const int64_t half = rot_dim / 2;
   const float sign = inverse ? -1.0f : 1.0f;
   const int64_t heads = a.n_heads + (b.x ? b.n_heads : 0);
 #pragma omp parallel if (T * heads * head_dim >= (1 << 14))
@@ -56,11 +59,12 @@ void rope_apply(RopeTarget a, RopeTarget b, const int32_t* positions, const floa
       const float pos = static_cast<float>(positions[t]);
       for (int64_t i = 0; i < half; ++i) {
         const float angle = pos * inv_freq[i];
-        cos_v[static_cast<size_t>(i)] = static_cast<float>(std::cos(static_cast<double>(angle)));
-        sin_v[static_cast<size_t>(i)] = sign * static_cast<float>(std::sin(static_cast<double>(angle)));
+        // HF: cos(angle) in f32, then · attention_scaling (f32)
+        cos_v[static_cast<size_t>(i)] = static_cast<float>(std::cos(static_cast<double>(angle))) * attn_scale;
+        sin_v[static_cast<size_t>(i)] = sign * (static_cast<float>(std::sin(static_cast<double>(angle))) * attn_scale);
       }
-      rotate_row(a, t, cos_v.data(), sin_v.data(), head_dim);
-      if (b.x) rotate_row(b, t, cos_v.data(), sin_v.data(), head_dim);
+      rotate_row(a, t, cos_v.data(), sin_v.data(), head_dim, half);
+      if (b.x) rotate_row(b, t, cos_v.data(), sin_v.data(), head_dim, half);
     }
   }
 }

@@ -20,8 +20,10 @@ struct RopeTarget {
 // Rotates every head of every token of `a` and of `b` (b.x null: none; q and k of one attention
 // share the positions, so one call serves both, each token's angles computed once) in place by angle
 // pos·inv_freq[i]; `inverse` rotates by the negative angle (the backward: the rotation is
-// orthogonal, its transpose is its inverse).
+// orthogonal, its transpose is its inverse). Only the first rot_dim dims of each head rotate (pairs
+// (i, i + rot_dim/2), inv_freq [rot_dim/2]); the others pass through (bias added, bf16 copy
+// written). cos and sin are multiplied by attn_scale (LongRoPE's attention factor; 1 otherwise).
 void rope_apply(RopeTarget a, RopeTarget b, const int32_t* positions, const float* inv_freq, int64_t T,
-                int64_t head_dim, bool inverse);
+                int64_t head_dim, int64_t rot_dim, float attn_scale, bool inverse);
 
 }  // namespace bp::cpu

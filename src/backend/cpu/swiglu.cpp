@@ -8,6 +8,7 @@
 #include "backend/cpu/swiglu.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "backend/cpu/elementwise.h"      // round_to_bf16_serial
 #include "backend/cpu/kernel_variants.h"  // the vectorised loops, per instruction set
@@ -18,32 +19,59 @@ namespace {
 constexpr int64_t kParallelMin = 1 << 14;
 constexpr int64_t kChunk = 1 << 12;  // elements per parallel task (elementwise: any split gives the same values)
 
+// fn(begin, length) over [0, n) in chunks of kChunk, in parallel above kParallelMin elements.
+template <class Fn>
+void for_chunks(int64_t n, Fn&& fn) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t c = 0; c < chunks; ++c) fn(c * kChunk, std::min(kChunk, n - c * kChunk));
+}
+
+constexpr float kGeluK = 0.7978845608028654f, kGeluA = 0.044715f;  // sqrt(2/π), the cubic's coefficient
+
 }  // namespace
 
 void swiglu_forward(const float* gate, const float* up, float* h, uint16_t* h_bf16, int64_t n) {
   const KernelTable& kern = cpu_kernels();
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t b = c * kChunk;
-    const int64_t len = std::min(kChunk, n - b);
+  for_chunks(n, [&](int64_t b, int64_t len) {
     kern.swiglu_forward(gate + b, up + b, h + b, len);
     if (h_bf16) round_to_bf16_serial(h + b, h_bf16 + b, len);  // the chunk's copy while it is in cache
-  }
+  });
 }
 
 void swiglu_backward(const float* dh, const float* gate, const float* up, float* dgate, float* dup,
                      uint16_t* dgate_bf16, uint16_t* dup_bf16, int64_t n) {
   const KernelTable& kern = cpu_kernels();
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t b = c * kChunk;
-    const int64_t len = std::min(kChunk, n - b);
+  for_chunks(n, [&](int64_t b, int64_t len) {
     kern.swiglu_backward(dh + b, gate + b, up + b, dgate + b, dup + b, len);
     if (dgate_bf16) round_to_bf16_serial(dgate + b, dgate_bf16 + b, len);
     if (dup_bf16) round_to_bf16_serial(dup + b, dup_bf16 + b, len);
-  }
+  });
+}
+
+void geglu_forward(const float* gate, const float* up, float* h, uint16_t* h_bf16, int64_t n) {
+  for_chunks(n, [&](int64_t b, int64_t len) {
+    for (int64_t i = b; i < b + len; ++i) {
+      const float g = gate[i];
+      h[i] = 0.5f * g * (1.0f + std::tanh(kGeluK * (g + kGeluA * g * g * g))) * up[i];
+    }
+    if (h_bf16) round_to_bf16_serial(h + b, h_bf16 + b, len);
+  });
+}
+
+void geglu_backward(const float* dh, const float* gate, const float* up, float* dgate, float* dup, uint16_t* dgate_bf16,
+                    uint16_t* dup_bf16, int64_t n) {
+  for_chunks(n, [&](int64_t b, int64_t len) {
+    for (int64_t i = b; i < b + len; ++i) {
+      const float g = gate[i], u = up[i], d = dh[i];
+      const float t = std::tanh(kGeluK * (g + kGeluA * g * g * g));
+      const float dact = 0.5f * (1.0f + t) + 0.5f * g * (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluA * g * g);
+      dgate[i] = d * u * dact;
+      dup[i] = d * 0.5f * g * (1.0f + t);
+    }
+    if (dgate_bf16) round_to_bf16_serial(dgate + b, dgate_bf16 + b, len);
+    if (dup_bf16) round_to_bf16_serial(dup + b, dup_bf16 + b, len);
+  });
 }
 
 }  // namespace bp::cpu

@@ -5,6 +5,8 @@
 //   1. logits[c, V] (f32) = x_w · Wᵀ                      GEMM (cuBLASLt), f32 accumulation
 //   2. one block per row: max, Σ exp(l − max) (block reductions, f32), loss = lse − l[label];
 //      grad row = grad_scale·(softmax − onehot) stored as T (zero for ignored rows)
+//      softcap > 0 (Gemma 2's final_logit_softcapping): the row's logits l are c = softcap·tanh(l/softcap)
+//      (recomputed from l in each pass) and the gradient row is multiplied by 1 − tanh²
 //   3. dx_w = G · W (GEMM, beta 0),  dW += Gᵀ · x_w (GEMM, beta 1)
 // Logits stay f32 (a softmax over ~150k classes in bf16 loses the small probabilities); the
 // gradient G is stored as T because both backward GEMMs read it beside a T operand (cuBLASLt
@@ -54,7 +56,7 @@ constexpr gemm::DType gemm_type_of() {
 
 template <class T>
 __global__ void softmax_cross_entropy_kernel(const float* logits, const int32_t* labels, int64_t V, float grad_scale,
-                                             T* grad, float* row_loss) {
+                                             T* grad, float* row_loss, float softcap) {
   __shared__ float scratch[32];
   const float* row = logits + blockIdx.x * V;
   const int32_t label = labels[blockIdx.x];
@@ -65,17 +67,22 @@ __global__ void softmax_cross_entropy_kernel(const float* logits, const int32_t*
     if (threadIdx.x == 0) row_loss[blockIdx.x] = 0.0f;
     return;
   }
+  auto logit = [&](int64_t i) { return softcap > 0.0f ? softcap * tanhf(row[i] / softcap) : row[i]; };
   float mx = -INFINITY;
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, row[i]);
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, logit(i));
   mx = block_max(mx, scratch);
   float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) sum += expf(row[i] - mx);
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) sum += expf(logit(i) - mx);
   sum = block_sum(sum, scratch);
-  if (threadIdx.x == 0) row_loss[blockIdx.x] = mx + logf(sum) - row[label];
+  if (threadIdx.x == 0) row_loss[blockIdx.x] = mx + logf(sum) - logit(label);
   if (grow) {
     const float scale = grad_scale / sum;
-    for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
-      grow[i] = store_from_f32<T>(expf(row[i] - mx) * scale - (i == label ? grad_scale : 0.0f));
+    for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+      const float l = logit(i);
+      float g = expf(l - mx) * scale - (i == label ? grad_scale : 0.0f);
+      if (softcap > 0.0f) g *= 1.0f - (l / softcap) * (l / softcap);
+      grow[i] = store_from_f32<T>(g);
+    }
   }
 }
 
@@ -85,7 +92,7 @@ template <class T, class LogitsFn, class DxFn>
 CrossEntropyResult cross_entropy_windows(const T* x, const int32_t* labels, const int32_t* labels_host,
                                          int64_t T_tokens, int64_t D, int64_t V, int64_t chunk, void* workspace,
                                          float grad_scale, T* dx, float* dW, gemm::Workspace gemm_workspace,
-                                         cudaStream_t stream, LogitsFn&& logits_of, DxFn&& dx_of) {
+                                         cudaStream_t stream, float softcap, LogitsFn&& logits_of, DxFn&& dx_of) {
   CrossEntropyResult result;
   float* logits = static_cast<float*>(workspace);
   T* grad = reinterpret_cast<T*>(logits + chunk * V);
@@ -104,7 +111,7 @@ CrossEntropyResult cross_entropy_windows(const T* x, const int32_t* labels, cons
     }
     logits_of(x + t0 * D, c, logits);
     BP_LAUNCH(static_cast<unsigned>(c), 256, 0, stream, softmax_cross_entropy_kernel<T>)
-    (logits, labels + t0, V, grad_scale, make_grad ? grad : nullptr, row_loss);
+    (logits, labels + t0, V, grad_scale, make_grad ? grad : nullptr, row_loss, softcap);
     if (dx) dx_of(static_cast<const T*>(grad), c, dx + t0 * D);
     if (dW)
       gemm(gemm::linear_dW_gemm(c, D, V, gemm_type_of<T>()), x + t0 * D, grad, dW, gemm_workspace.ptr,
@@ -124,11 +131,11 @@ template <class T>
 CrossEntropyResult linear_cross_entropy(const T* x, const T* W, const int32_t* labels, const int32_t* labels_host,
                                         int64_t T_tokens, int64_t D, int64_t V, int64_t chunk, void* workspace,
                                         float grad_scale, T* dx, float* dW, gemm::Workspace gemm_workspace,
-                                        cudaStream_t stream = nullptr) {
+                                        cudaStream_t stream = nullptr, float softcap = 0.0f) {
   constexpr auto tt = gemm_type_of<T>();
   const gemm::Workspace& ws = gemm_workspace;
   return cross_entropy_windows<T>(
-      x, labels, labels_host, T_tokens, D, V, chunk, workspace, grad_scale, dx, dW, ws, stream,
+      x, labels, labels_host, T_tokens, D, V, chunk, workspace, grad_scale, dx, dW, ws, stream, softcap,
       [&](const T* xw, int64_t c, float* logits) {
         gemm(gemm::linear_forward_gemm(c, D, V, tt, gemm::DType::F32), W, xw, logits, ws.ptr, ws.bytes, stream);
       },
@@ -149,7 +156,7 @@ BP_HOST_FN CrossEntropyResult linear_cross_entropy_held(const float* x, DType w_
                                                         int64_t T_tokens, int64_t D, int64_t V, int64_t chunk,
                                                         int64_t panel_rows, void* workspace, float grad_scale,
                                                         float* dx, gemm::Workspace gemm_workspace,
-                                                        cudaStream_t stream = nullptr) {
+                                                        cudaStream_t stream = nullptr, float softcap = 0.0f) {
   const gemm::Workspace& ws = gemm_workspace;
   float* panel =
       reinterpret_cast<float*>(static_cast<char*>(workspace) + cross_entropy_workspace_bytes<float>(chunk, V));
@@ -161,7 +168,7 @@ BP_HOST_FN CrossEntropyResult linear_cross_entropy_held(const float* x, DType w_
     }
   };
   return cross_entropy_windows<float>(
-      x, labels, labels_host, T_tokens, D, V, chunk, workspace, grad_scale, dx, nullptr, ws, stream,
+      x, labels, labels_host, T_tokens, D, V, chunk, workspace, grad_scale, dx, nullptr, ws, stream, softcap,
       [&](const float* xw, int64_t c, float* logits) {  // logits[:, v0 .. v0 + nb) = x_w · panelᵀ
         for_each_panel([&](int64_t v0, int64_t nb) {
           gemm(gemm::row_major_gemm(false, true, c, nb, D, 1.0f, D, D, 0.0f, V), panel, xw, logits + v0, ws.ptr,

@@ -36,9 +36,14 @@ template <class T>
 void swiglu_backward(const T* dh, const T* gate, const T* up, T* dgate, T* dup, bf16* dgate16, bf16* dup16, int64_t n,
                      cudaStream_t stream);
 template <class T>
+void geglu_forward(const T* gate, const T* up, T* h, bf16* h16, int64_t n, cudaStream_t stream);
+template <class T>
+void geglu_backward(const T* dh, const T* gate, const T* up, T* dgate, T* dup, bf16* dgate16, bf16* dup16, int64_t n,
+                    cudaStream_t stream);
+template <class T>
 void rope_apply(T* a, int64_t a_heads, bf16* a16, const float* a_bias, T* b, int64_t b_heads, bf16* b16,
                 const float* b_bias, const int32_t* positions, const float* inv_freq, int64_t T_tokens,
-                int64_t head_dim, bool inverse, cudaStream_t stream);
+                int64_t head_dim, int64_t rot_dim, float attn_scale, bool inverse, cudaStream_t stream);
 template <class T>
 void embedding_forward(const int32_t* ids, const T* table, T* y, int64_t T_tokens, int64_t D, cudaStream_t stream);
 template <class T>
@@ -112,14 +117,15 @@ template <class T>
 CrossEntropyResult linear_cross_entropy(const T* x, const T* W, const int32_t* labels, const int32_t* labels_host,
                                         int64_t T_tokens, int64_t D, int64_t V, int64_t chunk, void* workspace,
                                         float grad_scale, T* dx, float* dW, gemm::Workspace gemm_workspace,
-                                        cudaStream_t stream);
+                                        cudaStream_t stream, float softcap);
 // The same with a frozen head held in w_type (dequantize_supported), f32 activations, W dequantized
 // in panels of panel_rows rows inside the GEMMs; no dW (a held weight gets no gradient).
 size_t cross_entropy_held_workspace_bytes(int64_t chunk, int64_t V, int64_t D, int64_t panel_rows);
 CrossEntropyResult linear_cross_entropy_held(const float* x, DType w_type, const void* W, const int32_t* labels,
                                              const int32_t* labels_host, int64_t T_tokens, int64_t D, int64_t V,
                                              int64_t chunk, int64_t panel_rows, void* workspace, float grad_scale,
-                                             float* dx, gemm::Workspace gemm_workspace, cudaStream_t stream);
+                                             float* dx, gemm::Workspace gemm_workspace, cudaStream_t stream,
+                                             float softcap);
 
 // Causal grouped-query attention over packed samples (attention.cuh; contract ops/attention.h,
 // same layouts and AttentionDims as cpu::attention_forward/backward). q, o, dout, dq [T, Hq·d],

@@ -261,7 +261,7 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   static cpu::CrossEntropyTotals linear_cross_entropy(const float* x, const cpu::HeldMatrix& W, const int32_t* labels,
                                                       int64_t T, int64_t D, int64_t V, int64_t chunk,
                                                       float* /*logits_chunk: the workspace below holds them*/,
-                                                      float grad_scale, float* dx, float* dW) {
+                                                      float grad_scale, float* dx, float* dW, float softcap) {
     if (!::bp::BP_WRAP_NS::dequantize_supported(W.type)) held_type_unavailable("linear_cross_entropy", W.type);
     if (T == 0) return {};
     // The windows are chosen on the host: from the labels' host copy when the uploader kept one
@@ -283,18 +283,18 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
                         " on a card whose GEMMs take f16: only f32 heads and bf16 ones on a bf16 card get a gradient");
       const int64_t panel_rows = cuda_workspace::held_panel_rows(V, D);
       DeviceBuffer workspace(cross_entropy_held_workspace_bytes(c, V, D, panel_rows));
-      const auto r =
-          ::bp::BP_WRAP_NS::linear_cross_entropy_held(x, W.type, W.data, labels, labels_host, T, D, V, c, panel_rows,
-                                                      workspace.as<void>(), grad_scale, dx, gemm_workspace(), nullptr);
+      const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy_held(x, W.type, W.data, labels, labels_host, T, D, V, c,
+                                                                 panel_rows, workspace.as<void>(), grad_scale, dx,
+                                                                 gemm_workspace(), nullptr, softcap);
       check_launch("linear_cross_entropy (held head)");
       return {r.loss_sum, r.n_counted};
     }
     if (W.type == DType::BF16)
-      return bf16_head_cross_entropy(x, W, labels, labels_host, T, D, V, c, grad_scale, dx, dW);
+      return bf16_head_cross_entropy(x, W, labels, labels_host, T, D, V, c, grad_scale, dx, dW, softcap);
     DeviceBuffer workspace(cross_entropy_workspace_bytes<float>(c, V));
-    const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy<float>(x, static_cast<const float*>(W.data), labels,
-                                                                 labels_host, T, D, V, c, workspace.as<void>(),
-                                                                 grad_scale, dx, dW, gemm_workspace(), nullptr);
+    const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy<float>(
+        x, static_cast<const float*>(W.data), labels, labels_host, T, D, V, c, workspace.as<void>(), grad_scale, dx, dW,
+        gemm_workspace(), nullptr, softcap);
     check_launch("linear_cross_entropy");
     return {r.loss_sum, r.n_counted};
   }
@@ -428,7 +428,7 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   // its launch arguments (rope.cuh RopeFreqs): no copy, no device buffer. Heads wider than the
   // attention kernels take (which bound RopeFreqs) are refused like there. a and b (q and k): one launch.
   static void rope_apply(cpu::RopeTarget a, cpu::RopeTarget b, const int32_t* positions, const float* inv_freq,
-                         int64_t T, int64_t head_dim, bool inverse) {
+                         int64_t T, int64_t head_dim, int64_t rot_dim, float attn_scale, bool inverse) {
     if (T == 0) return;
     if (head_dim > kCudaRopeMaxHeadDim)
       throw Error(ErrorCode::RUNTIME_NOT_BUILT_WITH_CUDA,
@@ -436,7 +436,7 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
                       ", this model has head_dim " + std::to_string(head_dim) + "; train it with --device cpu");
     ::bp::BP_WRAP_NS::rope_apply<float>(a.x, a.n_heads, reinterpret_cast<bf16*>(a.x_bf16), a.bias, b.x, b.n_heads,
                                         reinterpret_cast<bf16*>(b.x_bf16), b.bias, positions, inv_freq, T, head_dim,
-                                        inverse, nullptr);
+                                        rot_dim, attn_scale, inverse, nullptr);
     check_launch("rope_apply");
   }
   static void swiglu_forward(const float* gate, const float* up, float* h, uint16_t* h_bf16, int64_t n) {
@@ -449,6 +449,16 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
                                              reinterpret_cast<bf16*>(dup_bf16), n, nullptr);
     check_launch("swiglu_backward");
   }
+  static void geglu_forward(const float* gate, const float* up, float* h, uint16_t* h_bf16, int64_t n) {
+    ::bp::BP_WRAP_NS::geglu_forward<float>(gate, up, h, reinterpret_cast<bf16*>(h_bf16), n, nullptr);
+    check_launch("geglu_forward");
+  }
+  static void geglu_backward(const float* dh, const float* gate, const float* up, float* dgate, float* dup,
+                             uint16_t* dgate_bf16, uint16_t* dup_bf16, int64_t n) {
+    ::bp::BP_WRAP_NS::geglu_backward<float>(dh, gate, up, dgate, dup, reinterpret_cast<bf16*>(dgate_bf16),
+                                            reinterpret_cast<bf16*>(dup_bf16), n, nullptr);
+    check_launch("geglu_backward");
+  }
 
  private:
   // The fused LM head + loss over a head held in bf16, as every GEMM against a frozen bf16 weight:
@@ -459,7 +469,7 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
   static cpu::CrossEntropyTotals bf16_head_cross_entropy(const float* x, const cpu::HeldMatrix& W,
                                                          const int32_t* labels, const int32_t* labels_host, int64_t T,
                                                          int64_t D, int64_t V, int64_t c, float grad_scale, float* dx,
-                                                         float* dW) {
+                                                         float* dW, float softcap) {
     ActivationOperand rounded(x, T * D);
     const bf16* xb = static_cast<const bf16*>(rounded.as(gemm::DType::BF16));
     std::unique_ptr<DeviceBuffer> dx_bf16;
@@ -467,7 +477,7 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     DeviceBuffer workspace(cross_entropy_workspace_bytes<bf16>(c, V));
     const auto r = ::bp::BP_WRAP_NS::linear_cross_entropy<bf16>(
         xb, static_cast<const bf16*>(W.data), labels, labels_host, T, D, V, c, workspace.as<void>(), grad_scale,
-        dx ? dx_bf16->as<bf16>() : nullptr, dW, gemm_workspace(), nullptr);
+        dx ? dx_bf16->as<bf16>() : nullptr, dW, gemm_workspace(), nullptr, softcap);
     check_launch("linear_cross_entropy (bf16 head)");
     if (dx) {
       ::bp::BP_WRAP_NS::convert_bf16_to_f32(dx_bf16->as<bf16>(), dx, T * D, nullptr);
