@@ -1,6 +1,8 @@
 // Fused linear + cross-entropy (with dx and dW) at 512 tokens × 576 × 49152 (SmolLM-135M's head),
 // next to the three raw GEMMs of the same work (logits, dx, dW on a full [T × V] buffer) timed in
-// the same iterations, so the ratio fused / GEMMs is measured under the same machine load.
+// the same iterations, so the ratio fused / GEMMs is measured under the same machine load; and the
+// frozen head held in bf16 (a tied embedding over a bf16 base: the engine's bf16 path, oneDNN where
+// the CPU has bf16 dot products) against the same head in f32, alternating in each iteration.
 //
 //   ./build/bench/bench_cross_entropy --benchmark_min_time=2
 #include <benchmark/benchmark.h>
@@ -9,9 +11,11 @@
 #include <cstdlib>
 #include <ctime>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_engine.h"
 #include "core/threads.h"
 #include "ops/cross_entropy.h"
 
@@ -39,6 +43,29 @@ double process_cpu_s() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
+// Runs f once, adding its wall and process CPU seconds.
+template <class F>
+void timed(F&& f, double& wall_s, double& cpu_s) {
+  const auto t0 = Clock::now();
+  const double c0 = process_cpu_s();
+  f();
+  wall_s += seconds_since(t0);
+  cpu_s += process_cpu_s() - c0;
+}
+
+// Counters of two alternatives a and b timed in the same iterations: each one's ms and GFLOP/s for
+// `flops` of work, and a / b in wall time (`ratio`) and process CPU time (`ratio` + "_cpu").
+void pair_counters(benchmark::State& state, const std::string& a, double a_s, double a_cpu, const std::string& b,
+                   double b_s, double b_cpu, double flops, const std::string& ratio) {
+  const double n = double(state.iterations());
+  state.counters[a + "_ms"] = a_s / n * 1e3;
+  state.counters[b + "_ms"] = b_s / n * 1e3;
+  state.counters[ratio] = a_s / b_s;
+  state.counters[ratio + "_cpu"] = a_cpu / b_cpu;
+  state.counters[a + "_GFLOP/s"] = flops * n / a_s * 1e-9;
+  state.counters[b + "_GFLOP/s"] = flops * n / b_s * 1e-9;
+}
+
 // range(0): chunk tokens; range(1): 1 = trainable head (dW), 0 = frozen (dx only).
 void BM_FusedCrossEntropyVsGemms(benchmark::State& state) {
   const int64_t T = 512, D = 576, V = 49152, chunk = state.range(0);
@@ -50,33 +77,29 @@ void BM_FusedCrossEntropyVsGemms(benchmark::State& state) {
   Tensor dx = Tensor::empty({T, D}), dW = Tensor::zeros({V, D}), logits = Tensor::empty({T, V});
   double fused_s = 0, gemm_s = 0, fused_cpu = 0, gemm_cpu = 0;
   for (auto _ : state) {
-    auto t0 = Clock::now();
-    double c0 = process_cpu_s();
-    auto r = bp::linear_cross_entropy_forward_backward(x, W, lab, 1.0f / T, dx, with_dW ? &dW : nullptr, chunk);
-    benchmark::DoNotOptimize(r.loss_sum);
-    fused_s += seconds_since(t0);
-    fused_cpu += process_cpu_s() - c0;
+    timed(
+        [&] {
+          auto r = bp::linear_cross_entropy_forward_backward(x, W, lab, 1.0f / T, dx, with_dW ? &dW : nullptr, chunk);
+          benchmark::DoNotOptimize(r.loss_sum);
+        },
+        fused_s, fused_cpu);
     state.PauseTiming();
-    t0 = Clock::now();
-    c0 = process_cpu_s();
-    bp::cpu::sgemm(false, true, T, V, D, 1.0f, x.data<float>(), D, W.data<float>(), D, 0.0f, logits.data<float>(), V);
-    bp::cpu::sgemm(false, false, T, D, V, 1.0f, logits.data<float>(), V, W.data<float>(), D, 0.0f, dx.data<float>(), D);
-    if (with_dW)
-      bp::cpu::sgemm(true, false, V, D, T, 1.0f, logits.data<float>(), V, x.data<float>(), D, 1.0f, dW.data<float>(),
-                     D);
-    gemm_s += seconds_since(t0);
-    gemm_cpu += process_cpu_s() - c0;
+    timed(
+        [&] {
+          bp::cpu::sgemm(false, true, T, V, D, 1.0f, x.data<float>(), D, W.data<float>(), D, 0.0f, logits.data<float>(),
+                         V);
+          bp::cpu::sgemm(false, false, T, D, V, 1.0f, logits.data<float>(), V, W.data<float>(), D, 0.0f,
+                         dx.data<float>(), D);
+          if (with_dW)
+            bp::cpu::sgemm(true, false, V, D, T, 1.0f, logits.data<float>(), V, x.data<float>(), D, 1.0f,
+                           dW.data<float>(), D);
+        },
+        gemm_s, gemm_cpu);
     state.ResumeTiming();
   }
-  const double n = double(state.iterations());
-  const double gemm_flops = 2.0 * T * V * D * (with_dW ? 3 : 2);
-  state.counters["fused_ms"] = fused_s / n * 1e3;
-  state.counters["gemms_ms"] = gemm_s / n * 1e3;
-  state.counters["ratio"] = fused_s / gemm_s;
-  state.counters["ratio_cpu"] = fused_cpu / gemm_cpu;
-  state.counters["gemm_GFLOP/s"] = gemm_flops * n / gemm_s * 1e-9;
-  state.counters["fused_GFLOP/s"] = gemm_flops * n / fused_s * 1e-9;
-  state.counters["tokens/s"] = T * n / fused_s;
+  pair_counters(state, "fused", fused_s, fused_cpu, "gemms", gemm_s, gemm_cpu, 2.0 * T * V * D * (with_dW ? 3 : 2),
+                "ratio");
+  state.counters["tokens/s"] = T * double(state.iterations()) / fused_s;
 }
 
 BENCHMARK(BM_FusedCrossEntropyVsGemms)
@@ -86,6 +109,33 @@ BENCHMARK(BM_FusedCrossEntropyVsGemms)
     ->ArgNames({"chunk", "dW"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// A frozen head (loss + dx) held in bf16 against the same values in f32, timed alternately in each
+// iteration; the engine is runtime.cpu_gemm's auto choice (printed as `engine` in the label).
+void BM_FrozenHeadBf16VsF32(benchmark::State& state) {
+  const int64_t T = 512, D = 576, V = 49152, chunk = 256;
+  Tensor x = random({T, D}, 1, 1.0f), W16 = random({V, D}, 2, 0.05f).to(bp::DType::BF16);
+  Tensor W32 = W16.to(bp::DType::F32);  // the same values
+  std::vector<int32_t> labels(T);
+  for (int64_t t = 0; t < T; ++t) labels[t] = static_cast<int32_t>((t * 7919) % V);
+  Tensor lab = Tensor::from_vector(labels, {T});
+  Tensor dx = Tensor::empty({T, D});
+  double s16 = 0, s32 = 0, c16 = 0, c32 = 0;
+  const auto head = [&](const Tensor& W) {
+    auto r = bp::linear_cross_entropy_forward_backward(x, W, lab, 1.0f / T, dx, nullptr, chunk);
+    benchmark::DoNotOptimize(r.loss_sum);
+  };
+  for (auto _ : state) {
+    timed([&] { head(W16); }, s16, c16);
+    state.PauseTiming();
+    timed([&] { head(W32); }, s32, c32);
+    state.ResumeTiming();
+  }
+  pair_counters(state, "f32", s32, c32, "bf16", s16, c16, 2.0 * T * V * D * 2, "speedup");
+  state.SetLabel(bp::cpu::held_bf16_path_name(bp::cpu::cpu_gemm_choice().held_bf16));
+}
+
+BENCHMARK(BM_FrozenHeadBf16VsF32)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

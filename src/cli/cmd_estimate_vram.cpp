@@ -164,11 +164,11 @@ std::string render_text(const std::string& model_path, const bp::ModelConfig& cf
            p.recompute_buffers);
   // On a card the fused loss's kernel has its own workspace (logits, their gradient, row losses,
   // bf16 copies): memory_plan.cpp's DeviceScratch, not the CPU's logits chunk.
-  const std::string ce =
-      r.device == bp::DeviceType::CUDA
-          ? fmt::format("device workspace, {}-token windows × {} vocab",
-                        std::min<int64_t>(e.micro_batch_tokens, r.ce_chunk_tokens), cfg.vocab_size)
-          : bp::cross_entropy_chunk_arithmetic(e.micro_batch_tokens, cfg.vocab_size, r.ce_chunk_tokens);
+  const std::string ce = r.device == bp::DeviceType::CUDA
+                             ? fmt::format("device workspace, {}-token windows × {} vocab",
+                                           std::min<int64_t>(e.micro_batch_tokens, r.ce_chunk_tokens), cfg.vocab_size)
+                             : bp::cross_entropy_chunk_arithmetic(e.micro_batch_tokens, cfg.vocab_size,
+                                                                  r.ce_chunk_tokens, p.cross_entropy_value_bytes);
   t += row("cross-entropy chunk", ce, p.cross_entropy_chunk, p.cross_entropy_chunk ? "" : "(freed before the peak)");
   t += row("workspace", "activation gradients, temporaries", p.workspace);
   t += row("total", "", p.total());

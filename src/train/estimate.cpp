@@ -370,10 +370,13 @@ std::string group_digits(int64_t n) {
   return n < 0 ? "-" + out : out;
 }
 
-std::string cross_entropy_chunk_arithmetic(int64_t micro_batch_tokens, int64_t vocab, int64_t chunk_tokens) {
+std::string cross_entropy_chunk_arithmetic(int64_t micro_batch_tokens, int64_t vocab, int64_t chunk_tokens,
+                                           int64_t value_bytes) {
   const int64_t rows = std::min(chunk_tokens, micro_batch_tokens);
-  return fmt::format("{} tokens × {} vocab × {} bytes = {}", group_digits(rows), group_digits(vocab), sizeof(float),
-                     format_bytes(linear_cross_entropy_workspace_bytes(micro_batch_tokens, vocab, chunk_tokens)));
+  const size_t bytes = linear_cross_entropy_workspace_bytes(micro_batch_tokens, vocab, chunk_tokens) / sizeof(float) *
+                       static_cast<size_t>(value_bytes);
+  return fmt::format("{} tokens × {} vocab × {} bytes{} = {}", group_digits(rows), group_digits(vocab), value_bytes,
+                     value_bytes == 4 ? "" : " (f32 logits, the bf16 head's rounded gradient)", format_bytes(bytes));
 }
 
 }  // namespace bp

@@ -111,8 +111,10 @@ MemoryPlan plan_memory_dtype(const ModelConfig& cfg, const MemorySettings& s, DT
 // runs the plan, the fit searches and, when it does not fit, the search for a change.
 Estimate estimate_memory(const ModelConfig& cfg, const EstimateRequest& request);
 
-// "256 tokens × 49,152 vocab × 4 bytes = 48.00 MiB": the logits chunk of the fused LM-head/loss.
-std::string cross_entropy_chunk_arithmetic(int64_t micro_batch_tokens, int64_t vocab, int64_t chunk_tokens);
+// "256 tokens × 49,152 vocab × 4 bytes = 48.00 MiB": the logits chunk of the fused LM-head/loss;
+// value_bytes is MemoryPlan::cross_entropy_value_bytes (6 or 8 with a bf16 head's rounded gradient).
+std::string cross_entropy_chunk_arithmetic(int64_t micro_batch_tokens, int64_t vocab, int64_t chunk_tokens,
+                                           int64_t value_bytes = 4);
 // 49152 -> "49,152".
 std::string group_digits(int64_t n);
 

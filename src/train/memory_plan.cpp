@@ -38,10 +38,12 @@
 
 #include <algorithm>
 #include <array>
+#include <string>
 #include <vector>
 
 #include "model/held_weights.h"
 #include "ops/attention.h"
+#include "ops/cpu_kernels.h"
 #include "ops/device_compute.h"  // cuda_workspace::
 #include "ops/linear.h"
 
@@ -94,6 +96,16 @@ class Replay {
 };
 
 using Id = Replay::Id;
+
+// Bytes per element of the rounded activation operand the CPU's GEMMs against a weight held as
+// `held` make for themselves (backend/cpu/linear.cpp: bf16 for oneDNN, bf16 widened back to f32
+// for OpenBLAS, none on the f32 path or for other types). Counted for the LM head, whose operand
+// (the logits' gradient, chunk × V) is the large one.
+size_t cpu_bf16_operand_bytes(DType held) {
+  if (held != DType::BF16) return 0;
+  const std::string path = ops::cpu_gemm_info().held_bf16;
+  return path == "bf16-onednn" ? 2 : path == "bf16-openblas" ? 4 : 0;
+}
 
 // Device memory the CUDA kernels take from the allocator for themselves inside one op call
 // (backend/cuda/kernel_wrappers.h), in bytes; none on the CPU, whose kernels get every buffer from
@@ -512,7 +524,11 @@ std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::strin
   if (m.device.cuda) {  // the kernel's own workspace (the front-end's chunk has no rows there)
     R.transient_bytes(kChunk, m.device.cross_entropy(m.T, m.ce_chunk_tokens, m.V, m.D));
   } else {
-    R.transient(kChunk, std::min(m.chunk, m.T) * m.V);
+    // The chunk's logits; a head held in bf16 under a bf16 engine also rounds the logits' gradient
+    // for dx = G·W while they live (backend/cpu/linear.cpp held_linear_backward: bf16 for oneDNN,
+    // rounded and widened back to f32 for OpenBLAS).
+    const size_t values = static_cast<size_t>(std::min(m.chunk, m.T) * m.V);
+    R.transient_bytes(kChunk, values * (sizeof(float) + cpu_bf16_operand_bytes(m.device.head)));
   }
   R.free(xf);
   Id dx = R.alloc(kWork, m.T * m.D);
@@ -696,10 +712,13 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
   const size_t shards = static_cast<size_t>(std::max(1, s.optimizer_shards));
   p.optimizer_state = s.optimizer ? 2 * ((static_cast<size_t>(trainable) + shards - 1) / shards) * f : 0;
   p.gemm_workspace = s.device == DeviceType::CUDA ? s.gemm_workspace_bytes : 0;
-  const auto groups = replay_forward_backward(dims_of(cfg, s), &p.peak_phase);
+  const Dims dims = dims_of(cfg, s);
+  const auto groups = replay_forward_backward(dims, &p.peak_phase);
   p.saved_activations = groups[kSaved];
   p.recompute_buffers = groups[kRecompute];
   p.cross_entropy_chunk = groups[kChunk];
+  if (!dims.device.cuda)
+    p.cross_entropy_value_bytes = static_cast<int64_t>(sizeof(float) + cpu_bf16_operand_bytes(dims.device.head));
   p.workspace = groups[kWork];
   return p;
 }

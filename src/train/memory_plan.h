@@ -85,6 +85,9 @@ struct MemoryPlan {
   size_t saved_activations = 0;
   size_t recompute_buffers = 0;
   size_t cross_entropy_chunk = 0;
+  // Bytes per logit of the CPU's chunk: 4 (f32 logits), plus the logits' gradient rounded for a head
+  // held in bf16 under a bf16 engine (2 with oneDNN, 4 with OpenBLAS's widened copy).
+  int64_t cross_entropy_value_bytes = 4;
   size_t workspace = 0;
   // Resident memory outside the tensor allocator (code, libraries, tokenizer, dataset, BLAS
   // buffers): measured by the trainer when it plans (process RSS − allocator bytes in use), 0 in

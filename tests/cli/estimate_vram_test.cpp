@@ -13,6 +13,7 @@
 #include "core/device_info.h"
 #include "core/sysinfo.h"
 #include "model/config.h"
+#include "support/f32_cpu_gemms.h"
 #include "support/test_util.h"
 #include "train/estimate.h"
 #include "train/memory_plan.h"
@@ -149,6 +150,7 @@ TEST(EstimateVramCli, DeviceCudaPlansTheCardsOwnWorkspace) {
   q.limit_bytes = size_t{16} << 30;
   q.weights_dtype = DType::BF16;
   const ModelConfig cfg = ModelConfig::from_file(m.path() + "/config.json");
+  const test::F32CpuGemms f32_gemms;  // as the command runs (BACKPROPAGATE_RUNTIME__CPU_GEMM=openblas)
   const Estimate cpu = estimate_memory(cfg, q);
   q.device = DeviceType::CUDA;
   // cuBLASLt's workspace: GPU 0's recommended size, the largest (Hopper's 32 MiB) without a GPU.

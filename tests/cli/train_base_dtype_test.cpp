@@ -99,13 +99,14 @@ TEST(TrainBaseDtype, CpuStartEventNamesTheEngineOfEachGemmKind) {
   EXPECT_NE(f32.find("training on the CPU (every other GEMM"), std::string::npos) << f32;
   const std::string openblas = run_train(b, "--base-dtype bf16 --cpu-gemm openblas", &rc);
   ASSERT_EQ(rc, 0) << openblas;
-  EXPECT_NE(openblas.find("training on the CPU (GEMMs against weights held in bf16 (a bf16 base, --matmul-dtype "
-                          "bf16 copies): f32 inputs (weights widened), OpenBLAS sgemm"),
+  EXPECT_NE(openblas.find("training on the CPU (GEMMs against weights held in bf16 (a bf16 base and a head tied to it, "
+                          "--matmul-dtype bf16 copies): f32 inputs (weights widened), OpenBLAS sgemm"),
             std::string::npos)
       << openblas;
   const std::string dflt = run_train(c, "--base-dtype bf16", &rc);
   ASSERT_EQ(rc, 0) << dflt;
-  EXPECT_NE(dflt.find("held in bf16 (a bf16 base, --matmul-dtype bf16 copies): bf16 inputs"), std::string::npos)
+  EXPECT_NE(dflt.find("held in bf16 (a bf16 base and a head tied to it, --matmul-dtype bf16 copies): bf16 inputs"),
+            std::string::npos)
       << dflt;
 }
 

@@ -14,9 +14,9 @@
 #include <map>
 #include <memory>
 
-#include "backend/cpu/gemm_engine.h"
 #include "model/held_weights.h"
 #include "model/model_test_helpers.h"
+#include "support/f32_cpu_gemms.h"
 
 namespace bp::test {
 namespace {
@@ -94,21 +94,9 @@ void expect_held(const Model& model, DType base) {
   }
 }
 
-// The oracle multiplies in f32: a bf16 base is compared on --cpu-gemm openblas, whose GEMMs keep the
-// activations f32 (backend/cpu/gemm_engine.h). The bf16 numerics the other engines use (activations
-// rounded to bf16) are held to bf16's bounds in held_bf16_step_test.cpp and tests/ops/held_bf16_gemm_test.cpp.
-struct F32GemmsFor {
-  explicit F32GemmsFor(DType base) : pinned(base == DType::BF16) {
-    if (pinned) cpu::select_cpu_gemm("openblas");
-  }
-  ~F32GemmsFor() {
-    if (pinned) cpu::select_cpu_gemm("auto");
-  }
-  bool pinned;
-};
-
 void check_case(const HeldCase& hc, const OracleResult& ref) {
-  F32GemmsFor f32_gemms(hc.base);
+  // The oracle multiplies in f32: a bf16 base is compared on --cpu-gemm openblas.
+  const test::F32CpuGemms f32_gemms(hc.base == DType::BF16);
   Built b = build(hc);
   Model& model = *b.model;
   expect_held(model, hc.base);

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "op_test_util.h"
+#include "support/f32_cpu_gemms.h"
 #include "support/finite_diff_b.h"
 #include "support/test_util.h"
 
@@ -194,6 +195,9 @@ TEST(CrossEntropy, AllIgnoredGivesZeroLossAndZeroGradients) {
 // grad_scale·(softmax − onehot)ᵀ·x of those logits, against the double reference over the rounded
 // values; chunks smaller than T. A head held in another type (f16) is still refused a gradient.
 TEST(CrossEntropy, Bf16GemmCopyOfATrainableHeadGetsTheMastersGradient) {
+  // The f64 oracle multiplies the unrounded x: the f32 path (the bf16 path's rounding is
+  // HeldBf16Head's, tests/ops/held_bf16_gemm_test.cpp).
+  const test::F32CpuGemms f32_gemms;
   const int64_t T = 37, D = 24, V = 53;
   const Tensor x = test::random_tensor({T, D}, 81), W = test::random_tensor({V, D}, 82);
   const Tensor copy = W.to(DType::BF16);

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cpu/cross_entropy.h"
 #include "backend/cpu/gemm_engine.h"
 #include "backend/cpu/linear.h"
 #include "backend/cpu/quant_gemm.h"
@@ -349,6 +350,67 @@ TEST(HeldBf16Gemm, OnednnCacheHoldsAtMostItsBoundAndRemakesAnEvictedShape) {
   EXPECT_EQ(cpu::onednn_primitives_made(), before + cpu::kOnednnCachedPrimitives + 21);
   const Ref r = ref_xwt(x, W, nullptr, 1, out, in);
   EXPECT_TRUE(test::within_f32_sum_bound(y1, r.value, r.magnitude, in + 1));
+}
+
+// The LM head over a weight held in bf16 (a frozen tied embedding over a bf16 base, or full
+// training's bf16 copy of the head): the fused cross-entropy's two products against W take the
+// engine's bf16 numerics, as the CUDA head's bf16 instantiation does. The reference, in double:
+// logits from the rounded x, the loss and G = scale·(softmax − onehot) from them, dx = round(G)·W.
+// The f32 path (--cpu-gemm openblas) multiplies the unrounded x and G, and is far from it.
+TEST(HeldBf16Head, TheLmHeadOverABf16WeightTakesTheBf16Numerics) {
+  const int64_t T = 37, D = 65, V = 301, chunk = 16;
+  const float scale = 0.5f;
+  const std::vector<float> x = random_vec(T * D, 61, -4.0f, 4.0f);
+  const std::vector<uint16_t> W = to_bf16(random_vec(V * D, 62));
+  std::vector<int32_t> labels(T);
+  for (int64_t t = 0; t < T; ++t) labels[t] = t % 7 == 3 ? -100 : static_cast<int32_t>((t * 37 + 11) % V);
+  // The reference.
+  const Ref logits = ref_xwt(x, W, nullptr, T, V, D);
+  double loss_ref = 0.0;
+  std::vector<float> G(T * V, 0.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    if (labels[t] < 0) continue;
+    double mx = -1e300, sum = 0.0;
+    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(logits.value[t * V + v]));
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(logits.value[t * V + v] - mx);
+    loss_ref += mx + std::log(sum) - logits.value[t * V + labels[t]];
+    for (int64_t v = 0; v < V; ++v)
+      G[t * V + v] = static_cast<float>(scale * (std::exp(logits.value[t * V + v] - mx) / sum - (v == labels[t])));
+  }
+  const Ref dx_ref = ref_xw(G, W, nullptr, T, V, D);
+  const auto rel_norm = [&](const std::vector<float>& a) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      num += (static_cast<double>(a[i]) - dx_ref.value[i]) * (static_cast<double>(a[i]) - dx_ref.value[i]);
+      den += static_cast<double>(dx_ref.value[i]) * dx_ref.value[i];
+    }
+    return std::sqrt(num / den);
+  };
+  const cpu::HeldMatrix Wm = held(W, V, D);
+  const auto run = [&](std::vector<float>& dx) {
+    std::vector<float> ws(static_cast<size_t>(cpu::cross_entropy_max_window(labels.data(), T, chunk) * V));
+    dx.assign(T * D, 7.0f);
+    return cpu::linear_cross_entropy(x.data(), Wm, labels.data(), T, D, V, chunk, ws.data(), scale, dx.data(), nullptr);
+  };
+  for (HeldBf16Path path : bf16_paths()) {
+    SCOPED_TRACE(cpu::held_bf16_path_name(path));
+    ForcePath force(path);
+    const int64_t made = cpu::onednn_primitives_made();
+    std::vector<float> dx;
+    const cpu::CrossEntropyTotals r = run(dx);
+    EXPECT_EQ(r.n_counted, T - (T + 3) / 7);
+    EXPECT_NEAR(r.loss_sum, loss_ref, 1e-5 * loss_ref);
+    // G's rounding to bf16 may differ where the kernel's softmax (exp_approx) and the reference's
+    // straddle a rounding boundary: rare, one bf16 ulp each.
+    EXPECT_LT(rel_norm(dx), std::ldexp(1.0, -12));
+    if (path == HeldBf16Path::OneDnn) {
+      EXPECT_GT(cpu::onednn_primitives_made(), made) << "oneDNN ran the head";
+    }
+  }
+  ForcePath force(HeldBf16Path::F32);
+  std::vector<float> dx;
+  run(dx);
+  EXPECT_GT(rel_norm(dx), std::ldexp(1.0, -10)) << "the f32 path does not round G";
 }
 
 }  // namespace

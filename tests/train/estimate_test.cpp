@@ -15,10 +15,13 @@
 #include <iostream>
 #include <random>
 
+#include "backend/cpu/gemm_engine.h"
 #include "core/allocator.h"
+#include "core/sysinfo.h"
 #include "model/loader.h"
 #include "model/lora.h"
 #include "model/transformer.h"
+#include "support/f32_cpu_gemms.h"
 #include "support/test_util.h"
 #include "train/optimizer.h"
 
@@ -118,6 +121,9 @@ TEST(Estimate, PublishedModelShapesFromConfigJsonOnly) {
        {128256, 4096, 14336, 32, 32, 8, 128, false, false},
        8030261248},
   };
+  // The f32 engine: its plan of a bf16 base changes only the weights' bytes (the bf16 engines also
+  // round the bf16 head's gradient: ABf16HeadUnderTheBf16EnginesCountsItsRoundedGradient).
+  const F32CpuGemms f32_gemms;
   for (const auto& m : models) {
     SCOPED_TRACE(m.name);
     TempDir dir;
@@ -452,6 +458,49 @@ TEST(Estimate, EachChangeInOrder) {
     EXPECT_EQ(j["fix"]["fits"], false);
     EXPECT_LT(j["headroom_bytes"].get<int64_t>(), 0);
   }
+}
+
+// The CPU's fused loss over an LM head held in bf16 (a tied embedding of a bf16 base) rounds the
+// logits' gradient for dx = G·W under the bf16 engines (backend/cpu/cross_entropy.cpp): the plan's
+// chunk counts 2 more bytes a logit with oneDNN, 4 with OpenBLAS's widened copy, none on the f32
+// engine or over an f32 head; the estimate's arithmetic line says so.
+TEST(Estimate, ABf16HeadUnderTheBf16EnginesCountsItsRoundedGradient) {
+  TempDir dir;
+  const ModelConfig cfg = config_from_json(dir, llama_json(49152, 576, 1536, 2, 9, 3, true));
+  EstimateRequest r;
+  r.lora.r = 16;
+  r.batch_size = 1;
+  r.max_seq_length = 512;
+  r.limit_bytes = size_t{80} << 30;
+  const auto plan_under = [&](const char* engine, bool bf16_dot, DType base) {
+    CpuIsa isa = cpu_isa();
+    if (!bf16_dot) isa.avx512_bf16 = isa.amx_bf16 = false;
+    cpu::select_cpu_gemm(engine, isa, cpu::onednn_built());
+    r.weights_dtype = base;
+    const Estimate e = estimate_memory(cfg, r);
+    cpu::select_cpu_gemm("auto");
+    return e.plan;
+  };
+  const size_t values = size_t{256} * 49152;
+  const MemoryPlan f32_engine = plan_under("openblas", true, DType::BF16);
+  EXPECT_EQ(f32_engine.cross_entropy_value_bytes, 4);
+  const MemoryPlan widened = plan_under("auto", false, DType::BF16);  // bf16-openblas
+  EXPECT_EQ(widened.cross_entropy_value_bytes, 8);
+  EXPECT_EQ(widened.total() - f32_engine.total(), values * 4);
+  EXPECT_EQ(plan_under("auto", false, DType::F32).cross_entropy_value_bytes, 4);  // an f32 head
+  EXPECT_EQ(cross_entropy_chunk_arithmetic(512, 49152, 256, 8),
+            "256 tokens × 49,152 vocab × 8 bytes (f32 logits, the bf16 head's rounded gradient) = 96.00 MiB");
+  bool onednn = cpu::onednn_built();
+  try {
+    if (onednn) cpu::select_cpu_gemm("onednn");
+    cpu::select_cpu_gemm("auto");
+  } catch (const Error&) {
+    onednn = false;  // a CPU without AVX-512: oneDNN cannot make a bf16 matmul
+  }
+  if (!onednn) return;
+  const MemoryPlan dnn = plan_under("onednn", true, DType::BF16);
+  EXPECT_EQ(dnn.cross_entropy_value_bytes, 6);
+  EXPECT_EQ(dnn.total() - f32_engine.total(), values * 2);
 }
 
 TEST(Estimate, CrossEntropyArithmeticAndDigits) {

@@ -3,10 +3,15 @@
 // Tokens are walked in windows of at most `chunk` rows. A window starts at the next token with a
 // label (ignored tokens before it are skipped outright) and is trimmed after its last labelled
 // token, so spans of −100 labels (prompts in SFT) cost no GEMM work. For each window:
-//   1. logits[c, V] = x_w · Wᵀ                       (sgemm, the only [c × V] buffer)
+//   1. logits[c, V] = x_w · Wᵀ                       (the only [c × V] buffer)
 //   2. per row (OpenMP): max, lse = max + log Σ exp(l − max), loss = lse − l[label];
 //      with gradients the row becomes grad_scale·(softmax − onehot) in place (zero if ignored)
-//   3. dx_w = G · W  (sgemm, beta 0)   and   dW += Gᵀ · x_w  (sgemm, beta 1)
+//   3. dx_w = G · W  (beta 0)   and   dW += Gᵀ · x_w  (sgemm, beta 1)
+// The two products against W are a held linear's (linear.h held_linear_forward / _backward): sgemm
+// for an f32 W; for a W held in bf16 (a frozen tied embedding over a bf16 base, or full training's
+// bf16 GEMM copy of the head) the engine's bf16 numerics (gemm_engine.h: x and G rounded to bf16,
+// f32 accumulation, oneDNN where the CPU has bf16 dot products), as the CUDA head's bf16
+// instantiation computes them; f16 and block types are widened to f32 tiles (quant_gemm.h).
 // The per-row losses are summed in row order in double, so results do not depend on threads.
 // Final logit soft-capping (Gemma 2, softcap > 0): step 2 first turns each row l into
 // c = softcap·tanh(l/softcap) and keeps its tanh, then multiplies the gradient row by
@@ -20,6 +25,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/kernel_variants.h"
+#include "backend/cpu/linear.h"
 #include "backend/cpu/quant_gemm.h"
 
 namespace bp::cpu {
@@ -69,7 +75,7 @@ CrossEntropyTotals linear_cross_entropy(const float* x, const HeldMatrix& Wm, co
   const bool make_grad = dx != nullptr || dW != nullptr;
   std::vector<double> row_loss(static_cast<size_t>(std::min(chunk, T)));
   const KernelTable& kern = cpu_kernels();
-  // f32 W goes straight to sgemm; a held W is dequantized tile by tile (quant_gemm.h).
+  // f32 W goes straight to sgemm; a held W through the held linear's engine (see the top).
   const bool held = Wm.type != DType::F32;
   const float* W = held ? nullptr : static_cast<const float*>(Wm.data);
   int64_t t = 0;
@@ -84,7 +90,7 @@ CrossEntropyTotals linear_cross_entropy(const float* x, const HeldMatrix& Wm, co
     const float* xw = x + begin * D;
 
     if (held)
-      held_gemm_xwt(xw, Wm, 0.0f, logits, c);
+      held_linear_forward(xw, nullptr, Wm, 0.0f, nullptr, logits, c);
     else
       sgemm(false, true, c, V, D, 1.0f, xw, D, W, D, 0.0f, logits, V);
 #pragma omp parallel for schedule(static) if (c * V >= (int64_t{1} << 16))
@@ -106,7 +112,7 @@ CrossEntropyTotals linear_cross_entropy(const float* x, const HeldMatrix& Wm, co
       totals.loss_sum += row_loss[static_cast<size_t>(i)];
       totals.n_counted += labels[begin + i] >= 0 ? 1 : 0;
     }
-    if (dx && held) held_gemm_xw(logits, Wm, 0.0f, dx + begin * D, c);
+    if (dx && held) held_linear_backward(logits, nullptr, nullptr, nullptr, Wm, 0.0f, dx + begin * D, nullptr, c);
     if (dx && !held) sgemm(false, false, c, D, V, 1.0f, logits, V, W, D, 0.0f, dx + begin * D, D);
     // dW does not read W: the same product for an f32 head and a bf16 GEMM copy of one.
     if (dW) sgemm(true, false, V, D, c, 1.0f, logits, V, xw, D, 1.0f, dW, D);
