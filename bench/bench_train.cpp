@@ -13,7 +13,8 @@
 // which states the count: frozen forward and dx, LoRA forward and backward, causal attention; the
 // recomputed forward of checkpointing and the elementwise ops are not counted). MFU = model FLOPs /
 // step time / sgemm rate, the rate of OpenBLAS on the layer's MLP shape T×D×F, measured right
-// after the steps.
+// after the steps; where the engine runs bf16 GEMMs on oneDNN, also oneDNN's bf16 rate on that
+// shape (counter bf16GF/s, 0 elsewhere), the peak of a bf16 base (issue 41).
 //
 // Environment: BP_BENCH_THREADS (default 2) sets OpenMP and OpenBLAS threads; BP_BENCH_STEPS (3);
 // BP_BENCH_LORA_DROPOUT (percent, default 0: the oracle has none, nor has the training default);
@@ -42,6 +43,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_engine.h"
 #include "bench_kernels.h"
 #include "core/threads.h"
 #include "model/held_weights.h"
@@ -91,20 +93,37 @@ StepFlops step_flops(const bp::ModelConfig& c, int64_t T) {
   return bp::lora_step_flops(c, T, kRank);
 }
 
-// Raw OpenBLAS rate on y[T×F] = x[T×D]·W[F×D]ᵀ, in GFLOP/s of wall time, over >= min_s seconds.
-double sgemm_rate(int64_t M, int64_t K, int64_t N, double min_s) {
-  std::vector<float> a(static_cast<size_t>(M * K), 0.01f), b(static_cast<size_t>(N * K), 0.02f),
-      y(static_cast<size_t>(M * N));
-  bp::cpu::sgemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, y.data(), N);  // warm-up
+// GFLOP/s of wall time of `gemm` (2·M·N·K FLOPs a call) over >= min_s seconds, after one warm-up call.
+template <class F>
+double gemm_rate(int64_t M, int64_t K, int64_t N, double min_s, F&& gemm) {
+  gemm();
   int calls = 0;
   const auto t0 = Clock::now();
   double s = 0;
   do {
-    bp::cpu::sgemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, y.data(), N);
+    gemm();
     ++calls;
     s = std::chrono::duration<double>(Clock::now() - t0).count();
   } while (s < min_s);
   return 2.0 * M * N * K * calls / s / 1e9;
+}
+
+// Raw OpenBLAS rate on y[T×F] = x[T×D]·W[F×D]ᵀ, in GFLOP/s of wall time, over >= min_s seconds.
+double sgemm_rate(int64_t M, int64_t K, int64_t N, double min_s) {
+  std::vector<float> a(static_cast<size_t>(M * K), 0.01f), b(static_cast<size_t>(N * K), 0.02f),
+      y(static_cast<size_t>(M * N));
+  return gemm_rate(M, K, N, min_s,
+                   [&] { bp::cpu::sgemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, y.data(), N); });
+}
+
+// oneDNN's bf16 matmul on the same product (the engine's path for weights held in bf16,
+// backend/cpu/gemm_engine.h), or 0 where the engine does not run it (no oneDNN, a CPU without
+// bf16 dot products, --cpu-gemm openblas): the peak a bf16 base's MFU is measured against.
+double onednn_bf16_rate(int64_t M, int64_t K, int64_t N, double min_s) {
+  if (bp::cpu::cpu_gemm_choice().held_bf16 != bp::cpu::HeldBf16Path::OneDnn) return 0.0;
+  std::vector<uint16_t> a(static_cast<size_t>(M * K), 0x3c24), b(static_cast<size_t>(N * K), 0x3ca4);  // ~0.01, 0.02
+  std::vector<float> y(static_cast<size_t>(M * N));
+  return gemm_rate(M, K, N, min_s, [&] { bp::cpu::onednn_bf16_gemm_xwt(a.data(), b.data(), 0.0f, y.data(), M, N, K); });
 }
 
 // Process CPU seconds (all threads, user + system) and minor page faults so far.
@@ -186,6 +205,7 @@ void BM_train(benchmark::State& state, Shape shape, bool ckpt) {
   const double n = static_cast<double>(state.iterations());
   const StepFlops f = step_flops(cfg, T);
   const double gemm = sgemm_rate(T, cfg.hidden_size, cfg.intermediate_size, 1.0);
+  state.counters["bf16GF/s"] = onednn_bf16_rate(T, cfg.hidden_size, cfg.intermediate_size, 1.0);
   state.counters["tok/s"] = benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["modelGF/s"] = benchmark::Counter(f.total() / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["model_GF"] = f.total() / 1e9;
@@ -196,7 +216,7 @@ void BM_train(benchmark::State& state, Shape shape, bool ckpt) {
   state.counters["loss"] = loss / static_cast<float>(tr.batch.num_label_tokens());
   const char* base = std::getenv("BP_BENCH_BASE_DTYPE");
   state.SetLabel(std::string(shape.name) + (ckpt ? " ckpt" : " no-ckpt") + " base " + (base && *base ? base : "f32") +
-                 " (MFU = modelGF/s / sgemmGF/s)");
+                 " (MFU = modelGF/s / sgemmGF/s; over a bf16 base also / bf16GF/s)");
 }
 
 void BM_sgemm(benchmark::State& state) {

@@ -4,8 +4,9 @@
 # interleaved per model so both see the same machine load. PyTorch runs twice: eager f32 and under
 # torch.autocast("cpu", dtype=torch.bfloat16) (issue 41: what a PyTorch user runs on a CPU with bf16
 # dot products). Prints tokens/s, the ratios backprop / torch f32 and backprop / torch bf16, and
-# model-FLOPs utilisation against OpenBLAS sgemm measured in the same run (torch's rows: against its
-# own matmul rate, in bf16 for the autocast row).
+# model-FLOPs utilisation against OpenBLAS sgemm measured in the same run and, where backprop's bf16
+# GEMMs run on oneDNN, against oneDNN's bf16 matmul rate too (MFU bf16: the peak of a bf16 base,
+# issue 41); torch's rows: against its own matmul rate, in bf16 for the autocast row.
 #
 # Usage: scripts/bench_train.sh [smollm135m] [qwen2.5-0.5b]      (default: both)
 # Both sides run with scripts/runtime_env.sh (passive OpenMP waits, OpenBLAS kernels for this CPU)
@@ -83,23 +84,27 @@ import json, sys
 cpp = json.load(open(sys.argv[1]))["benchmarks"]
 tor = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
 t16 = json.loads(open(sys.argv[3]).read().strip().splitlines()[-1])
-print("%-30s %7s %7s %9s %9s %9s %7s %8s %8s %8s" % ("%s, %d layers" % (tor["model"], tor["layers"]), "step s",
-      "cpu s", "tok/s", "model GF/s", "GEMM GF/s", "MFU", "vs f32", "vs bf16", "faults"))
+print("%-30s %7s %7s %9s %9s %9s %7s %8s %8s %8s %9s %8s" % ("%s, %d layers" % (tor["model"], tor["layers"]),
+      "step s", "cpu s", "tok/s", "model GF/s", "GEMM GF/s", "MFU", "vs f32", "vs bf16", "faults", "bf16 GF/s",
+      "MFU bf16"))
 for b in cpp:
     mode = b["name"].split("/")[2]
     step = b["real_time"]  # seconds (Unit kSecond)
     mfu = b["modelGF/s"] / b["sgemmGF/s"]
-    print("%-30s %7.2f %7.2f %9.0f %9.1f %9.1f %6.1f%% %7.2fx %7.2fx %8.0f" % ("backprop " + mode, step,
+    bf16 = b.get("bf16GF/s", 0.0)
+    print("%-30s %7.2f %7.2f %9.0f %9.1f %9.1f %6.1f%% %7.2fx %7.2fx %8.0f %9s %8s" % ("backprop " + mode, step,
           b["cpu_s/step"], b["tok/s"], b["modelGF/s"], b["sgemmGF/s"], 100 * mfu, b["tok/s"] / tor["tokens_per_s"],
-          b["tok/s"] / t16["tokens_per_s"], b["faults/step"]))
+          b["tok/s"] / t16["tokens_per_s"], b["faults/step"], "%.1f" % bf16 if bf16 else "-",
+          "%.1f%%" % (100 * b["modelGF/s"] / bf16) if bf16 else "-"))
 gf = cpp[0]["model_GF"]
 for name, t in (("torch (eager f32, no ckpt)", tor), ("torch (bf16 autocast, no ckpt)", t16)):
     print("%-30s %7.2f %7.2f %9.0f %9.1f %9.1f %6.1f%% %8s %8s %8.0f" % (name, t["step_s"], t["cpu_s_per_step"],
           t["tokens_per_s"], gf / t["step_s"], t["matmul_gflops"], 100 * gf / t["step_s"] / t["matmul_gflops"],
           "%.2fx" % (t["tokens_per_s"] / tor["tokens_per_s"]), "%.2fx" % (t["tokens_per_s"] / t16["tokens_per_s"]),
           t["faults_per_step"]))
-print("  model FLOPs per step: %.1f GFLOP; backprop's MFU is against OpenBLAS sgemm (f32), torch's against its own"
-      " matmul rate on the same shape (bf16 for the autocast row)" % gf)
+print("  model FLOPs per step: %.1f GFLOP; backprop's MFU is against OpenBLAS sgemm (f32), MFU bf16 against oneDNN's"
+      " bf16 matmul (where the engine runs it), torch's against its own matmul rate on the same shape (bf16 for the"
+      " autocast row)" % gf)
 print("  torch %s, BLAS %s" % (tor.get("torch", "?"), tor.get("blas", "?")))
 EOF
 done
