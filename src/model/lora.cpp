@@ -195,6 +195,7 @@ LoraAdapter init_lora(const ModelConfig& cfg, const LoraConfig& lora, uint64_t s
   LoraAdapter ad;
   ad.config = lora;
   ad.config.fused = cfg.fused_projections();
+  ad.config.multimodal_text = cfg.multimodal_text;
   ad.layers.resize(static_cast<size_t>(cfg.num_layers));
   for (int64_t li = 0; li < cfg.num_layers; ++li) {
     LoraLayer& layer = ad.layers[static_cast<size_t>(li)];

@@ -82,6 +82,9 @@ struct LoraConfig {
   // The model stores q/k/v and gate/up fused (Phi-3; set by init_lora / load_peft_adapter from the
   // model): LoRA on qkv_proj / gate_up_proj as one module each, and resolved_targets names them so.
   bool fused = false;
+  // The model is the text part of a multimodal checkpoint (ModelConfig::multimodal_text; set like
+  // fused): PEFT's module names on the multimodal model (model/peft.h).
+  bool multimodal_text = false;
 
   float scale() const;                                // alpha / r, or alpha / sqrt(r) with rsLoRA
   bool targets(LoraTarget t) const;                   // is this projection adapted?
