@@ -69,13 +69,12 @@ TEST(Gemma3Multimodal, TextConfigTakesGemma3TextConfigDefaults) {
 }
 
 ModelConfig tiny_text() {
-  TinySpec s;
+  TinySpec s;  // hidden 32, head_dim 8, GQA 4/2
   s.arch = Arch::Gemma3;
-  s.vocab = 512;  // the stories tokenizer's
-  s.layers = 3;
-  s.head_dim = 16;
-  s.sliding_window = 8;
   s.theta = 1.0e6f;  // Gemma3TextConfig's default: left out of text_config below
+  s.vocab = 512;     // the stories tokenizer's
+  s.layers = 4;
+  s.sliding_window = 5;
   return tiny_config(s);
 }
 
@@ -167,7 +166,7 @@ TEST(Gemma3Multimodal, PeftAdapterHasTheMultimodalModelsModuleNames) {
   const SafetensorsReader r = SafetensorsReader::open_file(dir.path + "/a/adapter_model.safetensors");
   EXPECT_TRUE(r.contains("base_model.model.model.language_model.layers.0.self_attn.q_proj.lora_A.weight"));
   EXPECT_TRUE(r.contains("base_model.model.model.language_model.layers.2.mlp.down_proj.lora_B.weight"));
-  EXPECT_EQ(r.names().size(), 12u);
+  EXPECT_EQ(r.names().size(), static_cast<size_t>(2 * 2 * cfg.num_layers));  // q and down, A and B
   // target_modules: a pattern PEFT full-matches against module paths, the text model's only.
   const nlohmann::json j =
       read_json_file_capped(dir.path + "/a/adapter_config.json", FileKind::Config, {"t", ErrorCode::RUNTIME_INTERNAL});
