@@ -23,6 +23,7 @@
 #include "model/loader.h"
 #include "model/lora.h"
 #include "model/transformer.h"
+#include "ops/optim.h"
 #include "train/optimizer.h"
 #include "train/train_benchmark.h"
 

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "backend/cpu/linear.h"
 #include "core/dtype.h"
