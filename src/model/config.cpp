@@ -42,6 +42,8 @@ constexpr ArchEntry kArchs[] = {
 };
 // Phi3Config's original_max_position_embeddings when config.json does not say.
 constexpr int64_t kPhi3OriginalMaxPosition = 4096;
+// Gemma 3's multimodal checkpoints, whose text model is read (gemma3_text_config).
+constexpr const char* kGemma3Multimodal = "Gemma3ForConditionalGeneration";
 
 // Bounds far above any real model (Llama 3.1 405B: hidden 16384, intermediate 53248, 126 layers)
 // that keep every size product, e.g. num_parameters(), inside int64.
@@ -58,7 +60,7 @@ constexpr int64_t kMaxParameters = int64_t{1} << 48;
 std::string supported_list() {
   std::string s;
   for (const ArchEntry& a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.architecture);
-  return s;
+  return s + ", " + kGemma3Multimodal + " (its text model)";
 }
 
 // Reads an integer field; `def` < 0 with the key missing means required.
@@ -280,6 +282,55 @@ void parse_gemma(const nlohmann::json& j, const std::string& source, ModelConfig
   }
 }
 
+// Gemma 3's multimodal checkpoints (Gemma3ForConditionalGeneration, model_type "gemma3": Gemma 3
+// 4B/12B/27B) nest the text model's settings under text_config, leaving out those equal to
+// Gemma3TextConfig's defaults (transformers' configuration_gemma3.py), and keep torch_dtype and
+// eos_token_id at the top. The text model is that config as a Gemma3ForCausalLM; the vision tower
+// is not read (ModelConfig::multimodal_text).
+
+bool is_gemma3_multimodal(const nlohmann::json& j) {
+  auto it = j.find("architectures");
+  if (it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string())
+    return (*it)[0].get<std::string>() == kGemma3Multimodal;
+  return (it == j.end() || it->is_null()) && j.value("model_type", nlohmann::json()) == "gemma3";
+}
+
+nlohmann::json gemma3_text_config(const nlohmann::json& j, const std::string& source) {
+  nlohmann::json t = {{"vocab_size", 262208},
+                      {"hidden_size", 2304},
+                      {"intermediate_size", 9216},
+                      {"num_hidden_layers", 26},
+                      {"num_attention_heads", 8},
+                      {"num_key_value_heads", 4},
+                      {"head_dim", 256},
+                      {"hidden_activation", "gelu_pytorch_tanh"},
+                      {"max_position_embeddings", 131072},
+                      {"initializer_range", 0.02},
+                      {"rms_norm_eps", 1e-6},
+                      {"pad_token_id", 0},
+                      {"eos_token_id", 1},
+                      {"bos_token_id", 2},
+                      {"tie_word_embeddings", true},
+                      {"rope_theta", 1000000.0},
+                      {"attention_bias", false},
+                      {"query_pre_attn_scalar", 256},
+                      {"sliding_window", 4096},
+                      {"final_logit_softcapping", nullptr},
+                      {"attn_logit_softcapping", nullptr},
+                      {"rope_scaling", nullptr},
+                      {"rope_local_base_freq", 10000.0}};
+  const auto text = j.find("text_config");
+  if (text != j.end() && !text->is_null() && !text->is_object()) fail(source, "field 'text_config' must be an object");
+  // Keys the top level holds for the whole model (the text model's own value wins when it has one).
+  for (const char* k : {"torch_dtype", "dtype", "eos_token_id", "bos_token_id", "pad_token_id", "tie_word_embeddings"})
+    if (auto it = j.find(k); it != j.end()) t[k] = *it;
+  if (text != j.end() && text->is_object())
+    for (const auto& [k, v] : text->items()) t[k] = v;
+  t["architectures"] = nlohmann::json::array({"Gemma3ForCausalLM"});
+  t["model_type"] = "gemma3_text";
+  return t;
+}
+
 }  // namespace
 
 const ArchInfo& arch_info(Arch a) {
@@ -302,6 +353,11 @@ std::vector<std::string> supported_architectures() {
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) fail(source, "config.json must be a JSON object");
+  if (is_gemma3_multimodal(j)) {
+    ModelConfig c = from_json(gemma3_text_config(j, source), source + " (text_config)");
+    c.multimodal_text = true;
+    return c;
+  }
   ModelConfig c;
   c.raw = j;
 

@@ -2,7 +2,8 @@
 // Supported architectures: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v bias),
 // Qwen3ForCausalLM (per-head q_norm/k_norm), Phi3ForCausalLM (Phi-3, Phi-3.5, Phi-4-mini: fused
 // qkv_proj / gate_up_proj, partial rotary, LongRoPE), SmolLM3ForCausalLM (layers without RoPE),
-// Gemma2ForCausalLM and Gemma3ForCausalLM (model_type gemma3_text; the Gemma fields below).
+// Gemma2ForCausalLM and Gemma3ForCausalLM (model_type gemma3_text; the Gemma fields below), and the
+// text model of Gemma3ForConditionalGeneration (multimodal_text).
 // Anything else -> DEP_MODEL_LOAD_FAILED listing these.
 #pragma once
 
@@ -89,6 +90,13 @@ struct ModelConfig {
   // (attention_scale, attention_softcap and layer_windows above hold Gemma's attention settings.)
   bool local_rope = false;  // Gemma 3: sliding layers rotate with rope_local (rope_local_base_freq)
   RopeConfig rope_local;
+
+  // The text model of a multimodal checkpoint (Gemma3ForConditionalGeneration): the config is its
+  // text_config as a Gemma3ForCausalLM (raw too: a merged export is that text-only model); the
+  // weights are read under the checkpoint's prefix (language_model.model. or model.language_model.,
+  // model/weight_names.h multimodal_text_prefixes) and the vision tower is never read; PEFT module
+  // names are the ones PEFT gives on the multimodal model (model/peft.h).
+  bool multimodal_text = false;
 
   nlohmann::json raw;  // the original config.json, written back on export
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 
 #include "core/error.h"
@@ -75,6 +76,23 @@ void load_fused(const SafetensorsReader& reader, ModelWeights& w, const FusedPro
   if (held) reader.release(name);
 }
 
+// How the files name the model's tensors: the HF names, or for the text model of a multimodal
+// checkpoint (ModelConfig::multimodal_text) those under the prefix its files use (either layout,
+// found from the embedding). Only the text model's tensors are ever read: the vision tower's stay
+// unmapped in the files.
+std::function<std::string(const std::string&)> stored_names(const SafetensorsReader& reader, const ModelConfig& cfg) {
+  if (!cfg.multimodal_text) return [](const std::string& n) { return n; };
+  const std::string embed = hf_name(WeightRole::Embed);
+  for (MultimodalLayout layout : {MultimodalLayout::ModelLanguageModel, MultimodalLayout::LanguageModelModel})
+    if (reader.contains(multimodal_hf_name(embed, layout)))
+      return [layout](const std::string& n) { return multimodal_hf_name(n, layout); };
+  fail(
+      fmt::format("{}: neither '{}' nor '{}' is in the files: a {} checkpoint keeps its text model under one "
+                  "of these prefixes",
+                  reader.file_of(embed), multimodal_hf_name(embed, MultimodalLayout::ModelLanguageModel),
+                  multimodal_hf_name(embed, MultimodalLayout::LanguageModelModel), "Gemma3ForConditionalGeneration"));
+}
+
 }  // namespace
 
 bool looks_like_hub_name(const std::string& s) {
@@ -132,13 +150,14 @@ ModelWeights load_model(const std::string& dir, std::optional<DType> base, std::
     return load_gguf_weights(w.config, g->get<std::string>(), base, notes);  // a GGUF --model (hub/gguf_source.h)
   const ModelConfig& cfg = w.config;
   SafetensorsReader reader = SafetensorsReader::open_model(dir);
+  const std::function<std::string(const std::string&)> stored = stored_names(reader, cfg);
   w.layers.resize(static_cast<size_t>(cfg.num_layers));
   for (const auto& [role, layer] : model_roles(cfg)) {
     if (const FusedProjection* f = fused_projection_of(cfg, role)) {
       if (role == f->first) load_fused(reader, w, *f, layer, base, notes);
       continue;
     }
-    const std::string name = hf_name(role, layer);
+    const std::string name = stored(hf_name(role, layer));
     if (!reader.contains(name)) {
       std::string why = fmt::format("{} with {} layers needs it", cfg.architecture_name, cfg.num_layers);
       if (role == WeightRole::LmHead) why += " (tie_word_embeddings is false)";
@@ -161,7 +180,7 @@ ModelWeights load_model(const std::string& dir, std::optional<DType> base, std::
   }
   // torch_dtype decides the dtype of merged exports; take the stored one when config.json is silent.
   if (!cfg.raw.contains("torch_dtype") && !cfg.raw.contains("dtype")) {
-    const SafetensorsEntry& e = reader.entry(hf_name(WeightRole::Embed));
+    const SafetensorsEntry& e = reader.entry(stored(hf_name(WeightRole::Embed)));
     if (e.dtype && *e.dtype != DType::I32) w.config.torch_dtype = *e.dtype;
   }
   return w;  // auto (nullopt) keeps a safetensors base at f32

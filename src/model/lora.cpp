@@ -1,7 +1,9 @@
 // LoRA adapter structure and PEFT initialisation (see lora.h).
 #include "model/lora.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string_view>
 
 #include "core/error.h"
 #include "model/weight_names.h"
@@ -116,27 +118,38 @@ std::vector<std::string> LoraConfig::resolved_targets() const {
   return out;
 }
 
+bool LoraConfig::pissa() const {
+  return init_lora_weights == "pissa" || pissa_niter() >= 0;
+}
+
+int LoraConfig::pissa_niter() const {
+  constexpr std::string_view prefix = "pissa_niter_";
+  const std::string_view v = init_lora_weights;
+  if (!v.starts_with(prefix) || v.size() == prefix.size() || v.size() > prefix.size() + 4) return -1;
+  int n = 0;
+  for (char ch : v.substr(prefix.size())) {
+    if (ch < '0' || ch > '9') return -1;
+    n = n * 10 + (ch - '0');
+  }
+  return n <= kMaxPissaNiter ? n : -1;
+}
+
 void LoraConfig::validate() const {
   if (r < 1) throw Error(ErrorCode::CONFIG_INVALID_SETTING, fmt::format("[lora] r must be >= 1, got {}", r));
   if (!(alpha > 0.0f))
     throw Error(ErrorCode::CONFIG_INVALID_SETTING, fmt::format("[lora] alpha must be > 0, got {}", alpha));
   if (!(dropout >= 0.0f && dropout < 1.0f))
     throw Error(ErrorCode::CONFIG_INVALID_SETTING, fmt::format("[lora] dropout must be in [0, 1), got {}", dropout));
-  if (init_lora_weights != "true" && init_lora_weights != "pissa")
+  if (init_lora_weights != "true" && init_lora_weights != "pissa" && pissa_niter() < 0)
     throw Error(ErrorCode::CONFIG_INVALID_SETTING,
-                fmt::format("[lora] init_lora_weights '{}' is not supported; use true (PEFT's default) or pissa",
-                            init_lora_weights));
+                fmt::format("[lora] init_lora_weights '{}' is not supported; use true (PEFT's default), pissa or "
+                            "pissa_niter_N (N power iterations of the fast SVD, 0 to {})",
+                            init_lora_weights, kMaxPissaNiter));
   if (use_dora && pissa())
     throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                 "[lora] DoRA with PiSSA initialisation is not supported: PEFT's PiSSA-to-LoRA conversion of the "
                 "saved adapter does not cover DoRA's magnitudes")
         .with_suggestion("Use --use-dora or --init-lora-weights pissa, not both.");
-  if (use_dora && dropout > 0.0f)
-    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
-                fmt::format("[lora] DoRA with LoRA dropout ({}) is not supported: PEFT's DoRA then runs the base "
-                            "weight a second time on the dropped input, which this trainer does not implement",
-                            dropout))
-        .with_suggestion("Use --lora-dropout 0 with --use-dora, or plain LoRA with dropout.");
   if (target_modules.empty())
     throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                 fmt::format("[lora] target_modules is empty; use some of: {}", known_targets()));
@@ -195,6 +208,7 @@ LoraAdapter init_lora(const ModelConfig& cfg, const LoraConfig& lora, uint64_t s
   LoraAdapter ad;
   ad.config = lora;
   ad.config.fused = cfg.fused_projections();
+  ad.config.multimodal_text = cfg.multimodal_text;
   ad.layers.resize(static_cast<size_t>(cfg.num_layers));
   for (int64_t li = 0; li < cfg.num_layers; ++li) {
     LoraLayer& layer = ad.layers[static_cast<size_t>(li)];
@@ -287,8 +301,9 @@ void init_dora_magnitudes(LoraAdapter& adapter, const ModelWeights& w) {
         adapter.layers[l].m(t) = weight_row_norms(weight_ref(w, lora_target_role(t), static_cast<int64_t>(l)), false);
 }
 
-void init_pissa(LoraAdapter& adapter, ModelWeights& w) {
+void init_pissa(LoraAdapter& adapter, ModelWeights& w, uint64_t seed) {
   if (!adapter.config.pissa()) return;
+  const int niter = adapter.config.pissa_niter();
   BP_CHECK(adapter.layers.size() == w.layers.size(), "[lora] the adapter has {} layers but the model has {}",
            adapter.layers.size(), w.layers.size());
   const double scale = adapter.config.scale();
@@ -306,11 +321,15 @@ void init_pissa(LoraAdapter& adapter, ModelWeights& w) {
             .with_suggestion(
                 "Hold the base as f32 or bf16 (--base-dtype bf16), or use the default "
                 "--init-lora-weights true.");
-      const Svd d = svd(W);
-      if (r > d.k)
+      const int64_t k = std::min(W.dim(0), W.dim(1));
+      if (r > k)
         throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                     fmt::format("[lora] PiSSA with r = {} needs {} singular values but layer {} {} is {} (min {})", r,
-                                r, l, lora_target_name(t), W.describe(), d.k));
+                                r, l, lora_target_name(t), W.describe(), k));
+      // The fast SVD's test matrix: a stream per (layer, projection), as init_lora's.
+      const uint64_t stream =
+          seed * 0x9e3779b97f4a7c15ull + (l * kNumLoraTargets + static_cast<size_t>(t) + 1) * 0xd1b54a32d192ed03ull;
+      const Svd d = niter >= 0 ? svd_lowrank(W, r, niter, stream) : svd(W);
       const int64_t out = d.m, in = d.n;
       // A = diag(sqrt(S_r/s))·V_rᵀ, B = U_r·diag(sqrt(S_r/s)) (PEFT divides S_r by the scale).
       Tensor A = Tensor::empty({r, in}), B = Tensor::empty({out, r});

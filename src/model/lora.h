@@ -66,15 +66,21 @@ std::optional<LoraTarget> parse_lora_target(std::string_view name);
 int64_t lora_target_out(const ModelConfig& cfg, LoraTarget t);
 int64_t lora_target_in(const ModelConfig& cfg, LoraTarget t);
 
+// The most power iterations "pissa_niter_N" takes (PEFT suggests 4 to 16).
+inline constexpr int kMaxPissaNiter = 1000;
+
 struct LoraConfig {
   int64_t r = 16;
   float alpha = 16.0f;
   float dropout = 0.0f;  // probability in [0, 1), on the LoRA input only
   bool use_rslora = false;
   bool use_dora = false;  // DoRA: a magnitude vector per adapted projection (LoraLayer::M)
-  // PEFT's init_lora_weights: "true" (Kaiming-uniform A, zero B) or "pissa" (see above).
+  // PEFT's init_lora_weights: "true" (Kaiming-uniform A, zero B), "pissa" (see above) or
+  // "pissa_niter_N" (PiSSA from PEFT's fast SVD: torch.svd_lowrank with N power iterations).
   std::string init_lora_weights = "true";
-  bool pissa() const { return init_lora_weights == "pissa"; }
+  bool pissa() const;
+  // N of "pissa_niter_N"; -1 for the full SVD ("pissa") or no PiSSA.
+  int pissa_niter() const;
   // Projection names ("q_proj", ...; "qkv_proj", "gate_up_proj" on a fused model) or the single
   // entry "all-linear" (all seven).
   std::vector<std::string> target_modules = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
@@ -82,13 +88,15 @@ struct LoraConfig {
   // The model stores q/k/v and gate/up fused (Phi-3; set by init_lora / load_peft_adapter from the
   // model): LoRA on qkv_proj / gate_up_proj as one module each, and resolved_targets names them so.
   bool fused = false;
+  // The model is the text part of a multimodal checkpoint (ModelConfig::multimodal_text; set like
+  // fused): PEFT's module names on the multimodal model (model/peft.h).
+  bool multimodal_text = false;
 
   float scale() const;                                // alpha / r, or alpha / sqrt(r) with rsLoRA
   bool targets(LoraTarget t) const;                   // is this projection adapted?
   std::vector<std::string> resolved_targets() const;  // the names, "all-linear" expanded, in enum order
   // Throws CONFIG_INVALID_SETTING for r < 1, dropout outside [0, 1), alpha <= 0, an unknown
-  // target name (the message lists the known ones), DoRA with dropout (not implemented), an unknown
-  // init_lora_weights, or PiSSA with DoRA.
+  // target name (the message lists the known ones), an unknown init_lora_weights, or PiSSA with DoRA.
   void validate() const;
   // validate() and the names fit the model: on a fused model (ModelConfig::fused_projections)
   // q_proj, k_proj, v_proj, gate_proj and up_proj are refused (PEFT has no such modules there: use
@@ -146,7 +154,10 @@ void init_dora_magnitudes(LoraAdapter& adapter, const ModelWeights& w);
 // adapted base weight in `w` (f64, LAPACK), and that weight replaced in place by W − s·B·A, rounded
 // to its held type. A base held in a block type (q8_0, q4_K, ...) is refused
 // (CONFIG_INVALID_SETTING): its residual would be quantized again.
-void init_pissa(LoraAdapter& adapter, ModelWeights& w);
+// "pissa_niter_N": the SVD is the randomized one (ops/svd.h svd_lowrank, rank r, N power
+// iterations), each (layer, projection) from its own stream of `seed`: a resumed run redoes it bit
+// for bit.
+void init_pissa(LoraAdapter& adapter, ModelWeights& w, uint64_t seed);
 
 // PEFT's PiSSA-to-LoRA conversion of a PiSSA adapter (host tensors): A' = [A; A0] [2r, in],
 // B' = [B, −B0] [out, 2r], r' = 2r and alpha' = 2·alpha (alpha·sqrt(2) with rsLoRA) so the scale is

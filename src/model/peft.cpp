@@ -93,6 +93,15 @@ LoraConfig parse_adapter_config(const std::string& path) {
   return c;
 }
 
+// target_modules as PEFT reads it: the module names, or on the text model of a multimodal
+// checkpoint a regular expression (PEFT full-matches a string against each module's path, as
+// Unsloth writes for vision models) that keeps PEFT off the vision tower's projections of the same names.
+nlohmann::json target_modules_json(const LoraConfig& c) {
+  const std::vector<std::string> names = c.resolved_targets();
+  if (!c.multimodal_text) return names;
+  return fmt::format(R"(.*language_model.*\.layers\.\d+\.(?:self_attn|mlp)\.(?:{}))", fmt::join(names, "|"));
+}
+
 }  // namespace
 
 nlohmann::json peft_adapter_config(const LoraAdapter& a) {
@@ -105,7 +114,7 @@ nlohmann::json peft_adapter_config(const LoraAdapter& a) {
           {"r", c.r},
           {"lora_alpha", number_json(c.alpha)},
           {"lora_dropout", number_json(c.dropout)},
-          {"target_modules", c.resolved_targets()},
+          {"target_modules", target_modules_json(c)},
           {"bias", "none"},
           {"use_rslora", c.use_rslora},
           {"use_dora", c.use_dora},
@@ -127,6 +136,8 @@ std::vector<std::string> save_peft_adapter(const LoraAdapter& adapter, const std
   fs::create_directories(dir, ec);
   if (ec)
     throw Error(ErrorCode::RUNTIME_EXPORT_FAILED, fmt::format("[peft] cannot create folder {}: {}", dir, ec.message()));
+  // The text model of a multimodal checkpoint: the names PEFT gives on the multimodal model.
+  auto named = [&](const std::string& n) { return a.config.multimodal_text ? multimodal_peft_name(n) : n; };
   NamedTensors ts;
   for (size_t li = 0; li < a.layers.size(); ++li) {
     const LoraLayer& l = a.layers[li];
@@ -143,15 +154,15 @@ std::vector<std::string> save_peft_adapter(const LoraAdapter& adapter, const std
         for (int i = 0; i < f->count; ++i) bs.push_back(&l.b(static_cast<LoraTarget>(static_cast<int>(t) + i)));
         B = join_rows_or_copy(bs);
       }
-      ts.emplace_back(peft_lora_name(static_cast<int64_t>(li), t, true, f != nullptr), l.a(t));
-      ts.emplace_back(peft_lora_name(static_cast<int64_t>(li), t, false, f != nullptr), B);
+      ts.emplace_back(named(peft_lora_name(static_cast<int64_t>(li), t, true, f != nullptr)), l.a(t));
+      ts.emplace_back(named(peft_lora_name(static_cast<int64_t>(li), t, false, f != nullptr)), B);
       if (a.config.use_dora) {
         BP_CHECK(!f, "[peft] layer {} {}: DoRA on a fused module (refused by LoraConfig::validate_for)", li,
                  lora_target_name(t));
         BP_CHECK(l.m(t).defined() && l.m(t).shape() == Shape{l.b(t).dim(0)},
                  "[peft] layer {} {}: a DoRA adapter without its magnitude [{}]", li, lora_target_name(t),
                  l.b(t).dim(0));
-        ts.emplace_back(peft_magnitude_name(static_cast<int64_t>(li), t), l.m(t));
+        ts.emplace_back(named(peft_magnitude_name(static_cast<int64_t>(li), t)), l.m(t));
       }
     }
   }
@@ -181,8 +192,11 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
   SafetensorsReader reader = SafetensorsReader::open_file(weights_path);
   const int64_t r = ad.config.r;
   ad.config.fused = cfg.fused_projections();
+  ad.config.multimodal_text = cfg.multimodal_text;
   ad.layers.resize(static_cast<size_t>(cfg.num_layers));
-  for (const std::string& name : reader.names()) {
+  for (const std::string& stored : reader.names()) {
+    // A multimodal checkpoint's text model: PEFT's names on it (either transformers layout) as the text model's.
+    const std::string name = cfg.multimodal_text ? text_peft_name(stored) : stored;
     const bool is_a = name.ends_with(".lora_A.weight"), is_b = name.ends_with(".lora_B.weight");
     const bool is_m = name.ends_with(kMagnitudeSuffix);
     std::optional<std::pair<WeightRole, int64_t>> parsed;
@@ -223,14 +237,14 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
       for (int i = 1; i < f->count; ++i)
         out += lora_target_out(cfg, static_cast<LoraTarget>(static_cast<int>(*target) + i));
     const Shape want = is_m ? Shape{out} : is_a ? Shape{r, lora_target_in(cfg, *target)} : Shape{out, r};
-    const std::vector<int64_t>& got = reader.entry(name).shape;
+    const std::vector<int64_t>& got = reader.entry(stored).shape;
     if (got != want.vec())
       fail(weights_path,
            fmt::format("tensor '{}' has shape [{}] but {} (hidden_size {}, r = {}) needs {}: the "
                        "adapter does not fit this base model",
                        name, fmt::join(got, ", "), cfg.architecture_name, cfg.hidden_size, r, want.str()));
     LoraLayer& l = ad.layers[static_cast<size_t>(layer)];
-    const Tensor t = reader.read(name, want);
+    const Tensor t = reader.read(stored, want);
     if (!f) {
       (is_m ? l.m(*target) : is_a ? l.a(*target) : l.b(*target)) = t;
       continue;

@@ -8,6 +8,12 @@
 //   adapter_config.json        peft_type LORA, task_type CAUSAL_LM, r, lora_alpha, lora_dropout,
 //                              target_modules, bias "none", use_rslora, use_dora, base_model_name_or_path, ...
 //
+// The text model of a multimodal checkpoint (ModelConfig::multimodal_text: Gemma3ForConditionalGeneration)
+// is named as PEFT names it on the multimodal model with today's transformers
+// (base_model.model.model.language_model.layers.N...; the older base_model.model.language_model.model.
+// layout is read too), and target_modules is a pattern matching the text model's projections only,
+// so PeftModel.from_pretrained on the full model leaves the vision tower alone.
+//
 // Loading checks every tensor against the model config: an adapter for another base model
 // (different sizes or layer count) fails with DEP_MODEL_LOAD_FAILED naming the file, the tensor
 // and both shapes. PEFT features this project does not implement (rank_pattern,

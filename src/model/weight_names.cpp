@@ -128,6 +128,33 @@ std::optional<std::pair<WeightRole, int64_t>> parse_gguf_name(const ModelConfig&
   return parse_gguf_name(name);
 }
 
+namespace {
+constexpr std::string_view kTextModel = "model.", kTextHead = "lm_head.";
+constexpr std::string_view kPeftRoot = "base_model.model.";
+constexpr std::string_view kPeftLanguageModelModel = "base_model.model.language_model.model.";
+constexpr std::string_view kPeftModelLanguageModel = "base_model.model.model.language_model.";
+}  // namespace
+
+std::string multimodal_hf_name(const std::string& hf, MultimodalLayout layout) {
+  const bool old_layout = layout == MultimodalLayout::LanguageModelModel;
+  if (hf.starts_with(kTextModel))
+    return (old_layout ? "language_model.model." : "model.language_model.") + hf.substr(kTextModel.size());
+  if (hf.starts_with(kTextHead)) return old_layout ? "language_model." + hf : hf;
+  return hf;
+}
+
+std::string multimodal_peft_name(const std::string& peft) {
+  const std::string text = std::string(kPeftRoot) + std::string(kTextModel);
+  if (!peft.starts_with(text)) return peft;
+  return std::string(kPeftModelLanguageModel) + peft.substr(text.size());
+}
+
+std::string text_peft_name(const std::string& peft) {
+  for (std::string_view p : {kPeftLanguageModelModel, kPeftModelLanguageModel})
+    if (peft.starts_with(p)) return std::string(kPeftRoot) + std::string(kTextModel) + peft.substr(p.size());
+  return peft;
+}
+
 std::optional<std::pair<WeightRole, int64_t>> parse_hf_name(std::string_view name) {
   for (const WeightNameEntry& e : kTable)
     if (auto l = match(e.hf, e.per_layer, name)) return std::pair{e.role, *l};

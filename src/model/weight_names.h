@@ -65,6 +65,20 @@ std::string gguf_name(WeightRole role, int64_t layer = -1);
 // The GGUF name in a model of `cfg` (Gemma's sandwich norms are named differently in llama.cpp).
 std::string gguf_name(const ModelConfig& cfg, WeightRole role, int64_t layer = -1);
 
+// The text model of a multimodal checkpoint (ModelConfig::multimodal_text, Gemma3ForConditionalGeneration)
+// is stored under a prefix: transformers < 4.52 (and Google's published Gemma 3 files) name it
+// language_model.model.* with language_model.lm_head; transformers >= 4.52 model.language_model.*
+// with lm_head (its _checkpoint_conversion_mapping between the two). PEFT on such a model names
+// its modules after the model's attributes: base_model.model.model.language_model.layers.N... on
+// today's transformers (PEFT reads the older base_model.model.language_model.model.layers.N... too).
+enum class MultimodalLayout { LanguageModelModel, ModelLanguageModel };
+// A text model's HF name ("model.layers.0...", "lm_head.weight") as stored in `layout`.
+std::string multimodal_hf_name(const std::string& hf, MultimodalLayout layout);
+// A text model's PEFT name as PEFT writes it on the multimodal model (the model.language_model. layout).
+std::string multimodal_peft_name(const std::string& peft);
+// A PEFT name of the multimodal model (either layout) as the text model's; other names unchanged.
+std::string text_peft_name(const std::string& peft);
+
 // Parses a name back to (role, layer); layer = -1 for global roles. nullopt when unknown.
 std::optional<std::pair<WeightRole, int64_t>> parse_hf_name(std::string_view name);
 std::optional<std::pair<WeightRole, int64_t>> parse_gguf_name(std::string_view name);

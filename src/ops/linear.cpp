@@ -224,10 +224,85 @@ void dora_scale(const Tensor& W, const LoraWeights& lora, int64_t r, Tensor& c, 
   dora_column_scale(m, nsq, c, inv_n);
 }
 
-void require_dora_without_dropout(const LoraWeights& lora) {
-  if (dropout_active(lora))
-    throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
-                fmt::format("[linear] DoRA with LoRA dropout ({}) is not supported", lora.dropout));
+// DoRA with dropout reads W against the dropped input xd: xd·Wᵀ forward, dropout'(g·W) backward.
+// An f32 W goes through the LoRA dropout kernels as a "LoRA A" of `out` rows with the
+// projection's mask (same seed: the bits of xa's xd); a held W (bf16, quantized) is multiplied by
+// xd made by those kernels with an identity A (xd·Iᵀ, [T, in]), then by the held GEMMs.
+Tensor identity(int64_t n, Device dev) {
+  Tensor eye = Tensor::zeros({n, n});
+  for (int64_t i = 0; i < n; ++i) eye.data<float>()[i * n + i] = 1.0f;
+  return dev.type == DeviceType::CPU ? eye : eye.to(dev);
+}
+
+Tensor dropped_base_forward(const Tensor& x, const Tensor& W, const LoraWeights& lora) {
+  const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
+  Tensor scratch = dropout_scratch(x, T, in, false);
+  auto dropped_times = [&](const Tensor& M, Tensor& into) {  // into = xd·Mᵀ
+    const cpu::LoraDropoutMember one{M.dim(0), lora.dropout_seed};
+    ops::kernels(x).lora_dropout_xa(x.kernel_data<float>(), M.kernel_data<float>(), lora.dropout, &one, 1,
+                                    scratch.kernel_data<float>(), into.kernel_data<float>(), T, in);
+  };
+  Tensor z = Tensor::empty({T, out}, DType::F32, x.device());
+  if (W.dtype() == DType::F32) {
+    dropped_times(W, z);
+    return z;
+  }
+  Tensor xd = Tensor::empty({T, in}, DType::F32, x.device());
+  dropped_times(identity(in, x.device()), xd);
+  base_forward(xd, nullptr, W, nullptr, nullptr, z);
+  return z;
+}
+
+// dx += dropout'(g·W) for g [T, out] (the mask of dropped_base_forward).
+void dropped_base_dx(const Tensor& g, const Tensor& x, const Tensor& W, const LoraWeights& lora, Tensor& dx) {
+  const int64_t T = x.dim(0), in = x.dim(1);
+  Tensor scratch = dropout_scratch(x, T, in, true);
+  auto dropped_back = [&](const Tensor& d, const Tensor& M) {  // dx += dropout'(d·M)
+    const cpu::LoraDropoutMember one{M.dim(0), lora.dropout_seed};
+    ops::kernels(x).lora_dropout_backward(d.kernel_data<float>(), x.kernel_data<float>(), M.kernel_data<float>(),
+                                          lora.dropout, &one, 1, scratch.kernel_data<float>(), nullptr,
+                                          dx.kernel_data<float>(), T, in);
+  };
+  if (W.dtype() == DType::F32) {
+    dropped_back(g, W);
+    return;
+  }
+  Tensor gW = Tensor::empty({T, in}, DType::F32, x.device());
+  ops::kernels(x).held_linear_backward(g.kernel_data<float>(), nullptr, nullptr, nullptr, ops::held_gemm_matrix(W),
+                                       0.0f, gW.kernel_data<float>(), nullptr, T);
+  dropped_back(gW, identity(in, x.device()));
+}
+
+// DoRA's z with dropout (PEFT's DoraLinearVariant while training with dropout): z = xd·Wᵀ +
+// s·xd·Aᵀ·Bᵀ, and y (already residual + b + x·Wᵀ, the base layer on the undropped x) −= xd·Wᵀ, so
+// that y + c ⊙ z = residual + b + x·Wᵀ + (c − 1) ⊙ (xd·Wᵀ) + c ⊙ s·xd·Aᵀ·Bᵀ. Saves xa like
+// lora_linear_into.
+Tensor dora_dropout_z(const Tensor& x, const Tensor& W, const LoraWeights& lora, int64_t r, LinearSaved* saved,
+                      Tensor& y) {
+  const int64_t T = x.dim(0), in = x.dim(1), out = W.dim(0);
+  Tensor z = dropped_base_forward(x, W, lora);
+  axpy_inplace(y, -1.0f, z);
+  Tensor xa;
+  int64_t col = 0;
+  if (lora.group_xa) {  // a group member: the group's dropped xa columns (lora_group_forward)
+    const Tensor& g = *lora.group_xa;
+    ops::require_tensor(kOp, "group xa", g, DType::F32, 2);
+    BP_CHECK(g.dim(0) == T && lora.group_col >= 0 && lora.group_col + r <= g.dim(1),
+             "[linear] group xa {} has no columns [{}, {}) of {} rows", g.shape().str(), lora.group_col,
+             lora.group_col + r, T);
+    xa = g, col = lora.group_col;
+  } else {
+    xa = Tensor::empty({T, r}, DType::F32, x.device());
+    Tensor scratch = dropout_scratch(x, T, in, false);
+    const cpu::LoraDropoutMember one{r, lora.dropout_seed};
+    ops::kernels(x).lora_dropout_xa(x.kernel_data<float>(), lora.A->kernel_data<float>(), lora.dropout, &one, 1,
+                                    scratch.kernel_data<float>(), xa.kernel_data<float>(), T, in);
+  }
+  if (T > 0)
+    ops::kernels(x).sgemm(false, true, T, out, r, lora.scale, xa.kernel_data<float>() + col, xa.dim(1),
+                          lora.B->kernel_data<float>(), r, 1.0f, z.kernel_data<float>(), out);
+  if (saved) saved->xa = std::move(xa), saved->col = col;
+  return z;
 }
 
 }  // namespace
@@ -251,17 +326,22 @@ Tensor linear_forward(const Tensor& x, const Tensor& W, const Tensor* bias, cons
     lora_linear_into(x, x16, W, bias, residual, lora, r, saved, y);
     return y;
   }
-  // DoRA: y = residual + b + c ⊙ z
-  require_dora_without_dropout(*lora);
+  // DoRA: y = residual + b + c ⊙ z (with dropout: + x·Wᵀ − xd·Wᵀ, z on xd: dora_dropout_z)
   Tensor c, inv_n;
   dora_scale(W, *lora, r, c, inv_n);
-  Tensor z = Tensor::empty({T, out}, DType::F32, x.device());
-  lora_linear_into(x, x16, W, nullptr, nullptr, lora, r, saved, z);
-  if (residual)
-    y.copy_from(*residual);
-  else
-    y.zero();
-  if (bias) add_bias_inplace(y, *bias);
+  Tensor z;
+  if (dropout_active(*lora)) {
+    base_forward(x, x16, W, bias, residual, y);
+    z = dora_dropout_z(x, W, *lora, r, saved, y);
+  } else {
+    z = Tensor::empty({T, out}, DType::F32, x.device());
+    lora_linear_into(x, x16, W, nullptr, nullptr, lora, r, saved, z);
+    if (residual)
+      y.copy_from(*residual);
+    else
+      y.zero();
+    if (bias) add_bias_inplace(y, *bias);
+  }
   column_scale_add(y, c, z);
   if (saved) {
     saved->dora_z = std::move(z);
@@ -295,10 +375,11 @@ void linear_backward(const Tensor& dy, const Tensor& x_f32, const Tensor& W, con
   ops::require_shape(kOp, "dy", dy, Shape{T, out});
   const uint16_t* dy16 = ops::bf16_input(kOp, "dy_bf16", dy_bf16, dy);
   BP_CHECK(!grads.dm || (lora && lora->magnitude), "[linear] dm requested but no DoRA magnitude was given");
-  // DoRA: dm += (Σ_t g ⊙ z)/n, and the base and LoRA products take g ⊙ c (ops/linear.h "DoRA").
-  Tensor dy_scaled;
+  // DoRA: dm += (Σ_t g ⊙ z)/n, and the base and LoRA products take g ⊙ c (ops/linear.h "DoRA");
+  // with dropout the base product takes g and the dropped one (c − 1) ⊙ g (dora_dropped_g).
+  Tensor dy_scaled, dora_dropped_g;
+  const bool dora_dropout = lora && lora->magnitude && dropout_active(*lora);
   if (lora && lora->magnitude) {
-    require_dora_without_dropout(*lora);
     BP_CHECK(!grads.dW, "[linear] DoRA adapts a frozen weight: no dW");
     BP_CHECK(saved && saved->dora_z.defined() && saved->dora_c.defined() && saved->dora_inv_n.defined(),
              "[linear] DoRA backward needs z, c and 1/n saved by linear_forward");
@@ -309,7 +390,12 @@ void linear_backward(const Tensor& dy, const Tensor& x_f32, const Tensor& W, con
     }
     dy_scaled = Tensor::zeros({T, out}, DType::F32, dy.device());
     column_scale_add(dy_scaled, saved->dora_c, dy);
-    dy16 = nullptr;  // dy's bf16 copy is not g ⊙ c's
+    if (dora_dropout && grads.dx) {
+      dora_dropped_g = dy_scaled.clone();
+      axpy_inplace(dora_dropped_g, -1.0f, dy);
+    } else {
+      dy16 = nullptr;  // dy's bf16 copy is not g ⊙ c's
+    }
   }
   const uint16_t* x16 = ops::bf16_input(kOp, "x_bf16", x_bf16, x);
   if (grads.dx) ops::require_shape(kOp, "dx", *grads.dx, Shape{T, in});
@@ -326,7 +412,9 @@ void linear_backward(const Tensor& dy, const Tensor& x_f32, const Tensor& W, con
   // The GEMMs back to back, the OpenMP loops (db) last: OpenBLAS's workers keep spinning after a
   // call and would compete with an OpenMP loop placed between two calls. (With dropout the CPU's
   // backward kernel regenerates xd between the dxa GEMM and its own two: within noise, measured.)
-  const float* g = dy_scaled.defined() ? dy_scaled.kernel_data<float>() : dy.kernel_data<float>();
+  // g: what the base products read (g ⊙ c under DoRA without dropout), g_lora the LoRA's.
+  const float* g_lora = dy_scaled.defined() ? dy_scaled.kernel_data<float>() : dy.kernel_data<float>();
+  const float* g = dora_dropout ? dy.kernel_data<float>() : g_lora;
   // dW is asked for an f32 weight, or for the bf16 GEMM copy of a trainable f32 master (full
   // fine-tuning with training.matmul_dtype bf16: model/transformer.h); held frozen types get none.
   BP_CHECK(!grads.dW || W.dtype() == DType::F32 || W.dtype() == DType::BF16,
@@ -340,8 +428,9 @@ void linear_backward(const Tensor& dy, const Tensor& x_f32, const Tensor& W, con
         grads.dx ? grads.dx->kernel_data<float>() : nullptr, grads.dW ? grads.dW->kernel_data<float>() : nullptr, T);
   if (grads.dW && W.dtype() == DType::F32)
     ops::kernels(x).linear_dW_accumulate(g, x.kernel_data<float>(), grads.dW->kernel_data<float>(), T, in, out);
+  if (dora_dropped_g.defined() && T > 0) dropped_base_dx(dora_dropped_g, x, W, *lora, *grads.dx);
   if (lora && T > 0 && (grads.dx || grads.dA || grads.dB || lora->group_dxa))
-    lora_backward(g, x, *lora, saved, grads, T, in, out, r);
+    lora_backward(g_lora, x, *lora, saved, grads, T, in, out, r);
   if (grads.db) ops::kernels(x).bias_grad_accumulate(dy.kernel_data<float>(), grads.db->kernel_data<float>(), T, out);
 }
 

@@ -80,8 +80,14 @@ struct LinearGrads {
 // n² = ||W_j||² + Σ_k B_jk·(2s·W·Aᵀ + s²·B·(A·Aᵀ))_jk: one [r, out] GEMM against W (any held type,
 // as x·Wᵀ with x = A) and two of r×r, no [out, in] temporary. Backward, g = dy:
 //   dm += (Σ_t g ⊙ z) / n,   then the LoRA backward above with g ⊙ c in place of g (db from g).
-// DoRA with dropout (PEFT's extra product of the dropped x with W) is refused
-// (INPUT_VALIDATION_FAILED; the settings refuse it first).
+// DoRA with dropout (training, p > 0), as PEFT's DoraLinearVariant: the base layer runs on the
+// undropped x and the DoRA term on xd = dropout(x) (the LoRA mask):
+//   y = residual + b + x·Wᵀ + (c − 1) ⊙ (xd·Wᵀ) + c ⊙ s·(xd·Aᵀ)·Bᵀ = residual + b + x·Wᵀ − xd·Wᵀ + c ⊙ z,
+//   z = xd·Wᵀ + s·(xd·Aᵀ)·Bᵀ;   backward dm += (Σ_t g ⊙ z)/n,
+//   dx = g·W + dropout'(((c − 1) ⊙ g)·W) + dropout'(s·((g ⊙ c)·B)·A),  dA, dB from g ⊙ c.
+// xd·Wᵀ and dropout'(·W) go through the LoRA dropout kernels with W as their "A" (an f32 W), or
+// with an identity A making xd [T, in] for the held GEMMs (a bf16 or quantized W): one more
+// product against W each way, as PEFT's extra F.linear on the dropped x.
 //
 // residual (forward, may be null): [T, out] f32 added to y, y = residual + x·Wᵀ (+ b) (+ LoRA), by
 // the base GEMM (its beta; on a card out of place, cuBLASLt's C ≠ D): a residual connection with

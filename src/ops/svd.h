@@ -18,4 +18,10 @@ struct Svd {
 // RUNTIME_TRAINING_FAILED when LAPACK's iteration does not converge.
 Svd svd(const Tensor& W);
 
+// The rank-q randomized SVD of W (backend/cpu/svd.h svd_lowrank_f64: torch.svd_lowrank's algorithm,
+// PEFT's "pissa_niter_N"): k = q values and vectors, approximating the top q of svd(W) the closer
+// the larger niter and the faster W's spectrum decays. Deterministic in `seed`. Errors as svd(), and
+// INPUT_VALIDATION_FAILED for q outside [1, min(m, n)] or niter < 0.
+Svd svd_lowrank(const Tensor& W, int64_t q, int niter, uint64_t seed);
+
 }  // namespace bp

@@ -13,7 +13,10 @@
 //                      [T, in]; CUDA: the dA kernel's per-slice partials, DeviceScratch) (all transient)
 //   DoRA               forward: the norm's temporaries (A·Wᵀ and Bᵀ [r, out], A·Aᵀ and I [r, r],
 //                      n² [out], transient), then z [T, out] and c, 1/n [out], saved with xa;
-//                      backward: dy ⊙ c [T, out] for the op's call
+//                      backward: dy ⊙ c [T, out] for the op's call; with dropout, forward the
+//                      dropout kernel's scratch for xd·Wᵀ, backward (c − 1) ⊙ dy [T, out] and the
+//                      scratch; over a held W also xd (forward) or dy·W (backward) [T, in] and an
+//                      identity [in, in] (ops/linear.h "DoRA"), all transient
 //   (PiSSA adds no activations: its initial A and B live on the host, in `weights` on the CPU)
 //   LoRA input groups  (q/k/v, gate/up: Model::lora_group_A) one xa [T, Σr] before the members'
 //                      forward (with dropout then the kernel's scratch, transient), kept until the
@@ -206,6 +209,14 @@ struct Dims {
   }
 };
 
+// DoRA with dropout: the floats of one product against W on the dropped input (ops/linear.cpp
+// dropped_base_forward / dropped_base_dx), beside z or (c − 1) ⊙ dy: the dropout kernel's scratch,
+// and over a held W the [T, in] operand and the identity [in, in].
+int64_t dora_dropout_floats(const Dims& m, LinearRole role, bool backward) {
+  const int64_t in = m.in(role);
+  return m.dropout_scratch(role, backward) + (m.device.held != DType::F32 ? m.T * in + in * in : 0);
+}
+
 // What one layer's forward keeps (ids into the replay), as Model::LayerActs.
 struct Acts {
   Id x = -1;  // the layer input (owned by the caller's bookkeeping, freed with the acts)
@@ -239,6 +250,7 @@ Id linear_fwd(Replay& R, const Dims& m, LinearRole role, Group y_group, Acts* ke
   if (m.dora && m.has_lora(role)) {  // ops/linear.cpp dora_scale, then z, c and 1/n
     R.transient(kWork, 2 * m.r * m.out(role) + 2 * m.r * m.r + m.out(role));
     dora = R.alloc(keep ? keep_group : kWork, m.T * m.out(role) + 2 * m.out(role));
+    if (m.dropout > 0) R.transient(kWork, dora_dropout_floats(m, role, false));  // xd·Wᵀ into z
   }
   if (!m.has_lora(role) || in_group)
     R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.in(role), m.out(role), false, given));
@@ -266,6 +278,11 @@ void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a, Id dy16 = -1
   const auto ri = static_cast<size_t>(role);
   const bool given = dy16 >= 0;
   Id dy_scaled = m.dora && m.has_lora(role) ? R.alloc(kWork, m.T * m.out(role)) : -1;  // DoRA's dy ⊙ c
+  Id dy_dropped = -1;  // DoRA with dropout: (c − 1) ⊙ dy, live to the op's end; dropout'(·W) into dx
+  if (m.dora && m.has_lora(role) && m.dropout > 0) {
+    dy_dropped = R.alloc(kWork, m.T * m.out(role));
+    R.transient(kWork, dora_dropout_floats(m, role, true));
+  }
   // dx = dy·W; with a bf16 GEMM copy also dW += dyᵀ·x, the two sharing dy's bf16 copy.
   if (m.device.gemm_copies)
     R.transient_bytes(kWork, m.device.linear_dW(m.T, m.in(role), m.out(role), given, x16 >= 0));
@@ -277,6 +294,7 @@ void linear_bwd(Replay& R, const Dims& m, LinearRole role, Acts& a, Id dy16 = -1
     if (m.dropout > 0) R.transient_bytes(kWork, m.device.lora_dropout_dA(m.T, m.in(role), m.r));
     R.free(dxa);
   }
+  R.free(dy_dropped);
   R.free(dy_scaled);
   R.free(a.xa[ri]);
   R.free(a.dora[ri]);

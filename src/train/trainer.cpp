@@ -397,7 +397,8 @@ void Trainer::State::build_model() {
       throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                   "[train] --init-lora-weights pissa starts A and B from the base's singular vectors; it cannot "
                   "also start from an adapter (multi-run, --init-adapter)");
-    init_pissa(*adapter, model->weights());  // PiSSA: A, B from the SVD, the base weights replaced by the residual
+    // PiSSA: A, B from the SVD (the fast one from the seed: a resume redoes it), the base replaced by the residual
+    init_pissa(*adapter, model->weights(), o.seed);
     if (!o.init_adapter.empty()) start_from_adapter(*adapter, o.init_adapter, model->config());
     if (device.type != DeviceType::CPU)  // initialised on the host (seeded), trained on the device
       copy_adapter_tensors(*adapter, [&](const Tensor& t) { return t.to(device); });

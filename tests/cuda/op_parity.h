@@ -84,35 +84,37 @@ inline void elementwise(Tolerance tol) {
 // DoRA (ops/linear.h "DoRA"): forward with a bias and a residual, backward's dx, dA, dB and the
 // magnitude's dm, over an f32 and a bf16-held W (the norm's GEMM reads W in its held type; on a
 // card the held GEMMs round their activations (x, A, dy·m/n) to bf16: bf16's tolerance there).
+// DoRA, without and with LoRA dropout (ops/linear.h "DoRA": xd·Wᵀ through the dropout kernels).
 inline void linear_with_dora(Tolerance f32_tol) {
   const int64_t T = 33, in = 31, out = 17, r = 3;
-  for (DType held : {DType::F32, DType::BF16}) {
-    const std::string at = held == DType::F32 ? " (f32 W)" : " (bf16 W)";
-    const Tolerance tol = held == DType::F32 ? f32_tol : Tolerance{2e-3, 2e-3};  // widened: 2e-2
-    Tensor x = random_tensor({T, in}, 40), W = random_tensor({out, in}, 41).to(held);
-    Tensor bias = random_tensor({out}, 42), res = random_tensor({T, out}, 43), dy = random_tensor({T, out}, 44);
-    Tensor A = random_tensor({r, in}, 45), B = random_tensor({out, r}, 46), m = random_tensor({out}, 47, 0.5f, 1.5f);
-    Tensor nsq = random_tensor({out}, 48, 2.0f, 3.0f);  // any positive ||W_j||²: the formula, not its source
-    Tensor xg = gpu(x), Wg = gpu(W), bg = gpu(bias), resg = gpu(res), dyg = gpu(dy), Ag = gpu(A), Bg = gpu(B);
-    Tensor mg = gpu(m), nsqg = gpu(nsq);
-    LoraWeights lc{&A, &B, 0.5f}, lg{&Ag, &Bg, 0.5f};
-    lc.magnitude = &m, lc.weight_norm_sq = &nsq, lg.magnitude = &mg, lg.weight_norm_sq = &nsqg;
-    LinearSaved sc, sg;
-    const Tensor y = linear_forward(x, W, &bias, &lc, &sc, nullptr, &res);
-    expect_same(linear_forward(xg, Wg, &bg, &lg, &sg, nullptr, &resg), y, "DoRA y" + at, widen(tol));
-    expect_same(sg.dora_c, sc.dora_c, "DoRA m/n" + at, widen(tol));
-    Tensor dx = Tensor::empty({T, in}), dA = random_tensor({r, in}, 49), dB = random_tensor({out, r}, 50);
-    Tensor dm = random_tensor({out}, 51);
-    Tensor dxg = Tensor::empty({T, in}, DType::F32, kGpu), dAg = gpu(dA), dBg = gpu(dB), dmg = gpu(dm);
-    LinearGrads gc{&dx, nullptr, nullptr, &dA, &dB}, gg{&dxg, nullptr, nullptr, &dAg, &dBg};
-    gc.dm = &dm, gg.dm = &dmg;
-    linear_backward(dy, x, W, &lc, &sc, gc);
-    linear_backward(dyg, xg, Wg, &lg, &sg, gg);
-    expect_same(dxg, dx, "DoRA dx" + at, widen(tol));
-    expect_same(dAg, dA, "DoRA dA" + at, widen(tol));
-    expect_same(dBg, dB, "DoRA dB" + at, widen(tol));
-    expect_same(dmg, dm, "DoRA dm" + at, widen(tol));
-  }
+  for (float p : {0.0f, 0.25f})
+    for (DType held : {DType::F32, DType::BF16}) {
+      const std::string at = std::string(held == DType::F32 ? " (f32 W" : " (bf16 W") + (p > 0 ? ", dropout)" : ")");
+      const Tolerance tol = held == DType::F32 ? f32_tol : Tolerance{2e-3, 2e-3};  // widened: 2e-2
+      Tensor x = random_tensor({T, in}, 40), W = random_tensor({out, in}, 41).to(held);
+      Tensor bias = random_tensor({out}, 42), res = random_tensor({T, out}, 43), dy = random_tensor({T, out}, 44);
+      Tensor A = random_tensor({r, in}, 45), B = random_tensor({out, r}, 46), m = random_tensor({out}, 47, 0.5f, 1.5f);
+      Tensor nsq = random_tensor({out}, 48, 2.0f, 3.0f);  // any positive ||W_j||²: the formula, not its source
+      Tensor xg = gpu(x), Wg = gpu(W), bg = gpu(bias), resg = gpu(res), dyg = gpu(dy), Ag = gpu(A), Bg = gpu(B);
+      Tensor mg = gpu(m), nsqg = gpu(nsq);
+      LoraWeights lc{&A, &B, 0.5f, p, 77, true}, lg{&Ag, &Bg, 0.5f, p, 77, true};
+      lc.magnitude = &m, lc.weight_norm_sq = &nsq, lg.magnitude = &mg, lg.weight_norm_sq = &nsqg;
+      LinearSaved sc, sg;
+      const Tensor y = linear_forward(x, W, &bias, &lc, &sc, nullptr, &res);
+      expect_same(linear_forward(xg, Wg, &bg, &lg, &sg, nullptr, &resg), y, "DoRA y" + at, widen(tol));
+      expect_same(sg.dora_c, sc.dora_c, "DoRA m/n" + at, widen(tol));
+      Tensor dx = Tensor::empty({T, in}), dA = random_tensor({r, in}, 49), dB = random_tensor({out, r}, 50);
+      Tensor dm = random_tensor({out}, 51);
+      Tensor dxg = Tensor::empty({T, in}, DType::F32, kGpu), dAg = gpu(dA), dBg = gpu(dB), dmg = gpu(dm);
+      LinearGrads gc{&dx, nullptr, nullptr, &dA, &dB}, gg{&dxg, nullptr, nullptr, &dAg, &dBg};
+      gc.dm = &dm, gg.dm = &dmg;
+      linear_backward(dy, x, W, &lc, &sc, gc);
+      linear_backward(dyg, xg, Wg, &lg, &sg, gg);
+      expect_same(dxg, dx, "DoRA dx" + at, widen(tol));
+      expect_same(dAg, dA, "DoRA dA" + at, widen(tol));
+      expect_same(dBg, dB, "DoRA dB" + at, widen(tol));
+      expect_same(dmg, dm, "DoRA dm" + at, widen(tol));
+    }
 }
 
 inline void linear_with_lora_dropout_and_bias(Tolerance tol) {

@@ -83,6 +83,11 @@ TEST(CudaTrainer, TinyChatDoraRunMatchesCpu) {
   expect_tiny_chat_lora_run_matches_cpu(0.0f, true);
 }
 
+// DoRA with LoRA dropout: the dropped base products through the dropout kernels (ops/linear.h "DoRA").
+TEST(CudaTrainer, TinyChatDoraWithDropoutRunMatchesCpu) {
+  expect_tiny_chat_lora_run_matches_cpu(0.1f, true);
+}
+
 // Two steps of full fine-tuning of tiny-chat on the CPU (first) and on the card (second).
 std::pair<TrainOptions, TrainOptions> full_cpu_and_card(const TempDir& cpu_dir, const TempDir& gpu_dir) {
   TrainOptions co = tiny_chat_options(cpu_dir.path, "cpu");

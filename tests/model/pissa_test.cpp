@@ -16,6 +16,7 @@
 #include "model/peft.h"
 #include "model/weight_names.h"
 #include "ops/elementwise.h"
+#include "ops/svd.h"
 
 namespace bp::test {
 namespace {
@@ -54,7 +55,7 @@ TEST(Pissa, FactorsAndResidualMatchTorchSvd) {
   const ModelWeights original = tiny_weights(cfg, 11);
   ModelWeights w = clone_weights(original);
   LoraAdapter ad = init_lora(cfg, pissa_config(), 3);
-  init_pissa(ad, w);
+  init_pissa(ad, w, 0);
 
   TempDir dir;
   nlohmann::json table = nlohmann::json::array();
@@ -123,7 +124,7 @@ void expect_starts_as_base_and_saved_applies_to_original(const TinySpec& sp, con
     SCOPED_TRACE(rslora ? "rsLoRA" : "LoRA");
     ModelWeights w = tiny_weights(cfg, 21);
     LoraAdapter ad = init_lora(cfg, pissa_config(rslora), 4);
-    init_pissa(ad, w);
+    init_pissa(ad, w, 0);
     Model model(std::move(w), ModelOptions{TrainMode::Lora});
     model.attach_lora(ad);
     model.set_training(false);
@@ -178,6 +179,123 @@ TEST(Pissa, GemmaStartsAsTheBaseAndItsSavedAdapterAppliesToTheOriginalBase) {
   expect_starts_as_base_and_saved_applies_to_original(gemma3, {false});
 }
 
+// W [m, n] = U·diag(σ)·Vᵀ with random orthonormal U, V (Gram-Schmidt of random columns) and a
+// geometrically decaying spectrum σ_i = ratio^i.
+Tensor decaying_spectrum_matrix(int64_t m, int64_t n, double ratio, uint64_t seed) {
+  const int64_t k = std::min(m, n);
+  auto orthonormal = [&](int64_t rows, uint64_t sd) {
+    std::vector<double> q = to_double(random_tensor({rows, k}, sd));
+    for (int64_t j = 0; j < k; ++j) {
+      for (int pass = 0; pass < 2; ++pass)
+        for (int64_t i = 0; i < j; ++i) {
+          double d = 0;
+          for (int64_t t = 0; t < rows; ++t) d += q[t * k + i] * q[t * k + j];
+          for (int64_t t = 0; t < rows; ++t) q[t * k + j] -= d * q[t * k + i];
+        }
+      double nrm = 0;
+      for (int64_t t = 0; t < rows; ++t) nrm += q[t * k + j] * q[t * k + j];
+      for (int64_t t = 0; t < rows; ++t) q[t * k + j] /= std::sqrt(nrm);
+    }
+    return q;
+  };
+  const std::vector<double> U = orthonormal(m, seed), V = orthonormal(n, seed + 1);
+  Tensor W = Tensor::empty({m, n});
+  for (int64_t a = 0; a < m; ++a)
+    for (int64_t b = 0; b < n; ++b) {
+      double v = 0;
+      for (int64_t i = 0; i < k; ++i) v += U[a * k + i] * std::pow(ratio, static_cast<double>(i)) * V[b * k + i];
+      W.data<float>()[a * n + b] = static_cast<float>(v);
+    }
+  return W;
+}
+
+// U_r·diag(S_r)·V_rᵀ of an Svd, [m, n].
+std::vector<double> rank_r_product(const Svd& d, int64_t r) {
+  std::vector<double> p(static_cast<size_t>(d.m * d.n), 0.0);
+  for (int64_t a = 0; a < d.m; ++a)
+    for (int64_t b = 0; b < d.n; ++b)
+      for (int64_t i = 0; i < r; ++i) p[a * d.n + b] += d.U[a * d.k + i] * d.S[i] * d.Vt[i * d.n + b];
+  return p;
+}
+
+double frobenius(const std::vector<double>& a, const std::vector<double>* minus = nullptr) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double v = a[i] - (minus ? (*minus)[i] : 0.0);
+    s += v * v;
+  }
+  return std::sqrt(s);
+}
+
+// The randomized SVD (torch.svd_lowrank's algorithm, PEFT's pissa_niter_N) against LAPACK's exact
+// one on a matrix whose spectrum decays by 0.5 a value: with q = r and N power iterations the rank-r
+// product is within about (σ_{r+1}/σ_r)^(2N+1) of the truncated SVD's (Halko et al. 2011, §10), here
+// 0.5^9 for N = 4, and further from it with fewer iterations; singular values likewise.
+// Deterministic in the seed; q past min(m, n) is refused.
+TEST(Pissa, FastSvdApproximatesTheTruncatedSvd) {
+  const Tensor W = decaying_spectrum_matrix(40, 24, 0.5, 17);
+  const int64_t r = 4;
+  const Svd exact = svd(W);
+  const std::vector<double> want = rank_r_product(exact, r);
+  std::vector<double> errors;
+  for (int niter : {0, 1, 4}) {
+    const Svd fast = svd_lowrank(W, r, niter, 99);
+    ASSERT_EQ(fast.k, r);
+    const double err = frobenius(rank_r_product(fast, r), &want) / frobenius(want);
+    errors.push_back(err);
+    if (niter == 4) {
+      EXPECT_LT(err, 2e-3) << "niter 4";
+      for (int64_t i = 0; i < r; ++i) EXPECT_NEAR(fast.S[i], exact.S[i], 2e-3 * exact.S[0]) << i;
+    }
+  }
+  EXPECT_LT(errors[2], errors[1]);
+  EXPECT_LT(errors[1], errors[0]);
+  EXPECT_EQ(svd_lowrank(W, r, 2, 5).U, svd_lowrank(W, r, 2, 5).U);
+  EXPECT_NE(svd_lowrank(W, r, 2, 5).U, svd_lowrank(W, r, 2, 6).U);
+  EXPECT_THROW(svd_lowrank(W, 25, 2, 5), Error);
+}
+
+// --init-lora-weights pissa_niter_N: the model is unchanged at step 0, A and B are the exact
+// PiSSA's up to the fast SVD's error, redone bit for bit from the same seed (a resume), and another
+// seed draws another test matrix.
+TEST(Pissa, FastSvdInitStartsAsTheBaseAndIsReproducible) {
+  const ModelConfig cfg = tiny_config(spec());
+  const Batch batch = tiny_batch(cfg.vocab_size, 5);
+  Model base(tiny_weights(cfg, 21), ModelOptions{TrainMode::Frozen});
+  base.set_training(false);
+  const auto base_logits = to_double(base.logits(batch));
+  LoraConfig lc = pissa_config();
+  lc.init_lora_weights = "pissa_niter_4";
+  EXPECT_EQ(lc.pissa_niter(), 4);
+  EXPECT_TRUE(lc.pissa());
+  auto init = [&](uint64_t seed) {
+    ModelWeights w = tiny_weights(cfg, 21);
+    LoraAdapter ad = init_lora(cfg, lc, 4);
+    init_pissa(ad, w, seed);
+    return std::pair{std::move(w), std::move(ad)};
+  };
+  auto [w, ad] = init(7);
+  const auto [w2, ad2] = init(7);
+  const auto [w3, ad3] = init(8);
+  for (int64_t l = 0; l < cfg.num_layers; ++l)
+    for (LoraTarget t : kAllLoraTargets) {
+      EXPECT_EQ(weight_ref(w, lora_target_role(t), l).to_vector(), weight_ref(w2, lora_target_role(t), l).to_vector());
+      EXPECT_EQ(ad.layers[l].a(t).to_vector(), ad2.layers[l].a(t).to_vector());
+    }
+  EXPECT_NE(ad.layers[0].a(LoraTarget::Q).to_vector(), ad3.layers[0].a(LoraTarget::Q).to_vector());
+  Model model(std::move(w), ModelOptions{TrainMode::Lora});
+  model.attach_lora(ad);
+  model.set_training(false);
+  EXPECT_TRUE(all_close(to_double(model.logits(batch)), base_logits, kParityLogits)) << "step 0 is the base";
+  const ModelConfig& c = cfg;
+  for (const std::string bad : {"pissa_niter_", "pissa_niter_x", "pissa_niter_1001", "pissa_niter_-1"}) {
+    LoraConfig b = lc;
+    b.init_lora_weights = bad;
+    EXPECT_FALSE(b.pissa()) << bad;
+    EXPECT_THROW(init_lora(c, b, 1), Error) << bad;
+  }
+}
+
 TEST(Pissa, RefusesWhatItCannotDo) {
   const ModelConfig cfg = tiny_config(spec());
   auto code_of = [](auto&& f) {
@@ -197,7 +315,7 @@ TEST(Pissa, RefusesWhatItCannotDo) {
   ModelWeights w = tiny_weights(cfg, 3);
   weight_ref(w, WeightRole::Up, 1) = weight_ref(w, WeightRole::Up, 1).to(DType::Q8_0);
   LoraAdapter ad = init_lora(cfg, pissa_config(), 1);
-  EXPECT_EQ(code_of([&] { init_pissa(ad, w); }), ErrorCode::CONFIG_INVALID_SETTING);
+  EXPECT_EQ(code_of([&] { init_pissa(ad, w, 0); }), ErrorCode::CONFIG_INVALID_SETTING);
 }
 
 }  // namespace

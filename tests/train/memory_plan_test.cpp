@@ -1,5 +1,5 @@
 // The memory plan against the CPU allocator's measured peak of a real forward_backward, for
-// several sizes, LoRA/full, checkpointing on/off, dropout, q/k norm, a sliding window, Gemma, DoRA
+// several sizes, LoRA/full, checkpointing on/off, dropout, q/k norm, a sliding window, Gemma, DoRA (with dropout too)
 // and PiSSA; and the largest micro-batch that fits a limit, checked by running it under that limit.
 // SFT samples (prompts without loss) need logits rows only for their answers, and the plan counts
 // exactly those.
@@ -64,6 +64,16 @@ std::vector<PlanCase> plan_cases() {
       {"qwen3_dora_nockpt", qwen3, TrainMode::Lora, false, 90, 0.0f, {"q_proj", "up_proj", "down_proj"}, 64, true},
       {"small_pissa_nockpt", small, TrainMode::Lora, false, 40, 0.0f, {"q_proj", "down_proj"}, 64, false, true},
       {"gemma3_dora_nockpt", gemma3, TrainMode::Lora, false, 110, 0.0f, {"all-linear"}, 64, true},
+      // DoRA with dropout: xd·Wᵀ and dropout'((c − 1) ⊙ dy·W) through the dropout kernels (ops/linear.h).
+      {"qwen3_dora_dropout_ckpt",
+       qwen3,
+       TrainMode::Lora,
+       true,
+       110,
+       0.1f,
+       {"q_proj", "up_proj", "down_proj"},
+       64,
+       true},
   };
 }
 
@@ -112,7 +122,7 @@ Measured measure(const PlanCase& pc, const MemorySettings& s, size_t limit = kNo
   if (pc.mode == TrainMode::Lora) {
     adapter = init_lora(cfg, s.lora, 5);
     init_dora_magnitudes(adapter, model.weights());
-    init_pissa(adapter, model.weights());
+    init_pissa(adapter, model.weights(), 0);
     model.attach_lora(adapter);
   }
   std::vector<Tensor> adam;

@@ -175,11 +175,15 @@ TEST(Trainer, ResumeContinuesBitIdentically) {
   expect_resume_bit_identical([](LoraConfig&) {});
 }
 
-// DoRA's magnitudes are trainable parameters of the checkpoint; PiSSA's A0, B0 and residual base
-// are remade from the reloaded base by the same SVD before the checkpoint's A and B are restored.
+// DoRA's magnitudes are trainable parameters of the checkpoint (with dropout too: the masks come
+// from the step's seed); PiSSA's A0, B0 and residual base are remade from the reloaded base by the
+// same SVD before the checkpoint's A and B are restored, the fast SVD (pissa_niter_N) from the run's
+// seed.
 TEST(Trainer, DoraAndPissaResumeBitIdentically) {
   expect_resume_bit_identical([](LoraConfig& l) { l.use_dora = true; });
+  expect_resume_bit_identical([](LoraConfig& l) { l.use_dora = true, l.dropout = 0.1f; });
   expect_resume_bit_identical([](LoraConfig& l) { l.init_lora_weights = "pissa"; });
+  expect_resume_bit_identical([](LoraConfig& l) { l.init_lora_weights = "pissa_niter_2"; });
 }
 
 // Full fine-tuning with --matmul-dtype bf16 on the CPU (for comparison with a card; slower here):

@@ -11,4 +11,13 @@ namespace bp::cpu {
 // a bad argument.
 int svd_f64(double* a, int64_t m, int64_t n, double* u, double* s, double* vt);
 
+// Randomized rank-q SVD (Halko, Martinsson & Tropp 2011, as torch.svd_lowrank, which PEFT's
+// init_lora_weights "pissa_niter_N" calls with q = r): a Gaussian test matrix R [n, q] (seeded
+// normal draws), Q = orth(a·R), then `niter` power iterations Q = orth(a·orth(aᵀ·Q)), and the thin SVD
+// of the small Qᵀ·a [q, n] = Ub·S·Vt gives u = Q·Ub [m, q], s [q], vt [q, n]. a [m, n] row-major is read,
+// not written. orth: Gram-Schmidt twice over (f64; a column that vanishes stays zero). Products
+// by dgemm; deterministic in `seed` on a given machine and BLAS. Returns svd_f64's info.
+int svd_lowrank_f64(const double* a, int64_t m, int64_t n, int64_t q, int niter, uint64_t seed, double* u, double* s,
+                    double* vt);
+
 }  // namespace bp::cpu
