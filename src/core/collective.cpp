@@ -155,6 +155,35 @@ std::vector<double> Collective::all_gather(double value) {
   return out;
 }
 
+namespace {
+// Every rank's `count` values of T, concatenated in rank order: the counts first, then one
+// all-gather with them.
+template <class T>
+std::vector<T> gather_concat(Collective& c, const std::vector<T>& values) {
+  if (c.world() == 1) return values;
+  const std::vector<int64_t> counts = c.all_gather(static_cast<int64_t>(values.size()));
+  std::vector<size_t> bytes(counts.size()), offsets(counts.size());
+  size_t total = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    bytes[r] = static_cast<size_t>(counts[r]) * sizeof(T);
+    offsets[r] = total * sizeof(T);
+    total += static_cast<size_t>(counts[r]);
+  }
+  std::vector<T> out(total);
+  if (total > 0)
+    c.all_gather_v_bytes(values.data(), values.size() * sizeof(T), out.data(), bytes.data(), offsets.data());
+  return out;
+}
+}  // namespace
+
+std::vector<double> Collective::all_gather_concat(const std::vector<double>& values) {
+  return gather_concat(*this, values);
+}
+
+std::vector<float> Collective::all_gather_concat(const std::vector<float>& values) {
+  return gather_concat(*this, values);
+}
+
 double Collective::sum_in_rank_order(double value) {
   if (world() == 1) return value;
   double s = 0;

@@ -83,6 +83,9 @@ class Collective {
   // Every rank's value, in rank order.
   std::vector<int64_t> all_gather(int64_t value);
   std::vector<double> all_gather(double value);
+  // Every rank's values (any count, 0 included) one after the other in rank order, on every rank.
+  std::vector<double> all_gather_concat(const std::vector<double>& values);
+  std::vector<float> all_gather_concat(const std::vector<float>& values);
   // Sum of every rank's value, added in rank order (identical on every rank).
   double sum_in_rank_order(double value);
   bool any(bool value);

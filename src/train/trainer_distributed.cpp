@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "core/collective.h"
 #include "core/log.h"
@@ -94,11 +95,6 @@ void Trainer::State::start_distributed() {
   opt.optimizer_shards = comm->world() > 1 && opt.shard_optimizer.value_or(true) ? comm->world() : 1;
   if (comm->world() == 1) return;
   const int w = comm->world();
-  if (method_is_preference(opt.method))
-    throw Error(ErrorCode::CONFIG_DISTRIBUTED_MISMATCH,
-                fmt::format("[train] --method {} does not run data-parallel yet ({} ranks): only sft does",
-                            train_method_name(opt.method), w))
-        .with_suggestion("Train it in one process (drop mpirun / --nproc), or use --method sft.");
   if (opt.batch_size < w)
     throw Error(ErrorCode::CONFIG_DISTRIBUTED_MISMATCH,
                 fmt::format("[train] --batch-size {} is smaller than the {} ranks: every rank needs at least one "
@@ -176,6 +172,10 @@ void Trainer::State::check_ranks_agree() {
     for (const Sample& smp : *set) {
       hd.add(smp.ids.data(), smp.ids.size() * sizeof(int32_t));
       hd.add(smp.loss_mask.data(), smp.loss_mask.size());
+      hd.add(smp.rejected_ids.data(), smp.rejected_ids.size() * sizeof(int32_t));  // preference rows
+      hd.add(smp.rejected_loss_mask.data(), smp.rejected_loss_mask.size());
+      const int64_t label_prompt[] = {static_cast<int64_t>(smp.label), static_cast<int64_t>(smp.prompt_len)};
+      hd.add(label_prompt, sizeof label_prompt);
     }
   }
   const std::pair<const char*, uint64_t> parts[] = {
@@ -224,6 +224,7 @@ double Trainer::State::forward_backward_all_ranks(const Batch& batch) {
     }
     if (agree) {
       comm->all_reduce_sum(grads);
+      if (method_is_preference(opt.method)) merge_preference_metrics();
       return comm->sum_in_rank_order(local);
     }
     // Some rank ran out of memory: every rank redoes the step the same way.
@@ -241,6 +242,18 @@ double Trainer::State::forward_backward_all_ranks(const Batch& batch) {
             {"micro_batch_after", agreed_micro},
             {"gradient_checkpointing", agreed_gc}});
   }
+}
+
+// A preference step's TRL metrics (rewards, accuracies, log-probabilities) over the whole global
+// batch: each rank's sums over its share, added in rank order. Only logged: the loss and the
+// gradients are summed elsewhere.
+void Trainer::State::merge_preference_metrics() {
+  static_assert(std::is_trivially_copyable_v<PreferenceMetrics>);
+  std::vector<PreferenceMetrics> all(static_cast<size_t>(comm->world()));
+  comm->all_gather_bytes(&pref.step_metrics, sizeof(PreferenceMetrics), all.data());
+  PreferenceMetrics sum = all[0];
+  for (size_t r = 1; r < all.size(); ++r) sum.merge(all[r]);
+  pref.step_metrics = sum;
 }
 
 // A decision every rank must take the same way: true when it is true on any rank.

@@ -131,7 +131,7 @@ struct Trainer::State {
   std::vector<RefLogps> references(const std::vector<Sample>& pool, const std::vector<int64_t>& idx, bool eval);
   std::vector<RefLogps> computed_references(const std::vector<Sample>& pool, const std::vector<int64_t>& idx);
   std::vector<Sample> kl_samples(const std::vector<Sample>& pool, const std::vector<int64_t>& idx) const;
-  double kto_z(const std::vector<Sample>& pool, const std::vector<int64_t>& idx, bool eval);
+  double kto_z(const std::vector<Sample>& pool, const std::vector<int64_t>& idx, bool eval, bool across_ranks);
   void precompute_reference();
   void write_reference(const std::string& path) const;
   void load_reference(const std::string& checkpoint_dir);
@@ -153,6 +153,7 @@ struct Trainer::State {
   int64_t local_batch_size() const;
   void check_ranks_agree();
   double forward_backward_all_ranks(const Batch& batch);
+  void merge_preference_metrics();
   bool on_any_rank(bool value);
 
   // Fault injection for tests (the fault_* options), at these points of the loop only.
