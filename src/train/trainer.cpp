@@ -438,6 +438,8 @@ void Trainer::State::plan_memory() {
     event(r.at("level").get<std::string>(), r.at("message").get<std::string>());
     record(r);
   });
+  if (comm->world() > 1)  // temperatures decided by every rank together (forward_backward_all_ranks)
+    safety->set_rank_gather([this](int64_t v) { return comm->all_gather(v); });
   // --max-memory auto: the machine's RAM budget on the CPU; on a card, what it can give now: its
   // free memory (cudaMemGetInfo) minus a headroom, plus what the allocator already holds (in use and
   // cached), enforced so the plan picks a micro-batch that fits before step 1 instead of the first
@@ -508,11 +510,8 @@ double Trainer::State::forward_backward(const Batch& batch) {
         static_cast<int64_t>(ids.size()),
         [&](int64_t b, int64_t e) {
           safety->between_micro_batches(
-              step + 1, opt.oom_recovery && (oom->micro_seqs() > 1 || !model->options().gradient_checkpointing), [&] {
-                cursor = std::make_unique<DataCursor>(static_cast<int64_t>(data.train.size()), opt.seed, opt.shuffle,
-                                                      batch.start);
-                save_checkpoint(std::nullopt);
-              });
+              step + 1, opt.oom_recovery && (oom->micro_seqs() > 1 || !model->options().gradient_checkpointing),
+              [&] { save_last_finished_step(batch); });
           inject_fault(FaultPoint::MicroBatch);
           comm->check_peers();  // a rank gone during a long step is noticed before the all-reduce
           uint64_t dropout_seed = opt.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) * 1000003ull +
@@ -552,6 +551,15 @@ double Trainer::State::forward_backward(const Batch& batch) {
   if (!preference) return loss_sum;
   pref.step_metrics = ps.metrics;
   return ps.loss;
+}
+
+// The safety monitor's stop, in the middle of a step: the checkpoint of the step before it (the
+// data cursor back at the step's start). Data-parallel, every rank stays until rank 0 has written
+// it (as after an interrupt).
+void Trainer::State::save_last_finished_step(const Batch& batch) {
+  cursor = std::make_unique<DataCursor>(static_cast<int64_t>(data.train.size()), opt.seed, opt.shuffle, batch.start);
+  save_checkpoint(std::nullopt);
+  if (comm->world() > 1) comm->barrier(opt.distributed_timeout_s);
 }
 
 void Trainer::State::report_oom(const OomEvent& ev) {

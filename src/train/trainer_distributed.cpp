@@ -208,6 +208,9 @@ void Trainer::State::check_ranks_agree() {
 // gradients summed over the ranks (the one all-reduce of the step). Returns the global loss sum.
 double Trainer::State::forward_backward_all_ranks(const Batch& batch) {
   if (comm->world() == 1) return forward_backward(batch);
+  // The safety monitor's temperature decisions, agreed at the step boundary: a rank too hot pauses
+  // (or stops) every rank, never computes on alone while the others wait in the all-reduce.
+  safety->step_boundary(step + 1, [&] { save_last_finished_step(batch); });
   for (;;) {
     const int64_t micro_before = oom->micro_seqs();
     const bool gc_before = model->options().gradient_checkpointing;

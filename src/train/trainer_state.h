@@ -95,6 +95,7 @@ struct Trainer::State {
   };
   Batch next_batch();
   double forward_backward(const Batch& batch);
+  void save_last_finished_step(const Batch& batch);
   void report_oom(const OomEvent& ev);
   bool clip_and_check(const Batch& batch, StepRecord& rec);
   void update(const StepRecord& rec);

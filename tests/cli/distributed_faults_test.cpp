@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "distributed_test_util.h"
+#include "support/fake_system_root.h"
 #include "support/test_util.h"
 
 namespace bp {
@@ -213,6 +215,70 @@ TEST(DistributedFaults, InterruptSavesOneCheckpointAndEveryRankStops) {
         << resumed;
     EXPECT_EQ(summary(run)["steps"], 4);
   }
+}
+
+// The safety monitor's pause or stop on one rank is every rank's: each rank reads its own GPU (the
+// fake NVML, scripted per rank through BP_FAKE_NVML_SCRIPT: rank 0 always 50 C), and the worst
+// level is agreed at each step boundary. Rank 1 at 92 C before step 3 pauses both ranks until it
+// reads 70 C, and the run ends with the bits of one never paused; rank 1 at 97 C stops both, rank 0
+// saving step 2's checkpoint, with the code.
+TEST(DistributedFaults, SafetyMonitorOnOneRankPausesOrStopsEveryRank) {
+  SKIP_WITHOUT_MPIRUN();
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path);
+  fs::create_directories(tmp.path + "/root");  // no CPU sensors: the scripted GPU is all there is
+  auto script = [&](const std::string& name, const std::string& text) {
+    test::write_text_file(tmp.path + "/" + name, text);
+    return tmp.path + "/" + name;
+  };
+  const std::string cool = script("cool", "temps 50");
+  // Readings on rank 1: 1 at the start, then one per step boundary and one per micro-batch (its
+  // share is one micro-batch): the 6th is step 3's boundary.
+  const std::string hot = script("hot", "temps 50 50 50 50 50 92 92 85 70");
+  const std::string burning = script("burning", "temps 50 50 50 50 50 97");
+  const std::string monitor = "BACKPROPAGATE_MONITOR__NVML_LIBRARY=" + std::string(BP_FAKE_NVML) +
+                              " BACKPROPAGATE_MONITOR__POLL_PERIOD_S=0 BACKPROPAGATE_MONITOR__COOLDOWN_S=0"
+                              " BACKPROPAGATE_MONITOR__SYSTEM_ROOT=" +
+                              tmp.path + "/root ";
+  // MPMD: each rank its own script (an environment variable, not a setting the ranks compare).
+  auto launch = [&](const std::string& root, const std::string& rank1_script, std::string* out) {
+    return test::run_command(monitor + mpirun_prefix(1, "-x BP_FAKE_NVML_SCRIPT=" + cool) + test::backprop_exe() +
+                                 train_args(data, root) + " : -np 1 -x BP_FAKE_NVML_SCRIPT=" + rank1_script + " " +
+                                 test::backprop_exe() + train_args(data, root) + " 2>&1",
+                             out);
+  };
+  std::string out;
+  ASSERT_EQ(launch(tmp.path + "/plain", cool, &out), 0) << out;
+  ASSERT_EQ(launch(tmp.path + "/paused", hot, &out), 0) << out;
+  const std::string plain = only_run(tmp.path + "/plain"), paused = only_run(tmp.path + "/paused");
+  const auto mon = records(paused, "monitor");  // rank 0's records: it was never hot itself
+  const nlohmann::json *pause = nullptr, *resume = nullptr;
+  for (const auto& r : mon) {
+    if (r["event"] == "pause") pause = &r;
+    if (r["event"] == "resume") resume = &r;
+  }
+  ASSERT_TRUE(pause && resume) << out;
+  EXPECT_EQ((*pause)["step"], 3);
+  EXPECT_EQ((*pause)["ranks"], nlohmann::json::array({1}));
+  EXPECT_EQ((*pause)["code"], "RUNTIME_GPU_TEMPERATURE_CRITICAL");
+  EXPECT_EQ((*resume)["rounds"], 3);  // rank 1 read 92, 85, 70
+  EXPECT_TRUE(records(plain, "monitor").empty() ||
+              std::none_of(records(plain, "monitor").begin(), records(plain, "monitor").end(),
+                           [](const nlohmann::json& r) { return r["event"] == "pause"; }));
+  const auto lp = losses(plain), lq = losses(paused);
+  ASSERT_EQ(lp.size(), 4u);
+  for (size_t i = 0; i < lp.size(); ++i) EXPECT_EQ(lq[i], lp[i]) << "step " << i + 1;
+  EXPECT_TRUE(slurp(paused + "/adapter/adapter_model.safetensors") ==
+              slurp(plain + "/adapter/adapter_model.safetensors"));
+
+  EXPECT_NE(launch(tmp.path + "/stopped", burning, &out), 0) << out;
+  const std::string stopped = only_run(tmp.path + "/stopped");
+  EXPECT_NE(out.find("RUNTIME_TEMPERATURE_EMERGENCY"), std::string::npos) << out;
+  EXPECT_NE(out.find("emergency temperature on rank 1 before step 3"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(stopped + "/checkpoints/checkpoint-2")) << out;
+  EXPECT_FALSE(fs::exists(stopped + "/checkpoints/checkpoint-3")) << out;
+  std::ifstream st(stopped + "/status.json");
+  EXPECT_EQ(nlohmann::json::parse(st).value("status", ""), "failed");
 }
 
 }  // namespace bp
