@@ -60,6 +60,23 @@ LaunchInfo launch_from_environment() {
 // ---- the algorithms -----------------------------------------------------------------------------
 
 void Collective::all_reduce_sum(float* data, size_t n, size_t segment_floats) {
+  reduce(data, n, segment_floats, true);
+}
+
+void Collective::reduce_scatter_sum(float* data, size_t n, size_t segment_floats) {
+  reduce(data, n, segment_floats, false);
+}
+
+void Collective::all_reduce_sum(const std::vector<Tensor*>& tensors, size_t bucket_floats) {
+  reduce(tensors, bucket_floats, true);
+}
+
+void Collective::reduce_scatter_sum(const std::vector<Tensor*>& tensors, size_t bucket_floats) {
+  reduce(tensors, bucket_floats, false);
+}
+
+// The reduce-scatter of each segment (steps 1 and 2), then with `gather` its all-gather (step 3).
+void Collective::reduce(float* data, size_t n, size_t segment_floats, bool gather) {
   const int w = world();
   if (w == 1 || n == 0) return;
   segment_floats = std::max<size_t>(segment_floats, 1);
@@ -91,12 +108,15 @@ void Collective::all_reduce_sum(float* data, size_t n, size_t segment_floats) {
       const float* g = gathered.data() + q * mine;
       for (size_t i = 0; i < mine; ++i) sum[i] += g[i];
     }
-    // 3. all-gather: every rank gets every summed chunk in place.
-    all_gather_v_bytes(sum.data(), mine * sizeof(float), x, chunk_bytes.data(), chunk_off.data());
+    // 3. all-gather: every rank gets every summed chunk in place (a reduce-scatter keeps its own).
+    if (gather)
+      all_gather_v_bytes(sum.data(), mine * sizeof(float), x, chunk_bytes.data(), chunk_off.data());
+    else if (mine > 0)
+      std::memcpy(x + chunk_off[me] / sizeof(float), sum.data(), mine * sizeof(float));
   }
 }
 
-void Collective::all_reduce_sum(const std::vector<Tensor*>& tensors, size_t bucket_floats) {
+void Collective::reduce(const std::vector<Tensor*>& tensors, size_t bucket_floats, bool gather) {
   if (world() == 1) return;
   bucket_floats = std::max<size_t>(bucket_floats, 1);
   // Host views of the tensors: the tensor itself on the CPU, a copy of a device tensor (written back).
@@ -118,7 +138,7 @@ void Collective::all_reduce_sum(const std::vector<Tensor*>& tensors, size_t buck
   std::vector<Piece> pieces;
   auto flush = [&] {
     if (bucket.empty()) return;
-    all_reduce_sum(bucket.data(), bucket.size(), bucket_floats);
+    reduce(bucket.data(), bucket.size(), bucket_floats, gather);
     size_t at = 0;
     for (const Piece& p : pieces) {
       std::memcpy(host[p.tensor].data<float>() + p.offset, bucket.data() + at, p.count * sizeof(float));

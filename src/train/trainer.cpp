@@ -590,8 +590,8 @@ void Trainer::State::report_oom(const OomEvent& ev) {
 // too many in a row stop the run naming the dataset rows.
 bool Trainer::State::clip_and_check(const Batch& batch, StepRecord& rec) {
   inject_fault(FaultPoint::Backward);
-  rec.grad_norm = opt.max_grad_norm > 0 ? clip_grad_norm(grads, opt.max_grad_norm)
-                                        : global_grad_norm(std::vector<const Tensor*>(grads.begin(), grads.end()));
+  rec.grad_norm = gradient_norm();  // over the ranks' shards when data-parallel (trainer_distributed.cpp)
+  if (opt.max_grad_norm > 0) clip_to_norm(grads, opt.max_grad_norm, rec.grad_norm);
   if (!on_any_rank(!std::isfinite(rec.loss) || !std::isfinite(rec.grad_norm))) {
     consecutive_nonfinite = 0;
     return true;
@@ -729,12 +729,14 @@ void Trainer::State::inject_fault(FaultPoint where) {
         alloc->fail_after_allocations(1);
       }
       break;
-    case FaultPoint::Backward:  // a NaN gradient
+    case FaultPoint::Backward:  // a NaN gradient, in the first value this rank holds summed (ZeRO-1: its chunk)
       if (std::find(o.fault_nan_steps.begin(), o.fault_nan_steps.end(), step + 1) != o.fault_nan_steps.end() &&
           !grads.empty() && grads[0]->numel() > 0 && (o.fault_rank < 0 || o.fault_rank == comm->rank())) {
-        Tensor g = host_readable(*grads[0]);  // through a copy when the gradients live on a device
-        g.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
-        if (grads[0]->device().type != DeviceType::CPU) grads[0]->copy_from(g);
+        const bool shard = adamw.sharded() && !adamw.owned_runs().empty();
+        Tensor* t = shard ? grads[adamw.owned_runs()[0].param] : grads[0];
+        Tensor g = host_readable(*t);  // through a copy when the gradients live on a device
+        g.data<float>()[shard ? adamw.owned_runs()[0].offset : 0] = std::numeric_limits<float>::quiet_NaN();
+        if (t->device().type != DeviceType::CPU) t->copy_from(g);
       }
       break;
     case FaultPoint::Eval:

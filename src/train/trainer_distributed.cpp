@@ -20,12 +20,14 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
 #include "core/collective.h"
 #include "core/log.h"
 #include "core/uuid.h"
+#include "ops/optim.h"
 #include "train/resume.h"
 #include "train/trainer_state.h"
 
@@ -226,7 +228,12 @@ double Trainer::State::forward_backward_all_ranks(const Batch& batch) {
       if (micro[r] != micro_before || (gc[r] != 0) != gc_before) recovered.push_back(static_cast<int>(r));
     }
     if (agree) {
-      comm->all_reduce_sum(grads);
+      // ZeRO-1: each rank receives only its chunks' sum (the optimizer updates those and
+      // all-gathers the parameters); unsharded, every rank the whole sum.
+      if (adamw.sharded())
+        comm->reduce_scatter_sum(grads);
+      else
+        comm->all_reduce_sum(grads);
       if (method_is_preference(opt.method)) merge_preference_metrics();
       return comm->sum_in_rank_order(local);
     }
@@ -245,6 +252,35 @@ double Trainer::State::forward_backward_all_ranks(const Batch& batch) {
             {"micro_batch_after", agreed_micro},
             {"gradient_checkpointing", agreed_gc}});
   }
+}
+
+// The global gradient norm. One process: over the whole gradient. Over several ranks: the squares
+// summed chunk by chunk of the reduction's layout (train/optimizer.h rank_runs: rank q's chunks),
+// the chunks' sums added in rank order. With ZeRO-1 a rank holds only its own chunks summed, so
+// it computes that sum and the ranks all-gather them (one double each); unsharded, every rank
+// computes every chunk's sum itself: the same numbers, so sharded and unsharded runs clip alike,
+// bit for bit.
+double Trainer::State::gradient_norm() {
+  if (comm->world() == 1) return global_grad_norm(std::vector<const Tensor*>(grads.begin(), grads.end()));
+  std::vector<int64_t> sizes;
+  for (const Tensor* g : grads) sizes.push_back(g->numel());
+  auto chunk_sum = [&](int q) {
+    std::vector<Tensor> views;
+    for (const FlatRun& r : rank_runs(sizes, q, comm->world()))
+      views.push_back(grads[r.param]->reshape(Shape{grads[r.param]->numel()}).rows(r.offset, r.offset + r.count));
+    std::vector<const Tensor*> ptrs;
+    for (const Tensor& v : views) ptrs.push_back(&v);
+    return sum_of_squares(ptrs);
+  };
+  std::vector<double> sums;
+  if (adamw.sharded()) {
+    sums = comm->all_gather(chunk_sum(comm->rank()));
+  } else {
+    for (int q = 0; q < comm->world(); ++q) sums.push_back(chunk_sum(q));
+  }
+  double total = sums[0];
+  for (size_t q = 1; q < sums.size(); ++q) total += sums[q];
+  return std::sqrt(total);
 }
 
 // A preference step's TRL metrics (rewards, accuracies, log-probabilities) over the whole global

@@ -154,6 +154,7 @@ struct Trainer::State {
   int64_t local_batch_size() const;
   void check_ranks_agree();
   double forward_backward_all_ranks(const Batch& batch);
+  double gradient_norm();
   void merge_preference_metrics();
   bool on_any_rank(bool value);
 
