@@ -54,6 +54,11 @@ LaunchInfo launch_from_environment() {
     li.rank = env_int("SLURM_PROCID", 0);
   }
   if (li.world < 1) li.world = 1;
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (env(v)) {
+      li.local_rank = env_int(v, -1);
+      break;
+    }
   return li;
 }
 
@@ -119,6 +124,7 @@ void Collective::reduce(float* data, size_t n, size_t segment_floats, bool gathe
 void Collective::reduce(const std::vector<Tensor*>& tensors, size_t bucket_floats, bool gather) {
   if (world() == 1) return;
   bucket_floats = std::max<size_t>(bucket_floats, 1);
+  if (reduce_on_device(tensors, bucket_floats, gather)) return;
   // Host views of the tensors: the tensor itself on the CPU, a copy of a device tensor (written back).
   std::vector<Tensor> host(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {

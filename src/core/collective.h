@@ -36,6 +36,9 @@ struct LaunchInfo {
   int world = 1;
   int rank = 0;
   std::string launcher;  // "mpirun", "pmi", "srun" or "" (a plain process)
+  // This process's index among the ranks on its host (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
+  // SLURM_LOCALID); -1 when the launcher does not say.
+  int local_rank = -1;
 };
 LaunchInfo launch_from_environment();
 
@@ -96,6 +99,13 @@ class Collective {
   bool any(bool value);
   // Rank root's text on every rank.
   std::string broadcast(const std::string& text, int root);
+
+ protected:
+  // A collective that sums device tensors where they are (NCCL, ops/collective_nccl.h) does the
+  // tensor reductions here and returns true; the default stages them through host memory.
+  virtual bool reduce_on_device(const std::vector<Tensor*>& /*tensors*/, size_t /*bucket_floats*/, bool /*gather*/) {
+    return false;
+  }
 
  private:
   void reduce(float* data, size_t n, size_t segment_floats, bool gather);

@@ -192,6 +192,7 @@ TrainSummary Trainer::run() {
 TrainSummary Trainer::run_impl() {
   State& s = *s_;
   s.t0 = std::chrono::steady_clock::now();
+  assign_rank_gpu(s.opt.device);  // one GPU per rank (trainer_distributed.cpp), before CUDA starts
   s.device = training_device(s.opt.device);
   if (!s.opt.model_dir.empty()) check_model_dir(s.opt.model_dir);  // explains hub names before the tokenizer is read
   set_num_threads(s.opt.threads);

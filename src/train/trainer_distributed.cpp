@@ -21,12 +21,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <type_traits>
 
 #include "core/collective.h"
 #include "core/log.h"
 #include "core/uuid.h"
+#include "ops/collective_nccl.h"
 #include "ops/optim.h"
 #include "train/resume.h"
 #include "train/trainer_state.h"
@@ -79,6 +82,7 @@ bool rank_local_setting(const std::string& section, const std::string& key) {
                                        "training.resume",
                                        "training.threads",
                                        "training.mpi_library",
+                                       "training.nccl_library",
                                        "training.init_adapter",
                                        "training.distributed_timeout",
                                        "training.max_memory",
@@ -89,10 +93,39 @@ bool rank_local_setting(const std::string& section, const std::string& key) {
 
 }  // namespace
 
+// One rank per GPU: a CUDA run (--device cuda or auto) of several ranks whose launcher says this
+// process's local rank, with CUDA_VISIBLE_DEVICES unset, sees the GPU of its local rank as device 0.
+// Before anything starts CUDA (the runtime reads the variable once); only when the host has that
+// many NVIDIA GPUs (/proc/driver/nvidia/gpus, read without starting CUDA): otherwise the ranks share
+// device 0 as before.
+void assign_rank_gpu(const std::string& device) {
+  const LaunchInfo li = launch_from_environment();
+  if (li.world <= 1 || li.local_rank < 0 || std::getenv("CUDA_VISIBLE_DEVICES")) return;
+  if (device != "auto" && device.rfind("cuda", 0) != 0) return;
+  std::error_code ec;
+  int gpus = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    ++gpus;
+  if (li.local_rank < gpus) ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(li.local_rank).c_str(), 0);
+}
+
 // Before the run folder is opened: which rank this is, and what a data-parallel run cannot do yet.
 void Trainer::State::start_distributed() {
   comm = &process_collective(opt.distributed, opt.mpi_library);
   summary.world_size = comm->world();
+  if (comm->world() > 1 && device.type == DeviceType::CUDA && opt.nccl_library != "none") {
+    // One rank per GPU: the gradients summed GPU to GPU over NCCL (ops/collective_nccl.h).
+    try {
+      device_comm = make_nccl_collective(*comm, device, opt.nccl_library);
+      comm = device_comm.get();
+    } catch (const Error& e) {
+      if (!opt.nccl_library.empty() || e.code() != ErrorCode::DEP_DISTRIBUTED_UNAVAILABLE) throw;
+      event("warn", fmt::format("{}: the gradients go through the host over MPI instead (slower; "
+                                "training.nccl_library none says so without this warning)",
+                                e.what()));
+    }
+  }
   writer = comm->rank() == 0;
   opt.optimizer_shards = comm->world() > 1 && opt.shard_optimizer.value_or(true) ? comm->world() : 1;
   if (comm->world() == 1) return;

@@ -36,6 +36,9 @@ void record_chat_template(const std::string& dir, const TrainData& data);
 
 // An example's reference log-probabilities (preference methods with a reference): chosen,
 // rejected (pairs) and KTO's mismatched KL sequence; f32 as they are kept in checkpoints.
+// One GPU per rank of a data-parallel CUDA run (trainer_distributed.cpp).
+void assign_rank_gpu(const std::string& device);
+
 struct RefLogps {
   float c = 0, r = 0, kl = 0;
 };
@@ -73,6 +76,7 @@ struct Trainer::State {
   // Data parallelism (trainer_distributed.cpp): the ranks' collective (one rank: in-process), and
   // whether this rank writes the run folder (rank 0).
   Collective* comm = nullptr;
+  std::unique_ptr<Collective> device_comm;  // NCCL over the process's MPI collective (CUDA runs)
   bool writer = true;
 
   // Setup, in order (Trainer::run_impl).

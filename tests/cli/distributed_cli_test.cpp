@@ -412,7 +412,7 @@ TEST(Distributed, EveryRankWritesItsOwnLogFile) {
   EXPECT_FALSE(fs::exists(log + ".rank0"));
 }
 
-// `backprop info` says whether MPI is there.
+// `backprop info` says whether MPI and NCCL are there.
 TEST(Distributed, InfoSaysWhetherMpiIsAvailable) {
   std::string out;
   ASSERT_EQ(test::run_command(test::backprop_exe() + " info --json 2>/dev/null", &out), 0) << out;
@@ -427,6 +427,15 @@ TEST(Distributed, InfoSaysWhetherMpiIsAvailable) {
       }
     }
   EXPECT_TRUE(found) << out;
+  // And whether NCCL loads (core/nccl.h: at run time, never linked): its version, or why not.
+  bool nccl = false;
+  for (const auto& f : j["features"])
+    if (f["name"] == "nccl") {
+      nccl = true;
+      const std::string detail = f["detail"].get<std::string>();
+      EXPECT_NE(detail.find(f["available"].get<bool>() ? "NCCL 2." : "cannot be loaded"), std::string::npos) << detail;
+    }
+  EXPECT_TRUE(nccl) << out;
 }
 
 }  // namespace bp
