@@ -175,6 +175,7 @@ TrainSummary Trainer::run() {
     if (e.code() == ErrorCode::RUNTIME_GPU_KERNEL_FAULT || e.code() == ErrorCode::RUNTIME_DISTRIBUTED_RANK_LOST) {
       Error named = with_last_checkpoint(e, s_->checkpoints.get());
       end_status("failed", named.info().name, named.what());
+      s_->mark_run_of_lost_writer(named);
       throw named;
     }
     end_status(e.code() == ErrorCode::RUNTIME_TRAINING_ABORTED ? "interrupted" : "failed", e.info().name, e.what());

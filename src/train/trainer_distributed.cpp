@@ -32,6 +32,7 @@
 #include "ops/collective_nccl.h"
 #include "ops/optim.h"
 #include "train/resume.h"
+#include "train/run_history.h"
 #include "train/trainer_state.h"
 
 namespace bp {
@@ -314,6 +315,21 @@ double Trainer::State::gradient_norm() {
   double total = sums[0];
   for (size_t q = 1; q < sums.size(); ++q) total += sums[q];
   return std::sqrt(total);
+}
+
+// Rank 0 itself was lost (killed, crashed): it cannot end the run's status.json, which would say
+// "running" for ever. Rank 1, the lowest survivor, marks it failed with the code instead, once
+// rank 0 had started it (the file exists: the run folder is shared).
+void Trainer::State::mark_run_of_lost_writer(const Error& lost) {
+  if (writer || !comm || comm->rank() != 1 || lost.details().value("lost_rank", -1) != 0) return;
+  const std::filesystem::path status = std::filesystem::path(summary.output_dir) / "status.json";
+  std::error_code ec;
+  if (summary.output_dir.empty() || !std::filesystem::exists(status, ec)) return;
+  try {
+    write_run_status_end(summary.output_dir, "failed", lost.info().name, lost.what());
+  } catch (const std::exception& e) {  // never hide the run's own outcome behind this one
+    spdlog::warn("could not update {}: {}", status.string(), e.what());
+  }
 }
 
 // A preference step's TRL metrics (rewards, accuracies, log-probabilities) over the whole global

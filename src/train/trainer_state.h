@@ -159,6 +159,7 @@ struct Trainer::State {
   void check_ranks_agree();
   double forward_backward_all_ranks(const Batch& batch);
   double gradient_norm();
+  void mark_run_of_lost_writer(const Error& lost);
   void merge_preference_metrics();
   bool on_any_rank(bool value);
 

@@ -176,6 +176,38 @@ TEST(DistributedFaults, KilledRankStopsTheOthersWithTheCodeAndTheRunResumes) {
   }
 }
 
+// Rank 0 itself killed (held after step 2's checkpoint): rank 1, waiting for it at step 3, stops
+// with RUNTIME_DISTRIBUTED_RANK_LOST naming rank 0, and marks the run's status.json failed with the
+// code, which rank 0 keeps but can no longer end (it said "running" before).
+TEST(DistributedFaults, KilledRankZeroLeavesTheRunMarkedFailed) {
+  SKIP_WITHOUT_MPIRUN();
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path);
+  const std::string root = tmp.path + "/zero", marker = root;
+  const std::string cmd = "BP_TEST_MARKER=" + marker + " " + mpirun_prefix(2) + test::backprop_exe() +
+                          run_args(data, root, "--fault-inject-hang-step 2 --fault-inject-rank 0");
+  Background job(cmd, root + ".log");
+  const std::string run = run_with_checkpoint(root, job, 2);
+  ASSERT_FALSE(run.empty()) << job.output();
+  pid_t victim = -1;
+  for (int i = 0; i < 500 && victim < 0; ++i) {
+    victim = rank_pid(marker, 0);
+    if (victim < 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GT(victim, 0) << job.output();
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  const int rc = job.wait(60);
+  const std::string out = job.output();
+  ASSERT_NE(rc, -1) << "still running 60 s after rank 0 was killed\n" << out;
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("rank 0 of 2"), std::string::npos) << out;
+  std::ifstream st(run + "/status.json");
+  const auto status = nlohmann::json::parse(st);
+  EXPECT_EQ(status.value("status", ""), "failed") << status.dump();
+  EXPECT_EQ(status.value("code", ""), "RUNTIME_DISTRIBUTED_RANK_LOST") << status.dump();
+  EXPECT_NE(status.value("message", "").find("checkpoint-2"), std::string::npos) << status.dump();
+}
+
 // Ctrl-C on `train --nproc 2` (SIGINT to the launcher; a terminal sends it to the launcher's process
 // group, mpirun has its own): both ranks, held after step 2, go on, agree to stop after step 3,
 // rank 0 saves checkpoint-3 alone, and the launcher exits 130 as one process does. SIGUSR1 to a
