@@ -92,6 +92,16 @@ pid_t rank_pid(const std::string& marker, int rank) {
   return -1;
 }
 
+// rank_pid, waiting up to 10 s for the rank to exist.
+pid_t wait_for_rank_pid(const std::string& marker, int rank) {
+  pid_t pid = -1;
+  for (int i = 0; i < 500 && pid < 0; ++i) {
+    pid = rank_pid(marker, rank);
+    if (pid < 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pid;
+}
+
 // The run folder rank 0 makes under `root`, once its checkpoint-`step` is on disk; "" when the job
 // ended before that or 120 s passed.
 std::string run_with_checkpoint(const std::string& root, Background& job, int step) {
@@ -142,11 +152,7 @@ TEST(DistributedFaults, KilledRankStopsTheOthersWithTheCodeAndTheRunResumes) {
     Background job(cmd, root + ".log");
     const std::string run = run_with_checkpoint(root, job, 2);
     ASSERT_FALSE(run.empty()) << job.output();
-    pid_t victim = -1;
-    for (int i = 0; i < 500 && victim < 0; ++i) {
-      victim = rank_pid(marker, 1);
-      if (victim < 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    const pid_t victim = wait_for_rank_pid(marker, 1);
     ASSERT_GT(victim, 0) << job.output();
     ASSERT_EQ(::kill(victim, SIGKILL), 0);
     double took = 0;
@@ -189,11 +195,7 @@ TEST(DistributedFaults, KilledRankZeroLeavesTheRunMarkedFailed) {
   Background job(cmd, root + ".log");
   const std::string run = run_with_checkpoint(root, job, 2);
   ASSERT_FALSE(run.empty()) << job.output();
-  pid_t victim = -1;
-  for (int i = 0; i < 500 && victim < 0; ++i) {
-    victim = rank_pid(marker, 0);
-    if (victim < 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const pid_t victim = wait_for_rank_pid(marker, 0);
   ASSERT_GT(victim, 0) << job.output();
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   const int rc = job.wait(60);
