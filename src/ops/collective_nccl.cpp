@@ -7,6 +7,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"

@@ -9,7 +9,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "core/collective.h"
 #include "trainer_cuda_util.h"

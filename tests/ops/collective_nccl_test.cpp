@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "core/collective.h"
 #include "core/error.h"
 #include "core/nccl.h"
