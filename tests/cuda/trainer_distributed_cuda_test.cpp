@@ -22,13 +22,9 @@ namespace {
 
 using namespace cuda_trainer;
 
-std::string mpi_plugin() {
-#ifdef BP_MPI_PLUGIN
-  return BP_MPI_PLUGIN;
-#else
-  return "";
+#ifndef BP_MPI_PLUGIN  // the plugin this build made (tests/CMakeLists.txt), when it made one
+#define BP_MPI_PLUGIN ""
 #endif
-}
 
 // The run both sides train: tiny-chat's LoRA on the simulated card, a global batch of 2 in
 // micro-batches of 1 (one per rank at 2 ranks), dropout on (seeded by each micro-batch's first
@@ -63,14 +59,14 @@ TEST(CudaDistributed, TwoRanksOnSimulatedCardsMatchOneCard) {
     SimulatedCudaDevice card;
     TrainOptions o = run_options(rank_dir, std::string(dir) + "/two");
     o.distributed = "mpi";
-    o.mpi_library = mpi_plugin();
+    o.mpi_library = BP_MPI_PLUGIN;
     const TrainSummary s = Trainer(o).run();
     EXPECT_EQ(s.world_size, 2);
     finalize_process_collective();
     return;
   }
   if (find_mpirun().empty()) GTEST_SKIP() << "mpirun is not installed (apt-get install openmpi-bin)";
-  ASSERT_FALSE(mpi_plugin().empty()) << "mpirun is installed but this build has no MPI plugin";
+  ASSERT_FALSE(std::string(BP_MPI_PLUGIN).empty()) << "mpirun is installed but this build has no MPI plugin";
   TempDir tmp;
   {
     SimulatedCudaDevice card;
