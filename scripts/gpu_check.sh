@@ -8,7 +8,9 @@
 #      device fails, not skips); end-to-end, tiny-chat trained with `backprop train --device cuda`
 #      and the same run with --device cpu, over its f32 weights and over them held in bf16 (the
 #      16-bit GEMM path: bf16, or f16 on a Turing card), both step-1 and final losses printed, a
-#      failure when they differ by more than bf16 allows (below); bench, the GPU benchmark
+#      failure when they differ by more than bf16 allows (below); two-gpu (only where nvidia-smi
+#      lists 2 or more GPUs), the same run data-parallel with `train --nproc 2`, one rank per GPU
+#      and the gradients summed over NCCL, against one process on one GPU; bench, the GPU benchmark
 #      (bench_cuda) and its comparison with transformers + PEFT and PyTorch eager
 #      (scripts/gpu_bench_compare.py), with the issue's targets beside the figures; sim-tests, the
 #      simulated kernel tests (test_cuda), last since CI runs them on every commit.
@@ -24,7 +26,7 @@
 #                   programs only, with the folder of this machine's libcublasLt.so.13 (searched for,
 #                   or BP_CUBLAS_DIR); the bundle is checked to be self-contained first.
 #   --stage NAMES   run only these stages, in the order given (repeatable or comma-separated;
-#                   default all, most telling first): device-tests, end-to-end, bench (one model
+#                   default all, most telling first): device-tests, end-to-end, two-gpu, bench (one model
 #                   after the other, BP_BENCH_SHAPES), sim-tests (test_cuda, in BP_TEST_SHARDS
 #                   parallel gtest shards). The machine's facts (nvidia-smi, backprop info, python)
 #                   are always printed first.
@@ -45,7 +47,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${BACKPROP_JOBS:-$(nproc)}
-ALL_STAGES=(device-tests end-to-end bench sim-tests)
+ALL_STAGES=(device-tests end-to-end two-gpu bench sim-tests)
 prebuilt="" out_dir="" stages=() budget=${BP_BUDGET_S:-}
 while [ $# -gt 0 ]; do
   case $1 in
@@ -304,10 +306,61 @@ end_to_end_both() {
 }
 run_end_to_end() { stage end-to-end end-to-end end_to_end_both; }
 
+# Two GPUs: tiny-chat's LoRA run (f32 weights) data-parallel with `train --nproc 2`, each rank on
+# its own GPU (CUDA_VISIBLE_DEVICES from its local rank) and the gradients summed GPU to GPU over
+# NCCL (ops/collective_nccl.h: NCCL moves the bytes, the sums are added on the device in rank
+# order), against one process on one GPU with the same global batch. The two sum the same terms in
+# another f32 order: step-1 loss within 1e-5 relative, final loss within 1e-3. Skipped (passing)
+# where nvidia-smi lists fewer than 2 GPUs; fails where there are 2 but no mpirun or no NCCL.
+two_gpu() {
+  local gpus out one two
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  if [ "${gpus:-0}" -lt 2 ]; then
+    echo "two-gpu: nvidia-smi lists ${gpus:-0} GPU(s); this stage needs 2: nothing to run"
+    return 0
+  fi
+  command -v mpirun >/dev/null || { echo "gpu_check: two-gpu: mpirun not found (apt-get install openmpi-bin)" >&2; return 1; }
+  for n in 1 2; do
+    out=$run_dir/dp-$n
+    rm -rf "$out"
+    timed "$backprop" train --device cuda --base-dtype f32 --output "$out" $([ "$n" = 2 ] && echo --nproc 2) \
+      "${train_args[@]}" >"$out.json" 2>"$out.log" || {
+      echo "gpu_check: two-gpu: the run with $n process(es) failed; it printed:" >&2
+      cat "$out.json" "$out.log" >&2
+      return 1
+    }
+  done
+  grep -q "data-parallel over 2 ranks (NCCL" "$run_dir/dp-2.log" "$run_dir/dp-2.json" || {
+    echo "gpu_check: two-gpu: the 2-rank run did not sum over NCCL; its log:" >&2
+    grep -i "nccl\|data-parallel" "$run_dir/dp-2.log" >&2 || true
+    return 1
+  }
+  local status=0 what rel
+  for what in first final; do
+    rel=$([ "$what" = first ] && echo 1e-5 || echo 1e-3)
+    one=$(grep '"type":"step"' "$(ls -d "$run_dir"/dp-1/*/ | head -1)/metrics.jsonl" |
+      { [ "$what" = first ] && head -1 || tail -1; } | json_number loss)
+    two=$(grep '"type":"step"' "$(ls -d "$run_dir"/dp-2/*/ | head -1)/metrics.jsonl" |
+      { [ "$what" = first ] && head -1 || tail -1; } | json_number loss)
+    if [ -n "$one" ] && [ -n "$two" ] && within_relative "$two" "$one" "$rel"; then
+      echo "two GPUs, $what loss: 2 ranks $two, 1 process $one (within $rel relative)"
+    else
+      echo "gpu_check: two-gpu: $what loss of 2 ranks '$two' vs 1 process '$one' differs past $rel relative" >&2
+      status=1
+    fi
+  done
+  return "$status"
+}
+run_two_gpu() {
+  echo "== two GPUs: train --nproc 2 over NCCL against one process =="
+  stage two-gpu end-to-end two_gpu  # its log beside end-to-end's: --out keeps 7 files
+}
+
 for s in "${stages[@]}"; do
   case $s in
     device-tests) run_device_tests ;;
     end-to-end) run_end_to_end ;;
+    two-gpu) run_two_gpu ;;
     bench) run_bench ;;
     sim-tests) run_sim_tests ;;
   esac

@@ -54,12 +54,34 @@ LaunchInfo launch_from_environment() {
     li.rank = env_int("SLURM_PROCID", 0);
   }
   if (li.world < 1) li.world = 1;
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (env(v)) {
+      li.local_rank = env_int(v, -1);
+      break;
+    }
   return li;
 }
 
 // ---- the algorithms -----------------------------------------------------------------------------
 
 void Collective::all_reduce_sum(float* data, size_t n, size_t segment_floats) {
+  reduce(data, n, segment_floats, true);
+}
+
+void Collective::reduce_scatter_sum(float* data, size_t n, size_t segment_floats) {
+  reduce(data, n, segment_floats, false);
+}
+
+void Collective::all_reduce_sum(const std::vector<Tensor*>& tensors, size_t bucket_floats) {
+  reduce(tensors, bucket_floats, true);
+}
+
+void Collective::reduce_scatter_sum(const std::vector<Tensor*>& tensors, size_t bucket_floats) {
+  reduce(tensors, bucket_floats, false);
+}
+
+// The reduce-scatter of each segment (steps 1 and 2), then with `gather` its all-gather (step 3).
+void Collective::reduce(float* data, size_t n, size_t segment_floats, bool gather) {
   const int w = world();
   if (w == 1 || n == 0) return;
   segment_floats = std::max<size_t>(segment_floats, 1);
@@ -91,14 +113,18 @@ void Collective::all_reduce_sum(float* data, size_t n, size_t segment_floats) {
       const float* g = gathered.data() + q * mine;
       for (size_t i = 0; i < mine; ++i) sum[i] += g[i];
     }
-    // 3. all-gather: every rank gets every summed chunk in place.
-    all_gather_v_bytes(sum.data(), mine * sizeof(float), x, chunk_bytes.data(), chunk_off.data());
+    // 3. all-gather: every rank gets every summed chunk in place (a reduce-scatter keeps its own).
+    if (gather)
+      all_gather_v_bytes(sum.data(), mine * sizeof(float), x, chunk_bytes.data(), chunk_off.data());
+    else if (mine > 0)
+      std::memcpy(x + chunk_off[me] / sizeof(float), sum.data(), mine * sizeof(float));
   }
 }
 
-void Collective::all_reduce_sum(const std::vector<Tensor*>& tensors, size_t bucket_floats) {
+void Collective::reduce(const std::vector<Tensor*>& tensors, size_t bucket_floats, bool gather) {
   if (world() == 1) return;
   bucket_floats = std::max<size_t>(bucket_floats, 1);
+  if (reduce_on_device(tensors, bucket_floats, gather)) return;
   // Host views of the tensors: the tensor itself on the CPU, a copy of a device tensor (written back).
   std::vector<Tensor> host(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -118,7 +144,7 @@ void Collective::all_reduce_sum(const std::vector<Tensor*>& tensors, size_t buck
   std::vector<Piece> pieces;
   auto flush = [&] {
     if (bucket.empty()) return;
-    all_reduce_sum(bucket.data(), bucket.size(), bucket_floats);
+    reduce(bucket.data(), bucket.size(), bucket_floats, gather);
     size_t at = 0;
     for (const Piece& p : pieces) {
       std::memcpy(host[p.tensor].data<float>() + p.offset, bucket.data() + at, p.count * sizeof(float));
@@ -153,6 +179,35 @@ std::vector<double> Collective::all_gather(double value) {
   std::vector<double> out(static_cast<size_t>(world()));
   all_gather_bytes(&value, sizeof value, out.data());
   return out;
+}
+
+namespace {
+// Every rank's `count` values of T, concatenated in rank order: the counts first, then one
+// all-gather with them.
+template <class T>
+std::vector<T> gather_concat(Collective& c, const std::vector<T>& values) {
+  if (c.world() == 1) return values;
+  const std::vector<int64_t> counts = c.all_gather(static_cast<int64_t>(values.size()));
+  std::vector<size_t> bytes(counts.size()), offsets(counts.size());
+  size_t total = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    bytes[r] = static_cast<size_t>(counts[r]) * sizeof(T);
+    offsets[r] = total * sizeof(T);
+    total += static_cast<size_t>(counts[r]);
+  }
+  std::vector<T> out(total);
+  if (total > 0)
+    c.all_gather_v_bytes(values.data(), values.size() * sizeof(T), out.data(), bytes.data(), offsets.data());
+  return out;
+}
+}  // namespace
+
+std::vector<double> Collective::all_gather_concat(const std::vector<double>& values) {
+  return gather_concat(*this, values);
+}
+
+std::vector<float> Collective::all_gather_concat(const std::vector<float>& values) {
+  return gather_concat(*this, values);
 }
 
 double Collective::sum_in_rank_order(double value) {

@@ -14,6 +14,7 @@
 //   2. rank q sums its chunk over the ranks in order: ((x_0 + x_1) + x_2) + ... + x_{W-1}, in f32
 //      (each element alone: vectorising across elements does not change any element's order);
 //   3. all-gather: every rank receives every summed chunk, so all ranks hold identical bits.
+// ZeRO-1's reduce-scatter is steps 1 and 2 alone: each rank's chunk gets the same bits.
 // The result is bit-equal to a plain loop that adds the ranks' buffers in rank order, and within
 // f32 rounding (W-1 additions: (W-1)·2^-24·Σ|x_r| per element) of the exact sum.
 #pragma once
@@ -35,6 +36,9 @@ struct LaunchInfo {
   int world = 1;
   int rank = 0;
   std::string launcher;  // "mpirun", "pmi", "srun" or "" (a plain process)
+  // This process's index among the ranks on its host (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
+  // SLURM_LOCALID); -1 when the launcher does not say.
+  int local_rank = -1;
 };
 LaunchInfo launch_from_environment();
 
@@ -80,14 +84,32 @@ class Collective {
   void all_reduce_sum(float* data, size_t n, size_t segment_floats);
   // The same over f32 tensors (host or device), packed into buckets of kReduceSegmentFloats.
   void all_reduce_sum(const std::vector<Tensor*>& tensors, size_t bucket_floats = kReduceSegmentFloats);
+  // Steps 1 and 2 alone (ZeRO-1): this rank's chunk of every segment gets the rank-ordered sum, the
+  // same bits the all-reduce gives it; the rest keeps this rank's own values. Half the traffic.
+  void reduce_scatter_sum(float* data, size_t n, size_t segment_floats = kReduceSegmentFloats);
+  void reduce_scatter_sum(const std::vector<Tensor*>& tensors, size_t bucket_floats = kReduceSegmentFloats);
   // Every rank's value, in rank order.
   std::vector<int64_t> all_gather(int64_t value);
   std::vector<double> all_gather(double value);
+  // Every rank's values (any count, 0 included) one after the other in rank order, on every rank.
+  std::vector<double> all_gather_concat(const std::vector<double>& values);
+  std::vector<float> all_gather_concat(const std::vector<float>& values);
   // Sum of every rank's value, added in rank order (identical on every rank).
   double sum_in_rank_order(double value);
   bool any(bool value);
   // Rank root's text on every rank.
   std::string broadcast(const std::string& text, int root);
+
+ protected:
+  // A collective that sums device tensors where they are (NCCL, ops/collective_nccl.h) does the
+  // tensor reductions here and returns true; the default stages them through host memory.
+  virtual bool reduce_on_device(const std::vector<Tensor*>& /*tensors*/, size_t /*bucket_floats*/, bool /*gather*/) {
+    return false;
+  }
+
+ private:
+  void reduce(float* data, size_t n, size_t segment_floats, bool gather);
+  void reduce(const std::vector<Tensor*>& tensors, size_t bucket_floats, bool gather);
 };
 
 // The in-process collective of a single process (world 1).

@@ -17,6 +17,7 @@
 #include "build_info.h"
 #include "core/collective.h"
 #include "core/error.h"
+#include "core/nccl.h"
 #include "core/threads.h"
 
 namespace bp {
@@ -226,6 +227,16 @@ SystemInfo system_info() {
                                      mpi.path, mpirun.empty() ? "mpirun not found" : mpirun)
                        : "the MPI collective plugin cannot be loaded: " + mpi.why +
                              " (apt-get install openmpi-bin libopenmpi-dev, then rebuild)"});
+  }
+  // NCCL for data-parallel runs on CUDA devices (core/nccl.h): loaded at run time, never linked.
+  {
+    const NcclAvailability nccl = nccl_availability();
+    s.features.push_back(
+        {"nccl", nccl.available,
+         nccl.available ? fmt::format("NCCL {} ({}): a data-parallel run on CUDA devices sums its gradients GPU to GPU",
+                                      nccl.version, nccl.path)
+                        : "NCCL (libnccl.so.2) cannot be loaded: " + nccl.why +
+                              "; a data-parallel run on CUDA devices sends its gradients through the host over MPI"});
   }
   s.features.push_back({"sanitizers", s.sanitizers,
                         s.sanitizers ? "built with AddressSanitizer and UBSan"

@@ -61,7 +61,7 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
 
 // One kernel call over every gradient (sum_squares_total: the tensors' sums added in order in
 // double on their device), so a card is waited for once per norm, not once per tensor.
-double global_grad_norm(const std::vector<const Tensor*>& grads) {
+double sum_of_squares(const std::vector<const Tensor*>& grads) {
   std::vector<const float*> data;
   std::vector<int64_t> sizes;
   for (const Tensor* g : grads) {
@@ -72,8 +72,11 @@ double global_grad_norm(const std::vector<const Tensor*>& grads) {
     sizes.push_back(g->numel());
   }
   if (grads.empty()) return 0.0;
-  return std::sqrt(
-      ops::kernels(*grads.front()).sum_squares_total(data.data(), sizes.data(), static_cast<int64_t>(grads.size())));
+  return ops::kernels(*grads.front()).sum_squares_total(data.data(), sizes.data(), static_cast<int64_t>(grads.size()));
+}
+
+double global_grad_norm(const std::vector<const Tensor*>& grads) {
+  return std::sqrt(sum_of_squares(grads));
 }
 
 double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm) {
@@ -82,8 +85,13 @@ double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm) {
                 fmt::format("[clip_grad_norm] max_norm must be a finite number > 0, got {}", max_norm));
   std::vector<const Tensor*> view(grads.begin(), grads.end());
   const double norm = global_grad_norm(view);
+  clip_to_norm(grads, max_norm, norm);
+  return norm;
+}
+
+void clip_to_norm(const std::vector<Tensor*>& grads, double max_norm, double norm) {
   // A non-finite norm is left for the caller's non-finite check: scaling would only spread NaN.
-  if (std::isfinite(norm) && norm > max_norm) {
+  if (!grads.empty() && std::isfinite(norm) && norm > max_norm) {
     std::vector<float*> data;
     std::vector<int64_t> sizes;
     for (Tensor* g : grads) {
@@ -93,7 +101,6 @@ double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm) {
     ops::kernels(*grads.front())
         .scale_all(data.data(), sizes.data(), static_cast<int64_t>(grads.size()), static_cast<float>(max_norm / norm));
   }
-  return norm;
 }
 
 bool all_finite(const Tensor& t) {

@@ -38,10 +38,16 @@ struct AdamWTensors {
 void adamw_step(const std::vector<AdamWTensors>& tensors, const AdamWConfig& cfg, int64_t step);
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWConfig& cfg, int64_t step);
 
-// sqrt(Σ over all tensors of Σ g²), accumulated in double. Non-finite if any value is.
+// Σ over all tensors of Σ g², accumulated in double (tensor by tensor, in list order). Non-finite
+// if any value is.
+double sum_of_squares(const std::vector<const Tensor*>& grads);
+// sqrt(sum_of_squares(grads)).
 double global_grad_norm(const std::vector<const Tensor*>& grads);
 // Scales every gradient by max_norm/norm when norm > max_norm; returns the norm before clipping.
 double clip_grad_norm(const std::vector<Tensor*>& grads, double max_norm);
+// The same with the norm given (data-parallel: the norm summed over the ranks' shards): scales by
+// max_norm/norm when it is finite and above max_norm.
+void clip_to_norm(const std::vector<Tensor*>& grads, double max_norm, double norm);
 bool all_finite(const Tensor& t);
 
 }  // namespace bp

@@ -60,20 +60,36 @@ void AdamW::init_sharded(const std::vector<TrainableParam>& params, Collective& 
   }
   const Device device = params.empty() ? Device{} : params[0].param->device();
   const size_t me = static_cast<size_t>(comm.rank());
-  const std::vector<Segment> segs = segments();
-  for (const Segment& seg : segs) {
-    const int64_t begin = seg.begin + static_cast<int64_t>(seg.chunk_offsets[me] / sizeof(float));
+  for (const Segment& seg : segments()) {
     const int64_t count = static_cast<int64_t>(seg.chunk_bytes[me] / sizeof(float));
-    const size_t chunk = m_.size();
     m_.push_back(Tensor::zeros(Shape{count}, DType::F32, device));
     v_.push_back(Tensor::zeros(Shape{count}, DType::F32, device));
-    // The parameters' runs inside [begin, begin + count).
-    for (size_t i = 0; i < params.size() && count > 0; ++i) {
-      const int64_t pb = starts_[i], pe = pb + params[i].param->numel();
-      const int64_t b = std::max(pb, begin), e = std::min(pe, begin + count);
-      if (b < e) pieces_.push_back({i, b - pb, e - b, chunk, b - begin});
+  }
+  std::vector<int64_t> sizes;
+  for (const auto& p : params) sizes.push_back(p.param->numel());
+  pieces_ = rank_runs(sizes, comm.rank(), comm.world());
+}
+
+std::vector<FlatRun> rank_runs(const std::vector<int64_t>& sizes, int rank, int world) {
+  std::vector<FlatRun> out;
+  std::vector<int64_t> starts;
+  int64_t total = 0;
+  for (int64_t n : sizes) {
+    starts.push_back(total);
+    total += n;
+  }
+  const auto W = static_cast<size_t>(world), me = static_cast<size_t>(rank);
+  size_t chunk = 0;
+  for (int64_t at = 0; at < total; at += static_cast<int64_t>(kReduceSegmentFloats), ++chunk) {
+    const auto m = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(kReduceSegmentFloats), total - at));
+    const int64_t begin = at + static_cast<int64_t>(m * me / W), end = at + static_cast<int64_t>(m * (me + 1) / W);
+    // The tensors' runs inside [begin, end).
+    for (size_t i = 0; i < sizes.size() && begin < end; ++i) {
+      const int64_t b = std::max(starts[i], begin), e = std::min(starts[i] + sizes[i], end);
+      if (b < e) out.push_back({i, b - starts[i], e - b, chunk, b - begin});
     }
   }
+  return out;
 }
 
 std::vector<AdamW::Segment> AdamW::segments() const {

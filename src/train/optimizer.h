@@ -7,8 +7,10 @@
 // m and v for 1/N of the trainable values only. The values are seen as one flat vector, the
 // parameters in trainable_parameters() order, cut into segments of kReduceSegmentFloats; in a
 // segment of m values rank q owns [m·q/N, m·(q+1)/N), the chunk it sums in the gradient
-// all-reduce (core/collective.h). After the step's all-reduce every rank holds the whole summed
-// gradient (clipping and the NaN guard read it unchanged); each rank updates its own chunks with the
+// reduction (core/collective.h). The step's gradients are reduce-scattered, not all-reduced: each
+// rank receives only its chunks' sum (the bits the all-reduce would give them), and the norm that
+// clipping and the NaN guard read is the chunks' sums of squares added in rank order (the trainer's
+// gradient_norm); each rank updates its own chunks with the
 // same elementwise kernel, then the parameters are all-gathered: every rank copies the owner's bits,
 // so the ranks agree bit for bit, and each value is the unsharded update's (the kernel is
 // elementwise, and any split gives the same values: backend/cpu/optim.cpp). Checkpoints hold the
@@ -31,6 +33,20 @@ namespace bp {
 struct TrainableParam;
 class Collective;
 
+// The flat layout ZeRO-1 and the gradient reduction share (core/collective.h): the values of the
+// tensors with `sizes` one after the other, cut into segments of kReduceSegmentFloats, each cut into
+// `world` chunks, rank q's chunk of a segment of m values being [m·q/W, m·(q+1)/W). A FlatRun is one
+// tensor's values inside one of a rank's chunks; rank_runs lists rank `rank`'s, segment by segment
+// (chunk = the segment's index), in tensor order.
+struct FlatRun {
+  size_t param = 0;      // index in the tensor list
+  int64_t offset = 0;    // first value in the tensor (flat)
+  int64_t count = 0;     // values
+  size_t chunk = 0;      // which of the rank's chunks (one per segment)
+  int64_t chunk_at = 0;  // first value in that chunk
+};
+std::vector<FlatRun> rank_runs(const std::vector<int64_t>& sizes, int rank, int world);
+
 class AdamW {
  public:
   AdamW() = default;
@@ -45,6 +61,8 @@ class AdamW {
   bool sharded() const { return comm_ != nullptr; }
   // f32 values of m and v this rank holds (2 × trainable values, or this rank's share of them).
   int64_t state_values() const;
+  // Sharded: where this rank's values lie (its chunks of the gradient reduce-scatter).
+  const std::vector<FlatRun>& owned_runs() const { return pieces_; }
 
   // "<name>.exp_avg" tensors of every parameter, then their "<name>.exp_avg_sq", for checkpoints
   // (unsharded: this rank holds them all).
@@ -61,14 +79,8 @@ class AdamW {
   void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t step);
 
  private:
-  // Sharded: a run of one parameter's values inside one of this rank's chunks.
-  struct Piece {
-    size_t param = 0;      // index in the parameter list
-    int64_t offset = 0;    // first value in the parameter (flat)
-    int64_t count = 0;     // values
-    size_t chunk = 0;      // which of this rank's chunks (m_ and v_ index)
-    int64_t chunk_at = 0;  // first value in that chunk
-  };
+  // Sharded: a run of one parameter's values inside one of this rank's chunks (m_ and v_ index).
+  using Piece = FlatRun;
   // A segment of the flat vector and every rank's chunk of it (bytes, for the all-gather).
   struct Segment {
     int64_t begin = 0, size = 0;

@@ -1,6 +1,9 @@
 // The safety monitor's policy. See safety_monitor.h for what it watches and when it acts.
 #include "train/safety_monitor.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -218,7 +221,7 @@ void SafetyMonitor::between_micro_batches(int64_t step, bool can_shrink, const s
   MonitorReadings r = latest();
   check_gpu_monitoring(r);
   check_memory(r, step, can_shrink);
-  check_temperature(std::move(r), step, save_and_stop);
+  if (!gather_) check_temperature(std::move(r), step, save_and_stop);  // data-parallel: step_boundary
 }
 
 void SafetyMonitor::check_gpu_monitoring(const MonitorReadings& r) {
@@ -261,19 +264,24 @@ void SafetyMonitor::check_memory(const MonitorReadings& r, int64_t step, bool ca
   throw Error(ErrorCode::RUNTIME_MEMORY_PRESSURE, msg, extra);
 }
 
+namespace {
+std::string describe(const TemperatureReading* t) {
+  return t ? fmt::format("{} at {:.1f} C", t->sensor, t->celsius) : std::string("no sensor");
+}
+}  // namespace
+
+// The hottest sensor of a reading by level, then by degrees (nullptr: no sensor).
+std::pair<TemperatureLevel, const TemperatureReading*> SafetyMonitor::hottest(const MonitorReadings& x) const {
+  std::pair<TemperatureLevel, const TemperatureReading*> worst{TemperatureLevel::Normal, nullptr};
+  for (const auto& t : x.temperatures) {
+    TemperatureLevel l = temperature_level(t, opt_);
+    if (!worst.second || l > worst.first || (l == worst.first && t.celsius > worst.second->celsius)) worst = {l, &t};
+  }
+  return worst;
+}
+
 void SafetyMonitor::check_temperature(MonitorReadings r, int64_t step, const std::function<void()>& save_and_stop) {
-  auto hottest = [this](const MonitorReadings& x) {
-    std::pair<TemperatureLevel, const TemperatureReading*> worst{TemperatureLevel::Normal, nullptr};
-    for (const auto& t : x.temperatures) {
-      TemperatureLevel l = temperature_level(t, opt_);
-      if (!worst.second || l > worst.first || (l == worst.first && t.celsius > worst.second->celsius)) worst = {l, &t};
-    }
-    return worst;
-  };
   auto [level, sensor] = hottest(r);
-  auto describe = [](const TemperatureReading* t) {
-    return t ? fmt::format("{} at {:.1f} C", t->sensor, t->celsius) : std::string("no sensor");
-  };
   if (level == TemperatureLevel::Emergency)
     stop(ErrorCode::RUNTIME_TEMPERATURE_EMERGENCY,
          fmt::format("[monitor] emergency temperature before step {}: {}", step, describe(sensor)), save_and_stop,
@@ -327,6 +335,109 @@ void SafetyMonitor::check_temperature(MonitorReadings r, int64_t step, const std
         {"paused_s", clock_->now_s() - t0},
         {"readings", readings},
         {"temperatures", temperatures_json(r)}});
+}
+
+namespace {
+// A rank's vote in each round of an agreed pause.
+enum PauseVote : int64_t { kStillHot = 0, kCool = 1, kTooLong = 2, kEmergency = 3 };
+
+// The ranks whose value is `v`: "rank 1" or "ranks 0, 2".
+std::string ranks_with(const std::vector<int64_t>& values, int64_t v, std::vector<int>* out) {
+  std::vector<int> ranks;
+  for (size_t r = 0; r < values.size(); ++r)
+    if (values[r] == v) ranks.push_back(static_cast<int>(r));
+  if (out) *out = ranks;
+  return fmt::format("rank{} {}", ranks.size() > 1 ? "s" : "", fmt::join(ranks, ", "));
+}
+}  // namespace
+
+void SafetyMonitor::step_boundary(int64_t step, const std::function<void()>& save_and_stop) {
+  if (!gather_) return;
+  MonitorReadings r;
+  std::pair<TemperatureLevel, const TemperatureReading*> mine{TemperatureLevel::Normal, nullptr};
+  if (opt_.enabled) {
+    r = latest();
+    check_gpu_monitoring(r);
+    mine = hottest(r);
+  }
+  const std::vector<int64_t> levels = gather_(static_cast<int64_t>(mine.first));
+  const int64_t worst = *std::max_element(levels.begin(), levels.end());
+  std::vector<int> ranks;
+  const std::string who = ranks_with(levels, worst, &ranks);
+  // This rank's own sensor where it is one of the hottest.
+  const std::string here = mine.first == static_cast<TemperatureLevel>(worst) && mine.second
+                               ? fmt::format(" (here: {})", describe(mine.second))
+                               : std::string();
+  nlohmann::json extra = {{"step", step}, {"ranks", ranks}};
+  if (opt_.enabled) extra["temperatures"] = temperatures_json(r);
+  switch (static_cast<TemperatureLevel>(worst)) {
+    case TemperatureLevel::Emergency:
+      stop(ErrorCode::RUNTIME_TEMPERATURE_EMERGENCY,
+           fmt::format("[monitor] emergency temperature on {} before step {}{}: every rank stops", who, step, here),
+           save_and_stop, extra);
+    case TemperatureLevel::Normal: warning_reported_ = false; return;
+    case TemperatureLevel::Warning:
+      if (!warning_reported_)
+        emit("temperature_warning", "warn",
+             fmt::format("[monitor] temperature warning on {} at step {}{}", who, step, here), extra);
+      warning_reported_ = true;
+      return;
+    case TemperatureLevel::Critical: break;
+  }
+  emit("pause", "warn",
+       fmt::format("[monitor] RUNTIME_GPU_TEMPERATURE_CRITICAL on {} at step {}{}; every rank pauses until it cools "
+                   "down",
+                   who, step, here),
+       [&] {
+         nlohmann::json e = extra;
+         e["code"] = "RUNTIME_GPU_TEMPERATURE_CRITICAL";
+         return e;
+       }());
+  // Rounds: every rank reads its sensors (a rank without a monitor is always cool) and votes; the
+  // votes are all-gathered, so every rank takes the same decision in the same round.
+  const double t0 = opt_.enabled ? clock_->now_s() : 0;
+  double cool_since = -1;
+  int64_t readings = 0, rounds = 0;
+  for (;; ++rounds) {
+    int64_t vote = kCool;
+    if (opt_.enabled) {
+      clock_->sleep_s(opt_.poll_period_s);
+      r = poll();
+      ++readings;
+      const TemperatureLevel l = hottest(r).first;
+      const double now = clock_->now_s();
+      if (l == TemperatureLevel::Normal) {
+        if (cool_since < 0) cool_since = now;
+      } else {
+        cool_since = -1;
+      }
+      vote = l == TemperatureLevel::Emergency                         ? kEmergency
+             : cool_since >= 0 && now - cool_since >= opt_.cooldown_s ? kCool
+             : now - t0 >= opt_.max_pause_s                           ? kTooLong
+                                                                      : kStillHot;
+    }
+    const std::vector<int64_t> votes = gather_(vote);
+    const int64_t decision = *std::max_element(votes.begin(), votes.end());
+    extra["temperatures"] = opt_.enabled ? temperatures_json(r) : nlohmann::json::array();
+    if (decision == kEmergency)
+      stop(ErrorCode::RUNTIME_TEMPERATURE_EMERGENCY,
+           fmt::format("[monitor] emergency temperature on {} while paused before step {}: every rank stops",
+                       ranks_with(votes, kEmergency, nullptr), step),
+           save_and_stop, extra);
+    if (decision == kTooLong)
+      stop(ErrorCode::RUNTIME_GPU_TEMPERATURE_CRITICAL,
+           fmt::format("[monitor] {} still too hot after a pause of monitor.max_pause_s {:.0f} s before step {}",
+                       ranks_with(votes, kTooLong, nullptr), opt_.max_pause_s, step),
+           save_and_stop, extra);
+    if (std::all_of(votes.begin(), votes.end(), [](int64_t v) { return v == kCool; })) break;
+  }
+  warning_reported_ = false;
+  extra["readings"] = readings;
+  extra["rounds"] = rounds + 1;
+  extra["paused_s"] = opt_.enabled ? clock_->now_s() - t0 : 0.0;
+  emit("resume", "info",
+       fmt::format("[monitor] every rank cool again ({} rounds): training resumes at step {}", rounds + 1, step),
+       extra);
 }
 
 void SafetyMonitor::stop(ErrorCode code, const std::string& message, const std::function<void()>& save_and_stop,

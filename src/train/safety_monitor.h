@@ -127,6 +127,20 @@ class SafetyMonitor {
   // says whether OOM recovery has anything left to give; `save_and_stop` writes the checkpoint of
   // the last finished step before the monitor throws.
   void between_micro_batches(int64_t step, bool can_shrink, const std::function<void()>& save_and_stop);
+  // Data-parallel runs (several ranks): `gather` all-gathers one value from every rank, in rank
+  // order (the trainer's Collective). Once it is set, temperatures are acted on at step boundaries
+  // only (step_boundary), as one decision of all the ranks; between micro-batches the monitor
+  // looks at memory alone (its OOM-recovery path is agreed across the ranks by the trainer).
+  using RankGather = std::function<std::vector<int64_t>(int64_t)>;
+  void set_rank_gather(RankGather gather) { gather_ = std::move(gather); }
+  // Before the micro-batches of step `step` (1-based), data-parallel only; collective: every rank
+  // calls it, its monitor on or off. Each rank reads its sensors and the worst level over the ranks
+  // decides for all: emergency -> every rank saves (the callback: the last finished step) and
+  // stops; critical -> every rank pauses until every rank's sensors have been under the warning
+  // level for cooldown_s (each rank's own readings and clock), or a rank has waited max_pause_s
+  // (save and stop, RUNTIME_GPU_TEMPERATURE_CRITICAL). The records name the ranks. No-op without
+  // a gather.
+  void step_boundary(int64_t step, const std::function<void()>& save_and_stop);
   // Before a checkpoint of about `bytes` is written into `dir` (see the top of this file).
   void before_checkpoint(const std::string& dir, uint64_t bytes, int64_t step);
 
@@ -140,6 +154,7 @@ class SafetyMonitor {
   void check_gpu_monitoring(const MonitorReadings& r);
   void check_memory(const MonitorReadings& r, int64_t step, bool can_shrink);
   void check_temperature(MonitorReadings r, int64_t step, const std::function<void()>& save_and_stop);
+  std::pair<TemperatureLevel, const TemperatureReading*> hottest(const MonitorReadings& r) const;
   [[noreturn]] void stop(ErrorCode code, const std::string& message, const std::function<void()>& save_and_stop,
                          nlohmann::json extra);
   void thread_main();
@@ -148,6 +163,7 @@ class SafetyMonitor {
   Sink sink_;
   std::unique_ptr<ReadingSource> source_;
   std::shared_ptr<MonitorClock> clock_;
+  RankGather gather_;
   MonitorReadings start_;
   uint64_t headroom_ = 0, memory_low_ = 0;
   bool pressure_active_ = false;

@@ -77,6 +77,7 @@ struct TrainOptions {
   // binary) and how long a barrier waits for every rank.
   std::string distributed = "auto";
   std::string mpi_library;
+  std::string nccl_library;  // training.nccl_library: "" search, a path, or "none"
   double distributed_timeout_s = 600;
   bool oom_recovery = true;
   int nan_max_consecutive = 3;

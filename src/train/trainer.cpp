@@ -175,6 +175,7 @@ TrainSummary Trainer::run() {
     if (e.code() == ErrorCode::RUNTIME_GPU_KERNEL_FAULT || e.code() == ErrorCode::RUNTIME_DISTRIBUTED_RANK_LOST) {
       Error named = with_last_checkpoint(e, s_->checkpoints.get());
       end_status("failed", named.info().name, named.what());
+      s_->mark_run_of_lost_writer(named);
       throw named;
     }
     end_status(e.code() == ErrorCode::RUNTIME_TRAINING_ABORTED ? "interrupted" : "failed", e.info().name, e.what());
@@ -192,6 +193,7 @@ TrainSummary Trainer::run() {
 TrainSummary Trainer::run_impl() {
   State& s = *s_;
   s.t0 = std::chrono::steady_clock::now();
+  assign_rank_gpu(s.opt.device);  // one GPU per rank (trainer_distributed.cpp), before CUDA starts
   s.device = training_device(s.opt.device);
   if (!s.opt.model_dir.empty()) check_model_dir(s.opt.model_dir);  // explains hub names before the tokenizer is read
   set_num_threads(s.opt.threads);
@@ -439,6 +441,8 @@ void Trainer::State::plan_memory() {
     event(r.at("level").get<std::string>(), r.at("message").get<std::string>());
     record(r);
   });
+  if (comm->world() > 1)  // temperatures decided by every rank together (forward_backward_all_ranks)
+    safety->set_rank_gather([this](int64_t v) { return comm->all_gather(v); });
   // --max-memory auto: the machine's RAM budget on the CPU; on a card, what it can give now: its
   // free memory (cudaMemGetInfo) minus a headroom, plus what the allocator already holds (in use and
   // cached), enforced so the plan picks a micro-batch that fits before step 1 instead of the first
@@ -509,11 +513,8 @@ double Trainer::State::forward_backward(const Batch& batch) {
         static_cast<int64_t>(ids.size()),
         [&](int64_t b, int64_t e) {
           safety->between_micro_batches(
-              step + 1, opt.oom_recovery && (oom->micro_seqs() > 1 || !model->options().gradient_checkpointing), [&] {
-                cursor = std::make_unique<DataCursor>(static_cast<int64_t>(data.train.size()), opt.seed, opt.shuffle,
-                                                      batch.start);
-                save_checkpoint(std::nullopt);
-              });
+              step + 1, opt.oom_recovery && (oom->micro_seqs() > 1 || !model->options().gradient_checkpointing),
+              [&] { save_last_finished_step(batch); });
           inject_fault(FaultPoint::MicroBatch);
           comm->check_peers();  // a rank gone during a long step is noticed before the all-reduce
           uint64_t dropout_seed = opt.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) * 1000003ull +
@@ -555,6 +556,15 @@ double Trainer::State::forward_backward(const Batch& batch) {
   return ps.loss;
 }
 
+// The safety monitor's stop, in the middle of a step: the checkpoint of the step before it (the
+// data cursor back at the step's start). Data-parallel, every rank stays until rank 0 has written
+// it (as after an interrupt).
+void Trainer::State::save_last_finished_step(const Batch& batch) {
+  cursor = std::make_unique<DataCursor>(static_cast<int64_t>(data.train.size()), opt.seed, opt.shuffle, batch.start);
+  save_checkpoint(std::nullopt);
+  if (comm->world() > 1) comm->barrier(opt.distributed_timeout_s);
+}
+
 void Trainer::State::report_oom(const OomEvent& ev) {
   ++summary.oom_recoveries;
   record({{"type", "oom_recovery"},
@@ -583,8 +593,8 @@ void Trainer::State::report_oom(const OomEvent& ev) {
 // too many in a row stop the run naming the dataset rows.
 bool Trainer::State::clip_and_check(const Batch& batch, StepRecord& rec) {
   inject_fault(FaultPoint::Backward);
-  rec.grad_norm = opt.max_grad_norm > 0 ? clip_grad_norm(grads, opt.max_grad_norm)
-                                        : global_grad_norm(std::vector<const Tensor*>(grads.begin(), grads.end()));
+  rec.grad_norm = gradient_norm();  // over the ranks' shards when data-parallel (trainer_distributed.cpp)
+  if (opt.max_grad_norm > 0) clip_to_norm(grads, opt.max_grad_norm, rec.grad_norm);
   if (!on_any_rank(!std::isfinite(rec.loss) || !std::isfinite(rec.grad_norm))) {
     consecutive_nonfinite = 0;
     return true;
@@ -722,12 +732,14 @@ void Trainer::State::inject_fault(FaultPoint where) {
         alloc->fail_after_allocations(1);
       }
       break;
-    case FaultPoint::Backward:  // a NaN gradient
+    case FaultPoint::Backward:  // a NaN gradient, in the first value this rank holds summed (ZeRO-1: its chunk)
       if (std::find(o.fault_nan_steps.begin(), o.fault_nan_steps.end(), step + 1) != o.fault_nan_steps.end() &&
           !grads.empty() && grads[0]->numel() > 0 && (o.fault_rank < 0 || o.fault_rank == comm->rank())) {
-        Tensor g = host_readable(*grads[0]);  // through a copy when the gradients live on a device
-        g.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
-        if (grads[0]->device().type != DeviceType::CPU) grads[0]->copy_from(g);
+        const bool shard = adamw.sharded() && !adamw.owned_runs().empty();
+        Tensor* t = shard ? grads[adamw.owned_runs()[0].param] : grads[0];
+        Tensor g = host_readable(*t);  // through a copy when the gradients live on a device
+        g.data<float>()[shard ? adamw.owned_runs()[0].offset : 0] = std::numeric_limits<float>::quiet_NaN();
+        if (t->device().type != DeviceType::CPU) t->copy_from(g);
       }
       break;
     case FaultPoint::Eval:

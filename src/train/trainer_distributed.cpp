@@ -20,12 +20,20 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <string>
+#include <type_traits>
 
 #include "core/collective.h"
 #include "core/log.h"
 #include "core/uuid.h"
+#include "ops/collective_nccl.h"
+#include "ops/optim.h"
 #include "train/resume.h"
+#include "train/run_history.h"
 #include "train/trainer_state.h"
 
 namespace bp {
@@ -76,6 +84,7 @@ bool rank_local_setting(const std::string& section, const std::string& key) {
                                        "training.resume",
                                        "training.threads",
                                        "training.mpi_library",
+                                       "training.nccl_library",
                                        "training.init_adapter",
                                        "training.distributed_timeout",
                                        "training.max_memory",
@@ -86,19 +95,43 @@ bool rank_local_setting(const std::string& section, const std::string& key) {
 
 }  // namespace
 
+// One rank per GPU: a CUDA run (--device cuda or auto) of several ranks whose launcher says this
+// process's local rank, with CUDA_VISIBLE_DEVICES unset, sees the GPU of its local rank as device 0.
+// Before anything starts CUDA (the runtime reads the variable once); only when the host has that
+// many NVIDIA GPUs (/proc/driver/nvidia/gpus, read without starting CUDA): otherwise the ranks share
+// device 0 as before.
+void assign_rank_gpu(const std::string& device) {
+  const LaunchInfo li = launch_from_environment();
+  if (li.world <= 1 || li.local_rank < 0 || std::getenv("CUDA_VISIBLE_DEVICES")) return;
+  if (device != "auto" && device.rfind("cuda", 0) != 0) return;
+  std::error_code ec;
+  int gpus = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    ++gpus;
+  if (li.local_rank < gpus) ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(li.local_rank).c_str(), 0);
+}
+
 // Before the run folder is opened: which rank this is, and what a data-parallel run cannot do yet.
 void Trainer::State::start_distributed() {
   comm = &process_collective(opt.distributed, opt.mpi_library);
   summary.world_size = comm->world();
+  if (comm->world() > 1 && device.type == DeviceType::CUDA && opt.nccl_library != "none") {
+    // One rank per GPU: the gradients summed GPU to GPU over NCCL (ops/collective_nccl.h).
+    try {
+      device_comm = make_nccl_collective(*comm, device, opt.nccl_library);
+      comm = device_comm.get();
+    } catch (const Error& e) {
+      if (!opt.nccl_library.empty() || e.code() != ErrorCode::DEP_DISTRIBUTED_UNAVAILABLE) throw;
+      event("warn", fmt::format("{}: the gradients go through the host over MPI instead (slower; "
+                                "training.nccl_library none says so without this warning)",
+                                e.what()));
+    }
+  }
   writer = comm->rank() == 0;
   opt.optimizer_shards = comm->world() > 1 && opt.shard_optimizer.value_or(true) ? comm->world() : 1;
   if (comm->world() == 1) return;
   const int w = comm->world();
-  if (method_is_preference(opt.method))
-    throw Error(ErrorCode::CONFIG_DISTRIBUTED_MISMATCH,
-                fmt::format("[train] --method {} does not run data-parallel yet ({} ranks): only sft does",
-                            train_method_name(opt.method), w))
-        .with_suggestion("Train it in one process (drop mpirun / --nproc), or use --method sft.");
   if (opt.batch_size < w)
     throw Error(ErrorCode::CONFIG_DISTRIBUTED_MISMATCH,
                 fmt::format("[train] --batch-size {} is smaller than the {} ranks: every rank needs at least one "
@@ -176,6 +209,10 @@ void Trainer::State::check_ranks_agree() {
     for (const Sample& smp : *set) {
       hd.add(smp.ids.data(), smp.ids.size() * sizeof(int32_t));
       hd.add(smp.loss_mask.data(), smp.loss_mask.size());
+      hd.add(smp.rejected_ids.data(), smp.rejected_ids.size() * sizeof(int32_t));  // preference rows
+      hd.add(smp.rejected_loss_mask.data(), smp.rejected_loss_mask.size());
+      const int64_t label_prompt[] = {static_cast<int64_t>(smp.label), static_cast<int64_t>(smp.prompt_len)};
+      hd.add(label_prompt, sizeof label_prompt);
     }
   }
   const std::pair<const char*, uint64_t> parts[] = {
@@ -208,6 +245,9 @@ void Trainer::State::check_ranks_agree() {
 // gradients summed over the ranks (the one all-reduce of the step). Returns the global loss sum.
 double Trainer::State::forward_backward_all_ranks(const Batch& batch) {
   if (comm->world() == 1) return forward_backward(batch);
+  // The safety monitor's temperature decisions, agreed at the step boundary: a rank too hot pauses
+  // (or stops) every rank, never computes on alone while the others wait in the all-reduce.
+  safety->step_boundary(step + 1, [&] { save_last_finished_step(batch); });
   for (;;) {
     const int64_t micro_before = oom->micro_seqs();
     const bool gc_before = model->options().gradient_checkpointing;
@@ -223,7 +263,13 @@ double Trainer::State::forward_backward_all_ranks(const Batch& batch) {
       if (micro[r] != micro_before || (gc[r] != 0) != gc_before) recovered.push_back(static_cast<int>(r));
     }
     if (agree) {
-      comm->all_reduce_sum(grads);
+      // ZeRO-1: each rank receives only its chunks' sum (the optimizer updates those and
+      // all-gathers the parameters); unsharded, every rank the whole sum.
+      if (adamw.sharded())
+        comm->reduce_scatter_sum(grads);
+      else
+        comm->all_reduce_sum(grads);
+      if (method_is_preference(opt.method)) merge_preference_metrics();
       return comm->sum_in_rank_order(local);
     }
     // Some rank ran out of memory: every rank redoes the step the same way.
@@ -241,6 +287,62 @@ double Trainer::State::forward_backward_all_ranks(const Batch& batch) {
             {"micro_batch_after", agreed_micro},
             {"gradient_checkpointing", agreed_gc}});
   }
+}
+
+// The global gradient norm. One process: over the whole gradient. Over several ranks: the squares
+// summed chunk by chunk of the reduction's layout (train/optimizer.h rank_runs: rank q's chunks),
+// the chunks' sums added in rank order. With ZeRO-1 a rank holds only its own chunks summed, so
+// it computes that sum and the ranks all-gather them (one double each); unsharded, every rank
+// computes every chunk's sum itself: the same numbers, so sharded and unsharded runs clip alike,
+// bit for bit.
+double Trainer::State::gradient_norm() {
+  if (comm->world() == 1) return global_grad_norm(std::vector<const Tensor*>(grads.begin(), grads.end()));
+  std::vector<int64_t> sizes;
+  for (const Tensor* g : grads) sizes.push_back(g->numel());
+  auto chunk_sum = [&](int q) {
+    std::vector<Tensor> views;
+    for (const FlatRun& r : rank_runs(sizes, q, comm->world()))
+      views.push_back(grads[r.param]->reshape(Shape{grads[r.param]->numel()}).rows(r.offset, r.offset + r.count));
+    std::vector<const Tensor*> ptrs;
+    for (const Tensor& v : views) ptrs.push_back(&v);
+    return sum_of_squares(ptrs);
+  };
+  std::vector<double> sums;
+  if (adamw.sharded()) {
+    sums = comm->all_gather(chunk_sum(comm->rank()));
+  } else {
+    for (int q = 0; q < comm->world(); ++q) sums.push_back(chunk_sum(q));
+  }
+  double total = sums[0];
+  for (size_t q = 1; q < sums.size(); ++q) total += sums[q];
+  return std::sqrt(total);
+}
+
+// Rank 0 itself was lost (killed, crashed): it cannot end the run's status.json, which would say
+// "running" for ever. Rank 1, the lowest survivor, marks it failed with the code instead, once
+// rank 0 had started it (the file exists: the run folder is shared).
+void Trainer::State::mark_run_of_lost_writer(const Error& lost) {
+  if (writer || !comm || comm->rank() != 1 || lost.details().value("lost_rank", -1) != 0) return;
+  const std::filesystem::path status = std::filesystem::path(summary.output_dir) / "status.json";
+  std::error_code ec;
+  if (summary.output_dir.empty() || !std::filesystem::exists(status, ec)) return;
+  try {
+    write_run_status_end(summary.output_dir, "failed", lost.info().name, lost.what());
+  } catch (const std::exception& e) {  // never hide the run's own outcome behind this one
+    spdlog::warn("could not update {}: {}", status.string(), e.what());
+  }
+}
+
+// A preference step's TRL metrics (rewards, accuracies, log-probabilities) over the whole global
+// batch: each rank's sums over its share, added in rank order. Only logged: the loss and the
+// gradients are summed elsewhere.
+void Trainer::State::merge_preference_metrics() {
+  static_assert(std::is_trivially_copyable_v<PreferenceMetrics>);
+  std::vector<PreferenceMetrics> all(static_cast<size_t>(comm->world()));
+  comm->all_gather_bytes(&pref.step_metrics, sizeof(PreferenceMetrics), all.data());
+  PreferenceMetrics sum = all[0];
+  for (size_t r = 1; r < all.size(); ++r) sum.merge(all[r]);
+  pref.step_metrics = sum;
 }
 
 // A decision every rank must take the same way: true when it is true on any rank.

@@ -155,7 +155,11 @@ std::vector<Sample> Trainer::State::kl_samples(const std::vector<Sample>& pool, 
 
 // KTO's z over the examples pool[idx]: max(0, mean(π_KL − ref_KL)), no gradient (TRL's KL pass).
 // Only the KL sequences run here; the examples' own references come with their micro-batch.
-double Trainer::State::kto_z(const std::vector<Sample>& pool, const std::vector<int64_t>& idx, bool eval) {
+// Data-parallel (`across_ranks`: idx is this rank's share of the step), every rank runs its own
+// share's KL sequences and the values are all-gathered in rank order, so each rank's z is the one
+// mean over the whole step (the shares are contiguous: the same sum, term by term, as one process).
+double Trainer::State::kto_z(const std::vector<Sample>& pool, const std::vector<int64_t>& idx, bool eval,
+                             bool across_ranks) {
   const int64_t mb = std::max<int64_t>(1, oom->micro_seqs());
   std::vector<double> policy, ref;
   for (size_t b = 0; b < idx.size(); b += static_cast<size_t>(mb)) {
@@ -170,6 +174,10 @@ double Trainer::State::kto_z(const std::vector<Sample>& pool, const std::vector<
       for (double v : reference_logps(kl)) ref.push_back(v);
     }
   }
+  if (across_ranks && comm->world() > 1) {
+    policy = comm->all_gather_concat(policy);
+    ref = comm->all_gather_concat(ref);
+  }
   return kto_reference_point(policy, ref);
 }
 
@@ -180,14 +188,20 @@ void Trainer::State::precompute_reference() {
   if (!reference_precomputed()) return;
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t mb = std::max<int64_t>(1, oom->micro_seqs());
+  // Data-parallel, rank r computes the examples [n·r/N, n·(r+1)/N) and the ranks all-gather the
+  // table (rank order = example order), so every rank holds all of it and rank 0 checkpoints it.
+  const size_t w = static_cast<size_t>(comm->world()), me = static_cast<size_t>(comm->rank());
   auto fill = [&](const std::vector<Sample>& pool, std::vector<RefLogps>& table) {
-    table.clear();
-    for (size_t b = 0; b < pool.size(); b += static_cast<size_t>(mb)) {
+    const size_t first = pool.size() * me / w, end = pool.size() * (me + 1) / w;
+    std::vector<float> mine;
+    for (size_t b = first; b < end; b += static_cast<size_t>(mb)) {
       std::vector<int64_t> idx;
-      for (size_t i = b; i < std::min(pool.size(), b + static_cast<size_t>(mb)); ++i)
-        idx.push_back(static_cast<int64_t>(i));
-      for (const RefLogps& r : computed_references(pool, idx)) table.push_back(r);
+      for (size_t i = b; i < std::min(end, b + static_cast<size_t>(mb)); ++i) idx.push_back(static_cast<int64_t>(i));
+      for (const RefLogps& r : computed_references(pool, idx)) mine.insert(mine.end(), {r.c, r.r, r.kl});
     }
+    const std::vector<float> all = comm->all_gather_concat(mine);
+    table.clear();
+    for (size_t i = 0; i + 2 < all.size(); i += 3) table.push_back({all[i], all[i + 1], all[i + 2]});
   };
   fill(data.train, pref.train_ref);
   fill(data.eval, pref.eval_ref);
@@ -247,7 +261,7 @@ Trainer::State::PreferenceStep Trainer::State::begin_preference_step(const Batch
   PreferenceStep ps;
   ps.norms.examples = static_cast<int64_t>(batch.ids.size());
   for (int64_t id : batch.ids) ps.norms.chosen_tokens += label_tokens(data.train[static_cast<size_t>(id)].loss_mask);
-  if (opt.method == TrainMethod::Kto) ps.norms.kto_z = kto_z(data.train, batch.ids, false);
+  if (opt.method == TrainMethod::Kto) ps.norms.kto_z = kto_z(data.train, batch.local_ids, false, true);
   return ps;
 }
 
@@ -302,7 +316,7 @@ std::optional<double> Trainer::State::preference_evaluate() {
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
   ps.norms.examples = static_cast<int64_t>(all.size());
   for (const Sample& s : data.eval) ps.norms.chosen_tokens += label_tokens(s.loss_mask);
-  if (opt.method == TrainMethod::Kto) ps.norms.kto_z = kto_z(data.eval, all, true);
+  if (opt.method == TrainMethod::Kto) ps.norms.kto_z = kto_z(data.eval, all, true, false);
   const int64_t mb = std::max<int64_t>(1, oom->micro_seqs());
   for (size_t b = 0; b < all.size(); b += static_cast<size_t>(mb)) {
     inject_fault(FaultPoint::Eval);

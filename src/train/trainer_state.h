@@ -36,6 +36,9 @@ void record_chat_template(const std::string& dir, const TrainData& data);
 
 // An example's reference log-probabilities (preference methods with a reference): chosen,
 // rejected (pairs) and KTO's mismatched KL sequence; f32 as they are kept in checkpoints.
+// One GPU per rank of a data-parallel CUDA run (trainer_distributed.cpp).
+void assign_rank_gpu(const std::string& device);
+
 struct RefLogps {
   float c = 0, r = 0, kl = 0;
 };
@@ -73,6 +76,7 @@ struct Trainer::State {
   // Data parallelism (trainer_distributed.cpp): the ranks' collective (one rank: in-process), and
   // whether this rank writes the run folder (rank 0).
   Collective* comm = nullptr;
+  std::unique_ptr<Collective> device_comm;  // NCCL over the process's MPI collective (CUDA runs)
   bool writer = true;
 
   // Setup, in order (Trainer::run_impl).
@@ -95,6 +99,7 @@ struct Trainer::State {
   };
   Batch next_batch();
   double forward_backward(const Batch& batch);
+  void save_last_finished_step(const Batch& batch);
   void report_oom(const OomEvent& ev);
   bool clip_and_check(const Batch& batch, StepRecord& rec);
   void update(const StepRecord& rec);
@@ -131,7 +136,7 @@ struct Trainer::State {
   std::vector<RefLogps> references(const std::vector<Sample>& pool, const std::vector<int64_t>& idx, bool eval);
   std::vector<RefLogps> computed_references(const std::vector<Sample>& pool, const std::vector<int64_t>& idx);
   std::vector<Sample> kl_samples(const std::vector<Sample>& pool, const std::vector<int64_t>& idx) const;
-  double kto_z(const std::vector<Sample>& pool, const std::vector<int64_t>& idx, bool eval);
+  double kto_z(const std::vector<Sample>& pool, const std::vector<int64_t>& idx, bool eval, bool across_ranks);
   void precompute_reference();
   void write_reference(const std::string& path) const;
   void load_reference(const std::string& checkpoint_dir);
@@ -153,6 +158,9 @@ struct Trainer::State {
   int64_t local_batch_size() const;
   void check_ranks_agree();
   double forward_backward_all_ranks(const Batch& batch);
+  double gradient_norm();
+  void mark_run_of_lost_writer(const Error& lost);
+  void merge_preference_metrics();
   bool on_any_rank(bool value);
 
   // Fault injection for tests (the fault_* options), at these points of the loop only.

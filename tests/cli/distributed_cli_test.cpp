@@ -138,6 +138,76 @@ TEST(Distributed, TwoRanksMatchOneProcessInFullFineTuning) {
   }
 }
 
+// Preference data for the methods' runs below: DPO pairs (prompt, chosen happy, rejected sad) or
+// KTO rows (one completion, labelled).
+std::string write_preference_data(const std::string& dir, bool kto) {
+  const std::string p = dir + (kto ? "/kto.jsonl" : "/pairs.jsonl");
+  std::ofstream f(p);
+  const char* who[] = {"Lily", "Tom", "Ben", "Sue", "Max"};
+  for (int i = 0; i < 16; ++i) {
+    const std::string prompt = std::string(who[i % 5]) + " saw a bird number " + std::to_string(i % 7) + ".";
+    const std::string good = std::string(who[i % 5]) + " was happy.", bad = std::string(who[i % 5]) + " was sad.";
+    if (kto)
+      f << nlohmann::json{{"prompt", prompt}, {"completion", i % 2 ? bad : good}, {"label", i % 2 == 0}}.dump() << "\n";
+    else
+      f << nlohmann::json{{"prompt", prompt}, {"chosen", good}, {"rejected", bad}}.dump() << "\n";
+  }
+  return p;
+}
+
+// DPO (its reference precomputed before step 1: each rank computes half the table, the ranks
+// all-gather it) and KTO (the reference with the adapter off, per micro-batch; its reference point
+// z a mean over the whole step's KL sequences, each rank running its share's and the ranks
+// all-gathering them) at 2 ranks x 2 examples = 1 process x 4: a pair's two sequences stay on one
+// rank, and the losses, the step's TRL metrics and the adapter agree.
+TEST(Distributed, PreferenceMethodsAtTwoRanksMatchOneProcess) {
+  SKIP_WITHOUT_MPIRUN();
+  for (const char* method : {"dpo", "kto"}) {
+    SCOPED_TRACE(method);
+    test::TempDir tmp;
+    const bool kto = std::string(method) == "kto";
+    const std::string data = write_preference_data(tmp.path, kto);
+    const std::string extra =
+        std::string("--method ") + method + (kto ? " --reference adapter-off" : " --reference precomputed");
+    std::string out;
+    ASSERT_EQ(
+        test::run_command(test::backprop_exe() + train_args(data, tmp.path + "/one", extra, "2e-2") + " 2>&1", &out), 0)
+        << out;
+    ASSERT_EQ(test::run_command(mpirun_prefix(2) + test::backprop_exe() +
+                                    train_args(data, tmp.path + "/two", extra, "2e-2") + " 2>&1",
+                                &out),
+              0)
+        << out;
+    const std::string one = only_run(tmp.path + "/one"), two = only_run(tmp.path + "/two");
+    EXPECT_EQ(summary(two)["world_size"], 2);
+    EXPECT_EQ(summary(two)["method"], method);
+    const auto l1 = losses(one), l2 = losses(two);
+    ASSERT_EQ(l1.size(), 4u);
+    expect_losses_close(l2, l1);
+    EXPECT_GT(std::fabs(l1.front() - l1.back()), 1e-3);  // it trained
+    const auto s1 = records(one, "step"), s2 = records(two, "step");
+    for (size_t i = 0; i < s1.size(); ++i) {
+      EXPECT_EQ(s2[i]["samples"], s1[i]["samples"]);
+      // The metrics are the whole step's (merged over the ranks), not rank 0's half.
+      ASSERT_TRUE(s2[i].contains("rewards/accuracies")) << s2[i].dump();
+      for (const char* k : {"rewards/chosen", "rewards/accuracies", "logps/chosen"}) {
+        ASSERT_EQ(s2[i].contains(k), s1[i].contains(k)) << k << " " << s2[i].dump();
+        if (!s1[i].contains(k)) continue;  // KTO: a step without a desirable example has no chosen reward
+        EXPECT_NEAR(s2[i][k].get<double>(), s1[i][k].get<double>(), 1e-5 * (1 + std::fabs(s1[i][k].get<double>())))
+            << k << " step " << i + 1;
+      }
+    }
+    expect_adapters_close(two, one);
+    if (!kto) {  // the table rank 0 checkpointed is the single process's (both halves)
+      auto a = SafetensorsReader::open_file(two + "/checkpoints/checkpoint-4/reference_logps.safetensors");
+      auto b = SafetensorsReader::open_file(one + "/checkpoints/checkpoint-4/reference_logps.safetensors");
+      const std::vector<float> x = a.read("train.chosen").to_vector(), y = b.read("train.chosen").to_vector();
+      ASSERT_EQ(x.size(), 16u);
+      for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], y[i], 1e-5 * std::fabs(y[i])) << i;
+    }
+  }
+}
+
 // Two 2-rank runs, one under mpirun and one through `train --nproc 2`, give the same bits.
 TEST(Distributed, TwoRunsAtTwoRanksAreBitIdentical) {
   SKIP_WITHOUT_MPIRUN();
@@ -342,7 +412,7 @@ TEST(Distributed, EveryRankWritesItsOwnLogFile) {
   EXPECT_FALSE(fs::exists(log + ".rank0"));
 }
 
-// `backprop info` says whether MPI is there.
+// `backprop info` says whether MPI and NCCL are there.
 TEST(Distributed, InfoSaysWhetherMpiIsAvailable) {
   std::string out;
   ASSERT_EQ(test::run_command(test::backprop_exe() + " info --json 2>/dev/null", &out), 0) << out;
@@ -357,6 +427,15 @@ TEST(Distributed, InfoSaysWhetherMpiIsAvailable) {
       }
     }
   EXPECT_TRUE(found) << out;
+  // And whether NCCL loads (core/nccl.h: at run time, never linked): its version, or why not.
+  bool nccl = false;
+  for (const auto& f : j["features"])
+    if (f["name"] == "nccl") {
+      nccl = true;
+      const std::string detail = f["detail"].get<std::string>();
+      EXPECT_NE(detail.find(f["available"].get<bool>() ? "NCCL 2." : "cannot be loaded"), std::string::npos) << detail;
+    }
+  EXPECT_TRUE(nccl) << out;
 }
 
 }  // namespace bp

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "distributed_test_util.h"
+#include "support/fake_system_root.h"
 #include "support/test_util.h"
 
 namespace bp {
@@ -90,6 +92,16 @@ pid_t rank_pid(const std::string& marker, int rank) {
   return -1;
 }
 
+// rank_pid, waiting up to 10 s for the rank to exist.
+pid_t wait_for_rank_pid(const std::string& marker, int rank) {
+  pid_t pid = -1;
+  for (int i = 0; i < 500 && pid < 0; ++i) {
+    pid = rank_pid(marker, rank);
+    if (pid < 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pid;
+}
+
 // The run folder rank 0 makes under `root`, once its checkpoint-`step` is on disk; "" when the job
 // ended before that or 120 s passed.
 std::string run_with_checkpoint(const std::string& root, Background& job, int step) {
@@ -140,11 +152,7 @@ TEST(DistributedFaults, KilledRankStopsTheOthersWithTheCodeAndTheRunResumes) {
     Background job(cmd, root + ".log");
     const std::string run = run_with_checkpoint(root, job, 2);
     ASSERT_FALSE(run.empty()) << job.output();
-    pid_t victim = -1;
-    for (int i = 0; i < 500 && victim < 0; ++i) {
-      victim = rank_pid(marker, 1);
-      if (victim < 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    const pid_t victim = wait_for_rank_pid(marker, 1);
     ASSERT_GT(victim, 0) << job.output();
     ASSERT_EQ(::kill(victim, SIGKILL), 0);
     double took = 0;
@@ -172,6 +180,34 @@ TEST(DistributedFaults, KilledRankStopsTheOthersWithTheCodeAndTheRunResumes) {
     EXPECT_EQ(summary(run)["steps"], 4);
     EXPECT_EQ(summary(run)["world_size"], 2);
   }
+}
+
+// Rank 0 itself killed (held after step 2's checkpoint): rank 1, waiting for it at step 3, stops
+// with RUNTIME_DISTRIBUTED_RANK_LOST naming rank 0, and marks the run's status.json failed with the
+// code, which rank 0 keeps but can no longer end (it said "running" before).
+TEST(DistributedFaults, KilledRankZeroLeavesTheRunMarkedFailed) {
+  SKIP_WITHOUT_MPIRUN();
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path);
+  const std::string root = tmp.path + "/zero", marker = root;
+  const std::string cmd = "BP_TEST_MARKER=" + marker + " " + mpirun_prefix(2) + test::backprop_exe() +
+                          run_args(data, root, "--fault-inject-hang-step 2 --fault-inject-rank 0");
+  Background job(cmd, root + ".log");
+  const std::string run = run_with_checkpoint(root, job, 2);
+  ASSERT_FALSE(run.empty()) << job.output();
+  const pid_t victim = wait_for_rank_pid(marker, 0);
+  ASSERT_GT(victim, 0) << job.output();
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  const int rc = job.wait(60);
+  const std::string out = job.output();
+  ASSERT_NE(rc, -1) << "still running 60 s after rank 0 was killed\n" << out;
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("rank 0 of 2"), std::string::npos) << out;
+  std::ifstream st(run + "/status.json");
+  const auto status = nlohmann::json::parse(st);
+  EXPECT_EQ(status.value("status", ""), "failed") << status.dump();
+  EXPECT_EQ(status.value("code", ""), "RUNTIME_DISTRIBUTED_RANK_LOST") << status.dump();
+  EXPECT_NE(status.value("message", "").find("checkpoint-2"), std::string::npos) << status.dump();
 }
 
 // Ctrl-C on `train --nproc 2` (SIGINT to the launcher; a terminal sends it to the launcher's process
@@ -213,6 +249,70 @@ TEST(DistributedFaults, InterruptSavesOneCheckpointAndEveryRankStops) {
         << resumed;
     EXPECT_EQ(summary(run)["steps"], 4);
   }
+}
+
+// The safety monitor's pause or stop on one rank is every rank's: each rank reads its own GPU (the
+// fake NVML, scripted per rank through BP_FAKE_NVML_SCRIPT: rank 0 always 50 C), and the worst
+// level is agreed at each step boundary. Rank 1 at 92 C before step 3 pauses both ranks until it
+// reads 70 C, and the run ends with the bits of one never paused; rank 1 at 97 C stops both, rank 0
+// saving step 2's checkpoint, with the code.
+TEST(DistributedFaults, SafetyMonitorOnOneRankPausesOrStopsEveryRank) {
+  SKIP_WITHOUT_MPIRUN();
+  test::TempDir tmp;
+  const std::string data = write_data(tmp.path);
+  fs::create_directories(tmp.path + "/root");  // no CPU sensors: the scripted GPU is all there is
+  auto script = [&](const std::string& name, const std::string& text) {
+    test::write_text_file(tmp.path + "/" + name, text);
+    return tmp.path + "/" + name;
+  };
+  const std::string cool = script("cool", "temps 50");
+  // Readings on rank 1: 1 at the start, then one per step boundary and one per micro-batch (its
+  // share is one micro-batch): the 6th is step 3's boundary.
+  const std::string hot = script("hot", "temps 50 50 50 50 50 92 92 85 70");
+  const std::string burning = script("burning", "temps 50 50 50 50 50 97");
+  const std::string monitor = "BACKPROPAGATE_MONITOR__NVML_LIBRARY=" + std::string(BP_FAKE_NVML) +
+                              " BACKPROPAGATE_MONITOR__POLL_PERIOD_S=0 BACKPROPAGATE_MONITOR__COOLDOWN_S=0"
+                              " BACKPROPAGATE_MONITOR__SYSTEM_ROOT=" +
+                              tmp.path + "/root ";
+  // MPMD: each rank its own script (an environment variable, not a setting the ranks compare).
+  auto launch = [&](const std::string& root, const std::string& rank1_script, std::string* out) {
+    return test::run_command(monitor + mpirun_prefix(1, "-x BP_FAKE_NVML_SCRIPT=" + cool) + test::backprop_exe() +
+                                 train_args(data, root) + " : -np 1 -x BP_FAKE_NVML_SCRIPT=" + rank1_script + " " +
+                                 test::backprop_exe() + train_args(data, root) + " 2>&1",
+                             out);
+  };
+  std::string out;
+  ASSERT_EQ(launch(tmp.path + "/plain", cool, &out), 0) << out;
+  ASSERT_EQ(launch(tmp.path + "/paused", hot, &out), 0) << out;
+  const std::string plain = only_run(tmp.path + "/plain"), paused = only_run(tmp.path + "/paused");
+  const auto mon = records(paused, "monitor");  // rank 0's records: it was never hot itself
+  const nlohmann::json *pause = nullptr, *resume = nullptr;
+  for (const auto& r : mon) {
+    if (r["event"] == "pause") pause = &r;
+    if (r["event"] == "resume") resume = &r;
+  }
+  ASSERT_TRUE(pause && resume) << out;
+  EXPECT_EQ((*pause)["step"], 3);
+  EXPECT_EQ((*pause)["ranks"], nlohmann::json::array({1}));
+  EXPECT_EQ((*pause)["code"], "RUNTIME_GPU_TEMPERATURE_CRITICAL");
+  EXPECT_EQ((*resume)["rounds"], 3);  // rank 1 read 92, 85, 70
+  EXPECT_TRUE(records(plain, "monitor").empty() ||
+              std::none_of(records(plain, "monitor").begin(), records(plain, "monitor").end(),
+                           [](const nlohmann::json& r) { return r["event"] == "pause"; }));
+  const auto lp = losses(plain), lq = losses(paused);
+  ASSERT_EQ(lp.size(), 4u);
+  for (size_t i = 0; i < lp.size(); ++i) EXPECT_EQ(lq[i], lp[i]) << "step " << i + 1;
+  EXPECT_TRUE(slurp(paused + "/adapter/adapter_model.safetensors") ==
+              slurp(plain + "/adapter/adapter_model.safetensors"));
+
+  EXPECT_NE(launch(tmp.path + "/stopped", burning, &out), 0) << out;
+  const std::string stopped = only_run(tmp.path + "/stopped");
+  EXPECT_NE(out.find("RUNTIME_TEMPERATURE_EMERGENCY"), std::string::npos) << out;
+  EXPECT_NE(out.find("emergency temperature on rank 1 before step 3"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(stopped + "/checkpoints/checkpoint-2")) << out;
+  EXPECT_FALSE(fs::exists(stopped + "/checkpoints/checkpoint-3")) << out;
+  std::ifstream st(stopped + "/status.json");
+  EXPECT_EQ(nlohmann::json::parse(st).value("status", ""), "failed");
 }
 
 }  // namespace bp

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -218,6 +219,21 @@ void all_reduce_is_the_rank_order_sum_on_every_rank(Collective* comm_) {
       comm_->all_reduce_sum(x.data(), n, segment);
       const std::vector<float> want = rank_order_sum(w, n);
       EXPECT_TRUE(bits_equal(x, want)) << "n " << n << " segment " << segment << " rank " << me;
+      // The reduce-scatter (ZeRO-1): this rank's chunk of each segment, [m·me/W, m·(me+1)/W), has the
+      // all-reduce's bits; every other value is this rank's own, untouched.
+      std::vector<float> y = rank_input(me, n);
+      const std::vector<float> own = y;
+      comm_->reduce_scatter_sum(y.data(), n, segment);
+      for (size_t seg = 0; seg < n; seg += segment) {
+        const size_t m = std::min(segment, n - seg);
+        const size_t b = seg + m * static_cast<size_t>(me) / static_cast<size_t>(w),
+                     e = seg + m * static_cast<size_t>(me + 1) / static_cast<size_t>(w);
+        for (size_t i = seg; i < seg + m; ++i) {
+          const float expect = i >= b && i < e ? want[i] : own[i];
+          ASSERT_EQ(std::memcmp(&y[i], &expect, 4), 0)
+              << "reduce-scatter n " << n << " segment " << segment << " at " << i;
+        }
+      }
       // Within f32 rounding of the exact sum: (W-1) additions, each off by at most 2^-24 of its result.
       std::vector<double> exact(n, 0.0), mag(n, 0.0);
       for (int r = 0; r < w; ++r) {
@@ -290,6 +306,13 @@ void gather_any_broadcast_and_barrier(Collective* comm_) {
   EXPECT_FALSE(comm_->any(false));
   EXPECT_EQ(comm_->broadcast(me == 0 ? std::string("from rank 0") : std::string("x"), 0), "from rank 0");
   EXPECT_EQ(comm_->broadcast(me == 1 ? std::string(3000, 'q') : std::string(), 1), std::string(3000, 'q'));
+  // Variable counts (rank r gives r values, rank 0 none), concatenated in rank order.
+  std::vector<double> mine;
+  for (int i = 0; i < me; ++i) mine.push_back(me + 0.25 * i);
+  std::vector<double> expect;
+  for (int r = 0; r < w; ++r)
+    for (int i = 0; i < r; ++i) expect.push_back(r + 0.25 * i);
+  EXPECT_EQ(comm_->all_gather_concat(mine), expect);
   comm_->barrier(60.0);
   EXPECT_FALSE(comm_->host_name().empty());
 }
