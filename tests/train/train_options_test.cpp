@@ -29,6 +29,7 @@ std::string another_value(const SettingSpec& spec) {
   static const std::map<std::string, std::string> valid_for = {
       {"lora.target_modules", "q_proj,v_proj"},  // names the LoRA check accepts
       {"training.reference", "precomputed"},     // auto is adapter-off in LoRA mode
+      {"lora.init_lora_weights", "pissa"},       // true, pissa or pissa_niter_N
   };
   if (auto it = valid_for.find(spec.key); it != valid_for.end()) return it->second;
   const std::string def = spec.default_value;
