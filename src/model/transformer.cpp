@@ -9,6 +9,7 @@
 
 #include "model/lora.h"
 #include "model/transformer_acts.h"
+#include "model/weight_names.h"
 #include "ops/attention.h"
 #include "ops/cross_entropy.h"
 #include "ops/elementwise.h"
@@ -165,6 +166,11 @@ void Model::set_matmul_dtype(DType dtype) {
   if (dtype != DType::F32 && dtype != DType::BF16)
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 fmt::format("[model] GEMMs of trainable matrices take f32 or bf16 inputs, not {}", dtype_name(dtype)));
+  if (dtype == DType::BF16 && weights_.config.is_moe())
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[model] bf16 GEMM copies (training.matmul_dtype bf16) do not cover the experts of {} yet: "
+                            "use f32",
+                            weights_.config.architecture_name));
   if (dtype == DType::BF16 && options_.mode != TrainMode::Full)
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 "[model] bf16 GEMM copies are for full fine-tuning: LoRA's frozen base GEMMs follow how the base is "
@@ -361,6 +367,8 @@ void Model::allocate_grads() {
       g.post_norm = like(w.post_norm);
       g.gate = like(w.gate), g.up = like(w.up), g.down = like(w.down);
       g.pre_ffn_norm = like(w.pre_ffn_norm), g.post_ffn_norm = like(w.post_ffn_norm);
+      g.router = like(w.router);
+      g.experts_gate = like(w.experts_gate), g.experts_up = like(w.experts_up), g.experts_down = like(w.experts_down);
     }
   } else if (options_.mode == TrainMode::Lora) {
     for (size_t l = 0; l < lora_.layers.size(); ++l) {
@@ -444,6 +452,13 @@ void for_each_weight(ModelWeights& w, ModelGrads* g, Fn&& fn) {
     fn(p + "mlp.up_proj.weight", lw.up, G(lg.up));
     fn(p + "mlp.down_proj.weight", lw.down, G(lg.down));
     fn(p + "post_feedforward_layernorm.weight", lw.post_ffn_norm, G(lg.post_ffn_norm));
+    if (lw.router.defined()) {  // a sparse layer: the router and the stacked experts (weight_names.h)
+      const auto li = static_cast<int64_t>(l);
+      fn(moe_router_hf_name(w.config, li), lw.router, G(lg.router));
+      fn(stacked_expert_name(w.config, WeightRole::ExpertGate, li), lw.experts_gate, G(lg.experts_gate));
+      fn(stacked_expert_name(w.config, WeightRole::ExpertUp, li), lw.experts_up, G(lg.experts_up));
+      fn(stacked_expert_name(w.config, WeightRole::ExpertDown, li), lw.experts_down, G(lg.experts_down));
+    }
   }
   fn("model.norm.weight", w.final_norm, g ? g->final_norm : none);
   fn("lm_head.weight", w.lm_head, g ? g->lm_head : none);
