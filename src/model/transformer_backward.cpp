@@ -101,8 +101,9 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
   // ---- MLP: out = h + down(swiglu(gate(hn), up(hn)))   (Gemma: h + post_ffn_norm(down(geglu(...))))
   // A sparse layer: out = h + the experts' weighted sum (transformer_moe.cpp).
   const bool sandwich = c.sandwich_norms;
-  Tensor dhn = Tensor::empty({T, D}, DType::F32, dev);
+  Tensor dhn;
   if (c.is_moe_layer(l)) {
+    dhn = Tensor::empty({T, D}, DType::F32, dev);
     moe_backward(l, dout, a, dhn);
     dout16 = Tensor();
   } else {
@@ -132,6 +133,7 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
       swiglu_backward(dm, a.gate, a.up, dgate, dup, gate16 ? &dgate16 : nullptr, up16 ? &dup16 : nullptr);
     dm = Tensor();
     a.gate = a.up = Tensor();
+    dhn = Tensor::empty({T, D}, DType::F32, dev);
     group_start(kGateUpGroup);
     lin_back(LinearRole::Gate, dgate, a.hn, Wgate, &dhn, kAssignDx, &g.w.gate, nullptr, opt(dgate16), opt(a.hn16));
     dgate = dgate16 = Tensor();
@@ -330,6 +332,7 @@ CrossEntropyResult Model::train_pass(const Batch& host_batch, uint64_t dropout_s
       acts[li] = LayerActs{};
     }
   }
+  moe_aux_.counts = moe_aux_.prob_sum = moe_aux_.grad = Tensor();  // the pass's loss value stays
   if (full) {
     if (c.embed_scale > 0) scale_inplace(dx, c.embed_scale);  // the forward's x·embed_scale
     embedding_backward(dx, batch.tokens, grads_.embed);

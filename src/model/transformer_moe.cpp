@@ -119,7 +119,7 @@ void Model::moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dh
   Tensor dgate = Tensor::empty({N, Fe}, DType::F32, dev), dup = Tensor::empty({N, Fe}, DType::F32, dev);
   swiglu_backward(dm, a.moe_gate, a.moe_up, dgate, dup);
   dm = a.moe_gate = a.moe_up = Tensor();
-  const Tensor xs = moe_gather_forward(a.hn, dispatch);  // hn's rows in expert order, again
+  Tensor xs = moe_gather_forward(a.hn, dispatch);  // hn's rows in expert order, again
   Tensor dxs = Tensor::empty({N, D}, DType::F32, dev);
   for (int64_t e = 0; e < E; ++e) {
     const auto [r0, r1] = block(e);
@@ -129,7 +129,7 @@ void Model::moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dh
     expert_back(dgate.rows(r0, r1), xe, w.experts_gate, g.experts_gate, e, dx_e, false);
     expert_back(dup.rows(r0, r1), xe, w.experts_up, g.experts_up, e, dx_e, true);
   }
-  dgate = dup = Tensor();
+  dgate = dup = xs = Tensor();
   dhn.zero();
   moe_gather_backward(dxs, dispatch, dhn);
   dxs = Tensor();
