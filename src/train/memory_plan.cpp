@@ -727,7 +727,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
   if (s.ce_chunk_tokens < 1)
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 fmt::format("[memory_plan] cross-entropy chunk must be >= 1 token, got {}", s.ce_chunk_tokens));
-  if (s.mode == TrainMode::Lora) s.lora.validate();
+  if (s.mode == TrainMode::Lora) s.lora.validate_for(cfg);  // the names fit the model (MoE: no expert targets)
   if (const long double bound = plan_bytes_bound(cfg, s); bound > kMaxPlanBytes)
     throw Error(
         ErrorCode::INPUT_VALIDATION_FAILED,
