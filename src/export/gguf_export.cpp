@@ -168,6 +168,11 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
   const int n_layers = static_cast<int>(c.num_layers);
   BP_CHECK(static_cast<int64_t>(mw.layers.size()) == c.num_layers, "[gguf] {} layers of weights for num_layers {}",
            mw.layers.size(), c.num_layers);
+  if (c.is_moe())  // llama.cpp's ffn_*_exps layout and expert metadata are not written yet
+    throw Error(ErrorCode::RUNTIME_GGUF_EXPORT_FAILED,
+                fmt::format("[gguf] {} is a Mixture-of-Experts model: GGUF export of its experts is not supported yet",
+                            c.architecture_name))
+        .with_suggestion("Export it merged (--format merged) or as a PEFT adapter (--format peft).");
   w.set("general.architecture", GGUFValue::str(arch));
   w.set("general.name", GGUFValue::str(model_name));
   w.set("general.file_type", GGUFValue::u32(gguf_file_type(q)));

@@ -35,6 +35,11 @@ GGUFLoraResult export_gguf_lora(const LoraAdapter& given, const ModelConfig& bas
                 "[gguf-lora] a DoRA adapter cannot be a GGUF LoRA file: llama.cpp's adapters hold lora_a/lora_b "
                 "only, not DoRA's magnitudes")
         .with_suggestion("Export it merged (--format gguf or --format merged), which applies the magnitudes.");
+  if (base.is_moe())
+    throw Error(ErrorCode::RUNTIME_GGUF_EXPORT_FAILED,
+                fmt::format("[gguf-lora] {} is a Mixture-of-Experts model: a GGUF LoRA file of it is not supported yet",
+                            base.architecture_name))
+        .with_suggestion("Export the adapter as PEFT files (--format peft) or merged (--format merged).");
   BP_CHECK(static_cast<int64_t>(adapter.layers.size()) == base.num_layers,
            "[gguf-lora] the adapter has {} layers, the base {}", adapter.layers.size(), base.num_layers);
   const LoraConfig& lc = adapter.config;

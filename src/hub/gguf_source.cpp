@@ -132,6 +132,14 @@ json config_from_gguf(const GGUFReader& r, const std::string& path) {
       {"qwen3", {"Qwen3ForCausalLM", "qwen3"}},        {"phi3", {"Phi3ForCausalLM", "phi3"}},
       {"smollm3", {"SmolLM3ForCausalLM", "smollm3"}},  {"gemma2", {"Gemma2ForCausalLM", "gemma2"}},
       {"gemma3", {"Gemma3ForCausalLM", "gemma3_text"}}};
+  // Mixture-of-Experts GGUF files (llama.cpp's qwen3moe, or a Mixtral as `llama` with expert_count
+  // and ffn_*_exps tensors) are not read yet: the HF folder is (model/weights.h).
+  const std::optional<int64_t> experts = r.get_int(arch + ".expert_count");
+  if (arch == "qwen3moe" || (experts && *experts > 0) || r.find_tensor("blk.0.ffn_gate_inp.weight"))
+    fail(path, fmt::format("general.architecture '{}' is a Mixture-of-Experts model ({}.expert_count = {}, router and "
+                           "expert tensors); backprop reads Qwen3-MoE and Mixtral from Hugging Face folders, not from "
+                           "GGUF yet: pass the model's safetensors folder or hub name",
+                           arch, arch, experts ? std::to_string(*experts) : std::string("missing")));
   auto it = kArch.find(arch);
   if (it == kArch.end())
     fail(path,

@@ -21,24 +21,55 @@ namespace {
 using ArchEntry = ArchInfo;
 using SW = SlidingWindowKey;
 // arch, architecture, model_type, gguf_arch, gguf_tokenizer_pre, qkv_bias, qk_norm, tied_head_default,
-// gguf_permute_qk, sliding_window, fused_projections, default_rope_theta. (Llama-3's "llama-bpe"
+// gguf_permute_qk, sliding_window, fused_projections, default_rope_theta, moe. (Llama-3's "llama-bpe"
 // pre-tokenizer is recognised from its vocabulary.) Phi-3's defaults follow Phi3Config (untied,
 // theta 1e4, original_max_position_embeddings 4096), SmolLM3's SmolLM3Config (tied, theta 2e6).
+constexpr MoeNaming kDense{nullptr, nullptr, nullptr, nullptr};
 constexpr ArchEntry kArchs[] = {
-    {Arch::Llama, "LlamaForCausalLM", "llama", "llama", "", false, false, false, true, SW::None, false, 10000.0},
-    {Arch::Mistral, "MistralForCausalLM", "mistral", "llama", "", false, false, false, true, SW::Always, false,
-     10000.0},
+    {Arch::Llama, "LlamaForCausalLM", "llama", "llama", "", false, false, false, true, SW::None, false, 10000.0,
+     kDense},
+    {Arch::Mistral, "MistralForCausalLM", "mistral", "llama", "", false, false, false, true, SW::Always, false, 10000.0,
+     kDense},
     {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2", "qwen2", "qwen2", true, false, false, false, SW::IfUseSlidingWindow,
-     false, 10000.0},
+     false, 10000.0, kDense},
     {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3", "qwen3", "qwen2", false, true, false, false, SW::IfUseSlidingWindow,
-     false, 10000.0},
-    {Arch::Phi3, "Phi3ForCausalLM", "phi3", "phi3", "", false, false, false, false, SW::Always, true, 10000.0},
+     false, 10000.0, kDense},
+    {Arch::Phi3, "Phi3ForCausalLM", "phi3", "phi3", "", false, false, false, false, SW::Always, true, 10000.0, kDense},
     {Arch::SmolLM3, "SmolLM3ForCausalLM", "smollm3", "smollm3", "", false, false, true, true, SW::None, false,
-     2000000.0},
+     2000000.0, kDense},
     // Gemma: sliding windows per layer (parse_gemma), SentencePiece vocabularies in GGUF.
-    {Arch::Gemma2, "Gemma2ForCausalLM", "gemma2", "gemma2", "", false, false, true, false, SW::None, false, 10000.0},
+    {Arch::Gemma2, "Gemma2ForCausalLM", "gemma2", "gemma2", "", false, false, true, false, SW::None, false, 10000.0,
+     kDense},
     {Arch::Gemma3, "Gemma3ForCausalLM", "gemma3_text", "gemma3", "", false, true, true, false, SW::None, false,
-     1000000.0},
+     1000000.0, kDense},
+    // Mixture-of-Experts (parse_moe): Qwen3-MoE is Qwen3's attention (q/k norms) with sparse blocks
+    // (Qwen3MoeConfig); Mixtral is Mistral's with every layer sparse, theta 1e6 (MixtralConfig).
+    {Arch::Qwen3Moe,
+     "Qwen3MoeForCausalLM",
+     "qwen3_moe",
+     "qwen3moe",
+     "qwen2",
+     false,
+     true,
+     false,
+     false,
+     SW::IfUseSlidingWindow,
+     false,
+     10000.0,
+     {"mlp", "gate_proj", "up_proj", "down_proj"}},
+    {Arch::Mixtral,
+     "MixtralForCausalLM",
+     "mixtral",
+     "llama",
+     "",
+     false,
+     false,
+     false,
+     true,
+     SW::Always,
+     false,
+     1000000.0,
+     {"block_sparse_moe", "w1", "w3", "w2"}},
 };
 // Phi3Config's original_max_position_embeddings when config.json does not say.
 constexpr int64_t kPhi3OriginalMaxPosition = 4096;
@@ -131,13 +162,16 @@ void check_sizes(const ModelConfig& c, const std::string& source) {
   const Wide per_layer =
       4 * D + 2 * qd * D + 2 * kvd * D + 3 * F * D + qd + 2 * kvd + 2 * static_cast<Wide>(c.head_dim);
   const Wide embed = static_cast<Wide>(c.vocab_size) * D;
+  // A sparse layer: the router and E experts of three [Fe, D] projections, beside the dense MLP.
+  const Wide experts = static_cast<Wide>(c.num_experts) * (3 * static_cast<Wide>(c.moe_intermediate_size) * D + D);
   const std::pair<const char*, Wide> sizes[] = {
+      {"num_experts x moe_intermediate_size x hidden_size (one layer's experts)", experts},
       {"num_attention_heads x head_dim x hidden_size (the q/o projections)", qd * D},
       {"num_key_value_heads x head_dim x hidden_size (the k/v projections)", kvd * D},
       {"intermediate_size x hidden_size (the MLP projections)", F * D},
       {"vocab_size x hidden_size (the embeddings)", embed},
-      {"num_hidden_layers x the parameters of one layer", static_cast<Wide>(c.num_layers) * per_layer},
-      {"the total parameter count", static_cast<Wide>(c.num_layers) * per_layer + 2 * embed + D},
+      {"num_hidden_layers x the parameters of one layer", static_cast<Wide>(c.num_layers) * (per_layer + experts)},
+      {"the total parameter count", static_cast<Wide>(c.num_layers) * (per_layer + experts) + 2 * embed + D},
   };
   for (const auto& [what, n] : sizes)
     if (n > static_cast<Wide>(kMaxParameters))
@@ -331,6 +365,52 @@ nlohmann::json gemma3_text_config(const nlohmann::json& j, const std::string& so
   return t;
 }
 
+// Mixture-of-Experts (transformers' Qwen3MoeConfig / MixtralConfig and their decoder layers):
+// Qwen3-MoE: num_experts (128), num_experts_per_tok (8), moe_intermediate_size (768), norm_topk_prob
+// (false), decoder_sparse_step (1), mlp_only_layers ([]); layer l is sparse when it is not in
+// mlp_only_layers and num_experts > 0 and (l + 1) % decoder_sparse_step == 0, else the dense MLP of
+// intermediate_size. Mixtral: num_local_experts (8), num_experts_per_tok (2), experts of
+// intermediate_size on every layer, the top-k probabilities always renormalised. Both:
+// router_aux_loss_coef (0.001).
+void parse_moe(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
+  const bool qwen = c.arch == Arch::Qwen3Moe;
+  c.num_experts = get_int(j, qwen ? "num_experts" : "num_local_experts", source, qwen ? 128 : 8, false);
+  c.num_experts_per_tok = get_int(j, "num_experts_per_tok", source, qwen ? 8 : 2, false);
+  c.moe_intermediate_size = qwen ? get_int(j, "moe_intermediate_size", source, 768, false) : c.intermediate_size;
+  c.norm_topk_prob = qwen ? get_bool(j, "norm_topk_prob", source, false) : true;
+  c.router_aux_loss_coef = static_cast<float>(get_number(j, "router_aux_loss_coef", source, 0.001));
+  const char* experts_key = qwen ? "num_experts" : "num_local_experts";
+  if (c.num_experts < (qwen ? 0 : 1) || c.num_experts > kMaxDim)
+    fail(source, fmt::format("{} must be in [{}, {}], got {}", experts_key, qwen ? 0 : 1, kMaxDim, c.num_experts));
+  if (c.num_experts > 0 && (c.num_experts_per_tok < 1 || c.num_experts_per_tok > c.num_experts))
+    fail(source, fmt::format("num_experts_per_tok must be in [1, {} = {}], got {}", experts_key, c.num_experts,
+                             c.num_experts_per_tok));
+  if (c.moe_intermediate_size < 1 || c.moe_intermediate_size > kMaxDim)
+    fail(source, fmt::format("moe_intermediate_size must be in [1, {}], got {}", kMaxDim, c.moe_intermediate_size));
+  if (!(c.router_aux_loss_coef >= 0))
+    fail(source, fmt::format("router_aux_loss_coef must be >= 0, got {}", c.router_aux_loss_coef));
+  std::vector<uint8_t> dense(static_cast<size_t>(c.num_layers), 0);
+  int64_t step = 1;
+  if (qwen) {
+    step = get_int(j, "decoder_sparse_step", source, 1, false);
+    if (step < 1) fail(source, fmt::format("decoder_sparse_step must be >= 1, got {}", step));
+    if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+      if (!it->is_array())
+        fail(source, fmt::format("mlp_only_layers must be a list of layer indices, got {}", it->dump()));
+      for (const auto& x : *it) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= c.num_layers)
+          fail(source, fmt::format("mlp_only_layers entry {} is not a layer index in [0, {})", x.dump(), c.num_layers));
+        dense[static_cast<size_t>(x.get<int64_t>())] = 1;
+      }
+    }
+  }
+  if (c.num_experts == 0) return;  // Qwen3-MoE with no experts: every layer dense
+  c.moe_layers.assign(static_cast<size_t>(c.num_layers), 0);
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    c.moe_layers[static_cast<size_t>(l)] = !dense[static_cast<size_t>(l)] && (l + 1) % step == 0;
+  if (c.num_moe_layers() == 0) c.moe_layers.clear();
+}
+
 }  // namespace
 
 const ArchInfo& arch_info(Arch a) {
@@ -492,6 +572,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
   parse_windows(j, *entry, source, c);
 
   if (gemma) parse_gemma(j, source, c);
+  if (entry->moe.block) parse_moe(j, source, c);
 
   const std::vector<int32_t> bos = get_token_ids(j, "bos_token_id", source);
   c.bos_token_id = bos.empty() ? -1 : bos[0];
@@ -566,6 +647,16 @@ nlohmann::json ModelConfig::to_json() const {
     }
   }
   if (arch == Arch::Llama || arch == Arch::Qwen3) j["attention_bias"] = attention_bias;
+  if (arch == Arch::Qwen3Moe) {
+    j["num_experts"] = num_experts;
+    j["moe_intermediate_size"] = moe_intermediate_size;
+    j["norm_topk_prob"] = norm_topk_prob;
+  }
+  if (arch == Arch::Mixtral) j["num_local_experts"] = num_experts;
+  if (arch_info(arch).moe.block) {
+    j["num_experts_per_tok"] = num_experts_per_tok;
+    j["router_aux_loss_coef"] = float_for_json(router_aux_loss_coef);
+  }
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
   if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
   if (eos_token_ids.size() > 1) j["eos_token_id"] = eos_token_ids;
@@ -608,17 +699,35 @@ AttentionShape ModelConfig::attention_shape(int64_t layer) const {
           attention_softcap};
 }
 
-int64_t ModelConfig::num_parameters() const {
-  const int64_t D = hidden_size, F = intermediate_size;
-  int64_t per_layer = (sandwich_norms ? 4 : 2) * D      // input/post norms (+ Gemma's pre/post feed-forward)
-                      + q_dim() * D + 2 * kv_dim() * D  // q, k, v
-                      + D * q_dim()                     // o
-                      + 3 * D * F;                      // gate, up, down
-  if (attention_bias) per_layer += q_dim() + 2 * kv_dim();
-  if (qk_norm) per_layer += 2 * head_dim;
-  int64_t n = vocab_size * D + num_layers * per_layer + D;
-  if (!tie_word_embeddings) n += vocab_size * D;
+int64_t ModelConfig::num_moe_layers() const {
+  return static_cast<int64_t>(std::count(moe_layers.begin(), moe_layers.end(), uint8_t{1}));
+}
+
+namespace {
+// Parameters of the model with `experts` experts computed per sparse layer (all E: the total; k:
+// what one token runs through).
+int64_t parameters_with(const ModelConfig& c, int64_t experts) {
+  const int64_t D = c.hidden_size, F = c.intermediate_size;
+  int64_t per_layer = (c.sandwich_norms ? 4 : 2) * D        // input/post norms (+ Gemma's pre/post feed-forward)
+                      + c.q_dim() * D + 2 * c.kv_dim() * D  // q, k, v
+                      + D * c.q_dim();                      // o
+  if (c.attention_bias) per_layer += c.q_dim() + 2 * c.kv_dim();
+  if (c.qk_norm) per_layer += 2 * c.head_dim;
+  const int64_t sparse = c.num_moe_layers();
+  int64_t n = c.vocab_size * D + c.num_layers * per_layer + D;
+  n += (c.num_layers - sparse) * 3 * D * F;                                       // dense MLPs
+  n += sparse * (c.num_experts * D + experts * 3 * D * c.moe_intermediate_size);  // router + experts
+  if (!c.tie_word_embeddings) n += c.vocab_size * D;
   return n;
+}
+}  // namespace
+
+int64_t ModelConfig::num_parameters() const {
+  return parameters_with(*this, num_experts);
+}
+
+int64_t ModelConfig::num_active_parameters() const {
+  return parameters_with(*this, num_experts_per_tok);
 }
 
 }  // namespace bp

@@ -2,8 +2,9 @@
 // Supported architectures: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (q/k/v bias),
 // Qwen3ForCausalLM (per-head q_norm/k_norm), Phi3ForCausalLM (Phi-3, Phi-3.5, Phi-4-mini: fused
 // qkv_proj / gate_up_proj, partial rotary, LongRoPE), SmolLM3ForCausalLM (layers without RoPE),
-// Gemma2ForCausalLM and Gemma3ForCausalLM (model_type gemma3_text; the Gemma fields below), and the
-// text model of Gemma3ForConditionalGeneration (multimodal_text).
+// Gemma2ForCausalLM and Gemma3ForCausalLM (model_type gemma3_text; the Gemma fields below), the
+// text model of Gemma3ForConditionalGeneration (multimodal_text), Qwen3MoeForCausalLM and
+// MixtralForCausalLM (Mixture-of-Experts; the MoE fields below).
 // Anything else -> DEP_MODEL_LOAD_FAILED listing these.
 #pragma once
 
@@ -18,7 +19,7 @@
 
 namespace bp {
 
-enum class Arch { Llama, Mistral, Qwen2, Qwen3, Phi3, SmolLM3, Gemma2, Gemma3 };
+enum class Arch { Llama, Mistral, Qwen2, Qwen3, Phi3, SmolLM3, Gemma2, Gemma3, Qwen3Moe, Mixtral };
 
 // The MLP's gate activation: SwiGLU (silu) or Gemma's GeGLU (gelu_pytorch_tanh, the tanh approximation).
 enum class GluActivation { Silu, GeluTanh };
@@ -28,6 +29,17 @@ enum class GluActivation { Silu, GeluTanh };
 // (Qwen2/3): sliding_window when use_sliding_window is true, on layers >= max_window_layers
 // (default 28), as transformers' Qwen2Config derives layer_types.
 enum class SlidingWindowKey { None, Always, IfUseSlidingWindow };
+
+// How a Mixture-of-Experts architecture names its sparse block in Hugging Face files (block = null:
+// a dense architecture). Qwen3-MoE: model.layers.N.mlp.gate.weight (the router) and
+// mlp.experts.E.{gate,up,down}_proj.weight; Mixtral: block_sparse_moe.gate.weight and
+// block_sparse_moe.experts.E.{w1,w3,w2}.weight (w1 = gate, w3 = up, w2 = down).
+struct MoeNaming {
+  const char* block;  // "mlp" / "block_sparse_moe"
+  const char* gate;   // the experts' gate, up and down projections
+  const char* up;
+  const char* down;
+};
 
 // Everything that differs between the supported architectures, one row each (kArchs in
 // config.cpp). Adding an architecture is one row here plus its genuinely new math.
@@ -46,6 +58,7 @@ struct ArchInfo {
   // [2F, D] (gate rows first), and PEFT names those modules (Phi-3): weight_names.h "fused".
   bool fused_projections;
   double default_rope_theta;  // rope_theta when config.json does not say
+  MoeNaming moe;              // Mixture-of-Experts names; moe.block null for a dense architecture
 };
 const ArchInfo& arch_info(Arch a);
 
@@ -98,6 +111,24 @@ struct ModelConfig {
   // names are the ones PEFT gives on the multimodal model (model/peft.h).
   bool multimodal_text = false;
 
+  // Mixture-of-Experts (Qwen3-MoE, Mixtral; parsed by config.cpp parse_moe). A sparse layer's MLP is
+  // a router [E, D] and E SwiGLU experts of moe_intermediate_size; each token runs through the
+  // num_experts_per_tok experts of highest router probability (softmax over all E, top-k, the k
+  // probabilities renormalised to sum 1 when norm_topk_prob: always for Mixtral), weighted by them.
+  int64_t num_experts = 0;            // E (Qwen3-MoE num_experts, Mixtral num_local_experts); 0 = dense
+  int64_t num_experts_per_tok = 0;    // k
+  int64_t moe_intermediate_size = 0;  // each expert's F (Mixtral: intermediate_size)
+  bool norm_topk_prob = false;
+  float router_aux_loss_coef = 0.0f;  // the load-balancing loss's coefficient (config.json's)
+  // Per layer, 1 = a sparse MoE block, 0 = the dense MLP of intermediate_size (Qwen3-MoE's
+  // mlp_only_layers and decoder_sparse_step). Empty: a dense model.
+  std::vector<uint8_t> moe_layers;
+  bool is_moe() const { return !moe_layers.empty(); }
+  bool is_moe_layer(int64_t l) const {
+    return l >= 0 && l < static_cast<int64_t>(moe_layers.size()) && moe_layers[static_cast<size_t>(l)] != 0;
+  }
+  int64_t num_moe_layers() const;
+
   nlohmann::json raw;  // the original config.json, written back on export
 
   // Parses config.json contents; `source` names the file in errors.
@@ -116,6 +147,9 @@ struct ModelConfig {
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   int64_t num_parameters() const;
+  // Parameters one token computes with: num_parameters() with only num_experts_per_tok of each
+  // sparse layer's experts (the router counted whole). Equal to num_parameters() for a dense model.
+  int64_t num_active_parameters() const;
 };
 
 const char* arch_name(Arch a);

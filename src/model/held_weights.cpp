@@ -42,7 +42,10 @@ bool role_is_held(WeightRole role) {
     case WeightRole::O:
     case WeightRole::Gate:
     case WeightRole::Up:
-    case WeightRole::Down: return true;
+    case WeightRole::Down:
+    case WeightRole::ExpertGate:
+    case WeightRole::ExpertUp:
+    case WeightRole::ExpertDown: return true;
     default: return false;
   }
 }
@@ -72,7 +75,7 @@ std::vector<std::string> frozen_weights_outside_f16(const ModelWeights& w) {
   for (const auto& [role, layer] : model_roles(w.config))
     if (role_is_held(role) && role != WeightRole::Embed && role != WeightRole::LmHead &&
         ops::held_outside_f16(weight_ref(w, role, layer)))
-      names.push_back(hf_name(role, layer));
+      names.push_back(moe_aware_name(w.config, role, layer));
   return names;
 }
 

@@ -1,7 +1,8 @@
 // Frozen base weights held in a narrower type than f32 (setting model.base_dtype, DESIGN.md
 // "Frozen weights in any stored type"; QLoRA on the CPU).
 //
-// Held: the seven linear projections of every layer, the embedding and an untied LM head. Norms
+// Held: the seven linear projections of every layer (a sparse layer's stacked experts: weights.h),
+// the embedding and an untied LM head; a MoE router stays f32. Norms
 // and biases stay f32 (tiny, and read element-wise). Only frozen weights are held: full
 // fine-tuning trains every weight in f32, so a narrower base dtype is refused there.
 //
@@ -36,7 +37,7 @@ std::optional<DType> parse_base_dtype(std::string_view s);
 // Full fine-tuning does not call this (its weights are trained, f32).
 std::optional<DType> resolve_base_dtype(std::string_view setting, DeviceType device, bool gguf_base);
 
-// Is this role held in the base dtype (linear projections, embedding, LM head)?
+// Is this role held in the base dtype (linear projections and experts, embedding, LM head)?
 bool role_is_held(WeightRole role);
 
 // The type a weight with rows of `cols` values gets when `requested` is asked for (the fallbacks in

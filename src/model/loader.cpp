@@ -1,7 +1,9 @@
 // Model folder loading and random initialisation (see loader.h).
 #include "model/loader.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -93,6 +95,36 @@ std::function<std::string(const std::string&)> stored_names(const SafetensorsRea
                   multimodal_hf_name(embed, MultimodalLayout::LanguageModelModel), "Gemma3ForConditionalGeneration"));
 }
 
+// A sparse layer's experts of one projection (Mixture-of-Experts): each expert's HF tensor read (or
+// held from the mapped file) into its slab of the stacked [E, out, in] tensor (weights.h).
+void load_experts(const SafetensorsReader& reader, ModelWeights& w, WeightRole role, int64_t layer,
+                  std::optional<DType> base, std::vector<std::string>* notes) {
+  const ModelConfig& cfg = w.config;
+  const Shape stacked = role_shape(cfg, role), one{stacked[1], stacked[2]};
+  const bool held = base && *base != DType::F32;
+  std::string note;
+  const DType dt = held ? held_dtype_for(*base, one[1], &note) : DType::F32;
+  if (notes && !note.empty() && std::find(notes->begin(), notes->end(), note) == notes->end()) notes->push_back(note);
+  Tensor all = Tensor::empty(stacked, dt);
+  for (int64_t e = 0; e < stacked[0]; ++e) {
+    const std::string name = expert_hf_name(cfg, role, layer, e);
+    if (!reader.contains(name))
+      fail(fmt::format("{}: tensor '{}' is missing; {} with num_experts = {} needs every expert of layer {}",
+                       reader.file_of(name), name, cfg.architecture_name, cfg.num_experts, layer));
+    Tensor slab = expert_matrix(all, e);
+    if (held) {
+      const Tensor view = reader.borrow(name);
+      if (view.shape() != one) reader.read(name, one);  // throws, naming both shapes
+      const Tensor h = hold_weight(view, dt);
+      std::memcpy(slab.raw(), h.raw(), h.nbytes());
+      reader.release(name);
+    } else {
+      slab.copy_from(reader.read(name, one));
+    }
+  }
+  weight_ref(w, role, layer) = std::move(all);
+}
+
 }  // namespace
 
 bool looks_like_hub_name(const std::string& s) {
@@ -157,11 +189,16 @@ ModelWeights load_model(const std::string& dir, std::optional<DType> base, std::
       if (role == f->first) load_fused(reader, w, *f, layer, base, notes);
       continue;
     }
-    const std::string name = stored(hf_name(role, layer));
+    if (is_expert_role(role)) {
+      load_experts(reader, w, role, layer, base, notes);
+      continue;
+    }
+    const std::string name = stored(moe_aware_name(cfg, role, layer));
     if (!reader.contains(name)) {
       std::string why = fmt::format("{} with {} layers needs it", cfg.architecture_name, cfg.num_layers);
       if (role == WeightRole::LmHead) why += " (tie_word_embeddings is false)";
       if (is_bias(role)) why += " (attention_bias / Qwen2 q/k/v bias)";
+      if (role == WeightRole::Router) why += fmt::format(" (the router of layer {}'s experts)", layer);
       fail(fmt::format("{}: tensor '{}' is missing; {}", reader.file_of(name), name, why));
     }
     Tensor& t = weight_ref(w, role, layer);

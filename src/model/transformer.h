@@ -24,7 +24,14 @@
 //
 // Gradient checkpointing (on by default): forward keeps only each layer's input; backward
 // recomputes one layer at a time, so saved activations are [L+1, T, D] plus one layer's full
-// set. Without it every layer's activations are kept from forward to backward. The exact bytes
+// set. Without it every layer's activations are kept from forward to backward.
+//
+// Mixture-of-Experts (Qwen3-MoE, Mixtral; ModelConfig::is_moe_layer): a sparse layer's MLP is
+//   logits = hn·Wrᵀ, (ids, w) = top-k routing (ops/moe.h), hn's rows sorted by expert,
+//   per expert e ONE GEMM each over its block of rows: swiglu(gate_e, up_e), down_e -> ys,
+//   out = h + Σ_j w_j · ys[row of (t, j)]
+// (model/transformer_moe.cpp); the load-balancing loss over all sparse layers' routing is added with
+// ModelOptions::router_aux_loss_coef where the router trains. The exact bytes
 // of each group are what train/memory_plan predicts; keep the two in step.
 #pragma once
 
@@ -108,6 +115,12 @@ struct LoraView {
   float dropout = 0.0f;  // on the LoRA input only, training only
   int64_t rank = 0;
   std::vector<std::array<LoraModuleView, kNumLinearRoles>> layers;
+  // Mixture-of-Experts: per layer, the experts' stacked A [E, r, in] and B [E, out, r] of each
+  // projection (0 gate, 1 up, 2 down; model/lora.h LoraLayer::expert_A), null where not adapted.
+  struct Experts {
+    std::array<Tensor*, 3> A{}, B{};
+  };
+  std::vector<Experts> experts;
   bool any() const;
 };
 
@@ -123,6 +136,8 @@ struct LayerGrads {
   // tensor), per input group: that B and its gradient, whose row views the members' dB are (their
   // dA is one tensor too, the sum over the members). Undefined for an ordinary group.
   std::array<Tensor, kLinearInputGroups.size()> fused_B, fused_dB;
+  // Mixture-of-Experts LoRA: the stacked experts' dA [E, r, in] and dB [E, out, r] per projection.
+  std::array<Tensor, 3> expert_dA, expert_dB;
 };
 struct ModelGrads {
   Tensor embed, final_norm, lm_head;
@@ -154,6 +169,10 @@ struct ModelOptions {
   // masters (TrainableParam::gemm_copy), refresh_gemm_copies() after anything else writes them.
   // F32: the masters themselves (the CPU's arithmetic).
   DType matmul_dtype = DType::F32;
+  // Mixture-of-Experts: the load-balancing loss's coefficient (training.router_aux_loss_coef); < 0 =
+  // config.json's router_aux_loss_coef, 0 = off. Added to the loss only where the router trains (full
+  // fine-tuning); Model::last_aux_loss reports the loss itself either way.
+  float router_aux_loss_coef = -1.0f;
 };
 
 class Model {
@@ -241,6 +260,16 @@ class Model {
   // (Gemma's (1 + w), as HF computes it), made for the call. Its gradient is w's.
   Tensor norm_weight(const Tensor& w) const;
 
+  // Mixture-of-Experts: the load-balancing loss (ops/moe.h) of the last training pass's forward over
+  // every sparse layer's tokens (0 for a dense model), and the coefficient it enters the loss with
+  // (0 where the router is frozen or the setting is 0).
+  double last_aux_loss() const { return moe_aux_.loss; }
+  float router_aux_coef() const;
+
+  // Used by generation: a sparse layer's MLP for inference (no dropout, nothing kept): h + the
+  // experts' weighted sum of hn = rms_norm(h) (Mixture-of-Experts, transformer_moe.cpp).
+  Tensor sparse_mlp(int64_t layer, const Tensor& h, const Tensor& hn) const;
+
   // Used by generation: the layer's LoRA for inference (dropout off).
   const LoraWeights* lora_for(int64_t layer, LinearRole role, LoraWeights* storage) const;
 
@@ -270,6 +299,14 @@ class Model {
   // Member r's first column in its group's xa and dxa [T, Σr]: the ranks of the members before it.
   int64_t lora_group_col(int64_t l, const LinearInputGroup& g, LinearRole r) const;
   void check_batch(const Batch& b) const;
+  // A sparse layer's MLP (model/transformer_moe.cpp): out = h + Σ_j w_j · expert_j(hn), keeping its
+  // activations in `a` when `keep`; backward writes dhn (=) and the experts' and router's gradients.
+  Tensor moe_forward(int64_t l, LayerActs& a, bool keep, bool train, uint64_t seed) const;
+  void moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dhn, uint64_t seed);
+  // Expert e's LoRA of projection p (0 gate, 1 up, 2 down) of layer l, its A and B views made in
+  // A_e, B_e; null where the experts are not adapted.
+  const LoraWeights* expert_lora(int64_t l, int p, int64_t e, bool train, uint64_t seed, Tensor& A_e, Tensor& B_e,
+                                 LoraWeights& lw) const;
 
   // The step after the trunk's forward: the final norm's output xf, the device labels and dxf to
   // fill; the head's dW (null: frozen). Returns the loss (forward_backward's or the sequences').
@@ -288,6 +325,18 @@ class Model {
   // norm_weight_offset in every element, [max(hidden_size, head_dim)] on the weights' device: made by
   // the constructor (the memory plan counts it with the weights), again where the weights move.
   mutable Tensor norm_offset_;
+  // The load-balancing loss over one training pass: its statistics gathered by the first forward of
+  // every sparse layer (not by a checkpointed recompute), then its gradient per expert for the
+  // backward (scaled by the coefficient and the micro-batch's share of the step: aux_scale).
+  struct MoeAux {
+    bool collect = false;
+    Tensor counts, prob_sum;  // [E]
+    int64_t tokens = 0;
+    Tensor grad;  // [E], undefined: no aux gradient
+    double loss = 0.0;
+    float scale = 1.0f;
+  };
+  mutable MoeAux moe_aux_;  // the forward (a const pass at inference) gathers into it only while collect
 };
 
 }  // namespace bp

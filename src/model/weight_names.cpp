@@ -44,6 +44,17 @@ const std::vector<WeightNameEntry> kTable = {
      "blk.{}.ffn_up.weight", "up"},
     {R::Down, true, "model.layers.{}.mlp.down_proj.weight", "base_model.model.model.layers.{}.mlp.down_proj",
      "blk.{}.ffn_down.weight", "down"},
+    // Mixture-of-Experts, Qwen3-MoE's names (Mixtral's: moe_aware_name). The experts' `hf` is the
+    // stacked tensor's name (stacked_expert_name); HF files hold one tensor per expert
+    // (expert_hf_name). llama.cpp stacks them as we do: ffn_{gate,up,down}_exps [E, out, in].
+    {R::Router, true, "model.layers.{}.mlp.gate.weight", "base_model.model.model.layers.{}.mlp.gate",
+     "blk.{}.ffn_gate_inp.weight", "router"},
+    {R::ExpertGate, true, "model.layers.{}.mlp.experts.gate_proj", "base_model.model.model.layers.{}.mlp.experts",
+     "blk.{}.ffn_gate_exps.weight", "experts_gate"},
+    {R::ExpertUp, true, "model.layers.{}.mlp.experts.up_proj", "base_model.model.model.layers.{}.mlp.experts",
+     "blk.{}.ffn_up_exps.weight", "experts_up"},
+    {R::ExpertDown, true, "model.layers.{}.mlp.experts.down_proj", "base_model.model.model.layers.{}.mlp.experts",
+     "blk.{}.ffn_down_exps.weight", "experts_down"},
     {R::PostFfnNorm, true, "model.layers.{}.post_feedforward_layernorm.weight",
      "base_model.model.model.layers.{}.post_feedforward_layernorm", "blk.{}.post_ffw_norm.weight", "post_ffn_norm"},
     {R::FinalNorm, false, "model.norm.weight", "base_model.model.model.norm", "output_norm.weight", "final_norm"},
@@ -184,6 +195,10 @@ bool role_present(const ModelConfig& cfg, WeightRole role) {
     case R::PreFfnNorm:
     case R::PostFfnNorm: return cfg.sandwich_norms;
     case R::LmHead: return !cfg.tie_word_embeddings;
+    case R::Router:
+    case R::ExpertGate:
+    case R::ExpertUp:
+    case R::ExpertDown: return cfg.is_moe();
     default: return true;
   }
 }
@@ -215,6 +230,10 @@ Shape role_shape(const ModelConfig& c, WeightRole role) {
     case R::Gate:
     case R::Up: return {F, D};
     case R::Down: return {D, F};
+    case R::Router: return {c.num_experts, D};
+    case R::ExpertGate:
+    case R::ExpertUp: return {c.num_experts, c.moe_intermediate_size, D};
+    case R::ExpertDown: return {c.num_experts, D, c.moe_intermediate_size};
   }
   return {};
 }
@@ -250,6 +269,10 @@ Tensor& weight_ref(ModelWeights& w, WeightRole role, int64_t layer) {
     case R::Down: return l.down;
     case R::PreFfnNorm: return l.pre_ffn_norm;
     case R::PostFfnNorm: return l.post_ffn_norm;
+    case R::Router: return l.router;
+    case R::ExpertGate: return l.experts_gate;
+    case R::ExpertUp: return l.experts_up;
+    case R::ExpertDown: return l.experts_down;
     default: break;
   }
   BP_CHECK(false, "[weights] unknown role {}", static_cast<int>(role));
@@ -261,8 +284,12 @@ std::vector<std::pair<WeightRole, int64_t>> model_roles(const ModelConfig& cfg) 
   for (const WeightNameEntry& e : kTable)
     if (!e.per_layer && e.role == R::Embed && role_present(cfg, e.role)) out.emplace_back(e.role, -1);
   for (int64_t l = 0; l < cfg.num_layers; ++l)
-    for (const WeightNameEntry& e : kTable)
-      if (e.per_layer && role_present(cfg, e.role)) out.emplace_back(e.role, l);
+    for (const WeightNameEntry& e : kTable) {
+      if (!e.per_layer || !role_present(cfg, e.role)) continue;
+      const bool mlp = e.role == R::Gate || e.role == R::Up || e.role == R::Down;
+      if (cfg.is_moe_layer(l) ? mlp : is_moe_role(e.role)) continue;  // a sparse layer's MLP is its experts
+      out.emplace_back(e.role, l);
+    }
   for (const WeightNameEntry& e : kTable)
     if (!e.per_layer && e.role != R::Embed && role_present(cfg, e.role)) out.emplace_back(e.role, -1);
   return out;
@@ -315,9 +342,54 @@ Tensor join_rows_or_copy(const std::vector<const Tensor*>& parts) {
   return all;
 }
 
+namespace {
+const MoeNaming& moe_naming(const ModelConfig& cfg) {
+  const MoeNaming& n = arch_info(cfg.arch).moe;
+  BP_CHECK(n.block, "[weights] {} has no Mixture-of-Experts names", cfg.architecture_name);
+  return n;
+}
+}  // namespace
+
+std::string moe_router_hf_name(const ModelConfig& cfg, int64_t layer) {
+  return fmt::format("model.layers.{}.{}.gate.weight", layer, moe_naming(cfg).block);
+}
+
+std::string expert_module_path(const ModelConfig& cfg, WeightRole role, int64_t layer, int64_t expert) {
+  const MoeNaming& n = moe_naming(cfg);
+  const char* proj = role == R::ExpertGate ? n.gate : role == R::ExpertUp ? n.up : n.down;
+  BP_CHECK(is_expert_role(role), "[weights] {} is not an expert role", weight_entry(role).field);
+  return fmt::format("model.layers.{}.{}.experts.{}.{}", layer, n.block, expert, proj);
+}
+
+std::string expert_hf_name(const ModelConfig& cfg, WeightRole role, int64_t layer, int64_t expert) {
+  return expert_module_path(cfg, role, layer, expert) + ".weight";
+}
+
+std::string stacked_expert_name(const ModelConfig& cfg, WeightRole role, int64_t layer) {
+  const MoeNaming& n = moe_naming(cfg);
+  const char* proj = role == R::ExpertGate ? n.gate : role == R::ExpertUp ? n.up : n.down;
+  return fmt::format("model.layers.{}.{}.experts.{}", layer, n.block, proj);
+}
+
+std::string moe_aware_name(const ModelConfig& cfg, WeightRole role, int64_t layer) {
+  if (role == R::Router) return moe_router_hf_name(cfg, layer);
+  if (is_expert_role(role)) return stacked_expert_name(cfg, role, layer);
+  return hf_name(role, layer);
+}
+
 std::vector<std::pair<std::string, Tensor>> named_hf_weights(const ModelWeights& w) {
   std::vector<std::pair<std::string, Tensor>> out;
   for (const auto& [role, layer] : model_roles(w.config)) {
+    if (is_expert_role(role)) {  // one tensor per expert, as Hugging Face stores them
+      const Tensor& stacked = weight_ref(w, role, layer);
+      for (int64_t e = 0; e < stacked.dim(0); ++e)
+        out.emplace_back(expert_hf_name(w.config, role, layer, e), expert_matrix(stacked, e));
+      continue;
+    }
+    if (role == R::Router) {
+      out.emplace_back(moe_router_hf_name(w.config, layer), weight_ref(w, role, layer));
+      continue;
+    }
     if (const FusedProjection* f = fused_projection_of(w.config, role)) {
       if (role != f->first) continue;  // written with the first member
       std::vector<const Tensor*> parts;

@@ -42,8 +42,21 @@ enum class WeightRole : int {
   Down,
   PreFfnNorm,   // Gemma: pre_feedforward_layernorm (the MLP's input norm)
   PostFfnNorm,  // Gemma: post_feedforward_layernorm (on the MLP's output)
+  // Mixture-of-Experts (a sparse layer, ModelConfig::is_moe_layer; weights.h): the router and the
+  // experts' stacked projections. Their HF names depend on the architecture (ArchInfo::moe): the
+  // table's `hf` is Qwen3-MoE's, expert_hf_name gives each expert's, moe_hf_name any architecture's.
+  Router,
+  ExpertGate,
+  ExpertUp,
+  ExpertDown,
 };
-inline constexpr int kNumWeightRoles = 19;
+inline constexpr int kNumWeightRoles = 23;
+inline bool is_expert_role(WeightRole r) {
+  return r == WeightRole::ExpertGate || r == WeightRole::ExpertUp || r == WeightRole::ExpertDown;
+}
+inline bool is_moe_role(WeightRole r) {
+  return r == WeightRole::Router || is_expert_role(r);
+}
 
 struct WeightNameEntry {
   WeightRole role;
@@ -98,8 +111,23 @@ Shape role_shape(const ModelConfig& cfg, WeightRole role);
 Tensor& weight_ref(ModelWeights& w, WeightRole role, int64_t layer = -1);
 const Tensor& weight_ref(const ModelWeights& w, WeightRole role, int64_t layer = -1);
 
-// Every present (role, layer) of a model, in the canonical order.
+// Every present (role, layer) of a model, in the canonical order. A sparse layer has Router,
+// ExpertGate/Up/Down in place of Gate/Up/Down.
 std::vector<std::pair<WeightRole, int64_t>> model_roles(const ModelConfig& cfg);
+
+// Mixture-of-Experts names (ArchInfo::moe): the router's HF name (model.layers.3.mlp.gate.weight,
+// model.layers.3.block_sparse_moe.gate.weight), expert e's HF tensor name of an expert role
+// (model.layers.3.mlp.experts.5.gate_proj.weight, ...block_sparse_moe.experts.5.w1.weight), its
+// module path (without ".weight": PEFT's module is base_model.model. + it), and the name of a
+// stacked tensor in checkpoints and trainable_parameters (model.layers.3.mlp.experts.gate_proj: the
+// module name without the expert index).
+std::string moe_router_hf_name(const ModelConfig& cfg, int64_t layer);
+std::string expert_module_path(const ModelConfig& cfg, WeightRole role, int64_t layer, int64_t expert);
+std::string expert_hf_name(const ModelConfig& cfg, WeightRole role, int64_t layer, int64_t expert);
+std::string stacked_expert_name(const ModelConfig& cfg, WeightRole role, int64_t layer);
+// The HF name of any per-layer or global role of `cfg` (the router by architecture); for an expert
+// role, the stacked name.
+std::string moe_aware_name(const ModelConfig& cfg, WeightRole role, int64_t layer);
 // (HF name, tensor) of every present weight, for saving; tensors are shared, not copied.
 std::vector<std::pair<std::string, Tensor>> named_hf_weights(const ModelWeights& w);
 

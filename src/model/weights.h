@@ -5,6 +5,14 @@
 //
 // Linear weights are [out, in] (HF layout): q [Hq·d, D], k/v [Hkv·d, D], o [D, Hq·d],
 // gate/up [F, D], down [D, F]; embed [V, D]; lm_head [V, D] (undefined when tied).
+//
+// Mixture-of-Experts (ModelConfig::is_moe_layer): a sparse layer has no gate/up/down; it has the
+// router [E, D] (f32, never held) and each projection's E experts stacked in ONE tensor, expert e's
+// matrix its e-th slab (expert_matrix: a view, no copy), so a grouped GEMM reads expert e's
+// [out, in] matrix directly: experts_gate / experts_up [E, Fe, D], experts_down [E, D, Fe]. Frozen
+// experts are held in model.base_dtype like the dense projections (bf16, q8_0, q4_K, ...: a slab of
+// whole rows is whole blocks). Hugging Face stores each expert's matrix on its own (weight_names.h
+// expert_hf_name); loading stacks them, saving writes each slab back under its name.
 #pragma once
 
 #include <vector>
@@ -22,7 +30,16 @@ struct LayerWeights {
   Tensor post_norm;                    // [D]   post_attention_layernorm (Gemma: on the attention output)
   Tensor gate, up, down;               // MLP projections
   Tensor pre_ffn_norm, post_ffn_norm;  // [D] Gemma (sandwich_norms): pre/post_feedforward_layernorm
+  Tensor router;                       // [E, D]   MoE: mlp.gate / block_sparse_moe.gate
+  Tensor experts_gate, experts_up;     // [E, Fe, D] MoE: the experts' gate and up projections, stacked
+  Tensor experts_down;                 // [E, D, Fe] MoE: the experts' down projections, stacked
 };
+
+// Expert e's [out, in] matrix of a stacked [E, out, in] tensor (a view sharing its storage; works
+// for held block types, whose rows are whole blocks).
+inline Tensor expert_matrix(const Tensor& stacked, int64_t e) {
+  return stacked.rows(e, e + 1).reshape({stacked.dim(1), stacked.dim(2)});
+}
 
 struct ModelWeights {
   ModelConfig config;

@@ -19,6 +19,7 @@
 #include "backend/cpu/embedding.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/linear.h"
+#include "backend/cpu/moe.h"
 #include "backend/cpu/optim.h"
 #include "backend/cpu/quant_gemm.h"
 #include "backend/cpu/rms_norm.h"
