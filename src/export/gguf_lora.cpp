@@ -35,11 +35,19 @@ GGUFLoraResult export_gguf_lora(const LoraAdapter& given, const ModelConfig& bas
                 "[gguf-lora] a DoRA adapter cannot be a GGUF LoRA file: llama.cpp's adapters hold lora_a/lora_b "
                 "only, not DoRA's magnitudes")
         .with_suggestion("Export it merged (--format gguf or --format merged), which applies the magnitudes.");
-  if (base.is_moe())
-    throw Error(ErrorCode::RUNTIME_GGUF_EXPORT_FAILED,
-                fmt::format("[gguf-lora] {} is a Mixture-of-Experts model: a GGUF LoRA file of it is not supported yet",
-                            base.architecture_name))
-        .with_suggestion("Export the adapter as PEFT files (--format peft) or merged (--format merged).");
+  // Mixture-of-Experts: LoRA on attention is written as for any model. llama.cpp also reads LoRA on
+  // the stacked experts (build_lora_mm_id: 3-D lora_a / lora_b on ffn_*_exps), which this exporter
+  // does not write yet: an adapter on a sparse layer's MLP is refused rather than dropped.
+  for (size_t li = 0; li < adapter.layers.size() && base.is_moe(); ++li)
+    for (LoraTarget t : {LoraTarget::Gate, LoraTarget::Up, LoraTarget::Down})
+      if (base.is_moe_layer(static_cast<int64_t>(li)) && adapter.layers[li].has(t))
+        throw Error(ErrorCode::RUNTIME_GGUF_EXPORT_FAILED,
+                    fmt::format("[gguf-lora] the adapter has LoRA on the experts' {} of layer {} of this {}: a GGUF "
+                                "LoRA file of expert modules (ffn_*_exps) is not written yet",
+                                lora_target_name(t), li, base.architecture_name))
+            .with_suggestion(
+                "Export the adapter as PEFT files (--format peft) or merged (--format merged), or train "
+                "LoRA on attention only for a GGUF adapter.");
   BP_CHECK(static_cast<int64_t>(adapter.layers.size()) == base.num_layers,
            "[gguf-lora] the adapter has {} layers, the base {}", adapter.layers.size(), base.num_layers);
   const LoraConfig& lc = adapter.config;
