@@ -105,6 +105,13 @@ TEST(CudaDispatch, AttentionMatchesCpu) {
   EXPECT_GT(sim::launch_count(), launches_before);  // the simulated kernels ran, not the CPU's
 }
 
+TEST(CudaDispatch, MixtureOfExpertsOpsMatchCpu) {
+  SimulatedCudaDevice card;
+  const uint64_t launches_before = sim::launch_count();
+  parity::moe(kTolF32);
+  EXPECT_GT(sim::launch_count(), launches_before);
+}
+
 TEST(CudaDispatch, AttentionRefusesHeadsWiderThanTheKernelsTiles) {
   SimulatedCudaDevice card;
   const int d = kCudaAttentionMaxHeadDim + 2;
