@@ -119,9 +119,13 @@ std::string render_text(const std::string& model_path, const bp::ModelConfig& cf
   const bp::MemoryPlan& p = e.plan;
   const bool lora = r.mode == bp::TrainMode::Lora;
   std::string t;
-  t += fmt::format("Model: {} ({}, {} layers, hidden {}, vocab {}; {} parameters)\n", model_path, cfg.architecture_name,
-                   cfg.num_layers, group_digits(cfg.hidden_size), group_digits(cfg.vocab_size),
-                   group_digits(e.base_parameters));
+  t += fmt::format("Model: {} ({}, {} layers, hidden {}, vocab {}; {} parameters{})\n", model_path,
+                   cfg.architecture_name, cfg.num_layers, group_digits(cfg.hidden_size), group_digits(cfg.vocab_size),
+                   group_digits(e.base_parameters),
+                   cfg.is_moe() ? fmt::format(", {} active per token: {} of {} experts on {} sparse layers",
+                                              group_digits(e.active_parameters), cfg.num_experts_per_tok,
+                                              cfg.num_experts, cfg.num_moe_layers())
+                                : std::string());
   if (lora) {
     std::string targets;
     for (const auto& n : r.lora.resolved_targets()) targets += (targets.empty() ? "" : ",") + n;

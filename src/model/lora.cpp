@@ -150,6 +150,17 @@ void LoraConfig::validate_for(const ModelConfig& cfg) const {
   validate();
   const bool model_fused = cfg.fused_projections();
   for (const std::string& m : target_modules) {
+    // Mixture-of-Experts: PEFT's gate_proj / up_proj / down_proj (Mixtral's w1 / w3 / w2) match the
+    // experts' projections by suffix; LoRA on experts is not implemented yet, so MLP targets (and
+    // all-linear, which also takes the router's gate) are refused rather than left untrained.
+    const std::optional<LoraTarget> mt = parse_lora_target(m);
+    if (cfg.is_moe() && (m == "all-linear" || m == "w1" || m == "w2" || m == "w3" ||
+                         (mt && static_cast<int>(*mt) >= static_cast<int>(LoraTarget::Gate))))
+      throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                  fmt::format("[lora] target module '{}' on {} would adapt its experts' projections; LoRA on the "
+                              "experts is not supported yet (attention only: q_proj, k_proj, v_proj, o_proj)",
+                              m, cfg.architecture_name))
+          .with_suggestion("--target-modules q_proj,k_proj,v_proj,o_proj, or full fine-tuning (--mode full)");
     const std::optional<LoraTarget> t = parse_lora_target(m);
     if (model_fused && t && lora_fused_module_of(*t))
       throw Error(ErrorCode::CONFIG_INVALID_SETTING,

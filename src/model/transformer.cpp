@@ -210,6 +210,10 @@ void Model::attach_lora(const LoraView& lora) {
       const auto& m = lora.layers[static_cast<size_t>(l)][static_cast<size_t>(r)];
       if (!m.A) continue;
       const Tensor& W = layer_matrix(weights_.layers[static_cast<size_t>(l)], static_cast<LinearRole>(r));
+      if (!W.defined())  // a sparse layer's MLP is its experts (no LoRA on them yet: LoraConfig::validate_for)
+        throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                    fmt::format("[lora] layer {} has no {}: its MLP is {} experts", l,
+                                linear_role_name(static_cast<LinearRole>(r)), c.num_experts));
       if (!m.B || m.A->rank() != 2 || m.B->rank() != 2 || m.A->dim(1) != W.dim(1) || m.B->dim(0) != W.dim(0) ||
           m.A->dim(0) != m.B->dim(1) || (m.M && m.M->shape() != Shape{W.dim(0)}))
         throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
@@ -670,6 +674,12 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   }
   done16(a.attn16, nullptr);
   if (!acts) a.attn = a.xn = Tensor();
+  if (c.is_moe_layer(l)) {  // a sparse MLP (transformer_moe.cpp)
+    a.hn = rms_norm_forward(a.h, norm_weight(w.post_norm), c.rms_norm_eps, acts ? &a.rstd2 : nullptr);
+    Tensor out = moe_forward(l, a, acts != nullptr);
+    if (!acts) a.hn = a.h = Tensor();
+    return out;
+  }
   a.hn = rms_norm_forward(a.h, norm_weight(sandwich ? w.pre_ffn_norm : w.post_norm), c.rms_norm_eps,
                           acts ? &a.rstd2 : nullptr, want16({LinearRole::Gate, LinearRole::Up}));
   group_forward(a.hn, kGateUpGroup);

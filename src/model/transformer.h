@@ -24,7 +24,14 @@
 //
 // Gradient checkpointing (on by default): forward keeps only each layer's input; backward
 // recomputes one layer at a time, so saved activations are [L+1, T, D] plus one layer's full
-// set. Without it every layer's activations are kept from forward to backward. The exact bytes
+// set. Without it every layer's activations are kept from forward to backward.
+//
+// Mixture-of-Experts (Qwen3-MoE, Mixtral; ModelConfig::is_moe_layer): a sparse layer's MLP is
+//   logits = hn·Wrᵀ, (ids, w) = top-k routing (ops/moe.h), hn's rows sorted by expert,
+//   per expert e ONE GEMM each over its block of rows: swiglu(gate_e, up_e), down_e -> ys,
+//   out = h + Σ_j w_j · ys[row of (t, j)]
+// (model/transformer_moe.cpp); the load-balancing loss over all sparse layers' routing is added with
+// ModelOptions::router_aux_loss_coef where the router trains. The exact bytes
 // of each group are what train/memory_plan predicts; keep the two in step.
 #pragma once
 
@@ -154,6 +161,10 @@ struct ModelOptions {
   // masters (TrainableParam::gemm_copy), refresh_gemm_copies() after anything else writes them.
   // F32: the masters themselves (the CPU's arithmetic).
   DType matmul_dtype = DType::F32;
+  // Mixture-of-Experts: the load-balancing loss's coefficient (training.router_aux_loss_coef); < 0 =
+  // config.json's router_aux_loss_coef, 0 = off. Added to the loss only where the router trains (full
+  // fine-tuning); Model::last_aux_loss reports the loss itself either way.
+  float router_aux_loss_coef = -1.0f;
 };
 
 class Model {
@@ -241,6 +252,12 @@ class Model {
   // (Gemma's (1 + w), as HF computes it), made for the call. Its gradient is w's.
   Tensor norm_weight(const Tensor& w) const;
 
+  // Mixture-of-Experts: the load-balancing loss (ops/moe.h) of the last training pass's forward over
+  // every sparse layer's tokens (0 for a dense model), and the coefficient it enters the loss with
+  // (0 where the router is frozen or the setting is 0).
+  double last_aux_loss() const { return moe_aux_.loss; }
+  float router_aux_coef() const;
+
   // Used by generation: the layer's LoRA for inference (dropout off).
   const LoraWeights* lora_for(int64_t layer, LinearRole role, LoraWeights* storage) const;
 
@@ -270,6 +287,10 @@ class Model {
   // Member r's first column in its group's xa and dxa [T, Σr]: the ranks of the members before it.
   int64_t lora_group_col(int64_t l, const LinearInputGroup& g, LinearRole r) const;
   void check_batch(const Batch& b) const;
+  // A sparse layer's MLP (model/transformer_moe.cpp): out = h + Σ_j w_j · expert_j(hn), keeping its
+  // activations in `a` when `keep`; backward writes dhn (=) and the experts' and router's gradients.
+  Tensor moe_forward(int64_t l, LayerActs& a, bool keep);
+  void moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dhn);
 
   // The step after the trunk's forward: the final norm's output xf, the device labels and dxf to
   // fill; the head's dW (null: frozen). Returns the loss (forward_backward's or the sequences').
@@ -288,6 +309,17 @@ class Model {
   // norm_weight_offset in every element, [max(hidden_size, head_dim)] on the weights' device: made by
   // the constructor (the memory plan counts it with the weights), again where the weights move.
   mutable Tensor norm_offset_;
+  // The load-balancing loss over one training pass: its statistics gathered by the first forward of
+  // every sparse layer (not by a checkpointed recompute), then its gradient per expert for the
+  // backward (scaled by the coefficient and the micro-batch's share of the step: aux_scale).
+  struct MoeAux {
+    bool collect = false;
+    Tensor counts, prob_sum;  // [E]
+    int64_t tokens = 0;
+    Tensor grad;  // [E], undefined: no aux gradient
+    double loss = 0.0;
+    float scale = 1.0f;
+  } moe_aux_;
 };
 
 }  // namespace bp

@@ -11,6 +11,10 @@
 //   full fine-tuning through bf16 GEMM copies on a card: the bf16 copies xn16, attn16, hn16, m16 the
 //   producers wrote for the forward's GEMMs, kept for dW's (ops/linear.h x_bf16); xn, hn and m are then
 //   undefined (their copies are all the backward reads of them).
+//   Mixture-of-Experts (a sparse layer, model/transformer_moe.cpp): router_logits [T,E], the routing
+//   (expert ids, weights [T,k]) and its dispatch (the counting sort: offsets [E+1], rows [T·k]), and in
+//   expert order gate/up/m [T·k,Fe] and ys [T·k,D] (each expert's down output, before the weighted
+//   sum); gate, up, m above stay undefined. xs (hn's rows in expert order) is gathered again in backward.
 // The layer input x is referenced (it is the previous layer's output or a checkpoint).
 #pragma once
 
@@ -19,6 +23,7 @@
 #include "core/tensor.h"
 #include "model/transformer.h"
 #include "ops/linear.h"
+#include "ops/moe.h"
 
 namespace bp {
 
@@ -33,6 +38,10 @@ struct Model::LayerActs {
   Tensor o_out, rstd_o, down_out, rstd_f;
   Tensor xn16, attn16, hn16, m16;
   std::array<LinearSaved, kNumLinearRoles> lin;
+  Tensor router_logits;
+  MoeRouting routing;
+  MoeDispatch dispatch;
+  Tensor moe_gate, moe_up, moe_m, moe_ys;
 };
 
 // Deterministic per-(layer, module) dropout seed from the micro-batch seed (splitmix64), so the

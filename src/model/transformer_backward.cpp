@@ -18,6 +18,7 @@
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
+#include "ops/moe.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
@@ -98,40 +99,48 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
   };
 
   // ---- MLP: out = h + down(swiglu(gate(hn), up(hn)))   (Gemma: h + post_ffn_norm(down(geglu(...))))
+  // A sparse layer: out = h + the experts' weighted sum (transformer_moe.cpp).
   const bool sandwich = c.sandwich_norms;
-  const Tensor& Wdown = gemm_weight(l, LinearRole::Down);
-  Tensor ddown;  // Gemma: the gradient of down's output, through post_feedforward_layernorm
-  if (sandwich) {
-    ddown = Tensor::empty({T, D}, DType::F32, dev);
-    rms_norm_backward(dout, a.down_out, norm_weight(w.post_ffn_norm), a.rstd_f, ddown,
-                      full ? &g.w.post_ffn_norm : nullptr, false, held_gemms_read_bf16(Wdown) ? &dout16 : nullptr);
-    a.down_out = a.rstd_f = Tensor();
+  Tensor dhn;
+  if (c.is_moe_layer(l)) {
+    dhn = Tensor::empty({T, D}, DType::F32, dev);
+    moe_backward(l, dout, a, dhn);
+    dout16 = Tensor();
+  } else {
+    const Tensor& Wdown = gemm_weight(l, LinearRole::Down);
+    Tensor ddown;  // Gemma: the gradient of down's output, through post_feedforward_layernorm
+    if (sandwich) {
+      ddown = Tensor::empty({T, D}, DType::F32, dev);
+      rms_norm_backward(dout, a.down_out, norm_weight(w.post_ffn_norm), a.rstd_f, ddown,
+                        full ? &g.w.post_ffn_norm : nullptr, false, held_gemms_read_bf16(Wdown) ? &dout16 : nullptr);
+      a.down_out = a.rstd_f = Tensor();
+    }
+    Tensor dm = Tensor::empty({T, F}, DType::F32, dev);
+    lin_back(LinearRole::Down, sandwich ? ddown : dout, a.m, Wdown, &dm, kAssignDx, &g.w.down, nullptr, opt(dout16),
+             opt(a.m16));
+    dout16 = ddown = Tensor();
+    a.m = a.m16 = Tensor();
+    // SwiGLU's backward also writes the bf16 copies of dgate and dup where gate's and up's GEMMs take
+    // bf16 (ops/linear.h dy_bf16): their dx (and a GEMM copy's dW) read them instead of rounding.
+    Tensor dgate = Tensor::empty({T, F}, DType::F32, dev), dup = Tensor::empty({T, F}, DType::F32, dev);
+    const Tensor& Wgate = gemm_weight(l, LinearRole::Gate);
+    const Tensor& Wup = gemm_weight(l, LinearRole::Up);
+    Tensor dgate16, dup16;
+    const bool gate16 = held_gemms_read_bf16(Wgate), up16 = held_gemms_read_bf16(Wup);
+    if (c.hidden_act == GluActivation::GeluTanh)
+      geglu_backward(dm, a.gate, a.up, dgate, dup, gate16 ? &dgate16 : nullptr, up16 ? &dup16 : nullptr);
+    else
+      swiglu_backward(dm, a.gate, a.up, dgate, dup, gate16 ? &dgate16 : nullptr, up16 ? &dup16 : nullptr);
+    dm = Tensor();
+    a.gate = a.up = Tensor();
+    dhn = Tensor::empty({T, D}, DType::F32, dev);
+    group_start(kGateUpGroup);
+    lin_back(LinearRole::Gate, dgate, a.hn, Wgate, &dhn, kAssignDx, &g.w.gate, nullptr, opt(dgate16), opt(a.hn16));
+    dgate = dgate16 = Tensor();
+    lin_back(LinearRole::Up, dup, a.hn, Wup, &dhn, kAddDx, &g.w.up, nullptr, opt(dup16), opt(a.hn16));
+    dup = dup16 = Tensor();
+    group_finish(a.hn, dhn);
   }
-  Tensor dm = Tensor::empty({T, F}, DType::F32, dev);
-  lin_back(LinearRole::Down, sandwich ? ddown : dout, a.m, Wdown, &dm, kAssignDx, &g.w.down, nullptr, opt(dout16),
-           opt(a.m16));
-  dout16 = ddown = Tensor();
-  a.m = a.m16 = Tensor();
-  // SwiGLU's backward also writes the bf16 copies of dgate and dup where gate's and up's GEMMs take
-  // bf16 (ops/linear.h dy_bf16): their dx (and a GEMM copy's dW) read them instead of rounding.
-  Tensor dgate = Tensor::empty({T, F}, DType::F32, dev), dup = Tensor::empty({T, F}, DType::F32, dev);
-  const Tensor& Wgate = gemm_weight(l, LinearRole::Gate);
-  const Tensor& Wup = gemm_weight(l, LinearRole::Up);
-  Tensor dgate16, dup16;
-  const bool gate16 = held_gemms_read_bf16(Wgate), up16 = held_gemms_read_bf16(Wup);
-  if (c.hidden_act == GluActivation::GeluTanh)
-    geglu_backward(dm, a.gate, a.up, dgate, dup, gate16 ? &dgate16 : nullptr, up16 ? &dup16 : nullptr);
-  else
-    swiglu_backward(dm, a.gate, a.up, dgate, dup, gate16 ? &dgate16 : nullptr, up16 ? &dup16 : nullptr);
-  dm = Tensor();
-  a.gate = a.up = Tensor();
-  Tensor dhn = Tensor::empty({T, D}, DType::F32, dev);
-  group_start(kGateUpGroup);
-  lin_back(LinearRole::Gate, dgate, a.hn, Wgate, &dhn, kAssignDx, &g.w.gate, nullptr, opt(dgate16), opt(a.hn16));
-  dgate = dgate16 = Tensor();
-  lin_back(LinearRole::Up, dup, a.hn, Wup, &dhn, kAddDx, &g.w.up, nullptr, opt(dup16), opt(a.hn16));
-  dup = dup16 = Tensor();
-  group_finish(a.hn, dhn);
   a.hn = a.hn16 = Tensor();
   // dh = dout (residual h -> out) + the post-norm's backward, added into dout's buffer: nothing
   // reads dout after the down projection's backward. Its bf16 copy is o's dy where o reads bf16.
@@ -205,6 +214,9 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
 }
 
 CrossEntropyResult Model::forward_backward(const Batch& host_batch, float grad_scale, uint64_t dropout_seed) {
+  // The aux loss enters with this micro-batch's share of the step (its label tokens × grad_scale:
+  // 1 for a step of one micro-batch, where the loss is HF's mean cross-entropy + coef · aux).
+  moe_aux_.scale = grad_scale * static_cast<float>(host_batch.num_label_tokens());
   return train_pass(host_batch, dropout_seed, [&](const Tensor& xf, const Tensor& labels, Tensor& dxf, Tensor* dW) {
     return linear_cross_entropy_forward_backward(xf, head_gemm_weight(), labels, grad_scale, dxf, dW,
                                                  options_.ce_chunk_tokens, config().final_logit_softcap);
@@ -216,6 +228,7 @@ Model::SequenceLosses Model::forward_backward_sequences(const Batch& host_batch,
   const int64_t S = host_batch.num_samples();
   const int32_t* cu = host_batch.cu_seqlens.data<int32_t>();
   SequenceLosses out;
+  moe_aux_.scale = 1.0f;  // preference methods: the aux loss once per micro-batch
   train_pass(host_batch, dropout_seed, [&](const Tensor& xf, const Tensor& labels, Tensor& dxf, Tensor* dW) {
     const Tensor& W = head_gemm_weight();
     const int64_t chunk = options_.ce_chunk_tokens;
@@ -273,7 +286,24 @@ CrossEntropyResult Model::train_pass(const Batch& host_batch, uint64_t dropout_s
 
   std::vector<Tensor> inputs;   // checkpointing: layer inputs (+ final output)
   std::vector<LayerActs> acts;  // no checkpointing: every layer's activations
+  // Mixture-of-Experts: the load-balancing loss's statistics from this forward (not the recompute).
+  const float aux_scale = moe_aux_.scale;
+  moe_aux_ = MoeAux{};
+  if (c.is_moe()) {
+    moe_aux_.collect = true;
+    moe_aux_.counts = Tensor::zeros({c.num_experts}, DType::F32, dev);
+    moe_aux_.prob_sum = Tensor::zeros({c.num_experts}, DType::F32, dev);
+  }
   Tensor x = forward_trunk(batch, train, dropout_seed, ckpt ? &inputs : nullptr, ckpt ? nullptr : &acts);
+  if (c.is_moe()) {
+    const std::vector<float> counts = moe_aux_.counts.to_vector();
+    moe_aux_.loss = moe_aux_loss(counts, moe_aux_.prob_sum.to_vector(), moe_aux_.tokens);
+    if (const float coef = router_aux_coef(); coef > 0)
+      moe_aux_.grad = Tensor::from_vector(moe_aux_grad(counts, moe_aux_.tokens, static_cast<double>(coef) * aux_scale),
+                                          {c.num_experts})
+                          .to(dev);
+    moe_aux_.collect = false;
+  }
   if (ckpt) inputs.resize(static_cast<size_t>(L));  // x holds the last output
 
   // Final norm + fused LM head / cross-entropy (dx and the head's dW in the same pass).
@@ -302,6 +332,7 @@ CrossEntropyResult Model::train_pass(const Batch& host_batch, uint64_t dropout_s
       acts[li] = LayerActs{};
     }
   }
+  moe_aux_.counts = moe_aux_.prob_sum = moe_aux_.grad = Tensor();  // the pass's loss value stays
   if (full) {
     if (c.embed_scale > 0) scale_inplace(dx, c.embed_scale);  // the forward's x·embed_scale
     embedding_backward(dx, batch.tokens, grads_.embed);

@@ -187,6 +187,7 @@ Estimate estimate_memory(const ModelConfig& cfg, const EstimateRequest& request)
   e.micro_batch_tokens = asked.micro * asked.seq;
   e.plan = S.plan(asked);
   e.base_parameters = cfg.num_parameters();
+  e.active_parameters = cfg.num_active_parameters();
   e.weights_f32 = plan_memory(cfg, req.memory_settings()).weights;
   e.fits = e.plan.total() <= req.limit_bytes;
   e.max_micro_batch_tokens = S.max_tokens(asked);
@@ -343,6 +344,7 @@ nlohmann::json Estimate::to_json() const {
         {"cross_entropy_chunk_tokens", r.ce_chunk_tokens},
         {"device", r.device == DeviceType::CUDA ? "cuda" : "cpu"}}},
       {"base_parameters", base_parameters},
+      {"active_parameters", active_parameters},
       {"plan", plan_json},
       {"limit_bytes", r.limit_bytes},
       {"fits", fits},

@@ -92,7 +92,10 @@ struct Estimate {
   int64_t micro_batch_tokens = 0;
   MemoryPlan plan;              // weights at request.weights_dtype
   int64_t base_parameters = 0;  // every weight of the model
-  size_t weights_f32 = 0;       // the frozen weights as the CPU backend holds them
+  // Mixture-of-Experts: the parameters one token computes with (only num_experts_per_tok of each sparse
+  // layer's experts; ModelConfig::num_active_parameters); base_parameters for a dense model.
+  int64_t active_parameters = 0;
+  size_t weights_f32 = 0;  // the frozen weights as the CPU backend holds them
   bool fits = false;
   // Largest micro-batch in tokens that fits (0: not even one token; kMaxSearchTokens: at least).
   int64_t max_micro_batch_tokens = 0;

@@ -159,6 +159,13 @@ struct Dims {
   int64_t ce_chunk_tokens;  // the setting itself (the device kernel ignores the label windows)
   DeviceScratch device;
   std::array<bool, kNumLinearRoles> lora{};
+  // Mixture-of-Experts: per layer, a sparse MLP (ModelConfig::moe_layers); E experts, k per token,
+  // each Fe wide (model/transformer_moe.cpp).
+  std::vector<uint8_t> sparse;
+  int64_t E = 0, k = 0, Fe = 0;
+  bool is_sparse(int64_t l) const {
+    return l >= 0 && l < static_cast<int64_t>(sparse.size()) && sparse[static_cast<size_t>(l)];
+  }
   int64_t in(LinearRole role) const {
     switch (role) {
       case LinearRole::O: return qd;
@@ -203,7 +210,54 @@ struct Acts {
   Id xn16 = -1, attn16 = -1, hn16 = -1, m16 = -1;  // full fine-tuning's bf16 copies, kept for dW
   std::array<Id, kNumLinearRoles> xa{-1, -1, -1, -1, -1, -1, -1};
   std::array<Id, kNumLinearRoles> dora{-1, -1, -1, -1, -1, -1, -1};  // DoRA's z, c and 1/n
+  // A sparse layer: router logits, the routing (ids, weights), the dispatch (offsets, rows), and
+  // in expert order gate, up, m and ys.
+  Id logits = -1, ids = -1, weights = -1, dispatch = -1, moe_gate = -1, moe_up = -1, moe_m = -1, ys = -1;
 };
+
+// Model::moe_forward after hn: the router's logits, the routing and its dispatch, xs, gate and up
+// (each expert's GEMM output a transient copied into its rows: at most T rows, one per token), m,
+// ys (likewise), out = h's clone plus the scatter. Kept in `a` when keep, else freed at its end.
+Id moe_fwd(Replay& R, const Dims& m, Acts& a, bool keep, Group g, Group out_group) {
+  const Group kg = keep ? g : kWork;
+  const int64_t N = m.T * m.k;
+  a.logits = R.alloc(kg, m.T * m.E);
+  R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.D, m.E, false));
+  a.ids = R.alloc_bytes(kg, static_cast<size_t>(N) * sizeof(int32_t));
+  a.weights = R.alloc(kg, N);
+  a.dispatch = R.alloc_bytes(kg, static_cast<size_t>(m.E + 1 + 2 * N) * sizeof(int32_t));
+  Id xs = R.alloc(kWork, N * m.D);
+  a.moe_gate = R.alloc(kg, N * m.Fe);
+  a.moe_up = R.alloc(kg, N * m.Fe);
+  R.transient(kWork, m.T * m.Fe);  // one expert's gate (then up) output before its copy
+  R.free(xs);
+  a.moe_m = R.alloc(kg, N * m.Fe);
+  if (!keep) R.free(a.moe_gate), R.free(a.moe_up);
+  a.ys = R.alloc(kg, N * m.D);
+  R.transient(kWork, m.T * m.D);  // one expert's down output before its copy
+  Id out = R.alloc(out_group, m.T * m.D);
+  if (!keep) R.free(a.logits), R.free(a.ids), R.free(a.weights), R.free(a.dispatch), R.free(a.moe_m), R.free(a.ys);
+  return out;
+}
+
+// Model::moe_backward with dhn [T, D] live: the scatter's dys and dweights, down's dx (dm), SwiGLU's
+// dgate and dup, xs gathered again and its gradient, the router's dlogits.
+void moe_bwd(Replay& R, const Dims& m, Acts& a) {
+  const int64_t N = m.T * m.k;
+  Id dys = R.alloc(kWork, N * m.D), dweights = R.alloc(kWork, N);
+  R.free(a.ys);
+  Id dm = R.alloc(kWork, N * m.Fe);
+  R.free(dys), R.free(a.moe_m);
+  Id dgate = R.alloc(kWork, N * m.Fe), dup = R.alloc(kWork, N * m.Fe);
+  R.free(dm), R.free(a.moe_gate), R.free(a.moe_up);
+  Id xs = R.alloc(kWork, N * m.D), dxs = R.alloc(kWork, N * m.D);
+  R.free(dgate), R.free(dup), R.free(xs);
+  R.free(dxs);
+  Id dlogits = R.alloc(kWork, m.T * m.E);
+  R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.D, m.E, true));
+  R.free(a.logits), R.free(a.ids), R.free(a.weights), R.free(a.dispatch);
+  R.free(dweights), R.free(dlogits);
+}
 
 // The weight a norm call multiplies by, made for the call (Model::norm_weight): [n] with Gemma's
 // (1 + w), nothing (-1) otherwise. Freed after the op.
@@ -296,7 +350,7 @@ void group_fwd_done(Replay& R, const LinearInputGroup& grp, Id xa_all, Acts* kee
 
 // Model::forward_layer. keep = null: the checkpointed/inference path that frees as it goes.
 // Returns the output, allocated in out_group.
-Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group) {
+Id forward_layer(Replay& R, const Dims& m, int64_t layer, Acts* keep, Group g, Group out_group) {
   const bool k = keep != nullptr;
   Acts local;
   Acts& a = k ? *keep : local;
@@ -354,6 +408,13 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   }
   done16(x16, a.attn16, nullptr);
   if (!k) R.free(a.attn), R.free(a.xn);
+  if (m.is_sparse(layer)) {  // Model::forward_layer's sparse branch
+    if (k) a.rstd2 = R.alloc(g, m.T);
+    a.hn = R.alloc(g, m.T * m.D);
+    Id out = moe_fwd(R, m, a, k, g, out_group);
+    if (!k) R.free(a.hn), R.free(a.h);
+    return out;
+  }
   nw = norm_w(R, m, m.D);
   if (k) a.rstd2 = R.alloc(g, m.T);
   a.hn = R.alloc(g, m.T * m.D);
@@ -384,12 +445,8 @@ Id forward_layer(Replay& R, const Dims& m, Acts* keep, Group g, Group out_group)
   return out;
 }
 
-// Model::backward_layer: dout live; its buffer becomes dh and then the layer's dx (returned: the
-// same id), the dx of q/k/v and of gate/up are summed in place. Frees the activations as the code does; what
-// the code leaves in LayerActs until the caller drops it (x, rstd1, rstd2, rstd_q, rstd_k) stays.
-// dout16: dout's bf16 copy on entry (-1: none), the returned dx's on return (made when `below`, a
-// layer under this one, reads it).
-Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout, Id& dout16, bool below) {
+// backward_layer's dense MLP (down, SwiGLU, gate/up): returns dhn, the post-norm's dy.
+Id dense_mlp_bwd(Replay& R, const Dims& m, Acts& a, Id& dout16) {
   Id ddown = -1;  // Gemma: down's dy, the post-feed-forward norm's dx (with its bf16 copy)
   if (m.sandwich) {
     ddown = R.alloc(kWork, m.T * m.D);
@@ -416,6 +473,23 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout, Id& dout16, bool b
   R.free(dup), R.free(dup16);
   if (gate_up) group_bwd(R, m, kGateUpGroup);
   R.free(dxa_all);
+  return dhn;
+}
+
+// Model::backward_layer: dout live; its buffer becomes dh and then the layer's dx (returned: the
+// same id), the dx of q/k/v and of gate/up are summed in place. Frees the activations as the code does; what
+// the code leaves in LayerActs until the caller drops it (x, rstd1, rstd2, rstd_q, rstd_k) stays.
+// dout16: dout's bf16 copy on entry (-1: none), the returned dx's on return (made when `below`, a
+// layer under this one, reads it).
+Id backward_layer(Replay& R, const Dims& m, int64_t layer, Acts& a, Id dout, Id& dout16, bool below) {
+  Id dhn = -1;
+  if (m.is_sparse(layer)) {
+    dhn = R.alloc(kWork, m.T * m.D);
+    moe_bwd(R, m, a);
+    R.free(dout16);
+  } else {
+    dhn = dense_mlp_bwd(R, m, a, dout16);
+  }
   R.free(a.hn), R.free(a.hn16);
   Id nw = norm_w(R, m, m.D);
   Id dh16 = m.sandwich ? -1 : bf16_copy(R, m, m.T * m.D);  // the post-norm backward's, o's dy
@@ -463,7 +537,7 @@ Id backward_layer(Replay& R, const Dims& m, Acts& a, Id dout, Id& dout16, bool b
   }
   Id dxn = R.alloc(kWork, m.T * m.D);
   const bool qkv = m.grouped(kQkvGroup);
-  dxa_all = qkv ? R.alloc(kWork, m.T * m.group_r(kQkvGroup)) : -1;
+  Id dxa_all = qkv ? R.alloc(kWork, m.T * m.group_r(kQkvGroup)) : -1;
   linear_bwd(R, m, LinearRole::Q, a, dq16, a.xn16, qkv);
   R.free(dq), R.free(dq16);
   linear_bwd(R, m, LinearRole::K, a, dk16, a.xn16, qkv);
@@ -491,6 +565,9 @@ std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::strin
   // The batch (model/transformer.h): tokens, positions and labels [T], cu_seqlens [S+1] (S <= T
   // samples), int32, live for the whole step (copied to the device when the model is there).
   Id batch = R.alloc_bytes(kSaved, static_cast<size_t>(4 * m.T + 1) * sizeof(int32_t));
+  // Mixture-of-Experts: the load-balancing loss's statistics [E] x 2 (Model::MoeAux), live from
+  // before the forward; its gradient [E] from after it.
+  Id aux = m.sparse.empty() ? -1 : R.alloc(kSaved, 2 * m.E);
   Id x = R.alloc(kSaved, m.T * m.D);  // embedding output = input of layer 0
   std::vector<Id> inputs;
   std::vector<Acts> acts(static_cast<size_t>(m.L));
@@ -498,12 +575,13 @@ std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::strin
     R.set_phase(fmt::format("forward layer {}", l));
     if (m.ckpt) {
       inputs.push_back(x);
-      x = forward_layer(R, m, nullptr, kWork, kSaved);
+      x = forward_layer(R, m, l, nullptr, kWork, kSaved);
     } else {
       acts[static_cast<size_t>(l)].x = x;
-      x = forward_layer(R, m, &acts[static_cast<size_t>(l)], kSaved, kSaved);
+      x = forward_layer(R, m, l, &acts[static_cast<size_t>(l)], kSaved, kSaved);
     }
   }
+  Id aux_grad = m.sparse.empty() ? -1 : R.alloc(kSaved, m.E);
   R.set_phase("final norm and loss");
   Id final_nw = norm_w(R, m, m.D);  // live through the norm's forward and backward (train_pass)
   Id rstd = R.alloc(kWork, m.T);
@@ -523,15 +601,16 @@ std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::strin
     if (m.ckpt) {
       Acts a;
       a.x = inputs[static_cast<size_t>(l)];
-      Id out = forward_layer(R, m, &a, kRecompute, kWork);
+      Id out = forward_layer(R, m, l, &a, kRecompute, kWork);
       R.free(out);
-      dx = backward_layer(R, m, a, dx, dx16, l > 0);
+      dx = backward_layer(R, m, l, a, dx, dx16, l > 0);
       drop_acts(R, a);
     } else {
-      dx = backward_layer(R, m, acts[static_cast<size_t>(l)], dx, dx16, l > 0);
+      dx = backward_layer(R, m, l, acts[static_cast<size_t>(l)], dx, dx16, l > 0);
       drop_acts(R, acts[static_cast<size_t>(l)]);
     }
   }
+  R.free(aux), R.free(aux_grad);  // Model::train_pass drops them before the embedding's backward
   R.free(dx);
   R.free(batch);
   *peak_phase = R.peak_phase();
@@ -539,13 +618,7 @@ std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::strin
 }
 
 int64_t base_parameters(const ModelConfig& c) {
-  const int64_t D = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), kvd = c.kv_dim();
-  int64_t layer = (c.sandwich_norms ? 4 : 2) * D + qd * D + 2 * kvd * D + D * qd + 3 * F * D;
-  if (c.attention_bias) layer += qd + 2 * kvd;
-  if (c.qk_norm) layer += 2 * c.head_dim;
-  int64_t n = c.vocab_size * D + c.num_layers * layer + D;
-  if (!c.tie_word_embeddings) n += c.vocab_size * D;
-  return n;
+  return c.num_parameters();  // every expert of a sparse layer included
 }
 
 Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
@@ -573,6 +646,10 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
   for (int t = 0; t < kNumLinearRoles; ++t)
     m.lora[static_cast<size_t>(t)] = lora && s.lora.targets(static_cast<LoraTarget>(t));
   m.ce_chunk_tokens = s.ce_chunk_tokens;
+  m.sparse = c.moe_layers;
+  m.E = c.num_experts;
+  m.k = c.num_experts_per_tok;
+  m.Fe = c.moe_intermediate_size;
   m.device.cuda = s.device == DeviceType::CUDA;
   const bool copies = s.mode == TrainMode::Full && s.matmul_dtype == DType::BF16;
   m.device.gemm_copies = copies;
@@ -605,7 +682,8 @@ constexpr long double kMaxPlanBytes = 1.0e18L;  // ~2^60: far past any memory, f
 long double plan_bytes_bound(const ModelConfig& c, const MemorySettings& s) {
   const long double T = static_cast<long double>(s.micro_batch_tokens);
   const long double widest = static_cast<long double>(
-      std::max({c.hidden_size, c.intermediate_size, c.q_dim(), c.kv_dim(), c.num_heads, s.lora.r}));
+      std::max({c.hidden_size, c.intermediate_size, c.q_dim(), c.kv_dim(), c.num_heads, s.lora.r,
+                c.num_experts_per_tok * std::max(c.moe_intermediate_size, c.hidden_size), c.num_experts}));
   const long double chunk = std::min<long double>(T, static_cast<long double>(s.ce_chunk_tokens));
   const long double threads = 4096;  // the settings' largest thread count
   const long double floats = T * widest * (128.0L * static_cast<long double>(c.num_layers) + 64.0L) +
@@ -649,7 +727,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
   if (s.ce_chunk_tokens < 1)
     throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
                 fmt::format("[memory_plan] cross-entropy chunk must be >= 1 token, got {}", s.ce_chunk_tokens));
-  if (s.mode == TrainMode::Lora) s.lora.validate();
+  if (s.mode == TrainMode::Lora) s.lora.validate_for(cfg);  // the names fit the model (MoE: no expert targets)
   if (const long double bound = plan_bytes_bound(cfg, s); bound > kMaxPlanBytes)
     throw Error(
         ErrorCode::INPUT_VALIDATION_FAILED,

@@ -51,7 +51,8 @@ struct TrainOptions {
   LrScheduler lr_scheduler = LrScheduler::Cosine;
   int64_t warmup_steps = 0;
   double weight_decay = 0.0;
-  double max_grad_norm = 1.0;  // 0 = no clipping
+  double max_grad_norm = 1.0;          // 0 = no clipping
+  double router_aux_loss_coef = -1.0;  // MoE load-balancing loss; < 0 = config.json's, 0 = off
   int64_t max_seq_length = 512;
   TrainMode mode = TrainMode::Lora;
   TrainMethod method = TrainMethod::Sft;  // training.method

@@ -249,6 +249,8 @@ TrainSummary Trainer::run_impl() {
     } else {
       rec.loss = batch.n_labels ? loss_sum / static_cast<double>(batch.n_labels) : 0.0;
     }
+    if (s.model->config().is_moe() && s.aux_micro_batches > 0)  // the load-balancing loss, mean of the micro-batches'
+      rec.metrics.emplace_back("aux_loss", s.aux_loss_sum / static_cast<double>(s.aux_micro_batches));
     rec.lr = lr_at_step(s.opt.lr_scheduler, s.opt.lr, s.step, s.opt.warmup_steps, s.total_steps);
     if (s.clip_and_check(batch, rec)) s.update(rec);
     s.log_step(batch, rec);
@@ -341,6 +343,7 @@ void Trainer::State::build_model() {
   ModelOptions mopt;
   mopt.mode = o.mode;
   mopt.gradient_checkpointing = o.gradient_checkpointing.value_or(true);
+  mopt.router_aux_loss_coef = static_cast<float>(o.router_aux_loss_coef);
   std::vector<std::string> held_notes;
   const std::optional<DType> base =
       o.mode == TrainMode::Full ? DType::F32
@@ -501,6 +504,8 @@ double Trainer::State::forward_backward(const Batch& batch) {
   PreferenceStep ps;
   if (preference) ps = begin_preference_step(batch);
   double loss_sum = 0;
+  aux_loss_sum = 0;
+  aux_micro_batches = 0;
   int64_t last_example = -1;  // the first example of the micro-batch being run (preference methods)
   model->zero_grads();
   try {
@@ -526,11 +531,15 @@ double Trainer::State::forward_backward(const Batch& batch) {
           for (int64_t i = b; i < e; ++i)
             micro.push_back(&data.train[static_cast<size_t>(ids[static_cast<size_t>(i)])]);
           loss_sum += model->forward_backward(make_batch(micro), grad_scale, dropout_seed).loss_sum;
+          aux_loss_sum += model->last_aux_loss();
+          ++aux_micro_batches;
         },
         [&] {
           alloc->fail_after_allocations(0);
           model->zero_grads();
           loss_sum = 0;
+          aux_loss_sum = 0;
+          aux_micro_batches = 0;
           ps.loss = 0;
           ps.metrics = PreferenceMetrics{};
         },

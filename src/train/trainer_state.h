@@ -95,6 +95,8 @@ struct Trainer::State {
   };
   Batch next_batch();
   double forward_backward(const Batch& batch);
+  double aux_loss_sum = 0;  // Mixture-of-Experts: the step's micro-batches' load-balancing losses
+  int64_t aux_micro_batches = 0;
   void report_oom(const OomEvent& ev);
   bool clip_and_check(const Batch& batch, StepRecord& rec);
   void update(const StepRecord& rec);

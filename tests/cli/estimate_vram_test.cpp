@@ -395,3 +395,46 @@ TEST(EstimateVramCli, PredictionMatchesThePeakOfARealTrainingRun) {
 
 }  // namespace
 }  // namespace bp
+
+namespace bp {
+namespace {
+
+// Qwen3-30B-A3B (its config.json, shipped in tests/cli/data): LoRA r=16 on attention over a q4_K base.
+// By hand: per layer attention q 4096·2048 + k, v 512·2048 each + o 2048·4096 = 18,874,368; norms
+// 2·2048 + q/k norms 2·128 = 4,352; router 128·2048 = 262,144; experts 128·3·768·2048 = 603,979,776.
+// 48 layers: 29,909,790,720; embed and lm_head 2·151936·2048 = 622,329,856; final norm 2,048:
+// 30,532,122,624 parameters. Active per token (8 of 128 experts: 8·3·768·2048 = 37,748,736 a layer):
+// 48·56,889,600 + 622,331,904 = 3,353,032,704. Held at q4_K (144 bytes per 256 values; every row
+// length 2048, 4096 or 768 is whole blocks): attention + experts + embed + head = 30,519,328,768
+// values = 17,167,122,432 bytes; routers and norms f32: 12,793,856 values = 51,175,424 bytes;
+// weights 17,218,297,856 bytes (16.04 GiB). LoRA: r·(in + out) per layer q 16·6144 + k, v 16·2560 +
+// o 16·6144 = 278,528, × 48 = 13,369,344 trainable parameters.
+TEST(EstimateVramCli, Qwen3MoePlansActiveAndTotalParametersAtQ4K) {
+  const std::string model = test::source_dir() + "/tests/cli/data/qwen3_30b_a3b";
+  Result r = backprop("estimate-vram --json --model " + model +
+                          " --base-dtype q4_k --lora-r 16 --target-modules q_proj,k_proj,v_proj,o_proj "
+                          "--batch-size 1 --max-seq-length 1024",
+                      "", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("base_parameters").get<int64_t>(), 30532122624);
+  EXPECT_EQ(j.at("active_parameters").get<int64_t>(), 3353032704);
+  EXPECT_EQ(j.at("settings").at("weights_dtype").get<std::string>(), "q4_K");
+  EXPECT_EQ(j.at("plan").at("weights").get<int64_t>(), 17218297856);
+  EXPECT_EQ(j.at("plan").at("trainable_parameters").get<int64_t>(), 13369344);
+  // The text report says both counts.
+  Result t = backprop("estimate-vram --model " + model +
+                      " --base-dtype q4_k --target-modules q_proj,k_proj,v_proj,o_proj --max-seq-length 1024");
+  ASSERT_EQ(t.rc, 0) << t.out;
+  EXPECT_TRUE(has(t.out,
+                  "30,532,122,624 parameters, 3,353,032,704 active per token: 8 of 128 experts on 48 sparse "
+                  "layers"))
+      << t.out;
+  // LoRA targets that would adapt the experts are refused, not planned as dense MLPs.
+  Result bad = backprop("estimate-vram --model " + model + " --base-dtype q4_k");
+  EXPECT_NE(bad.rc, 0) << bad.out;
+  EXPECT_TRUE(has(bad.out, "LoRA on the experts is not supported yet")) << bad.out;
+}
+
+}  // namespace
+}  // namespace bp

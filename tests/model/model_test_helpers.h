@@ -143,7 +143,16 @@ inline ModelWeights tiny_weights(const ModelConfig& c, uint64_t seed) {
     }
     if (c.qk_norm) L.q_norm = norm(c.head_dim), L.k_norm = norm(c.head_dim);
     L.post_norm = norm(D);
-    L.gate = lin(F, D), L.up = lin(F, D), L.down = lin(D, F);
+    if (c.is_moe_layer(l)) {  // the router's logits spread wide enough for decisive top-k choices
+      const int64_t E = c.num_experts, Fe = c.moe_intermediate_size;
+      const float bd = 1.0f / std::sqrt(static_cast<float>(D)), bf = 1.0f / std::sqrt(static_cast<float>(Fe));
+      L.router = random_tensor({E, D}, seed++, -3 * bd, 3 * bd);
+      L.experts_gate = random_tensor({E, Fe, D}, seed++, -bd, bd);
+      L.experts_up = random_tensor({E, Fe, D}, seed++, -bd, bd);
+      L.experts_down = random_tensor({E, D, Fe}, seed++, -bf, bf);
+    } else {
+      L.gate = lin(F, D), L.up = lin(F, D), L.down = lin(D, F);
+    }
     if (c.sandwich_norms) L.pre_ffn_norm = norm(D), L.post_ffn_norm = norm(D);
     w.layers.push_back(std::move(L));
   }
@@ -250,6 +259,7 @@ inline nlohmann::json vec_json(const Tensor& t) {
 
 struct OracleResult {
   double loss = 0;
+  double aux_loss = -1;  // Mixture-of-Experts: load_balancing_loss_func's value (-1: none)
   int64_t n_counted = 0;
   std::vector<double> adamw_losses;
   std::map<std::string, std::vector<double>> arrays;  // "logits", "grad:<name>"
@@ -304,6 +314,12 @@ inline void write_oracle_case(const std::string& dir, Model& model, const TinyLo
                                {"final_logit_softcapping", r.at("final_logit_softcapping")}};
     if (c.local_rope) spec["config"]["gemma"]["rope_local_base_freq"] = r.at("rope_local_base_freq");
   }
+  if (c.is_moe()) {  // the sparse blocks (oracle's sparse_moe) and the aux loss's coefficient
+    const MoeNaming& n = arch_info(c.arch).moe;
+    spec["config"]["moe"] = {{"num_experts", c.num_experts},       {"top_k", c.num_experts_per_tok},
+                             {"norm_topk_prob", c.norm_topk_prob}, {"block", n.block},
+                             {"proj", {n.gate, n.up, n.down}},     {"aux_coef", model.router_aux_coef()}};
+  }
   spec["mode"] = model.options().mode == TrainMode::Full ? "full" : "lora";
   std::ofstream bin(dir + "/tensors.bin", std::ios::binary);
   int64_t off = 0;
@@ -339,6 +355,7 @@ inline OracleResult read_oracle_result(const std::string& dir) {
   nlohmann::json r = nlohmann::json::parse(rj);
   out.loss = r["loss"].get<double>();
   out.n_counted = r["n_counted"].get<int64_t>();
+  if (r.contains("aux_loss")) out.aux_loss = r["aux_loss"].get<double>();
   if (r.contains("adamw_losses")) out.adamw_losses = r["adamw_losses"].get<std::vector<double>>();
   std::ifstream rb(dir + "/result.bin", std::ios::binary);
   std::vector<char> raw((std::istreambuf_iterator<char>(rb)), std::istreambuf_iterator<char>());

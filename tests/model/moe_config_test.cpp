@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "model/loader.h"
 #include "model/merge.h"
+#include "model/transformer.h"
 #include "model/weight_names.h"
 #include "support/test_util.h"
 
@@ -191,6 +192,38 @@ TEST(MoeLoader, MissingRouterExpertOrWrongShapeIsRefused) {
                      "[32, 24]"),
             std::string::npos)
       << msg;
+}
+
+}  // namespace
+}  // namespace bp
+
+namespace bp {
+namespace {
+
+// training.router_aux_loss_coef reaches the step: -1 takes config.json's, 0 turns the loss's
+// gradient off (the router's gradient changes, the experts' below it do not), LoRA never adds it.
+TEST(MoeModel, RouterAuxLossCoefficientReachesTheRouterGradient) {
+  nlohmann::json j = qwen3_moe_json();
+  j["router_aux_loss_coef"] = 0.25;
+  const ModelConfig cfg = ModelConfig::from_json(j, "cfg");
+  const Batch batch = Batch::causal_lm({{1, 5, 9, 3, 7, 2, 11}, {4, 8, 15, 16, 23}});
+  auto router_grad = [&](float coef, TrainMode mode) {
+    ModelOptions o{mode, true};
+    o.router_aux_loss_coef = coef;
+    Model model(init_random_weights(cfg, 9), o);
+    EXPECT_FLOAT_EQ(model.router_aux_coef(), mode == TrainMode::Full ? (coef < 0 ? 0.25f : coef) : 0.0f);
+    if (mode != TrainMode::Full) return std::vector<float>{};
+    model.forward_backward(batch, 1.0f / static_cast<float>(batch.num_label_tokens()), 1);
+    EXPECT_GT(model.last_aux_loss(), 0.5);
+    return model.grads().layers[0].w.router.to_vector();
+  };
+  const std::vector<float> off = router_grad(0.0f, TrainMode::Full), config = router_grad(-1.0f, TrainMode::Full),
+                           set = router_grad(0.25f, TrainMode::Full);
+  EXPECT_EQ(config, set);
+  double diff = 0;
+  for (size_t i = 0; i < off.size(); ++i) diff = std::max(diff, static_cast<double>(std::fabs(off[i] - set[i])));
+  EXPECT_GT(diff, 1e-6);
+  router_grad(0.25f, TrainMode::Lora);
 }
 
 }  // namespace

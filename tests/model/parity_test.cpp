@@ -249,6 +249,31 @@ std::vector<ParityCase> parity_cases() {
   dora_gemma2.dora = true;
   dora_gemma2.seed = seed++;
   v.push_back(dora_gemma2);
+  // Mixture-of-Experts: Qwen3-MoE with 4 experts, top-2 renormalised, layer 1 dense (mlp_only_layers),
+  // q/k norms; Mixtral with 3 experts, top-2. Full fine-tuning (router and experts train, the aux loss
+  // added with a coefficient large enough to show in the router's gradient) and LoRA on attention,
+  // each with and without checkpointing.
+  TinySpec qwen3_moe;
+  qwen3_moe.arch = Arch::Qwen3Moe;
+  qwen3_moe.layers = 3;
+  qwen3_moe.tied = false;
+  qwen3_moe.hf = {{"num_experts", 4},       {"num_experts_per_tok", 2}, {"moe_intermediate_size", 24},
+                  {"norm_topk_prob", true}, {"mlp_only_layers", {1}},   {"router_aux_loss_coef", 0.5}};
+  TinySpec mixtral;
+  mixtral.arch = Arch::Mixtral;
+  mixtral.inter = 24;
+  mixtral.hf = {{"num_local_experts", 3}, {"num_experts_per_tok", 2}, {"router_aux_loss_coef", 0.3}};
+  const std::vector<LinearRole> attention = {LinearRole::Q, LinearRole::K, LinearRole::V, LinearRole::O};
+  for (auto [name, spec] : {std::pair{"qwen3_moe", qwen3_moe}, std::pair{"mixtral", mixtral}})
+    for (const bool ckpt : {true, false}) {
+      ParityCase full{std::string("full_") + name + (ckpt ? "_ckpt" : ""), spec, TrainMode::Full, ckpt};
+      full.seed = seed++;
+      v.push_back(full);
+      ParityCase lora{std::string("lora_") + name + (ckpt ? "_ckpt" : ""), spec, TrainMode::Lora, ckpt};
+      lora.targets = attention;
+      lora.seed = seed++;
+      v.push_back(lora);
+    }
   return v;
 }
 
@@ -269,6 +294,20 @@ std::map<std::string, std::vector<double>> saved_file_grads(Model& model) {
   std::map<std::string, std::vector<double>> out;
   for (const auto& p : model.trainable_parameters()) out[p.name] = to_double(*p.grad);
   const ModelConfig& c = model.config();
+  // A sparse layer's stacked expert gradients [E, out, in], as HF names each expert's tensor.
+  for (int64_t l = 0; l < c.num_layers && model.options().mode == TrainMode::Full; ++l)
+    for (const WeightRole r : {WeightRole::ExpertGate, WeightRole::ExpertUp, WeightRole::ExpertDown}) {
+      if (!c.is_moe_layer(l)) continue;
+      const auto it = out.find(stacked_expert_name(c, r, l));
+      EXPECT_NE(it, out.end()) << stacked_expert_name(c, r, l);
+      if (it == out.end()) continue;
+      const std::vector<double> all = std::move(it->second);
+      out.erase(it);
+      const size_t per = all.size() / static_cast<size_t>(c.num_experts);
+      for (int64_t e = 0; e < c.num_experts; ++e)
+        out[expert_hf_name(c, r, l, e)] = std::vector<double>(all.begin() + static_cast<std::ptrdiff_t>(per * e),
+                                                              all.begin() + static_cast<std::ptrdiff_t>(per * (e + 1)));
+    }
   if (model.options().mode != TrainMode::Full || !c.fused_projections()) return out;
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (const FusedProjection& f : fused_projection_table()) {
@@ -309,6 +348,16 @@ void check_case(const ParityCase& pc, const OracleResult& ref) {
   CrossEntropyResult res = model.forward_backward(b.batch, 1.0f / static_cast<float>(n), 1234);
   EXPECT_EQ(res.n_counted, n);
   EXPECT_NEAR(res.mean(), ref.loss, kParityLossRel * std::fabs(ref.loss)) << "loss";
+  // Mixture-of-Experts: the load-balancing loss (counts of the router's top-k choices over every
+  // sparse layer, and mean probabilities) is the oracle's, so are the choices behind it.
+  EXPECT_EQ(ref.aux_loss >= 0, model.config().is_moe());
+  if (ref.aux_loss >= 0) {
+    EXPECT_NEAR(model.last_aux_loss(), ref.aux_loss, kParityLossRel * ref.aux_loss) << "aux loss";
+    EXPECT_GT(ref.aux_loss, 0.5);
+    // The coefficient the oracle added it with is config.json's where the router trains, else 0.
+    const double coef = pc.mode == TrainMode::Full ? model.config().raw.at("router_aux_loss_coef").get<double>() : 0.0;
+    EXPECT_FLOAT_EQ(model.router_aux_coef(), static_cast<float>(coef));
+  }
   const auto params = model.trainable_parameters();
   ASSERT_FALSE(params.empty());
   size_t compared = 0;

@@ -23,6 +23,14 @@ transformers' masking_utils: key kv_idx visible to query q_idx when kv_idx > q_i
 "attention_softcap" (0 = none; else scores -> softcap * tanh(scores / softcap) after the scale and
 before the mask, as Gemma 2's attn_logit_softcapping).
 
+Mixture-of-Experts (Qwen3-MoE, Mixtral; "moe" in the config: num_experts, top_k, norm_topk_prob,
+block ("mlp" / "block_sparse_moe"), the experts' projection names, aux_coef): a layer whose
+<block>.gate.weight exists is the sparse block of modeling_qwen3_moe.py / modeling_mixtral.py (router
+logits, softmax in float, topk, renormalised when norm_topk_prob, each expert over the tokens that
+chose it via a one-hot mask, index_add_ of the weighted outputs); the load-balancing loss is
+transformers' load_balancing_loss_func over every sparse layer's logits concatenated, added to the
+loss times aux_coef (result "aux_loss"; "loss" stays the mean NLL).
+
 With "preference" in spec.json (method, settings, references, step sizes) the loss is the
 preference method's (preference_loss) instead of the mean NLL: tests/train/preference_parity_test.cpp.
 
@@ -153,7 +161,45 @@ class Llama:
             y = y + (mag_norm_scale - 1) * base + mag_norm_scale * lora
         return y
 
+    def sparse_moe(self, hn, prefix, moe):
+        """The sparse MoE block: softmax over all experts, top-k, optional renormalisation, experts
+        run on the tokens that chose them, outputs weighted and index-added."""
+        E, k = moe["num_experts"], moe["top_k"]
+        logits = self.linear(hn, prefix, "gate")
+        self.router_logits.append(logits)
+        probs = torch.softmax(logits, dim=-1)
+        weights, chosen = torch.topk(probs, k, dim=-1)
+        if moe["norm_topk_prob"]:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        self.router_choices.append(chosen)
+        out = torch.zeros_like(hn)
+        mask = torch.nn.functional.one_hot(chosen, num_classes=E).permute(2, 1, 0)  # [E, k, T]
+        gname, uname, dname = moe["proj"]
+        for e in range(E):
+            slot, tok = torch.where(mask[e])
+            if tok.numel() == 0:
+                continue
+            xe = hn[tok]
+            ep = "%s.experts.%d" % (prefix, e)
+            ye = self.linear(torch.nn.functional.silu(self.linear(xe, ep, gname)) * self.linear(xe, ep, uname), ep, dname)
+            out.index_add_(0, tok, ye * weights[tok, slot, None])
+        return out
+
+    def aux_loss(self):
+        """load_balancing_loss_func without an attention mask: num_experts * sum over the k choices
+        and experts of (fraction of tokens choosing e as that choice) * (mean probability of e)."""
+        moe = self.cfg["moe"]
+        E, k = moe["num_experts"], moe["top_k"]
+        logits = torch.cat(self.router_logits, dim=0)
+        probs = torch.softmax(logits, dim=-1)
+        _, chosen = torch.topk(probs, k, dim=-1)
+        mask = torch.nn.functional.one_hot(chosen, E).to(DT)
+        tokens_per_expert = mask.mean(dim=0)
+        prob_per_expert = probs.mean(dim=0)
+        return (tokens_per_expert * prob_per_expert.unsqueeze(0)).sum() * E
+
     def forward(self, tokens, positions, cu_seqlens):
+        self.router_logits, self.router_choices = [], []
         c, w = self.cfg, self.w
         T = tokens.shape[0]
         H, Hkv, d = c["num_heads"], c["num_kv_heads"], c["head_dim"]
@@ -236,6 +282,10 @@ class Llama:
             else:
                 h = x + o
                 hn = rms_norm(h, w[p + ".post_attention_layernorm.weight"], eps)
+            moe = c.get("moe")
+            if moe and p + "." + moe["block"] + ".gate.weight" in w:
+                x = h + self.sparse_moe(hn, p + "." + moe["block"], moe)
+                continue
             if p + ".mlp.gate_up_proj.weight" in w:  # Phi-3: gate_up_proj chunked, gate first
                 gate, up = self.linear(hn, p + ".mlp", "gate_up_proj").chunk(2, dim=-1)
             else:
@@ -343,13 +393,23 @@ def run_case(in_dir, out_dir):
         loss, logits, n_counted = preference_loss(model, batch, spec["preference"])
     else:
         loss, logits, n_counted = loss_of(model, batch)
-    loss.backward()
+    total = loss
+    moe = spec["config"].get("moe")
+    aux = None
+    if moe and model.router_logits:
+        aux = model.aux_loss()
+        total = loss + moe["aux_coef"] * aux
+    total.backward()
     arrays = [("logits", logits.detach())]
+    for l, chosen in enumerate(model.router_choices):
+        arrays.append(("route:%d" % l, chosen.to(DT)))
     for n in names:
         g = tensors[n].grad
         arrays.append(("grad:" + n, g if g is not None else torch.zeros_like(tensors[n])))
 
     result = {"loss": loss.item(), "n_counted": n_counted, "arrays": []}
+    if aux is not None:
+        result["aux_loss"] = aux.item()
     adam = spec.get("adamw")
     if adam:
         # Fresh copies so the trajectory starts from the same weights as the C++ run.

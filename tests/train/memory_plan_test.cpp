@@ -46,7 +46,23 @@ std::vector<PlanCase> plan_cases() {
   gemma3.arch = Arch::Gemma3, gemma3.layers = 2, gemma3.head_dim = 16, gemma3.sliding_window = 16;
   TinySpec mistral = wide;  // a sliding window on every layer: the attention scratch the window bounds
   mistral.arch = Arch::Mistral, mistral.sliding_window = 8;
+  // Mixture-of-Experts: Qwen3-MoE with a dense layer (mlp_only_layers), Mixtral (model/transformer_moe.cpp).
+  TinySpec qwen3_moe = wide;
+  qwen3_moe.arch = Arch::Qwen3Moe, qwen3_moe.head_dim = 16;
+  qwen3_moe.hf = {{"num_experts", 6},
+                  {"num_experts_per_tok", 2},
+                  {"moe_intermediate_size", 40},
+                  {"norm_topk_prob", true},
+                  {"mlp_only_layers", {1}}};
+  TinySpec mixtral = wide;
+  mixtral.arch = Arch::Mixtral, mixtral.layers = 2, mixtral.inter = 48;
+  mixtral.hf = {{"num_local_experts", 4}, {"num_experts_per_tok", 2}};
+  const std::vector<std::string> attention = {"q_proj", "k_proj", "v_proj", "o_proj"};
   return {
+      {"qwen3_moe_lora_ckpt", qwen3_moe, TrainMode::Lora, true, 120, 0.0f, attention},
+      {"qwen3_moe_full_nockpt", qwen3_moe, TrainMode::Full, false, 100},
+      {"mixtral_full_ckpt", mixtral, TrainMode::Full, true, 110},
+      {"mixtral_lora_nockpt", mixtral, TrainMode::Lora, false, 100, 0.0f, attention},
       {"phi3_lora_ckpt_dropout", phi3, TrainMode::Lora, true, 110, 0.1f},
       {"phi3_lora_nockpt_qkv_down", phi3, TrainMode::Lora, false, 100, 0.0f, {"qkv_proj", "down_proj"}},
       {"mistral_window_full_nockpt", mistral, TrainMode::Full, false, 150},

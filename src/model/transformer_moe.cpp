@@ -1,0 +1,151 @@
+// The sparse Mixture-of-Experts MLP of a layer (Qwen3-MoE, Mixtral; see transformer.h and ops/moe.h).
+//
+// Forward: the router's logits [T, E] (an f32 GEMM), top-k routing, the counting sort of the T·k
+// assignments by expert, hn's rows gathered into that order (xs), then per expert e ONE GEMM for
+// gate and one for up over its contiguous block of xs rows (the block is a row view: no per-token
+// GEMMs, no copies of the inputs), SwiGLU over all T·k rows at once, one GEMM per expert for down,
+// and the weighted scatter-add onto the residual h. Expert e's matrices are views of the stacked
+// [E, out, in] tensors (weights.h expert_matrix), so held (bf16, q8_0, q4_K) experts are read as the
+// dense path reads its held projections. The load-balancing loss's statistics are gathered here on
+// the pass's first forward (Model::MoeAux).
+// Backward: the scatter's (dys, dweights), per expert down's then gate's and up's linear_backward
+// (dx into rows of one [T·k, ·] tensor, dW into the expert's slab of the stacked gradient), the
+// gather's (dhn), and the routing's through the router (dlogits, plus the aux loss's gradient), whose
+// dx adds into dhn: the router's gradient reaches hn even where the router is frozen (LoRA).
+#include "model/transformer.h"
+#include "model/transformer_acts.h"
+#include "ops/moe.h"
+#include "ops/swiglu.h"
+
+namespace bp {
+
+float Model::router_aux_coef() const {
+  const ModelConfig& c = weights_.config;
+  if (!c.is_moe() || options_.mode != TrainMode::Full) return 0.0f;
+  return options_.router_aux_loss_coef < 0 ? c.router_aux_loss_coef : options_.router_aux_loss_coef;
+}
+
+Tensor Model::moe_forward(int64_t l, LayerActs& a, bool keep) {
+  const ModelConfig& c = weights_.config;
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+  const int64_t E = c.num_experts, k = c.num_experts_per_tok, Fe = c.moe_intermediate_size, D = c.hidden_size;
+  const Device dev = device();
+  Tensor logits = linear_forward(a.hn, w.router, nullptr, nullptr, nullptr);
+  MoeRouting routing = moe_route_forward(logits, k, c.norm_topk_prob);
+  if (moe_aux_.collect) {
+    moe_aux_accumulate(logits, routing.expert_ids, moe_aux_.counts, moe_aux_.prob_sum);
+    moe_aux_.tokens += logits.dim(0);
+  }
+  MoeDispatch dispatch = moe_sort(routing.expert_ids, E);
+  const int64_t N = dispatch.rows();
+  Tensor xs = moe_gather_forward(a.hn, dispatch);
+  Tensor gate = Tensor::empty({N, Fe}, DType::F32, dev), up = Tensor::empty({N, Fe}, DType::F32, dev);
+  auto block = [&](int64_t e) {
+    return std::pair{static_cast<int64_t>(dispatch.host_offsets[static_cast<size_t>(e)]),
+                     static_cast<int64_t>(dispatch.host_offsets[static_cast<size_t>(e) + 1])};
+  };
+  for (int64_t e = 0; e < E; ++e) {
+    const auto [r0, r1] = block(e);
+    if (r0 == r1) continue;  // no token chose this expert
+    const Tensor xe = xs.rows(r0, r1);
+    Tensor ge = gate.rows(r0, r1), ue = up.rows(r0, r1);
+    ge.copy_from(linear_forward(xe, expert_matrix(w.experts_gate, e), nullptr, nullptr, nullptr));
+    ue.copy_from(linear_forward(xe, expert_matrix(w.experts_up, e), nullptr, nullptr, nullptr));
+  }
+  xs = Tensor();
+  Tensor m = swiglu_forward(gate, up);
+  if (!keep) gate = up = Tensor();
+  Tensor ys = Tensor::empty({N, D}, DType::F32, dev);
+  for (int64_t e = 0; e < E; ++e) {
+    const auto [r0, r1] = block(e);
+    if (r0 == r1) continue;
+    Tensor ye = ys.rows(r0, r1);
+    ye.copy_from(linear_forward(m.rows(r0, r1), expert_matrix(w.experts_down, e), nullptr, nullptr, nullptr));
+  }
+  Tensor out = a.h.clone();
+  moe_scatter_forward(ys, routing.weights, dispatch, out);
+  if (keep) {
+    a.router_logits = std::move(logits);
+    a.routing = std::move(routing);
+    a.dispatch = std::move(dispatch);
+    a.moe_gate = std::move(gate);
+    a.moe_up = std::move(up);
+    a.moe_m = std::move(m);
+    a.moe_ys = std::move(ys);
+  }
+  return out;
+}
+
+void Model::moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dhn) {
+  const ModelConfig& c = weights_.config;
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+  LayerWeights& g = grads_.layers[static_cast<size_t>(l)].w;
+  const bool full = options_.mode == TrainMode::Full;
+  const int64_t E = c.num_experts, Fe = c.moe_intermediate_size, D = c.hidden_size, T = dout.dim(0);
+  const Device dev = device();
+  const MoeDispatch& dispatch = a.dispatch;
+  const int64_t N = dispatch.rows();
+  auto block = [&](int64_t e) {
+    return std::pair{static_cast<int64_t>(dispatch.host_offsets[static_cast<size_t>(e)]),
+                     static_cast<int64_t>(dispatch.host_offsets[static_cast<size_t>(e) + 1])};
+  };
+  // One expert's projection backward over its rows: dx (= or +=) into rows of dx_all, dW (+=) into
+  // the expert's slab of the stacked gradient (full fine-tuning).
+  auto expert_back = [&](const Tensor& dy, const Tensor& x, const Tensor& stacked_W, Tensor& stacked_dW, int64_t e,
+                         Tensor& dx_rows, bool add_dx) {
+    LinearGrads lg;
+    lg.dx = &dx_rows;
+    lg.accumulate_dx = add_dx;
+    Tensor dW;
+    if (full) {
+      dW = expert_matrix(stacked_dW, e);
+      lg.dW = &dW;
+    }
+    linear_backward(dy, x, expert_matrix(stacked_W, e), nullptr, nullptr, lg);
+  };
+
+  Tensor dys = Tensor::empty({N, D}, DType::F32, dev),
+         dweights = Tensor::empty({T, c.num_experts_per_tok}, DType::F32, dev);
+  moe_scatter_backward(dout, a.moe_ys, a.routing.weights, dispatch, dys, dweights);
+  a.moe_ys = Tensor();
+  Tensor dm = Tensor::empty({N, Fe}, DType::F32, dev);
+  for (int64_t e = 0; e < E; ++e) {
+    const auto [r0, r1] = block(e);
+    if (r0 == r1) continue;
+    Tensor dm_e = dm.rows(r0, r1);
+    expert_back(dys.rows(r0, r1), a.moe_m.rows(r0, r1), w.experts_down, g.experts_down, e, dm_e, false);
+  }
+  dys = a.moe_m = Tensor();
+  Tensor dgate = Tensor::empty({N, Fe}, DType::F32, dev), dup = Tensor::empty({N, Fe}, DType::F32, dev);
+  swiglu_backward(dm, a.moe_gate, a.moe_up, dgate, dup);
+  dm = a.moe_gate = a.moe_up = Tensor();
+  Tensor xs = moe_gather_forward(a.hn, dispatch);  // hn's rows in expert order, again
+  Tensor dxs = Tensor::empty({N, D}, DType::F32, dev);
+  for (int64_t e = 0; e < E; ++e) {
+    const auto [r0, r1] = block(e);
+    if (r0 == r1) continue;
+    Tensor dx_e = dxs.rows(r0, r1);
+    const Tensor xe = xs.rows(r0, r1);
+    expert_back(dgate.rows(r0, r1), xe, w.experts_gate, g.experts_gate, e, dx_e, false);
+    expert_back(dup.rows(r0, r1), xe, w.experts_up, g.experts_up, e, dx_e, true);
+  }
+  dgate = dup = xs = Tensor();
+  dhn.zero();
+  moe_gather_backward(dxs, dispatch, dhn);
+  dxs = Tensor();
+  // The routing weights' gradient through the renormalised top-k softmax (and the aux loss's) into
+  // the router's logits, then through the router into hn.
+  Tensor dlogits = Tensor::empty({T, E}, DType::F32, dev);
+  moe_route_backward(a.router_logits, a.routing.expert_ids, dweights,
+                     moe_aux_.grad.defined() ? &moe_aux_.grad : nullptr, c.norm_topk_prob, dlogits);
+  LinearGrads lg;
+  lg.dx = &dhn;
+  lg.accumulate_dx = true;
+  lg.dW = full ? &g.router : nullptr;
+  linear_backward(dlogits, a.hn, w.router, nullptr, nullptr, lg);
+  a.router_logits = Tensor();
+  a.routing = MoeRouting{};
+  a.dispatch = MoeDispatch{};
+}
+
+}  // namespace bp
