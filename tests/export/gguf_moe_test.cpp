@@ -19,6 +19,7 @@
 #include "model/loader.h"
 #include "model/loader_gguf.h"
 #include "model/lora.h"
+#include "model/transformer.h"
 #include "model/weight_names.h"
 #include "support/gguf_oracle.h"
 #include "support/test_util.h"
@@ -270,6 +271,38 @@ TEST(GGUFMoe, LoraAdapterOnAttentionIsWrittenExpertsAreRefused) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::RUNTIME_GGUF_EXPORT_FAILED);
     EXPECT_NE(std::string(e.what()).find("LoRA on the experts' up_proj of layer 0"), std::string::npos) << e.what();
+  }
+}
+
+std::vector<float> logits_of(ModelWeights w) {
+  Model m(std::move(w), ModelOptions{TrainMode::Frozen});
+  m.set_training(false);
+  const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 56, 424, 263, 17, 300, 5};
+  std::vector<int32_t> pos(ids.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  const auto T = static_cast<int64_t>(ids.size());
+  return m.logits(Tensor::from_vector(ids, {T}), Tensor::from_vector(pos, {T})).to_vector();
+}
+
+// The file runs as the model did: Model::logits of the GGUF read back (experts held in the stored
+// type) against the original weights' — the same at f32, within q8_0's error otherwise.
+TEST(GGUFMoe, LogitsOfTheFileAreTheModels) {
+  for (Arch arch : {Arch::Qwen3Moe, Arch::Mixtral}) {
+    const ModelConfig c = moe_config(arch);
+    SCOPED_TRACE(c.architecture_name);
+    const ModelWeights w = init_random_weights(c, 12);
+    const std::vector<float> ref = logits_of(w);
+    for (GGUFQuant q : {GGUFQuant::F32, GGUFQuant::F16, GGUFQuant::Q8_0}) {
+      SCOPED_TRACE(gguf_quant_name(q));
+      test::TempDir dir;
+      export_gguf(w, stories_dir(), q, dir.path + "/m.gguf");
+      const ModelWeights back = load_back(dir.path + "/m.gguf");
+      if (q == GGUFQuant::Q8_0) {
+        EXPECT_EQ(back.layers[0].experts_up.dtype(), DType::Q8_0);
+      }
+      const std::vector<float> got = logits_of(back);
+      EXPECT_LE(rel_rmse(got, ref), q == GGUFQuant::F32 ? 1e-6 : q == GGUFQuant::F16 ? 2e-3 : 2e-2);
+    }
   }
 }
 
