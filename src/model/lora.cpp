@@ -27,9 +27,20 @@ double uniform01(uint64_t& state) {
   return static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;
 }
 
+// Mixtral's names of its experts' projections (PEFT matches them by suffix): w1 = gate, w3 = up, w2 = down.
+constexpr std::array<const char*, 3> kMixtralExpertNames = {"w1", "w3", "w2"};
+
+std::optional<LoraTarget> mixtral_expert_target(std::string_view name) {
+  for (int p = 0; p < 3; ++p)
+    if (name == kMixtralExpertNames[static_cast<size_t>(p)])
+      return static_cast<LoraTarget>(static_cast<int>(LoraTarget::Gate) + p);
+  return std::nullopt;
+}
+
 std::string known_targets() {
   std::string s;
   for (const char* n : kTargetNames) s += fmt::format("{}, ", n);
+  s += "w1, w3, w2 (Mixtral), ";
   for (const LoraFusedModule& m : kLoraFusedModules) s += fmt::format("{}, ", m.name);
   return s + "all-linear";
 }
@@ -89,6 +100,12 @@ int64_t lora_target_in(const ModelConfig& cfg, LoraTarget t) {
   return 0;
 }
 
+std::string peft_expert_module(bool mixtral, int64_t layer, int64_t expert, int p) {
+  static constexpr std::array<const char*, 3> kQwen = {"gate_proj", "up_proj", "down_proj"};
+  return fmt::format("base_model.model.model.layers.{}.{}.experts.{}.{}", layer, mixtral ? "block_sparse_moe" : "mlp",
+                     expert, (mixtral ? kMixtralExpertNames : kQwen)[static_cast<size_t>(p)]);
+}
+
 float LoraConfig::scale() const {
   const double rr = static_cast<double>(r);
   return static_cast<float>(use_rslora ? alpha / std::sqrt(rr) : alpha / rr);
@@ -96,7 +113,7 @@ float LoraConfig::scale() const {
 
 bool LoraConfig::targets(LoraTarget t) const {
   for (const std::string& m : target_modules) {
-    if (m == "all-linear" || m == lora_target_name(t)) return true;
+    if (m == "all-linear" || m == lora_target_name(t) || mixtral_expert_target(m) == t) return true;
     if (const LoraFusedModule* f = fused_module_named(m); f && f->contains(t)) return true;
   }
   return false;
@@ -107,7 +124,9 @@ std::vector<std::string> LoraConfig::resolved_targets() const {
   for (LoraTarget t : kAllLoraTargets) {
     if (!targets(t)) continue;
     const LoraFusedModule* f = fused ? lora_fused_module_of(t) : nullptr;
-    if (!f) {
+    if (mixtral && expert_projection(t) >= 0) {
+      out.emplace_back(kMixtralExpertNames[static_cast<size_t>(expert_projection(t))]);
+    } else if (!f) {
       out.emplace_back(lora_target_name(t));
     } else if (f->first == t) {
       out.emplace_back(f->name);
@@ -141,7 +160,7 @@ void LoraConfig::validate() const {
     throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                 fmt::format("[lora] target_modules is empty; use some of: {}", known_targets()));
   for (const std::string& m : target_modules)
-    if (m != "all-linear" && !parse_lora_target(m) && !fused_module_named(m))
+    if (m != "all-linear" && !parse_lora_target(m) && !fused_module_named(m) && !mixtral_expert_target(m))
       throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                   fmt::format("[lora] unknown target module '{}'; known: {}", m, known_targets()));
 }
@@ -150,17 +169,28 @@ void LoraConfig::validate_for(const ModelConfig& cfg) const {
   validate();
   const bool model_fused = cfg.fused_projections();
   for (const std::string& m : target_modules) {
-    // Mixture-of-Experts: PEFT's gate_proj / up_proj / down_proj (Mixtral's w1 / w3 / w2) match the
-    // experts' projections by suffix; LoRA on experts is not implemented yet, so MLP targets (and
-    // all-linear, which also takes the router's gate) are refused rather than left untrained.
+    // Mixture-of-Experts: PEFT matches gate_proj / up_proj / down_proj (Mixtral's w1 / w3 / w2) by
+    // suffix to every expert's projection (and Qwen3-MoE's dense layers' MLP); all-linear would also
+    // take the router's gate, which is not adapted here: refused, name the projections instead.
     const std::optional<LoraTarget> mt = parse_lora_target(m);
-    if (cfg.is_moe() && (m == "all-linear" || m == "w1" || m == "w2" || m == "w3" ||
-                         (mt && static_cast<int>(*mt) >= static_cast<int>(LoraTarget::Gate))))
+    const bool mlp_name = mt && expert_projection(*mt) >= 0;
+    const bool mixtral_model = cfg.arch == Arch::Mixtral;
+    if (cfg.is_moe() && m == "all-linear")
       throw Error(ErrorCode::CONFIG_INVALID_SETTING,
-                  fmt::format("[lora] target module '{}' on {} would adapt its experts' projections; LoRA on the "
-                              "experts is not supported yet (attention only: q_proj, k_proj, v_proj, o_proj)",
-                              m, cfg.architecture_name))
-          .with_suggestion("--target-modules q_proj,k_proj,v_proj,o_proj, or full fine-tuning (--mode full)");
+                  fmt::format("[lora] all-linear on {} would include the router (its mlp.gate is a linear module in "
+                              "PEFT); LoRA on the router is not supported: name the projections",
+                              cfg.architecture_name))
+          .with_suggestion(mixtral_model ? "--target-modules q_proj,k_proj,v_proj,o_proj,w1,w2,w3"
+                                         : "--target-modules q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
+    if ((mixtral_model && mlp_name) || (!mixtral_model && mixtral_expert_target(m)))
+      throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                  fmt::format("[lora] target module '{}' does not exist in {} (its MLP projections are {})", m,
+                              cfg.architecture_name,
+                              mixtral_model ? "the experts' w1, w3, w2" : "gate_proj, up_proj, down_proj"));
+    if (cfg.is_moe() && (mlp_name || mixtral_expert_target(m)) && (use_dora || pissa()))
+      throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                  fmt::format("[lora] {} on {}'s experts is not supported",
+                              use_dora ? "--use-dora" : "--init-lora-weights pissa", cfg.architecture_name));
     const std::optional<LoraTarget> t = parse_lora_target(m);
     if (model_fused && t && lora_fused_module_of(*t))
       throw Error(ErrorCode::CONFIG_INVALID_SETTING,
@@ -198,6 +228,10 @@ int64_t LoraAdapter::num_parameters() const {
       const bool shared_a = f && f->first != t && same_tensor(l.a(t), l.a(f->first));
       n += (shared_a ? 0 : l.a(t).numel()) + l.b(t).numel() + (l.m(t).defined() ? l.m(t).numel() : 0);
     }
+  for (const LoraLayer& l : layers)
+    for (int p = 0; p < 3; ++p)
+      if (l.expert_A[static_cast<size_t>(p)].defined())
+        n += l.expert_A[static_cast<size_t>(p)].numel() + l.expert_B[static_cast<size_t>(p)].numel();
   return n;
 }
 
@@ -206,11 +240,31 @@ LoraAdapter init_lora(const ModelConfig& cfg, const LoraConfig& lora, uint64_t s
   LoraAdapter ad;
   ad.config = lora;
   ad.config.fused = cfg.fused_projections();
+  ad.config.mixtral = cfg.arch == Arch::Mixtral;
   ad.layers.resize(static_cast<size_t>(cfg.num_layers));
   for (int64_t li = 0; li < cfg.num_layers; ++li) {
     LoraLayer& layer = ad.layers[static_cast<size_t>(li)];
     for (LoraTarget t : kAllLoraTargets) {
       if (!lora.targets(t)) continue;
+      if (cfg.is_moe_layer(li) && expert_projection(t) >= 0) {  // every expert's A and B, stacked
+        const int p = expert_projection(t);
+        const int64_t E = cfg.num_experts, Fe = cfg.moe_intermediate_size, D = cfg.hidden_size;
+        const int64_t in = p == 2 ? Fe : D, out = p == 2 ? D : Fe;
+        const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+        Tensor A = Tensor::empty({E, lora.r, in});
+        float* a = A.data<float>();
+        for (int64_t e = 0; e < E; ++e) {  // each expert's own stream
+          uint64_t state =
+              seed ^ (0x5851f42d4c957f2dull * static_cast<uint64_t>(li * kNumLoraTargets + static_cast<int>(t) + 1)) ^
+              (0x2545f4914f6cdd1dull * static_cast<uint64_t>(e + 1));
+          splitmix64(state);
+          for (int64_t i = 0; i < lora.r * in; ++i)
+            a[e * lora.r * in + i] = static_cast<float>((2.0 * uniform01(state) - 1.0) * bound);
+        }
+        layer.expert_A[static_cast<size_t>(p)] = std::move(A);
+        layer.expert_B[static_cast<size_t>(p)] = Tensor::zeros({E, out, lora.r});
+        continue;
+      }
       const LoraFusedModule* f = ad.config.fused ? lora_fused_module_of(t) : nullptr;
       layer.enabled[static_cast<size_t>(t)] = true;
       if (f && f->first != t) continue;  // made with the module's first member
@@ -246,6 +300,12 @@ LoraAdapter init_lora(const ModelConfig& cfg, const LoraConfig& lora, uint64_t s
 }
 
 void copy_adapter_tensors(LoraAdapter& adapter, const std::function<Tensor(const Tensor&)>& copy) {
+  for (LoraLayer& layer : adapter.layers)
+    for (size_t p = 0; p < 3; ++p)
+      if (layer.expert_A[p].defined()) {
+        layer.expert_A[p] = copy(layer.expert_A[p]);
+        layer.expert_B[p] = copy(layer.expert_B[p]);
+      }
   for (LoraLayer& layer : adapter.layers)
     for (LoraTarget t : kAllLoraTargets) {
       if (!layer.has(t)) continue;

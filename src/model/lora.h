@@ -59,6 +59,16 @@ const LoraFusedModule* lora_fused_module_of(LoraTarget t);  // null for o_proj, 
 // members' A are; compares addresses only, so it holds for device tensors too.
 bool same_tensor(const Tensor& a, const Tensor& b);
 
+// The expert projection p (0 gate, 1 up, 2 down) of a LoRA target (Gate, Up, Down), -1 for others.
+inline int expert_projection(LoraTarget t) {
+  return static_cast<int>(t) >= static_cast<int>(LoraTarget::Gate)
+             ? static_cast<int>(t) - static_cast<int>(LoraTarget::Gate)
+             : -1;
+}
+// The PEFT module path of expert e's projection p in layer l
+// ("base_model.model.model.layers.3.mlp.experts.5.gate_proj"; Mixtral: "...block_sparse_moe.experts.5.w1").
+std::string peft_expert_module(bool mixtral, int64_t layer, int64_t expert, int p);
+
 // "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj".
 const char* lora_target_name(LoraTarget t);
 std::optional<LoraTarget> parse_lora_target(std::string_view name);
@@ -82,6 +92,9 @@ struct LoraConfig {
   // The model stores q/k/v and gate/up fused (Phi-3; set by init_lora / load_peft_adapter from the
   // model): LoRA on qkv_proj / gate_up_proj as one module each, and resolved_targets names them so.
   bool fused = false;
+  // Mixtral (set by init_lora / load_peft_adapter from the model): its experts' PEFT names w1, w3, w2
+  // stand for gate, up, down (model/weights.h); resolved_targets names them so.
+  bool mixtral = false;
 
   float scale() const;                                // alpha / r, or alpha / sqrt(r) with rsLoRA
   bool targets(LoraTarget t) const;                   // is this projection adapted?
@@ -104,6 +117,11 @@ struct LoraLayer {
   // PiSSA: the initial A and B (f32, host), for the conversion at save (pissa_to_lora).
   std::array<Tensor, kNumLoraTargets> A0, B0;
   std::array<bool, kNumLoraTargets> enabled{};
+  // Mixture-of-Experts: LoRA on a sparse layer's experts (PEFT's modules mlp.experts.E.gate_proj, ...;
+  // Mixtral's block_sparse_moe.experts.E.w1, ...), per projection p (0 gate, 1 up, 2 down) every
+  // expert's A and B stacked like the weights: A [E, r, in], B [E, out, r] (expert_matrix gives expert
+  // e's). Undefined: not adapted. A sparse layer's enabled[gate/up/down] stay false (it has no dense MLP).
+  std::array<Tensor, 3> expert_A, expert_B;
 
   Tensor& a(LoraTarget t) { return A[static_cast<size_t>(t)]; }
   Tensor& b(LoraTarget t) { return B[static_cast<size_t>(t)]; }

@@ -98,6 +98,21 @@ void merge_lora_into(ModelWeights& w, const LoraAdapter& adapter) {
       matmul_accumulate(W, scale, B, A);
       if (adapter.config.use_dora) dora_rescale_rows(W, l.m(t), li, t);
     }
+    // Mixture-of-Experts: each expert's W_e += scale · B_e · A_e, in its slab of the stacked weight.
+    for (int p = 0; p < 3; ++p) {
+      const Tensor &A = l.expert_A[static_cast<size_t>(p)], &B = l.expert_B[static_cast<size_t>(p)];
+      if (!A.defined()) continue;
+      Tensor& W = weight_ref(w, static_cast<WeightRole>(static_cast<int>(WeightRole::ExpertGate) + p),
+                             static_cast<int64_t>(li));
+      if (!W.defined() || W.dtype() != DType::F32 || W.dim(0) != A.dim(0) || A.dim(2) != W.dim(2) ||
+          B.dim(1) != W.dim(1))
+        fail(fmt::format("layer {} experts' {}: W {} with lora_A {} and lora_B {} do not fit", li, p, W.describe(),
+                         A.describe(), B.describe()));
+      for (int64_t e = 0; e < W.dim(0); ++e) {
+        Tensor We = expert_matrix(W, e);
+        matmul_accumulate(We, scale, expert_matrix(B, e), expert_matrix(A, e));
+      }
+    }
   }
 }
 
@@ -110,6 +125,13 @@ ModelWeights merge_lora(const ModelWeights& base, const LoraAdapter& adapter) {
         // A frozen weight held narrower (bf16, q8_0, q4_K, ...: --base-dtype) is merged in f32: its
         // held values widened, as the training GEMMs read them.
         W = W.to(DType::F32);
+      }
+  for (size_t li = 0; li < w.layers.size() && li < adapter.layers.size(); ++li)
+    for (int p = 0; p < 3; ++p)
+      if (adapter.layers[li].expert_A[static_cast<size_t>(p)].defined()) {  // the stacked experts, a copy in f32
+        Tensor& W = weight_ref(w, static_cast<WeightRole>(static_cast<int>(WeightRole::ExpertGate) + p),
+                               static_cast<int64_t>(li));
+        W = W.dtype() == DType::F32 ? W.clone() : W.to(DType::F32);
       }
   merge_lora_into(w, adapter);
   return w;

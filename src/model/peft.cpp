@@ -1,9 +1,11 @@
 // PEFT adapter save/load (see peft.h).
 #include "model/peft.h"
 
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string_view>
 
 #include "core/error.h"
@@ -48,6 +50,41 @@ std::string dora_on_fused_module(LoraTarget t) {
       "use_dora = true on the fused module {}: DoRA on a fused module (one A shared by its members) "
       "is not supported",
       lora_fused_module_of(t)->name);
+}
+
+// A Mixture-of-Experts expert's PEFT tensor name (peft_expert_module + .lora_A/.lora_B.weight) back
+// to (layer, expert, projection); nullopt for any other name.
+struct ExpertName {
+  int64_t layer, expert;
+  int p;
+};
+std::optional<ExpertName> parse_expert_name(const std::string& name, const ModelConfig& cfg) {
+  const bool mixtral = cfg.arch == Arch::Mixtral;
+  constexpr std::string_view kPrefix = "base_model.model.model.layers.";
+  if (!name.starts_with(kPrefix)) return std::nullopt;
+  size_t at = kPrefix.size();
+  auto number = [&](int64_t& v) {
+    const char* b = name.data() + at;
+    auto [ptr, ec] = std::from_chars(b, name.data() + name.size(), v);
+    if (ec != std::errc() || ptr == b) return false;
+    at += static_cast<size_t>(ptr - b);
+    return true;
+  };
+  ExpertName en{};
+  const std::string mid = fmt::format(".{}.experts.", mixtral ? "block_sparse_moe" : "mlp");
+  if (!number(en.layer) || name.compare(at, mid.size(), mid) != 0) return std::nullopt;
+  at += mid.size();
+  if (!number(en.expert)) return std::nullopt;
+  for (int p = 0; p < 3; ++p) {
+    const std::string module = peft_expert_module(mixtral, en.layer, en.expert, p);
+    if (name == module + ".lora_A.weight" || name == module + ".lora_B.weight") {
+      if (en.layer >= cfg.num_layers || !cfg.is_moe_layer(en.layer) || en.expert >= cfg.num_experts)
+        return std::nullopt;
+      en.p = p;
+      return en;
+    }
+  }
+  return std::nullopt;
 }
 
 LoraConfig parse_adapter_config(const std::string& path) {
@@ -155,6 +192,18 @@ std::vector<std::string> save_peft_adapter(const LoraAdapter& adapter, const std
       }
     }
   }
+  // Mixture-of-Experts: each expert's A and B under its PEFT module name (slabs of the stacked tensors).
+  for (size_t li = 0; li < a.layers.size(); ++li)
+    for (int p = 0; p < 3; ++p) {
+      const Tensor& A = a.layers[li].expert_A[static_cast<size_t>(p)];
+      const Tensor& B = a.layers[li].expert_B[static_cast<size_t>(p)];
+      if (!A.defined()) continue;
+      for (int64_t e = 0; e < A.dim(0); ++e) {
+        const std::string module = peft_expert_module(a.config.mixtral, static_cast<int64_t>(li), e, p);
+        ts.emplace_back(module + ".lora_A.weight", expert_matrix(A, e));
+        ts.emplace_back(module + ".lora_B.weight", expert_matrix(B, e));
+      }
+    }
   write_safetensors((fs::path(dir) / kWeightsFile).string(), ts);
   write_file_atomic((fs::path(dir) / kConfigFile).string(), peft_adapter_config(a).dump(2) + "\n");
   return {kWeightsFile, kConfigFile};
@@ -181,9 +230,31 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
   SafetensorsReader reader = SafetensorsReader::open_file(weights_path);
   const int64_t r = ad.config.r;
   ad.config.fused = cfg.fused_projections();
+  ad.config.mixtral = cfg.arch == Arch::Mixtral;
   ad.layers.resize(static_cast<size_t>(cfg.num_layers));
+  // Mixture-of-Experts: which experts' A and B were read, per (layer, projection).
+  std::map<std::pair<int64_t, int>, std::vector<uint8_t>> expert_seen;
   for (const std::string& name : reader.names()) {
     const bool is_a = name.ends_with(".lora_A.weight"), is_b = name.ends_with(".lora_B.weight");
+    if (const std::optional<ExpertName> en =
+            cfg.is_moe() && (is_a || is_b) ? parse_expert_name(name, cfg) : std::nullopt) {
+      const int64_t E = cfg.num_experts, Fe = cfg.moe_intermediate_size, D = cfg.hidden_size;
+      const int64_t in = en->p == 2 ? Fe : D, out = en->p == 2 ? D : Fe;
+      const Shape want = is_a ? Shape{r, in} : Shape{out, r};
+      if (reader.entry(name).shape != want.vec())
+        fail(weights_path,
+             fmt::format("tensor '{}' has shape [{}] but {}'s experts (r = {}) need {}", name,
+                         fmt::join(reader.entry(name).shape, ", "), cfg.architecture_name, r, want.str()));
+      LoraLayer& l = ad.layers[static_cast<size_t>(en->layer)];
+      Tensor& stacked = (is_a ? l.expert_A : l.expert_B)[static_cast<size_t>(en->p)];
+      if (!stacked.defined()) stacked = Tensor::zeros(is_a ? Shape{E, r, in} : Shape{E, out, r});
+      Tensor slab = expert_matrix(stacked, en->expert);
+      slab.copy_from(reader.read(name, want));
+      auto& seen_e = expert_seen[{en->layer, en->p}];
+      seen_e.resize(static_cast<size_t>(2 * E), 0);
+      seen_e[static_cast<size_t>(2 * en->expert + (is_a ? 0 : 1))] = 1;
+      continue;
+    }
     const bool is_m = name.ends_with(kMagnitudeSuffix);
     std::optional<std::pair<WeightRole, int64_t>> parsed;
     std::optional<std::pair<LoraTarget, int64_t>> fused;
@@ -265,6 +336,16 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
       if (a) seen[static_cast<size_t>(t)] = true;
     }
   }
+  for (const auto& [key, seen_e] : expert_seen)  // every expert of an adapted projection, both halves
+    for (size_t i = 0; i < seen_e.size(); ++i)
+      if (!seen_e[i])
+        fail(weights_path,
+             fmt::format("tensor '{}' is missing (an adapted expert projection needs every expert's "
+                         "lora_A and lora_B)",
+                         peft_expert_module(ad.config.mixtral, key.first, static_cast<int64_t>(i / 2), key.second) +
+                             (i % 2 ? ".lora_B.weight" : ".lora_A.weight")));
+  for (const auto& [key, seen_e] : expert_seen)
+    seen[static_cast<size_t>(LoraTarget::Gate) + static_cast<size_t>(key.second)] = true;
   ad.config.target_modules.clear();
   for (LoraTarget t : kAllLoraTargets)
     if (seen[static_cast<size_t>(t)]) ad.config.target_modules.emplace_back(lora_target_name(t));

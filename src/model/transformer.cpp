@@ -47,6 +47,9 @@ bool LoraView::any() const {
   for (const auto& l : layers)
     for (const auto& m : l)
       if (m.A) return true;
+  for (const auto& l : experts)
+    for (const Tensor* A : l.A)
+      if (A) return true;
   return false;
 }
 
@@ -130,6 +133,7 @@ Model::Model(ModelWeights weights, ModelOptions options) : weights_(std::move(we
   BP_CHECK(static_cast<int64_t>(weights_.layers.size()) == c.num_layers, "[model] {} layers loaded, config says {}",
            weights_.layers.size(), c.num_layers);
   lora_.layers.resize(weights_.layers.size());
+  lora_.experts.resize(weights_.layers.size());
   allocate_grads();
   set_matmul_dtype(options_.matmul_dtype);
   if (c.norm_weight_offset != 0.0f) norm_weight(weights_.final_norm);  // makes norm_offset_ with the weights
@@ -222,7 +226,24 @@ void Model::attach_lora(const LoraView& lora) {
                                 m.B ? m.B->shape().str() : "missing", W.shape().str()));
     }
   }
+  for (size_t l = 0; l < lora.experts.size(); ++l)
+    for (size_t p = 0; p < 3; ++p) {
+      const Tensor* A = lora.experts[l].A[p];
+      if (!A) continue;
+      const LayerWeights& lw = weights_.layers[l];
+      const Tensor& W = p == 0 ? lw.experts_gate : p == 1 ? lw.experts_up : lw.experts_down;
+      const Tensor* B = lora.experts[l].B[p];
+      if (!W.defined() || !B || A->rank() != 3 || B->rank() != 3 || A->dim(0) != W.dim(0) || B->dim(0) != W.dim(0) ||
+          A->dim(2) != W.dim(2) || B->dim(1) != W.dim(1) || A->dim(1) != B->dim(2))
+        throw Error(
+            ErrorCode::INPUT_VALIDATION_FAILED,
+            fmt::format(
+                "[lora] layer {} experts' {}: A {} and B {} do not fit the experts {}", l,
+                linear_role_name(static_cast<LinearRole>(static_cast<int>(LinearRole::Gate) + static_cast<int>(p))),
+                A->shape().str(), B ? B->shape().str() : "missing", W.defined() ? W.shape().str() : "(a dense layer)"));
+    }
   lora_ = lora;
+  lora_.experts.resize(lora_.layers.size());
   // DoRA: the frozen base rows' squared norms, once, beside the weight (ops/linear.h "DoRA").
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (int r = 0; r < kNumLinearRoles; ++r) {
@@ -321,6 +342,13 @@ LoraView LoraView::of(LoraAdapter& adapter) {
       if (layer.enabled[r] && layer.A[r].defined())
         v.layers[l][r] = {&layer.A[r], &layer.B[r], layer.M[r].defined() ? &layer.M[r] : nullptr};
     }
+  v.experts.resize(adapter.layers.size());
+  for (size_t l = 0; l < adapter.layers.size(); ++l)
+    for (size_t p = 0; p < 3; ++p)
+      if (adapter.layers[l].expert_A[p].defined()) {
+        v.experts[l].A[p] = &adapter.layers[l].expert_A[p];
+        v.experts[l].B[p] = &adapter.layers[l].expert_B[p];
+      }
   return v;
 }
 
@@ -423,6 +451,12 @@ void Model::allocate_grads() {
         if (!lg[r].dB.defined()) lg[r].dB = Tensor::zeros(m.B->shape(), DType::F32, m.B->device());
         if (m.M) lg[r].dM = Tensor::zeros(m.M->shape(), DType::F32, m.M->device());
       }
+      if (l < lora_.experts.size())
+        for (size_t p = 0; p < 3; ++p)
+          if (const Tensor* A = lora_.experts[l].A[p]) {
+            grads_.layers[l].expert_dA[p] = Tensor::zeros(A->shape(), DType::F32, A->device());
+            grads_.layers[l].expert_dB[p] = Tensor::zeros(lora_.experts[l].B[p]->shape(), DType::F32, A->device());
+          }
     }
   }
 }
@@ -516,6 +550,19 @@ std::vector<TrainableParam> Model::trainable_parameters() {
           add(p + "lora_B.weight", *m.B, grads_.layers[l].lora[r].dB);
         if (m.M) add(p + "lora_magnitude_vector", *m.M, grads_.layers[l].lora[r].dM);
       }
+    // The experts' stacked A and B (checkpoints name them so; the PEFT files per expert: model/peft.h).
+    for (size_t l = 0; l < lora_.experts.size(); ++l)
+      for (size_t p = 0; p < 3; ++p)
+        if (Tensor* A = lora_.experts[l].A[p]) {
+          const std::string name =
+              "base_model.model." +
+              stacked_expert_name(
+                  weights_.config,
+                  static_cast<WeightRole>(static_cast<int>(WeightRole::ExpertGate) + static_cast<int>(p)),
+                  static_cast<int64_t>(l));
+          add(name + ".lora_A.weight", *A, grads_.layers[l].expert_dA[p]);
+          add(name + ".lora_B.weight", *lora_.experts[l].B[p], grads_.layers[l].expert_dB[p]);
+        }
   }
   return out;
 }
@@ -676,7 +723,7 @@ Tensor Model::forward_layer(int64_t l, const Tensor& x, const Batch& b, bool tra
   if (!acts) a.attn = a.xn = Tensor();
   if (c.is_moe_layer(l)) {  // a sparse MLP (transformer_moe.cpp)
     a.hn = rms_norm_forward(a.h, norm_weight(w.post_norm), c.rms_norm_eps, acts ? &a.rstd2 : nullptr);
-    Tensor out = moe_forward(l, a, acts != nullptr);
+    Tensor out = moe_forward(l, a, acts != nullptr, train, seed);
     if (!acts) a.hn = a.h = Tensor();
     return out;
   }
@@ -766,6 +813,7 @@ void Model::set_lora_enabled(bool enabled) {
     lora_off_ = std::move(lora_);
     lora_ = LoraView{};
     lora_.layers.resize(lora_off_->layers.size());
+    lora_.experts.resize(lora_off_->layers.size());
   }
 }
 

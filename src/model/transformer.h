@@ -115,6 +115,12 @@ struct LoraView {
   float dropout = 0.0f;  // on the LoRA input only, training only
   int64_t rank = 0;
   std::vector<std::array<LoraModuleView, kNumLinearRoles>> layers;
+  // Mixture-of-Experts: per layer, the experts' stacked A [E, r, in] and B [E, out, r] of each
+  // projection (0 gate, 1 up, 2 down; model/lora.h LoraLayer::expert_A), null where not adapted.
+  struct Experts {
+    std::array<Tensor*, 3> A{}, B{};
+  };
+  std::vector<Experts> experts;
   bool any() const;
 };
 
@@ -130,6 +136,8 @@ struct LayerGrads {
   // tensor), per input group: that B and its gradient, whose row views the members' dB are (their
   // dA is one tensor too, the sum over the members). Undefined for an ordinary group.
   std::array<Tensor, kLinearInputGroups.size()> fused_B, fused_dB;
+  // Mixture-of-Experts LoRA: the stacked experts' dA [E, r, in] and dB [E, out, r] per projection.
+  std::array<Tensor, 3> expert_dA, expert_dB;
 };
 struct ModelGrads {
   Tensor embed, final_norm, lm_head;
@@ -289,8 +297,12 @@ class Model {
   void check_batch(const Batch& b) const;
   // A sparse layer's MLP (model/transformer_moe.cpp): out = h + Σ_j w_j · expert_j(hn), keeping its
   // activations in `a` when `keep`; backward writes dhn (=) and the experts' and router's gradients.
-  Tensor moe_forward(int64_t l, LayerActs& a, bool keep);
-  void moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dhn);
+  Tensor moe_forward(int64_t l, LayerActs& a, bool keep, bool train, uint64_t seed);
+  void moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dhn, uint64_t seed);
+  // Expert e's LoRA of projection p (0 gate, 1 up, 2 down) of layer l, its A and B views made in
+  // A_e, B_e; null where the experts are not adapted.
+  const LoraWeights* expert_lora(int64_t l, int p, int64_t e, bool train, uint64_t seed, Tensor& A_e, Tensor& B_e,
+                                 LoraWeights& lw) const;
 
   // The step after the trunk's forward: the final norm's output xf, the device labels and dxf to
   // fill; the head's dW (null: frozen). Returns the loss (forward_backward's or the sequences').

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <array>
+#include <vector>
 
 #include "core/tensor.h"
 #include "model/transformer.h"
@@ -42,6 +43,7 @@ struct Model::LayerActs {
   MoeRouting routing;
   MoeDispatch dispatch;
   Tensor moe_gate, moe_up, moe_m, moe_ys;
+  std::array<std::vector<LinearSaved>, 3> moe_lin;  // the experts' LoRA xa, per projection and expert
 };
 
 // Deterministic per-(layer, module) dropout seed from the micro-batch seed (splitmix64), so the

@@ -104,7 +104,7 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
   Tensor dhn;
   if (c.is_moe_layer(l)) {
     dhn = Tensor::empty({T, D}, DType::F32, dev);
-    moe_backward(l, dout, a, dhn);
+    moe_backward(l, dout, a, dhn, seed);
     dout16 = Tensor();
   } else {
     const Tensor& Wdown = gemm_weight(l, LinearRole::Down);

@@ -19,13 +19,32 @@
 
 namespace bp {
 
+const LoraWeights* Model::expert_lora(int64_t l, int p, int64_t e, bool train, uint64_t seed, Tensor& A_e, Tensor& B_e,
+                                      LoraWeights& lw) const {
+  if (static_cast<size_t>(l) >= lora_.experts.size()) return nullptr;
+  const LoraView::Experts& ex = lora_.experts[static_cast<size_t>(l)];
+  if (!ex.A[static_cast<size_t>(p)]) return nullptr;
+  A_e = expert_matrix(*ex.A[static_cast<size_t>(p)], e);
+  B_e = expert_matrix(*ex.B[static_cast<size_t>(p)], e);
+  lw = LoraWeights{};
+  lw.A = &A_e;
+  lw.B = &B_e;
+  lw.scale = lora_.scale;
+  lw.dropout = train ? lora_.dropout : 0.0f;
+  lw.training = train;
+  // Each expert's own mask (PEFT: one dropout module per expert's projection), the same in a recompute.
+  lw.dropout_seed = lora_dropout_seed(seed ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(e + 1)), l,
+                                      static_cast<LinearRole>(static_cast<int>(LinearRole::Gate) + p));
+  return &lw;
+}
+
 float Model::router_aux_coef() const {
   const ModelConfig& c = weights_.config;
   if (!c.is_moe() || options_.mode != TrainMode::Full) return 0.0f;
   return options_.router_aux_loss_coef < 0 ? c.router_aux_loss_coef : options_.router_aux_loss_coef;
 }
 
-Tensor Model::moe_forward(int64_t l, LayerActs& a, bool keep) {
+Tensor Model::moe_forward(int64_t l, LayerActs& a, bool keep, bool train, uint64_t seed) {
   const ModelConfig& c = weights_.config;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
   const int64_t E = c.num_experts, k = c.num_experts_per_tok, Fe = c.moe_intermediate_size, D = c.hidden_size;
@@ -44,13 +63,24 @@ Tensor Model::moe_forward(int64_t l, LayerActs& a, bool keep) {
     return std::pair{static_cast<int64_t>(dispatch.host_offsets[static_cast<size_t>(e)]),
                      static_cast<int64_t>(dispatch.host_offsets[static_cast<size_t>(e) + 1])};
   };
+  // Each expert's LoRA (when adapted) runs over its own block of rows, in its linear_forward.
+  Tensor A_e, B_e;
+  LoraWeights lw;
+  auto saved = [&](int p, int64_t e) -> LinearSaved* {
+    if (!keep) return nullptr;
+    auto& v = a.moe_lin[static_cast<size_t>(p)];
+    if (v.empty()) v.resize(static_cast<size_t>(E));
+    return &v[static_cast<size_t>(e)];
+  };
   for (int64_t e = 0; e < E; ++e) {
     const auto [r0, r1] = block(e);
     if (r0 == r1) continue;  // no token chose this expert
     const Tensor xe = xs.rows(r0, r1);
     Tensor ge = gate.rows(r0, r1), ue = up.rows(r0, r1);
-    ge.copy_from(linear_forward(xe, expert_matrix(w.experts_gate, e), nullptr, nullptr, nullptr));
-    ue.copy_from(linear_forward(xe, expert_matrix(w.experts_up, e), nullptr, nullptr, nullptr));
+    ge.copy_from(linear_forward(xe, expert_matrix(w.experts_gate, e), nullptr,
+                                expert_lora(l, 0, e, train, seed, A_e, B_e, lw), saved(0, e)));
+    ue.copy_from(linear_forward(xe, expert_matrix(w.experts_up, e), nullptr,
+                                expert_lora(l, 1, e, train, seed, A_e, B_e, lw), saved(1, e)));
   }
   xs = Tensor();
   Tensor m = swiglu_forward(gate, up);
@@ -60,7 +90,8 @@ Tensor Model::moe_forward(int64_t l, LayerActs& a, bool keep) {
     const auto [r0, r1] = block(e);
     if (r0 == r1) continue;
     Tensor ye = ys.rows(r0, r1);
-    ye.copy_from(linear_forward(m.rows(r0, r1), expert_matrix(w.experts_down, e), nullptr, nullptr, nullptr));
+    ye.copy_from(linear_forward(m.rows(r0, r1), expert_matrix(w.experts_down, e), nullptr,
+                                expert_lora(l, 2, e, train, seed, A_e, B_e, lw), saved(2, e)));
   }
   Tensor out = a.h.clone();
   moe_scatter_forward(ys, routing.weights, dispatch, out);
@@ -76,7 +107,7 @@ Tensor Model::moe_forward(int64_t l, LayerActs& a, bool keep) {
   return out;
 }
 
-void Model::moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dhn) {
+void Model::moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dhn, uint64_t seed) {
   const ModelConfig& c = weights_.config;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
   LayerWeights& g = grads_.layers[static_cast<size_t>(l)].w;
@@ -91,17 +122,29 @@ void Model::moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dh
   };
   // One expert's projection backward over its rows: dx (= or +=) into rows of dx_all, dW (+=) into
   // the expert's slab of the stacked gradient (full fine-tuning).
-  auto expert_back = [&](const Tensor& dy, const Tensor& x, const Tensor& stacked_W, Tensor& stacked_dW, int64_t e,
-                         Tensor& dx_rows, bool add_dx) {
+  // (LoRA: dA and dB into the expert's slabs of the stacked gradients, from the xa its forward kept.)
+  auto expert_back = [&](int p, const Tensor& dy, const Tensor& x, const Tensor& stacked_W, Tensor& stacked_dW,
+                         int64_t e, Tensor& dx_rows, bool add_dx) {
     LinearGrads lg;
     lg.dx = &dx_rows;
     lg.accumulate_dx = add_dx;
-    Tensor dW;
+    Tensor dW, dA, dB, A_e, B_e;
     if (full) {
       dW = expert_matrix(stacked_dW, e);
       lg.dW = &dW;
     }
-    linear_backward(dy, x, expert_matrix(stacked_W, e), nullptr, nullptr, lg);
+    LoraWeights lw;
+    const LoraWeights* lora = expert_lora(l, p, e, training_, seed, A_e, B_e, lw);
+    const LinearSaved* saved = nullptr;
+    if (lora) {
+      LayerGrads& lgr = grads_.layers[static_cast<size_t>(l)];
+      dA = expert_matrix(lgr.expert_dA[static_cast<size_t>(p)], e);
+      dB = expert_matrix(lgr.expert_dB[static_cast<size_t>(p)], e);
+      lg.dA = &dA;
+      lg.dB = &dB;
+      saved = &a.moe_lin[static_cast<size_t>(p)][static_cast<size_t>(e)];
+    }
+    linear_backward(dy, x, expert_matrix(stacked_W, e), lora, saved, lg);
   };
 
   Tensor dys = Tensor::empty({N, D}, DType::F32, dev),
@@ -113,9 +156,10 @@ void Model::moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dh
     const auto [r0, r1] = block(e);
     if (r0 == r1) continue;
     Tensor dm_e = dm.rows(r0, r1);
-    expert_back(dys.rows(r0, r1), a.moe_m.rows(r0, r1), w.experts_down, g.experts_down, e, dm_e, false);
+    expert_back(2, dys.rows(r0, r1), a.moe_m.rows(r0, r1), w.experts_down, g.experts_down, e, dm_e, false);
   }
   dys = a.moe_m = Tensor();
+  a.moe_lin[2].clear();  // down's LoRA activations
   Tensor dgate = Tensor::empty({N, Fe}, DType::F32, dev), dup = Tensor::empty({N, Fe}, DType::F32, dev);
   swiglu_backward(dm, a.moe_gate, a.moe_up, dgate, dup);
   dm = a.moe_gate = a.moe_up = Tensor();
@@ -126,10 +170,11 @@ void Model::moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dh
     if (r0 == r1) continue;
     Tensor dx_e = dxs.rows(r0, r1);
     const Tensor xe = xs.rows(r0, r1);
-    expert_back(dgate.rows(r0, r1), xe, w.experts_gate, g.experts_gate, e, dx_e, false);
-    expert_back(dup.rows(r0, r1), xe, w.experts_up, g.experts_up, e, dx_e, true);
+    expert_back(0, dgate.rows(r0, r1), xe, w.experts_gate, g.experts_gate, e, dx_e, false);
+    expert_back(1, dup.rows(r0, r1), xe, w.experts_up, g.experts_up, e, dx_e, true);
   }
   dgate = dup = xs = Tensor();
+  a.moe_lin[0].clear(), a.moe_lin[1].clear();
   dhn.zero();
   moe_gather_backward(dxs, dispatch, dhn);
   dxs = Tensor();
@@ -146,6 +191,7 @@ void Model::moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dh
   a.router_logits = Tensor();
   a.routing = MoeRouting{};
   a.dispatch = MoeDispatch{};
+  for (auto& v : a.moe_lin) v.clear();
 }
 
 }  // namespace bp

@@ -230,11 +230,22 @@ Id moe_fwd(Replay& R, const Dims& m, Acts& a, bool keep, Group g, Group out_grou
   a.moe_gate = R.alloc(kg, N * m.Fe);
   a.moe_up = R.alloc(kg, N * m.Fe);
   R.transient(kWork, m.T * m.Fe);  // one expert's gate (then up) output before its copy
+  // The experts' LoRA: each expert's xa [rows, r] (N rows in all per projection), kept or transient.
+  auto expert_xa = [&](LinearRole role) {
+    const auto ri = static_cast<size_t>(role);
+    if (!m.has_lora(role)) return;
+    if (keep)
+      a.xa[ri] = R.alloc(g, N * m.r);
+    else
+      R.transient(kWork, m.T * m.r);
+  };
+  expert_xa(LinearRole::Gate), expert_xa(LinearRole::Up);
   R.free(xs);
   a.moe_m = R.alloc(kg, N * m.Fe);
   if (!keep) R.free(a.moe_gate), R.free(a.moe_up);
   a.ys = R.alloc(kg, N * m.D);
   R.transient(kWork, m.T * m.D);  // one expert's down output before its copy
+  expert_xa(LinearRole::Down);
   Id out = R.alloc(out_group, m.T * m.D);
   if (!keep) R.free(a.logits), R.free(a.ids), R.free(a.weights), R.free(a.dispatch), R.free(a.moe_m), R.free(a.ys);
   return out;
@@ -247,11 +258,14 @@ void moe_bwd(Replay& R, const Dims& m, Acts& a) {
   Id dys = R.alloc(kWork, N * m.D), dweights = R.alloc(kWork, N);
   R.free(a.ys);
   Id dm = R.alloc(kWork, N * m.Fe);
-  R.free(dys), R.free(a.moe_m);
+  if (m.has_lora(LinearRole::Down)) R.transient(kWork, m.T * m.r);  // an expert's dxa
+  R.free(dys), R.free(a.moe_m), R.free(a.xa[static_cast<size_t>(LinearRole::Down)]);
   Id dgate = R.alloc(kWork, N * m.Fe), dup = R.alloc(kWork, N * m.Fe);
   R.free(dm), R.free(a.moe_gate), R.free(a.moe_up);
   Id xs = R.alloc(kWork, N * m.D), dxs = R.alloc(kWork, N * m.D);
+  if (m.has_lora(LinearRole::Gate) || m.has_lora(LinearRole::Up)) R.transient(kWork, m.T * m.r);
   R.free(dgate), R.free(dup), R.free(xs);
+  R.free(a.xa[static_cast<size_t>(LinearRole::Gate)]), R.free(a.xa[static_cast<size_t>(LinearRole::Up)]);
   R.free(dxs);
   Id dlogits = R.alloc(kWork, m.T * m.E);
   R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.D, m.E, true));
@@ -744,16 +758,20 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
   if (s.mode == TrainMode::Full) {
     trainable = base;
   } else if (s.mode == TrainMode::Lora) {
-    for (auto t : kAllLoraTargets) {
-      if (!s.lora.targets(t)) continue;
-      // A fused module (Phi-3's qkv_proj, gate_up_proj) has one A: counted with its first member.
-      const LoraFusedModule* fm = cfg.fused_projections() ? lora_fused_module_of(t) : nullptr;
-      const bool shared_a = fm && fm->first != t;
-      trainable += s.lora.r * ((shared_a ? 0 : lora_target_in(cfg, t)) + lora_target_out(cfg, t));
-      if (s.lora.use_dora) dora_rows += lora_target_out(cfg, t);
-    }
-    dora_rows *= cfg.num_layers;
-    trainable = trainable * cfg.num_layers + dora_rows;  // DoRA's magnitudes [out]
+    for (int64_t l = 0; l < cfg.num_layers; ++l)
+      for (auto t : kAllLoraTargets) {
+        if (!s.lora.targets(t)) continue;
+        if (cfg.is_moe_layer(l) && expert_projection(t) >= 0) {  // every expert's A [r, in] and B [out, r]
+          trainable += cfg.num_experts * s.lora.r * (cfg.hidden_size + cfg.moe_intermediate_size);
+          continue;
+        }
+        // A fused module (Phi-3's qkv_proj, gate_up_proj) has one A: counted with its first member.
+        const LoraFusedModule* fm = cfg.fused_projections() ? lora_fused_module_of(t) : nullptr;
+        const bool shared_a = fm && fm->first != t;
+        trainable += s.lora.r * ((shared_a ? 0 : lora_target_in(cfg, t)) + lora_target_out(cfg, t));
+        if (s.lora.use_dora) dora_rows += lora_target_out(cfg, t);
+      }
+    trainable += dora_rows;  // DoRA's magnitudes [out]
   }
   const size_t f = sizeof(float);
   p.trainable_parameters = trainable;

@@ -430,10 +430,18 @@ TEST(EstimateVramCli, Qwen3MoePlansActiveAndTotalParametersAtQ4K) {
                   "30,532,122,624 parameters, 3,353,032,704 active per token: 8 of 128 experts on 48 sparse "
                   "layers"))
       << t.out;
-  // LoRA targets that would adapt the experts are refused, not planned as dense MLPs.
+  // LoRA on the experts too: r·(2048 + 768) per expert and projection, 128 experts, 3 projections,
+  // 48 layers = 16·2816·128·3·48 = 830,472,192 more trainable parameters.
+  Result ex = backprop("estimate-vram --json --model " + model +
+                           " --base-dtype q4_k --lora-r 16 --target-modules "
+                           "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj --max-seq-length 1024",
+                       "", true);
+  ASSERT_EQ(ex.rc, 0) << ex.out;
+  EXPECT_EQ(nlohmann::json::parse(ex.out).at("plan").at("trainable_parameters").get<int64_t>(), 13369344 + 830472192);
+  // all-linear would take the router too: refused, not planned.
   Result bad = backprop("estimate-vram --model " + model + " --base-dtype q4_k");
   EXPECT_NE(bad.rc, 0) << bad.out;
-  EXPECT_TRUE(has(bad.out, "LoRA on the experts is not supported yet")) << bad.out;
+  EXPECT_TRUE(has(bad.out, "would include the router")) << bad.out;
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // Mixture-of-Experts end to end with the real binary on a tiny random Qwen3-MoE folder (4 experts,
-// top-2, one dense layer; stories260K's tokenizer): LoRA on attention trains with a falling loss, its
-// PEFT adapter is saved and `backprop export --format merged` gives a folder (per-expert tensors
-// under Hugging Face's names) whose logits are the base's with the adapter attached; full
-// fine-tuning logs the load-balancing loss as aux_loss in metrics.jsonl, and expert LoRA targets
-// are refused with their code.
+// top-2, one dense layer; stories260K's tokenizer): LoRA on attention and on every expert's
+// projections trains with a falling loss, its PEFT adapter is saved under PEFT's per-expert module
+// names and `backprop export --format merged` gives a folder (per-expert tensors under Hugging Face's
+// names) whose logits are the base's with the adapter attached; full fine-tuning logs the
+// load-balancing loss as aux_loss in metrics.jsonl, and all-linear (which would take the router) is
+// refused with its code.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -81,20 +82,27 @@ std::string train(const std::string& dir, const std::string& model, const std::s
       .get<std::string>();
 }
 
-TEST(MoeCli, LoraOnAttentionTrainsSavesAndMergesToTheSameLogits) {
+TEST(MoeCli, LoraOnAttentionAndExpertsTrainsSavesAndMergesToTheSameLogits) {
   TempDir d;
   const std::string model = write_moe_model(d.path);
   std::string out;
-  const std::string run = train(d.path, model, "--steps 6 --target-modules q_proj,k_proj,v_proj,o_proj", &out);
+  const std::string run =
+      train(d.path, model, "--steps 6 --target-modules q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", &out);
   ASSERT_FALSE(run.empty()) << out;
   const auto steps = step_records(run);
   ASSERT_EQ(steps.size(), 6u);
   EXPECT_LT(steps.back().at("loss").get<double>(), steps.front().at("loss").get<double>());
   EXPECT_GT(steps.front().at("aux_loss").get<double>(), 0.5);  // logged, though the frozen router adds none
-  // The PEFT adapter: attention modules of every layer, sparse or dense.
+  // The PEFT adapter: attention modules of every layer, the dense layer's MLP, every expert's
+  // gate/up/down of the two sparse layers (A and B each).
   const SafetensorsReader r = SafetensorsReader::open_file(run + "/adapter/adapter_model.safetensors");
-  EXPECT_EQ(r.names().size(), 2u * 4u * 3u);
+  EXPECT_EQ(r.names().size(), 2u * (4u * 3u + 3u + 2u * 4u * 3u));
   EXPECT_TRUE(r.contains("base_model.model.model.layers.2.self_attn.o_proj.lora_B.weight"));
+  EXPECT_TRUE(r.contains("base_model.model.model.layers.1.mlp.gate_proj.lora_A.weight"));
+  EXPECT_EQ(r.entry("base_model.model.model.layers.2.mlp.experts.3.down_proj.lora_A.weight").shape,
+            (std::vector<int64_t>{16, 32}));  // [r, moe_intermediate_size]
+  const nlohmann::json ac = nlohmann::json::parse(std::ifstream(run + "/adapter/adapter_config.json"));
+  EXPECT_EQ(ac.at("target_modules").size(), 7u) << ac.dump();
   ModelWeights base = load_model(model);
   LoraAdapter ad = load_peft_adapter(run + "/adapter", base.config);
   const int rc = run_command(
@@ -107,7 +115,7 @@ TEST(MoeCli, LoraOnAttentionTrainsSavesAndMergesToTheSameLogits) {
   expect_merged_logits_match(std::move(base), ad, load_model(d.path + "/merged"), 1e-4);
 }
 
-TEST(MoeCli, FullFineTuningLogsTheAuxLossAndExpertTargetsAreRefused) {
+TEST(MoeCli, FullFineTuningLogsTheAuxLossAndAllLinearIsRefused) {
   TempDir d;
   const std::string model = write_moe_model(d.path);
   std::string out;
@@ -116,11 +124,11 @@ TEST(MoeCli, FullFineTuningLogsTheAuxLossAndExpertTargetsAreRefused) {
   const auto steps = step_records(run);
   ASSERT_EQ(steps.size(), 3u);
   for (const auto& s : steps) EXPECT_GT(s.at("aux_loss").get<double>(), 0.5) << s.dump();
-  // all-linear (the default) would adapt the experts: refused, naming the module.
+  // all-linear (the default) would take the router too (PEFT's mlp.gate is a linear module): refused.
   std::string err;
   EXPECT_TRUE(train(d.path, model, "--steps 1", &err).empty());
   EXPECT_NE(err.find("CONFIG_INVALID_SETTING"), std::string::npos) << err;
-  EXPECT_NE(err.find("LoRA on the experts is not supported yet"), std::string::npos) << err;
+  EXPECT_NE(err.find("would include the router"), std::string::npos) << err;
 }
 
 }  // namespace

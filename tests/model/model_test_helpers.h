@@ -164,6 +164,7 @@ inline ModelWeights tiny_weights(const ModelConfig& c, uint64_t seed) {
 // LoRA tensors owned by the test; B is random (not PEFT's zero init) so every gradient is non-zero.
 struct TinyLora {
   std::vector<std::array<Tensor, kNumLinearRoles>> A, B, M;
+  std::vector<std::array<Tensor, 3>> EA, EB;  // a sparse layer's experts' stacked A and B (gate, up, down)
   LoraView view;
   float alpha = 8.0f;
   bool rslora = false;
@@ -175,8 +176,11 @@ inline void make_tiny_lora(TinyLora& t, const ModelConfig& c, int64_t r, float a
                            const std::vector<LinearRole>& roles, float dropout, uint64_t seed) {
   t.A.assign(static_cast<size_t>(c.num_layers), {});
   t.B.assign(static_cast<size_t>(c.num_layers), {});
+  t.EA.assign(static_cast<size_t>(c.num_layers), {});
+  t.EB.assign(static_cast<size_t>(c.num_layers), {});
   t.view = LoraView{};
   t.view.layers.resize(static_cast<size_t>(c.num_layers));
+  t.view.experts.resize(static_cast<size_t>(c.num_layers));
   t.view.rank = r;
   t.view.scale = rslora ? alpha / std::sqrt(static_cast<float>(r)) : alpha / static_cast<float>(r);
   t.view.dropout = dropout;
@@ -191,6 +195,17 @@ inline void make_tiny_lora(TinyLora& t, const ModelConfig& c, int64_t r, float a
     for (auto role : roles) {
       const auto ri = static_cast<size_t>(role);
       const auto li = static_cast<size_t>(l);
+      if (c.is_moe_layer(l) && expert_projection(static_cast<LoraTarget>(role)) >= 0) {  // every expert's A, B
+        const auto p = static_cast<size_t>(expert_projection(static_cast<LoraTarget>(role)));
+        const int64_t E = c.num_experts, in = p == 2 ? c.moe_intermediate_size : D,
+                      out = p == 2 ? D : c.moe_intermediate_size;
+        const float be = 1.0f / std::sqrt(static_cast<float>(in));
+        t.EA[li][p] = random_tensor({E, r, in}, seed++, -be, be);
+        t.EB[li][p] = random_tensor({E, out, r}, seed++, -0.2f, 0.2f);
+        t.view.experts[li].A[p] = &t.EA[li][p];
+        t.view.experts[li].B[p] = &t.EB[li][p];
+        continue;
+      }
       const float b = 1.0f / std::sqrt(static_cast<float>(ins[ri]));
       // A fused model (Phi-3): PEFT's qkv_proj / gate_up_proj, one A shared by the members and one B
       // [Σout, r] whose rows their B are (model/lora.h), made with the first member.
@@ -270,6 +285,15 @@ struct OracleAdamW {
   float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.0f;
 };
 
+// A stacked experts' tensor name ("...layers.0.mlp.experts.gate_proj[.lora_A.weight]") as each
+// expert's ("...layers.0.mlp.experts.3.gate_proj[.lora_A.weight]"), for E experts.
+inline std::vector<std::string> expert_names_of(const std::string& stacked, int64_t E) {
+  const size_t at = stacked.find(".experts.") + 9;
+  std::vector<std::string> out;
+  for (int64_t e = 0; e < E; ++e) out.push_back(stacked.substr(0, at) + std::to_string(e) + "." + stacked.substr(at));
+  return out;
+}
+
 // Writes the model, LoRA tensors and batch of one case for the oracle into `dir`.
 inline void write_oracle_case(const std::string& dir, Model& model, const TinyLora* lora, const Batch& batch,
                               const OracleAdamW& adam) {
@@ -335,7 +359,14 @@ inline void write_oracle_case(const std::string& dir, Model& model, const TinyLo
     spec["lora"] = {
         {"r", lora->view.rank}, {"alpha", lora->alpha}, {"use_rslora", lora->rslora}, {"use_dora", lora->dora}};
     for (auto& p : model.trainable_parameters())
-      if (p.name.find("lora_") != std::string::npos) put(p.name, *p.param);
+      if (p.name.find("lora_") != std::string::npos) {
+        if (p.param->rank() == 3) {  // the experts' stacked A or B: each expert under its PEFT name
+          const std::vector<std::string> names = expert_names_of(p.name, p.param->dim(0));
+          for (int64_t e = 0; e < p.param->dim(0); ++e) put(names[static_cast<size_t>(e)], expert_matrix(*p.param, e));
+        } else {
+          put(p.name, *p.param);
+        }
+      }
   }
   bin.close();
   spec["tensors"] = table;

@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "model/loader.h"
 #include "model/merge.h"
+#include "model/peft.h"
 #include "model/transformer.h"
 #include "model/weight_names.h"
 #include "support/test_util.h"
@@ -224,6 +225,63 @@ TEST(MoeModel, RouterAuxLossCoefficientReachesTheRouterGradient) {
   for (size_t i = 0; i < off.size(); ++i) diff = std::max(diff, static_cast<double>(std::fabs(off[i] - set[i])));
   EXPECT_GT(diff, 1e-6);
   router_grad(0.25f, TrainMode::Lora);
+}
+
+}  // namespace
+}  // namespace bp
+
+namespace bp {
+namespace {
+
+// LoRA on the experts in PEFT's files: per-expert module names (Mixtral's w1/w3/w2), loaded back into
+// the stacked tensors; a missing expert tensor, and a target name the architecture lacks, refused.
+TEST(MoeLora, PeftFilesPerExpertRoundTripAndBadNames) {
+  for (const nlohmann::json& j : {qwen3_moe_json(), mixtral_json()}) {
+    const ModelConfig cfg = ModelConfig::from_json(j, "cfg");
+    SCOPED_TRACE(cfg.architecture_name);
+    const bool mixtral = cfg.arch == Arch::Mixtral;
+    LoraConfig lc;
+    lc.r = 4;
+    lc.target_modules = mixtral ? std::vector<std::string>{"q_proj", "w1", "w2", "w3"}
+                                : std::vector<std::string>{"q_proj", "gate_proj", "up_proj", "down_proj"};
+    LoraAdapter ad = init_lora(cfg, lc, 3);
+    ASSERT_TRUE(ad.layers[0].expert_A[2].defined());
+    EXPECT_EQ(ad.layers[0].expert_A[2].shape(), (Shape{cfg.num_experts, 4, cfg.moe_intermediate_size}));
+    ad.layers[0].expert_B[1].copy_from(test::random_tensor(ad.layers[0].expert_B[1].shape(), 4));
+    test::TempDir dir;
+    save_peft_adapter(ad, dir.path);
+    const SafetensorsReader r = SafetensorsReader::open_file(dir.path + "/adapter_model.safetensors");
+    const std::string up1 = mixtral ? "base_model.model.model.layers.0.block_sparse_moe.experts.1.w3.lora_B.weight"
+                                    : "base_model.model.model.layers.0.mlp.experts.1.up_proj.lora_B.weight";
+    ASSERT_TRUE(r.contains(up1));
+    EXPECT_EQ(r.read(up1).to_vector(), expert_matrix(ad.layers[0].expert_B[1], 1).to_vector());
+    const LoraAdapter back = load_peft_adapter(dir.path, cfg);
+    EXPECT_EQ(back.layers[0].expert_B[1].to_vector(), ad.layers[0].expert_B[1].to_vector());
+    EXPECT_EQ(back.layers[0].expert_A[0].to_vector(), ad.layers[0].expert_A[0].to_vector());
+    EXPECT_EQ(back.config.resolved_targets(), ad.config.resolved_targets());
+    // One expert's tensor missing: refused, naming it.
+    NamedTensors ts;
+    for (const std::string& n : r.names())
+      if (n != up1) ts.emplace_back(n, r.read(n));
+    write_safetensors(dir.path + "/adapter_model.safetensors", ts);
+    try {
+      load_peft_adapter(dir.path, cfg);
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::DEP_MODEL_LOAD_FAILED);
+      EXPECT_NE(std::string(e.what()).find(up1 + "' is missing"), std::string::npos) << e.what();
+    }
+    // The other architecture's expert names do not exist here.
+    LoraConfig wrong = lc;
+    wrong.target_modules = {mixtral ? "gate_proj" : "w1"};
+    try {
+      init_lora(cfg, wrong, 1);
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::CONFIG_INVALID_SETTING);
+      EXPECT_NE(std::string(e.what()).find("does not exist in"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -273,6 +273,10 @@ std::vector<ParityCase> parity_cases() {
       lora.targets = attention;
       lora.seed = seed++;
       v.push_back(lora);
+      // LoRA on every expert's gate/up/down (and the dense layer's MLP) beside attention.
+      ParityCase experts{std::string("lora_experts_") + name + (ckpt ? "_ckpt" : ""), spec, TrainMode::Lora, ckpt};
+      experts.seed = seed++;
+      v.push_back(experts);
     }
   return v;
 }
@@ -294,20 +298,18 @@ std::map<std::string, std::vector<double>> saved_file_grads(Model& model) {
   std::map<std::string, std::vector<double>> out;
   for (const auto& p : model.trainable_parameters()) out[p.name] = to_double(*p.grad);
   const ModelConfig& c = model.config();
-  // A sparse layer's stacked expert gradients [E, out, in], as HF names each expert's tensor.
-  for (int64_t l = 0; l < c.num_layers && model.options().mode == TrainMode::Full; ++l)
-    for (const WeightRole r : {WeightRole::ExpertGate, WeightRole::ExpertUp, WeightRole::ExpertDown}) {
-      if (!c.is_moe_layer(l)) continue;
-      const auto it = out.find(stacked_expert_name(c, r, l));
-      EXPECT_NE(it, out.end()) << stacked_expert_name(c, r, l);
-      if (it == out.end()) continue;
-      const std::vector<double> all = std::move(it->second);
-      out.erase(it);
-      const size_t per = all.size() / static_cast<size_t>(c.num_experts);
-      for (int64_t e = 0; e < c.num_experts; ++e)
-        out[expert_hf_name(c, r, l, e)] = std::vector<double>(all.begin() + static_cast<std::ptrdiff_t>(per * e),
-                                                              all.begin() + static_cast<std::ptrdiff_t>(per * (e + 1)));
-    }
+  // The stacked experts' gradients [E, ·, ·] (weights in full mode, LoRA A and B), as HF and PEFT name
+  // each expert's tensor.
+  for (const auto& p : model.trainable_parameters()) {
+    if (p.param->rank() != 3) continue;
+    const std::vector<double> all = std::move(out.at(p.name));
+    out.erase(p.name);
+    const std::vector<std::string> names = expert_names_of(p.name, p.param->dim(0));
+    const size_t per = all.size() / names.size();
+    for (size_t e = 0; e < names.size(); ++e)
+      out[names[e] + (p.name.find("lora_") == std::string::npos ? ".weight" : "")] = std::vector<double>(
+          all.begin() + static_cast<std::ptrdiff_t>(per * e), all.begin() + static_cast<std::ptrdiff_t>(per * (e + 1)));
+  }
   if (model.options().mode != TrainMode::Full || !c.fused_projections()) return out;
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (const FusedProjection& f : fused_projection_table()) {
@@ -379,7 +381,12 @@ void check_case(const ParityCase& pc, const OracleResult& ref) {
       modules += !f || static_cast<int>(f->first) == static_cast<int>(r);
     }
     const size_t magnitudes = pc.dora ? pc.targets.size() : 0;  // DoRA: one per projection
-    EXPECT_EQ(compared, (2 * modules + magnitudes) * static_cast<size_t>(model.config().num_layers));
+    size_t expected = (2 * modules + magnitudes) * static_cast<size_t>(model.config().num_layers);
+    const ModelConfig& mc = model.config();
+    for (LinearRole r : pc.targets)  // a sparse layer's MLP projection: one A and B per expert
+      if (expert_projection(static_cast<LoraTarget>(r)) >= 0)
+        expected += 2 * static_cast<size_t>(mc.num_moe_layers() * (mc.num_experts - 1));
+    EXPECT_EQ(compared, expected);
   }
 }
 
