@@ -1,7 +1,9 @@
 // A Mixture-of-Experts LoRA run exported as GGUF with the real binary: a tiny random Qwen3-MoE (every
-// layer sparse, as llama.cpp's qwen3moe has them; stories260K's tokenizer) trains LoRA on attention,
-// `backprop export --format gguf` merges the adapter and writes qwen3moe with stacked experts, and
-// `--model FILE.gguf` reads it back to the logits of the base with the adapter attached.
+// layer sparse, as llama.cpp's qwen3moe has them; stories260K's tokenizer) trains LoRA on attention
+// and the experts, `backprop export --format gguf` merges the adapter (per expert) and writes
+// qwen3moe with stacked experts, and `--model FILE.gguf` reads it back to the logits of the base with
+// the adapter attached; a q4_K_M file trains LoRA with its experts held quantized and writes the
+// GGUF LoRA adapter with the experts' LoRA stacked.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,61 +15,32 @@
 #include "model/loader.h"
 #include "model/merge.h"
 #include "model/peft.h"
+#include "moe_cli_util.h"
 #include "support/lora_test_util.h"
 #include "support/test_util.h"
 
 namespace bp::test {
 namespace {
 
-// A random Qwen3-MoE with every layer sparse, hidden width `D` (experts D / 2 wide), saved with
-// stories260K's tokenizer, and the data file beside it.
-std::string write_moe_model(const std::string& dir, int64_t D) {
-  const nlohmann::json j = {{"architectures", {"Qwen3MoeForCausalLM"}},
-                            {"vocab_size", 512},
-                            {"hidden_size", D},
-                            {"intermediate_size", 96},
-                            {"moe_intermediate_size", D / 2},
-                            {"num_experts", 4},
-                            {"num_experts_per_tok", 2},
-                            {"norm_topk_prob", true},
-                            {"num_hidden_layers", 2},
-                            {"num_attention_heads", 4},
-                            {"num_key_value_heads", 2},
-                            {"head_dim", D / 4},
-                            {"max_position_embeddings", 512},
-                            {"initializer_range", 0.1},
-                            {"bos_token_id", 1},
-                            {"eos_token_id", 2},
-                            {"tie_word_embeddings", false},
-                            {"torch_dtype", "float32"}};
-  const std::string model = dir + "/moe";
-  SaveModelOptions o;
-  o.copy_files_from = shared_dir() + "/models/stories260K";
-  save_hf_model(init_random_weights(ModelConfig::from_json(j, "tiny moe"), 9), model, o);
-  std::ofstream f(dir + "/data.jsonl");
-  for (int i = 0; i < 8; ++i) f << "{\"text\": \"Lily had a red ball. Tom liked it. They played in the sun.\"}\n";
-  return model;
+// Every layer sparse (llama.cpp's qwen3moe has no dense ones), hidden width D, experts D / 2 wide.
+std::string write_all_sparse_moe(const std::string& dir, int64_t D) {
+  return write_tiny_moe_model(dir,
+                              {{"hidden_size", D},
+                               {"moe_intermediate_size", D / 2},
+                               {"head_dim", D / 4},
+                               {"num_hidden_layers", 2},
+                               {"mlp_only_layers", nullptr}},
+                              9);
 }
 
-// `backprop train` of `model` (LoRA on q and v); the run's folder, or "" with the output in *out.
-std::string train(const std::string& dir, const std::string& model, std::string* out) {
-  const int rc = run_command(fmt::format("({} train --device cpu --json --model {} --data {}/data.jsonl --output "
-                                         "{}/runs --batch-size 4 --threads 1 --lr 0.02 --steps 3 --target-modules "
-                                         "q_proj,v_proj 2>&1)",
-                                         backprop_exe(), model, dir, dir),
-                             out);
-  if (rc != 0) return "";
-  const size_t brace = out->rfind("\n{");
-  return nlohmann::json::parse(brace == std::string::npos ? *out : out->substr(brace + 1))
-      .at("output_dir")
-      .get<std::string>();
-}
+// LoRA on q, v and every expert's projections.
+constexpr const char* kTrainFlags = "--steps 3 --target-modules q_proj,v_proj,gate_proj,up_proj,down_proj";
 
 TEST(MoeGgufCli, MergedLoraRunExportsAsQwen3MoeAndReadsBackToTheSameLogits) {
   TempDir d;
-  const std::string model = write_moe_model(d.path, 64);
+  const std::string model = write_all_sparse_moe(d.path, 64);
   std::string out;
-  const std::string run = train(d.path, model, &out);
+  const std::string run = moe_train(d.path, model, kTrainFlags, &out);
   ASSERT_FALSE(run.empty()) << out;
   const std::string gguf = d.path + "/moe.gguf";
   const int rc = run_command(
@@ -88,7 +61,7 @@ TEST(MoeGgufCli, MergedLoraRunExportsAsQwen3MoeAndReadsBackToTheSameLogits) {
 // experts held in their stored types (q4_K; ffn_down_exps q6_K where llama.cpp gives it more bits).
 TEST(MoeGgufCli, LoraTrainsFromAQ4KFileWithTheExpertsHeldQuantized) {
   TempDir d;
-  const std::string model = write_moe_model(d.path, 256);
+  const std::string model = write_all_sparse_moe(d.path, 256);
   const std::string gguf = d.path + "/moe-q4_k_m.gguf";
   std::string out;
   ASSERT_EQ(run_command(fmt::format("({} export {} --format gguf --quantization q4_k_m --output {} 2>&1)",
@@ -100,8 +73,12 @@ TEST(MoeGgufCli, LoraTrainsFromAQ4KFileWithTheExpertsHeldQuantized) {
   TempDir derived;
   const ModelWeights held = load_model(hub::gguf_model_folder(gguf, derived.path), std::nullopt);
   EXPECT_EQ(held.layers[0].experts_gate.dtype(), DType::Q4_K);
-  const std::string run = train(d.path, gguf, &out);
+  const std::string run = moe_train(d.path, gguf, kTrainFlags, &out);
   ASSERT_FALSE(run.empty()) << out;
+  // A run from a GGUF base also writes its GGUF LoRA adapter: the experts' LoRA stacked on ffn_*_exps.
+  const GGUFReader adapter(run + "/adapter.gguf");
+  EXPECT_EQ(adapter.find_tensor("blk.1.ffn_down_exps.weight.lora_b")->shape,
+            (std::vector<int64_t>{4, 256, 16}));  // [E, out, r 16]
   std::ifstream f(run + "/metrics.jsonl");
   int steps = 0;
   for (std::string line; std::getline(f, line);) {

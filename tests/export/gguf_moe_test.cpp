@@ -245,33 +245,43 @@ TEST(GGUFMoe, ModelsLlamaCppWouldRunDifferentlyAreNotExported) {
   EXPECT_NE(export_error(ModelConfig::from_json(j, "cfg")).find("norm_topk_prob false"), std::string::npos);
 }
 
-// A GGUF LoRA adapter of a MoE base: attention targets are written under qwen3moe's names; LoRA on a
-// sparse layer's MLP (the experts) is refused, not dropped.
-TEST(GGUFMoe, LoraAdapterOnAttentionIsWrittenExpertsAreRefused) {
+// A GGUF LoRA adapter of a MoE base: attention under qwen3moe's names, and the experts' LoRA
+// stacked on ffn_*_exps as llama.cpp's build_lora_mm_id reads it (lora_a ne {in, r, E}, lora_b
+// ne {r, out, E}: checked in @huggingface/gguf too), every expert's values where they belong.
+TEST(GGUFMoe, LoraAdapterOnAttentionAndExpertsAsLlamaCppReadsIt) {
   const ModelConfig c = moe_config(Arch::Qwen3Moe);
+  const int64_t E = c.num_experts, F = c.moe_intermediate_size, D = c.hidden_size, r = 4;
   LoraConfig lc;
-  lc.r = 4;
+  lc.r = r;
   lc.alpha = 8;
-  lc.target_modules = {"q_proj", "v_proj"};
-  const LoraAdapter ad = init_lora(c, lc, 3);
+  lc.target_modules = {"q_proj", "v_proj", "gate_proj", "down_proj"};
+  LoraAdapter ad = init_lora(c, lc, 3);
+  for (auto& layer : ad.layers)
+    for (Tensor& B : layer.expert_B)
+      if (B.defined()) B = test::random_tensor(B.shape(), 9, -1.0f, 1.0f);
+  ASSERT_TRUE(ad.layers[1].expert_A[0].defined());
+  ASSERT_FALSE(ad.layers[1].expert_A[1].defined());  // up_proj not targeted
   test::TempDir dir;
-  const GGUFLoraResult res = export_gguf_lora(ad, c, GGMLType::F32, dir.path + "/a.gguf");
-  EXPECT_EQ(res.tensor_count, c.num_layers * 2 * 2);
-  GGUFReader r(dir.path + "/a.gguf");
-  EXPECT_EQ(r.get_string("general.architecture"), "qwen3moe");
-  ASSERT_NE(r.find_tensor("blk.1.attn_v.weight.lora_a"), nullptr);
-  EXPECT_EQ(r.dequantize(*r.find_tensor("blk.1.attn_v.weight.lora_a")), ad.layers[1].a(LoraTarget::V).to_vector());
-  LoraAdapter experts = ad;
-  experts.layers[0].a(LoraTarget::Up) = test::random_tensor({4, c.hidden_size}, 1);
-  experts.layers[0].b(LoraTarget::Up) = test::random_tensor({c.moe_intermediate_size, 4}, 2);
-  experts.layers[0].enabled[static_cast<size_t>(LoraTarget::Up)] = true;
-  try {
-    export_gguf_lora(experts, c, GGMLType::F32, dir.path + "/e.gguf");
-    ADD_FAILURE() << "expected RUNTIME_GGUF_EXPORT_FAILED";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::RUNTIME_GGUF_EXPORT_FAILED);
-    EXPECT_NE(std::string(e.what()).find("LoRA on the experts' up_proj of layer 0"), std::string::npos) << e.what();
-  }
+  const std::string path = dir.path + "/a.gguf";
+  const GGUFLoraResult res = export_gguf_lora(ad, c, GGMLType::F32, path);
+  EXPECT_EQ(res.tensor_count, c.num_layers * (2 + 2) * 2);
+  GGUFReader r2(path);
+  EXPECT_EQ(r2.get_string("general.architecture"), "qwen3moe");
+  EXPECT_EQ(r2.dequantize(*r2.find_tensor("blk.1.attn_v.weight.lora_a")), ad.layers[1].a(LoraTarget::V).to_vector());
+  EXPECT_EQ(r2.find_tensor("blk.0.ffn_up_exps.weight.lora_a"), nullptr);
+  EXPECT_EQ(r2.find_tensor("blk.1.ffn_gate_exps.weight.lora_a")->shape, (std::vector<int64_t>{E, r, D}));
+  EXPECT_EQ(r2.find_tensor("blk.1.ffn_down_exps.weight.lora_b")->shape, (std::vector<int64_t>{E, D, r}));
+  EXPECT_EQ(r2.dequantize(*r2.find_tensor("blk.1.ffn_down_exps.weight.lora_b")), ad.layers[1].expert_B[2].to_vector());
+  EXPECT_EQ(r2.dequantize(*r2.find_tensor("blk.0.ffn_gate_exps.weight.lora_a")), ad.layers[0].expert_A[0].to_vector());
+  const nlohmann::json o = gguf_testing::oracle_read(path);
+  gguf_testing::expect_oracle_matches(o, r2);
+  std::map<std::string, std::vector<int64_t>> ne;
+  for (const auto& t : o["tensors"]) ne[t["name"].get<std::string>()] = t["shape"].get<std::vector<int64_t>>();
+  // llama-adapter.cpp's checks: a's ne[0] and b's ne[1] are the base's ne[0] and ne[1], a's ne[1] = b's ne[0].
+  EXPECT_EQ(ne["blk.0.ffn_gate_exps.weight.lora_a"], (std::vector<int64_t>{D, r, E}));
+  EXPECT_EQ(ne["blk.0.ffn_gate_exps.weight.lora_b"], (std::vector<int64_t>{r, F, E}));
+  EXPECT_EQ(ne["blk.0.ffn_down_exps.weight.lora_a"], (std::vector<int64_t>{F, r, E}));
+  EXPECT_EQ(ne["blk.0.ffn_down_exps.weight.lora_b"], (std::vector<int64_t>{r, D, E}));
 }
 
 std::vector<float> logits_of(ModelWeights w) {
