@@ -137,6 +137,10 @@ std::vector<float> decode_step(const Model& model, KvCache& cache, const std::ve
     };
     Tensor h = residual_out(attn, w.o, LinearRole::O, w.post_norm, x);
     Tensor hn = rms_norm_forward(h, nw(c.sandwich_norms ? w.pre_ffn_norm : w.post_norm), c.rms_norm_eps, nullptr);
+    if (c.is_moe_layer(l)) {  // Mixture-of-Experts: the training forward's sparse MLP
+      x = model.sparse_mlp(l, h, hn);
+      continue;
+    }
     Tensor g = linear_forward(hn, w.gate, nullptr, lora(LinearRole::Gate), nullptr);
     Tensor u = linear_forward(hn, w.up, nullptr, lora(LinearRole::Up), nullptr);
     Tensor m = c.hidden_act == GluActivation::GeluTanh ? geglu_forward(g, u) : swiglu_forward(g, u);

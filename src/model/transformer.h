@@ -266,6 +266,10 @@ class Model {
   double last_aux_loss() const { return moe_aux_.loss; }
   float router_aux_coef() const;
 
+  // Used by generation: a sparse layer's MLP for inference (no dropout, nothing kept): h + the
+  // experts' weighted sum of hn = rms_norm(h) (Mixture-of-Experts, transformer_moe.cpp).
+  Tensor sparse_mlp(int64_t layer, const Tensor& h, const Tensor& hn) const;
+
   // Used by generation: the layer's LoRA for inference (dropout off).
   const LoraWeights* lora_for(int64_t layer, LinearRole role, LoraWeights* storage) const;
 
@@ -297,7 +301,7 @@ class Model {
   void check_batch(const Batch& b) const;
   // A sparse layer's MLP (model/transformer_moe.cpp): out = h + Σ_j w_j · expert_j(hn), keeping its
   // activations in `a` when `keep`; backward writes dhn (=) and the experts' and router's gradients.
-  Tensor moe_forward(int64_t l, LayerActs& a, bool keep, bool train, uint64_t seed);
+  Tensor moe_forward(int64_t l, LayerActs& a, bool keep, bool train, uint64_t seed) const;
   void moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dhn, uint64_t seed);
   // Expert e's LoRA of projection p (0 gate, 1 up, 2 down) of layer l, its A and B views made in
   // A_e, B_e; null where the experts are not adapted.
@@ -331,7 +335,8 @@ class Model {
     Tensor grad;  // [E], undefined: no aux gradient
     double loss = 0.0;
     float scale = 1.0f;
-  } moe_aux_;
+  };
+  mutable MoeAux moe_aux_;  // the forward (a const pass at inference) gathers into it only while collect
 };
 
 }  // namespace bp

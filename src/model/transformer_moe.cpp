@@ -44,7 +44,14 @@ float Model::router_aux_coef() const {
   return options_.router_aux_loss_coef < 0 ? c.router_aux_loss_coef : options_.router_aux_loss_coef;
 }
 
-Tensor Model::moe_forward(int64_t l, LayerActs& a, bool keep, bool train, uint64_t seed) {
+Tensor Model::sparse_mlp(int64_t layer, const Tensor& h, const Tensor& hn) const {
+  LayerActs a;
+  a.h = h;
+  a.hn = hn;
+  return moe_forward(layer, a, false, false, 0);
+}
+
+Tensor Model::moe_forward(int64_t l, LayerActs& a, bool keep, bool train, uint64_t seed) const {
   const ModelConfig& c = weights_.config;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
   const int64_t E = c.num_experts, k = c.num_experts_per_tok, Fe = c.moe_intermediate_size, D = c.hidden_size;

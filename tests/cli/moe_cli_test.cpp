@@ -81,5 +81,19 @@ TEST(MoeCli, FullFineTuningLogsTheAuxLossAndAllLinearIsRefused) {
   EXPECT_NE(err.find("would include the router"), std::string::npos) << err;
 }
 
+// multi-run merges adapters between runs; the experts' LoRA is not merged yet: refused up front.
+TEST(MoeCli, MultiRunRefusesExpertLora) {
+  TempDir d;
+  const std::string model = write_moe_model(d.path);
+  std::string out;
+  const int rc = run_command(fmt::format("({} multi-run --device cpu --model {} --data {} --output {}/multi --runs 2 "
+                                         "--steps 1 --threads 1 --target-modules q_proj,gate_proj 2>&1)",
+                                         backprop_exe(), model, write_data(d.path), d.path),
+                             &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("CONFIG_INVALID_SETTING"), std::string::npos) << out;
+  EXPECT_NE(out.find("cannot be merged between runs yet"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace bp::test

@@ -252,3 +252,19 @@ TEST(GGUFMetadata, AFileThatIsNoGGUFFileIsReportedAsSuch) {
 
 }  // namespace
 }  // namespace bp
+
+namespace bp {
+namespace {
+
+// Mixture-of-Experts GGUF files (a Mixtral as `llama` with llama.expert_count, llama.cpp's qwen3moe)
+// are not read yet: refused naming the architecture, not loaded as a dense model without experts.
+TEST(GGUFMetadata, MixtureOfExpertsFilesAreRefusedNamingTheArchitecture) {
+  expect_refused(
+      {{"llama.expert_count", GGUFValue::u32(8)}},
+      {"general.architecture 'llama' is a Mixture-of-Experts model", "llama.expert_count = 8", "Hugging Face folders"});
+  expect_refused({{"general.architecture", GGUFValue::str("qwen3moe")}},
+                 {"general.architecture 'qwen3moe' is a Mixture-of-Experts model"});
+}
+
+}  // namespace
+}  // namespace bp

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "io/safetensors.h"
+#include "model/generate.h"
 #include "model/loader.h"
 #include "model/merge.h"
 #include "model/peft.h"
@@ -282,6 +283,31 @@ TEST(MoeLora, PeftFilesPerExpertRoundTripAndBadNames) {
       EXPECT_NE(std::string(e.what()).find("does not exist in"), std::string::npos) << e.what();
     }
   }
+}
+
+}  // namespace
+}  // namespace bp
+
+namespace bp {
+namespace {
+
+// Generation's KV-cache decode runs the same sparse MLP: the prompt's last logits, and one more token
+// decoded after it, equal the full forward's rows.
+TEST(MoeModel, DecodeStepMatchesTheFullForward) {
+  const ModelConfig cfg = ModelConfig::from_json(qwen3_moe_json(), "cfg");
+  Model model(init_random_weights(cfg, 5), ModelOptions{TrainMode::Frozen});
+  model.set_training(false);
+  const std::vector<int32_t> ids = {3, 17, 8, 22, 5, 39};
+  std::vector<int32_t> pos(ids.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  const std::vector<float> full =
+      model.logits(Tensor::from_vector(ids, {6}), Tensor::from_vector(pos, {6})).to_vector();
+  KvCache cache(cfg, 16);
+  const std::vector<float> prompt = decode_step(model, cache, {ids.begin(), ids.end() - 1});
+  const std::vector<float> next = decode_step(model, cache, {ids.back()});
+  const auto V = static_cast<size_t>(cfg.vocab_size);
+  EXPECT_TRUE(test::all_close(prompt, std::vector<float>(full.begin() + 4 * V, full.begin() + 5 * V), {1e-5, 1e-4}));
+  EXPECT_TRUE(test::all_close(next, std::vector<float>(full.begin() + 5 * V, full.end()), {1e-5, 1e-4}));
 }
 
 }  // namespace

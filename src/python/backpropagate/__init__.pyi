@@ -61,6 +61,7 @@ class Trainer:
         warmup_steps: Optional[int] = None,  # training.warmup_steps
         weight_decay: Optional[float] = None,  # training.weight_decay
         max_grad_norm: Optional[float] = None,  # training.max_grad_norm
+        router_aux_loss_coef: Optional[float] = None,  # training.router_aux_loss_coef
         max_seq_length: Optional[int] = None,  # training.max_seq_length
         gradient_checkpointing: Optional[str] = None,  # training.gradient_checkpointing
         matmul_dtype: Optional[str] = None,  # training.matmul_dtype
