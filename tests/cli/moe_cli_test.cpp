@@ -84,11 +84,11 @@ TEST(MoeCli, FullFineTuningLogsTheAuxLossAndAllLinearIsRefused) {
 // multi-run merges adapters between runs; the experts' LoRA is not merged yet: refused up front.
 TEST(MoeCli, MultiRunRefusesExpertLora) {
   TempDir d;
-  const std::string model = write_moe_model(d.path);
+  const std::string model = write_tiny_moe_model(d.path);
   std::string out;
   const int rc = run_command(fmt::format("({} multi-run --device cpu --model {} --data {} --output {}/multi --runs 2 "
                                          "--steps 1 --threads 1 --target-modules q_proj,gate_proj 2>&1)",
-                                         backprop_exe(), model, write_data(d.path), d.path),
+                                         backprop_exe(), model, write_moe_data(d.path), d.path),
                              &out);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("CONFIG_INVALID_SETTING"), std::string::npos) << out;
