@@ -72,6 +72,27 @@ std::vector<float> llama3_rope_factors(const RopeConfig& r) {
   return f;
 }
 
+// llama.cpp runs every layer of qwen3moe and of a llama with experts as a sparse block whose top-k
+// weights are renormalised (build_moe_ffn with norm_w true; no metadata says otherwise). A model
+// that differs would run differently there: refused, naming what differs.
+void check_moe_exportable(const ModelConfig& c) {
+  auto refuse = [&](const std::string& why) {
+    throw Error(ErrorCode::RUNTIME_GGUF_EXPORT_FAILED, fmt::format("[gguf] this {} {}", c.architecture_name, why))
+        .with_suggestion("Export it as a merged Hugging Face folder (--format merged) or a PEFT adapter instead.");
+  };
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    if (!c.is_moe_layer(l))
+      refuse(
+          fmt::format("has a dense MLP on layer {} (mlp_only_layers / decoder_sparse_step); llama.cpp's {} makes "
+                      "every layer a Mixture-of-Experts block and has no metadata for dense ones",
+                      l, arch_info(c.arch).gguf_arch));
+  if (!c.norm_topk_prob)
+    refuse(
+        fmt::format("has norm_topk_prob false; llama.cpp's {} always renormalises the top-{} router weights and "
+                    "has no metadata to turn that off",
+                    arch_info(c.arch).gguf_arch, c.num_experts_per_tok));
+}
+
 }  // namespace
 
 GGUFTensorSpec gguf_permuted_rows_spec(const std::string& name, const Tensor& t, GGMLType type, int64_t head_dim) {
@@ -136,6 +157,8 @@ const char* gguf_arch_name(Arch a) {
 GGMLType gguf_tensor_type(GGUFQuant q, const std::string& name, int64_t row_length, int n_dims, int layer, int n_layers,
                           bool tied) {
   if (n_dims < 2 || !ends_with(name, ".weight") || name.find("_norm.weight") != std::string::npos) return GGMLType::F32;
+  // A Mixture-of-Experts router stays f32 (convert_hf_to_gguf.py's FFN_GATE_INP; llama-quant never quantizes it).
+  if (ends_with(name, ".ffn_gate_inp.weight")) return GGMLType::F32;
   const GGMLType base = base_type(q);
   if (!ggml_is_quantized(base)) return base;
   GGMLType t = base;
@@ -146,7 +169,8 @@ GGMLType gguf_tensor_type(GGUFQuant q, const std::string& name, int64_t row_leng
     else if (base != GGMLType::Q8_0)
       t = GGMLType::Q6_K;
   } else if ((q == GGUFQuant::Q4_K_M || q == GGUFQuant::Q5_K_M) && layer >= 0 &&
-             (ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight")) &&
+             (ends_with(name, ".attn_v.weight") || ends_with(name, ".ffn_down.weight") ||
+              ends_with(name, ".ffn_down_exps.weight")) &&
              use_more_bits(layer, n_layers)) {
     t = GGMLType::Q6_K;
   }
@@ -168,11 +192,7 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
   const int n_layers = static_cast<int>(c.num_layers);
   BP_CHECK(static_cast<int64_t>(mw.layers.size()) == c.num_layers, "[gguf] {} layers of weights for num_layers {}",
            mw.layers.size(), c.num_layers);
-  if (c.is_moe())  // llama.cpp's ffn_*_exps layout and expert metadata are not written yet
-    throw Error(ErrorCode::RUNTIME_GGUF_EXPORT_FAILED,
-                fmt::format("[gguf] {} is a Mixture-of-Experts model: GGUF export of its experts is not supported yet",
-                            c.architecture_name))
-        .with_suggestion("Export it merged (--format merged) or as a PEFT adapter (--format peft).");
+  if (c.is_moe()) check_moe_exportable(c);
   w.set("general.architecture", GGUFValue::str(arch));
   w.set("general.name", GGUFValue::str(model_name));
   w.set("general.file_type", GGUFValue::u32(gguf_file_type(q)));
@@ -219,6 +239,13 @@ void add_model_to_gguf(GGUFWriter& w, const ModelWeights& mw, GGUFQuant q, const
     }
   }
 
+  // Mixture-of-Experts (convert_hf_to_gguf.py: TextModel's expert_count / expert_used_count,
+  // Qwen2MoeModel's expert_feed_forward_length; a Mixtral is LlamaModel with these keys).
+  if (c.is_moe()) {
+    w.set(arch + ".expert_count", u32(c.num_experts));
+    w.set(arch + ".expert_used_count", u32(c.num_experts_per_tok));
+    if (c.arch == Arch::Qwen3Moe) w.set(arch + ".expert_feed_forward_length", u32(c.moe_intermediate_size));
+  }
   if (c.arch == Arch::Phi3) {  // convert_hf_to_gguf.py Phi3MiniModel
     w.set(arch + ".attention.sliding_window", u32(c.sliding_window));
     if (c.rope.longrope) {

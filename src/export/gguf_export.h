@@ -7,6 +7,11 @@
 // blk.N.attn_norm/attn_q/attn_k/attn_v/attn_output/attn_q_norm/attn_k_norm/ffn_norm/ ffn_gate/ffn_up/ffn_down,
 // output_norm, output, rope_freqs for Llama-3 rope scaling). For the llama architecture the q/k rows are permuted back
 // to Meta's interleaved rotary layout, as llama.cpp's converter does: rows of each head [2, d/2] -> [d/2, 2].
+// Mixture-of-Experts (qwen3moe; Mixtral as llama): {arch}.expert_count, {arch}.expert_used_count
+// (qwen3moe also expert_feed_forward_length), the router blk.N.ffn_gate_inp.weight (always f32, as
+// llama.cpp keeps it) and the experts stacked as blk.N.ffn_{gate,up,down}_exps.weight, shape
+// [E, out, in] (ne [in, out, E]). llama.cpp has no dense layers in these and always renormalises the
+// top-k weights: a model with dense layers or norm_topk_prob false is RUNTIME_GGUF_EXPORT_FAILED.
 //
 // Quantization (--quantization): f32, f16, bf16 store every matrix in that type; q8_0, q4_0, q6_k,
 // q4_k_m and q5_k_m follow llama.cpp's llama-quantize mixtures (see gguf_tensor_type). 1-D tensors
@@ -38,8 +43,9 @@ const char* gguf_arch_name(Arch a);    // arch_info(a).gguf_arch: "llama", "qwen
 //   default: the ftype's base type (q4_k_m -> Q4_K, q5_k_m -> Q5_K, q6_k -> Q6_K, q8_0, q4_0);
 //   output.weight (token_embd.weight when tied): Q6_K unless the base is Q8_0 (Q8_0 when the row
 //     length is not a multiple of the base block);
-//   attn_v.weight and ffn_down.weight (q4_k_m, q5_k_m): Q6_K in the layers use_more_bits picks
+//   attn_v.weight and ffn_down(_exps).weight (q4_k_m, q5_k_m): Q6_K in the layers use_more_bits picks
 //     (first and last eighth, and every third in between);
+//   ffn_gate_inp.weight (a MoE router): F32;
 //   rows not a multiple of the block: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then F16.
 GGMLType gguf_tensor_type(GGUFQuant q, const std::string& name, int64_t row_length, int n_dims, int layer, int n_layers,
                           bool tied);

@@ -35,11 +35,6 @@ GGUFLoraResult export_gguf_lora(const LoraAdapter& given, const ModelConfig& bas
                 "[gguf-lora] a DoRA adapter cannot be a GGUF LoRA file: llama.cpp's adapters hold lora_a/lora_b "
                 "only, not DoRA's magnitudes")
         .with_suggestion("Export it merged (--format gguf or --format merged), which applies the magnitudes.");
-  if (base.is_moe())
-    throw Error(ErrorCode::RUNTIME_GGUF_EXPORT_FAILED,
-                fmt::format("[gguf-lora] {} is a Mixture-of-Experts model: a GGUF LoRA file of it is not supported yet",
-                            base.architecture_name))
-        .with_suggestion("Export the adapter as PEFT files (--format peft) or merged (--format merged).");
   BP_CHECK(static_cast<int64_t>(adapter.layers.size()) == base.num_layers,
            "[gguf-lora] the adapter has {} layers, the base {}", adapter.layers.size(), base.num_layers);
   const LoraConfig& lc = adapter.config;
@@ -80,6 +75,25 @@ GGUFLoraResult export_gguf_lora(const LoraAdapter& given, const ModelConfig& bas
         w.add_tensor(gguf_tensor_from(base_name + ".lora_b", b, type));
     }
   }
+  // Mixture-of-Experts: every expert's A and B of a projection, stacked as the experts are
+  // (A [E, r, in], B [E, out, r]: ne [in, r, E] and [r, out, E]) on blk.N.ffn_{gate,up,down}_exps,
+  // which llama.cpp applies per routed expert (build_lora_mm_id: mul_mat_id of lora_a, then lora_b,
+  // scaled by alpha / r like the others).
+  constexpr WeightRole kExpertRoles[3] = {WeightRole::ExpertGate, WeightRole::ExpertUp, WeightRole::ExpertDown};
+  for (size_t li = 0; li < adapter.layers.size(); ++li)
+    for (size_t p = 0; p < 3; ++p) {
+      const Tensor& a = adapter.layers[li].expert_A[p];
+      const Tensor& b = adapter.layers[li].expert_B[p];
+      if (!a.defined()) continue;
+      const std::string base_name = gguf_name(kExpertRoles[p], static_cast<int64_t>(li));
+      const Shape want = role_shape(base, kExpertRoles[p]);  // [E, out, in]
+      BP_CHECK(a.rank() == 3 && b.rank() == 3 && a.dim(0) == want[0] && b.dim(0) == want[0] && a.dim(1) == b.dim(2) &&
+                   a.dim(2) == want[2] && b.dim(1) == want[1],
+               "[gguf-lora] {}: expert lora_A {} and lora_B {} do not fit the experts {}", base_name, a.describe(),
+               b.describe(), want.str());
+      w.add_tensor(gguf_tensor_from(base_name + ".lora_a", a, type));
+      w.add_tensor(gguf_tensor_from(base_name + ".lora_b", b, type));
+    }
   w.write(path);
   GGUFLoraResult r;
   r.path = path;

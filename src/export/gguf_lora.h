@@ -6,7 +6,10 @@
 //             general.name, general.file_type (0 f32, 1 f16)
 //   tensors   for every adapted projection W of block N, named after the base tensor
 //             (blk.N.attn_q.weight, ...): "<name>.lora_a" = PEFT's lora_A [r, in] (ne = {in, r}) and
-//             "<name>.lora_b" = lora_B [out, r] (ne = {r, out}), in f32 or f16.
+//             "<name>.lora_b" = lora_B [out, r] (ne = {r, out}), in f32 or f16; a Mixture-of-Experts
+//             layer's expert LoRA on the stacked experts (blk.N.ffn_{gate,up,down}_exps.weight):
+//             every expert's A and B stacked, [E, r, in] and [E, out, r] (ne {in, r, E}, {r, out, E}),
+//             which llama.cpp applies to each token's routed experts (build_lora_mm_id).
 // llama.cpp scales the product by alpha / r (r = lora_a's ne[1]); an rsLoRA adapter (scale
 // alpha / sqrt(r)) is written with alpha·sqrt(r) so the scale is the same. For the llama
 // architecture the base export permutes q/k rows into Meta's interleaved rotary order

@@ -125,27 +125,66 @@ void gemma_config_from_gguf(const GGUFReader& r, const std::string& path, const 
   }
 }
 
+// Mixture-of-Experts in llama.cpp (llama-arch.cpp, models/qwen3moe.cpp, convert_hf_to_gguf.py):
+// {arch}.expert_count and {arch}.expert_used_count; qwen3moe's expert width is
+// expert_feed_forward_length (llama.cpp's fallback: feed_forward_length / expert_used_count); a
+// llama file with experts is a Mixtral (experts of feed_forward_length). llama.cpp makes every
+// layer sparse and always renormalises the top-k weights (norm_topk_prob true). A router tensor
+// without expert_count, or counts out of range, is refused naming the key; the tensors' shapes are
+// checked against these when the weights load (model/loader_gguf.cpp).
+void moe_config_from_gguf(const GGUFReader& r, const std::string& path, const std::string& arch, json& c) {
+  const std::string count_key = arch + ".expert_count", used_key = arch + ".expert_used_count";
+  const std::optional<int64_t> experts = r.get_int(count_key);
+  const bool router = r.find_tensor("blk.0.ffn_gate_inp.weight") != nullptr;
+  if (arch != "qwen3moe" && (!experts || *experts == 0)) {
+    if (router)
+      fail(path, fmt::format("tensor blk.0.ffn_gate_inp.weight (a Mixture-of-Experts router) is present but metadata "
+                             "{} is {}",
+                             count_key, experts ? "0" : "missing"));
+    return;
+  }
+  if (arch != "qwen3moe" && arch != "llama")
+    fail(path, fmt::format("metadata {} is {}: backprop reads Mixture-of-Experts GGUF files of qwen3moe and llama "
+                           "(Mixtral) only",
+                           count_key, *experts));
+  if (!experts || *experts < 1)
+    fail(path, fmt::format("metadata {} is {}; a Mixture-of-Experts model needs at least 1 expert", count_key,
+                           experts ? std::to_string(*experts) : std::string("missing")));
+  const std::optional<int64_t> used = r.get_int(used_key);
+  if (!used || *used < 1 || *used > *experts)
+    fail(path, fmt::format("metadata {} is {}; it must be in [1, {} = {}]", used_key,
+                           used ? std::to_string(*used) : std::string("missing"), count_key, *experts));
+  c["num_experts_per_tok"] = *used;
+  if (arch == "qwen3moe") {
+    const std::string ff_key = arch + ".expert_feed_forward_length";
+    const std::optional<int64_t> ff = r.get_int(ff_key);
+    if (ff && *ff < 1) fail(path, fmt::format("metadata {} is {}; it must be at least 1", ff_key, *ff));
+    const int64_t width = ff ? *ff : c["intermediate_size"].get<int64_t>() / *used;
+    if (width < 1)
+      fail(path, fmt::format("metadata {} is missing and feed_forward_length / expert_used_count is 0", ff_key));
+    c["num_experts"] = *experts;
+    c["moe_intermediate_size"] = width;
+    c["norm_topk_prob"] = true;
+  } else {  // a window made add_sliding_window call it Mistral: Mixtral has the same key
+    c["architectures"] = {"MixtralForCausalLM"};
+    c["model_type"] = "mixtral";
+    c["num_local_experts"] = *experts;
+  }
+}
+
 json config_from_gguf(const GGUFReader& r, const std::string& path) {
   const std::string arch = r.get_string("general.architecture").value_or("");
   static const std::map<std::string, std::pair<std::string, std::string>> kArch = {
-      {"llama", {"LlamaForCausalLM", "llama"}},        {"qwen2", {"Qwen2ForCausalLM", "qwen2"}},
-      {"qwen3", {"Qwen3ForCausalLM", "qwen3"}},        {"phi3", {"Phi3ForCausalLM", "phi3"}},
-      {"smollm3", {"SmolLM3ForCausalLM", "smollm3"}},  {"gemma2", {"Gemma2ForCausalLM", "gemma2"}},
-      {"gemma3", {"Gemma3ForCausalLM", "gemma3_text"}}};
-  // Mixture-of-Experts GGUF files (llama.cpp's qwen3moe, or a Mixtral as `llama` with expert_count
-  // and ffn_*_exps tensors) are not read yet: the HF folder is (model/weights.h).
-  const std::optional<int64_t> experts = r.get_int(arch + ".expert_count");
-  if (arch == "qwen3moe" || (experts && *experts > 0) || r.find_tensor("blk.0.ffn_gate_inp.weight"))
-    fail(path, fmt::format("general.architecture '{}' is a Mixture-of-Experts model ({}.expert_count = {}, router and "
-                           "expert tensors); backprop reads Qwen3-MoE and Mixtral from Hugging Face folders, not from "
-                           "GGUF yet: pass the model's safetensors folder or hub name",
-                           arch, arch, experts ? std::to_string(*experts) : std::string("missing")));
+      {"llama", {"LlamaForCausalLM", "llama"}},         {"qwen2", {"Qwen2ForCausalLM", "qwen2"}},
+      {"qwen3", {"Qwen3ForCausalLM", "qwen3"}},         {"phi3", {"Phi3ForCausalLM", "phi3"}},
+      {"smollm3", {"SmolLM3ForCausalLM", "smollm3"}},   {"gemma2", {"Gemma2ForCausalLM", "gemma2"}},
+      {"gemma3", {"Gemma3ForCausalLM", "gemma3_text"}}, {"qwen3moe", {"Qwen3MoeForCausalLM", "qwen3_moe"}}};
   auto it = kArch.find(arch);
   if (it == kArch.end())
     fail(path,
          fmt::format(
-             "general.architecture is '{}'; backprop reads llama, qwen2, qwen3, phi3, smollm3, gemma2 and gemma3 GGUF "
-             "files",
+             "general.architecture is '{}'; backprop reads llama (Mixtral too), qwen2, qwen3, qwen3moe, phi3, smollm3, "
+             "gemma2 and gemma3 GGUF files",
              arch));
   // Every size is checked before any arithmetic uses it (a head count of 0 once divided by zero).
   auto size = [&](const std::string& key, std::optional<int64_t> fallback) {
@@ -210,6 +249,7 @@ json config_from_gguf(const GGUFReader& r, const std::string& path) {
   // llama.cpp's smollm3 takes RoPE off every 4th layer (n_no_rope_layer_step = 4), with no key for it.
   if (arch == "smollm3") c["no_rope_layer_interval"] = 4;
   if (arch == "gemma2" || arch == "gemma3") gemma_config_from_gguf(r, path, arch, c);
+  moe_config_from_gguf(r, path, arch, c);
   return c;
 }
 

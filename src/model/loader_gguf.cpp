@@ -1,6 +1,8 @@
 // GGUF weights into ModelWeights (see loader_gguf.h).
 #include "model/loader_gguf.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <span>
 
@@ -57,6 +59,17 @@ ModelWeights load_gguf_weights(const ModelConfig& cfg, const std::string& gguf_p
     const Shape shape = role_shape(cfg, role);
     const Shape file_shape = fused ? fused_shape(cfg, *fused) : shape;
     const int64_t row0 = fused ? fused_rows(cfg, role).first : 0;  // the member's first row in the file
+    // A router or stacked experts must agree with the expert metadata dimension by dimension (a
+    // transposed or wrongly counted stack has the same number of values).
+    if (is_moe_role(role) && t->shape != shape.vec())
+      throw Error(
+          ErrorCode::DEP_MODEL_LOAD_FAILED,
+          fmt::format("[model] {}: tensor '{}' has shape [{}]; {}.expert_count = {}{} with embedding_length {} "
+                      "need [{}]",
+                      gguf_path, name, fmt::join(t->shape, ", "), arch, cfg.num_experts,
+                      role == WeightRole::Router ? std::string()
+                                                 : fmt::format(" and an expert width of {}", cfg.moe_intermediate_size),
+                      cfg.hidden_size, fmt::join(shape.vec(), ", ")));
     if (t->numel() != file_shape.numel())
       throw Error(ErrorCode::DEP_MODEL_LOAD_FAILED,
                   fmt::format("[model] {}: tensor '{}' has {} values, the config needs {} ({})", gguf_path, name,

@@ -1,6 +1,9 @@
 // Mixture-of-Experts front-ends: shape/dtype checks and dispatch to backend/cpu/moe.cpp. Contract: ops/moe.h.
 #include "ops/moe.h"
 
+#include <string>
+#include <vector>
+
 #include "ops/op_checks.h"
 
 namespace bp {
@@ -45,13 +48,18 @@ void moe_route_backward(const Tensor& logits, const Tensor& expert_ids, const Te
 MoeDispatch moe_sort(const Tensor& expert_ids, int64_t num_experts) {
   ops::require_tensor(kOp, "expert_ids", expert_ids, DType::I32, 2);
   const int64_t T = expert_ids.dim(0), k = expert_ids.dim(1);
-  std::vector<int32_t> staging;
-  const int32_t* ids = ops::host_ints(expert_ids, staging);
-  for (int64_t a = 0; a < T * k; ++a)
-    if (ids[a] < 0 || ids[a] >= num_experts)
-      throw Error(ErrorCode::RUNTIME_INTERNAL,
-                  fmt::format("[{}] expert id {} at assignment {} is outside [0, {})", kOp, ids[a], a, num_experts));
+  auto out_of_range = [&](const std::string& what) {
+    return Error(ErrorCode::RUNTIME_INTERNAL, fmt::format("[{}] {} outside [0, {})", kOp, what, num_experts));
+  };
   const Device dev = expert_ids.device();
+  // On the CPU the ids are checked before the counting sort indexes by them; a device's kernel
+  // counts only ids in range, so offsets[E] < T·k (read back below) says one was not.
+  if (dev.type == DeviceType::CPU) {
+    const int32_t* ids = expert_ids.data<int32_t>();
+    for (int64_t a = 0; a < T * k; ++a)
+      if (ids[a] < 0 || ids[a] >= num_experts)
+        throw out_of_range(fmt::format("expert id {} at assignment {} is", ids[a], a));
+  }
   MoeDispatch d{Tensor::empty({num_experts + 1}, DType::I32, dev),
                 Tensor::empty({T * k}, DType::I32, dev),
                 Tensor::empty({T * k}, DType::I32, dev),
@@ -59,9 +67,12 @@ MoeDispatch moe_sort(const Tensor& expert_ids, int64_t num_experts) {
   ops::kernels(expert_ids)
       .moe_sort(expert_ids.kernel_data<int32_t>(), T, k, num_experts, d.offsets.kernel_data<int32_t>(),
                 d.row_token.kernel_data<int32_t>(), d.slot_of.kernel_data<int32_t>());
+  // The host's per-expert GEMM loop reads the offsets: one copy of E + 1 ints from a device.
   std::vector<int32_t> off_staging;
   const int32_t* off = ops::host_ints(d.offsets, off_staging);
   d.host_offsets.assign(off, off + num_experts + 1);
+  if (d.host_offsets.back() != T * k)
+    throw out_of_range(fmt::format("{} of the {} expert ids are", T * k - d.host_offsets.back(), T * k));
   return d;
 }
 

@@ -16,9 +16,10 @@
 // its gradient flowing only through P (counts come from a top-k): d aux / d p_te = E · count_e / N²
 // =: g_e for every token, which moe_route_backward folds into the router logits' gradient.
 //
-// All float tensors f32, indices i32. CPU kernels in backend/cpu/moe.cpp; no CUDA kernels yet: a
-// CUDA tensor is refused by the dispatch (RUNTIME_NOT_BUILT_WITH_CUDA / "no CUDA kernel yet" naming
-// the kernel; backend/cuda/kernel_gaps.h lists them).
+// All float tensors f32, indices i32. CPU kernels in backend/cpu/moe.cpp, CUDA kernels in
+// backend/cuda/moe.cuh (deterministic: the same expert choices and the same stable sort as the
+// CPU's). moe_sort fills host_offsets for the host's per-expert GEMM loop: on a device, one copy of
+// E + 1 ints back, which also checks every id was in range (offsets[E] = T·k).
 #pragma once
 
 #include <cstdint>

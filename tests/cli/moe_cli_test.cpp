@@ -15,50 +15,12 @@
 #include "model/loader.h"
 #include "model/merge.h"
 #include "model/peft.h"
+#include "moe_cli_util.h"
 #include "support/lora_test_util.h"
 #include "support/test_util.h"
 
 namespace bp::test {
 namespace {
-
-std::string stories_dir() {
-  return shared_dir() + "/models/stories260K";
-}
-
-// A random Qwen3-MoE model with stories260K's vocabulary and tokenizer, saved as an HF folder.
-std::string write_moe_model(const std::string& dir) {
-  const nlohmann::json j = {{"architectures", {"Qwen3MoeForCausalLM"}},
-                            {"vocab_size", 512},
-                            {"hidden_size", 64},
-                            {"intermediate_size", 96},
-                            {"moe_intermediate_size", 32},
-                            {"num_experts", 4},
-                            {"num_experts_per_tok", 2},
-                            {"norm_topk_prob", true},
-                            {"mlp_only_layers", {1}},
-                            {"num_hidden_layers", 3},
-                            {"num_attention_heads", 4},
-                            {"num_key_value_heads", 2},
-                            {"head_dim", 16},
-                            {"max_position_embeddings", 512},
-                            {"initializer_range", 0.1},
-                            {"bos_token_id", 1},
-                            {"eos_token_id", 2},
-                            {"tie_word_embeddings", false},
-                            {"torch_dtype", "float32"}};
-  const std::string model = dir + "/moe";
-  SaveModelOptions o;
-  o.copy_files_from = stories_dir();
-  save_hf_model(init_random_weights(ModelConfig::from_json(j, "tiny moe"), 7), model, o);
-  return model;
-}
-
-std::string write_data(const std::string& dir) {
-  const std::string data = dir + "/data.jsonl";
-  std::ofstream f(data);
-  for (int i = 0; i < 8; ++i) f << "{\"text\": \"Lily had a red ball. Tom liked it. They played in the sun.\"}\n";
-  return data;
-}
 
 std::vector<nlohmann::json> step_records(const std::string& run) {
   std::vector<nlohmann::json> steps;
@@ -70,24 +32,12 @@ std::vector<nlohmann::json> step_records(const std::string& run) {
   return steps;
 }
 
-std::string train(const std::string& dir, const std::string& model, const std::string& flags, std::string* out) {
-  const int rc = run_command(fmt::format("({} train --device cpu --json --model {} --data {} --output {}/runs "
-                                         "--batch-size 4 --threads 1 --lr 0.02 {} 2>&1)",
-                                         backprop_exe(), model, write_data(dir), dir, flags),
-                             out);
-  if (rc != 0) return "";
-  const size_t brace = out->rfind("\n{");
-  return nlohmann::json::parse(brace == std::string::npos ? *out : out->substr(brace + 1))
-      .at("output_dir")
-      .get<std::string>();
-}
-
 TEST(MoeCli, LoraOnAttentionAndExpertsTrainsSavesAndMergesToTheSameLogits) {
   TempDir d;
-  const std::string model = write_moe_model(d.path);
+  const std::string model = write_tiny_moe_model(d.path);
   std::string out;
-  const std::string run =
-      train(d.path, model, "--steps 6 --target-modules q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", &out);
+  const std::string run = moe_train(
+      d.path, model, "--steps 6 --target-modules q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj", &out);
   ASSERT_FALSE(run.empty()) << out;
   const auto steps = step_records(run);
   ASSERT_EQ(steps.size(), 6u);
@@ -117,16 +67,16 @@ TEST(MoeCli, LoraOnAttentionAndExpertsTrainsSavesAndMergesToTheSameLogits) {
 
 TEST(MoeCli, FullFineTuningLogsTheAuxLossAndAllLinearIsRefused) {
   TempDir d;
-  const std::string model = write_moe_model(d.path);
+  const std::string model = write_tiny_moe_model(d.path);
   std::string out;
-  const std::string run = train(d.path, model, "--steps 3 --mode full --router-aux-loss-coef 0.01", &out);
+  const std::string run = moe_train(d.path, model, "--steps 3 --mode full --router-aux-loss-coef 0.01", &out);
   ASSERT_FALSE(run.empty()) << out;
   const auto steps = step_records(run);
   ASSERT_EQ(steps.size(), 3u);
   for (const auto& s : steps) EXPECT_GT(s.at("aux_loss").get<double>(), 0.5) << s.dump();
   // all-linear (the default) would take the router too (PEFT's mlp.gate is a linear module): refused.
   std::string err;
-  EXPECT_TRUE(train(d.path, model, "--steps 1", &err).empty());
+  EXPECT_TRUE(moe_train(d.path, model, "--steps 1", &err).empty());
   EXPECT_NE(err.find("CONFIG_INVALID_SETTING"), std::string::npos) << err;
   EXPECT_NE(err.find("would include the router"), std::string::npos) << err;
 }
@@ -134,11 +84,11 @@ TEST(MoeCli, FullFineTuningLogsTheAuxLossAndAllLinearIsRefused) {
 // multi-run merges adapters between runs; the experts' LoRA is not merged yet: refused up front.
 TEST(MoeCli, MultiRunRefusesExpertLora) {
   TempDir d;
-  const std::string model = write_moe_model(d.path);
+  const std::string model = write_tiny_moe_model(d.path);
   std::string out;
   const int rc = run_command(fmt::format("({} multi-run --device cpu --model {} --data {} --output {}/multi --runs 2 "
                                          "--steps 1 --threads 1 --target-modules q_proj,gate_proj 2>&1)",
-                                         backprop_exe(), model, write_data(d.path), d.path),
+                                         backprop_exe(), model, write_moe_data(d.path), d.path),
                              &out);
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("CONFIG_INVALID_SETTING"), std::string::npos) << out;

@@ -16,6 +16,7 @@
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
+#include "ops/moe.h"
 #include "ops/optim.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"
@@ -359,6 +360,63 @@ inline void attention(Tolerance tol) {
     expect_same(dkg, dk, "attention dk", widen(tol));
     expect_same(dvg, dv, "attention dv", widen(tol));
   }
+}
+
+// Mixture-of-Experts (ops/moe.h): routing forward/backward with the auxiliary gradient, the sort
+// (offsets, rows, slots and the host's copy of the offsets), gather/scatter and their backwards, and
+// the load-balancing statistics, over the front-ends on device tensors against the CPU. The expert
+// choices and the sort are integers: exactly the CPU's.
+inline void moe(Tolerance tol) {
+  auto ints = [](const Tensor& t) {
+    const Tensor h = t.to(Device{DeviceType::CPU, 0});
+    return std::vector<int32_t>(h.data<int32_t>(), h.data<int32_t>() + h.numel());
+  };
+  struct Case {
+    int64_t T, E, k, D;
+    bool renorm;
+  };
+  for (const Case& c : {Case{1, 1, 1, 3, true}, Case{37, 7, 3, 33, false}, Case{131, 129, 8, 17, true}}) {
+    const std::string at = " T=" + std::to_string(c.T) + " E=" + std::to_string(c.E);
+    Tensor logits = random_tensor({c.T, c.E}, 70 + c.T, -3.0f, 3.0f), x = random_tensor({c.T, c.D}, 71);
+    Tensor dw = random_tensor({c.T, c.k}, 72), aux = random_tensor({c.E}, 73, 0.0f, 0.1f);
+    const MoeRouting r = moe_route_forward(logits, c.k, c.renorm);
+    const MoeRouting rg = moe_route_forward(gpu(logits), c.k, c.renorm);
+    EXPECT_EQ(ints(rg.expert_ids), ints(r.expert_ids)) << "expert ids" << at;
+    expect_same(rg.weights, r.weights, "router weights" + at, tol);
+    Tensor dl = Tensor::empty({c.T, c.E}), dlg = Tensor::empty({c.T, c.E}, DType::F32, kGpu);
+    Tensor auxg = gpu(aux), dwg = gpu(dw);
+    moe_route_backward(logits, r.expert_ids, dw, &aux, c.renorm, dl);
+    moe_route_backward(gpu(logits), rg.expert_ids, dwg, &auxg, c.renorm, dlg);
+    expect_same(dlg, dl, "router dlogits" + at, tol);
+    const MoeDispatch d = moe_sort(r.expert_ids, c.E), dg = moe_sort(rg.expert_ids, c.E);
+    EXPECT_EQ(dg.host_offsets, d.host_offsets) << at;
+    EXPECT_EQ(ints(dg.offsets), d.host_offsets) << at;
+    EXPECT_EQ(ints(dg.row_token), ints(d.row_token)) << at;
+    EXPECT_EQ(ints(dg.slot_of), ints(d.slot_of)) << at;
+    const Tensor xs = moe_gather_forward(x, d), xsg = moe_gather_forward(gpu(x), dg);
+    expect_same(xsg, xs, "gathered rows" + at, Tolerance{0, 0});
+    Tensor dx = random_tensor({c.T, c.D}, 74), dxg = gpu(dx), ys = random_tensor({c.T * c.k, c.D}, 75);
+    moe_gather_backward(ys, d, dx), moe_gather_backward(gpu(ys), dg, dxg);
+    expect_same(dxg, dx, "gather dx" + at, tol);
+    Tensor out = random_tensor({c.T, c.D}, 76), outg = gpu(out);
+    moe_scatter_forward(ys, r.weights, d, out), moe_scatter_forward(gpu(ys), rg.weights, dg, outg);
+    expect_same(outg, out, "scatter out" + at, tol);
+    Tensor dys = Tensor::empty({c.T * c.k, c.D}), dysg = Tensor::empty({c.T * c.k, c.D}, DType::F32, kGpu);
+    Tensor dwt = Tensor::empty({c.T, c.k}), dwtg = Tensor::empty({c.T, c.k}, DType::F32, kGpu);
+    moe_scatter_backward(x, ys, r.weights, d, dys, dwt);
+    moe_scatter_backward(gpu(x), gpu(ys), rg.weights, dg, dysg, dwtg);
+    expect_same(dysg, dys, "scatter dys" + at, tol);
+    expect_same(dwtg, dwt, "scatter dweights" + at, widen(tol));
+    Tensor counts = Tensor::zeros({c.E}), probs = Tensor::zeros({c.E});
+    Tensor countsg = gpu(counts), probsg = gpu(probs);
+    moe_aux_accumulate(logits, r.expert_ids, counts, probs);
+    moe_aux_accumulate(gpu(logits), rg.expert_ids, countsg, probsg);
+    expect_same(countsg, counts, "aux counts" + at, Tolerance{0, 0});
+    expect_same(probsg, probs, "aux prob_sum" + at, widen(tol));
+  }
+  // An expert id out of range on the device: the sort's offsets say so (RUNTIME_INTERNAL).
+  Tensor bad = gpu(Tensor::from_vector(std::vector<int32_t>{0, 1, 4, 2}, {2, 2}));
+  EXPECT_EQ(code_of([&] { moe_sort(bad, 4); }), ErrorCode::RUNTIME_INTERNAL);
 }
 
 }  // namespace bp::test::parity

@@ -28,6 +28,11 @@ constexpr Tolerance kDeviceTol{1e-5, 1e-4};
     }                                                                                      \
   } while (0)
 
+TEST(CudaDeviceDispatch, MixtureOfExpertsOpsMatchCpu) {
+  BP_NEED_DEVICE_TABLE();
+  parity::moe(kDeviceTol);
+}
+
 TEST(CudaDeviceDispatch, ElementwiseMatchesCpu) {
   BP_NEED_DEVICE_TABLE();
   parity::elementwise(kDeviceTol);

@@ -256,14 +256,13 @@ TEST(GGUFMetadata, AFileThatIsNoGGUFFileIsReportedAsSuch) {
 namespace bp {
 namespace {
 
-// Mixture-of-Experts GGUF files (a Mixtral as `llama` with llama.expert_count, llama.cpp's qwen3moe)
-// are not read yet: refused naming the architecture, not loaded as a dense model without experts.
-TEST(GGUFMetadata, MixtureOfExpertsFilesAreRefusedNamingTheArchitecture) {
-  expect_refused(
-      {{"llama.expert_count", GGUFValue::u32(8)}},
-      {"general.architecture 'llama' is a Mixture-of-Experts model", "llama.expert_count = 8", "Hugging Face folders"});
-  expect_refused({{"general.architecture", GGUFValue::str("qwen3moe")}},
-                 {"general.architecture 'qwen3moe' is a Mixture-of-Experts model"});
+// Mixture-of-Experts GGUF files are read (tests/export/gguf_moe_test.cpp); expert metadata that is
+// incomplete is refused naming the key, never loaded as a dense model without experts.
+TEST(GGUFMetadata, IncompleteExpertMetadataIsRefusedNamingTheKey) {
+  expect_refused({{"llama.expert_count", GGUFValue::u32(8)}},
+                 {"metadata llama.expert_used_count is missing", "llama.expert_count = 8"});
+  expect_refused({{"llama.expert_count", GGUFValue::u32(8)}, {"llama.expert_used_count", GGUFValue::u32(9)}},
+                 {"llama.expert_used_count is 9", "[1, llama.expert_count = 8]"});
 }
 
 }  // namespace

@@ -141,4 +141,22 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
                         const int32_t* cu_seqlens, const AttentionDims& dims, float* delta, T* dq, T* dk, T* dv,
                         bf16* dv16, cudaStream_t stream);
 
+// Mixture-of-Experts (moe.cuh; contract ops/moe.h). moe_aux_accumulate's stats: 2·T floats of scratch.
+void moe_route_forward(const float* logits, int64_t T, int64_t E, int64_t k, bool renormalize, int32_t* expert_ids,
+                       float* weights, cudaStream_t stream);
+void moe_route_backward(const float* logits, const int32_t* expert_ids, const float* dweights, const float* aux_grad,
+                        int64_t T, int64_t E, int64_t k, bool renormalize, float* dlogits, cudaStream_t stream);
+void moe_sort(const int32_t* expert_ids, int64_t T, int64_t k, int64_t E, int32_t* offsets, int32_t* row_token,
+              int32_t* slot_of, cudaStream_t stream);
+void moe_gather_forward(const float* x, const int32_t* row_token, int64_t rows, int64_t D, float* xs,
+                        cudaStream_t stream);
+void moe_gather_backward(const float* dxs, const int32_t* slot_of, int64_t T, int64_t k, int64_t D, float* dx,
+                         cudaStream_t stream);
+void moe_scatter_forward(const float* ys, const float* weights, const int32_t* slot_of, int64_t T, int64_t k, int64_t D,
+                         float* out, cudaStream_t stream);
+void moe_scatter_backward(const float* dout, const float* ys, const float* weights, const int32_t* slot_of, int64_t T,
+                          int64_t k, int64_t D, float* dys, float* dweights, cudaStream_t stream);
+void moe_aux_accumulate(const float* logits, const int32_t* expert_ids, int64_t T, int64_t E, int64_t k, float* counts,
+                        float* prob_sum, float* stats, cudaStream_t stream);
+
 }  // namespace bp::cuda

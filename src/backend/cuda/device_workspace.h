@@ -152,4 +152,9 @@ inline size_t cross_entropy_head_bytes(DType head, bool f16_card, int64_t T, int
   return cross_entropy_held_bytes(T, D, V, chunk);
 }
 
+// moe_aux_accumulate (moe.cuh): each token's softmax max and 1/Σexp, 2·T floats, for the call.
+inline size_t moe_aux_accumulate_bytes(int64_t T) {
+  return static_cast<size_t>(std::max<int64_t>(2 * T, 1)) * sizeof(float);
+}
+
 }  // namespace bp::cuda_workspace

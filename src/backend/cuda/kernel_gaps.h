@@ -9,17 +9,9 @@
 namespace bp::cuda_gaps {
 
 struct KernelGaps {
-  // A kernel added to kernels.inc before its CUDA version exists gets a line here:
+  // Empty: every kernel of ops/kernels.inc has a CUDA wrapper. A kernel added to kernels.inc
+  // before its CUDA version exists gets a line here:
   //   static constexpr std::nullptr_t <kernel name> = nullptr;
-  // The Mixture-of-Experts ops (ops/moe.h): CPU only so far.
-  static constexpr std::nullptr_t moe_route_forward = nullptr;
-  static constexpr std::nullptr_t moe_route_backward = nullptr;
-  static constexpr std::nullptr_t moe_sort = nullptr;
-  static constexpr std::nullptr_t moe_gather_forward = nullptr;
-  static constexpr std::nullptr_t moe_gather_backward = nullptr;
-  static constexpr std::nullptr_t moe_scatter_forward = nullptr;
-  static constexpr std::nullptr_t moe_scatter_backward = nullptr;
-  static constexpr std::nullptr_t moe_aux_accumulate = nullptr;
 };
 
 }  // namespace bp::cuda_gaps

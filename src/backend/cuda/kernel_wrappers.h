@@ -365,6 +365,51 @@ struct KernelWrappers : cuda_gaps::KernelGaps {
     }
   }
 
+  // ---- Mixture-of-Experts (moe.cuh) ----
+  static void moe_route_forward(const float* logits, int64_t T, int64_t E, int64_t k, bool renormalize,
+                                int32_t* expert_ids, float* weights) {
+    ::bp::BP_WRAP_NS::moe_route_forward(logits, T, E, k, renormalize, expert_ids, weights, nullptr);
+    check_launch("moe_route_forward");
+  }
+  static void moe_route_backward(const float* logits, const int32_t* expert_ids, const float* dweights,
+                                 const float* aux_grad, int64_t T, int64_t E, int64_t k, bool renormalize,
+                                 float* dlogits) {
+    ::bp::BP_WRAP_NS::moe_route_backward(logits, expert_ids, dweights, aux_grad, T, E, k, renormalize, dlogits,
+                                         nullptr);
+    check_launch("moe_route_backward");
+  }
+  static void moe_sort(const int32_t* expert_ids, int64_t T, int64_t k, int64_t E, int32_t* offsets, int32_t* row_token,
+                       int32_t* slot_of) {
+    ::bp::BP_WRAP_NS::moe_sort(expert_ids, T, k, E, offsets, row_token, slot_of, nullptr);
+    check_launch("moe_sort");
+  }
+  static void moe_gather_forward(const float* x, const int32_t* row_token, int64_t rows, int64_t D, float* xs) {
+    ::bp::BP_WRAP_NS::moe_gather_forward(x, row_token, rows, D, xs, nullptr);
+    check_launch("moe_gather_forward");
+  }
+  static void moe_gather_backward(const float* dxs, const int32_t* slot_of, int64_t T, int64_t k, int64_t D,
+                                  float* dx) {
+    ::bp::BP_WRAP_NS::moe_gather_backward(dxs, slot_of, T, k, D, dx, nullptr);
+    check_launch("moe_gather_backward");
+  }
+  static void moe_scatter_forward(const float* ys, const float* weights, const int32_t* slot_of, int64_t T, int64_t k,
+                                  int64_t D, float* out) {
+    ::bp::BP_WRAP_NS::moe_scatter_forward(ys, weights, slot_of, T, k, D, out, nullptr);
+    check_launch("moe_scatter_forward");
+  }
+  static void moe_scatter_backward(const float* dout, const float* ys, const float* weights, const int32_t* slot_of,
+                                   int64_t T, int64_t k, int64_t D, float* dys, float* dweights) {
+    ::bp::BP_WRAP_NS::moe_scatter_backward(dout, ys, weights, slot_of, T, k, D, dys, dweights, nullptr);
+    check_launch("moe_scatter_backward");
+  }
+  // The rows' softmax statistics (2·T floats) in workspace for the call.
+  static void moe_aux_accumulate(const float* logits, const int32_t* expert_ids, int64_t T, int64_t E, int64_t k,
+                                 float* counts, float* prob_sum) {
+    DeviceBuffer stats(cuda_workspace::moe_aux_accumulate_bytes(T));
+    ::bp::BP_WRAP_NS::moe_aux_accumulate(logits, expert_ids, T, E, k, counts, prob_sum, stats.as<float>(), nullptr);
+    check_launch("moe_aux_accumulate");
+  }
+
   // ---- embedding ----
   static void embedding_forward(const int32_t* ids, const float* table, float* y, int64_t T, int64_t D) {
     ::bp::BP_WRAP_NS::embedding_forward<float>(ids, table, y, T, D, nullptr);

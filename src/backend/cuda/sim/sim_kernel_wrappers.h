@@ -10,6 +10,7 @@
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/embedding.cuh"
 #include "backend/cuda/lora_dropout.cuh"
+#include "backend/cuda/moe.cuh"
 #include "backend/cuda/optim.cuh"
 #include "backend/cuda/rms_norm.cuh"
 #include "backend/cuda/rope.cuh"
