@@ -238,20 +238,23 @@ std::string describe_cpu_gemms(bool frozen_bf16) {
     switch (c.held_bf16) {
       case HeldBf16Path::OneDnn:
         s = fmt::format(
-            "GEMMs against weights held in bf16 (a bf16 base and a head tied to it, --matmul-dtype bf16 copies): bf16 inputs, f32 "
+            "GEMMs against weights held in bf16 (a bf16 base and a head tied to it, --matmul-dtype bf16 copies): bf16 "
+            "inputs, f32 "
             "accumulate, oneDNN {} ({}); ",
             onednn_version(), c.reason);
         break;
       case HeldBf16Path::Bf16Sgemm:
         s = fmt::format(
-            "GEMMs against weights held in bf16 (a bf16 base and a head tied to it, --matmul-dtype bf16 copies): bf16 inputs (x rounded, "
+            "GEMMs against weights held in bf16 (a bf16 base and a head tied to it, --matmul-dtype bf16 copies): bf16 "
+            "inputs (x rounded, "
             "widened to f32), f32 "
             "accumulate, OpenBLAS sgemm ({}); ",
             c.reason);
         break;
       case HeldBf16Path::F32:
         s = fmt::format(
-            "GEMMs against weights held in bf16 (a bf16 base and a head tied to it, --matmul-dtype bf16 copies): f32 inputs (weights "
+            "GEMMs against weights held in bf16 (a bf16 base and a head tied to it, --matmul-dtype bf16 copies): f32 "
+            "inputs (weights "
             "widened), OpenBLAS sgemm ({}); ",
             c.reason);
         break;

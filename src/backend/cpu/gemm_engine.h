@@ -4,7 +4,8 @@
 // Engines: OpenBLAS (cblas_sgemm, every f32 GEMM: gemm.h) and, where the build links it
 // (BACKPROP_ONEDNN), oneDNN's matmul for the bf16 products. What is decided here is how the GEMMs
 // against a frozen weight held in bf16 (held_linear_forward / held_linear_backward's dx,
-// backend/cpu/linear.h; the LM head's logits and dx in cross_entropy.cpp when it is held in bf16) run, from runtime.cpu_gemm and the CPU's features:
+// backend/cpu/linear.h; the LM head's logits and dx in cross_entropy.cpp when it is held in bf16)
+// run, from runtime.cpu_gemm and the CPU's features:
 //
 //   HeldBf16Path::OneDnn     bf16 numerics through oneDNN's bf16 matmul: x (or dy) rounded to bf16
 //                            (nearest even, core/dtype.h f32_to_bf16), the weight read as stored,
