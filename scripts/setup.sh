@@ -24,7 +24,11 @@ pkgs=(build-essential cmake pkg-config git
       libtomlplusplus-dev libcpp-httplib-dev libpcre2-dev libicu-dev libssl-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang-format-14 libomp-dev libdnnl-dev
       pybind11-dev python3-dev python3-venv python3-setuptools python3-wheel python3-pip
-      openmpi-bin libopenmpi-dev)
+      openmpi-bin libopenmpi-dev
+      # libdnnl-dev's CMake package runs find_package(OpenCL REQUIRED) (Debian builds oneDNN with
+      # its OpenCL GPU runtime) but only Recommends the OpenCL headers, which --no-install-recommends
+      # leaves out: without them configuring fails on a fresh machine (seen 2026-12-08).
+      ocl-icd-opencl-dev)
 if [ "$want_tests" = 1 ]; then
   pkgs+=(python3-torch python3-numpy)
   # The sanitizer build of scripts/test.sh (clang compiles it faster than gcc) and its runtimes.
