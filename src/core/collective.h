@@ -46,6 +46,46 @@ LaunchInfo launch_from_environment();
 // MPI count far below 2^31 bytes.
 inline constexpr size_t kReduceSegmentFloats = size_t{16} << 20;
 
+// What this process's collectives cost, for the step records (metrics.jsonl comm_s, comm_bytes)
+// and summary.json: the wall seconds spent inside them (on any thread; a call inside another counts
+// once, as the outer one's) and the payload bytes this rank sent to the other ranks — what a
+// point-to-point exchange of the same data moves (an all-to-all: the chunks for the other ranks;
+// an all-gather: this rank's part, once to each other rank; a broadcast: the root's bytes to each
+// other rank), which the MPI library's own algorithm may route differently. By what the time was
+// for: the outermost scope's kind (CommScope) decides.
+enum class CommKind { Other = 0, Gradients = 1, Parameters = 2 };
+inline constexpr int kCommKinds = 3;
+struct CommTotals {
+  double seconds[kCommKinds] = {};
+  uint64_t bytes[kCommKinds] = {};
+  double total_seconds() const { return seconds[0] + seconds[1] + seconds[2]; }
+  uint64_t total_bytes() const { return bytes[0] + bytes[1] + bytes[2]; }
+  CommTotals operator-(const CommTotals& o) const {
+    CommTotals d;
+    for (int k = 0; k < kCommKinds; ++k) {
+      d.seconds[k] = seconds[k] - o.seconds[k];
+      d.bytes[k] = bytes[k] - o.bytes[k];
+    }
+    return d;
+  }
+};
+// The totals so far (every Collective of the process, every thread).
+CommTotals comm_totals();
+// Times a collective call: the outermost scope on this thread adds its wall time to its kind's
+// total; bytes added inside it (add_bytes, by the implementations' primitives) go to that kind.
+class CommScope {
+ public:
+  explicit CommScope(CommKind kind = CommKind::Other);
+  ~CommScope();
+  CommScope(const CommScope&) = delete;
+  CommScope& operator=(const CommScope&) = delete;
+  static void add_bytes(uint64_t bytes);
+
+ private:
+  bool outer_;
+  double start_ = 0;
+};
+
 class Collective {
  public:
   virtual ~Collective() = default;

@@ -65,6 +65,8 @@ nlohmann::json TrainSummary::to_json() const {
           {"grad_accum", grad_accum},
           {"gradient_checkpointing", gradient_checkpointing},
           {"world_size", world_size},
+          {"comm_seconds", comm_seconds},  // the steps' time in collectives (0 in one process)
+          {"comm_bytes", comm_bytes},
           {"records_lost", records_lost},  // records of the run files that could not be written (a full disk)
           {"records_lost_files", records_lost_files},
           {"method", method},
@@ -237,6 +239,8 @@ TrainSummary Trainer::run_impl() {
   s.fault_oom_left = s.opt.fault_oom_repeat;
 
   while (s.step < s.total_steps) {
+    s.step_comm_start = comm_totals();  // what the step's collectives cost (log_step)
+    s.step_start = std::chrono::steady_clock::now();
     const State::Batch batch = s.next_batch();
     StepRecord rec;
     rec.step = s.step + 1;
@@ -658,6 +662,22 @@ void Trainer::State::log_step(const Batch& batch, const StepRecord& rec) {
       {"bytes_peak", alloc->stats().bytes_peak},
       {"samples", batch.ids}};
   for (const auto& [k, v] : rec.metrics) step_record[k] = v;
+  if (comm->world() > 1) {
+    // The step's time in collectives (core/collective.h CommTotals): all of them, the gradients'
+    // reduction, ZeRO-1's parameter all-gather (the rest: the small agreements), and the payload
+    // bytes this rank sent. One process has no collectives and records none of these.
+    const CommTotals c = comm_totals() - step_comm_start;
+    const auto g = static_cast<int>(CommKind::Gradients), p = static_cast<int>(CommKind::Parameters);
+    step_record["step_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    step_record["comm_s"] = c.total_seconds();
+    step_record["comm_bytes"] = c.total_bytes();
+    step_record["comm_gradient_s"] = c.seconds[g];
+    step_record["comm_gradient_bytes"] = c.bytes[g];
+    step_record["comm_parameter_s"] = c.seconds[p];
+    step_record["comm_parameter_bytes"] = c.bytes[p];
+    summary.comm_seconds += c.total_seconds();
+    summary.comm_bytes += c.total_bytes();
+  }
   record(std::move(step_record));
   if (cb.on_step) cb.on_step(rec, summary, total_steps);
 }

@@ -265,6 +265,7 @@ double Trainer::State::forward_backward_all_ranks(const Batch& batch) {
     if (agree) {
       // ZeRO-1: each rank receives only its chunks' sum (the optimizer updates those and
       // all-gathers the parameters); unsharded, every rank the whole sum.
+      const CommScope scope(CommKind::Gradients);  // the step records' comm_gradient_s / _bytes
       if (adamw.sharded())
         comm->reduce_scatter_sum(grads);
       else

@@ -78,6 +78,8 @@ struct Trainer::State {
   Collective* comm = nullptr;
   std::unique_ptr<Collective> device_comm;  // NCCL over the process's MPI collective (CUDA runs)
   bool writer = true;
+  CommTotals step_comm_start;  // the collectives' totals when the step began (log_step)
+  std::chrono::steady_clock::time_point step_start;
 
   // Setup, in order (Trainer::run_impl).
   void open_run();

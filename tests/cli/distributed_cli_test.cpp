@@ -88,6 +88,27 @@ TEST(Distributed, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
   }
   EXPECT_GT(std::fabs(l1.front() - l1.back()), 1e-3);  // it trained: the comparison is not of constants
   expect_adapters_close(two, one);
+  // The time in collectives per step (core/collective.h CommTotals): in every step record of the
+  // ranks' run, positive and below the step's own time, the gradients' reduction and ZeRO-1's
+  // parameter all-gather (on by default) parts of it; their sums in summary.json. One process has
+  // no collectives: no such fields, and 0 in its summary.
+  double comm_sum = 0;
+  int64_t bytes_sum = 0;
+  for (const auto& r : s2) {
+    const double comm = r["comm_s"], grads = r["comm_gradient_s"], params = r["comm_parameter_s"];
+    EXPECT_GT(grads, 0.0) << r.dump();
+    EXPECT_GT(params, 0.0) << r.dump();
+    EXPECT_LE(grads + params, comm) << r.dump();
+    EXPECT_LT(comm, r["step_s"].get<double>()) << r.dump();
+    EXPECT_GT(r["comm_bytes"].get<int64_t>(), 0) << r.dump();
+    comm_sum += comm;
+    bytes_sum += r["comm_bytes"].get<int64_t>();
+  }
+  EXPECT_NEAR(summary(two)["comm_seconds"].get<double>(), comm_sum, 1e-9 + 1e-9 * comm_sum);
+  EXPECT_EQ(summary(two)["comm_bytes"].get<int64_t>(), bytes_sum);
+  for (const auto& r : s1) EXPECT_FALSE(r.contains("comm_s")) << r.dump();
+  EXPECT_EQ(summary(one)["comm_seconds"], 0.0);
+  EXPECT_EQ(summary(one)["comm_bytes"], 0);
   EXPECT_NE(out.find("data-parallel over 2 ranks"), std::string::npos) << out;
   // show-run says how many processes trained (text and --json); a single process says nothing.
   std::string shown;
