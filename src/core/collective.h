@@ -128,6 +128,16 @@ class Collective {
   // same bits the all-reduce gives it; the rest keeps this rank's own values. Half the traffic.
   void reduce_scatter_sum(float* data, size_t n, size_t segment_floats = kReduceSegmentFloats);
   void reduce_scatter_sum(const std::vector<Tensor*>& tensors, size_t bucket_floats = kReduceSegmentFloats);
+  // Some of the tensors of a reduction now (the overlap of the backward pass, train/grad_overlap.h):
+  // the tensors `which` of `tensors` (every rank the same), laid out as reduce_scatter_sum /
+  // all_reduce_sum(tensors) lay them out (their values concatenated in order, in segments of
+  // segment_floats, chunk q of each segment rank q's); each selected value gets the bits the whole
+  // reduction gives it (gather: every value; else this rank's chunks'). f32 host tensors only.
+  void reduce_part(const std::vector<Tensor*>& tensors, const std::vector<size_t>& which, bool gather,
+                   size_t segment_floats = kReduceSegmentFloats);
+  // Whether another thread than the one that started it may call this collective (one call at a
+  // time: MPI_THREAD_SERIALIZED or more).
+  virtual bool threads_may_communicate() const { return true; }
   // Every rank's value, in rank order.
   std::vector<int64_t> all_gather(int64_t value);
   std::vector<double> all_gather(double value);

@@ -20,6 +20,7 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/held_weights.h"
+#include "model/layer_hook.h"
 #include "model/loader.h"
 #include "model/merge.h"
 #include "model/peft.h"
@@ -236,6 +237,10 @@ TrainSummary Trainer::run_impl() {
   s.alloc->reset_peak();
   s.params = s.model->trainable_parameters();
   for (auto& p : s.params) s.grads.push_back(p.grad);
+  s.start_overlap();       // training.overlap_communication (trainer_distributed.cpp)
+  struct ClearLayerHook {  // the hook (model/layer_hook.h) is this thread's: gone with the run
+    ~ClearLayerHook() { set_layer_backward_hook(nullptr); }
+  } clear_layer_hook;
   s.fault_oom_left = s.opt.fault_oom_repeat;
 
   while (s.step < s.total_steps) {
@@ -529,10 +534,12 @@ double Trainer::State::forward_backward(const Batch& batch) {
           uint64_t dropout_seed = opt.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) * 1000003ull +
                                   static_cast<uint64_t>(ids[static_cast<size_t>(b)]);
           if (preference) {
+            if (overlap && e == static_cast<int64_t>(ids.size())) overlap->arm();
             last_example = ids[static_cast<size_t>(b)];
             preference_micro_batch(std::vector<int64_t>(ids.begin() + b, ids.begin() + e), ps, dropout_seed);
             return;
           }
+          if (overlap && e == static_cast<int64_t>(ids.size())) overlap->arm();  // the step's last micro-batch
           std::vector<const Sample*> micro;
           for (int64_t i = b; i < e; ++i)
             micro.push_back(&data.train[static_cast<size_t>(ids[static_cast<size_t>(i)])]);
@@ -541,6 +548,7 @@ double Trainer::State::forward_backward(const Batch& batch) {
           ++aux_micro_batches;
         },
         [&] {
+          if (overlap) overlap->abandon();  // the round's remaining collectives still run (grad_overlap.h)
           alloc->fail_after_allocations(0);
           model->zero_grads();
           loss_sum = 0;
@@ -675,6 +683,20 @@ void Trainer::State::log_step(const Batch& batch, const StepRecord& rec) {
     step_record["comm_gradient_bytes"] = c.bytes[g];
     step_record["comm_parameter_s"] = c.seconds[p];
     step_record["comm_parameter_bytes"] = c.bytes[p];
+    if (overlap && !overlap->backward.empty()) {
+      // The overlap's profile: seconds since the last micro-batch began, each layer's backward and
+      // each reduction ([layer, begin, end]; layer -1: what no layer owns), the time they overlapped
+      // and the time the step waited for the reductions after the backward.
+      auto rows = [](const std::vector<GradientOverlap::Interval>& v) {
+        nlohmann::json a = nlohmann::json::array();
+        for (const auto& i : v) a.push_back({i.layer, i.begin, i.end});
+        return a;
+      };
+      step_record["comm_overlap_s"] = overlap->overlap_s();
+      step_record["comm_wait_s"] = overlap->wait_s;
+      step_record["overlap_profile"] = {{"backward", rows(overlap->backward)},
+                                        {"reductions", rows(overlap->reductions)}};
+    }
     summary.comm_seconds += c.total_seconds();
     summary.comm_bytes += c.total_bytes();
   }

@@ -229,7 +229,12 @@ TEST(Distributed, PreferenceMethodsAtTwoRanksMatchOneProcess) {
   }
 }
 
-// Two 2-rank runs, one under mpirun and one through `train --nproc 2`, give the same bits.
+// Two 2-rank runs, one under mpirun and one through `train --nproc 2`, give the same bits; the second
+// reduces each layer's gradients under the backward (--overlap-communication true, ZeRO-1's
+// reduce-scatter in the layout of the whole one: train/grad_overlap.h), so overlap on and off give
+// the same bits too. Its step records' profile shows the reductions running while layers below
+// still compute (each layer's backward made 20 ms longer, so a busy 2-core machine still runs the
+// communication thread during it).
 TEST(Distributed, TwoRunsAtTwoRanksAreBitIdentical) {
   SKIP_WITHOUT_MPIRUN();
   test::TempDir tmp;
@@ -238,10 +243,15 @@ TEST(Distributed, TwoRunsAtTwoRanksAreBitIdentical) {
   ASSERT_EQ(
       test::run_command(mpirun_prefix(2) + test::backprop_exe() + train_args(data, tmp.path + "/a") + " 2>&1", &out), 0)
       << out;
-  ASSERT_EQ(test::run_command(
-                rank_env() + test::backprop_exe() + train_args(data, tmp.path + "/b", "--nproc 2") + " 2>&1", &out),
-            0)
+  ASSERT_EQ(
+      test::run_command(rank_env() + test::backprop_exe() +
+                            train_args(data, tmp.path + "/b",
+                                       "--nproc 2 --overlap-communication true --fault-inject-layer-delay-ms 20") +
+                            " 2>&1",
+                        &out),
+      0)
       << out;
+  EXPECT_NE(out.find("overlap: each layer's gradients are reduced"), std::string::npos) << out;
   const std::string a = only_run(tmp.path + "/a"), b = only_run(tmp.path + "/b");
   EXPECT_EQ(summary(b)["world_size"], 2);
   const auto la = losses(a), lb = losses(b);
@@ -253,6 +263,20 @@ TEST(Distributed, TwoRunsAtTwoRanksAreBitIdentical) {
   const std::string ca = slurp(a + "/checkpoints/checkpoint-4/trainable.safetensors");
   ASSERT_FALSE(ca.empty());
   EXPECT_TRUE(ca == slurp(b + "/checkpoints/checkpoint-4/trainable.safetensors"));
+  for (const auto& r : records(b, "step")) {
+    const auto& bw = r["overlap_profile"]["backward"];
+    const auto& red = r["overlap_profile"]["reductions"];
+    ASSERT_EQ(bw.size(), 5u) << r.dump();  // stories260K's 5 layers, top first
+    EXPECT_EQ(bw[0][0], 4);
+    EXPECT_EQ(bw[4][0], 0);
+    ASSERT_EQ(red.size(), 5u) << r.dump();  // a layer's LoRA tensors each (nothing outside the layers)
+    EXPECT_EQ(red[0][0], 4);                // the top layer's gradients first
+    // Layer 4's reduction began before layer 0's backward ended, and they overlapped.
+    EXPECT_LT(red[0][1].get<double>(), bw[4][2].get<double>()) << r.dump();
+    EXPECT_GT(r["comm_overlap_s"].get<double>(), 0.0) << r.dump();
+    EXPECT_GE(r["comm_wait_s"].get<double>(), 0.0) << r.dump();
+  }
+  for (const auto& r : records(a, "step")) EXPECT_FALSE(r.contains("overlap_profile")) << r.dump();
 }
 
 // A run saved at one rank count continues at another: 1 -> 2 and 2 -> 1 ranks, each killed after

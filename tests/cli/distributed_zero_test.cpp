@@ -34,7 +34,9 @@ void expect_same_bits(const std::string& a, const std::string& b, const std::str
 
 }  // namespace
 
-// Full fine-tuning at 2 ranks, sharded (the default) and not: the same losses, the same model and
+// Full fine-tuning at 2 ranks, sharded (the default) and not, the unsharded one reducing each layer's
+// gradients under the backward (--overlap-communication true: the all-reduce by layers, then the
+// embeddings and the final norm): the same losses, the same model and
 // the same checkpoint files bit for bit (the sharded checkpoint's optimizer.safetensors is the
 // whole state gathered to rank 0). The memory plan counts half the optimizer state per rank:
 // 2 × trainable × 4 bytes / 2.
@@ -47,9 +49,10 @@ TEST(DistributedZero, ShardedOptimizerGivesTheUnshardedBits) {
                               &out_sharded),
             0)
       << out_sharded;
-  ASSERT_EQ(test::run_command(mpirun_prefix(2) + test::backprop_exe() +
-                                  full_args(data, tmp.path + "/w", "--shard-optimizer false") + " 2>&1",
-                              &out_whole),
+  ASSERT_EQ(test::run_command(
+                mpirun_prefix(2) + test::backprop_exe() +
+                    full_args(data, tmp.path + "/w", "--shard-optimizer false --overlap-communication true") + " 2>&1",
+                &out_whole),
             0)
       << out_whole;
   EXPECT_NE(out_sharded.find("ZeRO-1: AdamW's m and v are split over 2 ranks"), std::string::npos) << out_sharded;
