@@ -11,7 +11,7 @@ through the host (device → host copy of the rank's chunk, MPI all-gather, host
 the whole buffer). Nothing overlaps the backward pass (the "overlap" column is an upper bound for
 a reduction that ran entirely under the backward).
 
-Usage: bench/dp_efficiency_model.py [HOST_ALLGATHER_GBPS]  (default: the figure measured here)
+Usage: bench/dp_efficiency_model.py [HOST_ALLGATHER_GBPS]  (default 10: an assumption, see below)
 """
 import sys
 
@@ -40,7 +40,9 @@ MFU = 0.40  # model FLOPs utilisation assumed (Llama 3 paper, Table 4: 38-43% on
 NVLINK_GBPS = 450 * 0.65  # 900 GB/s bidirectional = 450 one way (datasheet) x 65% achieved (sendrecv, A100)
 PCIE_GBPS = 64 * 0.80  # PCIe 5.0 x16: 64 GB/s one way (PCI-SIG), 80% achieved (assumed)
 ETH25_GBPS = 25 / 8 * 0.93  # 25 GbE line rate 3.125 GB/s (IEEE 802.3by), 93% after TCP/IP headers (assumed)
-HOST_ALLGATHER_GBPS = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0  # measured here (docs)
+# ZeRO-1's parameter all-gather through host memory over MPI's shared-memory transport on one GPU
+# server: assumed 10 GB/s per rank (this 2-core VM measured 0.11 GB/s under load 5: docs).
+HOST_ALLGATHER_GBPS = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
 
 TOKENS_PER_GPU = 8 * 2048  # tokens per rank per optimizer step (8 sequences of 2048: assumed)
 

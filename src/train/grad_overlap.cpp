@@ -111,11 +111,13 @@ void GradientOverlap::run() {
 
 void GradientOverlap::drain() {
   armed_ = false;
-  // Whatever the hook did not submit (no layer: embeddings, norms, head; a layer never done).
-  std::vector<size_t> rest = rest_;
-  for (size_t l = 0; l < by_layer_.size(); ++l)
-    if (!done_[l]) rest.insert(rest.end(), by_layer_[l].begin(), by_layer_[l].end());
-  if (!rest.empty()) submit(std::move(rest), -1);
+  // Whatever the hook did not submit, as the hook would have (every rank must run the same
+  // collectives, a rank whose round an OOM cut short too): each layer not done, top first, then
+  // what no layer owns (embeddings, norms, head).
+  for (size_t l = by_layer_.size(); l-- > 0;)
+    if (!done_[l] && !by_layer_[l].empty()) submit(by_layer_[l], static_cast<int64_t>(l));
+  std::fill(done_.begin(), done_.end(), true);
+  if (!rest_.empty()) submit(rest_, -1);
   const double b = now();
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return queue_.empty() && busy_ == 0; });

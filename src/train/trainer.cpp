@@ -529,17 +529,16 @@ double Trainer::State::forward_backward(const Batch& batch) {
           safety->between_micro_batches(
               step + 1, opt.oom_recovery && (oom->micro_seqs() > 1 || !model->options().gradient_checkpointing),
               [&] { save_last_finished_step(batch); });
+          if (overlap && e == static_cast<int64_t>(ids.size())) overlap->arm();  // the step's last micro-batch
           inject_fault(FaultPoint::MicroBatch);
           comm->check_peers();  // a rank gone during a long step is noticed before the all-reduce
           uint64_t dropout_seed = opt.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) * 1000003ull +
                                   static_cast<uint64_t>(ids[static_cast<size_t>(b)]);
           if (preference) {
-            if (overlap && e == static_cast<int64_t>(ids.size())) overlap->arm();
             last_example = ids[static_cast<size_t>(b)];
             preference_micro_batch(std::vector<int64_t>(ids.begin() + b, ids.begin() + e), ps, dropout_seed);
             return;
           }
-          if (overlap && e == static_cast<int64_t>(ids.size())) overlap->arm();  // the step's last micro-batch
           std::vector<const Sample*> micro;
           for (int64_t i = b; i < e; ++i)
             micro.push_back(&data.train[static_cast<size_t>(ids[static_cast<size_t>(i)])]);

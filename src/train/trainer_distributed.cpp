@@ -167,8 +167,8 @@ void Trainer::State::init_optimizer() {
 
 // training.overlap_communication: the gradients reduced on a communication thread during the last
 // micro-batch's backward (train/grad_overlap.h). Host collectives only (a CPU run); the MPI library
-// must let that thread call it (MPI_THREAD_SERIALIZED). auto = off: measured slower on the 2-core
-// machine (docs/benchmarks.md), where the thread takes cycles from the ranks' compute.
+// must let that thread call it (MPI_THREAD_SERIALIZED). auto = off: not reliably faster on the 2-core
+// machine measured (docs/benchmarks.md), where the thread takes cycles from the ranks' compute.
 void Trainer::State::start_overlap() {
   if (opt.fault_layer_delay_ms > 0 || (comm->world() > 1 && opt.overlap_communication.value_or(false)))
     set_layer_backward_hook([this](int64_t l) {

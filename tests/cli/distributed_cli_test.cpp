@@ -330,7 +330,8 @@ TEST(Distributed, RanksThatDisagreeAreRefused) {
 
 // Two OOMs in a row on rank 1 alone (the first turns gradient checkpointing on, the second halves its
 // micro-batch): every rank redoes the step that way (the same samples), and the run ends as the one
-// without the OOM (within the f32 order of the sums).
+// without the OOM (within the f32 order of the sums). The run overlaps the reduction with the
+// backward, and the OOM strikes inside that round (train/grad_overlap.h abandon).
 TEST(Distributed, OutOfMemoryOnOneRankIsRedoneByEveryRank) {
   SKIP_WITHOUT_MPIRUN();
   test::TempDir tmp;
@@ -340,7 +341,8 @@ TEST(Distributed, OutOfMemoryOnOneRankIsRedoneByEveryRank) {
   ASSERT_EQ(
       test::run_command(mpirun_prefix(2) + test::backprop_exe() +
                             train_args(data, tmp.path + "/oom",
-                                       "--fault-inject-oom-step 2 --fault-inject-oom-count 2 --fault-inject-rank 1") +
+                                       "--fault-inject-oom-step 2 --fault-inject-oom-count 2 --fault-inject-rank 1 "
+                                       "--overlap-communication true") +
                             " 2>&1",
                         &out),
       0)
@@ -356,6 +358,9 @@ TEST(Distributed, OutOfMemoryOnOneRankIsRedoneByEveryRank) {
   EXPECT_EQ(summary(oom)["oom_recoveries"], 1);
   EXPECT_EQ(summary(oom)["micro_batch_size"], 1);  // kept for the rest of the run, on every rank
   EXPECT_EQ(summary(oom)["gradient_checkpointing"], true);
+  // With the overlap on, rank 1's OOM came in its last (only) micro-batch, inside the round: it
+  // still ran the round's reductions (layer by layer, as rank 0 did) before both redid the step.
+  for (const auto& r : records(oom, "step")) EXPECT_TRUE(r.contains("overlap_profile")) << r.dump();
   expect_losses_close(losses(oom), losses(one));
   expect_adapters_close(oom, one);
 }
