@@ -5,8 +5,11 @@
 # tokenizer, whose ids all fit the vocabulary) at sequence 256, global batch 4, as
 #   1 process x 2 threads   (backprop train --threads 2)
 #   2 ranks  x 1 thread     (backprop train --nproc 2 --threads 1: mpirun, ZeRO-1 on)
+#   the same with --overlap-communication true (each layer's gradients reduced under the backward)
 # and prints each one's tokens/s over the steps after the first (from the step records' times in
-# metrics.jsonl) and its final loss (the two must agree: the same global batch).
+# metrics.jsonl) and its final loss (the two must agree: the same global batch); for the ranks, the
+# time in collectives per step beside it (the step records' comm_s, comm_gradient_s,
+# comm_parameter_s, comm_bytes: core/collective.h CommTotals).
 # Usage: bench/bench_data_parallel.sh [BACKPROP] [STEPS]   (defaults: build/backprop, 4)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +46,17 @@ run = [os.path.join(root, d) for d in os.listdir(root)][0]
 steps = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl")) if '"type":"step"' in l]
 toks = sum(s["tokens"] for s in steps[1:])
 dt = steps[-1]["time"] - steps[0]["time"]
-print(f"{toks / dt:8.1f} tokens/s over steps 2-{len(steps)} ({dt / (len(steps) - 1):.2f} s/step), final loss {steps[-1]['loss']:.6f}")
+line = f"{toks / dt:8.1f} tokens/s over steps 2-{len(steps)} ({dt / (len(steps) - 1):.2f} s/step), final loss {steps[-1]['loss']:.6f}"
+if "comm_s" in steps[-1]:  # data-parallel: the time in collectives per step (rank 0's step records)
+    later = steps[1:]
+    mean = lambda k: sum(s[k] for s in later) / len(later)
+    if "comm_overlap_s" in steps[-1]:
+        line += (f"\n    overlap: reductions under the backward {mean('comm_overlap_s'):.3f} s/step, "
+                 f"waited after it {mean('comm_wait_s'):.3f} s/step")
+    line += (f"\n    collectives {mean('comm_s'):.3f} s/step ({100 * mean('comm_s') / mean('step_s'):.1f}% of the step): "
+             f"gradients {mean('comm_gradient_s'):.3f} s, parameters (ZeRO-1) {mean('comm_parameter_s'):.3f} s; "
+             f"{mean('comm_bytes') / 2**20:.1f} MiB sent per step by rank 0")
+print(line)
 PY
 }
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores"
@@ -51,3 +64,6 @@ echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc
 echo "1 process x 2 threads: $(rate "$work/one")"
 "$backprop" "${args[@]}" --threads 1 --nproc 2 --output "$work/two" >"$work/two.log" 2>&1 || { cat "$work/two.log"; exit 1; }
 echo "2 ranks  x 1 thread:   $(rate "$work/two")"
+"$backprop" "${args[@]}" --threads 1 --nproc 2 --overlap-communication true --output "$work/overlap" \
+  >"$work/overlap.log" 2>&1 || { cat "$work/overlap.log"; exit 1; }
+echo "2 ranks  x 1 thread, overlap with the backward: $(rate "$work/overlap")"

@@ -95,6 +95,10 @@ std::string format_train_summary(const TrainSummary& s, const TrainOptions& o) {
                      s.micro_batch_size, s.grad_accum,
                      s.world_size > 1 ? fmt::format(" on each of {} ranks", s.world_size) : std::string(),
                      s.gradient_checkpointing ? "on" : "off");
+  if (s.world_size > 1)  // data-parallel: what the steps' collectives cost (rank 0's own)
+    out += fmt::format("  collectives       {:.2f} s of the steps ({:.0f}% of the run), {} sent by rank 0\n",
+                       s.comm_seconds, s.seconds > 0 ? 100.0 * s.comm_seconds / s.seconds : 0.0,
+                       format_bytes(static_cast<size_t>(s.comm_bytes)));
   out += fmt::format("  OOM recoveries    {}\n", s.oom_recoveries);
   out += fmt::format("  skipped steps     {}\n", s.skipped_steps);
   if (s.records_lost > 0)  // a full disk: the run is saved, its records are not all written (exit 3)

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,6 +63,48 @@ LaunchInfo launch_from_environment() {
   return li;
 }
 
+// ---- what the collectives cost ------------------------------------------------------------------
+
+namespace {
+std::mutex& totals_mutex() {
+  static std::mutex m;
+  return m;
+}
+CommTotals& totals() {
+  static CommTotals t;
+  return t;
+}
+thread_local int t_depth = 0;  // CommScopes open on this thread
+thread_local CommKind t_kind = CommKind::Other;
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+CommTotals comm_totals() {
+  std::lock_guard<std::mutex> lock(totals_mutex());
+  return totals();
+}
+
+CommScope::CommScope(CommKind kind) : outer_(t_depth++ == 0) {
+  if (!outer_) return;
+  t_kind = kind;
+  start_ = now_s();
+}
+
+CommScope::~CommScope() {
+  --t_depth;
+  if (!outer_) return;
+  const double dt = now_s() - start_;
+  std::lock_guard<std::mutex> lock(totals_mutex());
+  totals().seconds[static_cast<int>(t_kind)] += dt;
+}
+
+void CommScope::add_bytes(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(totals_mutex());
+  totals().bytes[static_cast<int>(t_depth > 0 ? t_kind : CommKind::Other)] += bytes;
+}
+
 // ---- the algorithms -----------------------------------------------------------------------------
 
 void Collective::all_reduce_sum(float* data, size_t n, size_t segment_floats) {
@@ -84,6 +127,7 @@ void Collective::reduce_scatter_sum(const std::vector<Tensor*>& tensors, size_t 
 void Collective::reduce(float* data, size_t n, size_t segment_floats, bool gather) {
   const int w = world();
   if (w == 1 || n == 0) return;
+  const CommScope scope;
   segment_floats = std::max<size_t>(segment_floats, 1);
   const size_t W = static_cast<size_t>(w), me = static_cast<size_t>(rank());
   std::vector<size_t> send_bytes(W), send_off(W), recv_bytes(W), recv_off(W), chunk_bytes(W), chunk_off(W);
@@ -123,6 +167,7 @@ void Collective::reduce(float* data, size_t n, size_t segment_floats, bool gathe
 
 void Collective::reduce(const std::vector<Tensor*>& tensors, size_t bucket_floats, bool gather) {
   if (world() == 1) return;
+  const CommScope scope;
   bucket_floats = std::max<size_t>(bucket_floats, 1);
   if (reduce_on_device(tensors, bucket_floats, gather)) return;
   // Host views of the tensors: the tensor itself on the CPU, a copy of a device tensor (written back).
@@ -169,6 +214,86 @@ void Collective::reduce(const std::vector<Tensor*>& tensors, size_t bucket_float
     if (tensors[i]->device().type != DeviceType::CPU) tensors[i]->copy_from(host[i]);
 }
 
+// Some of the tensors of a layout reduced now (overlap of the backward pass): the values of the
+// tensors `which` at their places in the flat concatenation of `tensors`, each segment's chunk q
+// owned by rank q as in reduce(): per segment, an all-to-all sends each rank the selected values
+// of its chunk (in flat order), the owner adds the W copies in rank order, and with `gather` an
+// all-gather returns every owner's sums in the same order. Each value's sum is the one the whole
+// reduction gives it, bit for bit.
+void Collective::reduce_part(const std::vector<Tensor*>& tensors, const std::vector<size_t>& which, bool gather,
+                             size_t segment_floats) {
+  if (world() == 1 || which.empty()) return;
+  const CommScope scope;
+  segment_floats = std::max<size_t>(segment_floats, 1);
+  const size_t W = static_cast<size_t>(world()), me = static_cast<size_t>(rank());
+  std::vector<size_t> start(tensors.size() + 1, 0);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = *tensors[i];
+    if (t.dtype() != DType::F32 || t.device().type != DeviceType::CPU)
+      throw Error(ErrorCode::RUNTIME_INTERNAL, "[collective] a partial reduction sums f32 host tensors only");
+    start[i + 1] = start[i] + static_cast<size_t>(t.numel());
+  }
+  std::vector<size_t> sel(which);
+  std::sort(sel.begin(), sel.end());
+  // The selected values of flat range [b, e), in flat order: (tensor, offset in it, count).
+  struct Run {
+    size_t tensor, offset, count;
+  };
+  auto runs_in = [&](size_t b, size_t e) {
+    std::vector<Run> out;
+    for (size_t i : sel) {
+      const size_t lo = std::max(b, start[i]), hi = std::min(e, start[i + 1]);
+      if (lo < hi) out.push_back({i, lo - start[i], hi - lo});
+    }
+    return out;
+  };
+  std::vector<size_t> send_bytes(W), send_off(W), recv_bytes(W), recv_off(W);
+  std::vector<std::vector<Run>> chunk_runs(W);
+  std::vector<float> send, gathered, sum;
+  const size_t first = start[sel.front()], last = start[sel.back() + 1];
+  for (size_t seg = first / segment_floats * segment_floats; seg < last; seg += segment_floats) {
+    const size_t m = std::min(segment_floats, start.back() - seg);
+    size_t at = 0;
+    send.clear();
+    for (size_t q = 0; q < W; ++q) {
+      chunk_runs[q] = runs_in(seg + m * q / W, seg + m * (q + 1) / W);
+      send_off[q] = at * sizeof(float);
+      for (const Run& r : chunk_runs[q]) {
+        const float* v = tensors[r.tensor]->data<float>() + r.offset;
+        send.insert(send.end(), v, v + r.count);
+        at += r.count;
+      }
+      send_bytes[q] = at * sizeof(float) - send_off[q];
+    }
+    if (at == 0) continue;  // nothing selected in this segment (the same on every rank)
+    const size_t mine = send_bytes[me] / sizeof(float);
+    for (size_t q = 0; q < W; ++q) {
+      recv_bytes[q] = mine * sizeof(float);
+      recv_off[q] = q * mine * sizeof(float);
+    }
+    gathered.resize(std::max<size_t>(1, W * mine));
+    all_to_all_bytes(send.data(), send_bytes.data(), send_off.data(), gathered.data(), recv_bytes.data(),
+                     recv_off.data());
+    sum.assign(gathered.begin(), gathered.begin() + static_cast<std::ptrdiff_t>(mine));
+    for (size_t q = 1; q < W; ++q) {
+      const float* g = gathered.data() + q * mine;
+      for (size_t i = 0; i < mine; ++i) sum[i] += g[i];
+    }
+    auto unpack = [&](const float* values, size_t q) {
+      for (const Run& r : chunk_runs[q]) {
+        std::memcpy(tensors[r.tensor]->data<float>() + r.offset, values, r.count * sizeof(float));
+        values += r.count;
+      }
+    };
+    if (!gather) {
+      unpack(sum.data(), me);
+      continue;
+    }
+    all_gather_v_bytes(sum.data(), mine * sizeof(float), send.data(), send_bytes.data(), send_off.data());
+    for (size_t q = 0; q < W; ++q) unpack(send.data() + send_off[q] / sizeof(float), q);
+  }
+}
+
 std::vector<int64_t> Collective::all_gather(int64_t value) {
   std::vector<int64_t> out(static_cast<size_t>(world()));
   all_gather_bytes(&value, sizeof value, out.data());
@@ -187,6 +312,7 @@ namespace {
 template <class T>
 std::vector<T> gather_concat(Collective& c, const std::vector<T>& values) {
   if (c.world() == 1) return values;
+  const CommScope scope;
   const std::vector<int64_t> counts = c.all_gather(static_cast<int64_t>(values.size()));
   std::vector<size_t> bytes(counts.size()), offsets(counts.size());
   size_t total = 0;
@@ -230,6 +356,7 @@ bool Collective::any(bool value) {
 
 std::string Collective::broadcast(const std::string& text, int root) {
   if (world() == 1) return text;
+  const CommScope scope;
   int64_t n = static_cast<int64_t>(text.size());
   broadcast_bytes(&n, sizeof n, root);
   std::string out = rank() == root ? text : std::string(static_cast<size_t>(n), '\0');
@@ -362,23 +489,39 @@ class MpiCollective final : public Collective {
   void check_peers() override {
     if (const Peer* p = lost_peer()) throw rank_lost(*p, "");
   }
-  void barrier(double timeout_s) override { call("barrier", api_->barrier(timeout_s, error_, sizeof error_)); }
+  // Each primitive is timed (CommScope) and counts the payload it sends to the other ranks.
+  void barrier(double timeout_s) override {
+    const CommScope scope;
+    call("barrier", api_->barrier(timeout_s, error_, sizeof error_));
+  }
   void broadcast_bytes(void* data, size_t bytes, int root) override {
+    const CommScope scope;
+    if (rank_ == root) CommScope::add_bytes(bytes * static_cast<uint64_t>(world_ - 1));
     call("broadcast", api_->broadcast(data, bytes, root, error_, sizeof error_));
   }
   void all_gather_bytes(const void* send, size_t bytes, void* recv) override {
+    const CommScope scope;
+    CommScope::add_bytes(bytes * static_cast<uint64_t>(world_ - 1));
     call("all-gather", api_->all_gather(send, bytes, recv, error_, sizeof error_));
   }
   void all_to_all_bytes(const void* send, const size_t* send_bytes, const size_t* send_offsets, void* recv,
                         const size_t* recv_bytes, const size_t* recv_offsets) override {
+    const CommScope scope;
+    uint64_t out = 0;
+    for (int q = 0; q < world_; ++q)
+      if (q != rank_) out += send_bytes[q];
+    CommScope::add_bytes(out);
     call("all-to-all",
          api_->all_to_all(send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, error_, sizeof error_));
   }
   void all_gather_v_bytes(const void* send, size_t bytes, void* recv, const size_t* recv_bytes,
                           const size_t* recv_offsets) override {
+    const CommScope scope;
+    CommScope::add_bytes(bytes * static_cast<uint64_t>(world_ - 1));
     call("all-gather", api_->all_gather_v(send, bytes, recv, recv_bytes, recv_offsets, error_, sizeof error_));
   }
   void finalize() { call("finalize", api_->finalize(error_, sizeof error_)); }
+  bool threads_may_communicate() const override { return api_->thread_level() >= 2; }
 
  private:
   // Another rank's process as every rank told at the start.

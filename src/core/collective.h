@@ -46,6 +46,46 @@ LaunchInfo launch_from_environment();
 // MPI count far below 2^31 bytes.
 inline constexpr size_t kReduceSegmentFloats = size_t{16} << 20;
 
+// What this process's collectives cost, for the step records (metrics.jsonl comm_s, comm_bytes)
+// and summary.json: the wall seconds spent inside them (on any thread; a call inside another counts
+// once, as the outer one's) and the payload bytes this rank sent to the other ranks — what a
+// point-to-point exchange of the same data moves (an all-to-all: the chunks for the other ranks;
+// an all-gather: this rank's part, once to each other rank; a broadcast: the root's bytes to each
+// other rank), which the MPI library's own algorithm may route differently. By what the time was
+// for: the outermost scope's kind (CommScope) decides.
+enum class CommKind { Other = 0, Gradients = 1, Parameters = 2 };
+inline constexpr int kCommKinds = 3;
+struct CommTotals {
+  double seconds[kCommKinds] = {};
+  uint64_t bytes[kCommKinds] = {};
+  double total_seconds() const { return seconds[0] + seconds[1] + seconds[2]; }
+  uint64_t total_bytes() const { return bytes[0] + bytes[1] + bytes[2]; }
+  CommTotals operator-(const CommTotals& o) const {
+    CommTotals d;
+    for (int k = 0; k < kCommKinds; ++k) {
+      d.seconds[k] = seconds[k] - o.seconds[k];
+      d.bytes[k] = bytes[k] - o.bytes[k];
+    }
+    return d;
+  }
+};
+// The totals so far (every Collective of the process, every thread).
+CommTotals comm_totals();
+// Times a collective call: the outermost scope on this thread adds its wall time to its kind's
+// total; bytes added inside it (add_bytes, by the implementations' primitives) go to that kind.
+class CommScope {
+ public:
+  explicit CommScope(CommKind kind = CommKind::Other);
+  ~CommScope();
+  CommScope(const CommScope&) = delete;
+  CommScope& operator=(const CommScope&) = delete;
+  static void add_bytes(uint64_t bytes);
+
+ private:
+  bool outer_;
+  double start_ = 0;
+};
+
 class Collective {
  public:
   virtual ~Collective() = default;
@@ -88,6 +128,16 @@ class Collective {
   // same bits the all-reduce gives it; the rest keeps this rank's own values. Half the traffic.
   void reduce_scatter_sum(float* data, size_t n, size_t segment_floats = kReduceSegmentFloats);
   void reduce_scatter_sum(const std::vector<Tensor*>& tensors, size_t bucket_floats = kReduceSegmentFloats);
+  // Some of the tensors of a reduction now (the overlap of the backward pass, train/grad_overlap.h):
+  // the tensors `which` of `tensors` (every rank the same), laid out as reduce_scatter_sum /
+  // all_reduce_sum(tensors) lay them out (their values concatenated in order, in segments of
+  // segment_floats, chunk q of each segment rank q's); each selected value gets the bits the whole
+  // reduction gives it (gather: every value; else this rank's chunks'). f32 host tensors only.
+  void reduce_part(const std::vector<Tensor*>& tensors, const std::vector<size_t>& which, bool gather,
+                   size_t segment_floats = kReduceSegmentFloats);
+  // Whether another thread than the one that started it may call this collective (one call at a
+  // time: MPI_THREAD_SERIALIZED or more).
+  virtual bool threads_may_communicate() const { return true; }
   // Every rank's value, in rank order.
   std::vector<int64_t> all_gather(int64_t value);
   std::vector<double> all_gather(double value);

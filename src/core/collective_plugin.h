@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define BP_COLLECTIVE_PLUGIN_ABI 2
+#define BP_COLLECTIVE_PLUGIN_ABI 3
 #define BP_COLLECTIVE_PLUGIN_SYMBOL "bp_collective_plugin_v1"
 
 /* Called by the plugin about every 100 ms while a collective waits for the other ranks (every
@@ -31,7 +31,8 @@ typedef int (*bp_collective_wait_hook)(void* context, double waited_s);
 typedef struct bp_collective_plugin {
   int abi;          /* BP_COLLECTIVE_PLUGIN_ABI */
   const char* name; /* "mpi" */
-  /* Starts the library (MPI_Init_thread, funneled: only the calling thread communicates) and
+  /* Starts the library (MPI_Init_thread asking for MPI_THREAD_SERIALIZED: any thread may call, one
+   * at a time — the overlap of the backward pass calls from a communication thread) and
    * says this process's rank and the number of ranks. `library_version` gets the library's own
    * version text (MPI_Get_library_version), cut to fit. */
   int (*init)(int* rank, int* world, char* library_version, size_t version_size, char* error, size_t error_size);
@@ -56,6 +57,8 @@ typedef struct bp_collective_plugin {
   int (*host_name)(char* name, size_t name_size, char* error, size_t error_size);
   /* The hook every later wait calls (NULL: none). */
   void (*set_wait_hook)(bp_collective_wait_hook hook, void* context);
+  /* The thread level MPI gave after init: 0 single, 1 funneled, 2 serialized, 3 multiple. */
+  int (*thread_level)(void);
 } bp_collective_plugin;
 
 typedef const bp_collective_plugin* (*bp_collective_plugin_fn)(void);

@@ -13,6 +13,7 @@
 // layer's dx. No temporaries and no separate additions (5 fewer launches and T×D buffers a layer).
 #include <fmt/format.h>
 
+#include "model/layer_hook.h"
 #include "model/transformer.h"
 #include "model/transformer_acts.h"
 #include "ops/attention.h"
@@ -267,6 +268,14 @@ Model::SequenceLosses Model::forward_backward_sequences(const Batch& host_batch,
   return out;
 }
 
+namespace {
+thread_local std::function<void(int64_t)> t_layer_hook;  // model/layer_hook.h
+}  // namespace
+
+void set_layer_backward_hook(std::function<void(int64_t)> hook) {
+  t_layer_hook = std::move(hook);
+}
+
 CrossEntropyResult Model::train_pass(const Batch& host_batch, uint64_t dropout_seed, const HeadStep& head) {
   check_batch(host_batch);
   if (!host_batch.labels.defined())
@@ -319,6 +328,7 @@ CrossEntropyResult Model::train_pass(const Batch& host_batch, uint64_t dropout_s
   rms_norm_backward(dxf, x, final_norm, rstd, dx, full ? &grads_.final_norm : nullptr, false,
                     down_reads_bf16(L - 1) ? &dx16 : nullptr);
   dxf = rstd = x = final_norm = Tensor();
+  if (t_layer_hook) t_layer_hook(L);
 
   for (int64_t l = L - 1; l >= 0; --l) {
     const auto li = static_cast<size_t>(l);
@@ -331,6 +341,7 @@ CrossEntropyResult Model::train_pass(const Batch& host_batch, uint64_t dropout_s
       dx = backward_layer(l, std::move(dx), dx16, batch, dropout_seed, acts[li]);
       acts[li] = LayerActs{};
     }
+    if (t_layer_hook) t_layer_hook(l);
   }
   moe_aux_.counts = moe_aux_.prob_sum = moe_aux_.grad = Tensor();  // the pass's loss value stays
   if (full) {

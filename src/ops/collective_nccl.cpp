@@ -134,9 +134,11 @@ class NcclCollective final : public Collective {
     // 1. chunk q of this rank to rank q; rank q's copy of this rank's chunk into slot q.
     copies.rows(static_cast<int64_t>(me) * mine, static_cast<int64_t>(me + 1) * mine).copy_from(x.rows(mb, me_end));
     check(api_.group_start(), "ncclGroupStart");
+    uint64_t sent = 0;  // the payload to the other ranks (CommScope: the step records' comm_bytes)
     for (size_t q = 0; q < W; ++q) {
       if (q == me) continue;
       const auto [b, e] = chunk(q);
+      sent += static_cast<uint64_t>(e - b) * sizeof(float);
       if (e > b)
         check(api_.send(x.kernel_data<float>() + b, e - b, kNcclFloat32, static_cast<int>(q), comm_, nullptr),
               "ncclSend");
@@ -146,6 +148,7 @@ class NcclCollective final : public Collective {
               "ncclRecv");
     }
     check(api_.group_end(), "ncclGroupEnd");
+    CommScope::add_bytes(sent);
     // 2. the rank-ordered sum of this rank's chunk, into its place in x.
     if (mine > 0) {
       Tensor sum = x.rows(mb, me_end);
@@ -155,6 +158,7 @@ class NcclCollective final : public Collective {
     }
     if (!gather) return;
     // 3. every rank's summed chunk to every rank, in place.
+    CommScope::add_bytes(static_cast<uint64_t>(mine) * sizeof(float) * (W - 1));
     check(api_.group_start(), "ncclGroupStart");
     for (size_t q = 0; q < W; ++q) {
       const auto [b, e] = chunk(q);

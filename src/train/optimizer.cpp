@@ -145,7 +145,8 @@ void AdamW::step(const std::vector<TrainableParam>& params, const AdamWConfig& c
   }
   adamw_step(all, cfg, step_);
   // Every rank's updated chunks to every rank: the parameters (and their GEMM copies) become the
-  // owners' bits everywhere.
+  // owners' bits everywhere. Its time and bytes are the step records' comm_parameter_s/_bytes.
+  const CommScope scope(CommKind::Parameters);
   exchange(
       [&](size_t chunk, float* out) {
         for (const Piece& pc : pieces_)

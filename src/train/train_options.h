@@ -61,6 +61,7 @@ struct TrainOptions {
   std::string matmul_dtype = "auto";           // training.matmul_dtype: auto | f32 | bf16 (full mode's GEMM copies)
   std::optional<bool> gradient_checkpointing;  // empty = auto: off when the memory plan says it fits
   std::optional<bool> shard_optimizer;         // ZeRO-1; empty = auto: on when more than one rank trains
+  std::optional<bool> overlap_communication;   // the gradients reduced under the backward; empty = auto
   int optimizer_shards = 1;  // set by the trainer: ranks AdamW's state is split over (the memory plan counts 1/N)
   uint64_t seed = 42;
   int64_t eval_every = 0;             // 0 = only at the end
@@ -106,6 +107,7 @@ struct TrainOptions {
   int64_t stop_after_step_for_tests = 0;  // behave as if SIGINT arrived during this step
   int fault_rank = -1;                    // the OOM, NaN and hang faults on this rank only (-1 = every rank)
   int64_t fault_hang_after_step = 0;      // wait for a signal after this step (and its checkpoint); 0 = off
+  int64_t fault_layer_delay_ms = 0;       // sleep after each layer's backward (the overlap's tests); 0 = off
 
   // Every row's fill (core/settings_registry.inc), then the checks that span settings (batch size
   // vs micro-batch x accumulation, a model and data named, LoRA and monitor values).

@@ -20,6 +20,7 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/held_weights.h"
+#include "model/layer_hook.h"
 #include "model/loader.h"
 #include "model/merge.h"
 #include "model/peft.h"
@@ -65,6 +66,8 @@ nlohmann::json TrainSummary::to_json() const {
           {"grad_accum", grad_accum},
           {"gradient_checkpointing", gradient_checkpointing},
           {"world_size", world_size},
+          {"comm_seconds", comm_seconds},  // the steps' time in collectives (0 in one process)
+          {"comm_bytes", comm_bytes},
           {"records_lost", records_lost},  // records of the run files that could not be written (a full disk)
           {"records_lost_files", records_lost_files},
           {"method", method},
@@ -234,9 +237,15 @@ TrainSummary Trainer::run_impl() {
   s.alloc->reset_peak();
   s.params = s.model->trainable_parameters();
   for (auto& p : s.params) s.grads.push_back(p.grad);
+  s.start_overlap();       // training.overlap_communication (trainer_distributed.cpp)
+  struct ClearLayerHook {  // the hook (model/layer_hook.h) is this thread's: gone with the run
+    ~ClearLayerHook() { set_layer_backward_hook(nullptr); }
+  } clear_layer_hook;
   s.fault_oom_left = s.opt.fault_oom_repeat;
 
   while (s.step < s.total_steps) {
+    s.step_comm_start = comm_totals();  // what the step's collectives cost (log_step)
+    s.step_start = std::chrono::steady_clock::now();
     const State::Batch batch = s.next_batch();
     StepRecord rec;
     rec.step = s.step + 1;
@@ -520,6 +529,7 @@ double Trainer::State::forward_backward(const Batch& batch) {
           safety->between_micro_batches(
               step + 1, opt.oom_recovery && (oom->micro_seqs() > 1 || !model->options().gradient_checkpointing),
               [&] { save_last_finished_step(batch); });
+          if (overlap && e == static_cast<int64_t>(ids.size())) overlap->arm();  // the step's last micro-batch
           inject_fault(FaultPoint::MicroBatch);
           comm->check_peers();  // a rank gone during a long step is noticed before the all-reduce
           uint64_t dropout_seed = opt.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(step) * 1000003ull +
@@ -537,6 +547,7 @@ double Trainer::State::forward_backward(const Batch& batch) {
           ++aux_micro_batches;
         },
         [&] {
+          if (overlap) overlap->abandon();  // the round's remaining collectives still run (grad_overlap.h)
           alloc->fail_after_allocations(0);
           model->zero_grads();
           loss_sum = 0;
@@ -658,6 +669,36 @@ void Trainer::State::log_step(const Batch& batch, const StepRecord& rec) {
       {"bytes_peak", alloc->stats().bytes_peak},
       {"samples", batch.ids}};
   for (const auto& [k, v] : rec.metrics) step_record[k] = v;
+  if (comm->world() > 1) {
+    // The step's time in collectives (core/collective.h CommTotals): all of them, the gradients'
+    // reduction, ZeRO-1's parameter all-gather (the rest: the small agreements), and the payload
+    // bytes this rank sent. One process has no collectives and records none of these.
+    const CommTotals c = comm_totals() - step_comm_start;
+    const auto g = static_cast<int>(CommKind::Gradients), p = static_cast<int>(CommKind::Parameters);
+    step_record["step_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    step_record["comm_s"] = c.total_seconds();
+    step_record["comm_bytes"] = c.total_bytes();
+    step_record["comm_gradient_s"] = c.seconds[g];
+    step_record["comm_gradient_bytes"] = c.bytes[g];
+    step_record["comm_parameter_s"] = c.seconds[p];
+    step_record["comm_parameter_bytes"] = c.bytes[p];
+    if (overlap && !overlap->backward.empty()) {
+      // The overlap's profile: seconds since the last micro-batch began, each layer's backward and
+      // each reduction ([layer, begin, end]; layer -1: what no layer owns), the time they overlapped
+      // and the time the step waited for the reductions after the backward.
+      auto rows = [](const std::vector<GradientOverlap::Interval>& v) {
+        nlohmann::json a = nlohmann::json::array();
+        for (const auto& i : v) a.push_back({i.layer, i.begin, i.end});
+        return a;
+      };
+      step_record["comm_overlap_s"] = overlap->overlap_s();
+      step_record["comm_wait_s"] = overlap->wait_s;
+      step_record["overlap_profile"] = {{"backward", rows(overlap->backward)},
+                                        {"reductions", rows(overlap->reductions)}};
+    }
+    summary.comm_seconds += c.total_seconds();
+    summary.comm_bytes += c.total_bytes();
+  }
   record(std::move(step_record));
   if (cb.on_step) cb.on_step(rec, summary, total_steps);
 }

@@ -47,6 +47,10 @@ struct TrainSummary {
   std::string matmul_dtype = "f32";     // input type of the trained matrices' GEMMs (training.matmul_dtype)
   bool gradient_checkpointing = false;  // at the end of the run (auto may turn it on after an OOM)
   int world_size = 1;                   // processes of a data-parallel run (mpirun / srun / --nproc)
+  // Data-parallel: the steps' wall seconds in collectives and the payload bytes this rank sent (the
+  // sums of the step records' comm_s and comm_bytes); 0 in one process.
+  double comm_seconds = 0;
+  uint64_t comm_bytes = 0;
   // Records (metrics.jsonl lines, log records) that could not be written, e.g. on a full disk, and
   // the files they belong to: `train` exits 3 (partial success) when there are any.
   uint64_t records_lost = 0;

@@ -20,16 +20,19 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <type_traits>
 
 #include "core/collective.h"
 #include "core/log.h"
 #include "core/uuid.h"
+#include "model/layer_hook.h"
 #include "ops/collective_nccl.h"
 #include "ops/optim.h"
 #include "train/resume.h"
@@ -162,6 +165,37 @@ void Trainer::State::init_optimizer() {
                             format_bytes(static_cast<size_t>(adamw.state_values()) * sizeof(float))));
 }
 
+// training.overlap_communication: the gradients reduced on a communication thread during the last
+// micro-batch's backward (train/grad_overlap.h). Host collectives only (a CPU run); the MPI library
+// must let that thread call it (MPI_THREAD_SERIALIZED). auto = off: not reliably faster on the 2-core
+// machine measured (docs/benchmarks.md), where the thread takes cycles from the ranks' compute.
+void Trainer::State::start_overlap() {
+  if (opt.fault_layer_delay_ms > 0 || (comm->world() > 1 && opt.overlap_communication.value_or(false)))
+    set_layer_backward_hook([this](int64_t l) {
+      if (overlap) overlap->layer_done(l);
+      if (opt.fault_layer_delay_ms > 0 && l < model->config().num_layers)
+        std::this_thread::sleep_for(std::chrono::milliseconds(opt.fault_layer_delay_ms));
+    });
+  if (comm->world() == 1 || !opt.overlap_communication.value_or(false)) return;
+  if (device.type != DeviceType::CPU)
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[train] --overlap-communication true overlaps the host collectives with a CPU run's "
+                            "backward; this run trains on {}, whose gradients are reduced after the backward",
+                            device.name()))
+        .with_suggestion("Leave --overlap-communication at auto (or false) on a CUDA device.");
+  if (!comm->threads_may_communicate())
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                "[train] --overlap-communication true needs an MPI that lets another thread call it "
+                "(MPI_THREAD_SERIALIZED); this one does not")
+        .with_suggestion("Use an MPI built with thread support (Open MPI is), or --overlap-communication false.");
+  std::vector<std::string> names;
+  for (const auto& p : params) names.push_back(p.name);
+  overlap = std::make_unique<GradientOverlap>(*comm, grads, names, model->config().num_layers, !adamw.sharded());
+  event("info",
+        "overlap: each layer's gradients are reduced on a communication thread while the layers below "
+        "compute the step's last backward");
+}
+
 // The run id: rank 0's (a new run) or the resumed checkpoint's, the same on every rank.
 std::string Trainer::State::shared_run_id(const std::string& resumed_id) const {
   if (comm->world() == 1) return resumed_id;
@@ -251,7 +285,12 @@ double Trainer::State::forward_backward_all_ranks(const Batch& batch) {
   for (;;) {
     const int64_t micro_before = oom->micro_seqs();
     const bool gc_before = model->options().gradient_checkpointing;
+    if (overlap) overlap->begin_step();
     const double local = forward_backward(batch);
+    // With the overlap, the gradients were reduced during the last micro-batch's backward, unless an
+    // OOM spoiled that round on some rank: then every rank redoes the step (as after an OOM).
+    const bool reduced = overlap && overlap->finish();
+    const bool all_reduced = overlap && !on_any_rank(!reduced);
     const std::vector<int64_t> micro = comm->all_gather(oom->micro_seqs());
     const std::vector<int64_t> gc = comm->all_gather(int64_t{model->options().gradient_checkpointing ? 1 : 0});
     const int64_t agreed_micro = *std::min_element(micro.begin(), micro.end());
@@ -262,13 +301,18 @@ double Trainer::State::forward_backward_all_ranks(const Batch& batch) {
       agree = agree && micro[r] == agreed_micro && (gc[r] != 0) == agreed_gc;
       if (micro[r] != micro_before || (gc[r] != 0) != gc_before) recovered.push_back(static_cast<int>(r));
     }
+    if (overlap && !all_reduced) agree = false;
     if (agree) {
       // ZeRO-1: each rank receives only its chunks' sum (the optimizer updates those and
       // all-gathers the parameters); unsharded, every rank the whole sum.
-      if (adamw.sharded())
-        comm->reduce_scatter_sum(grads);
-      else
-        comm->all_reduce_sum(grads);
+      // all_reduced: done under the backward (grad_overlap.h), the same sums, the same bits.
+      if (!all_reduced) {
+        const CommScope scope(CommKind::Gradients);  // the step records' comm_gradient_s / _bytes
+        if (adamw.sharded())
+          comm->reduce_scatter_sum(grads);
+        else
+          comm->all_reduce_sum(grads);
+      }
       if (method_is_preference(opt.method)) merge_preference_metrics();
       return comm->sum_in_rank_order(local);
     }

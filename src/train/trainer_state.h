@@ -21,6 +21,7 @@
 #include "text/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/eval_metrics.h"
+#include "train/grad_overlap.h"
 #include "train/oom_recovery.h"
 #include "train/optimizer.h"
 #include "train/preference.h"
@@ -78,6 +79,10 @@ struct Trainer::State {
   Collective* comm = nullptr;
   std::unique_ptr<Collective> device_comm;  // NCCL over the process's MPI collective (CUDA runs)
   bool writer = true;
+  std::unique_ptr<GradientOverlap> overlap;  // training.overlap_communication (trainer_distributed.cpp)
+  void start_overlap();
+  CommTotals step_comm_start;  // the collectives' totals when the step began (log_step)
+  std::chrono::steady_clock::time_point step_start;
 
   // Setup, in order (Trainer::run_impl).
   void open_run();

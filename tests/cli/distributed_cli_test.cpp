@@ -88,6 +88,27 @@ TEST(Distributed, TwoRanksMatchOneProcessOnTheSameGlobalBatch) {
   }
   EXPECT_GT(std::fabs(l1.front() - l1.back()), 1e-3);  // it trained: the comparison is not of constants
   expect_adapters_close(two, one);
+  // The time in collectives per step (core/collective.h CommTotals): in every step record of the
+  // ranks' run, positive and below the step's own time, the gradients' reduction and ZeRO-1's
+  // parameter all-gather (on by default) parts of it; their sums in summary.json. One process has
+  // no collectives: no such fields, and 0 in its summary.
+  double comm_sum = 0;
+  int64_t bytes_sum = 0;
+  for (const auto& r : s2) {
+    const double comm = r["comm_s"], grads = r["comm_gradient_s"], params = r["comm_parameter_s"];
+    EXPECT_GT(grads, 0.0) << r.dump();
+    EXPECT_GT(params, 0.0) << r.dump();
+    EXPECT_LE(grads + params, comm) << r.dump();
+    EXPECT_LT(comm, r["step_s"].get<double>()) << r.dump();
+    EXPECT_GT(r["comm_bytes"].get<int64_t>(), 0) << r.dump();
+    comm_sum += comm;
+    bytes_sum += r["comm_bytes"].get<int64_t>();
+  }
+  EXPECT_NEAR(summary(two)["comm_seconds"].get<double>(), comm_sum, 1e-9 + 1e-9 * comm_sum);
+  EXPECT_EQ(summary(two)["comm_bytes"].get<int64_t>(), bytes_sum);
+  for (const auto& r : s1) EXPECT_FALSE(r.contains("comm_s")) << r.dump();
+  EXPECT_EQ(summary(one)["comm_seconds"], 0.0);
+  EXPECT_EQ(summary(one)["comm_bytes"], 0);
   EXPECT_NE(out.find("data-parallel over 2 ranks"), std::string::npos) << out;
   // show-run says how many processes trained (text and --json); a single process says nothing.
   std::string shown;
@@ -208,7 +229,12 @@ TEST(Distributed, PreferenceMethodsAtTwoRanksMatchOneProcess) {
   }
 }
 
-// Two 2-rank runs, one under mpirun and one through `train --nproc 2`, give the same bits.
+// Two 2-rank runs, one under mpirun and one through `train --nproc 2`, give the same bits; the second
+// reduces each layer's gradients under the backward (--overlap-communication true, ZeRO-1's
+// reduce-scatter in the layout of the whole one: train/grad_overlap.h), so overlap on and off give
+// the same bits too. Its step records' profile shows the reductions running while layers below
+// still compute (each layer's backward made 20 ms longer, so a busy 2-core machine still runs the
+// communication thread during it).
 TEST(Distributed, TwoRunsAtTwoRanksAreBitIdentical) {
   SKIP_WITHOUT_MPIRUN();
   test::TempDir tmp;
@@ -217,10 +243,15 @@ TEST(Distributed, TwoRunsAtTwoRanksAreBitIdentical) {
   ASSERT_EQ(
       test::run_command(mpirun_prefix(2) + test::backprop_exe() + train_args(data, tmp.path + "/a") + " 2>&1", &out), 0)
       << out;
-  ASSERT_EQ(test::run_command(
-                rank_env() + test::backprop_exe() + train_args(data, tmp.path + "/b", "--nproc 2") + " 2>&1", &out),
-            0)
+  ASSERT_EQ(
+      test::run_command(rank_env() + test::backprop_exe() +
+                            train_args(data, tmp.path + "/b",
+                                       "--nproc 2 --overlap-communication true --fault-inject-layer-delay-ms 20") +
+                            " 2>&1",
+                        &out),
+      0)
       << out;
+  EXPECT_NE(out.find("overlap: each layer's gradients are reduced"), std::string::npos) << out;
   const std::string a = only_run(tmp.path + "/a"), b = only_run(tmp.path + "/b");
   EXPECT_EQ(summary(b)["world_size"], 2);
   const auto la = losses(a), lb = losses(b);
@@ -232,6 +263,20 @@ TEST(Distributed, TwoRunsAtTwoRanksAreBitIdentical) {
   const std::string ca = slurp(a + "/checkpoints/checkpoint-4/trainable.safetensors");
   ASSERT_FALSE(ca.empty());
   EXPECT_TRUE(ca == slurp(b + "/checkpoints/checkpoint-4/trainable.safetensors"));
+  for (const auto& r : records(b, "step")) {
+    const auto& bw = r["overlap_profile"]["backward"];
+    const auto& red = r["overlap_profile"]["reductions"];
+    ASSERT_EQ(bw.size(), 5u) << r.dump();  // stories260K's 5 layers, top first
+    EXPECT_EQ(bw[0][0], 4);
+    EXPECT_EQ(bw[4][0], 0);
+    ASSERT_EQ(red.size(), 5u) << r.dump();  // a layer's LoRA tensors each (nothing outside the layers)
+    EXPECT_EQ(red[0][0], 4);                // the top layer's gradients first
+    // Layer 4's reduction began before layer 0's backward ended, and they overlapped.
+    EXPECT_LT(red[0][1].get<double>(), bw[4][2].get<double>()) << r.dump();
+    EXPECT_GT(r["comm_overlap_s"].get<double>(), 0.0) << r.dump();
+    EXPECT_GE(r["comm_wait_s"].get<double>(), 0.0) << r.dump();
+  }
+  for (const auto& r : records(a, "step")) EXPECT_FALSE(r.contains("overlap_profile")) << r.dump();
 }
 
 // A run saved at one rank count continues at another: 1 -> 2 and 2 -> 1 ranks, each killed after
@@ -285,7 +330,8 @@ TEST(Distributed, RanksThatDisagreeAreRefused) {
 
 // Two OOMs in a row on rank 1 alone (the first turns gradient checkpointing on, the second halves its
 // micro-batch): every rank redoes the step that way (the same samples), and the run ends as the one
-// without the OOM (within the f32 order of the sums).
+// without the OOM (within the f32 order of the sums). The run overlaps the reduction with the
+// backward, and the OOM strikes inside that round (train/grad_overlap.h abandon).
 TEST(Distributed, OutOfMemoryOnOneRankIsRedoneByEveryRank) {
   SKIP_WITHOUT_MPIRUN();
   test::TempDir tmp;
@@ -295,7 +341,8 @@ TEST(Distributed, OutOfMemoryOnOneRankIsRedoneByEveryRank) {
   ASSERT_EQ(
       test::run_command(mpirun_prefix(2) + test::backprop_exe() +
                             train_args(data, tmp.path + "/oom",
-                                       "--fault-inject-oom-step 2 --fault-inject-oom-count 2 --fault-inject-rank 1") +
+                                       "--fault-inject-oom-step 2 --fault-inject-oom-count 2 --fault-inject-rank 1 "
+                                       "--overlap-communication true") +
                             " 2>&1",
                         &out),
       0)
@@ -311,6 +358,9 @@ TEST(Distributed, OutOfMemoryOnOneRankIsRedoneByEveryRank) {
   EXPECT_EQ(summary(oom)["oom_recoveries"], 1);
   EXPECT_EQ(summary(oom)["micro_batch_size"], 1);  // kept for the rest of the run, on every rank
   EXPECT_EQ(summary(oom)["gradient_checkpointing"], true);
+  // With the overlap on, rank 1's OOM came in its last (only) micro-batch, inside the round: it
+  // still ran the round's reductions (layer by layer, as rank 0 did) before both redid the step.
+  for (const auto& r : records(oom, "step")) EXPECT_TRUE(r.contains("overlap_profile")) << r.dump();
   expect_losses_close(losses(oom), losses(one));
   expect_adapters_close(oom, one);
 }

@@ -34,7 +34,9 @@ void expect_same_bits(const std::string& a, const std::string& b, const std::str
 
 }  // namespace
 
-// Full fine-tuning at 2 ranks, sharded (the default) and not: the same losses, the same model and
+// Full fine-tuning at 2 ranks, sharded (the default) and not, the unsharded one reducing each layer's
+// gradients under the backward (--overlap-communication true: the all-reduce by layers, then the
+// embeddings and the final norm): the same losses, the same model and
 // the same checkpoint files bit for bit (the sharded checkpoint's optimizer.safetensors is the
 // whole state gathered to rank 0). The memory plan counts half the optimizer state per rank:
 // 2 × trainable × 4 bytes / 2.
@@ -47,9 +49,10 @@ TEST(DistributedZero, ShardedOptimizerGivesTheUnshardedBits) {
                               &out_sharded),
             0)
       << out_sharded;
-  ASSERT_EQ(test::run_command(mpirun_prefix(2) + test::backprop_exe() +
-                                  full_args(data, tmp.path + "/w", "--shard-optimizer false") + " 2>&1",
-                              &out_whole),
+  ASSERT_EQ(test::run_command(
+                mpirun_prefix(2) + test::backprop_exe() +
+                    full_args(data, tmp.path + "/w", "--shard-optimizer false --overlap-communication true") + " 2>&1",
+                &out_whole),
             0)
       << out_whole;
   EXPECT_NE(out_sharded.find("ZeRO-1: AdamW's m and v are split over 2 ranks"), std::string::npos) << out_sharded;
@@ -72,6 +75,27 @@ TEST(DistributedZero, ShardedOptimizerGivesTheUnshardedBits) {
       << est;
   const int64_t trainable_bytes = nlohmann::json::parse(est.substr(est.find('{')))["plan"]["trainable"];
   EXPECT_EQ(planned_w - planned_z, trainable_bytes);
+  // The traffic each step (rank 0's step records: the payload it sent, core/collective.h
+  // CommTotals), for T trainable values (T even): unsharded, the all-reduce's all-to-all sends chunk
+  // 1 (T/2 values) and its all-gather chunk 0 (T/2); sharded, the reduce-scatter sends chunk 1 and
+  // the parameters' all-gather chunk 0. Either way 2·(N−1)/N of the gradient's bytes = T·4 at N = 2.
+  const auto sz = records(z, "step"), sw = records(w, "step");
+  ASSERT_EQ(sz.size(), 4u);
+  ASSERT_EQ(sw.size(), 4u);
+  for (size_t i = 0; i < sz.size(); ++i) {
+    EXPECT_EQ(sz[i]["comm_gradient_bytes"].get<int64_t>(), trainable_bytes / 2) << "step " << i + 1;
+    EXPECT_EQ(sz[i]["comm_parameter_bytes"].get<int64_t>(), trainable_bytes / 2) << "step " << i + 1;
+    EXPECT_EQ(sw[i]["comm_gradient_bytes"].get<int64_t>(), trainable_bytes) << "step " << i + 1;
+    EXPECT_EQ(sw[i]["comm_parameter_bytes"].get<int64_t>(), 0) << "step " << i + 1;
+    EXPECT_EQ(sw[i]["comm_parameter_s"].get<double>(), 0.0) << "step " << i + 1;
+    EXPECT_GT(sz[i]["comm_parameter_s"].get<double>(), 0.0) << "step " << i + 1;
+    for (const auto* r : {&sz[i], &sw[i]}) {  // the small agreements (OOM, norms, stop) move a few bytes more
+      const int64_t all = (*r)["comm_bytes"], grads = (*r)["comm_gradient_bytes"],
+                    params = (*r)["comm_parameter_bytes"];
+      EXPECT_GT(all, grads + params) << "step " << i + 1;
+      EXPECT_LT(all, grads + params + 1024) << "step " << i + 1;
+    }
+  }
 }
 
 // A sharded run killed after step 2's checkpoint resumes at the same rank count to the same bits as

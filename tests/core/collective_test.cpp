@@ -292,6 +292,31 @@ void tensor_all_reduce_across_buckets(Collective* comm_) {
     }
     EXPECT_TRUE(bits_equal(ts[k].to_vector(), want)) << "tensor " << k;
   }
+  // reduce_part (the overlap's reduction, a few tensors at a time, in any order) in the same layout
+  // of segments of 16: all-reduce, every value the whole reduction's bits; reduce-scatter, this
+  // rank's chunks those of reduce_scatter_sum over all of them, the rest left as it was.
+  for (const bool gather : {true, false}) {
+    std::vector<Tensor> whole, part;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      std::vector<float> v = rank_input(me, sizes[k] + 1000 * k);
+      v.resize(sizes[k]);
+      whole.push_back(Tensor::from_vector(v, Shape{static_cast<int64_t>(sizes[k])}));
+      part.push_back(Tensor::from_vector(v, Shape{static_cast<int64_t>(sizes[k])}));
+    }
+    std::vector<Tensor*> wp, pp;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      wp.push_back(&whole[k]);
+      pp.push_back(&part[k]);
+    }
+    if (gather)
+      comm_->all_reduce_sum(wp, 16);
+    else
+      comm_->reduce_scatter_sum(wp, 16);
+    for (const std::vector<size_t>& which : {std::vector<size_t>{4, 2}, {0}, {3, 1}})
+      comm_->reduce_part(pp, which, gather, 16);
+    for (size_t k = 0; k < sizes.size(); ++k)
+      EXPECT_TRUE(bits_equal(part[k].to_vector(), whole[k].to_vector())) << "tensor " << k << " gather " << gather;
+  }
 }
 
 void gather_any_broadcast_and_barrier(Collective* comm_) {

@@ -60,6 +60,16 @@ int check_counts(const size_t* counts, const size_t* offsets, int world, std::ve
 bp_collective_wait_hook g_hook = nullptr;
 void* g_hook_context = nullptr;
 
+// What MPI_Init_thread gave (MPI_Query_thread), as 0 single .. 3 multiple.
+int mpi_thread_level() {
+  int provided = MPI_THREAD_SINGLE;
+  if (MPI_Query_thread(&provided) != MPI_SUCCESS) return 0;
+  return provided >= MPI_THREAD_MULTIPLE     ? 3
+         : provided >= MPI_THREAD_SERIALIZED ? 2
+         : provided >= MPI_THREAD_FUNNELED   ? 1
+                                             : 0;
+}
+
 void mpi_set_wait_hook(bp_collective_wait_hook hook, void* context) {
   g_hook = hook;
   g_hook_context = context;
@@ -116,7 +126,7 @@ int mpi_init(int* rank, int* world, char* version, size_t version_size, char* er
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) {
       say(error, error_size, "MPI_Init_thread", rc);
       return 1;
@@ -220,8 +230,8 @@ int mpi_host_name(char* name, size_t name_size, char* error, size_t error_size) 
 }
 
 const bp_collective_plugin kPlugin = {
-    BP_COLLECTIVE_PLUGIN_ABI, "mpi",          mpi_init,         mpi_finalize,  mpi_barrier,      mpi_broadcast,
-    mpi_all_gather,           mpi_all_to_all, mpi_all_gather_v, mpi_host_name, mpi_set_wait_hook};
+    BP_COLLECTIVE_PLUGIN_ABI, "mpi",          mpi_init,         mpi_finalize,  mpi_barrier,       mpi_broadcast,
+    mpi_all_gather,           mpi_all_to_all, mpi_all_gather_v, mpi_host_name, mpi_set_wait_hook, mpi_thread_level};
 
 }  // namespace
 

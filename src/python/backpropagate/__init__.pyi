@@ -80,6 +80,7 @@ class Trainer:
         distributed: Optional[str] = None,  # training.distributed
         distributed_timeout: Optional[float] = None,  # training.distributed_timeout
         shard_optimizer: Optional[str] = None,  # training.shard_optimizer
+        overlap_communication: Optional[str] = None,  # training.overlap_communication
         oom_recovery: Optional[bool] = None,  # training.oom_recovery
         nan_guard_max_consecutive: Optional[int] = None,  # training.nan_guard_max_consecutive
         init_from_config: Optional[str] = None,  # training.init_from_config
