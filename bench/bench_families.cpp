@@ -5,7 +5,10 @@
 // sizes (hidden 576, intermediate 1536, 9 heads of 64, 3 KV heads, vocabulary 49152, BP_BENCH_LAYERS
 // layers), so the model FLOPs (train/train_benchmark.h lora_step_flops) are the same and tokens/s
 // compare directly; the windows (256) are shorter than the sequence (BP_BENCH_SEQ, 512) and the
-// count is the causal one, so a windowed family's modelGF/s counts attention it skips.
+// count is the causal one, so a windowed family's modelGF/s counts attention it skips. Qwen3 (dense)
+// beside Qwen3-MoE (64 experts, top 8, 192 wide: the dense MLP's active parameters; see
+// family_config) gives issue 42's MoE layer stack against a dense stack of the same active
+// parameters.
 //
 // One step = zero_grads + Model::forward_backward (one sequence) + AdamW over the LoRA tensors
 // (r 16, alpha 32, all-linear, no dropout, checkpointing on), random weights; 1 untimed warm-up step.
@@ -58,6 +61,17 @@ bp::ModelConfig family_config(const std::string& family) {
     j["architectures"] = {"Phi3ForCausalLM"};
     j["partial_rotary_factor"] = 0.75;
     j["tie_word_embeddings"] = true;
+  } else if (family == "qwen3") {
+    j["architectures"] = {"Qwen3ForCausalLM"};
+  } else if (family == "qwen3moe") {
+    // Qwen3-30B-A3B's proportions at this hidden size: 64 experts, 8 per token, each 192 wide, so
+    // the active MLP width 8·192 equals the dense families' 1536 (same active parameters and FLOPs,
+    // but the router [64, 576]); 8× the dense MLP's total parameters.
+    j["architectures"] = {"Qwen3MoeForCausalLM"};
+    j["num_experts"] = 64;
+    j["num_experts_per_tok"] = 8;
+    j["moe_intermediate_size"] = 192;
+    j["norm_topk_prob"] = true;
   } else {
     j["architectures"] = {"SmolLM3ForCausalLM"};
     j["no_rope_layer_interval"] = 4;
@@ -71,7 +85,12 @@ void BM_family(benchmark::State& state, std::string family) {
   bp::LoraConfig lc;
   lc.r = 16;
   lc.alpha = 32.0f;
-  lc.target_modules = {"all-linear"};
+  // all-linear, by name for Qwen3-MoE (PEFT's all-linear would include its router, refused): every
+  // attention projection and every expert's gate/up/down.
+  if (family == "qwen3moe")
+    lc.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  else
+    lc.target_modules = {"all-linear"};
   bp::LoraAdapter adapter = bp::init_lora(cfg, lc, 7);
   bp::ModelOptions mo;
   mo.mode = bp::TrainMode::Lora;
@@ -110,7 +129,7 @@ void BM_family(benchmark::State& state, std::string family) {
 
 int main(int argc, char** argv) {
   bp::set_num_threads(env_int("BP_BENCH_THREADS", 2));
-  for (const char* family : {"llama", "gemma2", "gemma3", "phi3", "smollm3"})
+  for (const char* family : {"llama", "gemma2", "gemma3", "phi3", "smollm3", "qwen3", "qwen3moe"})
     benchmark::RegisterBenchmark((std::string("lora_step/") + family).c_str(), BM_family, std::string(family))
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime()

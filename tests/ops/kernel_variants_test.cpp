@@ -10,6 +10,7 @@
 #include <cstring>
 #include <set>
 
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/linear.h"
 #include "core/dtype.h"
 #include "core/sysinfo.h"
@@ -98,6 +99,59 @@ TEST_P(KernelEveryCpuVariant, SwigluMatchesDoubleReference) {
   }
 }
 
+// Gemma's tanh paths (tanh_approx_t in lanes and in the scalar tails) against std::tanh in double:
+// soft-capping over scores from −300 to 300 (saturated, the exp branch and the Taylor branch around
+// |x/cap| = 0.4), the capped attention backward row, GeGLU forward and backward.
+TEST_P(KernelEveryCpuVariant, TanhKernelsMatchDoubleReference) {
+  const float cap = 30.0f;
+  for (int64_t n : kSizes) {
+    const size_t un = static_cast<size_t>(n);
+    auto x = test::random_vector(un, 21 + n, -300.0f, 300.0f);
+    for (size_t i = 0; i < un; i += 3) x[i] *= 0.05f;  // |x/cap| near and below the branch point
+    std::vector<float> y = x, th(un);
+    k().softcap(y.data(), th.data(), n, cap);
+    std::vector<double> ry(un), rth(un);
+    for (size_t i = 0; i < un; ++i) ry[i] = cap * (rth[i] = std::tanh(double(x[i]) / cap));
+    EXPECT_TRUE(all_close(to_double(th), rth, {1e-7, 1e-6})) << n;
+    EXPECT_TRUE(all_close(to_double(y), ry, {cap * 1e-7, 1e-6})) << n;
+    std::vector<float> y2 = x;
+    k().softcap(y2.data(), nullptr, n, cap);  // th may be null: the same values
+    EXPECT_EQ(std::memcmp(y2.data(), y.data(), un * sizeof(float)), 0) << n;
+
+    // p = exp(c·tanh(s/c) − lse), ds = scale·p·(dp − delta)·(1 − tanh²).
+    auto s = test::random_vector(un, 23 + n, -60.0f, 60.0f), dp = test::random_vector(un, 25 + n);
+    const float lse = 31.0f, delta = 0.25f, scale = 0.125f;
+    std::vector<float> p = s, ds = dp;
+    k().capped_probs_and_score_grads(p.data(), ds.data(), n, lse, delta, scale, cap);
+    std::vector<double> rp(un), rds(un);
+    for (size_t i = 0; i < un; ++i) {
+      const double t = std::tanh(double(s[i]) / cap);
+      rp[i] = std::exp(cap * t - lse);
+      rds[i] = scale * rp[i] * (double(dp[i]) - delta) * (1.0 - t * t);
+    }
+    EXPECT_TRUE(all_close(to_double(p), rp, {1e-7, 1e-5})) << n;
+    EXPECT_TRUE(all_close(to_double(ds), rds, {1e-7, 1e-5})) << n;
+
+    // GeGLU: h = gelu_tanh(g)·u.
+    auto g = test::random_vector(un, 3 + n, -8.0f, 8.0f), u = test::random_vector(un, 5 + n);
+    auto d = test::random_vector(un, 6 + n);
+    std::vector<float> h(un), dg(un), du(un);
+    k().geglu_forward(g.data(), u.data(), h.data(), n);
+    k().geglu_backward(d.data(), g.data(), u.data(), dg.data(), du.data(), n);
+    std::vector<double> rh(un), rdg(un), rdu(un);
+    const double kk = std::sqrt(2.0 / M_PI), ka = 0.044715;
+    for (size_t i = 0; i < un; ++i) {
+      const double gi = g[i], t = std::tanh(kk * (gi + ka * gi * gi * gi));
+      rh[i] = 0.5 * gi * (1.0 + t) * u[i];
+      rdu[i] = double(d[i]) * 0.5 * gi * (1.0 + t);
+      rdg[i] = double(d[i]) * u[i] * (0.5 * (1.0 + t) + 0.5 * gi * (1.0 - t * t) * kk * (1.0 + 3.0 * ka * gi * gi));
+    }
+    EXPECT_TRUE(all_close(to_double(h), rh, {1e-6, 1e-5})) << n;
+    EXPECT_TRUE(all_close(to_double(dg), rdg, {1e-6, 1e-5})) << n;
+    EXPECT_TRUE(all_close(to_double(du), rdu, {1e-6, 1e-5})) << n;
+  }
+}
+
 TEST_P(KernelEveryCpuVariant, AdamwMatchesDoubleReference) {
   for (int64_t n : kSizes) {
     auto p = test::random_vector(size_t(n), 1 + n), g = test::random_vector(size_t(n), 2 + n);
@@ -158,6 +212,69 @@ TEST_P(KernelEveryCpuVariant, DropoutMaskIsTheScalarRuleBitForBit) {
     EXPECT_LT(static_cast<float>(t - 1) * (1.0f / 16777216.0f), p) << p;
   }
   EXPECT_EQ(cpu::dropout_keep_threshold(0.0f), 0u);
+}
+
+// gemm_nt_few_rows: y = alpha·x·wᵀ + beta·y over rows [f0, f1) of w, against a double reference, at
+// row counts around every panel width (1..2 vectors of 4, 8, 16 lanes), weight rows around the 6-row
+// tile, K across the 256-long chunks, strides wider than the rows; y outside [f0, f1) untouched and
+// not read when beta is 0 (NaN there stays out of the result). Tolerance: K·2⁻²⁴·Σ|x·w| per element
+// (CONVENTIONS.md), plus the alpha/beta terms' roundings.
+TEST_P(KernelEveryCpuVariant, FewRowsWeightGemmMatchesDoubleReference) {
+  struct Case {
+    int64_t n, F, K, f0, f1;
+    float alpha, beta;
+  };
+  const Case cases[] = {{1, 7, 5, 0, 7, 1.0f, 0.0f},       {3, 13, 300, 0, 13, 1.0f, 0.0f},
+                        {8, 6, 257, 0, 6, 0.5f, 1.0f},     {9, 12, 33, 6, 12, 1.0f, 0.0f},
+                        {16, 19, 520, 0, 19, 1.0f, -0.5f}, {17, 5, 64, 1, 4, 2.0f, 0.0f},
+                        {33, 31, 100, 6, 31, 1.0f, 1.0f},  {70, 8, 512, 0, 8, 1.0f, 0.0f}};
+  for (const Case& c : cases) {
+    const int64_t ldx = c.K + 3, ldw = c.K + 5, ldy = c.F + 2;
+    const auto x = test::random_vector(size_t(c.n * ldx), 11 + c.n, -2.0f, 2.0f);
+    const auto w = test::random_vector(size_t(c.F * ldw), 13 + c.F);
+    auto y = test::random_vector(size_t(c.n * ldy), 17 + c.K);
+    if (c.beta == 0.0f)
+      for (int64_t i = 0; i < c.n; ++i)
+        for (int64_t f = c.f0; f < c.f1; ++f) y[size_t(i * ldy + f)] = NAN;
+    const auto y0 = y;
+    std::vector<float> scratch(size_t(cpu::few_rows_scratch_floats(c.n, c.K)), NAN);
+    k().gemm_nt_few_rows(x.data(), ldx, c.n, c.K, w.data(), ldw, c.f0, c.f1, c.alpha, c.beta, y.data(), ldy,
+                         scratch.data());
+    for (int64_t i = 0; i < c.n; ++i)
+      for (int64_t f = 0; f < ldy; ++f) {
+        const size_t at = size_t(i * ldy + f);
+        if (f < c.f0 || f >= c.f1) {
+          if (std::memcmp(&y[at], &y0[at], sizeof(float)) != 0) ADD_FAILURE() << "written outside: " << i << "," << f;
+          continue;
+        }
+        double ref = 0, mag = 0;
+        for (int64_t q = 0; q < c.K; ++q) {
+          const double p = double(x[size_t(i * ldx + q)]) * double(w[size_t(f * ldw + q)]);
+          ref += p;
+          mag += std::fabs(p);
+        }
+        const double yin = c.beta == 0.0f ? 0.0 : double(y0[at]);
+        const double want = double(c.alpha) * ref + double(c.beta) * yin;
+        const double tol = double(c.K + 2) * 0x1p-24 * (std::fabs(c.alpha) * mag + std::fabs(c.beta * yin)) + 1e-30;
+        if (!(std::fabs(double(y[at]) - want) <= tol))
+          ADD_FAILURE() << "n " << c.n << " F " << c.F << " K " << c.K << " at " << i << "," << f << ": " << y[at]
+                        << " vs " << want << " (tol " << tol << ")";
+      }
+  }
+}
+
+// sgemm_weight_nt (gemm.h) through the current variant with its thread split: the few-rows path
+// gives what sgemm (OpenBLAS) gives, within the same bound, at a shape that takes it.
+TEST_P(KernelEveryCpuVariant, WeightGemmFewRowsPathMatchesBlas) {
+  const int64_t M = 20, N = 300, K = 260;
+  ASSERT_TRUE(cpu::few_rows_path(M, N, K));
+  ASSERT_FALSE(cpu::few_rows_path(cpu::kFewRowsMax + 1, N, K));
+  const auto a = test::random_vector(size_t(M * K), 3), b = test::random_vector(size_t(N * K), 4);
+  std::vector<float> y(size_t(M * N), NAN), ref(size_t(M * N), 0.0f);
+  cpu::sgemm_weight_nt(M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, y.data(), N);
+  cpu::sgemm(false, true, M, N, K, 1.0f, a.data(), K, b.data(), K, 0.0f, ref.data(), N);
+  for (size_t i = 0; i < y.size(); ++i)
+    if (!(std::fabs(y[i] - ref[i]) <= 2.0 * K * 0x1p-24 * K)) ADD_FAILURE() << i << ": " << y[i] << " vs " << ref[i];
 }
 
 BP_PER_KERNEL_VARIANT(KernelEveryCpuVariant);

@@ -42,6 +42,8 @@
 // The softmax rows of the blocked kernels (max, exp and sum; probabilities and score gradients)
 // are hand-vectorised, one variant per instruction set (kernel_variants.h): GCC does not vectorise
 // exp_approx inside these loops (the omp simd versions ran scalar and took 60% of the forward).
+// So are the soft cap's tanh and its slope (softcap, capped_probs_and_score_grads: tanh_approx_t);
+// the plain kernels keep std::tanh.
 //
 // Two versions of each (CONVENTIONS.md: the plain kernel is the reference): *_plain computes
 // every score as its own dot product with an online softmax over 64-key tiles; the default
@@ -325,8 +327,7 @@ void attention_forward(const float* q, const float* k, const float* v, const int
       float* row = s + r * keys;
       const int64_t i = task.begin + r;
       const int64_t lo = attention_first_key(dims, i) - klo, n = i + 1 - klo;  // row's keys [lo, n)
-      if (cap > 0.0f)
-        for (int64_t j = lo; j < n; ++j) row[j] = capped(row[j], cap);
+      if (cap > 0.0f) kern.softcap(row + lo, nullptr, n - lo, cap);
       const float m = kern.row_max(row + lo, n - lo);
       const float l = kern.exp_shifted_sum(row + lo, n - lo, m);
       std::fill(row, row + lo, 0.0f);
@@ -406,11 +407,7 @@ void attention_backward(const float* dout, const float* q, const float* k, const
         float* prow = p + r * keys;
         float* dsrow = ds + r * keys;
         if (cap > 0.0f) {
-          for (int64_t j = lo; j < n; ++j) {
-            const float sc = capped(prow[j], cap);
-            prow[j] = exp_approx(sc - lse_i);
-            dsrow[j] = scale * prow[j] * (dsrow[j] - delta_i) * cap_slope(sc, cap);
-          }
+          kern.capped_probs_and_score_grads(prow + lo, dsrow + lo, n - lo, lse_i, delta_i, scale, cap);
         } else {
           kern.probs_and_score_grads(prow + lo, dsrow + lo, n - lo, lse_i, delta_i, scale);
         }

@@ -68,8 +68,31 @@ template <class F, class I>
   return p * std::bit_cast<F>(bits);
 }
 
+// tanh(x) for float or a GCC float vector F (I: int32 of the same width), the formula of every
+// variant's kernels and their scalar tails: |x| < 0.4, the odd Taylor series to x¹³ (truncation
+// below 4e-9 relative); else sign(x)·(1 − 2/(e^(2|x|) + 1)) with exp_approx_t (relative error
+// ~2e-7; the cancellation near 0.4 costs under 2 bits). Clamped exp: ±1 beyond |x| ≈ 44.
+template <class F, class I>
+[[gnu::always_inline]] inline F tanh_approx_t(F x) {
+  const F a = x < 0.0f ? -x : x;
+  const F x2 = x * x;
+  F p = F{} + 21844.0f / 6081075.0f;
+  p = p * x2 - 1382.0f / 155925.0f;
+  p = p * x2 + 62.0f / 2835.0f;
+  p = p * x2 - 17.0f / 315.0f;
+  p = p * x2 + 2.0f / 15.0f;
+  p = p * x2 - 1.0f / 3.0f;
+  const F small = x + x * x2 * p;
+  const F big = 1.0f - 2.0f / (exp_approx_t<F, I>(a + a) + 1.0f);
+  return a < 0.4f ? small : (x < 0.0f ? -big : big);
+}
+
 [[gnu::always_inline]] inline float exp_approx(float x) {
   return exp_approx_t<float, int32_t>(x);
+}
+
+[[gnu::always_inline]] inline float tanh_approx(float x) {
+  return tanh_approx_t<float, int32_t>(x);
 }
 
 }  // namespace bp::cpu

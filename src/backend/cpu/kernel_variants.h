@@ -57,7 +57,32 @@ struct KernelTable {
   void (*dequantize_q4_0)(const uint8_t* src, float* dst, int64_t blocks);
   void (*dequantize_q5_0)(const uint8_t* src, float* dst, int64_t blocks);
   void (*dequantize_q4_k)(const uint8_t* src, float* dst, int64_t blocks);
+  // Gemma's tanh paths, with tanh_approx_t (cross_entropy.h) in vector lanes:
+  // x[j] = cap·tanh(x[j]/cap), and th[j] = that tanh where th is not null (soft-capping: attention
+  // scores, final logits).
+  void (*softcap)(float* x, float* th, int64_t n, float cap);
+  // The soft-capped attention backward row: s = cap·tanh(p[j]/cap) (p holds the scaled scores on
+  // entry), p[j] = exp(s − lse), ds[j] = scale·p[j]·(ds[j] − delta)·(1 − (s/cap)²).
+  void (*capped_probs_and_score_grads)(float* p, float* ds, int64_t n, float lse, float delta, float scale, float cap);
+  // GeGLU (swiglu.h): h = gelu_tanh(g)·u and its gradients; serial over [0, n).
+  void (*geglu_forward)(const float* gate, const float* up, float* h, int64_t n);
+  void (*geglu_backward)(const float* dh, const float* gate, const float* up, float* dgate, float* dup, int64_t n);
+  // y[i, f] = alpha·Σ_k x[i, k]·w[f, k] + beta·y[i, f] for i < n, f0 <= f < f1 (row-major, row
+  // strides ldx, ldw, ldy; beta 0 writes y without reading it): a few rows x (n <= a few dozen)
+  // against a large weight w [F, K] read in place, row by row, never repacked (gemm.h
+  // sgemm_weight_nt, the Mixture-of-Experts' per-expert products). x's rows are first copied,
+  // transposed, into panels of 2·lanes rows in `scratch` (few_rows_scratch_floats(n, K) floats);
+  // each tile of 6 weight rows × one panel accumulates its K products in order (chunks of 256,
+  // fused multiply-adds where the ISA has them), so a result depends on neither the thread split
+  // nor n: only on the variant (generic: separate multiply and add).
+  void (*gemm_nt_few_rows)(const float* x, int64_t ldx, int64_t n, int64_t K, const float* w, int64_t ldw, int64_t f0,
+                           int64_t f1, float alpha, float beta, float* y, int64_t ldy, float* scratch);
 };
+
+// Scratch floats gemm_nt_few_rows needs for n rows of K (enough for every variant's panel width).
+inline int64_t few_rows_scratch_floats(int64_t n, int64_t K) {
+  return (n + 31) / 32 * 32 * (K + 8);
+}
 
 const char* kernel_variant_name(KernelVariant v);  // "generic", "avx2", "avx512"
 // Variants this CPU (and this build) can run, generic first.

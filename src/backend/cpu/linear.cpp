@@ -140,7 +140,7 @@ void linear_base_forward(const float* x, const float* W, const float* bias, cons
       for (int64_t i = 0; i < T * out; ++i) y[i] = 0.0f;
     return;
   }
-  sgemm(false, true, T, out, in, 1.0f, x, in, W, in, beta, y, out);
+  sgemm_weight_nt(T, out, in, 1.0f, x, in, W, in, beta, y, out);
 }
 
 void lora_forward(const float* xd, const float* A, const float* B, float scale, float* xa, float* y, int64_t T,

@@ -27,8 +27,6 @@ void for_chunks(int64_t n, Fn&& fn) {
   for (int64_t c = 0; c < chunks; ++c) fn(c * kChunk, std::min(kChunk, n - c * kChunk));
 }
 
-constexpr float kGeluK = 0.7978845608028654f, kGeluA = 0.044715f;  // sqrt(2/π), the cubic's coefficient
-
 }  // namespace
 
 void swiglu_forward(const float* gate, const float* up, float* h, uint16_t* h_bf16, int64_t n) {
@@ -50,25 +48,18 @@ void swiglu_backward(const float* dh, const float* gate, const float* up, float*
 }
 
 void geglu_forward(const float* gate, const float* up, float* h, uint16_t* h_bf16, int64_t n) {
+  const KernelTable& kern = cpu_kernels();
   for_chunks(n, [&](int64_t b, int64_t len) {
-    for (int64_t i = b; i < b + len; ++i) {
-      const float g = gate[i];
-      h[i] = 0.5f * g * (1.0f + std::tanh(kGeluK * (g + kGeluA * g * g * g))) * up[i];
-    }
+    kern.geglu_forward(gate + b, up + b, h + b, len);
     if (h_bf16) round_to_bf16_serial(h + b, h_bf16 + b, len);
   });
 }
 
 void geglu_backward(const float* dh, const float* gate, const float* up, float* dgate, float* dup, uint16_t* dgate_bf16,
                     uint16_t* dup_bf16, int64_t n) {
+  const KernelTable& kern = cpu_kernels();
   for_chunks(n, [&](int64_t b, int64_t len) {
-    for (int64_t i = b; i < b + len; ++i) {
-      const float g = gate[i], u = up[i], d = dh[i];
-      const float t = std::tanh(kGeluK * (g + kGeluA * g * g * g));
-      const float dact = 0.5f * (1.0f + t) + 0.5f * g * (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluA * g * g);
-      dgate[i] = d * u * dact;
-      dup[i] = d * 0.5f * g * (1.0f + t);
-    }
+    kern.geglu_backward(dh + b, gate + b, up + b, dgate + b, dup + b, len);
     if (dgate_bf16) round_to_bf16_serial(dgate + b, dgate_bf16 + b, len);
     if (dup_bf16) round_to_bf16_serial(dup + b, dup_bf16 + b, len);
   });
