@@ -94,6 +94,20 @@ GGUFLoraResult export_gguf_lora(const LoraAdapter& given, const ModelConfig& bas
       w.add_tensor(gguf_tensor_from(base_name + ".lora_a", a, type));
       w.add_tensor(gguf_tensor_from(base_name + ".lora_b", b, type));
     }
+  // The router: A [r, D] and B [E, r] on blk.N.ffn_gate_inp.weight (llama.cpp's build_moe_ffn computes
+  // the router's logits with build_lora_mm, so an adapter on it applies like any other projection's).
+  for (size_t li = 0; li < adapter.layers.size(); ++li) {
+    const Tensor& a = adapter.layers[li].router_A;
+    const Tensor& b = adapter.layers[li].router_B;
+    if (!a.defined()) continue;
+    const std::string base_name = gguf_name(WeightRole::Router, static_cast<int64_t>(li));
+    BP_CHECK(a.rank() == 2 && b.rank() == 2 && a.dim(0) == b.dim(1) && a.dim(1) == base.hidden_size &&
+                 b.dim(0) == base.num_experts,
+             "[gguf-lora] {}: router lora_A {} and lora_B {} do not fit the base", base_name, a.describe(),
+             b.describe());
+    w.add_tensor(gguf_tensor_from(base_name + ".lora_a", a, type));
+    w.add_tensor(gguf_tensor_from(base_name + ".lora_b", b, type));
+  }
   w.write(path);
   GGUFLoraResult r;
   r.path = path;

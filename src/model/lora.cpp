@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string_view>
+#include <utility>
 
 #include "core/error.h"
 #include "model/weight_names.h"
@@ -42,7 +43,7 @@ std::optional<LoraTarget> mixtral_expert_target(std::string_view name) {
 std::string known_targets() {
   std::string s;
   for (const char* n : kTargetNames) s += fmt::format("{}, ", n);
-  s += "w1, w3, w2 (Mixtral), ";
+  s += "w1, w3, w2 (Mixtral), gate (a Mixture-of-Experts router), ";
   for (const LoraFusedModule& m : kLoraFusedModules) s += fmt::format("{}, ", m.name);
   return s + "all-linear";
 }
@@ -108,6 +109,10 @@ std::string peft_expert_module(bool mixtral, int64_t layer, int64_t expert, int 
                      expert, (mixtral ? kMixtralExpertNames : kQwen)[static_cast<size_t>(p)]);
 }
 
+std::string peft_router_module(bool mixtral, int64_t layer) {
+  return fmt::format("base_model.model.model.layers.{}.{}.gate", layer, mixtral ? "block_sparse_moe" : "mlp");
+}
+
 float LoraConfig::scale() const {
   const double rr = static_cast<double>(r);
   return static_cast<float>(use_rslora ? alpha / std::sqrt(rr) : alpha / rr);
@@ -118,6 +123,12 @@ bool LoraConfig::targets(LoraTarget t) const {
     if (m == "all-linear" || m == lora_target_name(t) || mixtral_expert_target(m) == t) return true;
     if (const LoraFusedModule* f = fused_module_named(m); f && f->contains(t)) return true;
   }
+  return false;
+}
+
+bool LoraConfig::targets_router() const {
+  for (const std::string& m : target_modules)
+    if (m == kLoraRouterTarget || (moe && m == "all-linear")) return true;
   return false;
 }
 
@@ -134,6 +145,7 @@ std::vector<std::string> LoraConfig::resolved_targets() const {
       out.emplace_back(f->name);
     }
   }
+  if (targets_router()) out.emplace_back(kLoraRouterTarget);
   return out;
 }
 
@@ -173,7 +185,8 @@ void LoraConfig::validate() const {
     throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                 fmt::format("[lora] target_modules is empty; use some of: {}", known_targets()));
   for (const std::string& m : target_modules)
-    if (m != "all-linear" && !parse_lora_target(m) && !fused_module_named(m) && !mixtral_expert_target(m))
+    if (m != "all-linear" && m != kLoraRouterTarget && !parse_lora_target(m) && !fused_module_named(m) &&
+        !mixtral_expert_target(m))
       throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                   fmt::format("[lora] unknown target module '{}'; known: {}", m, known_targets()));
 }
@@ -183,16 +196,22 @@ void LoraConfig::validate_for(const ModelConfig& cfg) const {
   const bool model_fused = cfg.fused_projections();
   for (const std::string& m : target_modules) {
     // Mixture-of-Experts: PEFT matches gate_proj / up_proj / down_proj (Mixtral's w1 / w3 / w2) by
-    // suffix to every expert's projection (and Qwen3-MoE's dense layers' MLP); all-linear would also
-    // take the router's gate, which is not adapted here: refused, name the projections instead.
+    // suffix to every expert's projection (and Qwen3-MoE's dense layers' MLP), "gate" to the router
+    // (mlp.gate / block_sparse_moe.gate), and all-linear takes all of them.
     const std::optional<LoraTarget> mt = parse_lora_target(m);
     const bool mlp_name = mt && expert_projection(*mt) >= 0;
     const bool mixtral_model = cfg.arch == Arch::Mixtral;
-    if (cfg.is_moe() && m == "all-linear")
+    if (m == kLoraRouterTarget && !cfg.is_moe())
       throw Error(ErrorCode::CONFIG_INVALID_SETTING,
-                  fmt::format("[lora] all-linear on {} would include the router (its mlp.gate is a linear module in "
-                              "PEFT); LoRA on the router is not supported: name the projections",
+                  fmt::format("[lora] target module 'gate' is a Mixture-of-Experts router (mlp.gate), which {} does "
+                              "not have; its MLP's gate projection is gate_proj",
                               cfg.architecture_name))
+          .with_suggestion(model_fused ? "--target-modules gate_up_proj" : "--target-modules gate_proj");
+    if (cfg.is_moe() && (m == kLoraRouterTarget || m == "all-linear") && (use_dora || pissa()))
+      throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                  fmt::format("[lora] {} on {}'s router (target 'gate'{}) is not supported",
+                              use_dora ? "--use-dora (DoRA)" : "--init-lora-weights pissa (PiSSA)",
+                              cfg.architecture_name, m == "all-linear" ? ", which all-linear includes" : ""))
           .with_suggestion(mixtral_model ? "--target-modules q_proj,k_proj,v_proj,o_proj,w1,w2,w3"
                                          : "--target-modules q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
     if ((mixtral_model && mlp_name) || (!mixtral_model && mixtral_expert_target(m)))
@@ -200,10 +219,6 @@ void LoraConfig::validate_for(const ModelConfig& cfg) const {
                   fmt::format("[lora] target module '{}' does not exist in {} (its MLP projections are {})", m,
                               cfg.architecture_name,
                               mixtral_model ? "the experts' w1, w3, w2" : "gate_proj, up_proj, down_proj"));
-    if (cfg.is_moe() && (mlp_name || mixtral_expert_target(m)) && (use_dora || pissa()))
-      throw Error(ErrorCode::CONFIG_INVALID_SETTING,
-                  fmt::format("[lora] {} on {}'s experts is not supported",
-                              use_dora ? "--use-dora" : "--init-lora-weights pissa", cfg.architecture_name));
     const std::optional<LoraTarget> t = parse_lora_target(m);
     if (model_fused && t && lora_fused_module_of(*t))
       throw Error(ErrorCode::CONFIG_INVALID_SETTING,
@@ -244,7 +259,10 @@ int64_t LoraAdapter::num_parameters() const {
   for (const LoraLayer& l : layers)
     for (int p = 0; p < 3; ++p)
       if (l.expert_A[static_cast<size_t>(p)].defined())
-        n += l.expert_A[static_cast<size_t>(p)].numel() + l.expert_B[static_cast<size_t>(p)].numel();
+        n += l.expert_A[static_cast<size_t>(p)].numel() + l.expert_B[static_cast<size_t>(p)].numel() +
+             (l.expert_M[static_cast<size_t>(p)].defined() ? l.expert_M[static_cast<size_t>(p)].numel() : 0);
+  for (const LoraLayer& l : layers)
+    if (l.router_A.defined()) n += l.router_A.numel() + l.router_B.numel();
   return n;
 }
 
@@ -255,9 +273,21 @@ LoraAdapter init_lora(const ModelConfig& cfg, const LoraConfig& lora, uint64_t s
   ad.config.fused = cfg.fused_projections();
   ad.config.multimodal_text = cfg.multimodal_text;
   ad.config.mixtral = cfg.arch == Arch::Mixtral;
+  ad.config.moe = cfg.is_moe();
   ad.layers.resize(static_cast<size_t>(cfg.num_layers));
   for (int64_t li = 0; li < cfg.num_layers; ++li) {
     LoraLayer& layer = ad.layers[static_cast<size_t>(li)];
+    if (cfg.is_moe_layer(li) && ad.config.targets_router()) {  // the router: A [r, D] (its own stream), B [E, r]
+      const int64_t D = cfg.hidden_size;
+      const double bound = 1.0 / std::sqrt(static_cast<double>(D));
+      Tensor A = Tensor::empty({lora.r, D});
+      uint64_t state = seed ^ 0xa0761d6478bd642full ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(li + 1));
+      splitmix64(state);
+      float* a = A.data<float>();
+      for (int64_t i = 0; i < A.numel(); ++i) a[i] = static_cast<float>((2.0 * uniform01(state) - 1.0) * bound);
+      layer.router_A = std::move(A);
+      layer.router_B = Tensor::zeros({cfg.num_experts, lora.r});
+    }
     for (LoraTarget t : kAllLoraTargets) {
       if (!lora.targets(t)) continue;
       if (cfg.is_moe_layer(li) && expert_projection(t) >= 0) {  // every expert's A and B, stacked
@@ -315,10 +345,16 @@ LoraAdapter init_lora(const ModelConfig& cfg, const LoraConfig& lora, uint64_t s
 
 void copy_adapter_tensors(LoraAdapter& adapter, const std::function<Tensor(const Tensor&)>& copy) {
   for (LoraLayer& layer : adapter.layers)
+    if (layer.router_A.defined()) {
+      layer.router_A = copy(layer.router_A);
+      layer.router_B = copy(layer.router_B);
+    }
+  for (LoraLayer& layer : adapter.layers)
     for (size_t p = 0; p < 3; ++p)
       if (layer.expert_A[p].defined()) {
         layer.expert_A[p] = copy(layer.expert_A[p]);
         layer.expert_B[p] = copy(layer.expert_B[p]);
+        if (layer.expert_M[p].defined()) layer.expert_M[p] = copy(layer.expert_M[p]);
       }
   for (LoraLayer& layer : adapter.layers)
     for (LoraTarget t : kAllLoraTargets) {
@@ -370,7 +406,84 @@ void init_dora_magnitudes(LoraAdapter& adapter, const ModelWeights& w) {
     for (LoraTarget t : kAllLoraTargets)
       if (adapter.layers[l].has(t))
         adapter.layers[l].m(t) = weight_row_norms(weight_ref(w, lora_target_role(t), static_cast<int64_t>(l)), false);
+  // Each expert's projection is a module of its own: its magnitude is its own W_e's row norms.
+  for (size_t l = 0; l < adapter.layers.size(); ++l)
+    for (int p = 0; p < 3; ++p) {
+      LoraLayer& layer = adapter.layers[l];
+      if (!layer.expert_A[static_cast<size_t>(p)].defined()) continue;
+      const Tensor& W =
+          weight_ref(w, static_cast<WeightRole>(static_cast<int>(WeightRole::ExpertGate) + p), static_cast<int64_t>(l));
+      Tensor M = Tensor::empty({W.dim(0), W.dim(1)});
+      for (int64_t e = 0; e < W.dim(0); ++e)
+        M.rows(e, e + 1).copy_from(weight_row_norms(expert_matrix(W, e), false).reshape({1, W.dim(1)}));
+      layer.expert_M[static_cast<size_t>(p)] = std::move(M);
+    }
 }
+
+namespace {
+
+// PiSSA of one module's base W [out, in] (a view of an expert's slab included): A = diag(sqrt(S_r/s))·V_rᵀ,
+// B = U_r·diag(sqrt(S_r/s)) (PEFT divides S_r by the scale), and W replaced by W − s·B·A. `what`
+// names the module in errors; `stream` seeds the fast SVD's test matrix.
+std::pair<Tensor, Tensor> pissa_module(Tensor W, int64_t r, double scale, int niter, uint64_t stream,
+                                       const std::string& what) {
+  if (!(W.dtype() == DType::F32 || W.dtype() == DType::BF16 || W.dtype() == DType::F16))
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[lora] PiSSA replaces each adapted base weight by its residual, but {} is held as {}: "
+                            "quantizing the residual again would change it",
+                            what, dtype_name(W.dtype())))
+        .with_suggestion(
+            "Hold the base as f32 or bf16 (--base-dtype bf16), or use the default "
+            "--init-lora-weights true.");
+  const int64_t k = std::min(W.dim(0), W.dim(1));
+  if (r > k)
+    throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                fmt::format("[lora] PiSSA with r = {} needs {} singular values but {} is {} (min {})", r, r, what,
+                            W.describe(), k));
+  const Svd d = niter >= 0 ? svd_lowrank(W, r, niter, stream) : svd(W);
+  const int64_t out = d.m, in = d.n;
+  Tensor A = Tensor::empty({r, in}), B = Tensor::empty({out, r});
+  float* a = A.data<float>();
+  float* b = B.data<float>();
+  for (int64_t i = 0; i < r; ++i) {
+    const double q = std::sqrt(d.S[static_cast<size_t>(i)] / scale);
+    for (int64_t j = 0; j < in; ++j) a[i * in + j] = static_cast<float>(q * d.Vt[static_cast<size_t>(i * in + j)]);
+    for (int64_t o = 0; o < out; ++o) b[o * r + i] = static_cast<float>(d.U[static_cast<size_t>(o * d.k + i)] * q);
+  }
+  // W ← W − s·B·A (of the f32 A and B the adapter holds), in f64, rounded to W's type.
+  Tensor res = W.device().type == DeviceType::CPU ? W.to(DType::F32) : W.to(Device{}).to(DType::F32);
+  if (res.kernel_raw() == W.kernel_raw()) res = res.clone();  // W was f32 on the host: the same storage
+  float* rw = res.data<float>();
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t j = 0; j < in; ++j) {
+      double acc = 0.0;
+      for (int64_t i = 0; i < r; ++i) acc += static_cast<double>(b[o * r + i]) * a[i * in + j];
+      rw[o * in + j] = static_cast<float>(rw[o * in + j] - scale * acc);
+    }
+  W.copy_from(res);
+  return {std::move(A), std::move(B)};
+}
+
+// A PiSSA adapter's LoRA of rank 2r for the original base W = W_res + s·B0·A0 (see pissa_to_lora):
+// A2 = [A; A0] [2r, in], B2 = [B, −B0] [out, 2r].
+std::pair<Tensor, Tensor> pissa_rank_2r(const Tensor& A_dev, const Tensor& B_dev, const Tensor& A0, const Tensor& B0) {
+  const Tensor A = A_dev.to(Device{}), B = B_dev.to(Device{});
+  const int64_t r = A.dim(0), in = A.dim(1), o = B.dim(0);
+  Tensor A2 = Tensor::empty({2 * r, in}), B2 = Tensor::empty({o, 2 * r});
+  A2.rows(0, r).copy_from(A);
+  A2.rows(r, 2 * r).copy_from(A0);
+  const float* b = B.data<float>();
+  const float* b0 = B0.data<float>();
+  float* b2 = B2.data<float>();
+  for (int64_t i = 0; i < o; ++i)
+    for (int64_t k = 0; k < r; ++k) {
+      b2[i * 2 * r + k] = b[i * r + k];
+      b2[i * 2 * r + r + k] = -b0[i * r + k];
+    }
+  return {std::move(A2), std::move(B2)};
+}
+
+}  // namespace
 
 void init_pissa(LoraAdapter& adapter, ModelWeights& w, uint64_t seed) {
   if (!adapter.config.pissa()) return;
@@ -383,49 +496,39 @@ void init_pissa(LoraAdapter& adapter, ModelWeights& w, uint64_t seed) {
     for (LoraTarget t : kAllLoraTargets) {
       LoraLayer& layer = adapter.layers[l];
       if (!layer.has(t)) continue;
-      Tensor& W = weight_ref(w, lora_target_role(t), static_cast<int64_t>(l));
-      if (!(W.dtype() == DType::F32 || W.dtype() == DType::BF16 || W.dtype() == DType::F16))
-        throw Error(ErrorCode::CONFIG_INVALID_SETTING,
-                    fmt::format("[lora] PiSSA replaces each adapted base weight by its residual, but layer {} {} is "
-                                "held as {}: quantizing the residual again would change it",
-                                l, lora_target_name(t), dtype_name(W.dtype())))
-            .with_suggestion(
-                "Hold the base as f32 or bf16 (--base-dtype bf16), or use the default "
-                "--init-lora-weights true.");
-      const int64_t k = std::min(W.dim(0), W.dim(1));
-      if (r > k)
-        throw Error(ErrorCode::CONFIG_INVALID_SETTING,
-                    fmt::format("[lora] PiSSA with r = {} needs {} singular values but layer {} {} is {} (min {})", r,
-                                r, l, lora_target_name(t), W.describe(), k));
       // The fast SVD's test matrix: a stream per (layer, projection), as init_lora's.
       const uint64_t stream =
           seed * 0x9e3779b97f4a7c15ull + (l * kNumLoraTargets + static_cast<size_t>(t) + 1) * 0xd1b54a32d192ed03ull;
-      const Svd d = niter >= 0 ? svd_lowrank(W, r, niter, stream) : svd(W);
-      const int64_t out = d.m, in = d.n;
-      // A = diag(sqrt(S_r/s))·V_rᵀ, B = U_r·diag(sqrt(S_r/s)) (PEFT divides S_r by the scale).
-      Tensor A = Tensor::empty({r, in}), B = Tensor::empty({out, r});
-      float* a = A.data<float>();
-      float* b = B.data<float>();
-      for (int64_t i = 0; i < r; ++i) {
-        const double q = std::sqrt(d.S[static_cast<size_t>(i)] / scale);
-        for (int64_t j = 0; j < in; ++j) a[i * in + j] = static_cast<float>(q * d.Vt[static_cast<size_t>(i * in + j)]);
-        for (int64_t o = 0; o < out; ++o) b[o * r + i] = static_cast<float>(d.U[static_cast<size_t>(o * d.k + i)] * q);
-      }
-      // W ← W − s·B·A (of the f32 A and B the adapter holds), in f64, rounded to W's type.
-      Tensor res = W.device().type == DeviceType::CPU ? W.to(DType::F32) : W.to(Device{}).to(DType::F32);
-      if (res.kernel_raw() == W.kernel_raw()) res = res.clone();  // W was f32 on the host: the same storage
-      float* rw = res.data<float>();
-      for (int64_t o = 0; o < out; ++o)
-        for (int64_t j = 0; j < in; ++j) {
-          double acc = 0.0;
-          for (int64_t i = 0; i < r; ++i) acc += static_cast<double>(b[o * r + i]) * a[i * in + j];
-          rw[o * in + j] = static_cast<float>(rw[o * in + j] - scale * acc);
-        }
-      W.copy_from(res);
+      auto [A, B] = pissa_module(weight_ref(w, lora_target_role(t), static_cast<int64_t>(l)), r, scale, niter, stream,
+                                 fmt::format("layer {} {}", l, lora_target_name(t)));
       layer.A0[static_cast<size_t>(t)] = A.clone();
       layer.B0[static_cast<size_t>(t)] = B.clone();
       layer.a(t) = std::move(A);
       layer.b(t) = std::move(B);
+    }
+  // Each expert's projection is a module of its own: its own W_e's SVD, its slab replaced by its residual.
+  for (size_t l = 0; l < adapter.layers.size(); ++l)
+    for (size_t p = 0; p < 3; ++p) {
+      LoraLayer& layer = adapter.layers[l];
+      if (!layer.expert_A[p].defined()) continue;
+      Tensor& W = weight_ref(w, static_cast<WeightRole>(static_cast<int>(WeightRole::ExpertGate) + static_cast<int>(p)),
+                             static_cast<int64_t>(l));
+      const Tensor A_all = layer.expert_A[p], B_all = layer.expert_B[p];  // on the host (init_lora's)
+      for (int64_t e = 0; e < W.dim(0); ++e) {
+        const uint64_t stream =
+            seed * 0x9e3779b97f4a7c15ull +
+            (l * kNumLoraTargets + static_cast<size_t>(LoraTarget::Gate) + p + 1) * 0xd1b54a32d192ed03ull +
+            static_cast<uint64_t>(e + 1) * 0x2545f4914f6cdd1dull;
+        auto [A, B] = pissa_module(
+            expert_matrix(W, e), r, scale, niter, stream,
+            fmt::format(
+                "layer {} expert {} {}", l, e,
+                lora_target_name(static_cast<LoraTarget>(static_cast<int>(LoraTarget::Gate) + static_cast<int>(p)))));
+        expert_matrix(A_all, e).copy_from(A);
+        expert_matrix(B_all, e).copy_from(B);
+      }
+      layer.expert_A0[p] = A_all.clone();
+      layer.expert_B0[p] = B_all.clone();
     }
 }
 
@@ -438,32 +541,36 @@ LoraAdapter pissa_to_lora(const LoraAdapter& adapter) {
   out.config.alpha = adapter.config.use_rslora ? adapter.config.alpha * std::sqrt(2.0f) : 2.0f * adapter.config.alpha;
   out.base_model_name_or_path = adapter.base_model_name_or_path;
   out.layers.resize(adapter.layers.size());
-  const int64_t r = adapter.config.r;
-  for (size_t l = 0; l < adapter.layers.size(); ++l)
+  for (size_t l = 0; l < adapter.layers.size(); ++l) {
+    const LoraLayer& src = adapter.layers[l];
+    LoraLayer& dst = out.layers[l];
     for (LoraTarget t : kAllLoraTargets) {
-      const LoraLayer& src = adapter.layers[l];
       if (!src.has(t)) continue;
       const auto ti = static_cast<size_t>(t);
       BP_CHECK(src.A0[ti].defined() && src.B0[ti].defined(),
                "[lora] layer {} {}: a PiSSA adapter without its initial A and B", l, lora_target_name(t));
-      const Tensor A = src.a(t).to(Device{}), B = src.b(t).to(Device{});
-      const int64_t in = A.dim(1), o = B.dim(0);
-      Tensor A2 = Tensor::empty({2 * r, in}), B2 = Tensor::empty({o, 2 * r});
-      A2.rows(0, r).copy_from(A);
-      A2.rows(r, 2 * r).copy_from(src.A0[ti]);
-      const float* b = B.data<float>();
-      const float* b0 = src.B0[ti].data<float>();
-      float* b2 = B2.data<float>();
-      for (int64_t i = 0; i < o; ++i)
-        for (int64_t k = 0; k < r; ++k) {
-          b2[i * 2 * r + k] = b[i * r + k];
-          b2[i * 2 * r + r + k] = -b0[i * r + k];
-        }
-      LoraLayer& dst = out.layers[l];
+      auto [A2, B2] = pissa_rank_2r(src.a(t), src.b(t), src.A0[ti], src.B0[ti]);
       dst.a(t) = std::move(A2);
       dst.b(t) = std::move(B2);
       dst.enabled[ti] = true;
     }
+    for (size_t p = 0; p < 3; ++p) {  // each expert's module: its own rank-2r LoRA, stacked again
+      if (!src.expert_A[p].defined()) continue;
+      BP_CHECK(src.expert_A0[p].defined() && src.expert_B0[p].defined(),
+               "[lora] layer {} experts: a PiSSA adapter without their initial A and B", l);
+      const Tensor A = src.expert_A[p].to(Device{}), B = src.expert_B[p].to(Device{});
+      const int64_t E = A.dim(0), r = A.dim(1);
+      Tensor A2 = Tensor::empty({E, 2 * r, A.dim(2)}), B2 = Tensor::empty({E, B.dim(1), 2 * r});
+      for (int64_t e = 0; e < E; ++e) {
+        auto [a2, b2] = pissa_rank_2r(expert_matrix(A, e), expert_matrix(B, e), expert_matrix(src.expert_A0[p], e),
+                                      expert_matrix(src.expert_B0[p], e));
+        expert_matrix(A2, e).copy_from(a2);
+        expert_matrix(B2, e).copy_from(b2);
+      }
+      dst.expert_A[p] = std::move(A2);
+      dst.expert_B[p] = std::move(B2);
+    }
+  }
   return out;
 }
 

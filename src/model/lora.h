@@ -69,6 +69,14 @@ inline int expert_projection(LoraTarget t) {
 // ("base_model.model.model.layers.3.mlp.experts.5.gate_proj"; Mixtral: "...block_sparse_moe.experts.5.w1").
 std::string peft_expert_module(bool mixtral, int64_t layer, int64_t expert, int p);
 
+// The Mixture-of-Experts router's PEFT target name: Qwen3-MoE's mlp.gate and Mixtral's
+// block_sparse_moe.gate are nn.Linear [E, D] in transformers' per-expert layout (the one our PEFT
+// names follow), so PEFT's suffix match ".gate" (and all-linear) adapts them. Not gate_proj (the MLP's).
+inline constexpr const char* kLoraRouterTarget = "gate";
+// The PEFT module path of layer l's router ("base_model.model.model.layers.3.mlp.gate"; Mixtral:
+// "...block_sparse_moe.gate").
+std::string peft_router_module(bool mixtral, int64_t layer);
+
 // "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj".
 const char* lora_target_name(LoraTarget t);
 std::optional<LoraTarget> parse_lora_target(std::string_view name);
@@ -104,16 +112,22 @@ struct LoraConfig {
   // Mixtral (set by init_lora / load_peft_adapter from the model): its experts' PEFT names w1, w3, w2
   // stand for gate, up, down (model/weights.h); resolved_targets names them so.
   bool mixtral = false;
+  // A Mixture-of-Experts model (set like mixtral): all-linear takes the router too (PEFT's all-linear
+  // is every nn.Linear but the output layer), and resolved_targets names it "gate".
+  bool moe = false;
 
-  float scale() const;                                // alpha / r, or alpha / sqrt(r) with rsLoRA
-  bool targets(LoraTarget t) const;                   // is this projection adapted?
+  float scale() const;               // alpha / r, or alpha / sqrt(r) with rsLoRA
+  bool targets(LoraTarget t) const;  // is this projection adapted?
+  // Is a Mixture-of-Experts router adapted ("gate", or all-linear: on a model with a router only)?
+  bool targets_router() const;
   std::vector<std::string> resolved_targets() const;  // the names, "all-linear" expanded, in enum order
   // Throws CONFIG_INVALID_SETTING for r < 1, dropout outside [0, 1), alpha <= 0, an unknown
   // target name (the message lists the known ones), an unknown init_lora_weights, or PiSSA with DoRA.
   void validate() const;
   // validate() and the names fit the model: on a fused model (ModelConfig::fused_projections)
   // q_proj, k_proj, v_proj, gate_proj and up_proj are refused (PEFT has no such modules there: use
-  // qkv_proj, gate_up_proj), elsewhere qkv_proj and gate_up_proj. CONFIG_INVALID_SETTING.
+  // qkv_proj, gate_up_proj), elsewhere qkv_proj and gate_up_proj; "gate" (the router) on a model
+  // without one (its MLP's gate is gate_proj). CONFIG_INVALID_SETTING.
   void validate_for(const ModelConfig& cfg) const;
   bool operator==(const LoraConfig&) const = default;
 };
@@ -130,6 +144,13 @@ struct LoraLayer {
   // expert's A and B stacked like the weights: A [E, r, in], B [E, out, r] (expert_matrix gives expert
   // e's). Undefined: not adapted. A sparse layer's enabled[gate/up/down] stay false (it has no dense MLP).
   std::array<Tensor, 3> expert_A, expert_B;
+  // Each expert's projection is one PEFT module: DoRA's magnitudes stacked [E, out] (row e is expert
+  // e's, initialised to its own W_e's row norms), PiSSA's initial A and B stacked like A and B (each
+  // expert from its own W_e's SVD).
+  std::array<Tensor, 3> expert_M, expert_A0, expert_B0;
+  // Mixture-of-Experts: LoRA on a sparse layer's router (PEFT's module mlp.gate; Mixtral's
+  // block_sparse_moe.gate): A [r, D], B [E, r]; the router's logits get s·x·Aᵀ·Bᵀ. Undefined: not adapted.
+  Tensor router_A, router_B;
 
   Tensor& a(LoraTarget t) { return A[static_cast<size_t>(t)]; }
   Tensor& b(LoraTarget t) { return B[static_cast<size_t>(t)]; }

@@ -108,10 +108,24 @@ void merge_lora_into(ModelWeights& w, const LoraAdapter& adapter) {
           B.dim(1) != W.dim(1))
         fail(fmt::format("layer {} experts' {}: W {} with lora_A {} and lora_B {} do not fit", li, p, W.describe(),
                          A.describe(), B.describe()));
+      const Tensor& M = l.expert_M[static_cast<size_t>(p)];
       for (int64_t e = 0; e < W.dim(0); ++e) {
         Tensor We = expert_matrix(W, e);
         matmul_accumulate(We, scale, expert_matrix(B, e), expert_matrix(A, e));
+        if (adapter.config.use_dora)  // expert e's own magnitude (row e), its own rows' norms
+          dora_rescale_rows(We, M.defined() ? M.rows(e, e + 1).reshape({M.dim(1)}) : Tensor(), li,
+                            static_cast<LoraTarget>(static_cast<int>(LoraTarget::Gate) + p));
       }
+    }
+    // The router: W_r [E, D] += scale · B [E, r] · A [r, D].
+    if (l.router_A.defined()) {
+      Tensor& W = weight_ref(w, WeightRole::Router, static_cast<int64_t>(li));
+      const Tensor &A = l.router_A, &B = l.router_B;
+      if (!W.defined() || W.dtype() != DType::F32 || A.rank() != 2 || B.rank() != 2 || A.dim(1) != W.dim(1) ||
+          B.dim(0) != W.dim(0) || A.dim(0) != B.dim(1))
+        fail(fmt::format("layer {} router: W {} with lora_A {} and lora_B {} do not fit", li, W.describe(),
+                         A.describe(), B.describe()));
+      matmul_accumulate(W, scale, B, A);
     }
   }
 }
@@ -133,6 +147,11 @@ ModelWeights merge_lora(const ModelWeights& base, const LoraAdapter& adapter) {
                                static_cast<int64_t>(li));
         W = W.dtype() == DType::F32 ? W.clone() : W.to(DType::F32);
       }
+  for (size_t li = 0; li < w.layers.size() && li < adapter.layers.size(); ++li)
+    if (adapter.layers[li].router_A.defined()) {  // the router (f32, never held): a copy
+      Tensor& W = weight_ref(w, WeightRole::Router, static_cast<int64_t>(li));
+      W = W.dtype() == DType::F32 ? W.clone() : W.to(DType::F32);
+    }
   merge_lora_into(w, adapter);
   return w;
 }

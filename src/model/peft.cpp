@@ -77,7 +77,8 @@ std::optional<ExpertName> parse_expert_name(const std::string& name, const Model
   if (!number(en.expert)) return std::nullopt;
   for (int p = 0; p < 3; ++p) {
     const std::string module = peft_expert_module(mixtral, en.layer, en.expert, p);
-    if (name == module + ".lora_A.weight" || name == module + ".lora_B.weight") {
+    if (name == module + ".lora_A.weight" || name == module + ".lora_B.weight" ||
+        name == module + std::string(kMagnitudeSuffix)) {
       if (en.layer >= cfg.num_layers || !cfg.is_moe_layer(en.layer) || en.expert >= cfg.num_experts)
         return std::nullopt;
       en.p = p;
@@ -85,6 +86,20 @@ std::optional<ExpertName> parse_expert_name(const std::string& name, const Model
     }
   }
   return std::nullopt;
+}
+
+// A Mixture-of-Experts router's PEFT tensor name (peft_router_module + .lora_A/.lora_B.weight) to
+// its layer; nullopt for any other name (a dense layer's "mlp.gate" included: it has no router).
+std::optional<int64_t> parse_router_name(const std::string& name, const ModelConfig& cfg) {
+  constexpr std::string_view kPrefix = "base_model.model.model.layers.";
+  if (!name.starts_with(kPrefix)) return std::nullopt;
+  int64_t layer = -1;
+  const char* b = name.data() + kPrefix.size();
+  auto [ptr, ec] = std::from_chars(b, name.data() + name.size(), layer);
+  if (ec != std::errc() || ptr == b || layer >= cfg.num_layers || !cfg.is_moe_layer(layer)) return std::nullopt;
+  const std::string module = peft_router_module(cfg.arch == Arch::Mixtral, layer);
+  if (name != module + ".lora_A.weight" && name != module + ".lora_B.weight") return std::nullopt;
+  return layer;
 }
 
 LoraConfig parse_adapter_config(const std::string& path) {
@@ -213,7 +228,19 @@ std::vector<std::string> save_peft_adapter(const LoraAdapter& adapter, const std
         const std::string module = peft_expert_module(a.config.mixtral, static_cast<int64_t>(li), e, p);
         ts.emplace_back(module + ".lora_A.weight", expert_matrix(A, e));
         ts.emplace_back(module + ".lora_B.weight", expert_matrix(B, e));
+        if (a.config.use_dora) {  // DoRA: expert e's magnitude, row e of the stacked [E, out]
+          const Tensor& M = a.layers[li].expert_M[static_cast<size_t>(p)];
+          BP_CHECK(M.defined() && M.shape() == (Shape{B.dim(0), B.dim(1)}),
+                   "[peft] layer {} experts: a DoRA adapter without their magnitudes [{}, {}]", li, B.dim(0), B.dim(1));
+          ts.emplace_back(module + std::string(kMagnitudeSuffix), M.rows(e, e + 1).reshape({B.dim(1)}));
+        }
       }
+    }
+  for (size_t li = 0; li < a.layers.size(); ++li)  // the routers' A [r, D] and B [E, r]
+    if (a.layers[li].router_A.defined()) {
+      const std::string module = peft_router_module(a.config.mixtral, static_cast<int64_t>(li));
+      ts.emplace_back(module + ".lora_A.weight", a.layers[li].router_A);
+      ts.emplace_back(module + ".lora_B.weight", a.layers[li].router_B);
     }
   write_safetensors((fs::path(dir) / kWeightsFile).string(), ts);
   write_file_atomic((fs::path(dir) / kConfigFile).string(), peft_adapter_config(a).dump(2) + "\n");
@@ -243,6 +270,7 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
   ad.config.fused = cfg.fused_projections();
   ad.config.multimodal_text = cfg.multimodal_text;
   ad.config.mixtral = cfg.arch == Arch::Mixtral;
+  ad.config.moe = cfg.is_moe();
   ad.layers.resize(static_cast<size_t>(cfg.num_layers));
   // Mixture-of-Experts: which experts' A and B were read, per (layer, projection).
   std::map<std::pair<int64_t, int>, std::vector<uint8_t>> expert_seen;
@@ -250,23 +278,41 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
     // A multimodal checkpoint's text model: PEFT's names on it (either transformers layout) as the text model's.
     const std::string name = cfg.multimodal_text ? text_peft_name(stored) : stored;
     const bool is_a = name.ends_with(".lora_A.weight"), is_b = name.ends_with(".lora_B.weight");
+    const bool is_mag = name.ends_with(kMagnitudeSuffix);
     if (const std::optional<ExpertName> en =
-            cfg.is_moe() && (is_a || is_b) ? parse_expert_name(name, cfg) : std::nullopt) {
+            cfg.is_moe() && (is_a || is_b || is_mag) ? parse_expert_name(name, cfg) : std::nullopt) {
       const int64_t E = cfg.num_experts, Fe = cfg.moe_intermediate_size, D = cfg.hidden_size;
       const int64_t in = en->p == 2 ? Fe : D, out = en->p == 2 ? D : Fe;
-      const Shape want = is_a ? Shape{r, in} : Shape{out, r};
+      const Shape want = is_mag ? Shape{out} : is_a ? Shape{r, in} : Shape{out, r};
       if (reader.entry(stored).shape != want.vec())
         fail(weights_path,
              fmt::format("tensor '{}' has shape [{}] but {}'s experts (r = {}) need {}", name,
                          fmt::join(reader.entry(stored).shape, ", "), cfg.architecture_name, r, want.str()));
+      if (is_mag && !ad.config.use_dora)
+        fail(weights_path,
+             fmt::format("tensor '{}' is a DoRA magnitude but adapter_config.json has no use_dora = true", name));
       LoraLayer& l = ad.layers[static_cast<size_t>(en->layer)];
-      Tensor& stacked = (is_a ? l.expert_A : l.expert_B)[static_cast<size_t>(en->p)];
-      if (!stacked.defined()) stacked = Tensor::zeros(is_a ? Shape{E, r, in} : Shape{E, out, r});
-      Tensor slab = expert_matrix(stacked, en->expert);
+      const auto pi = static_cast<size_t>(en->p);
+      Tensor& stacked = is_mag ? l.expert_M[pi] : (is_a ? l.expert_A : l.expert_B)[pi];
+      if (!stacked.defined())
+        stacked = Tensor::zeros(is_mag ? Shape{E, out} : is_a ? Shape{E, r, in} : Shape{E, out, r});
+      Tensor slab =
+          is_mag ? stacked.rows(en->expert, en->expert + 1).reshape({out}) : expert_matrix(stacked, en->expert);
       slab.copy_from(reader.read(stored, want));
       auto& seen_e = expert_seen[{en->layer, en->p}];
-      seen_e.resize(static_cast<size_t>(2 * E), 0);
-      seen_e[static_cast<size_t>(2 * en->expert + (is_a ? 0 : 1))] = 1;
+      seen_e.resize(static_cast<size_t>(3 * E), 0);
+      seen_e[static_cast<size_t>(3 * en->expert + (is_mag ? 2 : is_a ? 0 : 1))] = 1;
+      continue;
+    }
+    if (const std::optional<int64_t> rl =
+            cfg.is_moe() && (is_a || is_b) ? parse_router_name(name, cfg) : std::nullopt) {
+      const Shape want = is_a ? Shape{r, cfg.hidden_size} : Shape{cfg.num_experts, r};
+      if (reader.entry(stored).shape != want.vec())
+        fail(weights_path,
+             fmt::format("tensor '{}' has shape [{}] but {}'s router (r = {}) needs {}", name,
+                         fmt::join(reader.entry(stored).shape, ", "), cfg.architecture_name, r, want.str()));
+      LoraLayer& l = ad.layers[static_cast<size_t>(*rl)];
+      (is_a ? l.router_A : l.router_B) = reader.read(stored, want);
       continue;
     }
     const bool is_m = name.ends_with(kMagnitudeSuffix);
@@ -350,19 +396,35 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
       if (a) seen[static_cast<size_t>(t)] = true;
     }
   }
-  for (const auto& [key, seen_e] : expert_seen)  // every expert of an adapted projection, both halves
+  for (const auto& [key, seen_e] : expert_seen)  // every expert of an adapted projection: A, B (DoRA: M)
     for (size_t i = 0; i < seen_e.size(); ++i)
-      if (!seen_e[i])
+      if (!seen_e[i] && (i % 3 != 2 || ad.config.use_dora))
         fail(weights_path,
              fmt::format("tensor '{}' is missing (an adapted expert projection needs every expert's "
-                         "lora_A and lora_B)",
-                         peft_expert_module(ad.config.mixtral, key.first, static_cast<int64_t>(i / 2), key.second) +
-                             (i % 2 ? ".lora_B.weight" : ".lora_A.weight")));
+                         "lora_A and lora_B{})",
+                         peft_expert_module(ad.config.mixtral, key.first, static_cast<int64_t>(i / 3), key.second) +
+                             (i % 3 == 2   ? std::string(kMagnitudeSuffix)
+                              : i % 3 == 1 ? std::string(".lora_B.weight")
+                                           : std::string(".lora_A.weight")),
+                         ad.config.use_dora ? " and, with use_dora, its lora_magnitude_vector" : ""));
   for (const auto& [key, seen_e] : expert_seen)
     seen[static_cast<size_t>(LoraTarget::Gate) + static_cast<size_t>(key.second)] = true;
+  bool router = false;
+  for (size_t li = 0; li < ad.layers.size(); ++li) {  // a router needs both halves
+    const LoraLayer& l = ad.layers[li];
+    if (l.router_A.defined() != l.router_B.defined())
+      fail(weights_path, fmt::format("tensor '{}' is missing (its {} is present)",
+                                     peft_router_module(ad.config.mixtral, static_cast<int64_t>(li)) +
+                                         (l.router_A.defined() ? ".lora_B.weight" : ".lora_A.weight"),
+                                     l.router_A.defined() ? "lora_A" : "lora_B"));
+    router = router || l.router_A.defined();
+  }
+  if (router && ad.config.use_dora)
+    fail(weights_path, "DoRA on a Mixture-of-Experts router is not supported (its lora_magnitude_vector)");
   ad.config.target_modules.clear();
   for (LoraTarget t : kAllLoraTargets)
     if (seen[static_cast<size_t>(t)]) ad.config.target_modules.emplace_back(lora_target_name(t));
+  if (router) ad.config.target_modules.emplace_back(kLoraRouterTarget);
   ad.config.target_modules = ad.config.resolved_targets();  // the fused modules' names on a fused model
   if (ad.config.target_modules.empty()) fail(weights_path, "the adapter holds no LoRA weights");
   return ad;

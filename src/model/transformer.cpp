@@ -47,9 +47,11 @@ bool LoraView::any() const {
   for (const auto& l : layers)
     for (const auto& m : l)
       if (m.A) return true;
-  for (const auto& l : experts)
+  for (const auto& l : experts) {
+    if (l.router_A) return true;
     for (const Tensor* A : l.A)
       if (A) return true;
+  }
   return false;
 }
 
@@ -242,8 +244,40 @@ void Model::attach_lora(const LoraView& lora) {
                 linear_role_name(static_cast<LinearRole>(static_cast<int>(LinearRole::Gate) + static_cast<int>(p))),
                 A->shape().str(), B ? B->shape().str() : "missing", W.defined() ? W.shape().str() : "(a dense layer)"));
     }
+  for (size_t l = 0; l < lora.experts.size(); ++l) {
+    const Tensor* A = lora.experts[l].router_A;
+    if (!A) continue;
+    const Tensor& W = weights_.layers[l].router;
+    const Tensor* B = lora.experts[l].router_B;
+    if (!W.defined() || !B || A->rank() != 2 || B->rank() != 2 || A->dim(1) != W.dim(1) || B->dim(0) != W.dim(0) ||
+        A->dim(0) != B->dim(1))
+      throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                  fmt::format("[lora] layer {} router: A {} and B {} do not fit the router {}", l, A->shape().str(),
+                              B ? B->shape().str() : "missing", W.defined() ? W.shape().str() : "(a dense layer)"));
+  }
+  for (size_t l = 0; l < lora.experts.size(); ++l)
+    for (size_t p = 0; p < 3; ++p)
+      if (const Tensor* M = lora.experts[l].M[p]; M && lora.experts[l].B[p]) {
+        const Tensor* B = lora.experts[l].B[p];
+        if (M->shape() != Shape{B->dim(0), B->dim(1)})
+          throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                      fmt::format("[lora] layer {} experts' DoRA magnitude {} does not fit B {} ([experts, out])", l,
+                                  M->shape().str(), B->shape().str()));
+      }
   lora_ = lora;
   lora_.experts.resize(lora_.layers.size());
+  // DoRA on experts: each frozen expert's rows' squared norms [E, out], once.
+  for (size_t l = 0; l < lora_.experts.size(); ++l)
+    for (size_t p = 0; p < 3; ++p) {
+      LoraView::Experts& ex = lora_.experts[l];
+      if (!ex.M[p] || ex.weight_norm_sq[p].defined()) continue;
+      const LayerWeights& lw = weights_.layers[l];
+      const Tensor& W = p == 0 ? lw.experts_gate : p == 1 ? lw.experts_up : lw.experts_down;
+      Tensor norms = Tensor::empty({W.dim(0), W.dim(1)});
+      for (int64_t e = 0; e < W.dim(0); ++e)
+        norms.rows(e, e + 1).copy_from(weight_row_norms(expert_matrix(W, e), true).reshape({1, W.dim(1)}));
+      ex.weight_norm_sq[p] = norms.to(W.device());
+    }
   // DoRA: the frozen base rows' squared norms, once, beside the weight (ops/linear.h "DoRA").
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (int r = 0; r < kNumLinearRoles; ++r) {
@@ -348,7 +382,13 @@ LoraView LoraView::of(LoraAdapter& adapter) {
       if (adapter.layers[l].expert_A[p].defined()) {
         v.experts[l].A[p] = &adapter.layers[l].expert_A[p];
         v.experts[l].B[p] = &adapter.layers[l].expert_B[p];
+        if (adapter.layers[l].expert_M[p].defined()) v.experts[l].M[p] = &adapter.layers[l].expert_M[p];
       }
+  for (size_t l = 0; l < adapter.layers.size(); ++l)
+    if (adapter.layers[l].router_A.defined()) {
+      v.experts[l].router_A = &adapter.layers[l].router_A;
+      v.experts[l].router_B = &adapter.layers[l].router_B;
+    }
   return v;
 }
 
@@ -456,7 +496,14 @@ void Model::allocate_grads() {
           if (const Tensor* A = lora_.experts[l].A[p]) {
             grads_.layers[l].expert_dA[p] = Tensor::zeros(A->shape(), DType::F32, A->device());
             grads_.layers[l].expert_dB[p] = Tensor::zeros(lora_.experts[l].B[p]->shape(), DType::F32, A->device());
+            if (const Tensor* M = lora_.experts[l].M[p])
+              grads_.layers[l].expert_dM[p] = Tensor::zeros(M->shape(), DType::F32, A->device());
           }
+      if (l < lora_.experts.size())
+        if (const Tensor* A = lora_.experts[l].router_A) {
+          grads_.layers[l].router_dA = Tensor::zeros(A->shape(), DType::F32, A->device());
+          grads_.layers[l].router_dB = Tensor::zeros(lora_.experts[l].router_B->shape(), DType::F32, A->device());
+        }
     }
   }
 }
@@ -562,7 +609,16 @@ std::vector<TrainableParam> Model::trainable_parameters() {
                   static_cast<int64_t>(l));
           add(name + ".lora_A.weight", *A, grads_.layers[l].expert_dA[p]);
           add(name + ".lora_B.weight", *lora_.experts[l].B[p], grads_.layers[l].expert_dB[p]);
+          if (Tensor* M = lora_.experts[l].M[p])
+            add(name + ".lora_magnitude_vector", *M, grads_.layers[l].expert_dM[p]);
         }
+    // The routers' A and B under PEFT's module names (mlp.gate; Mixtral's block_sparse_moe.gate).
+    for (size_t l = 0; l < lora_.experts.size(); ++l)
+      if (Tensor* A = lora_.experts[l].router_A) {
+        const std::string name = peft_router_module(weights_.config.arch == Arch::Mixtral, static_cast<int64_t>(l));
+        add(name + ".lora_A.weight", *A, grads_.layers[l].router_dA);
+        add(name + ".lora_B.weight", *lora_.experts[l].router_B, grads_.layers[l].router_dB);
+      }
   }
   return out;
 }

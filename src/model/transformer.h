@@ -116,9 +116,14 @@ struct LoraView {
   int64_t rank = 0;
   std::vector<std::array<LoraModuleView, kNumLinearRoles>> layers;
   // Mixture-of-Experts: per layer, the experts' stacked A [E, r, in] and B [E, out, r] of each
-  // projection (0 gate, 1 up, 2 down; model/lora.h LoraLayer::expert_A), null where not adapted.
+  // projection (0 gate, 1 up, 2 down; model/lora.h LoraLayer::expert_A), null where not adapted;
+  // and the router's A [r, D] and B [E, r] (LoraLayer::router_A), null where it is not adapted.
   struct Experts {
     std::array<Tensor*, 3> A{}, B{};
+    std::array<Tensor*, 3> M{};              // DoRA: the stacked magnitudes [E, out], or null
+    std::array<Tensor, 3> weight_norm_sq{};  // DoRA: ||W_e,j||² [E, out] of the frozen experts (attach_lora)
+    Tensor* router_A = nullptr;
+    Tensor* router_B = nullptr;
   };
   std::vector<Experts> experts;
   bool any() const;
@@ -138,6 +143,8 @@ struct LayerGrads {
   std::array<Tensor, kLinearInputGroups.size()> fused_B, fused_dB;
   // Mixture-of-Experts LoRA: the stacked experts' dA [E, r, in] and dB [E, out, r] per projection.
   std::array<Tensor, 3> expert_dA, expert_dB;
+  std::array<Tensor, 3> expert_dM;  // DoRA: the stacked magnitudes' gradient [E, out]
+  Tensor router_dA, router_dB;      // the router's LoRA: [r, D], [E, r]
 };
 struct ModelGrads {
   Tensor embed, final_norm, lm_head;
@@ -265,6 +272,8 @@ class Model {
   // (0 where the router is frozen or the setting is 0).
   double last_aux_loss() const { return moe_aux_.loss; }
   float router_aux_coef() const;
+  // Does a router train (full fine-tuning, or LoRA on a router)? The aux loss applies only then.
+  bool router_trains() const;
 
   // Used by generation: a sparse layer's MLP for inference (no dropout, nothing kept): h + the
   // experts' weighted sum of hn = rms_norm(h) (Mixture-of-Experts, transformer_moe.cpp).
@@ -303,10 +312,16 @@ class Model {
   // activations in `a` when `keep`; backward writes dhn (=) and the experts' and router's gradients.
   Tensor moe_forward(int64_t l, LayerActs& a, bool keep, bool train, uint64_t seed) const;
   void moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dhn, uint64_t seed);
-  // Expert e's LoRA of projection p (0 gate, 1 up, 2 down) of layer l, its A and B views made in
-  // A_e, B_e; null where the experts are not adapted.
-  const LoraWeights* expert_lora(int64_t l, int p, int64_t e, bool train, uint64_t seed, Tensor& A_e, Tensor& B_e,
-                                 LoraWeights& lw) const;
+  // Expert e's LoRA of projection p (0 gate, 1 up, 2 down) of layer l: its views of the stacked A, B
+  // (and DoRA's magnitude and base norms) and the LoraWeights over them, in `out`; null where the
+  // experts are not adapted.
+  struct ExpertLora {
+    Tensor A, B, M, norm_sq;
+    LoraWeights w;
+  };
+  const LoraWeights* expert_lora(int64_t l, int p, int64_t e, bool train, uint64_t seed, ExpertLora& out) const;
+  // Layer l's router LoRA (in lw), null where the router is not adapted.
+  const LoraWeights* router_lora(int64_t l, bool train, uint64_t seed, LoraWeights& lw) const;
 
   // The step after the trunk's forward: the final norm's output xf, the device labels and dxf to
   // fill; the head's dW (null: frozen). Returns the loss (forward_backward's or the sequences').

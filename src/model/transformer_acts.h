@@ -44,6 +44,7 @@ struct Model::LayerActs {
   MoeDispatch dispatch;
   Tensor moe_gate, moe_up, moe_m, moe_ys;
   std::array<std::vector<LinearSaved>, 3> moe_lin;  // the experts' LoRA xa, per projection and expert
+  LinearSaved router_lin;                           // the router's LoRA xa
 };
 
 // Deterministic per-(layer, module) dropout seed from the micro-batch seed (splitmix64), so the

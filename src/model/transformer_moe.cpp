@@ -19,28 +19,58 @@
 
 namespace bp {
 
-const LoraWeights* Model::expert_lora(int64_t l, int p, int64_t e, bool train, uint64_t seed, Tensor& A_e, Tensor& B_e,
-                                      LoraWeights& lw) const {
+const LoraWeights* Model::expert_lora(int64_t l, int p, int64_t e, bool train, uint64_t seed, ExpertLora& out) const {
   if (static_cast<size_t>(l) >= lora_.experts.size()) return nullptr;
   const LoraView::Experts& ex = lora_.experts[static_cast<size_t>(l)];
-  if (!ex.A[static_cast<size_t>(p)]) return nullptr;
-  A_e = expert_matrix(*ex.A[static_cast<size_t>(p)], e);
-  B_e = expert_matrix(*ex.B[static_cast<size_t>(p)], e);
+  const auto pi = static_cast<size_t>(p);
+  if (!ex.A[pi]) return nullptr;
+  out.A = expert_matrix(*ex.A[pi], e);
+  out.B = expert_matrix(*ex.B[pi], e);
+  LoraWeights& lw = out.w;
   lw = LoraWeights{};
-  lw.A = &A_e;
-  lw.B = &B_e;
+  lw.A = &out.A;
+  lw.B = &out.B;
   lw.scale = lora_.scale;
   lw.dropout = train ? lora_.dropout : 0.0f;
   lw.training = train;
   // Each expert's own mask (PEFT: one dropout module per expert's projection), the same in a recompute.
   lw.dropout_seed = lora_dropout_seed(seed ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(e + 1)), l,
                                       static_cast<LinearRole>(static_cast<int>(LinearRole::Gate) + p));
+  if (ex.M[pi]) {  // DoRA: expert e's magnitude and base row norms, rows of the stacked [E, out]
+    const int64_t rows = ex.M[pi]->dim(1);
+    out.M = ex.M[pi]->rows(e, e + 1).reshape({rows});
+    out.norm_sq = ex.weight_norm_sq[pi].rows(e, e + 1).reshape({rows});
+    lw.magnitude = &out.M;
+    lw.weight_norm_sq = &out.norm_sq;
+  }
   return &lw;
+}
+
+const LoraWeights* Model::router_lora(int64_t l, bool train, uint64_t seed, LoraWeights& lw) const {
+  if (static_cast<size_t>(l) >= lora_.experts.size()) return nullptr;
+  const LoraView::Experts& ex = lora_.experts[static_cast<size_t>(l)];
+  if (!ex.router_A) return nullptr;
+  lw = LoraWeights{};
+  lw.A = ex.router_A;
+  lw.B = ex.router_B;
+  lw.scale = lora_.scale;
+  lw.dropout = train ? lora_.dropout : 0.0f;
+  lw.training = train;
+  // The router's own mask (PEFT: mlp.gate's dropout module), the same in a recompute.
+  lw.dropout_seed = lora_dropout_seed(seed ^ 0x94D049BB133111EBull, l, LinearRole::Gate);
+  return &lw;
+}
+
+bool Model::router_trains() const {
+  if (options_.mode == TrainMode::Full) return true;
+  for (const LoraView::Experts& ex : lora_.experts)
+    if (ex.router_A) return true;
+  return false;
 }
 
 float Model::router_aux_coef() const {
   const ModelConfig& c = weights_.config;
-  if (!c.is_moe() || options_.mode != TrainMode::Full) return 0.0f;
+  if (!c.is_moe() || !router_trains()) return 0.0f;
   return options_.router_aux_loss_coef < 0 ? c.router_aux_loss_coef : options_.router_aux_loss_coef;
 }
 
@@ -56,7 +86,9 @@ Tensor Model::moe_forward(int64_t l, LayerActs& a, bool keep, bool train, uint64
   const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
   const int64_t E = c.num_experts, k = c.num_experts_per_tok, Fe = c.moe_intermediate_size, D = c.hidden_size;
   const Device dev = device();
-  Tensor logits = linear_forward(a.hn, w.router, nullptr, nullptr, nullptr);
+  LoraWeights rlw;  // the router's LoRA (when adapted): logits += s·dropout(hn)·Aᵀ·Bᵀ
+  Tensor logits =
+      linear_forward(a.hn, w.router, nullptr, router_lora(l, train, seed, rlw), keep ? &a.router_lin : nullptr);
   MoeRouting routing = moe_route_forward(logits, k, c.norm_topk_prob);
   if (moe_aux_.collect) {
     moe_aux_accumulate(logits, routing.expert_ids, moe_aux_.counts, moe_aux_.prob_sum);
@@ -71,8 +103,7 @@ Tensor Model::moe_forward(int64_t l, LayerActs& a, bool keep, bool train, uint64
                      static_cast<int64_t>(dispatch.host_offsets[static_cast<size_t>(e) + 1])};
   };
   // Each expert's LoRA (when adapted) runs over its own block of rows, in its linear_forward.
-  Tensor A_e, B_e;
-  LoraWeights lw;
+  ExpertLora el;
   auto saved = [&](int p, int64_t e) -> LinearSaved* {
     if (!keep) return nullptr;
     auto& v = a.moe_lin[static_cast<size_t>(p)];
@@ -84,10 +115,10 @@ Tensor Model::moe_forward(int64_t l, LayerActs& a, bool keep, bool train, uint64
     if (r0 == r1) continue;  // no token chose this expert
     const Tensor xe = xs.rows(r0, r1);
     Tensor ge = gate.rows(r0, r1), ue = up.rows(r0, r1);
-    ge.copy_from(linear_forward(xe, expert_matrix(w.experts_gate, e), nullptr,
-                                expert_lora(l, 0, e, train, seed, A_e, B_e, lw), saved(0, e)));
-    ue.copy_from(linear_forward(xe, expert_matrix(w.experts_up, e), nullptr,
-                                expert_lora(l, 1, e, train, seed, A_e, B_e, lw), saved(1, e)));
+    ge.copy_from(linear_forward(xe, expert_matrix(w.experts_gate, e), nullptr, expert_lora(l, 0, e, train, seed, el),
+                                saved(0, e)));
+    ue.copy_from(linear_forward(xe, expert_matrix(w.experts_up, e), nullptr, expert_lora(l, 1, e, train, seed, el),
+                                saved(1, e)));
   }
   xs = Tensor();
   Tensor m = swiglu_forward(gate, up);
@@ -98,7 +129,7 @@ Tensor Model::moe_forward(int64_t l, LayerActs& a, bool keep, bool train, uint64
     if (r0 == r1) continue;
     Tensor ye = ys.rows(r0, r1);
     ye.copy_from(linear_forward(m.rows(r0, r1), expert_matrix(w.experts_down, e), nullptr,
-                                expert_lora(l, 2, e, train, seed, A_e, B_e, lw), saved(2, e)));
+                                expert_lora(l, 2, e, train, seed, el), saved(2, e)));
   }
   Tensor out = a.h.clone();
   moe_scatter_forward(ys, routing.weights, dispatch, out);
@@ -135,13 +166,13 @@ void Model::moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dh
     LinearGrads lg;
     lg.dx = &dx_rows;
     lg.accumulate_dx = add_dx;
-    Tensor dW, dA, dB, A_e, B_e;
+    Tensor dW, dA, dB, dM;
     if (full) {
       dW = expert_matrix(stacked_dW, e);
       lg.dW = &dW;
     }
-    LoraWeights lw;
-    const LoraWeights* lora = expert_lora(l, p, e, training_, seed, A_e, B_e, lw);
+    ExpertLora el;
+    const LoraWeights* lora = expert_lora(l, p, e, training_, seed, el);
     const LinearSaved* saved = nullptr;
     if (lora) {
       LayerGrads& lgr = grads_.layers[static_cast<size_t>(l)];
@@ -149,6 +180,11 @@ void Model::moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dh
       dB = expert_matrix(lgr.expert_dB[static_cast<size_t>(p)], e);
       lg.dA = &dA;
       lg.dB = &dB;
+      if (lora->magnitude) {  // DoRA: expert e's row of the stacked magnitude gradient
+        const Tensor& stacked_dM = lgr.expert_dM[static_cast<size_t>(p)];
+        dM = stacked_dM.rows(e, e + 1).reshape({stacked_dM.dim(1)});
+        lg.dm = &dM;
+      }
       saved = &a.moe_lin[static_cast<size_t>(p)][static_cast<size_t>(e)];
     }
     linear_backward(dy, x, expert_matrix(stacked_W, e), lora, saved, lg);
@@ -194,7 +230,15 @@ void Model::moe_backward(int64_t l, const Tensor& dout, LayerActs& a, Tensor& dh
   lg.dx = &dhn;
   lg.accumulate_dx = true;
   lg.dW = full ? &g.router : nullptr;
-  linear_backward(dlogits, a.hn, w.router, nullptr, nullptr, lg);
+  LoraWeights rlw;
+  const LoraWeights* rlora = router_lora(l, training_, seed, rlw);
+  if (rlora) {
+    LayerGrads& lgr = grads_.layers[static_cast<size_t>(l)];
+    lg.dA = &lgr.router_dA;
+    lg.dB = &lgr.router_dB;
+  }
+  linear_backward(dlogits, a.hn, w.router, rlora, rlora ? &a.router_lin : nullptr, lg);
+  a.router_lin = LinearSaved{};
   a.router_logits = Tensor();
   a.routing = MoeRouting{};
   a.dispatch = MoeDispatch{};

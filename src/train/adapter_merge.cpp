@@ -40,6 +40,48 @@ void for_each_pair(M& merged, const LoraAdapter& fresh, Fn&& fn) {
         fn(index++, x, y, is_b);
       }
     }
+  // Mixture-of-Experts: each expert's projection is one PEFT module (its A and B are slabs of the
+  // stacked tensors), then each router's A and B; in that order after the dense modules.
+  for (size_t l = 0; l < merged.layers.size(); ++l) {
+    auto& m = merged.layers[l];
+    const LoraLayer& f = fresh.layers[l];
+    for (size_t p = 0; p < 3; ++p) {
+      if (m.expert_A[p].defined() != f.expert_A[p].defined() ||
+          (m.expert_A[p].defined() &&
+           (m.expert_A[p].shape() != f.expert_A[p].shape() || m.expert_B[p].shape() != f.expert_B[p].shape())))
+        throw Error(ErrorCode::RUNTIME_INTERNAL,
+                    fmt::format("[merge] layer {} experts' projection {}: adapted differently", l, p));
+      if (!m.expert_A[p].defined()) continue;
+      for (int64_t e = 0; e < m.expert_A[p].dim(0); ++e)
+        for (bool is_b : {false, true}) {
+          Tensor x = expert_matrix(is_b ? m.expert_B[p] : m.expert_A[p], e);
+          fn(index++, x, expert_matrix(is_b ? f.expert_B[p] : f.expert_A[p], e), is_b);
+        }
+    }
+    if (m.router_A.defined() != f.router_A.defined() ||
+        (m.router_A.defined() &&
+         (m.router_A.shape() != f.router_A.shape() || m.router_B.shape() != f.router_B.shape())))
+      throw Error(ErrorCode::RUNTIME_INTERNAL, fmt::format("[merge] layer {} router: adapted differently", l));
+    if (!m.router_A.defined()) continue;
+    for (bool is_b : {false, true}) {
+      Tensor x = is_b ? m.router_B : m.router_A;
+      fn(index++, x, is_b ? f.router_B : f.router_A, is_b);
+    }
+  }
+}
+
+// Every A [r, in] of the adapter (a view for each expert's), for the row-wise passes below.
+std::vector<Tensor> every_a(const LoraAdapter& adapter) {
+  std::vector<Tensor> out;
+  for (const auto& layer : adapter.layers) {
+    for (LoraTarget t : kAllLoraTargets)
+      if (layer.has(t)) out.push_back(layer.a(t));
+    for (const Tensor& A : layer.expert_A)
+      if (A.defined())
+        for (int64_t e = 0; e < A.dim(0); ++e) out.push_back(expert_matrix(A, e));
+    if (layer.router_A.defined()) out.push_back(layer.router_A);
+  }
+  return out;
 }
 
 // Zeroes the `trim` fraction of entries with the smallest magnitude (ties broken by index, so
@@ -168,42 +210,36 @@ double adapter_b_cosine(const LoraAdapter& a, const LoraAdapter& b) {
 }
 
 void orthonormalize_rows(LoraAdapter& adapter) {
-  for (auto& layer : adapter.layers)
-    for (LoraTarget t : kAllLoraTargets) {
-      if (!layer.has(t)) continue;
-      Tensor& a = layer.a(t);
-      const int64_t r = a.dim(0), in = a.dim(1);
-      std::vector<double> q(static_cast<size_t>(r * in));
-      const float* src = a.data<float>();
-      for (int64_t i = 0; i < r * in; ++i) q[static_cast<size_t>(i)] = src[i];
-      for (int64_t i = 0; i < r; ++i) {
-        double* qi = q.data() + i * in;
-        const double norm_before = std::sqrt(std::inner_product(qi, qi + in, qi, 0.0));
-        for (int64_t j = 0; j < i; ++j) {  // modified Gram–Schmidt: project out each earlier row
-          const double* qj = q.data() + j * in;
-          const double d = std::inner_product(qi, qi + in, qj, 0.0);
-          for (int64_t k = 0; k < in; ++k) qi[k] -= d * qj[k];
-        }
-        const double norm = std::sqrt(std::inner_product(qi, qi + in, qi, 0.0));
-        const bool dependent = norm <= 1e-6 * std::max(norm_before, 1e-30);
-        for (int64_t k = 0; k < in; ++k) qi[k] = dependent ? 0.0 : qi[k] / norm;
+  for (Tensor a : every_a(adapter)) {
+    const int64_t r = a.dim(0), in = a.dim(1);
+    std::vector<double> q(static_cast<size_t>(r * in));
+    const float* src = a.data<float>();
+    for (int64_t i = 0; i < r * in; ++i) q[static_cast<size_t>(i)] = src[i];
+    for (int64_t i = 0; i < r; ++i) {
+      double* qi = q.data() + i * in;
+      const double norm_before = std::sqrt(std::inner_product(qi, qi + in, qi, 0.0));
+      for (int64_t j = 0; j < i; ++j) {  // modified Gram–Schmidt: project out each earlier row
+        const double* qj = q.data() + j * in;
+        const double d = std::inner_product(qi, qi + in, qj, 0.0);
+        for (int64_t k = 0; k < in; ++k) qi[k] -= d * qj[k];
       }
-      float* dst = a.data<float>();
-      for (int64_t i = 0; i < r * in; ++i) dst[i] = static_cast<float>(q[static_cast<size_t>(i)]);
+      const double norm = std::sqrt(std::inner_product(qi, qi + in, qi, 0.0));
+      const bool dependent = norm <= 1e-6 * std::max(norm_before, 1e-30);
+      for (int64_t k = 0; k < in; ++k) qi[k] = dependent ? 0.0 : qi[k] / norm;
     }
+    float* dst = a.data<float>();
+    for (int64_t i = 0; i < r * in; ++i) dst[i] = static_cast<float>(q[static_cast<size_t>(i)]);
+  }
 }
 
 bool adapter_is_finite(const LoraAdapter& adapter) {
-  for (const auto& layer : adapter.layers)
-    for (LoraTarget t : kAllLoraTargets) {
-      if (!layer.has(t)) continue;
-      for (const Tensor* x : {&layer.a(t), &layer.b(t)}) {
-        const float* d = x->data<float>();
-        for (int64_t e = 0; e < x->numel(); ++e)
-          if (!std::isfinite(d[e])) return false;
-      }
-    }
-  return true;
+  bool finite = true;
+  for_each_pair(adapter, adapter, [&](uint64_t, const Tensor& x, const Tensor&, bool) {
+    const float* d = x.data<float>();
+    for (int64_t e = 0; e < x.numel(); ++e)
+      if (!std::isfinite(d[e])) finite = false;
+  });
+  return finite;
 }
 
 LoraAdapter clone_adapter(const LoraAdapter& adapter) {

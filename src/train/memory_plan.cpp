@@ -178,6 +178,7 @@ struct Dims {
   // each Fe wide (model/transformer_moe.cpp).
   std::vector<uint8_t> sparse;
   int64_t E = 0, k = 0, Fe = 0;
+  bool router_lora = false;  // LoRA on the routers (model/lora.h LoraLayer::router_A)
   bool is_sparse(int64_t l) const {
     return l >= 0 && l < static_cast<int64_t>(sparse.size()) && sparse[static_cast<size_t>(l)];
   }
@@ -236,6 +237,7 @@ struct Acts {
   // A sparse layer: router logits, the routing (ids, weights), the dispatch (offsets, rows), and
   // in expert order gate, up, m and ys.
   Id logits = -1, ids = -1, weights = -1, dispatch = -1, moe_gate = -1, moe_up = -1, moe_m = -1, ys = -1;
+  Id router_xa = -1;  // the router's LoRA xa [T, r]
 };
 
 // Model::moe_forward after hn: the router's logits, the routing and its dispatch, xs, gate and up
@@ -246,6 +248,12 @@ Id moe_fwd(Replay& R, const Dims& m, Acts& a, bool keep, Group g, Group out_grou
   const int64_t N = m.T * m.k;
   a.logits = R.alloc(kg, m.T * m.E);
   R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.D, m.E, false));
+  if (m.router_lora) {  // its xa [T, r], kept or freed with the call
+    a.router_xa = R.alloc(kg, m.T * m.r);
+    if (m.dropout > 0 && !m.device.cuda)
+      R.transient(kWork, lora_dropout_scratch_floats(DeviceType::CPU, m.T, m.D, false));
+    if (!keep) R.free(a.router_xa);
+  }
   a.ids = R.alloc_bytes(kg, static_cast<size_t>(N) * sizeof(int32_t));
   a.weights = R.alloc(kg, N);
   a.dispatch = R.alloc_bytes(kg, static_cast<size_t>(m.E + 1 + 2 * N) * sizeof(int32_t));
@@ -254,13 +262,18 @@ Id moe_fwd(Replay& R, const Dims& m, Acts& a, bool keep, Group g, Group out_grou
   a.moe_up = R.alloc(kg, N * m.Fe);
   R.transient(kWork, m.T * m.Fe);  // one expert's gate (then up) output before its copy
   // The experts' LoRA: each expert's xa [rows, r] (N rows in all per projection), kept or transient.
+  // DoRA: each expert's z [rows, out], c and 1/n [out] (N rows and E experts in all), after its dora_scale.
   auto expert_xa = [&](LinearRole role) {
     const auto ri = static_cast<size_t>(role);
     if (!m.has_lora(role)) return;
-    if (keep)
+    const int64_t out = role == LinearRole::Down ? m.D : m.Fe;
+    if (m.dora) R.transient(kWork, 2 * m.r * out + 2 * m.r * m.r + out);
+    if (keep) {
       a.xa[ri] = R.alloc(g, N * m.r);
-    else
-      R.transient(kWork, m.T * m.r);
+      if (m.dora) a.dora[ri] = R.alloc(g, N * out + 2 * m.E * out);
+    } else {
+      R.transient(kWork, m.T * m.r + (m.dora ? m.T * out + 2 * out : 0));
+    }
   };
   expert_xa(LinearRole::Gate), expert_xa(LinearRole::Up);
   R.free(xs);
@@ -281,18 +294,27 @@ void moe_bwd(Replay& R, const Dims& m, Acts& a) {
   Id dys = R.alloc(kWork, N * m.D), dweights = R.alloc(kWork, N);
   R.free(a.ys);
   Id dm = R.alloc(kWork, N * m.Fe);
-  if (m.has_lora(LinearRole::Down)) R.transient(kWork, m.T * m.r);  // an expert's dxa
+  // An expert's dxa (DoRA: and its dy ⊙ c).
+  if (m.has_lora(LinearRole::Down)) R.transient(kWork, m.T * m.r + (m.dora ? m.T * m.D : 0));
   R.free(dys), R.free(a.moe_m), R.free(a.xa[static_cast<size_t>(LinearRole::Down)]);
+  R.free(a.dora[static_cast<size_t>(LinearRole::Down)]);
   Id dgate = R.alloc(kWork, N * m.Fe), dup = R.alloc(kWork, N * m.Fe);
   R.free(dm), R.free(a.moe_gate), R.free(a.moe_up);
   Id xs = R.alloc(kWork, N * m.D), dxs = R.alloc(kWork, N * m.D);
-  if (m.has_lora(LinearRole::Gate) || m.has_lora(LinearRole::Up)) R.transient(kWork, m.T * m.r);
+  if (m.has_lora(LinearRole::Gate) || m.has_lora(LinearRole::Up))
+    R.transient(kWork, m.T * m.r + (m.dora ? m.T * m.Fe : 0));
   R.free(dgate), R.free(dup), R.free(xs);
   R.free(a.xa[static_cast<size_t>(LinearRole::Gate)]), R.free(a.xa[static_cast<size_t>(LinearRole::Up)]);
+  R.free(a.dora[static_cast<size_t>(LinearRole::Gate)]), R.free(a.dora[static_cast<size_t>(LinearRole::Up)]);
   R.free(dxs);
   Id dlogits = R.alloc(kWork, m.T * m.E);
   R.transient_bytes(kWork, m.device.linear_gemm(m.T, m.D, m.E, true));
-  R.free(a.logits), R.free(a.ids), R.free(a.weights), R.free(a.dispatch);
+  if (m.router_lora) {  // the router's dxa [T, r] (and the dropout kernel's scratch)
+    R.transient(kWork, m.T * m.r);
+    if (m.dropout > 0 && !m.device.cuda)
+      R.transient(kWork, lora_dropout_scratch_floats(DeviceType::CPU, m.T, m.D, true));
+  }
+  R.free(a.logits), R.free(a.ids), R.free(a.weights), R.free(a.dispatch), R.free(a.router_xa);
   R.free(dweights), R.free(dlogits);
 }
 
@@ -665,6 +687,13 @@ std::array<size_t, kNumGroups> replay_forward_backward(const Dims& m, std::strin
   return R.at_peak();
 }
 
+// Does the LoRA adapt the routers ("gate", or all-linear on a Mixture-of-Experts model)?
+bool router_targeted(const ModelConfig& c, const LoraConfig& lora) {
+  LoraConfig on = lora;
+  on.moe = c.is_moe();
+  return on.targets_router();
+}
+
 int64_t base_parameters(const ModelConfig& c) {
   return c.num_parameters();  // every expert of a sparse layer included
 }
@@ -698,6 +727,7 @@ Dims dims_of(const ModelConfig& c, const MemorySettings& s) {
   m.E = c.num_experts;
   m.k = c.num_experts_per_tok;
   m.Fe = c.moe_intermediate_size;
+  m.router_lora = lora && c.is_moe() && router_targeted(c, s.lora);
   m.device.cuda = s.device == DeviceType::CUDA;
   const bool copies = s.mode == TrainMode::Full && s.matmul_dtype == DType::BF16;
   m.device.gemm_copies = copies;
@@ -792,11 +822,16 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
   if (s.mode == TrainMode::Full) {
     trainable = base;
   } else if (s.mode == TrainMode::Lora) {
-    for (int64_t l = 0; l < cfg.num_layers; ++l)
+    const bool router = router_targeted(cfg, s.lora);
+    for (int64_t l = 0; l < cfg.num_layers; ++l) {
+      if (router && cfg.is_moe_layer(l))  // the router's A [r, D] and B [E, r]
+        trainable += s.lora.r * (cfg.hidden_size + cfg.num_experts);
       for (auto t : kAllLoraTargets) {
         if (!s.lora.targets(t)) continue;
         if (cfg.is_moe_layer(l) && expert_projection(t) >= 0) {  // every expert's A [r, in] and B [out, r]
           trainable += cfg.num_experts * s.lora.r * (cfg.hidden_size + cfg.moe_intermediate_size);
+          if (s.lora.use_dora)  // and DoRA's magnitude [out]
+            dora_rows += cfg.num_experts * (t == LoraTarget::Down ? cfg.hidden_size : cfg.moe_intermediate_size);
           continue;
         }
         // A fused module (Phi-3's qkv_proj, gate_up_proj) has one A: counted with its first member.
@@ -805,6 +840,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, const MemorySettings& s) {
         trainable += s.lora.r * ((shared_a ? 0 : lora_target_in(cfg, t)) + lora_target_out(cfg, t));
         if (s.lora.use_dora) dora_rows += lora_target_out(cfg, t);
       }
+    }
     trainable += dora_rows;  // DoRA's magnitudes [out]
   }
   const size_t f = sizeof(float);

@@ -287,17 +287,6 @@ MultiRunSummary MultiRun::run() {
     throw Error(ErrorCode::CONFIG_INVALID, fmt::format("[multi-run] {} already holds a multi-run", out_.string()))
         .with_suggestion("Pass --resume latest to continue it, or choose another --output.");
   model_cfg_ = load_model_config(o_.train.model_dir);
-  // The merges between runs (train/adapter_merge.h) combine the dense projections' A and B; the
-  // experts' stacked LoRA (model/lora.h expert_A) is not merged yet: refused, not dropped.
-  if (model_cfg_.is_moe() && o_.train.mode == TrainMode::Lora)
-    for (LoraTarget t : {LoraTarget::Gate, LoraTarget::Up, LoraTarget::Down})
-      if (o_.train.lora.targets(t))
-        throw Error(ErrorCode::CONFIG_INVALID_SETTING,
-                    fmt::format("[multi-run] LoRA on the experts of {} ({}) cannot be merged between runs yet",
-                                model_cfg_.architecture_name, lora_target_name(t)))
-            .with_suggestion(
-                "Adapt the attention projections only (--target-modules q_proj,k_proj,v_proj,o_proj), "
-                "or train one run with backprop train.");
   prepare_data();
   st_.config = identity(o_);
   if (has_state) {

@@ -114,6 +114,25 @@ static void start_from_adapter(LoraAdapter& adapter, const std::string& dir, con
                                   init.config.use_dora ? "" : "not ", adapter.config.use_dora ? "DoRA" : "plain LoRA"));
         if (adapter.layers[l].m(t).defined()) adapter.layers[l].m(t).copy_from(init.layers[l].m(t));
       }
+  // Mixture-of-Experts: the experts' stacked A, B (DoRA: magnitudes) and the routers' A and B.
+  auto copy = [&](Tensor& to, const Tensor& from, size_t l, const char* what) {
+    if (!to.defined()) return;
+    if (!from.defined() || from.shape() != to.shape())
+      throw Error(ErrorCode::CONFIG_INVALID,
+                  fmt::format("[train] the adapter in {} does not adapt layer {}'s {} as this run does", dir, l, what));
+    to.copy_from(from);
+  };
+  for (size_t l = 0; l < adapter.layers.size(); ++l) {
+    LoraLayer& to = adapter.layers[l];
+    const LoraLayer& from = init.layers[l];
+    for (size_t p = 0; p < 3; ++p) {
+      copy(to.expert_A[p], from.expert_A[p], l, "experts");
+      copy(to.expert_B[p], from.expert_B[p], l, "experts");
+      copy(to.expert_M[p], from.expert_M[p], l, "experts' DoRA magnitudes");
+    }
+    copy(to.router_A, from.router_A, l, "router");
+    copy(to.router_B, from.router_B, l, "router");
+  }
 }
 
 // ---- the run ----------------------------------------------------------------------------------

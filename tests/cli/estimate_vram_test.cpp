@@ -440,10 +440,13 @@ TEST(EstimateVramCli, Qwen3MoePlansActiveAndTotalParametersAtQ4K) {
                        "", true);
   ASSERT_EQ(ex.rc, 0) << ex.out;
   EXPECT_EQ(nlohmann::json::parse(ex.out).at("plan").at("trainable_parameters").get<int64_t>(), 13369344 + 830472192);
-  // all-linear would take the router too: refused, not planned.
-  Result bad = backprop("estimate-vram --model " + model + " --base-dtype q4_k");
-  EXPECT_NE(bad.rc, 0) << bad.out;
-  EXPECT_TRUE(has(bad.out, "would include the router")) << bad.out;
+  // all-linear (the default) takes the routers too, as PEFT's does: r·(2048 + 128) more per layer,
+  // 16·2176·48 = 1,671,168.
+  Result all = backprop(
+      "estimate-vram --json --model " + model + " --base-dtype q4_k --lora-r 16 --max-seq-length 1024", "", true);
+  ASSERT_EQ(all.rc, 0) << all.out;
+  EXPECT_EQ(nlohmann::json::parse(all.out).at("plan").at("trainable_parameters").get<int64_t>(),
+            13369344 + 830472192 + 1671168);
 }
 
 }  // namespace

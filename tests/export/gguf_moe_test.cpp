@@ -254,17 +254,19 @@ TEST(GGUFMoe, LoraAdapterOnAttentionAndExpertsAsLlamaCppReadsIt) {
   LoraConfig lc;
   lc.r = r;
   lc.alpha = 8;
-  lc.target_modules = {"q_proj", "v_proj", "gate_proj", "down_proj"};
+  lc.target_modules = {"q_proj", "v_proj", "gate_proj", "down_proj", "gate"};  // gate: the router
   LoraAdapter ad = init_lora(c, lc, 3);
-  for (auto& layer : ad.layers)
+  for (auto& layer : ad.layers) {
     for (Tensor& B : layer.expert_B)
       if (B.defined()) B = test::random_tensor(B.shape(), 9, -1.0f, 1.0f);
+    layer.router_B = test::random_tensor(layer.router_B.shape(), 10, -1.0f, 1.0f);
+  }
   ASSERT_TRUE(ad.layers[1].expert_A[0].defined());
   ASSERT_FALSE(ad.layers[1].expert_A[1].defined());  // up_proj not targeted
   test::TempDir dir;
   const std::string path = dir.path + "/a.gguf";
   const GGUFLoraResult res = export_gguf_lora(ad, c, GGMLType::F32, path);
-  EXPECT_EQ(res.tensor_count, c.num_layers * (2 + 2) * 2);
+  EXPECT_EQ(res.tensor_count, c.num_layers * (2 + 2 + 1) * 2);
   GGUFReader r2(path);
   EXPECT_EQ(r2.get_string("general.architecture"), "qwen3moe");
   EXPECT_EQ(r2.dequantize(*r2.find_tensor("blk.1.attn_v.weight.lora_a")), ad.layers[1].a(LoraTarget::V).to_vector());
@@ -273,6 +275,9 @@ TEST(GGUFMoe, LoraAdapterOnAttentionAndExpertsAsLlamaCppReadsIt) {
   EXPECT_EQ(r2.find_tensor("blk.1.ffn_down_exps.weight.lora_b")->shape, (std::vector<int64_t>{E, D, r}));
   EXPECT_EQ(r2.dequantize(*r2.find_tensor("blk.1.ffn_down_exps.weight.lora_b")), ad.layers[1].expert_B[2].to_vector());
   EXPECT_EQ(r2.dequantize(*r2.find_tensor("blk.0.ffn_gate_exps.weight.lora_a")), ad.layers[0].expert_A[0].to_vector());
+  // The router's A [r, D] and B [E, r] on ffn_gate_inp (llama.cpp's build_moe_ffn: build_lora_mm(gate_inp, cur)).
+  EXPECT_EQ(r2.dequantize(*r2.find_tensor("blk.1.ffn_gate_inp.weight.lora_a")), ad.layers[1].router_A.to_vector());
+  EXPECT_EQ(r2.dequantize(*r2.find_tensor("blk.1.ffn_gate_inp.weight.lora_b")), ad.layers[1].router_B.to_vector());
   const nlohmann::json o = gguf_testing::oracle_read(path);
   gguf_testing::expect_oracle_matches(o, r2);
   std::map<std::string, std::vector<int64_t>> ne;
@@ -282,6 +287,8 @@ TEST(GGUFMoe, LoraAdapterOnAttentionAndExpertsAsLlamaCppReadsIt) {
   EXPECT_EQ(ne["blk.0.ffn_gate_exps.weight.lora_b"], (std::vector<int64_t>{r, F, E}));
   EXPECT_EQ(ne["blk.0.ffn_down_exps.weight.lora_a"], (std::vector<int64_t>{F, r, E}));
   EXPECT_EQ(ne["blk.0.ffn_down_exps.weight.lora_b"], (std::vector<int64_t>{r, D, E}));
+  EXPECT_EQ(ne["blk.0.ffn_gate_inp.weight.lora_a"], (std::vector<int64_t>{D, r}));  // the router [E, D]: ne {D, E}
+  EXPECT_EQ(ne["blk.0.ffn_gate_inp.weight.lora_b"], (std::vector<int64_t>{r, E}));
 }
 
 std::vector<float> logits_of(ModelWeights w) {

@@ -165,6 +165,8 @@ inline ModelWeights tiny_weights(const ModelConfig& c, uint64_t seed) {
 struct TinyLora {
   std::vector<std::array<Tensor, kNumLinearRoles>> A, B, M;
   std::vector<std::array<Tensor, 3>> EA, EB;  // a sparse layer's experts' stacked A and B (gate, up, down)
+  std::vector<std::array<Tensor, 3>> EM;      // DoRA: the experts' stacked magnitudes [E, out]
+  std::vector<Tensor> RA, RB;                 // a sparse layer's router A [r, D] and B [E, r]
   LoraView view;
   float alpha = 8.0f;
   bool rslora = false;
@@ -242,6 +244,31 @@ inline void add_tiny_dora(TinyLora& t, uint64_t seed) {
         t.M[l][r] = random_tensor({t.B[l][r].dim(0)}, seed++, 0.4f, 1.2f);
         t.view.layers[l][r].M = &t.M[l][r];
       }
+  // Every expert's projection: its own magnitudes, rows of one [E, out] per projection.
+  t.EM.assign(t.EB.size(), {});
+  for (size_t l = 0; l < t.EB.size(); ++l)
+    for (size_t p = 0; p < 3; ++p)
+      if (t.EB[l][p].defined()) {
+        t.EM[l][p] = random_tensor({t.EB[l][p].dim(0), t.EB[l][p].dim(1)}, seed++, 0.4f, 1.2f);
+        t.view.experts[l].M[p] = &t.EM[l][p];
+      }
+}
+
+// LoRA on every sparse layer's router (PEFT's mlp.gate): A [r, D], B [E, r], random (B too).
+inline void add_tiny_router_lora(TinyLora& t, const ModelConfig& c, int64_t r, uint64_t seed) {
+  t.RA.assign(static_cast<size_t>(c.num_layers), Tensor());
+  t.RB.assign(static_cast<size_t>(c.num_layers), Tensor());
+  t.view.experts.resize(static_cast<size_t>(c.num_layers));
+  const float b = 1.0f / std::sqrt(static_cast<float>(c.hidden_size));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (!c.is_moe_layer(l)) continue;
+    const auto li = static_cast<size_t>(l);
+    t.RA[li] = random_tensor({r, c.hidden_size}, seed++, -b, b);
+    t.RB[li] = random_tensor({c.num_experts, r}, seed++, -0.5f, 0.5f);
+    t.view.experts[li].router_A = &t.RA[li];
+    t.view.experts[li].router_B = &t.RB[li];
+  }
+  t.targets.emplace_back("gate");
 }
 
 inline std::vector<LinearRole> all_roles() {
@@ -360,9 +387,12 @@ inline void write_oracle_case(const std::string& dir, Model& model, const TinyLo
         {"r", lora->view.rank}, {"alpha", lora->alpha}, {"use_rslora", lora->rslora}, {"use_dora", lora->dora}};
     for (auto& p : model.trainable_parameters())
       if (p.name.find("lora_") != std::string::npos) {
-        if (p.param->rank() == 3) {  // the experts' stacked A or B: each expert under its PEFT name
+        if (p.param->rank() == 3 || (p.param->rank() == 2 && p.name.find(".experts.") != std::string::npos)) {
+          // the experts' stacked A or B (or DoRA magnitudes [E, out]): each expert under its PEFT name
           const std::vector<std::string> names = expert_names_of(p.name, p.param->dim(0));
-          for (int64_t e = 0; e < p.param->dim(0); ++e) put(names[static_cast<size_t>(e)], expert_matrix(*p.param, e));
+          for (int64_t e = 0; e < p.param->dim(0); ++e)
+            put(names[static_cast<size_t>(e)],
+                p.param->rank() == 3 ? expert_matrix(*p.param, e) : p.param->rows(e, e + 1).reshape({p.param->dim(1)}));
         } else {
           put(p.name, *p.param);
         }

@@ -5,6 +5,10 @@
 // that disagrees with the config.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
 #include "io/safetensors.h"
 #include "model/generate.h"
 #include "model/loader.h"
@@ -66,6 +70,19 @@ std::string load_error(const std::string& dir) {
     return e.what();
   }
   ADD_FAILURE() << "expected DEP_MODEL_LOAD_FAILED";
+  return "";
+}
+
+// The message of the error `f` throws, checked to carry `code` ("" and a failure when none is thrown).
+template <class F>
+std::string error_of(ErrorCode code, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected " << error_info(code).name;
   return "";
 }
 
@@ -265,23 +282,13 @@ TEST(MoeLora, PeftFilesPerExpertRoundTripAndBadNames) {
     for (const std::string& n : r.names())
       if (n != up1) ts.emplace_back(n, r.read(n));
     write_safetensors(dir.path + "/adapter_model.safetensors", ts);
-    try {
-      load_peft_adapter(dir.path, cfg);
-      ADD_FAILURE() << "expected an error";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::DEP_MODEL_LOAD_FAILED);
-      EXPECT_NE(std::string(e.what()).find(up1 + "' is missing"), std::string::npos) << e.what();
-    }
+    std::string msg = error_of(ErrorCode::DEP_MODEL_LOAD_FAILED, [&] { load_peft_adapter(dir.path, cfg); });
+    EXPECT_NE(msg.find(up1 + "' is missing"), std::string::npos) << msg;
     // The other architecture's expert names do not exist here.
     LoraConfig wrong = lc;
     wrong.target_modules = {mixtral ? "gate_proj" : "w1"};
-    try {
-      init_lora(cfg, wrong, 1);
-      ADD_FAILURE() << "expected an error";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::CONFIG_INVALID_SETTING);
-      EXPECT_NE(std::string(e.what()).find("does not exist in"), std::string::npos) << e.what();
-    }
+    msg = error_of(ErrorCode::CONFIG_INVALID_SETTING, [&] { init_lora(cfg, wrong, 1); });
+    EXPECT_NE(msg.find("does not exist in"), std::string::npos) << msg;
   }
 }
 
@@ -308,6 +315,106 @@ TEST(MoeModel, DecodeStepMatchesTheFullForward) {
   const auto V = static_cast<size_t>(cfg.vocab_size);
   EXPECT_TRUE(test::all_close(prompt, std::vector<float>(full.begin() + 4 * V, full.begin() + 5 * V), {1e-5, 1e-4}));
   EXPECT_TRUE(test::all_close(next, std::vector<float>(full.begin() + 5 * V, full.end()), {1e-5, 1e-4}));
+}
+
+}  // namespace
+}  // namespace bp
+
+namespace bp {
+namespace {
+
+// LoRA on the router: all-linear on a Mixture-of-Experts model takes it (PEFT's all-linear adapts every
+// nn.Linear but the output layer, and transformers' mlp.gate / block_sparse_moe.gate is one), so does
+// the name "gate"; saved under PEFT's module name with "gate" in target_modules, loaded back, merged as
+// W + s·B·A. Refused: "gate" on a model without a router (its MLP's gate is gate_proj), DoRA on the
+// router, a router tensor without its other half.
+TEST(MoeLora, RouterLoraAllLinearPeftRoundTripMergeAndRefusals) {
+  for (const nlohmann::json& j : {qwen3_moe_json(), mixtral_json()}) {
+    const ModelConfig cfg = ModelConfig::from_json(j, "cfg");
+    SCOPED_TRACE(cfg.architecture_name);
+    const bool mixtral = cfg.arch == Arch::Mixtral;
+    LoraConfig lc;
+    lc.r = 4;
+    lc.target_modules = {"all-linear"};
+    LoraAdapter ad = init_lora(cfg, lc, 3);
+    for (int64_t l = 0; l < cfg.num_layers; ++l) {
+      const LoraLayer& layer = ad.layers[static_cast<size_t>(l)];
+      EXPECT_EQ(layer.router_A.defined(), cfg.is_moe_layer(l)) << l;  // Qwen3-MoE's layer 1 is dense
+      if (!cfg.is_moe_layer(l)) continue;
+      EXPECT_EQ(layer.router_A.shape(), (Shape{4, cfg.hidden_size}));
+      EXPECT_EQ(layer.router_B.shape(), (Shape{cfg.num_experts, 4}));
+      EXPECT_EQ(layer.router_B.to_vector(), std::vector<float>(static_cast<size_t>(cfg.num_experts) * 4, 0.0f));
+    }
+    std::vector<std::string> want =
+        mixtral ? std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "w1", "w3", "w2", "gate"}
+                : std::vector<std::string>{"q_proj",    "k_proj",  "v_proj",    "o_proj",
+                                           "gate_proj", "up_proj", "down_proj", "gate"};
+    EXPECT_EQ(ad.config.resolved_targets(), want);
+    ad.layers[0].router_B.copy_from(test::random_tensor(ad.layers[0].router_B.shape(), 5));
+    test::TempDir dir;
+    save_peft_adapter(ad, dir.path);
+    const SafetensorsReader r = SafetensorsReader::open_file(dir.path + "/adapter_model.safetensors");
+    const std::string gate =
+        mixtral ? "base_model.model.model.layers.0.block_sparse_moe.gate" : "base_model.model.model.layers.0.mlp.gate";
+    ASSERT_TRUE(r.contains(gate + ".lora_B.weight"));
+    EXPECT_EQ(r.read(gate + ".lora_B.weight").to_vector(), ad.layers[0].router_B.to_vector());
+    EXPECT_EQ(r.read(gate + ".lora_A.weight").to_vector(), ad.layers[0].router_A.to_vector());
+    const nlohmann::json ac = nlohmann::json::parse(std::ifstream(dir.path + "/adapter_config.json"));
+    EXPECT_EQ(ac.at("target_modules").get<std::vector<std::string>>(), want);
+    const LoraAdapter back = load_peft_adapter(dir.path, cfg);
+    EXPECT_EQ(back.layers[0].router_B.to_vector(), ad.layers[0].router_B.to_vector());
+    EXPECT_EQ(back.layers[0].router_A.to_vector(), ad.layers[0].router_A.to_vector());
+    EXPECT_EQ(back.config.resolved_targets(), want);
+    // Merged: the router W + s·B·A, computed here in double.
+    const ModelWeights base = init_random_weights(cfg, 8);
+    const ModelWeights merged = merge_lora(base, ad);
+    const std::vector<float> W = base.layers[0].router.to_vector(), M = merged.layers[0].router.to_vector();
+    const std::vector<float> A = ad.layers[0].router_A.to_vector(), B = ad.layers[0].router_B.to_vector();
+    const int64_t D = cfg.hidden_size;
+    double worst = 0, delta = 0;
+    for (int64_t e = 0; e < cfg.num_experts; ++e)
+      for (int64_t i = 0; i < D; ++i) {
+        double ba = 0;
+        for (int64_t k = 0; k < 4; ++k) ba += static_cast<double>(B[e * 4 + k]) * A[k * D + i];
+        const size_t at = static_cast<size_t>(e * D + i);
+        worst = std::max(worst, std::fabs(M[at] - (W[at] + ad.config.scale() * ba)));
+        delta = std::max(delta, std::fabs(static_cast<double>(M[at]) - W[at]));
+      }
+    EXPECT_LT(worst, 1e-6);
+    EXPECT_GT(delta, 1e-3);  // the merge changed the router
+    // The router's B without its A: refused, naming the missing tensor.
+    NamedTensors ts;
+    for (const std::string& n : r.names())
+      if (n != gate + ".lora_A.weight") ts.emplace_back(n, r.read(n));
+    write_safetensors(dir.path + "/adapter_model.safetensors", ts);
+    const std::string msg = error_of(ErrorCode::DEP_MODEL_LOAD_FAILED, [&] { load_peft_adapter(dir.path, cfg); });
+    EXPECT_NE(msg.find(gate + ".lora_A.weight' is missing"), std::string::npos) << msg;
+    // DoRA on the router (all-linear or "gate"): refused, naming it.
+    LoraConfig dora = lc;
+    dora.use_dora = true;
+    for (const char* t : {"all-linear", "gate"}) {
+      dora.target_modules = {t};
+      const std::string refused = error_of(ErrorCode::CONFIG_INVALID_SETTING, [&] { init_lora(cfg, dora, 1); });
+      EXPECT_NE(refused.find("router"), std::string::npos) << t << ": " << refused;
+    }
+  }
+  // On a dense model "gate" names no module (PEFT would find none): refused, pointing at gate_proj;
+  // all-linear there takes the seven projections, no "gate".
+  nlohmann::json dense = qwen3_moe_json();
+  dense["architectures"] = {"Qwen3ForCausalLM"};
+  for (const char* k : {"num_experts", "num_experts_per_tok", "moe_intermediate_size", "mlp_only_layers"})
+    dense.erase(k);
+  const ModelConfig cfg = ModelConfig::from_json(dense, "cfg");
+  ASSERT_FALSE(cfg.is_moe());
+  LoraConfig lc;
+  lc.target_modules = {"q_proj", "gate"};
+  const std::string msg = error_of(ErrorCode::CONFIG_INVALID_SETTING, [&] { init_lora(cfg, lc, 1); });
+  EXPECT_NE(msg.find("'gate' is a Mixture-of-Experts router"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("gate_proj"), std::string::npos) << msg;
+  lc.target_modules = {"all-linear"};
+  const LoraAdapter ad = init_lora(cfg, lc, 1);
+  EXPECT_EQ(ad.config.resolved_targets().size(), 7u);
+  EXPECT_FALSE(ad.layers[0].router_A.defined());
 }
 
 }  // namespace

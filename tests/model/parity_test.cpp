@@ -35,7 +35,8 @@ struct ParityCase {
   std::vector<LinearRole> targets = all_roles();
   int adamw_steps = 0;
   uint64_t seed = 1;
-  bool dora = false;  // DoRA magnitudes on every adapted projection
+  bool dora = false;    // DoRA magnitudes on every adapted projection
+  bool router = false;  // Mixture-of-Experts: LoRA on every router too (PEFT's mlp.gate)
 };
 
 struct Built {
@@ -52,6 +53,7 @@ Built build(const ParityCase& pc) {
     b.lora = std::make_unique<TinyLora>();
     make_tiny_lora(*b.lora, cfg, pc.lora_r, pc.lora_alpha, pc.rslora, pc.targets, 0.0f, pc.seed * 100 + 50);
     if (pc.dora) add_tiny_dora(*b.lora, pc.seed * 100 + 90);
+    if (pc.router) add_tiny_router_lora(*b.lora, cfg, pc.lora_r, pc.seed * 100 + 70);
     b.model->attach_lora(b.lora->view);
   }
   b.batch = tiny_batch(cfg.vocab_size, pc.seed);
@@ -277,6 +279,19 @@ std::vector<ParityCase> parity_cases() {
       ParityCase experts{std::string("lora_experts_") + name + (ckpt ? "_ckpt" : ""), spec, TrainMode::Lora, ckpt};
       experts.seed = seed++;
       v.push_back(experts);
+      // PEFT's all-linear: attention, every expert and the router (the aux loss then applies, its
+      // gradient reaching the router's A and B), with and without checkpointing.
+      ParityCase all_linear{std::string("lora_all_linear_") + name + (ckpt ? "_ckpt" : ""), spec, TrainMode::Lora,
+                            ckpt};
+      all_linear.router = true;
+      all_linear.seed = seed++;
+      v.push_back(all_linear);
+      // DoRA on attention and every expert (each expert's projection its own magnitude).
+      ParityCase dora_experts{std::string("lora_dora_experts_") + name + (ckpt ? "_ckpt" : ""), spec, TrainMode::Lora,
+                              ckpt};
+      dora_experts.dora = true;
+      dora_experts.seed = seed++;
+      v.push_back(dora_experts);
     }
   return v;
 }
@@ -301,7 +316,8 @@ std::map<std::string, std::vector<double>> saved_file_grads(Model& model) {
   // The stacked experts' gradients [E, ·, ·] (weights in full mode, LoRA A and B), as HF and PEFT name
   // each expert's tensor.
   for (const auto& p : model.trainable_parameters()) {
-    if (p.param->rank() != 3) continue;
+    // (DoRA's expert magnitudes [E, out] too.)
+    if (p.param->rank() != 3 && !(p.param->rank() == 2 && p.name.find(".experts.") != std::string::npos)) continue;
     const std::vector<double> all = std::move(out.at(p.name));
     out.erase(p.name);
     const std::vector<std::string> names = expert_names_of(p.name, p.param->dim(0));
@@ -356,8 +372,10 @@ void check_case(const ParityCase& pc, const OracleResult& ref) {
   if (ref.aux_loss >= 0) {
     EXPECT_NEAR(model.last_aux_loss(), ref.aux_loss, kParityLossRel * ref.aux_loss) << "aux loss";
     EXPECT_GT(ref.aux_loss, 0.5);
-    // The coefficient the oracle added it with is config.json's where the router trains, else 0.
-    const double coef = pc.mode == TrainMode::Full ? model.config().raw.at("router_aux_loss_coef").get<double>() : 0.0;
+    // The coefficient the oracle added it with is config.json's where the router trains (full
+    // fine-tuning, LoRA on the router), else 0.
+    const double coef =
+        pc.mode == TrainMode::Full || pc.router ? model.config().raw.at("router_aux_loss_coef").get<double>() : 0.0;
     EXPECT_FLOAT_EQ(model.router_aux_coef(), static_cast<float>(coef));
   }
   const auto params = model.trainable_parameters();
@@ -383,9 +401,10 @@ void check_case(const ParityCase& pc, const OracleResult& ref) {
     const size_t magnitudes = pc.dora ? pc.targets.size() : 0;  // DoRA: one per projection
     size_t expected = (2 * modules + magnitudes) * static_cast<size_t>(model.config().num_layers);
     const ModelConfig& mc = model.config();
-    for (LinearRole r : pc.targets)  // a sparse layer's MLP projection: one A and B per expert
+    for (LinearRole r : pc.targets)  // a sparse layer's MLP projection: one A and B (DoRA: M) per expert
       if (expert_projection(static_cast<LoraTarget>(r)) >= 0)
-        expected += 2 * static_cast<size_t>(mc.num_moe_layers() * (mc.num_experts - 1));
+        expected += (pc.dora ? 3 : 2) * static_cast<size_t>(mc.num_moe_layers() * (mc.num_experts - 1));
+    if (pc.router) expected += 2 * static_cast<size_t>(mc.num_moe_layers());  // each router's A and B
     EXPECT_EQ(compared, expected);
   }
 }

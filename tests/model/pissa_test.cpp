@@ -27,13 +27,13 @@ TinySpec spec() {
   return s;
 }
 
-LoraConfig pissa_config(bool rslora = false) {
+LoraConfig pissa_config(bool rslora = false, std::vector<std::string> targets = {"all-linear"}) {
   LoraConfig lc;
   lc.r = 3;
   lc.alpha = 6;
   lc.use_rslora = rslora;
   lc.init_lora_weights = "pissa";
-  lc.target_modules = {"all-linear"};
+  lc.target_modules = std::move(targets);
   return lc;
 }
 
@@ -113,7 +113,8 @@ TEST(Pissa, FactorsAndResidualMatchTorchSvd) {
 
 // Step 0 is the base model, and the saved conversion applied by the oracle to the original base is
 // the trained model: for the architecture `sp`, with the LoRA or the rsLoRA scale.
-void expect_starts_as_base_and_saved_applies_to_original(const TinySpec& sp, const std::vector<bool>& rsloras) {
+void expect_starts_as_base_and_saved_applies_to_original(const TinySpec& sp, const std::vector<bool>& rsloras,
+                                                         const std::vector<std::string>& targets = {"all-linear"}) {
   const ModelConfig cfg = tiny_config(sp);
   const Batch batch = tiny_batch(cfg.vocab_size, 5);
   Model base(tiny_weights(cfg, 21), ModelOptions{TrainMode::Frozen});
@@ -123,7 +124,7 @@ void expect_starts_as_base_and_saved_applies_to_original(const TinySpec& sp, con
   for (bool rslora : rsloras) {
     SCOPED_TRACE(rslora ? "rsLoRA" : "LoRA");
     ModelWeights w = tiny_weights(cfg, 21);
-    LoraAdapter ad = init_lora(cfg, pissa_config(rslora), 4);
+    LoraAdapter ad = init_lora(cfg, pissa_config(rslora, targets), 4);
     init_pissa(ad, w, 0);
     Model model(std::move(w), ModelOptions{TrainMode::Lora});
     model.attach_lora(ad);
@@ -132,11 +133,18 @@ void expect_starts_as_base_and_saved_applies_to_original(const TinySpec& sp, con
 
     // "Training": A and B move away from A0 and B0.
     uint64_t seed = 900;
-    for (LoraLayer& l : ad.layers)
+    for (LoraLayer& l : ad.layers) {
       for (LoraTarget t : kAllLoraTargets) {
+        if (!l.has(t)) continue;
         axpy_inplace(l.a(t), 1.0f, random_tensor(l.a(t).shape(), ++seed, -0.2f, 0.2f));
         axpy_inplace(l.b(t), 1.0f, random_tensor(l.b(t).shape(), ++seed, -0.2f, 0.2f));
       }
+      for (size_t p = 0; p < 3; ++p)  // every expert's (a Mixture-of-Experts layer)
+        if (l.expert_A[p].defined()) {
+          axpy_inplace(l.expert_A[p], 1.0f, random_tensor(l.expert_A[p].shape(), ++seed, -0.2f, 0.2f));
+          axpy_inplace(l.expert_B[p], 1.0f, random_tensor(l.expert_B[p].shape(), ++seed, -0.2f, 0.2f));
+        }
+    }
     const auto trained = to_double(model.logits(batch));
     EXPECT_GT(max_abs_diff(trained, base_logits), 1e-2) << "the adapter should change the logits";
 
@@ -148,8 +156,13 @@ void expect_starts_as_base_and_saved_applies_to_original(const TinySpec& sp, con
     EXPECT_NEAR(j["lora_alpha"].get<double>(), rslora ? 6 * std::sqrt(2.0) : 12.0, 1e-5);
     EXPECT_EQ(j["init_lora_weights"], true);
     LoraAdapter saved = load_peft_adapter(dir.path + "/adapter", cfg);
-    EXPECT_EQ(saved.layers[1].a(LoraTarget::Down).shape(), (Shape{6, cfg.intermediate_size}));
-    EXPECT_EQ(saved.layers[0].b(LoraTarget::K).shape(), (Shape{cfg.kv_dim(), 6}));
+    if (cfg.is_moe()) {  // each expert's own rank-2r LoRA, stacked
+      EXPECT_EQ(saved.layers[0].expert_A[2].shape(), (Shape{cfg.num_experts, 6, cfg.moe_intermediate_size}));
+      EXPECT_EQ(saved.layers[0].expert_B[0].shape(), (Shape{cfg.num_experts, cfg.moe_intermediate_size, 6}));
+    } else {
+      EXPECT_EQ(saved.layers[1].a(LoraTarget::Down).shape(), (Shape{6, cfg.intermediate_size}));
+      EXPECT_EQ(saved.layers[0].b(LoraTarget::K).shape(), (Shape{cfg.kv_dim(), 6}));
+    }
     EXPECT_NEAR(saved.config.scale(), ad.config.scale(), 1e-6 * ad.config.scale());
 
     // The oracle applies it to the original base (torch, float64).
@@ -177,6 +190,51 @@ TEST(Pissa, GemmaStartsAsTheBaseAndItsSavedAdapterAppliesToTheOriginalBase) {
   gemma3.arch = Arch::Gemma3;
   gemma3.head_dim = 16;
   expect_starts_as_base_and_saved_applies_to_original(gemma3, {false});
+}
+
+// Mixture-of-Experts: each expert's projection is one PEFT module, so PiSSA takes each expert's own
+// SVD: s·B_e·A_e is the rank-r truncation of that expert's W_e (LAPACK's, ops/svd.h) and its slab of the
+// stacked weight becomes the residual; the model starts as the base and the saved conversion (each
+// expert's rank-2r LoRA) applied by the oracle to the original experts is the trained model.
+std::vector<double> rank_r_product(const Svd& d, int64_t r);
+
+TEST(Pissa, EachExpertFromItsOwnSvd) {
+  TinySpec moe;
+  moe.arch = Arch::Qwen3Moe;
+  moe.layers = 2;
+  moe.tied = false;
+  moe.hf = {{"num_experts", 3}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 16}, {"norm_topk_prob", true}};
+  const std::vector<std::string> targets = {"q_proj", "gate_proj", "up_proj", "down_proj"};
+  const ModelConfig cfg = tiny_config(moe);
+  const ModelWeights original = tiny_weights(cfg, 11);
+  ModelWeights w = clone_weights(original);
+  LoraAdapter ad = init_lora(cfg, pissa_config(false, targets), 3);
+  init_pissa(ad, w, 0);
+  const double s = ad.config.scale();
+  for (int64_t e = 0; e < cfg.num_experts; ++e)
+    for (int p = 0; p < 3; ++p) {
+      const auto role = static_cast<WeightRole>(static_cast<int>(WeightRole::ExpertGate) + p);
+      const Tensor W = expert_matrix(weight_ref(original, role, 1), e);
+      const Svd d = svd(W);
+      const std::vector<double> want = rank_r_product(d, 3);
+      const auto a = expert_matrix(ad.layers[1].expert_A[static_cast<size_t>(p)], e).to_vector();
+      const auto b = expert_matrix(ad.layers[1].expert_B[static_cast<size_t>(p)], e).to_vector();
+      const int64_t out = W.dim(0), in = W.dim(1);
+      std::vector<double> sba(static_cast<size_t>(out * in)), residual(sba.size());
+      const auto wv = W.to_vector();
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t i = 0; i < in; ++i) {
+          double v = 0;
+          for (int64_t k = 0; k < 3; ++k) v += double(b[o * 3 + k]) * a[k * in + i];
+          sba[static_cast<size_t>(o * in + i)] = s * v;
+          residual[static_cast<size_t>(o * in + i)] = wv[static_cast<size_t>(o * in + i)] - s * v;
+        }
+      EXPECT_GT(max_abs(want), 1e-3);
+      EXPECT_TRUE(all_close(sba, want, {1e-6, 1e-5})) << "expert " << e << " projection " << p;
+      EXPECT_TRUE(all_close(to_double(expert_matrix(weight_ref(w, role, 1), e)), residual, {2e-6, 1e-5}))
+          << "expert " << e << " projection " << p;
+    }
+  expect_starts_as_base_and_saved_applies_to_original(moe, {false}, targets);
 }
 
 // W [m, n] = U·diag(σ)·Vᵀ with random orthonormal U, V (Gram-Schmidt of random columns) and a

@@ -15,36 +15,82 @@
 namespace bp {
 namespace {
 
-// A tiny adapter on q/v/down (odd shapes: in 32 or 48, out 32 or 16, r 3) with every tensor random.
-LoraAdapter random_adapter(uint64_t seed) {
+// A tiny adapter on q/v/down (odd shapes: in 32 or 48, out 32 or 16, r 3) with every tensor random;
+// moe: a tiny Qwen3-MoE (3 experts, layer 1 dense) with LoRA on q, every expert's gate and down, and
+// the routers (each expert's projection a module of its own).
+LoraAdapter random_adapter(uint64_t seed, bool moe = false) {
   LoraConfig lc;
   lc.r = 3;
   lc.alpha = 6;
   lc.target_modules = {"q_proj", "v_proj", "down_proj"};
-  LoraAdapter a = init_lora(test::tiny_config({}), lc, seed);
+  test::TinySpec spec;
+  if (moe) {
+    spec.arch = Arch::Qwen3Moe, spec.layers = 3, spec.tied = false;
+    spec.hf = {{"num_experts", 3},
+               {"num_experts_per_tok", 2},
+               {"moe_intermediate_size", 16},
+               {"norm_topk_prob", true},
+               {"mlp_only_layers", {1}}};
+    lc.target_modules = {"q_proj", "gate_proj", "down_proj", "gate"};
+  }
+  LoraAdapter a = init_lora(test::tiny_config(spec), lc, seed);
   uint64_t s = seed * 1000;
-  for (auto& layer : a.layers)
+  for (auto& layer : a.layers) {
     for (LoraTarget t : kAllLoraTargets)
       if (layer.has(t)) {
         layer.a(t) = test::random_tensor(layer.a(t).shape(), ++s);
         layer.b(t) = test::random_tensor(layer.b(t).shape(), ++s, -0.5f, 0.5f);
       }
+    for (size_t p = 0; p < 3; ++p)
+      if (layer.expert_A[p].defined()) {
+        layer.expert_A[p] = test::random_tensor(layer.expert_A[p].shape(), ++s);
+        layer.expert_B[p] = test::random_tensor(layer.expert_B[p].shape(), ++s, -0.5f, 0.5f);
+      }
+    if (layer.router_A.defined()) {
+      layer.router_A = test::random_tensor(layer.router_A.shape(), ++s);
+      layer.router_B = test::random_tensor(layer.router_B.shape(), ++s, -0.5f, 0.5f);
+    }
+  }
   return a;
 }
 
-std::vector<const Tensor*> tensors(const LoraAdapter& a) {  // the order merge_adapter documents
-  std::vector<const Tensor*> v;
+// The order merge_adapter documents: the dense modules' A, B; then each expert's (views of the
+// stacked tensors), then each router's.
+std::vector<Tensor> tensor_list(const LoraAdapter& a) {
+  std::vector<Tensor> v;
   for (const auto& layer : a.layers)
     for (LoraTarget t : kAllLoraTargets)
       if (layer.has(t)) {
-        v.push_back(&layer.a(t));
-        v.push_back(&layer.b(t));
+        v.push_back(layer.a(t));
+        v.push_back(layer.b(t));
       }
+  for (const auto& layer : a.layers) {
+    for (size_t p = 0; p < 3; ++p)
+      if (layer.expert_A[p].defined())
+        for (int64_t e = 0; e < layer.expert_A[p].dim(0); ++e) {
+          v.push_back(expert_matrix(layer.expert_A[p], e));
+          v.push_back(expert_matrix(layer.expert_B[p], e));
+        }
+    if (layer.router_A.defined()) {
+      v.push_back(layer.router_A);
+      v.push_back(layer.router_B);
+    }
+  }
+  return v;
+}
+std::vector<const Tensor*> tensors(const LoraAdapter& a) {
+  static thread_local std::vector<std::vector<Tensor>> keep;  // the views outlive the call
+  keep.push_back(tensor_list(a));
+  std::vector<const Tensor*> v;
+  for (const Tensor& t : keep.back()) v.push_back(&t);
   return v;
 }
 
+// On a Mixture-of-Experts adapter (one oracle run): the dense modules (q_proj, the dense layer's MLP),
+// and each expert's A and B and each router's as tensors of their own (TIES trims each, DARE draws each
+// one's mask, slao orthonormalises each expert's A), as PEFT's modules are.
 TEST(AdapterMerge, EveryModeMatchesTheOracle) {
-  const LoraAdapter merged = random_adapter(1), fresh = random_adapter(2);
+  const LoraAdapter merged = random_adapter(1, true), fresh = random_adapter(2, true);
   test::TempDir dir;
   nlohmann::json list = nlohmann::json::array();
   auto mt = tensors(merged), ft = tensors(fresh);
