@@ -66,6 +66,30 @@ bool same_tensor(const Tensor& a, const Tensor& b) {
          a.dtype() == b.dtype() && a.device() == b.device();
 }
 
+Tensor fused_rows_of(const std::array<Tensor, kNumLoraTargets>& ts, const LoraFusedModule& f) {
+  std::vector<const Tensor*> parts;
+  for (int i = 0; i < f.count; ++i) parts.push_back(&ts[static_cast<size_t>(f.first) + static_cast<size_t>(i)]);
+  return join_rows_or_copy(parts);
+}
+
+void split_fused_rows(std::array<Tensor, kNumLoraTargets>& ts, const LoraFusedModule& f, const Tensor& whole,
+                      const std::array<int64_t, 3>& rows) {
+  int64_t at = 0;
+  for (int i = 0; i < f.count; ++i) {
+    const int64_t n = rows[static_cast<size_t>(i)];
+    ts[static_cast<size_t>(f.first) + static_cast<size_t>(i)] = whole.rows(at, at + n);
+    at += n;
+  }
+  BP_CHECK(at == whole.dim(0), "[lora] {}: the members' {} rows do not make its {}", f.name, at, whole.describe());
+}
+
+std::array<int64_t, 3> fused_member_rows(const std::array<Tensor, kNumLoraTargets>& ts, const LoraFusedModule& f) {
+  std::array<int64_t, 3> rows{};
+  for (int i = 0; i < f.count; ++i)
+    rows[static_cast<size_t>(i)] = ts[static_cast<size_t>(f.first) + static_cast<size_t>(i)].dim(0);
+  return rows;
+}
+
 const char* lora_target_name(LoraTarget t) {
   return kTargetNames[static_cast<size_t>(t)];
 }
@@ -212,18 +236,6 @@ void LoraConfig::validate_for(const ModelConfig& cfg) const {
                               "gate_up_proj, down_proj, or all-linear)",
                               m, cfg.architecture_name))
           .with_suggestion(fmt::format("--target-modules {}", lora_fused_module_of(*t)->name));
-    // DoRA's and PiSSA's per-module math (the magnitude over the module's rows, the SVD of the
-    // module's weight) is not done on a fused module's shared A: refused, not approximated.
-    const LoraFusedModule* fused = nullptr;
-    if (model_fused) fused = m == "all-linear" ? &kLoraFusedModules[0] : fused_module_named(m);
-    if (fused && (use_dora || pissa()))
-      throw Error(ErrorCode::CONFIG_INVALID_SETTING,
-                  fmt::format("[lora] {} on {}'s fused module {} is not supported (its members share one A)",
-                              use_dora ? "--use-dora (DoRA)" : "--init-lora-weights pissa (PiSSA)",
-                              cfg.architecture_name, fused->name))
-          .with_suggestion(
-              "Adapt only o_proj and down_proj with DoRA/PiSSA (--target-modules o_proj,down_proj), or "
-              "train plain LoRA on qkv_proj/gate_up_proj.");
     if (!model_fused && fused_module_named(m))
       throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                   fmt::format("[lora] target module '{}' is Phi-3's fused projection; {} has separate ones (q_proj, "
@@ -323,8 +335,8 @@ void copy_adapter_tensors(LoraAdapter& adapter, const std::function<Tensor(const
   for (LoraLayer& layer : adapter.layers)
     for (LoraTarget t : kAllLoraTargets) {
       if (!layer.has(t)) continue;
-      if (layer.m(t).defined()) layer.m(t) = copy(layer.m(t));  // DoRA's magnitude: one per member
       const LoraFusedModule* f = adapter.config.fused ? lora_fused_module_of(t) : nullptr;
+      if (!f && layer.m(t).defined()) layer.m(t) = copy(layer.m(t));  // DoRA's magnitude
       if (!f) {
         layer.a(t) = copy(layer.a(t));
         layer.b(t) = copy(layer.b(t));
@@ -333,6 +345,8 @@ void copy_adapter_tensors(LoraAdapter& adapter, const std::function<Tensor(const
       if (f->first != t) continue;  // copied with the module's first member
       std::vector<const Tensor*> bs;
       for (int i = 0; i < f->count; ++i) bs.push_back(&layer.b(static_cast<LoraTarget>(static_cast<int>(t) + i)));
+      if (layer.m(t).defined())  // DoRA's magnitude over the module's rows: one tensor, like B
+        split_fused_rows(layer.M, *f, copy(fused_rows_of(layer.M, *f)), fused_member_rows(layer.M, *f));
       const Tensor A = copy(layer.a(t));
       const Tensor B = copy(join_rows_or_copy(bs));
       int64_t at = 0;
@@ -366,10 +380,16 @@ void init_dora_magnitudes(LoraAdapter& adapter, const ModelWeights& w) {
   if (!adapter.config.use_dora) return;
   BP_CHECK(adapter.layers.size() == w.layers.size(), "[lora] the adapter has {} layers but the model has {}",
            adapter.layers.size(), w.layers.size());
-  for (size_t l = 0; l < adapter.layers.size(); ++l)
+  for (size_t l = 0; l < adapter.layers.size(); ++l) {
+    LoraLayer& layer = adapter.layers[l];
     for (LoraTarget t : kAllLoraTargets)
-      if (adapter.layers[l].has(t))
-        adapter.layers[l].m(t) = weight_row_norms(weight_ref(w, lora_target_role(t), static_cast<int64_t>(l)), false);
+      if (layer.has(t))
+        layer.m(t) = weight_row_norms(weight_ref(w, lora_target_role(t), static_cast<int64_t>(l)), false);
+    // A fused module (PEFT's one DoRA module): one magnitude over its rows, whose row views the members' are.
+    if (adapter.config.fused)
+      for (const LoraFusedModule& f : kLoraFusedModules)
+        if (layer.has(f.first)) split_fused_rows(layer.M, f, fused_rows_of(layer.M, f), fused_member_rows(layer.M, f));
+  }
 }
 
 void init_pissa(LoraAdapter& adapter, ModelWeights& w, uint64_t seed) {
@@ -383,20 +403,30 @@ void init_pissa(LoraAdapter& adapter, ModelWeights& w, uint64_t seed) {
     for (LoraTarget t : kAllLoraTargets) {
       LoraLayer& layer = adapter.layers[l];
       if (!layer.has(t)) continue;
-      Tensor& W = weight_ref(w, lora_target_role(t), static_cast<int64_t>(l));
-      if (!(W.dtype() == DType::F32 || W.dtype() == DType::BF16 || W.dtype() == DType::F16))
-        throw Error(ErrorCode::CONFIG_INVALID_SETTING,
-                    fmt::format("[lora] PiSSA replaces each adapted base weight by its residual, but layer {} {} is "
-                                "held as {}: quantizing the residual again would change it",
-                                l, lora_target_name(t), dtype_name(W.dtype())))
-            .with_suggestion(
-                "Hold the base as f32 or bf16 (--base-dtype bf16), or use the default "
-                "--init-lora-weights true.");
+      // A fused module (PEFT's one qkv_proj / gate_up_proj Linear): the SVD of its whole [Σout, in]
+      // weight, one A, B over all its rows, and the residual written back into the members' rows.
+      const LoraFusedModule* f = adapter.config.fused ? lora_fused_module_of(t) : nullptr;
+      if (f && f->first != t) continue;  // done with the module's first member
+      std::vector<Tensor*> members;
+      for (int i = 0; i < (f ? f->count : 1); ++i)
+        members.push_back(&weight_ref(w, lora_target_role(static_cast<LoraTarget>(static_cast<int>(t) + i)),
+                                      static_cast<int64_t>(l)));
+      const char* name = f ? f->name : lora_target_name(t);
+      for (const Tensor* M : members)
+        if (!(M->dtype() == DType::F32 || M->dtype() == DType::BF16 || M->dtype() == DType::F16))
+          throw Error(ErrorCode::CONFIG_INVALID_SETTING,
+                      fmt::format("[lora] PiSSA replaces each adapted base weight by its residual, but layer {} {} is "
+                                  "held as {}: quantizing the residual again would change it",
+                                  l, name, dtype_name(M->dtype())))
+              .with_suggestion(
+                  "Hold the base as f32 or bf16 (--base-dtype bf16), or use the default "
+                  "--init-lora-weights true.");
+      const Tensor W = join_rows_or_copy(std::vector<const Tensor*>(members.begin(), members.end()));
       const int64_t k = std::min(W.dim(0), W.dim(1));
       if (r > k)
         throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                     fmt::format("[lora] PiSSA with r = {} needs {} singular values but layer {} {} is {} (min {})", r,
-                                r, l, lora_target_name(t), W.describe(), k));
+                                r, l, name, W.describe(), k));
       // The fast SVD's test matrix: a stream per (layer, projection), as init_lora's.
       const uint64_t stream =
           seed * 0x9e3779b97f4a7c15ull + (l * kNumLoraTargets + static_cast<size_t>(t) + 1) * 0xd1b54a32d192ed03ull;
@@ -421,11 +451,28 @@ void init_pissa(LoraAdapter& adapter, ModelWeights& w, uint64_t seed) {
           for (int64_t i = 0; i < r; ++i) acc += static_cast<double>(b[o * r + i]) * a[i * in + j];
           rw[o * in + j] = static_cast<float>(rw[o * in + j] - scale * acc);
         }
-      W.copy_from(res);
-      layer.A0[static_cast<size_t>(t)] = A.clone();
-      layer.B0[static_cast<size_t>(t)] = B.clone();
-      layer.a(t) = std::move(A);
-      layer.b(t) = std::move(B);
+      std::array<int64_t, 3> rows{};
+      int64_t at = 0;
+      for (size_t i = 0; i < members.size(); ++i) {
+        rows[i] = members[i]->dim(0);
+        members[i]->copy_from(res.rows(at, at + rows[i]));
+        at += rows[i];
+      }
+      const Tensor A0 = A.clone(), B0 = B.clone();
+      if (!f) {
+        layer.A0[static_cast<size_t>(t)] = A0;
+        layer.B0[static_cast<size_t>(t)] = B0;
+        layer.a(t) = std::move(A);
+        layer.b(t) = std::move(B);
+        continue;
+      }
+      for (int i = 0; i < f->count; ++i) {  // the members share A (and A0); their B (and B0) are rows
+        const auto m = static_cast<size_t>(t) + static_cast<size_t>(i);
+        layer.A0[m] = A0;
+        layer.A[m] = A;
+      }
+      split_fused_rows(layer.B0, *f, B0, rows);
+      split_fused_rows(layer.B, *f, B, rows);
     }
 }
 
@@ -443,16 +490,20 @@ LoraAdapter pissa_to_lora(const LoraAdapter& adapter) {
     for (LoraTarget t : kAllLoraTargets) {
       const LoraLayer& src = adapter.layers[l];
       if (!src.has(t)) continue;
+      const LoraFusedModule* f = adapter.config.fused ? lora_fused_module_of(t) : nullptr;
+      if (f && f->first != t) continue;  // a fused module: converted once, its B over all its rows
       const auto ti = static_cast<size_t>(t);
       BP_CHECK(src.A0[ti].defined() && src.B0[ti].defined(),
                "[lora] layer {} {}: a PiSSA adapter without its initial A and B", l, lora_target_name(t));
-      const Tensor A = src.a(t).to(Device{}), B = src.b(t).to(Device{});
+      const Tensor A = src.a(t).to(Device{});
+      const Tensor B = (f ? fused_rows_of(src.B, *f) : src.b(t)).to(Device{});
+      const Tensor B0 = f ? fused_rows_of(src.B0, *f) : src.B0[ti];
       const int64_t in = A.dim(1), o = B.dim(0);
       Tensor A2 = Tensor::empty({2 * r, in}), B2 = Tensor::empty({o, 2 * r});
       A2.rows(0, r).copy_from(A);
       A2.rows(r, 2 * r).copy_from(src.A0[ti]);
       const float* b = B.data<float>();
-      const float* b0 = src.B0[ti].data<float>();
+      const float* b0 = B0.data<float>();
       float* b2 = B2.data<float>();
       for (int64_t i = 0; i < o; ++i)
         for (int64_t k = 0; k < r; ++k) {
@@ -460,9 +511,15 @@ LoraAdapter pissa_to_lora(const LoraAdapter& adapter) {
           b2[i * 2 * r + r + k] = -b0[i * r + k];
         }
       LoraLayer& dst = out.layers[l];
-      dst.a(t) = std::move(A2);
-      dst.b(t) = std::move(B2);
-      dst.enabled[ti] = true;
+      for (int i = 0; i < (f ? f->count : 1); ++i) {
+        const auto m = ti + static_cast<size_t>(i);
+        dst.A[m] = A2;
+        dst.enabled[m] = true;
+      }
+      if (f)
+        split_fused_rows(dst.B, *f, B2, fused_member_rows(src.B, *f));
+      else
+        dst.b(t) = std::move(B2);
     }
   return out;
 }
