@@ -67,6 +67,30 @@ bool same_tensor(const Tensor& a, const Tensor& b) {
          a.dtype() == b.dtype() && a.device() == b.device();
 }
 
+Tensor fused_rows_of(const std::array<Tensor, kNumLoraTargets>& ts, const LoraFusedModule& f) {
+  std::vector<const Tensor*> parts;
+  for (int i = 0; i < f.count; ++i) parts.push_back(&ts[static_cast<size_t>(f.first) + static_cast<size_t>(i)]);
+  return join_rows_or_copy(parts);
+}
+
+void split_fused_rows(std::array<Tensor, kNumLoraTargets>& ts, const LoraFusedModule& f, const Tensor& whole,
+                      const std::array<int64_t, 3>& rows) {
+  int64_t at = 0;
+  for (int i = 0; i < f.count; ++i) {
+    const int64_t n = rows[static_cast<size_t>(i)];
+    ts[static_cast<size_t>(f.first) + static_cast<size_t>(i)] = whole.rows(at, at + n);
+    at += n;
+  }
+  BP_CHECK(at == whole.dim(0), "[lora] {}: the members' {} rows do not make its {}", f.name, at, whole.describe());
+}
+
+std::array<int64_t, 3> fused_member_rows(const std::array<Tensor, kNumLoraTargets>& ts, const LoraFusedModule& f) {
+  std::array<int64_t, 3> rows{};
+  for (int i = 0; i < f.count; ++i)
+    rows[static_cast<size_t>(i)] = ts[static_cast<size_t>(f.first) + static_cast<size_t>(i)].dim(0);
+  return rows;
+}
+
 const char* lora_target_name(LoraTarget t) {
   return kTargetNames[static_cast<size_t>(t)];
 }
@@ -227,18 +251,6 @@ void LoraConfig::validate_for(const ModelConfig& cfg) const {
                               "gate_up_proj, down_proj, or all-linear)",
                               m, cfg.architecture_name))
           .with_suggestion(fmt::format("--target-modules {}", lora_fused_module_of(*t)->name));
-    // DoRA's and PiSSA's per-module math (the magnitude over the module's rows, the SVD of the
-    // module's weight) is not done on a fused module's shared A: refused, not approximated.
-    const LoraFusedModule* fused = nullptr;
-    if (model_fused) fused = m == "all-linear" ? &kLoraFusedModules[0] : fused_module_named(m);
-    if (fused && (use_dora || pissa()))
-      throw Error(ErrorCode::CONFIG_INVALID_SETTING,
-                  fmt::format("[lora] {} on {}'s fused module {} is not supported (its members share one A)",
-                              use_dora ? "--use-dora (DoRA)" : "--init-lora-weights pissa (PiSSA)",
-                              cfg.architecture_name, fused->name))
-          .with_suggestion(
-              "Adapt only o_proj and down_proj with DoRA/PiSSA (--target-modules o_proj,down_proj), or "
-              "train plain LoRA on qkv_proj/gate_up_proj.");
     if (!model_fused && fused_module_named(m))
       throw Error(ErrorCode::CONFIG_INVALID_SETTING,
                   fmt::format("[lora] target module '{}' is Phi-3's fused projection; {} has separate ones (q_proj, "
@@ -359,8 +371,8 @@ void copy_adapter_tensors(LoraAdapter& adapter, const std::function<Tensor(const
   for (LoraLayer& layer : adapter.layers)
     for (LoraTarget t : kAllLoraTargets) {
       if (!layer.has(t)) continue;
-      if (layer.m(t).defined()) layer.m(t) = copy(layer.m(t));  // DoRA's magnitude: one per member
       const LoraFusedModule* f = adapter.config.fused ? lora_fused_module_of(t) : nullptr;
+      if (!f && layer.m(t).defined()) layer.m(t) = copy(layer.m(t));  // DoRA's magnitude
       if (!f) {
         layer.a(t) = copy(layer.a(t));
         layer.b(t) = copy(layer.b(t));
@@ -369,6 +381,8 @@ void copy_adapter_tensors(LoraAdapter& adapter, const std::function<Tensor(const
       if (f->first != t) continue;  // copied with the module's first member
       std::vector<const Tensor*> bs;
       for (int i = 0; i < f->count; ++i) bs.push_back(&layer.b(static_cast<LoraTarget>(static_cast<int>(t) + i)));
+      if (layer.m(t).defined())  // DoRA's magnitude over the module's rows: one tensor, like B
+        split_fused_rows(layer.M, *f, copy(fused_rows_of(layer.M, *f)), fused_member_rows(layer.M, *f));
       const Tensor A = copy(layer.a(t));
       const Tensor B = copy(join_rows_or_copy(bs));
       int64_t at = 0;
@@ -402,14 +416,17 @@ void init_dora_magnitudes(LoraAdapter& adapter, const ModelWeights& w) {
   if (!adapter.config.use_dora) return;
   BP_CHECK(adapter.layers.size() == w.layers.size(), "[lora] the adapter has {} layers but the model has {}",
            adapter.layers.size(), w.layers.size());
-  for (size_t l = 0; l < adapter.layers.size(); ++l)
+  for (size_t l = 0; l < adapter.layers.size(); ++l) {
+    LoraLayer& layer = adapter.layers[l];
     for (LoraTarget t : kAllLoraTargets)
-      if (adapter.layers[l].has(t))
-        adapter.layers[l].m(t) = weight_row_norms(weight_ref(w, lora_target_role(t), static_cast<int64_t>(l)), false);
-  // Each expert's projection is a module of its own: its magnitude is its own W_e's row norms.
-  for (size_t l = 0; l < adapter.layers.size(); ++l)
+      if (layer.has(t))
+        layer.m(t) = weight_row_norms(weight_ref(w, lora_target_role(t), static_cast<int64_t>(l)), false);
+    // A fused module (PEFT's one DoRA module): one magnitude over its rows, whose row views the members' are.
+    if (adapter.config.fused)
+      for (const LoraFusedModule& f : kLoraFusedModules)
+        if (layer.has(f.first)) split_fused_rows(layer.M, f, fused_rows_of(layer.M, f), fused_member_rows(layer.M, f));
+    // Each expert's projection is a module of its own: its magnitude is its own W_e's row norms.
     for (int p = 0; p < 3; ++p) {
-      LoraLayer& layer = adapter.layers[l];
       if (!layer.expert_A[static_cast<size_t>(p)].defined()) continue;
       const Tensor& W =
           weight_ref(w, static_cast<WeightRole>(static_cast<int>(WeightRole::ExpertGate) + p), static_cast<int64_t>(l));
@@ -418,6 +435,7 @@ void init_dora_magnitudes(LoraAdapter& adapter, const ModelWeights& w) {
         M.rows(e, e + 1).copy_from(weight_row_norms(expert_matrix(W, e), false).reshape({1, W.dim(1)}));
       layer.expert_M[static_cast<size_t>(p)] = std::move(M);
     }
+  }
 }
 
 namespace {
@@ -496,15 +514,47 @@ void init_pissa(LoraAdapter& adapter, ModelWeights& w, uint64_t seed) {
     for (LoraTarget t : kAllLoraTargets) {
       LoraLayer& layer = adapter.layers[l];
       if (!layer.has(t)) continue;
+      // A fused module (PEFT's one qkv_proj / gate_up_proj Linear): the SVD of its whole [Σout, in]
+      // weight, one A, B over all its rows, and the residual written back into the members' rows.
+      const LoraFusedModule* f = adapter.config.fused ? lora_fused_module_of(t) : nullptr;
+      if (f && f->first != t) continue;  // done with the module's first member
+      const auto ti = static_cast<size_t>(t);
       // The fast SVD's test matrix: a stream per (layer, projection), as init_lora's.
       const uint64_t stream =
           seed * 0x9e3779b97f4a7c15ull + (l * kNumLoraTargets + static_cast<size_t>(t) + 1) * 0xd1b54a32d192ed03ull;
-      auto [A, B] = pissa_module(weight_ref(w, lora_target_role(t), static_cast<int64_t>(l)), r, scale, niter, stream,
-                                 fmt::format("layer {} {}", l, lora_target_name(t)));
-      layer.A0[static_cast<size_t>(t)] = A.clone();
-      layer.B0[static_cast<size_t>(t)] = B.clone();
-      layer.a(t) = std::move(A);
-      layer.b(t) = std::move(B);
+      const std::string what = fmt::format("layer {} {}", l, f ? f->name : lora_target_name(t));
+      if (!f) {
+        auto [A, B] =
+            pissa_module(weight_ref(w, lora_target_role(t), static_cast<int64_t>(l)), r, scale, niter, stream, what);
+        layer.A0[ti] = A.clone();
+        layer.B0[ti] = B.clone();
+        layer.a(t) = std::move(A);
+        layer.b(t) = std::move(B);
+        continue;
+      }
+      std::vector<Tensor*> members;
+      for (int i = 0; i < f->count; ++i)
+        members.push_back(&weight_ref(w, lora_target_role(static_cast<LoraTarget>(static_cast<int>(t) + i)),
+                                      static_cast<int64_t>(l)));
+      // The members' rows as one tensor: a view of the fused weight they were loaded from (the residual
+      // lands in them), or a copy whose residual is copied back.
+      const Tensor W = join_rows_or_copy(std::vector<const Tensor*>(members.begin(), members.end()));
+      auto [A, B] = pissa_module(W, r, scale, niter, stream, what);
+      std::array<int64_t, 3> rows{};
+      int64_t at = 0;
+      for (size_t i = 0; i < members.size(); ++i) {
+        rows[i] = members[i]->dim(0);
+        if (W.kernel_raw() != members[0]->kernel_raw()) members[i]->copy_from(W.rows(at, at + rows[i]));
+        at += rows[i];
+      }
+      const Tensor A0 = A.clone(), B0 = B.clone();
+      for (int i = 0; i < f->count; ++i) {  // the members share A (and A0); their B (and B0) are rows
+        const auto m = ti + static_cast<size_t>(i);
+        layer.A0[m] = A0;
+        layer.A[m] = A;
+      }
+      split_fused_rows(layer.B0, *f, B0, rows);
+      split_fused_rows(layer.B, *f, B, rows);
     }
   // Each expert's projection is a module of its own: its own W_e's SVD, its slab replaced by its residual.
   for (size_t l = 0; l < adapter.layers.size(); ++l)
@@ -546,13 +596,23 @@ LoraAdapter pissa_to_lora(const LoraAdapter& adapter) {
     LoraLayer& dst = out.layers[l];
     for (LoraTarget t : kAllLoraTargets) {
       if (!src.has(t)) continue;
+      const LoraFusedModule* f = adapter.config.fused ? lora_fused_module_of(t) : nullptr;
+      if (f && f->first != t) continue;  // a fused module: converted once, its B over all its rows
       const auto ti = static_cast<size_t>(t);
       BP_CHECK(src.A0[ti].defined() && src.B0[ti].defined(),
                "[lora] layer {} {}: a PiSSA adapter without its initial A and B", l, lora_target_name(t));
-      auto [A2, B2] = pissa_rank_2r(src.a(t), src.b(t), src.A0[ti], src.B0[ti]);
-      dst.a(t) = std::move(A2);
-      dst.b(t) = std::move(B2);
-      dst.enabled[ti] = true;
+      const Tensor B = f ? fused_rows_of(src.B, *f) : src.b(t);
+      const Tensor B0 = f ? fused_rows_of(src.B0, *f) : src.B0[ti];
+      auto [A2, B2] = pissa_rank_2r(src.a(t), B, src.A0[ti], B0);
+      for (int i = 0; i < (f ? f->count : 1); ++i) {
+        const auto m = ti + static_cast<size_t>(i);
+        dst.A[m] = A2;
+        dst.enabled[m] = true;
+      }
+      if (f)
+        split_fused_rows(dst.B, *f, B2, fused_member_rows(src.B, *f));
+      else
+        dst.b(t) = std::move(B2);
     }
     for (size_t p = 0; p < 3; ++p) {  // each expert's module: its own rank-2r LoRA, stacked again
       if (!src.expert_A[p].defined()) continue;

@@ -19,7 +19,10 @@
 // every per-projection path (forward, merge) computes the fused module's values, and the gradient
 // of the shared A is the sum over the members (model/transformer.h). Target names on such a model
 // are the fused modules' ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"; q_proj etc. refused:
-// LoraConfig::validate_for).
+// LoraConfig::validate_for). DoRA and PiSSA on a fused module are PEFT's on its one Linear: one
+// magnitude M [Σout] whose row views the members' M are (the norm is per row, so each member's DoRA
+// over its rows is the module's), and one SVD of the fused weight [Σout, in] (the shared A and A0,
+// B and B0 over all rows, the residual written into the members' rows).
 #pragma once
 
 #include <array>
@@ -58,6 +61,16 @@ const LoraFusedModule* lora_fused_module_of(LoraTarget t);  // null for o_proj, 
 // Whether a and b are one tensor (the same memory, shape, type and device), as a fused module's
 // members' A are; compares addresses only, so it holds for device tensors too.
 bool same_tensor(const Tensor& a, const Tensor& b);
+
+// A fused module's members' tensors in `ts` (B, a DoRA magnitude: rows of one tensor) as that one
+// tensor: a view where they are rows of one already, else a joined copy (model/weight_names.h
+// join_rows_or_copy).
+Tensor fused_rows_of(const std::array<Tensor, kNumLoraTargets>& ts, const LoraFusedModule& f);
+// The members' tensors in `ts` made consecutive row views of `whole`, member i taking rows[i] rows.
+void split_fused_rows(std::array<Tensor, kNumLoraTargets>& ts, const LoraFusedModule& f, const Tensor& whole,
+                      const std::array<int64_t, 3>& rows);
+// The members' row counts (dim 0 of their tensors in `ts`).
+std::array<int64_t, 3> fused_member_rows(const std::array<Tensor, kNumLoraTargets>& ts, const LoraFusedModule& f);
 
 // The expert projection p (0 gate, 1 up, 2 down) of a LoRA target (Gate, Up, Down), -1 for others.
 inline int expert_projection(LoraTarget t) {

@@ -38,19 +38,12 @@ constexpr const char* kWeightsFile = "adapter_model.safetensors";
 // PEFT's DoRA magnitude, saved without its module's ".weight" (PEFT's get_peft_model_state_dict).
 constexpr std::string_view kMagnitudeSuffix = ".lora_magnitude_vector";
 
-std::string peft_magnitude_name(int64_t layer, LoraTarget t) {
-  return peft_module_name(lora_target_role(t), layer) + std::string(kMagnitudeSuffix);
+// A fused module's (PEFT's qkv_proj / gate_up_proj, `fused`) is the module's, over all its rows.
+std::string peft_magnitude_name(int64_t layer, LoraTarget t, bool fused) {
+  const std::string a = peft_lora_name(layer, t, true, fused);  // "<module>.lora_A.weight"
+  return a.substr(0, a.size() - std::string_view(".lora_A.weight").size()) + std::string(kMagnitudeSuffix);
 }
 constexpr const char* kConfigFile = "adapter_config.json";
-
-// A DoRA adapter on a fused module (Phi-3's qkv_proj / gate_up_proj): refused as at setup
-// (LoraConfig::validate_for), not loaded half-way.
-std::string dora_on_fused_module(LoraTarget t) {
-  return fmt::format(
-      "use_dora = true on the fused module {}: DoRA on a fused module (one A shared by its members) "
-      "is not supported",
-      lora_fused_module_of(t)->name);
-}
 
 // A Mixture-of-Experts expert's PEFT tensor name (peft_expert_module + .lora_A/.lora_B.weight) back
 // to (layer, expert, projection); nullopt for any other name.
@@ -209,12 +202,11 @@ std::vector<std::string> save_peft_adapter(const LoraAdapter& adapter, const std
       ts.emplace_back(named(peft_lora_name(static_cast<int64_t>(li), t, true, f != nullptr)), l.a(t));
       ts.emplace_back(named(peft_lora_name(static_cast<int64_t>(li), t, false, f != nullptr)), B);
       if (a.config.use_dora) {
-        BP_CHECK(!f, "[peft] layer {} {}: DoRA on a fused module (refused by LoraConfig::validate_for)", li,
-                 lora_target_name(t));
-        BP_CHECK(l.m(t).defined() && l.m(t).shape() == Shape{l.b(t).dim(0)},
-                 "[peft] layer {} {}: a DoRA adapter without its magnitude [{}]", li, lora_target_name(t),
-                 l.b(t).dim(0));
-        ts.emplace_back(named(peft_magnitude_name(static_cast<int64_t>(li), t)), l.m(t));
+        const Tensor M = f ? fused_rows_of(l.M, *f) : l.m(t);  // a fused module's: over all its rows
+        BP_CHECK(M.defined() && M.shape() == Shape{B.dim(0)},
+                 "[peft] layer {} {}: a DoRA adapter without its magnitude [{}]", li, lora_target_name(t), B.dim(0));
+        const auto layer = static_cast<int64_t>(li);
+        ts.emplace_back(named(peft_magnitude_name(layer, t, f != nullptr)), M);
       }
     }
   }
@@ -342,7 +334,6 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
     if (is_m && !ad.config.use_dora)
       fail(weights_path,
            fmt::format("tensor '{}' is a DoRA magnitude but adapter_config.json has no use_dora = true", name));
-    if (is_m && fused) fail(weights_path, dora_on_fused_module(*target));
     const int64_t layer = parsed->second;
     if (layer >= cfg.num_layers)
       fail(weights_path, fmt::format("tensor '{}' is for layer {} but the model has {} layers: the adapter was "
@@ -366,13 +357,14 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
       (is_m ? l.m(*target) : is_a ? l.a(*target) : l.b(*target)) = t;
       continue;
     }
-    int64_t at = 0;  // a fused module: the members share A, their B are its rows
-    for (int i = 0; i < f->count; ++i) {
-      const auto m = static_cast<LoraTarget>(static_cast<int>(*target) + i);
-      const int64_t rows = lora_target_out(cfg, m);
-      (is_a ? l.a(m) : l.b(m)) = is_a ? t : t.rows(at, at + rows);
-      at += rows;
-    }
+    // A fused module: the members share A, their B (and DoRA magnitude) are its rows.
+    std::array<int64_t, 3> rows{};
+    for (int i = 0; i < f->count; ++i)
+      rows[static_cast<size_t>(i)] = lora_target_out(cfg, static_cast<LoraTarget>(static_cast<int>(*target) + i));
+    if (is_a)
+      for (int i = 0; i < f->count; ++i) l.a(static_cast<LoraTarget>(static_cast<int>(*target) + i)) = t;
+    else
+      split_fused_rows(is_m ? l.M : l.B, *f, t, rows);
   }
   // Every adapted projection needs both halves; targets are the projections found.
   std::vector<bool> seen(kNumLoraTargets, false);
@@ -380,18 +372,16 @@ LoraAdapter load_peft_adapter(const std::string& dir, const ModelConfig& cfg) {
     LoraLayer& l = ad.layers[li];
     for (LoraTarget t : kAllLoraTargets) {
       const bool a = l.a(t).defined(), b = l.b(t).defined();
+      const std::string magnitude_name =
+          peft_magnitude_name(static_cast<int64_t>(li), t, ad.config.fused && lora_fused_module_of(t));
       if (a != b)
         fail(weights_path,
              fmt::format("tensor '{}' is missing (its {} is present)",
                          peft_lora_name(static_cast<int64_t>(li), t, !a, ad.config.fused), a ? "lora_A" : "lora_B"));
       if (a && ad.config.use_dora && !l.m(t).defined())
-        fail(weights_path, ad.config.fused && lora_fused_module_of(t)
-                               ? dora_on_fused_module(t)
-                               : fmt::format("tensor '{}' is missing (use_dora = true)",
-                                             peft_magnitude_name(static_cast<int64_t>(li), t)));
+        fail(weights_path, fmt::format("tensor '{}' is missing (use_dora = true)", magnitude_name));
       if (!a && l.m(t).defined())
-        fail(weights_path, fmt::format("tensor '{}' has no lora_A/lora_B beside it",
-                                       peft_magnitude_name(static_cast<int64_t>(li), t)));
+        fail(weights_path, fmt::format("tensor '{}' has no lora_A/lora_B beside it", magnitude_name));
       l.enabled[static_cast<size_t>(t)] = a;
       if (a) seen[static_cast<size_t>(t)] = true;
     }

@@ -316,6 +316,7 @@ void Model::attach_lora(const LoraView& lora) {
 }
 
 Tensor Model::lora_group_A(int64_t l, const LinearInputGroup& g) const {
+  if (lora_group_shared(l, g)) return *lora_.layers[static_cast<size_t>(l)][static_cast<size_t>(g.first)].A;
   std::vector<const Tensor*> parts;
   for (int i = 0; i < g.count; ++i) {
     const Tensor* A = lora_.layers[static_cast<size_t>(l)][static_cast<size_t>(g.first) + static_cast<size_t>(i)].A;
@@ -340,6 +341,11 @@ LoraGroupDropout Model::lora_group_dropout(int64_t l, const LinearInputGroup& g,
   LoraGroupDropout d;
   if (!train || lora_.dropout <= 0.0f) return d;
   d.p = lora_.dropout;
+  if (lora_group_shared(l, g)) {  // a fused module: one A, one mask (its first member's)
+    d.members.push_back({lora_.layers[static_cast<size_t>(l)][static_cast<size_t>(g.first)].A->dim(0),
+                         lora_weights(l, g.first, train, seed).dropout_seed});
+    return d;
+  }
   for (int i = 0; i < g.count; ++i) {
     const auto role = static_cast<LinearRole>(static_cast<int>(g.first) + i);
     const Tensor* A = lora_.layers[static_cast<size_t>(l)][static_cast<size_t>(role)].A;
@@ -350,6 +356,7 @@ LoraGroupDropout Model::lora_group_dropout(int64_t l, const LinearInputGroup& g,
 
 int64_t Model::lora_group_col(int64_t l, const LinearInputGroup& g, LinearRole r) const {
   int64_t col = 0;
+  if (lora_group_shared(l, g)) return col;  // a fused module: every member reads the one xa
   for (int i = static_cast<int>(g.first); i < static_cast<int>(r); ++i)
     col += lora_.layers[static_cast<size_t>(l)][static_cast<size_t>(i)].A->dim(0);
   return col;
@@ -463,18 +470,33 @@ void Model::allocate_grads() {
         const Tensor dB_all = Tensor::zeros(B_all.shape(), DType::F32, B_all.device());
         grads_.layers[l].fused_B[gi] = B_all;
         grads_.layers[l].fused_dB[gi] = dB_all;
+        // DoRA: the module's one magnitude [Σout] (init_dora_magnitudes, load_peft_adapter lay it out so)
+        std::vector<const Tensor*> ms;
+        for (int i = 0; i < grp.count; ++i)
+          if (const Tensor* M = lora_.layers[l][static_cast<size_t>(grp.first) + i].M) ms.push_back(M);
+        const Tensor M_all = ms.size() == static_cast<size_t>(grp.count) ? Tensor::joined_rows(ms) : Tensor();
+        if (!ms.empty() && !M_all.defined())
+          throw Error(ErrorCode::INPUT_VALIDATION_FAILED,
+                      fmt::format("[lora] layer {}: the DoRA magnitudes of a fused LoRA module are not rows of one "
+                                  "tensor (model/lora.h)",
+                                  l));
+        const Tensor dM_all = M_all.defined() ? Tensor::zeros(M_all.shape(), DType::F32, M_all.device()) : Tensor();
+        grads_.layers[l].fused_M[gi] = M_all;
+        grads_.layers[l].fused_dM[gi] = dM_all;
         int64_t at = 0;
         for (int i = 0; i < grp.count; ++i) {
           const size_t r = static_cast<size_t>(grp.first) + static_cast<size_t>(i);
+          const int64_t rows = bs[static_cast<size_t>(i)]->dim(0);
           lg[r].dA = dA;
-          lg[r].dB = dB_all.rows(at, at + bs[static_cast<size_t>(i)]->dim(0));
-          at += bs[static_cast<size_t>(i)]->dim(0);
+          lg[r].dB = dB_all.rows(at, at + rows);
+          if (dM_all.defined()) lg[r].dM = dM_all.rows(at, at + rows);
+          at += rows;
         }
       }
       // A group's dA laid out like its A: rows of one tensor, for lora_group_backward's one GEMM.
       for (const LinearInputGroup& grp : kLinearInputGroups) {
         const Tensor A_all = lora_group_A(static_cast<int64_t>(l), grp);
-        if (!A_all.defined()) continue;
+        if (!A_all.defined() || lora_group_shared(static_cast<int64_t>(l), grp)) continue;  // shared: above
         Tensor dA_all = Tensor::zeros(A_all.shape(), DType::F32, A_all.device());
         int64_t at = 0;
         for (int i = 0; i < grp.count; ++i) {
@@ -489,7 +511,7 @@ void Model::allocate_grads() {
         if (!m.A) continue;
         if (!lg[r].dA.defined()) lg[r].dA = Tensor::zeros(m.A->shape(), DType::F32, m.A->device());
         if (!lg[r].dB.defined()) lg[r].dB = Tensor::zeros(m.B->shape(), DType::F32, m.B->device());
-        if (m.M) lg[r].dM = Tensor::zeros(m.M->shape(), DType::F32, m.M->device());
+        if (m.M && !lg[r].dM.defined()) lg[r].dM = Tensor::zeros(m.M->shape(), DType::F32, m.M->device());
       }
       if (l < lora_.experts.size())
         for (size_t p = 0; p < 3; ++p)
@@ -595,7 +617,11 @@ std::vector<TrainableParam> Model::trainable_parameters() {
               grads_.layers[l].fused_dB[static_cast<size_t>(fused)]);
         else
           add(p + "lora_B.weight", *m.B, grads_.layers[l].lora[r].dB);
-        if (m.M) add(p + "lora_magnitude_vector", *m.M, grads_.layers[l].lora[r].dM);
+        if (fused >= 0 && m.M)
+          add(p + "lora_magnitude_vector", grads_.layers[l].fused_M[static_cast<size_t>(fused)],
+              grads_.layers[l].fused_dM[static_cast<size_t>(fused)]);
+        else if (m.M)
+          add(p + "lora_magnitude_vector", *m.M, grads_.layers[l].lora[r].dM);
       }
     // The experts' stacked A and B (checkpoints name them so; the PEFT files per expert: model/peft.h).
     for (size_t l = 0; l < lora_.experts.size(); ++l)

@@ -141,6 +141,8 @@ struct LayerGrads {
   // tensor), per input group: that B and its gradient, whose row views the members' dB are (their
   // dA is one tensor too, the sum over the members). Undefined for an ordinary group.
   std::array<Tensor, kLinearInputGroups.size()> fused_B, fused_dB;
+  // DoRA on a fused module: its one magnitude [Σout] (the members' M are its rows) and gradient.
+  std::array<Tensor, kLinearInputGroups.size()> fused_M, fused_dM;
   // Mixture-of-Experts LoRA: the stacked experts' dA [E, r, in] and dB [E, out, r] per projection.
   std::array<Tensor, 3> expert_dA, expert_dB;
   std::array<Tensor, 3> expert_dM;  // DoRA: the stacked magnitudes' gradient [E, out]
@@ -295,15 +297,19 @@ class Model {
                        std::vector<LayerActs>* acts);
   LoraWeights lora_weights(int64_t l, LinearRole role, bool train, uint64_t seed) const;
   // Layer l's group's A matrices as one tensor [Σr, in] (Tensor::joined_rows) when every member has
-  // LoRA; undefined otherwise: each projection runs its LoRA products alone.
+  // LoRA (a fused module: its one A [r, in]); undefined otherwise: each projection runs its LoRA
+  // products alone.
   Tensor lora_group_A(int64_t l, const LinearInputGroup& g) const;
   // The group's dropout in this pass (train with lora.dropout > 0): each member's rows and mask
   // seed (lora_weights' dropout_seed), for lora_group_forward / lora_group_backward; p = 0 and no
   // members otherwise.
   LoraGroupDropout lora_group_dropout(int64_t l, const LinearInputGroup& g, bool train, uint64_t seed) const;
   // Whether layer l's group is a fused LoRA module (model/lora.h): every member has LoRA and they
-  // share one A (the same tensor). Its products then run per member (no joined A: the shared A's
-  // gradient sums the members'), with the first member's dropout mask for all (PEFT's one module).
+  // share one A (the same tensor). Its group products then run on that A: one xa = x·Aᵀ [T, r] whose
+  // columns every member reads (group_col 0), the members' dxa summed into one [T, r]
+  // (LoraWeights::group_dxa_accumulate), then one dA and one dx term (lora_group_backward): the
+  // shared A's gradient is the sum over the members; one dropout mask (the first member's) for all,
+  // PEFT's one module.
   bool lora_group_shared(int64_t l, const LinearInputGroup& g) const;
   // Member r's first column in its group's xa and dxa [T, Σr]: the ranks of the members before it.
   int64_t lora_group_col(int64_t l, const LinearInputGroup& g, LinearRole r) const;

@@ -55,6 +55,7 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
     const LinearInputGroup* of = nullptr;
     Tensor A_all, dA_all, dxa;
     LoraGroupDropout dropout;
+    bool shared = false;  // a fused module: its members sum their dxa into the one [T, r]
   } group;
   auto group_start = [&](const LinearInputGroup& grp) {
     group = GroupBack{};
@@ -64,9 +65,12 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
     std::vector<const Tensor*> dAs;
     for (int i = 0; i < grp.count; ++i)
       dAs.push_back(&g.lora[static_cast<size_t>(grp.first) + static_cast<size_t>(i)].dA);
-    group.dA_all = Tensor::joined_rows(dAs);                        // allocate_grads laid them out so
+    group.shared = lora_group_shared(l, grp);
+    // allocate_grads laid them out so (a fused module: its members' dA are its one dA)
+    group.dA_all = group.shared ? g.lora[static_cast<size_t>(grp.first)].dA : Tensor::joined_rows(dAs);
     if (!group.A_all.defined() || !group.dA_all.defined()) return;  // each projection alone
-    group.dxa = Tensor::empty({T, group.A_all.dim(0)}, DType::F32, dev);
+    group.dxa = group.shared ? Tensor::zeros({T, group.A_all.dim(0)}, DType::F32, dev)
+                             : Tensor::empty({T, group.A_all.dim(0)}, DType::F32, dev);
   };
   auto group_finish = [&](const Tensor& x, Tensor& dx) {
     if (group.dxa.defined()) lora_group_backward(x, group.A_all, group.dxa, &group.dA_all, &dx, &group.dropout);
@@ -92,6 +96,7 @@ Tensor Model::backward_layer(int64_t l, Tensor dout, Tensor& dout16, const Batch
       if (group.dxa.defined() && group.of->contains(role)) {  // dA and dx's LoRA term: group.finish
         lw.group_dxa = &group.dxa;
         lw.group_col = lora_group_col(l, *group.of, role);
+        lw.group_dxa_accumulate = group.shared;
         lg.dA = nullptr;
       }
     }

@@ -332,7 +332,9 @@ Tensor join_rows_or_copy(const std::vector<const Tensor*>& parts) {
     rows += p->dim(0);
   }
   const DType dt = same ? parts[0]->dtype() : DType::F32;
-  Tensor all = Tensor::empty({rows, parts[0]->dim(1)}, dt);
+  Shape shape = parts[0]->shape();  // any rank: B [out, r], a DoRA magnitude [out]
+  shape.dims[0] = rows;
+  Tensor all = Tensor::empty(shape, dt);
   int64_t at = 0;
   for (const Tensor* p : parts) {
     const Tensor host = p->device().type == DeviceType::CPU ? *p : p->to(Device{});

@@ -121,8 +121,8 @@ void lora_backward(const float* g, const Tensor& x, const LoraWeights& lora, con
              "[linear] group dxa {} has no columns [{}, {}) of {} rows", dxa.shape().str(), lora.group_col,
              lora.group_col + r, T);
     ops::require_same_device(kOp, {&x, &dxa});
-    ops::kernels(x).sgemm(false, false, T, r, out, s, g, out, B, r, 0.0f, dxa.kernel_data<float>() + lora.group_col,
-                          dxa.dim(1));
+    ops::kernels(x).sgemm(false, false, T, r, out, s, g, out, B, r, lora.group_dxa_accumulate ? 1.0f : 0.0f,
+                          dxa.kernel_data<float>() + lora.group_col, dxa.dim(1));
     return;
   }
   if (!grads.dA && !grads.dx) return;

@@ -51,6 +51,9 @@ struct LoraWeights {
   const Tensor* group_xa = nullptr;
   Tensor* group_dxa = nullptr;
   int64_t group_col = 0;
+  // A fused module's member (model/lora.h: the members share A, so they share xa's columns too):
+  // its dxa is added (+=) into group_dxa's columns instead of written, the sum over the members.
+  bool group_dxa_accumulate = false;
   // DoRA (PEFT's use_dora; both null: plain LoRA): magnitude = m [out] (trainable), weight_norm_sq =
   // ||W_j||² [out] of the frozen base rows (constant: the caller computes it once). See "DoRA" below.
   const Tensor* magnitude = nullptr;

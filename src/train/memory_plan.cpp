@@ -23,7 +23,8 @@
 //                      last member's backward, and one dxa [T, Σr] from before the first member's
 //                      backward to lora_group_backward (with dropout its scratch, or on CUDA the
 //                      dA kernel's partials for r = Σr, transient, while dxa is live); the members
-//                      allocate no xa or dxa of their own
+//                      allocate no xa or dxa of their own; a fused module (Phi-3) is a group
+//                      whose xa and dxa are [T, r] (its members share A)
 //   attention_forward  out [T, Hq·d], lse [Hq, T] (when kept), per-thread scratch (transient)
 //   attention_backward delta [Hq, T], per-thread score blocks and per-head partial dk/dv (transient)
 //   linear_cross_entropy: one logits chunk [min(chunk, window, T), V] (transient; window = the
@@ -165,7 +166,7 @@ struct DeviceScratch {
 struct Dims {
   int64_t T, D, F, V, qd, kvd, Hq, Hkv, d, L, r, chunk, attn_fwd_scratch, attn_bwd_scratch;
   bool qk_norm;
-  bool fused_lora;   // LoRA on fused modules (Phi-3, model/lora.h): members share A, never grouped
+  bool fused_lora;   // LoRA on fused modules (Phi-3, model/lora.h): members share A, one xa [T, r]
   bool sandwich;     // Gemma: post-attention and post-feed-forward norms (o_out, down_out and their rstd)
   bool norm_offset;  // Gemma: every norm's (1 + w) made for its call
   bool ckpt;
@@ -203,12 +204,12 @@ struct Dims {
   // An input group whose LoRA products of x run once for the group (Model::lora_group_A): every
   // member adapted.
   bool grouped(const LinearInputGroup& g) const {
-    if (fused_lora) return false;  // a fused module's shared A: each member's products alone
     for (int i = 0; i < g.count; ++i)
       if (!lora[static_cast<size_t>(g.first) + static_cast<size_t>(i)]) return false;
     return true;
   }
-  int64_t group_r(const LinearInputGroup& g) const { return grouped(g) ? g.count * r : 0; }
+  // The group's xa columns: Σr, or a fused module's shared A's r (Model::lora_group_shared).
+  int64_t group_r(const LinearInputGroup& g) const { return grouped(g) ? (fused_lora ? r : g.count * r) : 0; }
   // The scratch linear_forward / linear_backward allocate for a LoRA dropout kernel
   // (ops/linear.h lora_dropout_scratch_floats): the CPU's dropped input; the CUDA kernels take none.
   int64_t dropout_scratch(LinearRole role, bool backward) const {

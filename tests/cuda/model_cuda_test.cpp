@@ -21,6 +21,7 @@
 #include "model/merge.h"
 #include "model/model_test_helpers.h"
 #include "model/transformer.h"
+#include "ops/elementwise.h"
 #include "sim_device.h"
 #include "support/test_util.h"
 
@@ -35,14 +36,24 @@ struct StepResult {
   std::vector<std::vector<float>> grads;
 };
 
-// An adapter with r = 4, random B (seeded) and dropout 0.1 on every projection, on `device`.
-LoraAdapter random_adapter(const ModelConfig& config, Device device) {
+// An adapter with r = 4, random B (seeded) and dropout 0.1 on every projection, on `device`. With
+// `dora_base`, DoRA's magnitudes too, started at its row norms and then moved (seeded, in place: a
+// fused module's magnitude rows stay one tensor).
+LoraAdapter random_adapter(const ModelConfig& config, Device device, const ModelWeights* dora_base = nullptr) {
   LoraConfig lc;
   lc.r = 4;
   lc.alpha = 8.0f;
   lc.dropout = 0.1f;
+  lc.use_dora = dora_base != nullptr;
   lc.target_modules = {"all-linear"};  // every projection, named as the model names them (Phi-3: fused)
   LoraAdapter adapter = init_lora(config, lc, 7);
+  if (dora_base) {
+    init_dora_magnitudes(adapter, *dora_base);
+    uint64_t mseed = 500;
+    for (auto& layer : adapter.layers)
+      for (Tensor& M : layer.M)
+        if (M.defined()) axpy_inplace(M, 1.0f, random_tensor(M.shape(), mseed++, -0.2f, 0.2f));
+  }
   uint64_t seed = 100;
   for (auto& layer : adapter.layers)
     for (int t = 0; t < kNumLoraTargets; ++t) {
@@ -64,7 +75,7 @@ struct LoraModel {
   // outlier: the HF name of a weight whose element [1, 2] is set to 1e5 before it is held (a value
   // f16 cannot hold, as some trained models have in a few projections); "" for none.
   LoraModel(const std::string& dir, Device device, bool checkpointing, DType base = DType::F32,
-            const std::string& outlier = "")
+            const std::string& outlier = "", bool dora = false)
       : model(load_model(dir, base), ModelOptions{TrainMode::Lora, checkpointing, 16}) {
     for (auto& [name, t] : model.named_weights()) {
       if (name == outlier) {
@@ -77,7 +88,7 @@ struct LoraModel {
     EXPECT_TRUE(outlier.empty() || device.type == DeviceType::CPU ||
                 frozen_weights_outside_f16(model.weights()) == std::vector<std::string>{outlier})
         << outlier << " was not found beyond f16's range";
-    adapter = random_adapter(model.config(), device);
+    adapter = random_adapter(model.config(), device, dora ? &model.weights() : nullptr);
     model.attach_lora(adapter);
   }
   LoraModel(ModelWeights weights, Device device, bool checkpointing)
@@ -142,16 +153,17 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& r
 // 2.5% there with f32 attention). The same f32 step on a Turing card (scalar f32 attention) keeps
 // the element-for-element check.
 // outlier (a Turing card): that weight holds 1e5 (LoraModel), its GEMMs are f32, the others' f16.
+// dora: DoRA's magnitudes on every adapted projection (random_adapter).
 void expect_step_matches_cpu(const std::string& dir, bool checkpointing, DType base = DType::F32, bool turing = false,
-                             const std::string& outlier = "") {
+                             const std::string& outlier = "", bool dora = false) {
   SimulatedCudaDevice card;
   SimulatedComputeCapability cc(turing ? 7 : 8, turing ? 5 : 0);
-  LoraModel cpu_model(dir, Device{}, checkpointing, base, outlier);
+  LoraModel cpu_model(dir, Device{}, checkpointing, base, outlier, dora);
   const Batch batch = sample_batch(cpu_model.model.config().vocab_size);
   const StepResult ref = cpu_model.step(batch);
   const bool attention_bf16 = !turing && cpu_model.model.config().head_dim % 16 == 0;
 
-  LoraModel gpu_model(dir, kGpu, checkpointing, base, outlier);
+  LoraModel gpu_model(dir, kGpu, checkpointing, base, outlier, dora);
   ASSERT_EQ(gpu_model.model.device(), kGpu);
   // Tensor-core products of either kind: wmma (attention_tc.cuh) or PTX mma (attention_fa2.cuh,
   // every pass at tiny-chat's head dim 32).
@@ -207,7 +219,9 @@ TEST(CudaModel, Stories260KLoraStepMatchesCpu) {
 
 // Phi-3 (fused qkv_proj / gate_up_proj: LoRA on PEFT's fused modules with one shared A, copied to the
 // card as one tensor; partial rotary; LongRoPE with the long factors, the batch's positions passing the
-// original 16) and SmolLM3 (every 2nd layer without RoPE): the card's step equals the CPU's.
+// original 16) and SmolLM3 (every 2nd layer without RoPE): the card's step equals the CPU's. Phi-3
+// also with DoRA on its fused modules (one magnitude over a module's rows, copied to the card as one
+// tensor; the members' grouped LoRA products on the one A).
 TEST(CudaModel, Phi3AndSmolLM3LoraStepsMatchCpu) {
   const nlohmann::json base = {{"vocab_size", 67},       {"hidden_size", 32},        {"intermediate_size", 48},
                                {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
@@ -225,6 +239,7 @@ TEST(CudaModel, Phi3AndSmolLM3LoraStepsMatchCpu) {
     TempDir dir;
     save_hf_model(init_random_weights(ModelConfig::from_json(j, "tiny"), 3), dir.path);
     expect_step_matches_cpu(dir.path, true);
+    if (j == phi3) expect_step_matches_cpu(dir.path, true, DType::F32, false, "", true);
   }
 }
 

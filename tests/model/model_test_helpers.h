@@ -235,15 +235,22 @@ inline void make_tiny_lora(TinyLora& t, const ModelConfig& c, int64_t r, float a
 
 // DoRA magnitudes for every adapted projection of `t`: random in [0.4, 1.2] (not the base rows'
 // norms, so the scale m / ||W + s·B·A|| is far from 1 and every term of the formula shows).
+// A fused module (its members share A: Phi-3's qkv_proj, gate_up_proj) gets one magnitude over all its
+// rows, PEFT's one DoRA module, whose row views its members' are (model/lora.h).
 inline void add_tiny_dora(TinyLora& t, uint64_t seed) {
   t.dora = true;
   t.M.assign(t.A.size(), {});
-  for (size_t l = 0; l < t.A.size(); ++l)
+  for (size_t l = 0; l < t.A.size(); ++l) {
     for (size_t r = 0; r < kNumLinearRoles; ++r)
-      if (t.B[l][r].defined()) {
-        t.M[l][r] = random_tensor({t.B[l][r].dim(0)}, seed++, 0.4f, 1.2f);
-        t.view.layers[l][r].M = &t.M[l][r];
-      }
+      if (t.B[l][r].defined()) t.M[l][r] = random_tensor({t.B[l][r].dim(0)}, seed++, 0.4f, 1.2f);
+    for (const LoraFusedModule& f : kLoraFusedModules) {
+      const auto first = static_cast<size_t>(f.first);
+      if (!t.A[l][first].defined() || !same_tensor(t.A[l][first], t.A[l][first + 1])) continue;
+      split_fused_rows(t.M[l], f, fused_rows_of(t.M[l], f), fused_member_rows(t.M[l], f));
+    }
+    for (size_t r = 0; r < kNumLinearRoles; ++r)
+      if (t.M[l][r].defined()) t.view.layers[l][r].M = &t.M[l][r];
+  }
   // Every expert's projection: its own magnitudes, rows of one [E, out] per projection.
   t.EM.assign(t.EB.size(), {});
   for (size_t l = 0; l < t.EB.size(); ++l)

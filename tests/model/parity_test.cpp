@@ -293,6 +293,24 @@ std::vector<ParityCase> parity_cases() {
       dora_experts.seed = seed++;
       v.push_back(dora_experts);
     }
+  // DoRA on Phi-3's fused modules (PEFT's one magnitude over qkv_proj's / gate_up_proj's rows, the
+  // norm per row of the fused weight): every module with checkpointing, and qkv_proj + down_proj
+  // with rsLoRA and without it; a 10-step AdamW trajectory training the fused magnitudes.
+  ParityCase dora_phi3{"lora_dora_phi3", phi3_long};
+  dora_phi3.dora = true;
+  dora_phi3.seed = seed++;
+  v.push_back(dora_phi3);
+  ParityCase dora_phi3_subset = phi_subset;
+  dora_phi3_subset.name = "lora_dora_phi3_qkv_down_nockpt";
+  dora_phi3_subset.checkpointing = false;
+  dora_phi3_subset.dora = true;
+  dora_phi3_subset.seed = seed++;
+  v.push_back(dora_phi3_subset);
+  ParityCase adam_dora_phi3{"adamw_dora_phi3", phi3_short};
+  adam_dora_phi3.dora = true;
+  adam_dora_phi3.adamw_steps = 10;
+  adam_dora_phi3.seed = seed++;
+  v.push_back(adam_dora_phi3);
   return v;
 }
 
@@ -398,7 +416,7 @@ void check_case(const ParityCase& pc, const OracleResult& ref) {
           model.config().fused_projections() ? lora_fused_module_of(static_cast<LoraTarget>(r)) : nullptr;
       modules += !f || static_cast<int>(f->first) == static_cast<int>(r);
     }
-    const size_t magnitudes = pc.dora ? pc.targets.size() : 0;  // DoRA: one per projection
+    const size_t magnitudes = pc.dora ? modules : 0;  // DoRA: one per module (a fused one's over its rows)
     size_t expected = (2 * modules + magnitudes) * static_cast<size_t>(model.config().num_layers);
     const ModelConfig& mc = model.config();
     for (LinearRole r : pc.targets)  // a sparse layer's MLP projection: one A and B (DoRA: M) per expert

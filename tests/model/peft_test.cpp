@@ -4,8 +4,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "io/safetensors.h"
+#include "model/loader.h"
+#include "model/transformer.h"
 #include "model/weight_names.h"
 #include "support/expect_error.h"
 #include "support/lora_test_util.h"
@@ -355,55 +358,68 @@ TEST(Peft, Phi3TargetNamesFitTheModel) {
             std::string::npos);
 }
 
-// DoRA and PiSSA on a fused module (one A shared by q/k/v or gate/up) are refused at setup, naming
-// the module and the flag; on Phi-3's o_proj / down_proj DoRA works and round-trips. A PEFT DoRA
-// file with a magnitude on qkv_proj is refused on load.
-TEST(Peft, Phi3DoraAndPissaOnFusedModulesRefused) {
+// DoRA on a fused module, as PEFT's DoRA on the one qkv_proj / gate_up_proj Linear: one
+// lora_magnitude_vector [Σout] per module (q rows, then k, then v), whose rows the members' magnitudes
+// are; saved, loaded back into that layout, and the same in the trainable parameters. On o_proj /
+// down_proj the magnitude is the module's own.
+TEST(Peft, Phi3DoraOnFusedModulesAsPeftSavesThem) {
   const ModelConfig c = tiny_phi3();
   LoraConfig lc;
   lc.r = 2;
   lc.use_dora = true;
-  lc.target_modules = {"qkv_proj", "o_proj"};
-  test::expect_error([&] { init_lora(c, lc, 1); }, ErrorCode::CONFIG_INVALID_SETTING,
-                     {"--use-dora", "fused module qkv_proj"});
   lc.target_modules = {"all-linear"};
-  test::expect_error([&] { lc.validate_for(c); }, ErrorCode::CONFIG_INVALID_SETTING, {"--use-dora", "qkv_proj"});
-  LoraConfig pissa;
-  pissa.init_lora_weights = "pissa";
-  pissa.target_modules = {"gate_up_proj"};
-  test::expect_error([&] { init_lora(c, pissa, 1); }, ErrorCode::CONFIG_INVALID_SETTING,
-                     {"--init-lora-weights pissa", "fused module gate_up_proj"});
-
-  lc.target_modules = {"o_proj", "down_proj"};  // not fused: DoRA as on any model
   LoraAdapter ad = trained_adapter(c, lc, 3);
+  Model model(init_random_weights(c, 4), ModelOptions{TrainMode::Lora});
+  init_dora_magnitudes(ad, model.weights());
+  // The magnitudes start at the fused weight's row norms: the members' rows of one tensor.
+  const LoraLayer& l1 = ad.layers[1];
+  const Tensor qkv_m = fused_rows_of(l1.M, kLoraFusedModules[0]);
+  EXPECT_TRUE(Tensor::joined_rows(std::vector<const Tensor*>{&l1.M[0], &l1.M[1], &l1.M[2]}).defined());
+  const std::vector<const Tensor*> qkv_w = {&model.weights().layers[1].q, &model.weights().layers[1].k,
+                                            &model.weights().layers[1].v};
+  EXPECT_EQ(qkv_m.to_vector(), weight_row_norms(join_rows_or_copy(qkv_w), false).to_vector());
   test::randomize_dora_magnitudes(ad, 9);
+  EXPECT_TRUE(Tensor::joined_rows(std::vector<const Tensor*>{&l1.M[4], &l1.M[5]}).defined());
+  // 2 layers x (qkv 96 + 32 rows, o 64 + 16, gate_up 128 + 48, down 80 + 16)
+  EXPECT_EQ(ad.num_parameters(), 2 * ((96 + 32) + (64 + 16) + (128 + 48) + (80 + 16)));
+
   test::TempDir dir;
   save_peft_adapter(ad, dir.path);
-  const LoraAdapter back = load_peft_adapter(dir.path, c);
-  EXPECT_EQ(back.layers[1].m(LoraTarget::Down).to_vector(), ad.layers[1].m(LoraTarget::Down).to_vector());
-  EXPECT_EQ(back.num_parameters(), ad.num_parameters());
-
-  // PEFT's file of DoRA on qkv_proj: refused on load, not read as a per-projection magnitude.
-  LoraConfig plain;
-  plain.r = 2;
-  plain.target_modules = {"qkv_proj"};
-  save_peft_adapter(trained_adapter(c, plain, 4), dir.path);
-  NamedTensors ts;
+  EXPECT_EQ(read_json(dir.path + "/adapter_config.json")["use_dora"], true);
   SafetensorsReader r = SafetensorsReader::open_file(dir.path + "/adapter_model.safetensors");
-  for (const std::string& n : r.names()) ts.emplace_back(n, r.read(n));
-  for (int l = 0; l < 2; ++l)
-    ts.emplace_back(fmt::format("base_model.model.model.layers.{}.self_attn.qkv_proj.lora_magnitude_vector", l),
-                    test::random_tensor({32}, 11 + l, 0.5f, 1.5f));
+  EXPECT_EQ(r.names().size(), 2u * 4u * 3u);
+  const std::string p = "base_model.model.model.layers.1.";
+  EXPECT_EQ(r.entry(p + "self_attn.qkv_proj.lora_magnitude_vector").shape, (std::vector<int64_t>{32}));
+  EXPECT_EQ(r.entry(p + "mlp.gate_up_proj.lora_magnitude_vector").shape, (std::vector<int64_t>{48}));
+  EXPECT_EQ(r.entry(p + "self_attn.o_proj.lora_magnitude_vector").shape, (std::vector<int64_t>{16}));
+  // Rows in HF's order: q's magnitudes, then k's, then v's.
+  const std::vector<float> saved_m = r.read(p + "self_attn.qkv_proj.lora_magnitude_vector").to_vector();
+  EXPECT_EQ(saved_m, qkv_m.to_vector());
+  EXPECT_EQ(std::vector<float>(saved_m.begin() + 16, saved_m.begin() + 24), l1.m(LoraTarget::K).to_vector());
+
+  LoraAdapter back = load_peft_adapter(dir.path, c);
+  ASSERT_TRUE(back.config.use_dora);
+  for (size_t li = 0; li < 2; ++li)
+    for (LoraTarget t : kAllLoraTargets) EXPECT_EQ(back.layers[li].m(t).to_vector(), ad.layers[li].m(t).to_vector());
+  const LoraLayer& b1 = back.layers[1];
+  EXPECT_TRUE(Tensor::joined_rows(std::vector<const Tensor*>{&b1.M[0], &b1.M[1], &b1.M[2]}).defined());
+  EXPECT_EQ(back.num_parameters(), ad.num_parameters());
+  // The model trains it under the same name, as one tensor over the module's rows.
+  model.attach_lora(back);
+  std::map<std::string, Shape> trainable;
+  for (const TrainableParam& tp : model.trainable_parameters()) trainable[tp.name] = tp.param->shape();
+  EXPECT_EQ(trainable.size(), 2u * 4u * 3u);
+  EXPECT_EQ(trainable.at(p + "self_attn.qkv_proj.lora_magnitude_vector"), Shape{32});
+  EXPECT_EQ(trainable.at(p + "mlp.gate_up_proj.lora_magnitude_vector"), Shape{48});
+
+  // A file whose fused magnitude is missing is refused naming it.
+  NamedTensors ts;
+  for (const std::string& n : r.names())
+    if (n != p + "mlp.gate_up_proj.lora_magnitude_vector") ts.emplace_back(n, r.read(n));
   write_safetensors(dir.path + "/adapter_model.safetensors", ts);
-  nlohmann::json j = read_json(dir.path + "/adapter_config.json");
-  j["use_dora"] = true;
-  std::ofstream(dir.path + "/adapter_config.json") << j.dump();
-  EXPECT_NE(load_error([&] { load_peft_adapter(dir.path, c); }).find("use_dora = true on the fused module qkv_proj"),
-            std::string::npos);
-  // The same without the magnitudes: still refused, naming the fused module.
-  ts.resize(ts.size() - 2);
-  write_safetensors(dir.path + "/adapter_model.safetensors", ts);
-  EXPECT_NE(load_error([&] { load_peft_adapter(dir.path, c); }).find("use_dora = true on the fused module qkv_proj"),
+  EXPECT_NE(load_error([&] {
+              load_peft_adapter(dir.path, c);
+            }).find("'" + p + "mlp.gate_up_proj.lora_magnitude_vector' is missing (use_dora = true)"),
             std::string::npos);
 }
 

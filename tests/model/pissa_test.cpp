@@ -1,7 +1,9 @@
 // PiSSA initialisation (--init-lora-weights pissa, model/lora.h init_pissa / pissa_to_lora):
 //   - B·A and the residual base W − s·B·A against tests/oracles/pissa_svd.py (torch.linalg.svd in
-//     float64, PEFT's formulas; products, since singular vectors have arbitrary signs);
-//   - at step 0 the model (residual base + adapter) gives the base model's logits (Llama, Gemma 3);
+//     float64, PEFT's formulas; products, since singular vectors have arbitrary signs), also of
+//     Phi-3's fused qkv_proj / gate_up_proj (one SVD of the fused weight, PEFT's one Linear);
+//   - at step 0 the model (residual base + adapter) gives the base model's logits (Llama, Gemma 3;
+//     Phi-3's fused modules: tests/cli/dora_pissa_cli_test.cpp PissaCli.Phi3*, merged export);
 //   - after A and B change (as training changes them), the saved adapter (PEFT's PiSSA-to-LoRA
 //     conversion: rank 2r, alpha doubled, [A; A0] and [B, −B0]) applied to the ORIGINAL base by the
 //     PyTorch oracle (tests/oracles/torch_llama.py) gives the trained model's logits;
@@ -50,26 +52,50 @@ ModelWeights clone_weights(const ModelWeights& w) {
   return c;
 }
 
-TEST(Pissa, FactorsAndResidualMatchTorchSvd) {
-  const ModelConfig cfg = tiny_config(spec());
+// PiSSA's factors and residual of every adapted module of the architecture `sp` against the oracle.
+// A fused module (Phi-3's qkv_proj, gate_up_proj: PEFT's one Linear) is one SVD of its whole
+// [Σout, in] weight: one A shared by the members, B over all its rows, the residual in the members'
+// rows of the fused weight.
+void expect_factors_and_residual_match_torch(const TinySpec& sp) {
+  const ModelConfig cfg = tiny_config(sp);
   const ModelWeights original = tiny_weights(cfg, 11);
   ModelWeights w = clone_weights(original);
   LoraAdapter ad = init_lora(cfg, pissa_config(), 3);
   init_pissa(ad, w, 0);
 
+  // Each module: its first member, name and weight (a fused one's joined in HF's row order).
+  struct Module {
+    int64_t layer;
+    LoraTarget t;
+    const LoraFusedModule* f;
+    std::string name;
+  };
+  std::vector<Module> modules;
+  auto joined = [&](const ModelWeights& mw, const Module& m) {
+    std::vector<const Tensor*> parts;
+    for (int i = 0; i < (m.f ? m.f->count : 1); ++i)
+      parts.push_back(&weight_ref(mw, lora_target_role(static_cast<LoraTarget>(static_cast<int>(m.t) + i)), m.layer));
+    return join_rows_or_copy(parts);
+  };
+  for (int64_t l = 0; l < cfg.num_layers; ++l)
+    for (LoraTarget t : kAllLoraTargets) {
+      const LoraFusedModule* f = cfg.fused_projections() ? lora_fused_module_of(t) : nullptr;
+      if (f && f->first != t) continue;
+      const std::string a = peft_lora_name(l, t, true, f != nullptr);
+      modules.push_back({l, t, f, a.substr(0, a.size() - std::string(".lora_A.weight").size())});
+    }
+
   TempDir dir;
   nlohmann::json table = nlohmann::json::array();
   std::ofstream bin(dir.path + "/tensors.bin", std::ios::binary);
   int64_t off = 0;
-  for (int64_t l = 0; l < cfg.num_layers; ++l)
-    for (LoraTarget t : kAllLoraTargets) {
-      const Tensor& W = weight_ref(original, lora_target_role(t), l);
-      const auto v = W.to_vector();
-      bin.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-      table.push_back(
-          {{"name", peft_module_name(lora_target_role(t), l)}, {"shape", W.shape().vec()}, {"offset", off}});
-      off += static_cast<int64_t>(v.size());
-    }
+  for (const Module& m : modules) {
+    const Tensor W = joined(original, m);
+    const auto v = W.to_vector();
+    bin.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
+    table.push_back({{"name", m.name}, {"shape", W.shape().vec()}, {"offset", off}});
+    off += static_cast<int64_t>(v.size());
+  }
   bin.close();
   std::ofstream(dir.path + "/spec.json") << nlohmann::json{
       {"r", ad.config.r},
@@ -88,27 +114,48 @@ TEST(Pissa, FactorsAndResidualMatchTorchSvd) {
   }();
 
   const double s = ad.config.scale();
-  for (int64_t l = 0; l < cfg.num_layers; ++l)
-    for (LoraTarget t : kAllLoraTargets) {
-      const std::string name = peft_module_name(lora_target_role(t), l);
-      const Tensor& A = ad.layers[static_cast<size_t>(l)].a(t);
-      const Tensor& B = ad.layers[static_cast<size_t>(l)].b(t);
-      const int64_t out = B.dim(0), in = A.dim(1), r = A.dim(0);
-      std::vector<double> ba(static_cast<size_t>(out * in));
-      const auto a = A.to_vector(), b = B.to_vector();
-      for (int64_t o = 0; o < out; ++o)
-        for (int64_t i = 0; i < in; ++i)
-          for (int64_t k = 0; k < r; ++k) ba[static_cast<size_t>(o * in + i)] += double(b[o * r + k]) * a[k * in + i];
-      // f32 factors of an f64 SVD: a few f32 roundings of values of |W|'s size (|W| < 1/sqrt(in)).
-      const std::vector<double>& want_ba = ref.arrays.at("ba:" + name);
-      EXPECT_GT(max_abs(want_ba), 1e-3) << name;
-      EXPECT_TRUE(all_close(ba, want_ba, {1e-6 / s, 1e-5})) << name;
-      EXPECT_TRUE(
-          all_close(to_double(weight_ref(w, lora_target_role(t), l)), ref.arrays.at("residual:" + name), {2e-6, 1e-5}))
-          << name;
-      EXPECT_EQ(ad.layers[static_cast<size_t>(l)].A0[static_cast<size_t>(t)].to_vector(), A.to_vector());
-      EXPECT_EQ(ad.layers[static_cast<size_t>(l)].B0[static_cast<size_t>(t)].to_vector(), B.to_vector());
+  for (const Module& m : modules) {
+    const LoraLayer& layer = ad.layers[static_cast<size_t>(m.layer)];
+    const Tensor& A = layer.a(m.t);
+    const Tensor B = m.f ? fused_rows_of(layer.B, *m.f) : layer.b(m.t);
+    const int64_t out = B.dim(0), in = A.dim(1), r = A.dim(0);
+    std::vector<double> ba(static_cast<size_t>(out * in));
+    const auto a = A.to_vector(), b = B.to_vector();
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i)
+        for (int64_t k = 0; k < r; ++k) ba[static_cast<size_t>(o * in + i)] += double(b[o * r + k]) * a[k * in + i];
+    // f32 factors of an f64 SVD: a few f32 roundings of values of |W|'s size (|W| < 1/sqrt(in)).
+    const std::vector<double>& want_ba = ref.arrays.at("ba:" + m.name);
+    ASSERT_EQ(ba.size(), want_ba.size()) << m.name;
+    EXPECT_GT(max_abs(want_ba), 1e-3) << m.name;
+    EXPECT_TRUE(all_close(ba, want_ba, {1e-6 / s, 1e-5})) << m.name;
+    EXPECT_TRUE(all_close(to_double(joined(w, m)), ref.arrays.at("residual:" + m.name), {2e-6, 1e-5})) << m.name;
+    const auto ti = static_cast<size_t>(m.t);
+    EXPECT_EQ(layer.A0[ti].to_vector(), A.to_vector());
+    EXPECT_EQ((m.f ? fused_rows_of(layer.B0, *m.f) : layer.B0[ti]).to_vector(), B.to_vector());
+    for (int i = 1; m.f && i < m.f->count; ++i) {  // the members share A; their B are B's rows
+      const auto mi = ti + static_cast<size_t>(i);
+      EXPECT_TRUE(same_tensor(layer.A[mi], A)) << m.name;
+      EXPECT_TRUE(Tensor::joined_rows(std::vector<const Tensor*>{&layer.B[mi - 1], &layer.B[mi]}).defined()) << m.name;
     }
+  }
+}
+
+TEST(Pissa, FactorsAndResidualMatchTorchSvd) {
+  expect_factors_and_residual_match_torch(spec());
+}
+
+// Phi-3's fused qkv_proj and gate_up_proj: one SVD of each fused weight, as PEFT's one Linear.
+TinySpec phi3_spec() {
+  TinySpec p;
+  p.arch = Arch::Phi3;
+  p.layers = 2;
+  p.hf = {{"partial_rotary_factor", 0.75}};
+  return p;
+}
+
+TEST(Pissa, Phi3FusedModulesFactorsAndResidualMatchTorchSvd) {
+  expect_factors_and_residual_match_torch(phi3_spec());
 }
 
 // Step 0 is the base model, and the saved conversion applied by the oracle to the original base is

@@ -27,7 +27,10 @@ inline void randomize_dora_magnitudes(LoraAdapter& ad, uint64_t first_seed) {
   uint64_t s = first_seed;
   for (LoraLayer& l : ad.layers)
     for (LoraTarget t : kAllLoraTargets)
-      if (l.has(t)) l.m(t) = random_tensor({l.b(t).dim(0)}, ++s, 0.5f, 1.5f);
+      if (l.has(t) && l.m(t).defined())  // in place: a fused module's magnitude rows stay one tensor
+        l.m(t).copy_from(random_tensor({l.b(t).dim(0)}, ++s, 0.5f, 1.5f));
+      else if (l.has(t))
+        l.m(t) = random_tensor({l.b(t).dim(0)}, ++s, 0.5f, 1.5f);
 }
 
 // Logits of a fixed 12-token prompt (positions 0..11).

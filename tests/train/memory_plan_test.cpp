@@ -84,6 +84,9 @@ std::vector<PlanCase> plan_cases() {
        true},
       {"phi3_lora_ckpt_dropout", phi3, TrainMode::Lora, true, 110, 0.1f},
       {"phi3_lora_nockpt_qkv_down", phi3, TrainMode::Lora, false, 100, 0.0f, {"qkv_proj", "down_proj"}},
+      // DoRA and PiSSA on the fused modules (one magnitude over a module's rows; one SVD of its weight).
+      {"phi3_dora_dropout_ckpt", phi3, TrainMode::Lora, true, 110, 0.1f, {"all-linear"}, 64, true},
+      {"phi3_pissa_nockpt", phi3, TrainMode::Lora, false, 90, 0.0f, {"qkv_proj", "gate_up_proj"}, 64, false, true},
       {"mistral_window_full_nockpt", mistral, TrainMode::Full, false, 150},
       {"small_lora_ckpt", small, TrainMode::Lora, true, 40},
       {"small_full_nockpt", small, TrainMode::Full, false, 40},

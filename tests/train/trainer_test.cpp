@@ -9,6 +9,7 @@
 #include "core/device_info.h"
 #include "io/safetensors.h"
 #include "model/loader.h"
+#include "model/merge.h"
 #include "support/test_util.h"
 #include "text/tokenizer.h"
 #include "train/train_data.h"
@@ -139,15 +140,17 @@ TEST(Trainer, EvaluationRestoresTrainingModeWhenItThrows) {
 }
 
 // A run stopped at step 3 and resumed ends with the bits of the run that never stopped (`lora`
-// adjusts the LoRA settings of both).
-static void expect_resume_bit_identical(void (*lora)(LoraConfig&)) {
+// adjusts the LoRA settings of both; `model`: another model folder than stories260K).
+static void expect_resume_bit_identical(void (*lora)(LoraConfig&), const std::string& model = "") {
   test::TempDir a_dir, b_dir;
   TrainOptions straight = base_options(a_dir.path);
   straight.steps = 6;
+  if (!model.empty()) straight.model_dir = model;
   lora(straight.lora);
   Trainer(straight).run();
 
   TrainOptions first = base_options(b_dir.path);
+  if (!model.empty()) first.model_dir = model;
   first.steps = 6;
   first.save_every = 3;
   first.fault_eval_throw_at = -1;
@@ -158,6 +161,7 @@ static void expect_resume_bit_identical(void (*lora)(LoraConfig&)) {
   TrainOptions resumed = base_options(b_dir.path);
   resumed.steps = 6;
   resumed.resume = "latest";
+  if (!model.empty()) resumed.model_dir = model;
   lora(resumed.lora);
   TrainSummary s = Trainer(resumed).run();
   EXPECT_EQ(s.steps_done, 6);
@@ -184,6 +188,28 @@ TEST(Trainer, DoraAndPissaResumeBitIdentically) {
   expect_resume_bit_identical([](LoraConfig& l) { l.use_dora = true, l.dropout = 0.1f; });
   expect_resume_bit_identical([](LoraConfig& l) { l.init_lora_weights = "pissa"; });
   expect_resume_bit_identical([](LoraConfig& l) { l.init_lora_weights = "pissa_niter_2"; });
+}
+
+// The same on Phi-3's fused modules (a tiny random one with stories260K's tokenizer): DoRA's one
+// magnitude per fused module is a checkpointed parameter, PiSSA's SVD of each fused weight and its
+// residual are redone from the reloaded base.
+TEST(Trainer, Phi3FusedDoraAndPissaResumeBitIdentically) {
+  test::TempDir m;
+  const nlohmann::json j = {{"architectures", {"Phi3ForCausalLM"}},
+                            {"vocab_size", 512},
+                            {"hidden_size", 32},
+                            {"intermediate_size", 48},
+                            {"num_hidden_layers", 2},
+                            {"num_attention_heads", 4},
+                            {"num_key_value_heads", 2},
+                            {"max_position_embeddings", 256},
+                            {"initializer_range", 0.1},
+                            {"torch_dtype", "float32"}};
+  SaveModelOptions so;
+  so.copy_files_from = model_dir();
+  save_hf_model(init_random_weights(ModelConfig::from_json(j, "tiny phi3"), 3), m.path + "/phi3", so);
+  expect_resume_bit_identical([](LoraConfig& l) { l.use_dora = true, l.dropout = 0.1f; }, m.path + "/phi3");
+  expect_resume_bit_identical([](LoraConfig& l) { l.init_lora_weights = "pissa"; }, m.path + "/phi3");
 }
 
 // Full fine-tuning with --matmul-dtype bf16 on the CPU (for comparison with a card; slower here):
