@@ -281,8 +281,14 @@ void geglu_backward(const float* dh, const float* gate, const float* up, float* 
 
 // s in every lane (one broadcast instruction; `VecF{} + s` would add 0.0 first).
 [[gnu::always_inline]] inline VecF splat(float s) {
+#if defined(__clang__)
+  VecF v;  // clang has no __builtin_shuffle; it makes this loop one broadcast
+  for (int i = 0; i < static_cast<int>(sizeof(VecF) / sizeof(float)); ++i) v[i] = s;
+  return v;
+#else
   const VecF v = {s};
   return __builtin_shuffle(v, VecI{});
+#endif
 }
 
 // gemm_nt_few_rows (kernel_variants.h): tiles of kFewMr weight rows × one panel of kFewPanel x
